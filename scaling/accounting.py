@@ -1,0 +1,296 @@
+"""Shapes, parameter and FLOP counts, and memory per worker: the one home of these numbers.
+
+Torch-free on purpose: the planner, the fits and the reports use it on machines without torch.
+The model in ``scaling.trainer.model`` is a GPT-2-style decoder (pre-LayerNorm, learned absolute
+positions, GELU MLP of 4*d_model, tied input/output embeddings, biases everywhere); the counts
+here are exact for it and are checked in the tests against a direct count of the torch module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+ParamsConvention = Literal["non_embedding", "total"]
+FlopsConvention = Literal["6N", "6N_attention"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Strategy = Literal["single", "ddp", "zero1", "zero2", "zero3"]
+
+PARAMS_CONVENTIONS: tuple[str, ...] = ("non_embedding", "total")
+FLOPS_CONVENTIONS: tuple[str, ...] = ("6N", "6N_attention")
+STRATEGIES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "zero3")
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The shape of a GPT-style decoder."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    vocab_size: int = 256
+    context: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "d_model", "n_head", "vocab_size", "context"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
+
+    # -- parameters ---------------------------------------------------------------------
+    @property
+    def params_per_layer(self) -> int:
+        """One block: two LayerNorms (4d), QKV (3d^2+3d), out-proj (d^2+d), MLP (8d^2+5d)."""
+        d = self.d_model
+        return 12 * d * d + 13 * d
+
+    @property
+    def params_non_embedding(self) -> int:
+        """Kaplan's N: every parameter except the token and position embeddings.
+
+        The output layer is tied to the token embedding, so it adds nothing here.
+        """
+        return self.n_layer * self.params_per_layer + 2 * self.d_model  # + final LayerNorm
+
+    @property
+    def params_embedding(self) -> int:
+        """Token embedding (shared with the output layer) and learned positions."""
+        return (self.vocab_size + self.context) * self.d_model
+
+    @property
+    def params_total(self) -> int:
+        return self.params_non_embedding + self.params_embedding
+
+    def params(self, convention: ParamsConvention = "non_embedding") -> int:
+        """Parameter count in a sweep's convention."""
+        if convention == "non_embedding":
+            return self.params_non_embedding
+        if convention == "total":
+            return self.params_total
+        raise ValueError(f"unknown params convention {convention!r} (use one of {PARAMS_CONVENTIONS})")
+
+    # -- FLOPs ----------------------------------------------------------------------------
+    def forward_flops_per_token_attention(self) -> float:
+        """Forward FLOPs per token as Hoffmann et al. (2022, Appendix F) count them.
+
+        Embeddings, QKV/out projections, attention logits and the reduction over values with the
+        full (not causally halved) context, softmax, the MLP and the final logits.
+        """
+        d, L, s, v, h = self.d_model, self.n_layer, self.context, self.vocab_size, self.n_head
+        embeddings = 2 * v * d
+        qkv = 2 * 3 * d * d
+        logits_attn = 2 * s * d
+        softmax = 3 * h * s
+        reduction = 2 * s * d
+        projection = 2 * d * d
+        mlp = 2 * (2 * d * 4 * d)
+        final_logits = 2 * d * v
+        return embeddings + L * (qkv + logits_attn + softmax + reduction + projection + mlp) + final_logits
+
+    def flops_per_token(
+        self, flops: FlopsConvention = "6N", params: ParamsConvention = "non_embedding"
+    ) -> float:
+        """Training FLOPs per token: 6N (Kaplan) or 3x Chinchilla's forward count.
+
+        Backward costs twice the forward, hence the factor 3 on the forward count.
+        """
+        if flops == "6N":
+            return 6.0 * self.params(params)
+        if flops == "6N_attention":
+            return 3.0 * self.forward_flops_per_token_attention()
+        raise ValueError(f"unknown flops convention {flops!r} (use one of {FLOPS_CONVENTIONS})")
+
+    def training_flops(
+        self, tokens: float, flops: FlopsConvention = "6N", params: ParamsConvention = "non_embedding"
+    ) -> float:
+        """C for training on ``tokens`` tokens."""
+        return self.flops_per_token(flops, params) * tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "n_layer": self.n_layer,
+            "d_model": self.d_model,
+            "n_head": self.n_head,
+            "vocab_size": self.vocab_size,
+            "context": self.context,
+        }
+
+
+@dataclass(frozen=True)
+class ShapePolicy:
+    """How a target size becomes a shape.
+
+    ``aspect_ratio`` fixes d_model / n_layer (GPT-2 small has 768/12 = 64); ``head_size`` fixes
+    d_model / n_head, and d_model is a multiple of it. Kaplan et al. (2020, Fig. 5) found loss
+    nearly flat over a wide range of aspect ratios at fixed N, so a fixed ratio costs little.
+    """
+
+    aspect_ratio: float = 64.0
+    head_size: int = 64
+    vocab_size: int = 256
+    context: int = 256
+
+    def __post_init__(self) -> None:
+        if self.aspect_ratio <= 0 or self.head_size < 1 or self.vocab_size < 1 or self.context < 1:
+            raise ValueError("aspect_ratio, head_size, vocab_size and context must be positive")
+
+    def _shape(self, n_layer: int, d_model: int) -> Shape:
+        return Shape(
+            n_layer=n_layer,
+            d_model=d_model,
+            n_head=d_model // self.head_size,
+            vocab_size=self.vocab_size,
+            context=self.context,
+        )
+
+    def shape_for(self, target: float, convention: ParamsConvention = "non_embedding") -> Shape:
+        """The shape of this policy whose parameter count (in ``convention``) is nearest ``target``.
+
+        Solves N ~ 12 L d^2 with d = aspect_ratio * L for L, then searches neighbouring layer
+        counts and widths (multiples of head_size) for the exact count nearest the target in
+        log space. The result's exact count is ``shape.params(convention)``.
+        """
+        if not target > 0 or not math.isfinite(target):
+            raise ValueError(f"target parameter count must be positive, got {target}")
+        r, hs = self.aspect_ratio, self.head_size
+        guess_layers = max(1, round((target / (12.0 * r * r)) ** (1.0 / 3.0)))
+        best: Shape | None = None
+        best_err = math.inf
+        for n_layer in range(max(1, guess_layers - 2), guess_layers + 3):
+            ideal_d = r * n_layer
+            centre = max(1, round(ideal_d / hs))
+            for mult in range(max(1, centre - 2), centre + 3):
+                shape = self._shape(n_layer, mult * hs)
+                # Prefer the nearest count; break ties by staying near the aspect ratio.
+                err = abs(math.log(shape.params(convention) / target))
+                err += 1e-3 * abs(math.log(shape.d_model / (r * n_layer)))
+                if err < best_err:
+                    best, best_err = shape, err
+        assert best is not None
+        return best
+
+
+# -- memory -----------------------------------------------------------------------------
+
+#: Bytes per parameter for (weights, gradients, optimizer state) under mixed-precision Adam
+#: (Rajbhandari et al. 2020, ZeRO, Sec. 3.1): 16-bit weights and gradients, FP32 master
+#: weights, momentum and variance (12 bytes). Pure FP32 keeps 4-byte weights and gradients
+#: and 8 bytes of Adam moments (no separate master copy): 16 bytes as well.
+STATE_BYTES: dict[str, tuple[int, int, int]] = {
+    "bf16": (2, 2, 12),
+    "fp16": (2, 2, 12),
+    "fp32": (4, 4, 8),
+}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one worker needs for a run, by component."""
+
+    strategy: str
+    workers: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    margin_bytes: float
+
+    @property
+    def model_state_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.model_state_bytes + self.activations_bytes + self.margin_bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+
+def model_state_bytes(params: int, precision: Precision, strategy: Strategy, workers: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per worker under a ZeRO stage.
+
+    With Φ parameters, N_d workers and mixed precision: DDP 16Φ; ZeRO-1 4Φ + 12Φ/N_d;
+    ZeRO-2 2Φ + 14Φ/N_d; ZeRO-3 16Φ/N_d.
+    """
+    if precision not in STATE_BYTES:
+        raise ValueError(f"unknown precision {precision!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (use one of {STRATEGIES})")
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
+    w, g, o = (b * params for b in STATE_BYTES[precision])
+    n = workers
+    if strategy in ("single", "ddp"):
+        return w, g, o
+    if strategy == "zero1":
+        return w, g, o / n
+    if strategy == "zero2":
+        return w, g / n, o / n
+    return w / n, g / n, o / n  # zero3
+
+
+def activation_bytes(
+    shape: Shape, micro_batch: int, precision: Precision, checkpointing: bool = False
+) -> float:
+    """Activation memory of one micro-batch, after Korthikanti et al. (2022, Sec. 4.1).
+
+    Per layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations; with
+    full activation checkpointing only each block's 16-bit input (2*s*b*h) is kept. FP32
+    activations double these. The logits add s*b*V in FP32 plus their gradient.
+    """
+    s, b, h, a, L, v = shape.context, micro_batch, shape.d_model, shape.n_head, shape.n_layer, shape.vocab_size
+    scale = 2.0 if precision == "fp32" else 1.0
+    per_layer = 2.0 * s * b * h if checkpointing else s * b * h * (34.0 + 5.0 * a * s / h)
+    logits = 8.0 * s * b * v
+    return scale * L * per_layer + logits
+
+
+def estimate_memory(
+    shape: Shape,
+    micro_batch: int,
+    precision: Precision = "bf16",
+    strategy: Strategy = "ddp",
+    workers: int = 1,
+    checkpointing: bool = False,
+    margin: float = 0.10,
+) -> MemoryEstimate:
+    """Memory one worker needs: model state under ``strategy`` + activations + a margin.
+
+    ``margin`` is the fraction added for allocator fragmentation and communication buffers.
+    """
+    weights, grads, optim = model_state_bytes(shape.params_total, precision, strategy, workers)
+    acts = activation_bytes(shape, micro_batch, precision, checkpointing)
+    return MemoryEstimate(
+        strategy=strategy,
+        workers=workers,
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=acts,
+        margin_bytes=margin * (weights + grads + optim + acts),
+    )
+
+
+def choose_strategy(
+    shape: Shape,
+    micro_batch: int,
+    precision: Precision,
+    workers: int,
+    device_memory_bytes: float,
+    checkpointing: bool = False,
+) -> MemoryEstimate | None:
+    """The least sharding that fits ``device_memory_bytes``, or None if nothing fits.
+
+    One worker runs ``single``; several try DDP, then ZeRO-1, 2 and 3.
+    """
+    order: tuple[Strategy, ...] = ("single",) if workers == 1 else ("ddp", "zero1", "zero2", "zero3")
+    for strategy in order:
+        est = estimate_memory(shape, micro_batch, precision, strategy, workers, checkpointing)
+        if est.total_bytes <= device_memory_bytes:
+            return est
+    return None

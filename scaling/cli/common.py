@@ -1,0 +1,51 @@
+"""The typer app and the option types that several commands share."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from scaling import __version__
+
+app = typer.Typer(
+    name="scaling",
+    help="Scaling-law experiments: plan a sweep, train it on Ray, fit power laws, write a report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"scaling {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Scaling-law experiments: plan a sweep, train it on Ray, fit power laws, write a report."""
+
+
+DbOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--db",
+        help="Database URL (sqlite:///path or postgresql+psycopg://...). "
+        "Default: the plan's `db:`, then $SCALING_DB, then ./scaling.db.",
+        show_default=False,
+    ),
+]
+SweepOption = Annotated[
+    Optional[str],
+    typer.Option("--sweep", help="Sweep name (default: the most recent sweep).", show_default=False),
+]
+FormatOption = Annotated[
+    str, typer.Option("--format", help="Output format: table or json.")
+]

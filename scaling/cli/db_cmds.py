@@ -1,0 +1,5 @@
+"""`scaling` commands of the db group (registered on the shared app)."""
+
+from __future__ import annotations
+
+from scaling.cli.common import app  # noqa: F401

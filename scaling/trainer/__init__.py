@@ -1,0 +1,1 @@
+"""Train one run: model, data, loop. ``train(spec, store_url, run_dir)`` is the entry point."""

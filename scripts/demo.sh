@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 1: set up, then run the example sweep end to end (train, fit, report).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS=postgres bash scripts/setup.sh
+. .venv/bin/activate
+scaling sweep examples/plan.yaml --db "sqlite:///$PWD/scaling_runs/example.db"
+scaling fit --db "sqlite:///$PWD/scaling_runs/example.db"
+scaling recommend --db "sqlite:///$PWD/scaling_runs/example.db"
