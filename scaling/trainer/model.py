@@ -1,0 +1,167 @@
+"""A GPT-2-style decoder: architecture only.
+
+Pre-LayerNorm blocks, learned absolute positions, a GELU MLP of 4*d_model, causal
+self-attention and tied input/output embeddings, with biases everywhere, exactly the model
+that ``scaling.accounting.Shape`` counts. Precision, sharding, compilation and the loss live
+elsewhere (``loop.py`` / ``parallel.py``): the model returns logits.
+
+Attention uses flash-attn's kernel when it is installed and the tensors are on CUDA in
+bf16/fp16, else PyTorch's ``scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from scaling.accounting import Shape
+
+try:  # optional: only on CUDA machines where it was installed (the `gpu` extra)
+    from flash_attn import flash_attn_func as _flash_attn_func
+except ImportError:  # pragma: no cover - depends on the machine
+    _flash_attn_func = None
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The shape of the model (the same five numbers as :class:`scaling.accounting.Shape`)."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    vocab_size: int = 256
+    context: int = 256
+
+    @classmethod
+    def from_shape(cls, shape: Shape) -> "GPTConfig":
+        return cls(shape.n_layer, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context)
+
+
+def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain causal attention on (B, h, T, hs) tensors: the reference the fast kernels must match."""
+    t = q.size(-2)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention on (B, h, T, hs) tensors with the fastest kernel available."""
+    if _flash_attn_func is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+        # flash-attn wants (B, T, h, hs).
+        out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        return out.transpose(1, 2)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = causal_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # GPT-2 used the tanh approximation of GELU.
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """The decoder. ``forward(idx)`` maps (B, T) token ids to (B, T, vocab) logits."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        #: Recompute each block in the backward pass (trades compute for activation memory).
+        self.activation_checkpointing = False
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.context, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied (Press & Wolf 2017), as in GPT-2
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.mlp.proj.weight, mean=0.0, std=residual_std)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.size(1)
+        if t > self.cfg.context:
+            raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters counted once (the tied head is the token embedding)."""
+        total = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            total -= self.wte.weight.numel() + self.wpe.weight.numel()
+        return total
+
+
+def build_model(shape: Shape, seed: int) -> GPT:
+    """The model of ``shape`` with its initial weights a pure function of ``seed``."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return GPT(GPTConfig.from_shape(shape))
+    finally:
+        torch.random.set_rng_state(generator_state)
