@@ -1,0 +1,97 @@
+"""Functions run in each spawned worker process (importable by `torch.multiprocessing.spawn`)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+def spawn(fn: Callable[..., Any], world: int, tmp: str, *args: Any) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` real processes over gloo; return each rank's result.
+
+    Rendezvous through a file in ``tmp`` (no TCP port to collide with other jobs on the machine).
+    Results come back through ``torch.save`` files so tensors survive the trip.
+    """
+    import torch.multiprocessing as mp
+
+    init = os.path.join(tmp, "rendezvous")
+    if os.path.exists(init):
+        os.remove(init)
+    mp.spawn(_entry, args=(world, init, tmp, fn, args), nprocs=world, join=True)
+    return [torch.load(os.path.join(tmp, f"result{r}.pt"), weights_only=False) for r in range(world)]
+
+
+def _entry(rank: int, world: int, init: str, tmp: str, fn: Callable[..., Any], args: tuple) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        out = fn(rank, world, *args)
+        torch.save(out, os.path.join(tmp, f"result{rank}.pt"))
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+# -- model and data shared by the workers and the single-process reference --------------------
+def tiny_spec(strategy: str = "ddp", precision: str = "fp32", **execution: Any) -> Any:
+    from scaling.trainer.spec import RunSpec
+
+    return RunSpec.from_dict(
+        {
+            "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 256, "context": 16},
+            "tokens": 64 * 10,
+            "batch_tokens": 64,
+            "precision": precision,
+            "execution": {"workers": 2, "strategy": strategy, **execution},
+        }
+    )
+
+
+def build_model(spec: Any) -> torch.nn.Module:
+    import sys
+
+    sys.path.insert(0, "/tmp/dist-scratch")  # TEMPORARY until scaling.trainer.model lands
+    from tinygpt import GPT
+
+    torch.manual_seed(spec.seed)
+    return GPT(spec)
+
+
+def global_batch(spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1234)
+    seqs = torch.randint(0, spec.model.vocab_size, (spec.sequences_per_batch, spec.model.context + 1), generator=g)
+    return seqs[:, :-1], seqs[:, 1:]
+
+
+def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str) -> torch.Tensor:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model(x)
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+
+def reference_grads(spec: Any) -> dict[str, torch.Tensor]:
+    """One forward/backward of the whole global batch in this process."""
+    model = build_model(spec)
+    x, y = global_batch(spec)
+    loss_of(model, x, y, spec.precision).backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
+    """Each rank backpropagates its contiguous share of the global batch under the strategy."""
+    from scaling.trainer.parallel import parallelize
+
+    par = parallelize(build_model(spec), spec)
+    x, y = global_batch(spec)
+    share = x.shape[0] // world
+    sl = slice(rank * share, (rank + 1) * share)
+    loss_of(par.module, x[sl], y[sl], spec.precision).backward()
+    return par.full_grads()
