@@ -55,13 +55,9 @@ def tiny_spec(strategy: str = "ddp", precision: str = "fp32", **execution: Any) 
 
 
 def build_model(spec: Any) -> torch.nn.Module:
-    import sys
+    from scaling.trainer.model import build_model as build
 
-    sys.path.insert(0, "/tmp/dist-scratch")  # TEMPORARY until scaling.trainer.model lands
-    from tinygpt import GPT
-
-    torch.manual_seed(spec.seed)
-    return GPT(spec)
+    return build(spec.shape, spec.seed)
 
 
 def global_batch(spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
