@@ -1,5 +1,118 @@
-"""`scaling` commands of the sweep group (registered on the shared app)."""
+"""`scaling plan`, `scaling sweep`, `scaling status` (registered on the shared app)."""
 
 from __future__ import annotations
 
-from scaling.cli.common import app  # noqa: F401
+from typing import Annotated, Optional
+
+import typer
+
+from scaling.cli.common import DbOption, FormatOption, SweepOption, app
+from scaling.errors import UserError
+
+PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_default=False)]
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in ("table", "json"):
+        raise UserError(f"--format: use table or json, not {fmt!r}")
+
+
+@app.command("plan")
+def plan_cmd(plan: PlanArg, format: FormatOption = "table") -> None:
+    """Show the runs a plan resolves to (key, N, shape, D, C, memory, strategy, time); writes nothing.
+
+    Example: scaling plan examples/plan.yaml --format json
+    """
+    _check_format(format)
+    from rich.console import Console
+
+    from scaling.orchestrator.planning import plan_summary, render_table, to_json
+
+    summary = plan_summary(plan)
+    if format == "json":
+        typer.echo(to_json(summary))
+        return
+    console = Console()
+    console.print(render_table(summary))
+    for note in summary["notes"]:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    plan: PlanArg,
+    db: DbOption = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option("--address", help="Join the Ray cluster at this address (needs a database server).",
+                     show_default=False),
+    ] = None,
+    max_concurrent: Annotated[
+        Optional[int], typer.Option("--max-concurrent", min=1, help="At most this many runs at once.",
+                                    show_default=False)
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would run; train and write nothing.")] = False,
+    no_fit: Annotated[bool, typer.Option("--no-fit", help="Do not fit the laws at the end.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not write the HTML report at the end.")] = False,
+    stale_after: Annotated[
+        float, typer.Option("--stale-after", min=0.5, help="Seconds without heartbeat before a `running` run "
+                            "left by a dead orchestrator is taken over.")
+    ] = 60.0,
+) -> None:
+    """Train every run of the plan not yet completed, on Ray, with a live display.
+
+    Re-running resumes: completed runs are skipped, interrupted ones resume from checkpoints,
+    failed ones are retried up to the plan's `retries`. Ctrl-C marks running runs interrupted.
+
+    Example: scaling sweep examples/plan.yaml --db sqlite:///runs.db --max-concurrent 2
+    """
+    from rich.console import Console
+
+    from scaling.orchestrator.display import SweepDisplay
+    from scaling.orchestrator.sweep import run_sweep
+
+    console = Console()
+    echo = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+    if dry_run:
+        result = run_sweep(plan, db=db, address=address, max_concurrent=max_concurrent, dry_run=True, echo=echo)
+        todo = result.would_run or []
+        echo(f"dry run: sweep {result.sweep}: {len(todo)} run(s) to train: {' '.join(todo) if todo else '-'}")
+        return
+    with SweepDisplay(console) as display:
+        result = run_sweep(
+            plan, db=db, address=address, max_concurrent=max_concurrent, fit=not no_fit, report=not no_report,
+            stale_after_s=stale_after, display=display, echo=echo,
+        )
+    out = result.outcome
+    assert out is not None
+    echo(
+        f"sweep {result.sweep}: {len(out.completed)} trained, {len(out.skipped)} already done, "
+        f"{len(out.failed)} failed, {len(out.interrupted)} interrupted in {out.wall_seconds:.0f}s"
+    )
+    for key, error in out.failed.items():
+        echo(f"failed {key}: {error}")
+    if result.report_path:
+        echo(f"report: {result.report_path}")
+    if out.failed:
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status_cmd(db: DbOption = None, sweep: SweepOption = None, format: FormatOption = "table") -> None:
+    """A sweep's progress, failures with their reasons, compute spent and remaining.
+
+    Example: scaling status --sweep example
+    """
+    _check_format(format)
+    import json
+
+    from rich.console import Console
+
+    from scaling.db import resolve_url
+    from scaling.orchestrator.status import render_status, sweep_status
+
+    status = sweep_status(resolve_url(cli=db), sweep)
+    if format == "json":
+        typer.echo(json.dumps(status, indent=2))
+    else:
+        Console().print(render_status(status))

@@ -1,0 +1,125 @@
+"""The sweep's live display: each run's state, step, loss and ETA, and the sweep's totals.
+
+On a terminal it is a rich ``Live`` table redrawn in place; elsewhere (a log file, CI) it
+prints one line per state change so the output stays readable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from scaling.orchestrator.scheduler import Scheduler
+
+_MAX_ROWS = 30  # a big sweep shows its running runs first, then the most recent others
+
+
+def _fmt_eta(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def totals(sched: "Scheduler") -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    done_flops = total_flops = 0.0
+    for s in sched.states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+        total_flops += s.run.spec.flops
+        if s.state == "completed":
+            done_flops += s.run.spec.flops
+        elif s.step:
+            done_flops += s.run.spec.flops * min(1.0, s.step / max(1, s.steps))
+    return {
+        "counts": counts,
+        "runs": len(sched.states),
+        "flops_done": done_flops,
+        "flops_total": total_flops,
+        "elapsed": time.monotonic() - sched.started,
+    }
+
+
+def render(sched: "Scheduler") -> Any:
+    from rich.table import Table
+
+    t = totals(sched)
+    now = time.monotonic()
+    order = {"running": 0, "waiting": 1, "queued": 2, "failed": 3, "interrupted": 4, "completed": 5}
+    states = sorted(sched.states, key=lambda s: order.get(s.state, 9))[:_MAX_ROWS]
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(t["counts"].items()))
+    table = Table(
+        title=f"sweep {sched.sweep}: {summary}",
+        caption=f"compute {t['flops_done']:.3g} / {t['flops_total']:.3g} FLOPs "
+        f"({100 * t['flops_done'] / max(t['flops_total'], 1e-30):.0f}%), elapsed {t['elapsed']:.0f}s",
+    )
+    for col in ("key", "N", "D", "state", "attempt", "step", "loss", "eval", "ETA"):
+        table.add_column(col, justify="left" if col in ("key", "state") else "right")
+    for s in states:
+        spec = s.run.spec
+        table.add_row(
+            s.key,
+            f"{spec.n_params:,}",
+            f"{spec.tokens:.3g}",
+            s.state + (" (done before)" if s.skipped else ""),
+            "" if s.attempt is None else str(s.attempt),
+            f"{s.step}/{s.steps}",
+            "" if s.loss is None else f"{s.loss:.4f}",
+            "" if s.eval_loss is None else f"{s.eval_loss:.4f}",
+            _fmt_eta(s.eta_seconds(now)),
+        )
+    return table
+
+
+class SweepDisplay:
+    """Call :meth:`update` with the scheduler after each change; use as a context manager."""
+
+    def __init__(self, console: Any = None, live: Optional[bool] = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console()
+        self.live_mode = self.console.is_terminal if live is None else live
+        self._live: Any = None
+        self._last: dict[str, str] = {}
+
+    def __enter__(self) -> "SweepDisplay":
+        if self.live_mode:
+            from rich.live import Live
+
+            self._live = Live(console=self.console, refresh_per_second=2, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def update(self, sched: "Scheduler") -> None:
+        if self._live is not None:
+            self._live.update(render(sched))
+            return
+        for s in sched.states:
+            label = f"{s.state}:{s.attempt}"
+            if self._last.get(s.key) == label:
+                continue
+            self._last[s.key] = label
+            spec = s.run.spec
+            extra = ""
+            if s.state == "completed" and s.eval_loss is not None:
+                extra = f" eval loss {s.eval_loss:.4f}"
+            elif s.state in ("failed", "interrupted") and s.error:
+                extra = f" ({s.error})"
+            elif s.state == "running":
+                extra = f" attempt {s.attempt}"
+            done = " (done before)" if s.skipped else ""
+            self.console.print(
+                f"[{time.strftime('%H:%M:%S')}] {s.key} N={spec.n_params:,} D={spec.tokens:.3g} "
+                f"{s.state}{done}{extra}",
+                highlight=False,
+                markup=False,
+            )

@@ -1,0 +1,438 @@
+"""The sweep scheduler: claims runs in the database and trains them on Ray, smallest first.
+
+One loop in the driver process does everything that must happen exactly once: it admits runs
+while resources (its own ledger of the cluster's CPUs and GPUs, and ``max_concurrent``) allow,
+claims each in the database before launching it, keeps the heartbeat of every claimed run
+fresh, reads progress back from the database for the display, and decides what a finished,
+failed or lost run becomes:
+
+- the task returned: the run is completed;
+- the task raised (the trainer's exception): the run is failed with its error and retried while
+  the plan's ``retries`` allow;
+- the task was lost (its worker or node died): the run is interrupted and requeued; it resumes
+  from its checkpoint wherever there is room (this does not count against ``retries``).
+
+Ctrl-C (or SIGTERM) cancels the tasks in flight and marks their runs interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from scaling.errors import ResourceError
+from scaling.orchestrator.expand import PlannedRun
+from scaling.trainer import names
+
+#: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
+MAX_LOST_ATTEMPTS = 5
+
+
+@dataclass
+class RunState:
+    """What the driver knows about one run of the sweep."""
+
+    run: PlannedRun
+    state: str = "queued"  # queued | waiting | running | completed | failed | interrupted
+    attempt: Optional[int] = None
+    started_at: Optional[float] = None
+    step: int = 0
+    loss: Optional[float] = None
+    eval_loss: Optional[float] = None
+    first_seen: Optional[tuple[float, int]] = None  # (time, step) when progress was first read
+    failures: int = 0  # failed attempts, this sweep and earlier ones
+    lost: int = 0
+    error: Optional[str] = None
+    skipped: bool = False  # completed before this sweep started
+
+    @property
+    def key(self) -> str:
+        return self.run.key
+
+    @property
+    def steps(self) -> int:
+        return self.run.spec.steps
+
+    def eta_seconds(self, now: float) -> Optional[float]:
+        if self.state != "running" or self.first_seen is None:
+            return None
+        t0, s0 = self.first_seen
+        if self.step <= s0 or now <= t0:
+            return None
+        rate = (self.step - s0) / (now - t0)
+        return max(0.0, (self.steps - self.step) / rate)
+
+
+@dataclass
+class SweepOutcome:
+    """How a sweep ended."""
+
+    completed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted
+
+
+def host_id() -> str:
+    """The claimant id stored with a run: host name and the driver's pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Scheduler:
+    """Trains the runs of one sweep on the Ray the caller has initialized."""
+
+    def __init__(
+        self,
+        runs: list[PlannedRun],
+        store: Any,
+        store_url: str,
+        sweep: str,
+        runs_dir: str | Path,
+        *,
+        retries: int,
+        max_concurrent: Optional[int] = None,
+        heartbeat_s: float = 5.0,
+        stale_after_s: float = 60.0,
+        progress_s: float = 1.0,
+        on_update: Optional[Callable[["Scheduler"], None]] = None,
+    ) -> None:
+        self.states = [RunState(r) for r in runs]
+        self.store = store
+        self.store_url = store_url
+        self.sweep = sweep
+        self.runs_dir = Path(runs_dir).resolve()
+        self.retries = retries
+        self.max_concurrent = max_concurrent
+        self.heartbeat_s = heartbeat_s
+        self.stale_after_s = stale_after_s
+        self.progress_s = progress_s
+        self.on_update = on_update
+        self.host = host_id()
+        self.started = time.monotonic()
+        self._in_flight: dict[Any, RunState] = {}  # ObjectRef -> state
+        self._remote_single: Any = None
+        self._remote_multi: Any = None
+
+    # -- public ----------------------------------------------------------------------------
+    def run_dir(self, key: str) -> Path:
+        return self.runs_dir / self.sweep / key
+
+    def run(self) -> SweepOutcome:
+        """Train every run not yet completed; returns when none is left to try."""
+        self._prepare()
+        self._check_fits_cluster()
+        last_beat = last_progress = 0.0
+        try:
+            while self._work_left():
+                self._admit()
+                self._collect(timeout=0.2)
+                now = time.monotonic()
+                if now - last_beat >= self.heartbeat_s:
+                    self._heartbeats()
+                    self._recover_waiting()
+                    last_beat = now
+                if now - last_progress >= self.progress_s:
+                    self._read_progress()
+                    last_progress = now
+                    self._notify()
+        except KeyboardInterrupt:
+            self._interrupt_all("interrupted by the user (Ctrl-C)")
+            self._notify()
+            raise
+        self._notify()
+        return self.outcome()
+
+    def outcome(self) -> SweepOutcome:
+        out = SweepOutcome(wall_seconds=time.monotonic() - self.started)
+        for s in self.states:
+            if s.state == "completed":
+                (out.skipped if s.skipped else out.completed).append(s.key)
+            elif s.state == "failed":
+                out.failed[s.key] = s.error or "failed"
+            elif s.state == "interrupted":
+                out.interrupted.append(s.key)
+        return out
+
+    # -- start ------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
+        recovered = set(self.store.recover_stale(self.stale_after_s) or ())
+        for s in self.states:
+            row = self.store.run(s.key) or {}
+            status = row.get("status")
+            if status == "completed":
+                s.state, s.skipped = "completed", True
+                continue
+            s.failures = self._earlier_failures(s.key)
+            if status == "failed" and s.failures > self.retries:
+                s.state, s.error = "failed", row.get("error") or "failed"
+                continue
+            if status == "running" and s.key not in recovered:
+                if self._claimant_is_dead_here(row):
+                    self.store.finish(s.key, "interrupted", error="its orchestrator on this host died")
+                    self._event(s.key, 0, names.STALE_RECOVERED, f"claimant {row.get('host')} is gone")
+                else:
+                    s.state = "waiting"  # someone else's live claim, or not stale yet
+
+    def _earlier_failures(self, key: str) -> int:
+        try:
+            from scaling.db import connect
+
+            events = connect(self.store_url).events(run_keys=[key])
+        except Exception:  # an old database without events is not a reason to stop the sweep
+            return 0
+        if events is None or len(events) == 0:
+            return 0
+        failed = events[events["kind"] == names.FAILURE]
+        if "attempt" in failed.columns:
+            return int(failed["attempt"].nunique())
+        return len(failed)
+
+    def _claimant_is_dead_here(self, row: dict) -> bool:
+        """A run claimed by a process of this host that no longer exists can be recovered now."""
+        claimant = str(row.get("host") or "")
+        hostname, _, pid = claimant.rpartition(":")
+        if hostname != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _check_fits_cluster(self) -> None:
+        cpus, gpus = self._cluster_capacity()
+        for s in self.states:
+            need_cpu, need_gpu = self._needs(s.run)
+            if need_cpu > cpus or need_gpu > gpus:
+                raise ResourceError(
+                    f"run {s.key} needs {need_cpu:g} CPUs and {need_gpu:g} GPUs "
+                    f"({s.run.spec.execution.workers} workers) but the Ray cluster has {cpus:g} CPUs "
+                    f"and {gpus:g} GPUs; lower resources.workers or cpus_per_worker"
+                )
+
+    # -- the loop's steps ---------------------------------------------------------------------
+    def _work_left(self) -> bool:
+        return bool(self._in_flight) or any(s.state in ("queued", "waiting") for s in self.states)
+
+    @staticmethod
+    def _needs(run: PlannedRun) -> tuple[float, float]:
+        e = run.spec.execution
+        return e.cpus_per_worker * e.workers, e.gpus_per_worker * e.workers
+
+    def _cluster_capacity(self) -> tuple[float, float]:
+        import ray
+
+        total = ray.cluster_resources()
+        return float(total.get("CPU", 0)), float(total.get("GPU", 0))
+
+    def _admit(self) -> None:
+        cpus, gpus = self._cluster_capacity()
+        used_cpu = sum(self._needs(s.run)[0] for s in self._in_flight.values())
+        used_gpu = sum(self._needs(s.run)[1] for s in self._in_flight.values())
+        for s in self.states:
+            if s.state != "queued":
+                continue
+            if self.max_concurrent is not None and len(self._in_flight) >= self.max_concurrent:
+                return
+            need_cpu, need_gpu = self._needs(s.run)
+            if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
+                continue  # a smaller run later in the queue may still fit
+            if not self._launch(s):
+                continue
+            used_cpu += need_cpu
+            used_gpu += need_gpu
+
+    def _launch(self, s: RunState) -> bool:
+        attempt = self.store.claim(s.key, self.host)
+        if attempt is None:
+            row = self.store.run(s.key) or {}
+            if row.get("status") == "completed":
+                s.state, s.skipped = "completed", True
+            else:
+                s.state = "waiting"
+            return False
+        spec = s.run.spec
+        run_dir = self.run_dir(s.key)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ref = self._submit(spec, str(run_dir), attempt)
+        s.state, s.attempt, s.started_at, s.first_seen = "running", attempt, time.monotonic(), None
+        self._in_flight[ref] = s
+        return True
+
+    def _submit(self, spec: Any, run_dir: str, attempt: int) -> Any:
+        import ray
+
+        from scaling.orchestrator import tasks
+
+        e = spec.execution
+        if e.workers == 1:
+            if self._remote_single is None:
+                self._remote_single = ray.remote(max_retries=0)(tasks.train_single)
+            fn = self._remote_single.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
+            return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt)
+        # Multi-worker: the TorchTrainer's controller needs no CPU of its own; its workers take
+        # the resources this loop has already set aside in its ledger (see _admit), so Ray
+        # Train never waits for CPUs another run holds.
+        if self._remote_multi is None:
+            self._remote_multi = ray.remote(max_retries=0, num_cpus=0)(tasks.train_multi)
+        return self._remote_multi.remote(
+            spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries
+        )
+
+    def _collect(self, timeout: float) -> None:
+        import ray
+
+        if not self._in_flight:
+            time.sleep(timeout)
+            return
+        ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=timeout)
+        for ref in ready:
+            s = self._in_flight.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                self._failed(s, _error_line(exc))
+            except (
+                ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError,
+                ray.exceptions.ObjectLostError,
+                ray.exceptions.OwnerDiedError,
+                ray.exceptions.ActorDiedError,
+                ray.exceptions.RaySystemError,
+                ray.exceptions.TaskCancelledError,
+                ray.exceptions.TaskUnschedulableError,
+            ) as exc:
+                self._lost(s, _error_line(exc))
+            else:
+                self._completed(s, result)
+            self._notify()
+
+    # -- outcomes -------------------------------------------------------------------------------
+    def _completed(self, s: RunState, result: Any) -> None:
+        row = self.store.run(s.key) or {}
+        if row.get("status") != "completed":
+            train_loss = eval_loss = None
+            if isinstance(result, dict):
+                train_loss = result.get("final_train_loss")
+                eval_loss = result.get("final_eval_loss")
+            self.store.finish(s.key, "completed", final_train_loss=train_loss, final_eval_loss=eval_loss)
+            row = self.store.run(s.key) or row
+        s.state = "completed"
+        s.eval_loss = row.get("final_eval_loss", s.eval_loss)
+        s.step = s.steps
+
+    def _failed(self, s: RunState, error: str) -> None:
+        s.failures += 1
+        s.error = error
+        self.store.finish(s.key, "failed", error=error)
+        self._event(s.key, s.step, names.FAILURE, error, attempt=s.attempt)
+        if s.failures <= self.retries:
+            self._event(s.key, s.step, names.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
+            s.state = "queued"
+        else:
+            s.state = "failed"
+
+    def _lost(self, s: RunState, error: str) -> None:
+        s.lost += 1
+        self.store.finish(s.key, "interrupted", error=error)
+        self._event(s.key, s.step, names.INTERRUPTED, f"lost: {error}", attempt=s.attempt)
+        if s.lost > MAX_LOST_ATTEMPTS:
+            s.failures += 1
+            s.error = f"lost {s.lost} times; last: {error}"
+            self.store.finish(s.key, "failed", error=s.error)
+            s.state = "failed"
+        else:
+            s.state = "queued"  # resumes from its checkpoint wherever there is room
+
+    def _interrupt_all(self, why: str) -> None:
+        import ray
+
+        for ref, s in list(self._in_flight.items()):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # already finished or its worker is gone: nothing to cancel
+                pass
+            self.store.finish(s.key, "interrupted", error=why)
+            self._event(s.key, s.step, names.INTERRUPTED, why, attempt=s.attempt)
+            s.state = "interrupted"
+        self._in_flight.clear()
+
+    def _event(self, key: str, step: int, kind: str, detail: str, attempt: Optional[int] = None) -> None:
+        detail_obj: Any = {"message": detail, "attempt": attempt, "host": self.host}
+        try:
+            self.store.log_event(key, step, kind, detail_obj)
+        except TypeError:  # a store that takes the detail as text
+            self.store.log_event(key, step, kind, detail)
+
+    # -- periodic -----------------------------------------------------------------------------
+    def _heartbeats(self) -> None:
+        for s in self._in_flight.values():
+            self.store.heartbeat(s.key)
+
+    def _recover_waiting(self) -> None:
+        waiting = [s for s in self.states if s.state == "waiting"]
+        if not waiting:
+            return
+        recovered = set(self.store.recover_stale(self.stale_after_s) or ())
+        for s in waiting:
+            row = self.store.run(s.key) or {}
+            status = row.get("status")
+            if status == "completed":
+                s.state, s.skipped = "completed", True
+            elif status != "running" or s.key in recovered or self._claimant_is_dead_here(row):
+                if status == "running":
+                    self.store.finish(s.key, "interrupted", error="its orchestrator on this host died")
+                s.state = "queued"
+
+    def _read_progress(self) -> None:
+        running = [s for s in self._in_flight.values()]
+        if not running:
+            return
+        try:
+            from scaling.db import connect
+
+            df = connect(self.store_url).metrics(
+                run_keys=[s.key for s in running], names=[names.TRAIN_LOSS, names.EVAL_LOSS]
+            )
+        except Exception:  # progress is cosmetic: a busy database must not stop the sweep
+            return
+        if df is None or len(df) == 0:
+            return
+        now = time.monotonic()
+        for s in running:
+            mine = df[df["run_key"] == s.key]
+            train = mine[mine["name"] == names.TRAIN_LOSS]
+            if len(train):
+                last = train.loc[train["step"].idxmax()]
+                s.step, s.loss = int(last["step"]), float(last["value"])
+                if s.first_seen is None:
+                    s.first_seen = (now, s.step)
+            ev = mine[mine["name"] == names.EVAL_LOSS]
+            if len(ev):
+                s.eval_loss = float(ev.loc[ev["step"].idxmax()]["value"])
+
+    def _notify(self) -> None:
+        if self.on_update is not None:
+            self.on_update(self)
+
+
+def _error_line(exc: BaseException) -> str:
+    """The root cause of a Ray error as one line (the trainer's exception, not Ray's wrapper)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        text = f"{type(cause).__name__}: {cause}"
+    else:
+        text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return " ".join(text.split())[:500]

@@ -1,0 +1,190 @@
+"""`scaling sweep`: load and expand a plan, register its runs, train them on Ray, fit, report.
+
+The plan is validated and expanded completely before the database is touched, so a bad plan
+writes nothing. By default a private local Ray is started (``address="local"`` with an explicit
+CPU count, so a sweep never joins a stranger's cluster); ``--address`` joins a cluster, whose
+other nodes must reach the database: a SQLite file is refused there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from scaling.errors import DatabaseError, UserError
+from scaling.orchestrator.expand import Expansion, expand
+from scaling.orchestrator.plan import Plan, load_plan
+from scaling.orchestrator.scheduler import Scheduler, SweepOutcome
+
+#: Object store of the local Ray: runs exchange only small results, so keep it small.
+LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
+
+
+@dataclass
+class SweepResult:
+    sweep: str
+    url: str
+    outcome: Optional[SweepOutcome]
+    dry_run: bool = False
+    would_run: Optional[list[str]] = None
+    fit: Any = None
+    report_path: Optional[str] = None
+    notes: Optional[list[str]] = None
+
+
+def is_sqlite(url: str) -> bool:
+    return url.split(":", 1)[0].split("+", 1)[0] == "sqlite"
+
+
+def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
+    """Start a private local Ray, or join the cluster at ``address``."""
+    # Ray Train v2 blocks every report ~2 s unless its health check polls faster.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    else:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="WARNING",
+        )
+
+
+def registered_status(url: str, sweep: str) -> dict[str, str]:
+    """Status of each run the database already holds for ``sweep`` (empty if no database yet)."""
+    from scaling.db import engine as db_engine
+
+    path = db_engine.sqlite_path(url) if is_sqlite(url) else None
+    if is_sqlite(url) and (path is None or not Path(path).exists()):
+        return {}
+    from scaling.db import connect
+
+    try:
+        runs = connect(url).runs(sweep=sweep)
+    except Exception:  # a dry run reports what it can; the real sweep surfaces database errors
+        return {}
+    return dict(zip(runs["run_key"], runs["status"])) if len(runs) else {}
+
+
+def run_sweep(
+    plan_path: str | Path,
+    *,
+    db: Optional[str] = None,
+    address: Optional[str] = None,
+    max_concurrent: Optional[int] = None,
+    dry_run: bool = False,
+    fit: bool = True,
+    report: bool = True,
+    stale_after_s: float = 60.0,
+    heartbeat_s: float = 5.0,
+    display: Any = None,
+    echo: Callable[[str], None] = print,
+) -> SweepResult:
+    """Train every run of the plan that is not completed yet; see the module docstring."""
+    from scaling.db import resolve_url
+
+    plan, source = load_plan(plan_path)
+    expansion = expand(plan, source)
+    url = resolve_url(cli=db, plan=plan.db)
+    if address and is_sqlite(url):
+        raise DatabaseError(
+            f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
+            f"{url!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
+        )
+    for note in expansion.notes:
+        echo(f"note: {note}")
+    if dry_run:
+        status = registered_status(url, plan.name)
+        todo = [r.key for r in expansion.runs if status.get(r.key) != "completed"]
+        return SweepResult(plan.name, url, None, dry_run=True, would_run=todo, notes=expansion.notes)
+
+    from scaling.db import Store
+
+    store = Store(url)
+    register(store, plan, expansion)
+    start_ray(address, plan.resources.num_cpus)
+    sched = Scheduler(
+        expansion.runs,
+        store,
+        url,
+        plan.name,
+        plan.runs_dir,
+        retries=plan.retries,
+        max_concurrent=max_concurrent or plan.resources.max_concurrent,
+        heartbeat_s=heartbeat_s,
+        stale_after_s=stale_after_s,
+        on_update=display.update if display is not None else None,
+    )
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        outcome = sched.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        import ray
+
+        ray.shutdown()
+    result = SweepResult(plan.name, url, outcome, notes=expansion.notes)
+    if fit:
+        result.fit = _hook("scaling.fitting", "fit_sweep", echo, url, plan.name)
+    if report:
+        path = report_path(url, plan)
+        if _hook("scaling.reports", "write_report", echo, url, plan.name, str(path)) is not _SKIPPED:
+            result.report_path = str(path)
+    return result
+
+
+def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
+    """Register the sweep (with its plan and conventions) and its runs; returns the new keys."""
+    return store.register(
+        plan.name,
+        [r.spec.record() for r in expansion.runs],
+        plan=plan.model_dump(mode="json"),
+        params_convention=plan.conventions.params,
+        flops_convention=plan.conventions.flops,
+    )
+
+
+def report_path(url: str, plan: Plan) -> Path:
+    """Beside the SQLite file, else in the plan's runs_dir."""
+    if is_sqlite(url):
+        from scaling.db import engine as db_engine
+
+        db_file = db_engine.sqlite_path(url)
+        if db_file is not None:
+            return Path(db_file).parent / f"{plan.name}-report.html"
+    return Path(plan.runs_dir).resolve() / f"{plan.name}-report.html"
+
+
+_SKIPPED = object()
+
+
+def _hook(module: str, function: str, echo: Callable[[str], None], *args: Any) -> Any:
+    """Call ``module.function(*args)`` if that part of scaling exists yet, else say so and skip."""
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError):
+        echo(f"note: {module}.{function} is not available yet; skipped")
+        return _SKIPPED
+    try:
+        return fn(*args)
+    except UserError as exc:  # e.g. too few completed runs to fit: the sweep itself succeeded
+        echo(f"note: {module}.{function}: {exc}")
+        return _SKIPPED

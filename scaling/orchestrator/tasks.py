@@ -1,0 +1,41 @@
+"""What a Ray worker executes for one run. Kept apart from the scheduler so workers import little.
+
+Single-worker runs call `scaling.trainer.train` directly inside a Ray task: no Ray Train
+worker group, no controller, so a small run pays only for the task (workers are reused).
+Multi-worker runs go through the distributed engineer's Ray Train path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int) -> Any:
+    """Train one single-worker run in this process; returns what the trainer returns."""
+    from scaling.trainer import train
+    from scaling.trainer.spec import RunSpec
+
+    spec = RunSpec.model_validate_json(spec_json)
+    return _plain(train(spec, store_url, run_dir, attempt=attempt))
+
+
+def train_multi(spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int) -> Any:
+    """Run a multi-worker run through Ray Train (blocks until the TorchTrainer finishes)."""
+    from scaling.orchestrator.multiworker import run_multiworker
+    from scaling.trainer.spec import RunSpec
+
+    spec = RunSpec.model_validate_json(spec_json)
+    return _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt))
+
+
+def _plain(result: Any) -> Any:
+    """A picklable summary of the trainer's result (a dict, a dataclass or None)."""
+    if result is None or isinstance(result, (dict, int, float, str)):
+        return result
+    if hasattr(result, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(result)
+    if hasattr(result, "model_dump"):
+        return result.model_dump()
+    return {"result": repr(result)}

@@ -1,0 +1,71 @@
+"""Load YAML safely and remember the line of every mapping key and list item.
+
+Validation errors name a field path such as ``grid.0.compute.2``; this module maps that path
+back to the line where the user wrote it, so a bad plan's message says ``plan.yaml:14``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from scaling.errors import PlanError
+
+Path_ = tuple[Any, ...]
+
+
+def _lines_of(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if isinstance(key_node, yaml.ScalarNode):
+                lines[path + (key,)] = key_node.start_mark.line + 1
+                _lines_of(value_node, path + (key,), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[path + (i,)] = item.start_mark.line + 1
+            _lines_of(item, path + (i,), lines)
+
+
+class YamlSource:
+    """A parsed YAML document with the line of each key path (1-based)."""
+
+    def __init__(self, text: str, name: str = "<plan>") -> None:
+        self.name = name
+        self.lines: dict[Path_, int] = {}
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            # SafeLoader's constructor builds plain dicts/lists/scalars only: no Python objects.
+            loader = yaml.SafeLoader(text)
+            try:
+                self.data = loader.get_single_data()
+            finally:
+                loader.dispose()
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            where = f"{name}:{mark.line + 1}" if mark is not None else name
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise PlanError(f"{where}: invalid YAML: {problem}") from None
+        if node is not None:
+            _lines_of(node, (), self.lines)
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> "YamlSource":
+        p = Path(path)
+        if not p.is_file():
+            raise PlanError(f"plan file not found: {p}")
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlanError(f"{p}: cannot read: {exc}") from None
+        return cls(text, str(p))
+
+    def line(self, loc: Sequence[Any]) -> int | None:
+        """The line of the longest prefix of ``loc`` the document spells out."""
+        loc = tuple(loc)
+        for end in range(len(loc), 0, -1):
+            if loc[:end] in self.lines:
+                return self.lines[loc[:end]]
+        return None
