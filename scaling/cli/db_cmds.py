@@ -1,5 +1,43 @@
-"""`scaling` commands of the db group (registered on the shared app)."""
+"""`scaling runs` and `scaling db upgrade`: list a sweep's runs; migrate a results database."""
 
 from __future__ import annotations
 
-from scaling.cli.common import app  # noqa: F401
+from typing import Annotated
+
+import typer
+
+from scaling.cli.common import DbOption, SweepOption, app
+
+db_app = typer.Typer(
+    name="db",
+    help="Manage the results database (schema migrations).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(db_app, name="db")
+
+RunsFormatOption = Annotated[
+    str, typer.Option("--format", help="Output format: table, json or csv.", show_default=True)
+]
+
+
+@app.command()
+def runs(db: DbOption = None, sweep: SweepOption = None, format: RunsFormatOption = "table") -> None:
+    """List the runs of a sweep (default: the most recent) with their status and final loss.
+
+    Example: scaling runs --db sqlite:///scaling.db --sweep demo --format csv
+    """
+    from scaling.db.listing import list_runs
+
+    typer.echo(list_runs(db, sweep, format), nl=False)
+
+
+@db_app.command("upgrade")
+def upgrade(db: DbOption = None) -> None:
+    """Apply the schema migrations to a results database (creating it when empty).
+
+    Example: scaling db upgrade --db postgresql+psycopg://user@host/scaling
+    """
+    from scaling.db.migrate import upgrade_database
+
+    typer.echo(upgrade_database(db))

@@ -1,0 +1,183 @@
+"""Database URLs and engines: resolution, SQLite settings, and errors a user can act on.
+
+SQLite is the embedded default. Several processes (Ray workers) write one file at once, so the
+engine runs SQLite in WAL mode with a busy timeout, opens every write transaction with
+``BEGIN IMMEDIATE`` (a deferred transaction that later needs the write lock fails at once
+instead of waiting), and :func:`retrying` repeats a transaction that still meets
+"database is locked", so no caller ever sees that error.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable, Optional, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
+
+from scaling.errors import DatabaseError, mask_url
+
+T = TypeVar("T")
+
+ENV_VAR = "SCALING_DB"
+DEFAULT_FILE = "scaling.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0  # SQLite's own wait for a lock, per statement
+LOCKED_RETRY_S = 120.0  # then whole transactions are retried for this long
+CONNECT_TIMEOUT_S = 5  # PostgreSQL: fail fast when the server is unreachable
+
+
+def resolve_url(cli: Optional[str] = None, plan: Optional[str] = None) -> str:
+    """The database URL: ``--db``, then the plan's ``db:``, then ``$SCALING_DB``, then ./scaling.db.
+
+    A bare path (no ``://``) means a SQLite file. SQLite paths are made absolute against the
+    current directory, so every process of a sweep writes the same file.
+    """
+    for candidate in (cli, plan, os.environ.get(ENV_VAR)):
+        if candidate is not None and str(candidate).strip():
+            return normalize_url(str(candidate).strip())
+    return normalize_url(str(Path.cwd() / DEFAULT_FILE))
+
+
+def normalize_url(url: str) -> str:
+    """``url`` with a SQLite file path made absolute (a bare path becomes ``sqlite:///<abs>``)."""
+    if "://" not in url:
+        return "sqlite:///" + str(Path(url).expanduser().resolve())
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    db = parsed.database or ""
+    if db in ("", ":memory:") or db.startswith("file:"):
+        return url
+    absolute = str(Path(db).expanduser().resolve())
+    if absolute == db:
+        return url
+    return parsed.set(database=absolute).render_as_string(hide_password=False)
+
+
+def _parse(url: str) -> URL:
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise DatabaseError(f"malformed database URL {mask_url(url)}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's message without SQLAlchemy's background links, on one line."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("(Background")]
+    return " ".join(lines[:2]) or type(exc).__name__
+
+
+def sqlite_path(url: str) -> Optional[Path]:
+    """The file of a SQLite URL, or None for other databases and in-memory SQLite."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    db = parsed.database or ""
+    if db in ("", ":memory:") or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (already normalized), configured for concurrent writers.
+
+    Raises :class:`DatabaseError` for a malformed URL, an unknown driver, or a SQLite file whose
+    folder does not exist (SQLite would only say "unable to open database file").
+    """
+    parsed = _parse(url)
+    backend = parsed.get_backend_name()
+    kwargs: dict = {}
+    if backend == "sqlite":
+        path = sqlite_path(url)
+        if path is not None and not path.parent.is_dir():
+            raise DatabaseError(f"cannot open database {mask_url(url)}: folder {path.parent} does not exist")
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+    elif backend == "postgresql":
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        kwargs["pool_pre_ping"] = True
+        # One INSERT statement (one round trip) for a metrics batch of up to this many rows.
+        kwargs["insertmanyvalues_page_size"] = 10_000
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise DatabaseError(f"cannot use database URL {mask_url(url)}: {_first_line(exc)}") from None
+    if backend == "sqlite":
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL, busy timeout, foreign keys; transactions begun by us (IMMEDIATE for writes)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_conn.isolation_level = None  # the driver must not BEGIN on its own
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            _retry_locked(lambda: cur.execute("PRAGMA journal_mode = WAL"))
+        cur.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes in WAL mode
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+        immediate = conn.get_execution_options().get("scaling_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def is_locked(exc: BaseException) -> bool:
+    """True for SQLite's transient "database is locked" / "database is busy"."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database is busy" in text or "database table is locked" in text
+
+
+def _retry_locked(fn: Callable[[], T], budget_s: float = LOCKED_RETRY_S) -> T:
+    deadline = time.monotonic() + budget_s
+    delay = 0.005
+    while True:
+        try:
+            return fn()
+        except Exception as exc:  # sqlite3.OperationalError or SQLAlchemy's wrapper of it
+            if not is_locked(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.5)
+
+
+def retrying(fn: Callable[[], T], url: str, what: str = "use") -> T:
+    """Run ``fn`` (one whole transaction), retrying it while SQLite says "locked".
+
+    Any other database failure becomes one :class:`DatabaseError` line naming the masked URL.
+    ``fn`` must be safe to repeat: it is a complete transaction that rolled back on failure.
+    """
+    try:
+        return _retry_locked(fn)
+    except DatabaseError:
+        raise
+    except (OperationalError, DBAPIError) as exc:
+        if isinstance(exc, DBAPIError) and not isinstance(exc, OperationalError) and not exc.connection_invalidated:
+            # Integrity or programming errors are bugs, not the user's database: keep them.
+            if not _is_open_failure(exc):
+                raise
+        raise DatabaseError(f"cannot {what} database {mask_url(url)}: {_first_line(exc)}") from None
+    except SQLAlchemyError as exc:
+        if "connect" in type(exc).__name__.lower():
+            raise DatabaseError(f"cannot {what} database {mask_url(url)}: {_first_line(exc)}") from None
+        raise
+
+
+def _is_open_failure(exc: DBAPIError) -> bool:
+    text = _first_line(exc).lower()
+    return any(s in text for s in ("unable to open", "readonly", "read-only", "disk i/o", "connection"))

@@ -1,0 +1,155 @@
+"""The results database's tables, as a typed SQLAlchemy 2.0 ORM.
+
+Column names are lower-case so plain SQL needs no quoting; the read API renames them to the
+project's plain names (``N``, ``N_total``, ``D``, ``C``, ``final_loss`` ...). Times are naive UTC.
+The metrics table is the big one (one row per run, step and metric name): its primary key *is*
+the uniqueness rule (run, step, name), and on SQLite it is a ``WITHOUT ROWID`` table so a row
+lives in one B-tree, which keeps ingestion and scans fast.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint names, so migrations can refer to them on every dialect.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Run statuses. A run is claimable when pending, failed or interrupted (or running with a stale
+# heartbeat); a completed run is never claimed again.
+PENDING = "pending"
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED)
+CLAIMABLE: tuple[str, ...] = (PENDING, FAILED, INTERRUPTED)
+FINAL: tuple[str, ...] = (COMPLETED, FAILED, INTERRUPTED)
+
+
+def utcnow() -> datetime:
+    """Naive UTC now: the one clock every timestamp column uses (same text format on SQLite)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, Any: JSON}
+
+
+class Sweep(Base):
+    """A named set of runs from one plan, with the conventions its N and C are counted in."""
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    plan: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)  # as submitted: text or mapping
+    params_convention: Mapped[str] = mapped_column(String(32))
+    flops_convention: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Run(Base):
+    """One training run of a sweep. ``key`` (the spec's hash) is unique within its sweep."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "key"),
+        CheckConstraint(
+            "status IN ('pending', 'running', 'completed', 'failed', 'interrupted')", name="status"
+        ),
+        Index("ix_runs_key", "key"),
+        Index("ix_runs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(64))
+    n_params: Mapped[int] = mapped_column(BigInteger)  # N in the sweep's parameter convention
+    n_params_total: Mapped[int] = mapped_column(BigInteger)
+    n_layer: Mapped[int] = mapped_column(Integer)
+    d_model: Mapped[int] = mapped_column(Integer)
+    n_head: Mapped[int] = mapped_column(Integer)
+    vocab_size: Mapped[int] = mapped_column(Integer)
+    context: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(BigInteger)  # D
+    flops: Mapped[float] = mapped_column(Float)  # C (may exceed 2**63, hence a float)
+    seed: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    host: Mapped[Optional[str]] = mapped_column(String(255), nullable=True)
+    heartbeat_at: Mapped[Optional[datetime]] = mapped_column(DateTime, nullable=True)
+    started_at: Mapped[Optional[datetime]] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    final_train_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    final_eval_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+
+
+class Metric(Base):
+    """One scalar of one run at one step; (run, step, name) is the primary key."""
+
+    __tablename__ = "metrics"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    flops: Mapped[float] = mapped_column(Float)
+    value: Mapped[Optional[float]] = mapped_column(Float, nullable=True)  # NaN reads back as NULL on SQLite
+
+
+class Event(Base):
+    """Something that happened to a run: loss_spike, rollback, retry, resume, stale_recovered ..."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_run_id", "run_id"),)  # added in revision 0002
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[Optional[int]] = mapped_column(Integer, nullable=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)  # a string or a mapping
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Fit(Base):
+    """A fitted law for a sweep, stored in the law's ``to_dict()`` form with its data fingerprint."""
+
+    __tablename__ = "fits"
+    # Fits are reused when (sweep, law, method, data fingerprint) match; added in revision 0002.
+    __table_args__ = (Index("ix_fits_lookup", "sweep_id", "law", "method", "fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    law: Mapped[str] = mapped_column(String(64))
+    method: Mapped[str] = mapped_column(String(64))
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
+    fingerprint: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

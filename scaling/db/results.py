@@ -1,0 +1,250 @@
+"""`connect(url)` → :class:`Results`: the read API for notebooks, fitting and reports.
+
+Every method returns a pandas DataFrame with plain column names. Metrics are fetched through the
+driver's own cursor (a plain SELECT, no ORM objects), which reads a million rows in about a second.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+import pandas as pd
+from sqlalchemy import Select, func, select
+
+from scaling.db.engine import make_engine, resolve_url, retrying, sqlite_path
+from scaling.db.models import STATUSES, Event, Fit, Metric, Run, Sweep
+from scaling.db.schema import ensure_schema
+from scaling.db.store import _RUNS, run_row
+from scaling.errors import DatabaseError, NotFoundError, mask_url
+
+RUN_COLUMNS = [
+    "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
+    "seed", "status", "attempts", "final_loss", "final_train_loss", "error", "host", "heartbeat_at",
+    "started_at", "finished_at", "created_at", "spec",
+]  # fmt: skip
+METRIC_COLUMNS = ["run_key", "step", "tokens", "flops", "name", "value"]
+EVENT_COLUMNS = ["run_key", "sweep", "step", "kind", "detail", "created_at"]
+FIT_COLUMNS = ["id", "sweep", "law", "method", "result", "fingerprint", "created_at"]
+SWEEP_COLUMNS = ["sweep", "created_at", "params_convention", "flops_convention", "runs", *STATUSES, "plan"]
+
+
+def connect(url: Optional[str] = None) -> "Results":
+    """Open the results database at ``url`` (None: ``$SCALING_DB``, then ./scaling.db) for reading.
+
+    A SQLite file that does not exist raises :class:`~scaling.errors.DatabaseError` rather than
+    creating an empty database where the user expected results.
+    """
+    return Results(url)
+
+
+class Results:
+    """Read-only DataFrame views of a results database."""
+
+    def __init__(self, url: Optional[str] = None) -> None:
+        self.url = resolve_url(url)
+        path = sqlite_path(self.url)
+        if path is not None and not path.is_file():
+            raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
+        self.engine = make_engine(self.url)
+        try:
+            retrying(lambda: ensure_schema(self.engine, self.url), self.url, "open")
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.url,))
+
+    def __repr__(self) -> str:
+        return f"Results({mask_url(self.url)!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Results":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _rows(self, stmt: Select) -> list[tuple]:
+        """Execute ``stmt`` on the driver's cursor and return plain tuples (fast for big results)."""
+        compiled = stmt.compile(dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True})
+        sql = str(compiled)
+        if compiled.positional:
+            params: Any = tuple(compiled.params[name] for name in compiled.positiontup or ())
+        else:
+            params = compiled.params
+
+        def attempt() -> list[tuple]:
+            with self.engine.connect() as conn:
+                cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    cur.execute(sql, params)
+                    return cur.fetchall()
+                finally:
+                    cur.close()
+                    conn.rollback()
+
+        return retrying(attempt, self.url, "read")
+
+    def _sweep_id(self, name: str) -> int:
+        rows = self._rows(select(Sweep.id).where(Sweep.name == name))
+        if not rows:
+            raise NotFoundError(f"sweep {name!r} not found in {mask_url(self.url)}")
+        return rows[0][0]
+
+    # -- sweeps ------------------------------------------------------------------------------
+    def latest_sweep(self) -> Optional[str]:
+        """The most recently created sweep's name, or None in an empty database."""
+        rows = self._rows(select(Sweep.name).order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(1))
+        return rows[0][0] if rows else None
+
+    def sweep_info(self, name: str) -> dict[str, Any]:
+        """A sweep's plan as submitted, its conventions and creation time."""
+        with self.engine.connect() as conn:
+            row = retrying(
+                lambda: conn.execute(
+                    select(Sweep.name, Sweep.plan, Sweep.params_convention, Sweep.flops_convention, Sweep.created_at).where(
+                        Sweep.name == name
+                    )
+                ).first(),
+                self.url,
+                "read",
+            )
+        if row is None:
+            raise NotFoundError(f"sweep {name!r} not found in {mask_url(self.url)}")
+        return row._asdict()
+
+    def sweeps(self) -> pd.DataFrame:
+        """One row per sweep: name, created_at, conventions, run counts by status, plan."""
+        counts = (
+            select(Run.sweep_id, Run.status, func.count().label("n")).group_by(Run.sweep_id, Run.status).subquery()
+        )
+        q = select(Sweep.id, Sweep.name, Sweep.created_at, Sweep.params_convention, Sweep.flops_convention, Sweep.plan).order_by(
+            Sweep.created_at, Sweep.id
+        )
+        with self.engine.connect() as conn:
+            sweeps = retrying(lambda: conn.execute(q).all(), self.url, "read")
+            tallies = retrying(lambda: conn.execute(select(counts)).all(), self.url, "read")
+        by_sweep: dict[int, dict[str, int]] = {}
+        for sid, status, n in tallies:
+            by_sweep.setdefault(sid, {})[status] = n
+        out = []
+        for s in sweeps:
+            c = by_sweep.get(s.id, {})
+            out.append(
+                {
+                    "sweep": s.name,
+                    "created_at": s.created_at,
+                    "params_convention": s.params_convention,
+                    "flops_convention": s.flops_convention,
+                    "runs": sum(c.values()),
+                    **{st: c.get(st, 0) for st in STATUSES},
+                    "plan": s.plan,
+                }
+            )
+        return pd.DataFrame(out, columns=SWEEP_COLUMNS)
+
+    # -- runs --------------------------------------------------------------------------------
+    def runs(self, sweep: Optional[str] = None, status: Optional[str | Sequence[str]] = None) -> pd.DataFrame:
+        """One row per run (all sweeps unless ``sweep``); ``final_loss`` is the final eval loss."""
+        q = _RUNS.order_by(Sweep.id, Run.id)
+        if sweep is not None:
+            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+        if status is not None:
+            q = q.where(Run.status.in_([status] if isinstance(status, str) else list(status)))
+        with self.engine.connect() as conn:
+            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        return pd.DataFrame([run_row(r, r.sweep_name) for r in rows], columns=RUN_COLUMNS)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def metrics(
+        self,
+        run_keys: Optional[Iterable[str]] = None,
+        names: Optional[Iterable[str]] = None,
+        wide: bool = False,
+        sweep: Optional[str] = None,
+    ) -> pd.DataFrame:
+        """Metric rows ``run_key, step, tokens, flops, name, value``, by run then step.
+
+        ``wide=True`` pivots to one column per metric name, indexed by (run_key, step, tokens,
+        flops). ``sweep`` restricts to one sweep (a key may be in several).
+        """
+        q = (
+            select(Run.key, Metric.step, Metric.tokens, Metric.flops, Metric.name, Metric.value)
+            .join(Run, Run.id == Metric.run_id)
+            .order_by(Metric.run_id, Metric.step, Metric.name)
+        )
+        if sweep is not None:
+            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+        if run_keys is not None:
+            q = q.where(Run.key.in_(list(run_keys)))
+        if names is not None:
+            q = q.where(Metric.name.in_(list(names)))
+        rows = self._rows(q)
+        if rows:
+            cols = list(zip(*rows))
+            df = pd.DataFrame(
+                {
+                    "run_key": pd.array(cols[0], dtype=object),
+                    "step": pd.array(cols[1], dtype="int64"),
+                    "tokens": pd.array(cols[2], dtype="int64"),
+                    "flops": pd.array(cols[3], dtype="float64"),
+                    "name": pd.array(cols[4], dtype=object),
+                    "value": pd.to_numeric(pd.Series(cols[5], dtype=object), errors="coerce").astype("float64").array,
+                },
+                copy=False,
+            )
+        else:
+            df = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(METRIC_COLUMNS, _METRIC_DTYPES)})
+        if not wide:
+            return df
+        df = df.drop_duplicates(["run_key", "step", "name"], keep="last")
+        out = df.set_index(["run_key", "step", "tokens", "flops", "name"])["value"].unstack("name")
+        out.columns.name = None
+        return out
+
+    # -- events and fits ---------------------------------------------------------------------
+    def events(
+        self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, kinds: Optional[Iterable[str]] = None
+    ) -> pd.DataFrame:
+        """Events ``run_key, sweep, step, kind, detail, created_at`` in the order they happened."""
+        q = (
+            select(Run.key, Sweep.name, Event.step, Event.kind, Event.detail, Event.created_at)
+            .join(Run, Run.id == Event.run_id)
+            .join(Sweep, Sweep.id == Run.sweep_id)
+            .order_by(Event.id)
+        )
+        if sweep is not None:
+            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+        if run_keys is not None:
+            q = q.where(Run.key.in_(list(run_keys)))
+        if kinds is not None:
+            q = q.where(Event.kind.in_(list(kinds)))
+        with self.engine.connect() as conn:
+            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        df = pd.DataFrame([tuple(r) for r in rows], columns=EVENT_COLUMNS)
+        df["step"] = df["step"].astype("Int64")
+        return df
+
+    def fits(self, sweep: Optional[str] = None, law: Optional[str] = None, method: Optional[str] = None) -> pd.DataFrame:
+        """Stored fits ``id, sweep, law, method, result (dict), fingerprint, created_at``, oldest first."""
+        q = (
+            select(Fit.id, Sweep.name, Fit.law, Fit.method, Fit.result, Fit.fingerprint, Fit.created_at)
+            .join(Sweep, Sweep.id == Fit.sweep_id)
+            .order_by(Fit.id)
+        )
+        if sweep is not None:
+            q = q.where(Fit.sweep_id == self._sweep_id(sweep))
+        if law is not None:
+            q = q.where(Fit.law == law)
+        if method is not None:
+            q = q.where(Fit.method == method)
+        with self.engine.connect() as conn:
+            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        return pd.DataFrame([tuple(r) for r in rows], columns=FIT_COLUMNS)
+
+
+_METRIC_DTYPES = (object, "int64", "int64", "float64", object, "float64")

@@ -1,0 +1,101 @@
+"""Schema versioning with Alembic: create a fresh database, refuse an outdated one, upgrade.
+
+A database with no tables is brought to the head revision automatically on first open. One at
+an older revision raises :class:`SchemaOutdatedError` naming the command that upgrades it
+(`scaling db upgrade --db URL`), because migrating silently could surprise a team sharing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+from scaling.errors import DatabaseError, SchemaOutdatedError, mask_url
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+# Serializes concurrent first opens of one PostgreSQL database (SQLite uses BEGIN IMMEDIATE).
+_PG_LOCK_ID = 0x5CA11
+
+
+def alembic_config(url: Optional[str] = None, connection: Optional[Connection] = None) -> Config:
+    """An Alembic config for our migrations, without an ini file on disk."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "no migrations packaged"
+    return head
+
+
+def current_revision(conn: Connection) -> Optional[str]:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_ID})
+
+
+def ensure_schema(engine: Engine, url: str) -> None:
+    """Create the schema in an empty database; raise if the database is at another revision."""
+    head = head_revision()
+    with engine.connect() as conn:
+        conn = conn.execution_options(scaling_write=False)
+        rev = current_revision(conn)
+        conn.rollback()
+    if rev == head:
+        return
+    if rev is None:
+        with engine.connect() as conn:
+            conn.execution_options(scaling_write=True)
+            with conn.begin():
+                _lock(conn)
+                rev = current_revision(conn)  # another process may have created it meanwhile
+                if rev is None:
+                    tables = set(inspect(conn).get_table_names()) - {"alembic_version"}
+                    if tables:
+                        raise DatabaseError(
+                            f"database {mask_url(url)} has tables ({', '.join(sorted(tables)[:5])}) "
+                            "but no scaling schema version: not a scaling results database"
+                        )
+                    command.upgrade(alembic_config(connection=conn), "head")
+                    return
+    if rev == head:
+        return
+    script = ScriptDirectory.from_config(alembic_config())
+    known = {s.revision for s in script.walk_revisions()}
+    if rev in known:
+        raise SchemaOutdatedError(
+            f"database {mask_url(url)} has schema revision {rev}, older than this scaling's {head}: "
+            f"run `scaling db upgrade --db {mask_url(url)}`"
+        )
+    raise DatabaseError(
+        f"database {mask_url(url)} has schema revision {rev}, unknown to this scaling "
+        f"(head {head}): it was written by a newer scaling; upgrade scaling"
+    )
+
+
+def upgrade(engine: Engine, revision: str = "head") -> tuple[Optional[str], str]:
+    """Apply migrations up to ``revision``; returns (revision before, revision after)."""
+    with engine.connect() as conn:
+        conn.execution_options(scaling_write=True)
+        with conn.begin():
+            _lock(conn)
+            before = current_revision(conn)
+            command.upgrade(alembic_config(connection=conn), revision)
+        after = current_revision(conn)
+        conn.rollback()
+    return before, after or ""
