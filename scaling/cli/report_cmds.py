@@ -1,5 +1,42 @@
-"""`scaling` commands of the report group (registered on the shared app)."""
+"""`scaling report`: write a sweep's self-contained HTML report (registered on the shared app)."""
 
 from __future__ import annotations
 
-from scaling.cli.common import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scaling.cli.common import DbOption, SweepOption, app
+
+
+@app.command()
+def report(
+    db: DbOption = None,
+    sweep: SweepOption = None,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the HTML file.")
+    ] = Path("report.html"),
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the report in the default web browser when written.")
+    ] = False,
+) -> None:
+    """Write one self-contained HTML report of a sweep (plotly inlined; opens without a network).
+
+    Examples:
+
+        scaling report --db sqlite:///runs/scaling.db -o report.html
+
+        scaling report --sweep chinchilla-small --open
+    """
+    from scaling.db import resolve_url
+    from scaling.reports import write_report
+
+    path = write_report(resolve_url(db), sweep, output)
+    typer.echo(str(path))
+    if open_:
+        import webbrowser
+
+        # webbrowser.open returns False (and does nothing) where no browser is available.
+        if not webbrowser.open(path.as_uri()):
+            typer.echo("no web browser available: open the file above by hand", err=True)

@@ -1,0 +1,80 @@
+"""Thin long training curves for display without moving what a reader looks for.
+
+A curve of 100,000 steps drawn as SVG makes a report slow to open and large on disk. Curves are
+read on log axes, so the points kept are spaced evenly in log(x): early steps, where the loss
+moves fastest, keep their detail. Each curve's minimum (the point the Chinchilla envelope and the
+final-loss columns care about), its first point and its last point are always kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def log_spaced_indices(x: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices into ``x`` (sorted ascending) spaced evenly in log(x), about ``max_points`` of them.
+
+    Non-positive x (a step 0 at zero tokens) cannot be placed on a log axis; those points are
+    thinned linearly instead. Always includes the first and last index.
+    """
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    if n <= max_points:
+        return np.arange(n)
+    if max_points < 2:
+        return np.array([n - 1])
+    positive = np.flatnonzero(x > 0)
+    if len(positive) < 2 or x[positive[-1]] <= x[positive[0]]:
+        return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+    first = positive[0]
+    lo, hi = np.log(x[first]), np.log(x[positive[-1]])
+    targets = np.exp(np.linspace(lo, hi, max_points))
+    picked = np.searchsorted(x, targets, side="left").clip(0, n - 1)
+    # searchsorted lands many targets on the same early index: keep each once, then top up
+    # with evenly spaced indices so the budget is used where there are points to show.
+    picked = np.unique(np.concatenate([[0, first, n - 1], picked]))
+    spare = max_points - len(picked)
+    if spare > 0:
+        extra = np.linspace(0, n - 1, spare + 2).round().astype(int)
+        picked = np.unique(np.concatenate([picked, extra]))
+    return picked
+
+
+def keep_minimum(indices: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``indices`` plus the index of the smallest finite ``y``, sorted."""
+    y = np.asarray(y, dtype=float)
+    finite = np.isfinite(y)
+    if not finite.any():
+        return indices
+    argmin = int(np.flatnonzero(finite)[np.argmin(y[finite])])
+    return np.union1d(indices, [argmin])
+
+
+def downsample_curve(x: np.ndarray, y: np.ndarray, max_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """Log-spaced subsample of one curve (x ascending) that keeps its minimum, first and last."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    idx = keep_minimum(log_spaced_indices(x, max_points), y)
+    return x[idx], y[idx]
+
+
+def downsample_frame(
+    df: pd.DataFrame, by: str | list[str], x: str, y: str = "value", max_points: int = 200
+) -> pd.DataFrame:
+    """Apply :func:`downsample_curve`'s choice of rows to each group of a long DataFrame.
+
+    Every column of the kept rows survives (so tokens and flops stay paired with each point).
+    """
+    if df.empty:
+        return df
+    df = df.reset_index(drop=True)
+    keep: list[np.ndarray] = []
+    for _, group in df.sort_values(x, kind="stable").groupby(by, sort=False):
+        xs = group[x].to_numpy(dtype=float)
+        ys = group[y].to_numpy(dtype=float)
+        idx = keep_minimum(log_spaced_indices(xs, max_points), ys)
+        keep.append(group.index.to_numpy()[idx])
+    return df.loc[np.concatenate(keep)]

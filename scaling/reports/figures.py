@@ -1,0 +1,517 @@
+"""Every figure of the report, as a public function returning a plotly ``Figure``.
+
+The functions take plain DataFrames (the columns of ``scaling.db.connect(url)``'s frames) and
+fitted laws, so a notebook can draw any of them from its own data. Only SVG traces are used
+(``go.Scatter``, ``go.Contour``, ``go.Bar``; never ``Scattergl``): headless browsers without a GPU
+have no WebGL, and a report must open anywhere. Text that came from users (run names, tags,
+sweep names) is HTML-escaped before it reaches plotly, which renders a subset of HTML in labels.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+from plotly.subplots import make_subplots
+
+from scaling.reports import fitview
+from scaling.reports.downsample import downsample_frame
+from scaling.trainer import names
+
+COLORSCALE = "Viridis"
+METHOD_COLORS = {
+    "kaplan": "#7f7f7f",
+    "approach1": "#1f77b4",
+    "approach2": "#d62728",
+    "approach3": "#2ca02c",
+}
+_TEMPLATE = "plotly_white"
+
+
+def esc(text: Any) -> str:
+    """User text made safe for plotly labels and HTML (plotly shows entities as characters)."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    return f"{x:.{digits}g}"
+
+
+def size_colors(sizes: Iterable[float]) -> dict[float, str]:
+    """One colour per model size, spread over a sequential scale in log N."""
+    uniq = sorted({float(s) for s in sizes if s is not None and np.isfinite(s) and s > 0})
+    if not uniq:
+        return {}
+    lo, hi = math.log(uniq[0]), math.log(uniq[-1])
+    fracs = [0.5 if hi == lo else (math.log(s) - lo) / (hi - lo) for s in uniq]
+    return dict(zip(uniq, sample_colorscale(COLORSCALE, [0.05 + 0.85 * f for f in fracs])))
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    """A figure that says why it has nothing to show (still a real plot, with an annotation)."""
+    fig = go.Figure(go.Scatter(x=[], y=[], mode="markers", showlegend=False))
+    fig.update_layout(
+        title=esc(title),
+        template=_TEMPLATE,
+        xaxis_visible=False,
+        yaxis_visible=False,
+        annotations=[dict(text=esc(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
+        height=260,
+    )
+    return fig
+
+
+def _label(run: pd.Series) -> str:
+    name = run.get("name") or ""
+    base = f"N={_fmt(run['N'])} D={_fmt(run['D'])}"
+    return esc(f"{name} ({base})" if name else base)
+
+
+# -- training curves -----------------------------------------------------------------------------
+def loss_curves(
+    curves: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    x: str = "tokens",
+    envelope: pd.DataFrame | None = None,
+    max_points: int = 400,
+    title: str | None = None,
+) -> go.Figure:
+    """Train loss (lines) and eval loss (markers) of every run against ``tokens`` or ``flops``.
+
+    Log axes, one colour per model size (legend entries are sizes). ``envelope`` (columns
+    ``flops``, ``loss``) is approach 1's lower envelope, drawn over the FLOPs view. Curves longer
+    than ``max_points`` are thinned log-spaced with their minimum kept.
+    """
+    if x not in ("tokens", "flops"):
+        raise ValueError("x must be 'tokens' or 'flops'")
+    title = title or f"Loss against {'tokens' if x == 'tokens' else 'FLOPs'}"
+    if curves is None or curves.empty:
+        return _empty(title, "No loss curves recorded yet.")
+    curves = downsample_frame(curves, ["run_key", "name"], x=x, y="value", max_points=max_points)
+    runs = runs.set_index("run_key", drop=False)
+    colors = size_colors(runs["N"])
+    fig = go.Figure()
+    seen_sizes: set[float] = set()
+    order = runs.sort_values(["N", "D"]).index
+    by_run = {k: g for k, g in curves.groupby("run_key", sort=False)}
+    for key in order:
+        if key not in by_run:
+            continue
+        run = runs.loc[key]
+        g = by_run[key]
+        size = float(run["N"])
+        color = colors.get(size, "#444")
+        group = f"N={_fmt(size)}"
+        label = _label(run)
+        for metric, style in ((names.TRAIN_LOSS, "lines"), (names.EVAL_LOSS, "lines+markers")):
+            m = g[g["name"] == metric].sort_values(x)
+            m = m[(m[x] > 0) & np.isfinite(m["value"])]
+            if m.empty:
+                continue
+            first = size not in seen_sizes and metric == names.TRAIN_LOSS
+            seen_sizes.add(size) if first else None
+            fig.add_trace(
+                go.Scatter(
+                    x=m[x].to_numpy(dtype=np.float32),
+                    y=m["value"].to_numpy(dtype=np.float32),
+                    mode=style,
+                    name=group,
+                    legendgroup=group,
+                    showlegend=first,
+                    line=dict(color=color, width=1.2, dash="dot" if metric == names.EVAL_LOSS else "solid"),
+                    marker=dict(size=4, color=color),
+                    opacity=0.85,
+                    hovertemplate=f"{label}<br>{'eval' if metric == names.EVAL_LOSS else 'train'}"
+                    f" loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
+                )
+            )
+    if envelope is not None and not envelope.empty and x == "flops":
+        env = envelope.sort_values("flops")
+        fig.add_trace(
+            go.Scatter(
+                x=env["flops"].to_numpy(dtype=float),
+                y=env["loss"].to_numpy(dtype=float),
+                mode="lines",
+                name="envelope (approach 1)",
+                line=dict(color="black", width=2.5, dash="dash"),
+                hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=esc(title),
+        template=_TEMPLATE,
+        xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
+        yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
+        legend=dict(title="model size"),
+        height=480,
+    )
+    return fig
+
+
+def loss_envelope(curves: pd.DataFrame, metric: str = names.TRAIN_LOSS, points: int = 120) -> pd.DataFrame:
+    """Approach 1's envelope from the curves themselves: the lowest loss reached within C FLOPs.
+
+    Loss falls with compute along every curve, so the running minimum over all runs' points,
+    sorted by FLOPs, is the best loss any run reached with at most that compute.
+    """
+    if curves is None or curves.empty:
+        return pd.DataFrame(columns=["flops", "loss"])
+    m = curves[(curves["name"] == metric) & (curves["flops"] > 0)].sort_values("flops")
+    m = m[np.isfinite(m["value"])]
+    if m.empty:
+        return pd.DataFrame(columns=["flops", "loss"])
+    env = pd.DataFrame({"flops": m["flops"].to_numpy(float), "loss": np.minimum.accumulate(m["value"].to_numpy(float))})
+    env = env[env["loss"].diff().fillna(-1) < 0]  # only where it drops
+    if len(env) > points:
+        grid = np.exp(np.linspace(np.log(env["flops"].iloc[0]), np.log(env["flops"].iloc[-1]), points))
+        idx = np.searchsorted(env["flops"].to_numpy(), grid, side="right") - 1
+        env = env.iloc[np.unique(idx.clip(0))]
+    return env.reset_index(drop=True)
+
+
+# -- IsoFLOP profiles ----------------------------------------------------------------------------
+def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: str = "IsoFLOP profiles") -> go.Figure:
+    """Final loss against N for each compute budget, with approach 2's parabolas and minima.
+
+    ``isoflop`` is a fitted approach-2 law (or its ``to_dict()``); without it the points are drawn
+    grouped by budget. Budgets the fit flagged (lowest loss at the edge of the sampled sizes) are
+    drawn with hollow markers and no parabola, and named in the legend.
+    """
+    done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
+    if done.empty:
+        return _empty(title, "No completed runs with a final loss yet.")
+    slices = fitview.isoflop_slices(isoflop, done)
+    budgets = sorted(slices)
+    colors = dict(zip(budgets, sample_colorscale("Plasma", np.linspace(0.05, 0.85, max(len(budgets), 1)))))
+    fig = go.Figure()
+    for budget in budgets:
+        sl = slices[budget]
+        pts = sl["points"]
+        color = colors[budget]
+        flagged = sl.get("flagged", False)
+        label = f"C={_fmt(budget, 2)}" + (" (flagged: minimum at edge)" if flagged else "")
+        fig.add_trace(
+            go.Scatter(
+                x=pts["N"].to_numpy(float),
+                y=pts["final_loss"].to_numpy(float),
+                mode="markers",
+                name=esc(label),
+                legendgroup=str(budget),
+                marker=dict(color=color, size=9, symbol="circle-open" if flagged else "circle", line=dict(width=2)),
+                text=[_label(r) for _, r in pts.iterrows()],
+                hovertemplate="%{text}<br>final loss %{y:.4f}<extra></extra>",
+            )
+        )
+        parabola = sl.get("parabola")
+        if parabola is not None and not flagged:
+            fig.add_trace(
+                go.Scatter(
+                    x=parabola["N"], y=parabola["loss"], mode="lines", legendgroup=str(budget),
+                    showlegend=False, line=dict(color=color, width=1.5), hoverinfo="skip",
+                )
+            )
+        if sl.get("N_opt") is not None and not flagged:
+            fig.add_trace(
+                go.Scatter(
+                    x=[sl["N_opt"]], y=[sl["loss_opt"]], mode="markers", legendgroup=str(budget),
+                    showlegend=False, marker=dict(symbol="star", size=15, color=color, line=dict(color="black", width=1)),
+                    hovertemplate=f"C={_fmt(budget, 2)}: N_opt %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title=esc(title),
+        template=_TEMPLATE,
+        xaxis=dict(type="log", title="N (parameters)"),
+        yaxis=dict(title="final eval loss"),
+        legend=dict(title="compute budget"),
+        height=460,
+    )
+    return fig
+
+
+# -- frontiers -----------------------------------------------------------------------------------
+def frontiers(
+    fits: dict[str, Any],
+    *,
+    runs: pd.DataFrame | None = None,
+    target: float | None = None,
+    title: str = "Compute-optimal frontiers",
+) -> go.Figure:
+    """N_opt and D_opt against C for every fitted method, with 95% bands, points and D = 20N.
+
+    ``fits`` maps method names to fitted laws (or their stored dicts); ``target`` is the budget
+    of the recommended next run, marked with a star on every method's line.
+    """
+    views = [v for v in (fitview.frontier(m, law) for m, law in fits.items()) if v is not None]
+    if not views:
+        return _empty(title, "No law has been fitted yet, so there is no frontier to draw.")
+    lo_c, hi_c = _budget_range(runs, target, views)
+    grid = np.logspace(math.log10(lo_c), math.log10(hi_c), 60)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("N_opt(C)", "D_opt(C)"), horizontal_spacing=0.1)
+    for v in views:
+        color = METHOD_COLORS.get(v.kind, "#9467bd")
+        curve = v.curve(grid)
+        for col, key in ((1, "N"), (2, "D")):
+            band = v.band(grid, key)
+            if band is not None:
+                lo, hi = band
+                fig.add_trace(
+                    go.Scatter(
+                        x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([hi, lo[::-1]]),
+                        fill="toself", fillcolor=_alpha(color, 0.15), line=dict(width=0),
+                        legendgroup=v.method, showlegend=False, hoverinfo="skip",
+                    ),
+                    row=1, col=col,
+                )
+            fig.add_trace(
+                go.Scatter(
+                    x=grid, y=curve[key], mode="lines", name=esc(v.label), legendgroup=v.method,
+                    showlegend=col == 1, line=dict(color=color, width=2),
+                    hovertemplate=f"{esc(v.label)}<br>C %{{x:.3g}}: {key}_opt %{{y:.3g}}<extra></extra>",
+                ),
+                row=1, col=col,
+            )
+            if v.points is not None and not v.points.empty:
+                fig.add_trace(
+                    go.Scatter(
+                        x=v.points["C"], y=v.points[key], mode="markers", legendgroup=v.method,
+                        showlegend=False, marker=dict(color=color, size=7, symbol="diamond"),
+                        hovertemplate=f"{esc(v.label)} measured: C %{{x:.3g}}, {key} %{{y:.3g}}<extra></extra>",
+                    ),
+                    row=1, col=col,
+                )
+            if target is not None:
+                at = v.curve(np.array([target]))
+                fig.add_trace(
+                    go.Scatter(
+                        x=[target], y=at[key], mode="markers", legendgroup=v.method, showlegend=False,
+                        marker=dict(symbol="star", size=14, color=color, line=dict(color="black", width=1)),
+                        hovertemplate=f"{esc(v.label)} at the recommended budget: {key} %{{y:.3g}}<extra></extra>",
+                    ),
+                    row=1, col=col,
+                )
+    # Hoffmann et al.'s rule of thumb: D = 20 N, with C = 6 N D, so N = sqrt(C / 120).
+    n20 = np.sqrt(grid / 120.0)
+    for col, y in ((1, n20), (2, 20 * n20)):
+        fig.add_trace(
+            go.Scatter(
+                x=grid, y=y, mode="lines", name="D = 20N (C = 6ND)", legendgroup="d20",
+                showlegend=col == 1, line=dict(color="black", dash="dot", width=1),
+                hovertemplate="D = 20N: %{y:.3g}<extra></extra>",
+            ),
+            row=1, col=col,
+        )
+    fig.update_xaxes(type="log", title="C (FLOPs)")
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title="N_opt (parameters)", row=1, col=1)
+    fig.update_yaxes(title="D_opt (tokens)", row=1, col=2)
+    fig.update_layout(title=esc(title), template=_TEMPLATE, height=470, legend=dict(title="method"))
+    return fig
+
+
+def _budget_range(runs: pd.DataFrame | None, target: float | None, views: Sequence[Any]) -> tuple[float, float]:
+    cs: list[float] = []
+    if runs is not None and not runs.empty:
+        c = runs["C"].to_numpy(float)
+        cs.extend(c[np.isfinite(c) & (c > 0)].tolist())
+    for v in views:
+        if v.points is not None and not v.points.empty:
+            cs.extend(v.points["C"].astype(float).tolist())
+    if target:
+        cs.append(float(target))
+    if not cs:
+        return 1e15, 1e21
+    return min(cs) / 2, max(cs) * 2
+
+
+def _alpha(color: str, a: float) -> str:
+    color = color.lstrip("#")
+    r, g, b = (int(color[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{a})"
+
+
+# -- parametric fit ------------------------------------------------------------------------------
+def parametric_contour(
+    law: Any, runs: pd.DataFrame | None = None, *, title: str = "Parametric fit: L(N, D)"
+) -> go.Figure:
+    """A contour of the fitted L(N, D) on log axes, the compute-optimal line, and the runs."""
+    model = fitview.as_law(law)
+    if model is None:
+        return _empty(title, "The parametric law (approach 3) has not been fitted.")
+    n_lo, n_hi, d_lo, d_hi = 1e5, 1e10, 1e7, 1e12
+    if runs is not None and not runs.empty:
+        n = runs["N"].to_numpy(float)
+        d = runs["D"].to_numpy(float)
+        if np.isfinite(n).any() and np.isfinite(d).any():
+            n_lo, n_hi = np.nanmin(n) / 4, np.nanmax(n) * 8
+            d_lo, d_hi = np.nanmin(d) / 4, np.nanmax(d) * 8
+    ns = np.logspace(math.log10(n_lo), math.log10(n_hi), 70)
+    ds = np.logspace(math.log10(d_lo), math.log10(d_hi), 70)
+    nn, dd = np.meshgrid(ns, ds)
+    z = np.asarray(model.predict(nn.ravel(), dd.ravel()), dtype=float).reshape(nn.shape)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Contour(
+            x=ns, y=ds, z=np.log10(z), colorscale="Viridis", ncontours=25,
+            colorbar=dict(title="log10 L"), hovertemplate="N %{x:.3g}, D %{y:.3g}<br>log10 L %{z:.4f}<extra></extra>",
+            contours=dict(coloring="heatmap", showlabels=False), line=dict(width=0.5), name="L(N, D)",
+        )
+    )
+    view = fitview.frontier("approach3", law)
+    if view is not None:
+        cs = np.logspace(math.log10(6 * n_lo * d_lo), math.log10(6 * n_hi * d_hi), 80)
+        cur = view.curve(cs)
+        keep = (cur["N"] >= n_lo) & (cur["N"] <= n_hi) & (cur["D"] >= d_lo) & (cur["D"] <= d_hi)
+        fig.add_trace(
+            go.Scatter(
+                x=cur["N"][keep], y=cur["D"][keep], mode="lines", name="compute-optimal",
+                line=dict(color="white", width=3), hovertemplate="N_opt %{x:.3g}, D_opt %{y:.3g}<extra></extra>",
+            )
+        )
+    if runs is not None and not runs.empty:
+        done = runs[np.isfinite(runs["final_loss"])]
+        if not done.empty:
+            fig.add_trace(
+                go.Scatter(
+                    x=done["N"], y=done["D"], mode="markers", name="runs",
+                    marker=dict(color=done["final_loss"], colorscale="Viridis", size=9, line=dict(color="white", width=1)),
+                    text=[_label(r) + f"<br>final loss {_fmt(r['final_loss'], 4)}" for _, r in done.iterrows()],
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title=esc(title), template=_TEMPLATE, height=520,
+        xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(type="log", title="D (tokens)"),
+        legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"),
+    )
+    return fig
+
+
+def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residuals of each law") -> go.Figure:
+    """Relative error (predicted − observed) / observed of each law's L(N, D) on every completed run."""
+    done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
+    fig = go.Figure()
+    drawn = 0
+    for method, law in fits.items():
+        model = fitview.as_law(law)
+        if model is None or done.empty:
+            continue
+        try:
+            pred = np.asarray(model.predict(done["N"].to_numpy(float), done["D"].to_numpy(float)), dtype=float)
+        except Exception:  # laws without an L(N, D) (approaches 1 and 2) have nothing to compare
+            continue
+        if pred.shape != (len(done),) or not np.isfinite(pred).any():
+            continue
+        rel = (pred - done["final_loss"].to_numpy(float)) / done["final_loss"].to_numpy(float)
+        kind = fitview.kind_of(method, law)
+        fig.add_trace(
+            go.Scatter(
+                x=done["C"], y=rel, mode="markers", name=esc(fitview.label_of(method, law)),
+                marker=dict(color=METHOD_COLORS.get(kind, "#9467bd"), size=8),
+                text=[_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>relative error %{y:.2%}<extra></extra>",
+            )
+        )
+        drawn += 1
+    if not drawn:
+        return _empty(title, "No fitted law predicts L(N, D) for these runs yet.")
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(
+        title=esc(title), template=_TEMPLATE, height=400,
+        xaxis=dict(type="log", title="C (FLOPs)"), yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"),
+    )
+    return fig
+
+
+def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting the largest runs") -> go.Figure:
+    """Relative error of each law's prediction for runs held out of its fit (largest compute).
+
+    ``results`` has columns ``method``, ``C`` and ``rel_error`` (one row per held-out run), as
+    :func:`scaling.reports.fitview.backtest_frame` collects them.
+    """
+    if results is None or results.empty:
+        return _empty(title, "No backtest available (it needs fits with the largest runs held out).")
+    fig = go.Figure()
+    for method, g in results.groupby("method", sort=False):
+        kind = fitview.kind_of(method, None)
+        fig.add_trace(
+            go.Bar(
+                x=[f"C={_fmt(c, 2)}" for c in g["C"]], y=g["rel_error"], name=esc(g["label"].iloc[0] if "label" in g else method),
+                marker_color=METHOD_COLORS.get(kind, "#9467bd"), hovertemplate="%{x}: %{y:.2%}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=esc(title), template=_TEMPLATE, barmode="group", height=380,
+        yaxis=dict(title="relative error of predicted loss", tickformat=".1%"), xaxis=dict(title="held-out budget"),
+    )
+    return fig
+
+
+# -- run health ----------------------------------------------------------------------------------
+def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss spikes, rollbacks and retries") -> go.Figure:
+    """Every event of every run: step on x, run on y, one marker symbol per kind."""
+    if events is None or events.empty:
+        return _empty(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
+    r = runs.set_index("run_key")
+    labels = {k: _label(row) + f" [{esc(k)}]" for k, row in r.iterrows()}
+    symbols = {
+        names.LOSS_SPIKE: "triangle-up", names.ROLLBACK: "triangle-down", names.RETRY: "square",
+        names.RESUME: "circle", names.FAILURE: "x", names.STALE_RECOVERED: "diamond",
+        names.OVERFLOW_SKIP: "cross", names.INTERRUPTED: "hexagon",
+    }
+    fig = go.Figure()
+    for kind, g in events.groupby("kind", sort=True):
+        ys = [labels.get(k, esc(k)) for k in g["run_key"]]
+        detail = [esc(_short(d)) for d in g.get("detail", pd.Series([""] * len(g)))]
+        fig.add_trace(
+            go.Scatter(
+                x=pd.to_numeric(g["step"], errors="coerce").fillna(0), y=ys, mode="markers", name=esc(kind),
+                marker=dict(symbol=symbols.get(kind, "circle"), size=10), text=detail,
+                hovertemplate=f"{esc(kind)} at step %{{x}}<br>%{{y}}<br>%{{text}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=esc(title), template=_TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
+        height=max(300, min(1200, 80 + 22 * events["run_key"].nunique())),
+    )
+    return fig
+
+
+def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughput and MFU per run") -> go.Figure:
+    """Median tokens/s and model FLOPs utilisation of each run, against its size."""
+    if perf is None or perf.empty:
+        return _empty(title, "No throughput metrics recorded yet.")
+    df = runs.set_index("run_key").join(perf, how="inner")
+    if df.empty:
+        return _empty(title, "No throughput metrics recorded yet.")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per second", "MFU"), horizontal_spacing=0.1)
+    text = [_label(r) for _, r in df.iterrows()]
+    colors = size_colors(df["N"])
+    mc = [colors.get(float(n), "#444") for n in df["N"]]
+    fig.add_trace(
+        go.Scatter(x=df["N"], y=df["tokens_per_s"], mode="markers", marker=dict(color=mc, size=9), text=text,
+                   name="tokens/s", hovertemplate="%{text}<br>%{y:.4g} tokens/s<extra></extra>", showlegend=False),
+        row=1, col=1,
+    )
+    fig.add_trace(
+        go.Scatter(x=df["N"], y=df["mfu"], mode="markers", marker=dict(color=mc, size=9), text=text,
+                   name="MFU", hovertemplate="%{text}<br>MFU %{y:.2%}<extra></extra>", showlegend=False),
+        row=1, col=2,
+    )
+    fig.update_xaxes(type="log", title="N (parameters)")
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(tickformat=".1%", row=1, col=2)
+    fig.update_layout(title=esc(title), template=_TEMPLATE, height=380)
+    return fig
+
+
+def _short(detail: Any, limit: int = 160) -> str:
+    text = detail if isinstance(detail, str) else ("" if detail is None else str(detail))
+    return text if len(text) <= limit else text[: limit - 1] + "…"

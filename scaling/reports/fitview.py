@@ -1,0 +1,348 @@
+"""Fitted laws, as the figures draw them: frontiers with bands, IsoFLOP slices, backtests.
+
+Fits arrive as stored dicts (the fits table) or as live laws; :func:`as_law` turns either into a
+law through ``scaling.fitting.from_dict``. Only the fitting package's public surface is used:
+``optimal(C)``, ``optimal_interval(C)``, ``predict(N, D)``, ``intervals()``, and the ``plot``
+part of ``to_dict()`` (fitted points, parabolas, flagged budgets).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Method kinds, in the order the report lists them, with their display names.
+LABELS = {
+    "kaplan": "Kaplan",
+    "approach1": "Chinchilla approach 1 (envelope)",
+    "approach2": "Chinchilla approach 2 (IsoFLOP)",
+    "approach3": "Chinchilla approach 3 (parametric)",
+}
+ORDER = tuple(LABELS)
+
+
+def as_law(obj: Any) -> Any | None:
+    """A fitted law from a law or its ``to_dict()`` form; None when it cannot be rebuilt."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        try:
+            from scaling.fitting import from_dict
+        except ImportError:
+            return None
+        try:
+            return from_dict(obj)
+        except Exception:  # a stored form this version cannot read: treated as absent
+            return None
+    return obj if hasattr(obj, "optimal") or hasattr(obj, "predict") else None
+
+
+def kind_of(method: str | None, law: Any | None) -> str:
+    """One of ``kaplan``, ``approach1``, ``approach2``, ``approach3`` (or the name as given)."""
+    words = " ".join(
+        str(x).lower()
+        for x in (method, getattr(law, "method", None), getattr(law, "law", None), type(law).__name__ if law is not None else None)
+        if x
+    )
+    if isinstance(law, dict):
+        words += " " + " ".join(str(law.get(k, "")).lower() for k in ("class", "method", "law"))
+    if "kaplan" in words:
+        return "kaplan"
+    for n, keys in (("approach1", ("approach1", "approach_1", "envelope")),
+                    ("approach2", ("approach2", "approach_2", "isoflop")),
+                    ("approach3", ("approach3", "approach_3", "parametric"))):
+        if any(k in words for k in keys):
+            return n
+    return str(method or "law")
+
+
+def label_of(method: str | None, law: Any | None) -> str:
+    kind = kind_of(method, law)
+    return LABELS.get(kind, str(method))
+
+
+def plot_info(law: Any) -> dict[str, Any]:
+    """The figure data a law stored with itself (``to_dict()['plot']``), or {}."""
+    if law is None:
+        return {}
+    if isinstance(law, dict):
+        return law.get("plot") or {}
+    info = getattr(law, "plot_", None)
+    if info is None and hasattr(law, "_plot"):
+        try:
+            info = law._plot()
+        except Exception:
+            info = None
+    return info or {}
+
+
+@dataclass
+class FrontierView:
+    """One method's compute-optimal frontier: the line, its band, and the points it rests on."""
+
+    method: str
+    kind: str
+    label: str
+    law: Any
+    points: pd.DataFrame | None  # C, N, D: the measured optima (envelope or per-budget minima)
+
+    def curve(self, C: np.ndarray) -> dict[str, np.ndarray]:
+        C = np.asarray(C, float)
+        with np.errstate(all="ignore"):
+            N, D, L = self.law.optimal(C)
+        return {"N": np.broadcast_to(np.asarray(N, float), C.shape), "D": np.broadcast_to(np.asarray(D, float), C.shape),
+                "loss": np.broadcast_to(np.asarray(L, float), C.shape)}
+
+    def band(self, C: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bootstrap 95% interval of ``key`` (N or D) along C, or None without a bootstrap."""
+        if not hasattr(self.law, "optimal_interval") or getattr(self.law, "replicates_", None) is None:
+            return None
+        lo, hi = [], []
+        for c in np.asarray(C, float):
+            try:
+                iv = self.law.optimal_interval(float(c))[key]
+            except Exception:
+                return None
+            lo.append(iv.get("lo", math.nan))
+            hi.append(iv.get("hi", math.nan))
+        lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
+        if not (np.isfinite(lo_a).all() and np.isfinite(hi_a).all()):
+            return None
+        return lo_a, hi_a
+
+
+def frontier(method: str, law: Any) -> FrontierView | None:
+    """The frontier view of a fitted law, or None when it gives no N_opt(C)."""
+    model = as_law(law)
+    if model is None or not hasattr(model, "optimal"):
+        return None
+    try:
+        N, D, _ = model.optimal(np.array([1e18]))
+        if not (np.isfinite(np.asarray(N, float)).all() and np.isfinite(np.asarray(D, float)).all()):
+            return None
+    except Exception:  # a law that cannot produce a frontier (e.g. Kaplan without L(C)) is skipped
+        return None
+    kind = kind_of(method, model)
+    return FrontierView(method=method, kind=kind, label=label_of(method, model), law=model,
+                        points=_frontier_points(plot_info(model)))
+
+
+def _frontier_points(plot: dict[str, Any]) -> pd.DataFrame | None:
+    """Measured optima stored by the fit: rows with C and N (and D), under a few likely keys."""
+    for key in ("optima", "minima", "points", "envelope_optima", "budgets"):
+        rows = plot.get(key)
+        if not rows:
+            continue
+        df = _frame(rows)
+        cols = {c.lower(): c for c in df.columns}
+        c = cols.get("c") or cols.get("budget") or cols.get("flops")
+        n = cols.get("n_opt") or cols.get("n")
+        d = cols.get("d_opt") or cols.get("d")
+        if c and n:
+            out = pd.DataFrame({"C": df[c].astype(float), "N": df[n].astype(float)})
+            out["D"] = df[d].astype(float) if d else np.nan
+            if "flagged" in cols:
+                out = out[~df[cols["flagged"]].fillna(False).astype(bool)]
+            return out.dropna(subset=["C", "N"])
+    return None
+
+
+def _frame(rows: Any) -> pd.DataFrame:
+    if isinstance(rows, pd.DataFrame):
+        return rows
+    if isinstance(rows, dict):
+        return pd.DataFrame(rows)
+    return pd.DataFrame(list(rows))
+
+
+# -- IsoFLOP slices ----------------------------------------------------------------------------
+def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[str, Any]]:
+    """Runs grouped by compute budget, with the fitted parabola and minimum where there is one.
+
+    Returns {budget: {"points": runs, "parabola": {"N", "loss"} | None, "N_opt", "loss_opt",
+    "flagged"}}. Runs whose C matches no budget of the fit (or, without a fit, no other run's C
+    within 5%) are gathered under the budget nearest to them only when they are within 5%.
+    """
+    budgets = group_budgets(done["C"].to_numpy(float))
+    slices: dict[float, dict[str, Any]] = {}
+    for budget, idx in budgets.items():
+        slices[budget] = {"points": done.iloc[idx], "parabola": None, "N_opt": None, "loss_opt": None, "flagged": False}
+    for fitted in _fitted_slices(isoflop):
+        c = fitted["C"]
+        match = _nearest(slices, c)
+        if match is None:
+            continue
+        sl = slices[match]
+        sl["flagged"] = bool(fitted.get("flagged", False))
+        sl["N_opt"], sl["loss_opt"] = fitted.get("N_opt"), fitted.get("loss_opt")
+        coef = fitted.get("coef")
+        if coef is not None:
+            ns = sl["points"]["N"].to_numpy(float)
+            lo, hi = np.log(ns.min()) - 0.15, np.log(ns.max()) + 0.15
+            x = np.linspace(lo, hi, 60)
+            sl["parabola"] = {"N": np.exp(x), "loss": np.polyval(coef, x if fitted.get("log_base") != 10 else x / math.log(10))}
+    return {b: s for b, s in slices.items() if len(s["points"]) >= 2 or s["N_opt"] is not None}
+
+
+def group_budgets(C: np.ndarray, tol: float = 0.05) -> dict[float, np.ndarray]:
+    """Indices of runs grouped by compute budget: consecutive C (sorted) within ``tol`` relative."""
+    C = np.asarray(C, float)
+    order = np.argsort(C)
+    groups: dict[float, np.ndarray] = {}
+    current: list[int] = []
+    for i in order:
+        if current and not (C[i] <= C[current[0]] * (1 + tol)):
+            groups[float(np.median(C[current]))] = np.array(current)
+            current = []
+        current.append(int(i))
+    if current:
+        groups[float(np.median(C[current]))] = np.array(current)
+    return groups
+
+
+def _nearest(slices: dict[float, Any], c: float, tol: float = 0.05) -> float | None:
+    if not slices or not c or not np.isfinite(c):
+        return None
+    best = min(slices, key=lambda b: abs(math.log(b / c)))
+    return best if abs(math.log(best / c)) <= math.log1p(tol) else None
+
+
+def _fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
+    """Per-budget parabolas from approach 2's stored plot data, normalised."""
+    plot = plot_info(as_law(isoflop) if isoflop is not None else None) or (isoflop.get("plot", {}) if isinstance(isoflop, dict) else {})
+    rows = plot.get("parabolas") or plot.get("budgets") or plot.get("slices") or []
+    out = []
+    for row in (rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows):
+        if not isinstance(row, dict):
+            continue
+        c = row.get("C", row.get("budget"))
+        if c is None:
+            continue
+        coef = row.get("coef") or row.get("coefficients") or row.get("parabola")
+        out.append({
+            "C": float(c),
+            "coef": None if coef is None else np.asarray(coef, float),
+            "N_opt": _float(row.get("N_opt")),
+            "loss_opt": _float(row.get("loss_opt", row.get("L_opt"))),
+            "flagged": bool(row.get("flagged", False)),
+            "log_base": row.get("log_base"),
+        })
+    return out
+
+
+def _float(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# -- loading fits for a report -----------------------------------------------------------------
+def load(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: bool = True) -> tuple[dict, dict, list[str]]:
+    """Stored fits of ``sweep`` (newest per method), fitting in memory what is missing.
+
+    Returns (method -> law, method -> stored dict, notes). Never raises for a fit that cannot be
+    made: the reason becomes a note that the report prints.
+    """
+    laws: dict[str, Any] = {}
+    dicts: dict[str, dict] = {}
+    notes: list[str] = []
+    try:
+        stored = results.fits(sweep=sweep)
+    except Exception as exc:  # an older database without the fits table reads as "no fits"
+        stored = pd.DataFrame()
+        notes.append(f"Stored fits could not be read ({type(exc).__name__}).")
+    if stored is not None and not stored.empty:
+        order = stored.sort_values(_time_column(stored)) if _time_column(stored) else stored
+        for _, row in order.iterrows():
+            d = _result_dict(row)
+            if d is None:
+                continue
+            law = as_law(d)
+            if law is None:
+                continue
+            kind = kind_of(str(row.get("method", "")), law)
+            laws[kind], dicts[kind] = law, d  # newest wins
+    if fit and not laws:
+        more, errors = _fit_in_memory(url, sweep)
+        for kind, law in more.items():
+            laws.setdefault(kind, law)
+        notes.extend(errors)
+    elif not laws:
+        notes.append("No fits are stored for this sweep (run `scaling fit`).")
+    for kind in ORDER:
+        if kind not in laws and not any(kind in n or LABELS[kind] in n for n in notes):
+            notes.append(f"{LABELS[kind]}: not fitted.")
+    ordered = {k: laws[k] for k in ORDER if k in laws}
+    ordered.update({k: v for k, v in laws.items() if k not in ordered})
+    return ordered, dicts, notes
+
+
+def _time_column(df: pd.DataFrame) -> str | None:
+    for c in ("created_at", "created", "id"):
+        if c in df.columns:
+            return c
+    return None
+
+
+def _result_dict(row: pd.Series) -> dict | None:
+    import json
+
+    for col in ("result", "params", "fit", "data"):
+        v = row.get(col)
+        if isinstance(v, dict):
+            return v
+        if isinstance(v, str) and v.startswith("{"):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return None
+    return None
+
+
+def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Any], list[str]]:
+    """Fit every law to the sweep without storing anything; failures become notes."""
+    try:
+        from scaling import fitting
+    except ImportError as exc:
+        return {}, [f"Fits are unavailable: the fitting package could not be imported ({exc})."]
+    fit_all = getattr(fitting, "fit_laws", None) or getattr(fitting, "fit_all", None)
+    if fit_all is None:
+        return {}, ["No fits are stored for this sweep and this version cannot fit in memory (run `scaling fit`)."]
+    try:
+        fitted = fit_all(url, sweep)
+    except Exception as exc:
+        return {}, [f"The laws could not be fitted: {_one_line(exc)}"]
+    laws: dict[str, Any] = {}
+    notes: list[str] = []
+    items = fitted.items() if isinstance(fitted, dict) else ((getattr(f, "method", str(i)), f) for i, f in enumerate(fitted))
+    for method, law in items:
+        if isinstance(law, Exception):
+            notes.append(f"{label_of(method, None)}: not fitted: {_one_line(law)}")
+            continue
+        laws[kind_of(method, law)] = law
+    return laws, notes
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -- backtest ----------------------------------------------------------------------------------
+def backtest_frame(laws: dict[str, Any]) -> pd.DataFrame:
+    """Held-out prediction errors stored with each law (``plot['backtest']``), one row per run."""
+    rows = []
+    for method, law in laws.items():
+        bt = plot_info(law).get("backtest") or (law.get("backtest") if isinstance(law, dict) else None)
+        if not bt:
+            continue
+        for r in (bt if isinstance(bt, list) else bt.get("held_out", [])):
+            if isinstance(r, dict) and r.get("rel_error") is not None:
+                rows.append({"method": method, "label": label_of(method, law), "C": float(r.get("C", math.nan)),
+                             "rel_error": float(r["rel_error"])})
+    return pd.DataFrame(rows, columns=["method", "label", "C", "rel_error"])

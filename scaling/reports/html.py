@@ -1,0 +1,423 @@
+"""One self-contained HTML report of a sweep: plotly.js inlined once, every figure as JSON.
+
+The file opens without a network (a researcher can mail it or put it on a share): plotly.js is
+one inline script, each figure is a ``<div>`` filled by ``Plotly.newPlot`` from one JSON block.
+Every string that came from a user (sweep, run names, tags, errors, the plan) is HTML-escaped,
+and the JSON block has ``<``, ``>`` and ``&`` written as ``\\u003c`` etc., so no text can end the
+script element or open a comment in it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import string
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scaling.reports import figures as F
+from scaling.reports import fitview
+from scaling.reports.data import ReportData
+
+#: the next budget the headline recommends, as a multiple of the largest run's C
+NEXT_BUDGET_FACTOR = 10.0
+
+SECTIONS = (
+    ("summary", "Summary"),
+    ("runs", "Runs"),
+    ("curves", "Training curves"),
+    ("isoflop", "IsoFLOP profiles"),
+    ("frontiers", "Frontiers"),
+    ("parametric", "Parametric fit"),
+    ("health", "Run health"),
+)
+
+
+def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html") -> Path:
+    """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
+
+    Returns the absolute path written. Fits are read from the fits table; laws missing there
+    are fitted in memory; what cannot be fitted is named in the report instead of failing.
+    """
+    data = ReportData.load(url, sweep)
+    return write_report_data(data, path)
+
+
+def write_report_data(data: ReportData, path: str | Path) -> Path:
+    """Render ``data`` and write it to ``path`` (parent folders created); returns the path."""
+    out = Path(path).expanduser().resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(data), encoding="utf-8")
+    return out
+
+
+def render(data: ReportData) -> str:
+    """The report as one HTML string."""
+    from plotly.offline import get_plotlyjs
+
+    from scaling import __version__
+
+    page = _Page()
+    body = "\n".join(
+        [
+            _summary(data, page),
+            _runs_table(data),
+            _curves(data, page),
+            _isoflop(data, page),
+            _frontiers(data, page),
+            _parametric(data, page),
+            _health(data, page),
+        ]
+    )
+    title = f"Scaling report: {data.sweep}" if data.sweep else "Scaling report"
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    meta = f"generated {generated}" + (f" from {e(data.source)}" if data.source else "")
+    nav = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name in SECTIONS)
+    notes = ""
+    if data.notes:
+        items = "".join(f"<li>{e(n)}</li>" for n in data.notes)
+        notes = f'<div class="notes" id="notes"><strong>What is missing</strong><ul>{items}</ul></div>'
+    template = string.Template(resources.files("scaling.reports").joinpath("templates/report.html").read_text("utf-8"))
+    return template.substitute(
+        version=e(__version__),
+        title=e(title),
+        meta=meta,
+        nav=nav,
+        notes=notes,
+        body=body,
+        plotly_js=get_plotlyjs(),
+        figures_json=page.figures_json(),
+    )
+
+
+# -- building blocks ---------------------------------------------------------------------------
+def e(text: Any) -> str:
+    """Escape user text for HTML element content and attribute values."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def script_json(text: str) -> str:
+    """JSON made safe inside ``<script>``: no ``</script>``, ``<!--`` or ``]]>`` can appear."""
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+class _Page:
+    """Collects the figures of one page; each gets a div id and goes into one JSON block."""
+
+    def __init__(self) -> None:
+        self.figures: list[tuple[str, str]] = []
+
+    def figure(self, fig_id: str, fig: Any) -> str:
+        """The div for ``fig`` (its JSON is emitted once, in :meth:`figures_json`)."""
+        div_id = f"fig-{fig_id}"
+        self.figures.append((div_id, fig.to_json()))
+        return f'<div class="figure" id="{div_id}" data-figure="{e(fig_id)}"></div>'
+
+    def figures_json(self) -> str:
+        parts = ",".join(f"{json.dumps(div_id)}:{fig_json}" for div_id, fig_json in self.figures)
+        return script_json("{" + parts + "}")
+
+
+def _section(sid: str, title: str, inner: str) -> str:
+    return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
+
+
+def _missing(text: str) -> str:
+    return f'<p class="missing">{e(text)}</p>'
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(f):
+        return "–"
+    return f"{f:.{digits}g}" if abs(f) < 1e4 or digits > 5 else f"{f:.{digits}e}".replace("e+", "e")
+
+
+def _sci(x: Any) -> str:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return "–"
+    return f"{f:.3g}" if math.isfinite(f) else "–"
+
+
+def _kv(rows: list[tuple[str, str]]) -> str:
+    """A two-column table; values are already HTML (callers escape user text)."""
+    body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="kv">{body}</table>'
+
+
+# -- summary ----------------------------------------------------------------------------------
+def _summary(data: ReportData, page: _Page) -> str:
+    r = data.runs
+    info = data.sweep_info or {}
+    counts = data.status_counts()
+    done = data.completed
+    rows: list[tuple[str, str]] = [("sweep", e(data.sweep or "–"))]
+    if info.get("created_at") or info.get("created"):
+        rows.append(("created", e(info.get("created_at") or info.get("created"))))
+    conv_p = info.get("params_convention")
+    conv_f = info.get("flops_convention")
+    if conv_p or conv_f:
+        rows.append(("conventions", e(f"N counts {conv_p or '?'} parameters; C = {conv_f or '?'} FLOPs per token × D")))
+    rows.append(("runs", e(f"{len(r)} in all: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) if len(r) else "none")))
+    spent = float(done["C"].sum()) if len(done) else 0.0
+    planned = float(r["C"].sum()) if len(r) else 0.0
+    rows.append(("compute", e(f"{_sci(spent)} FLOPs spent on completed runs, of {_sci(planned)} planned")))
+    if len(r):
+        rows.append(("model sizes", e(f"N from {_sci(r['N'].min())} to {_sci(r['N'].max())}; "
+                                      f"D from {_sci(r['D'].min())} to {_sci(r['D'].max())} tokens; "
+                                      f"{r['N'].nunique()} sizes, {fitview.group_budgets(r['C'].to_numpy(float)).__len__()} budgets")))
+    data_line, hw_line = _data_and_hardware(r)
+    rows.append(("data", e(data_line)))
+    rows.append(("hardware", e(hw_line)))
+    inner = _kv(rows)
+    inner += _headline(data)
+    plan = info.get("plan")
+    if plan:
+        text = plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str)
+        inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
+    return _section("summary", "Summary", inner)
+
+
+def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
+    specs = [s for s in (_spec(x) for x in r["spec"]) if s]
+    if not specs:
+        return "–", "–"
+    d = specs[0].get("data") or {}
+    parts = [f"source {d.get('source', '?')}"]
+    if d.get("path"):
+        parts.append(f"path {d['path']}")
+    if d.get("fingerprint"):
+        parts.append(f"fingerprint {str(d['fingerprint'])[:16]}")
+    if d.get("unique_tokens"):
+        parts.append(f"{_sci(d['unique_tokens'])} unique tokens")
+    m = specs[0].get("model") or {}
+    if m:
+        parts.append(f"vocabulary {m.get('vocab_size', '?')}, context {m.get('context', '?')}")
+    precisions = sorted({str(s.get("precision", "?")) for s in specs})
+    ex = [s.get("execution") or {} for s in specs]
+    devices = sorted({str(x.get("device", "auto")) for x in ex})
+    workers = sorted({int(x.get("workers", 1)) for x in ex})
+    strategies = sorted({str(x.get("strategy", "auto")) for x in ex})
+    hosts = sorted({str(h) for h in r["host"].dropna()}) if "host" in r else []
+    hw = (f"device {'/'.join(devices)}, {'/'.join(map(str, workers))} worker(s) per run, strategy "
+          f"{'/'.join(strategies)}, precision {'/'.join(precisions)}")
+    if hosts:
+        hw += f"; hosts: {', '.join(hosts[:8])}" + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+    return "; ".join(parts), hw
+
+
+def _spec(x: Any) -> dict:
+    if isinstance(x, dict):
+        return x
+    if isinstance(x, str) and x.startswith("{"):
+        try:
+            return json.loads(x)
+        except ValueError:
+            return {}
+    return {}
+
+
+def next_budget(data: ReportData) -> float | None:
+    """The budget the headline recommends for: ten times the largest completed run's C."""
+    done = data.completed
+    if done.empty:
+        return None
+    return float(done["C"].max()) * NEXT_BUDGET_FACTOR
+
+
+def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
+    """Each fitted method's N*, D* and loss at ``target`` with their 95% intervals."""
+    rows = []
+    for method, law in data.fits.items():
+        view = fitview.frontier(method, law)
+        if view is None:
+            continue
+        try:
+            iv = law.optimal_interval(target) if hasattr(law, "optimal_interval") else None
+        except Exception:
+            iv = None
+        if iv is None:
+            cur = view.curve(np.array([target]))
+            iv = {k: {"value": float(cur[k][0]), "lo": math.nan, "hi": math.nan} for k in ("N", "D", "loss")}
+        rows.append({"method": method, "label": view.label, **iv})
+    return rows
+
+
+def _interval(d: dict[str, float], digits: int = 3) -> str:
+    v = _num(d.get("value"), digits)
+    lo, hi = d.get("lo"), d.get("hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return v
+    return f"{v} <span class=\"ci\">[{_num(lo, digits)}, {_num(hi, digits)}]</span>"
+
+
+def _headline(data: ReportData) -> str:
+    target = next_budget(data)
+    if target is None:
+        return _missing("No recommendation: no run has completed yet.")
+    recs = recommendations(data, target)
+    if not recs:
+        return _missing(f"No recommendation for the next budget (C = {_sci(target)} FLOPs): no law could be fitted.")
+    best = next((r for r in recs if fitview.kind_of(r["method"], None) == "approach3"), recs[0])
+    head = (f'<div class="headline"><strong>Next budget C = {_sci(target)} FLOPs</strong> '
+            f"(10× the largest run): {e(best['label'])} recommends N* = {_interval(best['N'])}, "
+            f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
+            f"(95% bootstrap intervals in brackets).</div>")
+    rows = "".join(
+        f"<tr><td>{e(r['label'])}</td><td class=\"num\">{_interval(r['N'])}</td>"
+        f"<td class=\"num\">{_interval(r['D'])}</td><td class=\"num\">{_num(r['D']['value'] / r['N']['value'] if r['N']['value'] else math.nan)}</td>"
+        f"<td class=\"num\">{_interval(r['loss'], 4)}</td></tr>"
+        for r in recs
+    )
+    table = ('<table id="recommendations"><thead><tr><th>method</th><th class="num">N*</th><th class="num">D*</th>'
+             f'<th class="num">D*/N*</th><th class="num">loss</th></tr></thead><tbody>{rows}</tbody></table>')
+    ns = [r["N"]["value"] for r in recs if r["N"]["value"] and math.isfinite(r["N"]["value"])]
+    spread = ""
+    if len(ns) > 1:
+        spread = f"<p>The methods' N* span a factor of {max(ns) / min(ns):.2g}.</p>"
+    return head + table + spread
+
+
+# -- runs table -------------------------------------------------------------------------------
+def _runs_table(data: ReportData) -> str:
+    r = data.runs
+    if r.empty:
+        return _section("runs", "Runs", _missing("The sweep has no runs."))
+    ev = data.event_counts()
+    from scaling.trainer import names
+
+    cols = ["run", "name", "tags", "N", "shape", "D", "C", "D/N", "final train loss", "final eval loss",
+            "status", "attempts", "spikes", "rollbacks", "retries"]
+    numeric = {"N", "D", "C", "D/N", "final train loss", "final eval loss", "attempts", "spikes", "rollbacks", "retries"}
+    head = "".join(f'<th class="num">{e(c)}</th>' if c in numeric else f"<th>{e(c)}</th>" for c in cols)
+    body = []
+    for _, row in r.iterrows():
+        key = row["run_key"]
+        counts = ev.loc[key] if key in ev.index else None
+        spikes = int(counts[names.LOSS_SPIKE]) if counts is not None else 0
+        rollbacks = int(counts[names.ROLLBACK]) if counts is not None else 0
+        retries = int(counts[names.RETRY]) if counts is not None else 0
+        attempts = row["attempts"]
+        cells = [
+            f"<td><code>{e(key)}</code></td>",
+            f"<td>{e(row['name'])}</td>",
+            f"<td>{e(row['tags'])}</td>",
+            _numcell(row["N"]), f"<td>{e(row['shape'])}</td>", _numcell(row["D"]), _numcell(row["C"]),
+            _numcell(row["tokens_per_param"]), _numcell(row["final_train_loss"], 4), _numcell(row["final_loss"], 4),
+            f'<td class="status-{e(row["status"])}">{e(row["status"])}</td>',
+            _numcell(attempts, 3), _numcell(spikes), _numcell(rollbacks), _numcell(retries),
+        ]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    table = (f'<div class="table-wrap"><table class="sortable" id="runs-table"><thead><tr>{head}</tr></thead>'
+             f'<tbody>{"".join(body)}</tbody></table></div>')
+    return _section("runs", "Runs", "<p>Click a column to sort.</p>" + table)
+
+
+def _numcell(x: Any, digits: int = 3) -> str:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return '<td class="num" data-v="">–</td>'
+    if not math.isfinite(f):
+        return '<td class="num" data-v="">–</td>'
+    return f'<td class="num" data-v="{f!r}">{_num(f, digits)}</td>'
+
+
+# -- figures sections -------------------------------------------------------------------------
+def _curves(data: ReportData, page: _Page) -> str:
+    if data.curves is None or data.curves.empty:
+        return _section("curves", "Training curves", _missing("No loss curves recorded yet."))
+    env = _envelope(data)
+    inner = page.figure("loss-tokens", F.loss_curves(data.curves, data.runs, x="tokens"))
+    inner += page.figure("loss-flops", F.loss_curves(data.curves, data.runs, x="flops", envelope=env))
+    inner += (f"<p>Curves are thinned for display to about {int(data.curves.groupby(['run_key', 'name']).size().max())} "
+              "log-spaced points each, always keeping each curve's minimum. The dashed black line is the "
+              "approach-1 envelope: the lowest loss any run reached within each FLOP budget.</p>")
+    return _section("curves", "Training curves", inner)
+
+
+def _envelope(data: ReportData) -> pd.DataFrame:
+    """Approach 1's envelope: the stored one when the fit kept it, else drawn from the curves."""
+    law = data.fits.get("approach1")
+    stored = fitview.plot_info(law).get("envelope") if law is not None else None
+    if stored:
+        env = pd.DataFrame(stored)
+        cols = {c.lower(): c for c in env.columns}
+        if ("flops" in cols or "c" in cols) and "loss" in cols:
+            return pd.DataFrame({"flops": env[cols.get("flops") or cols["c"]].astype(float), "loss": env[cols["loss"]].astype(float)})
+    return F.loss_envelope(data.curves)
+
+
+def _isoflop(data: ReportData, page: _Page) -> str:
+    inner = page.figure("isoflop", F.isoflop_profiles(data.runs, data.fits.get("approach2")))
+    if "approach2" not in data.fits:
+        inner += _missing("Approach 2 is not fitted, so no parabolas are drawn.")
+    else:
+        flagged = [s for s in fitview._fitted_slices(data.fits["approach2"]) if s["flagged"]]
+        if flagged:
+            inner += _missing("Flagged and left out of the fit (lowest loss at the edge of the sampled sizes): "
+                              + ", ".join(f"C = {_sci(s['C'])}" for s in flagged))
+    return _section("isoflop", "IsoFLOP profiles", inner)
+
+
+def _frontiers(data: ReportData, page: _Page) -> str:
+    target = next_budget(data)
+    inner = page.figure("frontiers", F.frontiers(data.fits, runs=data.completed, target=target))
+    inner += _exponents(data)
+    return _section("frontiers", "Frontiers", inner)
+
+
+def _exponents(data: ReportData) -> str:
+    rows = []
+    for method, law in data.fits.items():
+        try:
+            ivs = law.intervals()
+        except Exception:
+            continue
+        cells = ", ".join(f"{e(k)} = {_interval(v, 4)}" for k, v in ivs.items() if isinstance(v, dict))
+        rows.append(f"<tr><td>{e(fitview.label_of(method, law))}</td><td>{cells}</td></tr>")
+    if not rows:
+        return ""
+    return ('<h3>Fitted parameters (95% bootstrap intervals)</h3><table id="parameters"><thead><tr><th>method</th>'
+            f"<th>parameters</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _parametric(data: ReportData, page: _Page) -> str:
+    law = data.fits.get("approach3")
+    inner = ""
+    if law is None:
+        inner += _missing("Approach 3 (parametric L(N, D)) is not fitted, so there is no contour.")
+    else:
+        inner += page.figure("contour", F.parametric_contour(law, data.completed))
+    inner += page.figure("residuals", F.residuals(data.fits, data.runs))
+    inner += page.figure("backtest", F.backtest(fitview.backtest_frame(data.fits)))
+    return _section("parametric", "Parametric fit", inner)
+
+
+def _health(data: ReportData, page: _Page) -> str:
+    r = data.runs
+    failed = r[r["status"].isin(["failed", "interrupted"]) | r["error"].notna() & (r["error"].astype(str) != "")]
+    if failed.empty:
+        inner = "<p>No run failed.</p>"
+    else:
+        rows = "".join(
+            f"<tr><td><code>{e(x['run_key'])}</code></td><td>{e(x['name'])}</td><td class=\"status-{e(x['status'])}\">"
+            f"{e(x['status'])}</td><td class=\"num\">{_num(x['attempts'])}</td><td class=\"error\">{e(x['error'] or '')}</td></tr>"
+            for _, x in failed.iterrows()
+        )
+        inner = ('<h3>Failures</h3><table id="failures"><thead><tr><th>run</th><th>name</th><th>status</th>'
+                 f'<th class="num">attempts</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>')
+    inner += page.figure("events", F.run_events(data.events, r))
+    inner += page.figure("throughput", F.throughput(data.perf, r))
+    return _section("health", "Run health", inner)
