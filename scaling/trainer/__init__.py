@@ -1,1 +1,75 @@
-"""Train one run: model, data, loop. ``train(spec, store_url, run_dir)`` is the entry point."""
+"""Train one run: model, data, loop. ``train(spec, store_url, run_dir)`` is the entry point.
+
+Importing this package is light (no torch): ``names`` and ``spec`` are used by torch-free
+parts (fitting, reports, the orchestrator's planning), and ``train`` imports the loop lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from scaling.trainer.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one call of :func:`train` achieved.
+
+    ``final_train_loss`` is the mean over the last few steps (one step's loss is noisy);
+    ``final_eval_loss`` the held-out loss at the last step (the fits use it).
+    """
+
+    key: str
+    status: str  # "completed"
+    steps: int
+    tokens: int
+    flops: float
+    final_train_loss: Optional[float]
+    final_eval_loss: Optional[float]
+    rollbacks: int = 0
+    overflow_skips: int = 0
+    epochs: float = 0.0
+    resumed_from: Optional[int] = None  # the step a checkpoint resumed from, if any
+    run_dir: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def train(
+    spec: "RunSpec | dict[str, Any]",
+    store_url: Optional[str],
+    run_dir: str | Path,
+    *,
+    attempt: Optional[int] = None,
+    report: Optional[Callable[[int, dict[str, Any], Optional[str]], None]] = None,
+) -> TrainResult:
+    """Train ``spec`` into ``run_dir``, writing metrics and events to ``store_url`` (rank 0).
+
+    It resumes from the latest checkpoint in ``run_dir`` if there is one. It does not claim or
+    finish the run in the database (the caller does: the orchestrator, or ``scaling train``).
+
+    Parameters
+    ----------
+    spec: the run (a RunSpec, or its dict form).
+    store_url: database URL, or None to train without recording (benchmarks).
+    run_dir: where checkpoints go; the same folder on every attempt.
+    attempt: the database's attempt number (1 on the first), for attempt-aware injected faults.
+    report: called as ``report(step, metrics, checkpoint_dir)`` at every evaluation and
+        checkpoint, on every rank (the Ray Train adapter calls ``ray.train.report`` there).
+
+    Raises
+    ------
+    TrainingError: the run kept spiking past ``spike.max_rollbacks``.
+    SpecError: the data does not match the spec (fingerprint, vocabulary, size).
+    """
+    from scaling.trainer.loop import run
+    from scaling.trainer.spec import RunSpec
+
+    if not isinstance(spec, RunSpec):
+        spec = RunSpec.from_dict(spec)
+    return run(spec, store_url, run_dir, attempt=attempt, report=report)
+
+
+__all__ = ["TrainResult", "train"]

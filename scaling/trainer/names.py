@@ -36,6 +36,7 @@ STALE_RECOVERED = "stale_recovered"
 OVERFLOW_SKIP = "overflow_skip"  # fp16: non-finite gradients, step skipped, scale lowered
 FAILURE = "failure"
 INTERRUPTED = "interrupted"
+DATA = "data"  # the corpus a run trained on: fingerprint, unique_tokens (U), sizes, device
 
 EVENTS: tuple[str, ...] = (
     LOSS_SPIKE,
@@ -46,4 +47,5 @@ EVENTS: tuple[str, ...] = (
     OVERFLOW_SKIP,
     FAILURE,
     INTERRUPTED,
+    DATA,
 )

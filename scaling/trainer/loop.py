@@ -1,0 +1,426 @@
+"""The training loop of one run: the standard recipe, spike protection, checkpoints, metrics.
+
+One optimizer step consumes one global batch (``spec.batch_tokens``): each rank takes its
+contiguous share of the batch's sequences (``data.Batches.shard``) and accumulates gradients
+over micro-batches of that share, each micro-batch's mean loss divided by the number of
+micro-batches, so with gradients averaged over ranks the update equals the single-process one.
+
+Per step: LR from :func:`scaling.trainer.optim.lr_at`; forward under autocast; loss in FP32;
+backward (scaled for fp16); the loss averaged over the global batch is checked for a spike
+*before* the update; unscale, clip by global norm, step (skipped on non-finite gradients).
+A spike (non-finite, or above ``spike.factor`` times the mean of the last ``spike.window``
+accepted steps) rolls back to the last checkpoint and skips every batch from the checkpoint's
+cursor through the spiking one (PaLM, Chowdhery et al. 2022, Sec. 5.1, restarted ~100 steps
+before a spike and skipped the batches around it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from scaling.errors import SpecError, TrainingError
+from scaling.trainer import TrainResult, checkpoint, faults, names
+from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
+from scaling.trainer.mfu import mfu, peak_flops
+from scaling.trainer.model import build_model
+from scaling.trainer.optim import lr_at, param_groups
+from scaling.trainer.precision import autocast, uses_loss_scaling
+from scaling.trainer.recorder import Recorder
+from scaling.trainer.runtime import Runtime, Single
+from scaling.trainer.spec import RunSpec
+
+ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
+
+#: Ratio-based spike detection waits for this many accepted steps (or the whole window).
+MIN_SPIKE_HISTORY = 10
+#: The final train loss is the mean over this many last steps (one step's loss is noisy).
+FINAL_TRAIN_STEPS = 10
+
+
+def micro_batch_size(per_rank: int, requested: int | None) -> int:
+    """The largest divisor of the rank's share not above ``requested`` (equal micro-batches keep
+    every micro-batch's mean loss equally weighted)."""
+    if requested is None or requested >= per_rank:
+        return per_rank
+    return max(d for d in range(1, requested + 1) if per_rank % d == 0)
+
+
+def open_store(url: str) -> Any:
+    from scaling.db import Store
+
+    return Store(url)
+
+
+class Trainer:
+    """Trains one :class:`RunSpec` into ``run_dir`` (see :func:`scaling.trainer.train`)."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        store_url: Optional[str],
+        run_dir: str | Path,
+        *,
+        attempt: Optional[int] = None,
+        report: Optional[ReportFn] = None,
+        store: Any = None,
+    ) -> None:
+        self.spec = spec
+        self.key = spec.key  # the key the caller registered (even if data was resolved later)
+        self.run_dir = Path(run_dir)
+        self.attempt = attempt or 1
+        self.report = report
+        ex = spec.execution
+        torch.set_num_threads(ex.threads)
+        self.rt = Runtime.current(ex.device)
+
+        # Data.
+        self.corpus = load_corpus(spec.data)
+        check_corpus(spec, self.corpus)
+        self.batches = Batches(self.corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
+        self.first, per_rank = self.batches.shard(0, self.rt.rank, self.rt.world_size)
+        self.micro = micro_batch_size(per_rank, ex.micro_batch_size)
+        self.n_micro = per_rank // self.micro
+        self.eval_rows = eval_windows(self.corpus, spec.model.context, spec.eval_tokens)
+        self.total_steps = spec.steps
+        self.tokens_per_step = spec.sequences_per_batch * spec.model.context
+
+        # Model, parallelism, optimizer, scaler.
+        model = build_model(spec.shape, spec.seed).to(self.rt.device)
+        if self.rt.distributed:
+            from scaling.trainer.parallel import parallelize
+
+            self.par: Any = parallelize(model, spec, None)
+        else:
+            model.activation_checkpointing = ex.activation_checkpointing
+            self.par = Single(model)
+        if ex.compile:
+            self.par.module = torch.compile(self.par.module)
+        opt = spec.optimizer
+        fused = self.rt.device.type == "cuda" and not self.rt.distributed
+        self.optimizer = self.par.build_optimizer(
+            param_groups(self.par.model, opt.weight_decay),
+            lr=opt.lr,
+            betas=(opt.beta1, opt.beta2),
+            eps=opt.eps,
+            **({"fused": True} if fused else {}),
+        )
+        self.fp16 = uses_loss_scaling(spec.precision)
+        self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
+
+        # Loop state (all of it goes into checkpoints).
+        self.step = 0
+        self.cursor = 0
+        self.lr_scale = 1.0
+        self.rollbacks = 0
+        self.overflow_skips = 0
+        self.window: deque[float] = deque(maxlen=spec.spike.window)
+        self.recent: deque[float] = deque(maxlen=FINAL_TRAIN_STEPS)
+        self.last_eval: Optional[float] = None
+        self.resumed_from: Optional[int] = None
+
+        # Accounting and logging.
+        self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
+        self.peak = peak_flops(self.rt.device, spec.precision, ex.threads)
+        if store is None and store_url and self.rt.is_main:
+            store = open_store(store_url)
+        self.rec = Recorder(store if self.rt.is_main else None, self.key, spec.flops_per_token)
+        self._timer_tokens = 0
+        self._timer_seconds = 0.0
+
+    # -- state ------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "cursor": self.cursor,
+            "lr_scale": self.lr_scale,
+            "rollbacks": self.rollbacks,
+            "overflow_skips": self.overflow_skips,
+            "window": torch.tensor(list(self.window), dtype=torch.float64),
+            "recent": torch.tensor(list(self.recent), dtype=torch.float64),
+            "last_eval": self.last_eval,
+        }
+
+    def _save(self) -> Path:
+        path = checkpoint.save(
+            self.run_dir,
+            self.step,
+            model=self.par.model,
+            optimizer=self.optimizer,
+            scaler=self.scaler,
+            meta=self._meta(),
+            keep=self.spec.execution.keep_checkpoints,
+            rt=self.rt,
+        )
+        return path
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        meta = checkpoint.load(path, model=self.par.model, optimizer=self.optimizer, scaler=self.scaler, rt=self.rt)
+        if meta.get("key") != self.key:
+            raise SpecError(f"{path}: checkpoint of run {meta.get('key')}, not {self.key} (wrong run_dir?)")
+        self.step = int(meta["step"])
+        self.cursor = int(meta["cursor"])
+        self.window.clear()
+        self.window.extend(meta["window"].tolist())
+        self.recent.clear()
+        self.recent.extend(meta["recent"].tolist())
+        self.last_eval = meta.get("last_eval")
+        return meta
+
+    # -- one step -----------------------------------------------------------------------------
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor, logit_scale: float = 1.0) -> torch.Tensor:
+        logits = logits.float()
+        if logit_scale != 1.0:
+            logits = logits * logit_scale
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    def _forward_backward(self) -> torch.Tensor:
+        """Accumulate this rank's share of the batch at ``self.cursor``; return its mean loss."""
+        spec, dev = self.spec, self.rt.device
+        loss_sum = torch.zeros((), device=dev)
+        poisoned = self.cursor in spec.faults.poison_steps
+        for m in range(self.n_micro):
+            x, y = self.batches.get(self.cursor, self.first + m * self.micro, self.micro)
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            scale = 1.0
+            if poisoned:
+                y, scale = faults.poison(y, spec.model.vocab_size, spec.seed, self.cursor)
+            last = m == self.n_micro - 1
+            with self.par.no_sync(not last), autocast(spec.precision, dev):
+                loss = self._loss(self.par.module(x), y, scale)
+            # Each micro-batch holds the same number of tokens: the mean of means is the mean.
+            self.scaler.scale(loss / self.n_micro).backward()
+            loss_sum += loss.detach()
+        return loss_sum / self.n_micro
+
+    def _is_spike(self, loss: float) -> bool:
+        if not math.isfinite(loss):
+            return True
+        sp = self.spec.spike
+        if not sp.enabled or len(self.window) < min(MIN_SPIKE_HISTORY, sp.window):
+            return False
+        return loss > sp.factor * (sum(self.window) / len(self.window))
+
+    def _train_step(self) -> None:
+        spec = self.spec
+        faults.at_step_start(spec.faults, self.step, self.attempt, self.rt)
+        start = time.perf_counter()
+        lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss = self.rt.mean(self._forward_backward()).item()
+
+        if self._is_spike(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            if not spec.spike.enabled:
+                raise TrainingError(f"run {self.key}: non-finite loss at step {self.step} (spike protection off)")
+            self._rollback(loss)
+            return
+
+        if self.step in spec.faults.overflow_steps:
+            faults.overflow(self.par.model)
+        self.scaler.unscale_(self.optimizer)
+        norm = float(self.par.clip_grad_norm(spec.grad_clip))
+        scale_before = self.scaler.get_scale() if self.fp16 else None
+        if self.fp16:
+            self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < scale_before
+        else:
+            skipped = not math.isfinite(norm)
+            if not skipped:
+                self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if skipped:
+            self.overflow_skips += 1
+            detail = {"grad_norm": norm if math.isfinite(norm) else str(norm), "cursor": self.cursor}
+            if self.fp16:
+                detail.update(scale_before=scale_before, scale_after=self.scaler.get_scale())
+            self.rec.event(self.step + 1, names.OVERFLOW_SKIP, detail)
+
+        self.step += 1
+        self.cursor += 1
+        self.window.append(loss)
+        self.recent.append(loss)
+        if self.rt.device.type == "cuda":
+            torch.cuda.synchronize()
+        self._timer_seconds += time.perf_counter() - start
+        self._timer_tokens += self.tokens_per_step
+        if self.step % spec.execution.log_interval == 0 or self.step == self.total_steps:
+            self._log_step(loss, lr, norm)
+
+    def _log_step(self, loss: float, lr: float, norm: float) -> None:
+        step, tokens = self.step, self.step * self.tokens_per_step
+        rec = self.rec
+        rec.metric(step, tokens, names.TRAIN_LOSS, loss)
+        rec.metric(step, tokens, names.LEARNING_RATE, lr)
+        rec.metric(step, tokens, names.GRAD_NORM, norm)
+        if self.fp16:
+            rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
+        rec.metric(step, tokens, names.EPOCH, self.batches.epoch(self.cursor))
+        if self._timer_seconds > 0:
+            tps = self._timer_tokens / self._timer_seconds
+            rec.metric(step, tokens, names.TOKENS_PER_SECOND, tps)
+            util = mfu(tps, self.model_flops_per_token, self.peak, self.rt.world_size)
+            if util is not None:
+                rec.metric(step, tokens, names.MFU, util)
+        self._timer_seconds, self._timer_tokens = 0.0, 0
+
+    def _rollback(self, loss: float) -> None:
+        sp = self.spec.spike
+        mean = sum(self.window) / len(self.window) if self.window else float("nan")
+        spike_cursor = self.cursor
+        detail = {"loss": loss if math.isfinite(loss) else str(loss), "window_mean": mean, "cursor": spike_cursor}
+        self.rec.event(self.step, names.LOSS_SPIKE, detail)
+        if self.rollbacks >= sp.max_rollbacks:
+            raise TrainingError(
+                f"run {self.key} kept spiking: loss {loss:.4g} at step {self.step} after {self.rollbacks} "
+                f"rollbacks (spike.max_rollbacks={sp.max_rollbacks})"
+            )
+        path = checkpoint.latest(self.run_dir)
+        if path is None:  # cannot happen: a checkpoint is written before the first step
+            raise TrainingError(f"run {self.key}: loss spike at step {self.step} with no checkpoint to roll back to")
+        spike_step, rollbacks, skips, lr_scale = self.step, self.rollbacks, self.overflow_skips, self.lr_scale
+        meta = self._load(path)
+        # The counters and the LR scale belong to the run's history, not to the checkpoint.
+        self.rollbacks, self.overflow_skips = rollbacks + 1, skips
+        self.lr_scale = lr_scale * sp.lr_scale_on_rollback
+        skipped = (int(meta["cursor"]), spike_cursor)
+        self.cursor = spike_cursor + 1
+        self.rec.event(
+            self.step,
+            names.ROLLBACK,
+            {
+                "from_step": spike_step,
+                "to_step": self.step,
+                "checkpoint": path.name,
+                "skipped_cursors": list(skipped),
+                "lr_scale": self.lr_scale,
+                "rollbacks": self.rollbacks,
+            },
+        )
+
+    # -- evaluation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss on the fixed held-out windows; ranks split them and sum (equal forward
+        counts on every rank, padding with zero-weight windows, as sharded models need)."""
+        rows, world, rank = self.eval_rows, self.rt.world_size, self.rt.rank
+        n = len(rows)
+        per = math.ceil(n / world)
+        idx = [rank + k * world for k in range(per)]
+        weight = torch.tensor([1.0 if i < n else 0.0 for i in idx], device=self.rt.device)
+        idx = [i if i < n else 0 for i in idx]
+        total = torch.zeros((), dtype=torch.float64, device=self.rt.device)
+        count = torch.zeros((), dtype=torch.float64, device=self.rt.device)
+        module = self.par.module
+        module.eval()
+        try:
+            for s in range(0, per, self.micro):
+                chunk = rows[idx[s : s + self.micro]].to(self.rt.device)
+                w = weight[s : s + self.micro]
+                with autocast(self.spec.precision, self.rt.device):
+                    logits = module(chunk[:, :-1])
+                loss = F.cross_entropy(
+                    logits.float().reshape(-1, logits.size(-1)), chunk[:, 1:].reshape(-1), reduction="none"
+                ).view(chunk.size(0), -1)
+                total += (loss.sum(dim=1) * w).sum().double()
+                count += w.sum().double() * loss.size(1)
+        finally:
+            module.train()
+        total, count = self.rt.sum(total), self.rt.sum(count)
+        return float(total / count)
+
+    # -- the run ------------------------------------------------------------------------------
+    def _start(self) -> None:
+        path = checkpoint.latest(self.run_dir)
+        if path is not None:
+            self._load(path)
+            self.resumed_from = self.step
+            self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
+        else:
+            self._save()  # step 0: the state a spike before the first checkpoint rolls back to
+        detail = {**self.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
+                  "micro_batch": self.micro, "device": str(self.rt.device), "peak_flops": self.peak}
+        self.rec.event(self.step, names.DATA, detail)
+
+    def _after_step(self) -> None:
+        ex = self.spec.execution
+        step, end = self.step, self.step == self.total_steps
+        evaluated = saved = None
+        if step % ex.eval_interval == 0 or end:
+            self.last_eval = evaluated = self.evaluate()
+            self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
+        if step % ex.checkpoint_interval == 0 or end:
+            saved = self._save()
+        if evaluated is not None or saved is not None:
+            self.rec.flush()
+            if self.report is not None:
+                metrics = {"step": step, "tokens": step * self.tokens_per_step, "train_loss": self.window[-1]}
+                if evaluated is not None:
+                    metrics["eval_loss"] = evaluated
+                self.report(step, metrics, str(saved) if saved is not None else None)
+
+    def fit(self) -> TrainResult:
+        try:
+            self._start()
+            self.par.module.train()
+            while self.step < self.total_steps:
+                before = self.step
+                self._train_step()
+                if self.step > before:
+                    self._after_step()
+            if self.last_eval is None:  # resumed from the final checkpoint of a finished run
+                self.last_eval = self.evaluate()
+            self.rec.flush()
+        except KeyboardInterrupt:
+            self._record_end(names.INTERRUPTED, {"step": self.step})
+            raise
+        except Exception as exc:
+            self._record_end(names.FAILURE, {"error": str(exc), "type": type(exc).__name__})
+            raise
+        return self.result()
+
+    def _record_end(self, kind: str, detail: dict[str, Any]) -> None:
+        try:
+            self.rec.flush()
+            self.rec.event(self.step, kind, detail)
+        except Exception:  # the database may be the thing that failed; keep the first error
+            pass
+
+    def result(self) -> TrainResult:
+        tokens = self.step * self.tokens_per_step
+        return TrainResult(
+            key=self.key,
+            status="completed" if self.step >= self.total_steps else "incomplete",
+            steps=self.step,
+            tokens=tokens,
+            flops=tokens * self.spec.flops_per_token,
+            final_train_loss=sum(self.recent) / len(self.recent) if self.recent else None,
+            final_eval_loss=self.last_eval,
+            rollbacks=self.rollbacks,
+            overflow_skips=self.overflow_skips,
+            epochs=self.batches.epoch(self.cursor),
+            resumed_from=self.resumed_from,
+            run_dir=str(self.run_dir),
+            data=self.corpus.describe(),
+        )
+
+
+def run(
+    spec: RunSpec,
+    store_url: Optional[str],
+    run_dir: str | Path,
+    *,
+    attempt: Optional[int] = None,
+    report: Optional[ReportFn] = None,
+) -> TrainResult:
+    """Train ``spec`` (see :func:`scaling.trainer.train`)."""
+    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report).fit()

@@ -1,0 +1,103 @@
+"""Model FLOPs utilization: achieved model FLOPs per second over the device's peak.
+
+The model FLOPs per token come from :mod:`scaling.accounting` (Chinchilla's count with
+attention and the output layer, times 3 for forward + backward; PaLM's MFU, Chowdhery et al.
+2022, App. B, counts the same terms). Peaks: ``$SCALING_PEAK_FLOPS`` when set (FLOP/s per
+device); a table of dense tensor-core peaks for known GPUs; for the CPU a peak measured once by
+a matmul probe at the run's thread count and dtype, cached in
+``$SCALING_CACHE_DIR`` (default ``~/.cache/scaling``)/``peak_flops.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+#: Dense peak FLOP/s by GPU name fragment (vendor data sheets, SXM parts, no sparsity).
+GPU_PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12},
+    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SCALING_CACHE_DIR", Path.home() / ".cache" / "scaling"))
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def probe_cpu_flops(dtype: torch.dtype, threads: int, seconds: float = 0.3) -> float:
+    """Best matmul FLOP/s over a few sizes at ``threads`` threads: the CPU's practical peak."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    best = 0.0
+    try:
+        for n in (256, 512, 1024):
+            a = torch.randn(n, n).to(dtype)
+            b = torch.randn(n, n).to(dtype)
+            torch.mm(a, b)  # warm up
+            iters, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds / 3:
+                torch.mm(a, b)
+                iters += 1
+            best = max(best, 2.0 * n**3 * iters / elapsed)
+    finally:
+        torch.set_num_threads(previous)
+    return best
+
+
+def cpu_peak_flops(precision: str, threads: int) -> float:
+    """The probed CPU peak for the dtype the matmuls run in, measured once and cached."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    key = f"{_cpu_name()}|{dtype}|threads={threads}|torch={torch.__version__}"
+    path = cache_dir() / "peak_flops.json"
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key not in table:
+        table[key] = probe_cpu_flops(dtype, threads)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(table, indent=1))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an unwritable cache costs a probe next time, nothing else
+    return float(table[key])
+
+
+def peak_flops(device: torch.device, precision: str, threads: int = 1) -> float | None:
+    """Peak FLOP/s of one device for ``precision``; None for an unknown GPU."""
+    env = os.environ.get("SCALING_PEAK_FLOPS")
+    if env:
+        return float(env)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for fragment, peaks in GPU_PEAK_FLOPS.items():
+            if fragment in name:
+                return peaks[precision]
+        return None
+    return cpu_peak_flops(precision, threads)
+
+
+def mfu(tokens_per_s: float, model_flops_per_token: float, peak: float | None, devices: int = 1) -> float | None:
+    """Achieved / peak, with ``tokens_per_s`` summed over ``devices`` devices."""
+    if not peak:
+        return None
+    return tokens_per_s * model_flops_per_token / (peak * devices)

@@ -1,0 +1,68 @@
+"""AdamW's parameter groups and the learning rate at step t (the one place that computes it)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from scaling.trainer.spec import ScheduleSpec
+
+#: Parameter-name fragments of the embeddings (the tied output layer is the token embedding).
+EMBEDDING_NAMES: tuple[str, ...] = ("wte", "wpe")
+
+
+def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups: matrices decay; norms, biases and embeddings do not.
+
+    Decaying gains and biases only pulls them toward zero for no regularizing benefit, and the
+    embeddings are lookups (GPT-2/nanoGPT/Megatron practice). Names are matched by fragment so
+    wrappers' prefixes (``module.``, ``_orig_mod.``) do not matter.
+    """
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_embedding = any(part in EMBEDDING_NAMES for part in name.split("."))
+        (decay if p.ndim >= 2 and not is_embedding else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def warmup_steps(total_steps: int, schedule: "ScheduleSpec") -> int:
+    return int(round(schedule.warmup_fraction * total_steps))
+
+
+def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") -> float:
+    """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
+
+    - linear warmup over ``warmup_fraction`` of the steps, from peak/warmup to peak;
+    - ``cosine``: half a cosine from the peak to ``min_lr_ratio * peak`` at the last step
+      (Hoffmann et al. 2022 decay to 10% over the run's length);
+    - ``wsd`` (warmup-stable-decay, Hu et al. 2024): the peak until the final
+      ``decay_fraction`` of steps, then linear to the floor;
+    - ``constant``: the peak after warmup.
+    """
+    if total_steps < 1:
+        raise ValueError("total_steps must be positive")
+    floor = peak * schedule.min_lr_ratio
+    warm = warmup_steps(total_steps, schedule)
+    if step < warm:
+        return peak * (step + 1) / warm
+    if schedule.kind == "constant":
+        return peak
+    if schedule.kind == "cosine":
+        span = max(1, total_steps - 1 - warm)
+        progress = min(1.0, (step - warm) / span)
+        return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    # wsd
+    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
+    start = max(warm, total_steps - decay)
+    if step < start:
+        return peak
+    progress = min(1.0, (step - start + 1) / max(1, total_steps - start))
+    return peak + (floor - peak) * progress
