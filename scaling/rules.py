@@ -58,8 +58,8 @@ def parse_rule(text: str) -> ast.Expression:
 
 
 def _check_node(node: ast.AST) -> None:
-    if isinstance(node, (ast.Expression, ast.Load)):
-        return
+    if isinstance(node, (ast.Expression, ast.Load, ast.operator, ast.unaryop)):
+        return  # operators are checked by the BinOp/UnaryOp that holds them
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise RuleError(f"only numbers are allowed as literals, not {node.value!r}")

@@ -174,7 +174,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 )
                 raise ResourceError(
                     f"{_where(source, ('resources', 'device_memory_gib'))}: run N={shape.params(conv.params):,} "
-                    f"(grid.{b}.models.{m}, {shape.n_layer}x{shape.d_model}) needs {mem.total_gib:.1f} GiB per "
+                    f"(grid.{b}.models.{m}, {shape.n_layer}x{shape.d_model}) needs {mem.total_gib:.3g} GiB per "
                     f"worker with {tried} (micro-batch {plan.micro_batch(batch)}), more than the device's "
                     f"{r.device_memory_gib:g} GiB; use more workers, a smaller micro_batch_size or "
                     f"activation_checkpointing"
@@ -198,6 +198,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     spec = RunSpec.model_validate(fields)
                 except Exception as exc:  # pydantic ValidationError: a value the trainer refuses
                     detail = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+                    detail = detail.removeprefix("Value error, ")
                     raise PlanError(f"{_where(source, loc)}: {detail}") from None
                 if data_resolved is None and resolve:
                     try:

@@ -250,9 +250,22 @@ class Plan(_Strict):
         if not isinstance(data, dict):
             raise PlanError(f"{name}: a plan must be a mapping of fields (name, grid, ...)")
         try:
-            return cls.model_validate(data)
+            plan = cls.model_validate(data)
         except ValidationError as exc:
             raise _plan_error(exc, source, name) from None
+        plan._cross_checks(source, name)
+        return plan
+
+    def _cross_checks(self, source: Optional[YamlSource], name: str) -> None:
+        """Rules that span sections (pydantic validates each section alone)."""
+        if self.rules.batch_tokens is None and self.train.batch_tokens < self.model.context:
+            loc = ("train", "batch_tokens")
+            line = source.line(loc) if source is not None else None
+            where = f"{name}:{line}" if line else name
+            raise PlanError(
+                f"{where}: train.batch_tokens: {self.train.batch_tokens} is less than one sequence "
+                f"(model.context {self.model.context})"
+            )
 
     def suggest(self, N: float, D: float, C: float) -> dict:
         """What this plan would run for target N, D and C (see :func:`scaling.rules.suggest_run`)."""

@@ -121,6 +121,7 @@ class Scheduler:
         self._in_flight: dict[Any, RunState] = {}  # ObjectRef -> state
         self._remote_single: Any = None
         self._remote_multi: Any = None
+        self._reader: Any = None
 
     # -- public ----------------------------------------------------------------------------
     def run_dir(self, key: str) -> Path:
@@ -165,9 +166,9 @@ class Scheduler:
     # -- start ------------------------------------------------------------------------------
     def _prepare(self) -> None:
         """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
-        recovered = set(self.store.recover_stale(self.stale_after_s) or ())
+        recovered = set(self.store.recover_stale(self.stale_after_s, sweep=self.sweep) or ())
         for s in self.states:
-            row = self.store.run(s.key) or {}
+            row = self.store.run(s.key, sweep=self.sweep) or {}
             status = row.get("status")
             if status == "completed":
                 s.state, s.skipped = "completed", True
@@ -178,24 +179,13 @@ class Scheduler:
                 continue
             if status == "running" and s.key not in recovered:
                 if self._claimant_is_dead_here(row):
-                    self.store.finish(s.key, "interrupted", error="its orchestrator on this host died")
-                    self._event(s.key, 0, names.STALE_RECOVERED, f"claimant {row.get('host')} is gone")
+                    self.store.mark_interrupted([s.key], sweep=self.sweep, reason=f"claimant {row.get('host')} is gone")
                 else:
                     s.state = "waiting"  # someone else's live claim, or not stale yet
 
     def _earlier_failures(self, key: str) -> int:
-        try:
-            from scaling.db import connect
-
-            events = connect(self.store_url).events(run_keys=[key])
-        except Exception:  # an old database without events is not a reason to stop the sweep
-            return 0
-        if events is None or len(events) == 0:
-            return 0
-        failed = events[events["kind"] == names.FAILURE]
-        if "attempt" in failed.columns:
-            return int(failed["attempt"].nunique())
-        return len(failed)
+        events = self._results().events(sweep=self.sweep, run_keys=[key], kinds=[names.FAILURE])
+        return int(len(events))
 
     def _claimant_is_dead_here(self, row: dict) -> bool:
         """A run claimed by a process of this host that no longer exists can be recovered now."""
@@ -255,9 +245,9 @@ class Scheduler:
             used_gpu += need_gpu
 
     def _launch(self, s: RunState) -> bool:
-        attempt = self.store.claim(s.key, self.host)
+        attempt = self.store.claim(s.key, self.host, sweep=self.sweep, stale_after_s=self.stale_after_s)
         if attempt is None:
-            row = self.store.run(s.key) or {}
+            row = self.store.run(s.key, sweep=self.sweep) or {}
             if row.get("status") == "completed":
                 s.state, s.skipped = "completed", True
             else:
@@ -321,14 +311,16 @@ class Scheduler:
 
     # -- outcomes -------------------------------------------------------------------------------
     def _completed(self, s: RunState, result: Any) -> None:
-        row = self.store.run(s.key) or {}
+        row = self.store.run(s.key, sweep=self.sweep) or {}
         if row.get("status") != "completed":
             train_loss = eval_loss = None
             if isinstance(result, dict):
                 train_loss = result.get("final_train_loss")
                 eval_loss = result.get("final_eval_loss")
-            self.store.finish(s.key, "completed", final_train_loss=train_loss, final_eval_loss=eval_loss)
-            row = self.store.run(s.key) or row
+            self.store.finish(
+                s.key, "completed", final_train_loss=train_loss, final_eval_loss=eval_loss, sweep=self.sweep
+            )
+            row = self.store.run(s.key, sweep=self.sweep) or row
         s.state = "completed"
         s.eval_loss = row.get("final_eval_loss", s.eval_loss)
         s.step = s.steps
@@ -336,7 +328,7 @@ class Scheduler:
     def _failed(self, s: RunState, error: str) -> None:
         s.failures += 1
         s.error = error
-        self.store.finish(s.key, "failed", error=error)
+        self.store.finish(s.key, "failed", error=error, sweep=self.sweep)
         self._event(s.key, s.step, names.FAILURE, error, attempt=s.attempt)
         if s.failures <= self.retries:
             self._event(s.key, s.step, names.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
@@ -346,12 +338,12 @@ class Scheduler:
 
     def _lost(self, s: RunState, error: str) -> None:
         s.lost += 1
-        self.store.finish(s.key, "interrupted", error=error)
+        self.store.finish(s.key, "interrupted", error=error, sweep=self.sweep)
         self._event(s.key, s.step, names.INTERRUPTED, f"lost: {error}", attempt=s.attempt)
         if s.lost > MAX_LOST_ATTEMPTS:
             s.failures += 1
             s.error = f"lost {s.lost} times; last: {error}"
-            self.store.finish(s.key, "failed", error=s.error)
+            self.store.finish(s.key, "failed", error=s.error, sweep=self.sweep)
             s.state = "failed"
         else:
             s.state = "queued"  # resumes from its checkpoint wherever there is room
@@ -364,36 +356,31 @@ class Scheduler:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or its worker is gone: nothing to cancel
                 pass
-            self.store.finish(s.key, "interrupted", error=why)
-            self._event(s.key, s.step, names.INTERRUPTED, why, attempt=s.attempt)
             s.state = "interrupted"
+        self.store.mark_interrupted([s.key for s in self._in_flight.values()], sweep=self.sweep, reason=why)
         self._in_flight.clear()
 
     def _event(self, key: str, step: int, kind: str, detail: str, attempt: Optional[int] = None) -> None:
-        detail_obj: Any = {"message": detail, "attempt": attempt, "host": self.host}
-        try:
-            self.store.log_event(key, step, kind, detail_obj)
-        except TypeError:  # a store that takes the detail as text
-            self.store.log_event(key, step, kind, detail)
+        detail_obj = {"message": detail, "attempt": attempt, "host": self.host}
+        self.store.log_event(key, step, kind, detail_obj, sweep=self.sweep)
 
     # -- periodic -----------------------------------------------------------------------------
     def _heartbeats(self) -> None:
         for s in self._in_flight.values():
-            self.store.heartbeat(s.key)
+            self.store.heartbeat(s.key, sweep=self.sweep)
 
     def _recover_waiting(self) -> None:
         waiting = [s for s in self.states if s.state == "waiting"]
         if not waiting:
             return
-        recovered = set(self.store.recover_stale(self.stale_after_s) or ())
         for s in waiting:
-            row = self.store.run(s.key) or {}
+            row = self.store.run(s.key, sweep=self.sweep) or {}
             status = row.get("status")
             if status == "completed":
                 s.state, s.skipped = "completed", True
-            elif status != "running" or s.key in recovered or self._claimant_is_dead_here(row):
-                if status == "running":
-                    self.store.finish(s.key, "interrupted", error="its orchestrator on this host died")
+            elif status != "running" or self._claimant_is_dead_here(row):
+                s.state = "queued"  # claim() takes over a dead claimant's run (stale heartbeat)
+            elif self._heartbeat_age(row) > self.stale_after_s:
                 s.state = "queued"
 
     def _read_progress(self) -> None:
@@ -401,10 +388,8 @@ class Scheduler:
         if not running:
             return
         try:
-            from scaling.db import connect
-
-            df = connect(self.store_url).metrics(
-                run_keys=[s.key for s in running], names=[names.TRAIN_LOSS, names.EVAL_LOSS]
+            df = self._results().metrics(
+                run_keys=[s.key for s in running], names=[names.TRAIN_LOSS, names.EVAL_LOSS], sweep=self.sweep
             )
         except Exception:  # progress is cosmetic: a busy database must not stop the sweep
             return
@@ -422,6 +407,27 @@ class Scheduler:
             ev = mine[mine["name"] == names.EVAL_LOSS]
             if len(ev):
                 s.eval_loss = float(ev.loc[ev["step"].idxmax()]["value"])
+
+    def _results(self) -> Any:
+        """One read connection for the whole sweep (progress, earlier failures)."""
+        if self._reader is None:
+            from scaling.db import connect
+
+            self._reader = connect(self.store_url)
+        return self._reader
+
+    @staticmethod
+    def _heartbeat_age(row: dict) -> float:
+        from datetime import datetime, timezone
+
+        beat = row.get("heartbeat_at")
+        if beat is None:
+            return float("inf")
+        if isinstance(beat, str):
+            beat = datetime.fromisoformat(beat)
+        if beat.tzinfo is None:
+            beat = beat.replace(tzinfo=timezone.utc)
+        return (datetime.now(timezone.utc) - beat).total_seconds()
 
     def _notify(self) -> None:
         if self.on_update is not None:

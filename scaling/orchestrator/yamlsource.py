@@ -21,12 +21,19 @@ def _lines_of(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
         for key_node, value_node in node.value:
             key = key_node.value
             if isinstance(key_node, yaml.ScalarNode):
+                if path + (key,) in lines:  # PyYAML would silently keep the last one
+                    raise _Duplicate(key, path, key_node.start_mark.line + 1)
                 lines[path + (key,)] = key_node.start_mark.line + 1
                 _lines_of(value_node, path + (key,), lines)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[path + (i,)] = item.start_mark.line + 1
             _lines_of(item, path + (i,), lines)
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str, path: Path_, line: int) -> None:
+        self.key, self.path, self.line = key, path, line
 
 
 class YamlSource:
@@ -49,7 +56,11 @@ class YamlSource:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise PlanError(f"{where}: invalid YAML: {problem}") from None
         if node is not None:
-            _lines_of(node, (), self.lines)
+            try:
+                _lines_of(node, (), self.lines)
+            except _Duplicate as dup:
+                field = ".".join(str(p) for p in dup.path + (dup.key,))
+                raise PlanError(f"{name}:{dup.line}: {field}: duplicate key") from None
 
     @classmethod
     def from_path(cls, path: str | Path) -> "YamlSource":

@@ -1,0 +1,142 @@
+"""Malformed plans: one line naming the field (and line), exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scaling.cli import main
+
+GOOD = """\
+name: bad-plans
+data:
+  source: builtin
+model:
+  aspect_ratio: 16
+  head_size: 16
+  context: 64
+train:
+  precision: fp32
+  batch_tokens: 2048
+  optimizer: {lr: 3.0e-3}
+resources:
+  workers: 1
+grid:
+  - models: [6000, 30000]
+    compute: [1.0e+12]
+"""
+
+# (name, plan text, substrings the one error line must contain)
+CASES: list[tuple[str, str, list[str]]] = [
+    ("unknown top-level key", GOOD + "nmae: x\n", ["nmae", "unknown field", ":17:"]),
+    ("unknown nested key", GOOD.replace("{lr: 3.0e-3}", "{lerning_rate: 3.0e-3}"),
+     ["train.optimizer.lerning_rate", ":11:"]),
+    ("unknown key in a grid block", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    budget: 3"),
+     ["grid.0.budget", ":17:"]),
+    ("wrong type", GOOD.replace("batch_tokens: 2048", "batch_tokens: lots"), ["train.batch_tokens", ":10:"]),
+    ("negative model size", GOOD.replace("[6000, 30000]", "[-6000, 30000]"), ["grid.0.models.0", ":15:"]),
+    ("zero tokens", GOOD.replace("compute: [1.0e+12]", "tokens: [0]"), ["grid.0.tokens", "positive"]),
+    ("empty grid", GOOD.split("grid:")[0] + "grid: []\n", ["grid", "at least 1"]),
+    ("no grid at all", GOOD.split("grid:")[0], ["grid", "required"]),
+    ("empty models", GOOD.replace("[6000, 30000]", "[]"), ["grid.0.models", ":15:"]),
+    ("block without an axis", GOOD.replace("    compute: [1.0e+12]\n", ""), ["grid.0", "exactly one of"]),
+    ("two axes in a block", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    tokens: [1.0e+6]"),
+     ["grid.0", "exactly one of"]),
+    ("C too small for the smallest model", GOOD.replace("1.0e+12", "1.0e+6"),
+     ["grid.0.compute.0", "too small for the smallest model", ":16:"]),
+    ("unknown precision", GOOD.replace("precision: fp32", "precision: fp8"), ["train.precision", ":9:"]),
+    ("unknown strategy", GOOD.replace("workers: 1", "workers: 2\n  strategy: zero4"), ["resources.strategy"]),
+    ("strategy needing workers", GOOD.replace("workers: 1", "workers: 1\n  strategy: zero2"),
+     ["resources", "needs workers > 1"]),
+    ("infeasible memory", GOOD.replace("workers: 1", "workers: 1\n  device_memory_gib: 0.001"),
+     ["resources.device_memory_gib", "GiB", "0.001"]),
+    ("YAML syntax error", GOOD.replace("context: 64", "context: [64"), ["invalid YAML", "bad-plan.yaml:"]),
+    ("YAML tab indentation", GOOD.replace("  context: 64", "\tcontext: 64"), ["invalid YAML"]),
+    ("python object tag (unsafe YAML)", GOOD + "x: !!python/object/apply:os.system ['true']\n",
+     ["invalid YAML"]),
+    ("missing data path", GOOD.replace("source: builtin", "source: text\n  path: /nonexistent/*.txt"),
+     ["data", "no file matches"]),
+    ("data path missing for text", GOOD.replace("source: builtin", "source: text"), ["data", "path is required"]),
+    ("missing name", GOOD.replace("name: bad-plans\n", ""), ["name", "required"]),
+    ("bad name", GOOD.replace("name: bad-plans", "name: 'my sweep/x'"), ["name", "directory", ":1:"]),
+    ("unsafe rule", GOOD + "rules:\n  lr: \"__import__('os').system('true')\"\n", ["rules.lr", ":18:"]),
+    ("rule with an unknown name", GOOD + "rules:\n  lr: 'x * 2'\n", ["rules.lr", "unknown name 'x'"]),
+    ("rule with a negative value", GOOD + "rules:\n  lr: '-1e-3'\n", ["rules", "positive"]),
+    ("duplicate seeds", GOOD + "seeds: [1, 1]\n", ["seeds", "distinct", ":17:"]),
+    ("explicit D below one batch", GOOD.replace("compute: [1.0e+12]", "tokens: [1000]"),
+     ["grid.0.tokens.0", "less than one batch"]),
+    ("shape with heads not dividing width",
+     GOOD.replace("[6000, 30000]", "[{n_layer: 2, d_model: 30, n_head: 4}]"), ["grid.0.models.0", "multiple"]),
+    ("shape and N together", GOOD.replace("[6000, 30000]", "[{N: 5000, n_layer: 2, d_model: 32, n_head: 2}]"),
+     ["grid.0.models.0", "either N or a shape"]),
+    ("plan is a list", "- name: x\n", ["mapping"]),
+    ("negative retries", GOOD + "retries: -1\n", ["retries", ":17:"]),
+    ("unknown convention", GOOD + "conventions:\n  params: all\n", ["conventions.params", ":18:"]),
+    ("batch smaller than context", GOOD.replace("batch_tokens: 2048", "batch_tokens: 32"),
+     ["train.batch_tokens", ":10:", "one sequence"]),
+    ("duplicate key", GOOD.replace("  context: 64", "  context: 64\n  context: 128"), ["model.context", "duplicate"]),
+    ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
+     ["grid.0.compute.0", "bounds"]),
+]
+
+
+def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["scaling", *argv])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    return int(exc.value.code), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, text, expected", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("command", ["sweep", "plan"])
+def test_bad_plan(name: str, text: str, expected: list[str], command: str, tmp_path: Path,
+                  capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "bad-plan.yaml"
+    plan.write_text(text)
+    db = tmp_path / "should-not-exist.db"
+    argv = [command, str(plan)] + (["--db", f"sqlite:///{db}", "--no-fit", "--no-report"] if command == "sweep" else [])
+    code, err = _run_cli(argv, capsys, monkeypatch)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for part in expected:
+        assert part in lines[0], (part, lines[0])
+    assert not db.exists(), "a bad plan must not create or write the database"
+    assert not (tmp_path / "scaling_runs").exists()
+
+
+def test_at_least_twenty_cases() -> None:
+    assert len(CASES) >= 20
+
+
+def test_missing_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, err = _run_cli(["plan", str(tmp_path / "nope.yaml")], capsys, monkeypatch)
+    assert code == 2 and "plan file not found" in err
+
+
+def test_sqlite_refused_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(GOOD)
+    db = tmp_path / "x.db"
+    code, err = _run_cli(["sweep", str(plan), "--address", "10.0.0.1:6379", "--db", f"sqlite:///{db}"],
+                         capsys, monkeypatch)
+    assert code == 2
+    assert "SQLite" in err and "postgresql" in err
+    assert not db.exists()
+
+
+def test_real_process_exit_code(tmp_path: Path) -> None:
+    """The installed console script itself: exit 2 and a single line, no traceback."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(textwrap.dedent(GOOD).replace("precision: fp32", "precision: fp8"))
+    proc = subprocess.run([str(Path(sys.executable).parent / "scaling"), "plan", str(plan)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "train.precision" in proc.stderr
