@@ -1,0 +1,73 @@
+"""What Chinchilla approaches 1 and 2 share: power laws over per-budget optima.
+
+Both end with one point per FLOP budget C: the compute-optimal size N_opt(C), its loss L_opt(C)
+and the curvature of loss in log N around it. Over budgets, N_opt = k_N C^a (Hoffmann et al.
+2022, Sec. 3.1-3.2), D_opt = C / (k N_opt) = k_D C^b with b = 1 - a, and L_opt = k_L C^-alpha_L.
+Near the frontier a model of size N at C = k N D is predicted as
+L_opt(C) + curv * (log N - log N_opt(C))^2, the IsoFLOP parabola with the median curvature.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scaling.errors import FitError
+from scaling.fitting.base import Law, Params, fit_line
+
+
+def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least-squares (c2, c1, c0) of y = c2 x^2 + c1 x + c0, with x centred for conditioning."""
+    xm = x.mean()
+    c2, c1, c0 = np.polyfit(x - xm, y, 2)
+    # Undo the centring: c2 (x - xm)^2 + c1 (x - xm) + c0.
+    return np.array([c2, c1 - 2 * c2 * xm, c2 * xm * xm - c1 * xm + c0])
+
+
+def vertex(coef: np.ndarray) -> tuple[float, float]:
+    """(x, y) at the parabola's minimum."""
+    c2, c1, c0 = coef
+    x = -c1 / (2 * c2)
+    return float(x), float(c0 - c1 * c1 / (4 * c2))
+
+
+class FrontierLaw(Law):
+    """Base of approaches 1 and 2: the power laws over budgets and the parabola prediction."""
+
+    law = "chinchilla"
+    param_names = ("a", "log_kN", "b", "log_kD", "alpha_L", "log_kL", "curv")
+    derived_names = ("kN", "kD")
+
+    def _frontier_params(self, C: np.ndarray, N_opt: np.ndarray, L_opt: np.ndarray, curv: np.ndarray) -> dict[str, float]:
+        logC = np.log(C)
+        a, log_kN = fit_line(logC, np.log(N_opt))
+        D_opt = C / (self.k_ * N_opt)
+        b, log_kD = fit_line(logC, np.log(D_opt))
+        sL, log_kL = fit_line(logC, np.log(L_opt))
+        c = np.asarray(curv, float)
+        c = c[np.isfinite(c) & (c > 0)]
+        return {"a": a, "log_kN": log_kN, "b": b, "log_kD": log_kD, "alpha_L": -sL, "log_kL": log_kL,
+                "curv": float(np.median(c)) if c.size else np.nan}
+
+    @staticmethod
+    def _need_budgets(n_used: int, flagged: list[str], what: str) -> None:
+        if n_used < 2:
+            detail = "; ".join(flagged) if flagged else "none found"
+            raise FitError(f"{what} needs at least two usable FLOP budgets, found {n_used} ({detail})")
+
+    def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
+        C = self.k_ * N * D
+        logN_opt = p["log_kN"] + p["a"] * np.log(C)
+        L_opt = np.exp(p["log_kL"] - p["alpha_L"] * np.log(C))
+        curv = np.nan_to_num(np.asarray(p["curv"], float), nan=0.0)
+        return L_opt + curv * (np.log(N) - logN_opt) ** 2
+
+    def _optimal(self, p: Params, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logC = np.log(C)
+        N = np.exp(p["log_kN"] + p["a"] * logC)
+        D = np.asarray(C) / (self.k_ * N)
+        return N, D, np.exp(p["log_kL"] - p["alpha_L"] * logC)
+
+    def _derived(self, p: Params) -> dict[str, Any]:
+        return {"kN": np.exp(p["log_kN"]), "kD": np.exp(p["log_kD"])}

@@ -1,0 +1,134 @@
+"""Chinchilla approach 2: IsoFLOP profiles (Hoffmann et al. 2022, Sec. 3.2).
+
+Runs are grouped into FLOP budgets (C equal within 5%). For each budget, a parabola in log N is
+fitted to the loss of the ``window`` sizes nearest the lowest loss; its vertex is N_opt(C). A
+budget whose lowest loss sits at the smallest or largest sampled size cannot locate a minimum
+(the true one may lie outside), so it is flagged and left out, as is one with fewer than three
+sizes or a parabola that opens downward. Power laws over the remaining budgets give a and b.
+
+Uncertainty: a residual bootstrap. With five points per parabola a resample of the points often
+has fewer than three distinct sizes, so each replicate instead adds resampled residuals (pooled
+over budgets, rescaled for the parabolas' degrees of freedom) to the fitted parabolas, refits
+every parabola and the power laws (Efron & Tibshirani 1993, Sec. 9.5).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.frontier import FrontierLaw, parabola, vertex
+
+
+class ChinchillaIsoFLOP(FrontierLaw):
+    """Chinchilla approach 2.
+
+    Parameters
+    ----------
+    window : sizes per parabola, nearest (in rank) the lowest loss of the budget.
+    rel_tol : points whose C agree within this fraction form one budget.
+
+    Attributes
+    ----------
+    budgets_ : one dict per budget: C, every size and loss, the window used, the parabola
+        (coefficients in x = ln N), N_opt, loss_opt, and ``status`` ("used" or why it was left out).
+    params_ : a, log_kN (N_opt = kN C^a), b, log_kD, alpha_L, log_kL (L_opt = kL C^-alpha_L), curv.
+    """
+
+    method = "isoflop"
+
+    def __init__(self, window: int = 5, rel_tol: float = 0.05):
+        self.window = window
+        self.rel_tol = rel_tol
+
+    def get_settings(self) -> dict[str, Any]:
+        return {"window": self.window, "rel_tol": self.rel_tol}
+
+    def _fit(self, data: FitData) -> None:
+        pts = data.points
+        labels = group_budgets(pts["C"].to_numpy(), self.rel_tol)
+        budgets: list[dict[str, Any]] = []
+        for lab in np.unique(labels):
+            sub = pts[labels == lab].sort_values("N")
+            budgets.append(self._one_budget(sub["N"].to_numpy(), sub["loss"].to_numpy(), sub["C"].to_numpy()))
+        used = [b for b in budgets if b["status"] == "used"]
+        flagged = [f"C={b['C']:.3g}: {b['status']}" for b in budgets if b["status"] != "used"]
+        self._need_budgets(len(used), flagged, "approach 2 (IsoFLOP)")
+        self.budgets_ = budgets
+        self.params_ = self._frontier_params(
+            np.array([b["C"] for b in used]), np.array([b["N_opt"] for b in used]),
+            np.array([b["loss_opt"] for b in used]), np.array([b["coef"][0] for b in used]),
+        )
+        if flagged:
+            self.notes_.append("left out: " + "; ".join(flagged))
+
+    def _one_budget(self, N: np.ndarray, L: np.ndarray, C: np.ndarray) -> dict[str, Any]:
+        out: dict[str, Any] = {"C": float(np.exp(np.mean(np.log(C)))), "N": N.tolist(), "loss": L.tolist(),
+                               "window": [], "coef": None, "N_opt": None, "loss_opt": None}
+        if len(np.unique(N)) < 3:
+            out["status"] = f"too few sizes ({len(np.unique(N))} < 3)"
+            return out
+        i = int(np.argmin(L))
+        if i == 0 or i == len(N) - 1:
+            out["status"] = "lowest loss at the " + ("smallest" if i == 0 else "largest") + " size (edge)"
+            return out
+        w = min(self.window, len(N))
+        lo = min(max(0, i - w // 2), len(N) - w)
+        win = np.arange(lo, lo + w)
+        coef = parabola(np.log(N[win]), L[win])
+        out["window"] = win.tolist()
+        out["coef"] = coef.tolist()
+        if not coef[0] > 0:
+            out["status"] = "parabola opens downward"
+            return out
+        x, y = vertex(coef)
+        out["N_opt"], out["loss_opt"] = math.exp(x), y
+        if not (np.log(N[win[0]]) <= x <= np.log(N[win[-1]])):
+            out["status"] = "parabola minimum outside the sampled sizes"
+            return out
+        out["status"] = "used"
+        return out
+
+    def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
+        used = [b for b in self.budgets_ if b["status"] == "used"]
+        xs, fitted, resid = [], [], []
+        for b in used:
+            x = np.log(np.asarray(b["N"])[b["window"]])
+            y = np.asarray(b["loss"])[b["window"]]
+            f = np.polyval(b["coef"], x)
+            xs.append(x)
+            fitted.append(f)
+            resid.append(y - f)
+        r = np.concatenate(resid)
+        dof = r.size - 3 * len(used)
+        out = np.full((n, len(self.param_names)), np.nan)
+        if dof <= 0:
+            self.notes_.append("bootstrap: no residual degrees of freedom (3 sizes per budget); no intervals")
+            return out
+        r = (r - r.mean()) * math.sqrt(r.size / dof)
+        C = np.array([b["C"] for b in used])
+        for k in range(n):
+            Nopt, Lopt, curv = np.empty(len(used)), np.empty(len(used)), np.empty(len(used))
+            for j, (x, f) in enumerate(zip(xs, fitted)):
+                coef = parabola(x, f + rng.choice(r, size=f.size))
+                if not coef[0] > 0:
+                    Nopt[j] = np.nan
+                    continue
+                vx, vy = vertex(coef)
+                Nopt[j], Lopt[j], curv[j] = math.exp(vx), vy, coef[0]
+            ok = np.isfinite(Nopt)
+            if ok.sum() < 2:
+                continue
+            p = self._frontier_params(C[ok], Nopt[ok], Lopt[ok], curv[ok])
+            out[k] = [p[name] for name in self.param_names]
+        return out
+
+    def _plot(self) -> dict[str, Any]:
+        return {"budgets": getattr(self, "budgets_", getattr(self, "plot_", {}).get("budgets", []))}
+
+    def _restore_plot(self, plot: dict[str, Any]) -> None:
+        self.plot_ = plot
+        self.budgets_ = plot.get("budgets", [])

@@ -1,0 +1,191 @@
+"""Kaplan et al. (2020) power laws: L(N), L(D), L(C_min) and the joint L(N, D).
+
+- L(N) = (N_c/N)^alpha_N on, for each size, the run with the most data (eq. 1.1);
+- L(D) = (D_c/D)^alpha_D on, for each token count, the run with the most parameters (eq. 1.2);
+- L(C) = (C_c/C)^alpha_C on the compute-efficient frontier: points no cheaper point beats (eq. 1.3);
+- L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (eq. 1.5), least squares on log L.
+
+The single-variable laws are straight lines in log-log space. At fixed C = k N D the joint law's
+minimum is at N* proportional to C^(alpha_D/(alpha_N + alpha_D)) (set dL/dN = 0); Kaplan et al.'s
+own frontier argument gives N* proportional to C^(alpha_C/alpha_N) (Sec. 6.1). Both are reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from scaling.errors import FitError
+from scaling.fitting.base import Law, Params, fit_line
+from scaling.fitting.data import FitData
+
+
+def frontier_mask(C: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """Points on the compute-efficient frontier: lower loss than every point with less compute."""
+    order = np.argsort(C, kind="stable")
+    keep = np.zeros(len(C), dtype=bool)
+    best = np.inf
+    for i in order:
+        if loss[i] < best:
+            keep[i] = True
+            best = loss[i]
+    return keep
+
+
+class KaplanLaw(Law):
+    """Kaplan et al. (2020) laws, fitted in log space.
+
+    Attributes
+    ----------
+    params_ : log_Nc, log_Dc, alpha_N, alpha_D (joint law); log_Nc1, alpha_N1 (L(N));
+        log_Dc1, alpha_D1 (L(D)); log_Cc, alpha_C (L(C_min)). Log parameters are natural logs.
+    """
+
+    law = "kaplan"
+    method = "kaplan"
+    param_names = ("log_Nc", "log_Dc", "alpha_N", "alpha_D", "log_Nc1", "alpha_N1", "log_Dc1", "alpha_D1", "log_Cc", "alpha_C")
+    derived_names = ("Nc", "Dc", "a", "a_frontier")
+
+    def get_settings(self) -> dict[str, Any]:
+        return {}
+
+    def _fit(self, data: FitData) -> None:
+        self._validate(data)
+        self.params_ = self._fit_arrays(data.points["N"].to_numpy(), data.points["D"].to_numpy(),
+                                        data.points["C"].to_numpy(), data.points["loss"].to_numpy(), strict=True)
+        pts = data.points
+        self.subsets_ = self._subsets(pts["N"].to_numpy(), pts["D"].to_numpy(), pts["C"].to_numpy(), pts["loss"].to_numpy())
+
+    def _validate(self, data: FitData) -> None:
+        pts = data.points
+        if len(pts) <= 4:
+            raise FitError(f"the Kaplan joint law needs more points than its 4 parameters; got {len(pts)}")
+        if pts["N"].nunique() < 2:
+            raise FitError("the Kaplan laws need at least two model sizes; all points have one N")
+        if pts["D"].nunique() < 2:
+            raise FitError("the Kaplan laws need at least two token counts; all points have one D")
+
+    @staticmethod
+    def _subsets(N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray) -> dict[str, np.ndarray]:
+        by_n: dict[float, int] = {}
+        for i, n in enumerate(N):
+            if n not in by_n or D[i] > D[by_n[n]]:
+                by_n[n] = i
+        by_d: dict[float, int] = {}
+        for i, dd in enumerate(D):
+            if dd not in by_d or N[i] > N[by_d[dd]]:
+                by_d[dd] = i
+        return {
+            "N": np.array(sorted(by_n.values())),
+            "D": np.array(sorted(by_d.values())),
+            "C": np.flatnonzero(frontier_mask(C, L)),
+        }
+
+    def _fit_arrays(self, N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray, strict: bool,
+                    start: dict[str, float] | None = None) -> dict[str, float]:
+        sub = self._subsets(N, D, C, L)
+        logL = np.log(L)
+        out: dict[str, float] = {}
+        # log L = alpha (log X_c - log X): slope -alpha, intercept alpha log X_c.
+        for key, X, names in (("N", N, ("log_Nc1", "alpha_N1")), ("D", D, ("log_Dc1", "alpha_D1")),
+                              ("C", C, ("log_Cc", "alpha_C"))):
+            idx = sub[key]
+            try:
+                slope, icpt = fit_line(np.log(X[idx]), logL[idx])
+            except FitError:
+                if strict and key != "C":
+                    raise FitError(f"Kaplan L({key}): needs at least two distinct {key} values") from None
+                slope, icpt = np.nan, np.nan
+            alpha = -slope
+            out[names[0]] = icpt / alpha if alpha != 0 else np.nan
+            out[names[1]] = alpha
+        out.update(self._fit_joint(N, D, L, out, start))
+        return out
+
+    @staticmethod
+    def _fit_joint(N: np.ndarray, D: np.ndarray, L: np.ndarray, single: dict[str, float],
+                   start: dict[str, float] | None) -> dict[str, float]:
+        logN, logD, logL = np.log(N), np.log(D), np.log(L)
+
+        def resid(th: np.ndarray) -> np.ndarray:
+            lNc, lDc, aN, aD = th
+            # log L = aD * log( exp((aN/aD)(lNc - logN)) + exp(lDc - logD) ), as log-sum-exp
+            return aD * np.logaddexp((aN / aD) * (lNc - logN), lDc - logD) - logL
+
+        starts = []
+        if start is not None:
+            starts.append([start["log_Nc"], start["log_Dc"], start["alpha_N"], start["alpha_D"]])
+        else:
+            def good(v: float, lo: float, hi: float) -> float:
+                return v if np.isfinite(v) and lo < v < hi else None  # type: ignore[return-value]
+            aN = good(single.get("alpha_N1", np.nan), 0.01, 3) or 0.076
+            aD = good(single.get("alpha_D1", np.nan), 0.01, 3) or 0.095
+            lNc = good(single.get("log_Nc1", np.nan), 0, 200) or np.log(8.8e13)
+            lDc = good(single.get("log_Dc1", np.nan), 0, 200) or np.log(5.4e13)
+            for sN, sD in ((1.0, 1.0), (2.0, 2.0), (0.5, 0.5), (1.0, 3.0), (3.0, 1.0)):
+                starts.append([lNc, lDc, aN * sN, aD * sD])
+            # Kaplan et al.'s published values (Table 2) as one more start.
+            starts.append([np.log(8.8e13), np.log(5.4e13), 0.076, 0.095])
+        best = None
+        for x0 in starts:
+            try:
+                r = least_squares(resid, np.asarray(x0, float), bounds=([-50, -50, 1e-4, 1e-4], [400, 400, 5, 5]),
+                                  method="trf", x_scale="jac", max_nfev=2000)
+            except ValueError:
+                continue
+            if np.isfinite(r.cost) and (best is None or r.cost < best.cost):
+                best = r
+        if best is None:
+            raise FitError("the Kaplan joint law failed to converge from every start")
+        lNc, lDc, aN, aD = (float(v) for v in best.x)
+        return {"log_Nc": lNc, "log_Dc": lDc, "alpha_N": aN, "alpha_D": aD}
+
+    def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
+        pts = data.points
+        N, D, C, L = (pts[c].to_numpy() for c in ("N", "D", "C", "loss"))
+        m = len(pts)
+        out = np.full((n, len(self.param_names)), np.nan)
+        for r in range(n):
+            idx = rng.integers(0, m, m)
+            if len(np.unique(N[idx])) < 2 or len(np.unique(D[idx])) < 2:
+                continue
+            try:
+                p = self._fit_arrays(N[idx], D[idx], C[idx], L[idx], strict=False, start=self.params_)
+            except FitError:
+                continue
+            out[r] = [p[k] for k in self.param_names]
+        return out
+
+    # -- the law ----------------------------------------------------------------------------
+    def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
+        aN, aD = p["alpha_N"], p["alpha_D"]
+        return np.exp(aD * np.logaddexp((aN / aD) * (p["log_Nc"] - np.log(N)), p["log_Dc"] - np.log(D)))
+
+    def _derived(self, p: Params) -> dict[str, Any]:
+        aN, aD = np.asarray(p["alpha_N"]), np.asarray(p["alpha_D"])
+        with np.errstate(all="ignore"):
+            return {
+                "Nc": np.exp(p["log_Nc"]),
+                "Dc": np.exp(p["log_Dc"]),
+                "a": aD / (aN + aD),
+                "a_frontier": np.asarray(p["alpha_C"]) / np.asarray(p["alpha_N1"]),
+            }
+
+    def _optimal(self, p: Params, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Minimise the joint law at C = k N D: N*^(q+1) = q Nc^q C / (k Dc), q = alpha_N/alpha_D."""
+        q = np.asarray(p["alpha_N"]) / np.asarray(p["alpha_D"])
+        with np.errstate(all="ignore"):
+            logN = (np.log(q) + q * p["log_Nc"] + np.log(C) - np.log(self.k_) - p["log_Dc"]) / (q + 1)
+            N = np.exp(logN)
+            D = np.asarray(C) / (self.k_ * N)
+            return N, D, self._predict(p, N, D)
+
+    def _plot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if hasattr(self, "data_") and hasattr(self, "subsets_"):
+            pts = self.data_.points
+            for key, idx in self.subsets_.items():
+                out[f"L_{key}_points"] = {c: pts[c].to_numpy()[idx].tolist() for c in ("N", "D", "C", "loss")}
+        return out

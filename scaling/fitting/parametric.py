@@ -1,0 +1,224 @@
+"""Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta (Hoffmann et al. 2022, Sec. 3.3).
+
+Fitted as Besiroglu et al. (Epoch AI, 2024) replicate it: parameters (a, b, e) = log(A, B, E)
+and alpha, beta; the prediction written as log-sum-exp(a - alpha log N, b - beta log D, e); the
+objective is the sum of Huber losses (delta = 1e-3) between predicted and observed log loss;
+L-BFGS from a grid of 4,500 starts, the best kept. Here every start runs at once
+(:func:`scaling.fitting.optim.batch_lbfgs` with an analytic gradient), the best few are polished
+with scipy's L-BFGS-B, and bootstrap refits run batched from the full-data optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from scaling.errors import FitError
+from scaling.fitting.base import Law, Params
+from scaling.fitting.data import FitData
+from scaling.fitting.optim import batch_lbfgs
+
+#: Epoch AI's grid of starts (Besiroglu et al. 2024, Sec. 2): 5 x 5 x 5 x 6 x 6 = 4,500.
+EPOCH_GRID: dict[str, list[float]] = {
+    "alpha": [0.0, 0.5, 1.0, 1.5, 2.0],
+    "beta": [0.0, 0.5, 1.0, 1.5, 2.0],
+    "e": [-1.0, -0.5, 0.0, 0.5, 1.0],
+    "a": [0.0, 5.0, 10.0, 15.0, 20.0, 25.0],
+    "b": [0.0, 5.0, 10.0, 15.0, 20.0, 25.0],
+}
+#: A 3 x 3 x 3 x 4 x 4 = 432-start grid over the same ranges, for repeated fits (tests, replicates).
+COARSE_GRID: dict[str, list[float]] = {
+    "alpha": [0.2, 0.6, 1.2],
+    "beta": [0.2, 0.6, 1.2],
+    "e": [-0.5, 0.25, 1.0],
+    "a": [0.0, 7.0, 14.0, 21.0],
+    "b": [0.0, 7.0, 14.0, 21.0],
+}
+GRIDS = {"epoch": EPOCH_GRID, "coarse": COARSE_GRID}
+ORDER = ("a", "b", "e", "alpha", "beta")  # the optimiser's parameter vector
+
+
+def start_grid(grid: str = "epoch") -> np.ndarray:
+    """The (S, 5) array of starts in :data:`ORDER`."""
+    if grid not in GRIDS:
+        raise FitError(f"unknown grid {grid!r} (use one of {sorted(GRIDS)})")
+    g = GRIDS[grid]
+    mesh = np.meshgrid(*(np.asarray(g[k]) for k in ORDER), indexing="ij")
+    return np.stack([m.ravel() for m in mesh], axis=1)
+
+
+class HuberLogObjective:
+    """Sum of Huber(log-sum-exp prediction - log L) over points, for many parameter vectors.
+
+    ``weights`` (R, n) gives per-replicate point weights (bootstrap counts); a batch row r uses
+    row ``idx[r]`` of it. Without weights every point counts once.
+    """
+
+    def __init__(self, N: np.ndarray, D: np.ndarray, loss: np.ndarray, delta: float, weights: np.ndarray | None = None):
+        self.logN = np.log(np.asarray(N, float))[None, :]
+        self.logD = np.log(np.asarray(D, float))[None, :]
+        self.logL = np.log(np.asarray(loss, float))[None, :]
+        self.delta = float(delta)
+        self.weights = weights
+
+    def __call__(self, X: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, b, e, al, be = (X[:, i : i + 1] for i in range(5))
+        # exp of each term without the max-shift: the exponents are clipped to +-700 (far outside
+        # any sensible fit), which keeps exp finite and saves a third of the array passes.
+        e1 = np.exp(np.clip(a - al * self.logN, -700.0, 700.0))
+        e2 = np.exp(np.clip(b - be * self.logD, -700.0, 700.0))
+        e3 = np.exp(np.clip(e, -700.0, 700.0))  # (k, 1): E does not vary over points
+        tot = e1 + e2
+        tot += e3
+        r = np.log(tot)
+        r -= self.logL
+        psi = np.clip(r, -self.delta, self.delta)  # Huber derivative
+        h = psi * (r - 0.5 * psi)  # Huber loss: r^2/2 inside delta, delta(|r| - delta/2) outside
+        if self.weights is not None:
+            w = self.weights[idx]
+            h *= w
+            psi *= w
+        psi /= tot  # d log(tot) / d t_k = e_k / tot
+        f = h.sum(axis=1)
+        g1 = psi * e1
+        g2 = psi * e2
+        grad = np.empty((X.shape[0], 5))
+        grad[:, 0] = g1.sum(axis=1)
+        grad[:, 1] = g2.sum(axis=1)
+        grad[:, 2] = psi.sum(axis=1) * e3[:, 0]
+        grad[:, 3] = -np.einsum("kn,n->k", g1, self.logN[0])  # einsum: no BLAS threads
+        grad[:, 4] = -np.einsum("kn,n->k", g2, self.logD[0])
+        return f, grad
+
+    def single(self, x: np.ndarray, row: int = 0) -> tuple[float, np.ndarray]:
+        """One parameter vector, for scipy (bootstrap weights of row ``row`` if any)."""
+        f, g = self(np.asarray(x, float)[None, :], np.array([row]))
+        return float(f[0]), g[0]
+
+
+class ChinchillaParametric(Law):
+    """Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta.
+
+    Parameters
+    ----------
+    delta : Huber threshold on the log-loss residual (Hoffmann et al. use 1e-3).
+    grid : ``"epoch"`` (4,500 starts) or ``"coarse"`` (432 starts, for repeated fits).
+    n_polish : how many of the best distinct grid optima scipy's L-BFGS-B refines.
+
+    Attributes
+    ----------
+    params_ : E, A, B, alpha, beta.
+    objective_ : the minimised Huber objective.
+    replicates_ : bootstrap replicates of the parameters after :meth:`bootstrap`.
+    """
+
+    law = "chinchilla"
+    method = "parametric"
+    param_names = ("E", "A", "B", "alpha", "beta")
+    derived_names = ("a", "b", "G")
+
+    def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5):
+        self.delta = delta
+        self.grid = grid
+        self.n_polish = n_polish
+
+    def get_settings(self) -> dict[str, Any]:
+        return {"delta": self.delta, "grid": self.grid, "n_polish": self.n_polish}
+
+    # -- fitting -------------------------------------------------------------------------------
+    def _validate(self, data: FitData) -> None:
+        pts = data.points
+        if len(pts) <= len(self.param_names):
+            raise FitError(
+                f"approach 3 needs more points than its 5 parameters (E, A, B, alpha, beta); got {len(pts)}"
+            )
+        if pts["N"].nunique() < 2:
+            raise FitError("approach 3 needs at least two model sizes; all points have one N")
+        if pts["D"].nunique() < 2:
+            raise FitError("approach 3 needs at least two token counts; all points have one D")
+
+    def _fit(self, data: FitData) -> None:
+        self._validate(data)
+        pts = data.points
+        obj = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta)
+        x = self._minimise(obj)
+        self.theta_ = x
+        self.objective_ = obj.single(x)[0]
+        self.params_ = _to_params(x)
+
+    def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
+        starts = start_grid(self.grid)
+        res = batch_lbfgs(obj, starts)
+        self.n_starts_ = int(len(starts))
+        self.grid_result_ = res
+        return self._polish(obj, res.x, res.fun)
+
+    def _polish(self, obj: HuberLogObjective, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:
+        """Refine the best distinct grid optima with scipy's L-BFGS-B; keep the lowest."""
+        order = np.argsort(np.where(np.isfinite(fs), fs, np.inf))
+        picked: list[np.ndarray] = []
+        for i in order:
+            if not np.isfinite(fs[i]):
+                break
+            if all(np.max(np.abs(xs[i] - p)) > 1e-3 for p in picked):
+                picked.append(xs[i])
+            if len(picked) >= self.n_polish:
+                break
+        if not picked:
+            raise FitError("approach 3: the objective is not finite at any start (check the losses)")
+        best_x, best_f = picked[0], obj.single(picked[0])[0]
+        for x0 in picked:
+            r = minimize(obj.single, x0, jac=True, method="L-BFGS-B", options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 2000})
+            if np.isfinite(r.fun) and r.fun < best_f:
+                best_x, best_f = r.x, float(r.fun)
+        return np.asarray(best_x, float)
+
+    def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Pairs bootstrap: resample points with replacement; all refits batched, started at the optimum."""
+        pts = data.points
+        m = len(pts)
+        counts = rng.multinomial(m, np.full(m, 1.0 / m), size=n).astype(float)
+        obj = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta, weights=counts)
+        res = batch_lbfgs(obj, np.tile(self.theta_, (n, 1)), max_iter=1000)
+        out = np.array([list(_to_params(x).values()) for x in res.x])
+        out[~np.isfinite(res.fun)] = np.nan
+        return out
+
+    # -- the law ----------------------------------------------------------------------------
+    def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
+        return p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]
+
+    def _derived(self, p: Params) -> dict[str, Any]:
+        al, be = np.asarray(p["alpha"]), np.asarray(p["beta"])
+        with np.errstate(all="ignore"):
+            G = (al * np.asarray(p["A"]) / (be * np.asarray(p["B"]))) ** (1.0 / (al + be))
+        return {"a": be / (al + be), "b": al / (al + be), "G": G}
+
+    def _optimal(self, p: Params, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Closed form (Hoffmann et al. eq. 4) with C = k N D: N* = G (C/k)^a, D* = (C/k)^b / G."""
+        d = self._derived(p)
+        x = np.asarray(C, float) / self.k_
+        with np.errstate(all="ignore"):
+            N = d["G"] * x ** d["a"]
+            D = x ** d["b"] / d["G"]
+        return N, D, self._predict(p, N, D)
+
+    def _plot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"objective": getattr(self, "objective_", None)}
+        if hasattr(self, "data_"):
+            pts = self.data_.points
+            out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss")}
+        return out
+
+
+def _to_params(x: np.ndarray) -> dict[str, float]:
+    a, b, e, al, be = (float(v) for v in x)
+    with np.errstate(over="ignore"):
+        return {"E": math.exp(e), "A": _exp(a), "B": _exp(b), "alpha": al, "beta": be}
+
+
+def _exp(v: float) -> float:
+    return math.exp(v) if v < 700 else math.inf
