@@ -2,4 +2,39 @@
 
 from __future__ import annotations
 
-from scaling.cli.common import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from scaling.cli.common import DbOption, app
+
+
+@app.command()
+def train(
+    spec: Annotated[Path, typer.Argument(help="A run spec in YAML (the fields of RunSpec).", show_default=False)],
+    db: DbOption = None,
+    run_dir: Annotated[
+        Optional[Path],
+        typer.Option("--run-dir", help="Checkpoint folder (default ./scaling_runs/<sweep>/<key>).", show_default=False),
+    ] = None,
+    sweep: Annotated[str, typer.Option("--sweep", help="Sweep to record the run in.")] = "adhoc",
+) -> None:
+    """Train one spec alone, recorded in the database like any run of a sweep.
+
+    Example: scaling train examples/tiny.yaml --db sqlite:///scaling.db
+    """
+    from scaling.trainer.adhoc import AlreadyCompleted, train_adhoc
+    from scaling.trainer.spec import RunSpec
+
+    run_spec = RunSpec.from_yaml(spec)
+    try:
+        result = train_adhoc(run_spec, db, run_dir, sweep=sweep)
+    except AlreadyCompleted as exc:
+        typer.echo(str(exc))
+        return
+    typer.echo(
+        f"run {result.key}: {result.status}, {result.steps} steps, {result.tokens:,} tokens, "
+        f"train loss {result.final_train_loss:.4f}, eval loss {result.final_eval_loss:.4f}"
+        + (f", {result.rollbacks} rollbacks" if result.rollbacks else "")
+    )

@@ -44,6 +44,7 @@ def train(
     *,
     attempt: Optional[int] = None,
     report: Optional[Callable[[int, dict[str, Any], Optional[str]], None]] = None,
+    sweep: Optional[str] = None,
 ) -> TrainResult:
     """Train ``spec`` into ``run_dir``, writing metrics and events to ``store_url`` (rank 0).
 
@@ -58,6 +59,7 @@ def train(
     attempt: the database's attempt number (1 on the first), for attempt-aware injected faults.
     report: called as ``report(step, metrics, checkpoint_dir)`` at every evaluation and
         checkpoint, on every rank (the Ray Train adapter calls ``ray.train.report`` there).
+    sweep: the sweep the run was claimed in, when its key is registered in several.
 
     Raises
     ------
@@ -69,7 +71,7 @@ def train(
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.from_dict(spec)
-    return run(spec, store_url, run_dir, attempt=attempt, report=report)
+    return run(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep)
 
 
 __all__ = ["TrainResult", "train"]

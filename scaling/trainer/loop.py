@@ -70,6 +70,7 @@ class Trainer:
         *,
         attempt: Optional[int] = None,
         report: Optional[ReportFn] = None,
+        sweep: Optional[str] = None,
         store: Any = None,
     ) -> None:
         self.spec = spec
@@ -131,7 +132,7 @@ class Trainer:
         self.peak = peak_flops(self.rt.device, spec.precision, ex.threads)
         if store is None and store_url and self.rt.is_main:
             store = open_store(store_url)
-        self.rec = Recorder(store if self.rt.is_main else None, self.key, spec.flops_per_token)
+        self.rec = Recorder(store if self.rt.is_main else None, self.key, spec.flops_per_token, sweep=sweep)
         self._timer_tokens = 0
         self._timer_seconds = 0.0
 
@@ -380,20 +381,15 @@ class Trainer:
             if self.last_eval is None:  # resumed from the final checkpoint of a finished run
                 self.last_eval = self.evaluate()
             self.rec.flush()
-        except KeyboardInterrupt:
-            self._record_end(names.INTERRUPTED, {"step": self.step})
-            raise
-        except Exception as exc:
-            self._record_end(names.FAILURE, {"error": str(exc), "type": type(exc).__name__})
+        except BaseException:
+            # The caller (orchestrator or `scaling train`) records the failure and finishes the
+            # run; the metrics gathered so far are kept.
+            try:
+                self.rec.flush()
+            except Exception:  # the database may be what failed; keep the first error
+                pass
             raise
         return self.result()
-
-    def _record_end(self, kind: str, detail: dict[str, Any]) -> None:
-        try:
-            self.rec.flush()
-            self.rec.event(self.step, kind, detail)
-        except Exception:  # the database may be the thing that failed; keep the first error
-            pass
 
     def result(self) -> TrainResult:
         tokens = self.step * self.tokens_per_step
@@ -421,6 +417,7 @@ def run(
     *,
     attempt: Optional[int] = None,
     report: Optional[ReportFn] = None,
+    sweep: Optional[str] = None,
 ) -> TrainResult:
     """Train ``spec`` (see :func:`scaling.trainer.train`)."""
-    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report).fit()
+    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()

@@ -20,12 +20,14 @@ class Recorder:
         key: str,
         flops_per_token: float,
         *,
+        sweep: Optional[str] = None,
         flush_rows: int = 500,
         flush_seconds: float = 10.0,
         heartbeat_seconds: float = 30.0,
     ) -> None:
         self.store = store
         self.key = key
+        self.sweep = sweep  # disambiguates a key registered in several sweeps
         self.flops_per_token = flops_per_token
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
@@ -44,16 +46,16 @@ class Recorder:
     def event(self, step: int, kind: str, detail: dict[str, Any] | None = None) -> None:
         if self.store is not None:
             self.flush()
-            self.store.log_event(self.key, step, kind, detail or {})
+            self.store.log_event(self.key, step, kind, detail or {}, sweep=self.sweep)
 
     def flush(self) -> None:
         if self.store is None:
             return
         if self.rows:
-            self.store.log_metrics(self.key, self.rows)
+            self.store.log_metrics(self.key, self.rows, sweep=self.sweep)
             self.rows = []
         now = time.monotonic()
         self._last_flush = now
         if now - self._last_heartbeat >= self.heartbeat_seconds:
-            self.store.heartbeat(self.key)
+            self.store.heartbeat(self.key, sweep=self.sweep)
             self._last_heartbeat = now

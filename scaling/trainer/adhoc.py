@@ -1,0 +1,82 @@
+"""One spec trained alone (``scaling train``), recorded in the database like any other run.
+
+The spec's data is resolved (so its key carries the corpus fingerprint), it is registered in a
+sweep (``adhoc`` by default), claimed, trained and finished. A run already completed there is
+not retrained. Failures are recorded (event + ``failed`` status) and re-raised.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Optional
+
+from scaling.errors import UserError
+from scaling.trainer import TrainResult, names
+from scaling.trainer.spec import RunSpec
+
+ADHOC_SWEEP = "adhoc"
+DEFAULT_RUNS_DIR = "./scaling_runs"  # the orchestrator's default too
+
+
+class AlreadyCompleted(UserError):
+    """The run is completed in that sweep (not an error for the CLI: it says so and exits 0)."""
+
+    exit_code = 0
+
+
+def train_adhoc(
+    spec: RunSpec,
+    db_url: Optional[str] = None,
+    run_dir: Optional[str | Path] = None,
+    *,
+    sweep: str = ADHOC_SWEEP,
+) -> TrainResult:
+    """Register, claim, train and finish ``spec`` in ``sweep`` of the database at ``db_url``.
+
+    ``run_dir`` defaults to ``./scaling_runs/<sweep>/<key>``; ``db_url`` to the usual resolution
+    (``$SCALING_DB``, then ./scaling.db).
+    """
+    from scaling.db import Store
+    from scaling.trainer import train
+    from scaling.trainer.data import resolve_data
+
+    spec = resolve_data(spec)
+    key = spec.key
+    folder = Path(run_dir) if run_dir is not None else Path(DEFAULT_RUNS_DIR) / sweep / key
+    store = Store(db_url)
+    try:
+        store.register(
+            sweep,
+            [spec.record()],
+            params_convention=spec.params_convention,
+            flops_convention=spec.flops_convention,
+        )
+        attempt = store.claim(key, socket.gethostname(), sweep=sweep)
+        if attempt is None:
+            row = store.run(key, sweep=sweep) or {}
+            raise AlreadyCompleted(
+                f"run {key} in sweep {sweep!r} is {row.get('status', 'claimed elsewhere')} "
+                f"(final eval loss {row.get('final_loss')})"
+            )
+        try:
+            result = train(spec, store.url, folder, attempt=attempt, sweep=sweep)
+        except KeyboardInterrupt:
+            store.log_event(key, None, names.INTERRUPTED, {"message": "interrupted (Ctrl-C)"}, sweep=sweep)
+            store.finish(key, "interrupted", error="interrupted", sweep=sweep)
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            store.log_event(key, None, names.FAILURE, {"message": error, "attempt": attempt}, sweep=sweep)
+            store.finish(key, "failed", error=error, sweep=sweep)
+            raise
+        store.finish(
+            key,
+            "completed",
+            final_train_loss=result.final_train_loss,
+            final_eval_loss=result.final_eval_loss,
+            sweep=sweep,
+        )
+        return result
+    finally:
+        store.close()

@@ -1,0 +1,57 @@
+"""Fixtures for the trainer's tests: tiny specs, one thread, a fixed peak (no probe)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_and_fixed_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    monkeypatch.setenv("SCALING_PEAK_FLOPS", "1e11")  # MFU without the matmul probe
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+TINY: dict[str, Any] = {
+    "model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 32},
+    "tokens": 32 * 8 * 24,  # 24 steps of 8 sequences
+    "batch_tokens": 32 * 8,
+    "eval_tokens": 32 * 16,
+    "optimizer": {"lr": 3e-3},
+    "execution": {"eval_interval": 8, "checkpoint_interval": 4, "threads": 1},
+}
+
+
+@pytest.fixture
+def make_spec() -> Callable[..., Any]:
+    """``make_spec(**overrides)``: a tiny RunSpec; nested dicts merge into the defaults."""
+    from scaling.trainer.spec import RunSpec
+
+    def make(**over: Any) -> Any:
+        return RunSpec.from_dict(_merge(TINY, over))
+
+    return make
+
+
+@pytest.fixture
+def registered(sqlite_url: str) -> Callable[..., str]:
+    """``registered(spec, sweep="t")``: register and claim ``spec``; returns the database URL."""
+    from scaling.db import Store
+
+    def reg(spec: Any, sweep: str = "t") -> str:
+        with Store(sqlite_url) as store:
+            store.register(sweep, [spec.record()])
+            assert store.claim(spec.key, "test", sweep=sweep) is not None
+        return sqlite_url
+
+    return reg

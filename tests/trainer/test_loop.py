@@ -1,0 +1,137 @@
+"""The training loop end to end, on the real database (SQLite) and real checkpoints."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from scaling.db import connect
+from scaling.errors import TrainingError
+from scaling.trainer import checkpoint, names, train
+from scaling.trainer.faults import InjectedFault
+
+
+def _losses(url: str, key: str, name: str = names.TRAIN_LOSS) -> list[tuple[int, float]]:
+    df = connect(url).metrics(run_keys=[key], names=[name])
+    return list(zip(df["step"].tolist(), df["value"].tolist()))
+
+
+def _events(url: str, key: str) -> list[str]:
+    return connect(url).events(run_keys=[key])["kind"].tolist()
+
+
+@pytest.mark.slow
+def test_loss_falls_well_below_uniform(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(
+        model={"n_layer": 2, "d_model": 64, "n_head": 4, "context": 64},
+        tokens=64 * 16 * 250,
+        batch_tokens=64 * 16,
+        eval_tokens=64 * 64,
+        execution={"eval_interval": 50, "checkpoint_interval": 250},
+    )
+    url = registered(spec)
+    result = train(spec, url, tmp_path)
+    assert result.status == "completed" and result.steps == 250
+    assert result.final_eval_loss < 0.5 * math.log(256)  # uniform over bytes is ln 256 = 5.55
+    evals = [v for _, v in _losses(url, spec.key, names.EVAL_LOSS)]
+    assert len(evals) == 5 and evals[-1] < evals[0]
+    metrics = set(connect(url).metrics(run_keys=[spec.key])["name"])
+    assert {names.TRAIN_LOSS, names.LEARNING_RATE, names.GRAD_NORM, names.TOKENS_PER_SECOND, names.MFU, names.EPOCH} <= metrics
+    assert names.DATA in _events(url, spec.key)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resume_reproduces_the_trajectory_bit_for_bit(make_spec, registered, tmp_path: Path, precision: str) -> None:
+    plain = make_spec(precision=precision)
+    crashing = make_spec(precision=precision, faults={"raise_at_step": 14, "raise_attempts": 1})
+    url = registered(plain)
+    registered(crashing)
+    ref = train(plain, url, tmp_path / "plain")
+    with pytest.raises(InjectedFault):
+        train(crashing, url, tmp_path / "crash", attempt=1)
+    assert checkpoint.latest(tmp_path / "crash").name == "step_00000012"
+    resumed = train(crashing, url, tmp_path / "crash", attempt=2)
+    assert resumed.resumed_from == 12
+    assert _losses(url, crashing.key) == _losses(url, plain.key)  # exact floats, every step
+    assert resumed.final_eval_loss == ref.final_eval_loss
+    assert names.RESUME in _events(url, crashing.key)
+
+
+def test_sigkill_then_resume_completes(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(faults={"kill_at_step": 10, "kill_attempts": 1})
+    url = registered(spec)
+    code = (
+        "import sys, torch; torch.set_num_threads(1)\n"
+        "from scaling.trainer import train\nfrom scaling.trainer.spec import RunSpec\n"
+        "train(RunSpec.model_validate_json(sys.argv[1]), sys.argv[2], sys.argv[3], attempt=1)\n"
+    )
+    env = {**os.environ, "SCALING_PEAK_FLOPS": "1e11"}
+    proc = subprocess.run([sys.executable, "-c", code, spec.to_json(), url, str(tmp_path)], env=env, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    result = train(spec, url, tmp_path, attempt=2)
+    assert result.resumed_from == 8 and result.status == "completed" and result.steps == spec.steps
+
+
+def test_each_injected_spike_rolls_back_once_and_the_run_completes(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(faults={"poison_steps": [13, 18]}, spike={"window": 20, "lr_scale_on_rollback": 0.5})
+    url = registered(spec)
+    result = train(spec, url, tmp_path)
+    assert result.status == "completed" and result.steps == spec.steps and result.rollbacks == 2
+    events = connect(url).events(run_keys=[spec.key])
+    kinds = events["kind"].tolist()
+    assert kinds.count(names.LOSS_SPIKE) == 2 and kinds.count(names.ROLLBACK) == 2
+    rollbacks = [d for k, d in zip(kinds, events["detail"]) if k == names.ROLLBACK]
+    assert [r["from_step"] for r in rollbacks] == [13, 16]  # the second poisoned batch comes later
+    assert [r["to_step"] for r in rollbacks] == [12, 16]
+    assert rollbacks[0]["skipped_cursors"] == [12, 13] and rollbacks[1]["lr_scale"] == 0.25
+    assert all(v < 10 for _, v in _losses(url, spec.key))  # no poisoned loss was ever accepted
+
+
+def test_a_run_that_keeps_spiking_fails_with_a_reason(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(faults={"poison_steps": [13, 18]}, spike={"max_rollbacks": 1})
+    url = registered(spec)
+    with pytest.raises(TrainingError, match="kept spiking"):
+        train(spec, url, tmp_path)
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(precision="fp16", tokens=32 * 8 * 8, faults={"overflow_steps": [5]})
+    url = registered(spec)
+    result = train(spec, url, tmp_path)
+    assert result.overflow_skips == 1 and result.status == "completed"
+    events = connect(url).events(run_keys=[spec.key])
+    (detail,) = [d for k, d in zip(events["kind"], events["detail"]) if k == names.OVERFLOW_SKIP]
+    assert detail["scale_after"] == detail["scale_before"] / 2
+    scales = dict(_losses(url, spec.key, names.LOSS_SCALE))
+    assert scales[6] == scales[5] / 2
+
+
+def test_gradient_accumulation_matches_the_whole_batch(make_spec, tmp_path: Path) -> None:
+    whole = train(make_spec(precision="fp32", tokens=32 * 8 * 6), None, tmp_path / "a")
+    micro = train(make_spec(precision="fp32", tokens=32 * 8 * 6, execution={"micro_batch_size": 2}), None, tmp_path / "b")
+    assert micro.final_train_loss == pytest.approx(whole.final_train_loss, rel=1e-5)
+    assert micro.final_eval_loss == pytest.approx(whole.final_eval_loss, rel=1e-5)
+
+
+def test_checkpoints_are_atomic_pruned_and_safe_to_load(make_spec, tmp_path: Path) -> None:
+    reports: list[tuple[int, dict, str | None]] = []
+    spec = make_spec(execution={"keep_checkpoints": 2})
+    train(spec, None, tmp_path, report=lambda step, m, ckpt: reports.append((step, m, ckpt)))
+    kept = checkpoint.checkpoints(tmp_path)
+    assert [p.name for p in kept] == ["step_00000020", "step_00000024"]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
+    state = torch.load(kept[-1] / checkpoint.STATE_FILE, weights_only=True)
+    assert state["meta"]["step"] == 24 and state["meta"]["cursor"] == 24
+    assert isinstance(state["meta"]["rng"]["cpu"], torch.Tensor)
+    assert [s for s, _, c in reports if c] == [4, 8, 12, 16, 20, 24]
+    assert [s for s, m, _ in reports if "eval_loss" in m] == [8, 16, 24]
+    # A finished run trained again resumes at its end and changes nothing.
+    again = train(spec, None, tmp_path)
+    assert again.resumed_from == 24 and again.steps == 24

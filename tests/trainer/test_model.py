@@ -1,0 +1,71 @@
+"""The model: exact parameter counts, tied embeddings, attention kernels agree."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scaling.accounting import Shape
+from scaling.trainer.model import GPT, GPTConfig, build_model, causal_attention, masked_softmax_attention
+
+
+def _meta_model(shape: Shape) -> GPT:
+    with torch.device("meta"):  # counts without allocating 124M parameters
+        return GPT(GPTConfig.from_shape(shape))
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        Shape(12, 768, 12, 50257, 1024),  # GPT-2 small
+        Shape(1, 32, 2, 256, 32),
+        Shape(4, 128, 4, 256, 256),
+        Shape(24, 1024, 16, 50257, 1024),  # GPT-2 medium
+        Shape(3, 96, 3, 1000, 77),
+    ],
+)
+def test_parameter_counts_match_accounting(shape: Shape) -> None:
+    model = _meta_model(shape)
+    direct = sum(p.numel() for p in model.parameters())  # tied head counted once
+    assert direct == shape.params_total
+    assert model.num_params(non_embedding=True) == shape.params_non_embedding
+    assert direct - shape.params_non_embedding == shape.params_embedding
+
+
+def test_gpt2_small_is_124m() -> None:
+    assert sum(p.numel() for p in _meta_model(Shape(12, 768, 12, 50257, 1024)).parameters()) == 124_439_808
+
+
+def test_output_layer_is_tied_and_init_is_seeded() -> None:
+    shape = Shape(2, 32, 2, 256, 16)
+    a, b, c = build_model(shape, 0), build_model(shape, 0), build_model(shape, 1)
+    assert a.lm_head.weight is a.wte.weight
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.wte.weight, c.wte.weight)
+    logits = a(torch.randint(0, 256, (3, 16)))
+    assert logits.shape == (3, 16, 256)
+    with pytest.raises(ValueError, match="exceeds the context"):
+        a(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_sdpa_matches_masked_softmax_attention(dtype: torch.dtype, tol: float) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 17, 8, generator=gen).to(dtype) for _ in range(3))
+    fast = causal_attention(q, k, v).float()
+    plain = masked_softmax_attention(q, k, v).float()
+    assert torch.allclose(fast, plain, atol=tol, rtol=tol)
+    # Causality: the first position attends to itself only.
+    assert torch.allclose(plain[:, :, 0], v[:, :, 0].float(), atol=tol)
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    shape = Shape(2, 32, 2, 256, 16)
+    x = torch.randint(0, 256, (2, 16))
+    grads = []
+    for ckpt in (False, True):
+        m = build_model(shape, 0)
+        m.activation_checkpointing = ckpt
+        m(x).float().pow(2).mean().backward()
+        grads.append([p.grad.clone() for p in m.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))

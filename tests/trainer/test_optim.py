@@ -1,0 +1,51 @@
+"""The LR schedules and AdamW's parameter groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scaling.accounting import Shape
+from scaling.trainer.model import build_model
+from scaling.trainer.optim import lr_at, param_groups, warmup_steps
+from scaling.trainer.spec import ScheduleSpec
+
+
+def test_cosine_warms_up_then_decays_to_ten_percent() -> None:
+    s = ScheduleSpec(kind="cosine", warmup_fraction=0.1, min_lr_ratio=0.1)
+    lrs = [lr_at(t, 100, 1.0, s) for t in range(100)]
+    assert warmup_steps(100, s) == 10
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(1.0)
+    assert lrs[-1] == pytest.approx(0.1)  # the floor at the last step
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # monotone after warmup
+    mid = 10 + (99 - 10) / 2
+    assert lr_at(int(mid), 100, 1.0, s) == pytest.approx(0.55, abs=0.02)
+
+
+def test_wsd_is_flat_then_decays_linearly() -> None:
+    s = ScheduleSpec(kind="wsd", warmup_fraction=0.0, decay_fraction=0.2, min_lr_ratio=0.0)
+    lrs = [lr_at(t, 100, 2.0, s) for t in range(100)]
+    assert lrs[:80] == [2.0] * 80
+    assert lrs[-1] == pytest.approx(0.0)
+    diffs = [a - b for a, b in zip(lrs[80:], lrs[81:])]
+    assert all(d == pytest.approx(diffs[0]) for d in diffs)
+
+
+def test_constant_after_warmup() -> None:
+    s = ScheduleSpec(kind="constant", warmup_fraction=0.5)
+    assert [lr_at(t, 4, 1.0, s) for t in range(4)] == [0.5, 1.0, 1.0, 1.0]
+
+
+def test_no_weight_decay_on_norms_biases_and_embeddings() -> None:
+    shape = Shape(2, 32, 2, 256, 16)
+    model = build_model(shape, 0)
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    ids = {id(p) for p in decay["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in ids}
+    assert names == {f"blocks.{i}.{m}.weight" for i in range(2) for m in ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")}
+    total = sum(p.numel() for g in (decay, no_decay) for p in g["params"])
+    assert total == shape.params_total  # every parameter once (the tied head is the embedding)
+    assert not math.isnan(total)
