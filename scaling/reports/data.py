@@ -70,11 +70,11 @@ class ReportData:
         info = _sweep_info(results, sweeps, name_col, sweep)
         runs = results.runs(sweep=sweep)
         data = cls(sweep=sweep, runs=runs, sweep_info=info, source=mask_url(url))
-        keys = list(data.runs["run_key"])
-        if keys:
-            loss = results.metrics(run_keys=keys, names=[names.TRAIN_LOSS, names.EVAL_LOSS])
+        if len(data.runs):
+            loss = results.metrics(sweep=sweep, names=[names.TRAIN_LOSS, names.EVAL_LOSS])
             data.curves = thin_curves(loss, curve_points)
-            perf = results.metrics(run_keys=keys, names=[names.TOKENS_PER_SECOND, names.MFU])
+            del loss
+            perf = results.metrics(sweep=sweep, names=[names.TOKENS_PER_SECOND, names.MFU])
             data.perf = summarise_perf(perf)
             data.events = results.events(sweep=sweep)
         else:

@@ -81,13 +81,15 @@ def loss_curves(
     *,
     x: str = "tokens",
     envelope: pd.DataFrame | None = None,
+    optima: pd.DataFrame | None = None,
     max_points: int = 400,
     title: str | None = None,
 ) -> go.Figure:
     """Train loss (lines) and eval loss (markers) of every run against ``tokens`` or ``flops``.
 
     Log axes, one colour per model size (legend entries are sizes). ``envelope`` (columns
-    ``flops``, ``loss``) is approach 1's lower envelope, drawn over the FLOPs view. Curves longer
+    ``flops``, ``loss``) is approach 1's lower envelope, drawn over the FLOPs view, and
+    ``optima`` (columns ``flops``, ``loss``, ``N``) the per-budget optima approach 1 fitted. Curves longer
     than ``max_points`` are thinned log-spaced with their minimum kept.
     """
     if x not in ("tokens", "flops"):
@@ -145,6 +147,15 @@ def loss_curves(
                 hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
             )
         )
+    if optima is not None and not optima.empty and x == "flops":
+        fig.add_trace(
+            go.Scatter(
+                x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float), mode="markers",
+                name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
+                text=[f"N_opt {_fmt(n)}" for n in optima["N"]],
+                hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+            )
+        )
     fig.update_layout(
         title=esc(title),
         template=_TEMPLATE,
@@ -173,7 +184,7 @@ def loss_envelope(curves: pd.DataFrame, metric: str = names.TRAIN_LOSS, points: 
     if len(env) > points:
         grid = np.exp(np.linspace(np.log(env["flops"].iloc[0]), np.log(env["flops"].iloc[-1]), points))
         idx = np.searchsorted(env["flops"].to_numpy(), grid, side="right") - 1
-        env = env.iloc[np.unique(idx.clip(0))]
+        env = env.iloc[np.unique(np.concatenate([[0, len(env) - 1], idx.clip(0)]))]  # ends kept exactly
     return env.reset_index(drop=True)
 
 
@@ -183,7 +194,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
 
     ``isoflop`` is a fitted approach-2 law (or its ``to_dict()``); without it the points are drawn
     grouped by budget. Budgets the fit flagged (lowest loss at the edge of the sampled sizes) are
-    drawn with hollow markers and no parabola, and named in the legend.
+    drawn with hollow markers and no parabola, and the legend says why they were left out.
     """
     done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
     if done.empty:
@@ -197,7 +208,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
         pts = sl["points"]
         color = colors[budget]
         flagged = sl.get("flagged", False)
-        label = f"C={_fmt(budget, 2)}" + (" (flagged: minimum at edge)" if flagged else "")
+        label = f"C={_fmt(budget, 2)}" + (f" (left out: {sl.get('status', 'flagged')})" if flagged else "")
         fig.add_trace(
             go.Scatter(
                 x=pts["N"].to_numpy(float),
@@ -382,7 +393,7 @@ def parametric_contour(
             fig.add_trace(
                 go.Scatter(
                     x=done["N"], y=done["D"], mode="markers", name="runs",
-                    marker=dict(color=done["final_loss"], colorscale="Viridis", size=9, line=dict(color="white", width=1)),
+                    marker=dict(color="white", size=9, line=dict(color="black", width=1.5)),
                     text=[_label(r) + f"<br>final loss {_fmt(r['final_loss'], 4)}" for _, r in done.iterrows()],
                     hovertemplate="%{text}<extra></extra>",
                 )

@@ -338,25 +338,30 @@ def _numcell(x: Any, digits: int = 3) -> str:
 def _curves(data: ReportData, page: _Page) -> str:
     if data.curves is None or data.curves.empty:
         return _section("curves", "Training curves", _missing("No loss curves recorded yet."))
-    env = _envelope(data)
+    env = F.loss_envelope(data.curves)
     inner = page.figure("loss-tokens", F.loss_curves(data.curves, data.runs, x="tokens"))
-    inner += page.figure("loss-flops", F.loss_curves(data.curves, data.runs, x="flops", envelope=env))
+    inner += page.figure("loss-flops", F.loss_curves(data.curves, data.runs, x="flops", envelope=env,
+                                                     optima=_approach1_optima(data)))
     inner += (f"<p>Curves are thinned for display to about {int(data.curves.groupby(['run_key', 'name']).size().max())} "
               "log-spaced points each, always keeping each curve's minimum. The dashed black line is the "
-              "approach-1 envelope: the lowest loss any run reached within each FLOP budget.</p>")
+              "approach-1 envelope: the lowest loss any run reached within each FLOP budget; crosses mark the "
+              "optima approach 1 fitted its frontier to.</p>")
     return _section("curves", "Training curves", inner)
 
 
-def _envelope(data: ReportData) -> pd.DataFrame:
-    """Approach 1's envelope: the stored one when the fit kept it, else drawn from the curves."""
+def _approach1_optima(data: ReportData) -> pd.DataFrame | None:
+    """The per-FLOP optima approach 1 used (flops, loss, N), from its stored envelope."""
     law = data.fits.get("approach1")
-    stored = fitview.plot_info(law).get("envelope") if law is not None else None
-    if stored:
-        env = pd.DataFrame(stored)
-        cols = {c.lower(): c for c in env.columns}
-        if ("flops" in cols or "c" in cols) and "loss" in cols:
-            return pd.DataFrame({"flops": env[cols.get("flops") or cols["c"]].astype(float), "loss": env[cols["loss"]].astype(float)})
-    return F.loss_envelope(data.curves)
+    rows = fitview.plot_info(law).get("envelope") if law is not None else None
+    if not rows:
+        return None
+    env = pd.DataFrame(rows)
+    if not {"flops", "loss_opt", "N_opt"} <= set(env.columns):
+        return None
+    if "status" in env.columns:
+        env = env[env["status"] == "used"]
+    out = pd.DataFrame({"flops": env["flops"], "loss": env["loss_opt"], "N": env["N_opt"]}).astype(float).dropna()
+    return out if not out.empty else None
 
 
 def _isoflop(data: ReportData, page: _Page) -> str:
@@ -366,8 +371,7 @@ def _isoflop(data: ReportData, page: _Page) -> str:
     else:
         flagged = [s for s in fitview._fitted_slices(data.fits["approach2"]) if s["flagged"]]
         if flagged:
-            inner += _missing("Flagged and left out of the fit (lowest loss at the edge of the sampled sizes): "
-                              + ", ".join(f"C = {_sci(s['C'])}" for s in flagged))
+            inner += _missing("Left out of the fit: " + "; ".join(f"C = {_sci(s['C'])}: {s['status']}" for s in flagged))
     return _section("isoflop", "IsoFLOP profiles", inner)
 
 

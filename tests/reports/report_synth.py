@@ -19,6 +19,11 @@ from scaling.db import Store
 from scaling.trainer import names
 from scaling.trainer.spec import ModelSpec, RunSpec
 
+# User text that would run as script if a report failed to escape it.
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_TAG = '<img src=x onerror="alert(2)">'
+HOSTILE_ERROR = "boom </script><script>alert(3)</script> <!-- &amp;"
+
 # A law whose losses look like a byte-level model's (ln 256 = 5.55 at the start).
 TRUTH = dict(E=1.0, A=30.0, B=60.0, alpha=0.30, beta=0.30)
 

@@ -1,0 +1,164 @@
+"""Fixtures for the report tests: synthetic sweeps in real SQLite files, and headless Chromium.
+
+The sweeps are built once per session (through the real ``scaling.db.Store``) and shared by the
+HTML and browser tests. The browser is Debian's ``chromium`` (``$SCALING_CHROMIUM``, else
+``/usr/bin/chromium``) driven by Playwright, with a fresh user-data folder; the tests that need it
+skip, saying so, when it is not installed (CI installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import report_synth as S  # noqa: E402
+from report_synth import HOSTILE, HOSTILE_ERROR, HOSTILE_TAG  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots are kept: ``$SCALING_ARTIFACTS`` or ``<repo>/artifacts/reports``."""
+    d = Path(os.environ.get("SCALING_ARTIFACTS", REPO / "artifacts")) / "reports"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _sqlite(tmp: Path, name: str) -> str:
+    return f"sqlite:///{tmp / (name + '.db')}"
+
+
+@pytest.fixture(scope="session")
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, S.SweepSpec]]:
+    """Named synthetic databases: typical, one_run, hostile (failures, spikes, hostile names), pending."""
+    tmp = tmp_path_factory.mktemp("report-dbs")
+    out: dict[str, tuple[str, S.SweepSpec]] = {}
+    out["typical"] = (url := _sqlite(tmp, "typical"), S.build(url, S.SweepSpec(sweep="typical", spikes=(4,))))
+    out["one_run"] = (
+        url := _sqlite(tmp, "one_run"),
+        S.build(url, S.SweepSpec(sweep="one-run", budgets=(3e13,), sizes_per_budget=1)),
+    )
+    out["hostile"] = (
+        url := _sqlite(tmp, "hostile"),
+        S.build(
+            url,
+            S.SweepSpec(
+                sweep=HOSTILE,
+                budgets=(1e13, 3e13),
+                sizes_per_budget=3,
+                failures=(1, 3),
+                spikes=(0,),
+                name_of=lambda i: HOSTILE if i % 2 == 0 else f"run-{i}",
+                tags_of=lambda i: {"note": HOSTILE_TAG},
+                error_text=HOSTILE_ERROR,
+                plan={"name": HOSTILE, "note": "</script><!--"},
+            ),
+        ),
+    )
+    out["pending"] = (
+        url := _sqlite(tmp, "pending"),
+        S.build(url, S.SweepSpec(sweep="not-started", budgets=(1e13,), sizes_per_budget=3, pending=(0, 1, 2))),
+    )
+    return out
+
+
+@dataclass
+class PageReport:
+    """What a page did when loaded: console messages, page errors, dialogs, figures drawn."""
+
+    console: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    figures: dict[str, int] = field(default_factory=dict)  # div id -> plotted traces
+    text: str = ""
+    title: str = ""
+    screenshot: Path | None = None
+
+    @property
+    def console_errors(self) -> list[str]:
+        return [t for kind, t in self.console if kind == "error"] + self.errors
+
+
+class Browser:
+    """A headless Chromium (fresh profile) that opens report files and reports what happened."""
+
+    def __init__(self, executable: str) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        self._profile = tempfile.mkdtemp(prefix="scaling-chromium-")
+        self._ctx = self._pw.chromium.launch_persistent_context(
+            self._profile, executable_path=executable, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000}, offline=True,
+        )
+
+    def open(self, path: Path, shot_name: str) -> PageReport:
+        rep = PageReport()
+        page = self._ctx.new_page()
+        page.on("console", lambda m: rep.console.append((m.type, m.text)))
+        page.on("pageerror", lambda e: rep.errors.append(str(e)))
+
+        def on_dialog(d) -> None:  # a dialog means user text ran as script
+            rep.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", on_dialog)
+        try:
+            page.goto(path.resolve().as_uri(), wait_until="load")
+            page.wait_for_function(
+                "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))",
+                timeout=60_000,
+            )
+            rep.figures = page.evaluate(
+                """() => Object.fromEntries(Array.from(document.querySelectorAll('.figure')).map(d => [d.id,
+                     d.querySelector('svg.main-svg') ? d.querySelectorAll(
+                       '.scatterlayer .trace, .contourlayer .contour, .barlayer .trace').length : -1]))"""
+            )
+            rep.text = page.inner_text("body")
+            rep.title = page.title()
+            rep.screenshot = artifacts_dir() / f"{shot_name}.png"
+            page.screenshot(path=str(rep.screenshot), full_page=True)
+            print(f"screenshot: {rep.screenshot}")
+        finally:
+            page.close()
+        return rep
+
+    def close(self) -> None:
+        self._ctx.close()
+        self._pw.stop()
+        shutil.rmtree(self._profile, ignore_errors=True)
+
+
+def chromium_path() -> str | None:
+    exe = os.environ.get("SCALING_CHROMIUM") or "/usr/bin/chromium"
+    return exe if Path(exe).is_file() else shutil.which("chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    exe = chromium_path()
+    if not exe:
+        pytest.skip("Chromium is not installed (set $SCALING_CHROMIUM or install Debian's chromium)")
+    b = Browser(exe)
+    try:
+        yield b
+    finally:
+        b.close()

@@ -1,0 +1,65 @@
+"""Reports opened in real headless Chromium: figures drawn, no console errors, hostile text inert.
+
+Each test keeps a full-page screenshot under ``artifacts/reports/`` (or ``$SCALING_ARTIFACTS``)
+and prints its path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from report_synth import HOSTILE
+from scaling.reports import write_report
+
+pytestmark = pytest.mark.browser
+
+#: figures every report has (each is drawn even when it only says what is missing)
+ALWAYS = {"fig-isoflop", "fig-frontiers", "fig-residuals", "fig-backtest", "fig-events", "fig-throughput"}
+
+
+def _check_clean(page) -> None:
+    assert page.console_errors == [], page.console_errors
+    assert page.dialogs == [], f"user text ran as script: {page.dialogs}"
+    assert page.screenshot is not None and page.screenshot.stat().st_size > 10_000
+    assert all(n >= 0 for n in page.figures.values()), f"figures without plotly SVG: {page.figures}"
+
+
+def test_typical_sweep_renders_every_figure(sweeps, browser, tmp_path: Path) -> None:
+    url, spec = sweeps["typical"]
+    page = browser.open(write_report(url, None, tmp_path / "typical.html"), "typical")
+    _check_clean(page)
+    assert ALWAYS | {"fig-loss-tokens", "fig-loss-flops"} <= set(page.figures)
+    runs = len(spec.keys)
+    # a train and an eval trace per run, plus the envelope on the FLOPs view
+    assert page.figures["fig-loss-tokens"] == 2 * runs
+    assert page.figures["fig-loss-flops"] == 2 * runs + 1
+    assert page.figures["fig-isoflop"] >= len(spec.budgets)
+    assert page.figures["fig-events"] >= 3 and page.figures["fig-throughput"] == 2
+    assert "Scaling report: typical" in page.title
+
+
+def test_hostile_names_show_as_text_and_never_run(sweeps, browser, tmp_path: Path) -> None:
+    url, _ = sweeps["hostile"]
+    page = browser.open(write_report(url, HOSTILE, tmp_path / "hostile.html"), "hostile")
+    _check_clean(page)
+    assert HOSTILE in page.title
+    assert page.text.count(HOSTILE) >= 3  # header, runs table (names), failures table
+    assert "alert(3)" in page.text  # the error text, shown
+    assert "failed" in page.text and "What is missing" in page.text
+
+
+def test_one_run(sweeps, browser, tmp_path: Path) -> None:
+    url, _ = sweeps["one_run"]
+    page = browser.open(write_report(url, "one-run", tmp_path / "one.html"), "one-run")
+    _check_clean(page)
+    assert page.figures["fig-loss-tokens"] == 2
+
+
+def test_sweep_with_nothing_finished(sweeps, browser, tmp_path: Path) -> None:
+    url, _ = sweeps["pending"]
+    page = browser.open(write_report(url, "not-started", tmp_path / "pending.html"), "pending")
+    _check_clean(page)
+    assert "No loss curves recorded yet." in page.text
+    assert ALWAYS <= set(page.figures)

@@ -1,0 +1,79 @@
+"""The figure functions work on plain DataFrames (as a notebook has them) and draw SVG only."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from report_synth import HOSTILE
+from scaling.reports import figures as F
+from scaling.reports.data import normalise_runs
+from scaling.trainer import names
+
+
+def _frames(n_runs: int = 4, steps: int = 3000) -> tuple[pd.DataFrame, pd.DataFrame]:
+    runs = normalise_runs(pd.DataFrame({
+        "run_key": [f"k{i}" for i in range(n_runs)],
+        "N": [1e5 * 3**i for i in range(n_runs)],
+        "D": [1e7] * n_runs,
+        "C": [6e12 * 3**i for i in range(n_runs)],
+        "status": ["completed"] * n_runs,
+        "final_loss": [3.0 - 0.2 * i for i in range(n_runs)],
+        "spec": [{"name": HOSTILE if i == 0 else f"r{i}"} for i in range(n_runs)],
+    }))
+    rows = []
+    for i, key in enumerate(runs["run_key"]):
+        for s in range(1, steps + 1):
+            t = s * 1000
+            rows.append((key, s, t, 6.0 * runs["N"][i] * t, names.TRAIN_LOSS, 2 + 5 / s**0.3 - 0.1 * i))
+            if s % 500 == 0:
+                rows.append((key, s, t, 6.0 * runs["N"][i] * t, names.EVAL_LOSS, 2.05 + 5 / s**0.3 - 0.1 * i))
+    return runs, pd.DataFrame(rows, columns=["run_key", "step", "tokens", "flops", "name", "value"])
+
+
+def _types(fig: go.Figure) -> set[str]:
+    return {t.type for t in fig.data}
+
+
+def test_loss_curves_thin_long_curves_and_keep_minima() -> None:
+    runs, curves = _frames()
+    fig = F.loss_curves(curves, runs, x="flops", envelope=F.loss_envelope(curves), max_points=100)
+    assert _types(fig) == {"scatter"}
+    train = [t for t in fig.data if t.mode == "lines" and t.legendgroup and t.legendgroup.startswith("N=")]
+    assert len(train) == 4
+    for t, (key, g) in zip(train, curves[curves.name == names.TRAIN_LOSS].groupby("run_key")):
+        assert len(t.y) <= 103
+        assert np.isclose(np.min(t.y), g["value"].min(), rtol=1e-6)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert any(t.name == "envelope (approach 1)" for t in fig.data)
+
+
+def test_envelope_is_the_running_minimum_over_flops() -> None:
+    _, curves = _frames()
+    env = F.loss_envelope(curves)
+    assert (np.diff(env["loss"]) < 0).all() and (np.diff(env["flops"]) > 0).all()
+    tr = curves[curves.name == names.TRAIN_LOSS]
+    assert env["loss"].min() == tr["value"].min()
+
+
+def test_user_text_is_escaped_in_figure_json() -> None:
+    runs, curves = _frames()
+    blob = F.loss_curves(curves, runs).to_json() + F.isoflop_profiles(runs).to_json()
+    assert HOSTILE not in blob and "&lt;script&gt;" in blob
+
+
+def test_every_figure_draws_something_or_says_why() -> None:
+    runs, curves = _frames(1, 10)
+    empty = pd.DataFrame()
+    figs = [
+        F.loss_curves(empty, runs), F.isoflop_profiles(runs.iloc[0:0]), F.frontiers({}), F.parametric_contour(None),
+        F.residuals({}, runs), F.backtest(None), F.run_events(empty, runs), F.throughput(empty, runs),
+    ]
+    for fig in figs:
+        assert isinstance(fig, go.Figure)
+        assert "scattergl" not in _types(fig)
+        assert fig.layout.annotations, "an empty figure must say why it is empty"
+        json.loads(fig.to_json())

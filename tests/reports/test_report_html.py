@@ -1,0 +1,99 @@
+"""The HTML file: self-contained, every section present, user text escaped, edge cases reported."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import report_synth as S
+from report_synth import HOSTILE, HOSTILE_TAG
+from scaling.errors import NotFoundError
+from scaling.reports import write_report
+from scaling.reports.html import SECTIONS, script_json
+
+
+def _figure_data(text: str) -> dict:
+    m = re.search(r'<script type="application/json" id="figure-data">(.*?)</script>', text, re.S)
+    assert m, "figure data block missing"
+    return json.loads(m.group(1))
+
+
+def test_typical_report_is_self_contained_and_complete(sweeps, tmp_path: Path) -> None:
+    url, spec = sweeps["typical"]
+    path = write_report(url, None, tmp_path / "sub" / "r.html")
+    assert path == (tmp_path / "sub" / "r.html").resolve() and path.is_file()
+    text = path.read_text()
+    # plotly.js inlined exactly once, nothing fetched from anywhere
+    assert text.count("Plotly.newPlot") == 1 and text.count("plotly.js v") <= 2
+    assert not re.search(r'<script[^>]+src=', text) and not re.search(r'<link[^>]+href=', text)
+    for sid, _ in SECTIONS:
+        assert f'<section id="{sid}">' in text
+    figs = _figure_data(text)
+    assert {"fig-loss-tokens", "fig-loss-flops", "fig-isoflop", "fig-frontiers", "fig-events", "fig-throughput"} <= set(figs)
+    # SVG only: no WebGL trace anywhere
+    assert all(t.get("type") != "scattergl" for f in figs.values() for t in f["data"])
+    # every run is in the table, with its key
+    for key in spec.keys:
+        assert key in text
+    assert "loss_spike" in text  # the spiked run's events are drawn
+
+
+def test_hostile_names_are_escaped(sweeps, tmp_path: Path) -> None:
+    url, _ = sweeps["hostile"]
+    text = write_report(url, HOSTILE, tmp_path / "r.html").read_text()
+    for bad in (HOSTILE, HOSTILE_TAG, "<script>alert(3)", "</script><!--", "<!--"):
+        assert bad not in text, f"{bad!r} appears unescaped"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text  # shown as text in title, table, plan
+    assert "&lt;img src=x onerror=&quot;alert(2)&quot;&gt;" in text
+    assert "boom &lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt;" in text
+    # the figures' JSON still holds the names (escaped for display), and parses
+    figs = _figure_data(text)
+    assert any("alert(1)" in json.dumps(f) for f in figs.values())
+    # only our own four script elements exist
+    assert text.count("<script") == 3
+
+
+def test_failures_and_too_few_runs_say_what_is_missing(sweeps, tmp_path: Path) -> None:
+    url, _ = sweeps["hostile"]
+    text = write_report(url, HOSTILE, tmp_path / "r.html").read_text()
+    assert 'id="failures"' in text and "failed" in text
+    assert "What is missing" in text
+
+
+def test_one_run_report(sweeps, tmp_path: Path) -> None:
+    url, spec = sweeps["one_run"]
+    text = write_report(url, "one-run", tmp_path / "r.html").read_text()
+    assert spec.keys[0] in text
+    assert "What is missing" in text  # one run cannot support a fit
+
+
+def test_sweep_without_finished_runs(sweeps, tmp_path: Path) -> None:
+    url, _ = sweeps["pending"]
+    text = write_report(url, "not-started", tmp_path / "r.html").read_text()
+    assert "3 pending" in text
+    assert "No loss curves recorded yet." in text
+    assert "No recommendation: no run has completed yet." in text
+
+
+def test_unknown_sweep_is_a_user_error(sweeps, tmp_path: Path) -> None:
+    url, _ = sweeps["typical"]
+    with pytest.raises(NotFoundError, match="no sweep named 'nope'"):
+        write_report(url, "nope", tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_through_postgres_and_sqlite(db_url: str, tmp_path: Path) -> None:
+    """The same read path works on both databases (the PostgreSQL variant needs the CI server)."""
+    spec = S.build(db_url, S.SweepSpec(sweep="both", budgets=(1e13,), sizes_per_budget=3, steps=50, eval_every=10))
+    text = write_report(db_url, "both", tmp_path / "r.html").read_text()
+    assert all(k in text for k in spec.keys)
+
+
+def test_script_json_cannot_close_the_script() -> None:
+    raw = json.dumps({"x": "</script><!-- ]]> & <b>"})
+    safe = script_json(raw)
+    assert "<" not in safe and ">" not in safe and "&" not in safe
+    assert json.loads(safe) == json.loads(raw)
