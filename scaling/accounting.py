@@ -240,14 +240,16 @@ def activation_bytes(
     """Activation memory of one micro-batch, after Korthikanti et al. (2022, Sec. 4.1).
 
     Per layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations; with
-    full activation checkpointing only each block's 16-bit input (2*s*b*h) is kept. FP32
-    activations double these. The logits add s*b*V in FP32 plus their gradient.
+    full activation checkpointing each block's 16-bit input (2*s*b*h) is kept, plus one block's
+    full activations while the backward pass recomputes it. FP32 activations double these.
+    The logits add s*b*V in FP32 plus their gradient.
     """
     s, b, h, a, L, v = shape.context, micro_batch, shape.d_model, shape.n_head, shape.n_layer, shape.vocab_size
     scale = 2.0 if precision == "fp32" else 1.0
-    per_layer = 2.0 * s * b * h if checkpointing else s * b * h * (34.0 + 5.0 * a * s / h)
+    full_layer = s * b * h * (34.0 + 5.0 * a * s / h)
+    layers = L * 2.0 * s * b * h + full_layer if checkpointing else L * full_layer
     logits = 8.0 * s * b * v
-    return scale * L * per_layer + logits
+    return scale * layers + logits
 
 
 def estimate_memory(

@@ -1,0 +1,121 @@
+"""Accounting: parameter counts against the torch module, FLOPs by hand, memory per ZeRO stage,
+the shape policy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scaling.accounting import (
+    GIB,
+    Shape,
+    ShapePolicy,
+    activation_bytes,
+    choose_strategy,
+    estimate_memory,
+    model_state_bytes,
+)
+
+GPT2_SMALL = Shape(12, 768, 12, 50257, 1024)
+
+
+def test_gpt2_small_counts() -> None:
+    assert GPT2_SMALL.params_total == 124_439_808
+    assert GPT2_SMALL.params_non_embedding == 85_056_000
+    assert GPT2_SMALL.params_embedding == (50257 + 1024) * 768
+    assert GPT2_SMALL.params("total") == GPT2_SMALL.params_total
+
+
+@pytest.mark.parametrize(
+    "shape", [GPT2_SMALL, Shape(1, 32, 2, 256, 32), Shape(6, 384, 6, 256, 256), Shape(3, 96, 3, 1000, 77)]
+)
+def test_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
+    torch = pytest.importorskip("torch")
+    from scaling.trainer.model import GPT, GPTConfig
+
+    with torch.device("meta"):
+        model = GPT(GPTConfig.from_shape(shape))
+    params = dict(model.named_parameters())  # the tied head appears once
+    embedding = params["wte.weight"].numel() + params["wpe.weight"].numel()
+    total = sum(p.numel() for p in params.values())
+    assert (total, total - embedding, embedding) == (
+        shape.params_total,
+        shape.params_non_embedding,
+        shape.params_embedding,
+    )
+
+
+def test_flops_per_token_by_hand() -> None:
+    shape = Shape(n_layer=2, d_model=64, n_head=4, vocab_size=256, context=32)
+    n = 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64  # 100,224
+    assert shape.params_non_embedding == n
+    assert shape.flops_per_token("6N") == 6 * n
+    assert shape.flops_per_token("6N", "total") == 6 * (n + (256 + 32) * 64)
+    # Chinchilla, App. F, per token: embeddings 2Vd; per layer QKV 6d^2, logits 2sd, softmax 3hs,
+    # reduction 2sd, projection 2d^2, MLP 16d^2; final logits 2dV. Training = 3x forward.
+    per_layer = 6 * 64**2 + 2 * 32 * 64 + 3 * 4 * 32 + 2 * 32 * 64 + 2 * 64**2 + 16 * 64**2
+    forward = 2 * 256 * 64 + 2 * per_layer + 2 * 64 * 256
+    assert forward == 279_296  # 32,768 + 2 x 106,880 + 32,768
+    assert shape.flops_per_token("6N_attention") == 3 * forward
+    assert shape.training_flops(1e6) == 6 * n * 1e6
+    with pytest.raises(ValueError, match="unknown flops convention"):
+        shape.flops_per_token("7N")  # type: ignore[arg-type]
+
+
+def test_model_state_bytes_follow_the_zero_formulas() -> None:
+    phi, n = 1_000_000_000, 8
+    total = {s: sum(model_state_bytes(phi, "bf16", s, n)) for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert total["ddp"] == 16 * phi
+    assert total["zero1"] == pytest.approx(4 * phi + 12 * phi / n)
+    assert total["zero2"] == pytest.approx(2 * phi + 14 * phi / n)
+    assert total["zero3"] == pytest.approx(16 * phi / n)
+    assert sum(model_state_bytes(phi, "fp32", "ddp", n)) == 16 * phi
+    assert sum(model_state_bytes(phi, "bf16", "single", 1)) == 16 * phi
+    # On one worker every stage costs the same; with more workers each stage saves more.
+    assert len({sum(model_state_bytes(phi, "bf16", s, 1)) for s in ("ddp", "zero1", "zero2", "zero3")}) == 1
+    assert total["ddp"] > total["zero1"] > total["zero2"] > total["zero3"]
+    with pytest.raises(ValueError, match="unknown strategy"):
+        model_state_bytes(phi, "bf16", "zero4", n)  # type: ignore[arg-type]
+
+
+def test_activation_memory_by_hand_and_with_checkpointing() -> None:
+    s, b, h, a, L, v = 1024, 4, 768, 12, 12, 50257
+    layer = s * b * h * (34 + 5 * a * s / h)
+    assert activation_bytes(GPT2_SMALL, 4, "bf16") == pytest.approx(L * layer + 8 * s * b * v)
+    assert activation_bytes(GPT2_SMALL, 4, "fp32") == pytest.approx(2 * L * layer + 8 * s * b * v)
+    ckpt = activation_bytes(GPT2_SMALL, 4, "bf16", checkpointing=True)
+    assert ckpt == pytest.approx(L * 2 * s * b * h + layer + 8 * s * b * v)
+    assert ckpt < activation_bytes(GPT2_SMALL, 4, "bf16") / 2  # the FP32 logits remain
+    assert activation_bytes(GPT2_SMALL, 8, "bf16") == pytest.approx(2 * activation_bytes(GPT2_SMALL, 4, "bf16"))
+
+
+def test_estimate_adds_a_margin_and_choose_picks_the_least_sharding_that_fits() -> None:
+    big = Shape(48, 4096, 32, 50257, 2048)  # ~9.9B parameters
+    est = estimate_memory(big, 1, "bf16", "zero3", 8, checkpointing=True)
+    assert est.total_bytes == pytest.approx(1.1 * (est.model_state_bytes + est.activations_bytes))
+    sizes = {s: estimate_memory(big, 1, "bf16", s, 8, True).total_bytes for s in ("ddp", "zero1", "zero2", "zero3")}
+    for strategy, budget in (("ddp", sizes["ddp"]), ("zero1", sizes["zero1"]), ("zero3", sizes["zero3"] + 1)):
+        chosen = choose_strategy(big, 1, "bf16", 8, budget, checkpointing=True)
+        assert chosen is not None and chosen.strategy == strategy
+    assert choose_strategy(big, 1, "bf16", 8, sizes["zero3"] - 1, checkpointing=True) is None
+    assert choose_strategy(GPT2_SMALL, 1, "bf16", 1, 80 * GIB).strategy == "single"
+
+
+def test_shape_policy() -> None:
+    policy = ShapePolicy()  # d_model / n_layer = 64, head size 64
+    shape = policy.shape_for(85e6)
+    assert (shape.n_layer, shape.d_model, shape.n_head) == (12, 768, 12)
+    for target in (1e5, 1e6, 3e6, 1e7, 1e8, 1e9):
+        got = policy.shape_for(target)
+        assert got.d_model % 64 == 0 and got.n_head == got.d_model // 64
+        assert abs(math.log(got.params_non_embedding / target)) < 0.35  # near in log space
+    wide = ShapePolicy(aspect_ratio=128, head_size=32).shape_for(1e7)
+    assert wide.d_model % 32 == 0 and wide.d_model / wide.n_layer > 64
+    total = policy.shape_for(2e7, convention="total")
+    assert abs(math.log(total.params_total / 2e7)) < 0.35
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive"):
+            policy.shape_for(bad)
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        Shape(2, 100, 3)
