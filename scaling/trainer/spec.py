@@ -231,8 +231,9 @@ class RunSpec(_Frozen):
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            raise SpecError(f"{where}: {loc}: {err['msg']}") from None
+            msg = str(err["msg"]).removeprefix("Value error, ")  # validators name their fields
+            loc = ".".join(str(p) for p in err["loc"])
+            raise SpecError(f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunSpec":

@@ -33,6 +33,14 @@ TINY: dict[str, Any] = {
 
 
 @pytest.fixture
+def tiny() -> dict[str, Any]:
+    """The tiny spec's fields (a fresh copy)."""
+    import copy
+
+    return copy.deepcopy(TINY)
+
+
+@pytest.fixture
 def make_spec() -> Callable[..., Any]:
     """``make_spec(**overrides)``: a tiny RunSpec; nested dicts merge into the defaults."""
     from scaling.trainer.spec import RunSpec

@@ -1,0 +1,37 @@
+"""MFU: the CPU peak is probed once and cached; the environment overrides it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scaling.trainer import mfu
+
+
+def test_cpu_peak_is_probed_once_and_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SCALING_PEAK_FLOPS", raising=False)
+    monkeypatch.setenv("SCALING_CACHE_DIR", str(tmp_path))
+    calls: list[int] = []
+    real = mfu.probe_cpu_flops
+
+    def counting(dtype: torch.dtype, threads: int, seconds: float = 0.3) -> float:
+        calls.append(threads)
+        return real(dtype, threads, seconds=0.03)
+
+    monkeypatch.setattr(mfu, "probe_cpu_flops", counting)
+    first = mfu.peak_flops(torch.device("cpu"), "fp32", threads=1)
+    second = mfu.peak_flops(torch.device("cpu"), "fp32", threads=1)
+    assert first == second > 1e8 and calls == [1]
+    assert len(json.loads((tmp_path / "peak_flops.json").read_text())) == 1
+    monkeypatch.setenv("SCALING_PEAK_FLOPS", "2e12")
+    assert mfu.peak_flops(torch.device("cpu"), "bf16") == 2e12
+
+
+def test_mfu_ratio() -> None:
+    assert mfu.mfu(1000.0, 6e6, 1e10) == pytest.approx(0.6)
+    assert mfu.mfu(1000.0, 6e6, 1e10, devices=2) == pytest.approx(0.3)
+    assert mfu.mfu(1000.0, 6e6, None) is None
+    assert mfu.GPU_PEAK_FLOPS["H200"]["bf16"] == 989e12
