@@ -33,6 +33,8 @@ def plan_cmd(plan: PlanArg, format: FormatOption = "table") -> None:
         typer.echo(to_json(summary))
         return
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped: keep every column readable
     console.print(render_table(summary))
     for note in summary["notes"]:
         console.print(f"note: {note}", markup=False, highlight=False)

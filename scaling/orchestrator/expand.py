@@ -211,7 +211,10 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     continue
                 runs[spec.key] = PlannedRun(spec, b, kind, budget, mem.total_gib, strategy)
 
-    ordered = sorted(runs.values(), key=lambda r: (r.spec.flops, r.spec.n_params, r.spec.seed))
+    # Smallest compute first; an IsoFLOP budget's runs together, smallest model first.
+    ordered = sorted(
+        runs.values(), key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed)
+    )
     return Expansion(plan, ordered, notes)
 
 

@@ -76,6 +76,8 @@ def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
     import os
 
     r = plan.resources
+    if r.max_concurrent and not (num_cpus or r.num_cpus):
+        return r.max_concurrent  # a cluster plan: assume the cluster is sized for it
     cpus = num_cpus or r.num_cpus or os.cpu_count() or 1
     per_run = r.cpus_per_worker * r.workers
     n = max(1, int(cpus // per_run))

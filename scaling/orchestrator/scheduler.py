@@ -271,7 +271,7 @@ class Scheduler:
             if self._remote_single is None:
                 self._remote_single = ray.remote(max_retries=0)(tasks.train_single)
             fn = self._remote_single.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
-            return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt)
+            return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt, self.sweep)
         # Multi-worker: the TorchTrainer's controller needs no CPU of its own; its workers take
         # the resources this loop has already set aside in its ledger (see _admit), so Ray
         # Train never waits for CPUs another run holds.
@@ -322,7 +322,7 @@ class Scheduler:
             )
             row = self.store.run(s.key, sweep=self.sweep) or row
         s.state = "completed"
-        s.eval_loss = row.get("final_eval_loss", s.eval_loss)
+        s.eval_loss = row.get("final_loss", s.eval_loss)
         s.step = s.steps
 
     def _failed(self, s: RunState, error: str) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int) -> Any:
+def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str) -> Any:
     """Train one single-worker run in this process; returns what the trainer returns."""
     from scaling.trainer import train
     from scaling.trainer.spec import RunSpec
 
     spec = RunSpec.model_validate_json(spec_json)
-    return _plain(train(spec, store_url, run_dir, attempt=attempt))
+    return _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
 
 
 def train_multi(spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int) -> Any:

@@ -1,0 +1,132 @@
+"""Sweeps on a real local Ray: end to end, reruns, failures and retries, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scaling.trainer import names
+from orch_helpers import assert_consistent, shape, write_plan
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+SCALING = str(Path(sys.executable).parent / "scaling")
+
+
+def _run_sweep(plan: Path, url: str, **kw):
+    from scaling.orchestrator.sweep import run_sweep
+
+    return run_sweep(plan, db=url, fit=False, report=False, echo=lambda s: None, **kw)
+
+
+def test_sweep_retries_failures_and_reruns_only_new_points(tmp_path: Path, sqlite_url: str) -> None:
+    from scaling.db import connect
+
+    grid = [
+        {"models": [shape(1, 16), shape(2, 16)], "tokens": [512 * 8]},
+        # fails on its first attempt only: the retry completes it
+        {"models": [shape(1, 32)], "tokens": [512 * 8], "faults": {"raise_at_step": 3, "raise_attempts": 1}},
+        # fails on every attempt: failed after 1 + retries attempts, with its error
+        {"models": [shape(2, 32)], "tokens": [512 * 8], "faults": {"raise_at_step": 2}},
+    ]
+    plan = write_plan(tmp_path / "p.yaml", "faults", tmp_path / "runs", grid)
+    out = _run_sweep(plan, sqlite_url).outcome
+    assert len(out.completed) == 3 and len(out.failed) == 1
+    res = connect(sqlite_url)
+    runs = res.runs(sweep="faults").set_index("N")
+    poisoned = runs.loc[runs["status"] == "failed"].iloc[0]
+    assert "injected fault at step 2" in poisoned["error"]
+    assert poisoned["attempts"] == 2  # 1 + retries
+    retried = runs.loc[runs["attempts"] == 2]
+    assert set(retried["status"]) == {"completed", "failed"}
+    ev = res.events(sweep="faults", kinds=[names.FAILURE])
+    assert ev.groupby("run_key").size().to_dict() == {poisoned["run_key"]: 2, **{
+        k: 1 for k in retried.loc[retried["status"] == "completed", "run_key"]}}
+    # Unaffected runs were tried once.
+    assert sorted(runs.loc[runs["attempts"] == 1, "status"]) == ["completed", "completed"]
+
+    # Rerun with one more point: only it trains; the exhausted failure is not retried again.
+    grid[0]["models"].append(shape(3, 16))
+    write_plan(plan, "faults", tmp_path / "runs", grid)
+    out2 = _run_sweep(plan, sqlite_url).outcome
+    assert len(out2.completed) == 1 and len(out2.skipped) == 3 and len(out2.failed) == 1
+    runs2 = connect(sqlite_url).runs(sweep="faults")
+    assert int(runs2["attempts"].sum()) == int(runs["attempts"].sum()) + 1
+    for key in out.completed:
+        assert (tmp_path / "runs" / "faults" / key).is_dir()  # <runs_dir>/<sweep>/<key>/
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _progress(url: str, sweep: str) -> tuple[dict[str, str], dict[str, int]]:
+    from scaling.db import connect
+
+    try:
+        res = connect(url)
+        runs = res.runs(sweep=sweep)
+        m = res.metrics(names=[names.TRAIN_LOSS], sweep=sweep)
+    except Exception:
+        return {}, {}
+    steps = m.groupby("run_key")["step"].max().to_dict() if len(m) else {}
+    return dict(zip(runs["run_key"], runs["status"])), steps
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_sweep_resumes(sig: int, tmp_path: Path, sqlite_url: str) -> None:
+    """SIGKILL (or Ctrl-C) mid-sweep, then rerun: nothing completed retrains, partial runs resume."""
+    from scaling.db import connect
+
+    grid = [{"models": [shape(1, 16), shape(2, 32), shape(3, 32)], "tokens": [512 * 40]}]
+    plan = write_plan(tmp_path / "p.yaml", "killed", tmp_path / "runs", grid,
+                      resources={"num_cpus": 2, "max_concurrent": 2})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path / "sweep1.log", "w")
+    proc = subprocess.Popen([SCALING, "sweep", str(plan), "--db", sqlite_url, "--no-fit", "--no-report"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        def one_done_one_partial() -> bool:
+            status, steps = _progress(sqlite_url, "killed")
+            done = [k for k, s in status.items() if s == "completed"]
+            partial = [k for k, s in status.items() if s == "running" and steps.get(k, 0) >= 6]
+            return bool(done) and bool(partial)
+
+        _wait_for(one_done_one_partial, 150, "one completed and one partial run")
+        before = connect(sqlite_url).runs(sweep="killed").set_index("run_key")
+        os.kill(proc.pid, sig)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    if sig == signal.SIGINT:
+        assert code == 130, (tmp_path / "sweep1.log").read_text()
+        after_stop = connect(sqlite_url).runs(sweep="killed")
+        assert "running" not in set(after_stop["status"])
+        assert "interrupted" in set(after_stop["status"])
+    else:
+        assert code == -signal.SIGKILL
+
+    rerun = subprocess.run([SCALING, "sweep", str(plan), "--db", sqlite_url, "--no-fit", "--no-report",
+                            "--stale-after", "2"], capture_output=True, text=True, timeout=240, env=env)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    runs = assert_consistent(sqlite_url, "killed").set_index("run_key")
+    completed_before = before.index[before["status"] == "completed"]
+    partial_before = before.index[before["status"] == "running"]
+    for key in completed_before:
+        assert runs.loc[key, "attempts"] == before.loc[key, "attempts"], "a completed run was retrained"
+    resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
+    assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
+    assert "running" not in set(runs["status"])
