@@ -1,0 +1,43 @@
+"""Scaling-law fits: Kaplan et al. (2020) and Chinchilla's three approaches (Hoffmann et al. 2022).
+
+Laws follow scikit-learn's estimator contract (``fit(df)`` returns self, fitted attributes end
+in ``_``, ``predict(N, D)``, ``optimal(C)``, ``bootstrap(n, seed)``, ``to_dict``/``from_dict``).
+Torch-free and Ray-free: it needs numpy, scipy and pandas only, and the database for sweeps.
+"""
+
+from __future__ import annotations
+
+from scaling.errors import FitError
+from scaling.fitting.api import KINDS, FitSummary, fit_csv, fit_data, fit_sweep, from_dict
+from scaling.fitting.backtest import backtest
+from scaling.fitting.base import Law, NotFittedError
+from scaling.fitting.data import FitData, effective_tokens, from_csv, from_db, from_frame
+from scaling.fitting.envelope import ChinchillaEnvelope
+from scaling.fitting.isoflop import ChinchillaIsoFLOP
+from scaling.fitting.kaplan import KaplanLaw
+from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fitting.recommend import Recommendation, recommend
+
+__all__ = [
+    "FitError",
+    "NotFittedError",
+    "Law",
+    "KaplanLaw",
+    "ChinchillaEnvelope",
+    "ChinchillaIsoFLOP",
+    "ChinchillaParametric",
+    "FitData",
+    "FitSummary",
+    "Recommendation",
+    "KINDS",
+    "from_dict",
+    "from_csv",
+    "from_db",
+    "from_frame",
+    "effective_tokens",
+    "fit_data",
+    "fit_csv",
+    "fit_sweep",
+    "recommend",
+    "backtest",
+]

@@ -74,6 +74,8 @@ class Law:
         self.n_points_ = int(len(fd.points))
         self.replicates_ = None
         self.bootstrap_info_ = None
+        self.plot_ = None  # stored figure data belongs to a restored fit, not this one
+        self.backtest_ = None
         self.notes_: list[str] = list(fd.notes)
         self._fit(fd)
         self.data_ = fd
@@ -155,7 +157,15 @@ class Law:
 
     # -- serialisation -----------------------------------------------------------------------
     def _plot(self) -> dict[str, Any]:
-        """What a figure needs beyond the parameters (fitted points, parabolas, envelopes)."""
+        """What a figure needs beyond the parameters: the law's own figure data and the backtest."""
+        out = dict(getattr(self, "plot_", None) or {})  # a restored fit's stored figure data
+        out.update(self._plot_extra())
+        if getattr(self, "backtest_", None) is not None:
+            out["backtest"] = self.backtest_
+        return out
+
+    def _plot_extra(self) -> dict[str, Any]:
+        """Law-specific figure data (fitted points, parabolas, envelopes); {} when restored."""
         return {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +213,7 @@ class Law:
 
     def _restore_plot(self, plot: dict[str, Any]) -> None:
         self.plot_ = plot
+        self.backtest_ = plot.get("backtest")
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.get_settings().items())

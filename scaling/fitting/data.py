@@ -254,39 +254,36 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
     from scaling import db
     from scaling.trainer import names
 
-    res = db.connect(url)
-    if sweep is None:
-        sweep = res.latest_sweep()
+    with db.connect(url) as res:
         if sweep is None:
-            raise NotFoundError("the database has no sweeps to fit")
-    runs = res.runs(sweep=sweep, status="completed")
-    info = _sweep_info(res, sweep)
-    if runs is None or len(runs) == 0:
-        raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-    runs = runs.copy()
-    loss = pd.to_numeric(runs.get("final_loss"), errors="coerce")
-    if "final_train_loss" in runs:
-        loss = loss.fillna(pd.to_numeric(runs["final_train_loss"], errors="coerce"))
-    runs["loss"] = loss
-    params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
-    flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
-    unique = None
-    if effective_data:
-        unique = _unique_tokens(runs)
-        if unique is None:
-            raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs")
-    curves = None
-    try:
-        m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS])
-    except TypeError:
-        m = res.metrics(list(runs["run_key"]), [names.EVAL_LOSS, names.TRAIN_LOSS])
-    if m is not None and len(m):
-        # Prefer eval curves; use train curves for runs that logged no eval loss.
-        has_eval = set(m.loc[m["name"] == names.EVAL_LOSS, "run_key"])
-        keep = (m["name"] == names.EVAL_LOSS) | (~m["run_key"].isin(has_eval) & (m["name"] == names.TRAIN_LOSS))
-        m = m[keep].rename(columns={"value": "loss"})
-        m = m.merge(runs[["run_key", "N"]], on="run_key", how="inner")
-        curves = m[["run_key", "N", "tokens", "flops", "loss"]].astype({"tokens": float, "flops": float, "loss": float})
+            sweep = res.latest_sweep()
+            if sweep is None:
+                raise NotFoundError("the database has no sweeps to fit")
+        runs = res.runs(sweep=sweep, status="completed")
+        info = _sweep_info(res, sweep)
+        if runs is None or len(runs) == 0:
+            raise FitError(f"sweep {sweep!r} has no completed runs to fit")
+        runs = runs.copy()
+        loss = pd.to_numeric(runs.get("final_loss"), errors="coerce")
+        if "final_train_loss" in runs:
+            loss = loss.fillna(pd.to_numeric(runs["final_train_loss"], errors="coerce"))
+        runs["loss"] = loss
+        params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
+        flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
+        unique = None
+        if effective_data:
+            unique = _unique_tokens(runs)
+            if unique is None:
+                raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs")
+        curves = None
+        m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS], sweep=sweep)
+        if m is not None and len(m):
+            # Prefer eval curves; use train curves for runs that logged no eval loss.
+            has_eval = set(m.loc[m["name"] == names.EVAL_LOSS, "run_key"])
+            keep = (m["name"] == names.EVAL_LOSS) | (~m["run_key"].isin(has_eval) & (m["name"] == names.TRAIN_LOSS))
+            m = m[keep].rename(columns={"value": "loss"})
+            m = m.merge(runs[["run_key", "N"]], on="run_key", how="inner")
+            curves = m[["run_key", "N", "tokens", "flops", "loss"]].astype({"tokens": float, "flops": float, "loss": float})
     data = prepare(
         runs[["N", "D", "C", "loss"]],
         flops_convention=flops_conv,
@@ -303,10 +300,7 @@ def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
     fn = getattr(res, "sweep_info", None)
     if fn is None:
         return {}
-    try:
-        info = fn(sweep)
-    except NotFoundError:
-        raise
+    info = fn(sweep)
     if info is None:
         raise NotFoundError(f"sweep {sweep!r} not found")
     return dict(info)

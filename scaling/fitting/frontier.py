@@ -32,11 +32,31 @@ def vertex(coef: np.ndarray) -> tuple[float, float]:
     return float(x), float(c0 - c1 * c1 / (4 * c2))
 
 
+def loss_frontier(logC: np.ndarray, L: np.ndarray) -> tuple[float, float, float]:
+    """(E, slope, intercept) of log(L - E) = intercept + slope log C, least squares, E profiled.
+
+    With fewer than four budgets E is not identifiable and stays 0 (a pure power law).
+    """
+    def sse(E: float) -> tuple[float, float, float]:
+        slope, icpt = fit_line(logC, np.log(L - E))
+        return float(np.sum((np.log(L - E) - icpt - slope * logC) ** 2)), slope, icpt
+
+    if L.size < 4:
+        return (0.0, *sse(0.0)[1:])
+    from scipy.optimize import minimize_scalar
+
+    hi = 0.999 * float(L.min())
+    r = minimize_scalar(lambda E: sse(E)[0], bounds=(0.0, hi), method="bounded", options={"xatol": 1e-6})
+    E = float(r.x) if r.success and sse(float(r.x))[0] <= sse(0.0)[0] else 0.0
+    _, slope, icpt = sse(E)
+    return E, slope, icpt
+
+
 class FrontierLaw(Law):
     """Base of approaches 1 and 2: the power laws over budgets and the parabola prediction."""
 
     law = "chinchilla"
-    param_names = ("a", "log_kN", "b", "log_kD", "alpha_L", "log_kL", "curv")
+    param_names = ("a", "log_kN", "b", "log_kD", "alpha_L", "log_kL", "E_L", "curv")
     derived_names = ("kN", "kD")
 
     def _frontier_params(self, C: np.ndarray, N_opt: np.ndarray, L_opt: np.ndarray, curv: np.ndarray) -> dict[str, float]:
@@ -44,11 +64,11 @@ class FrontierLaw(Law):
         a, log_kN = fit_line(logC, np.log(N_opt))
         D_opt = C / (self.k_ * N_opt)
         b, log_kD = fit_line(logC, np.log(D_opt))
-        sL, log_kL = fit_line(logC, np.log(L_opt))
+        E_L, sL, log_kL = loss_frontier(logC, np.asarray(L_opt, float))
         c = np.asarray(curv, float)
         c = c[np.isfinite(c) & (c > 0)]
         return {"a": a, "log_kN": log_kN, "b": b, "log_kD": log_kD, "alpha_L": -sL, "log_kL": log_kL,
-                "curv": float(np.median(c)) if c.size else np.nan}
+                "E_L": E_L, "curv": float(np.median(c)) if c.size else np.nan}
 
     @staticmethod
     def _need_budgets(n_used: int, flagged: list[str], what: str) -> None:
@@ -59,7 +79,7 @@ class FrontierLaw(Law):
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
         C = self.k_ * N * D
         logN_opt = p["log_kN"] + p["a"] * np.log(C)
-        L_opt = np.exp(p["log_kL"] - p["alpha_L"] * np.log(C))
+        L_opt = p["E_L"] + np.exp(p["log_kL"] - p["alpha_L"] * np.log(C))
         curv = np.nan_to_num(np.asarray(p["curv"], float), nan=0.0)
         return L_opt + curv * (np.log(N) - logN_opt) ** 2
 
@@ -67,7 +87,7 @@ class FrontierLaw(Law):
         logC = np.log(C)
         N = np.exp(p["log_kN"] + p["a"] * logC)
         D = np.asarray(C) / (self.k_ * N)
-        return N, D, np.exp(p["log_kL"] - p["alpha_L"] * logC)
+        return N, D, p["E_L"] + np.exp(p["log_kL"] - p["alpha_L"] * logC)
 
     def _derived(self, p: Params) -> dict[str, Any]:
         return {"kN": np.exp(p["log_kN"]), "kD": np.exp(p["log_kD"])}

@@ -56,6 +56,8 @@ class ChinchillaIsoFLOP(FrontierLaw):
             budgets.append(self._one_budget(sub["N"].to_numpy(), sub["loss"].to_numpy(), sub["C"].to_numpy()))
         used = [b for b in budgets if b["status"] == "used"]
         flagged = [f"C={b['C']:.3g}: {b['status']}" for b in budgets if b["status"] != "used"]
+        if len(flagged) > 6:  # keep the message one readable line; every budget stays in budgets_
+            flagged = flagged[:5] + [f"and {len(flagged) - 5} more"]
         self._need_budgets(len(used), flagged, "approach 2 (IsoFLOP)")
         self.budgets_ = budgets
         self.params_ = self._frontier_params(
@@ -63,7 +65,7 @@ class ChinchillaIsoFLOP(FrontierLaw):
             np.array([b["loss_opt"] for b in used]), np.array([b["coef"][0] for b in used]),
         )
         if flagged:
-            self.notes_.append("left out: " + "; ".join(flagged))
+            self.notes_.append(f"left out {len(budgets) - len(used)} of {len(budgets)} budgets: " + "; ".join(flagged))
 
     def _one_budget(self, N: np.ndarray, L: np.ndarray, C: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {"C": float(np.exp(np.mean(np.log(C)))), "N": N.tolist(), "loss": L.tolist(),
@@ -118,6 +120,9 @@ class ChinchillaIsoFLOP(FrontierLaw):
                     Nopt[j] = np.nan
                     continue
                 vx, vy = vertex(coef)
+                if not x[0] <= vx <= x[-1]:  # as in the fit: a vertex outside the window is no estimate
+                    Nopt[j] = np.nan
+                    continue
                 Nopt[j], Lopt[j], curv[j] = math.exp(vx), vy, coef[0]
             ok = np.isfinite(Nopt)
             if ok.sum() < 2:
@@ -126,9 +131,9 @@ class ChinchillaIsoFLOP(FrontierLaw):
             out[k] = [p[name] for name in self.param_names]
         return out
 
-    def _plot(self) -> dict[str, Any]:
-        return {"budgets": getattr(self, "budgets_", getattr(self, "plot_", {}).get("budgets", []))}
+    def _plot_extra(self) -> dict[str, Any]:
+        return {"budgets": getattr(self, "budgets_", [])}
 
     def _restore_plot(self, plot: dict[str, Any]) -> None:
-        self.plot_ = plot
+        super()._restore_plot(plot)
         self.budgets_ = plot.get("budgets", [])

@@ -182,7 +182,7 @@ class KaplanLaw(Law):
             D = np.asarray(C) / (self.k_ * N)
             return N, D, self._predict(p, N, D)
 
-    def _plot(self) -> dict[str, Any]:
+    def _plot_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if hasattr(self, "data_") and hasattr(self, "subsets_"):
             pts = self.data_.points

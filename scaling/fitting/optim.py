@@ -89,8 +89,8 @@ def batch_lbfgs(
         for _ in range(max_backtracks):
             if todo.size == 0:
                 break
-            if todo.size == k:
-                trial, tid = x + direction, ids
+            if todo.size == k:  # no gather needed
+                trial, tid = x + step[:, None] * direction, ids
             else:
                 trial, tid = x[todo] + step[todo, None] * direction[todo], ids[todo]
             ft, gt = f_and_grad(trial, tid)
@@ -112,7 +112,6 @@ def batch_lbfgs(
         x = x + s
         f = np.where(moved, f_new, f)
         g = np.where(moved[:, None], g_new, g)
-        nit += 0
         nit[ids[moved]] += 1
 
         slot = it % m

@@ -206,7 +206,7 @@ class ChinchillaParametric(Law):
             D = x ** d["b"] / d["G"]
         return N, D, self._predict(p, N, D)
 
-    def _plot(self) -> dict[str, Any]:
+    def _plot_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"objective": getattr(self, "objective_", None)}
         if hasattr(self, "data_"):
             pts = self.data_.points

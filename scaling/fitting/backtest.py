@@ -1,0 +1,83 @@
+"""Backtest: refit without the largest-compute runs and score the predictions for them.
+
+Held out: the largest IsoFLOP budget when it has at least three points, otherwise the points at
+or above the 90th percentile of compute. Each law is refitted (same settings, no bootstrap) on
+the rest and scored by the relative error of its predicted loss on each held-out point, and,
+where the held-out budget is an IsoFLOP slice with an interior minimum, by the relative error of
+its N_opt at that budget against the slice's own parabola.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from scaling.errors import FitError, UserError
+from scaling.fitting.base import Law, _jsonable
+from scaling.fitting.data import FitData, group_budgets
+
+
+def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:
+    """(training data without the largest-compute points, boolean mask of the held-out points)."""
+    pts = data.points
+    C = pts["C"].to_numpy()
+    labels = group_budgets(C, rel_tol)
+    held = labels == labels.max()
+    if held.sum() < 3:
+        held = C >= np.quantile(C, 0.9)
+    if held.all() or (~held).sum() < 3:
+        raise FitError("backtest needs points left to fit after holding out the largest-compute runs")
+    train = pts[~held].reset_index(drop=True)
+    curves = data.curves
+    if curves is not None:
+        # Drop the held-out runs' curves: a run is held out when its size and final tokens match.
+        last = curves.groupby("run_key").agg(N=("N", "first"), tokens=("tokens", "max"))
+        out_keys = []
+        for key, row in last.iterrows():
+            close = np.isclose(pts.loc[held, "N"], row["N"], rtol=1e-6) & np.isclose(
+                pts.loc[held, "D"], row["tokens"], rtol=0.02)
+            if close.any():
+                out_keys.append(key)
+        curves = curves[~curves["run_key"].isin(out_keys)]
+    return replace(data, points=train, curves=curves), held
+
+
+def backtest(law: Law, data: FitData) -> dict[str, Any]:
+    """Refit a copy of ``law`` without the largest-compute runs; returns (and stores) the scores."""
+    from scaling.fitting.isoflop import ChinchillaIsoFLOP
+
+    try:
+        train, held = split(data)
+        refit = type(law)(**law.get_settings()).fit(train)
+    except UserError as exc:
+        result: dict[str, Any] = {"error": " ".join(str(exc).split())}
+        law.backtest_ = result
+        return result
+    pts = data.points[held]
+    pred = refit.predict(pts["N"].to_numpy(), pts["D"].to_numpy())
+    rel = (pred - pts["loss"].to_numpy()) / pts["loss"].to_numpy()
+    rows = [
+        {"N": n, "D": d, "C": c, "loss": l, "predicted": p, "rel_error": r}
+        for n, d, c, l, p, r in zip(pts["N"], pts["D"], pts["C"], pts["loss"], pred, rel)
+    ]
+    result = {
+        "held_out": rows,
+        "n_train": int(len(train.points)),
+        "mean_abs_rel_error": float(np.mean(np.abs(rel))),
+        "max_abs_rel_error": float(np.max(np.abs(rel))),
+        "N_opt": None,
+    }
+    slice_ = ChinchillaIsoFLOP()._one_budget(
+        pts["N"].to_numpy()[np.argsort(pts["N"].to_numpy())],
+        pts["loss"].to_numpy()[np.argsort(pts["N"].to_numpy())],
+        pts["C"].to_numpy(),
+    )
+    if slice_["status"] == "used":
+        n_pred = float(np.asarray(refit.optimal(slice_["C"])[0]))
+        result["N_opt"] = {"C": slice_["C"], "observed": slice_["N_opt"], "predicted": n_pred,
+                           "rel_error": (n_pred - slice_["N_opt"]) / slice_["N_opt"]}
+    result = _jsonable(result)
+    law.backtest_ = result
+    return result

@@ -1,0 +1,257 @@
+"""The compute-optimal next run: N*, D*, loss at a budget from every law, and the runs worth adding.
+
+For a budget C (default ten times the largest run), each fitted law gives N*, D* and its predicted
+loss with bootstrap intervals; their spread says how far the methods agree. With a sweep, the
+plan's own rules turn the consensus N* into a concrete run (``scaling.rules.suggest_run``: shape,
+learning rate, batch, memory and strategy on the plan's device), or, where that helper is missing,
+the default shape policy and memory model of :mod:`scaling.accounting`.
+
+Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
+candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured, five sizes each around the
+approach-3 N* there, spaced by a factor e^0.5), add the points approach 3 predicts for them, redo
+the same bootstrap (refits started at the full-data optimum) and compare the width of the 95%
+interval of log N* at the target budget with and without them. Predicted points carry no noise,
+so the reductions are optimistic in scale but comparable across candidates.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scaling.errors import FitError, UserError
+from scaling.fitting.api import KINDS, FitSummary, fit_csv, fit_sweep
+from scaling.fitting.base import _jsonable
+from scaling.fitting.data import prepare
+
+#: Candidate budgets for extra runs, as multiples of the largest measured compute.
+CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
+#: Sizes of a candidate slice around its predicted N*, in natural-log offsets.
+CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
+#: Bootstrap replicates per candidate in the heuristic.
+CANDIDATE_BOOTSTRAP = 100
+
+
+@dataclass
+class Recommendation:
+    """What to train next at ``compute`` FLOPs, and which runs would firm up the answer."""
+
+    compute: float
+    source: str
+    per_law: dict[str, dict[str, Any]] = field(default_factory=dict)
+    agreement: dict[str, float] = field(default_factory=dict)
+    consensus: dict[str, float] = field(default_factory=dict)
+    run: dict[str, Any] | None = None
+    run_source: str | None = None
+    next_runs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.__dict__)
+
+    def table(self) -> str:
+        from rich.console import Console
+        from rich.table import Table
+
+        buf = io.StringIO()
+        con = Console(file=buf, width=120, force_terminal=False, color_system=None)
+        con.print(f"Compute-optimal run at C = {self.compute:.3g} FLOPs ({self.source})")
+        t = Table(show_edge=False)
+        for col in ("method", "N*", "95% interval", "D*", "95% interval", "loss", "95% interval"):
+            t.add_column(col, justify="left" if col == "method" else "right")
+        for kind, r in self.per_law.items():
+            cells = [KINDS[kind][1] if kind in KINDS else kind]
+            for q in ("N", "D", "loss"):
+                iv = r[q]
+                cells += [_num(iv["value"]), f"[{_num(iv['lo'])}, {_num(iv['hi'])}]"]
+            t.add_row(*cells)
+        con.print(t)
+        if self.agreement:
+            a = self.agreement
+            con.print(f"agreement: N* spans a factor {a['N_ratio']:.2f}, D* a factor {a['D_ratio']:.2f}, "
+                      f"predicted loss {100 * a['loss_spread']:.2f}% across {int(a['n_methods'])} methods")
+        c = self.consensus
+        con.print(f"consensus (geometric mean over methods): N* = {_num(c['N'])}, D* = {_num(c['D'])} "
+                  f"({c['D'] / c['N']:.1f} tokens per parameter)")
+        if self.run:
+            r = self.run
+            con.print(f"concrete run ({self.run_source}): shape {r.get('shape')}, N = {_num(r.get('n_params'))}, "
+                      f"lr = {_num(r.get('lr'))}, batch = {_num(r.get('batch_tokens'))} tokens, "
+                      f"memory = {_num(r.get('memory_gib'))} GiB per worker, strategy = {r.get('strategy')}")
+        if self.next_runs:
+            con.print("runs that would narrow the interval on N* most (see `scaling.fitting.recommend` for the heuristic):")
+            for i, cand in enumerate(self.next_runs[:3]):
+                sizes = ", ".join(_num(n) for n in cand["sizes"])
+                con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
+                          f"{100 * cand['reduction']:.0f}% narrower (costs {cand['cost_flops']:.3g} FLOPs)")
+        for note in self.notes:
+            con.print(f"note: {note}")
+        return buf.getvalue().rstrip() + "\n"
+
+
+def _num(v: Any) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    return f"{f:.4g}" if math.isfinite(f) else "-"
+
+
+def recommend(
+    compute: float | None = None,
+    *,
+    url: str | None = None,
+    sweep: str | None = None,
+    csv: str | None = None,
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    summary: FitSummary | None = None,
+    plan: dict[str, Any] | None = None,
+    next_runs: bool = True,
+) -> Recommendation:
+    """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
+
+    Give ``url`` (and optionally ``sweep``) or ``csv``; or a ready ``summary`` (then ``plan``
+    may carry the sweep's plan for the concrete run).
+    """
+    if summary is None:
+        if csv is not None and (sweep is not None):
+            raise FitError("give either --sweep or --csv, not both")
+        if csv is not None:
+            summary = fit_csv(csv, "all", n_bootstrap, seed)
+        elif url is not None:
+            summary = fit_sweep(url, sweep, "all", n_bootstrap, seed)
+            plan = plan if plan is not None else _plan_of(url, summary.sweep)
+        else:
+            raise FitError("recommend needs a sweep (database) or a CSV file")
+    data = _data_of(summary)
+    c_max = float(data["C"].max()) if data is not None else math.nan
+    if compute is None:
+        if not math.isfinite(c_max):
+            raise FitError("no budget given and no data to take ten times the largest run from")
+        compute = 10.0 * c_max
+    if not (compute > 0 and math.isfinite(compute)):
+        raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
+    rec = Recommendation(compute=float(compute), source=summary.source)
+    for kind, law in summary.laws.items():
+        try:
+            iv = law.optimal_interval(compute)
+        except (ValueError, FloatingPointError):
+            continue
+        if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
+            rec.per_law[kind] = iv
+    if not rec.per_law:
+        raise FitError("no fitted law gives a compute-optimal point at this budget")
+    Ns = np.array([r["N"]["value"] for r in rec.per_law.values()])
+    Ds = np.array([r["D"]["value"] for r in rec.per_law.values()])
+    Ls = np.array([r["loss"]["value"] for r in rec.per_law.values()])
+    rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
+                     "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
+    k = float(summary.conventions.get("flops_per_param_token") or 6.0)
+    N_c = float(np.exp(np.mean(np.log(Ns))))
+    rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
+    if plan is not None:
+        rec.run, rec.run_source, note = concrete_run(plan, N_c, rec.consensus["D"], float(compute))
+        if note:
+            rec.notes.append(note)
+    if next_runs:
+        law3 = summary.laws.get("approach3")
+        if law3 is not None and getattr(law3, "data_", None) is not None and hasattr(law3, "theta_"):
+            rec.next_runs = candidate_runs(law3, float(compute), c_max, seed)
+        else:
+            rec.notes.append("which runs to add is judged with approach 3, which is not fitted here")
+    return rec
+
+
+def _data_of(summary: FitSummary) -> pd.DataFrame | None:
+    for law in summary.laws.values():
+        data = getattr(law, "data_", None)
+        if data is not None:
+            return data.points
+        pts = (getattr(law, "plot_", None) or {}).get("points")
+        if pts:
+            return pd.DataFrame(pts)
+    return None
+
+
+def _plan_of(url: str, sweep: str | None) -> dict[str, Any] | None:
+    from scaling import db
+
+    if sweep is None:
+        return None
+    with db.connect(url) as res:
+        plan = res.sweep_info(sweep).get("plan")
+    if isinstance(plan, str):
+        import yaml
+
+        try:
+            plan = yaml.safe_load(plan)
+        except yaml.YAMLError:
+            return None
+    return plan if isinstance(plan, dict) else None
+
+
+def concrete_run(plan: dict[str, Any], N: float, D: float, C: float) -> tuple[dict[str, Any], str, str | None]:
+    """(run, where it came from, note): the plan's rules via ``scaling.rules.suggest_run`` when present."""
+    try:
+        from scaling.rules import suggest_run
+    except ImportError:
+        suggest_run = None  # type: ignore[assignment]
+    note = None
+    if suggest_run is not None:
+        try:
+            return dict(suggest_run(plan, N, D, C)), "the plan's rules (scaling.rules.suggest_run)", None
+        except (UserError, ValueError) as exc:
+            note = f"the plan's rules could not size the run ({' '.join(str(exc).split())}); used the defaults"
+    from scaling.accounting import GIB, ShapePolicy, choose_strategy, estimate_memory
+
+    shape = ShapePolicy().shape_for(N)
+    device_gib = 80.0
+    est = choose_strategy(shape, micro_batch=8, precision="bf16", workers=1, device_memory_bytes=device_gib * GIB)
+    mem = est if est is not None else estimate_memory(shape, 8, "bf16", "single", 1)
+    run = {"shape": shape.as_dict(), "n_params": shape.params("non_embedding"), "lr": None, "batch_tokens": None,
+           "memory_gib": mem.total_gib, "strategy": est.strategy if est is not None else None}
+    src = "defaults: ShapePolicy() and choose_strategy (micro-batch 8, bf16, one 80 GiB device)"
+    return run, src, note
+
+
+def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> list[dict[str, Any]]:
+    """Rank candidate IsoFLOP slices by how much they narrow the 95% interval of log N* at ``compute``."""
+    from scaling.fitting.parametric import ChinchillaParametric
+
+    base = law3.data_
+    k = law3.k_
+
+    def width(points: pd.DataFrame) -> float:
+        data = prepare(points, flops_convention=base.flops_convention, params_convention=base.params_convention)
+        probe = ChinchillaParametric(**law3.get_settings())
+        probe.k_, probe.theta_, probe.params_, probe.data_ = k, law3.theta_, law3.params_, data
+        probe.replicates_ = None
+        probe.bootstrap(CANDIDATE_BOOTSTRAP, seed)
+        iv = probe.optimal_interval(compute)["N"]
+        return math.log(iv["hi"]) - math.log(iv["lo"])
+
+    pts = base.points[["N", "D", "C", "loss"]]
+    try:
+        w0 = width(pts)
+    except (UserError, ValueError):
+        return []
+    out = []
+    for mult in CANDIDATE_MULTIPLES:
+        C = mult * c_max
+        if C >= compute:
+            continue
+        n_star = float(np.asarray(law3.optimal(C)[0]))
+        sizes = n_star * np.exp(np.array(CANDIDATE_OFFSETS))
+        D = C / (k * sizes)
+        extra = pd.DataFrame({"N": sizes, "D": D, "C": np.full(sizes.size, C), "loss": law3.predict(sizes, D)})
+        w = width(pd.concat([pts, extra], ignore_index=True))
+        out.append({"C": C, "sizes": sizes.tolist(), "tokens": D.tolist(), "cost_flops": C * sizes.size,
+                    "width_log_N": w, "baseline_width_log_N": w0, "reduction": 1.0 - w / w0 if w0 > 0 else 0.0})
+    out.sort(key=lambda r: -r["reduction"])
+    return out
