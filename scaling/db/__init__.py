@@ -14,8 +14,18 @@ from scaling.db.models import (
     RUNNING,
     STATUSES,
 )
-from scaling.db.results import Results, connect
 from scaling.db.store import HEARTBEAT_TIMEOUT_S, AmbiguousRunError, Store
+
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    """`connect` and `Results` load pandas, so they are imported on first use (trainers skip it)."""
+    if name in ("connect", "Results"):
+        from scaling.db import results
+
+        return getattr(results, name)
+    raise AttributeError(f"module 'scaling.db' has no attribute {name!r}")
+
 
 __all__ = [
     "Store",

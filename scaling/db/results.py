@@ -6,13 +6,15 @@ driver's own cursor (a plain SELECT, no ORM objects), which reads a million rows
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Iterable, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Select, func, select
 
 from scaling.db.engine import make_engine, resolve_url, retrying, sqlite_path
-from scaling.db.models import STATUSES, Event, Fit, Metric, Run, Sweep
+from scaling.db.models import STATUSES, Event, Fit, Metric, MetricName, Run, Sweep
 from scaling.db.schema import ensure_schema
 from scaling.db.store import _RUNS, run_row
 from scaling.errors import DatabaseError, NotFoundError, mask_url
@@ -172,33 +174,29 @@ class Results:
         ``wide=True`` pivots to one column per metric name, indexed by (run_key, step, tokens,
         flops). ``sweep`` restricts to one sweep (a key may be in several).
         """
-        q = (
-            select(Run.key, Metric.step, Metric.tokens, Metric.flops, Metric.name, Metric.value)
-            .join(Run, Run.id == Metric.run_id)
-            .order_by(Metric.run_id, Metric.step, Metric.name)
+        q = select(Metric.run_id, Metric.step, Metric.tokens, Metric.flops, Metric.name_id, Metric.value).order_by(
+            Metric.run_id, Metric.step, Metric.name_id
         )
+        runs_q = select(Run.id, Run.key).order_by(Run.id)
         if sweep is not None:
-            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+            runs_q = runs_q.where(Run.sweep_id == self._sweep_id(sweep))
         if run_keys is not None:
-            q = q.where(Run.key.in_(list(run_keys)))
+            runs_q = runs_q.where(Run.key.in_(list(run_keys)))
+        if sweep is not None or run_keys is not None:
+            q = q.where(Metric.run_id.in_(runs_q.with_only_columns(Run.id).scalar_subquery()))
+        names_q = select(MetricName.id, MetricName.name).order_by(MetricName.id)
         if names is not None:
-            q = q.where(Metric.name.in_(list(names)))
-        rows = self._rows(q)
-        if rows:
-            cols = list(zip(*rows))
-            df = pd.DataFrame(
-                {
-                    "run_key": pd.array(cols[0], dtype=object),
-                    "step": pd.array(cols[1], dtype="int64"),
-                    "tokens": pd.array(cols[2], dtype="int64"),
-                    "flops": pd.array(cols[3], dtype="float64"),
-                    "name": pd.array(cols[4], dtype=object),
-                    "value": pd.to_numeric(pd.Series(cols[5], dtype=object), errors="coerce").astype("float64").array,
-                },
-                copy=False,
-            )
-        else:
-            df = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(METRIC_COLUMNS, _METRIC_DTYPES)})
+            names_q = names_q.where(MetricName.name.in_(list(names)))
+            q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
+        run_map = dict(self._rows(runs_q))
+        name_map = dict(self._rows(names_q))
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # a million row tuples would trigger many useless cyclic-GC passes
+        try:
+            df = _metrics_frame(self._rows(q), run_map, name_map)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         if not wide:
             return df
         df = df.drop_duplicates(["run_key", "step", "name"], keep="last")
@@ -247,4 +245,39 @@ class Results:
         return pd.DataFrame([tuple(r) for r in rows], columns=FIT_COLUMNS)
 
 
-_METRIC_DTYPES = (object, "int64", "int64", "float64", object, "float64")
+def _metrics_frame(rows: list[tuple], run_map: dict[int, str], name_map: dict[int, str]) -> pd.DataFrame:
+    """Rows of (run_id, step, tokens, flops, name_id, value) → the metrics DataFrame.
+
+    Column-wise with numpy: ids become keys and names through a lookup array (no per-row
+    Python strings), NULL values become NaN.
+    """
+    if not rows:
+        return pd.DataFrame(
+            {
+                "run_key": pd.Series(dtype="str"),
+                "step": pd.Series(dtype="int64"),
+                "tokens": pd.Series(dtype="int64"),
+                "flops": pd.Series(dtype="float64"),
+                "name": pd.Series(dtype="str"),
+                "value": pd.Series(dtype="float64"),
+            }
+        )
+    cols = list(zip(*rows))
+    return pd.DataFrame(
+        {
+            "run_key": _lookup(np.fromiter(cols[0], dtype=np.int64, count=len(rows)), run_map),
+            "step": np.fromiter(cols[1], dtype=np.int64, count=len(rows)),
+            "tokens": np.fromiter(cols[2], dtype=np.int64, count=len(rows)),
+            "flops": np.array(cols[3], dtype=np.float64),
+            "name": _lookup(np.fromiter(cols[4], dtype=np.int64, count=len(rows)), name_map),
+            "value": np.array(cols[5], dtype=np.float64),  # None (SQL NULL) becomes NaN
+        }
+    )
+
+
+def _lookup(ids: np.ndarray, mapping: dict[int, str]) -> pd.Series:
+    """Map integer ids to their strings through a dense lookup table (vectorized)."""
+    table = np.empty(max(mapping) + 1 if mapping else 1, dtype=object)
+    for i, v in mapping.items():
+        table[i] = v
+    return pd.Series(table[ids], dtype="str")

@@ -10,21 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
+
 from sqlalchemy import Connection, Engine, inspect, text
 
 from scaling.errors import DatabaseError, SchemaOutdatedError, mask_url
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).with_name("migrations")
+# The newest revision in migrations/versions. Opening an up-to-date database compares against
+# this constant, so the common path imports no Alembic (a test checks it equals Alembic's head).
+HEAD = "0002"
 # Serializes concurrent first opens of one PostgreSQL database (SQLite uses BEGIN IMMEDIATE).
 _PG_LOCK_ID = 0x5CA11
 
 
 def alembic_config(url: Optional[str] = None, connection: Optional[Connection] = None) -> Config:
     """An Alembic config for our migrations, without an ini file on disk."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     if url is not None:
@@ -35,13 +41,22 @@ def alembic_config(url: Optional[str] = None, connection: Optional[Connection] =
 
 
 def head_revision() -> str:
+    """The head revision as Alembic computes it from the migration scripts."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "no migrations packaged"
     return head
 
 
 def current_revision(conn: Connection) -> Optional[str]:
-    return MigrationContext.configure(conn).get_current_revision()
+    """The database's revision (None when it has no schema), read without importing Alembic."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:
+        raise DatabaseError(f"database has several schema heads ({', '.join(rows)}): not a scaling database")
+    return rows[0] if rows else None
 
 
 def _lock(conn: Connection) -> None:
@@ -51,7 +66,7 @@ def _lock(conn: Connection) -> None:
 
 def ensure_schema(engine: Engine, url: str) -> None:
     """Create the schema in an empty database; raise if the database is at another revision."""
-    head = head_revision()
+    head = HEAD
     with engine.connect() as conn:
         conn = conn.execution_options(scaling_write=False)
         rev = current_revision(conn)
@@ -71,10 +86,14 @@ def ensure_schema(engine: Engine, url: str) -> None:
                             f"database {mask_url(url)} has tables ({', '.join(sorted(tables)[:5])}) "
                             "but no scaling schema version: not a scaling results database"
                         )
+                    from alembic import command
+
                     command.upgrade(alembic_config(connection=conn), "head")
                     return
     if rev == head:
         return
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     known = {s.revision for s in script.walk_revisions()}
     if rev in known:
@@ -95,6 +114,8 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[Optional[str], str]
         with conn.begin():
             _lock(conn)
             before = current_revision(conn)
+            from alembic import command
+
             command.upgrade(alembic_config(connection=conn), revision)
         after = current_revision(conn)
         conn.rollback()

@@ -14,7 +14,7 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import BigInteger, Connection, Float, Integer, bindparam, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scaling.db.engine import make_engine, resolve_url, retrying
@@ -28,6 +28,7 @@ from scaling.db.models import (
     Event,
     Fit,
     Metric,
+    MetricName,
     Run,
     Sweep,
     utcnow,
@@ -42,6 +43,7 @@ HEARTBEAT_TIMEOUT_S = 120.0  # a running run whose heartbeat is older than this 
 
 RECORD_FIELDS = ("key", "N", "N_total", "n_layer", "d_model", "n_head", "vocab_size", "context", "D", "C", "seed", "spec")
 MetricRow = tuple[int, int, float, str, Optional[float]]
+_UPSERT_ORDER = ("run_id", "step", "name_id", "tokens", "flops", "value")
 
 
 class AmbiguousRunError(LookupError):
@@ -119,7 +121,9 @@ class Store:
         except BaseException:
             self.engine.dispose()
             raise
+        self._name_ids: dict[str, int] = {}
         self._upsert = self._metrics_upsert()
+        self._upsert_sql = self._compiled_upsert()
 
     # -- plumbing ----------------------------------------------------------------------------
     def __reduce__(self) -> tuple:
@@ -161,11 +165,30 @@ class Store:
         raise NotImplementedError(f"unsupported database dialect {dialect!r} (SQLite or PostgreSQL)")
 
     def _metrics_upsert(self) -> Any:
-        stmt = self._insert(Metric)
+        if self.engine.dialect.name == "postgresql":
+            # One statement per batch whatever its size: the rows travel as six arrays and
+            # unnest() turns them back into rows on the server.
+            types = {"run_id": Integer, "step": Integer, "name_id": Integer, "tokens": BigInteger, "flops": Float, "value": Float}
+            rows = (
+                func.unnest(*(bindparam(c, type_=postgresql.ARRAY(t)) for c, t in types.items()))
+                .table_valued(*types)
+                .render_derived(name="batch")
+            )
+            stmt = postgresql.insert(Metric).from_select(list(types), select(*(rows.c[c] for c in types)))
+        else:
+            stmt = self._insert(Metric)
         return stmt.on_conflict_do_update(
-            index_elements=[Metric.run_id, Metric.step, Metric.name],
+            index_elements=[Metric.run_id, Metric.step, Metric.name_id],
             set_={"tokens": stmt.excluded.tokens, "flops": stmt.excluded.flops, "value": stmt.excluded.value},
         )
+
+    def _compiled_upsert(self) -> Optional[str]:
+        """On SQLite, the upsert's SQL text with ``?`` in _UPSERT_ORDER (skips per-row binding)."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        compiled = self._upsert.compile(dialect=self.engine.dialect, column_keys=list(_UPSERT_ORDER))
+        assert tuple(compiled.positiontup or ()) == _UPSERT_ORDER, compiled.positiontup
+        return str(compiled)
 
     def _resolve(self, conn: Connection, key: str, sweep: Optional[str], *, required: bool = True) -> Optional[int]:
         cached = self._ids.get((sweep, key))
@@ -399,8 +422,9 @@ class Store:
         """Write rows of ``(step, tokens, flops, name, value)`` in one transaction; return the count.
 
         Idempotent on (run, step, name): a repeated row (e.g. after a resume) overwrites the old
-        one through the dialect's ``INSERT ... ON CONFLICT DO UPDATE``. Within one batch the last
-        row for a (step, name) wins. NaN values are stored as NULL (read back as NaN).
+        one through the dialect's ``INSERT ... ON CONFLICT DO UPDATE``, sent as one executemany
+        (SQLite) or one multi-row statement (PostgreSQL). Within a batch the last row for a
+        (step, name) wins. NaN values are stored as NULL (read back as NaN).
         """
         latest: dict[tuple[int, str], tuple[int, float, Optional[float]]] = {}
         for step, tokens, flops, name, value in rows:
@@ -411,12 +435,47 @@ class Store:
         rid = self._ids.get((sweep, key))
         if rid is None:
             rid = self._tx(lambda c: self._resolve(c, key, sweep), write=False)
-        params = [
-            {"run_id": rid, "step": s, "name": n, "tokens": t, "flops": f, "value": v}
-            for (s, n), (t, f, v) in latest.items()
-        ]
-        self._tx(lambda c: c.execute(self._upsert, params))
-        return len(params)
+        wanted = {n for _, n in latest}
+
+        def tx(conn: Connection) -> dict[str, int]:
+            ids = self._metric_name_ids(conn, wanted)
+            if self._upsert_sql is not None:  # SQLite: the compiled upsert, straight to the driver
+                conn.exec_driver_sql(
+                    self._upsert_sql, [(rid, s, ids[n], t, f, v) for (s, n), (t, f, v) in latest.items()]
+                )
+            else:  # PostgreSQL: one INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO UPDATE
+                (steps, names_), values = zip(*latest.keys()), list(latest.values())
+                tokens, flops, vals = zip(*values)
+                conn.execute(
+                    self._upsert,
+                    {
+                        "run_id": [rid] * len(values),
+                        "step": list(steps),
+                        "name_id": [ids[n] for n in names_],
+                        "tokens": list(tokens),
+                        "flops": list(flops),
+                        "value": list(vals),
+                    },
+                )
+            return ids
+
+        # Cache name ids only once committed: a rolled-back attempt must not leave ids behind.
+        self._name_ids.update(self._tx(tx))
+        return len(latest)
+
+    def _metric_name_ids(self, conn: Connection, wanted: set[str]) -> dict[str, int]:
+        """Ids of ``wanted`` metric names, inserting the new ones (race-safe: ON CONFLICT DO NOTHING)."""
+        ids = {n: self._name_ids[n] for n in wanted if n in self._name_ids}
+        missing = sorted(wanted - ids.keys())
+        if missing:
+            conn.execute(
+                self._insert(MetricName).on_conflict_do_nothing(index_elements=[MetricName.name]),
+                [{"name": n} for n in missing],
+            )
+            ids.update(
+                {n: i for i, n in conn.execute(select(MetricName.id, MetricName.name).where(MetricName.name.in_(missing)))}
+            )
+        return ids
 
     def log_event(
         self, key: str, step: Optional[int], kind: str, detail: Any = None, *, sweep: Optional[str] = None
