@@ -369,15 +369,19 @@ class Trainer:
                     metrics["eval_loss"] = evaluated
                 self.report(step, metrics, str(saved) if saved is not None else None)
 
+    def step_once(self) -> None:
+        """One optimizer step and what follows it (eval, checkpoint, report) — for benchmarks."""
+        before = self.step
+        self._train_step()
+        if self.step > before:
+            self._after_step()
+
     def fit(self) -> TrainResult:
         try:
             self._start()
             self.par.module.train()
             while self.step < self.total_steps:
-                before = self.step
-                self._train_step()
-                if self.step > before:
-                    self._after_step()
+                self.step_once()
             if self.last_eval is None:  # resumed from the final checkpoint of a finished run
                 self.last_eval = self.evaluate()
             self.rec.flush()
