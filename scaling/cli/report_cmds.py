@@ -17,6 +17,15 @@ def report(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the HTML file.")
     ] = Path("report.html"),
+    fit: Annotated[
+        str,
+        typer.Option(
+            "--fit",
+            help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
+            "unchanged data, storing a new one); 'stored' only reads stored fits (writes nothing); "
+            "'memory' fits quickly without storing.",
+        ),
+    ] = "sweep",
     open_: Annotated[
         bool, typer.Option("--open", help="Open the report in the default web browser when written.")
     ] = False,
@@ -30,9 +39,13 @@ def report(
         scaling report --sweep chinchilla-small --open
     """
     from scaling.db import resolve_url
+    from scaling.errors import UserError
     from scaling.reports import write_report
+    from scaling.reports.fitview import FIT_MODES
 
-    path = write_report(resolve_url(db), sweep, output)
+    if fit not in FIT_MODES:
+        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    path = write_report(resolve_url(db), sweep, output, fit=fit)
     typer.echo(str(path))
     if open_:
         import webbrowser

@@ -9,14 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html") -> Path:
+def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep") -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
+    ``fit``: ``"sweep"`` (fit through ``scaling.fitting.fit_sweep``, reusing stored fits),
+    ``"stored"`` (read-only) or ``"memory"``; see :func:`scaling.reports.html.write_report`.
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write
 
-    return _write(url, sweep, path)
+    return _write(url, sweep, path, fit=fit)
 
 
 __all__ = ["write_report"]

@@ -49,11 +49,12 @@ class ReportData:
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def load(cls, url: str, sweep: str | None = None, *, fit: bool = True, curve_points: int = CURVE_POINTS) -> "ReportData":
+    def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", curve_points: int = CURVE_POINTS) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
-        With ``fit``, laws missing from the fits table are fitted in memory (nothing is
-        written); a law that cannot be fitted becomes a note.
+        ``fit`` says where the laws come from (see :func:`scaling.reports.fitview.load`): by
+        default ``scaling.fitting.fit_sweep``, which reuses a stored fit of unchanged data and
+        stores a new one otherwise. A law that cannot be fitted becomes a note.
         """
         from scaling.db import connect
         from scaling.errors import NotFoundError, mask_url
@@ -170,8 +171,8 @@ def _sweep_info(results: Any, sweeps: pd.DataFrame, name_col: str, sweep: str) -
     return {} if row.empty else {k: _plain(v) for k, v in row.iloc[0].to_dict().items()}
 
 
-def load_fits(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: bool) -> tuple[dict, dict, list[str]]:
-    """Stored fits of ``sweep`` redrawn through ``from_dict``; fit in memory what is missing."""
+def load_fits(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: str) -> tuple[dict, dict, list[str]]:
+    """The fitted laws of ``sweep`` (see :func:`scaling.reports.fitview.load`) and notes."""
     from scaling.reports import fitview
 
     return fitview.load(results, url, sweep, runs, fit=fit)

@@ -442,25 +442,27 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
 
 
 def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting the largest runs") -> go.Figure:
-    """Relative error of each law's prediction for runs held out of its fit (largest compute).
+    """Relative error of each law's predicted loss for runs held out of its fit (largest compute).
 
-    ``results`` has columns ``method``, ``C`` and ``rel_error`` (one row per held-out run), as
-    :func:`scaling.reports.fitview.backtest_frame` collects them.
+    ``results`` has columns ``method``, ``N``, ``C`` and ``rel_error`` (one row per held-out run
+    and law), as :func:`scaling.reports.fitview.backtest_frame` collects them from stored fits.
     """
     if results is None or results.empty:
-        return _empty(title, "No backtest available (it needs fits with the largest runs held out).")
+        return _empty(title, "No backtest available (it needs fits refitted without the largest runs).")
     fig = go.Figure()
     for method, g in results.groupby("method", sort=False):
-        kind = fitview.kind_of(method, None)
+        g = g.sort_values("N")
+        label = g["label"].iloc[0] if "label" in g else method
         fig.add_trace(
             go.Bar(
-                x=[f"C={_fmt(c, 2)}" for c in g["C"]], y=g["rel_error"], name=esc(g["label"].iloc[0] if "label" in g else method),
-                marker_color=METHOD_COLORS.get(kind, "#9467bd"), hovertemplate="%{x}: %{y:.2%}<extra></extra>",
+                x=[f"N={_fmt(n)}, C={_fmt(c, 2)}" for n, c in zip(g["N"], g["C"])], y=g["rel_error"], name=esc(label),
+                marker_color=METHOD_COLORS.get(fitview.kind_of(method, None), "#9467bd"),
+                hovertemplate=f"{esc(label)}<br>%{{x}}: %{{y:.2%}}<extra></extra>",
             )
         )
     fig.update_layout(
-        title=esc(title), template=_TEMPLATE, barmode="group", height=380,
-        yaxis=dict(title="relative error of predicted loss", tickformat=".1%"), xaxis=dict(title="held-out budget"),
+        title=esc(title), template=_TEMPLATE, barmode="group", height=400,
+        yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"), xaxis=dict(title="held-out run"),
     )
     return fig
 

@@ -246,44 +246,78 @@ def _float(v: Any) -> float | None:
 
 
 # -- loading fits for a report -----------------------------------------------------------------
-def load(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: bool = True) -> tuple[dict, dict, list[str]]:
-    """Stored fits of ``sweep`` (newest per method), fitting in memory what is missing.
+#: how a report gets its fits
+FIT_MODES = ("sweep", "stored", "memory")
 
-    Returns (method -> law, method -> stored dict, notes). Never raises for a fit that cannot be
-    made: the reason becomes a note that the report prints.
+
+def load(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: str = "sweep") -> tuple[dict, dict, list[str]]:
+    """The fitted laws of ``sweep`` and notes on what could not be fitted.
+
+    ``fit``: ``"sweep"`` calls :func:`scaling.fitting.fit_sweep` (as ``scaling fit`` does: a fit
+    stored for the same data is reused, a new one is stored); ``"stored"`` only reads the fits
+    table (newest per method; nothing is written); ``"memory"`` fits quickly without storing.
+    Returns (kind -> law, kind -> stored dict, notes). Never raises for a fit that cannot be made:
+    the reason becomes a note that the report prints.
     """
+    if fit not in FIT_MODES:
+        raise ValueError(f"fit must be one of {FIT_MODES}, not {fit!r}")
     laws: dict[str, Any] = {}
     dicts: dict[str, dict] = {}
     notes: list[str] = []
-    try:
-        stored = results.fits(sweep=sweep)
-    except Exception as exc:  # an older database without the fits table reads as "no fits"
-        stored = pd.DataFrame()
-        notes.append(f"Stored fits could not be read ({type(exc).__name__}).")
-    if stored is not None and not stored.empty:
-        order = stored.sort_values(_time_column(stored)) if _time_column(stored) else stored
-        for _, row in order.iterrows():
-            d = _result_dict(row)
-            if d is None:
-                continue
-            law = as_law(d)
-            if law is None:
-                continue
-            kind = kind_of(str(row.get("method", "")), law)
-            laws[kind], dicts[kind] = law, d  # newest wins
-    if fit and not laws:
-        more, errors = _fit_in_memory(url, sweep)
-        for kind, law in more.items():
-            laws.setdefault(kind, law)
-        notes.extend(errors)
-    elif not laws:
-        notes.append("No fits are stored for this sweep (run `scaling fit`).")
+    if fit == "sweep":
+        laws, notes = _fit_sweep(url, sweep)
+    elif fit == "memory":
+        laws, notes = _fit_in_memory(url, sweep)
+    if not laws:  # nothing fitted now: show what is stored, saying so
+        laws, dicts = _stored(results, sweep, notes)
+        if laws and fit != "stored":
+            notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
+        elif not laws and fit == "stored":
+            notes.append("No fits are stored for this sweep (run `scaling fit`).")
     for kind in ORDER:
-        if kind not in laws and not any(kind in n or LABELS[kind] in n for n in notes):
+        if kind not in laws and not any(LABELS[kind] in n for n in notes):
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in ORDER if k in laws}
     ordered.update({k: v for k, v in laws.items() if k not in ordered})
     return ordered, dicts, notes
+
+
+def _stored(results: Any, sweep: str, notes: list[str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    laws: dict[str, Any] = {}
+    dicts: dict[str, dict] = {}
+    try:
+        stored = results.fits(sweep=sweep)
+    except Exception as exc:  # an older database without the fits table reads as "no fits"
+        notes.append(f"Stored fits could not be read ({type(exc).__name__}).")
+        return laws, dicts
+    if stored is None or stored.empty:
+        return laws, dicts
+    col = _time_column(stored)
+    for _, row in (stored.sort_values(col) if col else stored).iterrows():
+        d = _result_dict(row)
+        law = as_law(d) if d is not None else None
+        if law is not None:
+            kind = kind_of(str(row.get("method", "")), law)
+            laws[kind], dicts[kind] = law, d  # newest wins
+    return laws, dicts
+
+
+def _fit_sweep(url: str, sweep: str) -> tuple[dict[str, Any], list[str]]:
+    """``scaling.fitting.fit_sweep``: reuse or make and store each law's fit; failures become notes."""
+    from scaling.errors import UserError
+
+    try:
+        from scaling.fitting import fit_sweep
+    except ImportError as exc:
+        return {}, [f"Fits are unavailable: the fitting package could not be imported ({exc})."]
+    try:
+        summary = fit_sweep(url, sweep)
+    except UserError as exc:
+        return {}, [f"No law could be fitted: {_one_line(exc)}"]
+    notes = [str(n) for n in getattr(summary, "notes", [])]
+    for kind, reason in getattr(summary, "skipped", {}).items():
+        notes.append(f"{LABELS.get(kind, kind)}: not fitted: {reason}")
+    return dict(summary.laws), notes
 
 
 def _time_column(df: pd.DataFrame) -> str | None:
@@ -366,14 +400,31 @@ def _one_line(exc: BaseException) -> str:
 
 # -- backtest ----------------------------------------------------------------------------------
 def backtest_frame(laws: dict[str, Any]) -> pd.DataFrame:
-    """Held-out prediction errors stored with each law (``plot['backtest']``), one row per run."""
+    """Held-out prediction errors each law stored with itself (``plot['backtest']``), one row per run.
+
+    Columns: method, label, N, D, C, rel_error; ``attrs['notes']`` has each law's summary line
+    (mean error, N_opt error, or why no backtest was possible).
+    """
     rows = []
+    notes = []
     for method, law in laws.items():
-        bt = plot_info(law).get("backtest") or (law.get("backtest") if isinstance(law, dict) else None)
-        if not bt:
+        bt = plot_info(law).get("backtest")
+        label = label_of(method, law)
+        if not isinstance(bt, dict):
             continue
-        for r in (bt if isinstance(bt, list) else bt.get("held_out", [])):
+        if bt.get("error"):
+            notes.append(f"{label}: no backtest: {bt['error']}")
+            continue
+        for r in bt.get("held_out") or []:
             if isinstance(r, dict) and r.get("rel_error") is not None:
-                rows.append({"method": method, "label": label_of(method, law), "C": float(r.get("C", math.nan)),
-                             "rel_error": float(r["rel_error"])})
-    return pd.DataFrame(rows, columns=["method", "label", "C", "rel_error"])
+                rows.append({"method": method, "label": label, "N": _float(r.get("N")), "D": _float(r.get("D")),
+                             "C": _float(r.get("C")), "rel_error": float(r["rel_error"])})
+        line = f"{label}: mean |error| of held-out loss {100 * float(bt.get('mean_abs_rel_error') or 0):.2f}% " \
+               f"({len(bt.get('held_out') or [])} held out, {bt.get('n_train', '?')} fitted)"
+        nopt = bt.get("N_opt")
+        if isinstance(nopt, dict) and nopt.get("rel_error") is not None:
+            line += f"; N_opt at C = {float(nopt['C']):.3g} off by {100 * float(nopt['rel_error']):+.1f}%"
+        notes.append(line)
+    df = pd.DataFrame(rows, columns=["method", "label", "N", "D", "C", "rel_error"])
+    df.attrs["notes"] = notes
+    return df

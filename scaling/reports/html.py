@@ -39,13 +39,15 @@ SECTIONS = (
 )
 
 
-def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html") -> Path:
+def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep") -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
-    Returns the absolute path written. Fits are read from the fits table; laws missing there
-    are fitted in memory; what cannot be fitted is named in the report instead of failing.
+    Returns the absolute path written. ``fit="sweep"`` (default) fits through
+    ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
+    does; ``"stored"`` shows only stored fits and writes nothing to the database; ``"memory"``
+    fits quickly without storing. What cannot be fitted is named in the report instead of failing.
     """
-    data = ReportData.load(url, sweep)
+    data = ReportData.load(url, sweep, fit=fit)
     return write_report_data(data, path)
 
 
@@ -405,7 +407,10 @@ def _parametric(data: ReportData, page: _Page) -> str:
     else:
         inner += page.figure("contour", F.parametric_contour(law, data.completed))
     inner += page.figure("residuals", F.residuals(data.fits, data.runs))
-    inner += page.figure("backtest", F.backtest(fitview.backtest_frame(data.fits)))
+    bt = fitview.backtest_frame(data.fits)
+    inner += page.figure("backtest", F.backtest(bt))
+    if bt.attrs.get("notes"):
+        inner += "<ul>" + "".join(f"<li>{e(n)}</li>" for n in bt.attrs["notes"]) + "</ul>"
     return _section("parametric", "Parametric fit", inner)
 
 

@@ -32,10 +32,14 @@ def test_typical_sweep_renders_every_figure(sweeps, browser, tmp_path: Path) -> 
     _check_clean(page)
     assert ALWAYS | {"fig-loss-tokens", "fig-loss-flops"} <= set(page.figures)
     runs = len(spec.keys)
-    # a train and an eval trace per run, plus the envelope on the FLOPs view
+    # a train and an eval trace per run, plus the envelope and approach 1's optima on the FLOPs view
     assert page.figures["fig-loss-tokens"] == 2 * runs
-    assert page.figures["fig-loss-flops"] == 2 * runs + 1
-    assert page.figures["fig-isoflop"] >= len(spec.budgets)
+    assert page.figures["fig-loss-flops"] == 2 * runs + 2
+    # points, parabola and minimum per budget
+    assert page.figures["fig-isoflop"] == 3 * len(spec.budgets)
+    # all four laws fitted: a line per method and panel at least, the contour, residuals of each
+    assert page.figures["fig-frontiers"] >= 2 * 4 + 2
+    assert page.figures["fig-contour"] >= 1 and page.figures["fig-residuals"] >= 3
     assert page.figures["fig-events"] >= 3 and page.figures["fig-throughput"] == 2
     assert "Scaling report: typical" in page.title
 
