@@ -233,6 +233,8 @@ def parallelize(
     if not dist.is_initialized():
         raise RuntimeError("parallelize needs an initialized torch.distributed process group")
     device = next(model.parameters()).device
+    if device.type == "meta":  # built on the meta device, to be materialized after sharding
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     world = dist.get_world_size()
     name = strategy or spec.execution.strategy
     if name == "auto":
