@@ -1,0 +1,129 @@
+"""Real processes and threads against one database: claim races and concurrent metric writers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from scaling.db import Store, connect
+from scaling.trainer import names
+
+from db_helpers import metric_rows, mp_context, records
+
+WRITERS = 4
+BATCHES = 40
+STEPS_PER_BATCH = 25
+METRIC_NAMES = (names.TRAIN_LOSS, names.LEARNING_RATE, names.GRAD_NORM, names.TOKENS_PER_SECOND)
+
+
+def _claim(args: tuple[str, str, str]) -> int | None:
+    url, key, host = args
+    with Store(url) as store:
+        return store.claim(key, host)
+
+
+def test_claim_race_between_processes_has_one_winner(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("s", recs)
+    with mp_context().Pool(6) as pool:
+        results = pool.map(_claim, [(db_url, key, f"host-{i}") for i in range(6)])
+    assert sorted(results, key=lambda r: r is not None) == [None] * 5 + [1]
+    with Store(db_url) as store:
+        row = store.run(key)
+    assert row is not None and row["attempts"] == 1 and row["status"] == "running"
+    assert row["host"] == f"host-{results.index(1)}"
+
+
+def test_claim_race_between_threads_has_one_winner(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    results: list[int | None] = []
+    with Store(db_url) as store:
+        store.register("s", recs)
+        barrier = threading.Barrier(8)
+
+        def go(i: int) -> None:
+            barrier.wait()
+            results.append(store.claim(key, f"t{i}"))
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results.count(1) == 1 and results.count(None) == 7
+
+
+def _write(args: tuple[str, str, int]) -> int:
+    """One worker process: many batches, some replayed (as after a resume)."""
+    url, key, seed = args
+    n = 0
+    with Store(url) as store:
+        for b in range(BATCHES):
+            steps = range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH)
+            n += store.log_metrics(key, metric_rows(steps, METRIC_NAMES, scale=seed + 1))
+            if b % 10 == 0:
+                store.heartbeat(key)
+                store.log_event(key, b, names.RESUME, {"batch": b})
+                store.log_metrics(key, metric_rows(steps, METRIC_NAMES, scale=seed + 1))  # replay
+    return n
+
+
+def test_concurrent_writer_processes_lose_nothing(db_url: str) -> None:
+    recs = records(WRITERS)
+    with Store(db_url) as store:
+        store.register("s", recs)
+        for r in recs:
+            store.claim(r["key"], "h")
+    with mp_context().Pool(WRITERS) as pool:
+        counts = pool.map(_write, [(db_url, r["key"], i) for i, r in enumerate(recs)])
+    per_run = BATCHES * STEPS_PER_BATCH * len(METRIC_NAMES)
+    assert counts == [per_run] * WRITERS
+    with connect(db_url) as res:
+        df = res.metrics()
+        events = res.events()
+    assert len(df) == per_run * WRITERS
+    assert df.groupby("run_key").size().to_dict() == {r["key"]: per_run for r in recs}
+    for i, r in enumerate(recs):  # every value is the one its own writer wrote
+        mine = df[(df["run_key"] == r["key"]) & (df["step"] == 7) & (df["name"] == names.TRAIN_LOSS)]
+        assert mine["value"].tolist() == pytest.approx([(i + 1) / 8])
+    assert len(events) == WRITERS * (BATCHES // 10)
+
+
+@pytest.mark.parametrize("busy_timeout_s", [30.0, 0.05])
+def test_writes_wait_out_a_long_lock_instead_of_failing(
+    sqlite_url: str, busy_timeout_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer holds SQLite's write lock for a second: the other waits, no "database is locked".
+
+    With a 30 s busy timeout SQLite itself waits; with 0.05 s SQLite raises "database is
+    locked" many times and the Store's transaction retry loop absorbs it.
+    """
+    import sqlite3
+    import time
+
+    from scaling.db import engine
+    from scaling.db.engine import sqlite_path
+
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", busy_timeout_s)
+
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(sqlite_url) as store:
+        store.register("s", recs)
+        blocker = sqlite3.connect(sqlite_path(sqlite_url), isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(1.0, lambda: blocker.execute("COMMIT"))
+        release.start()
+        t0 = time.monotonic()
+        try:
+            assert store.log_metrics(key, metric_rows(range(3))) == 3
+        finally:
+            release.join()
+            blocker.close()
+        assert time.monotonic() - t0 >= 0.9  # it really waited for the lock
+    with connect(sqlite_url) as res:
+        assert len(res.metrics()) == 3

@@ -1,0 +1,202 @@
+"""The write API: register, claim, heartbeat, finish, events, fits, stale recovery, lookups."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from scaling.db import AmbiguousRunError, Store, connect
+from scaling.errors import NotFoundError, PlanError
+from scaling.trainer import names
+
+from db_helpers import records
+
+
+def test_register_adds_only_new_keys_and_keeps_the_plan(db_url: str) -> None:
+    recs = records(3)
+    with Store(db_url) as store:
+        assert store.register("s1", recs[:2], plan="runs: 2\n") == [r["key"] for r in recs[:2]]
+        assert store.register("s1", recs) == [recs[2]["key"]]
+        assert store.register("s1", recs + recs) == []
+        info = store.sweep("s1")
+        assert info is not None and info["plan"] == "runs: 2\n"
+        assert info["params_convention"] == "non_embedding" and info["flops_convention"] == "6N"
+        row = store.run(recs[0]["key"])
+        assert row is not None
+        assert (row["N"], row["N_total"], row["D"], row["C"]) == (recs[0]["N"], recs[0]["N_total"], recs[0]["D"], recs[0]["C"])
+        assert row["status"] == "pending" and row["attempts"] == 0 and row["spec"] == recs[0]["spec"]
+        assert store.latest_sweep() == "s1"
+        assert [r["run_key"] for r in store.runs_of("s1")] == [r["key"] for r in recs]
+
+
+def test_register_never_touches_completed_runs(db_url: str) -> None:
+    recs = records(2)
+    with Store(db_url) as store:
+        store.register("s", recs)
+        key = recs[0]["key"]
+        store.claim(key, "h")
+        store.finish(key, "completed", final_train_loss=2.5, final_eval_loss=2.6)
+        assert store.register("s", recs) == []
+        row = store.run(key)
+        assert row is not None and row["status"] == "completed" and row["final_loss"] == 2.6 and row["attempts"] == 1
+        assert store.claim(key, "h2") is None  # a completed run is never claimed
+
+
+def test_register_refuses_changed_conventions(db_url: str) -> None:
+    with Store(db_url) as store:
+        store.register("s", records(1))
+        with pytest.raises(PlanError, match="non_embedding"):
+            store.register("s", records(1), params_convention="total")
+        with pytest.raises(ValueError, match="lacks"):
+            store.register("s", [{"key": "x"}])
+
+
+def test_plan_as_a_mapping_round_trips(db_url: str) -> None:
+    plan = {"name": "demo", "grid": {"N": [1e5, 1e6]}, "bad": float("inf")}
+    with Store(db_url) as store:
+        store.register("s", records(1), plan=plan)
+    with connect(db_url) as res:
+        info = res.sweep_info("s")
+    assert info["plan"] == {"name": "demo", "grid": {"N": [1e5, 1e6]}, "bad": "inf"}
+
+
+def test_claim_lifecycle(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("s", recs)
+        assert store.claim(key, "host-a") == 1
+        assert store.claim(key, "host-b") is None  # running with a fresh heartbeat
+        store.heartbeat(key)
+        store.finish(key, "failed", error="CUDA out of memory")
+        row = store.run(key)
+        assert row is not None and row["status"] == "failed" and row["error"] == "CUDA out of memory"
+        assert row["finished_at"] is not None
+        assert store.claim(key, "host-b") == 2  # failed runs are retried
+        row = store.run(key)
+        assert row is not None and row["host"] == "host-b" and row["error"] is None and row["status"] == "running"
+        store.finish(key, "interrupted")
+        assert store.claim(key, "host-c") == 3
+        store.finish(key, "completed", final_train_loss=3.0, final_eval_loss=3.1)
+        assert store.claim(key, "host-d") is None
+        with pytest.raises(ValueError):
+            store.finish(key, "running")
+        with pytest.raises(NotFoundError, match="nope"):
+            store.claim("nope", "h")
+
+
+def test_claim_takes_over_a_stale_running_run(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url, stale_after_s=0.2) as store:
+        store.register("s", recs)
+        assert store.claim(key, "dead-host") == 1
+        assert store.claim(key, "h2") is None
+        time.sleep(0.3)
+        assert store.claim(key, "h2") == 2
+        assert store.claim(key, "h3", stale_after_s=60) is None
+    with connect(db_url) as res:
+        ev = res.events(run_keys=[key])
+    assert list(ev["kind"]) == [names.STALE_RECOVERED]
+    assert ev["detail"][0]["host"] == "dead-host" and ev["detail"][0]["by"] == "claim"
+
+
+def test_recover_stale_interrupts_runs_without_heartbeat(db_url: str) -> None:
+    recs = records(3)
+    k0, k1, k2 = (r["key"] for r in recs)
+    with Store(db_url) as store:
+        store.register("s", recs)
+        store.claim(k0, "h")
+        store.claim(k1, "h")
+        time.sleep(0.3)
+        store.heartbeat(k1)  # k1's claimant is alive
+        assert store.recover_stale(0.2) == [k0]
+        assert store.recover_stale(0.2) == []
+        assert store.run(k0)["status"] == "interrupted"  # type: ignore[index]
+        assert store.run(k1)["status"] == "running"  # type: ignore[index]
+        assert store.run(k2)["status"] == "pending"  # type: ignore[index]
+        assert store.claim(k0, "h2") == 2
+    with connect(db_url) as res:
+        ev = res.events(sweep="s")
+    assert list(ev["kind"]) == [names.STALE_RECOVERED]
+    assert ev["run_key"][0] == k0 and ev["detail"][0]["timeout_s"] == 0.2
+
+
+def test_mark_interrupted_only_touches_running_runs(db_url: str) -> None:
+    recs = records(3)
+    k0, k1, k2 = (r["key"] for r in recs)
+    with Store(db_url) as store:
+        store.register("s", recs)
+        store.claim(k0, "h")
+        store.claim(k1, "h")
+        store.finish(k1, "completed")
+        assert store.mark_interrupted([k0, k1, k2, "unknown"]) == [k0]
+        assert [r["status"] for r in store.runs_of("s")] == ["interrupted", "completed", "pending"]
+        assert [r["run_key"] for r in store.runs_of("s", status="interrupted")] == [k0]
+    with connect(db_url) as res:
+        assert list(res.events()["kind"]) == [names.INTERRUPTED]
+
+
+def test_events_accept_text_and_mappings(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("s", recs)
+        store.log_event(key, 10, names.LOSS_SPIKE, {"loss": 9.5, "mean": float("nan")})
+        store.log_event(key, None, names.RESUME, "from checkpoint step 10")
+        with pytest.raises(TypeError):
+            store.log_event(key, 1, names.RETRY, {"obj": object()})
+    with connect(db_url) as res:
+        ev = res.events(run_keys=[key])
+    assert list(ev["kind"]) == [names.LOSS_SPIKE, names.RESUME]
+    assert ev["detail"][0] == {"loss": 9.5, "mean": "nan"} and ev["detail"][1] == "from checkpoint step 10"
+    assert ev["step"][0] == 10 and ev["step"].isna()[1]
+
+
+def test_fits_are_saved_and_found_by_fingerprint(db_url: str) -> None:
+    with Store(db_url) as store:
+        store.register("s", records(1))
+        a = store.save_fit("s", "chinchilla_parametric", "huber", {"E": 1.7, "A": 400.0}, "fp1")
+        b = store.save_fit("s", "chinchilla_parametric", "huber", {"E": 1.8}, "fp1")
+        store.save_fit("s", "kaplan", "curve_fit", {"alpha": 0.07}, "fp2")
+        assert b > a
+        found = store.find_fit("s", "chinchilla_parametric", "huber", "fp1")
+        assert found is not None and found["id"] == b and found["result"] == {"E": 1.8}
+        assert store.find_fit("s", "chinchilla_parametric", "huber", "other") is None
+        with pytest.raises(NotFoundError):
+            store.save_fit("missing", "kaplan", "x", {}, "fp")
+    with connect(db_url) as res:
+        fits = res.fits(sweep="s")
+        assert list(fits["law"]) == ["chinchilla_parametric", "chinchilla_parametric", "kaplan"]
+        assert fits["result"][0] == {"E": 1.7, "A": 400.0}
+        assert list(res.fits(law="kaplan")["fingerprint"]) == ["fp2"]
+
+
+def test_a_key_in_two_sweeps(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("a", recs)
+        store.register("b", recs)
+        with pytest.raises(AmbiguousRunError, match="a, b"):
+            store.claim(key, "h")
+        assert store.claim(key, "h", sweep="b") == 1
+        # Without sweep=, writes go to the one sweep where the key is running.
+        store.log_metrics(key, [(1, 8192, 1.0, names.TRAIN_LOSS, 4.0)])
+        store.finish(key, "completed", final_eval_loss=4.0)
+        assert store.run(key, sweep="b")["status"] == "completed"  # type: ignore[index]
+        assert store.run(key, sweep="a")["status"] == "pending"  # type: ignore[index]
+    with connect(db_url) as res:
+        assert len(res.metrics(sweep="b")) == 1 and res.metrics(sweep="a").empty
+
+
+def test_store_pickles_as_its_url(sqlite_url: str) -> None:
+    import pickle
+
+    with Store(sqlite_url, stale_after_s=5) as store:
+        clone = pickle.loads(pickle.dumps(store))
+        assert clone.url == store.url and clone.stale_after_s == 5
+        clone.register("s", records(1))
+        assert store.latest_sweep() == "s"
+        clone.close()
