@@ -54,14 +54,18 @@ def mask_url(url: str) -> str:
     """Return ``url`` with any password replaced by ``***`` so it can be printed."""
     from urllib.parse import urlsplit, urlunsplit
 
+    import re
+
+    # For what urlsplit cannot parse (a non-numeric port, no scheme): hide "user:<this>@".
+    fallback = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
     try:
         parts = urlsplit(url)
+        if parts.password is None:
+            return fallback
+        port = f":{parts.port}" if parts.port else ""
     except ValueError:
-        return url
-    if parts.password is None:
-        return url
+        return fallback
     user = parts.username or ""
     host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
     netloc = f"{user}:***@{host}{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -109,6 +109,16 @@ def test_writes_wait_out_a_long_lock_instead_of_failing(
     from scaling.db.engine import sqlite_path
 
     monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_S", busy_timeout_s)
+    locked_seen: list[BaseException] = []
+    real_is_locked = engine.is_locked
+
+    def counting_is_locked(exc: BaseException) -> bool:
+        locked = real_is_locked(exc)
+        if locked:
+            locked_seen.append(exc)
+        return locked
+
+    monkeypatch.setattr(engine, "is_locked", counting_is_locked)
 
     recs = records(1)
     key = recs[0]["key"]
@@ -125,5 +135,6 @@ def test_writes_wait_out_a_long_lock_instead_of_failing(
             release.join()
             blocker.close()
         assert time.monotonic() - t0 >= 0.9  # it really waited for the lock
+    assert bool(locked_seen) == (busy_timeout_s < 1)  # the retry loop was (or was not) needed
     with connect(sqlite_url) as res:
         assert len(res.metrics()) == 3
