@@ -20,7 +20,7 @@ import numpy as np
 
 from scaling.errors import FitError
 from scaling.fitting.data import FitData
-from scaling.fitting.frontier import FrontierLaw, parabola, vertex
+from scaling.fitting.frontier import FrontierLaw
 
 
 class ChinchillaEnvelope(FrontierLaw):
@@ -69,32 +69,56 @@ class ChinchillaEnvelope(FrontierLaw):
         return F, N, M, [str(k) for k, _ in runs]
 
     def _envelope(self, F: np.ndarray, N: np.ndarray, M: np.ndarray) -> list[dict[str, Any]]:
+        """The envelope at every FLOP value, vectorised over FLOP values (the bootstrap calls it often)."""
+        sizes = np.unique(N)
+        S = sizes.size
+        # Best loss per size (several runs of a size: seeds, or bootstrap duplicates) and its run.
+        B = np.full((S, len(F)), np.inf)
+        best_run = np.full((S, len(F)), -1)
+        for r in range(len(N)):
+            s = int(np.searchsorted(sizes, N[r]))
+            better = np.isfinite(M[r]) & (M[r] < B[s])
+            B[s, better] = M[r, better]
+            best_run[s, better] = r
+        finite = np.isfinite(B)
+        count = finite.sum(axis=0)
+        i = np.argmin(B, axis=0)
+        cols = np.arange(len(F))
+        # Nearest available size below and above the best (sizes sampled at a FLOP value can have gaps).
+        rows = np.arange(S)[:, None]
+        prev_idx = np.maximum.accumulate(np.where(finite, rows, -1), axis=0)
+        next_idx = np.minimum.accumulate(np.where(finite, rows, S)[::-1], axis=0)[::-1]
+        lo = np.where(i > 0, prev_idx[np.maximum(i - 1, 0), cols], -1)
+        hi = np.where(i < S - 1, next_idx[np.minimum(i + 1, S - 1), cols], S)
+        edge = (lo < 0) | (hi >= S)
+        n_opt = sizes[i].astype(float)
+        l_opt = B[i, cols]
+        curv = np.full(len(F), np.nan)
+        if self.refine:
+            ok = (count >= 3) & ~edge
+            j = cols[ok]
+            x = np.log(np.stack([sizes[lo[j]], sizes[i[j]], sizes[hi[j]]]))
+            y = np.stack([B[lo[j], j], B[i[j], j], B[hi[j], j]])
+            c2, c1, c0 = _parabola3(x, y)
+            good = c2 > 0
+            vx = -c1[good] / (2 * c2[good])
+            jj = j[good]
+            n_opt[jj] = np.exp(vx)
+            l_opt[jj] = c0[good] - c1[good] ** 2 / (4 * c2[good])
+            curv[jj] = c2[good]
         out = []
-        for j, flops in enumerate(F):
-            col = M[:, j]
-            avail = np.flatnonzero(np.isfinite(col))
+        for k, flops in enumerate(F):
             rec: dict[str, Any] = {"flops": float(flops), "N_opt": None, "loss_opt": None, "run": None, "curv": None}
-            sizes = np.unique(N[avail])
-            if sizes.size < 3:
-                rec["status"] = f"fewer than three sizes reach this budget ({sizes.size})"
-                out.append(rec)
-                continue
-            # Best loss per size (duplicated runs of a size from the bootstrap collapse here).
-            best_per = np.array([np.nanmin(col[avail][N[avail] == s]) for s in sizes])
-            i = int(np.argmin(best_per))
-            rec["run"] = int(avail[np.flatnonzero((N[avail] == sizes[i]))[np.argmin(col[avail][N[avail] == sizes[i]])]])
-            if i == 0 or i == sizes.size - 1:
-                rec["status"] = "best run is the " + ("smallest" if i == 0 else "largest") + " size here (edge)"
-                out.append(rec)
-                continue
-            rec["N_opt"], rec["loss_opt"] = float(sizes[i]), float(best_per[i])
-            if self.refine:
-                x = np.log(sizes[i - 1 : i + 2])
-                coef = parabola(x, best_per[i - 1 : i + 2])
-                if coef[0] > 0:
-                    vx, vy = vertex(coef)
-                    rec["N_opt"], rec["loss_opt"], rec["curv"] = math.exp(vx), vy, float(coef[0])
-            rec["status"] = "used"
+            if count[k] < 3:
+                rec["status"] = f"fewer than three sizes reach this budget ({int(count[k])})"
+            else:
+                rec["run"] = int(best_run[i[k], k])
+                if edge[k]:
+                    rec["status"] = "best run is the " + ("smallest" if lo[k] < 0 else "largest") + " size here (edge)"
+                else:
+                    rec["status"] = "used"
+                    rec["N_opt"], rec["loss_opt"] = float(n_opt[k]), float(l_opt[k])
+                    rec["curv"] = None if not np.isfinite(curv[k]) else float(curv[k])
             out.append(rec)
         return out
 
@@ -141,3 +165,14 @@ class ChinchillaEnvelope(FrontierLaw):
     def _restore_plot(self, plot: dict[str, Any]) -> None:
         super()._restore_plot(plot)
         self.envelope_ = plot.get("envelope", [])
+
+
+def _parabola3(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Coefficients of the parabolas through three points each (columns of x, y of shape (3, k))."""
+    x0, x1, x2 = x
+    y0, y1, y2 = y
+    d01, d02, d12 = x0 - x1, x0 - x2, x1 - x2
+    c2 = (y0 / (d01 * d02)) - (y1 / (d01 * d12)) + (y2 / (d02 * d12))
+    c1 = (y1 - y0) / (x1 - x0) - c2 * (x0 + x1)
+    c0 = y0 - c2 * x0 * x0 - c1 * x0
+    return c2, c1, c0

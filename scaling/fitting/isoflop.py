@@ -112,22 +112,26 @@ class ChinchillaIsoFLOP(FrontierLaw):
             return out
         r = (r - r.mean()) * math.sqrt(r.size / dof)
         C = np.array([b["C"] for b in used])
+        # Each budget's parabola is a fixed linear map of its losses: refit all replicates at once.
+        Nopt = np.full((n, len(used)), np.nan)
+        Lopt = np.full((n, len(used)), np.nan)
+        curv = np.full((n, len(used)), np.nan)
+        for j, (x, f) in enumerate(zip(xs, fitted)):
+            xm = x.mean()
+            X = np.stack([(x - xm) ** 2, x - xm, np.ones_like(x)], axis=1)
+            Y = f[None, :] + rng.choice(r, size=(n, f.size))
+            c2, c1, c0 = (Y @ np.linalg.pinv(X).T).T  # centred coefficients
+            with np.errstate(divide="ignore", invalid="ignore"):
+                vx = -c1 / (2 * c2)
+                ok = (c2 > 0) & (vx >= x[0] - xm) & (vx <= x[-1] - xm)  # as in the fit: vertex inside the window
+            Nopt[ok, j] = np.exp(vx[ok] + xm)
+            Lopt[ok, j] = c0[ok] - c1[ok] ** 2 / (4 * c2[ok])
+            curv[ok, j] = c2[ok]
         for k in range(n):
-            Nopt, Lopt, curv = np.empty(len(used)), np.empty(len(used)), np.empty(len(used))
-            for j, (x, f) in enumerate(zip(xs, fitted)):
-                coef = parabola(x, f + rng.choice(r, size=f.size))
-                if not coef[0] > 0:
-                    Nopt[j] = np.nan
-                    continue
-                vx, vy = vertex(coef)
-                if not x[0] <= vx <= x[-1]:  # as in the fit: a vertex outside the window is no estimate
-                    Nopt[j] = np.nan
-                    continue
-                Nopt[j], Lopt[j], curv[j] = math.exp(vx), vy, coef[0]
-            ok = np.isfinite(Nopt)
+            ok = np.isfinite(Nopt[k])
             if ok.sum() < 2:
                 continue
-            p = self._frontier_params(C[ok], Nopt[ok], Lopt[ok], curv[ok])
+            p = self._frontier_params(C[ok], Nopt[k, ok], Lopt[k, ok], curv[k, ok])
             out[k] = [p[name] for name in self.param_names]
         return out
 

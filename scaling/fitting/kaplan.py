@@ -60,12 +60,12 @@ class KaplanLaw(Law):
 
     def _validate(self, data: FitData) -> None:
         pts = data.points
-        if len(pts) <= 4:
-            raise FitError(f"the Kaplan joint law needs more points than its 4 parameters; got {len(pts)}")
         if pts["N"].nunique() < 2:
             raise FitError("the Kaplan laws need at least two model sizes; all points have one N")
         if pts["D"].nunique() < 2:
             raise FitError("the Kaplan laws need at least two token counts; all points have one D")
+        if len(pts) <= 4:
+            raise FitError(f"the Kaplan joint law needs more points than its 4 parameters; got {len(pts)}")
 
     @staticmethod
     def _subsets(N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray) -> dict[str, np.ndarray]:
@@ -114,6 +114,13 @@ class KaplanLaw(Law):
             # log L = aD * log( exp((aN/aD)(lNc - logN)) + exp(lDc - logD) ), as log-sum-exp
             return aD * np.logaddexp((aN / aD) * (lNc - logN), lDc - logD) - logL
 
+        def jac(th: np.ndarray) -> np.ndarray:
+            lNc, lDc, aN, aD = th
+            q, xN = aN / aD, lNc - logN
+            u, v = q * xN, lDc - logD
+            w = 0.5 * (1.0 + np.tanh(0.5 * (u - v)))  # softmax weight of u, overflow-free sigmoid
+            return np.stack([aN * w, aD * (1.0 - w), w * xN, np.logaddexp(u, v) - w * q * xN], axis=1)
+
         starts = []
         if start is not None:
             starts.append([start["log_Nc"], start["log_Dc"], start["alpha_N"], start["alpha_D"]])
@@ -131,7 +138,7 @@ class KaplanLaw(Law):
         best = None
         for x0 in starts:
             try:
-                r = least_squares(resid, np.asarray(x0, float), bounds=([-50, -50, 1e-4, 1e-4], [400, 400, 5, 5]),
+                r = least_squares(resid, np.asarray(x0, float), jac=jac, bounds=([-50, -50, 1e-4, 1e-4], [400, 400, 5, 5]),
                                   method="trf", x_scale="jac", max_nfev=2000)
             except ValueError:
                 continue

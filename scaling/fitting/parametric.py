@@ -131,14 +131,14 @@ class ChinchillaParametric(Law):
     # -- fitting -------------------------------------------------------------------------------
     def _validate(self, data: FitData) -> None:
         pts = data.points
-        if len(pts) <= len(self.param_names):
-            raise FitError(
-                f"approach 3 needs more points than its 5 parameters (E, A, B, alpha, beta); got {len(pts)}"
-            )
         if pts["N"].nunique() < 2:
             raise FitError("approach 3 needs at least two model sizes; all points have one N")
         if pts["D"].nunique() < 2:
             raise FitError("approach 3 needs at least two token counts; all points have one D")
+        if len(pts) <= len(self.param_names):
+            raise FitError(
+                f"approach 3 needs more points than its 5 parameters (E, A, B, alpha, beta); got {len(pts)}"
+            )
 
     def _fit(self, data: FitData) -> None:
         self._validate(data)

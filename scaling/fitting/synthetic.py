@@ -60,10 +60,11 @@ def isoflop_points(
     return pd.DataFrame(rows, columns=["N", "D", "C", "loss"])
 
 
-def grid_points(n_N: int = 8, n_D: int = 8, noise: float = 0.005, seed: int = 0, t: dict[str, float] = TRUTH,
+def grid_points(n_N: int = 8, n_D: int = 8, noise: float = 0.005, seed: int = 0, t: dict[str, float] | None = None,
                 law: str = "chinchilla") -> pd.DataFrame:
-    """A full grid of sizes (1e7..1e10) and token counts (1e9..1e12)."""
+    """A full grid of sizes (1e7..1e10) and token counts (1e9..1e12) under ``law`` (chinchilla or kaplan)."""
     rng = np.random.default_rng(seed)
+    t = t if t is not None else (TRUTH if law == "chinchilla" else KAPLAN_TRUTH)
     N, D = np.meshgrid(np.geomspace(1e7, 1e10, n_N), np.geomspace(1e9, 1e12, n_D))
     N, D = N.ravel(), D.ravel()
     clean = chinchilla_loss(N, D, t) if law == "chinchilla" else kaplan_loss(N, D, t)
