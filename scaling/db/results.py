@@ -7,7 +7,7 @@ driver's own cursor (a plain SELECT, no ORM objects), which reads a million rows
 from __future__ import annotations
 
 import gc
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,8 @@ from scaling.db.models import STATUSES, Event, Fit, Metric, MetricName, Run, Swe
 from scaling.db.schema import ensure_schema
 from scaling.db.store import _RUNS, run_row
 from scaling.errors import DatabaseError, NotFoundError, mask_url
+
+T = TypeVar("T")
 
 RUN_COLUMNS = [
     "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
@@ -70,8 +72,11 @@ class Results:
         self.close()
 
     # -- plumbing ----------------------------------------------------------------------------
-    def _rows(self, stmt: Select) -> list[tuple]:
-        """Execute ``stmt`` on the driver's cursor and return plain tuples (fast for big results)."""
+    def _execute(self, stmt: Select, consume: Callable[[Any], T]) -> T:
+        """Run ``stmt`` on the driver's own cursor and hand the cursor to ``consume``.
+
+        A plain SELECT on the DBAPI cursor: no ORM objects and no SQLAlchemy Row per result row.
+        """
         compiled = stmt.compile(dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True})
         sql = str(compiled)
         if compiled.positional:
@@ -79,17 +84,20 @@ class Results:
         else:
             params = compiled.params
 
-        def attempt() -> list[tuple]:
+        def attempt() -> T:
             with self.engine.connect() as conn:
                 cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
                 try:
                     cur.execute(sql, params)
-                    return cur.fetchall()
+                    return consume(cur)
                 finally:
                     cur.close()
                     conn.rollback()
 
         return retrying(attempt, self.url, "read")
+
+    def _rows(self, stmt: Select) -> list[tuple]:
+        return self._execute(stmt, lambda cur: cur.fetchall())
 
     def _sweep_id(self, name: str) -> int:
         rows = self._rows(select(Sweep.id).where(Sweep.name == name))
@@ -190,19 +198,59 @@ class Results:
             q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
         run_map = dict(self._rows(runs_q))
         name_map = dict(self._rows(names_q))
+        # Rows stream from the cursor straight into one numpy record array (None becomes NaN):
+        # no list of a million tuples, no per-row Python work of ours.
         gc_was_enabled = gc.isenabled()
-        gc.disable()  # a million row tuples would trigger many useless cyclic-GC passes
+        gc.disable()  # the cursor's short-lived row tuples would trigger useless cyclic-GC passes
         try:
-            df = _metrics_frame(self._rows(q), run_map, name_map)
+            arr = self._execute(q, lambda cur: np.fromiter(cur, dtype=_METRIC_RECORD))
         finally:
             if gc_was_enabled:
                 gc.enable()
+        df = pd.DataFrame(
+            {
+                "run_key": _lookup(arr["run_id"], run_map),
+                "step": np.ascontiguousarray(arr["step"]),
+                "tokens": np.ascontiguousarray(arr["tokens"]),
+                "flops": np.ascontiguousarray(arr["flops"]),
+                "name": _lookup(arr["name_id"], name_map),
+                "value": np.ascontiguousarray(arr["value"]),
+            }
+        )
         if not wide:
             return df
         df = df.drop_duplicates(["run_key", "step", "name"], keep="last")
         out = df.set_index(["run_key", "step", "tokens", "flops", "name"])["value"].unstack("name")
         out.columns.name = None
         return out
+
+    def metric_summary(
+        self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None
+    ) -> pd.DataFrame:
+        """Per run and metric name: ``run_key, name, count, mean, min, max`` (one GROUP BY in the database).
+
+        For summaries (throughput, MFU per run) without reading every step's row.
+        """
+        q = select(
+            Metric.run_id, Metric.name_id, func.count(Metric.value), func.avg(Metric.value),
+            func.min(Metric.value), func.max(Metric.value),
+        ).group_by(Metric.run_id, Metric.name_id)  # fmt: skip
+        runs_q = select(Run.id, Run.key).order_by(Run.id)
+        if sweep is not None:
+            runs_q = runs_q.where(Run.sweep_id == self._sweep_id(sweep))
+        if run_keys is not None:
+            runs_q = runs_q.where(Run.key.in_(list(run_keys)))
+        if sweep is not None or run_keys is not None:
+            q = q.where(Metric.run_id.in_(runs_q.with_only_columns(Run.id).scalar_subquery()))
+        names_q = select(MetricName.id, MetricName.name).order_by(MetricName.id)
+        if names is not None:
+            names_q = names_q.where(MetricName.name.in_(list(names)))
+            q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
+        run_map = dict(self._rows(runs_q))
+        name_map = dict(self._rows(names_q))
+        rows = [(run_map[r], name_map[n], c, m, lo, hi) for r, n, c, m, lo, hi in self._rows(q) if r in run_map and n in name_map]
+        df = pd.DataFrame(rows, columns=["run_key", "name", "count", "mean", "min", "max"])
+        return df.astype({"count": "int64", "mean": "float64", "min": "float64", "max": "float64"})
 
     # -- events and fits ---------------------------------------------------------------------
     def events(
@@ -245,39 +293,14 @@ class Results:
         return pd.DataFrame([tuple(r) for r in rows], columns=FIT_COLUMNS)
 
 
-def _metrics_frame(rows: list[tuple], run_map: dict[int, str], name_map: dict[int, str]) -> pd.DataFrame:
-    """Rows of (run_id, step, tokens, flops, name_id, value) → the metrics DataFrame.
-
-    Column-wise with numpy: ids become keys and names through a lookup array (no per-row
-    Python strings), NULL values become NaN.
-    """
-    if not rows:
-        return pd.DataFrame(
-            {
-                "run_key": pd.Series(dtype="str"),
-                "step": pd.Series(dtype="int64"),
-                "tokens": pd.Series(dtype="int64"),
-                "flops": pd.Series(dtype="float64"),
-                "name": pd.Series(dtype="str"),
-                "value": pd.Series(dtype="float64"),
-            }
-        )
-    cols = list(zip(*rows))
-    return pd.DataFrame(
-        {
-            "run_key": _lookup(np.fromiter(cols[0], dtype=np.int64, count=len(rows)), run_map),
-            "step": np.fromiter(cols[1], dtype=np.int64, count=len(rows)),
-            "tokens": np.fromiter(cols[2], dtype=np.int64, count=len(rows)),
-            "flops": np.array(cols[3], dtype=np.float64),
-            "name": _lookup(np.fromiter(cols[4], dtype=np.int64, count=len(rows)), name_map),
-            "value": np.array(cols[5], dtype=np.float64),  # None (SQL NULL) becomes NaN
-        }
-    )
+_METRIC_RECORD = np.dtype(
+    [("run_id", "i8"), ("step", "i8"), ("tokens", "i8"), ("flops", "f8"), ("name_id", "i8"), ("value", "f8")]
+)
 
 
 def _lookup(ids: np.ndarray, mapping: dict[int, str]) -> pd.Series:
     """Map integer ids to their strings through a dense lookup table (vectorized)."""
-    table = np.empty(max(mapping) + 1 if mapping else 1, dtype=object)
+    table = np.empty(max(mapping, default=0) + 1, dtype=object)
     for i, v in mapping.items():
         table[i] = v
     return pd.Series(table[ids], dtype="str")
