@@ -37,7 +37,7 @@ class ReportData:
     runs: pd.DataFrame
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_key, step, tokens, flops, name, value
     events: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_key, step, kind, detail
-    perf: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_key, tokens_per_s, mfu
+    perf: pd.DataFrame = field(default_factory=pd.DataFrame)  # index run_key; tokens_per_s, mfu (means)
     fits: dict[str, Any] = field(default_factory=dict)  # method -> fitted law (from_dict)
     fit_dicts: dict[str, dict] = field(default_factory=dict)  # method -> stored form
     sweep_info: dict[str, Any] = field(default_factory=dict)
@@ -75,8 +75,11 @@ class ReportData:
             loss = results.metrics(sweep=sweep, names=[names.TRAIN_LOSS, names.EVAL_LOSS])
             data.curves = thin_curves(loss, curve_points)
             del loss
-            perf = results.metrics(sweep=sweep, names=[names.TOKENS_PER_SECOND, names.MFU])
-            data.perf = summarise_perf(perf)
+            perf_names = [names.TOKENS_PER_SECOND, names.MFU]
+            if hasattr(results, "metric_summary"):  # one GROUP BY instead of every step's row
+                data.perf = summarise_perf_table(results.metric_summary(sweep=sweep, names=perf_names))
+            else:
+                data.perf = summarise_perf(results.metrics(sweep=sweep, names=perf_names))
             data.events = results.events(sweep=sweep)
         else:
             data.notes.append("The sweep has no runs yet.")
@@ -156,6 +159,18 @@ def summarise_perf(metrics: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=med.index)
     out["tokens_per_s"] = med.get(names.TOKENS_PER_SECOND)
     out["mfu"] = med.get(names.MFU)
+    return out
+
+
+def summarise_perf_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean tokens/s and MFU per run from ``Results.metric_summary`` rows (run_key, name, mean)."""
+    cols = ["tokens_per_s", "mfu"]
+    if summary is None or summary.empty:
+        return pd.DataFrame(columns=cols)
+    wide = summary.pivot_table(index="run_key", columns="name", values="mean", aggfunc="first")
+    out = pd.DataFrame(index=wide.index)
+    out["tokens_per_s"] = wide.get(names.TOKENS_PER_SECOND)
+    out["mfu"] = wide.get(names.MFU)
     return out
 
 

@@ -85,12 +85,13 @@ def loss_curves(
     max_points: int = 400,
     title: str | None = None,
 ) -> go.Figure:
-    """Train loss (lines) and eval loss (markers) of every run against ``tokens`` or ``flops``.
+    """Train loss (lines) and eval loss (dotted, markers) of every run against ``tokens`` or ``flops``.
 
-    Log axes, one colour per model size (legend entries are sizes). ``envelope`` (columns
-    ``flops``, ``loss``) is approach 1's lower envelope, drawn over the FLOPs view, and
-    ``optima`` (columns ``flops``, ``loss``, ``N``) the per-budget optima approach 1 fitted. Curves longer
-    than ``max_points`` are thinned log-spaced with their minimum kept.
+    Log axes, coloured by model size; the legend has one entry per size (or per size range when
+    there are many sizes), and clicking one hides those runs. ``envelope`` (columns ``flops``,
+    ``loss``) is approach 1's lower envelope, drawn over the FLOPs view, and ``optima`` (columns
+    ``flops``, ``loss``, ``N``) the per-budget optima approach 1 fitted. Curves longer than
+    ``max_points`` are thinned log-spaced with their minimum kept.
     """
     if x not in ("tokens", "flops"):
         raise ValueError("x must be 'tokens' or 'flops'")
@@ -98,73 +99,78 @@ def loss_curves(
     if curves is None or curves.empty:
         return _empty(title, "No loss curves recorded yet.")
     curves = downsample_frame(curves, ["run_key", "name"], x=x, y="value", max_points=max_points)
-    runs = runs.set_index("run_key", drop=False)
+    curves = curves[(curves[x] > 0) & np.isfinite(curves["value"])]
+    runs = runs.drop_duplicates("run_key").set_index("run_key", drop=False)
     colors = size_colors(runs["N"])
-    fig = go.Figure()
-    seen_sizes: set[float] = set()
-    order = runs.sort_values(["N", "D"]).index
-    by_run = {k: g for k, g in curves.groupby("run_key", sort=False)}
-    for key in order:
-        if key not in by_run:
-            continue
+    groups = size_groups(runs["N"])
+    # Split once into (run, metric) pieces: per-run boolean filtering is quadratic in the runs.
+    curves = curves.sort_values(["run_key", "name", x], kind="stable")
+    keys = curves["run_key"].to_numpy()
+    metric = curves["name"].to_numpy()
+    xs = curves[x].to_numpy(dtype=np.float32)
+    ys = curves["value"].to_numpy(dtype=np.float32)
+    cuts = np.flatnonzero((keys[1:] != keys[:-1]) | (metric[1:] != metric[:-1])) + 1
+    pieces = {(keys[a], metric[a]): (a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)])}
+    traces: list[dict] = []
+    shown: set[str] = set()
+    for key in runs.sort_values(["N", "D"]).index:
         run = runs.loc[key]
-        g = by_run[key]
         size = float(run["N"])
         color = colors.get(size, "#444")
-        group = f"N={_fmt(size)}"
+        group = groups.get(size, "N unknown")
         label = _label(run)
-        for metric, style in ((names.TRAIN_LOSS, "lines"), (names.EVAL_LOSS, "lines+markers")):
-            m = g[g["name"] == metric].sort_values(x)
-            m = m[(m[x] > 0) & np.isfinite(m["value"])]
-            if m.empty:
+        for name, is_eval in ((names.TRAIN_LOSS, False), (names.EVAL_LOSS, True)):
+            if (key, name) not in pieces:
                 continue
-            first = size not in seen_sizes and metric == names.TRAIN_LOSS
-            seen_sizes.add(size) if first else None
-            fig.add_trace(
-                go.Scatter(
-                    x=m[x].to_numpy(dtype=np.float32),
-                    y=m["value"].to_numpy(dtype=np.float32),
-                    mode=style,
-                    name=group,
-                    legendgroup=group,
-                    showlegend=first,
-                    line=dict(color=color, width=1.2, dash="dot" if metric == names.EVAL_LOSS else "solid"),
-                    marker=dict(size=4, color=color),
-                    opacity=0.85,
-                    hovertemplate=f"{label}<br>{'eval' if metric == names.EVAL_LOSS else 'train'}"
-                    f" loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
-                )
-            )
+            a, b = pieces[(key, name)]
+            first = group not in shown and not is_eval
+            if first:
+                shown.add(group)
+            traces.append(dict(
+                type="scatter", x=xs[a:b], y=ys[a:b], mode="lines+markers" if is_eval else "lines",
+                name=esc(group), legendgroup=group, showlegend=first, opacity=0.85,
+                line=dict(color=color, width=1.2, dash="dot" if is_eval else "solid"), marker=dict(size=4, color=color),
+                hovertemplate=f"{label}<br>{'eval' if is_eval else 'train'} loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
+            ))
     if envelope is not None and not envelope.empty and x == "flops":
         env = envelope.sort_values("flops")
-        fig.add_trace(
-            go.Scatter(
-                x=env["flops"].to_numpy(dtype=float),
-                y=env["loss"].to_numpy(dtype=float),
-                mode="lines",
-                name="envelope (approach 1)",
-                line=dict(color="black", width=2.5, dash="dash"),
-                hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
-            )
-        )
+        traces.append(dict(
+            type="scatter", x=env["flops"].to_numpy(dtype=float), y=env["loss"].to_numpy(dtype=float), mode="lines",
+            name="envelope (approach 1)", line=dict(color="black", width=2.5, dash="dash"),
+            hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+        ))
     if optima is not None and not optima.empty and x == "flops":
-        fig.add_trace(
-            go.Scatter(
-                x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float), mode="markers",
-                name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
-                text=[f"N_opt {_fmt(n)}" for n in optima["N"]],
-                hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
-            )
-        )
-    fig.update_layout(
-        title=esc(title),
-        template=_TEMPLATE,
-        xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
-        yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
-        legend=dict(title="model size"),
-        height=480,
+        traces.append(dict(
+            type="scatter", x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float),
+            mode="markers", name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
+            text=[f"N_opt {_fmt(n)}" for n in optima["N"]],
+            hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+        ))
+    # One Figure from all traces at once: add_trace one by one is quadratic in the trace count.
+    return go.Figure(
+        data=traces,
+        layout=dict(
+            title=esc(title),
+            template=_TEMPLATE,
+            xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
+            yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
+            legend=dict(title="model size"),
+            height=480,
+        ),
     )
-    return fig
+
+
+def size_groups(sizes: Iterable[float], max_groups: int = 12) -> dict[float, str]:
+    """A legend group per model size, or per log-spaced size range when there are many sizes."""
+    uniq = sorted({float(s) for s in sizes if s is not None and np.isfinite(s) and s > 0})
+    if len(uniq) <= max_groups:
+        return {s: f"N={_fmt(s)}" for s in uniq}
+    edges = np.logspace(math.log10(uniq[0]), math.log10(uniq[-1]), max_groups + 1)
+    out = {}
+    for s in uniq:
+        i = min(int(np.searchsorted(edges, s, side="right")) - 1, max_groups - 1)
+        out[s] = f"N {_fmt(edges[i], 2)}–{_fmt(edges[i + 1], 2)}"
+    return out
 
 
 def loss_envelope(curves: pd.DataFrame, metric: str = names.TRAIN_LOSS, points: int = 120) -> pd.DataFrame:
@@ -498,7 +504,7 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
 
 
 def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughput and MFU per run") -> go.Figure:
-    """Median tokens/s and model FLOPs utilisation of each run, against its size."""
+    """Mean tokens/s and model FLOPs utilisation of each run (``perf`` indexed by run_key), against its size."""
     if perf is None or perf.empty:
         return _empty(title, "No throughput metrics recorded yet.")
     df = runs.set_index("run_key").join(perf, how="inner")

@@ -55,6 +55,7 @@ class SweepSpec:
     failures: tuple[int, ...] = ()  # run indices that fail part-way
     spikes: tuple[int, ...] = ()  # run indices with a loss spike, a rollback and a retry
     pending: tuple[int, ...] = ()  # run indices never started
+    repeat_shapes: bool = False  # keep sizes the shape policy rounds to one shape (as extra seeds)
     name_of: Callable[[int], str | None] | None = None
     tags_of: Callable[[int], dict[str, str]] | None = None
     error_text: str = "RuntimeError: loss kept spiking after 5 rollbacks"
@@ -82,8 +83,10 @@ def specs_for(s: SweepSpec) -> list[RunSpec]:
                 name=s.name_of(i) if s.name_of else None,
                 tags=s.tags_of(i) if s.tags_of else {},
             )
-            if spec.key in seen:
+            if spec.key in seen and not s.repeat_shapes:
                 continue
+            while spec.key in seen:  # the shape policy gave this size already: another seed of it
+                spec = spec.model_copy(update={"seed": spec.seed + 1})
             seen.add(spec.key)
             out.append(spec)
             i += 1
