@@ -7,6 +7,7 @@ driver's own cursor (a plain SELECT, no ORM objects), which reads a million rows
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -50,6 +51,7 @@ class Results:
         if path is not None and not path.is_file():
             raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
         self.engine = make_engine(self.url)
+        self._pid = os.getpid()
         try:
             retrying(lambda: ensure_schema(self.engine, self.url), self.url, "open")
         except BaseException:
@@ -84,6 +86,8 @@ class Results:
         else:
             params = compiled.params
 
+        self._after_fork()
+
         def attempt() -> T:
             with self.engine.connect() as conn:
                 cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -92,6 +96,24 @@ class Results:
                     return consume(cur)
                 finally:
                     cur.close()
+                    conn.rollback()
+
+        return retrying(attempt, self.url, "read")
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: never reuse the parent's pooled connections
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+
+    def _all(self, stmt: Select) -> list[Any]:
+        """SQLAlchemy rows of ``stmt`` (attribute access; JSON columns decoded), one read transaction."""
+        self._after_fork()
+
+        def attempt() -> list[Any]:
+            with self.engine.connect() as conn:
+                try:
+                    return list(conn.execute(stmt).all())
+                finally:
                     conn.rollback()
 
         return retrying(attempt, self.url, "read")
@@ -113,16 +135,12 @@ class Results:
 
     def sweep_info(self, name: str) -> dict[str, Any]:
         """A sweep's plan as submitted, its conventions and creation time."""
-        with self.engine.connect() as conn:
-            row = retrying(
-                lambda: conn.execute(
-                    select(Sweep.name, Sweep.plan, Sweep.params_convention, Sweep.flops_convention, Sweep.created_at).where(
-                        Sweep.name == name
-                    )
-                ).first(),
-                self.url,
-                "read",
+        rows = self._all(
+            select(Sweep.name, Sweep.plan, Sweep.params_convention, Sweep.flops_convention, Sweep.created_at).where(
+                Sweep.name == name
             )
+        )
+        row = rows[0] if rows else None
         if row is None:
             raise NotFoundError(f"sweep {name!r} not found in {mask_url(self.url)}")
         return row._asdict()
@@ -135,9 +153,8 @@ class Results:
         q = select(Sweep.id, Sweep.name, Sweep.created_at, Sweep.params_convention, Sweep.flops_convention, Sweep.plan).order_by(
             Sweep.created_at, Sweep.id
         )
-        with self.engine.connect() as conn:
-            sweeps = retrying(lambda: conn.execute(q).all(), self.url, "read")
-            tallies = retrying(lambda: conn.execute(select(counts)).all(), self.url, "read")
+        sweeps = self._all(q)
+        tallies = self._all(select(counts))
         by_sweep: dict[int, dict[str, int]] = {}
         for sid, status, n in tallies:
             by_sweep.setdefault(sid, {})[status] = n
@@ -165,8 +182,7 @@ class Results:
             q = q.where(Run.sweep_id == self._sweep_id(sweep))
         if status is not None:
             q = q.where(Run.status.in_([status] if isinstance(status, str) else list(status)))
-        with self.engine.connect() as conn:
-            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        rows = self._all(q)
         return pd.DataFrame([run_row(r, r.sweep_name) for r in rows], columns=RUN_COLUMNS)
 
     # -- metrics -----------------------------------------------------------------------------
@@ -269,8 +285,7 @@ class Results:
             q = q.where(Run.key.in_(list(run_keys)))
         if kinds is not None:
             q = q.where(Event.kind.in_(list(kinds)))
-        with self.engine.connect() as conn:
-            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        rows = self._all(q)
         df = pd.DataFrame([tuple(r) for r in rows], columns=EVENT_COLUMNS)
         df["step"] = df["step"].astype("Int64")
         return df
@@ -288,8 +303,7 @@ class Results:
             q = q.where(Fit.law == law)
         if method is not None:
             q = q.where(Fit.method == method)
-        with self.engine.connect() as conn:
-            rows = retrying(lambda: conn.execute(q).all(), self.url, "read")
+        rows = self._all(q)
         return pd.DataFrame([tuple(r) for r in rows], columns=FIT_COLUMNS)
 
 
