@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
@@ -115,6 +116,7 @@ class Store:
         self.url = resolve_url(url)
         self.stale_after_s = float(stale_after_s)
         self.engine = make_engine(self.url)
+        self._pid = os.getpid()
         self._ids: dict[tuple[Optional[str], str], int] = {}
         try:
             retrying(lambda: ensure_schema(self.engine, self.url), self.url, "open")
@@ -146,6 +148,10 @@ class Store:
 
     def _tx(self, fn: Callable[[Connection], T], *, write: bool = True) -> T:
         """Run ``fn`` in one transaction (``BEGIN IMMEDIATE`` on SQLite when writing), retried when locked."""
+
+        if self._pid != os.getpid():  # forked: never reuse the parent's pooled connections
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
 
         def attempt() -> T:
             with self.engine.connect() as conn:
