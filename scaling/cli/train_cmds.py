@@ -22,7 +22,7 @@ def train(
 ) -> None:
     """Train one spec alone, recorded in the database like any run of a sweep.
 
-    Example: scaling train examples/tiny.yaml --db sqlite:///scaling.db
+    Example: scaling train spec.yaml --db sqlite:///scaling.db --run-dir runs/debug
     """
     from scaling.trainer.adhoc import AlreadyCompleted, train_adhoc
     from scaling.trainer.spec import RunSpec

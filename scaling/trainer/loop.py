@@ -349,7 +349,8 @@ class Trainer:
         else:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
         detail = {**self.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
-                  "micro_batch": self.micro, "device": str(self.rt.device), "peak_flops": self.peak}
+                  "micro_batch": self.micro, "device": str(self.rt.device), "peak_flops": self.peak,
+                  "eval_tokens": int(self.eval_rows.shape[0] * self.spec.model.context)}
         self.rec.event(self.step, names.DATA, detail)
 
     def _after_step(self) -> None:
