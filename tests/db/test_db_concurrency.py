@@ -138,3 +138,27 @@ def test_writes_wait_out_a_long_lock_instead_of_failing(
     assert bool(locked_seen) == (busy_timeout_s < 1)  # the retry loop was (or was not) needed
     with connect(sqlite_url) as res:
         assert len(res.metrics()) == 3
+
+
+def test_a_store_inherited_through_fork_opens_its_own_connections(sqlite_url: str) -> None:
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("fork is not available on this platform")
+    recs = records(2)
+    store = Store(sqlite_url)
+    store.register("s", recs)  # the parent's pool now holds a connection
+
+    def child(key: str) -> None:
+        store.log_metrics(key, metric_rows(range(50), METRIC_NAMES))
+
+    procs = [mp.get_context("fork").Process(target=child, args=(r["key"],)) for r in recs]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    store.log_metrics(recs[0]["key"], metric_rows(range(50, 60), METRIC_NAMES))
+    store.close()
+    with connect(sqlite_url) as res:
+        assert res.metrics().groupby("run_key").size().to_dict() == {recs[0]["key"]: 240, recs[1]["key"]: 200}

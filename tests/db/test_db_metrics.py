@@ -125,3 +125,26 @@ def test_empty_database_reads(db_url: str) -> None:
         assert res.sweeps().empty and res.runs().empty and res.metrics().empty
         assert res.events().empty and res.fits().empty
         assert "run_key" in res.runs().columns and "final_loss" in res.runs().columns
+
+
+def test_a_batch_is_one_statement(db_url: str) -> None:
+    """One INSERT ... ON CONFLICT DO UPDATE per batch, whatever its size (one round trip)."""
+    from sqlalchemy import event
+
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("s", recs)
+        store.log_metrics(key, metric_rows(range(1), NAMES))  # first sight of the names
+        statements: list[str] = []
+
+        @event.listens_for(store.engine, "before_cursor_execute")
+        def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+            statements.append(" ".join(statement.split()).upper())
+
+        assert store.log_metrics(key, metric_rows(range(2500), NAMES)) == 5000
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert len(inserts) == 1, statements
+    assert "ON CONFLICT (RUN_ID, STEP, NAME_ID) DO UPDATE" in inserts[0]
+    with connect(db_url) as res:
+        assert len(res.metrics()) == 5000
