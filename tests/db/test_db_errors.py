@@ -42,6 +42,20 @@ def test_unreachable_postgres_fails_fast_and_masks_the_password() -> None:
     assert "\n" not in err.value.one_line()
 
 
+def test_a_silent_postgres_times_out_in_about_five_seconds() -> None:
+    """A server that accepts TCP but never answers (a hung host): the connect timeout ends it."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes handshakes; nobody ever replies
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(DatabaseError, match="timeout"):
+            Store(f"postgresql+psycopg://alice:s3cret@127.0.0.1:{port}/results")
+        assert time.monotonic() - t0 < 20
+
+
 def test_sqlite_in_a_missing_folder(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/folder/results.db"
     with pytest.raises(DatabaseError, match="folder .*no/such/folder does not exist"):
