@@ -244,6 +244,8 @@ def parallelize(
     if mesh is None:
         mesh = default_mesh(device)
     group = mesh.get_group()
+    if hasattr(model, "activation_checkpointing"):  # the model recomputes each block itself
+        model.activation_checkpointing = spec.execution.activation_checkpointing
 
     if name in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -27,6 +27,7 @@ def spawn(fn: Callable[..., Any], world: int, tmp: str, *args: Any) -> list[Any]
 
 def _entry(rank: int, world: int, init: str, tmp: str, fn: Callable[..., Any], args: tuple) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("SCALING_PEAK_FLOPS", "1e11")  # MFU without the matmul probe
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
@@ -91,3 +92,51 @@ def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
     sl = slice(rank * share, (rank + 1) * share)
     loss_of(par.module, x[sl], y[sl], spec.precision).backward()
     return par.full_grads()
+
+
+# -- whole runs through scaling.trainer.train ------------------------------------------------------
+def run_spec(strategy: str, precision: str = "fp32", workers: int = 2, **over: Any) -> Any:
+    """A tiny run of ten steps that reports after every step (eval_interval 1)."""
+    from scaling.trainer.spec import RunSpec
+
+    execution = {"workers": workers, "strategy": strategy, "threads": 1, "eval_interval": 1,
+                 "checkpoint_interval": 100, **over.pop("execution", {})}
+    return RunSpec.from_dict(
+        {
+            "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32},
+            "tokens": 32 * 8 * 10,
+            "batch_tokens": 32 * 8,
+            "eval_tokens": 32 * 4,
+            "optimizer": {"lr": 3e-3},
+            "precision": precision,
+            "execution": execution,
+            **over,
+        }
+    )
+
+
+def train_worker(rank: int, world: int, spec_json: str, run_dir: str, attempt: int = 1) -> dict[str, Any]:
+    """Train in this process (one of ``world``); return what ``report`` saw and the result."""
+    import dataclasses
+
+    from scaling.trainer import train
+    from scaling.trainer.spec import RunSpec
+
+    seen: list[dict[str, Any]] = []
+    spec = RunSpec.model_validate_json(spec_json)
+    result = train(spec, None, run_dir, attempt=attempt, report=lambda s, m, c: seen.append(m))
+    return {"reports": seen, "result": dataclasses.asdict(result)}
+
+
+def trajectory(out: dict[str, Any]) -> list[tuple[int, float]]:
+    return [(m["step"], m["train_loss"]) for m in out["reports"]]
+
+
+def train_until_fault(rank: int, world: int, spec_json: str, run_dir: str, attempt: int) -> dict[str, Any]:
+    """Like :func:`train_worker`, but an injected fault ends the run quietly (it is the point)."""
+    from scaling.trainer.faults import InjectedFault
+
+    try:
+        return {**train_worker(rank, world, spec_json, run_dir, attempt), "fault": None}
+    except InjectedFault as exc:
+        return {"reports": [], "result": None, "fault": str(exc)}
