@@ -148,7 +148,6 @@ class Store:
 
     def _tx(self, fn: Callable[[Connection], T], *, write: bool = True) -> T:
         """Run ``fn`` in one transaction (``BEGIN IMMEDIATE`` on SQLite when writing), retried when locked."""
-
         if self._pid != os.getpid():  # forked: never reuse the parent's pooled connections
             self.engine.dispose(close=False)
             self._pid = os.getpid()
@@ -205,7 +204,8 @@ class Store:
             q = q.where(Sweep.name == sweep)
         rows = conn.execute(q).all()
         if len(rows) == 1:
-            self._ids[(sweep, key)] = rows[0].id
+            if sweep is not None:  # (sweep, key) never changes run; a bare key may gain a sweep later
+                self._ids[(sweep, key)] = rows[0].id
             return rows[0].id
         if not rows:
             if not required:
