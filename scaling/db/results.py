@@ -212,8 +212,6 @@ class Results:
         if names is not None:
             names_q = names_q.where(MetricName.name.in_(list(names)))
             q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
-        run_map = dict(self._rows(runs_q))
-        name_map = dict(self._rows(names_q))
         # Rows stream from the cursor straight into one numpy record array (None becomes NaN):
         # no list of a million tuples, no per-row Python work of ours.
         gc_was_enabled = gc.isenabled()
@@ -223,6 +221,10 @@ class Results:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        # Read the id maps *after* the rows: runs and names are never deleted, so every id the
+        # rows hold is in them even if a writer added a run or metric name meanwhile.
+        run_map = dict(self._rows(runs_q))
+        name_map = dict(self._rows(names_q))
         df = pd.DataFrame(
             {
                 "run_key": _lookup(arr["run_id"], run_map),
