@@ -162,3 +162,30 @@ def test_a_store_inherited_through_fork_opens_its_own_connections(sqlite_url: st
     store.close()
     with connect(sqlite_url) as res:
         assert res.metrics().groupby("run_key").size().to_dict() == {recs[0]["key"]: 240, recs[1]["key"]: 200}
+
+
+def _new_names(args: tuple[str, str, int]) -> None:
+    url, key, batches = args
+    with Store(url) as store:
+        for b in range(batches):
+            store.log_metrics(key, [(s, s, 1.0, f"custom/{b}", 1.0) for s in range(20)])
+
+
+def test_reads_while_a_writer_adds_new_metric_names(db_url: str) -> None:
+    recs = records(1)
+    key = recs[0]["key"]
+    with Store(db_url) as store:
+        store.register("s", recs)
+        store.log_metrics(key, [(0, 0, 0.0, names.TRAIN_LOSS, 1.0)])
+    proc = mp_context().Process(target=_new_names, args=((db_url, key, 150),))
+    proc.start()
+    reads = 0
+    with connect(db_url) as res:
+        while proc.is_alive() or reads == 0:
+            df = res.metrics()
+            assert df["name"].notna().all() and df["run_key"].notna().all()
+            reads += 1
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert len(res.metrics()) == 1 + 150 * 20
+    assert reads >= 1
