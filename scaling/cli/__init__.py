@@ -18,7 +18,12 @@ from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds  
 def main() -> None:
     """Console entry point: run the app, print user errors as one line and exit 2."""
     try:
-        app(standalone_mode=False)
+        # Non-standalone typer returns (not raises) the code of typer.Exit and of Ctrl-C (130).
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            if code == 130:
+                print("interrupted", file=sys.stderr)
+            sys.exit(code)
     except UserError as exc:
         print(exc.one_line(), file=sys.stderr)
         sys.exit(exc.exit_code)
