@@ -33,6 +33,9 @@ KINDS: dict[str, tuple[type[Law], str]] = {
     "approach2": (ChinchillaIsoFLOP, "Chinchilla approach 2 (IsoFLOP)"),
     "approach3": (ChinchillaParametric, "Chinchilla approach 3 (parametric)"),
 }
+#: Short names for narrow tables.
+SHORT: dict[str, str] = {"kaplan": "Kaplan", "approach1": "Chinchilla 1 (envelope)",
+                         "approach2": "Chinchilla 2 (IsoFLOP)", "approach3": "Chinchilla 3 (parametric)"}
 CLASSES: dict[str, type[Law]] = {cls.__name__: cls for cls, _ in KINDS.values()}
 LAW_CHOICES: dict[str, tuple[str, ...]] = {
     "all": tuple(KINDS),
@@ -205,7 +208,9 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
             found = store.find_fit(sweep, cls.law, cls.method, fp)
             if found is not None:
                 try:
-                    summary.laws[kind] = from_dict(found["result"])
+                    restored = from_dict(found["result"])
+                    restored.data_ = data  # same fingerprint: the very data it was fitted to
+                    summary.laws[kind] = restored
                     summary.reused.append(kind)
                     summary.stored[kind] = int(found["id"])
                     continue

@@ -206,6 +206,12 @@ class ChinchillaParametric(Law):
             D = x ** d["b"] / d["G"]
         return N, D, self._predict(p, N, D)
 
+    def _restore_plot(self, plot: dict[str, Any]) -> None:
+        super()._restore_plot(plot)
+        p = self.params_  # the optimiser's vector, so bootstraps of a restored fit start at its optimum
+        self.theta_ = np.array([math.log(p["A"]), math.log(p["B"]), math.log(p["E"]), p["alpha"], p["beta"]])
+        self.objective_ = plot.get("objective")
+
     def _plot_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"objective": getattr(self, "objective_", None)}
         if hasattr(self, "data_"):

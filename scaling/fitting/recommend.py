@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, UserError
-from scaling.fitting.api import KINDS, FitSummary, fit_csv, fit_sweep
+from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
 from scaling.fitting.base import _jsonable
 from scaling.fitting.data import prepare
 
@@ -59,16 +59,16 @@ class Recommendation:
         from rich.table import Table
 
         buf = io.StringIO()
-        con = Console(file=buf, width=120, force_terminal=False, color_system=None)
+        con = Console(file=buf, width=150, force_terminal=False, color_system=None)
         con.print(f"Compute-optimal run at C = {self.compute:.3g} FLOPs ({self.source})")
         t = Table(show_edge=False)
-        for col in ("method", "N*", "95% interval", "D*", "95% interval", "loss", "95% interval"):
-            t.add_column(col, justify="left" if col == "method" else "right")
+        for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):
+            t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
-            cells = [KINDS[kind][1] if kind in KINDS else kind]
+            cells = [SHORT.get(kind, kind)]
             for q in ("N", "D", "loss"):
                 iv = r[q]
-                cells += [_num(iv["value"]), f"[{_num(iv['lo'])}, {_num(iv['hi'])}]"]
+                cells.append(f"{_num(iv['value'])} [{_num(iv['lo'])}, {_num(iv['hi'])}]")
             t.add_row(*cells)
         con.print(t)
         if self.agreement:
@@ -99,7 +99,7 @@ def _num(v: Any) -> str:
         f = float(v)
     except (TypeError, ValueError):
         return "-"
-    return f"{f:.4g}" if math.isfinite(f) else "-"
+    return f"{f:.3g}" if math.isfinite(f) else "-"
 
 
 def recommend(
@@ -155,7 +155,7 @@ def recommend(
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     N_c = float(np.exp(np.mean(np.log(Ns))))
     rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
-    if plan is not None:
+    if plan is not None or summary.sweep is not None:  # a sweep: its plan's rules, else the defaults
         rec.run, rec.run_source, note = concrete_run(plan, N_c, rec.consensus["D"], float(compute))
         if note:
             rec.notes.append(note)
@@ -196,13 +196,15 @@ def _plan_of(url: str, sweep: str | None) -> dict[str, Any] | None:
     return plan if isinstance(plan, dict) else None
 
 
-def concrete_run(plan: dict[str, Any], N: float, D: float, C: float) -> tuple[dict[str, Any], str, str | None]:
+def concrete_run(plan: dict[str, Any] | None, N: float, D: float, C: float) -> tuple[dict[str, Any], str, str | None]:
     """(run, where it came from, note): the plan's rules via ``scaling.rules.suggest_run`` when present."""
     try:
         from scaling.rules import suggest_run
     except ImportError:
         suggest_run = None  # type: ignore[assignment]
-    note = None
+    note = None if plan is not None else "the sweep has no stored plan; the run is sized with the defaults"
+    if plan is None:
+        suggest_run = None  # type: ignore[assignment]
     if suggest_run is not None:
         try:
             return dict(suggest_run(plan, N, D, C)), "the plan's rules (scaling.rules.suggest_run)", None

@@ -1,0 +1,91 @@
+"""Fits of a sweep in the results database: stored, reused while the data are unchanged; the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scaling.fitting import fit_sweep, from_db, from_dict, recommend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_from_db_reads_points_conventions_and_curves(db_url: str, make_sweep) -> None:
+    make_sweep(db_url)
+    data, sweep = from_db(db_url)  # the latest sweep
+    assert sweep == "synth"
+    assert len(data.points) == 28
+    assert data.conventions()["params"] == "non_embedding" and data.flops_per_param_token == 6.0
+    assert data.curves is not None and data.curves["run_key"].nunique() == 28
+
+
+def test_fit_sweep_stores_and_reuses(db_url: str, make_sweep) -> None:
+    from scaling.db import connect
+
+    make_sweep(db_url)
+    first = fit_sweep(db_url, "synth", law="chinchilla", n_bootstrap=20)
+    assert set(first.laws) == {"approach1", "approach2", "approach3"} and not first.reused
+    with connect(db_url) as res:
+        fits = res.fits("synth")
+    assert len(fits) == 3 and fits["fingerprint"].str.startswith(first.fingerprint).all()
+    restored = from_dict(fits[fits["method"] == "isoflop"]["result"].iloc[0])
+    assert restored.params_["a"] == pytest.approx(first.laws["approach2"].params_["a"])
+
+    again = fit_sweep(db_url, "synth", law="chinchilla", n_bootstrap=20)
+    assert sorted(again.reused) == ["approach1", "approach2", "approach3"]
+    assert again.laws["approach3"].params_ == pytest.approx(first.laws["approach3"].params_)
+
+    other = fit_sweep(db_url, "synth", law="approach2", n_bootstrap=30)  # other settings: a new fit
+    assert not other.reused
+    make_sweep(db_url, seed=1, budgets=(1e19,))  # more completed runs: new data
+    changed = fit_sweep(db_url, "synth", law="approach2", n_bootstrap=30)
+    assert not changed.reused and changed.fingerprint != first.fingerprint
+
+
+def test_recommend_from_a_sweep_uses_the_plans_rules(db_url: str, make_sweep) -> None:
+    plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
+    make_sweep(db_url, plan=plan)
+    rec = recommend(1e20, url=db_url, n_bootstrap=30)
+    assert {"approach2", "approach3"} <= set(rec.per_law)
+    assert rec.agreement["N_ratio"] < 2.0
+    assert rec.run is not None and "suggest_run" in (rec.run_source or "")
+    assert rec.run["shape"]["n_layer"] >= 1 and rec.run["n_params"] > 0
+    assert rec.next_runs and rec.next_runs[0]["reduction"] > 0
+    assert "Compute-optimal run at C = 1e+20" in rec.table()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_fit_and_recommend(sqlite_url: str, make_sweep, tmp_path: Path) -> None:
+    make_sweep(sqlite_url)
+    out = _cli("fit", "--db", sqlite_url, "--law", "chinchilla", "--bootstrap", "20", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["laws"]["approach3"]["intervals"]["alpha"]["lo"] is not None
+    out = _cli("recommend", "--db", sqlite_url, "--compute", "1e20", "--bootstrap", "20")
+    assert out.returncode == 0, out.stderr
+    assert "Chinchilla 3 (parametric)" in out.stdout and "narrower" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("N,D,loss\n1e8,1e9,3.0\n1e8,2e9,2.9\n", "two model sizes"),
+        ("N,D,loss\n1e8,1e9,3.0\n2e8,1e9,-1\n", "non-positive or non-finite loss"),
+        ("N,loss\n1e8,3.0\n", "need tokens or FLOPs"),
+    ],
+)
+def test_cli_degenerate_input_exits_2(tmp_path: Path, rows: str, message: str) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(rows)
+    out = _cli("fit", "--csv", str(p), "--law", "kaplan")
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
