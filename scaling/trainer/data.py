@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scaling.errors import SpecError
+from scaling.trainer.cache import cache_dir
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
@@ -125,6 +126,38 @@ def _sha256(buf: memoryview | bytes) -> str:
     return hashlib.sha256(buf).hexdigest()
 
 
+_CHUNK = 1 << 24  # tokens per chunk when scanning a large token file
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, cached per (path, size, mtime) in the scaling cache folder
+    (hashing a multi-GB token file at every run start would cost seconds each time)."""
+    import json
+
+    stat = path.stat()
+    ident = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = cache_dir() / "fingerprints.json"
+    try:
+        table = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if ident in table:
+        return str(table[ident])
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 24):
+            digest.update(block)
+    table[ident] = digest.hexdigest()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(table))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # an unwritable cache costs a re-hash next time, nothing else
+    return table[ident]
+
+
 def _builtin_bytes() -> tuple[bytes, tuple[str, ...]]:
     root = Path(sysconfig.get_paths()["stdlib"])
     parts, used = [], []
@@ -190,13 +223,23 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float) -> Co
         if path.stat().st_size % itemsize:
             raise SpecError(f"data.path: {path} is not a whole number of {dtype} tokens")
         tokens = np.memmap(path, dtype=dtype, mode="r")
-        fingerprint = _sha256(memoryview(np.ascontiguousarray(tokens)).cast("B"))
+        fingerprint = _file_sha256(path)
         files = (str(path),)
     if len(tokens) < 4:
         raise SpecError(f"data: corpus has only {len(tokens)} tokens")
     n_train = _split(len(tokens), val_fraction)
-    counts = np.bincount(tokens[:n_train], minlength=1)
-    max_token = int(tokens.max())
+    # In chunks: bincount and max would otherwise copy a multi-GB memmap as int64.
+    counts = np.zeros(1, dtype=np.int64)
+    max_token = 0
+    for lo in range(0, len(tokens), _CHUNK):
+        chunk = np.asarray(tokens[lo : lo + _CHUNK])
+        max_token = max(max_token, int(chunk.max()))
+        train_part = chunk[: max(0, n_train - lo)]
+        if len(train_part):
+            c = np.bincount(train_part)
+            if len(c) > len(counts):
+                counts = np.pad(counts, (0, len(c) - len(counts)))
+            counts[: len(c)] += c
     return Corpus(
         tokens=tokens,
         n_train=n_train,

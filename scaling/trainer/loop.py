@@ -173,6 +173,9 @@ class Trainer:
         self.recent.clear()
         self.recent.extend(meta["recent"].tolist())
         self.last_eval = meta.get("last_eval")
+        self.lr_scale = float(meta["lr_scale"])
+        self.rollbacks = int(meta["rollbacks"])
+        self.overflow_skips = int(meta["overflow_skips"])
         return meta
 
     # -- one step -----------------------------------------------------------------------------

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from scaling.trainer.cache import cache_dir
+
 #: Dense peak FLOP/s by GPU name fragment (vendor data sheets, SXM parts, no sparsity).
 GPU_PEAK_FLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
@@ -25,10 +27,6 @@ GPU_PEAK_FLOPS: dict[str, dict[str, float]] = {
     "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
     "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SCALING_CACHE_DIR", Path.home() / ".cache" / "scaling"))
 
 
 def _cpu_name() -> str:

@@ -8,11 +8,12 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _one_thread_and_fixed_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_thread_and_fixed_peak(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     import torch
 
     torch.set_num_threads(1)
     monkeypatch.setenv("SCALING_PEAK_FLOPS", "1e11")  # MFU without the matmul probe
+    monkeypatch.setenv("SCALING_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -51,15 +52,25 @@ def make_spec() -> Callable[..., Any]:
     return make
 
 
-@pytest.fixture
-def registered(sqlite_url: str) -> Callable[..., str]:
-    """``registered(spec, sweep="t")``: register and claim ``spec``; returns the database URL."""
+def _registrar(url: str) -> Callable[..., str]:
     from scaling.db import Store
 
     def reg(spec: Any, sweep: str = "t") -> str:
-        with Store(sqlite_url) as store:
+        with Store(url) as store:
             store.register(sweep, [spec.record()])
             assert store.claim(spec.key, "test", sweep=sweep) is not None
-        return sqlite_url
+        return url
 
     return reg
+
+
+@pytest.fixture
+def registered(sqlite_url: str) -> Callable[..., str]:
+    """``registered(spec, sweep="t")``: register and claim ``spec`` in SQLite; returns the URL."""
+    return _registrar(sqlite_url)
+
+
+@pytest.fixture
+def registered_any(db_url: str) -> Callable[..., str]:
+    """Like ``registered``, once on SQLite and once on PostgreSQL (when the CI provides it)."""
+    return _registrar(db_url)

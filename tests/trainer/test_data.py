@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from scaling.errors import SpecError
+from scaling.trainer import data
 from scaling.trainer.data import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
 from scaling.trainer.spec import DataSpec
 
@@ -76,7 +78,7 @@ def test_epochs_cover_every_window_once(tmp_path: Path) -> None:
     assert batches.epoch(per_epoch) == pytest.approx(per_epoch * 4 / batches.windows)
 
 
-def test_text_glob_and_token_file_sources(tmp_path: Path) -> None:
+def test_text_glob_and_token_file_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "b.txt").write_text("hello world\n" * 200)
     (tmp_path / "a.txt").write_text("second file\n" * 200)
     glob_corpus = load_corpus(DataSpec(source="text", path=str(tmp_path / "*.txt")))
@@ -89,6 +91,11 @@ def test_text_glob_and_token_file_sources(tmp_path: Path) -> None:
     corpus = load_corpus(DataSpec(source="tokens", path=str(path), dtype="uint16"))
     assert isinstance(corpus.tokens, np.memmap) and corpus.max_token == int(ids.max())
     assert np.array_equal(np.asarray(corpus.tokens), ids)
+    assert corpus.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert corpus.distinct_tokens == len(np.unique(ids[: corpus.n_train]))
+    monkeypatch.setattr(data, "_CHUNK", 777)  # the chunked scan agrees with the whole-array one
+    chunked = data._load.__wrapped__("tokens", str(path), "uint16", 0.05)
+    assert (chunked.distinct_tokens, chunked.max_token) == (corpus.distinct_tokens, corpus.max_token)
     with pytest.raises(SpecError, match="no files match"):
         load_corpus(DataSpec(source="text", path=str(tmp_path / "*.none")))
 

@@ -79,9 +79,9 @@ def test_sigkill_then_resume_completes(make_spec, registered, tmp_path: Path) ->
     assert result.resumed_from == 8 and result.status == "completed" and result.steps == spec.steps
 
 
-def test_each_injected_spike_rolls_back_once_and_the_run_completes(make_spec, registered, tmp_path: Path) -> None:
+def test_each_injected_spike_rolls_back_once_and_the_run_completes(make_spec, registered_any, tmp_path: Path) -> None:
     spec = make_spec(faults={"poison_steps": [13, 18]}, spike={"window": 20, "lr_scale_on_rollback": 0.5})
-    url = registered(spec)
+    url = registered_any(spec)
     result = train(spec, url, tmp_path)
     assert result.status == "completed" and result.steps == spec.steps and result.rollbacks == 2
     events = connect(url).events(run_keys=[spec.key])
@@ -101,9 +101,9 @@ def test_a_run_that_keeps_spiking_fails_with_a_reason(make_spec, registered, tmp
         train(spec, url, tmp_path)
 
 
-def test_fp16_overflow_skips_the_step_and_halves_the_scale(make_spec, registered, tmp_path: Path) -> None:
+def test_fp16_overflow_skips_the_step_and_halves_the_scale(make_spec, registered_any, tmp_path: Path) -> None:
     spec = make_spec(precision="fp16", tokens=32 * 8 * 8, faults={"overflow_steps": [5]})
-    url = registered(spec)
+    url = registered_any(spec)
     result = train(spec, url, tmp_path)
     assert result.overflow_skips == 1 and result.status == "completed"
     events = connect(url).events(run_keys=[spec.key])
