@@ -19,10 +19,8 @@ ADHOC_SWEEP = "adhoc"
 DEFAULT_RUNS_DIR = "./scaling_runs"  # the orchestrator's default too
 
 
-class AlreadyCompleted(UserError):
-    """The run is completed in that sweep (not an error for the CLI: it says so and exits 0)."""
-
-    exit_code = 0
+class AlreadyCompleted(Exception):
+    """The run is completed in that sweep (not an error: the CLI says so and exits 0)."""
 
 
 def train_adhoc(
@@ -55,9 +53,13 @@ def train_adhoc(
         attempt = store.claim(key, socket.gethostname(), sweep=sweep)
         if attempt is None:
             row = store.run(key, sweep=sweep) or {}
-            raise AlreadyCompleted(
-                f"run {key} in sweep {sweep!r} is {row.get('status', 'claimed elsewhere')} "
-                f"(final eval loss {row.get('final_loss')})"
+            if row.get("status") == "completed":
+                raise AlreadyCompleted(
+                    f"run {key} in sweep {sweep!r} is already completed (final eval loss {row.get('final_loss')})"
+                )
+            raise UserError(
+                f"run {key} in sweep {sweep!r} is {row.get('status')} on host {row.get('host')} with a live "
+                f"heartbeat; wait for it or use another --sweep"
             )
         try:
             result = train(spec, store.url, folder, attempt=attempt, sweep=sweep)

@@ -81,3 +81,18 @@ def test_bad_spec_file_exits_2_with_one_line(tmp_path: Path, tiny: dict) -> None
     proc = _main("train", str(path), "--db", f"sqlite:///{tmp_path / 'x.db'}", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "batch_tokens" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_run_held_by_a_live_claimant_is_refused(sqlite_url: str, tmp_path: Path, tiny: dict) -> None:
+    from scaling.db import Store
+    from scaling.errors import UserError
+    from scaling.trainer.data import resolve_data
+
+    spec = resolve_data(RunSpec.from_dict(tiny))
+    with Store(sqlite_url) as store:
+        store.register("adhoc", [spec.record()])
+        assert store.claim(spec.key, "other-host", sweep="adhoc") == 1
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    out = CliRunner().invoke(app, ["train", str(path), "--db", sqlite_url])
+    assert isinstance(out.exception, UserError) and "other-host" in str(out.exception)
