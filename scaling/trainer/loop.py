@@ -130,8 +130,9 @@ class Trainer:
         # Accounting and logging.
         self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
         self.peak = peak_flops(self.rt.device, spec.precision, ex.threads)
-        if store is None and store_url and self.rt.is_main:
-            store = open_store(store_url)
+        self._own_store = store is None and bool(store_url) and self.rt.is_main
+        if self._own_store:
+            store = open_store(store_url)  # closed at the end of fit() (pooled connections)
         self.rec = Recorder(store if self.rt.is_main else None, self.key, spec.flops_per_token, sweep=sweep)
         self._timer_tokens = 0
         self._timer_seconds = 0.0
@@ -397,6 +398,9 @@ class Trainer:
             except Exception:  # the database may be what failed; keep the first error
                 pass
             raise
+        finally:
+            if self._own_store and self.rec.store is not None:
+                self.rec.store.close()
         return self.result()
 
     def result(self) -> TrainResult:
