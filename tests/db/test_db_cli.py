@@ -45,15 +45,19 @@ def scaling(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch)
     return run
 
 
-@pytest.fixture
-def filled(db_url: str) -> tuple[str, list[dict]]:
+def _fill(url: str) -> tuple[str, list[dict]]:
     old, new = records(2), records(3, seed0=100)
-    with Store(db_url) as store:
+    with Store(url) as store:
         store.register("old", old)
         store.register("new", new)
         store.claim(new[0]["key"], "gpu-7")
         store.finish(new[0]["key"], "completed", final_train_loss=3.25, final_eval_loss=3.5)
-    return db_url, new
+    return url, new
+
+
+@pytest.fixture
+def filled(db_url: str) -> tuple[str, list[dict]]:
+    return _fill(db_url)
 
 
 def test_runs_lists_the_latest_sweep_in_each_format(filled: tuple[str, list[dict]], scaling) -> None:  # type: ignore[no-untyped-def]
@@ -117,8 +121,9 @@ def test_db_upgrade_creates_and_reports(tmp_path: Path, scaling) -> None:  # typ
     assert bad.returncode == 2 and "does not exist" in bad.stderr
 
 
-def test_the_console_script_lists_runs_and_fails_cleanly(filled: tuple[str, list[dict]]) -> None:
-    url, new = filled
+def test_the_console_script_lists_runs_and_fails_cleanly(sqlite_url: str) -> None:
+    """The installed `scaling` script itself (once; the in-process cases cover both databases)."""
+    url, new = _fill(sqlite_url)
     ok = script("runs", "--db", url, "--format", "json")
     assert ok.returncode == 0, ok.stderr
     assert [r["run_key"] for r in json.loads(ok.stdout)] == [r["key"] for r in new]
