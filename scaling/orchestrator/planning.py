@@ -19,6 +19,10 @@ from scaling.orchestrator.plan import Plan, load_plan
 #: GPU: about 40% of a current accelerator's ~1e15 dense bf16 peak.
 CPU_THROUGHPUT_FLOPS = 3e9
 GPU_THROUGHPUT_FLOPS = 4e14
+#: Fixed cost of one optimizer step (Python, kernel launches, logging): it dominates for the
+#: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
+CPU_STEP_SECONDS = 0.010
+GPU_STEP_SECONDS = 0.005
 
 
 def throughput(plan: Plan) -> float:
@@ -35,7 +39,8 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     """Wall time of one run: the real training FLOPs over the workers' throughput."""
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * run.spec.steps * run.spec.batch_tokens
-    return real_flops / (throughput(plan) * run.spec.execution.workers)
+    per_step = GPU_STEP_SECONDS if plan.resources.gpus_per_worker > 0 else CPU_STEP_SECONDS
+    return run.spec.steps * per_step + real_flops / (throughput(plan) * run.spec.execution.workers)
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
@@ -133,7 +138,7 @@ def render_table(summary: dict[str, Any]) -> Any:
         title=f"sweep {summary['sweep']}: {t['runs']} runs "
         f"(N: {summary['conventions']['params']}, C: {summary['conventions']['flops']})",
         caption=(
-            f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.2f} GiB/worker; "
+            f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
             f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker)"
         ),
