@@ -20,6 +20,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from scaling.reports import fitview
+from scaling.reports.data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
 from scaling.trainer import names
 
@@ -68,6 +69,11 @@ def _empty(title: str, message: str) -> go.Figure:
     return fig
 
 
+def _runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` as ``Results.runs()`` returns it, with the derived columns the figures read."""
+    return runs if "tokens_per_param" in runs.columns else normalise_runs(runs)
+
+
 def _label(run: pd.Series) -> str:
     name = run.get("name") or ""
     base = f"N={_fmt(run['N'])} D={_fmt(run['D'])}"
@@ -93,6 +99,7 @@ def loss_curves(
     ``flops``, ``loss``, ``N``) the per-budget optima approach 1 fitted. Curves longer than
     ``max_points`` are thinned log-spaced with their minimum kept.
     """
+    runs = _runs(runs)
     if x not in ("tokens", "flops"):
         raise ValueError("x must be 'tokens' or 'flops'")
     title = title or f"Loss against {'tokens' if x == 'tokens' else 'FLOPs'}"
@@ -202,6 +209,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
     grouped by budget. Budgets the fit flagged (lowest loss at the edge of the sampled sizes) are
     drawn with hollow markers and no parabola, and the legend says why they were left out.
     """
+    runs = _runs(runs)
     done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
     if done.empty:
         return _empty(title, "No completed runs with a final loss yet.")
@@ -267,6 +275,7 @@ def frontiers(
     ``fits`` maps method names to fitted laws (or their stored dicts); ``target`` is the budget
     of the recommended next run, marked with a star on every method's line.
     """
+    runs = _runs(runs) if runs is not None else None
     views = [v for v in (fitview.frontier(m, law) for m, law in fits.items()) if v is not None]
     if not views:
         return _empty(title, "No law has been fitted yet, so there is no frontier to draw.")
@@ -360,6 +369,7 @@ def parametric_contour(
     law: Any, runs: pd.DataFrame | None = None, *, title: str = "Parametric fit: L(N, D)"
 ) -> go.Figure:
     """A contour of the fitted L(N, D) on log axes, the compute-optimal line, and the runs."""
+    runs = _runs(runs) if runs is not None else None
     model = fitview.as_law(law)
     if model is None:
         return _empty(title, "The parametric law (approach 3) has not been fitted.")
@@ -414,6 +424,7 @@ def parametric_contour(
 
 def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residuals of each law") -> go.Figure:
     """Relative error (predicted − observed) / observed of each law's L(N, D) on every completed run."""
+    runs = _runs(runs)
     done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
     fig = go.Figure()
     drawn = 0
@@ -476,6 +487,7 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
 # -- run health ----------------------------------------------------------------------------------
 def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss spikes, rollbacks and retries") -> go.Figure:
     """Every event of every run: step on x, run on y, one marker symbol per kind."""
+    runs = _runs(runs)
     if events is None or events.empty:
         return _empty(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
     r = runs.set_index("run_key")
@@ -505,6 +517,9 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
 
 def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughput and MFU per run") -> go.Figure:
     """Mean tokens/s and model FLOPs utilisation of each run (``perf`` indexed by run_key), against its size."""
+    runs = _runs(runs)
+    if perf is not None and "name" in perf.columns:  # raw metric rows, as Results.metrics returns them
+        perf = summarise_perf(perf)
     if perf is None or perf.empty:
         return _empty(title, "No throughput metrics recorded yet.")
     df = runs.set_index("run_key").join(perf, how="inner")

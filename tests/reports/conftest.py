@@ -162,3 +162,58 @@ def browser() -> Iterator[Browser]:
         yield b
     finally:
         b.close()
+
+
+TINY_PLAN = """\
+name: tiny-real
+runs_dir: {runs_dir}
+data: {{source: builtin}}
+model: {{aspect_ratio: 8, head_size: 8, vocab_size: 256, context: 32}}
+conventions: {{params: non_embedding, flops: 6N}}
+train:
+  precision: fp32
+  batch_tokens: 256
+  optimizer: {{lr: 3.0e-2}}
+  eval_interval: 50
+  eval_tokens: 4096
+  checkpoint_interval: 1000
+  log_interval: 1
+  threads: 1
+resources: {{workers: 1, cpus_per_worker: 1, num_cpus: 2}}
+retries: 0
+seeds: [0]
+grid:
+  - compute: [3.0e+8, 1.0e+9]
+    models:
+      - {{n_layer: 2, d_model: 4, n_head: 1}}
+      - {{n_layer: 1, d_model: 8, n_head: 1}}
+      - {{n_layer: 2, d_model: 8, n_head: 1}}
+      - {{n_layer: 1, d_model: 16, n_head: 2}}
+"""
+
+
+@dataclass
+class RealSweep:
+    url: str
+    sweep: str
+    report: Path  # the report `scaling sweep` wrote at its end
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def real_sweep(tmp_path_factory: pytest.TempPathFactory) -> RealSweep:
+    """A real small sweep: `scaling sweep` on 8 tiny runs (2 budgets x 4 sizes) on a local Ray."""
+    import subprocess
+
+    tmp = tmp_path_factory.mktemp("real-sweep")
+    plan = tmp / "plan.yaml"
+    plan.write_text(TINY_PLAN.format(runs_dir=tmp / "runs"))
+    url = f"sqlite:///{tmp / 'sweep.db'}"
+    env = {**os.environ, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1", "OMP_NUM_THREADS": "1"}
+    scaling = str(Path(sys.executable).with_name("scaling"))
+    res = subprocess.run([scaling, "sweep", str(plan), "--db", url], capture_output=True, text=True,
+                         timeout=900, env=env, cwd=tmp)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("report: ")]
+    assert lines, f"`scaling sweep` printed no report path:\n{res.stdout[-2000:]}"
+    return RealSweep(url=url, sweep="tiny-real", report=Path(lines[-1].split("report: ", 1)[1].strip()), stdout=res.stdout)

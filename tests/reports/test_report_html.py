@@ -97,3 +97,19 @@ def test_script_json_cannot_close_the_script() -> None:
     safe = script_json(raw)
     assert "<" not in safe and ">" not in safe and "&" not in safe
     assert json.loads(safe) == json.loads(raw)
+
+
+def test_metric_summary_matches_the_rows(db_url: str) -> None:
+    """Results.metric_summary (added for the report's throughput) agrees with the raw rows."""
+    from scaling.db import connect
+    from scaling.trainer import names
+
+    S.build(db_url, S.SweepSpec(sweep="perf", budgets=(1e13,), sizes_per_budget=3, steps=40, eval_every=10))
+    res = connect(db_url)
+    perf = [names.TOKENS_PER_SECOND, names.MFU]
+    summary = res.metric_summary(sweep="perf", names=perf).set_index(["run_key", "name"]).sort_index()
+    rows = res.metrics(sweep="perf", names=perf).groupby(["run_key", "name"])["value"].agg(["count", "mean", "min", "max"])
+    assert len(summary) == 6
+    assert (summary["count"] == rows["count"]).all()
+    for col in ("mean", "min", "max"):
+        assert (abs(summary[col] - rows[col]) <= 1e-9 * abs(rows[col])).all()

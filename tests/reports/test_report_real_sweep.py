@@ -1,0 +1,55 @@
+"""The report and the notebook over a database made by a real small sweep (`scaling sweep`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scaling.reports import write_report
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+
+@pytest.mark.browser
+def test_report_written_by_the_sweep_renders(real_sweep, browser) -> None:
+    assert real_sweep.report.is_file()
+    page = browser.open(real_sweep.report, "real-sweep")
+    assert page.console_errors == [] and page.dialogs == []
+    figs = page.figures
+    assert figs["fig-loss-tokens"] == 2 * 8  # train and eval of each of the 8 runs
+    assert figs["fig-isoflop"] >= 2 and figs["fig-throughput"] == 2
+    assert "tiny-real" in page.title and "8 completed" in page.text
+
+
+def test_report_reuses_the_sweeps_fits(real_sweep, tmp_path: Path) -> None:
+    from scaling.db import connect
+
+    before = len(connect(real_sweep.url).fits(sweep=real_sweep.sweep))
+    text = write_report(real_sweep.url, None, tmp_path / "again.html").read_text()
+    assert len(connect(real_sweep.url).fits(sweep=real_sweep.sweep)) == before  # nothing refitted
+    assert "Scaling report: tiny-real" in text
+
+
+def test_explore_notebook_runs_top_to_bottom(real_sweep, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/explore.ipynb in a fresh kernel (the venv's python3), against the sweep's database."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "examples" / "explore.ipynb", as_version=4)
+    monkeypatch.setenv("SCALING_DB", real_sweep.url)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) >= 4  # loss curves, IsoFLOP slices, frontiers, contour or residuals
+    assert (tmp_path / "report.html").stat().st_size > 1_000_000
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
+    assert "consensus N* =" in printed
+    tables = [o["data"]["text/plain"] for o in outputs if o.output_type == "execute_result"]
+    assert any("N value" in t for t in tables)  # the recommendation per law, as a DataFrame
