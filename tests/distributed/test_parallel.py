@@ -8,10 +8,11 @@ import torch
 from _workers import grads_worker, reference_grads, spawn, tiny_spec
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3", "zero3+offload"])
 def test_gradients_match_single_process(strategy: str, tmp_path) -> None:
     torch.set_num_threads(1)
-    spec = tiny_spec(strategy)
+    name, _, offload = strategy.partition("+")
+    spec = tiny_spec(name, cpu_offload=bool(offload))
     ref = reference_grads(spec)
     results = spawn(grads_worker, 2, str(tmp_path), spec)
     for rank, grads in enumerate(results):

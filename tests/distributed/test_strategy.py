@@ -1,0 +1,52 @@
+"""`auto` picks the least sharding the memory accounting says fits; bad choices are user errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaling.accounting import GIB, estimate_memory
+from scaling.errors import ResourceError, SpecError
+from scaling.trainer.parallel import default_backend, resolve_strategy, transformer_blocks
+from scaling.trainer.spec import RunSpec
+
+
+def _spec(memory_gib: float | None, strategy: str = "auto") -> RunSpec:
+    return RunSpec.from_dict(
+        {
+            "model": {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024},
+            "tokens": 1024 * 8 * 10,
+            "batch_tokens": 1024 * 8,
+            "execution": {"workers": 4, "strategy": strategy, "device_memory_gib": memory_gib, "micro_batch_size": 1},
+        }
+    )
+
+
+@pytest.mark.parametrize("expected", ["ddp", "zero1", "zero2", "zero3"])
+def test_auto_picks_the_least_sharding_that_fits(expected: str) -> None:
+    spec = _spec(None)
+    # A budget just above the estimate of the expected stage (and below the less sharded ones).
+    need = estimate_memory(spec.shape, 1, spec.precision, expected, 4).total_bytes
+    assert resolve_strategy(_spec(need * 1.001 / GIB), 4) == expected
+
+
+def test_auto_fails_clearly_when_nothing_fits() -> None:
+    with pytest.raises(ResourceError, match="does not fit"):
+        resolve_strategy(_spec(0.01), 4)
+
+
+def test_one_worker_is_single_and_single_needs_one_worker() -> None:
+    assert resolve_strategy(_spec(80.0, "zero3"), 1) == "single"
+    with pytest.raises(SpecError, match="single"):
+        resolve_strategy(_spec(80.0, "single"), 4)
+
+
+def test_backend_follows_the_device() -> None:
+    assert default_backend("cpu") == "gloo"
+    assert default_backend("cuda") == "nccl"
+
+
+def test_each_transformer_block_is_one_fsdp_unit() -> None:
+    from scaling.trainer.model import build_model
+
+    model = build_model(_spec(1.0).shape, 0)
+    assert transformer_blocks(model) == list(model.blocks)
