@@ -36,6 +36,13 @@ def fit(
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
     flops: Annotated[str, typer.Option("--flops", help="FLOP convention of a CSV: C = 6ND unless given.")] = "6N",
+    unique_tokens: Annotated[
+        Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
+                                      "et al.'s effective data D' instead of D (repeated data).", show_default=False)
+    ] = None,
+    effective_data: Annotated[
+        bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using the specs' unique_tokens.")
+    ] = False,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -49,11 +56,11 @@ def fit(
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     if csv is not None:
-        summary = fit_csv(str(csv), law, bootstrap, seed, flops_convention=flops)
+        summary = fit_csv(str(csv), law, bootstrap, seed, flops_convention=flops, unique_tokens=unique_tokens)
     else:
         from scaling.db import resolve_url
 
-        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed)
+        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data)
     typer.echo(json.dumps(summary.to_dict(), indent=2) if fmt == "json" else summary.table(), nl=fmt == "json")
 
 

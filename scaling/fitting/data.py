@@ -109,6 +109,10 @@ def from_frame(
     curves: pd.DataFrame | None = None,
 ) -> FitData:
     """Map aliased columns to N, D, C, loss, derive the missing one of C/D, then :func:`prepare`."""
+    from scaling.accounting import FLOPS_CONVENTIONS
+
+    if flops_convention not in FLOPS_CONVENTIONS:
+        raise FitError(f"unknown FLOP convention {flops_convention!r} (use one of {', '.join(FLOPS_CONVENTIONS)})")
     cols = list(df.columns)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
     if picked["N"] is None:

@@ -65,32 +65,37 @@ class HuberLogObjective:
         self.weights = weights
 
     def __call__(self, X: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(all="ignore"):  # an overflow gives an infinite objective: the line search backtracks
+            return self._evaluate(X, idx)
+
+    def _evaluate(self, X: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a, b, e, al, be = (X[:, i : i + 1] for i in range(5))
-        # exp of each term without the max-shift: the exponents are clipped to +-700 (far outside
-        # any sensible fit), which keeps exp finite and saves a third of the array passes.
-        e1 = np.exp(np.clip(a - al * self.logN, -700.0, 700.0))
-        e2 = np.exp(np.clip(b - be * self.logD, -700.0, 700.0))
-        e3 = np.exp(np.clip(e, -700.0, 700.0))  # (k, 1): E does not vary over points
+        # The terms are exponentiated without a max-shift (fewer array passes); see __call__.
+        e1 = np.exp(a - al * self.logN)  # A / N^alpha
+        e2 = np.exp(b - be * self.logD)  # B / D^beta
+        e3 = np.exp(e)  # E, (k, 1): the same for every point
         tot = e1 + e2
         tot += e3
         r = np.log(tot)
         r -= self.logL
         psi = np.clip(r, -self.delta, self.delta)  # Huber derivative
-        h = psi * (r - 0.5 * psi)  # Huber loss: r^2/2 inside delta, delta(|r| - delta/2) outside
+        # Huber loss = psi * (r - psi / 2): r^2/2 inside delta, delta (|r| - delta/2) outside.
         if self.weights is not None:
             w = self.weights[idx]
-            h *= w
+            f = np.einsum("kn,kn,kn->k", w, psi, r) - 0.5 * np.einsum("kn,kn,kn->k", w, psi, psi)
             psi *= w
+        else:
+            f = np.einsum("kn,kn->k", psi, r) - 0.5 * np.einsum("kn,kn->k", psi, psi)
         psi /= tot  # d log(tot) / d t_k = e_k / tot
-        f = h.sum(axis=1)
-        g1 = psi * e1
-        g2 = psi * e2
         grad = np.empty((X.shape[0], 5))
-        grad[:, 0] = g1.sum(axis=1)
-        grad[:, 1] = g2.sum(axis=1)
+        grad[:, 0] = np.einsum("kn,kn->k", psi, e1)
+        grad[:, 1] = np.einsum("kn,kn->k", psi, e2)
         grad[:, 2] = psi.sum(axis=1) * e3[:, 0]
-        grad[:, 3] = -np.einsum("kn,n->k", g1, self.logN[0])  # einsum: no BLAS threads
-        grad[:, 4] = -np.einsum("kn,n->k", g2, self.logD[0])
+        e1 *= self.logN
+        e2 *= self.logD
+        grad[:, 3] = -np.einsum("kn,kn->k", psi, e1)
+        grad[:, 4] = -np.einsum("kn,kn->k", psi, e2)
+        f[~np.isfinite(f)] = np.inf
         return f, grad
 
     def single(self, x: np.ndarray, row: int = 0) -> tuple[float, np.ndarray]:

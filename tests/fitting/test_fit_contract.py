@@ -208,3 +208,36 @@ def test_prepare_keeps_curves_clean() -> None:
                         "loss": [3.0, float("nan")]})
     data = prepare(pd.DataFrame({"N": [1e8], "D": [1e9], "C": [6e17], "loss": [3.0]}), curves=cur)
     assert len(data.curves) == 1
+
+
+@pytest.mark.parametrize("kind", ["kaplan", "approach3"])
+def test_optimal_minimises_predicted_loss_at_fixed_compute(fitted: dict, kind: str) -> None:
+    law = fitted[kind]
+    C = 1e21
+    N_star, D_star, L_star = law.optimal(C)
+    assert law.k_ * N_star * D_star == pytest.approx(C)
+    N = N_star * np.exp(np.linspace(-1, 1, 2001))
+    L = law.predict(N, C / (law.k_ * N))
+    assert N[np.argmin(L)] == pytest.approx(N_star, rel=2e-3)
+    assert L.min() == pytest.approx(L_star, rel=1e-6)
+
+
+def test_other_flop_conventions_scale_the_frontier() -> None:
+    df = S.grid_points(n_N=6, n_D=6, seed=5)
+    df["C"] = 7.0 * df["N"] * df["D"]  # e.g. attention FLOPs counted: C/(ND) is no longer 6
+    data = from_frame(df, flops_convention="6N_attention")
+    assert data.flops_per_param_token == pytest.approx(7.0)
+    law = ChinchillaParametric(grid="coarse").fit(data)
+    N, D, _ = law.optimal(7e21)
+    assert 7.0 * N * D == pytest.approx(7e21)
+    assert law.to_dict()["conventions"]["flops_per_param_token"] == pytest.approx(7.0)
+
+
+def test_fitting_imports_neither_torch_nor_ray() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, scaling.fitting, scaling.cli.fit_cmds; "
+            "bad = [m for m in ('torch', 'ray', 'scaling.orchestrator') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
