@@ -54,8 +54,9 @@ class DataSpec(_Frozen):
     ``builtin``: the Python standard library's own sources (present wherever Python is, nothing
     downloaded); ``text``: a user's text file(s) or glob, byte-tokenized; ``tokens``: a
     pre-tokenized binary file (uint8/uint16 memory map, nanoGPT-style).
-    ``fingerprint`` and ``unique_tokens`` are filled in when the corpus is resolved; the
-    fingerprint is part of the run's key.
+    ``fingerprint`` (sha256 of the token stream) and ``unique_tokens`` (U: tokens in the training
+    split, the "unique data" of the data-constrained law) are filled in by
+    ``scaling.trainer.data.resolve_data``; the fingerprint is part of the run's key.
     """
 
     source: Literal["builtin", "text", "tokens"] = "builtin"
@@ -104,7 +105,9 @@ class SpikeSpec(_Frozen):
 class FaultSpec(_Frozen):
     """Faults injected on purpose, for tests of the recovery paths. Part of the key."""
 
-    poison_steps: tuple[int, ...] = ()  # these steps' batches are corrupted (loss spike)
+    # The batches at these data cursors are corrupted (loss spike). The cursor equals the step
+    # until a batch is skipped, and a skipped bad batch never returns.
+    poison_steps: tuple[int, ...] = ()
     overflow_steps: tuple[int, ...] = ()  # these steps produce inf gradients (fp16 scaler test)
     raise_at_step: Optional[int] = None  # raise an error when this step starts
     raise_attempts: int = Field(default=1_000_000, ge=0)  # ... only on the first this many attempts
