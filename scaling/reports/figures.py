@@ -175,7 +175,8 @@ def size_groups(sizes: Iterable[float], max_groups: int = 12) -> dict[float, str
     edges = np.logspace(math.log10(uniq[0]), math.log10(uniq[-1]), max_groups + 1)
     out = {}
     for s in uniq:
-        i = min(int(np.searchsorted(edges, s, side="right")) - 1, max_groups - 1)
+        # clip: logspace's end points may round just past the smallest and largest sizes
+        i = min(max(int(np.searchsorted(edges, s, side="right")) - 1, 0), max_groups - 1)
         out[s] = f"N {_fmt(edges[i], 2)}–{_fmt(edges[i + 1], 2)}"
     return out
 
@@ -541,7 +542,7 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
     )
     fig.update_xaxes(type="log", title="N (parameters)")
     fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_yaxes(tickformat=".1%", row=1, col=2)
+    fig.update_yaxes(tickformat=".2%", row=1, col=2)
     fig.update_layout(title=esc(title), template=_TEMPLATE, height=380)
     return fig
 

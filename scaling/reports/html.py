@@ -141,7 +141,7 @@ def _num(x: Any, digits: int = 3) -> str:
         return "–"
     if not math.isfinite(f):
         return "–"
-    return f"{f:.{digits}g}" if abs(f) < 1e4 or digits > 5 else f"{f:.{digits}e}".replace("e+", "e")
+    return f"{f:.{digits}g}"
 
 
 def _sci(x: Any) -> str:

@@ -77,3 +77,13 @@ def test_every_figure_draws_something_or_says_why() -> None:
         assert "scattergl" not in _types(fig)
         assert fig.layout.annotations, "an empty figure must say why it is empty"
         json.loads(fig.to_json())
+
+
+def test_many_sizes_share_a_legend_entry_per_size_range() -> None:
+    sizes = np.logspace(4.7, 8, 80)
+    groups = F.size_groups(sizes, max_groups=12)
+    assert len(set(groups.values())) == 12
+    for s, label in groups.items():
+        lo, hi = (float(v) for v in label.removeprefix("N ").split("–"))
+        assert lo * 0.99 <= s <= hi * 1.01, (s, label)
+    assert F.size_groups([1e5, 2e5]) == {1e5: "N=1e+05", 2e5: "N=2e+05"}
