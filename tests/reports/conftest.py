@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -91,6 +91,7 @@ class PageReport:
     text: str = ""
     title: str = ""
     screenshot: Path | None = None
+    result: Any = None
 
     @property
     def console_errors(self) -> list[str]:
@@ -110,7 +111,9 @@ class Browser:
             viewport={"width": 1400, "height": 1000}, offline=True,
         )
 
-    def open(self, path: Path, shot_name: str) -> PageReport:
+    def open(self, path: Path, shot_name: str, actions: Callable[[Any], Any] | None = None) -> PageReport:
+        """Load ``path``, wait for every figure, record what happened; ``actions(page)`` runs last
+        and its result is kept in ``PageReport.result``."""
         rep = PageReport()
         page = self._ctx.new_page()
         page.on("console", lambda m: rep.console.append((m.type, m.text)))
@@ -137,6 +140,8 @@ class Browser:
             rep.screenshot = artifacts_dir() / f"{shot_name}.png"
             page.screenshot(path=str(rep.screenshot), full_page=True)
             print(f"screenshot: {rep.screenshot}")
+            if actions is not None:
+                rep.result = actions(page)
         finally:
             page.close()
         return rep

@@ -26,9 +26,21 @@ def _check_clean(page) -> None:
     assert all(n >= 0 for n in page.figures.values()), f"figures without plotly SVG: {page.figures}"
 
 
+def _sort_by_n(page) -> list[list[float]]:
+    """Click the runs table's N header twice; the N column after each click."""
+    column = """() => { const t = document.getElementById('runs-table');
+        const i = Array.from(t.tHead.rows[0].cells).findIndex(c => c.textContent === 'N');
+        return Array.from(t.tBodies[0].rows).map(r => parseFloat(r.cells[i].dataset.v)); }"""
+    orders = []
+    for _ in range(2):
+        page.click("#runs-table th:text-is('N')")
+        orders.append(page.evaluate(column))
+    return orders
+
+
 def test_typical_sweep_renders_every_figure(sweeps, browser, tmp_path: Path) -> None:
     url, spec = sweeps["typical"]
-    page = browser.open(write_report(url, None, tmp_path / "typical.html"), "typical")
+    page = browser.open(write_report(url, None, tmp_path / "typical.html"), "typical", actions=_sort_by_n)
     _check_clean(page)
     assert ALWAYS | {"fig-loss-tokens", "fig-loss-flops"} <= set(page.figures)
     runs = len(spec.keys)
@@ -42,6 +54,9 @@ def test_typical_sweep_renders_every_figure(sweeps, browser, tmp_path: Path) -> 
     assert page.figures["fig-contour"] >= 1 and page.figures["fig-residuals"] >= 3
     assert page.figures["fig-events"] >= 3 and page.figures["fig-throughput"] == 2
     assert "Scaling report: typical" in page.title
+    ascending, descending = page.result  # the runs table sorts on a header click, both ways
+    assert ascending == sorted(ascending) and descending == sorted(ascending, reverse=True)
+    assert len(ascending) == runs
 
 
 def test_hostile_names_show_as_text_and_never_run(sweeps, browser, tmp_path: Path) -> None:
