@@ -166,14 +166,15 @@ def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[
     """Runs grouped by compute budget, with the fitted parabola and minimum where there is one.
 
     Returns {budget: {"points": runs, "parabola": {"N", "loss"} | None, "N_opt", "loss_opt",
-    "flagged"}}. Runs whose C matches no budget of the fit (or, without a fit, no other run's C
-    within 5%) are gathered under the budget nearest to them only when they are within 5%.
+    "flagged", "status"}}. Budgets are grouped as the fit groups them (C within 5%); a budget with
+    a single run and no fitted minimum is left out (a grid of N x D has no IsoFLOP slices).
     """
     budgets = group_budgets(done["C"].to_numpy(float))
     slices: dict[float, dict[str, Any]] = {}
     for budget, idx in budgets.items():
-        slices[budget] = {"points": done.iloc[idx], "parabola": None, "N_opt": None, "loss_opt": None, "flagged": False}
-    for fitted in _fitted_slices(isoflop):
+        slices[budget] = {"points": done.iloc[idx], "parabola": None, "N_opt": None, "loss_opt": None,
+                          "flagged": False, "status": ""}
+    for fitted in fitted_slices(isoflop):
         c = fitted["C"]
         match = _nearest(slices, c)
         if match is None:
@@ -189,19 +190,17 @@ def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[
 
 
 def group_budgets(C: np.ndarray, tol: float = 0.05) -> dict[float, np.ndarray]:
-    """Indices of runs grouped by compute budget: consecutive C (sorted) within ``tol`` relative."""
+    """Indices of runs grouped by compute budget, by the fitting package's own rule (C within ``tol``).
+
+    Keys are each group's median C.
+    """
+    from scaling.fitting.data import group_budgets as labels_of
+
     C = np.asarray(C, float)
-    order = np.argsort(C)
-    groups: dict[float, np.ndarray] = {}
-    current: list[int] = []
-    for i in order:
-        if current and not (C[i] <= C[current[0]] * (1 + tol)):
-            groups[float(np.median(C[current]))] = np.array(current)
-            current = []
-        current.append(int(i))
-    if current:
-        groups[float(np.median(C[current]))] = np.array(current)
-    return groups
+    if C.size == 0:
+        return {}
+    labels = labels_of(C, tol)
+    return {float(np.median(C[labels == lab])): np.flatnonzero(labels == lab) for lab in np.unique(labels)}
 
 
 def _nearest(slices: dict[float, Any], c: float, tol: float = 0.05) -> float | None:
@@ -211,7 +210,7 @@ def _nearest(slices: dict[float, Any], c: float, tol: float = 0.05) -> float | N
     return best if abs(math.log(best / c)) <= math.log1p(tol) else None
 
 
-def _fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
+def fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
     """Approach 2's per-budget parabolas (``to_dict()['plot']['budgets']``), normalised.
 
     Each stored budget has C, its sizes and losses, the parabola's coefficients in x = ln N, the

@@ -178,7 +178,7 @@ def _summary(data: ReportData, page: _Page) -> str:
     if len(r):
         rows.append(("model sizes", e(f"N from {_sci(r['N'].min())} to {_sci(r['N'].max())}; "
                                       f"D from {_sci(r['D'].min())} to {_sci(r['D'].max())} tokens; "
-                                      f"{r['N'].nunique()} sizes, {fitview.group_budgets(r['C'].to_numpy(float)).__len__()} budgets")))
+                                      f"{r['N'].nunique()} sizes, {len(fitview.group_budgets(r['C'].to_numpy(float)))} budgets")))
     data_line, hw_line = _data_and_hardware(r)
     rows.append(("data", e(data_line)))
     rows.append(("hardware", e(hw_line)))
@@ -371,7 +371,7 @@ def _isoflop(data: ReportData, page: _Page) -> str:
     if "approach2" not in data.fits:
         inner += _missing("Approach 2 is not fitted, so no parabolas are drawn.")
     else:
-        flagged = [s for s in fitview._fitted_slices(data.fits["approach2"]) if s["flagged"]]
+        flagged = [s for s in fitview.fitted_slices(data.fits["approach2"]) if s["flagged"]]
         if flagged:
             inner += _missing("Left out of the fit: " + "; ".join(f"C = {_sci(s['C'])}: {s['status']}" for s in flagged))
     return _section("isoflop", "IsoFLOP profiles", inner)
