@@ -2,7 +2,9 @@
 
 - L(N) = (N_c/N)^alpha_N on, for each size, the run with the most data (eq. 1.1);
 - L(D) = (D_c/D)^alpha_D on, for each token count, the run with the most parameters (eq. 1.2);
-- L(C) = (C_c/C)^alpha_C on the compute-efficient frontier: points no cheaper point beats (eq. 1.3);
+- L(C) = (C_c/C)^alpha_C on the compute-efficient frontier: points no cheaper point beats (eq. 1.3),
+  taken over every point of every loss curve when curves exist (as Kaplan et al. do), else over
+  the runs' final points;
 - L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (eq. 1.5), least squares on log L.
 
 The single-variable laws are straight lines in log-log space. At fixed C = k N D the joint law's
@@ -53,8 +55,14 @@ class KaplanLaw(Law):
 
     def _fit(self, data: FitData) -> None:
         self._validate(data)
+        self.frontier_ = None
+        if data.curves is not None and len(data.curves) >= 2:
+            Cf, Lf = data.curves["flops"].to_numpy(float), data.curves["loss"].to_numpy(float)
+            keep = frontier_mask(Cf, Lf)
+            self.frontier_ = (Cf[keep], Lf[keep])
         self.params_ = self._fit_arrays(data.points["N"].to_numpy(), data.points["D"].to_numpy(),
-                                        data.points["C"].to_numpy(), data.points["loss"].to_numpy(), strict=True)
+                                        data.points["C"].to_numpy(), data.points["loss"].to_numpy(), strict=True,
+                                        frontier=self.frontier_)
         pts = data.points
         self.subsets_ = self._subsets(pts["N"].to_numpy(), pts["D"].to_numpy(), pts["C"].to_numpy(), pts["loss"].to_numpy())
 
@@ -84,16 +92,17 @@ class KaplanLaw(Law):
         }
 
     def _fit_arrays(self, N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray, strict: bool,
-                    start: dict[str, float] | None = None) -> dict[str, float]:
+                    start: dict[str, float] | None = None,
+                    frontier: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
         sub = self._subsets(N, D, C, L)
-        logL = np.log(L)
         out: dict[str, float] = {}
         # log L = alpha (log X_c - log X): slope -alpha, intercept alpha log X_c.
-        for key, X, names in (("N", N, ("log_Nc1", "alpha_N1")), ("D", D, ("log_Dc1", "alpha_D1")),
-                              ("C", C, ("log_Cc", "alpha_C"))):
-            idx = sub[key]
+        Cf, Lf = frontier if frontier is not None else (C[sub["C"]], L[sub["C"]])
+        for key, X, Y, names in (("N", N[sub["N"]], L[sub["N"]], ("log_Nc1", "alpha_N1")),
+                                 ("D", D[sub["D"]], L[sub["D"]], ("log_Dc1", "alpha_D1")),
+                                 ("C", Cf, Lf, ("log_Cc", "alpha_C"))):
             try:
-                slope, icpt = fit_line(np.log(X[idx]), logL[idx])
+                slope, icpt = fit_line(np.log(X), np.log(Y))
             except FitError:
                 if strict and key != "C":
                     raise FitError(f"Kaplan L({key}): needs at least two distinct {key} values") from None
@@ -158,8 +167,12 @@ class KaplanLaw(Law):
             idx = rng.integers(0, m, m)
             if len(np.unique(N[idx])) < 2 or len(np.unique(D[idx])) < 2:
                 continue
+            front = None
+            if self.frontier_ is not None:  # resample the frontier's points too
+                jdx = rng.integers(0, len(self.frontier_[0]), len(self.frontier_[0]))
+                front = (self.frontier_[0][jdx], self.frontier_[1][jdx])
             try:
-                p = self._fit_arrays(N[idx], D[idx], C[idx], L[idx], strict=False, start=self.params_)
+                p = self._fit_arrays(N[idx], D[idx], C[idx], L[idx], strict=False, start=self.params_, frontier=front)
             except FitError:
                 continue
             out[r] = [p[k] for k in self.param_names]
@@ -195,4 +208,6 @@ class KaplanLaw(Law):
             pts = self.data_.points
             for key, idx in self.subsets_.items():
                 out[f"L_{key}_points"] = {c: pts[c].to_numpy()[idx].tolist() for c in ("N", "D", "C", "loss")}
+            if self.frontier_ is not None:  # the frontier of the loss curves replaces that of final points
+                out["L_C_points"] = {"C": self.frontier_[0].tolist(), "loss": self.frontier_[1].tolist()}
         return out

@@ -7,8 +7,8 @@ learning rate, batch, memory and strategy on the plan's device), or, where that 
 the default shape policy and memory model of :mod:`scaling.accounting`.
 
 Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
-candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured, five sizes each around the
-approach-3 N* there, spaced by a factor e^0.5), add the points approach 3 predicts for them, redo
+candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
+else the target itself; five sizes each around the approach-3 N* there, spaced by a factor e^0.5), add the points approach 3 predicts for them, redo
 the same bootstrap (refits started at the full-data optimum) and compare the width of the 95%
 interval of log N* at the target budget with and without them. Predicted points carry no noise,
 so the reductions are optimistic in scale but comparable across candidates.
@@ -244,10 +244,8 @@ def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> li
     except (UserError, ValueError):
         return []
     out = []
-    for mult in CANDIDATE_MULTIPLES:
-        C = mult * c_max
-        if C >= compute:
-            continue
+    budgets = [m * c_max for m in CANDIDATE_MULTIPLES if m * c_max < compute] or [compute]
+    for C in budgets:
         n_star = float(np.asarray(law3.optimal(C)[0]))
         sizes = n_star * np.exp(np.array(CANDIDATE_OFFSETS))
         D = C / (k * sizes)
