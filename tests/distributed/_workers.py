@@ -140,3 +140,14 @@ def train_until_fault(rank: int, world: int, spec_json: str, run_dir: str, attem
         return {**train_worker(rank, world, spec_json, run_dir, attempt), "fault": None}
     except InjectedFault as exc:
         return {"reports": [], "result": None, "fault": str(exc)}
+
+
+def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """:func:`train_worker` for each ``(spec_json, run_dir)`` in turn, in the same processes
+    (process start-up, not training, dominates these tiny runs)."""
+    return [train_worker(rank, world, spec_json, run_dir) for spec_json, run_dir in runs]
+
+
+def until_fault_each(rank: int, world: int, runs: list[tuple[str, str]], attempt: int) -> list[dict[str, Any]]:
+    """:func:`train_until_fault` for each ``(spec_json, run_dir)`` in turn, in the same processes."""
+    return [train_until_fault(rank, world, spec_json, run_dir, attempt) for spec_json, run_dir in runs]

@@ -1,48 +1,53 @@
 """A sharded checkpoint written by two workers resumes on one, and the reverse (DCP resharding).
 
-The run is cut by an injected fault at step 6 (after the checkpoint of step 4), resumed at
+Each run is cut by an injected fault at step 6 (after the checkpoint of step 4), resumed at
 the other world size, and must then follow the uninterrupted single-process trajectory.
+ZeRO-1 (optimizer state partitioned by parameter, model replicated) and ZeRO-3 (everything
+sharded by FSDP2) are the two layouts DCP must merge and split.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from _workers import run_spec, spawn, train_until_fault, train_worker, trajectory
+from _workers import run_spec, spawn, train_until_fault, train_worker, trajectory, until_fault_each
 from scaling.trainer import checkpoint
 
 FP32_RTOL = 1e-5  # see test_trajectory.py
+STRATEGIES = ("zero1", "zero3")
 
 
-def _spec(strategy: str, workers: int):
+def _spec(strategy: str, workers: int) -> str:
     return run_spec(strategy, "fp32", workers=workers, faults={"raise_at_step": 6, "raise_attempts": 1},
-                    execution={"checkpoint_interval": 4})
+                    execution={"checkpoint_interval": 4}).to_json()
 
 
-def _run(strategy: str, workers: int, run_dir, tmp, attempt: int) -> dict:
-    spec = _spec(strategy, workers).to_json()
+def _run_all(workers: int, run_dirs: dict[str, str], tmp, attempt: int) -> dict[str, dict]:
+    """Train every strategy's run at ``workers`` workers (``single`` on one), until the fault."""
     if workers == 1:
-        return train_until_fault(0, 1, spec, str(run_dir), attempt)
-    return spawn(train_until_fault, workers, str(tmp), spec, str(run_dir), attempt)[0]
+        return {s: train_until_fault(0, 1, _spec("single", 1), d, attempt) for s, d in run_dirs.items()}
+    runs = [(_spec(s, workers), d) for s, d in run_dirs.items()]
+    outs = spawn(until_fault_each, workers, str(tmp), runs, attempt)[0]
+    return dict(zip(run_dirs, outs))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["zero1", "zero3"])
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
-def test_checkpoint_resumes_at_another_world_size(strategy: str, before: int, after: int, tmp_path) -> None:
-    run_dir = tmp_path / "run"
-    first = _run(strategy if before > 1 else "single", before, run_dir, tmp_path, attempt=1)
-    assert first["fault"] is not None  # cut at step 6
-    ckpt = checkpoint.latest(run_dir)
-    assert ckpt is not None and ckpt.name == "step_00000004"
-    assert len(list(ckpt.glob("*.distcp"))) == before  # each writing rank wrote its own shard file
+def test_checkpoint_resumes_at_another_world_size(before: int, after: int, tmp_path) -> None:
+    run_dirs = {s: str(tmp_path / s) for s in STRATEGIES}
+    first = _run_all(before, run_dirs, tmp_path, attempt=1)
+    for s in STRATEGIES:
+        assert first[s]["fault"] is not None, s  # cut at step 6
+        ckpt = checkpoint.latest(run_dirs[s])
+        assert ckpt is not None and ckpt.name == "step_00000004", s
+        assert len(list(ckpt.glob("*.distcp"))) == before, s  # each writing rank wrote its own file
 
-    resumed = _run(strategy if after > 1 else "single", after, run_dir, tmp_path, attempt=2)
-    assert resumed["fault"] is None and resumed["result"]["resumed_from"] == 4
-    assert resumed["result"]["steps"] == 10
-
-    reference = train_worker(0, 1, _spec("single", 1).to_json(), str(tmp_path / "ref"), attempt=2)
-    ref = dict(trajectory(reference))
-    got = trajectory(resumed)
-    assert [s for s, _ in got] == list(range(5, 11))
-    assert [v for _, v in got] == pytest.approx([ref[s] for s, _ in got], rel=FP32_RTOL, abs=0)
+    resumed = _run_all(after, run_dirs, tmp_path, attempt=2)
+    ref = dict(trajectory(train_worker(0, 1, _spec("single", 1), str(tmp_path / "ref"), attempt=2)))
+    for s in STRATEGIES:
+        out = resumed[s]
+        assert out["fault"] is None and out["result"]["resumed_from"] == 4, s
+        assert out["result"]["steps"] == 10, s
+        got = trajectory(out)
+        assert [step for step, _ in got] == list(range(5, 11)), s
+        assert [v for _, v in got] == pytest.approx([ref[step] for step, _ in got], rel=FP32_RTOL, abs=0), s
