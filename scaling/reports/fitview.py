@@ -71,11 +71,11 @@ def plot_info(law: Any) -> dict[str, Any]:
         return {}
     if isinstance(law, dict):
         return law.get("plot") or {}
-    info = getattr(law, "plot_", None)
-    if info is None and hasattr(law, "_plot"):
+    info = getattr(law, "plot_", None)  # set by from_dict
+    if info is None and hasattr(law, "to_dict"):  # a law fitted in this process
         try:
-            info = law._plot()
-        except Exception:
+            info = law.to_dict().get("plot")
+        except Exception:  # an unfitted law has nothing to draw
             info = None
     return info or {}
 
