@@ -93,6 +93,9 @@ def sweep_cmd(
     )
     for key, error in out.failed.items():
         echo(f"failed {key}: {error}")
+    laws = getattr(result.fit, "laws", None)
+    if laws:
+        echo(f"fitted: {', '.join(laws)} (`scaling fit` prints them)")
     if result.report_path:
         echo(f"report: {result.report_path}")
     if out.failed:

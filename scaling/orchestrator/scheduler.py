@@ -271,14 +271,14 @@ class Scheduler:
             if self._remote_single is None:
                 self._remote_single = ray.remote(max_retries=0)(tasks.train_single)
             fn = self._remote_single.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
-            return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt, self.sweep)
+            return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt, self.sweep, os.getcwd())
         # Multi-worker: the TorchTrainer's controller needs no CPU of its own; its workers take
         # the resources this loop has already set aside in its ledger (see _admit), so Ray
         # Train never waits for CPUs another run holds.
         if self._remote_multi is None:
             self._remote_multi = ray.remote(max_retries=0, num_cpus=0)(tasks.train_multi)
         return self._remote_multi.remote(
-            spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries
+            spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries, self.sweep, os.getcwd()
         )
 
     def _collect(self, timeout: float) -> None:

@@ -10,8 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 
-def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str) -> Any:
-    """Train one single-worker run in this process; returns what the trainer returns."""
+def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str, cwd: str = "") -> Any:
+    """Train one single-worker run in this process; returns what the trainer returns.
+
+    ``cwd`` is the driver's working directory: a plan's relative data path means the same file
+    here (on a cluster the path must exist on every node).
+    """
+    import os
+
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
     from scaling.trainer import train
     from scaling.trainer.spec import RunSpec
 
@@ -19,13 +27,21 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
     return _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
 
 
-def train_multi(spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int) -> Any:
+def train_multi(
+    spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int, sweep: str, cwd: str = ""
+) -> Any:
     """Run a multi-worker run through Ray Train (blocks until the TorchTrainer finishes)."""
+    import os
+
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
     from scaling.orchestrator.multiworker import run_multiworker
     from scaling.trainer.spec import RunSpec
 
     spec = RunSpec.model_validate_json(spec_json)
-    return _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt))
+    return _plain(
+        run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep)
+    )
 
 
 def _plain(result: Any) -> Any:

@@ -50,6 +50,14 @@ def test_sweep_retries_failures_and_reruns_only_new_points(tmp_path: Path, sqlit
     # Unaffected runs were tried once.
     assert sorted(runs.loc[runs["attempts"] == 1, "status"]) == ["completed", "completed"]
 
+    from scaling.orchestrator.status import sweep_status
+
+    st = sweep_status(sqlite_url, "faults")
+    assert st["counts"] == {"completed": 3, "failed": 1}
+    assert [f["key"] for f in st["failures"]] == [poisoned["run_key"]]
+    assert "injected fault" in st["failures"][0]["error"]
+    assert 0 < st["flops_remaining"] < st["flops_total"]
+
     # Rerun with one more point: only it trains; the exhausted failure is not retried again.
     grid[0]["models"].append(shape(3, 16))
     write_plan(plan, "faults", tmp_path / "runs", grid)
@@ -130,3 +138,22 @@ def test_killed_sweep_resumes(sig: int, tmp_path: Path, sqlite_url: str) -> None
     resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
     assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
     assert "running" not in set(runs["status"])
+
+
+def test_multi_worker_run_through_ray_train(tmp_path: Path, sqlite_url: str) -> None:
+    """A run with workers: 2 goes through Ray Train once its two CPUs are set aside."""
+    from scaling.db import connect
+    from scaling.orchestrator.status import sweep_status
+
+    grid = [{"models": [shape(1, 16)], "tokens": [512 * 6]}]
+    plan = write_plan(tmp_path / "p.yaml", "multi", tmp_path / "runs", grid,
+                      resources={"num_cpus": 2, "workers": 2, "cpus_per_worker": 1})
+    out = _run_sweep(plan, sqlite_url).outcome
+    assert len(out.completed) == 1 and not out.failed
+    runs = assert_consistent(sqlite_url, "multi")
+    assert runs["final_loss"].notna().all()
+    spec = runs.iloc[0]["spec"]
+    assert spec["execution"]["workers"] == 2 and spec["execution"]["strategy"] == "ddp"
+    status = sweep_status(sqlite_url, "multi")
+    assert status["counts"] == {"completed": 1} and status["flops_remaining"] == 0
+    assert len(connect(sqlite_url).metrics(sweep="multi")) > 0

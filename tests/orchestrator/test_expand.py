@@ -1,0 +1,98 @@
+"""Plan expansion and `scaling plan`: grid forms, rules, bounds, ordering, the examples."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from scaling.orchestrator.expand import expand
+from scaling.orchestrator.plan import Plan, load_plan
+from scaling.orchestrator.planning import plan_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plan(**over) -> Plan:
+    base = {
+        "name": "t",
+        "model": {"aspect_ratio": 16, "head_size": 16, "context": 64},
+        "train": {"batch_tokens": 1024, "precision": "fp32"},
+        "grid": [{"models": [1e4], "tokens": [1e6]}],
+    }
+    base.update(over)
+    return Plan.from_dict(base)
+
+
+def test_models_times_tokens_and_tokens_per_param() -> None:
+    plan = _plan(grid=[
+        {"models": [1e4, 4e4], "tokens": [1e6, 2e6]},
+        {"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens_per_param": [20, 40]},
+    ], seeds=[0, 1])
+    runs = expand(plan).runs
+    assert len(runs) == (2 * 2 + 1 * 2) * 2
+    tpp = [r for r in runs if r.kind == "tokens_per_param"]
+    assert sorted(round(r.spec.tokens / r.spec.n_params) for r in tpp) == [20, 20, 40, 40]
+    assert len({r.key for r in runs}) == len(runs)
+    flops = [r.spec.flops for r in runs]
+    assert flops == sorted(flops), "smallest compute first"
+
+
+def test_isoflop_budget_bounds_and_rules() -> None:
+    plan = _plan(
+        grid=[{"models": [3e3, 1e4, 3e4, 1e5], "compute": [1e12, 1e13],
+               "bounds": {"min_tokens_per_param": 5, "max_tokens_per_param": 2000}}],
+        rules={"lr": "1e-2 * (N / 1e4) ** -0.5", "batch_tokens": "max(1024, D / 500)"},
+    )
+    exp = expand(plan)
+    for r in exp.runs:
+        assert r.spec.flops == pytest.approx(r.budget, rel=1e-3)  # D = C / (6N)
+        assert r.spec.optimizer.lr == pytest.approx(1e-2 * (r.spec.n_params / 1e4) ** -0.5)
+        assert r.spec.batch_tokens % 64 == 0 and r.spec.batch_tokens >= max(1024, r.spec.tokens / 500) - 64
+        assert 5 <= r.spec.tokens / r.spec.n_params <= 2000
+        assert r.spec.tags["rule.lr"] == "1e-2 * (N / 1e4) ** -0.5"
+        assert r.spec.tags["budget"] in ("1e+12", "1e+13")
+    assert exp.notes and all("dropped" in n for n in exp.notes)
+    assert len(exp.runs) + len(exp.notes) == 8
+
+
+def test_keys_ignore_execution() -> None:
+    a = expand(_plan()).runs[0]
+    b = expand(_plan(resources={"workers": 2, "cpus_per_worker": 2}, train={"batch_tokens": 1024,
+               "precision": "fp32", "threads": 2, "checkpoint_interval": 7})).runs[0]
+    assert a.key == b.key
+    assert b.spec.execution.workers == 2 and b.strategy == "ddp"
+
+
+def test_example_plan_shape() -> None:
+    plan, source = load_plan(ROOT / "examples" / "plan.yaml")
+    exp = expand(plan, source)
+    budgets: dict[float, list[int]] = {}
+    for r in exp.runs:
+        budgets.setdefault(r.budget, []).append(r.spec.n_params)
+    assert len(budgets) >= 3 and all(len(v) >= 4 for v in budgets.values())
+    assert not exp.notes
+
+
+def test_gpu_cluster_plan_resolves() -> None:
+    s = plan_summary(ROOT / "examples" / "gpu-cluster.yaml")
+    Ns = [r["N"] for r in s["runs"]]
+    assert min(Ns) < 2e7 and max(Ns) > 9e8
+    Cs = {r["budget"] for r in s["runs"]}
+    assert min(Cs) == 1e17 and max(Cs) == 1e20
+    assert all(r["memory_gib"] <= 80 and r["strategy"] in ("ddp", "zero1", "zero2", "zero3") for r in s["runs"])
+
+
+def test_plan_command_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from scaling.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["scaling", "plan", str(ROOT / "examples" / "plan.yaml"), "--format", "json"])
+    main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["totals"]["runs"] == len(out["runs"]) >= 12
+    row = out["runs"][0]
+    for col in ("key", "N", "shape", "D", "C", "tokens_per_param", "epochs", "memory_gib", "strategy", "est_seconds"):
+        assert col in row
+    assert 0 < row["epochs"] < 1
