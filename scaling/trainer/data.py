@@ -347,13 +347,15 @@ class Batches:
         return rows_t[:, :-1], rows_t[:, 1:]
 
     def shard(self, cursor: int, rank: int, world: int) -> tuple[int, int]:
-        """(first, count): rank ``rank``'s contiguous share of a batch across ``world`` ranks."""
-        if self.batch % world:
-            raise SpecError(
-                f"batch_tokens: {self.batch} sequences per batch do not split evenly over {world} workers"
-            )
-        per = self.batch // world
-        return rank * per, per
+        """(first, count): rank ``rank``'s contiguous share of a batch across ``world`` ranks.
+
+        Shares differ by at most one sequence when the batch does not divide evenly; the loop
+        weights each sequence by 1/batch so the loss is the global batch's mean either way.
+        """
+        if world > self.batch:
+            raise SpecError(f"batch_tokens: {self.batch} sequences per batch cannot feed {world} workers")
+        first = rank * self.batch // world
+        return first, (rank + 1) * self.batch // world - first
 
 
 def eval_windows(corpus: Corpus, context: int, eval_tokens: int) -> "torch.Tensor":

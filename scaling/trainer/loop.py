@@ -45,12 +45,20 @@ MIN_SPIKE_HISTORY = 10
 FINAL_TRAIN_STEPS = 10
 
 
-def micro_batch_size(per_rank: int, requested: int | None) -> int:
-    """The largest divisor of the rank's share not above ``requested`` (equal micro-batches keep
-    every micro-batch's mean loss equally weighted)."""
-    if requested is None or requested >= per_rank:
-        return per_rank
-    return max(d for d in range(1, requested + 1) if per_rank % d == 0)
+def micro_batches(batch: int, world: int, share: int, requested: int | None) -> list[tuple[int, int]]:
+    """(offset, count) of each micro-batch of a rank's ``share`` of a ``batch`` over ``world`` ranks.
+
+    Every rank runs the same number of micro-batches (sharded models gather parameters in each
+    forward pass, so the ranks' passes must pair up): enough for the largest share at no more
+    than ``requested`` sequences each. Sizes differ by at most one; a count of 0 can occur only
+    with ``requested=1`` on a smaller share, and the loop runs it with weight 0.
+    """
+    largest = -(-batch // world)
+    size = min(requested or largest, largest)
+    n = -(-largest // size)
+    counts = [share // n + (1 if i < share % n else 0) for i in range(n)]
+    offsets = [sum(counts[:i]) for i in range(n)]
+    return list(zip(offsets, counts))
 
 
 def open_store(url: str) -> Any:
@@ -86,9 +94,9 @@ class Trainer:
         self.corpus = load_corpus(spec.data)
         check_corpus(spec, self.corpus)
         self.batches = Batches(self.corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
-        self.first, per_rank = self.batches.shard(0, self.rt.rank, self.rt.world_size)
-        self.micro = micro_batch_size(per_rank, ex.micro_batch_size)
-        self.n_micro = per_rank // self.micro
+        self.first, share = self.batches.shard(0, self.rt.rank, self.rt.world_size)
+        self.parts = micro_batches(spec.sequences_per_batch, self.rt.world_size, share, ex.micro_batch_size)
+        self.micro = max(count for _, count in self.parts)  # also the evaluation's batch
         self.eval_rows = eval_windows(self.corpus, spec.model.context, spec.eval_tokens)
         self.total_steps = spec.steps
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
@@ -187,23 +195,30 @@ class Trainer:
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
     def _forward_backward(self) -> torch.Tensor:
-        """Accumulate this rank's share of the batch at ``self.cursor``; return its mean loss."""
+        """Accumulate this rank's share of the batch at ``self.cursor``.
+
+        Each micro-batch's mean loss is weighted by its share of the global batch's sequences
+        (times the world size, since data parallelism averages gradients over ranks), so the
+        gradient is that of the global batch's mean loss for any split. Returns this rank's
+        weighted loss; the sum over ranks is the global batch's mean loss.
+        """
         spec, dev = self.spec, self.rt.device
-        loss_sum = torch.zeros((), device=dev)
+        batch, world = spec.sequences_per_batch, self.rt.world_size
+        weighted = torch.zeros((), device=dev)
         poisoned = self.cursor in spec.faults.poison_steps
-        for m in range(self.n_micro):
-            x, y = self.batches.get(self.cursor, self.first + m * self.micro, self.micro)
+        for i, (offset, count) in enumerate(self.parts):
+            x, y = self.batches.get(self.cursor, self.first + offset, max(count, 1))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             scale = 1.0
             if poisoned:
                 y, scale = faults.poison(y, spec.model.vocab_size, spec.seed, self.cursor)
-            last = m == self.n_micro - 1
+            last = i == len(self.parts) - 1
             with self.par.no_sync(not last), autocast(spec.precision, dev):
                 loss = self._loss(self.par.module(x), y, scale)
-            # Each micro-batch holds the same number of tokens: the mean of means is the mean.
-            self.scaler.scale(loss / self.n_micro).backward()
-            loss_sum += loss.detach()
-        return loss_sum / self.n_micro
+            weight = count / batch  # an empty part (count 0) runs with weight 0, see micro_batches
+            self.scaler.scale(loss * (weight * world)).backward()
+            weighted += loss.detach() * weight
+        return weighted
 
     def _is_spike(self, loss: float) -> bool:
         if not math.isfinite(loss):
@@ -220,7 +235,7 @@ class Trainer:
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.rt.mean(self._forward_backward()).item()
+        loss = self.rt.sum(self._forward_backward()).item()
 
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)

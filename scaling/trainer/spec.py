@@ -124,7 +124,9 @@ class ExecutionSpec(_Frozen):
     cpus_per_worker: float = Field(default=1, gt=0)
     gpus_per_worker: float = Field(default=0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    micro_batch_size: Optional[int] = Field(default=None, gt=0)  # sequences; None = whole batch
+    # Sequences per forward pass at most (None: a worker's whole share). A share is split into
+    # equally many micro-batches on every worker, their sizes differing by at most one.
+    micro_batch_size: Optional[int] = Field(default=None, gt=0)
     threads: int = Field(default=1, gt=0)
     compile: bool = False
     activation_checkpointing: bool = False
@@ -164,6 +166,13 @@ class RunSpec(_Frozen):
             )
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
+        sequences, workers = self.batch_tokens // self.model.context, self.execution.workers
+        if sequences < workers:
+            # Every worker takes a share of every batch (trainer.data.Batches.shard).
+            raise ValueError(
+                f"batch_tokens: {sequences} sequences of {self.model.context} tokens per batch cannot feed "
+                f"execution.workers={workers}"
+            )
         return self
 
     # -- identity ---------------------------------------------------------------------------

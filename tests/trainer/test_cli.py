@@ -66,6 +66,7 @@ def test_a_failing_run_is_recorded_failed_and_exits_2(sqlite_url: str, tmp_path:
         ({"execution": {"threads": 0}}, "execution.threads"),
         ({"data": {"source": "text"}}, "data"),
         ({"learning_rate": 0.1}, "learning_rate"),
+        ({"execution": {"workers": 9}}, "batch_tokens"),
     ],
 )
 def test_bad_spec_values_name_the_field(patch: dict, field: str, tiny: dict) -> None:

@@ -16,6 +16,7 @@ from scaling.db import connect
 from scaling.errors import TrainingError
 from scaling.trainer import checkpoint, names, train
 from scaling.trainer.faults import InjectedFault
+from scaling.trainer.loop import micro_batches
 
 
 def _losses(url: str, key: str, name: str = names.TRAIN_LOSS) -> list[tuple[int, float]]:
@@ -113,11 +114,26 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale(make_spec, registered
     assert scales[6] == scales[5] / 2
 
 
-def test_gradient_accumulation_matches_the_whole_batch(make_spec, tmp_path: Path) -> None:
+def test_micro_batches_pair_up_across_ranks() -> None:
+    for batch, world, micro in ((8, 1, None), (8, 1, 3), (255, 8, 4), (10, 4, 1), (10, 3, 2)):
+        plans = []
+        for rank in range(world):
+            first = rank * batch // world
+            share = (rank + 1) * batch // world - first
+            parts = micro_batches(batch, world, share, micro)
+            assert sum(c for _, c in parts) == share and [o for o, _ in parts] == [sum(c for _, c in parts[:i]) for i in range(len(parts))]
+            assert max(c for _, c in parts) <= (micro or share) and max(c for _, c in parts) - min(c for _, c in parts) <= 1
+            plans.append(len(parts))
+        assert len(set(plans)) == 1  # every rank runs as many forward passes
+    assert micro_batches(10, 4, 2, 1) == [(0, 1), (1, 1), (2, 0)]  # the empty part runs with weight 0
+
+
+@pytest.mark.parametrize("micro", [2, 3])
+def test_gradient_accumulation_matches_the_whole_batch(make_spec, tmp_path: Path, micro: int) -> None:
     whole = train(make_spec(precision="fp32", tokens=32 * 8 * 6), None, tmp_path / "a")
-    micro = train(make_spec(precision="fp32", tokens=32 * 8 * 6, execution={"micro_batch_size": 2}), None, tmp_path / "b")
-    assert micro.final_train_loss == pytest.approx(whole.final_train_loss, rel=1e-5)
-    assert micro.final_eval_loss == pytest.approx(whole.final_eval_loss, rel=1e-5)
+    split = train(make_spec(precision="fp32", tokens=32 * 8 * 6, execution={"micro_batch_size": micro}), None, tmp_path / "b")
+    assert split.final_train_loss == pytest.approx(whole.final_train_loss, rel=1e-5)
+    assert split.final_eval_loss == pytest.approx(whole.final_eval_loss, rel=1e-5)
 
 
 def test_checkpoints_are_atomic_pruned_and_safe_to_load(make_spec, tmp_path: Path) -> None:
