@@ -175,8 +175,8 @@ def _text_files(pattern: str) -> list[Path]:
     path = Path(pattern).expanduser()
     if any(c in pattern for c in "*?["):
         files = [Path(p) for p in globlib.glob(str(path), recursive=True)]
-    elif path.is_dir():
-        files = [p for p in path.rglob("*")]
+    elif path.is_dir():  # every file below it, hidden ones (.git, .cache ...) excepted
+        files = [p for p in path.rglob("*") if not any(part.startswith(".") for part in p.relative_to(path).parts)]
     else:
         files = [path] if path.exists() else []
     files = sorted(p for p in files if p.is_file())

@@ -86,6 +86,10 @@ def test_text_glob_and_token_file_sources(tmp_path: Path, monkeypatch: pytest.Mo
     glob_corpus = load_corpus(DataSpec(source="text", path=str(tmp_path / "*.txt")))
     assert glob_corpus.files == (str(tmp_path / "a.txt"), str(tmp_path / "b.txt"))  # sorted
     assert glob_corpus.tokens[:11].tobytes() == b"second file"
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "index").write_bytes(b"\x00binary")
+    dir_corpus = load_corpus(DataSpec(source="text", path=str(tmp_path)))
+    assert dir_corpus.files == glob_corpus.files and dir_corpus.fingerprint == glob_corpus.fingerprint
 
     ids = (np.arange(5000) * 7919 % 50000).astype(np.uint16)
     path = tmp_path / "train.bin"
