@@ -143,6 +143,7 @@ class ChinchillaEnvelope(FrontierLaw):
         self.params_ = params
         for e in env:
             e["run"] = keys[e["run"]] if e["run"] is not None else None
+        self._check_exponent()
         self.envelope_ = env
         n_left = sum(e["status"] != "used" for e in env)
         if n_left:

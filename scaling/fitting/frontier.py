@@ -65,10 +65,17 @@ class FrontierLaw(Law):
         D_opt = C / (self.k_ * N_opt)
         b, log_kD = fit_line(logC, np.log(D_opt))
         E_L, sL, log_kL = loss_frontier(logC, np.asarray(L_opt, float))
+
         c = np.asarray(curv, float)
         c = c[np.isfinite(c) & (c > 0)]
         return {"a": a, "log_kN": log_kN, "b": b, "log_kD": log_kD, "alpha_L": -sL, "log_kL": log_kL,
                 "E_L": E_L, "curv": float(np.median(c)) if c.size else np.nan}
+
+    def _check_exponent(self) -> None:
+        """Note an exponent outside (0, 1): N_opt must grow with C, but slower than C (else D_opt shrinks)."""
+        a = self.params_["a"]
+        if not 0.0 < a < 1.0:
+            self.notes_.append(f"a = {a:.3g} is outside (0, 1): the budgets do not locate a consistent optimum")
 
     @staticmethod
     def _need_budgets(n_used: int, flagged: list[str], what: str) -> None:

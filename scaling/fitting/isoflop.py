@@ -64,6 +64,7 @@ class ChinchillaIsoFLOP(FrontierLaw):
             np.array([b["C"] for b in used]), np.array([b["N_opt"] for b in used]),
             np.array([b["loss_opt"] for b in used]), np.array([b["coef"][0] for b in used]),
         )
+        self._check_exponent()
         if flagged:
             self.notes_.append(f"left out {len(budgets) - len(used)} of {len(budgets)} budgets: " + "; ".join(flagged))
 

@@ -153,6 +153,11 @@ class ChinchillaParametric(Law):
         self.theta_ = x
         self.objective_ = obj.single(x)[0]
         self.params_ = _to_params(x)
+        for name in ("alpha", "beta"):
+            v = self.params_[name]
+            if not 0.0 < v < 2.0:  # published fits lie near 0.3; far outside, the data do not pin the law
+                self.notes_.append(f"{name} = {v:.3g} is implausible: the data do not pin down this law "
+                                   f"({len(pts)} points, {pts['N'].nunique()} sizes)")
 
     def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
         starts = start_grid(self.grid)
