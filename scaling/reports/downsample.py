@@ -66,15 +66,21 @@ def downsample_frame(
 ) -> pd.DataFrame:
     """Apply :func:`downsample_curve`'s choice of rows to each group of a long DataFrame.
 
-    Every column of the kept rows survives (so tokens and flops stay paired with each point).
+    Every column of the kept rows survives (so tokens and flops stay paired with each point);
+    rows come back sorted by group, then x. One sort for the whole frame, then numpy slices per
+    group: a million rows in 1,000 curves take a fraction of a second.
     """
-    if df.empty or df.groupby(by, sort=False).size().max() <= max_points:
+    if df.empty:
         return df
-    df = df.reset_index(drop=True)
+    codes = df.groupby(by, sort=False).ngroup().to_numpy()
+    xv = df[x].to_numpy(dtype=float)
+    yv = df[y].to_numpy(dtype=float)
+    order = np.lexsort((xv, codes))
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
     keep: list[np.ndarray] = []
-    for _, group in df.sort_values(x, kind="stable").groupby(by, sort=False):
-        xs = group[x].to_numpy(dtype=float)
-        ys = group[y].to_numpy(dtype=float)
-        idx = keep_minimum(log_spaced_indices(xs, max_points), ys)
-        keep.append(group.index.to_numpy()[idx])
-    return df.loc[np.concatenate(keep)]
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(order)]):
+        rows = order[a:b]
+        if b - a > max_points:
+            rows = rows[keep_minimum(log_spaced_indices(xv[rows], max_points), yv[rows])]
+        keep.append(rows)
+    return df.iloc[np.concatenate(keep)]
