@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Optional
 
