@@ -8,6 +8,7 @@ part of ``to_dict()`` (fitted points, parabolas, flagged budgets).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,7 @@ def plot_info(law: Any) -> dict[str, Any]:
     return info or {}
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity, so its bands can be cached
 class FrontierView:
     """One method's compute-optimal frontier: the line, its band, and the points it rests on."""
 
@@ -99,20 +100,27 @@ class FrontierView:
 
     def band(self, C: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The bootstrap 95% interval of ``key`` (N or D) along C, or None without a bootstrap."""
+        return self._bands(tuple(np.asarray(C, float))).get(key)
+
+    @functools.lru_cache(maxsize=4)
+    def _bands(self, C: tuple[float, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Intervals of N and D along C, from one ``optimal_interval`` call per budget."""
         if not hasattr(self.law, "optimal_interval") or getattr(self.law, "replicates_", None) is None:
-            return None
-        lo, hi = [], []
-        for c in np.asarray(C, float):
+            return {}
+        rows = []
+        for c in C:
             try:
-                iv = self.law.optimal_interval(float(c))[key]
-            except Exception:
-                return None
-            lo.append(iv.get("lo", math.nan))
-            hi.append(iv.get("hi", math.nan))
-        lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
-        if not (np.isfinite(lo_a).all() and np.isfinite(hi_a).all()):
-            return None
-        return lo_a, hi_a
+                iv = self.law.optimal_interval(float(c))
+            except Exception:  # a law whose replicates cannot be evaluated here has no band
+                return {}
+            rows.append([iv[k].get(b, math.nan) for k in ("N", "D") for b in ("lo", "hi")])
+        a = np.asarray(rows, float)
+        out = {}
+        for j, k in enumerate(("N", "D")):
+            lo, hi = a[:, 2 * j], a[:, 2 * j + 1]
+            if np.isfinite(lo).all() and np.isfinite(hi).all():
+                out[k] = (lo, hi)
+        return out
 
 
 def frontier(method: str, law: Any) -> FrontierView | None:
