@@ -15,7 +15,7 @@ import os
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
-from sqlalchemy import BigInteger, Connection, Float, Integer, bindparam, func, insert, or_, select, update
+from sqlalchemy import BigInteger, Connection, Float, Integer, Text, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scaling.db.engine import make_engine, resolve_url, retrying
@@ -171,11 +171,12 @@ class Store:
 
     def _metrics_upsert(self) -> Any:
         if self.engine.dialect.name == "postgresql":
-            # One statement per batch whatever its size: the rows travel as six arrays and
+            # One statement per batch whatever its size: the rows travel as six array literals
+            # ('{1,2,3}', built by str.join: far cheaper than adapting each element) and
             # unnest() turns them back into rows on the server.
             types = {"run_id": Integer, "step": Integer, "name_id": Integer, "tokens": BigInteger, "flops": Float, "value": Float}
             rows = (
-                func.unnest(*(bindparam(c, type_=postgresql.ARRAY(t)) for c, t in types.items()))
+                func.unnest(*(cast(bindparam(c, type_=Text), postgresql.ARRAY(t)) for c, t in types.items()))
                 .table_valued(*types)
                 .render_derived(name="batch")
             )
@@ -455,12 +456,12 @@ class Store:
                 conn.execute(
                     self._upsert,
                     {
-                        "run_id": [rid] * len(values),
-                        "step": list(steps),
-                        "name_id": [ids[n] for n in names_],
-                        "tokens": list(tokens),
-                        "flops": list(flops),
-                        "value": list(vals),
+                        "run_id": _pg_array([rid] * len(values)),
+                        "step": _pg_array(steps),
+                        "name_id": _pg_array([ids[n] for n in names_]),
+                        "tokens": _pg_array(tokens),
+                        "flops": _pg_array(flops),
+                        "value": _pg_array(vals),
                     },
                 )
             return ids
@@ -590,6 +591,11 @@ def _run_values(sweep_id: int, rec: dict[str, Any], now: datetime) -> dict[str, 
         "attempts": 0,
         "created_at": now,
     }
+
+
+def _pg_array(values: Iterable[Any]) -> str:
+    """A PostgreSQL array literal of ints/floats (None → NULL; str(float) round-trips exactly)."""
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
 
 
 def _float_or_none(x: Any) -> Optional[float]:

@@ -43,16 +43,18 @@ def test_last_row_of_a_batch_wins_and_nan_reads_back(db_url: str) -> None:
             (2, 16384, 2e9, names.TRAIN_LOSS, float("nan")),
             (2, 16384, 2e9, names.GRAD_NORM, float("inf")),
             (3, 24576, 3e30, names.TRAIN_LOSS, None),
+            (4, 32768, 4e9, names.TRAIN_LOSS, 1 / 3),
         ]
-        assert store.log_metrics(key, rows) == 4
+        assert store.log_metrics(key, rows) == 5
     with connect(db_url) as res:
         df = res.metrics()
-    assert list(df["step"]) == [1, 2, 2, 3]
+    assert list(df["step"]) == [1, 2, 2, 3, 4]
     assert df["value"][0] == 4.0
     by = df.set_index(["step", "name"])["value"]
     assert math.isnan(by[(2, names.TRAIN_LOSS)]) and math.isinf(by[(2, names.GRAD_NORM)])
     assert math.isnan(by[(3, names.TRAIN_LOSS)])
-    assert df["flops"].iloc[-1] == 3e30  # C beyond 2**63 stays exact enough as a float
+    assert df["flops"].iloc[-2] == 3e30  # C beyond 2**63 stays exact enough as a float
+    assert by[(4, names.TRAIN_LOSS)] == 1 / 3  # floats round-trip exactly
 
 
 def test_metrics_frame_filters_and_wide(db_url: str) -> None:
