@@ -231,7 +231,8 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
                 mode="markers",
                 name=esc(label),
                 legendgroup=str(budget),
-                marker=dict(color=color, size=9, symbol="circle-open" if flagged else "circle", line=dict(width=2)),
+                marker=dict(color=color, size=9, symbol="circle-open" if flagged else "circle",
+                            line=dict(width=2, color=color) if flagged else dict(width=0.5, color="white")),
                 text=[_label(r) for _, r in pts.iterrows()],
                 hovertemplate="%{text}<br>final loss %{y:.4f}<extra></extra>",
             )

@@ -191,8 +191,9 @@ def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[
         sl["flagged"], sl["status"] = fitted["flagged"], fitted["status"]
         sl["N_opt"], sl["loss_opt"] = fitted["N_opt"], fitted["loss_opt"]
         if fitted["coef"] is not None:
-            ns = sl["points"]["N"].to_numpy(float)
-            x = np.linspace(np.log(ns.min()) - 0.15, np.log(ns.max()) + 0.15, 60)  # coefficients are in ln N
+            # drawn over the sizes it was fitted to (a window around the minimum), a little beyond
+            lo, hi = fitted["N_range"] or (sl["points"]["N"].min(), sl["points"]["N"].max())
+            x = np.linspace(np.log(lo) - 0.15, np.log(hi) + 0.15, 60)  # coefficients are in ln N
             sl["parabola"] = {"N": np.exp(x), "loss": np.polyval(fitted["coef"], x)}
     return {b: s for b, s in slices.items() if len(s["points"]) >= 2 or s["N_opt"] is not None}
 
@@ -233,7 +234,11 @@ def fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
             continue
         coef = row.get("coef")
         status = str(row.get("status", "used"))
+        sizes = np.asarray(row.get("N") or [], float)
+        window = [i for i in (row.get("window") or []) if 0 <= int(i) < sizes.size]
+        fitted_on = sizes[window] if window else sizes  # the sizes the parabola was fitted to
         out.append({
+            "N_range": (float(fitted_on.min()), float(fitted_on.max())) if fitted_on.size else None,
             "C": float(row["C"]),
             "coef": None if coef is None else np.asarray(coef, float),
             "N_opt": _float(row.get("N_opt")),
