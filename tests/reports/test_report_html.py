@@ -113,3 +113,21 @@ def test_metric_summary_matches_the_rows(db_url: str) -> None:
     assert (summary["count"] == rows["count"]).all()
     for col in ("mean", "min", "max"):
         assert (abs(summary[col] - rows[col]) <= 1e-9 * abs(rows[col])).all()
+
+
+def test_fit_modes(sweeps, tmp_path: Path) -> None:
+    """'stored' and 'memory' write nothing to the database; 'memory' still fits every law."""
+    from scaling.db import connect
+
+    url, _ = sweeps["one_run"]
+    text = write_report(url, "one-run", tmp_path / "stored.html", fit="stored").read_text()
+    assert "No fits are stored for this sweep" in text
+    url, _ = sweeps["typical"]
+    before = len(connect(url).fits(sweep="typical"))
+    text = write_report(url, "typical", tmp_path / "memory.html", fit="memory").read_text()
+    assert len(connect(url).fits(sweep="typical")) == before
+    assert "made for this report only" in text
+    figs = _figure_data(text)
+    assert {"fig-contour", "fig-residuals"} <= set(figs)
+    with pytest.raises(ValueError, match="fit must be one of"):
+        write_report(url, "typical", tmp_path / "x.html", fit="guess")
