@@ -44,12 +44,19 @@ def batch_lbfgs(
     gtol: float = 1e-8,
     c1: float = 1e-4,
     max_backtracks: int = 30,
+    prune_factor: float | None = None,
+    prune_after: int = 100,
 ) -> BatchResult:
     """Minimise S independent d-dimensional problems from the starts ``x0`` (S, d).
 
     Stops a start when its relative decrease falls below ``ftol`` (scipy L-BFGS-B's default
     ``factr=1e7`` times machine epsilon), its largest gradient component below ``gtol``, or its
     line search fails to decrease the objective.
+
+    ``prune_factor``: from iteration ``prune_after`` on (every 25 iterations), starts whose
+    objective is still more than this factor above the best found by any start are stopped
+    (left unconverged). In a multi-start grid they sit on plateaus where a term contributes
+    nothing and so has no gradient, crawl for hundreds of iterations and never come near the best.
     """
     x_out = np.array(x0, dtype=float, copy=True)
     S, d = x_out.shape
@@ -125,10 +132,13 @@ def batch_lbfgs(
         small_f = (f_prev - f) <= ftol * np.maximum(np.maximum(np.abs(f_prev), np.abs(f)), 1e-300)
         small_g = np.max(np.abs(g), axis=1) <= gtol
         finished = (moved & (small_f | small_g)) | failed  # failed: no decrease along the direction
+        converged[ids[finished]] = True
+        if prune_factor is not None and it >= prune_after and it % 25 == 0:
+            best = min(float(np.min(f)), float(np.min(f_out[converged], initial=np.inf)))
+            finished |= f > prune_factor * max(best, 1e-300)
         if finished.any():
             done_ids = ids[finished]
             x_out[done_ids], f_out[done_ids], g_out[done_ids] = x[finished], f[finished], g[finished]
-            converged[done_ids] = True
             keep = ~finished
             ids, x, f, g, gamma = ids[keep], x[keep], f[keep], g[keep], gamma[keep]
             s_hist, y_hist, rho = s_hist[:, keep], y_hist[:, keep], rho[:, keep]

@@ -37,8 +37,19 @@ COARSE_GRID: dict[str, list[float]] = {
     "a": [0.0, 7.0, 14.0, 21.0],
     "b": [0.0, 7.0, 14.0, 21.0],
 }
-GRIDS = {"epoch": EPOCH_GRID, "coarse": COARSE_GRID}
+#: 2 x 2 x 2 x 3 x 3 = 72 starts, for many repeated fits of well-sampled data (coverage tests).
+SMALL_GRID: dict[str, list[float]] = {
+    "alpha": [0.3, 1.0],
+    "beta": [0.3, 1.0],
+    "e": [0.0, 1.0],
+    "a": [2.0, 10.0, 18.0],
+    "b": [2.0, 10.0, 18.0],
+}
+GRIDS = {"epoch": EPOCH_GRID, "coarse": COARSE_GRID, "small": SMALL_GRID}
 ORDER = ("a", "b", "e", "alpha", "beta")  # the optimiser's parameter vector
+#: Grid starts still this many times worse than the best after 100 iterations are stopped
+#: (see :func:`scaling.fitting.optim.batch_lbfgs`); the best few are polished regardless.
+PRUNE_FACTOR = 10.0
 
 
 def start_grid(grid: str = "epoch") -> np.ndarray:
@@ -110,7 +121,7 @@ class ChinchillaParametric(Law):
     Parameters
     ----------
     delta : Huber threshold on the log-loss residual (Hoffmann et al. use 1e-3).
-    grid : ``"epoch"`` (4,500 starts) or ``"coarse"`` (432 starts, for repeated fits).
+    grid : ``"epoch"`` (4,500 starts), ``"coarse"`` (432) or ``"small"`` (72, for many repeated fits).
     n_polish : how many of the best distinct grid optima scipy's L-BFGS-B refines.
 
     Attributes
@@ -161,27 +172,31 @@ class ChinchillaParametric(Law):
 
     def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
         starts = start_grid(self.grid)
-        res = batch_lbfgs(obj, starts)
+        res = batch_lbfgs(obj, starts, prune_factor=PRUNE_FACTOR)
         self.n_starts_ = int(len(starts))
         self.grid_result_ = res
         return self._polish(obj, res.x, res.fun)
 
     def _polish(self, obj: HuberLogObjective, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:
-        """Refine the best distinct grid optima with scipy's L-BFGS-B; keep the lowest."""
-        order = np.argsort(np.where(np.isfinite(fs), fs, np.inf))
+        """Refine the best distinct grid optima with scipy's L-BFGS-B; keep the lowest.
+
+        Only optima within 1% of the best objective are worth it: a start that ended far worse
+        (typically one crawling along a flat valley) will not overtake the best by polishing.
+        """
+        finite = np.where(np.isfinite(fs), fs, np.inf)
+        order = np.argsort(finite)
+        if not np.isfinite(finite[order[0]]):
+            raise FitError("approach 3: the objective is not finite at any start (check the losses)")
+        cutoff = finite[order[0]] * 1.01
         picked: list[np.ndarray] = []
         for i in order:
-            if not np.isfinite(fs[i]):
+            if finite[i] > cutoff or len(picked) >= self.n_polish:
                 break
             if all(np.max(np.abs(xs[i] - p)) > 1e-3 for p in picked):
                 picked.append(xs[i])
-            if len(picked) >= self.n_polish:
-                break
-        if not picked:
-            raise FitError("approach 3: the objective is not finite at any start (check the losses)")
         best_x, best_f = picked[0], obj.single(picked[0])[0]
         for x0 in picked:
-            r = minimize(obj.single, x0, jac=True, method="L-BFGS-B", options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 2000})
+            r = minimize(obj.single, x0, jac=True, method="L-BFGS-B", options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 500})
             if np.isfinite(r.fun) and r.fun < best_f:
                 best_x, best_f = r.x, float(r.fun)
         return np.asarray(best_x, float)
