@@ -18,7 +18,7 @@ REPLICATES = 50
 
 
 def _parametric(seed: int, n_boot: int = 0) -> ChinchillaParametric:
-    law = ChinchillaParametric(grid="coarse").fit(from_frame(S.grid_points(n_N=6, n_D=6, seed=seed)))
+    law = ChinchillaParametric(grid="small").fit(from_frame(S.grid_points(n_N=6, n_D=6, seed=seed)))
     return law.bootstrap(n_boot, seed) if n_boot else law
 
 
