@@ -66,8 +66,8 @@ def plain_loop(plan_path: Path, url: str, runs_dir: Path) -> float:
     return time.perf_counter() - t0
 
 
-def sweep(plan_path: Path, url: str, max_concurrent: int) -> tuple[float, float]:
-    """(total wall including Ray start-up and shutdown, Ray start-up alone)."""
+def sweep(plan_path: Path, url: str, max_concurrent: int) -> tuple[float, float, float]:
+    """(total wall including Ray start-up and shutdown, Ray start-up alone, mean per-run overhead)."""
     import ray
 
     from scaling.orchestrator import sweep as sweep_mod
@@ -90,8 +90,10 @@ def sweep(plan_path: Path, url: str, max_concurrent: int) -> tuple[float, float]
         sweep_mod.start_ray = start_ray
         if ray.is_initialized():
             ray.shutdown()
-    assert result.outcome is not None and len(result.outcome.completed) > 0, result
-    return wall, ray_start[0]
+    out = result.outcome
+    assert out is not None and len(out.completed) > 0, result
+    per_run = sum(out.overhead_seconds.values()) / max(1, len(out.overhead_seconds))
+    return wall, ray_start[0], per_run
 
 
 def main() -> None:
@@ -111,17 +113,20 @@ def main() -> None:
     for k in (1, args.cpus):
         # Different seeds' offsets keep the keys apart from the loop's runs (a key lives in one sweep).
         p = write_plan(tmp / f"sweep{k}.yaml", f"sweep{k}", tmp / "runs", args.runs, args.steps + k, args.cpus)
-        wall, ray_s = sweep(p, url, k)
-        results[f"sweep{k}"] = (wall, ray_s)
-        print(f"sweep, {k} at once: {wall:.1f}s (Ray start-up {ray_s:.1f}s)", flush=True)
+        wall, ray_s, per_run = sweep(p, url, k)
+        results[f"sweep{k}"] = (wall, ray_s, per_run)
+        print(f"sweep, {k} at once: {wall:.1f}s (Ray start-up {ray_s:.1f}s, measured dispatch+collect "
+              f"{per_run:.2f}s per run)", flush=True)
     loop = results["loop"]
-    wall1, ray1 = results["sweep1"]
-    wallk, _ = results[f"sweep{args.cpus}"]
+    wall1, ray1, per_run1 = results["sweep1"]
+    wallk, _, _ = results[f"sweep{args.cpus}"]
     print()
     print(f"ratio sweep(1 at once) / loop           : {wall1 / loop:.2f}x  (target <= 1.3x, Ray start-up included)")
     print(f"ratio sweep({args.cpus} at once) / loop           : {wallk / loop:.2f}x")
     print(f"per-run scheduling overhead             : {(wall1 - loop) / args.runs:.2f}s "
-          f"(incl. Ray start-up), {(wall1 - ray1 - loop) / args.runs:.2f}s (excl.)")
+          f"(wall difference incl. Ray start-up), {(wall1 - ray1 - loop) / args.runs:.2f}s (excl.)")
+    print(f"per-run dispatch + collect, measured    : {per_run1:.2f}s (task submit -> trainer start, "
+          f"trainer end -> driver)")
     sys.stdout.flush()
 
 

@@ -49,7 +49,7 @@ def render(sched: "Scheduler") -> Any:
 
     t = totals(sched)
     now = time.monotonic()
-    order = {"running": 0, "waiting": 1, "queued": 2, "failed": 3, "interrupted": 4, "completed": 5}
+    order = {"running": 0, "reserving": 1, "waiting": 2, "queued": 3, "failed": 4, "interrupted": 5, "completed": 6}
     states = sorted(sched.states, key=lambda s: order.get(s.state, 9))[:_MAX_ROWS]
     summary = ", ".join(f"{v} {k}" for k, v in sorted(t["counts"].items()))
     table = Table(

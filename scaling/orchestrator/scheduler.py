@@ -37,7 +37,7 @@ class RunState:
     """What the driver knows about one run of the sweep."""
 
     run: PlannedRun
-    state: str = "queued"  # queued | waiting | running | completed | failed | interrupted
+    state: str = "queued"  # queued | reserving | waiting | running | completed | failed | interrupted
     attempt: Optional[int] = None
     started_at: Optional[float] = None
     step: int = 0
@@ -48,6 +48,8 @@ class RunState:
     lost: int = 0
     error: Optional[str] = None
     skipped: bool = False  # completed before this sweep started
+    launched_at: Optional[float] = None  # wall clock (time.time) when the task was submitted
+    overhead_s: Optional[float] = None  # submit -> task start plus task end -> collected
 
     @property
     def key(self) -> str:
@@ -76,6 +78,7 @@ class SweepOutcome:
     skipped: list[str] = field(default_factory=list)
     interrupted: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
+    overhead_seconds: dict[str, float] = field(default_factory=dict)  # per completed run
 
     @property
     def ok(self) -> bool:
@@ -122,6 +125,7 @@ class Scheduler:
         self._remote_single: Any = None
         self._remote_multi: Any = None
         self._reader: Any = None
+        self._reserving: dict[str, tuple[RunState, Any, Any]] = {}  # key -> (state, group, ready ref)
 
     # -- public ----------------------------------------------------------------------------
     def run_dir(self, key: str) -> Path:
@@ -146,6 +150,7 @@ class Scheduler:
                     last_progress = now
                     self._notify()
         except KeyboardInterrupt:
+            self._release_reservations()
             self._interrupt_all("interrupted by the user (Ctrl-C)")
             self._notify()
             raise
@@ -157,6 +162,8 @@ class Scheduler:
         for s in self.states:
             if s.state == "completed":
                 (out.skipped if s.skipped else out.completed).append(s.key)
+                if s.overhead_s is not None:
+                    out.overhead_seconds[s.key] = s.overhead_s
             elif s.state == "failed":
                 out.failed[s.key] = s.error or "failed"
             elif s.state == "interrupted":
@@ -214,7 +221,7 @@ class Scheduler:
 
     # -- the loop's steps ---------------------------------------------------------------------
     def _work_left(self) -> bool:
-        return bool(self._in_flight) or any(s.state in ("queued", "waiting") for s in self.states)
+        return bool(self._in_flight) or any(s.state in ("queued", "waiting", "reserving") for s in self.states)
 
     @staticmethod
     def _needs(run: PlannedRun) -> tuple[float, float]:
@@ -228,21 +235,62 @@ class Scheduler:
         return float(total.get("CPU", 0)), float(total.get("GPU", 0))
 
     def _admit(self) -> None:
+        """Launch queued runs while the ledger (and max_concurrent) allows, smallest first.
+
+        A multi-worker run first reserves its workers' bundles in a placement group; once Ray
+        says they are free the group is released and the run's TorchTrainer starts at once, so
+        Ray Train never waits (and times out) for CPUs another run holds.
+        """
+        self._finish_reservations()
         cpus, gpus = self._cluster_capacity()
-        used_cpu = sum(self._needs(s.run)[0] for s in self._in_flight.values())
-        used_gpu = sum(self._needs(s.run)[1] for s in self._in_flight.values())
+        busy = list(self._in_flight.values()) + [r[0] for r in self._reserving.values()]
+        used_cpu = sum(self._needs(s.run)[0] for s in busy)
+        used_gpu = sum(self._needs(s.run)[1] for s in busy)
         for s in self.states:
             if s.state != "queued":
                 continue
-            if self.max_concurrent is not None and len(self._in_flight) >= self.max_concurrent:
+            if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
             need_cpu, need_gpu = self._needs(s.run)
             if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
                 continue  # a smaller run later in the queue may still fit
-            if not self._launch(s):
+            if s.run.spec.execution.workers > 1:
+                self._reserve(s)
+            elif not self._launch(s):
                 continue
+            busy.append(s)
             used_cpu += need_cpu
             used_gpu += need_gpu
+
+    def _reserve(self, s: RunState) -> None:
+        from ray.util.placement_group import placement_group
+
+        e = s.run.spec.execution
+        bundle = {"CPU": e.cpus_per_worker, **({"GPU": e.gpus_per_worker} if e.gpus_per_worker else {})}
+        pg = placement_group([dict(bundle) for _ in range(e.workers)], strategy="PACK")
+        self._reserving[s.key] = (s, pg, pg.ready())
+        s.state = "reserving"
+
+    def _finish_reservations(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for key, (s, pg, ready) in list(self._reserving.items()):
+            done, _ = ray.wait([ready], timeout=0)
+            if not done:
+                continue
+            del self._reserving[key]
+            remove_placement_group(pg)
+            s.state = "queued"
+            self._launch(s)
+
+    def _release_reservations(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for s, pg, _ in self._reserving.values():
+            remove_placement_group(pg)
+            s.state = "queued"
+        self._reserving.clear()
 
     def _launch(self, s: RunState) -> bool:
         attempt = self.store.claim(s.key, self.host, sweep=self.sweep, stale_after_s=self.stale_after_s)
@@ -258,6 +306,7 @@ class Scheduler:
         run_dir.mkdir(parents=True, exist_ok=True)
         ref = self._submit(spec, str(run_dir), attempt)
         s.state, s.attempt, s.started_at, s.first_seen = "running", attempt, time.monotonic(), None
+        s.launched_at = time.time()
         self._in_flight[ref] = s
         return True
 
@@ -311,6 +360,9 @@ class Scheduler:
 
     # -- outcomes -------------------------------------------------------------------------------
     def _completed(self, s: RunState, result: Any) -> None:
+        if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
+            # Scheduling overhead: waiting for a worker and importing, then reporting back.
+            s.overhead_s = (result["task_started"] - s.launched_at) + (time.time() - result["task_ended"])
         row = self.store.run(s.key, sweep=self.sweep) or {}
         if row.get("status") != "completed":
             train_loss = eval_loss = None

@@ -23,8 +23,12 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
     from scaling.trainer import train
     from scaling.trainer.spec import RunSpec
 
+    import time
+
+    started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
-    return _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
+    out = _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
+    return _timed(out, started)
 
 
 def train_multi(
@@ -38,10 +42,21 @@ def train_multi(
     from scaling.orchestrator.multiworker import run_multiworker
     from scaling.trainer.spec import RunSpec
 
+    import time
+
+    started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
-    return _plain(
-        run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep)
-    )
+    out = _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep))
+    return _timed(out, started)
+
+
+def _timed(out: Any, started: float) -> Any:
+    """Add when the task's own work started and ended, so the driver can tell its overhead."""
+    import time
+
+    if isinstance(out, dict):
+        out = {**out, "task_started": started, "task_ended": time.time()}
+    return out
 
 
 def _plain(result: Any) -> Any:
