@@ -18,7 +18,8 @@ formula):
   local shard under FSDP2), gradients (DDP's bucket views counted once) and optimizer state,
   after a step. Exact and noise-free, it is what the ZeRO formulas describe.
 * peak RSS increase: the peak of the process's anonymous resident memory (``RssAnon``, sampled
-  every millisecond by a thread) minus its value just before the model was built, less the
+  every millisecond by a thread) during a step in steady state (after two warm-up steps) minus
+  its value just before the model was built, less the
   same figure for a 1-layer d64 model under the same stage (what any model costs: lazily
   built library tables, gloo buffers). It includes activations, FSDP's all-gather and
   reduce-scatter buffers and allocator slack, so it is compared with the estimate's total
@@ -143,7 +144,9 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
 
     warnings.filterwarnings("ignore", message="DTensor random operators")
     rss0 = _rss_bytes("RssAnon")
-    sampler = _PeakAnon().__enter__()
+    sampler = _PeakAnon()
+    if cfg.get("memory"):  # the sampling thread costs CPU: never while timing throughput
+        sampler.__enter__()
     fsdp = world > 1 and cfg["strategy"] in ("zero2", "zero3")
     if fsdp:
         # Build on the meta device, shard, then allocate only this rank's shards, as large
@@ -163,7 +166,7 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     else:
         module, optim = model, torch.optim.AdamW(model.parameters(), lr=1e-4)
     kept = list(module.parameters())
-    setup_peak, sampler.peak = sampler.peak, 0  # from here on: the training steps' peak
+    setup_peak = sampler.peak
     state: dict[str, int] = {}
     per = spec.sequences_per_batch // world
     g = torch.Generator().manual_seed(0)
@@ -174,6 +177,10 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
         x, y = seqs[rank * per:(rank + 1) * per, :-1], seqs[rank * per:(rank + 1) * per, 1:]
         if world > 1:
             dist.barrier()
+        if step == cfg["warmup"]:
+            # Steady state from here: DDP rebuilds its gradient buckets once, at the start of
+            # the second iteration, briefly holding old and new buckets (+4 bytes/param).
+            sampler.peak = 0
         t0, c0 = time.perf_counter(), time.process_time()
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = module(x)
@@ -188,7 +195,8 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
         if step >= cfg["warmup"]:
             times.append(time.perf_counter() - t0)
             cpu_times.append(time.process_time() - c0)
-    sampler.__exit__(None, None, None)
+    if cfg.get("memory"):
+        sampler.__exit__(None, None, None)
     result = {
         "seconds": statistics.median(times) if times else None,
         "cpu_seconds": statistics.median(cpu_times) if cpu_times else None,
@@ -242,7 +250,7 @@ def memory(args: argparse.Namespace) -> None:
     from scaling.accounting import estimate_memory
 
     cfg = dict(n_layer=4, d_model=1024, n_head=16, context=128, seqs=2, precision=args.precision,
-               warmup=0, steps=2)
+               warmup=2, steps=1, memory=True)
     spec = _spec(**{k: cfg[k] for k in ("n_layer", "d_model", "n_head", "context", "seqs", "precision")},
                  strategy="ddp", workers=2)
     mb = 2**20
