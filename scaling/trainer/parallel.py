@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
@@ -123,7 +123,6 @@ class Parallel:
     strategy: str
     mesh: Any = None
     group: Any = None
-    _extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_fsdp(self) -> bool:
