@@ -22,7 +22,7 @@ from scaling.errors import FitError, NotFoundError
 #: CSV column aliases (case-insensitive), first match wins.
 ALIASES: dict[str, tuple[str, ...]] = {
     "N": ("N", "params", "n_params", "Model Size", "parameters"),
-    "D": ("D", "tokens", "d_tokens", "data"),
+    "D": ("D", "tokens", "d_tokens"),
     "C": ("C", "flops", "compute", "compute_flops", "Training FLOP"),
     "loss": ("loss", "final_loss", "eval_loss"),
     "seed": ("seed",),
