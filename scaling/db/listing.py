@@ -43,7 +43,7 @@ def _table(sweep: str, df) -> str:  # type: ignore[no-untyped-def]
     for row in df.itertuples(index=False):
         table.add_row(*(_cell(c, v) for c, v in zip(df.columns, row)))
     buf = io.StringIO()
-    Console(file=buf, width=200, color_system=None).print(table)
+    Console(file=buf, width=200, force_jupyter=False, color_system=None).print(table)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 

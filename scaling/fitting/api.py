@@ -103,7 +103,7 @@ class FitSummary:
         from rich.table import Table
 
         buf = io.StringIO()
-        console = Console(file=buf, width=110, force_terminal=False, color_system=None)
+        console = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None)
         head = f"{self.source}: {self.n_points} points (N in {self.conventions.get('params')} parameters, " \
                f"C = {self.conventions.get('flops_per_param_token', 6):.3g} N D)"
         console.print(head)
