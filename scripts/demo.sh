@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=postgres bash scripts/setup.sh
 . .venv/bin/activate
-scaling sweep examples/plan.yaml --db "sqlite:///$PWD/scaling_runs/example.db"
-scaling fit --db "sqlite:///$PWD/scaling_runs/example.db"
-scaling recommend --db "sqlite:///$PWD/scaling_runs/example.db"
+mkdir -p scaling_runs
+db="sqlite:///$PWD/scaling_runs/example.db"
+scaling sweep examples/plan.yaml --db "$db"
+scaling fit --db "$db"
+scaling recommend --db "$db"
