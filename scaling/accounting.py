@@ -175,15 +175,24 @@ class ShapePolicy:
 
 # -- memory -----------------------------------------------------------------------------
 
-#: Bytes per parameter for (weights, gradients, optimizer state) under mixed-precision Adam
-#: (Rajbhandari et al. 2020, ZeRO, Sec. 3.1): 16-bit weights and gradients, FP32 master
-#: weights, momentum and variance (12 bytes). Pure FP32 keeps 4-byte weights and gradients
-#: and 8 bytes of Adam moments (no separate master copy): 16 bytes as well.
-STATE_BYTES: dict[str, tuple[int, int, int]] = {
-    "bf16": (2, 2, 12),
-    "fp16": (2, 2, 12),
-    "fp32": (4, 4, 8),
+#: Bytes per parameter for (weights, gradients, optimizer state), by memory layout.
+#:
+#: ``zero``: mixed-precision Adam as the ZeRO paper counts it (Rajbhandari et al. 2020, Sec. 3.1):
+#: 16-bit weights and gradients, FP32 master weights, momentum and variance (12 bytes).
+#: ``torch``: what this trainer does: autocast computes in 16 bits but keeps the parameters
+#: themselves in FP32 (they are the master weights) and their gradients in FP32, plus Adam's two
+#: FP32 moments (4 + 4 + 8). Both total 16 bytes; they differ in what each ZeRO stage shards.
+#: Pure FP32 is 4 + 4 + 8 in both.
+STATE_BYTES: dict[str, dict[str, tuple[int, int, int]]] = {
+    "zero": {"bf16": (2, 2, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)},
+    "torch": {"bf16": (4, 4, 8), "fp16": (4, 4, 8), "fp32": (4, 4, 8)},
 }
+Layout = Literal["zero", "torch"]
+
+
+def compute_bytes(precision: Precision) -> int:
+    """Bytes of one value in the compute dtype (what FSDP gathers parameters in)."""
+    return 4 if precision == "fp32" else 2
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,7 @@ class MemoryEstimate:
     optimizer_bytes: float
     activations_bytes: float
     margin_bytes: float
+    buffers_bytes: float = 0.0  # FSDP (zero2/zero3): gathered parameters and unsharded gradients
 
     @property
     def model_state_bytes(self) -> float:
@@ -204,32 +214,42 @@ class MemoryEstimate:
 
     @property
     def total_bytes(self) -> float:
-        return self.model_state_bytes + self.activations_bytes + self.margin_bytes
+        return self.model_state_bytes + self.activations_bytes + self.buffers_bytes + self.margin_bytes
 
     @property
     def total_gib(self) -> float:
         return self.total_bytes / GIB
 
 
-def model_state_bytes(params: int, precision: Precision, strategy: Strategy, workers: int) -> tuple[float, float, float]:
+def model_state_bytes(
+    params: int, precision: Precision, strategy: Strategy, workers: int, layout: Layout = "torch"
+) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per worker under a ZeRO stage.
 
-    With Φ parameters, N_d workers and mixed precision: DDP 16Φ; ZeRO-1 4Φ + 12Φ/N_d;
-    ZeRO-2 2Φ + 14Φ/N_d; ZeRO-3 16Φ/N_d.
+    ``layout="zero"`` gives the paper's formulas, with Φ parameters, N_d workers and mixed
+    precision: DDP 16Φ; ZeRO-1 4Φ + 12Φ/N_d; ZeRO-2 2Φ + 14Φ/N_d; ZeRO-3 16Φ/N_d.
+    ``layout="torch"`` (the default: what this trainer allocates) keeps FP32 weights and gradients
+    under autocast: DDP 16Φ; ZeRO-1 (ZeroRedundancyOptimizer) 8Φ + 8Φ/N_d; ZeRO-2 (FSDP2 without
+    resharding after forward) 16Φ/N_d plus the gathered compute-dtype copy of every parameter held
+    from forward to backward; ZeRO-3 (FSDP2) 16Φ/N_d.
     """
-    if precision not in STATE_BYTES:
+    if layout not in STATE_BYTES:
+        raise ValueError(f"unknown memory layout {layout!r} (use 'zero' or 'torch')")
+    if precision not in STATE_BYTES[layout]:
         raise ValueError(f"unknown precision {precision!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (use one of {STRATEGIES})")
     if workers < 1:
         raise ValueError("workers must be at least 1")
-    w, g, o = (b * params for b in STATE_BYTES[precision])
+    w, g, o = (b * params for b in STATE_BYTES[layout][precision])
     n = workers
     if strategy in ("single", "ddp"):
         return w, g, o
     if strategy == "zero1":
         return w, g, o / n
     if strategy == "zero2":
+        if layout == "torch" and n > 1:
+            return w / n + compute_bytes(precision) * params, g / n, o / n
         return w, g / n, o / n
     return w / n, g / n, o / n  # zero3
 
@@ -260,13 +280,17 @@ def estimate_memory(
     workers: int = 1,
     checkpointing: bool = False,
     margin: float = 0.10,
+    layout: Layout = "torch",
 ) -> MemoryEstimate:
-    """Memory one worker needs: model state under ``strategy`` + activations + a margin.
+    """Memory one worker needs: model state under ``strategy`` + activations + buffers + a margin.
 
-    ``margin`` is the fraction added for allocator fragmentation and communication buffers.
+    ``margin`` is the fraction added for allocator fragmentation and communication buffers;
+    ``layout`` chooses between the ZeRO paper's byte counts and this trainer's (see
+    :func:`model_state_bytes`).
     """
-    weights, grads, optim = model_state_bytes(shape.params_total, precision, strategy, workers)
+    weights, grads, optim = model_state_bytes(shape.params_total, precision, strategy, workers, layout)
     acts = activation_bytes(shape, micro_batch, precision, checkpointing)
+    buffers = fsdp_buffer_bytes(shape, precision, strategy, workers)
     return MemoryEstimate(
         strategy=strategy,
         workers=workers,
@@ -274,8 +298,27 @@ def estimate_memory(
         gradients_bytes=grads,
         optimizer_bytes=optim,
         activations_bytes=acts,
-        margin_bytes=margin * (weights + grads + optim + acts),
+        buffers_bytes=buffers,
+        margin_bytes=margin * (weights + grads + optim + acts + buffers),
     )
+
+
+def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, workers: int) -> float:
+    """Transient unsharded state of FSDP (zero2/zero3), which the ZeRO formulas leave out.
+
+    The trainer shards each transformer block as one FSDP unit. In backward, ZeRO-3 holds the
+    current block's gathered parameters and its unsharded gradients (before the reduce-scatter)
+    while it prefetches the next block's parameters: two blocks of parameters and one of
+    gradients, in the compute dtype (2 bytes under bf16/fp16, 4 under fp32). ZeRO-2 keeps every
+    block gathered anyway, so only one block of unsharded gradients is added. Negligible for deep models, but a
+    quarter of the model state of a 4-layer one. Zero for one worker and for DDP/ZeRO-1.
+    """
+    if strategy not in ("zero2", "zero3") or workers < 2:
+        return 0.0
+    b = compute_bytes(precision)
+    if strategy == "zero2":  # parameters stay gathered (counted in the state): one block of gradients
+        return shape.params_per_layer * b
+    return shape.params_per_layer * (2 * b + b)
 
 
 def choose_strategy(

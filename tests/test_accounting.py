@@ -65,12 +65,19 @@ def test_flops_per_token_by_hand() -> None:
 
 def test_model_state_bytes_follow_the_zero_formulas() -> None:
     phi, n = 1_000_000_000, 8
-    total = {s: sum(model_state_bytes(phi, "bf16", s, n)) for s in ("ddp", "zero1", "zero2", "zero3")}
+    total = {s: sum(model_state_bytes(phi, "bf16", s, n, "zero")) for s in ("ddp", "zero1", "zero2", "zero3")}
     assert total["ddp"] == 16 * phi
     assert total["zero1"] == pytest.approx(4 * phi + 12 * phi / n)
     assert total["zero2"] == pytest.approx(2 * phi + 14 * phi / n)
     assert total["zero3"] == pytest.approx(16 * phi / n)
-    assert sum(model_state_bytes(phi, "fp32", "ddp", n)) == 16 * phi
+    assert sum(model_state_bytes(phi, "fp32", "ddp", n, "zero")) == 16 * phi
+    # This trainer's layout: FP32 weights and gradients under autocast (4 + 4 + 8 bytes).
+    torch_total = {s: model_state_bytes(phi, "bf16", s, n, "torch") for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert sum(torch_total["ddp"]) == 16 * phi
+    assert torch_total["zero1"] == pytest.approx((4 * phi, 4 * phi, 8 * phi / n))
+    assert torch_total["zero2"] == pytest.approx((4 * phi / n + 2 * phi, 4 * phi / n, 8 * phi / n))
+    assert sum(torch_total["zero3"]) == pytest.approx(16 * phi / n)
+    assert model_state_bytes(phi, "fp32", "zero2", n, "torch")[0] == pytest.approx(4 * phi / n + 4 * phi)
     assert sum(model_state_bytes(phi, "bf16", "single", 1)) == 16 * phi
     # On one worker every stage costs the same; with more workers each stage saves more.
     assert len({sum(model_state_bytes(phi, "bf16", s, 1)) for s in ("ddp", "zero1", "zero2", "zero3")}) == 1
@@ -93,7 +100,10 @@ def test_activation_memory_by_hand_and_with_checkpointing() -> None:
 def test_estimate_adds_a_margin_and_choose_picks_the_least_sharding_that_fits() -> None:
     big = Shape(48, 4096, 32, 50257, 2048)  # ~9.9B parameters
     est = estimate_memory(big, 1, "bf16", "zero3", 8, checkpointing=True)
-    assert est.total_bytes == pytest.approx(1.1 * (est.model_state_bytes + est.activations_bytes))
+    assert est.buffers_bytes == pytest.approx(big.params_per_layer * 3 * 2)  # 2 blocks gathered + 1 of grads, bf16
+    assert estimate_memory(big, 1, "bf16", "zero2", 8).buffers_bytes == pytest.approx(big.params_per_layer * 2)
+    assert est.total_bytes == pytest.approx(1.1 * (est.model_state_bytes + est.activations_bytes + est.buffers_bytes))
+    assert estimate_memory(big, 1, "bf16", "zero1", 8).buffers_bytes == 0
     sizes = {s: estimate_memory(big, 1, "bf16", s, 8, True).total_bytes for s in ("ddp", "zero1", "zero2", "zero3")}
     for strategy, budget in (("ddp", sizes["ddp"]), ("zero1", sizes["zero1"]), ("zero3", sizes["zero3"] + 1)):
         chosen = choose_strategy(big, 1, "bf16", 8, budget, checkpointing=True)
