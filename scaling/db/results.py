@@ -201,17 +201,7 @@ class Results:
         q = select(Metric.run_id, Metric.step, Metric.tokens, Metric.flops, Metric.name_id, Metric.value).order_by(
             Metric.run_id, Metric.step, Metric.name_id
         )
-        runs_q = select(Run.id, Run.key).order_by(Run.id)
-        if sweep is not None:
-            runs_q = runs_q.where(Run.sweep_id == self._sweep_id(sweep))
-        if run_keys is not None:
-            runs_q = runs_q.where(Run.key.in_(list(run_keys)))
-        if sweep is not None or run_keys is not None:
-            q = q.where(Metric.run_id.in_(runs_q.with_only_columns(Run.id).scalar_subquery()))
-        names_q = select(MetricName.id, MetricName.name).order_by(MetricName.id)
-        if names is not None:
-            names_q = names_q.where(MetricName.name.in_(list(names)))
-            q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
+        q, runs_q, names_q = self._filter_metrics(q, sweep, run_keys, names)
         # Rows stream from the cursor straight into one numpy record array (None becomes NaN):
         # no list of a million tuples, no per-row Python work of ours.
         gc_was_enabled = gc.isenabled()
@@ -243,17 +233,10 @@ class Results:
         out.columns.name = None
         return out
 
-    def metric_summary(
-        self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None
-    ) -> pd.DataFrame:
-        """Per run and metric name: ``run_key, name, count, mean, min, max`` (one GROUP BY in the database).
-
-        For summaries (throughput, MFU per run) without reading every step's row.
-        """
-        q = select(
-            Metric.run_id, Metric.name_id, func.count(Metric.value), func.avg(Metric.value),
-            func.min(Metric.value), func.max(Metric.value),
-        ).group_by(Metric.run_id, Metric.name_id)  # fmt: skip
+    def _filter_metrics(
+        self, q: Any, sweep: Optional[str], run_keys: Optional[Iterable[str]], names: Optional[Iterable[str]]
+    ) -> tuple[Any, Any, Any]:
+        """Restrict a metrics query to a sweep, runs and names; also return the id → key/name maps' queries."""
         runs_q = select(Run.id, Run.key).order_by(Run.id)
         if sweep is not None:
             runs_q = runs_q.where(Run.sweep_id == self._sweep_id(sweep))
@@ -265,6 +248,20 @@ class Results:
         if names is not None:
             names_q = names_q.where(MetricName.name.in_(list(names)))
             q = q.where(Metric.name_id.in_(names_q.with_only_columns(MetricName.id).scalar_subquery()))
+        return q, runs_q, names_q
+
+    def metric_summary(
+        self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None
+    ) -> pd.DataFrame:
+        """Per run and metric name: ``run_key, name, count, mean, min, max`` (one GROUP BY in the database).
+
+        For summaries (throughput, MFU per run) without reading every step's row.
+        """
+        q = select(
+            Metric.run_id, Metric.name_id, func.count(Metric.value), func.avg(Metric.value),
+            func.min(Metric.value), func.max(Metric.value),
+        ).group_by(Metric.run_id, Metric.name_id)  # fmt: skip
+        q, runs_q, names_q = self._filter_metrics(q, sweep, run_keys, names)
         run_map = dict(self._rows(runs_q))
         name_map = dict(self._rows(names_q))
         rows = [(run_map[r], name_map[n], c, m, lo, hi) for r, n, c, m, lo, hi in self._rows(q) if r in run_map and n in name_map]

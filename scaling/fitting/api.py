@@ -24,7 +24,7 @@ from scaling.fitting.kaplan import KaplanLaw
 from scaling.fitting.parametric import ChinchillaParametric
 
 #: Bumped when a change to the fitting code should invalidate stored fits.
-FIT_VERSION = 1
+FIT_VERSION = 2
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {

@@ -20,6 +20,10 @@ from scaling.fitting.data import SIX, FitData, from_frame
 
 #: The two-sided level of every reported interval.
 LEVEL = 0.95
+#: Below this fraction of successful bootstrap replicates, intervals are reported unavailable (NaN).
+MIN_OK_FRACTION = 0.5
+#: Fewer distinct successful replicates than this (or a tenth of them) is a degenerate bootstrap.
+MIN_DISTINCT = 5
 
 
 class NotFittedError(RuntimeError):
@@ -108,10 +112,44 @@ class Law:
         self.replicates_ = reps
         ok = np.isfinite(reps).all(axis=1)
         self.bootstrap_info_ = {"n": int(n), "seed": int(seed), "failed": int((~ok).sum())}
+        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
+        self.notes_ = [n for n in notes if not n.startswith("intervals unavailable")]  # a rerun replaces it
+        why = self.bootstrap_unavailable()
+        if why:
+            self.bootstrap_info_["unavailable"] = why
+            self.notes_.append(f"intervals unavailable: {why}")
         return self
+
+    def bootstrap_unavailable(self) -> str | None:
+        """Why the replicates cannot give honest intervals (None when they can).
+
+        A percentile interval from a few surviving replicates, or from replicates that are all
+        the same refit, is not an interval: it would print as a zero-width or arbitrary range.
+        Fewer than half the replicates succeeding (:data:`MIN_OK_FRACTION`) means the resamples
+        rarely support the law at all; fewer than :data:`MIN_DISTINCT` distinct replicate rows (or
+        a tenth of the successful ones) means resampling does not move the estimate.
+        """
+        if self.replicates_ is None:
+            return None
+        reps = np.asarray(self.replicates_, float)
+        n = len(reps)
+        ok = reps[np.isfinite(reps).all(axis=1)] if n else reps
+        if n == 0 or len(ok) < MIN_OK_FRACTION * n:
+            return f"only {len(ok)} of {n} bootstrap replicates could be refitted (fewer than half)"
+        scale = np.maximum(np.abs(ok).max(axis=0), 1e-300)
+        distinct = len(np.unique(np.round(ok / scale, 9), axis=0))
+        if distinct < max(MIN_DISTINCT, 0.1 * len(ok)):
+            return (f"the {len(ok)} successful bootstrap replicates hold only {distinct} distinct refit(s): "
+                    "resampling does not move the estimate, so its spread says nothing")
+        return None
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
+
+    def doubts(self) -> list[str]:
+        """The notes saying the data cannot pin this law down (implausible or unsupported estimates)."""
+        return [n for n in getattr(self, "notes_", []) if n.startswith("unreliable") or "implausible" in n
+                or "outside (0, 1)" in n]
 
     # -- pure functions of a parameter dict (scalars or replicate arrays) -------------------
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
@@ -125,7 +163,7 @@ class Law:
 
     # -- intervals ---------------------------------------------------------------------------
     def _replicate_params(self) -> Params | None:
-        if self.replicates_ is None:
+        if self.replicates_ is None or self.bootstrap_unavailable():
             return None
         reps = self.replicates_[np.isfinite(self.replicates_).all(axis=1)]
         return {name: reps[:, i] for i, name in enumerate(self.param_names)}

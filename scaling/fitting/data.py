@@ -279,15 +279,9 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
             unique = _unique_tokens(runs)
             if unique is None:
                 raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs")
-        curves = None
-        m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS], sweep=sweep)
-        if m is not None and len(m):
-            # Prefer eval curves; use train curves for runs that logged no eval loss.
-            has_eval = set(m.loc[m["name"] == names.EVAL_LOSS, "run_key"])
-            keep = (m["name"] == names.EVAL_LOSS) | (~m["run_key"].isin(has_eval) & (m["name"] == names.TRAIN_LOSS))
-            m = m[keep].rename(columns={"value": "loss"})
-            m = m.merge(runs[["run_key", "N"]], on="run_key", how="inner")
-            curves = m[["run_key", "N", "tokens", "flops", "loss"]].astype({"tokens": float, "flops": float, "loss": float})
+        m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
+                        sweep=sweep)
+        curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
     data = prepare(
         runs[["N", "D", "C", "loss"]],
         flops_convention=flops_conv,
@@ -297,6 +291,36 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
         curves=curves,
     )
     return data, sweep
+
+
+def loss_curves(m: pd.DataFrame | None, runs: pd.DataFrame, train: str, evaluation: str, epoch: str) -> pd.DataFrame | None:
+    """Each run's loss curve for approach 1: its train loss over its first epoch, else its eval loss.
+
+    Hoffmann et al. (2022, Sec. 3.1) build the envelope from smoothed *training* loss curves: in
+    a single pass over the data each batch is unseen when its loss is measured, so the train loss
+    estimates held-out loss, logged every few steps where eval loss is logged rarely (a handful of
+    points per run cannot place a minimum between budgets). Past one epoch the train loss is on
+    seen data and biased low, so those steps are dropped. A run with fewer than two such train
+    points falls back to its eval curve. Column ``metric`` says which was used.
+    """
+    if m is None or len(m) == 0:
+        return None
+    m = m[["run_key", "step", "tokens", "flops", "name", "value"]]
+    tr = m[m["name"] == train]
+    ep = m[m["name"] == epoch]
+    if len(tr) and len(ep):
+        tr = tr.merge(ep[["run_key", "step", "value"]].rename(columns={"value": "_epoch"}), on=["run_key", "step"],
+                      how="left")
+        tr = tr[~(pd.to_numeric(tr["_epoch"], errors="coerce") > 1.0)].drop(columns="_epoch")
+    use_train = tr.groupby("run_key").size()
+    use_train = set(use_train[use_train >= 2].index)
+    ev = m[(m["name"] == evaluation) & ~m["run_key"].isin(use_train)]
+    out = pd.concat([tr[tr["run_key"].isin(use_train)], ev], ignore_index=True)
+    if len(out) == 0:
+        return None
+    out = out.rename(columns={"value": "loss", "name": "metric"}).merge(runs, on="run_key", how="inner")
+    return out[["run_key", "N", "tokens", "flops", "loss", "metric"]].astype(
+        {"tokens": float, "flops": float, "loss": float})
 
 
 def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:

@@ -1,14 +1,33 @@
 """Chinchilla approach 1: the envelope of training curves (Hoffmann et al. 2022, Sec. 3.1).
 
-Every run's loss curve is interpolated (log loss against log FLOPs) at log-spaced FLOP values.
-At each value the run with the lowest loss is compute-optimal there. Hoffmann et al. take that
-run's size as N_opt; with a handful of sizes that is a staircase, so by default (``refine``) a
-parabola in log N through the best run and its two neighbouring sizes places the minimum between
-sizes. A FLOP value whose best run is the smallest or largest size reaching it is flagged and
-left out (the optimum may lie beyond the sizes sampled there). Power laws over the rest give a, b.
+Hoffmann et al. smooth and interpolate each run's *training* loss curve, then at each of 1,500
+log-spaced FLOP values take the run with the lowest loss as compute-optimal. Here:
 
-Uncertainty: runs are resampled with replacement (a run is one curve, the unit that carries its
-own noise) and the envelope and laws are recomputed.
+- Curves: from a sweep, each run's train loss over its first epoch (single pass: every batch is
+  unseen when measured, so it estimates held-out loss, and it is logged every few steps);
+  eval loss only for a run without such a train curve (eval is logged a handful of times per
+  run, too sparse to place a minimum between budgets). See :func:`scaling.fitting.data.loss_curves`.
+- Smoothing: log loss is averaged over a symmetric window of +-``smooth`` in ln FLOPs (narrowed
+  near the ends so the last point, the run's final loss, stays unbiased), then interpolated
+  (log loss against log FLOPs) at ``n_flops`` log-spaced FLOP values. Fewer values than the
+  paper's 1,500: adjacent values share their best run, so more of them add no information, only
+  pseudo-replicated regression points.
+- N_opt: the best run's size; with a handful of sizes that is a staircase, so by default
+  (``refine``) a parabola in log N through the best run and its two neighbouring sizes places the
+  minimum between sizes. A FLOP value whose best run is the smallest or largest size reaching it
+  is flagged and left out (the optimum may lie beyond the sizes sampled there). Power laws over
+  the rest give a, b.
+
+Uncertainty: each replicate (1) resamples the runs with replacement (a run is one curve, the
+unit that carries its own noise) and recomputes the envelope, then (2) resamples the kept FLOP
+values in clusters, one cluster per deciding run, and refits the power laws. Step 1 alone cannot
+move a minimum when the few decisive runs are drawn (duplicates do not change a minimum), so it
+collapses to a point; step 2 adds the regression's own scatter, with the deciding run as the
+independent unit (grid values decided by one run are not independent points). A replicate whose
+clusters all come from one run fails. With too few successful or distinct replicates the
+intervals are reported unavailable (:meth:`scaling.fitting.base.Law.bootstrap_unavailable`).
+Kept optima from fewer than three sizes, or FLOP values spanning less than a factor of three,
+are noted as unable to pin a down (:meth:`scaling.fitting.frontier.FrontierLaw._check_exponent`).
 """
 
 from __future__ import annotations
@@ -30,21 +49,23 @@ class ChinchillaEnvelope(FrontierLaw):
     ----------
     n_flops : how many log-spaced FLOP values the envelope is evaluated at.
     refine : locate N_opt between sizes with a parabola through the best run and its neighbours.
+    smooth : half-width, in ln FLOPs, of the running mean of each curve's log loss (0: none).
 
     Attributes
     ----------
-    envelope_ : per FLOP value: flops, N_opt, loss_opt, run (best run's key), status.
+    envelope_ : per FLOP value: flops, N_opt, loss_opt, run (best run's key), N_run (its size), status.
     params_ : as :class:`~scaling.fitting.frontier.FrontierLaw`.
     """
 
     method = "envelope"
 
-    def __init__(self, n_flops: int = 40, refine: bool = True):
+    def __init__(self, n_flops: int = 40, refine: bool = True, smooth: float = 0.05):
         self.n_flops = n_flops
         self.refine = refine
+        self.smooth = smooth
 
     def get_settings(self) -> dict[str, Any]:
-        return {"n_flops": self.n_flops, "refine": self.refine}
+        return {"n_flops": self.n_flops, "refine": self.refine, "smooth": self.smooth}
 
     def _grid(self, data: FitData) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """(flops grid F, run sizes N (R,), loss matrix M (R, F) with NaN where a run is absent, keys)."""
@@ -63,6 +84,7 @@ class ChinchillaEnvelope(FrontierLaw):
         M = np.full((len(runs), len(F)), np.nan)
         for r, (_, g) in enumerate(runs):
             lf, ll = np.log(g["flops"].to_numpy(float)), np.log(g["loss"].to_numpy(float))
+            ll = _smooth(lf, ll, float(self.smooth))
             inside = (np.log(F) >= lf[0] - 1e-12) & (np.log(F) <= lf[-1] + 1e-12)
             M[r, inside] = np.exp(np.interp(np.log(F[inside]), lf, ll))
         N = np.array([float(g["N"].iloc[0]) for _, g in runs])
@@ -108,11 +130,13 @@ class ChinchillaEnvelope(FrontierLaw):
             curv[jj] = c2[good]
         out = []
         for k, flops in enumerate(F):
-            rec: dict[str, Any] = {"flops": float(flops), "N_opt": None, "loss_opt": None, "run": None, "curv": None}
+            rec: dict[str, Any] = {"flops": float(flops), "N_opt": None, "loss_opt": None, "run": None, "N_run": None,
+                                   "curv": None}
             if count[k] < 3:
                 rec["status"] = f"fewer than three sizes reach this budget ({int(count[k])})"
             else:
                 rec["run"] = int(best_run[i[k], k])
+                rec["N_run"] = float(sizes[i[k]])
                 if edge[k]:
                     rec["status"] = "best run is the " + ("smallest" if lo[k] < 0 else "largest") + " size here (edge)"
                 else:
@@ -124,7 +148,7 @@ class ChinchillaEnvelope(FrontierLaw):
 
     def _params_from(self, env: list[dict[str, Any]], strict: bool) -> dict[str, float] | None:
         used = [e for e in env if e["status"] == "used"]
-        if len(used) < 2 or len({e["N_opt"] for e in used}) < 2:
+        if len(used) < 2 or len({e["N_opt"] for e in used}) < 2 or len({e["flops"] for e in used}) < 2:
             if strict:
                 flagged = sorted({e["status"] for e in env if e["status"] != "used"})
                 self._need_budgets(len(used) if len(used) < 2 else 1, flagged, "approach 1 (envelope)")
@@ -143,11 +167,17 @@ class ChinchillaEnvelope(FrontierLaw):
         self.params_ = params
         for e in env:
             e["run"] = keys[e["run"]] if e["run"] is not None else None
-        self._check_exponent()
         self.envelope_ = env
-        n_left = sum(e["status"] != "used" for e in env)
+        used = [e for e in env if e["status"] == "used"]
+        self._check_exponent(np.array([e["flops"] for e in used]), np.array([e["N_run"] for e in used]),
+                             "approach 1 (envelope)")
+        n_left = len(env) - len(used)
         if n_left:
             self.notes_.append(f"left out {n_left} of {len(env)} FLOP values (edge or too few sizes)")
+        metric = data.curves.get("metric") if data.curves is not None else None
+        if metric is not None:
+            per_run = data.curves.groupby("run_key")["metric"].first().value_counts()
+            self.notes_.append("curves: " + ", ".join(f"{name} for {int(c)} run(s)" for name, c in per_run.items()))
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
         F, N, M, _ = self._grid(data)
@@ -155,7 +185,17 @@ class ChinchillaEnvelope(FrontierLaw):
         R = len(N)
         for k in range(n):
             idx = np.unique(rng.integers(0, R, R))  # duplicates add nothing to an envelope
-            p = self._params_from(self._envelope(F, N[idx], M[idx]), strict=False)
+            used = [e for e in self._envelope(F, N[idx], M[idx]) if e["status"] == "used"]
+            if len(used) < 2:
+                continue
+            # Clusters of FLOP values decided by one run, resampled whole.
+            labels = np.array([e["run"] for e in used])
+            groups = np.unique(labels)
+            pick = rng.choice(groups, size=groups.size, replace=True)
+            if np.unique(pick).size < 2:
+                continue  # one deciding run: no slope between runs to measure
+            rows = np.concatenate([np.flatnonzero(labels == g) for g in pick])
+            p = self._params_from([used[i] for i in rows], strict=False)
             if p is not None:
                 out[k] = [p[name] for name in self.param_names]
         return out
@@ -177,3 +217,30 @@ def _parabola3(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     c1 = (y1 - y0) / (x1 - x0) - c2 * (x0 + x1)
     c0 = y0 - c2 * x0 * x0 - c1 * x0
     return c2, c1, c0
+
+
+def _smooth(lf: np.ndarray, ll: np.ndarray, h: float) -> np.ndarray:
+    """Local linear fit of ``ll`` on ``lf`` over |lf - lf_i| <= h, at every point (O(n) by cumulative sums).
+
+    The window is narrowed to stay symmetric at the ends, so a run's first and final losses are
+    kept as measured; a local line (not a mean) stays unbiased on a straight stretch however
+    unevenly the points are spaced (steps are logged evenly in tokens, unevenly in log FLOPs).
+    """
+    if h <= 0 or lf.size < 3:
+        return ll
+    x = lf - lf.mean()
+    w = np.minimum(h, np.minimum(lf - lf[0], lf[-1] - lf))
+    lo = np.searchsorted(lf, lf - w - 1e-12, side="left")
+    hi = np.searchsorted(lf, lf + w + 1e-12, side="right")
+
+    def window_sum(v: np.ndarray) -> np.ndarray:
+        cs = np.concatenate([[0.0], np.cumsum(v)])
+        return cs[hi] - cs[lo]
+
+    n = (hi - lo).astype(float)
+    sx, sy, sxx, sxy = window_sum(x), window_sum(ll), window_sum(x * x), window_sum(x * ll)
+    xm, ym = sx / n, sy / n
+    vxx = sxx - n * xm * xm
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(vxx > 1e-12 * np.maximum(n, 1), (sxy - n * xm * ym) / vxx, 0.0)
+    return ym + slope * (x - xm)

@@ -9,6 +9,7 @@ L_opt(C) + curv * (log N - log N_opt(C))^2, the IsoFLOP parabola with the median
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,14 @@ def loss_frontier(logC: np.ndarray, L: np.ndarray) -> tuple[float, float, float]
     return E, slope, icpt
 
 
+#: Values of a (N_opt ~ C^a) outside this range are noted as implausible.
+A_PLAUSIBLE = (0.1, 0.9)
+#: Fewer distinct model sizes deciding the kept optima cannot measure a slope.
+MIN_SIZES = 3
+#: Kept budgets spanning less than this factor in compute cannot measure a slope.
+MIN_C_SPAN = 3.0
+
+
 class FrontierLaw(Law):
     """Base of approaches 1 and 2: the power laws over budgets and the parabola prediction."""
 
@@ -71,11 +80,40 @@ class FrontierLaw(Law):
         return {"a": a, "log_kN": log_kN, "b": b, "log_kD": log_kD, "alpha_L": -sL, "log_kL": log_kL,
                 "E_L": E_L, "curv": float(np.median(c)) if c.size else np.nan}
 
-    def _check_exponent(self) -> None:
-        """Note an exponent outside (0, 1): N_opt must grow with C, but slower than C (else D_opt shrinks)."""
+    def _check_exponent(self, C: np.ndarray | None = None, sizes: np.ndarray | None = None, what: str = "") -> None:
+        """Note a frontier the kept budgets cannot pin down, so a table and report say so.
+
+        N_opt must grow with C but slower than C (else D_opt shrinks): a outside (0, 1) is
+        impossible, and outside :data:`A_PLAUSIBLE` implausible (published values lie in about
+        0.45-0.9). Independently of the value, budgets spanning less than :data:`MIN_C_SPAN` in
+        compute, or optima decided by fewer than :data:`MIN_SIZES` distinct model sizes, cannot
+        measure a slope, however tight its bootstrap interval looks.
+        """
         a = self.params_["a"]
         if not 0.0 < a < 1.0:
             self.notes_.append(f"a = {a:.3g} is outside (0, 1): the budgets do not locate a consistent optimum")
+        reasons = []
+        if 0.0 < a < 1.0 and not A_PLAUSIBLE[0] <= a <= A_PLAUSIBLE[1]:
+            reasons.append(f"a = {a:.3g} is outside the plausible {A_PLAUSIBLE[0]:g}-{A_PLAUSIBLE[1]:g}")
+        if sizes is not None and np.unique(np.asarray(sizes, float)).size < MIN_SIZES:
+            reasons.append(f"the kept optima come from {np.unique(np.asarray(sizes, float)).size} model size(s) "
+                           f"(fewer than {MIN_SIZES})")
+        if C is not None and len(C) and float(np.max(C) / np.min(C)) < MIN_C_SPAN:
+            reasons.append(f"the kept FLOP values span only a factor {float(np.max(C) / np.min(C)):.3g} "
+                           f"(less than {MIN_C_SPAN:g})")
+        if reasons:
+            self.notes_.append(f"unreliable: the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
+                               "do not trust a, b or the frontier it implies")
+
+    def bootstrap(self, n: int = 200, seed: int = 0) -> "FrontierLaw":
+        """As :meth:`Law.bootstrap`, and a note when a's interval reaches outside (0, 1)."""
+        super().bootstrap(n, seed)
+        self.notes_ = [m for m in self.notes_ if not m.startswith("unreliable: the 95% interval")]
+        iv = self.intervals()["a"]
+        if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
+            self.notes_.append(f"unreliable: the 95% interval of a, [{iv['lo']:.3g}, {iv['hi']:.3g}], reaches outside "
+                               "(0, 1): the data do not determine how N_opt grows with C")
+        return self
 
     @staticmethod
     def _need_budgets(n_used: int, flagged: list[str], what: str) -> None:

@@ -64,7 +64,8 @@ class ChinchillaIsoFLOP(FrontierLaw):
             np.array([b["C"] for b in used]), np.array([b["N_opt"] for b in used]),
             np.array([b["loss_opt"] for b in used]), np.array([b["coef"][0] for b in used]),
         )
-        self._check_exponent()
+        # Each used budget's vertex is located by its own parabola: no check of distinct sizes.
+        self._check_exponent(np.array([b["C"] for b in used]), None, "approach 2 (IsoFLOP)")
         if flagged:
             self.notes_.append(f"left out {len(budgets) - len(used)} of {len(budgets)} budgets: " + "; ".join(flagged))
 

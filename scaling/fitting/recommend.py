@@ -147,9 +147,15 @@ def recommend(
             rec.per_law[kind] = iv
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
-    Ns = np.array([r["N"]["value"] for r in rec.per_law.values()])
-    Ds = np.array([r["D"]["value"] for r in rec.per_law.values()])
-    Ls = np.array([r["loss"]["value"] for r in rec.per_law.values()])
+    # A law whose notes say the data cannot pin it down is listed but kept out of the consensus.
+    shaky = [k for k in rec.per_law if summary.laws[k].doubts()]
+    trusted = [k for k in rec.per_law if k not in shaky] or list(rec.per_law)
+    if shaky and len(trusted) < len(rec.per_law):
+        rec.notes.append("agreement and consensus leave out " + ", ".join(SHORT.get(k, k) for k in shaky)
+                         + " (its fit notes say the data cannot pin it down)")
+    Ns = np.array([rec.per_law[k]["N"]["value"] for k in trusted])
+    Ds = np.array([rec.per_law[k]["D"]["value"] for k in trusted])
+    Ls = np.array([rec.per_law[k]["loss"]["value"] for k in trusted])
     rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
                      "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
@@ -243,6 +249,8 @@ def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> li
         w0 = width(pts)
     except (UserError, ValueError):
         return []
+    if not math.isfinite(w0):
+        return []  # no interval to narrow (its bootstrap was unavailable)
     out = []
     budgets = [m * c_max for m in CANDIDATE_MULTIPLES if m * c_max < compute] or [compute]
     for C in budgets:
@@ -251,6 +259,8 @@ def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> li
         D = C / (k * sizes)
         extra = pd.DataFrame({"N": sizes, "D": D, "C": np.full(sizes.size, C), "loss": law3.predict(sizes, D)})
         w = width(pd.concat([pts, extra], ignore_index=True))
+        if not math.isfinite(w):
+            continue
         out.append({"C": C, "sizes": sizes.tolist(), "tokens": D.tolist(), "cost_flops": C * sizes.size,
                     "width_log_N": w, "baseline_width_log_N": w0, "reduction": 1.0 - w / w0 if w0 > 0 else 0.0})
     out.sort(key=lambda r: -r["reduction"])
