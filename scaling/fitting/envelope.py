@@ -122,7 +122,11 @@ class ChinchillaEnvelope(FrontierLaw):
             x = np.log(np.stack([sizes[lo[j]], sizes[i[j]], sizes[hi[j]]]))
             y = np.stack([B[lo[j], j], B[i[j], j], B[hi[j], j]])
             c2, c1, c0 = _parabola3(x, y)
-            good = c2 > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                dip = y[1] - (c0 - c1 ** 2 / (4 * c2))
+            # Nearly equal neighbouring sizes make a needle-sharp parabola whose vertex dips far
+            # below the measured losses: keep the staircase value there.
+            good = (c2 > 0) & np.isfinite(dip) & (dip <= np.maximum(y[0], y[2]) - y[1])
             vx = -c1[good] / (2 * c2[good])
             jj = j[good]
             n_opt[jj] = np.exp(vx)

@@ -42,6 +42,8 @@ def loss_frontier(logC: np.ndarray, L: np.ndarray) -> tuple[float, float, float]
         slope, icpt = fit_line(logC, np.log(L - E))
         return float(np.sum((np.log(L - E) - icpt - slope * logC) ** 2)), slope, icpt
 
+    if not (np.isfinite(L).all() and (L > 0).all()):
+        return math.nan, math.nan, math.nan  # no power law through a non-positive loss (a failed refit)
     if L.size < 4:
         return (0.0, *sse(0.0)[1:])
     from scipy.optimize import minimize_scalar
