@@ -291,6 +291,10 @@ def load(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: str = "
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in ORDER if k in laws}
     ordered.update({k: v for k, v in laws.items() if k not in ordered})
+    for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
+        doubts = law.doubts() if hasattr(law, "doubts") else []
+        doubts += [n for n in getattr(law, "notes_", []) if str(n).startswith("intervals unavailable")]
+        notes.extend(f"{LABELS.get(kind, kind)}: {n}" for n in doubts)
     return ordered, dicts, notes
 
 
