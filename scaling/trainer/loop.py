@@ -379,6 +379,9 @@ class Trainer:
             self.last_eval = evaluated = self.evaluate()
             self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
         if step % ex.checkpoint_interval == 0 or end:
+            # Metrics first: a checkpoint on disk must never be ahead of the steps in the database,
+            # or a process killed between the two would resume past steps it never recorded.
+            self.rec.flush()
             saved = self._save()
         if evaluated is not None or saved is not None:
             self.rec.flush()
