@@ -33,6 +33,10 @@ def _entry(rank: int, world: int, init: str, tmp: str, fn: Callable[..., Any], a
     try:
         out = fn(rank, world, *args)
         torch.save(out, os.path.join(tmp, f"result{rank}.pt"))
+        # Every rank done with its collectives before any tears the group down: destroying a gloo
+        # group while the peer still has work in flight aborted a process once ("terminate called
+        # without an active exception", zero3 with CPU offload).
+        dist.barrier()
     except Exception:
         traceback.print_exc()
         raise
