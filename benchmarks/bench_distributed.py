@@ -152,10 +152,10 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     if fsdp:
         # Build on the meta device, shard, then allocate only this rank's shards, as large
         # FSDP jobs do; a full model allocated first would set the RSS high-water mark.
-        from scaling.trainer.model import GPT, GPTConfig
+        from scaling.trainer.model import GPT
 
         with torch.device("meta"):
-            model = GPT(GPTConfig.from_shape(spec.shape))
+            model = GPT(spec.shape)
     else:
         model = build_model(spec.shape, spec.seed)
     if world > 1:

@@ -32,10 +32,10 @@ def test_gpt2_small_counts() -> None:
 )
 def test_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
     torch = pytest.importorskip("torch")
-    from scaling.trainer.model import GPT, GPTConfig
+    from scaling.trainer.model import GPT
 
     with torch.device("meta"):
-        model = GPT(GPTConfig.from_shape(shape))
+        model = GPT(shape)
     params = dict(model.named_parameters())  # the tied head appears once
     embedding = params["wte.weight"].numel() + params["wpe.weight"].numel()
     total = sum(p.numel() for p in params.values())

@@ -46,16 +46,13 @@ def normalize_url(url: str) -> str:
     """``url`` with a SQLite file path made absolute (a bare path becomes ``sqlite:///<abs>``)."""
     if "://" not in url:
         return "sqlite:///" + str(Path(url).expanduser().resolve())
-    parsed = _parse(url)
-    if parsed.get_backend_name() != "sqlite":
+    path = sqlite_path(url)
+    if path is None:
         return url
-    db = parsed.database or ""
-    if db in ("", ":memory:") or db.startswith("file:"):
+    absolute = str(path.expanduser().resolve())
+    if absolute == str(path):
         return url
-    absolute = str(Path(db).expanduser().resolve())
-    if absolute == db:
-        return url
-    return parsed.set(database=absolute).render_as_string(hide_password=False)
+    return _parse(url).set(database=absolute).render_as_string(hide_password=False)
 
 
 def _parse(url: str) -> URL:

@@ -12,7 +12,6 @@ bf16/fp16, else PyTorch's ``scaled_dot_product_attention``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,25 +24,6 @@ try:  # optional: only on CUDA machines where it was installed (the `gpu` extra)
     from flash_attn import flash_attn_func as _flash_attn_func
 except ImportError:  # pragma: no cover - depends on the machine
     _flash_attn_func = None
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """The shape of the model (the same five numbers as :class:`scaling.accounting.Shape`)."""
-
-    n_layer: int
-    d_model: int
-    n_head: int
-    vocab_size: int = 256
-    context: int = 256
-
-    @classmethod
-    def from_shape(cls, shape: Shape) -> "GPTConfig":
-        return cls(shape.n_layer, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
-
-    @property
-    def shape(self) -> Shape:
-        return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context)
 
 
 def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -65,7 +45,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -80,7 +60,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
         self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
@@ -91,7 +71,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
@@ -106,7 +86,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """The decoder. ``forward(idx)`` maps (B, T) token ids to (B, T, vocab) logits."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.cfg = cfg
         #: Recompute each block in the backward pass (trades compute for activation memory).
@@ -162,6 +142,6 @@ def build_model(shape: Shape, seed: int) -> GPT:
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return GPT(GPTConfig.from_shape(shape))
+        return GPT(shape)
     finally:
         torch.random.set_rng_state(generator_state)

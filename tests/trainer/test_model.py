@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from scaling.accounting import Shape
-from scaling.trainer.model import GPT, GPTConfig, build_model, causal_attention, masked_softmax_attention
+from scaling.trainer.model import GPT, build_model, causal_attention, masked_softmax_attention
 
 
 def _meta_model(shape: Shape) -> GPT:
     with torch.device("meta"):  # counts without allocating 124M parameters
-        return GPT(GPTConfig.from_shape(shape))
+        return GPT(shape)
 
 
 @pytest.mark.parametrize(
