@@ -4,9 +4,11 @@ Both train the same model (``scaling.trainer.model``) on the same corpus, batch 
 The trainer runs its real step (data pure in seed+cursor, LR schedule, autocast, accumulation
 hooks, spike check, clipping, scaler, metrics bookkeeping; no database); the plain loop is
 nanoGPT's: random windows, forward, cross-entropy, backward, clip, AdamW. Runs alternate in one
-process so drifts in machine load hit both; the ratio of median tokens/s is printed.
+process so drifts in machine load hit both; the ratio of median tokens/s is printed. First it
+prints this machine's probed matmul rates in bf16 and fp32 (what ``precision: auto`` decides
+on) and the precision the run resolves to.
 
-    python benchmarks/bench_trainer.py [--threads 1] [--precision bf16] [--rounds 10] [--steps 3]
+    python benchmarks/bench_trainer.py [--threads 1] [--precision auto] [--rounds 10] [--steps 3]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from scaling.trainer.loop import Trainer
 from scaling.trainer.mfu import peak_flops
 from scaling.trainer.model import build_model
 from scaling.trainer.optim import param_groups
-from scaling.trainer.precision import autocast
+from scaling.trainer.precision import autocast, cpu_rate, resolve_spec
 from scaling.trainer.spec import RunSpec
 
 
@@ -70,7 +72,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
-    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per loop per round")
     ap.add_argument("--warmup", type=int, default=2)
@@ -86,9 +88,20 @@ def main() -> None:
             "tokens": args.batch * args.context * (total + 1),  # never reaches the final eval
             "precision": args.precision,
             "eval_tokens": args.context,
-            "execution": {"threads": args.threads, "eval_interval": 10**6, "checkpoint_interval": 10**6},
+            "execution": {
+                "threads": args.threads, "device": "cpu", "eval_interval": 10**6, "checkpoint_interval": 10**6,
+            },
         }
     )
+    rates = {p: cpu_rate(p, args.threads) for p in ("bf16", "fp32")}
+    spec, resolution = resolve_spec(spec)
+    print(
+        f"matmul probe on this CPU at {args.threads} thread(s): bf16 {rates['bf16'] / 1e9:.3g} GFLOP/s, "
+        f"fp32 {rates['fp32'] / 1e9:.3g} GFLOP/s (bf16/fp32 = {rates['bf16'] / rates['fp32']:.3g}); "
+        f"precision {args.precision} -> {spec.precision} ({resolution.reason})"
+    )
+    if resolution.warning:
+        print(f"warning: {resolution.warning}")
     run_dir = tempfile.TemporaryDirectory()
     trainer = Trainer(spec, None, run_dir.name)
     trainer._start()  # step-0 checkpoint and data event, as train() does before its first step
@@ -109,9 +122,9 @@ def main() -> None:
     plain = base
     t, p = statistics.median(ours), statistics.median(plain)
     fpt = spec.shape.flops_per_token("6N_attention")
-    peak = peak_flops(torch.device("cpu"), args.precision, args.threads)
+    peak = peak_flops(torch.device("cpu"), spec.precision, args.threads)
     print(
-        f"model {spec.shape.params_total:,} params, {args.batch}x{args.context} tokens/step, {args.precision}, "
+        f"model {spec.shape.params_total:,} params, {args.batch}x{args.context} tokens/step, {spec.precision}, "
         f"{args.threads} thread(s)"
     )
     print(f"median tokens/s: trainer {t:,.0f}, plain {p:,.0f}; ratio trainer/plain = {t / p:.3f} (target >= 0.95)")

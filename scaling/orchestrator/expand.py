@@ -39,6 +39,7 @@ class Expansion:
     plan: Plan
     runs: list[PlannedRun]
     notes: list[str] = field(default_factory=list)
+    precision_reason: str = ""  # how the plan's precision was chosen (`scaling plan` shows it)
 
     @property
     def specs(self) -> list[RunSpec]:
@@ -103,11 +104,12 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     model, explicit D below one batch, a rule without a value) and ResourceError for a run that
     fits the device memory under no strategy.
     """
+    plan, precision = _resolve_precision(plan)
     base = _base_spec_fields(plan)
     data_resolved: Optional[dict[str, Any]] = None
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}
-    notes: list[str] = []
+    notes: list[str] = [precision.warning] if precision.warning else []
 
     for b, block in enumerate(plan.grid):
         points: list[tuple[Any, ...]] = []  # (model index, shape, D, budget, lr, batch, loc)
@@ -215,7 +217,16 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     ordered = sorted(
         runs.values(), key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed)
     )
-    return Expansion(plan, ordered, notes)
+    return Expansion(plan, ordered, notes, precision.reason)
+
+
+def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
+    """The plan with ``auto`` resolved on this machine (the driver), before any key is computed."""
+    from scaling.trainer.precision import resolve
+
+    device = "cuda" if plan.resources.gpus_per_worker > 0 else "cpu"
+    res = resolve(plan.train.precision, device, plan.train.threads)
+    return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
 
 
 def _hyper(plan: Plan, N: float, D: float, C: float, source, loc) -> tuple[float, int]:

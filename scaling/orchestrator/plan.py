@@ -73,7 +73,7 @@ class Conventions(_Strict):
 class TrainPlan(_Strict):
     """The training recipe shared by every run (rules may override lr and batch_tokens)."""
 
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # resolved per machine at expansion
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: ScheduleSpec = ScheduleSpec()
     batch_tokens: int = Field(default=8192, gt=0)
@@ -314,6 +314,8 @@ class Plan(_Strict):
         r = self.resources
         mb = self.micro_batch(batch_tokens)
         prec = self.train.precision
+        if prec == "auto":  # unresolved (a stored plan, torch-free): fp32 on CPUs is the larger estimate
+            prec = "bf16" if r.gpus_per_worker > 0 else "fp32"
         ckpt = r.activation_checkpointing
         if r.strategy == "auto":
             if r.device_memory_gib is None:

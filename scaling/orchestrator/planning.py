@@ -14,25 +14,30 @@ from typing import Any, Optional
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.plan import Plan, load_plan
 
-#: Default achieved FLOP/s per worker when the plan gives none. CPU: measured for the tiny
-#: models of examples/plan.yaml on a laptop core (small matmuls reach a few GFLOP/s);
-#: GPU: about 40% of a current accelerator's ~1e15 dense bf16 peak.
-CPU_THROUGHPUT_FLOPS = 3e9
-GPU_THROUGHPUT_FLOPS = 4e14
+#: Achieved share of the probed matmul peak of a CPU worker (`scaling.trainer.mfu`, for the run's
+#: precision and threads): the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
+#: (benchmarks/bench_trainer.py); smaller matmuls reach less. GPU: about 40% of a current
+#: accelerator's dense peak (~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32).
+CPU_PEAK_FRACTION = 0.5
+GPU_THROUGHPUT_FLOPS = {"bf16": 4e14, "fp16": 4e14, "fp32": 2.7e13}
 #: Fixed cost of one optimizer step (Python, kernel launches, logging): it dominates for the
 #: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
 CPU_STEP_SECONDS = 0.010
 GPU_STEP_SECONDS = 0.005
 
 
-def throughput(plan: Plan) -> float:
-    """FLOP/s one worker achieves (the plan's figure, else a default for its device kind)."""
+def throughput(plan: Plan, precision: Optional[str] = None) -> float:
+    """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
+    the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
     r = plan.resources
     if r.throughput_flops is not None:
         return r.throughput_flops
+    precision = precision or plan.train.precision
     if r.gpus_per_worker > 0:
-        return GPU_THROUGHPUT_FLOPS * r.gpus_per_worker
-    return CPU_THROUGHPUT_FLOPS * plan.train.threads
+        return GPU_THROUGHPUT_FLOPS[precision] * r.gpus_per_worker
+    from scaling.trainer.precision import cpu_rate
+
+    return CPU_PEAK_FRACTION * cpu_rate(precision, plan.train.threads)
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
@@ -40,7 +45,8 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * run.spec.steps * run.spec.batch_tokens
     per_step = GPU_STEP_SECONDS if plan.resources.gpus_per_worker > 0 else CPU_STEP_SECONDS
-    return run.spec.steps * per_step + real_flops / (throughput(plan) * run.spec.execution.workers)
+    rate = throughput(plan, run.spec.precision)
+    return run.spec.steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
@@ -72,6 +78,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "workers": spec.execution.workers,
         "memory_gib": run.memory_gib,
         "strategy": run.strategy,
+        "precision": spec.precision,
         "est_seconds": estimated_seconds(run, plan),
     }
 
@@ -104,6 +111,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
     return {
         "sweep": plan.name,
         "conventions": {"params": plan.conventions.params, "flops": plan.conventions.flops},
+        "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
         "notes": expansion.notes,
         "totals": {
@@ -140,7 +148,8 @@ def render_table(summary: dict[str, Any]) -> Any:
         caption=(
             f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
-            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker)"
+            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker); "
+            f"precision {summary['precision']['resolved']} ({summary['precision']['reason']})"
         ),
     )
     for col in ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "mem GiB", "strategy", "est."):

@@ -1,13 +1,15 @@
 """One spec trained alone (``scaling train``), recorded in the database like any other run.
 
-The spec's data is resolved (so its key carries the corpus fingerprint), it is registered in a
-sweep (``adhoc`` by default), claimed, trained and finished. A run already completed there is
-not retrained. Failures are recorded (event + ``failed`` status) and re-raised.
+The spec's data and precision are resolved (so its key carries the corpus fingerprint and the
+precision it trains in), it is registered in a sweep (``adhoc`` by default), claimed, trained
+and finished. A run already completed there is not retrained. Failures are recorded (event +
+``failed`` status) and re-raised.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -38,8 +40,11 @@ def train_adhoc(
     from scaling.db import Store
     from scaling.trainer import train
     from scaling.trainer.data import resolve_data
+    from scaling.trainer.precision import resolve_spec
 
-    spec = resolve_data(spec)
+    spec, precision = resolve_spec(resolve_data(spec))  # both before the key: it carries them
+    if precision.warning:
+        print(f"warning: {precision.warning}", file=sys.stderr)
     key = spec.key
     folder = Path(run_dir) if run_dir is not None else Path(DEFAULT_RUNS_DIR) / sweep / key
     store = Store(db_url)

@@ -31,7 +31,7 @@ from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpu
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
 from scaling.trainer.optim import lr_at, param_groups
-from scaling.trainer.precision import autocast, uses_loss_scaling
+from scaling.trainer.precision import autocast, resolve_on_ranks, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
 from scaling.trainer.spec import RunSpec
@@ -88,6 +88,9 @@ class Trainer:
         ex = spec.execution
         torch.set_num_threads(ex.threads)
         self.rt = Runtime.current(ex.device)
+        if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
+            chosen = resolve_on_ranks(spec.precision, self.rt.device, ex.threads, self.rt.distributed)
+            spec = self.spec = spec.model_copy(update={"precision": chosen})
 
         # Data.
         self.corpus = load_corpus(spec.data)

@@ -39,33 +39,46 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_cpu_flops(dtype: torch.dtype, threads: int, seconds: float = 0.3) -> float:
-    """Best matmul FLOP/s over a few sizes at ``threads`` threads: the CPU's practical peak.
+def probe_cpu_flops(
+    dtype: torch.dtype, threads: int, seconds: float = 0.3, sizes: tuple[int, ...] = (256, 512, 1024)
+) -> float:
+    """Best matmul FLOP/s over ``sizes`` at ``threads`` threads: the CPU's practical peak.
 
     Timed in process CPU time (summed over threads, hence the factor ``threads``), so a probe
-    taken while other processes share the cores still measures what the cores can do.
+    taken while other processes share the cores still measures what the cores can do. A dtype
+    without native support (bf16 on a CPU without AVX512-BF16/AMX runs ~50x slower than fp32)
+    stops before the next size's single matmul would overrun its share of ``seconds``, so the
+    probe stays well under a second either way.
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     best = 0.0
+    budget = seconds / len(sizes)
     try:
-        for n in (256, 512, 1024):
+        for i, n in enumerate(sizes):
             a = torch.randn(n, n).to(dtype)
             b = torch.randn(n, n).to(dtype)
             torch.mm(a, b)  # warm up
             iters, wall, cpu = 0, time.perf_counter(), time.process_time()
-            while time.perf_counter() - wall < seconds / 3 or iters < 2:
+            while time.perf_counter() - wall < budget or iters < 2:
                 torch.mm(a, b)
                 iters += 1
+            per_mm = (time.perf_counter() - wall) / iters
             used = max(time.process_time() - cpu, 1e-9)
             best = max(best, 2.0 * n**3 * iters * threads / used)
+            nxt = sizes[i + 1] if i + 1 < len(sizes) else None
+            if nxt is not None and per_mm * (nxt / n) ** 3 > budget:
+                break
     finally:
         torch.set_num_threads(previous)
     return best
 
 
 def cpu_peak_flops(precision: str, threads: int) -> float:
-    """The probed CPU peak for the dtype the matmuls run in, measured once and cached."""
+    """The probed CPU peak for the dtype the matmuls run in, measured once and cached.
+
+    ``scaling.trainer.precision`` compares the bf16 and fp32 entries to resolve ``auto``.
+    """
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     key = f"{_cpu_name()}|{dtype}|threads={threads}|torch={torch.__version__}"
     path = cache_dir() / "peak_flops.json"

@@ -145,7 +145,7 @@ class RunSpec(_Frozen):
     data: DataSpec = DataSpec()
     params_convention: Literal["non_embedding", "total"] = "non_embedding"
     flops_convention: Literal["6N", "6N_attention"] = "6N"
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: see trainer.precision.resolve
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: ScheduleSpec = ScheduleSpec()
     batch_tokens: int = Field(default=8192, gt=0, description="global batch size in tokens")
