@@ -14,6 +14,7 @@ def _spec(memory_gib: float | None, strategy: str = "auto") -> RunSpec:
     return RunSpec.from_dict(
         {
             "model": {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024},
+            "precision": "bf16",  # the memory figures below are bf16's
             "tokens": 1024 * 8 * 10,
             "batch_tokens": 1024 * 8,
             "execution": {"workers": 4, "strategy": strategy, "device_memory_gib": memory_gib, "micro_batch_size": 1},

@@ -91,8 +91,9 @@ def test_a_run_held_by_a_live_claimant_is_refused(sqlite_url: str, tmp_path: Pat
     from scaling.db import Store
     from scaling.errors import UserError
     from scaling.trainer.data import resolve_data
+    from scaling.trainer.precision import resolve_spec
 
-    spec = resolve_data(RunSpec.from_dict(tiny))
+    spec, _ = resolve_spec(resolve_data(RunSpec.from_dict(tiny)))  # as `scaling train` keys it
     with Store(sqlite_url) as store:
         store.register("adhoc", [spec.record()])
         assert store.claim(spec.key, "other-host", sweep="adhoc") == 1

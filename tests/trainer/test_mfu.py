@@ -35,3 +35,17 @@ def test_mfu_ratio() -> None:
     assert mfu.mfu(1000.0, 6e6, 1e10, devices=2) == pytest.approx(0.3)
     assert mfu.mfu(1000.0, 6e6, None) is None
     assert mfu.GPU_PEAK_FLOPS["H200"]["bf16"] == 989e12
+
+
+def test_the_probe_never_starts_a_size_whose_matmul_would_overrun_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dtype without native support (bf16 on most CPUs) would otherwise take seconds at n=1024.
+    sizes: list[int] = []
+    real_mm = torch.mm
+
+    def recording(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        sizes.append(a.shape[0])
+        return real_mm(a, b)
+
+    monkeypatch.setattr(torch, "mm", recording)
+    assert mfu.probe_cpu_flops(torch.float32, 1, seconds=1e-4, sizes=(64, 4096)) > 0
+    assert set(sizes) == {64}
