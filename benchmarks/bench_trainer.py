@@ -93,13 +93,14 @@ def main() -> None:
             },
         }
     )
-    rates = {p: cpu_rate(p, args.threads) for p in ("bf16", "fp32")}
+    for threads in sorted({1, args.threads}):  # auto decides on one core's rates
+        rates = {p: cpu_rate(p, threads) for p in ("bf16", "fp32")}
+        print(
+            f"matmul probe on this CPU at {threads} thread(s): bf16 {rates['bf16'] / 1e9:.3g} GFLOP/s, "
+            f"fp32 {rates['fp32'] / 1e9:.3g} GFLOP/s (bf16/fp32 = {rates['bf16'] / rates['fp32']:.3g})"
+        )
     spec, resolution = resolve_spec(spec)
-    print(
-        f"matmul probe on this CPU at {args.threads} thread(s): bf16 {rates['bf16'] / 1e9:.3g} GFLOP/s, "
-        f"fp32 {rates['fp32'] / 1e9:.3g} GFLOP/s (bf16/fp32 = {rates['bf16'] / rates['fp32']:.3g}); "
-        f"precision {args.precision} -> {spec.precision} ({resolution.reason})"
-    )
+    print(f"precision {args.precision} -> {spec.precision} ({resolution.reason})")
     if resolution.warning:
         print(f"warning: {resolution.warning}")
     run_dir = tempfile.TemporaryDirectory()

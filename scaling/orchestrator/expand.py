@@ -225,7 +225,7 @@ def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
     from scaling.trainer.precision import resolve
 
     device = "cuda" if plan.resources.gpus_per_worker > 0 else "cpu"
-    res = resolve(plan.train.precision, device, plan.train.threads)
+    res = resolve(plan.train.precision, device)
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
 
 

@@ -2,7 +2,8 @@
 
 Nothing is trained or written. Memory and strategy come from `scaling.accounting`; time is a
 rough estimate from the real FLOPs of a step (attention and embeddings counted) at a throughput
-per worker that the plan may set (``resources.throughput_flops``).
+per worker that the plan may set (``resources.throughput_flops``), else a share of the CPU's probed
+matmul rate in the runs' resolved precision, or a GPU default for that precision.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any, Optional
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.plan import Plan, load_plan
 
-#: Achieved share of the probed matmul peak of a CPU worker (`scaling.trainer.mfu`, for the run's
-#: precision and threads): the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
+#: Achieved share of one core's probed matmul peak (`scaling.trainer.mfu`, in the run's
+#: precision), per thread: the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
 #: (benchmarks/bench_trainer.py); smaller matmuls reach less. GPU: about 40% of a current
 #: accelerator's dense peak (~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32).
 CPU_PEAK_FRACTION = 0.5
@@ -37,7 +38,8 @@ def throughput(plan: Plan, precision: Optional[str] = None) -> float:
         return GPU_THROUGHPUT_FLOPS[precision] * r.gpus_per_worker
     from scaling.trainer.precision import cpu_rate
 
-    return CPU_PEAK_FRACTION * cpu_rate(precision, plan.train.threads)
+    # One core's rate times the threads: a one-thread probe is not thrown off by a busy machine.
+    return CPU_PEAK_FRACTION * cpu_rate(precision, 1) * plan.train.threads
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:

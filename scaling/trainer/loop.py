@@ -89,7 +89,7 @@ class Trainer:
         torch.set_num_threads(ex.threads)
         self.rt = Runtime.current(ex.device)
         if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
-            chosen = resolve_on_ranks(spec.precision, self.rt.device, ex.threads, self.rt.distributed)
+            chosen = resolve_on_ranks(spec.precision, self.rt.device, self.rt.distributed)
             spec = self.spec = spec.model_copy(update={"precision": chosen})
 
         # Data.

@@ -71,12 +71,15 @@ def _gflops(rate: float) -> str:
     return f"{rate / 1e9:.3g} GFLOP/s"
 
 
-def resolve(requested: str, device: str, threads: int = 1) -> Resolution:
+def resolve(requested: str, device: str) -> Resolution:
     """The precision a run requesting ``requested`` trains in on ``device`` (cpu | cuda | auto).
 
     ``device="cuda"`` on a machine without CUDA (a driver planning a GPU sweep) assumes a
-    current GPU (Ampere or newer, native bf16). An explicit bf16 or fp16 on a CPU where it is
-    slower than fp32 is kept, with a one-line warning giving both probed rates.
+    current GPU (Ampere or newer, native bf16). On a CPU the rates compared are one core's: the
+    gap comes from the instruction set, a one-thread probe is not thrown off by other processes
+    sharing the cores (threads waiting on a descheduled sibling are), and the choice, which
+    enters the run's key, must not depend on ``execution.threads``. An explicit bf16 or fp16 on
+    a CPU where it is slower than fp32 is kept, with a one-line warning giving both rates.
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -92,27 +95,25 @@ def resolve(requested: str, device: str, threads: int = 1) -> Resolution:
     if requested == "fp32":
         return Resolution(requested, "fp32", "as requested")
     half = "bf16" if requested == "auto" else requested
-    rates = {half: cpu_rate(half, threads), "fp32": cpu_rate("fp32", threads)}
-    measured = (
-        f"{half} matmuls {_gflops(rates[half])} against {_gflops(rates['fp32'])} in fp32 "
-        f"at {threads} thread{'s' if threads != 1 else ''}"
-    )
+    rates = {half: cpu_rate(half, 1), "fp32": cpu_rate("fp32", 1)}
+    measured = f"{half} matmuls {_gflops(rates[half])} against {_gflops(rates['fp32'])} in fp32 per core"
     fast = rates[half] >= rates["fp32"]
     if requested == "auto":
         return Resolution(requested, "bf16" if fast else "fp32", f"auto: on this CPU {measured}", rates)
-    warning = None if fast else f"precision {requested} is slow on this CPU: {measured}; precision auto or fp32 trains faster"
+    slow = f"precision {requested} is slow on this CPU: {measured}; precision auto or fp32 trains faster"
+    warning = None if fast else slow
     return Resolution(requested, requested, "as requested", rates, warning)
 
 
 def resolve_spec(spec: "RunSpec") -> tuple["RunSpec", Resolution]:
     """``spec`` with its precision resolved for this machine (its key changes when it was auto)."""
-    res = resolve(spec.precision, spec.execution.device, spec.execution.threads)
+    res = resolve(spec.precision, spec.execution.device)
     if res.precision != spec.precision:
         spec = spec.model_copy(update={"precision": res.precision})
     return spec, res
 
 
-def resolve_on_ranks(precision: str, device: torch.device, threads: int, distributed: bool) -> str:
+def resolve_on_ranks(precision: str, device: torch.device, distributed: bool) -> str:
     """``auto`` resolved inside a (possibly distributed) training process: rank 0 decides for all.
 
     Reached only when a spec still saying ``auto`` is handed straight to ``train()``; the entry
@@ -122,9 +123,9 @@ def resolve_on_ranks(precision: str, device: torch.device, threads: int, distrib
     if precision != "auto":
         return precision
     if not distributed:
-        return resolve(precision, device.type, threads).precision
+        return resolve(precision, device.type).precision
     import torch.distributed as dist
 
-    box: list[Any] = [resolve(precision, device.type, threads).precision if dist.get_rank() == 0 else None]
+    box: list[Any] = [resolve(precision, device.type).precision if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
     return str(box[0])

@@ -49,8 +49,8 @@ def test_the_real_probe_measures_both_precisions_once_and_caches_them(
         return real(dtype, threads, seconds=0.02, sizes=(32, 64))
 
     monkeypatch.setattr(mfu, "probe_cpu_flops", tiny)
-    first = resolve("auto", "cpu", threads=1)
-    again = resolve("auto", "cpu", threads=1)
+    first = resolve("auto", "cpu")
+    again = resolve("auto", "cpu")
     assert sorted(map(str, probed)) == ["torch.bfloat16", "torch.float32"]  # once each, then cached
     assert first == again and set(first.rates) == {"bf16", "fp32"} and min(first.rates.values()) > 1e6
     assert first.precision == ("bf16" if first.rates["bf16"] >= first.rates["fp32"] else "fp32")
@@ -60,10 +60,10 @@ def test_the_real_probe_measures_both_precisions_once_and_caches_them(
 
 def test_auto_on_a_cpu_takes_bf16_only_when_it_is_at_least_as_fast(rates) -> None:
     asked = rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
-    slow = resolve("auto", "cpu", threads=2)
+    slow = resolve("auto", "cpu")
     assert slow.precision == "fp32" and slow.warning is None
-    assert slow.reason == "auto: on this CPU bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 at 2 threads"
-    assert asked == [("bf16", 2), ("fp32", 2)]  # at the run's thread count
+    assert slow.reason == "auto: on this CPU bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 per core"
+    assert asked == [("bf16", 1), ("fp32", 1)]  # one core's rates, whatever the run's threads
     rates(bf16=70 * GFLOP, fp32=70 * GFLOP)
     assert resolve("auto", "cpu").precision == "bf16"
     rates(bf16=300 * GFLOP, fp32=70 * GFLOP)  # AMX
@@ -72,10 +72,10 @@ def test_auto_on_a_cpu_takes_bf16_only_when_it_is_at_least_as_fast(rates) -> Non
 
 def test_an_explicit_slow_half_precision_is_kept_with_a_one_line_warning(rates) -> None:
     rates(bf16=0.9 * GFLOP, fp16=1.2 * GFLOP, fp32=70 * GFLOP)
-    res = resolve("bf16", "cpu", threads=1)
+    res = resolve("bf16", "cpu")
     assert res.precision == "bf16"
     assert res.warning == (
-        "precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 at 1 thread; "
+        "precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 per core; "
         "precision auto or fp32 trains faster"
     )
     assert "fp16 matmuls 1.2 GFLOP/s" in (resolve("fp16", "cpu").warning or "")
@@ -186,7 +186,7 @@ def test_scaling_plan_prints_the_slow_bf16_warning_on_one_line(
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if "slow" in x]
     assert line == (
-        "note: precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 at 1 thread; "
+        "note: precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 per core; "
         "precision auto or fp32 trains faster"
     )
     assert "precision bf16 (as requested)" in " ".join(out.split())
