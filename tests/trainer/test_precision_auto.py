@@ -197,3 +197,22 @@ def test_a_stored_plan_left_at_auto_still_suggests_a_run() -> None:
 
     auto = suggest_run(_plan(None), N=1e5, D=1e7, C=6e12)
     assert auto["memory_gib"] == suggest_run(_plan("fp32"), N=1e5, D=1e7, C=6e12)["memory_gib"]
+
+
+def test_scaling_train_stores_the_resolved_precision_and_warns_on_stderr(
+    make_spec, rates, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scaling.db import connect
+    from scaling.trainer.adhoc import train_adhoc
+
+    rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
+    one_step = {"tokens": 32 * 8, "execution": {"device": "cpu"}}
+    auto = train_adhoc(make_spec(**one_step), sqlite_url, tmp_path / "a")
+    assert capsys.readouterr().err == ""
+    named = train_adhoc(make_spec(precision="bf16", **one_step), sqlite_url, tmp_path / "b")
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 per core; "
+        "precision auto or fp32 trains faster"
+    ]
+    stored = {r["run_key"]: r["spec"]["precision"] for r in connect(sqlite_url).runs(sweep="adhoc").to_dict("records")}
+    assert stored == {auto.key: "fp32", named.key: "bf16"}
