@@ -312,7 +312,7 @@ class Plan(_Strict):
         ValidationError for a value the spec refuses.
         """
         recipe = {name: getattr(self.train, name) for name in Recipe.model_fields}
-        recipe.update(optimizer=self.train.optimizer.model_copy(update={"lr": lr}), batch_tokens=batch_tokens)
+        recipe.update(optimizer={**self.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
         execution = ExecutionSpec(
             **{name: getattr(self.train, name) for name in LoopSettings.model_fields},
             **{name: getattr(self.resources, name) for name in Placement.model_fields},

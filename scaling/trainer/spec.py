@@ -1,7 +1,10 @@
 """`RunSpec`: the immutable, validated description of one training run.
 
 Both the orchestrator (which expands plans into specs) and the trainer (which trains one) use
-it, so it lives on the trainer's side: the trainer never imports the orchestrator.
+it, so it lives on the trainer's side: the trainer never imports the orchestrator. A plan's
+``data``, ``conventions``, ``train`` and ``resources`` sections are this module's models
+(DataSpec, Conventions, Recipe + LoopSettings, Placement), so every field, default and check of
+a run has its home here.
 
 The run's ``key`` hashes what defines the experiment's *result* (shape, data and its
 fingerprint, D, training hyperparameters, precision, seed, injected faults) and not how it is
