@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from scaling import rules
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.orchestrator.plan import Plan, RuleValueError, where
 from scaling.orchestrator.yamlsource import YamlSource
