@@ -3,7 +3,7 @@
 A plan may say ``lr: "3e-3 * (N / 1e6) ** -0.25"`` or ``batch_tokens: "max(2048, 0.5 * D ** 0.5)"``.
 Plan text is never given to Python's ``eval``: it is parsed with :mod:`ast` and only a short
 whitelist of nodes is walked (numbers, the names N, D and C, + - * / **, unary minus and a few
-functions). Torch-free and Ray-free, so the fitting package can call :func:`suggest_run`.
+functions). A leaf module: it imports nothing of scaling's.
 """
 
 from __future__ import annotations
@@ -98,7 +98,10 @@ def _eval(node: ast.AST, env: Mapping[str, float]) -> float:
         left, right = _eval(node.left, env), _eval(node.right, env)
         if isinstance(node.op, ast.Pow) and abs(right) > 1e3:
             raise RuleError("exponents above 1000 are not allowed")
-        return _BINOPS[type(node.op)](left, right)
+        value = _BINOPS[type(node.op)](left, right)
+        if isinstance(value, complex):  # a negative number to a fractional power
+            raise RuleError(f"({left:g}) ** {right:g} has no real value")
+        return value
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env)
         return -value if isinstance(node.op, ast.USub) else value
@@ -168,17 +171,3 @@ def check_rule(rule: Any) -> None:
         _power_law(rule, {"N": 1.0, "D": 1.0, "C": 1.0})
     elif isinstance(rule, bool) or not isinstance(rule, (int, float)):
         raise RuleError("a rule must be a number, an expression or a power law")
-
-
-def suggest_run(plan: dict, N: float, D: float, C: float) -> dict:
-    """What the plan would train for a target of N parameters, D tokens and C FLOPs.
-
-    ``plan`` is a plan as stored with its sweep (the YAML mapping or the resolved plan's dict).
-    Returns ``shape`` (dict), ``n_params`` (exact, in the plan's convention), ``lr``,
-    ``batch_tokens``, ``memory_gib`` (per worker) and ``strategy`` (None if nothing fits).
-    """
-    # Lazy: the plan schema lives with the orchestrator; it is torch-free and Ray-free too.
-    from scaling.orchestrator.plan import Plan
-
-    resolved = Plan.from_dict(plan) if not isinstance(plan, Plan) else plan
-    return resolved.suggest(N=N, D=D, C=C)

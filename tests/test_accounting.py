@@ -129,3 +129,28 @@ def test_shape_policy() -> None:
             policy.shape_for(bad)
     with pytest.raises(ValueError, match="multiple of n_head"):
         Shape(2, 100, 3)
+
+
+def test_batch_problem_refuses_partial_sequences_and_idle_workers() -> None:
+    from scaling.accounting import batch_problem
+
+    assert batch_problem(1024, 256) is None and batch_problem(1024, 256, workers=4) is None
+    assert "less than one sequence" in (batch_problem(100, 256) or "")
+    assert "not a whole number of sequences of context 256 (use 768 or 1024)" in (batch_problem(1000, 256) or "")
+    assert "cannot feed 5 workers" in (batch_problem(1024, 256, workers=5) or "")
+
+
+@pytest.mark.parametrize(
+    "batch, world, requested, expected",
+    [(10, 1, None, 10), (10, 3, None, 4), (10, 4, None, 3), (10, 3, 2, 2), (9, 1, 4, 3), (10, 1, 4, 4), (8, 2, 100, 4)],
+)
+def test_micro_batch_size_is_the_largest_forward_pass(batch: int, world: int, requested: int | None,
+                                                      expected: int) -> None:
+    """The one derivation of b: the largest micro-batch any rank runs when micro_batches splits the batch."""
+    from scaling.accounting import micro_batch_size, micro_batches
+
+    assert micro_batch_size(batch, world, requested) == expected
+    shares = [(r + 1) * batch // world - r * batch // world for r in range(world)]
+    parts = [micro_batches(batch, world, share, requested) for share in shares]
+    assert len({len(p) for p in parts}) == 1, "every rank runs as many micro-batches"
+    assert max(c for p in parts for _, c in p) == expected

@@ -42,9 +42,17 @@ DbOption = Annotated[
         show_default=False,
     ),
 ]
+def check_sweep_name(value: Optional[str]) -> Optional[str]:
+    """A --sweep value must be a valid sweep name (it names a folder and is printed): see scaling.naming."""
+    from scaling.naming import check_name
+
+    return None if value is None else check_name(value, "--sweep")
+
+
 SweepOption = Annotated[
     Optional[str],
-    typer.Option("--sweep", help="Sweep name (default: the most recent sweep).", show_default=False),
+    typer.Option("--sweep", help="Sweep name (default: the most recent sweep).", show_default=False,
+                 callback=check_sweep_name),
 ]
 FormatOption = Annotated[
     str, typer.Option("--format", help="Output format: table or json.")

@@ -83,6 +83,7 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     from scaling.fitting import recommend as do_recommend
+    from scaling.orchestrator.plan import size_run
 
     _check_format(fmt)
     if csv is not None:
@@ -90,5 +91,6 @@ def recommend(
     else:
         from scaling.db import resolve_url
 
-        rec = do_recommend(compute, url=resolve_url(db), sweep=sweep, n_bootstrap=bootstrap, seed=seed)
+        rec = do_recommend(compute, url=resolve_url(db), sweep=sweep, n_bootstrap=bootstrap, seed=seed,
+                           size_run=size_run)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")

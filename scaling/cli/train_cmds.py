@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from scaling.cli.common import DbOption, app
+from scaling.cli.common import DbOption, app, check_sweep_name
 
 
 @app.command()
@@ -18,7 +18,9 @@ def train(
         Optional[Path],
         typer.Option("--run-dir", help="Checkpoint folder (default ./scaling_runs/<sweep>/<key>).", show_default=False),
     ] = None,
-    sweep: Annotated[str, typer.Option("--sweep", help="Sweep to record the run in.")] = "adhoc",
+    sweep: Annotated[
+        str, typer.Option("--sweep", help="Sweep to record the run in.", callback=check_sweep_name)
+    ] = "adhoc",
 ) -> None:
     """Train one spec alone, recorded in the database like any run of a sweep.
 

@@ -2,9 +2,10 @@
 
 For a budget C (default ten times the largest run), each fitted law gives N*, D* and its predicted
 loss with bootstrap intervals; their spread says how far the methods agree. With a sweep, the
-plan's own rules turn the consensus N* into a concrete run (``scaling.rules.suggest_run``: shape,
-learning rate, batch, memory and strategy on the plan's device), or, where that helper is missing,
-the default shape policy and memory model of :mod:`scaling.accounting`.
+plan's own rules turn the consensus N* into a concrete run (shape, learning rate, batch, memory and
+strategy on the plan's device) through the sizing function the caller passes (the command line
+passes ``scaling.orchestrator.plan.size_run``; the fits never import the orchestrator), or,
+without one, the default shape policy and memory model of :mod:`scaling.accounting`.
 
 Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
 candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
@@ -19,7 +20,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,9 @@ CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: Bootstrap replicates per candidate in the heuristic.
 CANDIDATE_BOOTSTRAP = 100
+#: Sizes a run from a sweep's stored plan: (plan, N, D, C) -> shape, n_params, lr, batch_tokens,
+#: memory_gib, strategy.
+SizeRun = Callable[[dict[str, Any], float, float, float], dict[str, Any]]
 
 
 @dataclass
@@ -113,11 +117,12 @@ def recommend(
     summary: FitSummary | None = None,
     plan: dict[str, Any] | None = None,
     next_runs: bool = True,
+    size_run: SizeRun | None = None,
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
 
     Give ``url`` (and optionally ``sweep``) or ``csv``; or a ready ``summary`` (then ``plan``
-    may carry the sweep's plan for the concrete run).
+    may carry the sweep's plan for the concrete run). ``size_run`` turns the plan into a run.
     """
     if summary is None:
         if csv is not None and (sweep is not None):
@@ -162,7 +167,7 @@ def recommend(
     N_c = float(np.exp(np.mean(np.log(Ns))))
     rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
     if plan is not None or summary.sweep is not None:  # a sweep: its plan's rules, else the defaults
-        rec.run, rec.run_source, note = concrete_run(plan, N_c, rec.consensus["D"], float(compute))
+        rec.run, rec.run_source, note = concrete_run(plan, N_c, rec.consensus["D"], float(compute), size_run)
         if note:
             rec.notes.append(note)
     if next_runs:
@@ -202,18 +207,16 @@ def _plan_of(url: str, sweep: str | None) -> dict[str, Any] | None:
     return plan if isinstance(plan, dict) else None
 
 
-def concrete_run(plan: dict[str, Any] | None, N: float, D: float, C: float) -> tuple[dict[str, Any], str, str | None]:
-    """(run, where it came from, note): the plan's rules via ``scaling.rules.suggest_run`` when present."""
-    try:
-        from scaling.rules import suggest_run
-    except ImportError:
-        suggest_run = None  # type: ignore[assignment]
+def concrete_run(
+    plan: dict[str, Any] | None, N: float, D: float, C: float, size_run: SizeRun | None = None
+) -> tuple[dict[str, Any], str, str | None]:
+    """(run, where it came from, note): the plan's rules through ``size_run`` when both are given."""
     note = None if plan is not None else "the sweep has no stored plan; the run is sized with the defaults"
-    if plan is None:
-        suggest_run = None  # type: ignore[assignment]
-    if suggest_run is not None:
+    if plan is not None and size_run is None:
+        note = "no sizing function for the sweep's plan was given; the run is sized with the defaults"
+    if plan is not None and size_run is not None:
         try:
-            return dict(suggest_run(plan, N, D, C)), "the plan's rules (scaling.rules.suggest_run)", None
+            return dict(size_run(plan, N, D, C)), "the plan's rules", None
         except (UserError, ValueError) as exc:
             note = f"the plan's rules could not size the run ({' '.join(str(exc).split())}); used the defaults"
     from scaling.accounting import GIB, ShapePolicy, choose_strategy, estimate_memory

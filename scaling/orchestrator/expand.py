@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from scaling import rules
+from pydantic import ValidationError
+
 from scaling.errors import PlanError, ResourceError, UserError
-from scaling.orchestrator.plan import Plan
+from scaling.orchestrator.plan import Plan, RuleValueError, where
 from scaling.orchestrator.yamlsource import YamlSource
-from scaling.trainer.spec import RunSpec
+from scaling.trainer.spec import DataSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -46,48 +47,6 @@ class Expansion:
         return [r.spec for r in self.runs]
 
 
-def _where(source: Optional[YamlSource], loc: tuple[Any, ...]) -> str:
-    name = source.name if source is not None else "plan"
-    line = source.line(loc) if source is not None else None
-    field_path = ".".join(str(p) for p in loc)
-    return f"{name}:{line}: {field_path}" if line else f"{name}: {field_path}"
-
-
-def _base_spec_fields(plan: Plan) -> dict[str, Any]:
-    t, r = plan.train, plan.resources
-    return {
-        "data": {
-            "source": plan.data.source,
-            "path": plan.data.path,
-            "dtype": plan.data.dtype,
-            "val_fraction": plan.data.val_fraction,
-        },
-        "params_convention": plan.conventions.params,
-        "flops_convention": plan.conventions.flops,
-        "precision": t.precision,
-        "schedule": t.schedule.model_dump(),
-        "grad_clip": t.grad_clip,
-        "spike": t.spike.model_dump(),
-        "eval_tokens": t.eval_tokens,
-        "execution": {
-            "workers": r.workers,
-            "cpu_offload": r.cpu_offload,
-            "cpus_per_worker": r.cpus_per_worker,
-            "gpus_per_worker": r.gpus_per_worker,
-            "device": "cuda" if r.gpus_per_worker > 0 else "cpu",
-            "micro_batch_size": r.micro_batch_size,
-            "threads": t.threads,
-            "compile": t.compile,
-            "activation_checkpointing": r.activation_checkpointing,
-            "eval_interval": t.eval_interval,
-            "checkpoint_interval": t.checkpoint_interval,
-            "keep_checkpoints": t.keep_checkpoints,
-            "log_interval": t.log_interval,
-            "device_memory_gib": r.device_memory_gib,
-        },
-    }
-
-
 def _resolve_data(spec: RunSpec) -> RunSpec:
     """Fill the corpus fingerprint (part of the key) and size, when the trainer's data module exists."""
     try:
@@ -100,26 +59,26 @@ def _resolve_data(spec: RunSpec) -> RunSpec:
 def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True) -> Expansion:
     """All runs of ``plan`` as `PlannedRun`s (smallest compute first), with notes on dropped ones.
 
-    Raises PlanError for a grid that yields nothing usable (a budget too small for the smallest
-    model, explicit D below one batch, a rule without a value) and ResourceError for a run that
-    fits the device memory under no strategy.
+    Each run is the plan's shared sections plus its shape, D, lr, batch and seed
+    (:meth:`Plan.run_spec`). Raises PlanError for a grid that yields nothing usable (a budget too
+    small for the smallest model, explicit D below one batch, a rule without a value, a value the
+    run spec refuses) and ResourceError for a run that fits the device memory under no strategy.
     """
     plan, precision = _resolve_precision(plan)
-    base = _base_spec_fields(plan)
-    data_resolved: Optional[dict[str, Any]] = None
+    data_resolved: Optional[DataSpec] = None
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}
     notes: list[str] = [precision.warning] if precision.warning else []
 
     for b, block in enumerate(plan.grid):
         points: list[tuple[Any, ...]] = []  # (model index, shape, D, budget, lr, batch, loc)
-        kind = "tokens" if block.tokens else "tokens_per_param" if block.tokens_per_param else "compute"
+        kind = block.kind
         shapes = []
         for m, point in enumerate(block.models):
             try:
                 shapes.append(((m,), point.shape(plan.model, conv.params)))
             except ValueError as exc:
-                raise PlanError(f"{_where(source, ('grid', b, 'models', m))}: {exc}") from None
+                raise PlanError(f"{where(source, ('grid', b, 'models', m))}: {exc}") from None
         if kind == "compute":
             smallest = min(shapes, key=lambda s: s[1].params(conv.params))[1]
             for c, C in enumerate(block.compute or ()):
@@ -128,12 +87,12 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     N = shape.params(conv.params)
                     D = C / shape.flops_per_token(conv.flops, conv.params)
                     loc = ("grid", b, "compute", c)
-                    lr, batch = _hyper(plan, N, D, C, source, ("rules",))
+                    lr, batch = _hyper(plan, N, D, C, source)
                     if D < batch:
                         reason = f"D={D:.3g} tokens is less than one batch ({batch} tokens)"
                         if shape is smallest:
                             raise PlanError(
-                                f"{_where(source, loc)}: C={C:.3g} FLOPs is too small for the smallest model "
+                                f"{where(source, loc)}: C={C:.3g} FLOPs is too small for the smallest model "
                                 f"(N={N:,}: {reason}; it needs at least "
                                 f"{batch * shape.flops_per_token(conv.flops, conv.params):.3g} FLOPs)"
                             )
@@ -144,10 +103,10 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                         notes.append(f"dropped N={N:,} at C={C:.3g}: {why} (grid.{b}.bounds)")
                         continue
                     kept += 1
-                    points.append((m, shape, round(D), C, lr, batch, loc))
+                    points.append((m, shape, D, C, lr, batch, loc))
                 if kept == 0:
                     raise PlanError(
-                        f"{_where(source, ('grid', b, 'compute', c))}: no model of grid.{b} has D within "
+                        f"{where(source, ('grid', b, 'compute', c))}: no model of grid.{b} has D within "
                         f"the bounds at C={C:.3g} FLOPs"
                     )
         else:
@@ -157,57 +116,41 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 for j, v in enumerate(values or ()):
                     D = v if kind == "tokens" else v * N
                     C = shape.flops_per_token(conv.flops, conv.params) * D
-                    lr, batch = _hyper(plan, N, D, C, source, ("rules",))
+                    lr, batch = _hyper(plan, N, D, C, source)
                     loc = ("grid", b, kind, j)
                     if D < batch:
                         raise PlanError(
-                            f"{_where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch "
+                            f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch "
                             f"({batch} tokens)"
                         )
-                    points.append((m, shape, round(D), None, lr, batch, loc))
+                    points.append((m, shape, D, None, lr, batch, loc))
 
         for m, shape, D, budget, lr, batch, loc in points:
-            strategy, mem = plan.memory(shape, batch)
-            if strategy is None:
-                r = plan.resources
-                tried = (
-                    f"strategy {r.strategy}" if r.strategy != "auto"
-                    else ("one worker" if r.workers == 1 else f"zero3 over {r.workers} workers")
-                )
-                raise ResourceError(
-                    f"{_where(source, ('resources', 'device_memory_gib'))}: run N={shape.params(conv.params):,} "
-                    f"(grid.{b}.models.{m}, {shape.n_layer}x{shape.d_model}) needs {mem.total_gib:.3g} GiB per "
-                    f"worker with {tried} (micro-batch {plan.micro_batch(batch)}), more than the device's "
-                    f"{r.device_memory_gib:g} GiB; use more workers, a smaller micro_batch_size or "
-                    f"activation_checkpointing"
-                )
             for seed in plan.seeds:
-                fields = dict(base)
-                fields["execution"] = {**base["execution"], "strategy": strategy}
-                fields.update(
-                    model=shape.as_dict(),
-                    tokens=D,
-                    optimizer={**plan.train.optimizer.model_dump(), "lr": lr},
-                    batch_tokens=batch,
-                    seed=seed,
-                    faults=block.faults.model_dump(),
-                    name=f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
-                    tags=_tags(plan, kind, budget),
-                )
-                if data_resolved is not None:
-                    fields["data"] = data_resolved
                 try:
-                    spec = RunSpec.model_validate(fields)
-                except Exception as exc:  # pydantic ValidationError: a value the trainer refuses
-                    detail = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
-                    detail = detail.removeprefix("Value error, ")
-                    raise PlanError(f"{_where(source, loc)}: {detail}") from None
-                if data_resolved is None and resolve:
+                    spec = plan.run_spec(
+                        shape, D, lr, batch, seed,
+                        faults=block.faults,
+                        name=f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
+                        tags=_tags(plan, kind, budget),
+                    )
+                except ValidationError as exc:  # a value the trainer refuses
+                    err = exc.errors()[0]
+                    detail = str(err["msg"]).removeprefix("Value error, ")
+                    at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
+                    raise PlanError(f"{where(source, at)}: {detail}") from None
+                strategy, mem = plan.place(spec)
+                if strategy is None:
+                    raise ResourceError(_does_not_fit(plan, spec, mem, b, m, source))
+                spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
+                if data_resolved is not None:
+                    spec = spec.model_copy(update={"data": data_resolved})
+                elif resolve:
                     try:
                         spec = _resolve_data(spec)
                     except UserError as exc:
-                        raise PlanError(f"{_where(source, ('data',))}: {exc}") from None
-                    data_resolved = spec.data.model_dump(mode="json")
+                        raise PlanError(f"{where(source, ('data',))}: {exc}") from None
+                    data_resolved = spec.data
                 if spec.key in runs:
                     notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
                     continue
@@ -229,11 +172,26 @@ def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
 
 
-def _hyper(plan: Plan, N: float, D: float, C: float, source, loc) -> tuple[float, int]:
+def _does_not_fit(plan: Plan, spec: RunSpec, mem: Any, block: int, model: int, source: Optional[YamlSource]) -> str:
+    r, shape = plan.resources, spec.shape
+    tried = (
+        f"strategy {r.strategy}" if r.strategy != "auto"
+        else ("one worker" if r.workers == 1 else f"zero3 over {r.workers} workers")
+    )
+    return (
+        f"{where(source, ('resources', 'device_memory_gib'))}: run N={spec.n_params:,} "
+        f"(grid.{block}.models.{model}, {shape.n_layer}x{shape.d_model}) needs {mem.total_gib:.3g} GiB per "
+        f"worker with {tried} (micro-batch {spec.micro_batch}), more than the device's "
+        f"{r.device_memory_gib:g} GiB; use more workers, a smaller micro_batch_size or "
+        f"activation_checkpointing"
+    )
+
+
+def _hyper(plan: Plan, N: float, D: float, C: float, source: Optional[YamlSource]) -> tuple[float, int]:
     try:
         return plan.hyperparameters(N, D, C)
-    except rules.RuleError as exc:
-        raise PlanError(f"{_where(source, loc)}: {exc}") from None
+    except RuleValueError as exc:
+        raise PlanError(f"{where(source, ('rules', exc.field))}: {exc}") from None
 
 
 def _tags(plan: Plan, kind: str, budget: Optional[float]) -> dict[str, str]:

@@ -1,104 +1,78 @@
 """The sweep plan (`plan.yaml`): a pydantic v2 schema, loaded safely, expanded into RunSpecs.
 
-Every model sets ``extra="forbid"``: nested pydantic models ignore unknown keys by default, so
-a typo such as ``lerning_rate`` would otherwise vanish silently. A validation problem becomes
-one :class:`~scaling.errors.PlanError` line naming the file, the line and the field.
+The plan reuses the run spec's models (`scaling.trainer.spec`): ``data`` is a DataSpec,
+``conventions`` the spec's Conventions, ``train`` holds the spec's Recipe and LoopSettings
+fields and ``resources`` its Placement fields. A default, an allowed value or a check of one of
+these fields therefore lives in the spec alone; the plan adds only what is its own (the grid,
+the shape policy, the rules, the sweep's name and concurrency).
+
+Every model forbids unknown keys (a typo such as ``lerning_rate`` would otherwise vanish
+silently) and infinite or NaN numbers. A validation problem becomes one
+:class:`~scaling.errors.PlanError` line naming the file, the line and the field.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import glob
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scaling import rules
-from scaling.accounting import GIB, Shape, ShapePolicy, choose_strategy, estimate_memory
+from scaling.accounting import GIB, MemoryEstimate, Shape, ShapePolicy, batch_problem, choose_strategy, estimate_memory
 from scaling.errors import PlanError
+from scaling.naming import name_problem
 from scaling.orchestrator.yamlsource import YamlSource
-from scaling.trainer.spec import FaultSpec, OptimizerSpec, ScheduleSpec, SpikeSpec
+from scaling.trainer.spec import (
+    Conventions,
+    DataSpec,
+    ExecutionSpec,
+    FaultSpec,
+    LoopSettings,
+    Placement,
+    Recipe,
+    RunSpec,
+    Seed,
+    SequenceSpec,
+)
 
 Rule = Union[float, str, dict[str, Any]]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+#: Runs one plan may expand to; a larger grid is refused before any run is built.
+MAX_RUNS = 100_000
+
+
+class RuleValueError(rules.RuleError):
+    """A rule with no usable value for one run; ``field`` names the rule (``lr`` or ``batch_tokens``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The plan's own sections (the others are the run spec's): as strict as the spec's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-class DataPlan(_Strict):
-    """The corpus every run of the sweep trains on (see `scaling.trainer.spec.DataSpec`)."""
-
-    source: Literal["builtin", "text", "tokens"] = "builtin"
-    path: Optional[str] = None
-    dtype: Literal["uint8", "uint16"] = "uint16"
-    val_fraction: float = Field(default=0.05, gt=0, lt=0.5)
-
-    @model_validator(mode="after")
-    def _path_exists(self) -> "DataPlan":
-        if self.source == "builtin":
-            if self.path:
-                raise ValueError("path is only used with source 'text' or 'tokens'")
-            return self
-        if not self.path:
-            raise ValueError(f"path is required for source {self.source!r}")
-        import glob
-
-        if not glob.glob(self.path):
-            raise ValueError(f"no file matches path {self.path!r}")
-        return self
-
-
-class ModelPlan(_Strict):
+class ModelPlan(SequenceSpec):
     """How a target size N becomes a shape (`scaling.accounting.ShapePolicy`)."""
 
     aspect_ratio: float = Field(default=64.0, gt=0, description="d_model / n_layer")
     head_size: int = Field(default=64, gt=0, description="d_model / n_head")
-    vocab_size: int = Field(default=256, gt=0)
-    context: int = Field(default=256, gt=0)
 
     def policy(self) -> ShapePolicy:
         return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context)
 
 
-class Conventions(_Strict):
-    """What N and C mean in this sweep; stored with the sweep and used by the fits."""
-
-    params: Literal["non_embedding", "total"] = "non_embedding"
-    flops: Literal["6N", "6N_attention"] = "6N"
+class TrainPlan(Recipe, LoopSettings):
+    """The training recipe shared by every run (rules may set lr and batch_tokens per run)."""
 
 
-class TrainPlan(_Strict):
-    """The training recipe shared by every run (rules may override lr and batch_tokens)."""
-
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # resolved per machine at expansion
-    optimizer: OptimizerSpec = OptimizerSpec()
-    schedule: ScheduleSpec = ScheduleSpec()
-    batch_tokens: int = Field(default=8192, gt=0)
-    grad_clip: float = Field(default=1.0, ge=0)
-    spike: SpikeSpec = SpikeSpec()
-    eval_tokens: int = Field(default=65536, gt=0)
-    eval_interval: int = Field(default=100, gt=0, description="steps")
-    checkpoint_interval: int = Field(default=100, gt=0, description="steps")
-    keep_checkpoints: int = Field(default=2, gt=0)
-    log_interval: int = Field(default=1, gt=0, description="steps between metric rows")
-    threads: int = Field(default=1, gt=0, description="torch threads per worker")
-    compile: bool = False
-
-
-class ResourcesPlan(_Strict):
+class ResourcesPlan(Placement):
     """Where and how runs execute (none of this changes a run's key)."""
 
-    workers: int = Field(default=1, gt=0, description="workers per run")
-    cpus_per_worker: float = Field(default=1, gt=0)
-    gpus_per_worker: float = Field(default=0, ge=0)
-    device_memory_gib: Optional[float] = Field(default=None, gt=0, description="for planning and `auto`")
-    strategy: Literal["auto", "single", "ddp", "zero1", "zero2", "zero3"] = "auto"
-    cpu_offload: bool = False
-    micro_batch_size: Optional[int] = Field(default=None, gt=0, description="sequences per worker")
-    activation_checkpointing: bool = False
     max_concurrent: Optional[int] = Field(default=None, gt=0, description="runs at once (default: as many as fit)")
     num_cpus: Optional[int] = Field(default=None, gt=0, description="CPUs of the local Ray (default: all)")
     throughput_flops: Optional[float] = Field(
@@ -112,6 +86,10 @@ class ResourcesPlan(_Strict):
         if self.workers > 1 and self.strategy == "single":
             raise ValueError("strategy 'single' needs workers: 1")
         return self
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus_per_worker > 0 else "cpu"
 
 
 class RulesPlan(_Strict):
@@ -173,8 +151,8 @@ class ModelPoint(_Strict):
             raise ValueError("give either N or a shape (n_layer, d_model, n_head), not both")
         if self.N is None and any(f is None for f in shape_fields):
             raise ValueError("a shape needs n_layer, d_model and n_head")
-        if self.N is None and self.d_model % self.n_head:  # type: ignore[operator]
-            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
+        if self.N is None:
+            Shape(self.n_layer, self.d_model, self.n_head)  # type: ignore[arg-type]  # heads divide the width
         return self
 
     def shape(self, model: ModelPlan, convention: str) -> Shape:
@@ -197,9 +175,19 @@ class GridBlock(_Strict):
     @classmethod
     def _positive(cls, values: Optional[list[float]]) -> Optional[list[float]]:
         for v in values or ():
-            if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"values must be positive and finite, got {v}")
+            if not v > 0:
+                raise ValueError(f"values must be positive, got {v}")
         return values
+
+    @property
+    def kind(self) -> str:
+        """The grid form: ``tokens``, ``tokens_per_param`` or ``compute``."""
+        return "tokens" if self.tokens else "tokens_per_param" if self.tokens_per_param else "compute"
+
+    @property
+    def size(self) -> int:
+        """Runs per seed before any is dropped: models times the axis' values."""
+        return len(self.models) * len(getattr(self, self.kind) or ())
 
     @model_validator(mode="after")
     def _one_axis(self) -> "GridBlock":
@@ -213,27 +201,45 @@ class GridBlock(_Strict):
 
 
 class Plan(_Strict):
-    """A sweep: the grid of runs and everything they share."""
+    """A sweep: the grid of runs and everything they share.
+
+    ``data``, ``conventions``, ``train`` and ``resources`` are the run spec's own models
+    (`scaling.trainer.spec`), so each default, allowed value and check has one home; expanding a
+    plan (`scaling.orchestrator.expand`) only fills in each run's shape, D, lr, batch and seed.
+    """
 
     name: str
     db: Optional[str] = None
     runs_dir: str = "./scaling_runs"
-    data: DataPlan = DataPlan()
+    data: DataSpec = DataSpec()
     model: ModelPlan = ModelPlan()
     conventions: Conventions = Conventions()
     train: TrainPlan = TrainPlan()
     resources: ResourcesPlan = ResourcesPlan()
     rules: RulesPlan = RulesPlan()
     retries: int = Field(default=1, ge=0, description="extra attempts after a run fails")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     grid: list[GridBlock] = Field(min_length=1)
 
     @field_validator("name")
     @classmethod
     def _name_is_a_directory_name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("name must be letters, digits, '_', '.' or '-' (it names a directory)")
+        problem = name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_exists(cls, data: DataSpec) -> DataSpec:
+        if data.fingerprint is not None or data.unique_tokens is not None:
+            raise ValueError("fingerprint and unique_tokens are measured from the data, not set in a plan")
+        if data.source == "builtin":
+            if data.path:
+                raise ValueError("path is only used with source 'text' or 'tokens'")
+        elif not glob.glob(data.path or ""):
+            raise ValueError(f"no file matches path {data.path!r}")
+        return data
 
     @field_validator("seeds")
     @classmethod
@@ -246,33 +252,121 @@ class Plan(_Strict):
     @classmethod
     def from_dict(cls, data: Any, source: Optional[YamlSource] = None) -> "Plan":
         """Validate ``data``; the first problem becomes one PlanError line (file:line: field: why)."""
-        name = source.name if source is not None else "plan"
         if not isinstance(data, dict):
+            name = source.name if source is not None else "plan"
             raise PlanError(f"{name}: a plan must be a mapping of fields (name, grid, ...)")
         try:
             plan = cls.model_validate(data)
         except ValidationError as exc:
-            raise _plan_error(exc, source, name) from None
-        plan._cross_checks(source, name)
+            raise _plan_error(exc, source) from None
+        plan._cross_checks(source)
         return plan
 
-    def _cross_checks(self, source: Optional[YamlSource], name: str) -> None:
+    def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
-        if self.rules.batch_tokens is None and self.train.batch_tokens < self.model.context:
-            loc = ("train", "batch_tokens")
-            line = source.line(loc) if source is not None else None
-            where = f"{name}:{line}" if line else name
+        if self.rules.batch_tokens is None:
+            problem = batch_problem(self.train.batch_tokens, self.model.context, self.resources.workers)
+            if problem:
+                raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
+        runs = self.run_count()
+        if runs > MAX_RUNS:
             raise PlanError(
-                f"{where}: train.batch_tokens: {self.train.batch_tokens} is less than one sequence "
-                f"(model.context {self.model.context})"
+                f"{where(source, ('grid',))}: the grid has {runs:,} runs (models x values x {len(self.seeds)} seed(s)), "
+                f"more than {MAX_RUNS:,}; split it into several plans"
             )
 
-    def suggest(self, N: float, D: float, C: float) -> dict:
-        """What this plan would run for target N, D and C (see :func:`scaling.rules.suggest_run`)."""
+    def run_count(self) -> int:
+        """Runs the grid lists (before runs that fall outside bounds are dropped), over every seed."""
+        return sum(block.size for block in self.grid) * len(self.seeds)
+
+    # -- sizing a run -----------------------------------------------------------------------------
+    def hyperparameters(self, N: float, D: float, C: float) -> tuple[float, int]:
+        """(lr, batch_tokens) for a run, from the rules or the train section.
+
+        A batch from a rule is rounded once, to whole sequences (at least one). Raises
+        :class:`RuleValueError` naming the rule that has no usable value.
+        """
+        lr = self.train.optimizer.lr
+        if self.rules.lr is not None:
+            lr = self._rule("lr", N, D, C)
+        batch = self.train.batch_tokens
+        if self.rules.batch_tokens is not None:
+            ctx = self.model.context
+            batch = max(ctx, int(round(self._rule("batch_tokens", N, D, C) / ctx)) * ctx)
+        return lr, batch
+
+    def _rule(self, field: str, N: float, D: float, C: float) -> float:
+        try:
+            value = rules.evaluate(getattr(self.rules, field), N, D, C)
+        except rules.RuleError as exc:
+            raise RuleValueError(field, str(exc)) from None
+        if value <= 0:
+            raise RuleValueError(field, f"gives {value:g} at N={N:g}, D={D:g}, C={C:g}; it must be positive")
+        return value
+
+    def run_spec(self, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0, **fields: Any) -> RunSpec:
+        """The spec of one run: the plan's shared sections with the run's shape, D, lr, batch and seed.
+
+        ``fields`` adds RunSpec fields the plan does not hold (faults, name, tags). The strategy
+        is the plan's (``auto`` until :meth:`place` resolves it). Raises pydantic's
+        ValidationError for a value the spec refuses.
+        """
+        recipe = {name: getattr(self.train, name) for name in Recipe.model_fields}
+        recipe.update(optimizer={**self.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
+        execution = ExecutionSpec(
+            **{name: getattr(self.train, name) for name in LoopSettings.model_fields},
+            **{name: getattr(self.resources, name) for name in Placement.model_fields},
+            device=self.resources.device,
+        )
+        return RunSpec(
+            **recipe,
+            model=shape.as_dict(),
+            tokens=round(D),
+            data=self.data,
+            params_convention=self.conventions.params,
+            flops_convention=self.conventions.flops,
+            seed=seed,
+            execution=execution,
+            **fields,
+        )
+
+    def place(self, spec: RunSpec) -> tuple[Optional[str], MemoryEstimate]:
+        """(strategy, memory per worker) of a run: its strategy, or under ``auto`` the least sharding that fits.
+
+        The strategy is None when nothing fits ``device_memory_gib``; the estimate is then
+        zero-3's (or the one worker's).
+        """
+        ex = spec.execution
+        precision = spec.precision
+        if precision == "auto":  # unresolved (a stored plan, torch-free): fp32 on CPUs is the larger estimate
+            precision = "bf16" if ex.gpus_per_worker > 0 else "fp32"
+        args = (spec.shape, spec.micro_batch, precision)
+        ckpt = ex.activation_checkpointing
+        if ex.strategy == "auto":
+            if ex.device_memory_gib is None:
+                strategy = "single" if ex.workers == 1 else "ddp"
+                return strategy, estimate_memory(*args, strategy, ex.workers, ckpt)
+            est = choose_strategy(*args, ex.workers, ex.device_memory_gib * GIB, ckpt)
+            if est is None:
+                last = "single" if ex.workers == 1 else "zero3"
+                return None, estimate_memory(*args, last, ex.workers, ckpt)
+            return est.strategy, est
+        est = estimate_memory(*args, ex.strategy, ex.workers, ckpt)
+        if ex.device_memory_gib is not None and est.total_bytes > ex.device_memory_gib * GIB:
+            return None, est
+        return ex.strategy, est
+
+    def suggest(self, N: float, D: float, C: float) -> dict[str, Any]:
+        """What this plan would train for a target of N parameters, D tokens and C FLOPs.
+
+        Returns ``shape`` (dict), ``n_params`` (exact, in the plan's convention), ``lr``,
+        ``batch_tokens``, ``memory_gib`` (per worker) and ``strategy`` (None if nothing fits).
+        """
         shape = self.model.policy().shape_for(N, self.conventions.params)
         n_params = shape.params(self.conventions.params)
         lr, batch = self.hyperparameters(n_params, D, C)
-        strategy, mem = self.memory(shape, batch)
+        spec = self.run_spec(shape, max(D, batch), lr, batch)
+        strategy, mem = self.place(spec)
         return {
             "shape": shape.as_dict(),
             "n_params": n_params,
@@ -282,70 +376,32 @@ class Plan(_Strict):
             "strategy": strategy,
         }
 
-    # -- shared computations --------------------------------------------------------------------
-    def hyperparameters(self, N: float, D: float, C: float) -> tuple[float, int]:
-        """(lr, batch_tokens) for a run, from the rules or the train section."""
-        lr = self.train.optimizer.lr
-        if self.rules.lr is not None:
-            lr = rules.evaluate(self.rules.lr, N, D, C)
-            if lr <= 0:
-                raise rules.RuleError(f"lr rule gives {lr:g} at N={N:g}, D={D:g}, C={C:g}; it must be positive")
-        batch = self.train.batch_tokens
-        if self.rules.batch_tokens is not None:
-            raw = rules.evaluate(self.rules.batch_tokens, N, D, C)
-            if raw <= 0:
-                raise rules.RuleError(f"batch_tokens rule gives {raw:g} at N={N:g}; it must be positive")
-            ctx = self.model.context
-            batch = max(ctx, int(round(raw / ctx)) * ctx)  # whole sequences
-        return lr, batch
 
-    def micro_batch(self, batch_tokens: int) -> int:
-        """Sequences per worker per forward pass (the memory estimate's b)."""
-        if self.resources.micro_batch_size is not None:
-            return self.resources.micro_batch_size
-        sequences = max(1, batch_tokens // self.model.context)
-        return max(1, math.ceil(sequences / self.resources.workers))
+def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, Any]:
+    """What a plan stored with its sweep (a mapping) would train for target N, D and C.
 
-    def memory(self, shape: Shape, batch_tokens: int) -> tuple[Optional[str], Any]:
-        """(strategy, MemoryEstimate): the plan's strategy, or under `auto` the least sharding that fits.
-
-        The strategy is None when nothing fits ``device_memory_gib``; the estimate is then zero-3's.
-        """
-        r = self.resources
-        mb = self.micro_batch(batch_tokens)
-        prec = self.train.precision
-        if prec == "auto":  # unresolved (a stored plan, torch-free): fp32 on CPUs is the larger estimate
-            prec = "bf16" if r.gpus_per_worker > 0 else "fp32"
-        ckpt = r.activation_checkpointing
-        if r.strategy == "auto":
-            if r.device_memory_gib is None:
-                strategy = "single" if r.workers == 1 else "ddp"
-                return strategy, estimate_memory(shape, mb, prec, strategy, r.workers, ckpt)  # type: ignore[arg-type]
-            est = choose_strategy(shape, mb, prec, r.workers, r.device_memory_gib * GIB, ckpt)  # type: ignore[arg-type]
-            if est is None:
-                last = "single" if r.workers == 1 else "zero3"
-                return None, estimate_memory(shape, mb, prec, last, r.workers, ckpt)  # type: ignore[arg-type]
-            return est.strategy, est
-        est = estimate_memory(shape, mb, prec, r.strategy, r.workers, ckpt)  # type: ignore[arg-type]
-        if r.device_memory_gib is not None and est.total_bytes > r.device_memory_gib * GIB:
-            return None, est
-        return r.strategy, est
+    The sizing function the command line hands to `scaling.fitting.recommend`: the fits never
+    import the orchestrator. See :meth:`Plan.suggest` for the result.
+    """
+    return Plan.from_dict(plan).suggest(N=N, D=D, C=C)
 
 
-def _plan_error(exc: ValidationError, source: Optional[YamlSource], name: str) -> PlanError:
-    err = exc.errors()[0]
-    loc = tuple(err["loc"])
-    field = ".".join(str(p) for p in loc) or "(top level)"
+def where(source: Optional[YamlSource], loc: Sequence[Any]) -> str:
+    """``file:line: field.path`` of ``loc`` in the plan file (no line where the file does not spell it)."""
+    name = source.name if source is not None else "plan"
     line = source.line(loc) if source is not None else None
-    where = f"{name}:{line}" if line else name
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    return f"{name}:{line}: {field}" if line else f"{name}: {field}"
+
+
+def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError:
+    err = exc.errors()[0]
+    msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (not part of the plan schema)"
     elif err["type"] == "missing":
         msg = "required field is missing"
-    return PlanError(f"{where}: {field}: {msg}")
+    return PlanError(f"{where(source, tuple(err['loc']))}: {msg}")
 
 
 def load_plan(path: str | Path) -> tuple[Plan, YamlSource]:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer import TrainResult, checkpoint, faults, names
 from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
@@ -42,22 +43,6 @@ ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
 MIN_SPIKE_HISTORY = 10
 #: The final train loss is the mean over this many last steps (one step's loss is noisy).
 FINAL_TRAIN_STEPS = 10
-
-
-def micro_batches(batch: int, world: int, share: int, requested: int | None) -> list[tuple[int, int]]:
-    """(offset, count) of each micro-batch of a rank's ``share`` of a ``batch`` over ``world`` ranks.
-
-    Every rank runs the same number of micro-batches (sharded models gather parameters in each
-    forward pass, so the ranks' passes must pair up): enough for the largest share at no more
-    than ``requested`` sequences each. Sizes differ by at most one; a count of 0 can occur only
-    with ``requested=1`` on a smaller share, and the loop runs it with weight 0.
-    """
-    largest = -(-batch // world)
-    size = min(requested or largest, largest)
-    n = -(-largest // size)
-    counts = [share // n + (1 if i < share % n else 0) for i in range(n)]
-    offsets = [sum(counts[:i]) for i in range(n)]
-    return list(zip(offsets, counts))
 
 
 def open_store(url: str) -> Any:

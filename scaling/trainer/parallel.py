@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaling.accounting import GIB, choose_strategy
+from scaling.accounting import GIB, choose_strategy, micro_batch_size
 from scaling.errors import ResourceError, SpecError
 
 STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
@@ -80,7 +80,7 @@ def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "c
     if strategy != "auto":
         return strategy
     device = torch.device(device)
-    micro = spec.execution.micro_batch_size or max(1, spec.sequences_per_batch // world_size)
+    micro = micro_batch_size(spec.sequences_per_batch, world_size, spec.execution.micro_batch_size)
     budget = device_memory_bytes(spec, device)
     est = choose_strategy(
         spec.shape, micro, spec.precision, world_size, budget, spec.execution.activation_checkpointing

@@ -1,7 +1,10 @@
 """`RunSpec`: the immutable, validated description of one training run.
 
 Both the orchestrator (which expands plans into specs) and the trainer (which trains one) use
-it, so it lives on the trainer's side: the trainer never imports the orchestrator.
+it, so it lives on the trainer's side: the trainer never imports the orchestrator. A plan's
+``data``, ``conventions``, ``train`` and ``resources`` sections are this module's models
+(DataSpec, Conventions, Recipe + LoopSettings, Placement), so every field, default and check of
+a run has its home here.
 
 The run's ``key`` hashes what defines the experiment's *result* (shape, data and its
 fingerprint, D, training hyperparameters, precision, seed, injected faults) and not how it is
@@ -15,32 +18,55 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from scaling.accounting import Shape
+from scaling.accounting import (
+    FlopsConvention,
+    ParamsConvention,
+    PrecisionChoice,
+    Shape,
+    StrategyChoice,
+    batch_problem,
+    micro_batch_size,
+)
 from scaling.errors import SpecError
+from scaling.naming import printable_problem
+
+
+#: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
+MAX_STORED_INT = 2**63 - 1
+#: Seeds feed numpy's and torch's generators; both take any integer in this range.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # extra="forbid": nested models ignore unknown keys by default, so a typo would vanish.
+    # allow_inf_nan=False: ``.inf`` or ``.nan`` is never a usable setting.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-class ModelSpec(_Frozen):
+class SequenceSpec(_Frozen):
+    """Vocabulary and context length: shared by a run's shape and a plan's shape policy."""
+
+    vocab_size: int = Field(default=256, gt=0)
+    context: int = Field(default=256, gt=0)
+
+
+class ModelSpec(SequenceSpec):
     """Model shape, vocabulary and context length."""
 
     n_layer: int = Field(gt=0)
     d_model: int = Field(gt=0)
     n_head: int = Field(gt=0)
-    vocab_size: int = Field(default=256, gt=0)
-    context: int = Field(default=256, gt=0)
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> "ModelSpec":
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
+    def _valid_shape(self) -> "ModelSpec":
+        params = self.shape.params_total  # Shape checks that the heads divide the width
+        if params > MAX_STORED_INT:
+            raise ValueError(f"{params:.3g} parameters is more than the database can store")
         return self
 
     @property
@@ -115,65 +141,109 @@ class FaultSpec(_Frozen):
     kill_attempts: int = Field(default=1, ge=0)  # ... only on the first this many attempts
 
 
-class ExecutionSpec(_Frozen):
-    """How a run executes. Not part of the key: it must not change the result's meaning."""
+class Conventions(_Frozen):
+    """What N and C mean: a run's ``params_convention`` and ``flops_convention``, a plan's ``conventions``."""
 
-    workers: int = Field(default=1, gt=0)
-    strategy: Literal["auto", "single", "ddp", "zero1", "zero2", "zero3"] = "auto"
+    params: ParamsConvention = "non_embedding"
+    flops: FlopsConvention = "6N"
+
+
+class Recipe(_Frozen):
+    """The training recipe: what every run of a sweep shares, all of it part of the key.
+
+    A plan's ``train`` section holds these fields (its rules may set lr and batch_tokens per run).
+    """
+
+    precision: PrecisionChoice = "auto"  # auto: resolved per machine, see trainer.precision.resolve
+    optimizer: OptimizerSpec = OptimizerSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    # A whole number of sequences (scaling.accounting.batch_problem says why one is refused).
+    batch_tokens: int = Field(default=8192, gt=0, description="global batch size in tokens")
+    grad_clip: float = Field(default=1.0, ge=0)
+    spike: SpikeSpec = SpikeSpec()
+    eval_tokens: int = Field(default=65536, gt=0, description="held-out tokens per evaluation")
+
+
+class LoopSettings(_Frozen):
+    """How often the loop evaluates, checkpoints and logs, and how fast it computes. Not in the key.
+
+    A plan's ``train`` section holds these fields too.
+    """
+
+    eval_interval: int = Field(default=100, gt=0, description="steps")
+    checkpoint_interval: int = Field(default=100, gt=0, description="steps")
+    keep_checkpoints: int = Field(default=2, gt=0)
+    log_interval: int = Field(default=1, gt=0, description="steps between metric rows")
+    threads: int = Field(default=1, gt=0, description="torch threads per worker")
+    compile: bool = False
+
+
+class Placement(_Frozen):
+    """Where a run executes and how its work is split. Not in the key.
+
+    A plan's ``resources`` section holds these fields.
+    """
+
+    workers: int = Field(default=1, gt=0, description="workers per run")
+    strategy: StrategyChoice = "auto"
     cpu_offload: bool = False
     cpus_per_worker: float = Field(default=1, gt=0)
     gpus_per_worker: float = Field(default=0, ge=0)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     # Sequences per forward pass at most (None: a worker's whole share). A share is split into
-    # equally many micro-batches on every worker, their sizes differing by at most one.
-    micro_batch_size: Optional[int] = Field(default=None, gt=0)
-    threads: int = Field(default=1, gt=0)
-    compile: bool = False
+    # equally many micro-batches on every worker, their sizes differing by at most one
+    # (scaling.accounting.micro_batches).
+    micro_batch_size: Optional[int] = Field(default=None, gt=0, description="sequences per worker")
     activation_checkpointing: bool = False
-    eval_interval: int = Field(default=100, gt=0)  # steps
-    checkpoint_interval: int = Field(default=100, gt=0)  # steps
-    keep_checkpoints: int = Field(default=2, gt=0)
-    log_interval: int = Field(default=1, gt=0)  # steps between metric rows
-    device_memory_gib: Optional[float] = Field(default=None, gt=0)  # for `auto`
+    device_memory_gib: Optional[float] = Field(default=None, gt=0, description="for planning and `auto`")
 
 
-class RunSpec(_Frozen):
+class ExecutionSpec(Placement, LoopSettings):
+    """How a run executes. Not part of the key: it must not change the result's meaning."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class RunSpec(Recipe):
     """One training run. Immutable; build variants with ``spec.model_copy(update=...)``."""
 
     model: ModelSpec
     tokens: int = Field(gt=0, description="D: training tokens")
     data: DataSpec = DataSpec()
-    params_convention: Literal["non_embedding", "total"] = "non_embedding"
-    flops_convention: Literal["6N", "6N_attention"] = "6N"
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: see trainer.precision.resolve
-    optimizer: OptimizerSpec = OptimizerSpec()
-    schedule: ScheduleSpec = ScheduleSpec()
-    batch_tokens: int = Field(default=8192, gt=0, description="global batch size in tokens")
-    grad_clip: float = Field(default=1.0, ge=0)
-    spike: SpikeSpec = SpikeSpec()
-    eval_tokens: int = Field(default=65536, gt=0, description="held-out tokens per evaluation")
-    seed: int = 0
+    params_convention: ParamsConvention = Conventions().params
+    flops_convention: FlopsConvention = Conventions().flops
+    seed: Seed = 0
     faults: FaultSpec = FaultSpec()
     execution: ExecutionSpec = ExecutionSpec()
     name: Optional[str] = None  # a display name; not part of the key
     tags: dict[str, str] = Field(default_factory=dict)  # free-form labels; not part of the key
 
+    @field_validator("tokens")
+    @classmethod
+    def _tokens_storable(cls, value: int) -> int:
+        if value > MAX_STORED_INT:
+            raise ValueError(f"{value:.3g} tokens is more than the database can store ({MAX_STORED_INT:.3g})")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name_printable(cls, value: Optional[str]) -> Optional[str]:
+        problem = printable_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
-    def _batch_fits_context(self) -> "RunSpec":
-        if self.batch_tokens < self.model.context:
-            raise ValueError(
-                f"batch_tokens ({self.batch_tokens}) must be at least one sequence of context {self.model.context}"
-            )
+    def _consistent(self) -> "RunSpec":
+        problem = batch_problem(self.batch_tokens, self.model.context, self.execution.workers)
+        if problem:
+            raise ValueError(f"batch_tokens: {problem}")
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
-        sequences, workers = self.batch_tokens // self.model.context, self.execution.workers
-        if sequences < workers:
-            # Every worker takes a share of every batch (trainer.data.Batches.shard).
-            raise ValueError(
-                f"batch_tokens: {sequences} sequences of {self.model.context} tokens per batch cannot feed "
-                f"execution.workers={workers}"
-            )
         return self
+
+    @property
+    def conventions(self) -> Conventions:
+        return Conventions(params=self.params_convention, flops=self.flops_convention)
 
     # -- identity ---------------------------------------------------------------------------
     def key_fields(self) -> dict[str, Any]:
@@ -198,12 +268,18 @@ class RunSpec(_Frozen):
 
     @property
     def sequences_per_batch(self) -> int:
-        return self.batch_tokens // self.model.context
+        return self.batch_tokens // self.model.context  # exact: the batch is whole sequences
+
+    @property
+    def micro_batch(self) -> int:
+        """Sequences in the largest forward pass of any worker (the memory estimate's b)."""
+        ex = self.execution
+        return micro_batch_size(self.sequences_per_batch, ex.workers, ex.micro_batch_size)
 
     @property
     def steps(self) -> int:
         """Optimizer steps to consume D tokens (the last batch may overshoot D slightly)."""
-        return math.ceil(self.tokens / (self.sequences_per_batch * self.model.context))
+        return math.ceil(self.tokens / self.batch_tokens)
 
     @property
     def flops_per_token(self) -> float:

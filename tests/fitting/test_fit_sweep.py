@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -50,13 +51,33 @@ def test_fit_sweep_stores_and_reuses(db_url: str, make_sweep) -> None:
 def test_recommend_from_a_sweep_uses_the_plans_rules(db_url: str, make_sweep) -> None:
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
     make_sweep(db_url, plan=plan)
-    rec = recommend(1e20, url=db_url, n_bootstrap=30)
+    from scaling.orchestrator.plan import size_run
+
+    rec = recommend(1e20, url=db_url, n_bootstrap=30, size_run=size_run)
     assert {"approach2", "approach3"} <= set(rec.per_law)
     assert rec.agreement["N_ratio"] < 2.0
-    assert rec.run is not None and "suggest_run" in (rec.run_source or "")
+    assert rec.run is not None and rec.run_source == "the plan's rules"
     assert rec.run["shape"]["n_layer"] >= 1 and rec.run["n_params"] > 0
     assert rec.next_runs and rec.next_runs[0]["reduction"] > 0
     assert "Compute-optimal run at C = 1e+20" in rec.table()
+
+
+def test_recommend_never_imports_the_orchestrator_trainer_torch_or_ray(db_url: str, make_sweep) -> None:
+    """Without a sizing function the run is sized by the defaults, and nothing past db is imported."""
+    plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
+    make_sweep(db_url, plan=plan)
+    code = (
+        "import sys; from scaling.fitting import recommend\n"
+        f"rec = recommend(1e20, url={db_url!r}, n_bootstrap=10, next_runs=False)\n"
+        "assert rec.run is not None and rec.run_source.startswith('defaults'), rec.run_source\n"
+        "assert any('no sizing function' in n for n in rec.notes), rec.notes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray') "
+        "or m.startswith(('scaling.orchestrator', 'scaling.trainer'))))"
+    )
+    reached_through_db = {"scaling.trainer", "scaling.trainer.names"}  # db's metric names, no torch
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert set(ast.literal_eval(out.stdout)) <= reached_through_db, out.stdout
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -96,3 +97,77 @@ def test_plan_command_json(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     for col in ("key", "N", "shape", "D", "C", "tokens_per_param", "epochs", "memory_gib", "strategy", "est_seconds"):
         assert col in row
     assert 0 < row["epochs"] < 1
+
+
+def test_size_run_from_a_stored_plan() -> None:
+    from scaling.orchestrator.plan import size_run
+
+    plan = {
+        "name": "s",
+        "model": {"aspect_ratio": 16, "head_size": 16, "context": 64},
+        "train": {"batch_tokens": 2048, "precision": "fp32"},
+        "rules": {"lr": "1e-2 * (N / 1e4) ** -0.5"},
+        "resources": {"device_memory_gib": 1},
+        "grid": [{"models": [1e4], "tokens": [1e6]}],
+    }
+    out = size_run(plan, N=4e4, D=1e6, C=2.4e11)
+    assert set(out) == {"shape", "n_params", "lr", "batch_tokens", "memory_gib", "strategy"}
+    assert out["n_params"] == pytest.approx(4e4, rel=0.3)
+    assert out["lr"] == pytest.approx(1e-2 * (out["n_params"] / 1e4) ** -0.5)
+    assert out["batch_tokens"] == 2048
+    assert out["strategy"] == "single"
+    assert 0 < out["memory_gib"] < 1
+    assert math.isfinite(out["memory_gib"])
+    # The stored form of a plan (its JSON dump, as the sweep stores it) sizes the same run.
+    stored = Plan.from_dict(plan).model_dump(mode="json")
+    assert size_run(stored, N=4e4, D=1e6, C=2.4e11) == out
+
+
+def test_plan_sections_are_the_specs_own() -> None:
+    """Every default of a run comes from the spec: a plan that says nothing gives a default RunSpec."""
+    from scaling.trainer.spec import ExecutionSpec, RunSpec
+
+    spec = expand(Plan.from_dict({"name": "d", "grid": [{"models": [{"n_layer": 1, "d_model": 64, "n_head": 1}],
+                                                          "tokens": [1e5]}]}), resolve=False).runs[0].spec
+    default = RunSpec(model=spec.model, tokens=spec.tokens)
+    assert spec.key_fields() == default.key_fields()
+    differ = {k for k, v in spec.execution.model_dump().items() if v != getattr(ExecutionSpec(), k)}
+    assert differ == {"strategy", "device"}  # resolved by the planner: single, cpu
+
+
+def test_micro_batch_has_one_derivation() -> None:
+    """The planner's memory estimate uses the micro-batch the trainer runs (scaling.accounting)."""
+    from scaling.accounting import micro_batches
+
+    for seqs, workers, requested in [(10, 1, None), (10, 3, None), (10, 3, 2), (10, 2, 3), (10, 4, 1), (9, 1, 4)]:
+        plan = _plan(train={"batch_tokens": 64 * seqs, "precision": "fp32"},
+                     resources={"workers": workers, "micro_batch_size": requested})
+        run = expand(plan, resolve=False).runs[0]
+        shares = [(r + 1) * seqs // workers - r * seqs // workers for r in range(workers)]
+        trained = max(count for share in shares for _, count in micro_batches(seqs, workers, share, requested))
+        assert run.spec.micro_batch == trained, (seqs, workers, requested)
+
+
+def test_batch_is_whole_sequences_from_plan_to_spec() -> None:
+    from scaling.errors import PlanError, SpecError
+    from scaling.trainer.spec import RunSpec
+
+    with pytest.raises(PlanError, match=r"train.batch_tokens: 1000 is not a whole number of sequences .*768 or 1024"):
+        Plan.from_dict({"name": "b", "model": {"context": 256}, "train": {"batch_tokens": 1000},
+                        "grid": [{"models": [1e4], "tokens": [1e6]}]})
+    with pytest.raises(SpecError, match="batch_tokens: 1000 is not a whole number"):
+        RunSpec.from_dict({"model": {"n_layer": 1, "d_model": 8, "n_head": 1, "context": 256},
+                           "tokens": 10_000, "batch_tokens": 1000})
+    # A batch from a rule is rounded once to whole sequences and stored as trained.
+    run = expand(_plan(rules={"batch_tokens": 1000}), resolve=False).runs[0]
+    assert run.spec.batch_tokens == 1024 and run.spec.sequences_per_batch * 64 == 1024
+
+
+def test_grid_size_is_counted_before_expanding() -> None:
+    from scaling.errors import PlanError
+
+    plan = _plan(grid=[{"models": [1e4, 2e4], "tokens": [1e6, 2e6, 3e6]}], seeds=[0, 1])
+    assert plan.run_count() == 12
+    huge = [{"models": [1e4 + i for i in range(100)], "tokens": [1e6 + i for i in range(10_000)]}]
+    with pytest.raises(PlanError, match=r"grid: the grid has 1,000,000 runs .* more than 100,000"):
+        _plan(grid=huge)
