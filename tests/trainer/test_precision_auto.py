@@ -193,10 +193,10 @@ def test_scaling_plan_prints_the_slow_bf16_warning_on_one_line(
 
 
 def test_a_stored_plan_left_at_auto_still_suggests_a_run() -> None:
-    from scaling.rules import suggest_run
+    from scaling.orchestrator.plan import size_run
 
-    auto = suggest_run(_plan(None), N=1e5, D=1e7, C=6e12)
-    assert auto["memory_gib"] == suggest_run(_plan("fp32"), N=1e5, D=1e7, C=6e12)["memory_gib"]
+    auto = size_run(_plan(None), N=1e5, D=1e7, C=6e12)
+    assert auto["memory_gib"] == size_run(_plan("fp32"), N=1e5, D=1e7, C=6e12)["memory_gib"]
 
 
 def test_scaling_train_stores_the_resolved_precision_and_warns_on_stderr(
