@@ -11,7 +11,6 @@ in C++, out of Python's sight, so there the stock ``allreduce_hook`` from torch'
 
 from __future__ import annotations
 
-import math
 import os
 import traceback
 from collections import defaultdict
@@ -351,3 +350,13 @@ def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, 
         calls = by_case[(strategy, precision, micro_batches)]
         measured = {kind: float(sum(sizes)) for kind, sizes in calls.items()}
         assert measured == dict(expected), f"rank {rank}: {calls}"
+
+
+def test_module_is_torch_free() -> None:
+    """The planner imports the model on machines without torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
