@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, app, check_sweep_name
+
+if TYPE_CHECKING:
+    from scaling.trainer.spec import RunSpec
+
+
+def _check_memory(spec: "RunSpec") -> None:
+    """Refuse, before anything is built, a spec whose estimated memory exceeds this machine's
+    device (the GPU's memory, or the host's RAM on CPU; the spec's ``device_memory_gib`` if set)."""
+    from scaling.accounting import check_fits, estimate_memory
+    from scaling.trainer.parallel import device_memory_bytes
+    from scaling.trainer.runtime import Runtime
+
+    ex = spec.execution
+    device = Runtime.current(ex.device).device
+    est = estimate_memory(spec.shape, ex.micro_batch_size or spec.sequences_per_batch, spec.precision,
+                          "single", 1, ex.activation_checkpointing)
+    where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
+        "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
+    check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
+               limit_name=where, advice="use a smaller model, micro_batch_size or activation_checkpointing")
 
 
 @app.command()
@@ -30,6 +50,7 @@ def train(
     from scaling.trainer.spec import RunSpec
 
     run_spec = RunSpec.from_yaml(spec)
+    _check_memory(run_spec)
     try:
         result = train_adhoc(run_spec, db, run_dir, sweep=sweep)
     except AlreadyCompleted as exc:
