@@ -70,8 +70,9 @@ def parse(text: str, name: str, error: type[UserError]) -> tuple[Any, yaml.Node 
     :data:`MAX_BYTES`, or a scalar Python cannot hold (a 5000-digit integer, 2021-13-45)."""
     if len(text) > MAX_BYTES:
         raise error(f"{name}: larger than {MAX_BYTES // 1024} KiB")
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # its reader already refuses control characters
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
@@ -83,5 +84,6 @@ def parse(text: str, name: str, error: type[UserError]) -> tuple[Any, yaml.Node 
         reason = " ".join(str(exc).split(";")[0].split())[:200]
         raise error(f"{name}: invalid YAML value: {reason}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, node

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
 
 
-def _check_memory(spec: "RunSpec") -> None:
+def _check_memory(spec: "RunSpec") -> float:
     """Refuse, before anything is built, a spec whose estimated memory exceeds this machine's
     device (the GPU's memory, or the host's RAM on CPU; the spec's ``device_memory_gib`` if set)."""
     from scaling.accounting import check_fits, estimate_memory
@@ -28,6 +28,7 @@ def _check_memory(spec: "RunSpec") -> None:
         "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
     check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
                limit_name=where, advice="use a smaller model, micro_batch_size or activation_checkpointing")
+    return est.total_gib
 
 
 @app.command()
@@ -41,6 +42,9 @@ def train(
     sweep: Annotated[
         str, typer.Option("--sweep", help="Sweep to record the run in.", callback=check_sweep_name)
     ] = "adhoc",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check the spec and its memory, show the run; train and write nothing.")
+    ] = False,
 ) -> None:
     """Train one spec alone, recorded in the database like any run of a sweep.
 
@@ -50,7 +54,15 @@ def train(
     from scaling.trainer.spec import RunSpec
 
     run_spec = RunSpec.from_yaml(spec)
-    _check_memory(run_spec)
+    est_gib = _check_memory(run_spec)
+    if dry_run:
+        shape = run_spec.shape
+        typer.echo(
+            f"dry run: {shape.n_layer}x{shape.d_model} model, N={shape.params(run_spec.params_convention):,}, "
+            f"{run_spec.tokens:,} tokens in {run_spec.steps} steps, C={run_spec.flops:.3g} FLOPs, "
+            f"about {est_gib:.3g} GiB; nothing trained or written"
+        )
+        return
     try:
         result = train_adhoc(run_spec, db, run_dir, sweep=sweep)
     except AlreadyCompleted as exc:
