@@ -16,14 +16,16 @@ if TYPE_CHECKING:
 def _check_memory(spec: "RunSpec") -> float:
     """Refuse, before anything is built, a spec whose estimated memory exceeds this machine's
     device (the GPU's memory, or the host's RAM on CPU; the spec's ``device_memory_gib`` if set)."""
-    from scaling.accounting import check_fits, estimate_memory
+    from scaling.accounting import check_fits, estimate_memory, micro_batch_size
     from scaling.trainer.parallel import device_memory_bytes
     from scaling.trainer.runtime import Runtime
 
     ex = spec.execution
     device = Runtime.current(ex.device).device
-    est = estimate_memory(spec.shape, ex.micro_batch_size or spec.sequences_per_batch, spec.precision,
-                          "single", 1, ex.activation_checkpointing)
+    # unresolved auto: the larger of what it may become here (fp32 on a CPU, bf16 on a GPU)
+    precision = spec.precision if spec.precision != "auto" else ("fp32" if device.type == "cpu" else "bf16")
+    micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
+    est = estimate_memory(spec.shape, micro, precision, "single", 1, ex.activation_checkpointing)
     where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
         "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
     check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
