@@ -57,6 +57,7 @@ from typing import Any  # noqa: E402
 
 MASK = "***"
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*://"
+_USERINFO_START = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.\-]*)?://)([^:/@?#]*):")  # the scheme may be missing
 _URL_IN_TEXT = re.compile(_SCHEME + r"[^\s'\"<>]*")
 _QUERY_SECRET = re.compile(r"([?&;][^=&#]*(?:password|passwd|pwd|passphrase|secret|token)[^=&#]*=)[^&#]*",
                            re.IGNORECASE)
@@ -74,7 +75,7 @@ def _secrets_of(url: str) -> set[str]:
     from urllib.parse import unquote
 
     found: set[str] = set()
-    m = re.match(f"({_SCHEME})([^:/@?#]*):", url)
+    m = _USERINFO_START.match(url)
     if m:
         query = url.find("?", m.end())
         at = url.rfind("@", m.end(), query if query >= 0 else len(url))
@@ -95,7 +96,7 @@ def mask_url(url: str) -> str:
     hides them where a driver repeats them in its own words."""
     _remembered.update(_secrets_of(url))
     out = url
-    m = re.match(f"({_SCHEME})([^:/@?#]*):", url)
+    m = _USERINFO_START.match(url)
     if m:
         query = url.find("?", m.end())
         at = url.rfind("@", m.end(), query if query >= 0 else len(url))

@@ -23,6 +23,7 @@ URL_FORMS = {
     "unencoded_at": ("postgresql+psycopg://postgres:S3cretA@TailB9@db.example/x", ["S3cretA", "TailB9"]),
     "percent_encoded": ("postgresql+psycopg://postgres:S3cr%40etPW@db.example/x", ["S3cr%40etPW", "S3cr@etPW"]),
     "both": (f"postgresql://u:{PW}@h/db?password={QPW}", [PW, QPW]),
+    "no_scheme": (f"://alice:{PW}@db.example/x", [PW]),
 }
 
 
