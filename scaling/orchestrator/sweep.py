@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from scaling.errors import DatabaseError, UserError
+from scaling.errors import DatabaseError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome
@@ -100,7 +100,7 @@ def run_sweep(
     if address and is_sqlite(url):
         raise DatabaseError(
             f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
-            f"{url!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
+            f"{mask_url(url)!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
         )
     for note in expansion.notes:
         echo(f"note: {note}")
@@ -154,7 +154,7 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
     return store.register(
         plan.name,
         [r.spec.record() for r in expansion.runs],
-        plan=plan.model_dump(mode="json"),
+        plan=mask_data(plan.model_dump(mode="json")),  # the plan's db: URL may hold a password
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
     )

@@ -23,6 +23,7 @@ import pandas as pd
 
 from scaling.reports import figures as F
 from scaling.reports import fitview
+from scaling.errors import mask_data
 from scaling.reports.data import ReportData
 
 #: the next budget the headline recommends, as a multiple of the largest run's C
@@ -186,7 +187,8 @@ def _summary(data: ReportData, page: _Page) -> str:
     inner += _headline(data)
     plan = info.get("plan")
     if plan:
-        text = plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str)
+        # masked again: a plan stored by an earlier version may hold its db: password
+        text = mask_data(plan) if isinstance(plan, str) else json.dumps(mask_data(plan), indent=2, default=str)
         inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
     return _section("summary", "Summary", inner)
 

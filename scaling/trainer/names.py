@@ -36,6 +36,7 @@ STALE_RECOVERED = "stale_recovered"
 OVERFLOW_SKIP = "overflow_skip"  # fp16: non-finite gradients, step skipped, scale lowered
 FAILURE = "failure"
 INTERRUPTED = "interrupted"
+CHECKPOINT_CORRUPT = "checkpoint_corrupt"  # a checkpoint failed its manifest or load; set aside
 DATA = "data"  # the corpus a run trained on: fingerprint, unique_tokens (U), sizes, device
 
 EVENTS: tuple[str, ...] = (
@@ -47,5 +48,6 @@ EVENTS: tuple[str, ...] = (
     OVERFLOW_SKIP,
     FAILURE,
     INTERRUPTED,
+    CHECKPOINT_CORRUPT,
     DATA,
 )
