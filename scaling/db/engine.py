@@ -182,10 +182,19 @@ def retrying(fn: Callable[[], T], url: str, what: str = "use") -> T:
     except DatabaseError:
         raise
     except Exception as exc:
-        problem = _user_problem(exc, url)
-        if problem is None:
+        line = _first_line(exc)
+        if any(s in line.lower() for s in _DAMAGED):
+            raise damaged(url, line) from None
+        if not _is_user_problem(exc, line):
             raise
-        raise DatabaseError(f"cannot {what} database {mask_url(url)}: {problem}") from None
+        raise DatabaseError(f"cannot {what} database {mask_url(url)}: {line}") from None
+
+
+def damaged(url: str, detail: str) -> DatabaseError:
+    """The error for a database file that is not, or no longer, a sound SQLite database."""
+    path = sqlite_path(url)
+    what = f"database file {path}" if path is not None else f"database {mask_url(url)}"
+    return DatabaseError(f"{what} is damaged or not a SQLite database ({detail}): restore it from a backup or use another --db")
 
 
 # What SQLite says about a file that is not, or no longer, a sound database.
@@ -193,23 +202,16 @@ _DAMAGED = ("file is not a database", "database disk image is malformed", "malfo
             "file is encrypted")
 
 
-def _user_problem(exc: Exception, url: str) -> Optional[str]:
-    """The one-line reason when ``exc`` is the database's state rather than a bug, else None.
+def _is_user_problem(exc: Exception, line: str) -> bool:
+    """True when ``exc`` is the database's state (unreachable, unopenable, read-only), not a bug.
 
     ``exc`` is SQLAlchemy's wrapper or, from the read API's raw cursor, the driver's own error.
     """
-    line = _first_line(exc)
-    if any(s in line.lower() for s in _DAMAGED):
-        path = sqlite_path(url)
-        where = f"the file {path}" if path is not None else "it"
-        return f"{where} is damaged or not a SQLite database ({line}); restore it from a backup or use another --db"
     if isinstance(exc, OperationalError) or _is_driver_operational(exc):
-        return line
+        return True
     if isinstance(exc, DBAPIError) and (exc.connection_invalidated or _is_open_failure(line)):
-        return line
-    if isinstance(exc, SQLAlchemyError) and "connect" in type(exc).__name__.lower():
-        return line
-    return None
+        return True
+    return isinstance(exc, SQLAlchemyError) and "connect" in type(exc).__name__.lower()
 
 
 def _is_driver_operational(exc: Exception) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from sqlalchemy import Connection, Engine, inspect, text
 
+from scaling.db.engine import damaged
 from scaling.errors import DatabaseError, SchemaOutdatedError, mask_url
 
 if TYPE_CHECKING:
@@ -95,12 +96,14 @@ def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[Optional[
     """Apply migrations up to ``revision``; returns (revision before, revision after).
 
     Refuses, as opening does, a database with tables but no scaling schema (it is someone
-    else's) and one at a revision this scaling does not know (a newer scaling wrote it).
+    else's) and one at a revision this scaling does not know (a newer scaling wrote it); and a
+    SQLite file that fails SQLite's integrity check, which a migration could only make worse.
     """
     with engine.connect() as conn:
         conn.execution_options(scaling_write=True)
         with conn.begin():
             _lock(conn)
+            _refuse_damaged(conn, url)
             before = current_revision(conn)
             if before is None:
                 _refuse_foreign(conn, url)
@@ -112,6 +115,13 @@ def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[Optional[
         after = current_revision(conn)
         conn.rollback()
     return before, after or ""
+
+
+def _refuse_damaged(conn: Connection, url: str) -> None:
+    if conn.dialect.name == "sqlite":
+        problems = conn.exec_driver_sql("PRAGMA quick_check").scalars().all()
+        if problems != ["ok"]:
+            raise damaged(url, " ".join(str(problems[0]).split())[:200])
 
 
 def _refuse_foreign(conn: Connection, url: str) -> None:
