@@ -29,7 +29,6 @@ from scaling.errors import NotFoundError, PlanError, mask_url
 HEARTBEAT_TIMEOUT_S = 120.0  # a running run whose heartbeat is older than this has no live claimant
 
 RECORD_FIELDS = ("key", "N", "N_total", "n_layer", "d_model", "n_head", "vocab_size", "context", "D", "C", "seed", "spec")
-MetricRow = tuple[int, int, float, str, Optional[float]]
 _UPSERT_ORDER = ("run_id", "step", "name_id", "tokens", "flops", "value")
 
 
