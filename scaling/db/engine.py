@@ -95,6 +95,15 @@ def is_in_memory(url: str) -> bool:
     return db in ("", ":memory:") or (db.startswith("file:") and "mode=memory" in db)
 
 
+def refuse_in_memory(url: str) -> None:
+    """Raise :class:`DatabaseError` for an in-memory SQLite URL: results must outlive the process."""
+    if is_in_memory(url):
+        raise DatabaseError(
+            f"database {mask_url(url)} is in memory: an in-memory database cannot hold results across "
+            "processes (the sweep's workers, the next command); use a file, e.g. --db sqlite:///results.db"
+        )
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` (already normalized), configured for concurrent writers.
 
@@ -105,11 +114,7 @@ def make_engine(url: str) -> Engine:
     parsed = _parse(url)
     backend = parsed.get_backend_name()
     kwargs: dict = {}
-    if is_in_memory(url):
-        raise DatabaseError(
-            f"database {mask_url(url)} is in memory: an in-memory database cannot hold results across "
-            "processes (the sweep's workers, the next command); use a file, e.g. --db sqlite:///results.db"
-        )
+    refuse_in_memory(url)
     if backend == "sqlite":
         path = sqlite_path(url)
         if path is not None and not path.parent.is_dir():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from scaling import vocab
-from scaling.db.engine import is_sqlite, sqlite_path
+from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.errors import DatabaseError, UserError
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
@@ -95,6 +95,7 @@ def run_sweep(
     plan, source = load_plan(plan_path)
     expansion = expand(plan, source)
     url = resolve_url(cli=db, plan=plan.db)
+    refuse_in_memory(url)
     if address and is_sqlite(url):
         raise DatabaseError(
             f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "

@@ -115,5 +115,6 @@ def test_db_upgrade_refuses_a_foreign_database(empty_sqlite_url: str, scaling) -
 def test_an_in_memory_database_is_refused(url: str, tmp_path: Path, scaling, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     plan = _example_plan(tmp_path)
-    for args in (["runs"], ["status"], ["db", "upgrade"], ["fit"], ["sweep", str(plan), "--no-fit", "--no-report"]):
+    sweep = ["sweep", str(plan), "--no-fit", "--no-report"]
+    for args in (["runs"], ["status"], ["db", "upgrade"], ["fit"], sweep, [*sweep, "--dry-run"]):
         _one_line(scaling(*args, "--db", url), "in memory", "cannot hold results across processes")
