@@ -1,9 +1,10 @@
 """`scaling sweep`: load and expand a plan, register its runs, train them on Ray, fit, report.
 
 The plan is validated and expanded completely, and the runs folder proved writable, before the
-database is touched, so a bad plan or folder writes nothing. By default a private local Ray is started (``address="local"`` with an explicit
-CPU count, so a sweep never joins a stranger's cluster); ``--address`` joins a cluster, whose
-other nodes must reach the database: a SQLite file is refused there.
+database is touched, so a bad plan or folder writes nothing. By default a private local Ray is
+started (``address="local"`` with an explicit CPU count, so a sweep never joins a stranger's
+cluster); ``--address`` joins a cluster, whose other nodes must reach the database: a SQLite
+file is refused there.
 """
 
 from __future__ import annotations
