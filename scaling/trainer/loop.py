@@ -25,9 +25,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
-from scaling.trainer import TrainResult, checkpoint, faults, names
+from scaling.trainer import TrainResult, checkpoint, faults
 from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
@@ -420,7 +421,7 @@ class Trainer:
         tokens = self.step * self.tokens_per_step
         return TrainResult(
             key=self.key,
-            status="completed" if self.step >= self.total_steps else "incomplete",
+            status=names.COMPLETED if self.step >= self.total_steps else names.INTERRUPTED,
             steps=self.step,
             tokens=tokens,
             flops=tokens * self.spec.flops_per_token,
