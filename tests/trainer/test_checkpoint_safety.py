@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from scaling.db import connect
-from scaling.trainer import checkpoint, names, train
+from scaling import vocab as names
+from scaling.trainer import checkpoint, train
 from scaling.trainer.faults import InjectedFault
 
 
