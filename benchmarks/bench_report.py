@@ -44,7 +44,7 @@ def naive_baseline(url: str, out: Path) -> tuple[float, int]:
     import plotly.graph_objects as go
 
     from scaling.db import connect
-    from scaling.trainer import names
+    from scaling import vocab as names
 
     t0 = time.perf_counter()
     m = connect(url).metrics(sweep=SWEEP, names=[names.TRAIN_LOSS])

@@ -389,3 +389,30 @@ def choose_strategy(
         if est.total_bytes <= device_memory_bytes:
             return est
     return None
+
+
+#: No single accelerator or host offers one worker more than this; a plan that does not state
+#: ``device_memory_gib`` is still held to it.
+MAX_DEVICE_GIB = 4096.0
+
+
+def check_fits(
+    est: MemoryEstimate,
+    limit_bytes: float | None,
+    *,
+    what: str,
+    limit_name: str = "",
+    advice: str = "use a smaller model, more workers, a smaller micro_batch_size or activation_checkpointing",
+) -> None:
+    """Refuse a run whose estimated memory per worker exceeds ``limit_bytes`` (default:
+    :data:`MAX_DEVICE_GIB`), before anything is allocated: one line with estimate and limit."""
+    from scaling.errors import ResourceError
+
+    limit = MAX_DEVICE_GIB * GIB if limit_bytes is None else limit_bytes
+    name = limit_name or ("any device" if limit_bytes is None else "the device")
+    if not est.total_bytes <= limit:  # also refuses an estimate that overflowed to inf or nan
+        worker = "worker" if est.workers == 1 else "workers"
+        raise ResourceError(
+            f"{what} needs an estimated {est.total_gib:.3g} GiB per worker ({est.strategy} on {est.workers} "
+            f"{worker}), more than {name} ({limit / GIB:.3g} GiB); {advice}"
+        )

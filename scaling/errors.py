@@ -14,7 +14,7 @@ class UserError(Exception):
 
     def one_line(self) -> str:
         """The message on one line, as the CLI prints it."""
-        text = " ".join(str(self).split())
+        text = mask_text(" ".join(str(self).split()))
         return f"error: {text}" if text else f"error: {type(self).__name__}"
 
 
@@ -50,22 +50,81 @@ class TrainingError(UserError):
     """A run that failed for a reason stated in the spec or data (e.g. it kept spiking)."""
 
 
+# -- masking: secrets never leave their URL ------------------------------------------------
+
+import re  # noqa: E402
+from typing import Any  # noqa: E402
+
+MASK = "***"
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*://"
+_USERINFO_START = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.\-]*)?://)([^:/@?#]*):")  # the scheme may be missing
+_URL_IN_TEXT = re.compile(_SCHEME + r"[^\s'\"<>]*")
+_QUERY_SECRET = re.compile(r"([?&;][^=&#]*(?:password|passwd|pwd|passphrase|secret|token)[^=&#]*=)[^&#]*",
+                           re.IGNORECASE)
+_TEXT_SECRET = re.compile(r"(\b(?:\w*password|passwd|pwd|passphrase)\s*=\s*)(['\"]?)[^\s'\",;&]+", re.IGNORECASE)
+_SECRET_KEYS = {"password", "passwd", "pwd", "passphrase", "secret", "token", "api_key"}
+# A host name never holds "@": "x@host" in a driver's message is the tail of a password whose
+# "@" was not percent-encoded, cut off by the URL parser.
+_USERINFO_TAIL = re.compile(r"(['\"])[^'\"\s]*@(?=[^'\"\s]*['\"])")
+_MIN_SECRET = 4  # shorter remembered fragments would mask ordinary words
+_remembered: set[str] = set()
+
+
+def _secrets_of(url: str) -> set[str]:
+    """The password of ``url`` as any parser might cut it (every "@"-separated piece)."""
+    from urllib.parse import unquote
+
+    found: set[str] = set()
+    m = _USERINFO_START.match(url)
+    if m:
+        query = url.find("?", m.end())
+        at = url.rfind("@", m.end(), query if query >= 0 else len(url))
+        if at > m.end():
+            found.add(url[m.end() : at])
+    for q in _QUERY_SECRET.finditer(url):
+        value = url[q.end(1) : q.end()]
+        if value:
+            found.add(value)
+    pieces = {p for s in found for p in (s, unquote(s), *s.split("@"), *unquote(s).split("@"))}
+    return {p for p in pieces if len(p) >= _MIN_SECRET}
+
+
 def mask_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` so it can be printed."""
-    from urllib.parse import urlsplit, urlunsplit
+    """``url`` with every password (user-info, ``?password=``; "@" encoded or not) as ``***``.
 
-    import re
+    The passwords seen are remembered for the life of the process, so :func:`mask_text` also
+    hides them where a driver repeats them in its own words."""
+    _remembered.update(_secrets_of(url))
+    out = url
+    m = _USERINFO_START.match(url)
+    if m:
+        query = url.find("?", m.end())
+        at = url.rfind("@", m.end(), query if query >= 0 else len(url))
+        if at >= m.end():
+            out = url[: m.end()] + MASK + url[at:]
+    return _QUERY_SECRET.sub(lambda q: q.group(1) + MASK, out)
 
-    # For what urlsplit cannot parse (a non-numeric port, no scheme): hide "user:<this>@".
-    fallback = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return fallback
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return fallback
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+def mask_text(text: str) -> str:
+    """``text`` (a message, a driver's error) with every URL's password and known secret masked."""
+    text = _URL_IN_TEXT.sub(lambda m: mask_url(m.group()), text)
+    text = _TEXT_SECRET.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _USERINFO_TAIL.sub(lambda m: m.group(1) + MASK + "@", text)
+    for secret in sorted(_remembered, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def mask_data(obj: Any) -> Any:
+    """A copy of ``obj`` (a plan as JSON data) fit to store or render: every string masked, and
+    the value of any key that names a secret replaced."""
+    if isinstance(obj, dict):
+        return {
+            k: MASK if isinstance(k, str) and k.lower() in _SECRET_KEYS and v else mask_data(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [mask_data(v) for v in obj]
+    if isinstance(obj, str):
+        return mask_text(obj)
+    return obj

@@ -6,7 +6,10 @@ imports (torch, Ray, plotly) happen inside the command functions so `scaling --h
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+import typer
 
 from scaling.cli.common import app
 from scaling.errors import UserError
@@ -15,11 +18,36 @@ from scaling.errors import UserError
 from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds  # noqa: E402,F401
 
 
-def main() -> None:
-    """Console entry point: run the app, print user errors as one line and exit 2."""
+def _click_errors() -> tuple[type[Exception], ...]:
+    """The ClickException classes typer raises: its bundled ``typer._click`` (typer >= 0.2x)
+    and, where installed, the separate ``click`` (older typer)."""
+    found: list[type[Exception]] = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found.append(module.ClickException)
+    return tuple(found)
+
+
+def _aborts() -> tuple[type[Exception], ...]:
+    found: list[type[Exception]] = [typer.Abort]
+    try:
+        import click
+
+        found.append(click.exceptions.Abort)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: usage errors as click's short usage message, user errors as one
+    line, both with exit 2; Ctrl-C exits 130. Anything else is a bug and keeps its traceback."""
     try:
         # Non-standalone typer returns (not raises) the code of typer.Exit and of Ctrl-C (130).
-        code = app(standalone_mode=False)
+        code = app(args=argv, prog_name="scaling", standalone_mode=False)
         if isinstance(code, int) and code:
             if code == 130:
                 print("interrupted", file=sys.stderr)
@@ -30,15 +58,9 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click's own usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            print("aborted", file=sys.stderr)
-            sys.exit(130)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except _aborts():
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except _click_errors() as exc:  # usage errors (missing argument, bad option) in non-standalone mode
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]

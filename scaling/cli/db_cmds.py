@@ -27,7 +27,7 @@ def runs(db: DbOption = None, sweep: SweepOption = None, format: RunsFormatOptio
 
     Example: scaling runs --db sqlite:///scaling.db --sweep demo --format csv
     """
-    from scaling.db.listing import list_runs
+    from scaling.orchestrator.status import list_runs
 
     typer.echo(list_runs(db, sweep, format), nl=False)
 

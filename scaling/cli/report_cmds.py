@@ -10,6 +10,27 @@ import typer
 from scaling.cli.common import DbOption, SweepOption, app
 
 
+def _check_output(path: Path) -> None:
+    """Refuse an output the report could not be written to, before any work (one line, exit 2)."""
+    from scaling.errors import UserError
+
+    out = path.expanduser()
+    if out.is_dir():
+        raise UserError(f"--output {path}: is a directory; name the file, e.g. {path / 'report.html'}")
+    blocker = next((p for p in [out.parent, *out.parent.parents] if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError(f"--output {path}: {blocker} is a file, not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        existed = out.exists()
+        with open(out, "a"):
+            pass
+        if not existed:
+            out.unlink()
+    except OSError as exc:
+        raise UserError(f"--output {path}: cannot write there: {exc.strerror or exc}") from None
+
+
 @app.command()
 def report(
     db: DbOption = None,
@@ -45,7 +66,11 @@ def report(
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
-    path = write_report(resolve_url(db), sweep, output, fit=fit)
+    _check_output(output)
+    try:
+        path = write_report(resolve_url(db), sweep, output, fit=fit)
+    except OSError as exc:
+        raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
     typer.echo(str(path))
     if open_:
         import webbrowser

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app
-from scaling.errors import UserError
+from scaling.errors import UserError, mask_data, mask_text
 
 PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_default=False)]
 
@@ -92,7 +92,7 @@ def sweep_cmd(
         f"{len(out.failed)} failed, {len(out.interrupted)} interrupted in {out.wall_seconds:.0f}s"
     )
     for key, error in out.failed.items():
-        echo(f"failed {key}: {error}")
+        echo(mask_text(f"failed {key}: {error}"))
     laws = getattr(result.fit, "laws", None)
     if laws:
         echo(f"fitted: {', '.join(laws)} (`scaling fit` prints them)")
@@ -116,7 +116,7 @@ def status_cmd(db: DbOption = None, sweep: SweepOption = None, format: FormatOpt
     from scaling.db import resolve_url
     from scaling.orchestrator.status import render_status, sweep_status
 
-    status = sweep_status(resolve_url(cli=db), sweep)
+    status = mask_data(sweep_status(resolve_url(cli=db), sweep))  # failure texts may quote a URL
     if format == "json":
         typer.echo(json.dumps(status, indent=2))
     else:

@@ -1,21 +1,14 @@
-"""The results database: `Store` writes, `connect` reads DataFrames, Alembic keeps the schema.
+"""The results database: `Store` writes, `connect` reads, Alembic keeps the schema.
 
 SQLite (a file, WAL mode) is the embedded default; PostgreSQL works through the same code.
+Run statuses, metric names and event kinds are spelled in :mod:`scaling.vocab`.
 See docs/architecture.md ("Database") for the contract.
 """
 
+from scaling.db.claimant import claimant_id
+from scaling.db.database import AmbiguousRunError
 from scaling.db.engine import normalize_url, resolve_url
-from scaling.db.models import (
-    CLAIMABLE,
-    COMPLETED,
-    FAILED,
-    INTERRUPTED,
-    PENDING,
-    RUNNING,
-    STATUSES,
-)
-from scaling.db.store import HEARTBEAT_TIMEOUT_S, AmbiguousRunError, Store
-
+from scaling.db.store import HEARTBEAT_TIMEOUT_S, Store
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
@@ -35,11 +28,5 @@ __all__ = [
     "normalize_url",
     "AmbiguousRunError",
     "HEARTBEAT_TIMEOUT_S",
-    "STATUSES",
-    "CLAIMABLE",
-    "PENDING",
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "INTERRUPTED",
+    "claimant_id",
 ]

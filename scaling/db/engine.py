@@ -81,19 +81,40 @@ def sqlite_path(url: str) -> Optional[Path]:
     return Path(db)
 
 
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
+def is_sqlite(url: str) -> bool:
+    """True for a SQLite URL (a file or in memory)."""
+    return _parse(url).get_backend_name() == "sqlite"
+
+
+def is_in_memory(url: str) -> bool:
+    """True for an in-memory SQLite URL (``sqlite://``, ``sqlite:///:memory:``, ``mode=memory``)."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    db = parsed.database or ""
+    return db in ("", ":memory:") or (db.startswith("file:") and "mode=memory" in db)
+
+
+def refuse_in_memory(url: str) -> None:
+    """Raise :class:`DatabaseError` for an in-memory SQLite URL: results must outlive the process."""
+    if is_in_memory(url):
+        raise DatabaseError(
+            f"database {mask_url(url)} is in memory: an in-memory database cannot hold results across "
+            "processes (the sweep's workers, the next command); use a file, e.g. --db sqlite:///results.db"
+        )
 
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` (already normalized), configured for concurrent writers.
 
-    Raises :class:`DatabaseError` for a malformed URL, an unknown driver, or a SQLite file whose
-    folder does not exist (SQLite would only say "unable to open database file").
+    Raises :class:`DatabaseError` for a malformed URL, an unknown driver, an in-memory SQLite
+    database, or a SQLite file whose folder does not exist (SQLite would only say "unable to
+    open database file").
     """
     parsed = _parse(url)
     backend = parsed.get_backend_name()
     kwargs: dict = {}
+    refuse_in_memory(url)
     if backend == "sqlite":
         path = sqlite_path(url)
         if path is not None and not path.parent.is_dir():
@@ -156,25 +177,60 @@ def _retry_locked(fn: Callable[[], T], budget_s: float = LOCKED_RETRY_S) -> T:
 def retrying(fn: Callable[[], T], url: str, what: str = "use") -> T:
     """Run ``fn`` (one whole transaction), retrying it while SQLite says "locked".
 
-    Any other database failure becomes one :class:`DatabaseError` line naming the masked URL.
-    ``fn`` must be safe to repeat: it is a complete transaction that rolled back on failure.
+    A failure the user can act on (unreachable, unopenable, read-only or damaged database)
+    becomes one :class:`DatabaseError` line naming the masked URL; anything else (integrity or
+    programming errors: bugs) keeps its traceback. ``fn`` must be safe to repeat: it is a
+    complete transaction that rolled back on failure.
     """
     try:
         return _retry_locked(fn)
     except DatabaseError:
         raise
-    except (OperationalError, DBAPIError) as exc:
-        if isinstance(exc, DBAPIError) and not isinstance(exc, OperationalError) and not exc.connection_invalidated:
-            # Integrity or programming errors are bugs, not the user's database: keep them.
-            if not _is_open_failure(exc):
-                raise
-        raise DatabaseError(f"cannot {what} database {mask_url(url)}: {_first_line(exc)}") from None
-    except SQLAlchemyError as exc:
-        if "connect" in type(exc).__name__.lower():
-            raise DatabaseError(f"cannot {what} database {mask_url(url)}: {_first_line(exc)}") from None
-        raise
+    except Exception as exc:
+        line = _first_line(exc)
+        if any(s in line.lower() for s in _DAMAGED):
+            raise damaged(url, line) from None
+        if not _is_user_problem(exc, line):
+            raise
+        raise DatabaseError(f"cannot {what} database {mask_url(url)}: {line}") from None
 
 
-def _is_open_failure(exc: DBAPIError) -> bool:
-    text = _first_line(exc).lower()
+def damaged(url: str, detail: str) -> DatabaseError:
+    """The error for a database file that is not, or no longer, a sound SQLite database."""
+    path = sqlite_path(url)
+    what = f"database file {path}" if path is not None else f"database {mask_url(url)}"
+    return DatabaseError(f"{what} is damaged or not a SQLite database ({detail}): restore it from a backup or use another --db")
+
+
+# What SQLite says about a file that is not, or no longer, a sound database.
+_DAMAGED = ("file is not a database", "database disk image is malformed", "malformed database schema",
+            "file is encrypted")
+
+
+def _is_user_problem(exc: Exception, line: str) -> bool:
+    """True when ``exc`` is the database's state (unreachable, unopenable, read-only), not a bug.
+
+    ``exc`` is SQLAlchemy's wrapper or, from the read API's raw cursor, the driver's own error.
+    """
+    if isinstance(exc, OperationalError) or _is_driver_operational(exc):
+        return True
+    if isinstance(exc, DBAPIError) and (exc.connection_invalidated or _is_open_failure(line)):
+        return True
+    return isinstance(exc, SQLAlchemyError) and "connect" in type(exc).__name__.lower()
+
+
+def _is_driver_operational(exc: Exception) -> bool:
+    """The DBAPI driver's own OperationalError (raised through a raw cursor, unwrapped)."""
+    import sqlite3
+    import sys
+
+    kinds: list[type] = [sqlite3.OperationalError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        kinds.append(psycopg.OperationalError)
+    return isinstance(exc, tuple(kinds))
+
+
+def _is_open_failure(line: str) -> bool:
+    text = line.lower()
     return any(s in text for s in ("unable to open", "readonly", "read-only", "disk i/o", "connection"))

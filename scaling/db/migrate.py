@@ -14,7 +14,7 @@ def upgrade_database(url: Optional[str] = None) -> str:
     url = resolve_url(url)
     engine = make_engine(url)
     try:
-        before, after = retrying(lambda: upgrade(engine), url, "upgrade")
+        before, after = retrying(lambda: upgrade(engine, url), url, "upgrade")
     finally:
         engine.dispose()
     if before == after:

@@ -26,7 +26,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from scaling.vocab import PENDING, STATUSES
 
 # Stable constraint names, so migrations can refer to them on every dialect.
 NAMING_CONVENTION = {
@@ -37,16 +39,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-# Run statuses. A run is claimable when pending, failed or interrupted (or running with a stale
-# heartbeat); a completed run is never claimed again.
-PENDING = "pending"
-RUNNING = "running"
-COMPLETED = "completed"
-FAILED = "failed"
-INTERRUPTED = "interrupted"
-STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED)
-CLAIMABLE: tuple[str, ...] = (PENDING, FAILED, INTERRUPTED)
-FINAL: tuple[str, ...] = (COMPLETED, FAILED, INTERRUPTED)
+# The CHECK constraint on runs.status, spelled from the one list of statuses. Its text must stay
+# what migration 0001 created (a test compares the two), or the schema would need a migration.
+STATUS_CHECK = "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"
 
 
 def utcnow() -> datetime:
@@ -78,9 +73,7 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         UniqueConstraint("sweep_id", "key"),
-        CheckConstraint(
-            "status IN ('pending', 'running', 'completed', 'failed', 'interrupted')", name="status"
-        ),
+        CheckConstraint(STATUS_CHECK, name="status"),
         Index("ix_runs_key", "key"),
         Index("ix_runs_status", "status"),
     )
@@ -109,6 +102,8 @@ class Run(Base):
     final_train_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     final_eval_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+
+    sweep: Mapped[Sweep] = relationship()
 
 
 class MetricName(Base):
@@ -150,6 +145,8 @@ class Event(Base):
     detail: Mapped[Optional[Any]] = mapped_column(JSON, nullable=True)  # a string or a mapping
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
+    run: Mapped[Run] = relationship()
+
 
 class Fit(Base):
     """A fitted law for a sweep, stored in the law's ``to_dict()`` form with its data fingerprint."""
@@ -165,3 +162,5 @@ class Fit(Base):
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
     fingerprint: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    sweep: Mapped[Sweep] = relationship()

@@ -1,24 +1,24 @@
-"""`connect(url)` → :class:`Results`: the read API for notebooks, fitting and reports.
+"""`connect(url)` → :class:`Results`: the read API for notebooks, fitting, reports and the scheduler.
 
-Every method returns a pandas DataFrame with plain column names. Metrics are fetched through the
-driver's own cursor (a plain SELECT, no ORM objects), which reads a million rows in about a second.
+Tables come back as pandas DataFrames with plain column names; one run or one fit as a dict.
+Metrics are fetched through the driver's own cursor (a plain SELECT, no ORM objects), which
+reads a million rows in about a second.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import Select, func, select
 
-from scaling.db.engine import make_engine, resolve_url, retrying, sqlite_path
-from scaling.db.models import STATUSES, Event, Fit, Metric, MetricName, Run, Sweep
-from scaling.db.schema import ensure_schema
-from scaling.db.store import _RUNS, run_row
-from scaling.errors import DatabaseError, NotFoundError, mask_url
+from scaling.db.database import AmbiguousRunError, Database
+from scaling.db.engine import retrying
+from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep
+from scaling.errors import NotFoundError, mask_url
+from scaling.vocab import RUNNING, STATUSES
 
 T = TypeVar("T")
 
@@ -42,36 +42,11 @@ def connect(url: Optional[str] = None) -> "Results":
     return Results(url)
 
 
-class Results:
-    """Read-only DataFrame views of a results database."""
+class Results(Database):
+    """Read-only views of a results database (a SQLite file must exist already)."""
 
     def __init__(self, url: Optional[str] = None) -> None:
-        self.url = resolve_url(url)
-        path = sqlite_path(self.url)
-        if path is not None and not path.is_file():
-            raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
-        self.engine = make_engine(self.url)
-        self._pid = os.getpid()
-        try:
-            retrying(lambda: ensure_schema(self.engine, self.url), self.url, "open")
-        except BaseException:
-            self.engine.dispose()
-            raise
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.url,))
-
-    def __repr__(self) -> str:
-        return f"Results({mask_url(self.url)!r})"
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> "Results":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(url, must_exist=True)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _execute(self, stmt: Select, consume: Callable[[Any], T]) -> T:
@@ -100,34 +75,27 @@ class Results:
 
         return retrying(attempt, self.url, "read")
 
-    def _after_fork(self) -> None:
-        if self._pid != os.getpid():  # forked: never reuse the parent's pooled connections
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
-
     def _all(self, stmt: Select) -> list[Any]:
         """SQLAlchemy rows of ``stmt`` (attribute access; JSON columns decoded), one read transaction."""
-        self._after_fork()
-
-        def attempt() -> list[Any]:
-            with self.engine.connect() as conn:
-                try:
-                    return list(conn.execute(stmt).all())
-                finally:
-                    conn.rollback()
-
-        return retrying(attempt, self.url, "read")
+        return self._read(lambda conn: list(conn.execute(stmt).all()))
 
     def _rows(self, stmt: Select) -> list[tuple]:
         return self._execute(stmt, lambda cur: cur.fetchall())
 
-    def _sweep_id(self, name: str) -> int:
-        rows = self._rows(select(Sweep.id).where(Sweep.name == name))
-        if not rows:
-            raise NotFoundError(f"sweep {name!r} not found in {mask_url(self.url)}")
-        return rows[0][0]
+    def _id_of_sweep(self, name: str) -> int:
+        return self._read(lambda conn: self._sweep_id(conn, name))
 
     # -- sweeps ------------------------------------------------------------------------------
+    def sweep_name(self, sweep: Optional[str] = None) -> str:
+        """``sweep`` if the database holds it, else (None) the latest sweep; NotFoundError if neither."""
+        if sweep is None:
+            latest = self.latest_sweep()
+            if latest is None:
+                raise NotFoundError(f"no sweeps in {mask_url(self.url)}: run `scaling sweep PLAN.yaml` first, or pass --db")
+            return latest
+        self._id_of_sweep(sweep)
+        return sweep
+
     def latest_sweep(self) -> Optional[str]:
         """The most recently created sweep's name, or None in an empty database."""
         rows = self._rows(select(Sweep.name).order_by(Sweep.created_at.desc(), Sweep.id.desc()).limit(1))
@@ -177,13 +145,29 @@ class Results:
     # -- runs --------------------------------------------------------------------------------
     def runs(self, sweep: Optional[str] = None, status: Optional[str | Sequence[str]] = None) -> pd.DataFrame:
         """One row per run (all sweeps unless ``sweep``); ``final_loss`` is the final eval loss."""
-        q = _RUNS.order_by(Sweep.id, Run.id)
+        q = _RUNS.order_by(Run.sweep_id, Run.id)
         if sweep is not None:
-            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+            q = q.where(Run.sweep_id == self._id_of_sweep(sweep))
         if status is not None:
             q = q.where(Run.status.in_([status] if isinstance(status, str) else list(status)))
         rows = self._all(q)
-        return pd.DataFrame([run_row(r, r.sweep_name) for r in rows], columns=RUN_COLUMNS)
+        return pd.DataFrame([_run_row(r) for r in rows], columns=RUN_COLUMNS)
+
+    def run(self, key: str, *, sweep: Optional[str] = None) -> Optional[dict[str, Any]]:
+        """One run as a dict with the columns of :meth:`runs`, or None when it is not there.
+
+        Without ``sweep`` the key must be in one sweep only (the usual case), or be running in
+        one of them; otherwise :class:`~scaling.db.AmbiguousRunError`.
+        """
+        q = _RUNS.where(Run.key == key)
+        if sweep is not None:
+            q = q.where(Sweep.name == sweep)
+        rows = self._all(q)
+        if len(rows) > 1:
+            rows = [r for r in rows if r.status == RUNNING]
+            if len(rows) != 1:
+                raise AmbiguousRunError(f"run key {key} is in several sweeps: pass sweep= to say which")
+        return _run_row(rows[0]) if rows else None
 
     # -- metrics -----------------------------------------------------------------------------
     def metrics(
@@ -239,7 +223,7 @@ class Results:
         """Restrict a metrics query to a sweep, runs and names; also return the id → key/name maps' queries."""
         runs_q = select(Run.id, Run.key).order_by(Run.id)
         if sweep is not None:
-            runs_q = runs_q.where(Run.sweep_id == self._sweep_id(sweep))
+            runs_q = runs_q.where(Run.sweep_id == self._id_of_sweep(sweep))
         if run_keys is not None:
             runs_q = runs_q.where(Run.key.in_(list(run_keys)))
         if sweep is not None or run_keys is not None:
@@ -275,12 +259,12 @@ class Results:
         """Events ``run_key, sweep, step, kind, detail, created_at`` in the order they happened."""
         q = (
             select(Run.key, Sweep.name, Event.step, Event.kind, Event.detail, Event.created_at)
-            .join(Run, Run.id == Event.run_id)
-            .join(Sweep, Sweep.id == Run.sweep_id)
+            .join(Event.run)
+            .join(Run.sweep)
             .order_by(Event.id)
         )
         if sweep is not None:
-            q = q.where(Run.sweep_id == self._sweep_id(sweep))
+            q = q.where(Run.sweep_id == self._id_of_sweep(sweep))
         if run_keys is not None:
             q = q.where(Run.key.in_(list(run_keys)))
         if kinds is not None:
@@ -294,17 +278,62 @@ class Results:
         """Stored fits ``id, sweep, law, method, result (dict), fingerprint, created_at``, oldest first."""
         q = (
             select(Fit.id, Sweep.name, Fit.law, Fit.method, Fit.result, Fit.fingerprint, Fit.created_at)
-            .join(Sweep, Sweep.id == Fit.sweep_id)
+            .join(Fit.sweep)
             .order_by(Fit.id)
         )
         if sweep is not None:
-            q = q.where(Fit.sweep_id == self._sweep_id(sweep))
+            q = q.where(Fit.sweep_id == self._id_of_sweep(sweep))
         if law is not None:
             q = q.where(Fit.law == law)
         if method is not None:
             q = q.where(Fit.method == method)
         rows = self._all(q)
         return pd.DataFrame([tuple(r) for r in rows], columns=FIT_COLUMNS)
+
+    def find_fit(self, sweep: str, law: str, method: str, fingerprint: str) -> Optional[dict[str, Any]]:
+        """The latest fit of ``law`` by ``method`` on data with ``fingerprint`` (for reuse), as a dict
+        with the columns of :meth:`fits`; or None."""
+        rows = self._all(
+            select(Fit.id, Sweep.name.label("sweep"), Fit.law, Fit.method, Fit.result, Fit.fingerprint, Fit.created_at)
+            .join(Fit.sweep)
+            .where(Sweep.name == sweep, Fit.law == law, Fit.method == method, Fit.fingerprint == fingerprint)
+            .order_by(Fit.id.desc())
+            .limit(1)
+        )
+        return rows[0]._asdict() if rows else None
+
+
+# Every column of runs plus the sweep's name (Core rows: attribute access by column name).
+_RUNS = select(Run.__table__, Sweep.name.label("sweep_name")).join(Run.sweep)
+
+
+def _run_row(run: Any) -> dict[str, Any]:
+    """One row of :data:`_RUNS` with the read API's plain names (``N``, ``D``, ``C``, ``final_loss`` ...)."""
+    return {
+        "run_key": run.key,
+        "sweep": run.sweep_name,
+        "N": run.n_params,
+        "N_total": run.n_params_total,
+        "D": run.tokens,
+        "C": run.flops,
+        "n_layer": run.n_layer,
+        "d_model": run.d_model,
+        "n_head": run.n_head,
+        "vocab_size": run.vocab_size,
+        "context": run.context,
+        "seed": run.seed,
+        "status": run.status,
+        "attempts": run.attempts,
+        "final_loss": run.final_eval_loss,
+        "final_train_loss": run.final_train_loss,
+        "error": run.error,
+        "host": run.host,
+        "heartbeat_at": run.heartbeat_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "created_at": run.created_at,
+        "spec": run.spec,
+    }
 
 
 _METRIC_RECORD = np.dtype(

@@ -8,12 +8,11 @@ an older revision raises :class:`SchemaOutdatedError` naming the command that up
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from sqlalchemy import Connection, Engine, inspect, text
 
+from scaling.db.engine import damaged
 from scaling.errors import DatabaseError, SchemaOutdatedError, mask_url
 
 if TYPE_CHECKING:
@@ -66,12 +65,11 @@ def _lock(conn: Connection) -> None:
 
 def ensure_schema(engine: Engine, url: str) -> None:
     """Create the schema in an empty database; raise if the database is at another revision."""
-    head = HEAD
     with engine.connect() as conn:
         conn = conn.execution_options(scaling_write=False)
         rev = current_revision(conn)
         conn.rollback()
-    if rev == head:
+    if rev == HEAD:
         return
     if rev is None:
         with engine.connect() as conn:
@@ -80,43 +78,69 @@ def ensure_schema(engine: Engine, url: str) -> None:
                 _lock(conn)
                 rev = current_revision(conn)  # another process may have created it meanwhile
                 if rev is None:
-                    tables = set(inspect(conn).get_table_names()) - {"alembic_version"}
-                    if tables:
-                        raise DatabaseError(
-                            f"database {mask_url(url)} has tables ({', '.join(sorted(tables)[:5])}) "
-                            "but no scaling schema version: not a scaling results database"
-                        )
+                    _refuse_foreign(conn, url)
                     from alembic import command
 
                     command.upgrade(alembic_config(connection=conn), "head")
                     return
-    if rev == head:
+    if rev == HEAD:
         return
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(alembic_config())
-    known = {s.revision for s in script.walk_revisions()}
-    if rev in known:
-        raise SchemaOutdatedError(
-            f"database {mask_url(url)} has schema revision {rev}, older than this scaling's {head}: "
-            f"run `scaling db upgrade --db {mask_url(url)}`"
-        )
-    raise DatabaseError(
-        f"database {mask_url(url)} has schema revision {rev}, unknown to this scaling "
-        f"(head {head}): it was written by a newer scaling; upgrade scaling"
+    _refuse_unknown(rev, url)
+    raise SchemaOutdatedError(
+        f"database {mask_url(url)} has schema revision {rev}, older than this scaling's {HEAD}: "
+        f"run `scaling db upgrade --db {mask_url(url)}`"
     )
 
 
-def upgrade(engine: Engine, revision: str = "head") -> tuple[Optional[str], str]:
-    """Apply migrations up to ``revision``; returns (revision before, revision after)."""
+def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[Optional[str], str]:
+    """Apply migrations up to ``revision``; returns (revision before, revision after).
+
+    Refuses, as opening does, a database with tables but no scaling schema (it is someone
+    else's) and one at a revision this scaling does not know (a newer scaling wrote it); and a
+    SQLite file that fails SQLite's integrity check, which a migration could only make worse.
+    """
     with engine.connect() as conn:
         conn.execution_options(scaling_write=True)
         with conn.begin():
             _lock(conn)
+            _refuse_damaged(conn, url)
             before = current_revision(conn)
+            if before is None:
+                _refuse_foreign(conn, url)
+            else:
+                _refuse_unknown(before, url)
             from alembic import command
 
             command.upgrade(alembic_config(connection=conn), revision)
         after = current_revision(conn)
         conn.rollback()
     return before, after or ""
+
+
+def _refuse_damaged(conn: Connection, url: str) -> None:
+    if conn.dialect.name == "sqlite":
+        problems = conn.exec_driver_sql("PRAGMA quick_check").scalars().all()
+        if problems != ["ok"]:
+            raise damaged(url, " ".join(str(problems[0]).split())[:200])
+
+
+def _refuse_foreign(conn: Connection, url: str) -> None:
+    """Raise if a database without our schema version has tables: it holds someone else's data."""
+    tables = set(inspect(conn).get_table_names()) - {"alembic_version"}
+    if tables:
+        raise DatabaseError(
+            f"database {mask_url(url)} has tables ({', '.join(sorted(tables)[:5])}) "
+            "but no scaling schema version: not a scaling results database"
+        )
+
+
+def _refuse_unknown(rev: str, url: str) -> None:
+    """Raise if ``rev`` is not one of our migrations (a newer scaling wrote the database)."""
+    from alembic.script import ScriptDirectory
+
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if rev not in known:
+        raise DatabaseError(
+            f"database {mask_url(url)} has schema revision {rev}, unknown to this scaling "
+            f"(head {HEAD}): it was written by a newer scaling; upgrade scaling"
+        )

@@ -191,7 +191,7 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
     The stored fingerprint is ``<data fingerprint>-<configuration hash>``: the same data fitted
     with other settings, bootstrap size or seed is a different fit.
     """
-    from scaling.db import Store
+    from scaling.db import Store, connect
 
     kinds = _kinds(law)
     data, sweep = from_db(url, sweep, effective_data=effective_data)
@@ -199,13 +199,13 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
     summary = FitSummary(source=f"sweep {sweep!r}", fingerprint=data_fp, n_points=len(data.points),
                          conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},
                          sweep=sweep, notes=list(data.notes))
-    store = Store(url)
+    store, stored_fits = Store(url), connect(url)
     try:
         for kind in kinds:
             cls = KINDS[kind][0]
             proto = cls()
             fp = f"{data_fp}-{_config_hash(proto, n_bootstrap, seed)}"
-            found = store.find_fit(sweep, cls.law, cls.method, fp)
+            found = stored_fits.find_fit(sweep, cls.law, cls.method, fp)
             if found is not None:
                 try:
                     restored = from_dict(found["result"])
@@ -229,6 +229,7 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
         close = getattr(store, "close", None)
         if close is not None:
             close()
+        stored_fits.close()
     if not summary.laws:
         raise FitError(f"sweep {sweep!r}: no law could be fitted: "
                        + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))

@@ -256,7 +256,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
     falling back to the final train loss where no eval loss was recorded.
     """
     from scaling import db
-    from scaling.trainer import names
+    from scaling import vocab as names
 
     with db.connect(url) as res:
         if sweep is None:
@@ -337,13 +337,9 @@ def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
 def _spec_field(runs: pd.DataFrame, name: str) -> Any:
     if "spec" not in runs or not len(runs):
         return None
-    spec = runs["spec"].iloc[0]
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except ValueError:
-            return None
-    return spec.get(name) if isinstance(spec, dict) else None
+    from scaling.db.jsonvalues import as_dict
+
+    return as_dict(runs["spec"].iloc[0]).get(name)
 
 
 def _unique_tokens(runs: pd.DataFrame) -> float | None:

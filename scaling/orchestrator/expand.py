@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
+from scaling.accounting import check_fits
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.orchestrator.plan import Plan, RuleValueError, where
 from scaling.orchestrator.yamlsource import YamlSource
@@ -142,6 +143,8 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 strategy, mem = plan.place(spec)
                 if strategy is None:
                     raise ResourceError(_does_not_fit(plan, spec, mem, b, m, source))
+                if plan.resources.device_memory_gib is None:  # still no device holds more than MAX_DEVICE_GIB
+                    check_fits(mem, None, what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
                 spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
                 if data_resolved is not None:
                     spec = spec.model_copy(update={"data": data_resolved})

@@ -12,24 +12,31 @@ failed or lost run becomes:
 - the task was lost (its worker or node died): the run is interrupted and requeued; it resumes
   from its checkpoint wherever there is room (this does not count against ``retries``).
 
-Ctrl-C (or SIGTERM) cancels the tasks in flight and marks their runs interrupted.
+Ctrl-C (or SIGTERM) cancels the tasks in flight and marks their runs interrupted; so does any
+error that ends the loop, so no run is left ``running`` by a driver that has stopped.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from scaling.errors import ResourceError
+from scaling import vocab
+from scaling.db.claimant import claimant_id, claimant_is_dead
+from scaling.errors import ResourceError, UserError
 from scaling.orchestrator.expand import PlannedRun
-from scaling.trainer import names
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
+
+# A run's state in the driver before it is launched; once launched (or found done) its state is
+# one of the database's run statuses (vocab.RUNNING, COMPLETED, FAILED, INTERRUPTED).
+QUEUED = "queued"  # to launch when resources allow
+RESERVING = "reserving"  # a multi-worker run waiting for its placement group
+WAITING = "waiting"  # another live claimant holds it; retaken if that claimant dies
 
 
 @dataclass
@@ -37,7 +44,7 @@ class RunState:
     """What the driver knows about one run of the sweep."""
 
     run: PlannedRun
-    state: str = "queued"  # queued | reserving | waiting | running | completed | failed | interrupted
+    state: str = QUEUED  # QUEUED, RESERVING, WAITING, or the run status it has reached
     attempt: Optional[int] = None
     started_at: Optional[float] = None
     step: int = 0
@@ -60,7 +67,7 @@ class RunState:
         return self.run.spec.steps
 
     def eta_seconds(self, now: float) -> Optional[float]:
-        if self.state != "running" or self.first_seen is None:
+        if self.state != vocab.RUNNING or self.first_seen is None:
             return None
         t0, s0 = self.first_seen
         if self.step <= s0 or now <= t0:
@@ -83,11 +90,6 @@ class SweepOutcome:
     @property
     def ok(self) -> bool:
         return not self.failed and not self.interrupted
-
-
-def host_id() -> str:
-    """The claimant id stored with a run: host name and the driver's pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Scheduler:
@@ -119,7 +121,7 @@ class Scheduler:
         self.stale_after_s = stale_after_s
         self.progress_s = progress_s
         self.on_update = on_update
-        self.host = host_id()
+        self.host = claimant_id()
         self.started = time.monotonic()
         self._in_flight: dict[Any, RunState] = {}  # ObjectRef -> state
         self._remote_single: Any = None
@@ -150,9 +152,13 @@ class Scheduler:
                     last_progress = now
                     self._notify()
         except KeyboardInterrupt:
-            self._release_reservations()
-            self._interrupt_all("interrupted by the user (Ctrl-C)")
-            self._notify()
+            self._stop("interrupted by the user (Ctrl-C)")
+            raise
+        except BaseException as exc:
+            try:
+                self._stop(f"the sweep stopped: {_error_line(exc)}")
+            except Exception:  # the database may be what failed: keep the first error
+                pass
             raise
         self._notify()
         return self.outcome()
@@ -160,13 +166,13 @@ class Scheduler:
     def outcome(self) -> SweepOutcome:
         out = SweepOutcome(wall_seconds=time.monotonic() - self.started)
         for s in self.states:
-            if s.state == "completed":
+            if s.state == vocab.COMPLETED:
                 (out.skipped if s.skipped else out.completed).append(s.key)
                 if s.overhead_s is not None:
                     out.overhead_seconds[s.key] = s.overhead_s
-            elif s.state == "failed":
+            elif s.state == vocab.FAILED:
                 out.failed[s.key] = s.error or "failed"
-            elif s.state == "interrupted":
+            elif s.state == vocab.INTERRUPTED:
                 out.interrupted.append(s.key)
         return out
 
@@ -175,38 +181,28 @@ class Scheduler:
         """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
         recovered = set(self.store.recover_stale(self.stale_after_s, sweep=self.sweep) or ())
         for s in self.states:
-            row = self.store.run(s.key, sweep=self.sweep) or {}
+            row = self._row(s.key)
             status = row.get("status")
-            if status == "completed":
-                s.state, s.skipped = "completed", True
+            if status == vocab.COMPLETED:
+                s.state, s.skipped = vocab.COMPLETED, True
                 continue
             s.failures = self._earlier_failures(s.key)
-            if status == "failed" and s.failures > self.retries:
-                s.state, s.error = "failed", row.get("error") or "failed"
+            if status == vocab.FAILED and s.failures > self.retries:
+                s.state, s.error = vocab.FAILED, row.get("error") or "failed"
                 continue
-            if status == "running" and s.key not in recovered:
-                if self._claimant_is_dead_here(row):
+            if status == vocab.RUNNING and s.key not in recovered:
+                if claimant_is_dead(row.get("host")):
                     self.store.mark_interrupted([s.key], sweep=self.sweep, reason=f"claimant {row.get('host')} is gone")
                 else:
-                    s.state = "waiting"  # someone else's live claim, or not stale yet
+                    s.state = WAITING  # someone else's live claim, or not stale yet
 
     def _earlier_failures(self, key: str) -> int:
-        events = self._results().events(sweep=self.sweep, run_keys=[key], kinds=[names.FAILURE])
+        events = self._results().events(sweep=self.sweep, run_keys=[key], kinds=[vocab.FAILURE])
         return int(len(events))
 
-    def _claimant_is_dead_here(self, row: dict) -> bool:
-        """A run claimed by a process of this host that no longer exists can be recovered now."""
-        claimant = str(row.get("host") or "")
-        hostname, _, pid = claimant.rpartition(":")
-        if hostname != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
-            return False
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+    def _row(self, key: str) -> dict[str, Any]:
+        """The run's row as the database holds it now ({} if it is not there)."""
+        return self._results().run(key, sweep=self.sweep) or {}
 
     def _check_fits_cluster(self) -> None:
         cpus, gpus = self._cluster_capacity()
@@ -221,7 +217,7 @@ class Scheduler:
 
     # -- the loop's steps ---------------------------------------------------------------------
     def _work_left(self) -> bool:
-        return bool(self._in_flight) or any(s.state in ("queued", "waiting", "reserving") for s in self.states)
+        return bool(self._in_flight) or any(s.state in (QUEUED, WAITING, RESERVING) for s in self.states)
 
     @staticmethod
     def _needs(run: PlannedRun) -> tuple[float, float]:
@@ -247,7 +243,7 @@ class Scheduler:
         used_cpu = sum(self._needs(s.run)[0] for s in busy)
         used_gpu = sum(self._needs(s.run)[1] for s in busy)
         for s in self.states:
-            if s.state != "queued":
+            if s.state != QUEUED:
                 continue
             if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
@@ -269,7 +265,7 @@ class Scheduler:
         bundle = {"CPU": e.cpus_per_worker, **({"GPU": e.gpus_per_worker} if e.gpus_per_worker else {})}
         pg = placement_group([dict(bundle) for _ in range(e.workers)], strategy="PACK")
         self._reserving[s.key] = (s, pg, pg.ready())
-        s.state = "reserving"
+        s.state = RESERVING
 
     def _finish_reservations(self) -> None:
         import ray
@@ -281,7 +277,7 @@ class Scheduler:
                 continue
             del self._reserving[key]
             remove_placement_group(pg)
-            s.state = "queued"
+            s.state = QUEUED
             self._launch(s)
 
     def _release_reservations(self) -> None:
@@ -289,23 +285,24 @@ class Scheduler:
 
         for s, pg, _ in self._reserving.values():
             remove_placement_group(pg)
-            s.state = "queued"
+            s.state = QUEUED
         self._reserving.clear()
 
     def _launch(self, s: RunState) -> bool:
+        run_dir = self.run_dir(s.key)
+        try:  # before the claim: a run is never left running for want of its folder
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
         attempt = self.store.claim(s.key, self.host, sweep=self.sweep, stale_after_s=self.stale_after_s)
         if attempt is None:
-            row = self.store.run(s.key, sweep=self.sweep) or {}
-            if row.get("status") == "completed":
-                s.state, s.skipped = "completed", True
+            if self._row(s.key).get("status") == vocab.COMPLETED:
+                s.state, s.skipped = vocab.COMPLETED, True
             else:
-                s.state = "waiting"
+                s.state = WAITING
             return False
-        spec = s.run.spec
-        run_dir = self.run_dir(s.key)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ref = self._submit(spec, str(run_dir), attempt)
-        s.state, s.attempt, s.started_at, s.first_seen = "running", attempt, time.monotonic(), None
+        ref = self._submit(s.run.spec, str(run_dir), attempt)
+        s.state, s.attempt, s.started_at, s.first_seen = vocab.RUNNING, attempt, time.monotonic(), None
         s.launched_at = time.time()
         self._in_flight[ref] = s
         return True
@@ -363,42 +360,47 @@ class Scheduler:
         if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
             # Scheduling overhead: waiting for a worker and importing, then reporting back.
             s.overhead_s = (result["task_started"] - s.launched_at) + (time.time() - result["task_ended"])
-        row = self.store.run(s.key, sweep=self.sweep) or {}
-        if row.get("status") != "completed":
+        row = self._row(s.key)
+        if row.get("status") != vocab.COMPLETED:
             train_loss = eval_loss = None
             if isinstance(result, dict):
                 train_loss = result.get("final_train_loss")
                 eval_loss = result.get("final_eval_loss")
             self.store.finish(
-                s.key, "completed", final_train_loss=train_loss, final_eval_loss=eval_loss, sweep=self.sweep
+                s.key, vocab.COMPLETED, final_train_loss=train_loss, final_eval_loss=eval_loss, sweep=self.sweep
             )
-            row = self.store.run(s.key, sweep=self.sweep) or row
-        s.state = "completed"
+            row = self._row(s.key) or row
+        s.state = vocab.COMPLETED
         s.eval_loss = row.get("final_loss", s.eval_loss)
         s.step = s.steps
 
     def _failed(self, s: RunState, error: str) -> None:
         s.failures += 1
         s.error = error
-        self.store.finish(s.key, "failed", error=error, sweep=self.sweep)
-        self._event(s.key, s.step, names.FAILURE, error, attempt=s.attempt)
+        self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
+        self._event(s.key, s.step, vocab.FAILURE, error, attempt=s.attempt)
         if s.failures <= self.retries:
-            self._event(s.key, s.step, names.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
-            s.state = "queued"
+            self._event(s.key, s.step, vocab.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
+            s.state = QUEUED
         else:
-            s.state = "failed"
+            s.state = vocab.FAILED
 
     def _lost(self, s: RunState, error: str) -> None:
         s.lost += 1
-        self.store.finish(s.key, "interrupted", error=error, sweep=self.sweep)
-        self._event(s.key, s.step, names.INTERRUPTED, f"lost: {error}", attempt=s.attempt)
+        self.store.finish(s.key, vocab.INTERRUPTED, error=error, sweep=self.sweep)
+        self._event(s.key, s.step, vocab.INTERRUPTED, f"lost: {error}", attempt=s.attempt)
         if s.lost > MAX_LOST_ATTEMPTS:
             s.failures += 1
             s.error = f"lost {s.lost} times; last: {error}"
-            self.store.finish(s.key, "failed", error=s.error, sweep=self.sweep)
-            s.state = "failed"
+            self.store.finish(s.key, vocab.FAILED, error=s.error, sweep=self.sweep)
+            s.state = vocab.FAILED
         else:
-            s.state = "queued"  # resumes from its checkpoint wherever there is room
+            s.state = QUEUED  # resumes from its checkpoint wherever there is room
+
+    def _stop(self, why: str) -> None:
+        self._release_reservations()
+        self._interrupt_all(why)
+        self._notify()
 
     def _interrupt_all(self, why: str) -> None:
         import ray
@@ -408,7 +410,7 @@ class Scheduler:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or its worker is gone: nothing to cancel
                 pass
-            s.state = "interrupted"
+            s.state = vocab.INTERRUPTED
         self.store.mark_interrupted([s.key for s in self._in_flight.values()], sweep=self.sweep, reason=why)
         self._in_flight.clear()
 
@@ -422,18 +424,18 @@ class Scheduler:
             self.store.heartbeat(s.key, sweep=self.sweep)
 
     def _recover_waiting(self) -> None:
-        waiting = [s for s in self.states if s.state == "waiting"]
+        waiting = [s for s in self.states if s.state == WAITING]
         if not waiting:
             return
         for s in waiting:
-            row = self.store.run(s.key, sweep=self.sweep) or {}
+            row = self._row(s.key)
             status = row.get("status")
-            if status == "completed":
-                s.state, s.skipped = "completed", True
-            elif status != "running" or self._claimant_is_dead_here(row):
-                s.state = "queued"  # claim() takes over a dead claimant's run (stale heartbeat)
+            if status == vocab.COMPLETED:
+                s.state, s.skipped = vocab.COMPLETED, True
+            elif status != vocab.RUNNING or claimant_is_dead(row.get("host")):
+                s.state = QUEUED  # claim() takes over a dead claimant's run
             elif self._heartbeat_age(row) > self.stale_after_s:
-                s.state = "queued"
+                s.state = QUEUED
 
     def _read_progress(self) -> None:
         running = [s for s in self._in_flight.values()]
@@ -441,7 +443,7 @@ class Scheduler:
             return
         try:
             df = self._results().metrics(
-                run_keys=[s.key for s in running], names=[names.TRAIN_LOSS, names.EVAL_LOSS], sweep=self.sweep
+                run_keys=[s.key for s in running], names=[vocab.TRAIN_LOSS, vocab.EVAL_LOSS], sweep=self.sweep
             )
         except Exception:  # progress is cosmetic: a busy database must not stop the sweep
             return
@@ -450,13 +452,13 @@ class Scheduler:
         now = time.monotonic()
         for s in running:
             mine = df[df["run_key"] == s.key]
-            train = mine[mine["name"] == names.TRAIN_LOSS]
+            train = mine[mine["name"] == vocab.TRAIN_LOSS]
             if len(train):
                 last = train.loc[train["step"].idxmax()]
                 s.step, s.loss = int(last["step"]), float(last["value"])
                 if s.first_seen is None:
                     s.first_seen = (now, s.step)
-            ev = mine[mine["name"] == names.EVAL_LOSS]
+            ev = mine[mine["name"] == vocab.EVAL_LOSS]
             if len(ev):
                 s.eval_loss = float(ev.loc[ev["step"].idxmax()]["value"])
 

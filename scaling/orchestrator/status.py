@@ -1,10 +1,17 @@
-"""`scaling status`: a sweep's progress, failures with reasons, compute spent and remaining."""
+"""What a sweep has done, as the CLI shows it: `scaling status` (progress, failures, compute) and
+`scaling runs` (its runs as a table, JSON or CSV)."""
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any, Optional
 
-from scaling.errors import NotFoundError
+from scaling import vocab
+from scaling.errors import UserError
+
+RUNS_FORMATS = ("table", "json", "csv")
+RUNS_TABLE_COLUMNS = ["run_key", "status", "N", "D", "C", "attempts", "final_loss", "final_train_loss", "host", "error"]
 
 
 def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
@@ -12,27 +19,22 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     last logged ``flops``) and remaining. ``sweep`` defaults to the most recent one."""
     from scaling.db import connect
 
-    results = connect(url)
-    name = sweep or results.latest_sweep()
-    if name is None:
-        raise NotFoundError("the database holds no sweep yet; run `scaling sweep PLAN.yaml` first")
-    runs = results.runs(sweep=name)
-    if len(runs) == 0:
-        raise NotFoundError(f"no sweep named {name!r} in the database")
+    with connect(url) as results:
+        name = results.sweep_name(sweep)
+        runs = results.runs(sweep=name)
+        partial = runs[runs["status"] != vocab.COMPLETED]
+        metrics = results.metrics(run_keys=list(partial["run_key"]), sweep=name) if len(partial) else None
     counts = {str(k): int(v) for k, v in runs["status"].value_counts().items()}
     total = float(runs["C"].sum())
-    spent = float(runs.loc[runs["status"] == "completed", "C"].sum())
-    partial = runs[runs["status"] != "completed"]
-    if len(partial):
-        metrics = results.metrics(run_keys=list(partial["run_key"]))
-        if metrics is not None and len(metrics):
-            last = metrics.groupby("run_key")["flops"].max()
-            caps = partial.set_index("run_key")["C"]
-            spent += float(sum(min(float(v), float(caps.get(k, v))) for k, v in last.items()))
+    spent = float(runs.loc[runs["status"] == vocab.COMPLETED, "C"].sum())
+    if metrics is not None and len(metrics):
+        last = metrics.groupby("run_key")["flops"].max()
+        caps = partial.set_index("run_key")["C"]
+        spent += float(sum(min(float(v), float(caps.get(k, v))) for k, v in last.items()))
     failures = [
         {"key": r.run_key, "N": int(r.N), "D": float(r.D), "attempts": _int(getattr(r, "attempts", None)),
          "error": str(getattr(r, "error", "") or "")}
-        for r in runs[runs["status"] == "failed"].itertuples()
+        for r in runs[runs["status"] == vocab.FAILED].itertuples()
     ]
     return {
         "sweep": name,
@@ -72,3 +74,49 @@ def render_status(status: dict[str, Any]) -> Any:
             t.add_row(f["key"], f"{f['N']:,}", f"{f['D']:.3g}", str(f["attempts"] or ""), f["error"])
         parts.append(t)
     return Group(*parts)
+
+
+def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table") -> str:
+    """The runs of ``sweep`` (default: the latest sweep) formatted as ``fmt``."""
+    if fmt not in RUNS_FORMATS:
+        raise UserError(f"--format must be one of {', '.join(RUNS_FORMATS)}, not {fmt!r}")
+    from scaling.db import connect
+
+    with connect(url) as res:
+        name = res.sweep_name(sweep)
+        df = res.runs(sweep=name)
+    if fmt == "json":
+        records = json.loads(df.to_json(orient="records", date_format="iso"))
+        return json.dumps(records, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        df.drop(columns=["spec"]).to_csv(buf, index=False)
+        return buf.getvalue()
+    return _runs_table(name, df[RUNS_TABLE_COLUMNS])
+
+
+def _runs_table(sweep: str, df) -> str:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep {sweep}: {len(df)} runs", title_justify="left")
+    for col in df.columns:
+        table.add_column(col, justify="right" if col in ("N", "D", "C", "attempts", "final_loss", "final_train_loss") else "left")
+    for row in df.itertuples(index=False):
+        table.add_row(*(_cell(c, v) for c, v in zip(df.columns, row)))
+    buf = io.StringIO()
+    Console(file=buf, width=200, force_jupyter=False, color_system=None).print(table)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _cell(col: str, v: object) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if col in ("N", "D", "C"):
+        return f"{float(v):.3g}"  # type: ignore[arg-type]
+    if col.startswith("final"):
+        return f"{float(v):.4f}"  # type: ignore[arg-type]
+    if col == "error":
+        text = " ".join(str(v).split())
+        return text[:60] + ("…" if len(text) > 60 else "")
+    return str(v)

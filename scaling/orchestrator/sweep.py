@@ -1,9 +1,10 @@
 """`scaling sweep`: load and expand a plan, register its runs, train them on Ray, fit, report.
 
-The plan is validated and expanded completely before the database is touched, so a bad plan
-writes nothing. By default a private local Ray is started (``address="local"`` with an explicit
-CPU count, so a sweep never joins a stranger's cluster); ``--address`` joins a cluster, whose
-other nodes must reach the database: a SQLite file is refused there.
+The plan is validated and expanded completely, and the runs folder proved writable, before the
+database is touched, so a bad plan or folder writes nothing. By default a private local Ray is
+started (``address="local"`` with an explicit CPU count, so a sweep never joins a stranger's
+cluster); ``--address`` joins a cluster, whose other nodes must reach the database: a SQLite
+file is refused there.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from scaling.errors import DatabaseError, UserError
+from scaling import vocab
+from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
+from scaling.errors import DatabaseError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome
+from scaling.trainer.rundir import writable_folder
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
@@ -33,10 +37,6 @@ class SweepResult:
     fit: Any = None
     report_path: Optional[str] = None
     notes: Optional[list[str]] = None
-
-
-def is_sqlite(url: str) -> bool:
-    return url.split(":", 1)[0].split("+", 1)[0] == "sqlite"
 
 
 def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
@@ -63,15 +63,14 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
 
 def registered_status(url: str, sweep: str) -> dict[str, str]:
     """Status of each run the database already holds for ``sweep`` (empty if no database yet)."""
-    from scaling.db import engine as db_engine
-
-    path = db_engine.sqlite_path(url) if is_sqlite(url) else None
-    if is_sqlite(url) and (path is None or not Path(path).exists()):
-        return {}
+    path = sqlite_path(url)
+    if is_sqlite(url) and (path is None or not path.is_file()):
+        return {}  # no database file yet: nothing is registered
     from scaling.db import connect
 
     try:
-        runs = connect(url).runs(sweep=sweep)
+        with connect(url) as results:
+            runs = results.runs(sweep=sweep)
     except Exception:  # a dry run reports what it can; the real sweep surfaces database errors
         return {}
     return dict(zip(runs["run_key"], runs["status"])) if len(runs) else {}
@@ -97,18 +96,20 @@ def run_sweep(
     plan, source = load_plan(plan_path)
     expansion = expand(plan, source)
     url = resolve_url(cli=db, plan=plan.db)
+    refuse_in_memory(url)
     if address and is_sqlite(url):
         raise DatabaseError(
             f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
-            f"{url!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
+            f"{mask_url(url)!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
         )
     for note in expansion.notes:
         echo(f"note: {note}")
     if dry_run:
         status = registered_status(url, plan.name)
-        todo = [r.key for r in expansion.runs if status.get(r.key) != "completed"]
+        todo = [r.key for r in expansion.runs if status.get(r.key) != vocab.COMPLETED]
         return SweepResult(plan.name, url, None, dry_run=True, would_run=todo, notes=expansion.notes)
 
+    writable_folder(Path(plan.runs_dir) / plan.name, "runs_dir")
     from scaling.db import Store
 
     store = Store(url)
@@ -154,7 +155,7 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
     return store.register(
         plan.name,
         [r.spec.record() for r in expansion.runs],
-        plan=plan.model_dump(mode="json"),
+        plan=mask_data(plan.model_dump(mode="json")),  # the plan's db: URL may hold a password
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
     )
@@ -162,12 +163,9 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
 
 def report_path(url: str, plan: Plan) -> Path:
     """Beside the SQLite file, else in the plan's runs_dir."""
-    if is_sqlite(url):
-        from scaling.db import engine as db_engine
-
-        db_file = db_engine.sqlite_path(url)
-        if db_file is not None:
-            return Path(db_file).parent / f"{plan.name}-report.html"
+    db_file = sqlite_path(url)
+    if db_file is not None:
+        return db_file.parent / f"{plan.name}-report.html"
     return Path(plan.runs_dir).resolve() / f"{plan.name}-report.html"
 
 

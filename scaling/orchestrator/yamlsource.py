@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from scaling import safe_yaml
 from scaling.errors import PlanError
 
 Path_ = tuple[Any, ...]
@@ -42,19 +43,8 @@ class YamlSource:
     def __init__(self, text: str, name: str = "<plan>") -> None:
         self.name = name
         self.lines: dict[Path_, int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            # SafeLoader's constructor builds plain dicts/lists/scalars only: no Python objects.
-            loader = yaml.SafeLoader(text)
-            try:
-                self.data = loader.get_single_data()
-            finally:
-                loader.dispose()
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            where = f"{name}:{mark.line + 1}" if mark is not None else name
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise PlanError(f"{where}: invalid YAML: {problem}") from None
+        # One composition gives both the data and the lines; aliases, depth and size are bounded.
+        self.data, node = safe_yaml.parse(text, name, PlanError)
         if node is not None:
             try:
                 _lines_of(node, (), self.lines)
@@ -64,14 +54,7 @@ class YamlSource:
 
     @classmethod
     def from_path(cls, path: str | Path) -> "YamlSource":
-        p = Path(path)
-        if not p.is_file():
-            raise PlanError(f"plan file not found: {p}")
-        try:
-            text = p.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PlanError(f"{p}: cannot read: {exc}") from None
-        return cls(text, str(p))
+        return cls(safe_yaml.read_text(path, PlanError, "plan"), str(path))
 
     def line(self, loc: Sequence[Any]) -> int | None:
         """The line of the longest prefix of ``loc`` the document spells out."""

@@ -9,7 +9,6 @@ their stored form. Whatever cannot be had (no completed runs, a fit that fails) 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scaling.db.jsonvalues import as_dict
 from scaling.reports.downsample import downsample_frame
-from scaling.trainer import names
+from scaling import vocab as names
 
 #: points kept per curve for display (log-spaced, minimum kept)
 CURVE_POINTS = 150
@@ -131,7 +131,7 @@ def normalise_runs(runs: pd.DataFrame) -> pd.DataFrame:
             pd.to_numeric(r["n_head"], errors="coerce"),
         )
     ]
-    specs = [_as_dict(s) for s in r["spec"]]
+    specs = [as_dict(s) for s in r["spec"]]
     r["name"] = [str(s.get("name") or "") for s in specs]
     r["tags"] = [
         ", ".join(f"{k}={v}" for k, v in (s.get("tags") or {}).items()) if isinstance(s.get("tags"), dict) else ""
@@ -191,18 +191,6 @@ def load_fits(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: st
     from scaling.reports import fitview
 
     return fitview.load(results, url, sweep, runs, fit=fit)
-
-
-def _as_dict(value: Any) -> dict:
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str) and value:
-        try:
-            out = json.loads(value)
-        except ValueError:
-            return {}
-        return out if isinstance(out, dict) else {}
-    return {}
 
 
 def _finite(x: Any) -> bool:

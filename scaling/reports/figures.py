@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from scaling.reports import fitview
 from scaling.reports.data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
-from scaling.trainer import names
+from scaling import vocab as names
 
 COLORSCALE = "Viridis"
 METHOD_COLORS = {

@@ -344,17 +344,12 @@ def _time_column(df: pd.DataFrame) -> str | None:
 
 
 def _result_dict(row: pd.Series) -> dict | None:
-    import json
+    from scaling.db.jsonvalues import as_dict
 
     for col in ("result", "params", "fit", "data"):
-        v = row.get(col)
-        if isinstance(v, dict):
-            return v
-        if isinstance(v, str) and v.startswith("{"):
-            try:
-                return json.loads(v)
-            except ValueError:
-                return None
+        d = as_dict(row.get(col))
+        if d:
+            return d
     return None
 
 

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scaling.db.jsonvalues import as_dict
 from scaling.reports import figures as F
 from scaling.reports import fitview
+from scaling.errors import mask_data
 from scaling.reports.data import ReportData
 
 #: the next budget the headline recommends, as a multiple of the largest run's C
@@ -186,13 +188,14 @@ def _summary(data: ReportData, page: _Page) -> str:
     inner += _headline(data)
     plan = info.get("plan")
     if plan:
-        text = plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str)
+        # masked again: a plan stored by an earlier version may hold its db: password
+        text = mask_data(plan) if isinstance(plan, str) else json.dumps(mask_data(plan), indent=2, default=str)
         inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
     return _section("summary", "Summary", inner)
 
 
 def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
-    specs = [s for s in (_spec(x) for x in r["spec"]) if s]
+    specs = [s for s in (as_dict(x) for x in r["spec"]) if s]
     if not specs:
         return "–", "–"
     d = specs[0].get("data") or {}
@@ -217,17 +220,6 @@ def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
     if hosts:
         hw += f"; hosts: {', '.join(hosts[:8])}" + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
     return "; ".join(parts), hw
-
-
-def _spec(x: Any) -> dict:
-    if isinstance(x, dict):
-        return x
-    if isinstance(x, str) and x.startswith("{"):
-        try:
-            return json.loads(x)
-        except ValueError:
-            return {}
-    return {}
 
 
 def next_budget(data: ReportData) -> float | None:
@@ -297,7 +289,7 @@ def _runs_table(data: ReportData) -> str:
     if r.empty:
         return _section("runs", "Runs", _missing("The sweep has no runs."))
     ev = data.event_counts()
-    from scaling.trainer import names
+    from scaling import vocab as names
 
     cols = ["run", "name", "tags", "N", "shape", "D", "C", "D/N", "final train loss", "final eval loss",
             "status", "attempts", "spikes", "rollbacks", "retries"]

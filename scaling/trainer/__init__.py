@@ -23,7 +23,7 @@ class TrainResult:
     """
 
     key: str
-    status: str  # "completed"
+    status: str  # a run status of scaling.vocab: COMPLETED, or INTERRUPTED if stopped before the end
     steps: int
     tokens: int
     flops: float

@@ -3,18 +3,20 @@
 The spec's data and precision are resolved (so its key carries the corpus fingerprint and the
 precision it trains in), it is registered in a sweep (``adhoc`` by default), claimed, trained
 and finished. A run already completed there is not retrained. Failures are recorded (event +
-``failed`` status) and re-raised.
+``failed`` status) and re-raised. It claims as ``host:pid`` like the sweep's scheduler, so a run
+whose ``scaling train`` was killed is taken over at once by the next one on that host.
 """
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Optional
 
+from scaling import vocab
 from scaling.errors import UserError
-from scaling.trainer import TrainResult, names
+from scaling.trainer import TrainResult
+from scaling.trainer.rundir import writable_folder
 from scaling.trainer.spec import RunSpec
 
 ADHOC_SWEEP = "adhoc"
@@ -37,7 +39,7 @@ def train_adhoc(
     ``run_dir`` defaults to ``./scaling_runs/<sweep>/<key>``; ``db_url`` to the usual resolution
     (``$SCALING_DB``, then ./scaling.db).
     """
-    from scaling.db import Store
+    from scaling.db import Store, claimant_id, connect
     from scaling.trainer import train
     from scaling.trainer.data import resolve_data
     from scaling.trainer.precision import resolve_spec
@@ -47,6 +49,7 @@ def train_adhoc(
         print(f"warning: {precision.warning}", file=sys.stderr)
     key = spec.key
     folder = Path(run_dir) if run_dir is not None else Path(DEFAULT_RUNS_DIR) / sweep / key
+    writable_folder(folder)  # before the database: an unusable folder registers nothing
     store = Store(db_url)
     try:
         store.register(
@@ -55,10 +58,11 @@ def train_adhoc(
             params_convention=spec.params_convention,
             flops_convention=spec.flops_convention,
         )
-        attempt = store.claim(key, socket.gethostname(), sweep=sweep)
+        attempt = store.claim(key, claimant_id(), sweep=sweep)
         if attempt is None:
-            row = store.run(key, sweep=sweep) or {}
-            if row.get("status") == "completed":
+            with connect(store.url) as results:
+                row = results.run(key, sweep=sweep) or {}
+            if row.get("status") == vocab.COMPLETED:
                 raise AlreadyCompleted(
                     f"run {key} in sweep {sweep!r} is already completed (final eval loss {row.get('final_loss')})"
                 )
@@ -69,17 +73,17 @@ def train_adhoc(
         try:
             result = train(spec, store.url, folder, attempt=attempt, sweep=sweep)
         except KeyboardInterrupt:
-            store.log_event(key, None, names.INTERRUPTED, {"message": "interrupted (Ctrl-C)"}, sweep=sweep)
-            store.finish(key, "interrupted", error="interrupted", sweep=sweep)
+            store.log_event(key, None, vocab.INTERRUPTED, {"message": "interrupted (Ctrl-C)"}, sweep=sweep)
+            store.finish(key, vocab.INTERRUPTED, error="interrupted", sweep=sweep)
             raise
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            store.log_event(key, None, names.FAILURE, {"message": error, "attempt": attempt}, sweep=sweep)
-            store.finish(key, "failed", error=error, sweep=sweep)
+            store.log_event(key, None, vocab.FAILURE, {"message": error, "attempt": attempt}, sweep=sweep)
+            store.finish(key, vocab.FAILED, error=error, sweep=sweep)
             raise
         store.finish(
             key,
-            "completed",
+            vocab.COMPLETED,
             final_train_loss=result.final_train_loss,
             final_eval_loss=result.final_eval_loss,
             sweep=sweep,

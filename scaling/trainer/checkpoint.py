@@ -1,43 +1,69 @@
-"""Checkpoints of a run: one function saves, one loads (the distributed engineer extends both).
+"""Checkpoints of a run: save one, find the newest intact one, load it.
 
-Layout: ``<run_dir>/checkpoints/step_<8 digits>/state.pt`` holding the loss-scaler state dict
-and the trainer's own state (step, data cursor, spike window, RNG states as tensors), next to
-the model and optimizer written by ``torch.distributed.checkpoint`` (``.metadata`` and one
-``.distcp`` file per writing rank; resharded on load, see :func:`save_sharded`). A checkpoint is written into a hidden temporary folder and renamed into
-place, so a crash mid-write never leaves a half checkpoint that looks complete; the last
-``keep`` are kept. Loading uses ``torch.load(weights_only=True)``: no pickled code runs.
+Layout: ``<run_dir>/checkpoints/step_<8 digits>/`` holds ``state.pt`` (the loss-scaler state
+dict and the trainer's own state: step, data cursor, spike window, RNG states as tensors), the
+model and optimizer written by ``torch.distributed.checkpoint`` (one ``.distcp`` file per
+writing rank, resharded on load, see :func:`save_sharded`), ``metadata.json`` (DCP's index of
+those shards, in JSON) and ``manifest.json`` (every other file's size and sha256, written last).
+
+Files read back from disk are untrusted: nothing in a checkpoint is unpickled. DCP's own
+``.metadata`` is a pickle, so it is deleted at save time and its JSON twin is read instead;
+``state.pt`` and the shards go through ``torch.load(weights_only=True)``. A checkpoint whose
+files do not match its manifest (truncated, tampered, or with files the manifest does not list)
+is set aside as ``.step_N.corrupt`` and the previous one is used (:func:`load_latest`).
+
+A checkpoint is written into a hidden temporary folder and renamed into place, so a crash
+mid-write never leaves a half checkpoint that looks complete; the last ``keep`` are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from scaling.trainer.runtime import Runtime
 
 STATE_FILE = "state.pt"
+METADATA_FILE = "metadata.json"
+MANIFEST_FILE = "manifest.json"
 PREFIX = "step_"
+MANIFEST_FORMAT = 1
+_DCP_PICKLE = ".metadata"  # DCP's pickled index: never kept, never read
+_MAX_JSON_BYTES = 64 * 2**20  # a manifest or metadata index larger than this is not ours
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that does not verify or cannot be read; the message says what is wrong."""
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def _step_of(path: Path) -> int | None:
+    digits = path.name[len(PREFIX) :]
+    return int(digits) if path.name.startswith(PREFIX) and digits.isdigit() else None
+
+
 def checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Checkpoint folders renamed into place (not yet verified), oldest first."""
     root = checkpoint_root(run_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
+    found = [p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return sorted(found, key=lambda p: _step_of(p) or 0)
 
 
 def latest(run_dir: str | Path) -> Path | None:
+    """The newest checkpoint folder, unverified (:func:`load_latest` verifies)."""
     found = checkpoints(run_dir)
     return found[-1] if found else None
 
@@ -55,7 +81,183 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# -- sharded model and optimizer state (added by the distributed engineer, issue 4) ---------
+# -- the manifest: every file's size and sha256 ----------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_json_atomically(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    if path.stat().st_size > _MAX_JSON_BYTES:
+        raise CorruptCheckpoint(f"{path.name} is larger than {_MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpoint(f"{path.name} is not readable JSON: {exc}") from None
+
+
+def write_manifest(path: Path, step: int) -> None:
+    """Record the size and sha256 of every file in the checkpoint folder ``path`` (last write)."""
+    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(path.iterdir()) if p.is_file()}
+    _write_json_atomically(path / MANIFEST_FILE, {"format": MANIFEST_FORMAT, "step": step, "files": files})
+
+
+def verify(path: Path) -> str | None:
+    """What is wrong with the checkpoint at ``path`` (None: every file matches its manifest)."""
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.is_file():
+        return "no manifest.json (incomplete or not written by this version)"
+    try:
+        manifest = _read_json(manifest_path)
+    except CorruptCheckpoint as exc:
+        return str(exc)
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        return "manifest.json has an unknown format"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "manifest.json lists no files"
+    if manifest.get("step") != _step_of(path):
+        return f"manifest.json names step {manifest.get('step')!r}, not the folder's"
+    present = {p.name for p in path.iterdir()} - {MANIFEST_FILE}
+    extra = sorted(present - set(files))
+    if extra:
+        return f"files not in the manifest: {', '.join(extra[:5])}"
+    for name, entry in files.items():
+        p = path / name
+        if not isinstance(entry, dict) or not p.is_file():
+            return f"{name} is missing"
+        size = p.stat().st_size
+        if size != entry.get("size"):
+            return f"{name} has {size} bytes, the manifest says {entry.get('size')} (truncated?)"
+        if _sha256(p) != entry.get("sha256"):
+            return f"{name} does not match its sha256 in the manifest"
+    return None
+
+
+# -- DCP's metadata as JSON (its own .metadata is a pickle) ----------------------------------
+
+
+def _dtype(name: Any) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise CorruptCheckpoint(f"{METADATA_FILE}: unknown dtype {name!r}")
+    return dtype
+
+
+def _ints(value: Any) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise CorruptCheckpoint(f"{METADATA_FILE}: expected a list of integers, got {type(value).__name__}")
+    return value
+
+
+def _path_element(value: Any) -> str | int:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise CorruptCheckpoint(f"{METADATA_FILE}: bad state-dict path element {value!r}")
+    return value
+
+
+def metadata_to_json(md: Any) -> dict[str, Any]:
+    """DCP's :class:`Metadata` as plain JSON data (tensor shapes, chunks, and where they are)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    tensors, blobs = {}, []
+    for fqn, item in md.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            if item.properties.layout != torch.strided:
+                raise ValueError(f"{fqn}: only strided tensors are checkpointed")
+            tensors[fqn] = {
+                "dtype": str(item.properties.dtype).removeprefix("torch."),
+                "size": list(item.size),
+                "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes)} for c in item.chunks],
+            }
+        else:
+            blobs.append(fqn)
+    storage = [
+        {
+            "fqn": idx.fqn,
+            "offset": None if idx.offset is None else list(idx.offset),
+            "index": idx.index,
+            "file": info.relative_path,
+            "start": info.offset,
+            "length": info.length,
+            "transforms": None if info.transform_descriptors is None else list(info.transform_descriptors),
+        }
+        for idx, info in (md.storage_data or {}).items()
+    ]
+    planner = {k: list(v) for k, v in (md.planner_data or {}).items()}
+    return {"version": md.version, "tensors": tensors, "bytes": blobs, "planner_data": planner, "storage": storage}
+
+
+def metadata_from_json(data: Any, folder: Path) -> Any:
+    """Rebuild DCP's :class:`Metadata` from :func:`metadata_to_json`'s output, checking every type."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    try:
+        state: dict[str, Any] = {}
+        for fqn, t in data["tensors"].items():
+            chunks = [ChunkStorageMetadata(torch.Size(_ints(c["offsets"])), torch.Size(_ints(c["sizes"]))) for c in t["chunks"]]
+            state[str(fqn)] = TensorStorageMetadata(TensorProperties(dtype=_dtype(t["dtype"])), torch.Size(_ints(t["size"])), chunks)
+        for fqn in data["bytes"]:
+            state[str(fqn)] = BytesStorageMetadata()
+        storage = {}
+        for s in data["storage"]:
+            name = s["file"]
+            if not isinstance(name, str) or Path(name).name != name or not (folder / name).is_file():
+                raise CorruptCheckpoint(f"{METADATA_FILE}: shard file {name!r} is not in the checkpoint")
+            transforms = s["transforms"]
+            if transforms is not None and not all(isinstance(x, str) for x in transforms):
+                raise CorruptCheckpoint(f"{METADATA_FILE}: bad transform list")
+            offset = None if s["offset"] is None else _ints(s["offset"])
+            index = s["index"]
+            if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+                raise CorruptCheckpoint(f"{METADATA_FILE}: bad index {index!r}")
+            start, length = _ints([s["start"], s["length"]])
+            storage[MetadataIndex(str(s["fqn"]), offset, index)] = _StorageInfo(name, start, length, transforms)
+        planner = {str(k): tuple(_path_element(e) for e in v) for k, v in data["planner_data"].items()}
+        version = data["version"]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise CorruptCheckpoint(f"{METADATA_FILE}: malformed ({type(exc).__name__}: {exc})") from None
+    return Metadata(state_dict_metadata=state, planner_data=planner, storage_data=storage,
+                    version=version if isinstance(version, str) else None)
+
+
+def _json_reader(path: Path) -> Any:
+    """DCP's file reader, but the index comes from ``metadata.json`` (DCP's pickle is never read)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class JsonMetadataReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            md = metadata_from_json(_read_json(path / METADATA_FILE), path)
+            md.storage_meta = StorageMeta(load_id=self.load_id)
+            return md
+
+    return JsonMetadataReader(str(path))
+
+
+# -- sharded model and optimizer state -------------------------------------------------------
 # Model and optimizer go through torch.distributed.checkpoint (DCP) on one process and on many:
 # each rank writes only what it holds (FSDP2 shards, ZeRO-1's optimizer partition; replicated
 # tensors once), and DCP reshards on load, so a checkpoint written by two workers resumes on
@@ -94,8 +296,10 @@ def _weights_only_planner() -> Any:
     return WeightsOnlyLoadPlanner()
 
 
-def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Every rank writes its part of the model and optimizer state into ``path`` (collective)."""
+def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+    """Every rank writes its part of the model and optimizer state into ``path`` (collective).
+
+    Returns DCP's global metadata (the same on every rank)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
@@ -109,7 +313,7 @@ def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         state = {"model": get_model_state_dict(model, options=_dcp_options())}
     with warnings.catch_warnings():  # DCP warns on every single-process save, by design here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(state, checkpoint_id=str(path), no_dist=not _distributed())
+        return dcp.save(state, checkpoint_id=str(path), no_dist=not _distributed())
 
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -122,7 +326,7 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         set_state_dict,
     )
 
-    reader = dcp.FileSystemReader(str(path))
+    reader = _json_reader(path)
     has_optim = any(k.startswith("optim.") for k in reader.read_metadata().state_dict_metadata)
     opt = _dcp_optimizer(optimizer)
     if has_optim:
@@ -154,20 +358,22 @@ def save(
     """Write the checkpoint of ``step`` atomically and prune all but the last ``keep``.
 
     ``model`` is the unwrapped model. Model and optimizer are written by every rank through
-    :func:`save_sharded`; rank 0 then adds ``state.pt`` (scaler, trainer state, RNG) and renames
-    the folder into place, so a folder with ``state.pt`` is complete.
+    :func:`save_sharded`; rank 0 then adds ``state.pt`` (scaler, trainer state, RNG), the JSON
+    index and the manifest, and renames the folder into place.
     """
     root = checkpoint_root(run_dir)
     final = root / f"{PREFIX}{step:08d}"
-    # One temporary folder for all ranks (rank 0's pid names it) -- distributed edit, issue 4.
+    # One temporary folder for all ranks (rank 0's pid names it).
     tmp = root / f".{final.name}.tmp{rt.broadcast_object(os.getpid())}"
     if rt.is_main:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     rt.barrier()
-    save_sharded(tmp, model, optimizer)
+    metadata = save_sharded(tmp, model, optimizer)
     if rt.is_main:
+        _write_json_atomically(tmp / METADATA_FILE, metadata_to_json(metadata))
+        (tmp / _DCP_PICKLE).unlink(missing_ok=True)
         state = {
             "scaler": scaler.state_dict(),
             "meta": {**meta, "step": step, "rng": rng_state()},
@@ -176,6 +382,7 @@ def save(
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        write_manifest(tmp, step)
         if final.exists():  # the same step again (after a rollback): replace it
             old = root / f".{final.name}.old{os.getpid()}"
             os.replace(final, old)
@@ -197,18 +404,69 @@ def load(
     scaler: Any,
     rt: Runtime,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scaler and RNG from the checkpoint at ``path``; return its meta."""
-    state = torch.load(Path(path) / STATE_FILE, map_location=rt.device, weights_only=True)
-    if "model" in state:  # a single-file checkpoint, as written before sharded checkpoints
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-    else:  # distributed edit, issue 4: DCP shards of any world size
-        load_sharded(Path(path), model, optimizer)
-    if state["scaler"]:
-        scaler.load_state_dict(state["scaler"])
-    meta = state["meta"]
+    """Restore model, optimizer, scaler and RNG from the checkpoint at ``path``; return its meta.
+
+    Does not verify the manifest (:func:`load_latest` does); raises :class:`CorruptCheckpoint`
+    when a file cannot be read as what it should be."""
+    path = Path(path)
+    try:
+        state = torch.load(path / STATE_FILE, map_location=rt.device, weights_only=True)
+        scaler_state, meta = state["scaler"], state["meta"]
+        if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+            raise CorruptCheckpoint(f"{STATE_FILE} holds no trainer state")
+        load_sharded(path, model, optimizer)
+    except CorruptCheckpoint:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- torch raises many types for a bad file
+        raise CorruptCheckpoint(f"cannot load: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
+    if scaler_state:
+        scaler.load_state_dict(scaler_state)
     rng = meta.get("rng")
     if rng is not None:
         rng = {"cpu": rng["cpu"].cpu(), **({"cuda": [t.cpu() for t in rng["cuda"]]} if "cuda" in rng else {})}
         set_rng_state(rng)
     return meta
+
+
+def _set_aside(path: Path) -> None:
+    """Move a corrupt checkpoint out of the list (kept, hidden, for inspection)."""
+    aside = path.with_name(f".{path.name}.corrupt")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+
+
+def load_latest(
+    run_dir: str | Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    rt: Runtime,
+    on_corrupt: Callable[[Path, str], None],
+) -> tuple[Path, dict[str, Any]] | None:
+    """Load the newest checkpoint that verifies and loads (collective); None if there is none.
+
+    Each checkpoint that fails is reported to ``on_corrupt(path, problem)`` (on every rank),
+    announced on stderr and set aside, and the one before it is tried."""
+    candidates = rt.broadcast_object([str(p) for p in checkpoints(run_dir)] if rt.is_main else None)
+    for name in reversed(candidates):
+        path = Path(name)
+        problem = rt.broadcast_object(verify(path) if rt.is_main else None)
+        meta: dict[str, Any] | None = None
+        if problem is None:
+            try:
+                meta = load(path, model=model, optimizer=optimizer, scaler=scaler, rt=rt)
+            except CorruptCheckpoint as exc:
+                problem = str(exc)
+            failed = rt.sum(torch.tensor(0.0 if problem is None else 1.0, device=rt.device))
+            if problem is None and float(failed) > 0:
+                problem = "another rank could not load it"
+        if problem is None and meta is not None:
+            return path, meta
+        assert problem is not None
+        on_corrupt(path, problem)
+        if rt.is_main:
+            print(f"checkpoint {path}: {problem}; set aside, falling back to the previous one", file=sys.stderr)
+            _set_aside(path)
+        rt.barrier()
+    return None

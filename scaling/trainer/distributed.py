@@ -29,7 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from scaling.trainer import checkpoint, names
+from scaling import vocab as names
+from scaling.trainer import checkpoint
 
 #: The pointer file inside each checkpoint reported to Ray Train.
 POINTER_FILE = "scaling_checkpoint.json"

@@ -25,9 +25,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
-from scaling.trainer import TrainResult, checkpoint, faults, names
+from scaling.trainer import TrainResult, checkpoint, faults
 from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
@@ -158,8 +159,13 @@ class Trainer:
         )
         return path
 
-    def _load(self, path: Path) -> dict[str, Any]:
-        meta = checkpoint.load(path, model=self.par.model, optimizer=self.optimizer, scaler=self.scaler, rt=self.rt)
+    def _load(self) -> tuple[Path, dict[str, Any]] | None:
+        """Restore the newest intact checkpoint (None: there is none)."""
+        found = checkpoint.load_latest(self.run_dir, model=self.par.model, optimizer=self.optimizer,
+                                       scaler=self.scaler, rt=self.rt, on_corrupt=self._corrupt)
+        if found is None:
+            return None
+        path, meta = found
         if meta.get("key") != self.key:
             raise SpecError(f"{path}: checkpoint of run {meta.get('key')}, not {self.key} (wrong run_dir?)")
         self.step = int(meta["step"])
@@ -172,7 +178,10 @@ class Trainer:
         self.lr_scale = float(meta["lr_scale"])
         self.rollbacks = int(meta["rollbacks"])
         self.overflow_skips = int(meta["overflow_skips"])
-        return meta
+        return path, meta
+
+    def _corrupt(self, path: Path, problem: str) -> None:
+        self.rec.event(self.step, names.CHECKPOINT_CORRUPT, {"checkpoint": path.name, "problem": problem})
 
     # -- one step -----------------------------------------------------------------------------
     def _loss(self, logits: torch.Tensor, targets: torch.Tensor, logit_scale: float = 1.0) -> torch.Tensor:
@@ -291,11 +300,11 @@ class Trainer:
                 f"run {self.key} kept spiking: loss {loss:.4g} at step {self.step} after {self.rollbacks} "
                 f"rollbacks (spike.max_rollbacks={sp.max_rollbacks})"
             )
-        path = checkpoint.latest(self.run_dir)
-        if path is None:  # cannot happen: a checkpoint is written before the first step
-            raise TrainingError(f"run {self.key}: loss spike at step {self.step} with no checkpoint to roll back to")
         spike_step, rollbacks, skips, lr_scale = self.step, self.rollbacks, self.overflow_skips, self.lr_scale
-        meta = self._load(path)
+        found = self._load()
+        if found is None:  # only if every checkpoint, step 0's included, was found corrupt
+            raise TrainingError(f"run {self.key}: loss spike at step {self.step} with no checkpoint to roll back to")
+        path, meta = found
         # The counters and the LR scale belong to the run's history, not to the checkpoint.
         self.rollbacks, self.overflow_skips = rollbacks + 1, skips
         self.lr_scale = lr_scale * sp.lr_scale_on_rollback
@@ -347,9 +356,9 @@ class Trainer:
 
     # -- the run ------------------------------------------------------------------------------
     def _start(self) -> None:
-        path = checkpoint.latest(self.run_dir)
-        if path is not None:
-            self._load(path)
+        found = self._load()
+        if found is not None:
+            path, _ = found
             self.resumed_from = self.step
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
@@ -412,7 +421,7 @@ class Trainer:
         tokens = self.step * self.tokens_per_step
         return TrainResult(
             key=self.key,
-            status="completed" if self.step >= self.total_steps else "incomplete",
+            status=names.COMPLETED if self.step >= self.total_steps else names.INTERRUPTED,
             steps=self.step,
             tokens=tokens,
             flops=tokens * self.spec.flops_per_token,

@@ -20,9 +20,9 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from scaling import safe_yaml
 from scaling.accounting import (
     FlopsConvention,
     ParamsConvention,
@@ -326,14 +326,7 @@ class RunSpec(Recipe):
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunSpec":
         p = Path(path)
-        if not p.is_file():
-            raise SpecError(f"spec file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark is not None else ""
-            raise SpecError(f"{p}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        data, _ = safe_yaml.parse(safe_yaml.read_text(p, SpecError, "spec"), str(p), SpecError)
         if not isinstance(data, dict):
             raise SpecError(f"{p}: expected a mapping of spec fields")
         return cls.from_dict(data, where=str(p))

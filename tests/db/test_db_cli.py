@@ -1,7 +1,7 @@
 """`scaling runs` and `scaling db upgrade` with `scaling.cli.main`'s semantics.
 
-Most cases call `main()` in-process (argv patched, output captured): the same code path as the
-console script without paying a Python start per case; one case runs the real script.
+Most cases call `main()` in-process (the ``scaling`` fixture of conftest.py); one case runs the
+real script.
 """
 
 from __future__ import annotations
@@ -24,25 +24,6 @@ SCALING = str(Path(sys.executable).with_name("scaling"))
 
 def script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SCALING, *args], capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture
-def scaling(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Run `scaling ARGS` through `scaling.cli.main`; returns (exit code, stdout, stderr)."""
-    from scaling.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        monkeypatch.setattr(sys, "argv", ["scaling", *args])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
-
-    return run
 
 
 def _fill(url: str) -> tuple[str, list[dict]]:

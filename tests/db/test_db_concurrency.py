@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from scaling.db import Store, connect
-from scaling.trainer import names
+from scaling import vocab as names
 
 from db_helpers import metric_rows, mp_context, records
 
@@ -31,8 +31,8 @@ def test_claim_race_between_processes_has_one_winner(db_url: str) -> None:
     with mp_context().Pool(6) as pool:
         results = pool.map(_claim, [(db_url, key, f"host-{i}") for i in range(6)])
     assert sorted(results, key=lambda r: r is not None) == [None] * 5 + [1]
-    with Store(db_url) as store:
-        row = store.run(key)
+    with connect(db_url) as res:
+        row = res.run(key)
     assert row is not None and row["attempts"] == 1 and row["status"] == "running"
     assert row["host"] == f"host-{results.index(1)}"
 

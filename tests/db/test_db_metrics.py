@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from scaling.db import Store, connect
-from scaling.trainer import names
+from scaling import vocab as names
 
 from db_helpers import metric_rows, records
 

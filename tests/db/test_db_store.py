@@ -1,4 +1,4 @@
-"""The write API: register, claim, heartbeat, finish, events, fits, stale recovery, lookups."""
+"""The write API (register, claim, heartbeat, finish, events, fits, stale recovery) read back through `connect`."""
 
 from __future__ import annotations
 
@@ -8,37 +8,37 @@ import pytest
 
 from scaling.db import AmbiguousRunError, Store, connect
 from scaling.errors import NotFoundError, PlanError
-from scaling.trainer import names
+from scaling import vocab
 
 from db_helpers import records
 
 
 def test_register_adds_only_new_keys_and_keeps_the_plan(db_url: str) -> None:
     recs = records(3)
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         assert store.register("s1", recs[:2], plan="runs: 2\n") == [r["key"] for r in recs[:2]]
         assert store.register("s1", recs) == [recs[2]["key"]]
         assert store.register("s1", recs + recs) == []
-        info = store.sweep("s1")
-        assert info is not None and info["plan"] == "runs: 2\n"
+        info = res.sweep_info("s1")
+        assert info["plan"] == "runs: 2\n"
         assert info["params_convention"] == "non_embedding" and info["flops_convention"] == "6N"
-        row = store.run(recs[0]["key"])
+        row = res.run(recs[0]["key"])
         assert row is not None
         assert (row["N"], row["N_total"], row["D"], row["C"]) == (recs[0]["N"], recs[0]["N_total"], recs[0]["D"], recs[0]["C"])
         assert row["status"] == "pending" and row["attempts"] == 0 and row["spec"] == recs[0]["spec"]
-        assert store.latest_sweep() == "s1"
-        assert [r["run_key"] for r in store.runs_of("s1")] == [r["key"] for r in recs]
+        assert res.latest_sweep() == "s1"
+        assert list(res.runs(sweep="s1")["run_key"]) == [r["key"] for r in recs]
 
 
 def test_register_never_touches_completed_runs(db_url: str) -> None:
     recs = records(2)
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("s", recs)
         key = recs[0]["key"]
         store.claim(key, "h")
         store.finish(key, "completed", final_train_loss=2.5, final_eval_loss=2.6)
         assert store.register("s", recs) == []
-        row = store.run(key)
+        row = res.run(key)
         assert row is not None and row["status"] == "completed" and row["final_loss"] == 2.6 and row["attempts"] == 1
         assert store.claim(key, "h2") is None  # a completed run is never claimed
 
@@ -64,17 +64,17 @@ def test_plan_as_a_mapping_round_trips(db_url: str) -> None:
 def test_claim_lifecycle(db_url: str) -> None:
     recs = records(1)
     key = recs[0]["key"]
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("s", recs)
         assert store.claim(key, "host-a") == 1
         assert store.claim(key, "host-b") is None  # running with a fresh heartbeat
         store.heartbeat(key)
         store.finish(key, "failed", error="CUDA out of memory")
-        row = store.run(key)
+        row = res.run(key)
         assert row is not None and row["status"] == "failed" and row["error"] == "CUDA out of memory"
         assert row["finished_at"] is not None
         assert store.claim(key, "host-b") == 2  # failed runs are retried
-        row = store.run(key)
+        row = res.run(key)
         assert row is not None and row["host"] == "host-b" and row["error"] is None and row["status"] == "running"
         store.finish(key, "interrupted")
         assert store.claim(key, "host-c") == 3
@@ -98,14 +98,14 @@ def test_claim_takes_over_a_stale_running_run(db_url: str) -> None:
         assert store.claim(key, "h3", stale_after_s=60) is None
     with connect(db_url) as res:
         ev = res.events(run_keys=[key])
-    assert list(ev["kind"]) == [names.STALE_RECOVERED]
+    assert list(ev["kind"]) == [vocab.STALE_RECOVERED]
     assert ev["detail"][0]["host"] == "dead-host" and ev["detail"][0]["by"] == "claim"
 
 
 def test_recover_stale_interrupts_runs_without_heartbeat(db_url: str) -> None:
     recs = records(3)
     k0, k1, k2 = (r["key"] for r in recs)
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("s", recs)
         store.claim(k0, "h")
         store.claim(k1, "h")
@@ -113,29 +113,29 @@ def test_recover_stale_interrupts_runs_without_heartbeat(db_url: str) -> None:
         store.heartbeat(k1)  # k1's claimant is alive
         assert store.recover_stale(0.2) == [k0]
         assert store.recover_stale(0.2) == []
-        assert store.run(k0)["status"] == "interrupted"  # type: ignore[index]
-        assert store.run(k1)["status"] == "running"  # type: ignore[index]
-        assert store.run(k2)["status"] == "pending"  # type: ignore[index]
+        assert res.run(k0)["status"] == "interrupted"  # type: ignore[index]
+        assert res.run(k1)["status"] == "running"  # type: ignore[index]
+        assert res.run(k2)["status"] == "pending"  # type: ignore[index]
         assert store.claim(k0, "h2") == 2
     with connect(db_url) as res:
         ev = res.events(sweep="s")
-    assert list(ev["kind"]) == [names.STALE_RECOVERED]
+    assert list(ev["kind"]) == [vocab.STALE_RECOVERED]
     assert ev["run_key"][0] == k0 and ev["detail"][0]["timeout_s"] == 0.2
 
 
 def test_mark_interrupted_only_touches_running_runs(db_url: str) -> None:
     recs = records(3)
     k0, k1, k2 = (r["key"] for r in recs)
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("s", recs)
         store.claim(k0, "h")
         store.claim(k1, "h")
         store.finish(k1, "completed")
         assert store.mark_interrupted([k0, k1, k2, "unknown"]) == [k0]
-        assert [r["status"] for r in store.runs_of("s")] == ["interrupted", "completed", "pending"]
-        assert [r["run_key"] for r in store.runs_of("s", status="interrupted")] == [k0]
+        assert list(res.runs(sweep="s")["status"]) == ["interrupted", "completed", "pending"]
+        assert list(res.runs(sweep="s", status="interrupted")["run_key"]) == [k0]
     with connect(db_url) as res:
-        assert list(res.events()["kind"]) == [names.INTERRUPTED]
+        assert list(res.events()["kind"]) == [vocab.INTERRUPTED]
 
 
 def test_events_accept_text_and_mappings(db_url: str) -> None:
@@ -143,27 +143,27 @@ def test_events_accept_text_and_mappings(db_url: str) -> None:
     key = recs[0]["key"]
     with Store(db_url) as store:
         store.register("s", recs)
-        store.log_event(key, 10, names.LOSS_SPIKE, {"loss": 9.5, "mean": float("nan")})
-        store.log_event(key, None, names.RESUME, "from checkpoint step 10")
+        store.log_event(key, 10, vocab.LOSS_SPIKE, {"loss": 9.5, "mean": float("nan")})
+        store.log_event(key, None, vocab.RESUME, "from checkpoint step 10")
         with pytest.raises(TypeError):
-            store.log_event(key, 1, names.RETRY, {"obj": object()})
+            store.log_event(key, 1, vocab.RETRY, {"obj": object()})
     with connect(db_url) as res:
         ev = res.events(run_keys=[key])
-    assert list(ev["kind"]) == [names.LOSS_SPIKE, names.RESUME]
+    assert list(ev["kind"]) == [vocab.LOSS_SPIKE, vocab.RESUME]
     assert ev["detail"][0] == {"loss": 9.5, "mean": "nan"} and ev["detail"][1] == "from checkpoint step 10"
     assert ev["step"][0] == 10 and ev["step"].isna()[1]
 
 
 def test_fits_are_saved_and_found_by_fingerprint(db_url: str) -> None:
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("s", records(1))
         a = store.save_fit("s", "chinchilla_parametric", "huber", {"E": 1.7, "A": 400.0}, "fp1")
         b = store.save_fit("s", "chinchilla_parametric", "huber", {"E": 1.8}, "fp1")
         store.save_fit("s", "kaplan", "curve_fit", {"alpha": 0.07}, "fp2")
         assert b > a
-        found = store.find_fit("s", "chinchilla_parametric", "huber", "fp1")
+        found = res.find_fit("s", "chinchilla_parametric", "huber", "fp1")
         assert found is not None and found["id"] == b and found["result"] == {"E": 1.8}
-        assert store.find_fit("s", "chinchilla_parametric", "huber", "other") is None
+        assert res.find_fit("s", "chinchilla_parametric", "huber", "other") is None
         with pytest.raises(NotFoundError):
             store.save_fit("missing", "kaplan", "x", {}, "fp")
     with connect(db_url) as res:
@@ -176,17 +176,17 @@ def test_fits_are_saved_and_found_by_fingerprint(db_url: str) -> None:
 def test_a_key_in_two_sweeps(db_url: str) -> None:
     recs = records(1)
     key = recs[0]["key"]
-    with Store(db_url) as store:
+    with Store(db_url) as store, connect(db_url) as res:
         store.register("a", recs)
         store.register("b", recs)
         with pytest.raises(AmbiguousRunError, match="a, b"):
             store.claim(key, "h")
         assert store.claim(key, "h", sweep="b") == 1
         # Without sweep=, writes go to the one sweep where the key is running.
-        store.log_metrics(key, [(1, 8192, 1.0, names.TRAIN_LOSS, 4.0)])
+        store.log_metrics(key, [(1, 8192, 1.0, vocab.TRAIN_LOSS, 4.0)])
         store.finish(key, "completed", final_eval_loss=4.0)
-        assert store.run(key, sweep="b")["status"] == "completed"  # type: ignore[index]
-        assert store.run(key, sweep="a")["status"] == "pending"  # type: ignore[index]
+        assert res.run(key, sweep="b")["status"] == "completed"  # type: ignore[index]
+        assert res.run(key, sweep="a")["status"] == "pending"  # type: ignore[index]
     with connect(db_url) as res:
         assert len(res.metrics(sweep="b")) == 1 and res.metrics(sweep="a").empty
 
@@ -198,5 +198,5 @@ def test_store_pickles_as_its_url(sqlite_url: str) -> None:
         clone = pickle.loads(pickle.dumps(store))
         assert clone.url == store.url and clone.stale_after_s == 5
         clone.register("s", records(1))
-        assert store.latest_sweep() == "s"
+        assert connect(sqlite_url).latest_sweep() == "s"
         clone.close()

@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from scaling.db import Store, connect
-from scaling.trainer import names
+from scaling import vocab as names
 
 from _workers import run_spec, train_worker, trajectory
 

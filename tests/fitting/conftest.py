@@ -27,7 +27,7 @@ def store_synthetic_sweep(url: str, sweep: str = "synth", *, seed: int = 0, budg
 
     from scaling.db import Store
     from scaling.fitting import synthetic as S
-    from scaling.trainer import names
+    from scaling import vocab as names
 
     pts = S.isoflop_points(budgets=np.asarray(budgets), n_sizes=7, span=1.5, seed=seed)
     rng = np.random.default_rng(seed + 1)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from scaling.trainer import names
+from scaling import vocab as names
 
 
 def write_plan(path: Path, name: str, runs_dir: Path, grid: list[dict[str, Any]], **extra: Any) -> Path:

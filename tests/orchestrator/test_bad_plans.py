@@ -102,8 +102,9 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("name that is a parent folder", GOOD.replace("name: bad-plans", "name: '..'"), ["name", ":1:"]),
     ("fingerprint set by hand", GOOD.replace("source: builtin", "source: builtin\n  fingerprint: abc"),
      ["data", "measured from the data"]),
-    ("grid past the run limit", GOOD.replace("compute: [1.0e+12]", "tokens: [" + ", ".join(
-        str(1_000_000 + i) for i in range(60_000)) + "]"), ["grid", "120,000 runs", "100,000"]),
+    ("grid past the run limit", GOOD.replace("[6000, 30000]", "[" + ", ".join(str(6000 + i) for i in range(400)) + "]")
+     .replace("compute: [1.0e+12]", "tokens: [" + ", ".join(str(1_000_000 + i) for i in range(300)) + "]"),
+     ["grid", "120,000 runs", "100,000"]),  # 400 x 300: within the plan file's size cap
     ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
      ["grid.0.compute.0", "bounds"]),
 ]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orch_helpers import assert_consistent, shape, write_plan
-from scaling.trainer import names
+from scaling import vocab as names
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

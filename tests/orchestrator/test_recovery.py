@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from orch_helpers import shape, write_plan
+from scaling.db import connect
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator.scheduler import Scheduler
@@ -34,8 +35,8 @@ def test_stale_and_live_claims(tmp_path: Path, db_url: str) -> None:
     sched._prepare()
     states = {s.key: s.state for s in sched.states}
     assert states == {a: "queued", b: "completed", c: "waiting"}
-    assert store.run(a, sweep="rec")["status"] == "interrupted"
-    assert store.run(c, sweep="rec")["status"] == "running"
+    assert connect(db_url).run(a, sweep="rec")["status"] == "interrupted"
+    assert connect(db_url).run(c, sweep="rec")["status"] == "running"
     # Once its heartbeat is stale too, the waiting run is taken over.
     time.sleep(1.5)
     sched._recover_waiting()
@@ -54,4 +55,4 @@ def test_dead_claimant_on_this_host_is_recovered_at_once(tmp_path: Path, sqlite_
     assert store.claim(key, f"{socket.gethostname()}:{dead}", sweep="rec") == 1
     sched._prepare()
     assert sched.states[0].state == "queued"
-    assert store.run(key, sweep="rec")["status"] == "interrupted"
+    assert connect(sqlite_url).run(key, sweep="rec")["status"] == "interrupted"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scaling.trainer import names
+from scaling import vocab as names
 from orch_helpers import assert_consistent, shape, write_plan
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -16,7 +16,7 @@ import numpy as np
 
 from scaling.accounting import ShapePolicy
 from scaling.db import Store
-from scaling.trainer import names
+from scaling import vocab as names
 from scaling.trainer.spec import ModelSpec, RunSpec
 
 # User text that would run as script if a report failed to escape it.

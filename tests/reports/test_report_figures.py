@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from report_synth import HOSTILE
 from scaling.reports import figures as F
 from scaling.reports.data import normalise_runs
-from scaling.trainer import names
+from scaling import vocab as names
 
 
 def _frames(n_runs: int = 4, steps: int = 3000) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -102,7 +102,7 @@ def test_script_json_cannot_close_the_script() -> None:
 def test_metric_summary_matches_the_rows(db_url: str) -> None:
     """Results.metric_summary (added for the report's throughput) agrees with the raw rows."""
     from scaling.db import connect
-    from scaling.trainer import names
+    from scaling import vocab as names
 
     S.build(db_url, S.SweepSpec(sweep="perf", budgets=(1e13,), sizes_per_budget=3, steps=40, eval_every=10))
     res = connect(db_url)

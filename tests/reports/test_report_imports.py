@@ -1,4 +1,4 @@
-"""Reports run without torch, Ray, the trainer (beyond its metric names) or the orchestrator."""
+"""Reports run without torch, Ray, the trainer or the orchestrator."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from scaling.reports import write_report
 from scaling.reports import figures
 write_report(sys.argv[1], None, sys.argv[2])
 heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray')
-               or m.startswith('scaling.orchestrator') or (m.startswith('scaling.trainer.') and m != 'scaling.trainer.names'))
+               or m.startswith('scaling.orchestrator') or m.startswith('scaling.trainer'))
 print(heavy)
 """
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from scaling.cli.common import app
 from scaling.db import connect
 from scaling.errors import SpecError
-from scaling.trainer import names
+from scaling import vocab as names
 from scaling.trainer.spec import RunSpec
 
 

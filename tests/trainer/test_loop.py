@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from scaling import vocab as names
 from scaling.db import connect
 from scaling.errors import TrainingError
-from scaling.trainer import checkpoint, names, train
+from scaling.trainer import checkpoint, train
 from scaling.trainer.faults import InjectedFault
 from scaling.trainer.loop import micro_batches
 

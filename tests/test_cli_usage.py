@@ -1,0 +1,69 @@
+"""Usage errors print click's short usage message and exit 2, never a traceback; an output the
+report cannot be written to is one line and exit 2, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli_run import run_main, run_process
+
+USAGE_ERRORS = {
+    "missing argument": (["plan"], "Missing argument"),
+    "unknown option": (["plan", "x.yaml", "--bogus"], "No such option: --bogus"),
+    "unknown command": (["bogus"], "No such command 'bogus'"),
+    "not an integer": (["fit", "--bootstrap", "abc"], "Invalid value for '--bootstrap'"),
+    "below the minimum": (["sweep", "x.yaml", "--max-concurrent", "0"], "Invalid value for '--max-concurrent'"),
+    "option without value": (["report", "--db"], "requires an argument"),
+    "extra argument": (["status", "extra"], "unexpected extra argument"),
+}
+
+
+@pytest.mark.parametrize("kind", list(USAGE_ERRORS))
+def test_usage_errors_print_usage_and_exit_2(kind: str) -> None:
+    args, expected = USAGE_ERRORS[kind]
+    got = run_main(*args)
+    assert got.code == 2, got
+    assert "Traceback" not in got.err and got.out == ""
+    assert expected in got.err and "Error: " in got.err, got.err
+    # click's usage line leads, except where click itself has no command context to show
+    assert got.err.startswith("Usage: scaling") or kind == "option without value", got.err
+
+
+@pytest.mark.parametrize("kind", ["missing argument", "unknown command", "not an integer"])
+def test_usage_errors_in_a_real_process(kind: str) -> None:
+    args, expected = USAGE_ERRORS[kind]
+    got = run_process(*args)
+    assert got.code == 2 and "Traceback" not in got.err and expected in got.err, got.err
+    assert "Try 'scaling" in got.err
+
+
+def test_no_arguments_prints_help_and_help_exits_0() -> None:
+    bare = run_main()
+    assert bare.code == 2 and "Commands" in bare.out + bare.err
+    helped = run_main("--help")
+    assert helped.code == 0 and "plan" in helped.out
+
+
+def test_a_user_error_is_one_line(tmp_path: Path) -> None:
+    got = run_main("plan", str(tmp_path / "absent.yaml"))
+    assert got.code == 2 and got.err.strip().count("\n") == 0 and "plan file not found" in got.err
+
+
+@pytest.mark.parametrize("where", ["existing_dir", "dir_with_slash", "under_a_file", "unwritable"])
+def test_report_output_that_cannot_be_written(tmp_path: Path, sqlite_url: str, where: str) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    output = {
+        "existing_dir": str(tmp_path / "out"),
+        "dir_with_slash": str(tmp_path / "out") + "/",
+        "under_a_file": str(tmp_path / "a_file" / "r.html"),
+        "unwritable": "/proc/scaling-report.html",  # refused even to root
+    }[where]
+    got = run_main("report", "--db", sqlite_url, "-o", output)
+    assert got.code == 2, got
+    assert "Traceback" not in got.err and got.err.strip().count("\n") == 0, got.err
+    assert got.err.startswith("error: --output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "out", "results.db"]
+    assert list((tmp_path / "out").iterdir()) == []
