@@ -137,7 +137,8 @@ LINKS: dict[str, Link] = {
     "pcie": Link.from_bandwidth("pcie", 10e-6, 25e9),  # PCIe Gen4 x16, achievable
     "infiniband": Link.from_bandwidth("infiniband", 10e-6, 50e9),  # NDR 400 Gb/s per GPU
     "roce": Link.from_bandwidth("roce", 15e-6, 25e9),  # 200 Gb/s RoCE per GPU
-    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 50e-6, 2e9),  # gloo over TCP loopback
+    # gloo over TCP loopback, as bench_collectives fitted it on a shared 2-core host
+    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 250e-6, 1.5e9),
 }
 
 
@@ -350,10 +351,10 @@ def tp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> li
 
 
 def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> list[Traffic]:
-    """Pipeline point-to-point traffic of one step on a middle stage, and the tied-embedding sync.
+    """Pipeline point-to-point traffic of one step on the first stage, and the tied-embedding sync.
 
-    Each micro-batch sends b*s*h activations forward and receives their gradient back at every
-    stage boundary, v times per rank under the interleaved schedule. With sequence parallelism
+    At each stage boundary a micro-batch's b*s*h activations cross forward and their gradient
+    backward (v boundaries per rank under the interleaved schedule). With sequence parallelism
     the boundary tensor is already split over the tensor ranks (/tp). The first and last stage
     all-reduce the tied embedding's gradient (vocab*h) once per step.
     """
