@@ -1,0 +1,503 @@
+"""Communication and memory per rank of a parallel layout (data x tensor x pipeline, ZeRO 0-3).
+
+Torch-free, like :mod:`scaling.accounting` whose shapes, byte conventions and ZeRO state
+formulas it reuses: the planner uses it to compare layouts on machines without torch.
+
+Three pieces:
+
+* :func:`step_traffic` lists every collective one training step issues on one rank, with its
+  payload ``K`` (the full, unsharded tensor a collective works on, in bytes) and how often it runs.
+  Wire bytes per rank follow from the bandwidth-optimal (ring) algorithms: all-reduce
+  2(n-1)K/n, all-gather and reduce-scatter (n-1)K/n (Patarasuk & Yuan 2009; Chan et al. 2007).
+* :func:`collective_time` / :func:`step_comm_time`: an alpha-beta model (latency alpha per
+  message step, beta seconds per byte) with a table of links; tensor parallelism stays inside
+  a node, data and pipeline groups use the inter-node link when they span nodes.
+* :func:`memory_per_rank`: model state with ZeRO over ``dp`` of the parameters one tensor and
+  pipeline rank holds, and activations after Korthikanti et al. (2022, "Reducing Activation
+  Recomputation in Large Transformer Models", Sec. 4) for the micro-batches a pipeline
+  schedule keeps in flight (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+  Training on GPU Clusters Using Megatron-LM").
+
+Tensor parallelism follows Megatron (Shoeybi et al. 2019): QKV and the MLP's first matrix are
+column-split, the attention output and the MLP's second matrix row-split, so each block
+all-reduces its b*s*h output twice in forward and twice in backward; with sequence parallelism
+each all-reduce becomes an all-gather plus a reduce-scatter of the same tensor (same bytes).
+Embeddings and the final norm are replicated across tensor ranks (their gradients agree, so
+they need no tensor-parallel collective); under pipeline parallelism the tied embedding lives
+on the first and the last stage, whose gradients are all-reduced between the two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scaling.accounting import (
+    STATE_BYTES,
+    STRATEGIES,
+    Layout,
+    MemoryEstimate,
+    Precision,
+    Shape,
+    Strategy,
+    compute_bytes,
+    fsdp_buffer_bytes,
+    model_state_bytes,
+)
+
+Collective = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv"
+]
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv"
+)
+Group = Literal["dp", "tp", "pp"]
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
+
+
+# -- collectives ------------------------------------------------------------------------
+
+
+def wire_bytes(kind: str, payload: float, n: int) -> float:
+    """Bytes one rank sends (and receives) for one collective on a payload of ``payload`` bytes.
+
+    Ring all-reduce 2(n-1)K/n; all-gather, reduce-scatter, scatter and gather (n-1)K/n (at the
+    root, the busiest rank); broadcast and reduce K (pipelined); point-to-point K. Zero for n = 1.
+    """
+    _check_kind(kind)
+    if n < 1:
+        raise ValueError(f"group size must be at least 1, got {n}")
+    if n == 1 and kind != "send_recv":
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) * payload / n
+    if kind in ("all_gather", "reduce_scatter", "scatter", "gather"):
+        return (n - 1) * payload / n
+    return float(payload)  # broadcast, reduce, send_recv
+
+
+def latency_steps(kind: str, n: int) -> float:
+    """Message steps (each paying the latency alpha) of one collective on ``n`` ranks.
+
+    Ring all-reduce 2(n-1); ring all-gather / reduce-scatter and linear scatter / gather (n-1);
+    binomial-tree broadcast and reduce ceil(log2 n); point-to-point 1.
+    """
+    _check_kind(kind)
+    if n == 1:
+        return 0.0 if kind != "send_recv" else 1.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1)
+    if kind in ("all_gather", "reduce_scatter", "scatter", "gather"):
+        return float(n - 1)
+    if kind in ("broadcast", "reduce"):
+        return float(math.ceil(math.log2(n)))
+    return 1.0
+
+
+def bandwidth_bytes(kind: str, payload: float, n: int) -> float:
+    """Bytes on the critical path of one collective: what beta multiplies in the alpha-beta model.
+
+    As :func:`wire_bytes`, except that a binomial-tree broadcast or reduce passes the whole
+    payload once per tree level (ceil(log2 n) times).
+    """
+    if kind in ("broadcast", "reduce") and n > 1:
+        return latency_steps(kind, n) * payload
+    return wire_bytes(kind, payload, n)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in COLLECTIVES:
+        raise ValueError(f"unknown collective {kind!r} (use one of {COLLECTIVES})")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One interconnect for the alpha-beta model: ``alpha`` s per message step, ``beta`` s per byte.
+
+    Figures in :data:`LINKS` are round numbers from vendor specifications (per-direction bandwidth
+    of one GPU's link; latency of a small NCCL collective step); calibrate with
+    ``benchmarks/bench_collectives.py`` before trusting absolute times.
+    """
+
+    name: str
+    alpha: float
+    beta: float
+
+    @classmethod
+    def from_bandwidth(cls, name: str, alpha: float, bytes_per_second: float) -> "Link":
+        return cls(name, alpha, 1.0 / bytes_per_second)
+
+
+LINKS: dict[str, Link] = {
+    "nvlink": Link.from_bandwidth("nvlink", 5e-6, 450e9),  # NVLink 4 (H100 SXM), per direction
+    "pcie": Link.from_bandwidth("pcie", 10e-6, 25e9),  # PCIe Gen4 x16, achievable
+    "infiniband": Link.from_bandwidth("infiniband", 10e-6, 50e9),  # NDR 400 Gb/s per GPU
+    "roce": Link.from_bandwidth("roce", 15e-6, 25e9),  # 200 Gb/s RoCE per GPU
+    # gloo over TCP loopback, as bench_collectives fitted it on a shared 2-core host
+    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 250e-6, 1.5e9),
+}
+
+
+def collective_time(kind: str, payload: float, n: int, link: Link) -> float:
+    """Seconds for one collective: alpha * steps + beta * bytes on the critical path."""
+    return link.alpha * latency_steps(kind, n) + link.beta * bandwidth_bytes(kind, payload, n)
+
+
+# -- layouts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How one run is laid out on ``dp * tp * pp`` ranks.
+
+    ``strategy`` is the data-parallel strategy over ``dp`` (accounting's names). A step runs
+    ``micro_batches`` micro-batches of ``micro_batch`` sequences on each data-parallel rank
+    (gradient accumulation without pipelining; the pipeline's micro-batches with it).
+    ``chunks`` is the number of model chunks per pipeline rank (``interleaved`` only).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    strategy: Strategy = "ddp"
+    micro_batches: int = 1
+    micro_batch: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    schedule: Schedule = "1f1b"
+    chunks: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r} (use one of {STRATEGIES})")
+        if self.recompute not in RECOMPUTES:
+            raise ValueError(f"unknown recompute {self.recompute!r} (use one of {RECOMPUTES})")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r} (use one of {SCHEDULES})")
+        if self.chunks > 1 and self.schedule != "interleaved":
+            raise ValueError("chunks > 1 needs the interleaved schedule")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def check(self, shape: Shape) -> None:
+        """Raise ValueError when ``shape`` cannot be split this way (heads, MLP, layers)."""
+        if shape.n_head % self.tp or (4 * shape.d_model) % self.tp:
+            raise ValueError(f"tp={self.tp} must divide n_head ({shape.n_head}) and 4*d_model ({4 * shape.d_model})")
+        if shape.n_layer % (self.pp * self.chunks):
+            raise ValueError(f"pp*chunks={self.pp * self.chunks} must divide n_layer ({shape.n_layer})")
+
+
+def bubble_fraction(pp: int, micro_batches: int, schedule: Schedule = "1f1b", chunks: int = 1) -> float:
+    """Fraction of a pipelined step spent idle: (p-1) / (v*m + p-1).
+
+    Narayanan et al. (2021, Sec. 2.2) give the bubble as (p-1)/m of the ideal time for GPipe
+    and 1F1B, and (p-1)/(v*m) for the interleaved schedule with v chunks per rank; as a share
+    of the whole step that is (p-1)/(v*m + p-1).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r} (use one of {SCHEDULES})")
+    v = chunks if schedule == "interleaved" else 1
+    return (pp - 1) / (v * micro_batches + pp - 1)
+
+
+# -- what each rank holds -----------------------------------------------------------------
+
+
+def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
+    """One block's parameters on one tensor rank: matrices and column biases split, the rest kept.
+
+    Two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
+    replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
+    """
+    h = shape.d_model
+    split = 12 * h * h + 7 * h
+    replicated = shape.params_per_layer - split
+    return split // tp + replicated
+
+
+def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
+
+    Blocks are split evenly over stages; the embeddings (and positions) sit on the first
+    stage, the final norm and a copy of the tied embedding for the output on the last.
+    Equal to ``shape.params_total`` for tp = pp = 1.
+    """
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
+    h = shape.d_model
+    n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
+    if stage == 0:
+        n += shape.params_embedding
+    if stage == pp - 1:
+        n += 2 * h  # final LayerNorm
+        if pp > 1:
+            n += shape.vocab_size * h  # the output layer's copy of the tied embedding
+    return n
+
+
+# -- traffic ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One collective a step issues: ``calls`` times on a payload of ``payload`` bytes, over ``n`` ranks."""
+
+    group: Group
+    kind: Collective
+    n: int
+    payload: float
+    calls: float
+    what: str
+
+    @property
+    def bytes_per_step(self) -> float:
+        """Payload bytes per step (the sum of the tensors handed to the collective)."""
+        return self.calls * self.payload
+
+    @property
+    def wire_bytes_per_step(self) -> float:
+        """Bytes this rank sends per step for it (see :func:`wire_bytes`)."""
+        return self.calls * wire_bytes(self.kind, self.payload, self.n)
+
+
+def dp_traffic(
+    params: int,
+    strategy: Strategy,
+    dp: int,
+    precision: Precision,
+    micro_batches: int = 1,
+    regathered: int | None = None,
+    layout: Layout = "torch",
+) -> list[Traffic]:
+    """Data-parallel collectives of one step for a rank holding ``params`` parameters.
+
+    Gradients are synchronised once per step (accumulation skips the others). ``layout="zero"``
+    counts the ZeRO paper's (Rajbhandari et al. 2020, Sec. 7): DDP all-reduces 16-bit gradients;
+    ZeRO-1/2 reduce-scatter them and all-gather the updated 16-bit parameters (same 2(n-1)/n
+    volume); ZeRO-3 all-gathers parameters in forward and again in backward (1.5x DDP).
+    ``layout="torch"`` counts what this trainer issues: DDP and ZeRO-1 all-reduce FP32
+    gradients, and ZeroRedundancyOptimizer then broadcasts each updated FP32 parameter from its
+    owner; ZeRO-2/3 (FSDP2) all-gather compute-dtype parameters every micro-batch forward, ZeRO-3
+    again in backward (``regathered`` parameters: all of them by default, as the trainer reshards
+    every unit, the root included), and reduce-scatter FP32 gradients.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (use one of {STRATEGIES})")
+    if dp == 1 or strategy == "single":
+        return []
+    weight_b, grad_b, _ = STATE_BYTES[layout][precision]
+    gather_b = compute_bytes(precision) if layout == "torch" else weight_b
+    m = micro_batches
+    again = params if regathered is None else regathered
+    if layout == "zero":
+        if strategy == "ddp":
+            return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
+        out = [Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients")]
+        if strategy in ("zero1", "zero2"):
+            return out + [Traffic("dp", "all_gather", dp, weight_b * params, 1, "updated parameters")]
+        return out + [
+            Traffic("dp", "all_gather", dp, weight_b * params, m, "parameters, forward"),
+            Traffic("dp", "all_gather", dp, weight_b * again, m, "parameters, backward"),
+        ]
+    if strategy == "ddp":
+        return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
+    if strategy == "zero1":
+        return [
+            Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients"),
+            Traffic("dp", "broadcast", dp, weight_b * params, 1, "updated parameters from their owners"),
+        ]
+    out = [
+        Traffic("dp", "all_gather", dp, gather_b * params, m, "parameters, forward"),
+        Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients"),
+    ]
+    if strategy == "zero3":
+        out.append(Traffic("dp", "all_gather", dp, gather_b * again, m, "parameters, backward"))
+    return out
+
+
+def tp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> list[Traffic]:
+    """Tensor-parallel collectives of one step on one rank (Megatron; Korthikanti et al. 2022, Sec. 4.2.2).
+
+    Per block and micro-batch: 2 all-reduces of b*s*h activations in forward and 2 in backward
+    (plus the forward's 2 again when full recomputation replays the block); with sequence
+    parallelism each becomes an all-gather and a reduce-scatter of the same b*s*h tensor.
+    """
+    if layout.tp == 1:
+        return []
+    act = compute_bytes(precision) * layout.micro_batch * shape.context * shape.d_model
+    layers = shape.n_layer // layout.pp
+    forward_passes = 2 if layout.recompute == "full" else 1
+    per_pass = 2 * layers * layout.micro_batches
+    calls = {"forward": per_pass * forward_passes, "backward": per_pass}
+    out: list[Traffic] = []
+    for phase, n_calls in calls.items():
+        if layout.sequence_parallel:
+            out.append(Traffic("tp", "all_gather", layout.tp, act, n_calls, f"activations, {phase}"))
+            out.append(Traffic("tp", "reduce_scatter", layout.tp, act, n_calls, f"activations, {phase}"))
+        else:
+            out.append(Traffic("tp", "all_reduce", layout.tp, act, n_calls, f"activations, {phase}"))
+    return out
+
+
+def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> list[Traffic]:
+    """Pipeline point-to-point traffic of one step on the first stage, and the tied-embedding sync.
+
+    At each stage boundary a micro-batch's b*s*h activations cross forward and their gradient
+    backward (v boundaries per rank under the interleaved schedule). With sequence parallelism
+    the boundary tensor is already split over the tensor ranks (/tp). The first and last stage
+    all-reduce the tied embedding's gradient (vocab*h) once per step.
+    """
+    if layout.pp == 1:
+        return []
+    act = compute_bytes(precision) * layout.micro_batch * shape.context * shape.d_model
+    if layout.sequence_parallel:
+        act /= layout.tp
+    v = layout.chunks
+    m = layout.micro_batches
+    grad_b = STATE_BYTES["torch"][precision][1]
+    return [
+        Traffic("pp", "send_recv", 2, act, v * m, "activations, forward"),
+        Traffic("pp", "send_recv", 2, act, v * m, "activation gradients, backward"),
+        Traffic("pp", "all_reduce", 2, grad_b * shape.vocab_size * shape.d_model, 1, "tied embedding gradient"),
+    ]
+
+
+def step_traffic(
+    shape: Shape, layout: ParallelLayout, precision: Precision = "bf16", mem_layout: Layout = "torch"
+) -> list[Traffic]:
+    """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
+    layout.check(shape)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, layout=mem_layout)
+    return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)
+
+
+# -- time ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where ranks sit: ``gpus_per_node`` per node, ``intra`` and ``inter`` links between them.
+
+    Ranks are placed tensor-innermost, then data, then pipeline (Megatron's order), so the
+    tensor group stays inside a node; the data group crosses nodes when tp*dp exceeds a node,
+    the pipeline group when tp*dp*pp does.
+    """
+
+    gpus_per_node: int = 8
+    intra: Link = field(default_factory=lambda: LINKS["nvlink"])
+    inter: Link = field(default_factory=lambda: LINKS["infiniband"])
+
+    def link(self, group: str, layout: ParallelLayout) -> Link:
+        span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.world}[group]
+        return self.intra if span <= self.gpus_per_node else self.inter
+
+
+def step_comm_time(
+    shape: Shape, layout: ParallelLayout, cluster: Cluster, precision: Precision = "bf16"
+) -> dict[str, float]:
+    """Seconds of communication per step by group (``dp``, ``tp``, ``pp``), not overlapped with compute.
+
+    Raises ValueError when the tensor group does not fit in one node.
+    """
+    if layout.tp > cluster.gpus_per_node:
+        raise ValueError(f"tp={layout.tp} does not fit a node of {cluster.gpus_per_node} GPUs")
+    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+    for t in step_traffic(shape, layout, precision):
+        out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, cluster.link(t.group, layout))
+    return out
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def layer_activation_bytes(
+    shape: Shape, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none"
+) -> float:
+    """Activation bytes one block keeps for backward, 16-bit (Korthikanti et al. 2022, Table 2).
+
+    sbh(34 + 5as/h) without parallelism; sbh(10 + 24/t + 5as/(ht)) with tensor parallelism;
+    sbh/t (34 + 5as/h) adding sequence parallelism. Selective recomputation drops the
+    attention-score term 5as/h; full recomputation keeps only the block's input (2sbh, /t
+    with sequence parallelism).
+    """
+    s, b, h, a, t = shape.context, micro_batch, shape.d_model, shape.n_head, tp
+    sbh = s * b * h
+    attn = 0.0 if recompute == "selective" else 5.0 * a * s / h
+    if recompute == "full":
+        return 2.0 * sbh / (t if sequence_parallel else 1)
+    if sequence_parallel:
+        return sbh * (34.0 + attn) / t
+    return sbh * (10.0 + 24.0 / t + attn / t)
+
+
+def in_flight(layout: ParallelLayout) -> float:
+    """Micro-batches whose activations the first stage holds at once, as a multiple of its layers.
+
+    GPipe runs every forward first (m); 1F1B holds p (at most m); interleaved 1F1B holds p
+    times (1 + (p-1)/(p*v)) (Korthikanti et al. 2022, Sec. 4.2.3). One without pipelining.
+    """
+    p, m, v = layout.pp, layout.micro_batches, layout.chunks
+    if p == 1:
+        return 1.0
+    if layout.schedule == "gpipe":
+        return float(m)
+    if layout.schedule == "1f1b":
+        return float(min(p, m))
+    return min(p, m) * (1.0 + (p - 1) / (p * v))
+
+
+def memory_per_rank(
+    shape: Shape,
+    layout: ParallelLayout,
+    precision: Precision = "bf16",
+    margin: float = 0.10,
+    mem_layout: Layout = "torch",
+) -> MemoryEstimate:
+    """Memory of the busiest rank (the first pipeline stage): model state, activations, buffers.
+
+    Model state: :func:`scaling.accounting.model_state_bytes` of the parameters this tensor and
+    pipeline rank holds, sharded over ``dp`` by the ZeRO stage. Activations: the first stage's
+    ``n_layer/pp`` blocks times the micro-batches in flight, plus (without pipelining, where the
+    same rank computes the loss) the accounting's logits term; full recomputation adds one
+    block's full activations while it is replayed. For tp = pp = 1 this equals
+    :func:`scaling.accounting.estimate_memory`.
+    """
+    layout.check(shape)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
+    scale = 2.0 if precision == "fp32" else 1.0
+    b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
+    per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute)
+    layers = shape.n_layer // layout.pp
+    acts = scale * in_flight(layout) * layers * per_layer
+    if layout.recompute == "full":
+        acts += scale * layer_activation_bytes(shape, b, t, sp, "none")
+    if layout.pp == 1:
+        acts += 8.0 * shape.context * b * shape.vocab_size  # FP32 logits and their gradient
+    buffers = 0.0
+    if layout.strategy in ("zero2", "zero3") and layout.dp > 1:
+        per_block = Shape(1, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
+        one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
+        buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
+    return MemoryEstimate(
+        strategy=layout.strategy,
+        workers=layout.world,
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=acts,
+        buffers_bytes=buffers,
+        margin_bytes=margin * (weights + grads + optim + acts + buffers),
+    )

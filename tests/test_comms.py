@@ -1,0 +1,362 @@
+"""The communication cost model: closed forms, agreement with the accounting, and real traffic.
+
+The last group runs the trainer's strategies (``scaling.trainer.parallel``) on two real gloo
+processes and counts what they hand to ``torch.distributed``: each collective function is
+wrapped by a counter that records the tensor's bytes and then calls the real collective
+(counting, not mocking: the collectives run and the step trains). DDP all-reduces its buckets
+in C++, out of Python's sight, so there the stock ``allreduce_hook`` from torch's
+``ddp_comm_hooks`` is registered: it issues the same bucket all-reduce through
+``torch.distributed.all_reduce``, where the counter sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from scaling.accounting import Shape, estimate_memory, model_state_bytes
+from scaling.comms import (
+    LINKS,
+    Cluster,
+    Link,
+    ParallelLayout,
+    bubble_fraction,
+    collective_time,
+    dp_traffic,
+    in_flight,
+    layer_activation_bytes,
+    memory_per_rank,
+    params_per_rank,
+    step_comm_time,
+    step_traffic,
+    wire_bytes,
+)
+
+TINY = Shape(n_layer=2, d_model=32, n_head=2, vocab_size=256, context=16)
+
+
+# -- closed forms ---------------------------------------------------------------------------
+
+
+def test_wire_bytes_of_ring_collectives() -> None:
+    assert wire_bytes("all_reduce", 1200, 4) == 1800  # 2 * 3 * 1200 / 4
+    assert wire_bytes("all_gather", 1200, 4) == 900
+    assert wire_bytes("reduce_scatter", 1200, 3) == 800
+    assert wire_bytes("send_recv", 1200, 2) == 1200
+    assert wire_bytes("all_reduce", 1200, 1) == 0
+    # An all-gather plus a reduce-scatter moves what one all-reduce does (sequence parallelism).
+    assert wire_bytes("all_gather", 999, 8) + wire_bytes("reduce_scatter", 999, 8) == pytest.approx(
+        wire_bytes("all_reduce", 999, 8)
+    )
+    with pytest.raises(ValueError, match="unknown collective"):
+        wire_bytes("alltoall", 1, 2)
+
+
+def test_alpha_beta_time() -> None:
+    link = Link("test", alpha=1e-5, beta=1e-9)
+    # Ring all-reduce on 4 ranks: 6 steps, 1.5 K bytes.
+    assert collective_time("all_reduce", 1e6, 4, link) == pytest.approx(6e-5 + 1.5e-3)
+    # Binomial broadcast on 4 ranks: 2 levels, each passing the whole payload.
+    assert collective_time("broadcast", 1e6, 4, link) == pytest.approx(2e-5 + 2e-3)
+    assert collective_time("gather", 1e6, 4, link) == pytest.approx(3e-5 + 0.75e-3)
+
+
+def test_bubble_fraction() -> None:
+    assert bubble_fraction(4, 12) == pytest.approx(3 / 15)
+    assert bubble_fraction(4, 12, "gpipe") == bubble_fraction(4, 12, "1f1b")
+    assert bubble_fraction(4, 12, "interleaved", chunks=2) == pytest.approx(3 / 27)
+    assert bubble_fraction(1, 8) == 0.0
+    # Narayanan et al.'s ratio, bubble / ideal = (p-1)/(v m), is the same statement.
+    f = bubble_fraction(8, 16, "interleaved", chunks=4)
+    assert f / (1 - f) == pytest.approx(7 / 64)
+
+
+def test_zero_paper_volumes() -> None:
+    """ZeRO-1/2 move what DDP moves; ZeRO-3 1.5x (Rajbhandari et al. 2020, Sec. 7)."""
+    phi, n = 10**6, 8
+
+    def volume(strategy: str) -> float:
+        return sum(t.wire_bytes_per_step for t in dp_traffic(phi, strategy, n, "bf16", layout="zero"))
+
+    ddp = volume("ddp")
+    assert ddp == pytest.approx(2 * 2 * phi * (n - 1) / n)
+    assert volume("zero1") == pytest.approx(ddp)
+    assert volume("zero2") == pytest.approx(ddp)
+    assert volume("zero3") == pytest.approx(1.5 * ddp)
+    assert dp_traffic(phi, "ddp", 1, "bf16") == []
+
+
+def test_tensor_parallel_traffic_megatron() -> None:
+    shape = Shape(n_layer=4, d_model=64, n_head=4, vocab_size=256, context=32)
+    layout = ParallelLayout(tp=2, micro_batch=3, micro_batches=5)
+    traffic = step_traffic(shape, layout, "bf16")
+    assert {t.kind for t in traffic} == {"all_reduce"}
+    act = 2 * 3 * 32 * 64  # b*s*h in 16 bits
+    # 2 all-reduces per block forward, 2 backward, per micro-batch.
+    assert sum(t.calls for t in traffic) == 4 * 4 * 5
+    assert all(t.payload == act for t in traffic)
+    full = step_traffic(shape, ParallelLayout(tp=2, micro_batch=3, micro_batches=5, recompute="full"), "bf16")
+    assert sum(t.calls for t in full) == 6 * 4 * 5  # the replayed forward all-reduces again
+    sp = step_traffic(shape, ParallelLayout(tp=2, micro_batch=3, micro_batches=5, sequence_parallel=True), "bf16")
+    assert {t.kind for t in sp} == {"all_gather", "reduce_scatter"}
+    assert sum(t.wire_bytes_per_step for t in sp) == pytest.approx(sum(t.wire_bytes_per_step for t in traffic))
+
+
+def test_pipeline_traffic() -> None:
+    shape = Shape(n_layer=8, d_model=64, n_head=4, vocab_size=256, context=32)
+    traffic = step_traffic(shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2), "bf16")
+    p2p = [t for t in traffic if t.kind == "send_recv"]
+    assert sum(t.bytes_per_step for t in p2p) == 2 * 6 * (2 * 2 * 32 * 64)  # fwd + bwd, m micro-batches
+    inter = step_traffic(
+        shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2, schedule="interleaved", chunks=2), "bf16"
+    )
+    assert sum(t.bytes_per_step for t in inter if t.kind == "send_recv") == 2 * sum(t.bytes_per_step for t in p2p)
+    tied = [t for t in traffic if t.kind == "all_reduce"]
+    assert tied[0].payload == 4 * 256 * 64  # the tied embedding's FP32 gradient, first <-> last stage
+
+
+def test_params_per_rank() -> None:
+    shape = Shape(n_layer=8, d_model=512, n_head=8, vocab_size=256, context=64)
+    assert params_per_rank(shape) == shape.params_total
+    h = shape.d_model
+    blocks = sum(params_per_rank(shape, 1, 4, s) for s in range(4)) - shape.vocab_size * h
+    assert blocks == shape.params_total  # the last stage's tied copy is the only duplicate
+    # Tensor parallelism splits all but LayerNorms and row-parallel biases (6h per block).
+    per_tp = params_per_rank(shape, 4, 1)
+    assert per_tp == (shape.params_total - shape.params_embedding - 2 * h - 8 * 6 * h) // 4 + (
+        shape.params_embedding + 2 * h + 8 * 6 * h
+    )
+    big = Shape(n_layer=32, d_model=4096, n_head=32, vocab_size=256, context=2048)
+    assert params_per_rank(big, 8, 4, stage=1) == pytest.approx(big.params_total / 32, rel=0.01)
+
+
+def test_korthikanti_activations() -> None:
+    shape = Shape(n_layer=4, d_model=64, n_head=4, vocab_size=256, context=32)
+    s, b, h, a, t = 32, 2, 64, 4, 4
+    sbh = s * b * h
+    assert layer_activation_bytes(shape, b) == sbh * (34 + 5 * a * s / h)
+    assert layer_activation_bytes(shape, b, t) == sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    assert layer_activation_bytes(shape, b, t, True) == sbh * (34 + 5 * a * s / h) / t
+    assert layer_activation_bytes(shape, b, t, True, "selective") == sbh * 34 / t
+    assert layer_activation_bytes(shape, b, 1, False, "full") == 2 * sbh
+
+
+def test_in_flight_micro_batches() -> None:
+    assert in_flight(ParallelLayout(pp=4, micro_batches=16, schedule="gpipe")) == 16
+    assert in_flight(ParallelLayout(pp=4, micro_batches=16)) == 4
+    assert in_flight(ParallelLayout(pp=4, micro_batches=2)) == 2
+    assert in_flight(ParallelLayout(pp=4, micro_batches=16, schedule="interleaved", chunks=2)) == pytest.approx(
+        4 * (1 + 3 / 8)
+    )
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_memory_equals_accounting_without_tp_pp(strategy: str, precision: str, recompute: str) -> None:
+    layout = ParallelLayout(dp=4, strategy=strategy, micro_batch=3, recompute=recompute)
+    ours = memory_per_rank(TINY, layout, precision)  # type: ignore[arg-type]
+    theirs = estimate_memory(TINY, 3, precision, strategy, 4, checkpointing=recompute == "full")  # type: ignore[arg-type]
+    assert ours == theirs
+
+
+def test_memory_with_tp_and_pp() -> None:
+    shape = Shape(n_layer=8, d_model=256, n_head=8, vocab_size=256, context=128)
+    layout = ParallelLayout(dp=2, tp=2, pp=4, strategy="zero1", micro_batches=8, micro_batch=2,
+                            sequence_parallel=True)
+    est = memory_per_rank(shape, layout, "bf16")
+    params = params_per_rank(shape, 2, 4, 0)
+    assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == model_state_bytes(
+        params, "bf16", "zero1", 2
+    )
+    # 1F1B: p micro-batches of L/p blocks on the first stage, sequence-parallel (/tp).
+    per_layer = 128 * 2 * 256 * (34 + 5 * 8 * 128 / 256) / 2
+    assert est.activations_bytes == pytest.approx(4 * 2 * per_layer)
+    gpipe = memory_per_rank(shape, ParallelLayout(dp=2, tp=2, pp=4, strategy="zero1", micro_batches=8,
+                                                  micro_batch=2, sequence_parallel=True, schedule="gpipe"))
+    assert gpipe.activations_bytes == pytest.approx(2 * est.activations_bytes)
+
+
+def test_layout_checks() -> None:
+    with pytest.raises(ValueError, match="n_head"):
+        ParallelLayout(tp=4).check(Shape(n_layer=2, d_model=64, n_head=2))
+    with pytest.raises(ValueError, match="n_layer"):
+        ParallelLayout(pp=3).check(Shape(n_layer=4, d_model=64, n_head=2))
+    with pytest.raises(ValueError, match="interleaved"):
+        ParallelLayout(pp=2, chunks=2)
+    with pytest.raises(ValueError, match="sequence_parallel"):
+        ParallelLayout(sequence_parallel=True)
+    with pytest.raises(ValueError, match="node"):
+        step_comm_time(TINY, ParallelLayout(tp=2), Cluster(gpus_per_node=1))
+
+
+def test_tensor_group_stays_inside_a_node() -> None:
+    """tp on NVLink; dp crosses nodes once tp*dp exceeds one; time scales with the link."""
+    shape = Shape(n_layer=4, d_model=1024, n_head=16, vocab_size=256, context=1024)
+    cluster = Cluster(gpus_per_node=8, intra=LINKS["nvlink"], inter=LINKS["infiniband"])
+    inside = ParallelLayout(dp=2, tp=4)
+    across = ParallelLayout(dp=4, tp=4)
+    assert cluster.link("tp", across) is cluster.intra
+    assert cluster.link("dp", inside) is cluster.intra and cluster.link("dp", across) is cluster.inter
+    t_in, t_across = step_comm_time(shape, inside, cluster), step_comm_time(shape, across, cluster)
+    assert t_in["tp"] == pytest.approx(t_across["tp"])
+    assert t_across["dp"] > t_in["dp"]
+
+
+# -- what actually crosses the wire ---------------------------------------------------------
+
+COUNTED = ("all_reduce", "broadcast", "all_gather_single", "reduce_scatter_single",
+           "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather", "reduce_scatter",
+           "send", "recv", "isend", "irecv", "reduce", "scatter", "gather")
+KIND = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+        "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter"}
+
+
+def _payload(name: str, args: tuple, kwargs: dict) -> int:
+    """Bytes of the full tensor a collective works on (its K)."""
+    if name in ("all_gather_single", "all_gather_into_tensor"):
+        t = kwargs.get("output_tensor", kwargs.get("output", args[0] if args else None))
+    elif name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+        t = kwargs.get("input", args[1] if len(args) > 1 else None)
+    else:
+        t = kwargs.get("tensor", args[0] if args else None)
+    if isinstance(t, (list, tuple)):
+        return sum(x.numel() * x.element_size() for x in t)
+    return t.numel() * t.element_size()
+
+
+class CountingCollectives:
+    """Wraps ``torch.distributed``'s collective functions: record (kind, bytes), then call the real one."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[int]] = defaultdict(list)
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> "CountingCollectives":
+        import torch.distributed as dist
+
+        for name in COUNTED:
+            real = getattr(dist, name, None)
+            if real is None:
+                continue
+            self._saved[name] = real
+
+            def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+                self.calls[KIND.get(_name, _name)].append(_payload(_name, args, kwargs))
+                return _real(*args, **kwargs)
+
+            setattr(dist, name, counted)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.distributed as dist
+
+        for name, real in self._saved.items():
+            setattr(dist, name, real)
+
+
+CASES = [("ddp", "fp32", 1), ("ddp", "bf16", 2), ("zero1", "fp32", 1), ("zero2", "bf16", 2),
+         ("zero3", "fp32", 1), ("zero3", "bf16", 2)]
+
+
+def _traffic_worker(rank: int, world: int) -> dict:
+    """One training step per case on this rank; the collectives it issued, by kind."""
+    import torch
+    import torch.distributed as dist
+
+    from scaling.trainer.model import build_model
+    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.spec import RunSpec
+
+    out = {}
+    for strategy, precision, micro_batches in CASES:
+        spec = RunSpec.from_dict({
+            "model": TINY.as_dict(), "tokens": 64 * 10, "batch_tokens": 64, "precision": precision,
+            "execution": {"workers": world, "strategy": strategy},
+        })
+        torch.manual_seed(0)
+        par = parallelize(build_model(spec.shape, spec.seed), spec)
+        opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
+        if not par.is_fsdp:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            par.module.register_comm_hook(par.group, default_hooks.allreduce_hook)
+        g = torch.Generator().manual_seed(rank)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        with CountingCollectives() as counter:
+            for i in range(micro_batches):
+                x = torch.randint(0, 256, (2, TINY.context), generator=g)
+                with par.no_sync(i < micro_batches - 1):
+                    with torch.autocast("cpu", dtype=dtype, enabled=precision == "bf16"):
+                        logits = par.module(x)
+                    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), x.flatten())
+                    loss.backward()
+            opt.step()
+        dist.barrier()
+        out[(strategy, precision, micro_batches)] = dict(counter.calls)
+    return out
+
+
+def _entry(rank: int, world: int, init: str, out: str, args: tuple) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        result = _traffic_worker(rank, world)
+        torch.save(result, os.path.join(out, f"result{rank}.pt"))
+        dist.barrier()
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(tmp: str, world: int, *args: Any) -> list[dict]:
+    import torch
+    import torch.multiprocessing as mp
+
+    mp.spawn(_entry, args=(world, os.path.join(tmp, "rendezvous"), tmp, args), nprocs=world, join=True)
+    return [torch.load(os.path.join(tmp, f"result{r}.pt")) for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory) -> list[dict]:
+    """Every case's collectives on both ranks of one real 2-process gloo group."""
+    pytest.importorskip("torch")
+    return _spawn(str(tmp_path_factory.mktemp("wire")), 2)
+
+
+@pytest.mark.parametrize("strategy,precision,micro_batches", CASES)
+def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, micro_batches: int, wire) -> None:
+    """Per collective kind, the bytes handed to torch.distributed in one step equal the model's payload.
+
+    Exact: DDP's buckets are views of the gradients without padding, and FSDP2 pads each
+    parameter's first dimension to a multiple of the world size, which every dimension of this
+    model already is at 2 ranks.
+    """
+    layout = ParallelLayout(dp=2, strategy=strategy, micro_batches=micro_batches, micro_batch=2)  # type: ignore[arg-type]
+    expected: dict[str, float] = defaultdict(float)
+    for t in step_traffic(TINY, layout, precision):  # type: ignore[arg-type]
+        expected[t.kind] += t.bytes_per_step
+    for rank, by_case in enumerate(wire):
+        calls = by_case[(strategy, precision, micro_batches)]
+        measured = {kind: float(sum(sizes)) for kind, sizes in calls.items()}
+        assert measured == dict(expected), f"rank {rank}: {calls}"
+
+
+def test_module_is_torch_free() -> None:
+    """The planner imports the model on machines without torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
