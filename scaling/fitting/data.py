@@ -42,6 +42,11 @@ LOSS_LIKE = frozenset(n for names in LOSS_UNIT_ALIASES.values() for n in names) 
 PERPLEXITY_LIKE = 20.0
 #: FLOP conventions a CSV may declare: 6ND, or C as given (k = the data's median C/(ND)).
 FLOPS_CHOICES = ("6N", "given", "6N_attention")
+#: Values accepted for N, D, C, loss and U: beyond these, products such as 6ND overflow.
+VALUE_RANGE = (1e-100, 1e100)
+#: Largest N that is surely not a parameter count (a column in millions or billions).
+N_IN_UNITS = 1e3
+
 #: Relative disagreement of C with k N D tolerated before a warning.
 FLOPS_TOLERANCE = 0.05
 
@@ -198,6 +203,16 @@ def from_frame(
         values[key] = v
         with np.errstate(invalid="ignore"):
             invalid = ~np.isfinite(v) | (v <= 0)
+            outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
+        if outside.any() and not parsed.unreadable.any() and not invalid.any():
+            i = int(np.flatnonzero(outside)[0])
+            name = "U" if key == "unique_tokens" else key
+            if not drop_invalid:
+                raise FitError(f"{where}{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
+                               f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
+                               "--drop-invalid drops such rows)")
+            first_problem.setdefault(key, (i, f"{col}={float(v[i])!r}"))
+        invalid |= outside
         if parsed.unreadable.any():
             i = int(np.flatnonzero(parsed.unreadable)[0])
             cell = str(parsed.text.iloc[i]) if parsed.text is not None else ""
@@ -206,8 +221,8 @@ def from_frame(
                                f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) "
                                "(--drop-invalid drops such rows)")
             first_problem.setdefault(key, (i, f"{col}={cell[:40]!r}"))
-        elif invalid.any():
-            i = int(np.flatnonzero(invalid)[0])
+        elif (invalid & ~outside).any():
+            i = int(np.flatnonzero(invalid & ~outside)[0])
             name = "U" if key == "unique_tokens" else key
             if not drop_invalid:
                 raise FitError(f"{where}{int(invalid.sum())} point(s) with non-positive or non-finite {name} "
@@ -218,12 +233,15 @@ def from_frame(
     keep = ~bad_rows
     if bad_rows.any():
         i, what = min(first_problem.values())
-        warnings.append(f"dropped {int(bad_rows.sum())} of {len(df)} rows with a missing, unreadable, "
+        warnings.append(f"dropped {int(bad_rows.sum())} of {len(df)} rows with a missing, unreadable, out-of-range, "
                         f"non-positive or non-finite value (first: {label(i)}, {what})")
         if not keep.any():
             raise FitError(f"{where}no valid rows left to fit: every one of the {len(df)} rows has an invalid value")
     out = pd.DataFrame({k: v[keep] for k, v in values.items()})
 
+    if float(out["N"].max()) < N_IN_UNITS:
+        warnings.append(f"column {picked['N']!r}: the largest N is {float(out['N'].max()):.4g} parameters: if N is "
+                        "in millions or billions, write it out (4e8, 400M)")
     # Units of the loss: a language model's loss in nats stays below ln(vocabulary) ~ 12.
     if units == "bits":
         out["loss"] = out["loss"] * math.log(2.0)
