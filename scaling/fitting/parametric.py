@@ -231,7 +231,8 @@ class ChinchillaParametric(Law):
         pts = data.points
         m = len(pts)
         full = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta)
-        self.notes_ = [t for t in self.notes_ if not t.startswith("bootstrap: bag of little")]
+        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
+        self.notes_ = [t for t in notes if not t.startswith("bootstrap: bag of little")]
         if m > BLB_THRESHOLD:
             return self._little_bootstraps(full, n, rng)
         return self._params_of(self._refit(full, np.arange(m), n, m, rng, self.theta_))
