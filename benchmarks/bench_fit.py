@@ -11,6 +11,11 @@ this one run:
 4. the full fit plus 1,000 bootstrap refits;
 
 and whether every path reached the same optimum.
+
+With ``--csv-rows R [--laws approach3,approach2]`` it measures instead ``scaling fit --csv`` on a
+CSV of R random (N, D) points from the synthetic law, one subprocess per law: wall time and
+peak RSS, against a 10,000-row run in the same session (time ratio per row) and against the
+memory an unchunked start grid would need (4,500 starts x R points x 64 B).
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ def main() -> None:
     ap.add_argument("--subset", type=int, default=0, help="time the plain loops on K random starts and extrapolate")
     ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads (set before numpy loads)")
     ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--csv-rows", type=int, default=0, help="measure `scaling fit --csv` on this many rows instead")
+    ap.add_argument("--laws", default="approach3,approach2,kaplan", help="with --csv-rows: the laws, one run each")
     args = ap.parse_args()
+    if args.csv_rows:
+        return csv_rows(args.csv_rows, args.laws.split(","), args.bootstrap if args.bootstrap != 1000 else 200)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
 
@@ -104,6 +113,59 @@ def main() -> None:
     print(f"full fit + {args.bootstrap} bootstrap refits: {t_boot:.2f} s  (target < 60 s); "
           f"failed refits {full.bootstrap_info_['failed']}")
     print("bootstrap SEs: " + ", ".join(f"{k} {iv[k]['se']:.4g}" for k in ("E", "A", "B", "alpha", "beta")))
+
+
+def _fit_csv(path: Path, law: str, bootstrap: int) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MiB, exit code) of one `scaling fit --csv` subprocess."""
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import resource, sys, time; from scaling.cli import main; t = time.perf_counter()\n"
+            "try:\n    main()\nfinally:\n"
+            "    print(f'@@ {time.perf_counter() - t} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}',"
+            " file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code, "fit", "--csv", str(path), "--law", law,
+                          "--bootstrap", str(bootstrap)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in out.stderr.splitlines() if ln.startswith("@@ ")]
+    if not line:
+        print(out.stderr[-2000:])
+        return float("nan"), float("nan"), out.returncode
+    wall, rss_kb = line[-1].split()[1:]
+    del resource
+    return float(wall), float(rss_kb) / 1024, out.returncode
+
+
+def csv_rows(rows: int, laws: list[str], bootstrap: int) -> None:
+    import tempfile
+
+    import numpy as np
+    import pandas as pd
+
+    from scaling.fitting import synthetic as S
+
+    def write(n: int, path: Path) -> None:
+        rng = np.random.default_rng(0)
+        N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), n))
+        D = np.exp(rng.uniform(np.log(1e9), np.log(1e12), n))
+        pd.DataFrame({"N": N, "D": D, "loss": S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, n))}).to_csv(
+            path, index=False)
+
+    print(f"`scaling fit --csv`, {bootstrap} bootstrap replicates, load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        small, big = Path(tmp) / "small.csv", Path(tmp) / "big.csv"
+        write(10_000, small)
+        write(rows, big)
+        for law in laws:
+            t_small, rss_small, rc_small = _fit_csv(small, law, bootstrap)
+            t_big, rss_big, rc_big = _fit_csv(big, law, bootstrap)
+            unchunked = 4500 * rows * 64 / 2**20 if law == "approach3" else float("nan")
+            print(f"{law:10s} 10,000 rows: {t_small:7.1f} s {rss_small:7.0f} MiB (exit {rc_small})   "
+                  f"{rows:,} rows: {t_big:7.1f} s {rss_big:7.0f} MiB (exit {rc_big})   "
+                  f"time ratio {t_big / t_small:5.1f}x for {rows / 10_000:.0f}x the rows"
+                  + (f"   peak / unchunked grid {rss_big / unchunked:.4f}" if law == "approach3" else ""))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,23 @@ BootOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicat
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling.")]
 
 
+def _r_star(text: str | None, default: float) -> tuple[float, bool]:
+    """--r-star: a positive number, or 'fit'."""
+    from scaling.errors import UserError
+
+    if text is None:
+        return default, False
+    if text.strip().lower() == "fit":
+        return default, True
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--r-star must be a positive number or 'fit', not {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise UserError(f"--r-star must be a positive number or 'fit', not {text!r}")
+    return value, False
+
+
 def _check_format(fmt: str) -> None:
     from scaling.errors import UserError
 
@@ -35,10 +52,26 @@ def fit(
     fmt: FormatOption = "table",
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
-    flops: Annotated[str, typer.Option("--flops", help="FLOP convention of a CSV: C = 6ND unless given.")] = "6N",
+    flops: Annotated[str, typer.Option("--flops", help="CSV: FLOP convention: 6N (C = 6ND; a C column that "
+                                       "disagrees is warned about) or given (C as in the file, k = median C/(ND)).")] = "6N",
+    params: Annotated[str, typer.Option("--params", help="CSV: what N counts: non_embedding or total parameters.")
+                      ] = "non_embedding",
+    loss_units: Annotated[
+        Optional[str], typer.Option("--loss-units", help="CSV: units of the loss column: nats (default), bits or "
+                                    "perplexity (converted to nats).", show_default=False)
+    ] = None,
+    drop_invalid: Annotated[
+        bool, typer.Option("--drop-invalid", help="CSV: drop (and count) rows with a missing, unreadable, "
+                           "non-positive or non-finite value instead of refusing the file.")
+    ] = False,
     unique_tokens: Annotated[
         Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
-                                      "et al.'s effective data D' instead of D (repeated data).", show_default=False)
+                                      "et al.'s effective data D' instead of D (repeated data). A U column gives "
+                                      "U per row instead.", show_default=False)
+    ] = None,
+    r_star: Annotated[
+        Optional[str], typer.Option("--r-star", help="CSV with U: Muennighoff et al.'s R*_D for D' (default 15.4), "
+                                    "or 'fit' to estimate it (approach 3 profiled over R*_D).", show_default=False)
     ] = None,
     effective_data: Annotated[
         bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using the specs' unique_tokens.")
@@ -48,16 +81,34 @@ def fit(
 
     From a sweep the fits are stored (fits table, with the data's fingerprint) and reused while
     the data are unchanged. Examples: `scaling fit`, `scaling fit --csv points.csv --law chinchilla`.
+    Warnings about the input (units, conventions, dropped rows) go to stderr as well.
     """
     from scaling.errors import UserError
-    from scaling.fitting import fit_csv, fit_sweep
+    from scaling.fitting import fit_sweep
+    from scaling.fitting.api import fit_data
+    from scaling.fitting.data import R_STAR_DATA, from_csv
 
     _check_format(fmt)
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
+    csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None,
+                "--r-star": r_star is not None}
     if csv is not None:
-        summary = fit_csv(str(csv), law, bootstrap, seed, flops_convention=flops, unique_tokens=unique_tokens)
+        fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
+        data = from_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
+                        drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
+        for warning in data.warnings:
+            typer.echo(f"warning: {warning}", err=True)
+        if fit_r:
+            from scaling.fitting.effective import fit_r_star_data
+
+            data = fit_r_star_data(data, csv)
+        summary = fit_data(data, law, bootstrap, seed)
     else:
+        used = [name for name, given in csv_only.items() if given]
+        if used:
+            raise UserError(f"{', '.join(used)} only apply to --csv")
         from scaling.db import resolve_url
 
         summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data)

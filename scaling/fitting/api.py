@@ -108,7 +108,7 @@ class FitSummary:
                f"C = {self.conventions.get('flops_per_param_token', 6):.3g} N D)"
         console.print(head)
         for note in self.notes:
-            console.print(f"note: {note}")
+            console.print(note if note.startswith("warning: ") else f"note: {note}")
         for kind, law in self.laws.items():
             boot = law.bootstrap_info_ or {"n": 0}
             title = f"{KINDS[kind][1]}" + (" (reused stored fit)" if kind in self.reused else "")
@@ -120,10 +120,10 @@ class FitSummary:
             console.print(t)
             extra = [f"bootstrap: {boot.get('n', 0)} replicates" + (f", {boot['failed']} failed" if boot.get("failed") else "")]
             bt = law.backtest_
-            if bt and "mean_abs_rel_error" in bt:
+            if bt and bt.get("mean_abs_rel_error") is not None:
                 extra.append(f"backtest: mean |rel. error| of held-out loss {100 * bt['mean_abs_rel_error']:.2f}% "
                              f"({len(bt['held_out'])} largest-compute points, {bt['n_train']} fitted)")
-                if bt.get("N_opt"):
+                if bt.get("N_opt") and bt["N_opt"].get("rel_error") is not None:
                     extra.append(f"backtest: N_opt at C={bt['N_opt']['C']:.3g} off by {100 * bt['N_opt']['rel_error']:+.1f}%")
             elif bt and bt.get("error"):
                 extra.append(f"backtest: not possible ({bt['error']})")

@@ -12,12 +12,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
+from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
 
 #: CSV column aliases (case-insensitive), first match wins.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -28,6 +29,26 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "seed": ("seed",),
     "unique_tokens": ("unique_tokens", "U"),
 }
+
+#: Loss columns in other units, recognised by name: their unit is implied.
+LOSS_UNIT_ALIASES: dict[str, tuple[str, ...]] = {
+    "perplexity": ("perplexity", "ppl", "eval_ppl", "val_ppl"),
+    "bits": ("bits_per_byte", "bpb", "bits_per_char", "bpc", "loss_bits"),
+}
+LOSS_UNITS = ("nats", "bits", "perplexity")
+#: Columns describing the loss another way; not a description of the run, so not a grouping key.
+LOSS_LIKE = frozenset(n for names in LOSS_UNIT_ALIASES.values() for n in names) | {"loss_std", "n_seeds"}
+#: A loss in nats above this is almost surely perplexity (ln of a 10^8-token vocabulary is 18.4).
+PERPLEXITY_LIKE = 20.0
+#: FLOP conventions a CSV may declare: 6ND, or C as given (k = the data's median C/(ND)).
+FLOPS_CHOICES = ("6N", "given", "6N_attention")
+#: Values accepted for N, D, C, loss and U: beyond these, products such as 6ND overflow.
+VALUE_RANGE = (1e-100, 1e100)
+#: Largest N that is surely not a parameter count (a column in millions or billions).
+N_IN_UNITS = 1e3
+
+#: Relative disagreement of C with k N D tolerated before a warning.
+FLOPS_TOLERANCE = 0.05
 
 #: Training FLOPs per parameter per token in the 6ND convention (Kaplan et al. 2020, Sec. 2.1).
 SIX = 6.0
@@ -54,15 +75,28 @@ class FitData:
     source: str = ""
     unique_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Column of per-row unique tokens U when the data had one (D is then D' per row).
+    unique_tokens_column: str | None = None
+    #: Whether D is effective data that differs from the raw D somewhere.
+    effective_data: bool | None = None
+    #: Muennighoff et al.'s R*_D used for D'.
+    r_star: float = R_STAR_DATA
+    #: What the input looked wrong in (units, conventions, dropped rows): shown as warnings.
+    warnings: list[str] = field(default_factory=list)
 
     def conventions(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "params": self.params_convention,
             "flops": self.flops_convention,
             "flops_per_param_token": self.flops_per_param_token,
-            "effective_data": self.unique_tokens is not None,
+            "effective_data": self.unique_tokens is not None if self.effective_data is None else self.effective_data,
             "unique_tokens": self.unique_tokens,
         }
+        if self.unique_tokens_column is not None:
+            out["unique_tokens_column"] = self.unique_tokens_column
+        if self.r_star != R_STAR_DATA:
+            out["r_star_D"] = self.r_star
+        return out
 
     def fingerprint(self) -> str:
         """A stable hash of the averaged points and conventions: equal data, equal fingerprint."""
@@ -78,15 +112,19 @@ class FitData:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def effective_tokens(D: np.ndarray | float, unique_tokens: float, r_star: float = R_STAR_DATA) -> np.ndarray:
+def effective_tokens(D: np.ndarray | float, unique_tokens: np.ndarray | float,
+                     r_star: float = R_STAR_DATA) -> np.ndarray:
     """Muennighoff et al. (2023) effective data D' = U + U R* (1 - exp(-R/R*)), R = D/U - 1.
 
     Tokens beyond one pass over the U unique tokens are worth less and less; D <= U is unchanged.
+    ``unique_tokens`` is one U for every D or one per D (a column of U).
     """
     D = np.asarray(D, dtype=float)
-    U = float(unique_tokens)
-    if not U > 0:
-        raise FitError(f"unique_tokens must be positive, got {unique_tokens}")
+    U = np.asarray(unique_tokens, dtype=float)
+    if not (np.all(U > 0) and np.all(np.isfinite(U))):
+        raise FitError(f"unique_tokens must be positive and finite, got {unique_tokens}")
+    if not (r_star > 0 and math.isfinite(r_star)):
+        raise FitError(f"R* must be positive and finite, got {r_star}")
     R = np.maximum(D / U - 1.0, 0.0)
     return np.where(D <= U, D, U + U * r_star * (1.0 - np.exp(-R / r_star)))
 
@@ -107,62 +145,208 @@ def from_frame(
     source: str = "frame",
     unique_tokens: float | None = None,
     curves: pd.DataFrame | None = None,
+    loss_units: str | None = None,
+    drop_invalid: bool = False,
+    r_star: float = R_STAR_DATA,
+    row_label: Callable[[int], str] | None = None,
 ) -> FitData:
-    """Map aliased columns to N, D, C, loss, derive the missing one of C/D, then :func:`prepare`."""
-    from scaling.accounting import FLOPS_CONVENTIONS
+    """Map aliased columns to N, D, C, loss (and U), check and convert them, then :func:`prepare`.
 
-    if flops_convention not in FLOPS_CONVENTIONS:
-        raise FitError(f"unknown FLOP convention {flops_convention!r} (use one of {', '.join(FLOPS_CONVENTIONS)})")
-    cols = list(df.columns)
+    ``flops_convention``: ``6N`` (C = 6ND; a C column that disagrees is warned about), or
+    ``given`` / ``6N_attention`` (C as the data give it; k in C = k N D is their median ratio).
+    ``loss_units``: nats (default), bits or perplexity; a ppl/bits column implies its unit.
+    ``drop_invalid``: rows with a missing, unreadable, non-positive or non-finite value are
+    dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
+    al.'s effective data per row, with R*_D = ``r_star``.
+    """
+    from scaling.accounting import PARAMS_CONVENTIONS
+
+    where = f"{source}: " if source else ""
+    label = row_label or (lambda i: f"row {i}")
+    if flops_convention not in FLOPS_CHOICES:
+        raise FitError(f"unknown FLOP convention {flops_convention!r} (use one of {', '.join(FLOPS_CHOICES)})")
+    if params_convention not in PARAMS_CONVENTIONS:
+        raise FitError(f"unknown parameter convention {params_convention!r} "
+                       f"(use one of {', '.join(PARAMS_CONVENTIONS)})")
+    if loss_units is not None and loss_units not in LOSS_UNITS:
+        raise FitError(f"unknown loss units {loss_units!r} (use one of {', '.join(LOSS_UNITS)})")
+    cols = [str(c) for c in df.columns]
+    df = df.set_axis(cols, axis=1)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
-    if picked["N"] is None:
-        raise FitError(f"{source}: no parameter-count column (one of {', '.join(ALIASES['N'])})")
+    units = loss_units or "nats"
     if picked["loss"] is None:
-        raise FitError(f"{source}: no loss column (one of {', '.join(ALIASES['loss'])})")
-    if picked["D"] is None and picked["C"] is None:
-        raise FitError(
-            f"{source}: need tokens or FLOPs: no column among {', '.join(ALIASES['D'] + ALIASES['C'])}"
-        )
-    out = pd.DataFrame({"N": pd.to_numeric(df[picked["N"]], errors="coerce")})
-    out["loss"] = pd.to_numeric(df[picked["loss"]], errors="coerce")
+        for unit, names in LOSS_UNIT_ALIASES.items():
+            if (col := _pick(cols, names)) is not None:
+                picked["loss"], units = col, loss_units or unit
+                break
+    missing = _missing_columns(picked)
+    if missing:
+        found = ", ".join(repr(c) for c in cols[:20]) + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
+        hint = ""
+        if len(cols) == 1 and any(d in cols[0] for d in ";\t|,"):
+            hint = " (one column whose name holds a delimiter: is the file separated by something else?)"
+        raise FitError(f"{where}{missing}; columns found: {found or 'none'}{hint}")
+    if unique_tokens is not None and picked["unique_tokens"] is not None:
+        raise FitError(f"{where}give the unique tokens either as column {picked['unique_tokens']!r} or as "
+                       "--unique-tokens, not both")
+
+    notes: list[str] = []
+    warnings: list[str] = []
+    numeric = [k for k in ("N", "D", "C", "loss", "unique_tokens") if picked[k] is not None]
+    values: dict[str, np.ndarray] = {}
+    bad_rows = np.zeros(len(df), bool)
+    first_problem: dict[str, tuple[int, str]] = {}
+    for key in numeric:
+        col = picked[key]
+        parsed = parse_numbers(df[col])
+        v = parsed.values
+        values[key] = v
+        with np.errstate(invalid="ignore"):
+            invalid = ~np.isfinite(v) | (v <= 0)
+            outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
+        if outside.any() and not parsed.unreadable.any() and not invalid.any():
+            i = int(np.flatnonzero(outside)[0])
+            name = "U" if key == "unique_tokens" else key
+            if not drop_invalid:
+                raise FitError(f"{where}{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
+                               f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
+                               "--drop-invalid drops such rows)")
+            first_problem.setdefault(key, (i, f"{col}={float(v[i])!r}"))
+        invalid |= outside
+        if parsed.unreadable.any():
+            i = int(np.flatnonzero(parsed.unreadable)[0])
+            cell = str(parsed.text.iloc[i]) if parsed.text is not None else ""
+            if not drop_invalid:
+                raise FitError(f"{where}column {col!r}, {label(i)}: cannot read {cell[:40]!r} as a number "
+                               f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) "
+                               "(--drop-invalid drops such rows)")
+            first_problem.setdefault(key, (i, f"{col}={cell[:40]!r}"))
+        elif (invalid & ~outside).any():
+            i = int(np.flatnonzero(invalid & ~outside)[0])
+            name = "U" if key == "unique_tokens" else key
+            if not drop_invalid:
+                raise FitError(f"{where}{int(invalid.sum())} point(s) with non-positive or non-finite {name} "
+                               f"(first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
+                               "--drop-invalid drops such rows)")
+            first_problem.setdefault(key, (i, f"{col}={float(v[i])!r}"))
+        bad_rows |= invalid
+    keep = ~bad_rows
+    if bad_rows.any():
+        i, what = min(first_problem.values())
+        warnings.append(f"dropped {int(bad_rows.sum())} of {len(df)} rows with a missing, unreadable, out-of-range, "
+                        f"non-positive or non-finite value (first: {label(i)}, {what})")
+        if not keep.any():
+            raise FitError(f"{where}no valid rows left to fit: every one of the {len(df)} rows has an invalid value")
+    out = pd.DataFrame({k: v[keep] for k, v in values.items()})
+
+    if float(out["N"].max()) < N_IN_UNITS:
+        warnings.append(f"column {picked['N']!r}: the largest N is {float(out['N'].max()):.4g} parameters: if N is "
+                        "in millions or billions, write it out (4e8, 400M)")
+    # Units of the loss: a language model's loss in nats stays below ln(vocabulary) ~ 12.
+    if units == "bits":
+        out["loss"] = out["loss"] * math.log(2.0)
+        notes.append(f"loss column {picked['loss']!r} is in bits: converted to nats (x ln 2)")
+    elif units == "perplexity":
+        if (out["loss"] < 1.0).any():
+            raise FitError(f"{where}perplexity below 1 in column {picked['loss']!r}: these are not perplexities")
+        out["loss"] = np.log(out["loss"])
+        notes.append(f"loss column {picked['loss']!r} is perplexity: fitted as its logarithm (loss in nats)")
+        if not (out["loss"] > 0).all():
+            raise FitError(f"{where}a perplexity of exactly 1 is a loss of 0, which no power law with E > 0 fits")
+    top = float(out["loss"].max())
+    if top > PERPLEXITY_LIKE:
+        warnings.append(f"loss reaches {top:.4g}, above what a loss in nats is (< ~{PERPLEXITY_LIKE:g}): if the "
+                        "column is perplexity, pass --loss-units perplexity")
+    if units == "nats" and any(t in picked["loss"].lower() for t in ("bit", "bpb", "bpc")):
+        warnings.append(f"loss column {picked['loss']!r} looks like bits: pass --loss-units bits to convert to nats")
+
     k = SIX if flops_convention == "6N" else None
-    if picked["D"] is not None:
-        out["D"] = pd.to_numeric(df[picked["D"]], errors="coerce")
-    if picked["C"] is not None:
-        out["C"] = pd.to_numeric(df[picked["C"]], errors="coerce")
     if "D" not in out:
         if k is None:
-            raise FitError(f"{source}: tokens can only be derived from FLOPs under the 6N convention")
+            raise FitError(f"{where}tokens can only be derived from FLOPs under the 6N convention")
         out["D"] = out["C"] / (k * out["N"])
     if "C" not in out:
         if k is None:
-            raise FitError(f"{source}: FLOPs can only be derived from tokens under the 6N convention")
+            raise FitError(f"{where}FLOPs can only be derived from tokens under the 6N convention "
+                           f"(--flops {flops_convention} needs a FLOPs column)")
         out["C"] = k * out["N"] * out["D"]
+    elif picked["D"] is not None:
+        warnings.extend(_flops_warnings(out, flops_convention, picked["C"]))
+    if params_convention == "non_embedding" and flops_convention == "6N" and source != "frame":
+        notes.append("conventions assumed: N counts non-embedding parameters and C = 6ND "
+                     "(--params total, --flops given if the data differ)")
+
     if picked["seed"] is not None:
-        out["seed"] = df[picked["seed"]].to_numpy()
-    if unique_tokens is None and picked["unique_tokens"] is not None:
-        u = pd.to_numeric(df[picked["unique_tokens"]], errors="coerce").dropna().unique()
-        unique_tokens = float(u[0]) if len(u) == 1 else None
-    return prepare(
+        out["seed"] = df[picked["seed"]].to_numpy()[keep]
+    if picked["unique_tokens"] is not None:
+        out["U"] = out.pop("unique_tokens")
+    extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE]
+    for c in extras:
+        out[f"extra:{c}"] = df[c].to_numpy()[keep]
+    data = prepare(
         out,
         flops_convention=flops_convention,
         params_convention=params_convention,
         source=source,
         unique_tokens=unique_tokens,
         curves=curves,
+        r_star=r_star,
+        unique_tokens_column=picked["unique_tokens"],
     )
+    data.notes[:0] = [f"warning: {w}" for w in warnings] + notes
+    data.warnings[:0] = warnings
+    return data
 
 
-def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None) -> FitData:
-    """Read a CSV of measurements (column aliases in :data:`ALIASES`)."""
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"CSV file not found: {p}")
-    try:
-        df = pd.read_csv(p)
-    except Exception as exc:  # pandas raises several parser errors
-        raise FitError(f"{p}: cannot read as CSV ({exc.__class__.__name__}: {exc})") from None
-    return from_frame(df, flops_convention=flops_convention, source=str(p), unique_tokens=unique_tokens)
+def _missing_columns(picked: dict[str, str | None]) -> str:
+    if picked["N"] is None:
+        return f"no parameter-count column (one of {', '.join(ALIASES['N'])})"
+    if picked["loss"] is None:
+        return f"no loss column (one of {', '.join(ALIASES['loss'] + LOSS_UNIT_ALIASES['perplexity'])})"
+    if picked["D"] is None and picked["C"] is None:
+        return f"need tokens or FLOPs: no column among {', '.join(ALIASES['D'] + ALIASES['C'])}"
+    return ""
+
+
+def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[str]:
+    """Say when a given C column disagrees with 6ND (under 6N) or with itself (under ``given``)."""
+    ratio = (out["C"] / (out["N"] * out["D"])).to_numpy()
+    med = float(np.median(ratio))
+    lo, hi = float(np.min(ratio)), float(np.max(ratio))
+    if flops_convention == "6N":
+        if abs(med / SIX - 1.0) > FLOPS_TOLERANCE or hi / lo > 1.0 + FLOPS_TOLERANCE:
+            return [f"column {col!r} is not 6ND: C/(6ND) is {med / SIX:.3g} (median; {lo / SIX:.3g} to "
+                    f"{hi / SIX:.3g}); points are fitted with their N and D and budgets mapped with 6ND; "
+                    "pass --flops given to use C = k N D with k from the data"]
+        return []
+    if hi / lo > 1.0 + FLOPS_TOLERANCE:
+        return [f"column {col!r}: C/(ND) ranges from {lo:.3g} to {hi:.3g} (median {med:.3g} used as k in C = k N D)"]
+    return []
+
+
+def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
+             params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
+             r_star: float = R_STAR_DATA) -> FitData:
+    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`)."""
+    df, sep = read_csv(path)
+    if len(df) == 0:
+        raise FitError(f"{path}: no data rows below the header")
+    data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
+                      source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
+                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {i + 1}")
+    if sep != ",":
+        data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
+                          + (" with decimal commas" if sep == ";" else ""))
+    return data
+
+
+def _sig(v: pd.Series) -> pd.Series:
+    """Values rounded to 9 significant digits, so 1e9 and 1.0000000001e9 group together."""
+    x = v.to_numpy(dtype=float)
+    with np.errstate(all="ignore"):
+        scale = 10.0 ** (8 - np.floor(np.log10(np.abs(x))))
+        r = np.where(np.isfinite(scale) & (x != 0), np.round(x * scale) / scale, x)
+    return pd.Series(r, index=v.index)
 
 
 def prepare(
@@ -173,9 +357,13 @@ def prepare(
     source: str = "",
     unique_tokens: float | None = None,
     curves: pd.DataFrame | None = None,
+    r_star: float = R_STAR_DATA,
+    unique_tokens_column: str | None = None,
 ) -> FitData:
-    """Validate N, D, C, loss and average repeated seeds per (N, D).
+    """Validate N, D, C, loss and average repeated seeds: rows equal in every other column.
 
+    A column ``U`` holds each row's unique tokens; columns named ``extra:<name>`` are further
+    descriptions of a run (dataset, setting) that rows must share to be averaged.
     Raises :class:`FitError` naming the first bad row for non-finite or non-positive values.
     """
     where = f"{source}: " if source else ""
@@ -188,13 +376,16 @@ def prepare(
             i = int(np.flatnonzero(bad)[0])
             raise FitError(
                 f"{where}{int(bad.sum())} point(s) with non-positive or non-finite {col} "
-                f"(first: row {i}, {col}={vals[i]!r})"
+                f"(first: row {i}, {col}={float(vals[i])!r})"
             )
-    work = df[["N", "D", "C", "loss"]].astype(float).copy()
-    # Seeds repeat (N, D): average them, keep the spread as that point's noise.
-    keyN = work["N"].map(lambda v: float(f"{v:.9g}"))
-    keyD = work["D"].map(lambda v: float(f"{v:.9g}"))
-    grouped = work.groupby([keyN, keyD], sort=True)
+    has_u = "U" in df.columns
+    value_cols = ["N", "D", "C", "loss"] + (["U"] if has_u else [])
+    work = df[value_cols].astype(float).reset_index(drop=True)
+    extras = [c for c in df.columns if str(c).startswith("extra:")]
+    keys = [_sig(work["N"]), _sig(work["D"]), _sig(work["C"])] + ([_sig(work["U"])] if has_u else [])
+    keys = [k.rename(f"_k{i}") for i, k in enumerate(keys)]
+    keys += [df[c].reset_index(drop=True).astype(str).rename(c) for c in extras]
+    grouped = work.groupby(keys, sort=True, dropna=False)
     points = pd.DataFrame(
         {
             "N": grouped["N"].mean(),
@@ -204,16 +395,41 @@ def prepare(
             "loss_std": grouped["loss"].std(ddof=1),
             "n_seeds": grouped["loss"].size(),
         }
-    ).reset_index(drop=True)
+    )
+    if has_u:
+        points["U"] = grouped["U"].mean()
+    points = points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
     ratio = points["C"] / (points["N"] * points["D"])
     k = SIX if flops_convention == "6N" else float(np.median(ratio))
     notes: list[str] = []
     if (points["n_seeds"] > 1).any():
-        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds")
-    if unique_tokens is not None:
+        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "
+                     "(rows equal in every column but seed and loss)")
+    n_nd = work.groupby([keys[0], keys[1]], sort=False).ngroups
+    if n_nd < len(points):
+        notes.append(f"{len(points) - n_nd} point(s) share N and D with another but differ in "
+                     + ", ".join(["C"] + (["U"] if has_u else []) + [c.split(":", 1)[1] for c in extras])
+                     + ": kept apart, not averaged")
+    effective = False
+    if has_u:
         points["D_raw"] = points["D"]
-        points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens)
-        notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens")
+        points["D"] = effective_tokens(points["D"].to_numpy(), points["U"].to_numpy(), r_star)
+        repeated = int((points["D_raw"] > points["U"]).sum())
+        n_u = points["U"].nunique()
+        effective = repeated > 0
+        notes.append(f"D is Muennighoff et al.'s effective data D' from each row's unique tokens (column "
+                     f"{unique_tokens_column or 'U'!r}, {n_u} distinct value{'s' if n_u > 1 else ''}, "
+                     f"R*_D = {r_star:.4g}); {repeated} of {len(points)} points repeat data")
+    elif unique_tokens is not None:
+        points["D_raw"] = points["D"]
+        points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens, r_star)
+        effective = bool((points["D_raw"] > unique_tokens).any())
+        if effective:
+            notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens "
+                         f"(R*_D = {r_star:.4g})")
+        else:
+            notes.append(f"unique tokens U = {unique_tokens:.4g} had no effect: every D is at most U "
+                         "(one pass or less), so D' = D")
     if curves is not None:
         curves = curves.dropna(subset=["tokens", "flops", "loss"])
         curves = curves[(curves["tokens"] > 0) & (curves["flops"] > 0) & (curves["loss"] > 0)]
@@ -228,6 +444,9 @@ def prepare(
         flops_per_param_token=k,
         source=source,
         unique_tokens=unique_tokens,
+        unique_tokens_column=unique_tokens_column if has_u else None,
+        effective_data=effective,
+        r_star=r_star,
         notes=notes,
     )
 

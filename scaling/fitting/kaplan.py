@@ -27,13 +27,20 @@ from scaling.fitting.data import FitData
 def frontier_mask(C: np.ndarray, loss: np.ndarray) -> np.ndarray:
     """Points on the compute-efficient frontier: lower loss than every point with less compute."""
     order = np.argsort(C, kind="stable")
+    ordered = np.asarray(loss, float)[order]
+    best_before = np.minimum.accumulate(np.concatenate([[np.inf], ordered[:-1]]))
     keep = np.zeros(len(C), dtype=bool)
-    best = np.inf
-    for i in order:
-        if loss[i] < best:
-            keep[i] = True
-            best = loss[i]
+    keep[order] = ordered < best_before
     return keep
+
+
+def _first_max_per(key: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """For each distinct ``key``, the first index with the largest ``other`` (sorted indices)."""
+    order = np.lexsort((np.arange(len(key)), -np.asarray(other, float), key))
+    k = np.asarray(key)[order]
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    return np.sort(order[first])
 
 
 class KaplanLaw(Law):
@@ -77,17 +84,9 @@ class KaplanLaw(Law):
 
     @staticmethod
     def _subsets(N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray) -> dict[str, np.ndarray]:
-        by_n: dict[float, int] = {}
-        for i, n in enumerate(N):
-            if n not in by_n or D[i] > D[by_n[n]]:
-                by_n[n] = i
-        by_d: dict[float, int] = {}
-        for i, dd in enumerate(D):
-            if dd not in by_d or N[i] > N[by_d[dd]]:
-                by_d[dd] = i
         return {
-            "N": np.array(sorted(by_n.values())),
-            "D": np.array(sorted(by_d.values())),
+            "N": _first_max_per(N, D),
+            "D": _first_max_per(D, N),
             "C": np.flatnonzero(frontier_mask(C, L)),
         }
 

@@ -18,6 +18,17 @@ from typing import Callable
 
 import numpy as np
 
+#: Memory one batched objective call may use (bytes), and what it holds per (start, point):
+#: about eight float64 arrays of shape (starts, points) live at once in the objective.
+MEMORY_BUDGET = 512 * 2**20
+BYTES_PER_ELEMENT = 64
+
+
+def max_batch(n_points: int, budget: int = MEMORY_BUDGET, per_element: int = BYTES_PER_ELEMENT) -> int:
+    """How many starts one objective call may evaluate on ``n_points`` points within ``budget`` bytes."""
+    return max(1, int(budget // (per_element * max(int(n_points), 1))))
+
+
 #: f_and_grad(X, idx) -> (f, g): X is (k, d) parameters of the starts ``idx`` (indices into the
 #: full batch, so the objective can pick per-start data such as bootstrap weights).
 BatchObjective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -46,6 +57,8 @@ def batch_lbfgs(
     max_backtracks: int = 30,
     prune_factor: float | None = None,
     prune_after: int = 100,
+    batch: int | None = None,
+    best_known: float = np.inf,
 ) -> BatchResult:
     """Minimise S independent d-dimensional problems from the starts ``x0`` (S, d).
 
@@ -57,7 +70,15 @@ def batch_lbfgs(
     objective is still more than this factor above the best found by any start are stopped
     (left unconverged). In a multi-start grid they sit on plateaus where a term contributes
     nothing and so has no gradient, crawl for hundreds of iterations and never come near the best.
+
+    ``batch``: at most this many starts are advanced together (see :func:`max_batch`); more are
+    run chunk after chunk, so memory stays bounded whatever the number of starts and points.
+    Pruning then compares with the best of the chunks before (``best_known``).
     """
+    if batch is not None and len(x0) > batch:
+        return _chunked(f_and_grad, np.asarray(x0, float), batch, best_known, memory=memory, max_iter=max_iter,
+                        ftol=ftol, gtol=gtol, c1=c1, max_backtracks=max_backtracks, prune_factor=prune_factor,
+                        prune_after=prune_after)
     x_out = np.array(x0, dtype=float, copy=True)
     S, d = x_out.shape
     m = memory
@@ -134,7 +155,7 @@ def batch_lbfgs(
         finished = (moved & (small_f | small_g)) | failed  # failed: no decrease along the direction
         converged[ids[finished]] = True
         if prune_factor is not None and it >= prune_after and it % 25 == 0:
-            best = min(float(np.min(f)), float(np.min(f_out[converged], initial=np.inf)))
+            best = min(float(np.min(f)), float(np.min(f_out[converged], initial=np.inf)), best_known)
             finished |= f > prune_factor * max(best, 1e-300)
         if finished.any():
             done_ids = ids[finished]
@@ -144,6 +165,27 @@ def batch_lbfgs(
             s_hist, y_hist, rho = s_hist[:, keep], y_hist[:, keep], rho[:, keep]
     x_out[ids], f_out[ids] = x, f  # starts still running at max_iter
     return BatchResult(x=x_out, fun=f_out, nit=nit, converged=converged, n_evals=n_evals)
+
+
+def _chunked(f_and_grad: BatchObjective, x0: np.ndarray, batch: int, best_known: float, **kw: object) -> BatchResult:
+    parts: list[BatchResult] = []
+    best = best_known
+    for lo in range(0, len(x0), batch):
+        def shifted(X: np.ndarray, idx: np.ndarray, lo: int = lo) -> tuple[np.ndarray, np.ndarray]:
+            return f_and_grad(X, idx + lo)  # indices into the full batch, as the objective expects
+
+        r = batch_lbfgs(shifted, x0[lo : lo + batch], best_known=best, **kw)  # type: ignore[arg-type]
+        finite = r.fun[np.isfinite(r.fun)]
+        if finite.size:
+            best = min(best, float(finite.min()))
+        parts.append(r)
+    return BatchResult(
+        x=np.concatenate([r.x for r in parts]),
+        fun=np.concatenate([r.fun for r in parts]),
+        nit=np.concatenate([r.nit for r in parts]),
+        converged=np.concatenate([r.converged for r in parts]),
+        n_evals=sum(r.n_evals for r in parts),
+    )
 
 
 def _two_loop(

@@ -19,7 +19,7 @@ from scipy.optimize import minimize
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params
 from scaling.fitting.data import FitData
-from scaling.fitting.optim import batch_lbfgs
+from scaling.fitting.optim import batch_lbfgs, max_batch
 
 #: Epoch AI's grid of starts (Besiroglu et al. 2024, Sec. 2): 5 x 5 x 5 x 6 x 6 = 4,500.
 EPOCH_GRID: dict[str, list[float]] = {
@@ -50,6 +50,14 @@ ORDER = ("a", "b", "e", "alpha", "beta")  # the optimiser's parameter vector
 #: Grid starts still this many times worse than the best after 100 iterations are stopped
 #: (see :func:`scaling.fitting.optim.batch_lbfgs`); the best few are polished regardless.
 PRUNE_FACTOR = 10.0
+#: Above this many points the grid of starts runs on a seeded random subset of this size (it
+#: only has to find the basin of the optimum); the best grid optima are polished on every point.
+GRID_POINTS = 1_000
+#: Above this many points the bootstrap is a bag of little bootstraps (Kleiner et al. 2014):
+#: each replicate draws n points from one of a few subsets of n^BLB_GAMMA points.
+BLB_THRESHOLD = 20_000
+BLB_GAMMA = 0.7
+BLB_SUBSETS = 4
 
 
 def start_grid(grid: str = "epoch") -> np.ndarray:
@@ -74,6 +82,17 @@ class HuberLogObjective:
         self.logL = np.log(np.asarray(loss, float))[None, :]
         self.delta = float(delta)
         self.weights = weights
+
+    @property
+    def n_points(self) -> int:
+        return int(self.logN.shape[1])
+
+    def subset(self, idx: np.ndarray, weights: np.ndarray | None = None) -> "HuberLogObjective":
+        """The same objective on the points ``idx`` only."""
+        out = HuberLogObjective.__new__(HuberLogObjective)
+        out.logN, out.logD, out.logL = self.logN[:, idx], self.logD[:, idx], self.logL[:, idx]
+        out.delta, out.weights = self.delta, weights
+        return out
 
     def __call__(self, X: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(all="ignore"):  # an overflow gives an infinite objective: the line search backtracks
@@ -172,7 +191,13 @@ class ChinchillaParametric(Law):
 
     def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
         starts = start_grid(self.grid)
-        res = batch_lbfgs(obj, starts, prune_factor=PRUNE_FACTOR)
+        grid_obj = obj
+        if obj.n_points > GRID_POINTS:
+            idx = np.sort(np.random.default_rng(0).choice(obj.n_points, GRID_POINTS, replace=False))
+            grid_obj = obj.subset(idx)
+            self.notes_.append(f"grid of starts run on a random {GRID_POINTS:,} of the {obj.n_points:,} points; "
+                               "its best optima polished on all of them")
+        res = batch_lbfgs(grid_obj, starts, prune_factor=PRUNE_FACTOR, batch=max_batch(grid_obj.n_points))
         self.n_starts_ = int(len(starts))
         self.grid_result_ = res
         return self._polish(obj, res.x, res.fun)
@@ -205,11 +230,64 @@ class ChinchillaParametric(Law):
         """Pairs bootstrap: resample points with replacement; all refits batched, started at the optimum."""
         pts = data.points
         m = len(pts)
-        counts = rng.multinomial(m, np.full(m, 1.0 / m), size=n).astype(float)
-        obj = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta, weights=counts)
-        res = batch_lbfgs(obj, np.tile(self.theta_, (n, 1)), max_iter=1000)
-        out = np.array([list(_to_params(x).values()) for x in res.x])
-        out[~np.isfinite(res.fun)] = np.nan
+        full = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta)
+        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
+        self.notes_ = [t for t in notes if not t.startswith("bootstrap: bag of little")]
+        if m > BLB_THRESHOLD:
+            return self._little_bootstraps(full, n, rng)
+        return self._params_of(self._refit(full, np.arange(m), n, m, rng, self.theta_))
+
+    def _refit(self, full: HuberLogObjective, idx: np.ndarray, n: int, draws: int, rng: np.random.Generator,
+               start: np.ndarray) -> np.ndarray:
+        """``n`` refits of the points ``idx`` weighted by multinomial(draws) counts, in memory-bounded chunks.
+
+        Returns the optimiser's vectors (n, 5), NaN where a refit failed.
+        """
+        b = len(idx)
+        chunk = max(1, max_batch(b) // 2)  # the weights are one more (replicates, points) array
+        out = np.full((n, 5), np.nan)
+        for lo in range(0, n, chunk):
+            k = min(chunk, n - lo)
+            counts = rng.multinomial(draws, np.full(b, 1.0 / b), size=k).astype(float)
+            res = batch_lbfgs(full.subset(idx, counts), np.tile(start, (k, 1)), max_iter=1000)
+            ok = np.isfinite(res.fun)
+            out[lo : lo + k][ok] = res.x[ok]
+        return out
+
+    def _little_bootstraps(self, full: HuberLogObjective, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Bag of little bootstraps (Kleiner et al. 2014) for many points.
+
+        Each of ``BLB_SUBSETS`` disjoint random subsets of b = m^BLB_GAMMA points is fitted, then
+        resampled with m draws (so replicates vary as m-point resamples do) at a cost of b points
+        each; every replicate is recentred from its subset's fit onto the full-data fit (in the
+        optimiser's log parameters), so the intervals are centred on the estimate.
+        """
+        m = full.n_points
+        b = int(math.ceil(m**BLB_GAMMA))
+        perm = rng.permutation(m)
+        out = np.full((n, 5), np.nan)
+        per = np.array_split(np.arange(n), BLB_SUBSETS)
+        for s, rows in enumerate(per):
+            if rows.size == 0:
+                continue
+            idx = np.sort(perm[s * b : (s + 1) * b])
+            sub = full.subset(idx)
+            r = minimize(sub.single, self.theta_, jac=True, method="L-BFGS-B",
+                         options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 500})
+            if not np.isfinite(r.fun):
+                continue
+            reps = self._refit(full, idx, rows.size, m, rng, r.x)
+            out[rows] = reps - r.x + self.theta_
+        self.notes_.append(f"bootstrap: bag of little bootstraps (Kleiner et al. 2014) for {m:,} points: "
+                           f"{BLB_SUBSETS} subsets of {b:,} points, each replicate {m:,} draws from one, "
+                           "recentred on the full-data fit")
+        return self._params_of(out)
+
+    @staticmethod
+    def _params_of(thetas: np.ndarray) -> np.ndarray:
+        out = np.full((len(thetas), 5), np.nan)
+        ok = np.isfinite(thetas).all(axis=1)
+        out[ok] = np.array([list(_to_params(x).values()) for x in thetas[ok]]).reshape(-1, 5)
         return out
 
     # -- the law ----------------------------------------------------------------------------

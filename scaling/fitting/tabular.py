@@ -1,0 +1,105 @@
+"""Reading a measurements CSV a user hands us: bounded size, delimiter sniffed, numbers parsed strictly.
+
+A CSV is untrusted text. Its size is capped before pandas sees it; the delimiter is taken from
+the header line (comma, semicolon, tab or bar), so a semicolon-separated file is read as one;
+every number column is parsed by :func:`parse_numbers`, which accepts what people write for
+sizes (``1e9``, ``1,000,000``, ``1_000_000``, ``10M``, ``1.5B``) and reports, per cell, what it
+could not read instead of turning it into NaN silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scaling.errors import FitError, NotFoundError
+
+#: Largest CSV read (bytes): ten million rows of four numbers fit comfortably below it.
+MAX_CSV_BYTES = 1 << 30
+#: Delimiters tried on the header line, in order of preference on a tie.
+DELIMITERS = (",", ";", "\t", "|")
+#: Size suffixes: thousand, million, billion (B and G), trillion.
+SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+ACCEPTED = "accepted: 1e9, 1000000, 1,000,000, 1_000_000 or a suffix K, M, B, T as in 10M"
+
+_NUMBER = re.compile(
+    r"^(?P<num>[+-]?(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:_\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<suf>[kKmMbBgGtT])?$"
+)
+_MISSING = {"", "nan", "na", "n/a", "none", "null", "-"}
+
+
+@dataclass
+class Parsed:
+    """One column's values (NaN where unreadable or missing) and which cells could not be read."""
+
+    values: np.ndarray
+    unreadable: np.ndarray  # bool: text that is not a number (as opposed to an empty cell)
+    text: pd.Series | None  # the raw cells, for messages (None when the column was numeric already)
+
+
+def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """The CSV as a DataFrame of raw cells, and the delimiter it used."""
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"CSV file not found: {p}")
+    size = p.stat().st_size
+    if size > MAX_CSV_BYTES:
+        raise FitError(f"{p}: {size / 2**20:.0f} MiB is more than the {MAX_CSV_BYTES >> 20} MiB a CSV may have")
+    sep = sniff_delimiter(p)
+    try:
+        # The C parser infers float columns itself (fast for a million rows); other columns stay text.
+        df = pd.read_csv(p, sep=sep, engine="c", skipinitialspace=True, low_memory=False,
+                         decimal="," if sep == ";" else ".", encoding_errors="replace")
+    except pd.errors.EmptyDataError:
+        raise FitError(f"{p}: the file is empty (no header line)") from None
+    except Exception as exc:  # pandas raises several parser errors
+        msg = " ".join(str(exc).split())[:200]
+        raise FitError(f"{p}: cannot read as CSV ({exc.__class__.__name__}: {msg})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    return df, sep
+
+
+def sniff_delimiter(path: Path) -> str:
+    """The delimiter occurring most often in the first line (comma when none does)."""
+    with open(path, "rb") as fh:
+        head = fh.readline(1 << 20).decode("utf-8", errors="replace")
+    counts = {d: head.count(d) for d in DELIMITERS}
+    best = max(DELIMITERS, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def parse_numbers(col: pd.Series) -> Parsed:
+    """Numbers of a column: numeric dtypes as they are, text through :data:`_NUMBER`."""
+    if pd.api.types.is_bool_dtype(col):
+        text = col.astype(str)
+        return Parsed(np.full(len(col), np.nan), np.ones(len(col), bool), text)
+    if pd.api.types.is_numeric_dtype(col):
+        return Parsed(col.to_numpy(dtype=float, na_value=np.nan), np.zeros(len(col), bool), None)
+    text = col.astype("string").str.strip()
+    values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    missing = text.isna().to_numpy() | text.str.lower().isin(_MISSING).fillna(True).to_numpy(dtype=bool)
+    todo = np.flatnonzero(np.isnan(values) & ~missing & ~text.str.lower().isin(["nan"]).fillna(False).to_numpy(bool))
+    unreadable = np.zeros(len(col), bool)
+    for i in todo:  # only the cells plain parsing refused: suffixes, thousands separators, junk
+        v = _parse_one(str(text.iloc[i]))
+        if v is None:
+            unreadable[i] = True
+        else:
+            values[i] = v
+    return Parsed(values, unreadable, text)
+
+
+def _parse_one(cell: str) -> float | None:
+    m = _NUMBER.match(cell)
+    if m is None or not any(ch.isdigit() for ch in m.group("num")):
+        return None
+    try:
+        v = float(m.group("num").replace(",", "").replace("_", ""))
+    except ValueError:
+        return None
+    suf = m.group("suf")
+    return v * SUFFIXES[suf.lower()] if suf else v

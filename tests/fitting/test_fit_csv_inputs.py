@@ -1,0 +1,241 @@
+"""`scaling fit --csv` on inputs that used to be accepted silently and wrongly.
+
+Each test builds a CSV shaped like the case found on published data (Muennighoff et al.'s
+data-constrained runs with a U column, data in total parameters or with C = 8ND, perplexity
+in the loss column, sizes written as 10M or 1,000,000, a NaN loss, a semicolon file) and runs
+the real command line in-process through its entry point.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scaling.cli import main
+from scaling.errors import FitError
+from scaling.fitting import effective_tokens, from_csv, from_frame
+from scaling.fitting import synthetic as S
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """``scaling ARGS`` in this process: (exit code, stdout, stderr). Any traceback propagates."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with mock.patch.object(sys, "argv", ["scaling", *args]), redirect_stdout(out), redirect_stderr(err):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _write(tmp_path: Path, df: pd.DataFrame, name: str = "m.csv", **kw) -> Path:
+    p = tmp_path / name
+    df.to_csv(p, index=False, **kw)
+    return p
+
+
+# -- 11.6: unique tokens per row -----------------------------------------------------------------
+def muennighoff_rows(r_star: float = 15.4, noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """Runs at 3 sizes x 4 token counts x 3 unique-token budgets; loss from the law on D'(U)."""
+    rng = np.random.default_rng(seed)
+    N, D, U = (a.ravel() for a in np.meshgrid([1e8, 4e8, 1.6e9], [2e9, 8e9, 3.2e10, 1.28e11], [1e9, 4e9, 1.6e10]))
+    Dp = effective_tokens(D, U, r_star)
+    loss = S.chinchilla_loss(N, Dp) * np.exp(rng.normal(0, noise, N.size))
+    return pd.DataFrame({"params": N, "tokens": D, "U": U, "loss": loss})
+
+
+def test_rows_differing_only_in_U_are_not_averaged_and_each_gets_its_own_D_prime(tmp_path: Path) -> None:
+    df = muennighoff_rows()
+    data = from_csv(_write(tmp_path, df))
+    pts = data.points
+    assert len(pts) == len(df) == 36
+    assert (pts["n_seeds"] == 1).all()
+    assert not any(n.startswith("averaged") for n in data.notes)
+    assert any("24 point(s) share N and D with another but differ in C, U: kept apart" in n for n in data.notes)
+    np.testing.assert_allclose(pts["D"], effective_tokens(pts["D_raw"], pts["U"]))
+    assert pts["U"].nunique() == 3
+    note = next(n for n in data.notes if "effective data" in n)
+    assert "column 'U'" in note and "3 distinct values" in note
+    assert data.conventions()["unique_tokens_column"] == "U"
+
+
+def test_seeds_still_average_but_rows_with_another_dataset_do_not(tmp_path: Path) -> None:
+    df = pd.DataFrame({"N": [1e8] * 4, "D": [1e9] * 4, "loss": [3.0, 3.2, 2.5, 2.7], "seed": [0, 1, 0, 1],
+                       "dataset": ["c4", "c4", "pile", "pile"]})
+    pts = from_csv(_write(tmp_path, df)).points
+    assert sorted(pts["loss"].round(6)) == [2.6, 3.1]
+    assert list(pts["n_seeds"]) == [2, 2]
+
+
+def test_a_single_valued_U_column_is_used_and_said_so(tmp_path: Path) -> None:
+    df = muennighoff_rows()
+    df = df[df["U"] == 1e9]
+    code, out, err = run_cli("fit", "--csv", str(_write(tmp_path, df)), "--law", "approach3", "--bootstrap", "0")
+    assert code == 0, err
+    assert "effective data D' from each row's unique tokens (column 'U', 1 distinct value" in out
+
+
+def test_r_star_can_be_fitted(tmp_path: Path) -> None:
+    """Data made with R*_D = 4: fixing 15.4 fits them worse than the profiled estimate."""
+    p = _write(tmp_path, muennighoff_rows(r_star=4.0))
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0", "--r-star", "fit")
+    assert code == 0, err
+    m = re.search(r"R\*_D = ([0-9.]+) fitted \(approach 3's objective profiled", " ".join(out.split()))
+    assert m is not None, out
+    assert 3.0 < float(m.group(1)) < 5.5
+
+
+def test_r_star_fit_needs_repeated_data(tmp_path: Path) -> None:
+    df = S.grid_points(seed=0)
+    code, _, err = run_cli("fit", "--csv", str(_write(tmp_path, df)), "--r-star", "fit", "--law", "approach3")
+    assert code == 2 and "needs unique tokens" in err and "Traceback" not in err
+    code, _, err = run_cli("fit", "--csv", str(tmp_path / "m.csv"), "--r-star", "-3")
+    assert code == 2 and "--r-star must be a positive number" in err
+
+
+# -- 11.7: conventions -----------------------------------------------------------------------------
+def test_params_total_is_said_in_the_header(tmp_path: Path) -> None:
+    p = _write(tmp_path, S.isoflop_points(seed=0))
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0", "--params", "total")
+    assert code == 0, err
+    assert "N in total parameters" in out.splitlines()[0]
+    code, _, err = run_cli("fit", "--csv", str(p), "--params", "embedding")
+    assert code == 2 and "unknown parameter convention 'embedding'" in err
+
+
+def test_a_C_column_of_8ND_is_warned_about_and_can_be_taken_as_given(tmp_path: Path) -> None:
+    df = S.isoflop_points(seed=0)
+    df["C"] = 8.0 * df["N"] * df["D"]
+    p = _write(tmp_path, df)
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0")
+    assert code == 0, err
+    assert "warning: column 'C' is not 6ND: C/(6ND) is 1.33" in err
+    assert "--flops given" in err
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0", "--flops", "given")
+    assert code == 0, err
+    assert "not 6ND" not in err
+    assert "C = 8 N D" in " ".join(out.split())
+
+
+def test_6ND_data_get_no_flops_warning(tmp_path: Path) -> None:
+    data = from_csv(_write(tmp_path, S.isoflop_points(seed=0)))
+    assert data.warnings == []
+
+
+# -- 11.8: loss units --------------------------------------------------------------------------------
+def test_perplexity_in_the_loss_column_is_warned_about_and_converted_on_request(tmp_path: Path) -> None:
+    df = S.grid_points(seed=0)
+    df["loss"] = np.exp(df["loss"])  # perplexity, up to e^4.8 ~ 120
+    p = _write(tmp_path, df)
+    data = from_csv(p)
+    assert any("look" not in w and "--loss-units perplexity" in w for w in data.warnings)
+    conv = from_csv(p, loss_units="perplexity")
+    assert conv.warnings == []
+    np.testing.assert_allclose(np.sort(conv.points["loss"]), np.sort(S.grid_points(seed=0)["loss"]), rtol=1e-12)
+    code, _, err = run_cli("fit", "--csv", str(p), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 0 and "warning: loss reaches" in err
+
+
+def test_a_ppl_or_bits_column_is_recognised(tmp_path: Path) -> None:
+    df = S.grid_points(seed=0).rename(columns={"loss": "ppl"})
+    df["ppl"] = np.exp(df["ppl"])
+    data = from_csv(_write(tmp_path, df, "ppl.csv"))
+    assert data.points["loss"].max() < 10 and any("perplexity" in n for n in data.notes)
+    bits = S.grid_points(seed=0)
+    bits["bpb"] = bits.pop("loss") / math.log(2)
+    data = from_csv(_write(tmp_path, bits, "bits.csv"))
+    np.testing.assert_allclose(np.sort(data.points["loss"]), np.sort(S.grid_points(seed=0)["loss"]), rtol=1e-12)
+
+
+# -- 11.9: parsing -----------------------------------------------------------------------------------
+def test_sizes_with_suffixes_and_thousands_separators_are_read(tmp_path: Path) -> None:
+    p = tmp_path / "s.csv"
+    p.write_text('N,D,loss\n10M,1e9,3.5\n"1,000,000",2_000_000_000,3.6\n1.5B,10B,2.9\n 2 k ,1T,4.0\n')
+    pts = from_csv(p).points.sort_values("N")
+    assert list(pts["N"]) == [2e3, 1e6, 1e7, 1.5e9]
+    assert list(pts["D"]) == [1e12, 2e9, 1e9, 1e10]
+
+
+def test_an_unreadable_cell_is_shown_with_its_row_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "s.csv"
+    p.write_text("N,D,loss\n10M,1e9,3.5\n12 millions,2e9,3.6\n")
+    code, _, err = run_cli("fit", "--csv", str(p))
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().count("\n") == 0
+    assert "column 'N', data row 2: cannot read '12 millions' as a number" in err and "10M" in err
+    assert "np.float64" not in err
+
+
+def test_a_semicolon_file_is_read_and_a_missing_column_lists_what_was_found(tmp_path: Path) -> None:
+    df = S.isoflop_points(seed=1)
+    p = _write(tmp_path, df, sep=";", decimal=",")
+    data = from_csv(p)
+    assert len(data.points) == len(df)
+    np.testing.assert_allclose(np.sort(data.points["loss"]), np.sort(df["loss"]))
+    assert any("';'-separated" in n for n in data.notes)
+    q = tmp_path / "cols.csv"
+    q.write_text("size;tokens;loss\n1;2;3\n")
+    with pytest.raises(FitError, match=r"no parameter-count column .*columns found: 'size', 'tokens', 'loss'"):
+        from_csv(q)
+
+
+def test_one_nan_loss_aborts_unless_drop_invalid(tmp_path: Path) -> None:
+    df = S.isoflop_points(seed=2)
+    df.loc[5, "loss"] = np.nan
+    df.loc[9, "N"] = -1.0
+    p = _write(tmp_path, df)
+    code, _, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0")
+    assert code == 2 and "non-positive or non-finite N (first: data row 10" in err and "--drop-invalid" in err
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0", "--drop-invalid")
+    assert code == 0, err
+    assert f"dropped 2 of {len(df)} rows" in err and "data row 6" in err
+    assert f"{len(df) - 2} points" in out.splitlines()[0]
+
+
+def test_drop_invalid_with_nothing_left_says_so(tmp_path: Path) -> None:
+    p = tmp_path / "x.csv"
+    p.write_text("N,D,loss\nx,1,2\n1,y,2\n")
+    code, _, err = run_cli("fit", "--csv", str(p), "--drop-invalid")
+    assert code == 2 and "no valid rows left" in err
+
+
+# -- 11.10: unique tokens without effect -------------------------------------------------------------
+def test_unique_tokens_above_every_D_say_they_had_no_effect(tmp_path: Path) -> None:
+    p = _write(tmp_path, S.isoflop_points(seed=0))
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0",
+                             "--unique-tokens", "1e15")
+    assert code == 0, err
+    assert "had no effect" in out and "is Muennighoff" not in out
+    data = from_csv(p, unique_tokens=1e15)
+    assert data.conventions()["effective_data"] is False
+    np.testing.assert_allclose(data.points["D"], data.points["D_raw"])
+
+
+def test_unique_tokens_twice_is_refused(tmp_path: Path) -> None:
+    p = _write(tmp_path, muennighoff_rows())
+    code, _, err = run_cli("fit", "--csv", str(p), "--unique-tokens", "1e9")
+    assert code == 2 and "either as column 'U' or as --unique-tokens" in err
+
+
+def test_csv_only_options_are_refused_for_a_sweep(sqlite_url: str) -> None:
+    code, _, err = run_cli("fit", "--db", sqlite_url, "--drop-invalid")
+    assert code == 2 and "--drop-invalid only apply to --csv" in err
+
+
+def test_from_frame_keeps_its_row_numbering() -> None:
+    df = S.grid_points(seed=0)
+    df.loc[3, "loss"] = np.nan
+    with pytest.raises(FitError, match=r"non-positive or non-finite loss \(first: row 3, loss=nan"):
+        from_frame(df)
+    assert json.dumps(from_frame(S.grid_points(seed=0)).conventions())
