@@ -5,10 +5,16 @@ or above the 90th percentile of compute. Each law is refitted (same settings, no
 the rest and scored by the relative error of its predicted loss on each held-out point, and,
 where the held-out budget is an IsoFLOP slice with an interior minimum, by the relative error of
 its N_opt at that budget against the slice's own parabola.
+
+The errors, per unit of ln C extrapolated (from the largest fitted budget to the held-out one),
+become the law's model-error rates (``law.extrapolation_``): how fast its predictions drift from
+the truth as it extrapolates. :meth:`scaling.fitting.base.Law.optimal_interval` and
+:meth:`~scaling.fitting.base.Law.predict_interval` widen intervals beyond the fitted range by them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -78,6 +84,13 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
         n_pred = float(np.asarray(refit.optimal(slice_["C"])[0]))
         result["N_opt"] = {"C": slice_["C"], "observed": slice_["N_opt"], "predicted": n_pred,
                            "rel_error": (n_pred - slice_["N_opt"]) / slice_["N_opt"]}
+    distance = math.log(float(np.exp(np.mean(np.log(pts["C"].to_numpy())))) / float(train.points["C"].max()))
+    if distance > 0:
+        abs_log = np.abs(np.log(pred / pts["loss"].to_numpy()))
+        rates = {"loss": float(np.mean(abs_log)) / distance, "distance": distance}
+        if result["N_opt"] is not None:
+            rates["N"] = abs(math.log(result["N_opt"]["predicted"] / result["N_opt"]["observed"])) / distance
+        law.extrapolation_ = rates
     result = _jsonable(result)
     law.backtest_ = result
     return result
