@@ -24,7 +24,7 @@ MIN_OK_FRACTION = 0.5
 #: Fewer distinct successful replicates than this (or a tenth of them) is a degenerate bootstrap.
 MIN_DISTINCT = 5
 #: A positive parameter whose 95% interval spans more decades than this is not determined by the data.
-MAX_DECADES = 3.0
+MAX_DECADES = 2.0
 #: An exponent whose 95% interval spans more than this factor (hi / lo) is not determined by the data.
 MAX_EXPONENT_RATIO = 10.0
 #: 95% half-width per unit of mean absolute error: 1.96 * sqrt(pi / 2).
@@ -64,6 +64,8 @@ class Law:
     derived_names: ClassVar[tuple[str, ...]] = ()
     #: Positive quantities fitted on a log scale: SE reported for their log, spread judged in decades.
     log_names: ClassVar[tuple[str, ...]] = ()
+    #: Positive parameters of the law itself (not intercepts extrapolated to C = 1) judged by decades spanned.
+    scale_names: ClassVar[tuple[str, ...]] = ()
     #: Exponents judged by the ratio of their interval's ends.
     exponent_names: ClassVar[tuple[str, ...]] = ()
 
@@ -142,10 +144,12 @@ class Law:
         A positive parameter (fitted as a log) whose 95% interval spans more than
         :data:`MAX_DECADES` orders of magnitude, or an exponent whose interval spans more than a
         factor :data:`MAX_EXPONENT_RATIO`, is not a measurement, whatever its point estimate.
+        Intercepts at C = 1 FLOP (kN, G) are not judged: a small, honest uncertainty in an
+        exponent moves them by decades without making the law's predictions in range any worse.
         """
         out = []
         for name, iv in self.intervals().items():
-            if name in self.log_names:
+            if name in self.scale_names:
                 dec = orders_of_magnitude(iv)
                 if dec > MAX_DECADES:
                     out.append(f"{name} (its 95% bootstrap interval [{iv['lo']:.3g}, {iv['hi']:.3g}] spans "

@@ -66,9 +66,10 @@ def summarise(values: Any, point: float, *, log: bool = False, pinned: str | Non
         out["note"] = ("the estimate lies outside its bootstrap replicates: the bootstrap does not reproduce "
                        "the fit, so no interval is given")
         return out
-    se = float(np.std(v, ddof=1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        se = float(np.std(v, ddof=1))
     normal_se = (hi - lo) / (2 * norm.ppf(1 - q))
-    if se > SE_TAIL_FACTOR * normal_se:
+    if not se <= SE_TAIL_FACTOR * normal_se:
         out["se_note"] = "replicates too heavy-tailed for a linear SE"
     else:
         out["se"] = se

@@ -51,6 +51,7 @@ class KaplanLaw(Law):
     param_names = ("log_Nc", "log_Dc", "alpha_N", "alpha_D", "log_Nc1", "alpha_N1", "log_Dc1", "alpha_D1", "log_Cc", "alpha_C")
     derived_names = ("Nc", "Dc", "a", "a_frontier")
     log_names = ("Nc", "Dc")
+    scale_names = ("Nc", "Dc")
     exponent_names = ("alpha_N", "alpha_D")
     #: Bounds of the joint law's least squares (log_Nc, log_Dc, alpha_N, alpha_D).
     JOINT_BOUNDS = ([-50.0, -50.0, 1e-4, 1e-4], [400.0, 400.0, 5.0, 5.0])

@@ -141,6 +141,7 @@ class ChinchillaParametric(Law):
     param_names = ("E", "A", "B", "alpha", "beta")
     derived_names = ("a", "b", "G")
     log_names = ("E", "A", "B", "G")
+    scale_names = ("E", "A", "B")
     exponent_names = ("alpha", "beta")
 
     def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5):
