@@ -148,19 +148,18 @@ def se_text(iv: dict[str, Any]) -> str:
 
 
 def interval_text(iv: dict[str, Any]) -> str:
-    """The interval cell: the 95% interval, or what stands in its place (pinned, biased, no spread)."""
+    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread)."""
     kind = iv.get("kind")
     if kind == "pinned":
         return f"pinned: {iv.get('pinned')}"
     if kind == "biased":
-        return "none: bootstrap biased (estimate outside its replicates)"
+        return f"none: bootstrap biased (estimate at the {100 * iv.get('quantile', math.nan):.3g}% point of its replicates)"
     if kind == "no spread":
         return "none: replicates do not vary"
     lo, hi = iv.get("lo"), iv.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return "-"
-    text = f"[{_num(lo)}, {_num(hi)}]"
-    return text + " (bias-corrected)" if kind == "bias-corrected" else text
+    return f"[{_num(lo)}, {_num(hi)}]"
 
 
 def _num(v: float | None) -> str:

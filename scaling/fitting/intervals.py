@@ -4,11 +4,13 @@ A number printed beside an estimate is a claim about it, so each summary says wh
 makes (``kind``):
 
 - ``percentile``: the 2.5% and 97.5% quantiles of the replicates (the default);
-- ``bias-corrected``: when the percentile interval excludes the estimate, Efron's bias-corrected
-  percentile interval (BCa with no acceleration; Efron & Tibshirani 1993, Sec. 14.3), which
-  shifts the quantiles by how far the estimate sits off the replicates' median;
-- ``biased``: the estimate lies outside (or at the edge of) every replicate, so no percentile
-  interval can contain it: the bootstrap does not reproduce the fit, and no interval is given;
+- ``biased``: the percentile interval excludes the estimate. Neither standard repair helps then:
+  the bias-corrected percentile interval (BCa without acceleration; Efron & Tibshirani 1993,
+  Sec. 14.3) contains the estimate only when the estimate's own quantile among the replicates,
+  Phi(z0), satisfies z0 <= z_0.975, i.e. exactly when the percentile interval already does, and
+  the basic interval contains it under the same condition. So the bootstrap is reported biased
+  (it does not reproduce the fit: replicates and fit differ in procedure, or the estimator is
+  biased here), with the estimate's quantile among the replicates, and no interval;
 - ``pinned``: the parameter sits at a bound of its fit (e.g. an irreducible loss of 0): reported as
   pinned, never with an interval, because the replicates only echo the bound;
 - ``no spread``: every replicate refits to the same value, which says nothing about uncertainty.
@@ -58,14 +60,15 @@ def summarise(values: Any, point: float, *, log: bool = False, pinned: str | Non
     if hi - lo <= ZERO_WIDTH * max(abs(point), abs(lo), abs(hi), 1e-300):
         out.update(kind="no spread", note="every bootstrap replicate refits to the same value")
         return out
-    kind = "percentile"
     if not lo <= point <= hi:
-        lo, hi, kind = _bias_corrected(v, point)
-    out.update(lo=lo, hi=hi, kind=kind)
-    if kind == "biased":
-        out["note"] = ("the estimate lies outside its bootstrap replicates: the bootstrap does not reproduce "
-                       "the fit, so no interval is given")
+        below = float((np.sum(v < point) + 0.5 * np.sum(v == point)) / v.size)
+        out.update(kind="biased", quantile=below,
+                   note=(f"the estimate lies above {100 * below:.3g}% of its bootstrap replicates: the bootstrap does "
+                         "not reproduce the fit, so no interval is given") if below > 0.5 else
+                   (f"the estimate lies below {100 * (1 - below):.3g}% of its bootstrap replicates: the bootstrap "
+                    "does not reproduce the fit, so no interval is given"))
         return out
+    out.update(lo=lo, hi=hi, kind="percentile")
     with np.errstate(over="ignore", invalid="ignore"):
         se = float(np.std(v, ddof=1))
     normal_se = (hi - lo) / (2 * norm.ppf(1 - q))
@@ -76,19 +79,6 @@ def summarise(values: Any, point: float, *, log: bool = False, pinned: str | Non
     if log:
         out["se_log"] = float(np.std(np.log(v), ddof=1))
     return out
-
-
-def _bias_corrected(v: np.ndarray, point: float) -> tuple[float, float, str]:
-    """Bias-corrected percentile interval, or NaNs and ``biased`` when it cannot contain ``point``."""
-    q = (1 - LEVEL) / 2
-    below = (np.sum(v < point) + 0.5 * np.sum(v == point)) / v.size
-    if 0.0 < below < 1.0:
-        z0 = norm.ppf(below)
-        ql, qh = norm.cdf(2 * z0 + norm.ppf(q)), norm.cdf(2 * z0 + norm.ppf(1 - q))
-        lo, hi = (float(x) for x in np.quantile(v, [ql, qh]))
-        if lo <= point <= hi and hi > lo:
-            return lo, hi, "bias-corrected"
-    return math.nan, math.nan, "biased"
 
 
 def orders_of_magnitude(iv: dict[str, Any]) -> float:

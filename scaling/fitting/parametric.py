@@ -50,8 +50,9 @@ ORDER = ("a", "b", "e", "alpha", "beta")  # the optimiser's parameter vector
 #: Grid starts still this many times worse than the best after 100 iterations are stopped
 #: (see :func:`scaling.fitting.optim.batch_lbfgs`); the best few are polished regardless.
 PRUNE_FACTOR = 10.0
-#: E below this fraction of the lowest loss is the fit's bound E = 0 (reached as e = log E runs to -inf).
-E_PINNED = 1e-6
+#: E below this fraction of the lowest loss is the fit's bound E = 0 (reached as e = log E runs to -inf;
+#: a share of the loss that small is below any realistic noise, so e stops moving before it gets there).
+E_PINNED = 1e-3
 #: Above this condition number of the column-scaled Jacobian of log L, the Fisher information is
 #: near-singular: some combination of the five parameters moves the fit almost not at all.
 FISHER_CONDITION_MAX = 1e4
