@@ -254,6 +254,9 @@ def _interval(d: dict[str, float], digits: int = 3) -> str:
     v = _num(d.get("value"), digits)
     if d.get("kind") == "pinned":
         return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
+    if d.get("kind") in ("biased", "no spread"):
+        why = "bootstrap biased" if d.get("kind") == "biased" else "replicates do not vary"
+        return f"{v} <span class=\"ci\">(no interval: {why})</span>"
     lo, hi = d.get("lo"), d.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return v
