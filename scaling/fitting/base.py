@@ -153,7 +153,7 @@ class Law:
                 dec = orders_of_magnitude(iv)
                 if dec > MAX_DECADES:
                     out.append(f"{name} (its 95% bootstrap interval [{iv['lo']:.3g}, {iv['hi']:.3g}] spans "
-                               f"{dec:.0f} orders of magnitude)")
+                               f"{dec:.2g} orders of magnitude)")
             elif name in self.exponent_names:
                 lo, hi = iv["lo"], iv["hi"]
                 if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:

@@ -180,4 +180,4 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
     kept = draws - flagged
     return {"draws": draws, "flagged": flagged / draws, "kept": kept, "coverage": covered / kept if kept else float("nan"),
             "coverage_bootstrap_only": covered_param / kept if kept else float("nan"),
-            "median_ln_width": float(np.median(widths)) if widths else float("nan")}
+            "median_ln_width": float(np.nanmedian(widths)) if widths else float("nan")}

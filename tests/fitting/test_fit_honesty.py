@@ -157,6 +157,7 @@ def test_heavy_tailed_replicates_get_no_linear_se_and_log_quantities_a_log_se() 
 
 
 def test_no_se_above_ten_times_its_parameter_without_a_flag() -> None:
+    """Logs (log_kN, log_Nc...) are exempt: their value is a position on a log scale, near 0 by units."""
     for seed in range(3):
         data, _, _ = S.draw("underdetermined", seed)
         summary = fit_data(data, n_bootstrap=40, seed=seed, settings={"approach3": {"grid": "small"}})
