@@ -293,8 +293,7 @@ def _headline(data: ReportData) -> str:
              '<th class="num">D*/N*</th><th class="num">loss</th><th>status</th></tr></thead>'
              f"<tbody>{''.join(rows)}</tbody></table>")
     extra = []
-    if any(r.get("widened") for r in best.values()) or any(
-            iv.get("widened") for r in rec.per_law.values() for iv in r.values()):
+    if any(iv.get("widened") for r in rec.per_law.values() for iv in r.values()):
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
