@@ -18,7 +18,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from scaling.db.jsonvalues import as_dict
