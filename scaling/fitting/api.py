@@ -24,7 +24,7 @@ from scaling.fitting.kaplan import KaplanLaw
 from scaling.fitting.parametric import ChinchillaParametric
 
 #: Bumped when a change to the fitting code should invalidate stored fits.
-FIT_VERSION = 2
+FIT_VERSION = 3
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {
@@ -116,8 +116,11 @@ class FitSummary:
             for col in ("parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col == "parameter" else "right")
             for name, iv in law.intervals().items():
-                t.add_row(name, _num(iv["value"]), _num(iv["se"]), f"[{_num(iv['lo'])}, {_num(iv['hi'])}]")
+                t.add_row(name, _num(iv["value"]), se_text(iv), interval_text(iv))
             console.print(t)
+            logs = [n for n in law.log_names if n in law.param_names + law.derived_names]
+            if logs:
+                console.print(f"  SE (ln): the standard error of ln({', '.join(logs)}), the scale they are fitted on")
             extra = [f"bootstrap: {boot.get('n', 0)} replicates" + (f", {boot['failed']} failed" if boot.get("failed") else "")]
             bt = law.backtest_
             if bt and bt.get("mean_abs_rel_error") is not None:
@@ -134,6 +137,29 @@ class FitSummary:
         for kind, reason in self.skipped.items():
             console.print(f"{KINDS[kind][1]}: not fitted: {reason}")
         return buf.getvalue().rstrip() + "\n"
+
+
+def se_text(iv: dict[str, Any]) -> str:
+    """The SE cell: on the fitted scale (``(ln)`` for a log-fitted quantity); '-' where none is honest."""
+    se_log = iv.get("se_log")
+    if se_log is not None and math.isfinite(se_log):
+        return f"{se_log:.3g} (ln)"
+    return _num(iv.get("se"))
+
+
+def interval_text(iv: dict[str, Any]) -> str:
+    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread)."""
+    kind = iv.get("kind")
+    if kind == "pinned":
+        return f"pinned: {iv.get('pinned')}"
+    if kind == "biased":
+        return f"none: bootstrap biased (estimate at the {100 * iv.get('quantile', math.nan):.3g}% point of its replicates)"
+    if kind == "no spread":
+        return "none: replicates do not vary"
+    lo, hi = iv.get("lo"), iv.get("hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "-"
+    return f"[{_num(lo)}, {_num(hi)}]"
 
 
 def _num(v: float | None) -> str:

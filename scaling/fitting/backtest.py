@@ -5,10 +5,17 @@ or above the 90th percentile of compute. Each law is refitted (same settings, no
 the rest and scored by the relative error of its predicted loss on each held-out point, and,
 where the held-out budget is an IsoFLOP slice with an interior minimum, by the relative error of
 its N_opt at that budget against the slice's own parabola.
+
+The errors, per unit of ln C extrapolated (from the largest fitted budget to the held-out one),
+become the law's model-error rates (``law.extrapolation_``; for N*, where the held-out runs
+measure no optimum, how far N* at their budget moves between the refit and the full fit): how fast its predictions drift from
+the truth as it extrapolates. :meth:`scaling.fitting.base.Law.optimal_interval` and
+:meth:`~scaling.fitting.base.Law.predict_interval` widen intervals beyond the fitted range by them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -78,6 +85,51 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
         n_pred = float(np.asarray(refit.optimal(slice_["C"])[0]))
         result["N_opt"] = {"C": slice_["C"], "observed": slice_["N_opt"], "predicted": n_pred,
                            "rel_error": (n_pred - slice_["N_opt"]) / slice_["N_opt"]}
+    distance = math.log(float(np.exp(np.mean(np.log(pts["C"].to_numpy())))) / float(train.points["C"].max()))
+    if distance > 0:
+        abs_log = np.abs(np.log(pred / pts["loss"].to_numpy()))
+        rates = {"loss": float(np.mean(abs_log)) / distance, "distance": distance}
+        if result["N_opt"] is not None:
+            rates["N"] = abs(math.log(result["N_opt"]["predicted"] / result["N_opt"]["observed"])) / distance
+        else:  # no measured optimum there: how far N* moves when the largest runs are left out
+            C_held = float(np.exp(np.mean(np.log(pts["C"].to_numpy()))))
+            with np.errstate(all="ignore"):
+                moved = math.log(float(np.asarray(refit.optimal(C_held)[0])) / float(np.asarray(law.optimal(C_held)[0])))
+            if math.isfinite(moved):
+                rates["N"] = abs(moved) / distance
+        law.extrapolation_ = rates
     result = _jsonable(result)
     law.backtest_ = result
     return result
+
+
+def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approach2", "approach3"),
+                      n_bootstrap: int = 50, seed: int = 0,
+                      settings: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Hold out the largest-compute runs, fit each law as ``scaling fit`` does on the rest, and
+    count how many held-out losses fall inside :meth:`~scaling.fitting.base.Law.predict_interval`.
+
+    Returns, per law kind: ``covered`` and ``n`` (held-out points), ``covered_bootstrap_only`` (by
+    the parameters' bootstrap interval alone, for contrast), ``median_ln_width``, ``flagged`` (its
+    fit notes call it unreliable) or ``error`` (it could not be fitted). This scores the intervals a user sees
+    beyond the data, model error included, against measurements the fit never saw.
+    """
+    from scaling.fitting.api import fit_data
+
+    train, held = split(data)
+    pts = data.points[held]
+    out: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        try:
+            law = fit_data(train, kind, n_bootstrap=n_bootstrap, seed=seed, settings=settings).laws[kind]
+        except UserError as exc:
+            out[kind] = {"error": " ".join(str(exc).split())}
+            continue
+        ivs = law.predict_interval(pts["N"].to_numpy(), pts["D"].to_numpy())
+        y = pts["loss"].to_numpy()
+        hits = [bool(iv["lo"] <= v <= iv["hi"]) for iv, v in zip(ivs, y)]
+        param = [bool(iv.get("lo_param", iv["lo"]) <= v <= iv.get("hi_param", iv["hi"])) for iv, v in zip(ivs, y)]
+        width = [math.log(iv["hi"] / iv["lo"]) for iv in ivs if iv["lo"] > 0]
+        out[kind] = {"covered": int(sum(hits)), "covered_bootstrap_only": int(sum(param)), "n": len(hits),
+                     "flagged": bool(law.doubts()), "median_ln_width": float(np.median(width)) if width else math.nan}
+    return out

@@ -17,13 +17,22 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.data import SIX, FitData, from_frame
+from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log
 
-#: The two-sided level of every reported interval.
-LEVEL = 0.95
 #: Below this fraction of successful bootstrap replicates, intervals are reported unavailable (NaN).
 MIN_OK_FRACTION = 0.5
 #: Fewer distinct successful replicates than this (or a tenth of them) is a degenerate bootstrap.
 MIN_DISTINCT = 5
+#: A positive parameter whose 95% interval spans more decades than this is not determined by the data.
+MAX_DECADES = 2.0
+#: An exponent whose 95% interval spans more than this factor (hi / lo) is not determined by the data.
+MAX_EXPONENT_RATIO = 10.0
+#: 95% half-width per unit of mean absolute error: 1.96 * sqrt(pi / 2).
+EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
+#: Prefix of the notes that say the data do not determine a parameter (rewritten by each bootstrap).
+UNDETERMINED = "unreliable: the data do not determine"
+
+__all__ = ["LEVEL", "Law", "NotFittedError", "Params", "fit_line", "summarise"]
 
 
 class NotFittedError(RuntimeError):
@@ -31,17 +40,6 @@ class NotFittedError(RuntimeError):
 
 
 Params = dict[str, Any]  # name -> float, or an array of replicates (broadcasts)
-
-
-def summarise(values: np.ndarray, point: float) -> dict[str, float]:
-    """Point estimate, bootstrap standard error and percentile 95% interval of one quantity."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size < 2:
-        return {"value": float(point), "se": math.nan, "lo": math.nan, "hi": math.nan}
-    q = (1 - LEVEL) / 2
-    lo, hi = np.quantile(v, [q, 1 - q])
-    return {"value": float(point), "se": float(np.std(v, ddof=1)), "lo": float(lo), "hi": float(hi)}
 
 
 def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -64,6 +62,12 @@ class Law:
     param_names: ClassVar[tuple[str, ...]] = ()
     #: Derived quantities reported with intervals (exponents, ratios), from ``_derived``.
     derived_names: ClassVar[tuple[str, ...]] = ()
+    #: Positive quantities fitted on a log scale: SE reported for their log, spread judged in decades.
+    log_names: ClassVar[tuple[str, ...]] = ()
+    #: Positive parameters of the law itself (not intercepts extrapolated to C = 1) judged by decades spanned.
+    scale_names: ClassVar[tuple[str, ...]] = ()
+    #: Exponents judged by the ratio of their interval's ends.
+    exponent_names: ClassVar[tuple[str, ...]] = ()
 
     # -- the estimator contract ------------------------------------------------------------
     def get_settings(self) -> dict[str, Any]:
@@ -76,6 +80,10 @@ class Law:
         self.k_ = float(fd.flops_per_param_token)
         self.conventions_ = fd.conventions()
         self.n_points_ = int(len(fd.points))
+        C = fd.points["C"].to_numpy(float)
+        self.c_range_ = (float(C.min()), float(C.max()))
+        self.extrapolation_: dict[str, Any] | None = None
+        self.pinned_: dict[str, str] = {}
         self.replicates_ = None
         self.bootstrap_info_ = None
         self.plot_ = None  # stored figure data belongs to a restored fit, not this one
@@ -83,6 +91,11 @@ class Law:
         self.notes_: list[str] = list(fd.notes)
         self._fit(fd)
         self.data_ = fd
+        with np.errstate(all="ignore"):
+            pts = fd.points
+            r = np.log(self.predict(pts["N"].to_numpy(float), pts["D"].to_numpy(float)) / pts["loss"].to_numpy(float))
+        r = r[np.isfinite(r)]
+        self.residual_sd_ = float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan
         return self
 
     def _fit(self, data: FitData) -> None:
@@ -118,7 +131,42 @@ class Law:
         if why:
             self.bootstrap_info_["unavailable"] = why
             self.notes_.append(f"intervals unavailable: {why}")
+        self.notes_ = [n for n in self.notes_ if not n.startswith(UNDETERMINED)]
+        reasons = self.undetermined()
+        if reasons:
+            self.notes_.append(f"{UNDETERMINED} {'; '.join(reasons)}: do not trust this law's parameters "
+                               "or what it extrapolates")
         return self
+
+    def undetermined(self) -> list[str]:
+        """Which parameters the bootstrap shows the data do not determine, and why.
+
+        A positive parameter (fitted as a log) whose 95% interval spans more than
+        :data:`MAX_DECADES` orders of magnitude, or an exponent whose interval spans more than a
+        factor :data:`MAX_EXPONENT_RATIO`, is not a measurement, whatever its point estimate.
+        Intercepts at C = 1 FLOP (kN, G) are not judged: a small, honest uncertainty in an
+        exponent moves them by decades without making the law's predictions in range any worse.
+        """
+        out = []
+        for name, iv in self.intervals().items():
+            if name in self.scale_names:
+                dec = orders_of_magnitude(iv)
+                if dec > MAX_DECADES:
+                    out.append(f"{name} (its 95% bootstrap interval [{iv['lo']:.3g}, {iv['hi']:.3g}] spans "
+                               f"{dec:.2g} orders of magnitude)")
+            elif name in self.exponent_names:
+                lo, hi = iv["lo"], iv["hi"]
+                if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
+                    out.append(f"{name} (its 95% bootstrap interval [{lo:.3g}, {hi:.3g}] spans a factor "
+                               f"{hi / lo:.3g})")
+        return out
+
+    def pinned(self) -> dict[str, str]:
+        """Parameters sitting at a bound of the fit, with the bound (reported as pinned, no interval).
+
+        Set by each law's ``_fit`` in ``pinned_`` and stored with the fit.
+        """
+        return dict(getattr(self, "pinned_", None) or {})
 
     def bootstrap_unavailable(self) -> str | None:
         """Why the replicates cannot give honest intervals (None when they can).
@@ -151,6 +199,10 @@ class Law:
         return [n for n in getattr(self, "notes_", []) if n.startswith("unreliable") or "implausible" in n
                 or "outside (0, 1)" in n]
 
+    def reliable(self) -> bool:
+        """True when no note says the data cannot pin this law down."""
+        return not self.doubts()
+
     # -- pure functions of a parameter dict (scalars or replicate arrays) -------------------
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -172,26 +224,85 @@ class Law:
         """Every parameter and derived quantity: value, bootstrap SE and 95% interval."""
         self._check()
         reps = self._replicate_params()
+        pinned = self.pinned()
         out: dict[str, dict[str, float]] = {}
         for name in self.param_names:
-            out[name] = summarise(reps[name] if reps else np.array([]), self.params_[name])
+            out[name] = summarise(reps[name] if reps else np.array([]), self.params_[name],
+                                  log=name in self.log_names, pinned=pinned.get(name))
         derived = self._derived(self.params_)
-        derived_reps = self._derived(reps) if reps else {}
+        with np.errstate(all="ignore"):
+            derived_reps = self._derived(reps) if reps else {}
         for name in self.derived_names:
-            out[name] = summarise(np.asarray(derived_reps.get(name, [])), float(derived[name]))
+            out[name] = summarise(np.asarray(derived_reps.get(name, [])), float(derived[name]),
+                                  log=name in self.log_names, pinned=pinned.get(name))
         return out
 
     def optimal_interval(self, C: float) -> dict[str, dict[str, float]]:
-        """N*, D* and predicted loss at budget C with bootstrap SEs and 95% intervals."""
+        """N*, D* and predicted loss at budget C with bootstrap SEs and 95% intervals.
+
+        Beyond the largest fitted budget the intervals also carry the model's own error, growing
+        with the distance extrapolated (:meth:`extrapolation_error`), so they are not parameter
+        uncertainty alone.
+        """
         self._check()
-        N, D, L = (float(np.asarray(v)) for v in self._optimal(self.params_, np.asarray(float(C))))
+        with np.errstate(all="ignore"):
+            N, D, L = (float(np.asarray(v)) for v in self._optimal(self.params_, np.asarray(float(C))))
         reps = self._replicate_params()
         if reps:
             with np.errstate(all="ignore"):
                 Nr, Dr, Lr = self._optimal(reps, np.asarray(float(C)))
         else:
             Nr = Dr = Lr = np.array([])
-        return {"N": summarise(Nr, N), "D": summarise(Dr, D), "loss": summarise(Lr, L)}
+        out = {"N": summarise(Nr, N, log=True), "D": summarise(Dr, D, log=True), "loss": summarise(Lr, L, log=True)}
+        for q in ("N", "D", "loss"):
+            half, why = self.extrapolation_error(float(C), "N" if q == "D" else q)
+            out[q] = widen_log(out[q], half, why)
+        return out
+
+    def predict_interval(self, N: Any, D: Any) -> list[dict[str, Any]]:
+        """Predicted loss of each (N, D) with a 95% interval for a measured loss there.
+
+        The interval holds (1) the parameters' bootstrap spread, (2) the scatter of one measured
+        point about the law (the fit's RMS residual in log loss) and (3) beyond the largest fitted
+        budget, the model error of :meth:`extrapolation_error`; (2) and (3) are added in
+        quadrature, on the log scale, to each end of (1).
+        """
+        self._check()
+        N = np.atleast_1d(np.asarray(N, float))
+        D = np.atleast_1d(np.asarray(D, float))
+        N, D = np.broadcast_arrays(N, D)
+        reps = self._replicate_params()
+        sd = getattr(self, "residual_sd_", math.nan)
+        out = []
+        for n, d in zip(N, D):
+            with np.errstate(all="ignore"):
+                point = float(np.asarray(self._predict(self.params_, np.asarray(n), np.asarray(d))))
+                rl = self._predict(reps, np.asarray(n), np.asarray(d)) if reps else np.array([])
+            iv = summarise(rl, point, log=True)
+            ext, why = self.extrapolation_error(self.k_ * n * d, "loss")
+            extra = math.sqrt((1.96 * sd if math.isfinite(sd) else 0.0) ** 2 + ext ** 2)
+            iv = widen_log(iv, extra, why or "widened by the scatter of one measured point about the law")
+            out.append(iv)
+        return out
+
+    def extrapolation_error(self, C: float, quantity: str) -> tuple[float, str]:
+        """Half-width (in ln units) added to a 95% interval of ``quantity`` (N or loss) at budget C.
+
+        Zero inside the fitted range. Beyond it: the error the law made when it predicted its own
+        largest budget from the smaller ones (the backtest), per unit of ln C extrapolated,
+        times the distance from the largest fitted budget, times :data:`EXTRAPOLATION_Z` (a mean
+        absolute error is sqrt(2/pi) of a normal SD; 1.96 SDs make a 95% half-width). A law with
+        no backtest gets no model-error term (its intervals then carry no ``widened``).
+        """
+        rng = getattr(self, "c_range_", None)
+        if rng is None or not (C > rng[1] * (1 + 1e-9)):
+            return 0.0, ""
+        dist = math.log(C / rng[1])
+        rate = (getattr(self, "extrapolation_", None) or {}).get(quantity)
+        if rate is None or not math.isfinite(rate):
+            return 0.0, ""
+        return EXTRAPOLATION_Z * rate * dist, (f"widened for extrapolating {dist / math.log(10):.2g} decades beyond the largest "
+                                   f"fitted budget by the backtest's error ({100 * rate:.2g}% per unit ln C)")
 
     # -- serialisation -----------------------------------------------------------------------
     def _plot(self) -> dict[str, Any]:
@@ -221,6 +332,10 @@ class Law:
                 "level": LEVEL,
                 "conventions": {**self.conventions_, "flops_per_param_token": self.k_},
                 "n_points": self.n_points_,
+                "c_range": list(getattr(self, "c_range_", None) or []),
+                "extrapolation": getattr(self, "extrapolation_", None),
+                "pinned": self.pinned(),
+                "residual_sd": getattr(self, "residual_sd_", None),
                 "notes": list(self.notes_),
                 "bootstrap": {
                     **(self.bootstrap_info_ or {"n": 0}),
@@ -241,6 +356,11 @@ class Law:
         law.k_ = float(conv.get("flops_per_param_token", SIX))
         law.conventions_ = conv
         law.n_points_ = int(d.get("n_points", 0))
+        rng = d.get("c_range") or []
+        law.c_range_ = (float(rng[0]), float(rng[1])) if len(rng) == 2 else None
+        law.extrapolation_ = d.get("extrapolation")
+        law.residual_sd_ = float(d.get("residual_sd") or math.nan)
+        law.pinned_ = {str(k): str(v) for k, v in (d.get("pinned") or {}).items()}
         law.notes_ = list(d.get("notes", []))
         boot = d.get("bootstrap") or {}
         reps = boot.get("replicates")

@@ -61,6 +61,10 @@ A_PLAUSIBLE = (0.1, 0.9)
 MIN_SIZES = 3
 #: Kept budgets spanning less than this factor in compute cannot measure a slope.
 MIN_C_SPAN = 3.0
+#: Fewer kept budgets than this leave a line through the optima no residual to measure its error by.
+MIN_BUDGETS = 3
+#: With fewer kept budgets than this, E_L is not fitted (held at 0; see :func:`loss_frontier`).
+MIN_BUDGETS_E = 4
 
 
 class FrontierLaw(Law):
@@ -69,6 +73,7 @@ class FrontierLaw(Law):
     law = "chinchilla"
     param_names = ("a", "log_kN", "b", "log_kD", "alpha_L", "log_kL", "E_L", "curv")
     derived_names = ("kN", "kD")
+    log_names = ("kN", "kD")
 
     def _frontier_params(self, C: np.ndarray, N_opt: np.ndarray, L_opt: np.ndarray, curv: np.ndarray) -> dict[str, float]:
         logC = np.log(C)
@@ -91,6 +96,10 @@ class FrontierLaw(Law):
         compute, or optima decided by fewer than :data:`MIN_SIZES` distinct model sizes, cannot
         measure a slope, however tight its bootstrap interval looks.
         """
+        if C is not None and len(C) < MIN_BUDGETS_E:
+            self.pinned_["E_L"] = f"fixed at 0 (not fitted with fewer than {MIN_BUDGETS_E} budgets)"
+        elif not self.params_["E_L"] > 0.0:
+            self.pinned_["E_L"] = "lower bound 0"
         a = self.params_["a"]
         if not 0.0 < a < 1.0:
             self.notes_.append(f"a = {a:.3g} is outside (0, 1): the budgets do not locate a consistent optimum")
@@ -100,6 +109,9 @@ class FrontierLaw(Law):
         if sizes is not None and np.unique(np.asarray(sizes, float)).size < MIN_SIZES:
             reasons.append(f"the kept optima come from {np.unique(np.asarray(sizes, float)).size} model size(s) "
                            f"(fewer than {MIN_SIZES})")
+        if C is not None and 0 < len(C) < MIN_BUDGETS:
+            reasons.append(f"a rests on only {len(C)} budgets: a line through {len(C)} points has no residual to "
+                           "test the power law or measure its error by")
         if C is not None and len(C) and float(np.max(C) / np.min(C)) < MIN_C_SPAN:
             reasons.append(f"the kept FLOP values span only a factor {float(np.max(C) / np.min(C)):.3g} "
                            f"(less than {MIN_C_SPAN:g})")

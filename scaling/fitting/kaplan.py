@@ -14,6 +14,7 @@ own frontier argument gives N* proportional to C^(alpha_C/alpha_N) (Sec. 6.1). B
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,11 @@ class KaplanLaw(Law):
     method = "kaplan"
     param_names = ("log_Nc", "log_Dc", "alpha_N", "alpha_D", "log_Nc1", "alpha_N1", "log_Dc1", "alpha_D1", "log_Cc", "alpha_C")
     derived_names = ("Nc", "Dc", "a", "a_frontier")
+    log_names = ("Nc", "Dc")
+    scale_names = ("Nc", "Dc")
+    exponent_names = ("alpha_N", "alpha_D")
+    #: Bounds of the joint law's least squares (log_Nc, log_Dc, alpha_N, alpha_D).
+    JOINT_BOUNDS = ([-50.0, -50.0, 1e-4, 1e-4], [400.0, 400.0, 5.0, 5.0])
 
     def get_settings(self) -> dict[str, Any]:
         return {}
@@ -70,6 +76,7 @@ class KaplanLaw(Law):
         self.params_ = self._fit_arrays(data.points["N"].to_numpy(), data.points["D"].to_numpy(),
                                         data.points["C"].to_numpy(), data.points["loss"].to_numpy(), strict=True,
                                         frontier=self.frontier_)
+        self._note_bounds()
         pts = data.points
         self.subsets_ = self._subsets(pts["N"].to_numpy(), pts["D"].to_numpy(), pts["C"].to_numpy(), pts["loss"].to_numpy())
 
@@ -81,6 +88,30 @@ class KaplanLaw(Law):
             raise FitError("the Kaplan laws need at least two token counts; all points have one D")
         if len(pts) <= 4:
             raise FitError(f"the Kaplan joint law needs more points than its 4 parameters; got {len(pts)}")
+
+    def bootstrap(self, n: int = 200, seed: int = 0) -> "KaplanLaw":
+        """As :meth:`Law.bootstrap`, and a note for each single-variable law whose exponent the data leave open."""
+        super().bootstrap(n, seed)
+        self.notes_ = [m for m in self.notes_ if not m.startswith("not determined: L(")]
+        ivs = self.intervals()
+        for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
+            lo, hi = ivs[name]["lo"], ivs[name]["hi"]
+            if math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
+                self.notes_.append(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
+                                   "includes 0 (N* comes from the joint law, judged on its own parameters)")
+        return self
+
+    def _note_bounds(self) -> None:
+        """A joint-law parameter at a bound of its least squares is pinned, and the law unreliable."""
+        names = ("log_Nc", "log_Dc", "alpha_N", "alpha_D")
+        for name, lo, hi in zip(names, *self.JOINT_BOUNDS):
+            v = self.params_[name]
+            tol = 1e-6 * max(1.0, abs(lo), abs(hi))
+            if v <= lo + tol or v >= hi - tol:
+                bound = f"{'lower' if v <= lo + tol else 'upper'} bound {lo if v <= lo + tol else hi:g}"
+                self.pinned_[name] = bound
+                self.notes_.append(f"unreliable: {name} is pinned at its {bound}: the data do not determine the "
+                                   "joint law L(N, D)")
 
     @staticmethod
     def _subsets(N: np.ndarray, D: np.ndarray, C: np.ndarray, L: np.ndarray) -> dict[str, np.ndarray]:
@@ -94,12 +125,18 @@ class KaplanLaw(Law):
                     start: dict[str, float] | None = None,
                     frontier: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
         sub = self._subsets(N, D, C, L)
-        out: dict[str, float] = {}
-        # log L = alpha (log X_c - log X): slope -alpha, intercept alpha log X_c.
         Cf, Lf = frontier if frontier is not None else (C[sub["C"]], L[sub["C"]])
-        for key, X, Y, names in (("N", N[sub["N"]], L[sub["N"]], ("log_Nc1", "alpha_N1")),
-                                 ("D", D[sub["D"]], L[sub["D"]], ("log_Dc1", "alpha_D1")),
-                                 ("C", Cf, Lf, ("log_Cc", "alpha_C"))):
+        out = self._single_laws({"N": (N[sub["N"]], L[sub["N"]]), "D": (D[sub["D"]], L[sub["D"]]), "C": (Cf, Lf)},
+                                strict)
+        out.update(self._fit_joint(N, D, L, out, start))
+        return out
+
+    @staticmethod
+    def _single_laws(pairs: dict[str, tuple[np.ndarray, np.ndarray]], strict: bool) -> dict[str, float]:
+        """L(N), L(D), L(C) as lines in log-log space: log L = alpha (log X_c - log X)."""
+        names = {"N": ("log_Nc1", "alpha_N1"), "D": ("log_Dc1", "alpha_D1"), "C": ("log_Cc", "alpha_C")}
+        out: dict[str, float] = {}
+        for key, (X, Y) in pairs.items():
             try:
                 slope, icpt = fit_line(np.log(X), np.log(Y))
             except FitError:
@@ -107,9 +144,8 @@ class KaplanLaw(Law):
                     raise FitError(f"Kaplan L({key}): needs at least two distinct {key} values") from None
                 slope, icpt = np.nan, np.nan
             alpha = -slope
-            out[names[0]] = icpt / alpha if alpha != 0 else np.nan
-            out[names[1]] = alpha
-        out.update(self._fit_joint(N, D, L, out, start))
+            out[names[key][0]] = icpt / alpha if alpha != 0 else np.nan
+            out[names[key][1]] = alpha
         return out
 
     @staticmethod
@@ -146,7 +182,7 @@ class KaplanLaw(Law):
         best = None
         for x0 in starts:
             try:
-                r = least_squares(resid, np.asarray(x0, float), jac=jac, bounds=([-50, -50, 1e-4, 1e-4], [400, 400, 5, 5]),
+                r = least_squares(resid, np.asarray(x0, float), jac=jac, bounds=KaplanLaw.JOINT_BOUNDS,
                                   method="trf", x_scale="jac", max_nfev=2000)
             except ValueError:
                 continue
@@ -158,20 +194,31 @@ class KaplanLaw(Law):
         return {"log_Nc": lNc, "log_Dc": lDc, "alpha_N": aN, "alpha_D": aD}
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Each law refitted on a resample of the very points its full-data fit used.
+
+        The subsets (largest-D run per size, largest-N run per token count, the compute frontier)
+        are chosen once, on the full data, and each is resampled with replacement; choosing them
+        again inside a resample would pick other, worse points whenever a chosen one is left out,
+        and bias every replicate away from the full-data fit. The joint law resamples all points
+        and refits from the full-data optimum.
+        """
         pts = data.points
         N, D, C, L = (pts[c].to_numpy() for c in ("N", "D", "C", "loss"))
+        sub = self._subsets(N, D, C, L)
+        front = self.frontier_ if self.frontier_ is not None else (C[sub["C"]], L[sub["C"]])
         m = len(pts)
         out = np.full((n, len(self.param_names)), np.nan)
         for r in range(n):
             idx = rng.integers(0, m, m)
             if len(np.unique(N[idx])) < 2 or len(np.unique(D[idx])) < 2:
                 continue
-            front = None
-            if self.frontier_ is not None:  # resample the frontier's points too
-                jdx = rng.integers(0, len(self.frontier_[0]), len(self.frontier_[0]))
-                front = (self.frontier_[0][jdx], self.frontier_[1][jdx])
+            jN = sub["N"][rng.integers(0, len(sub["N"]), len(sub["N"]))]
+            jD = sub["D"][rng.integers(0, len(sub["D"]), len(sub["D"]))]
+            jC = rng.integers(0, len(front[0]), len(front[0]))
             try:
-                p = self._fit_arrays(N[idx], D[idx], C[idx], L[idx], strict=False, start=self.params_, frontier=front)
+                p = self._single_laws({"N": (N[jN], L[jN]), "D": (D[jD], L[jD]), "C": (front[0][jC], front[1][jC])},
+                                      strict=False)
+                p.update(self._fit_joint(N[idx], D[idx], L[idx], p, start=self.params_))
             except FitError:
                 continue
             out[r] = [p[k] for k in self.param_names]

@@ -58,6 +58,12 @@ GRID_POINTS = 1_000
 BLB_THRESHOLD = 20_000
 BLB_GAMMA = 0.7
 BLB_SUBSETS = 4
+#: E below this fraction of the lowest loss is the fit's bound E = 0 (reached as e = log E runs to -inf;
+#: a share of the loss that small is below any realistic noise, so e stops moving before it gets there).
+E_PINNED = 1e-3
+#: Above this condition number of the column-scaled Jacobian of log L, the Fisher information is
+#: near-singular: some combination of the five parameters moves the fit almost not at all.
+FISHER_CONDITION_MAX = 1e4
 
 
 def start_grid(grid: str = "epoch") -> np.ndarray:
@@ -154,6 +160,9 @@ class ChinchillaParametric(Law):
     method = "parametric"
     param_names = ("E", "A", "B", "alpha", "beta")
     derived_names = ("a", "b", "G")
+    log_names = ("E", "A", "B", "G")
+    scale_names = ("E", "A", "B")
+    exponent_names = ("alpha", "beta")
 
     def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5):
         self.delta = delta
@@ -183,11 +192,26 @@ class ChinchillaParametric(Law):
         self.theta_ = x
         self.objective_ = obj.single(x)[0]
         self.params_ = _to_params(x)
+        self._check_identifiable(pts)
         for name in ("alpha", "beta"):
             v = self.params_[name]
             if not 0.0 < v < 2.0:  # published fits lie near 0.3; far outside, the data do not pin the law
                 self.notes_.append(f"{name} = {v:.3g} is implausible: the data do not pin down this law "
                                    f"({len(pts)} points, {pts['N'].nunique()} sizes)")
+
+    def _check_identifiable(self, pts: Any) -> None:
+        """Note a bound reached (E = 0) and a near-singular Fisher information at the optimum."""
+        lowest = float(pts["loss"].min())
+        if self.params_["E"] < E_PINNED * lowest:
+            self.pinned_["E"] = "lower bound 0"
+            self.notes_.append(f"unreliable: E is pinned at its bound 0 (fitted {self.params_['E']:.3g}): the data do not "
+                               "separate the irreducible loss from the power-law terms")
+        cond = fisher_condition(self.theta_, pts["N"].to_numpy(float), pts["D"].to_numpy(float))
+        self.fisher_condition_ = cond
+        if "E" not in self.pinned_ and not cond <= FISHER_CONDITION_MAX:
+            self.notes_.append(f"unreliable: the Fisher information at the optimum is near-singular (condition number "
+                               f"{cond:.3g} of the scaled Jacobian): some combination of E, A, B, alpha and beta "
+                               "is not determined by these points")
 
     def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
         starts = start_grid(self.grid)
@@ -321,6 +345,28 @@ class ChinchillaParametric(Law):
             pts = self.data_.points
             out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss")}
         return out
+
+
+def fisher_condition(theta: np.ndarray, N: np.ndarray, D: np.ndarray) -> float:
+    """Condition number of the Jacobian of log L(N, D) in (a, b, e, alpha, beta), columns scaled to unit norm.
+
+    Its square is the condition number of the Gauss-Newton Fisher information of the log-loss
+    fit; scaling the columns makes it independent of the parameters' units. A column that
+    vanishes (a term driven to 0) or two that are nearly parallel (a term whose exponent and
+    coefficient trade off over the sampled range) make it large.
+    """
+    a, b, e, al, be = (float(v) for v in theta)
+    logN, logD = np.log(np.asarray(N, float)), np.log(np.asarray(D, float))
+    with np.errstate(all="ignore"):
+        t = np.stack([a - al * logN, b - be * logD, np.full_like(logN, e)])
+        w = np.exp(t - t.max(axis=0))
+        w /= w.sum(axis=0)  # each term's share of the predicted loss
+        J = np.stack([w[0], w[1], w[2], -w[0] * logN, -w[1] * logD], axis=1)
+        norms = np.linalg.norm(J, axis=0)
+        if not np.all(norms > 1e-12 * max(float(norms.max()), 1e-300)):
+            return math.inf
+        s = np.linalg.svd(J / norms, compute_uv=False)
+    return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
 
 
 def _to_params(x: np.ndarray) -> dict[str, float]:

@@ -1,11 +1,13 @@
 """The compute-optimal next run: N*, D*, loss at a budget from every law, and the runs worth adding.
 
-For a budget C (default ten times the largest run), each fitted law gives N*, D* and its predicted
-loss with bootstrap intervals; their spread says how far the methods agree. With a sweep, the
-plan's own rules turn the consensus N* into a concrete run (shape, learning rate, batch, memory and
-strategy on the plan's device) through the sizing function the caller passes (the command line
-passes ``scaling.orchestrator.plan.size_run``; the fits never import the orchestrator), or,
-without one, the default shape policy and memory model of :mod:`scaling.accounting`.
+For a budget C (default :data:`NEXT_BUDGET_FACTOR` times the largest run), each fitted law gives
+N*, D* and its predicted loss with bootstrap intervals; their spread says how far the methods
+agree. The recommendation follows the best-determined law (:func:`compare_laws`): among the laws
+no note calls unreliable, the one with the narrowest 95% interval on N*; it says which and why.
+With a sweep, the plan's own rules turn that N* into a concrete run (shape, learning rate, batch,
+memory and strategy on the plan's device) through the sizing function the caller passes (the
+command line passes ``scaling.orchestrator.plan.size_run``; the fits never import the
+orchestrator), or, without one, the default shape policy and memory model of :mod:`scaling.accounting`.
 
 Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
 candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
@@ -30,6 +32,8 @@ from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
 from scaling.fitting.base import _jsonable
 from scaling.fitting.data import prepare
 
+#: The default budget, as a multiple of the largest measured run's compute.
+NEXT_BUDGET_FACTOR = 10.0
 #: Candidate budgets for extra runs, as multiples of the largest measured compute.
 CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 #: Sizes of a candidate slice around its predicted N*, in natural-log offsets.
@@ -48,6 +52,13 @@ class Recommendation:
     compute: float
     source: str
     per_law: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The law the recommendation follows, and why it was chosen over the others.
+    chosen: str | None = None
+    chosen_reason: str = ""
+    #: Laws left out of the choice and the consensus, with the first note that says why.
+    unreliable: dict[str, str] = field(default_factory=dict)
+    #: N* across the reliable laws: the lowest lower and highest upper end of their 95% intervals.
+    across_laws: dict[str, float] = field(default_factory=dict)
     agreement: dict[str, float] = field(default_factory=dict)
     consensus: dict[str, float] = field(default_factory=dict)
     run: dict[str, Any] | None = None
@@ -69,18 +80,26 @@ class Recommendation:
         for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
-            cells = [SHORT.get(kind, kind)]
+            mark = " (chosen)" if kind == self.chosen else " (unreliable)" if kind in self.unreliable else ""
+            cells = [SHORT.get(kind, kind) + mark]
             for q in ("N", "D", "loss"):
                 iv = r[q]
                 cells.append(f"{_num(iv['value'])} [{_num(iv['lo'])}, {_num(iv['hi'])}]")
             t.add_row(*cells)
         con.print(t)
+        if self.chosen:
+            con.print(f"recommended: {self.chosen_reason}")
+        if self.across_laws:
+            con.print(f"across the reliable laws, N* lies in [{_num(self.across_laws['lo'])}, {_num(self.across_laws['hi'])}] "
+                      "(the widest reach of their 95% intervals: model uncertainty between methods)")
+        for kind, why in self.unreliable.items():
+            con.print(f"left out: {SHORT.get(kind, kind)}: {why}")
         if self.agreement:
             a = self.agreement
             con.print(f"agreement: N* spans a factor {a['N_ratio']:.2f}, D* a factor {a['D_ratio']:.2f}, "
                       f"predicted loss {100 * a['loss_spread']:.2f}% across {int(a['n_methods'])} methods")
         c = self.consensus
-        con.print(f"consensus (geometric mean over methods): N* = {_num(c['N'])}, D* = {_num(c['D'])} "
+        con.print(f"consensus (geometric mean over the reliable methods): N* = {_num(c['N'])}, D* = {_num(c['D'])} "
                   f"({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
             r = self.run
@@ -139,35 +158,15 @@ def recommend(
     if compute is None:
         if not math.isfinite(c_max):
             raise FitError("no budget given and no data to take ten times the largest run from")
-        compute = 10.0 * c_max
+        compute = default_budget(c_max)
     if not (compute > 0 and math.isfinite(compute)):
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
-    rec = Recommendation(compute=float(compute), source=summary.source)
-    for kind, law in summary.laws.items():
-        try:
-            iv = law.optimal_interval(compute)
-        except (ValueError, FloatingPointError):
-            continue
-        if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
-            rec.per_law[kind] = iv
-    if not rec.per_law:
-        raise FitError("no fitted law gives a compute-optimal point at this budget")
-    # A law whose notes say the data cannot pin it down is listed but kept out of the consensus.
-    shaky = [k for k in rec.per_law if summary.laws[k].doubts()]
-    trusted = [k for k in rec.per_law if k not in shaky] or list(rec.per_law)
-    if shaky and len(trusted) < len(rec.per_law):
-        rec.notes.append("agreement and consensus leave out " + ", ".join(SHORT.get(k, k) for k in shaky)
-                         + " (its fit notes say the data cannot pin it down)")
-    Ns = np.array([rec.per_law[k]["N"]["value"] for k in trusted])
-    Ds = np.array([rec.per_law[k]["D"]["value"] for k in trusted])
-    Ls = np.array([rec.per_law[k]["loss"]["value"] for k in trusted])
-    rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
-                     "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
-    N_c = float(np.exp(np.mean(np.log(Ns))))
-    rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
+    rec = compare_laws(summary.laws, float(compute), source=summary.source, k=k)
+    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus["N"]
     if plan is not None or summary.sweep is not None:  # a sweep: its plan's rules, else the defaults
-        rec.run, rec.run_source, note = concrete_run(plan, N_c, rec.consensus["D"], float(compute), size_run)
+        rec.run, rec.run_source, note = concrete_run(plan, N_run, float(compute) / (k * N_run), float(compute),
+                                                     size_run)
         if note:
             rec.notes.append(note)
     if next_runs:
@@ -176,6 +175,85 @@ def recommend(
             rec.next_runs = candidate_runs(law3, float(compute), c_max, seed)
         else:
             rec.notes.append("which runs to add is judged with approach 3, which is not fitted here")
+    return rec
+
+
+def default_budget(c_max: float) -> float:
+    """The budget a recommendation is for when none is given: ten times the largest run's compute."""
+    return NEXT_BUDGET_FACTOR * float(c_max)
+
+
+def _width(iv: dict[str, Any]) -> float:
+    """ln(hi / lo) of a positive quantity's interval (inf without one)."""
+    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:
+        return math.inf
+    return math.log(hi / lo)
+
+
+def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
+    """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
+
+    The law followed is the best-determined one: among laws no note calls unreliable
+    (:meth:`~scaling.fitting.base.Law.doubts`) and with an interval on N*, the narrowest 95%
+    interval on N* (in ln units). When every law is unreliable, the narrowest interval overall is
+    shown, saying that no law is reliable. ``laws`` maps a kind (``approach2``...) to a fitted law;
+    ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
+    """
+    if k is None:
+        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), 6.0))
+    rec = Recommendation(compute=float(compute), source=source)
+    for kind, law in laws.items():
+        try:
+            iv = law.optimal_interval(compute)
+        except (ValueError, FloatingPointError, AttributeError):
+            continue
+        if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
+            rec.per_law[kind] = iv
+    if not rec.per_law:
+        raise FitError("no fitted law gives a compute-optimal point at this budget")
+    for kind in rec.per_law:
+        doubts = laws[kind].doubts() if hasattr(laws[kind], "doubts") else []
+        if doubts:
+            rec.unreliable[kind] = doubts[0]
+    trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
+
+    def name(kind: str) -> str:
+        return SHORT.get(kind, kind)
+
+    with_interval = [kind for kind in trusted if math.isfinite(_width(rec.per_law[kind]["N"]))]
+    if with_interval:
+        rec.chosen = min(with_interval, key=lambda kind: _width(rec.per_law[kind]["N"]))
+        w = _width(rec.per_law[rec.chosen]["N"])
+        others = [kind for kind in with_interval if kind != rec.chosen]
+        rec.chosen_reason = (f"{name(rec.chosen)}: the narrowest 95% interval on N* (a factor {math.exp(w):.3g} "
+                             "from end to end)" + (f" among the laws the data determine (also: "
+                             f"{', '.join(name(o) for o in others)})" if others else
+                             ", the only law the data determine with an interval"))
+    elif trusted:
+        rec.chosen = trusted[0]
+        rec.chosen_reason = f"{name(rec.chosen)}: the only reliable law, though it has no bootstrap interval"
+    else:
+        finite = [kind for kind in rec.per_law if math.isfinite(_width(rec.per_law[kind]["N"]))]
+        if finite:
+            rec.chosen = min(finite, key=lambda kind: _width(rec.per_law[kind]["N"]))
+            rec.chosen_reason = (f"no law is reliable; {name(rec.chosen)} has the narrowest 95% interval on N*, "
+                                 "but its fit notes say the data cannot pin it down")
+    if rec.unreliable and trusted:
+        rec.notes.append("the choice, agreement and consensus leave out " + ", ".join(name(kind) for kind in rec.unreliable)
+                         + " (its fit notes say the data cannot pin it down)")
+    basis = trusted or list(rec.per_law)
+    los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
+    his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
+    if len(with_interval) > 1:
+        rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
+    Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in basis])
+    Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in basis])
+    Ls = np.array([rec.per_law[kind]["loss"]["value"] for kind in basis])
+    rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
+                     "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
+    N_c = float(np.exp(np.mean(np.log(Ns))))
+    rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
     return rec
 
 

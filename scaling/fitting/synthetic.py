@@ -98,3 +98,86 @@ def curves(
     cur = pd.DataFrame(rows, columns=["run_key", "N", "tokens", "flops", "loss"])
     pts = pd.DataFrame(finals, columns=["N", "D", "C", "loss"])
     return prepare(pts, source="synthetic curves", curves=cur)
+
+
+# -- coverage studies ---------------------------------------------------------------------------
+#: The designs of a coverage study, one per method: what each is fitted to.
+DESIGNS = ("approach2", "approach3", "kaplan", "approach1", "underdetermined")
+
+
+def draw_truth(rng: np.random.Generator) -> dict[str, float]:
+    """A Chinchilla law near published ones: exponents 0.25-0.45, E 1.5-2.0, A and B within a factor 2 of Epoch's."""
+    return {"E": float(rng.uniform(1.5, 2.0)), "A": float(TRUTH["A"] * np.exp(rng.uniform(-0.7, 0.7))),
+            "B": float(TRUTH["B"] * np.exp(rng.uniform(-0.7, 0.7))), "alpha": float(rng.uniform(0.25, 0.45)),
+            "beta": float(rng.uniform(0.25, 0.45))}
+
+
+def draw(design: str, seed: int) -> tuple[FitData, dict[str, float], str]:
+    """One data set of ``design`` from a random truth: (data, truth, law kind to fit)."""
+    rng = np.random.default_rng(seed)
+    if design == "kaplan":
+        t = {**KAPLAN_TRUTH, "alpha_N": float(rng.uniform(0.06, 0.1)), "alpha_D": float(rng.uniform(0.08, 0.12))}
+        pts = grid_points(n_N=6, n_D=6, noise=float(rng.uniform(0.002, 0.008)), seed=seed, t=t, law="kaplan")
+        return prepare(pts, source=f"kaplan draw {seed}"), t, "kaplan"
+    t = draw_truth(rng)
+    noise = float(rng.uniform(0.002, 0.008))
+    if design == "approach2":
+        pts = isoflop_points(budgets=np.geomspace(1e18, 1e20, 5), n_sizes=7, span=1.5, noise=noise, seed=seed, t=t)
+        return prepare(pts, source=f"isoflop draw {seed}"), t, "approach2"
+    if design == "approach3":
+        pts = grid_points(n_N=6, n_D=6, noise=noise, seed=seed, t=t)
+        return prepare(pts, source=f"grid draw {seed}"), t, "approach3"
+    if design == "approach1":  # curves run to ten times the truth's optimal tokens per parameter at 1e20 FLOPs
+        n_opt = float(chinchilla_optimal_N(1e20, t))
+        ratio = 10.0 * 1e20 / (SIX * n_opt * n_opt)
+        return curves(n_points=40, tokens_per_param=ratio, seed=seed, t=t), t, "approach1"
+    if design == "underdetermined":  # the example sweep's shape: 3 budgets x 4 sizes over a decade of compute
+        pts = isoflop_points(budgets=np.array([3e18, 1e19, 3e19]), n_sizes=4, span=1.2, noise=0.02, seed=seed, t=t)
+        return prepare(pts, source=f"12-point draw {seed}"), t, "approach3"
+    raise ValueError(f"unknown design {design!r} (use one of {DESIGNS})")
+
+
+def true_optimal_N(kind: str, t: dict[str, float], C: float, k: float = SIX) -> float:
+    """N* of the truth at budget C (the joint law's minimum for Kaplan, eq. 4 of Hoffmann et al. otherwise)."""
+    if kind == "kaplan":
+        q = t["alpha_N"] / t["alpha_D"]
+        return float(np.exp((np.log(q) + q * t["log_Nc"] + np.log(C) - np.log(k) - t["log_Dc"]) / (q + 1)))
+    return float(chinchilla_optimal_N(C, t, k))
+
+
+def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0,
+                   factor: float = 10.0, run_backtest: bool = True) -> dict[str, float]:
+    """Fit ``draws`` data sets of ``design`` as ``scaling fit`` does (bootstrap and backtest) and score N*.
+
+    Returns the fraction of draws flagged unreliable, and among the rest the fraction whose
+    reported 95% interval on N* at ``factor`` times the largest budget covers the truth (and,
+    for contrast, the fraction the parameters' bootstrap interval alone covers).
+    Without ``run_backtest`` the intervals carry no model-error term (enough to count flags).
+    """
+    from scaling.fitting.api import fit_data
+
+    settings = {"approach3": {"grid": "small"}}
+    covered = covered_param = flagged = fitted = 0
+    widths = []
+    for i in range(draws):
+        data, t, kind = draw(design, seed + i)
+        try:
+            law = fit_data(data, kind, n_bootstrap=n_bootstrap, seed=seed + i, settings=settings,
+                           run_backtest=run_backtest).laws[kind]
+        except Exception:  # noqa: BLE001 - a draw the law cannot fit at all counts as flagged
+            flagged += 1
+            continue
+        fitted += 1
+        if law.doubts():
+            flagged += 1
+            continue
+        C = factor * float(data.points["C"].max())
+        iv = law.optimal_interval(C)["N"]
+        truth = true_optimal_N(kind, t, C, law.k_)
+        covered += bool(iv["lo"] <= truth <= iv["hi"])
+        covered_param += bool(iv.get("lo_param", iv["lo"]) <= truth <= iv.get("hi_param", iv["hi"]))
+        widths.append(float(np.log(iv["hi"] / iv["lo"])))
+    kept = draws - flagged
+    return {"draws": draws, "flagged": flagged / draws, "kept": kept, "coverage": covered / kept if kept else float("nan"),
+            "coverage_bootstrap_only": covered_param / kept if kept else float("nan"),
+            "median_ln_width": float(np.nanmedian(widths)) if widths else float("nan")}

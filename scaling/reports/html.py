@@ -18,7 +18,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from scaling.db.jsonvalues import as_dict
@@ -26,9 +25,6 @@ from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
 from scaling.reports.data import ReportData
-
-#: the next budget the headline recommends, as a multiple of the largest run's C
-NEXT_BUDGET_FACTOR = 10.0
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -223,64 +219,89 @@ def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
 
 
 def next_budget(data: ReportData) -> float | None:
-    """The budget the headline recommends for: ten times the largest completed run's C."""
+    """The budget the headline recommends for (:func:`scaling.fitting.recommend.default_budget`)."""
+    from scaling.fitting.recommend import default_budget
+
     done = data.completed
     if done.empty:
         return None
-    return float(done["C"].max()) * NEXT_BUDGET_FACTOR
+    return default_budget(float(done["C"].max()))
+
+
+def recommend_for(data: ReportData, target: float) -> Any | None:
+    """:func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
+    from scaling.errors import UserError
+    from scaling.fitting.recommend import compare_laws
+
+    laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
+    try:
+        return compare_laws(laws, target, source=data.sweep or "")
+    except UserError:
+        return None
 
 
 def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
-    """Each fitted method's N*, D* and loss at ``target`` with their 95% intervals."""
-    rows = []
-    for method, law in data.fits.items():
-        view = fitview.frontier(method, law)
-        if view is None:
-            continue
-        try:
-            iv = law.optimal_interval(target) if hasattr(law, "optimal_interval") else None
-        except Exception:
-            iv = None
-        if iv is None:
-            cur = view.curve(np.array([target]))
-            iv = {k: {"value": float(cur[k][0]), "lo": math.nan, "hi": math.nan} for k in ("N", "D", "loss")}
-        rows.append({"method": method, "label": view.label, **iv})
-    return rows
+    """Each fitted method's N*, D* and loss at ``target`` with their 95% intervals, and whether it is reliable."""
+    rec = recommend_for(data, target)
+    if rec is None:
+        return []
+    return [{"method": kind, "label": fitview.label_of(kind, data.fits.get(kind)), "chosen": kind == rec.chosen,
+             "unreliable": rec.unreliable.get(kind), **iv} for kind, iv in rec.per_law.items()]
 
 
 def _interval(d: dict[str, float], digits: int = 3) -> str:
     v = _num(d.get("value"), digits)
+    if d.get("kind") == "pinned":
+        return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
+    if d.get("kind") in ("biased", "no spread"):
+        why = "bootstrap biased" if d.get("kind") == "biased" else "replicates do not vary"
+        return f"{v} <span class=\"ci\">(no interval: {why})</span>"
     lo, hi = d.get("lo"), d.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return v
-    return f"{v} <span class=\"ci\">[{_num(lo, digits)}, {_num(hi, digits)}]</span>"
+    mark = "*" if d.get("widened") else ""
+    return f"{v} <span class=\"ci\">[{_num(lo, digits)}, {_num(hi, digits)}]{mark}</span>"
 
 
 def _headline(data: ReportData) -> str:
     target = next_budget(data)
     if target is None:
         return _missing("No recommendation: no run has completed yet.")
-    recs = recommendations(data, target)
-    if not recs:
+    rec = recommend_for(data, target)
+    if rec is None or not rec.per_law:
         return _missing(f"No recommendation for the next budget (C = {_sci(target)} FLOPs): no law could be fitted.")
-    best = next((r for r in recs if fitview.kind_of(r["method"], None) == "approach3"), recs[0])
+    if rec.chosen is None:
+        return _missing(f"No recommendation for the next budget (C = {_sci(target)} FLOPs): no fitted law has an "
+                        "interval on N* or is reliable.")
+    best = rec.per_law[rec.chosen]
+    label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
     head = (f'<div class="headline"><strong>Next budget C = {_sci(target)} FLOPs</strong> '
-            f"(10× the largest run): {e(best['label'])} recommends N* = {_interval(best['N'])}, "
+            f"(10× the largest run): {e(label)} recommends N* = {_interval(best['N'])}, "
             f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
-            f"(95% bootstrap intervals in brackets).</div>")
-    rows = "".join(
-        f"<tr><td>{e(r['label'])}</td><td class=\"num\">{_interval(r['N'])}</td>"
-        f"<td class=\"num\">{_interval(r['D'])}</td><td class=\"num\">{_num(r['D']['value'] / r['N']['value'] if r['N']['value'] else math.nan)}</td>"
-        f"<td class=\"num\">{_interval(r['loss'], 4)}</td></tr>"
-        for r in recs
-    )
+            f"(95% intervals in brackets). <span class=\"why\">Why this law: {e(rec.chosen_reason)}.</span></div>")
+    rows = []
+    for kind, r in rec.per_law.items():
+        status = "chosen" if kind == rec.chosen else ("unreliable: " + rec.unreliable[kind].removeprefix("unreliable: ")
+                                                      if kind in rec.unreliable else "")
+        ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
+        rows.append(f"<tr><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
+                    f"<td class=\"num\">{_interval(r['N'])}</td><td class=\"num\">{_interval(r['D'])}</td>"
+                    f"<td class=\"num\">{_num(ratio)}</td><td class=\"num\">{_interval(r['loss'], 4)}</td>"
+                    f"<td>{e(status)}</td></tr>")
     table = ('<table id="recommendations"><thead><tr><th>method</th><th class="num">N*</th><th class="num">D*</th>'
-             f'<th class="num">D*/N*</th><th class="num">loss</th></tr></thead><tbody>{rows}</tbody></table>')
-    ns = [r["N"]["value"] for r in recs if r["N"]["value"] and math.isfinite(r["N"]["value"])]
-    spread = ""
+             '<th class="num">D*/N*</th><th class="num">loss</th><th>status</th></tr></thead>'
+             f"<tbody>{''.join(rows)}</tbody></table>")
+    extra = []
+    if any(iv.get("widened") for r in rec.per_law.values() for iv in r.values()):
+        extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
+                     "error each law made predicting its own largest budget (its backtest).")
+    if rec.across_laws:
+        extra.append(f"Across the reliable laws N* lies in [{_sci(rec.across_laws['lo'])}, {_sci(rec.across_laws['hi'])}]: "
+                     "the spread between methods, a model uncertainty no single law's interval shows.")
+    ns = [r["N"]["value"] for r in rec.per_law.values() if r["N"]["value"] and math.isfinite(r["N"]["value"])]
     if len(ns) > 1:
-        spread = f"<p>The methods' N* span a factor of {max(ns) / min(ns):.2g}.</p>"
-    return head + table + spread
+        extra.append(f"The methods' N* span a factor of {max(ns) / min(ns):.2g}.")
+    return head + table + "".join(f"<p>{e(x)}</p>" for x in extra)
 
 
 # -- runs table -------------------------------------------------------------------------------

@@ -131,3 +131,25 @@ def test_fit_modes(sweeps, tmp_path: Path) -> None:
     assert {"fig-contour", "fig-residuals"} <= set(figs)
     with pytest.raises(ValueError, match="fit must be one of"):
         write_report(url, "typical", tmp_path / "x.html", fit="guess")
+
+
+def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
+    from scaling.reports.data import ReportData
+    from scaling.reports.fitview import LABELS
+    from scaling.reports.html import next_budget, recommend_for, render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    rec = recommend_for(data, next_budget(data))
+    assert rec is not None and rec.chosen is not None
+    assert rec.chosen not in rec.unreliable and not data.fits[rec.chosen].doubts()
+    headline = re.search(r'<div class="headline">(.*?)</div>', render(data), re.S).group(1)
+    assert LABELS[rec.chosen] in headline and "Why this law" in headline and "narrowest 95% interval" in headline
+    # The same law, once its notes say the data cannot pin it down, is no longer followed.
+    first = rec.chosen
+    data.fits[first].notes_.append("unreliable: the data do not determine A (its 95% bootstrap interval spans 9 orders)")
+    text = render(data)
+    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    assert LABELS[first] not in headline
+    row = re.search(rf"<tr><td>{re.escape(LABELS[first])}</td>.*?</tr>", text, re.S).group(0)
+    assert "unreliable: the data do not determine A" in row

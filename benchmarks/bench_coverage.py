@@ -1,0 +1,89 @@
+"""Do the reported 95% intervals hold? Synthetic laws, and published data held out.
+
+Run by hand: ``python benchmarks/bench_coverage.py [--draws 200] [--bootstrap 100]``. Prints, in
+this one run:
+
+1. for each method, over ``--draws`` synthetic data sets from random laws near published ones
+   (:func:`scaling.fitting.synthetic.coverage_study`): the share flagged unreliable, and among the
+   rest the coverage of the true N* at ten times the largest budget by the reported interval and,
+   as the baseline, by the parameters' bootstrap interval alone;
+2. the share of example-shaped (12-point) draws on which approach 3 is flagged;
+3. on every published set in tests/data (Porian et al. 2024's ten IsoFLOP sets, Epoch AI's
+   Chinchilla points), the largest budget held out: how many held-out losses each law's
+   prediction interval covers, against the bootstrap-only interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def published_sets():
+    import pandas as pd
+
+    from scaling.fitting import from_frame
+
+    for path in sorted((ROOT / "tests/data/porian2024/isoflop_points").glob("*.csv")):
+        yield path.stem, from_frame(pd.read_csv(path), source=path.name)
+    df = pd.read_csv(ROOT / "tests/data/chinchilla_epoch/svg_extracted_data.csv").sort_values("loss").iloc[:-5]
+    df = df.rename(columns={"Model Size": "N", "Training FLOP": "C"})[["N", "C", "loss"]]
+    yield "chinchilla_epoch", from_frame(df, source="epoch")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--bootstrap", type=int, default=100)
+    ap.add_argument("--designs", default="approach2,approach1,kaplan,approach3,underdetermined",
+                    help="comma-separated synthetic designs to run (empty: none)")
+    ap.add_argument("--skip-published", action="store_true")
+    args = ap.parse_args()
+
+    from scaling.fitting.backtest import held_out_coverage
+    from scaling.fitting.synthetic import coverage_study
+
+    designs = [d for d in args.designs.split(",") if d]
+    if designs:
+        print(f"N* at 10x the largest budget, {args.draws} draws per method, {args.bootstrap} bootstrap replicates")
+    for design in designs:
+        if design == "underdetermined":
+            r = coverage_study("underdetermined", args.draws, n_bootstrap=args.bootstrap, seed=6000, run_backtest=False)
+            print(f"  12-point example-shaped draws: approach 3 flagged on {100 * r['flagged']:.1f}%", flush=True)
+        else:
+            t = time.perf_counter()
+            r = coverage_study(design, args.draws, n_bootstrap=args.bootstrap, seed=5000)
+            print(f"  {design:10s} flagged {100 * r['flagged']:5.1f}%  coverage {100 * r['coverage']:5.1f}% of "
+                  f"{r['kept']} kept (bootstrap only: {100 * r['coverage_bootstrap_only']:5.1f}%)  median ln width "
+                  f"{r['median_ln_width']:.2f}  [{time.perf_counter() - t:.0f} s]", flush=True)
+
+    if args.skip_published:
+        return
+    print("published sets, largest budget held out: held-out losses inside the 95% prediction interval")
+    totals: dict[tuple[str, bool], list[int]] = {}
+    for name, data in published_sets():
+        res = held_out_coverage(data, n_bootstrap=args.bootstrap, settings={"approach3": {"grid": "coarse"}})
+        cells = []
+        for kind, r in res.items():
+            if "error" in r:
+                cells.append(f"{kind}: not fitted")
+                continue
+            flag = " (flagged)" if r["flagged"] else ""
+            cells.append(f"{kind}{flag} {r['covered']}/{r['n']} (bootstrap only {r['covered_bootstrap_only']}/{r['n']})")
+            tot = totals.setdefault((kind, r["flagged"]), [0, 0, 0])
+            tot[0] += r["covered"]
+            tot[1] += r["covered_bootstrap_only"]
+            tot[2] += r["n"]
+        print(f"  {name:36s} " + "; ".join(cells), flush=True)
+    for (kind, flagged), (c, cb, n) in sorted(totals.items()):
+        print(f"  total {kind}{' flagged' if flagged else ''}: {c}/{n} = {100 * c / n:.0f}% covered "
+              f"(bootstrap only {100 * cb / n:.0f}%; ratio {c / max(cb, 1):.2f})")
+
+
+if __name__ == "__main__":
+    main()

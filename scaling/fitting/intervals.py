@@ -1,0 +1,110 @@
+"""What a bootstrap may claim about one quantity: its SE and 95% interval, or why it has none.
+
+A number printed beside an estimate is a claim about it, so each summary says which claim it
+makes (``kind``):
+
+- ``percentile``: the 2.5% and 97.5% quantiles of the replicates (the default);
+- ``biased``: the percentile interval excludes the estimate. Neither standard repair helps then:
+  the bias-corrected percentile interval (BCa without acceleration; Efron & Tibshirani 1993,
+  Sec. 14.3) contains the estimate only when the estimate's own quantile among the replicates,
+  Phi(z0), satisfies z0 <= z_0.975, i.e. exactly when the percentile interval already does, and
+  the basic interval contains it under the same condition. So the bootstrap is reported biased
+  (it does not reproduce the fit: replicates and fit differ in procedure, or the estimator is
+  biased here), with the estimate's quantile among the replicates, and no interval;
+- ``pinned``: the parameter sits at a bound of its fit (e.g. an irreducible loss of 0): reported as
+  pinned, never with an interval, because the replicates only echo the bound;
+- ``no spread``: every replicate refits to the same value, which says nothing about uncertainty.
+
+The standard error is reported on the scale the quantity is fitted in: for a positive quantity
+fitted as a logarithm (``log=True``) ``se_log`` is the SE of its natural log. A linear ``se`` is
+dropped (NaN, with ``se_note``) where the replicates are so heavy-tailed that it disagrees with
+the interval (more than twice the SE a normal law would give that interval), as a linear SE of
+2e6 beside an interval [155, 799] would.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.stats import norm
+
+#: The two-sided level of every reported interval.
+LEVEL = 0.95
+#: A linear SE larger than this many times the interval's normal-theory SE is not reported.
+SE_TAIL_FACTOR = 2.0
+#: Relative width below which an interval counts as zero-width.
+ZERO_WIDTH = 1e-9
+
+
+def summarise(values: Any, point: float, *, log: bool = False, pinned: str | None = None) -> dict[str, Any]:
+    """Point estimate, bootstrap SE and 95% interval of one quantity, or the reason it has none.
+
+    ``log``: the quantity is positive and fitted on a log scale (SE reported as ``se_log``).
+    ``pinned``: the bound the point estimate sits at (then no interval is reported).
+    """
+    point = float(point)
+    out: dict[str, Any] = {"value": point, "se": math.nan, "lo": math.nan, "hi": math.nan}
+    if pinned:
+        out.update(kind="pinned", pinned=pinned)
+        return out
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if log:
+        v = v[v > 0]
+    if v.size < 2:
+        return out
+    q = (1 - LEVEL) / 2
+    lo, hi = (float(x) for x in np.quantile(v, [q, 1 - q]))
+    if hi - lo <= ZERO_WIDTH * max(abs(point), abs(lo), abs(hi), 1e-300):
+        out.update(kind="no spread", note="every bootstrap replicate refits to the same value")
+        return out
+    if not lo <= point <= hi:
+        below = float((np.sum(v < point) + 0.5 * np.sum(v == point)) / v.size)
+        out.update(kind="biased", quantile=below,
+                   note=(f"the estimate lies above {100 * below:.3g}% of its bootstrap replicates: the bootstrap does "
+                         "not reproduce the fit, so no interval is given") if below > 0.5 else
+                   (f"the estimate lies below {100 * (1 - below):.3g}% of its bootstrap replicates: the bootstrap "
+                    "does not reproduce the fit, so no interval is given"))
+        return out
+    out.update(lo=lo, hi=hi, kind="percentile")
+    with np.errstate(over="ignore", invalid="ignore"):
+        se = float(np.std(v, ddof=1))
+    normal_se = (hi - lo) / (2 * norm.ppf(1 - q))
+    if not se <= SE_TAIL_FACTOR * normal_se:
+        out["se_note"] = "replicates too heavy-tailed for a linear SE"
+    else:
+        out["se"] = se
+    if log:
+        out["se_log"] = float(np.std(np.log(v), ddof=1))
+    return out
+
+
+def orders_of_magnitude(iv: dict[str, Any]) -> float:
+    """How many decades a positive quantity's interval spans (NaN without one)."""
+    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:
+        return math.nan
+    return math.log10(hi / lo)
+
+
+def widen_log(iv: dict[str, Any], half_width: float, why: str) -> dict[str, Any]:
+    """``iv`` with its interval widened by a factor exp(``half_width``) each side (positive quantities).
+
+    Keeps the parameter-only interval as ``lo_param``/``hi_param`` and says why in ``widened``.
+    """
+    out = dict(iv)
+    if not (half_width > 0 and math.isfinite(half_width)):
+        return out
+    v, lo, hi = out["value"], out.get("lo", math.nan), out.get("hi", math.nan)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        if out.get("kind") in ("pinned", "biased") or not (v > 0):
+            return out
+        lo = hi = v  # no bootstrap interval: the model-error term alone
+    if lo <= 0 or hi <= 0:
+        return out
+    out["lo_param"], out["hi_param"] = iv.get("lo", math.nan), iv.get("hi", math.nan)
+    out["lo"], out["hi"] = lo * math.exp(-half_width), hi * math.exp(half_width)
+    out["widened"] = why
+    return out
