@@ -148,7 +148,8 @@ def batch_lbfgs(
         y_hist[slot] = np.where(good[:, None], y, 0.0)
         rho[slot] = np.where(good, 1.0 / np.where(good, sy, 1.0), 0.0)
         yy = np.einsum("kd,kd->k", y, y)
-        gamma = np.where(good, sy / np.where(good, yy, 1.0), gamma)
+        scaled = good & (yy > 1e-300)  # y·y can underflow where s·y does not
+        gamma = np.where(scaled, sy / np.where(scaled, yy, 1.0), gamma)
 
         small_f = (f_prev - f) <= ftol * np.maximum(np.maximum(np.abs(f_prev), np.abs(f)), 1e-300)
         small_g = np.max(np.abs(g), axis=1) <= gtol
