@@ -473,15 +473,3 @@ class Trainer:
             data=self.data.corpus.describe(),
         )
 
-
-def run(
-    spec: RunSpec,
-    store_url: Optional[str],
-    run_dir: str | Path,
-    *,
-    attempt: Optional[int] = None,
-    report: Optional[ReportFn] = None,
-    sweep: Optional[str] = None,
-) -> TrainResult:
-    """Train ``spec`` (see :func:`scaling.trainer.train`)."""
-    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()
