@@ -425,7 +425,7 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
             continue
         try:
             pred = np.asarray(model.predict(done["N"].to_numpy(float), done["D"].to_numpy(float)), dtype=float)
-        except Exception:  # laws without an L(N, D) (approaches 1 and 2) have nothing to compare
+        except Exception:  # a law that cannot evaluate at these points is left out of the figure, not the report
             continue
         if pred.shape != (len(done),) or not np.isfinite(pred).any():
             continue

@@ -117,7 +117,7 @@ def frontier(method: str, law: Any) -> FrontierView | None:
         N, D, _ = model.optimal(np.array([1e18]))
         if not (np.isfinite(np.asarray(N, float)).all() and np.isfinite(np.asarray(D, float)).all()):
             return None
-    except Exception:  # a law that cannot produce a frontier (e.g. Kaplan without L(C)) is skipped
+    except Exception:  # a law that cannot evaluate its frontier is left out of the figure, not the report
         return None
     kind = kind_of(method, model)
     return FrontierView(method=method, kind=kind, label=label_of(method, model), law=model,
