@@ -30,7 +30,7 @@ from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer import TrainResult, checkpoint, faults
-from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
+from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
 from scaling.trainer.optim import lr_at, param_groups
@@ -58,7 +58,7 @@ def open_store(url: str) -> Any:
 class RunData:
     """A run's training and evaluation data, as this rank sees it."""
 
-    corpus: Any  # trainer.data.Corpus
+    corpus: Corpus
     batches: Batches
     first: int  # this rank's first sequence of each batch
     parts: list[tuple[int, int]]  # (offset, count) of each micro-batch of this rank's share
