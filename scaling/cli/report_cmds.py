@@ -43,10 +43,14 @@ def report(
         typer.Option(
             "--fit",
             help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
-            "unchanged data, storing a new one); 'stored' only reads stored fits (writes nothing); "
-            "'memory' fits quickly without storing.",
+            "unchanged data); 'stored' only reads stored fits; 'memory' fits quickly for this report.",
         ),
     ] = "sweep",
+    store_fits: Annotated[
+        bool,
+        typer.Option("--store-fits", help="Store the new fits of --fit sweep in the database, as `scaling fit` "
+                     "does (by default a report only reads the database)."),
+    ] = False,
     open_: Annotated[
         bool, typer.Option("--open", help="Open the report in the default web browser when written.")
     ] = False,
@@ -62,13 +66,15 @@ def report(
     from scaling.db import resolve_url
     from scaling.errors import UserError
     from scaling.reports import write_report
-    from scaling.reports.fitview import FIT_MODES
+    from scaling.reports.data import FIT_MODES
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    if store_fits and fit != "sweep":
+        raise UserError(f"--store-fits needs --fit sweep (--fit {fit} makes nothing to store)")
     _check_output(output)
     try:
-        path = write_report(resolve_url(db), sweep, output, fit=fit)
+        path = write_report(resolve_url(db), sweep, output, fit=fit, store_fits=store_fits)
     except OSError as exc:
         raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
     typer.echo(str(path))

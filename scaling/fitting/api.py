@@ -211,8 +211,11 @@ def _config_hash(law: Law, n_bootstrap: int, seed: int) -> str:
 
 
 def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
-              effective_data: bool = False) -> FitSummary:
+              effective_data: bool = False, save: bool = True) -> FitSummary:
     """Fit a sweep's completed runs, store each fit with its data fingerprint, reuse unchanged ones.
+
+    ``save=False`` reuses stored fits but stores none of the new ones (a report that was not
+    asked to write to the database).
 
     The stored fingerprint is ``<data fingerprint>-<configuration hash>``: the same data fitted
     with other settings, bootstrap size or seed is a different fit.
@@ -250,7 +253,8 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
                 summary.skipped[kind] = " ".join(str(exc).split())
                 continue
             summary.laws[kind] = fitted
-            summary.stored[kind] = store.save_fit(sweep, cls.law, cls.method, fitted.to_dict(), fp)
+            if save:
+                summary.stored[kind] = store.save_fit(sweep, cls.law, cls.method, fitted.to_dict(), fp)
     finally:
         close = getattr(store, "close", None)
         if close is not None:

@@ -49,11 +49,9 @@ class Expansion:
 
 
 def _resolve_data(spec: RunSpec) -> RunSpec:
-    """Fill the corpus fingerprint (part of the key) and size, when the trainer's data module exists."""
-    try:
-        from scaling.trainer.data import resolve_data
-    except ImportError:
-        return spec
+    """Fill the corpus fingerprint (part of the key) and the corpus size."""
+    from scaling.trainer.data import resolve_data
+
     return resolve_data(spec)
 
 

@@ -173,14 +173,10 @@ _SKIPPED = object()
 
 
 def _hook(module: str, function: str, echo: Callable[[str], None], *args: Any) -> Any:
-    """Call ``module.function(*args)`` if that part of scaling exists yet, else say so and skip."""
+    """Call ``module.function(*args)`` (imported only when the sweep gets that far); a user error is a note."""
     import importlib
 
-    try:
-        fn = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError):
-        echo(f"note: {module}.{function} is not available yet; skipped")
-        return _SKIPPED
+    fn = getattr(importlib.import_module(module), function)
     try:
         return fn(*args)
     except UserError as exc:  # e.g. too few completed runs to fit: the sweep itself succeeded

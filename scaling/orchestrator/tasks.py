@@ -2,7 +2,7 @@
 
 Single-worker runs call `scaling.trainer.train` directly inside a Ray task: no Ray Train
 worker group, no controller, so a small run pays only for the task (workers are reused).
-Multi-worker runs go through the distributed engineer's Ray Train path.
+Multi-worker runs go through Ray Train (`orchestrator/multiworker.py`).
 """
 
 from __future__ import annotations

@@ -9,16 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep") -> Path:
+def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
+                 store_fits: bool = False) -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
-    ``fit``: ``"sweep"`` (fit through ``scaling.fitting.fit_sweep``, reusing stored fits),
-    ``"stored"`` (read-only) or ``"memory"``; see :func:`scaling.reports.html.write_report`.
+    ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or
+    ``"memory"``; ``store_fits=True`` stores the new fits of ``fit="sweep"`` (by default a report
+    only reads the database). See :func:`scaling.reports.data.load_fits`.
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write
 
-    return _write(url, sweep, path, fit=fit)
+    return _write(url, sweep, path, fit=fit, store_fits=store_fits)
 
 
 __all__ = ["write_report"]

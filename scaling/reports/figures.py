@@ -9,7 +9,6 @@ sweep names) is HTML-escaped before it reaches plotly, which renders a subset of
 
 from __future__ import annotations
 
-import html
 import math
 from typing import Any, Iterable, Sequence
 
@@ -19,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from scaling.fmt import escape, num
 from scaling.reports import fitview
 from scaling.reports.data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
@@ -32,17 +32,6 @@ METHOD_COLORS = {
     "approach3": "#2ca02c",
 }
 _TEMPLATE = "plotly_white"
-
-
-def esc(text: Any) -> str:
-    """User text made safe for plotly labels and HTML (plotly shows entities as characters)."""
-    return html.escape("" if text is None else str(text), quote=True)
-
-
-def _fmt(x: float, digits: int = 3) -> str:
-    if x is None or not np.isfinite(x):
-        return "–"
-    return f"{x:.{digits}g}"
 
 
 def size_colors(sizes: Iterable[float]) -> dict[float, str]:
@@ -59,11 +48,11 @@ def _empty(title: str, message: str) -> go.Figure:
     """A figure that says why it has nothing to show (still a real plot, with an annotation)."""
     fig = go.Figure(go.Scatter(x=[], y=[], mode="markers", showlegend=False))
     fig.update_layout(
-        title=esc(title),
+        title=escape(title),
         template=_TEMPLATE,
         xaxis_visible=False,
         yaxis_visible=False,
-        annotations=[dict(text=esc(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
+        annotations=[dict(text=escape(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
         height=260,
     )
     return fig
@@ -76,8 +65,8 @@ def _runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _label(run: pd.Series) -> str:
     name = run.get("name") or ""
-    base = f"N={_fmt(run['N'])} D={_fmt(run['D'])}"
-    return esc(f"{name} ({base})" if name else base)
+    base = f"N={num(run['N'])} D={num(run['D'])}"
+    return escape(f"{name} ({base})" if name else base)
 
 
 # -- training curves -----------------------------------------------------------------------------
@@ -135,7 +124,7 @@ def loss_curves(
                 shown.add(group)
             traces.append(dict(
                 type="scatter", x=xs[a:b], y=ys[a:b], mode="lines+markers" if is_eval else "lines",
-                name=esc(group), legendgroup=group, showlegend=first, opacity=0.85,
+                name=escape(group), legendgroup=group, showlegend=first, opacity=0.85,
                 line=dict(color=color, width=1.2, dash="dot" if is_eval else "solid"), marker=dict(size=4, color=color),
                 hovertemplate=f"{label}<br>{'eval' if is_eval else 'train'} loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
             ))
@@ -150,14 +139,14 @@ def loss_curves(
         traces.append(dict(
             type="scatter", x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float),
             mode="markers", name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
-            text=[f"N_opt {_fmt(n)}" for n in optima["N"]],
+            text=[f"N_opt {num(n)}" for n in optima["N"]],
             hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
         ))
     # One Figure from all traces at once: add_trace one by one is quadratic in the trace count.
     return go.Figure(
         data=traces,
         layout=dict(
-            title=esc(title),
+            title=escape(title),
             template=_TEMPLATE,
             xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
             yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
@@ -171,13 +160,13 @@ def size_groups(sizes: Iterable[float], max_groups: int = 12) -> dict[float, str
     """A legend group per model size, or per log-spaced size range when there are many sizes."""
     uniq = sorted({float(s) for s in sizes if s is not None and np.isfinite(s) and s > 0})
     if len(uniq) <= max_groups:
-        return {s: f"N={_fmt(s)}" for s in uniq}
+        return {s: f"N={num(s)}" for s in uniq}
     edges = np.logspace(math.log10(uniq[0]), math.log10(uniq[-1]), max_groups + 1)
     out = {}
     for s in uniq:
         # clip: logspace's end points may round just past the smallest and largest sizes
         i = min(max(int(np.searchsorted(edges, s, side="right")) - 1, 0), max_groups - 1)
-        out[s] = f"N {_fmt(edges[i], 2)}–{_fmt(edges[i + 1], 2)}"
+        out[s] = f"N {num(edges[i], 2)}–{num(edges[i + 1], 2)}"
     return out
 
 
@@ -223,13 +212,13 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
         pts = sl["points"]
         color = colors[budget]
         flagged = sl.get("flagged", False)
-        label = f"C={_fmt(budget, 2)}" + (f" (left out: {sl.get('status', 'flagged')})" if flagged else "")
+        label = f"C={num(budget, 2)}" + (f" (left out: {sl.get('status', 'flagged')})" if flagged else "")
         fig.add_trace(
             go.Scatter(
                 x=pts["N"].to_numpy(float),
                 y=pts["final_loss"].to_numpy(float),
                 mode="markers",
-                name=esc(label),
+                name=escape(label),
                 legendgroup=str(budget),
                 marker=dict(color=color, size=9, symbol="circle-open" if flagged else "circle",
                             line=dict(width=2, color=color) if flagged else dict(width=0.5, color="white")),
@@ -250,11 +239,11 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
                 go.Scatter(
                     x=[sl["N_opt"]], y=[sl["loss_opt"]], mode="markers", legendgroup=str(budget),
                     showlegend=False, marker=dict(symbol="star", size=15, color=color, line=dict(color="black", width=1)),
-                    hovertemplate=f"C={_fmt(budget, 2)}: N_opt %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>",
+                    hovertemplate=f"C={num(budget, 2)}: N_opt %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>",
                 )
             )
     fig.update_layout(
-        title=esc(title),
+        title=escape(title),
         template=_TEMPLATE,
         xaxis=dict(type="log", title="N (parameters)"),
         yaxis=dict(title="final eval loss"),
@@ -301,9 +290,9 @@ def frontiers(
                 )
             fig.add_trace(
                 go.Scatter(
-                    x=grid, y=curve[key], mode="lines", name=esc(v.label), legendgroup=v.method,
+                    x=grid, y=curve[key], mode="lines", name=escape(v.label), legendgroup=v.method,
                     showlegend=col == 1, line=dict(color=color, width=2),
-                    hovertemplate=f"{esc(v.label)}<br>C %{{x:.3g}}: {key}_opt %{{y:.3g}}<extra></extra>",
+                    hovertemplate=f"{escape(v.label)}<br>C %{{x:.3g}}: {key}_opt %{{y:.3g}}<extra></extra>",
                 ),
                 row=1, col=col,
             )
@@ -312,7 +301,7 @@ def frontiers(
                     go.Scatter(
                         x=v.points["C"], y=v.points[key], mode="markers", legendgroup=v.method,
                         showlegend=False, marker=dict(color=color, size=7, symbol="diamond"),
-                        hovertemplate=f"{esc(v.label)} measured: C %{{x:.3g}}, {key} %{{y:.3g}}<extra></extra>",
+                        hovertemplate=f"{escape(v.label)} measured: C %{{x:.3g}}, {key} %{{y:.3g}}<extra></extra>",
                     ),
                     row=1, col=col,
                 )
@@ -322,7 +311,7 @@ def frontiers(
                     go.Scatter(
                         x=[target], y=at[key], mode="markers", legendgroup=v.method, showlegend=False,
                         marker=dict(symbol="star", size=14, color=color, line=dict(color="black", width=1)),
-                        hovertemplate=f"{esc(v.label)} at the recommended budget: {key} %{{y:.3g}}<extra></extra>",
+                        hovertemplate=f"{escape(v.label)} at the recommended budget: {key} %{{y:.3g}}<extra></extra>",
                     ),
                     row=1, col=col,
                 )
@@ -341,7 +330,7 @@ def frontiers(
     fig.update_yaxes(type="log")
     fig.update_yaxes(title="N_opt (parameters)", row=1, col=1)
     fig.update_yaxes(title="D_opt (tokens)", row=1, col=2)
-    fig.update_layout(title=esc(title), template=_TEMPLATE, height=470, legend=dict(title="method"))
+    fig.update_layout(title=escape(title), template=_TEMPLATE, height=470, legend=dict(title="method"))
     return fig
 
 
@@ -412,12 +401,12 @@ def parametric_contour(
                 go.Scatter(
                     x=done["N"], y=done["D"], mode="markers", name="runs",
                     marker=dict(color="white", size=9, line=dict(color="black", width=1.5)),
-                    text=[_label(r) + f"<br>final loss {_fmt(r['final_loss'], 4)}" for _, r in done.iterrows()],
+                    text=[_label(r) + f"<br>final loss {num(r['final_loss'], 4)}" for _, r in done.iterrows()],
                     hovertemplate="%{text}<extra></extra>",
                 )
             )
     fig.update_layout(
-        title=esc(title), template=_TEMPLATE, height=520,
+        title=escape(title), template=_TEMPLATE, height=520,
         xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(type="log", title="D (tokens)"),
         legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"),
     )
@@ -436,7 +425,7 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
             continue
         try:
             pred = np.asarray(model.predict(done["N"].to_numpy(float), done["D"].to_numpy(float)), dtype=float)
-        except Exception:  # laws without an L(N, D) (approaches 1 and 2) have nothing to compare
+        except Exception:  # a law that cannot evaluate at these points is left out of the figure, not the report
             continue
         if pred.shape != (len(done),) or not np.isfinite(pred).any():
             continue
@@ -444,7 +433,7 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
         kind = fitview.kind_of(method, law)
         fig.add_trace(
             go.Scatter(
-                x=done["C"], y=rel, mode="markers", name=esc(fitview.label_of(method, law)),
+                x=done["C"], y=rel, mode="markers", name=escape(fitview.label_of(method, law)),
                 marker=dict(color=METHOD_COLORS.get(kind, "#9467bd"), size=8),
                 text=[_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>relative error %{y:.2%}<extra></extra>",
             )
@@ -454,7 +443,7 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
         return _empty(title, "No fitted law predicts L(N, D) for these runs yet.")
     fig.add_hline(y=0, line=dict(color="black", width=1))
     fig.update_layout(
-        title=esc(title), template=_TEMPLATE, height=400,
+        title=escape(title), template=_TEMPLATE, height=400,
         xaxis=dict(type="log", title="C (FLOPs)"), yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"),
     )
     return fig
@@ -474,13 +463,13 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
         label = g["label"].iloc[0] if "label" in g else method
         fig.add_trace(
             go.Bar(
-                x=[f"N={_fmt(n)}, C={_fmt(c, 2)}" for n, c in zip(g["N"], g["C"])], y=g["rel_error"], name=esc(label),
+                x=[f"N={num(n)}, C={num(c, 2)}" for n, c in zip(g["N"], g["C"])], y=g["rel_error"], name=escape(label),
                 marker_color=METHOD_COLORS.get(fitview.kind_of(method, None), "#9467bd"),
-                hovertemplate=f"{esc(label)}<br>%{{x}}: %{{y:.2%}}<extra></extra>",
+                hovertemplate=f"{escape(label)}<br>%{{x}}: %{{y:.2%}}<extra></extra>",
             )
         )
     fig.update_layout(
-        title=esc(title), template=_TEMPLATE, barmode="group", height=400,
+        title=escape(title), template=_TEMPLATE, barmode="group", height=400,
         yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"), xaxis=dict(title="held-out run"),
     )
     return fig
@@ -493,7 +482,7 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
     if events is None or events.empty:
         return _empty(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
     r = runs.set_index("run_key")
-    labels = {k: _label(row) + f" [{esc(k)}]" for k, row in r.iterrows()}
+    labels = {k: _label(row) + f" [{escape(k)}]" for k, row in r.iterrows()}
     symbols = {
         names.LOSS_SPIKE: "triangle-up", names.ROLLBACK: "triangle-down", names.RETRY: "square",
         names.RESUME: "circle", names.FAILURE: "x", names.STALE_RECOVERED: "diamond",
@@ -501,17 +490,17 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
     }
     fig = go.Figure()
     for kind, g in events.groupby("kind", sort=True):
-        ys = [labels.get(k, esc(k)) for k in g["run_key"]]
-        detail = [esc(_short(d)) for d in g.get("detail", pd.Series([""] * len(g)))]
+        ys = [labels.get(k, escape(k)) for k in g["run_key"]]
+        detail = [escape(_short(d)) for d in g.get("detail", pd.Series([""] * len(g)))]
         fig.add_trace(
             go.Scatter(
-                x=pd.to_numeric(g["step"], errors="coerce").fillna(0), y=ys, mode="markers", name=esc(kind),
+                x=pd.to_numeric(g["step"], errors="coerce").fillna(0), y=ys, mode="markers", name=escape(kind),
                 marker=dict(symbol=symbols.get(kind, "circle"), size=10), text=detail,
-                hovertemplate=f"{esc(kind)} at step %{{x}}<br>%{{y}}<br>%{{text}}<extra></extra>",
+                hovertemplate=f"{escape(kind)} at step %{{x}}<br>%{{y}}<br>%{{text}}<extra></extra>",
             )
         )
     fig.update_layout(
-        title=esc(title), template=_TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
+        title=escape(title), template=_TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
         height=max(300, min(1200, 80 + 22 * events["run_key"].nunique())),
     )
     return fig
@@ -544,7 +533,7 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
     fig.update_xaxes(type="log", title="N (parameters)")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(tickformat=".2%", row=1, col=2)
-    fig.update_layout(title=esc(title), template=_TEMPLATE, height=380)
+    fig.update_layout(title=escape(title), template=_TEMPLATE, height=380)
     return fig
 
 

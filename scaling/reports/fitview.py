@@ -3,7 +3,8 @@
 Fits arrive as stored dicts (the fits table) or as live laws; :func:`as_law` turns either into a
 law through ``scaling.fitting.from_dict``. Only the fitting package's public surface is used:
 ``optimal(C)``, ``optimal_interval(C)``, ``predict(N, D)``, ``intervals()``, and the ``plot``
-part of ``to_dict()`` (fitted points, parabolas, flagged budgets).
+part of ``to_dict()`` (fitted points, parabolas, flagged budgets). Views only: which fits a
+report shows, and where they come from, is :mod:`scaling.reports.data`'s job.
 """
 
 from __future__ import annotations
@@ -16,67 +17,51 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-#: Method kinds, in the order the report lists them, with their display names.
-LABELS = {
-    "kaplan": "Kaplan",
-    "approach1": "Chinchilla approach 1 (envelope)",
-    "approach2": "Chinchilla approach 2 (IsoFLOP)",
-    "approach3": "Chinchilla approach 3 (parametric)",
-}
-ORDER = tuple(LABELS)
+from scaling.errors import UserError
+from scaling.fitting import KINDS, Law, from_dict
+from scaling.fitting import api as fitting_api
+from scaling.fitting.base import NotFittedError
+from scaling.fitting.data import group_budgets
+
+#: Method kinds, in the order the report lists them, with their display names (the fitting package's).
+LABELS = {kind: label for kind, (_, label) in KINDS.items()}
 
 
-def as_law(obj: Any) -> Any | None:
+def as_law(obj: Any) -> Law | None:
     """A fitted law from a law or its ``to_dict()`` form; None when it cannot be rebuilt."""
-    if obj is None:
-        return None
+    if isinstance(obj, Law):
+        return obj
     if isinstance(obj, dict):
         try:
-            from scaling.fitting import from_dict
-        except ImportError:
-            return None
-        try:
             return from_dict(obj)
-        except Exception:  # a stored form this version cannot read: treated as absent
+        except (UserError, KeyError, TypeError, ValueError):  # a stored form this version cannot read
             return None
-    return obj if hasattr(obj, "optimal") or hasattr(obj, "predict") else None
+    return None
 
 
-def kind_of(method: str | None, law: Any | None) -> str:
-    """One of ``kaplan``, ``approach1``, ``approach2``, ``approach3`` (or the name as given)."""
-    words = " ".join(
-        str(x).lower()
-        for x in (method, getattr(law, "method", None), getattr(law, "law", None), type(law).__name__ if law is not None else None)
-        if x
-    )
-    if isinstance(law, dict):
-        words += " " + " ".join(str(law.get(k, "")).lower() for k in ("class", "method", "law"))
-    if "kaplan" in words:
-        return "kaplan"
-    for n, keys in (("approach1", ("approach1", "approach_1", "envelope")),
-                    ("approach2", ("approach2", "approach_2", "isoflop")),
-                    ("approach3", ("approach3", "approach_3", "parametric"))):
-        if any(k in words for k in keys):
-            return n
+def kind_of(method: str | None, law: Any | None = None) -> str:
+    """One of :data:`scaling.fitting.KINDS` for a law; else ``method`` (a report's fits are keyed by kind)."""
+    if isinstance(law, Law):
+        return fitting_api.kind_of(law)
     return str(method or "law")
 
 
-def label_of(method: str | None, law: Any | None) -> str:
+def label_of(method: str | None, law: Any | None = None) -> str:
     kind = kind_of(method, law)
-    return LABELS.get(kind, str(method))
+    return LABELS.get(kind, kind)
 
 
 def plot_info(law: Any) -> dict[str, Any]:
     """The figure data a law stored with itself (``to_dict()['plot']``), or {}."""
-    if law is None:
-        return {}
     if isinstance(law, dict):
         return law.get("plot") or {}
-    info = getattr(law, "plot_", None)  # set by from_dict
-    if info is None and hasattr(law, "to_dict"):  # a law fitted in this process
+    if not isinstance(law, Law):
+        return {}
+    info = getattr(law, "plot_", None)  # set by from_dict and by fit()
+    if info is None:  # a law fitted in this process
         try:
             info = law.to_dict().get("plot")
-        except Exception:  # an unfitted law has nothing to draw
+        except NotFittedError:  # an unfitted law has nothing to draw
             info = None
     return info or {}
 
@@ -105,7 +90,7 @@ class FrontierView:
     @functools.lru_cache(maxsize=4)
     def _bands(self, C: tuple[float, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Intervals of N and D along C, from one ``optimal_interval`` call per budget."""
-        if not hasattr(self.law, "optimal_interval") or getattr(self.law, "replicates_", None) is None:
+        if self.law.replicates_ is None:
             return {}
         rows = []
         for c in C:
@@ -126,13 +111,13 @@ class FrontierView:
 def frontier(method: str, law: Any) -> FrontierView | None:
     """The frontier view of a fitted law, or None when it gives no N_opt(C)."""
     model = as_law(law)
-    if model is None or not hasattr(model, "optimal"):
+    if model is None:
         return None
     try:
         N, D, _ = model.optimal(np.array([1e18]))
         if not (np.isfinite(np.asarray(N, float)).all() and np.isfinite(np.asarray(D, float)).all()):
             return None
-    except Exception:  # a law that cannot produce a frontier (e.g. Kaplan without L(C)) is skipped
+    except Exception:  # a law that cannot evaluate its frontier is left out of the figure, not the report
         return None
     kind = kind_of(method, model)
     return FrontierView(method=method, kind=kind, label=label_of(method, model), law=model,
@@ -155,7 +140,7 @@ def _frontier_points(law: Any) -> pd.DataFrame | None:
     if "status" in df.columns:
         df = df[df["status"] == "used"]
     out = pd.DataFrame({"C": pd.to_numeric(df[c_col], errors="coerce"), "N": pd.to_numeric(df["N_opt"], errors="coerce")})
-    k = float(getattr(law, "k_", 6.0) or 6.0)
+    k = float(law.k_)
     out["D"] = out["C"] / (k * out["N"])
     out = out.dropna()
     return out if not out.empty else None
@@ -177,10 +162,12 @@ def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[
     "flagged", "status"}}. Budgets are grouped as the fit groups them (C within 5%); a budget with
     a single run and no fitted minimum is left out (a grid of N x D has no IsoFLOP slices).
     """
-    budgets = group_budgets(done["C"].to_numpy(float))
+    C = done["C"].to_numpy(float)
+    labels = group_budgets(C) if C.size else np.array([], int)
     slices: dict[float, dict[str, Any]] = {}
-    for budget, idx in budgets.items():
-        slices[budget] = {"points": done.iloc[idx], "parabola": None, "N_opt": None, "loss_opt": None,
+    for label in np.unique(labels):
+        idx = np.flatnonzero(labels == label)
+        slices[float(np.median(C[idx]))] = {"points": done.iloc[idx], "parabola": None, "N_opt": None, "loss_opt": None,
                           "flagged": False, "status": ""}
     for fitted in fitted_slices(isoflop):
         c = fitted["C"]
@@ -196,20 +183,6 @@ def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[
             x = np.linspace(np.log(lo) - 0.15, np.log(hi) + 0.15, 60)  # coefficients are in ln N
             sl["parabola"] = {"N": np.exp(x), "loss": np.polyval(fitted["coef"], x)}
     return {b: s for b, s in slices.items() if len(s["points"]) >= 2 or s["N_opt"] is not None}
-
-
-def group_budgets(C: np.ndarray, tol: float = 0.05) -> dict[float, np.ndarray]:
-    """Indices of runs grouped by compute budget, by the fitting package's own rule (C within ``tol``).
-
-    Keys are each group's median C.
-    """
-    from scaling.fitting.data import group_budgets as labels_of
-
-    C = np.asarray(C, float)
-    if C.size == 0:
-        return {}
-    labels = labels_of(C, tol)
-    return {float(np.median(C[labels == lab])): np.flatnonzero(labels == lab) for lab in np.unique(labels)}
 
 
 def _nearest(slices: dict[float, Any], c: float, tol: float = 0.05) -> float | None:
@@ -255,133 +228,6 @@ def _float(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-# -- loading fits for a report -----------------------------------------------------------------
-#: how a report gets its fits
-FIT_MODES = ("sweep", "stored", "memory")
-
-
-def load(results: Any, url: str, sweep: str, runs: pd.DataFrame, *, fit: str = "sweep") -> tuple[dict, dict, list[str]]:
-    """The fitted laws of ``sweep`` and notes on what could not be fitted.
-
-    ``fit``: ``"sweep"`` calls :func:`scaling.fitting.fit_sweep` (as ``scaling fit`` does: a fit
-    stored for the same data is reused, a new one is stored); ``"stored"`` only reads the fits
-    table (newest per method; nothing is written); ``"memory"`` fits quickly without storing.
-    Returns (kind -> law, kind -> stored dict, notes). Never raises for a fit that cannot be made:
-    the reason becomes a note that the report prints.
-    """
-    if fit not in FIT_MODES:
-        raise ValueError(f"fit must be one of {FIT_MODES}, not {fit!r}")
-    laws: dict[str, Any] = {}
-    dicts: dict[str, dict] = {}
-    notes: list[str] = []
-    if fit == "sweep":
-        laws, notes = _fit_sweep(url, sweep)
-    elif fit == "memory":
-        laws, notes = _fit_in_memory(url, sweep)
-    if not laws:  # nothing fitted now: show what is stored, saying so
-        laws, dicts = _stored(results, sweep, notes)
-        if laws and fit != "stored":
-            notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
-        elif not laws and fit == "stored":
-            notes.append("No fits are stored for this sweep (run `scaling fit`).")
-    for kind in ORDER:
-        if kind not in laws and not any(LABELS[kind] in n for n in notes):
-            notes.append(f"{LABELS[kind]}: not fitted.")
-    ordered = {k: laws[k] for k in ORDER if k in laws}
-    ordered.update({k: v for k, v in laws.items() if k not in ordered})
-    for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
-        doubts = law.doubts() if hasattr(law, "doubts") else []
-        doubts += [n for n in getattr(law, "notes_", []) if str(n).startswith("intervals unavailable")]
-        notes.extend(f"{LABELS.get(kind, kind)}: {n}" for n in doubts)
-    return ordered, dicts, notes
-
-
-def _stored(results: Any, sweep: str, notes: list[str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    laws: dict[str, Any] = {}
-    dicts: dict[str, dict] = {}
-    try:
-        stored = results.fits(sweep=sweep)
-    except Exception as exc:  # an older database without the fits table reads as "no fits"
-        notes.append(f"Stored fits could not be read ({type(exc).__name__}).")
-        return laws, dicts
-    if stored is None or stored.empty:
-        return laws, dicts
-    col = _time_column(stored)
-    for _, row in (stored.sort_values(col) if col else stored).iterrows():
-        d = _result_dict(row)
-        law = as_law(d) if d is not None else None
-        if law is not None:
-            kind = kind_of(str(row.get("method", "")), law)
-            laws[kind], dicts[kind] = law, d  # newest wins
-    return laws, dicts
-
-
-def _fit_sweep(url: str, sweep: str) -> tuple[dict[str, Any], list[str]]:
-    """``scaling.fitting.fit_sweep``: reuse or make and store each law's fit; failures become notes."""
-    from scaling.errors import UserError
-
-    try:
-        from scaling.fitting import fit_sweep
-    except ImportError as exc:
-        return {}, [f"Fits are unavailable: the fitting package could not be imported ({exc})."]
-    try:
-        summary = fit_sweep(url, sweep)
-    except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
-    notes = [str(n) for n in getattr(summary, "notes", [])]
-    for kind, reason in getattr(summary, "skipped", {}).items():
-        notes.append(f"{LABELS.get(kind, kind)}: not fitted: {reason}")
-    return dict(summary.laws), notes
-
-
-def _time_column(df: pd.DataFrame) -> str | None:
-    for c in ("created_at", "created", "id"):
-        if c in df.columns:
-            return c
-    return None
-
-
-def _result_dict(row: pd.Series) -> dict | None:
-    from scaling.db.jsonvalues import as_dict
-
-    for col in ("result", "params", "fit", "data"):
-        d = as_dict(row.get(col))
-        if d:
-            return d
-    return None
-
-
-#: bootstrap replicates when the report fits in memory (a band needs a few dozen, not a thousand)
-REPORT_BOOTSTRAP = 100
-#: settings for a fit made only for a report: approach 3 from the coarse start grid (432 starts
-#: rather than Epoch's 4,500), which finds the same optimum on well-behaved sweeps in a tenth of the time
-REPORT_SETTINGS = {"approach3": {"grid": "coarse"}}
-
-
-def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Any], list[str]]:
-    """Fit every law to the sweep with a small bootstrap, storing nothing; failures become notes."""
-    from scaling.errors import UserError
-
-    try:
-        from scaling.fitting import fit_data, from_db
-    except ImportError as exc:
-        return {}, [f"Fits are unavailable: the fitting package could not be imported ({exc})."]
-    try:
-        data, _ = from_db(url, sweep)
-        summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
-    except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
-    notes = [f"These fits were made for this report only ({REPORT_BOOTSTRAP} bootstrap replicates, approach 3 "
-             "from a coarse start grid); `scaling fit` fits and stores them in full."]
-    notes += [str(n) for n in summary.notes]
-    notes += [f"{LABELS.get(k, k)}: not fitted: {r}" for k, r in summary.skipped.items()]
-    return dict(summary.laws), notes
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 # -- backtest ----------------------------------------------------------------------------------

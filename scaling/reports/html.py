@@ -9,7 +9,6 @@ script element or open a comment in it.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import string
@@ -21,6 +20,9 @@ from typing import Any
 import pandas as pd
 
 from scaling.db.jsonvalues import as_dict
+from scaling.fitting.data import group_budgets
+from scaling.fmt import escape as e
+from scaling.fmt import num as _num
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
@@ -37,15 +39,16 @@ SECTIONS = (
 )
 
 
-def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep") -> Path:
+def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
+                 store_fits: bool = False) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) fits through
     ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
-    does; ``"stored"`` shows only stored fits and writes nothing to the database; ``"memory"``
-    fits quickly without storing. What cannot be fitted is named in the report instead of failing.
+    does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
+    New fits are stored only with ``store_fits=True``: by default the database is only read.
     """
-    data = ReportData.load(url, sweep, fit=fit)
+    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits)
     return write_report_data(data, path)
 
 
@@ -97,11 +100,6 @@ def render(data: ReportData) -> str:
 
 
 # -- building blocks ---------------------------------------------------------------------------
-def e(text: Any) -> str:
-    """Escape user text for HTML element content and attribute values."""
-    return html.escape("" if text is None else str(text), quote=True)
-
-
 def script_json(text: str) -> str:
     """JSON made safe inside ``<script>``: no ``</script>``, ``<!--`` or ``]]>`` can appear."""
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
@@ -132,24 +130,6 @@ def _missing(text: str) -> str:
     return f'<p class="missing">{e(text)}</p>'
 
 
-def _num(x: Any, digits: int = 3) -> str:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    if not math.isfinite(f):
-        return "–"
-    return f"{f:.{digits}g}"
-
-
-def _sci(x: Any) -> str:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return f"{f:.3g}" if math.isfinite(f) else "–"
-
-
 def _kv(rows: list[tuple[str, str]]) -> str:
     """A two-column table; values are already HTML (callers escape user text)."""
     body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
@@ -172,11 +152,11 @@ def _summary(data: ReportData, page: _Page) -> str:
     rows.append(("runs", e(f"{len(r)} in all: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) if len(r) else "none")))
     spent = float(done["C"].sum()) if len(done) else 0.0
     planned = float(r["C"].sum()) if len(r) else 0.0
-    rows.append(("compute", e(f"{_sci(spent)} FLOPs spent on completed runs, of {_sci(planned)} planned")))
+    rows.append(("compute", e(f"{_num(spent)} FLOPs spent on completed runs, of {_num(planned)} planned")))
     if len(r):
-        rows.append(("model sizes", e(f"N from {_sci(r['N'].min())} to {_sci(r['N'].max())}; "
-                                      f"D from {_sci(r['D'].min())} to {_sci(r['D'].max())} tokens; "
-                                      f"{r['N'].nunique()} sizes, {len(fitview.group_budgets(r['C'].to_numpy(float)))} budgets")))
+        rows.append(("model sizes", e(f"N from {_num(r['N'].min())} to {_num(r['N'].max())}; "
+                                      f"D from {_num(r['D'].min())} to {_num(r['D'].max())} tokens; "
+                                      f"{r['N'].nunique()} sizes, {len(set(group_budgets(r['C'].to_numpy(float))))} budgets")))
     data_line, hw_line = _data_and_hardware(r)
     rows.append(("data", e(data_line)))
     rows.append(("hardware", e(hw_line)))
@@ -201,7 +181,7 @@ def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
     if d.get("fingerprint"):
         parts.append(f"fingerprint {str(d['fingerprint'])[:16]}")
     if d.get("unique_tokens"):
-        parts.append(f"{_sci(d['unique_tokens'])} unique tokens")
+        parts.append(f"{_num(d['unique_tokens'])} unique tokens")
     m = specs[0].get("model") or {}
     if m:
         parts.append(f"vocabulary {m.get('vocab_size', '?')}, context {m.get('context', '?')}")
@@ -269,13 +249,13 @@ def _headline(data: ReportData) -> str:
         return _missing("No recommendation: no run has completed yet.")
     rec = recommend_for(data, target)
     if rec is None or not rec.per_law:
-        return _missing(f"No recommendation for the next budget (C = {_sci(target)} FLOPs): no law could be fitted.")
+        return _missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no law could be fitted.")
     if rec.chosen is None:
-        return _missing(f"No recommendation for the next budget (C = {_sci(target)} FLOPs): no fitted law has an "
+        return _missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no fitted law has an "
                         "interval on N* or is reliable.")
     best = rec.per_law[rec.chosen]
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
-    head = (f'<div class="headline"><strong>Next budget C = {_sci(target)} FLOPs</strong> '
+    head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
             f"(10× the largest run): {e(label)} recommends N* = {_interval(best['N'])}, "
             f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
             f"(95% intervals in brackets). <span class=\"why\">Why this law: {e(rec.chosen_reason)}.</span></div>")
@@ -296,7 +276,7 @@ def _headline(data: ReportData) -> str:
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
-        extra.append(f"Across the reliable laws N* lies in [{_sci(rec.across_laws['lo'])}, {_sci(rec.across_laws['hi'])}]: "
+        extra.append(f"Across the reliable laws N* lies in [{_num(rec.across_laws['lo'])}, {_num(rec.across_laws['hi'])}]: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     ns = [r["N"]["value"] for r in rec.per_law.values() if r["N"]["value"] and math.isfinite(r["N"]["value"])]
     if len(ns) > 1:
@@ -386,7 +366,7 @@ def _isoflop(data: ReportData, page: _Page) -> str:
     else:
         flagged = [s for s in fitview.fitted_slices(data.fits["approach2"]) if s["flagged"]]
         if flagged:
-            inner += _missing("Left out of the fit: " + "; ".join(f"C = {_sci(s['C'])}: {s['status']}" for s in flagged))
+            inner += _missing("Left out of the fit: " + "; ".join(f"C = {_num(s['C'])}: {s['status']}" for s in flagged))
     return _section("isoflop", "IsoFLOP profiles", inner)
 
 

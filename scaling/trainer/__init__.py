@@ -66,12 +66,12 @@ def train(
     TrainingError: the run kept spiking past ``spike.max_rollbacks``.
     SpecError: the data does not match the spec (fingerprint, vocabulary, size).
     """
-    from scaling.trainer.loop import run
+    from scaling.trainer.loop import Trainer
     from scaling.trainer.spec import RunSpec
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.from_dict(spec)
-    return run(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep)
+    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()
 
 
 __all__ = ["TrainResult", "train"]

@@ -7,12 +7,16 @@
   overflow would (the loss scaler must skip the step and halve its scale).
 - ``raise_at_step`` / ``kill_at_step``: raise :class:`InjectedFault`, or SIGKILL the process
   (rank 1 when distributed), when that step starts, on the first ``*_attempts`` attempts only.
+
+The loop reaches all of them through one hook, :func:`injector`: it returns None when the spec
+configures no fault, so a normal run pays nothing per step.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from typing import Optional
 
 import torch
 
@@ -26,26 +30,47 @@ class InjectedFault(RuntimeError):
     """The error ``faults.raise_at_step`` raises (a stand-in for a crash; not a user error)."""
 
 
-def at_step_start(faults: FaultSpec, step: int, attempt: int, rt: Runtime) -> None:
-    """Raise or kill if a fault is due at ``step`` on this attempt."""
-    if faults.kill_at_step == step and attempt <= faults.kill_attempts:
-        victim = 1 if rt.world_size > 1 else 0
-        if rt.rank == victim:
-            os.kill(os.getpid(), signal.SIGKILL)
-    if faults.raise_at_step == step and attempt <= faults.raise_attempts:
-        raise InjectedFault(f"injected fault at step {step} (attempt {attempt})")
+class Injector:
+    """The faults of one attempt of one run, at the three points of a step where they strike."""
 
+    def __init__(self, faults: FaultSpec, attempt: int, rt: Runtime, vocab_size: int, seed: int) -> None:
+        self.faults = faults
+        self.attempt = attempt
+        self.rt = rt
+        self.vocab_size = vocab_size
+        self.seed = seed
 
-def poison(targets: torch.Tensor, vocab_size: int, seed: int, cursor: int) -> tuple[torch.Tensor, float]:
-    """Random targets (a pure function of seed and cursor) and the logit scale for a poisoned batch."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + cursor)
-    bad = torch.randint(0, vocab_size, targets.shape, generator=gen).to(targets.device)
-    return bad, POISON_LOGIT_SCALE
+    def at_step_start(self, step: int) -> None:
+        """Raise or kill if a fault is due at ``step`` on this attempt."""
+        f, attempt = self.faults, self.attempt
+        if f.kill_at_step == step and attempt <= f.kill_attempts:
+            victim = 1 if self.rt.world_size > 1 else 0
+            if self.rt.rank == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
+        if f.raise_at_step == step and attempt <= f.raise_attempts:
+            raise InjectedFault(f"injected fault at step {step} (attempt {attempt})")
 
+    def poisons(self, cursor: int) -> bool:
+        return cursor in self.faults.poison_steps
 
-def overflow(model: torch.nn.Module) -> None:
-    """Make one gradient infinite, as an fp16 overflow does."""
-    for p in model.parameters():
-        if p.grad is not None:
-            p.grad.fill_(float("inf"))
+    def poison(self, targets: torch.Tensor, cursor: int) -> tuple[torch.Tensor, float]:
+        """Random targets (a pure function of seed and cursor) and the logit scale for a poisoned batch."""
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + cursor)
+        bad = torch.randint(0, self.vocab_size, targets.shape, generator=gen).to(targets.device)
+        return bad, POISON_LOGIT_SCALE
+
+    def after_backward(self, step: int, model: torch.nn.Module) -> None:
+        """Make one gradient infinite at an ``overflow_steps`` step, as an fp16 overflow does."""
+        if step not in self.faults.overflow_steps:
             return
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.fill_(float("inf"))
+                return
+
+
+def injector(faults: FaultSpec, attempt: int, rt: Runtime, *, vocab_size: int, seed: int) -> Optional[Injector]:
+    """The injector for ``faults``, or None when no fault is configured."""
+    if faults == FaultSpec():
+        return None
+    return Injector(faults, attempt, rt, vocab_size, seed)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -29,7 +30,7 @@ from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer import TrainResult, checkpoint, faults
-from scaling.trainer.data import Batches, check_corpus, eval_windows, load_corpus
+from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
 from scaling.trainer.optim import lr_at, param_groups
@@ -52,6 +53,69 @@ def open_store(url: str) -> Any:
     return Store(url)
 
 
+# -- builders: each makes one part of a run; the Trainer only runs the loop ----------------------
+@dataclass
+class RunData:
+    """A run's training and evaluation data, as this rank sees it."""
+
+    corpus: Corpus
+    batches: Batches
+    first: int  # this rank's first sequence of each batch
+    parts: list[tuple[int, int]]  # (offset, count) of each micro-batch of this rank's share
+    micro: int  # the largest micro-batch, also the evaluation's batch
+    eval_rows: torch.Tensor
+
+
+def build_data(spec: RunSpec, rt: Runtime) -> RunData:
+    """Load and check the corpus, and split each batch into this rank's micro-batches."""
+    corpus = load_corpus(spec.data)
+    check_corpus(spec, corpus)
+    batches = Batches(corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
+    first, share = batches.shard(0, rt.rank, rt.world_size)
+    parts = micro_batches(spec.sequences_per_batch, rt.world_size, share, spec.execution.micro_batch_size)
+    return RunData(corpus=corpus, batches=batches, first=first, parts=parts,
+                   micro=max(count for _, count in parts),
+                   eval_rows=eval_windows(corpus, spec.model.context, spec.eval_tokens))
+
+
+def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
+    """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process)."""
+    ex = spec.execution
+    model = build_model(spec.shape, spec.seed).to(rt.device)
+    if rt.distributed:
+        from scaling.trainer.parallel import parallelize
+
+        par: Any = parallelize(model, spec, None)
+    else:
+        model.activation_checkpointing = ex.activation_checkpointing
+        par = Single(model)
+    if ex.compile:
+        par.module = torch.compile(par.module)
+    return par
+
+
+def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimizer:
+    """AdamW over the model's parameter groups (fused on one CUDA process)."""
+    opt = spec.optimizer
+    fused = rt.device.type == "cuda" and not rt.distributed
+    return par.build_optimizer(
+        param_groups(par.model, opt.weight_decay),
+        lr=opt.lr,
+        betas=(opt.beta1, opt.beta2),
+        eps=opt.eps,
+        **({"fused": True} if fused else {}),
+    )
+
+
+def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str], store: Any,
+                   sweep: Optional[str]) -> tuple[Recorder, bool]:
+    """The metrics recorder (writing only on the main rank), and whether it owns its store."""
+    own = store is None and bool(store_url) and rt.is_main
+    if own:
+        store = open_store(store_url)  # closed at the end of fit() (pooled connections)
+    return Recorder(store if rt.is_main else None, key, spec.flops_per_token, sweep=sweep), own
+
+
 class Trainer:
     """Trains one :class:`RunSpec` into ``run_dir`` (see :func:`scaling.trainer.train`)."""
 
@@ -71,46 +135,22 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.attempt = attempt or 1
         self.report = report
-        ex = spec.execution
-        torch.set_num_threads(ex.threads)
-        self.rt = Runtime.current(ex.device)
+        torch.set_num_threads(spec.execution.threads)
+        self.rt = Runtime.current(spec.execution.device)
         if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
             chosen = resolve_on_ranks(spec.precision, self.rt.device, self.rt.distributed)
             spec = self.spec = spec.model_copy(update={"precision": chosen})
 
-        # Data.
-        self.corpus = load_corpus(spec.data)
-        check_corpus(spec, self.corpus)
-        self.batches = Batches(self.corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
-        self.first, share = self.batches.shard(0, self.rt.rank, self.rt.world_size)
-        self.parts = micro_batches(spec.sequences_per_batch, self.rt.world_size, share, ex.micro_batch_size)
-        self.micro = max(count for _, count in self.parts)  # also the evaluation's batch
-        self.eval_rows = eval_windows(self.corpus, spec.model.context, spec.eval_tokens)
+        self.data = build_data(spec, self.rt)
         self.total_steps = spec.steps
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
-        # Model, parallelism, optimizer, scaler.
-        model = build_model(spec.shape, spec.seed).to(self.rt.device)
-        if self.rt.distributed:
-            from scaling.trainer.parallel import parallelize
-
-            self.par: Any = parallelize(model, spec, None)
-        else:
-            model.activation_checkpointing = ex.activation_checkpointing
-            self.par = Single(model)
-        if ex.compile:
-            self.par.module = torch.compile(self.par.module)
-        opt = spec.optimizer
-        fused = self.rt.device.type == "cuda" and not self.rt.distributed
-        self.optimizer = self.par.build_optimizer(
-            param_groups(self.par.model, opt.weight_decay),
-            lr=opt.lr,
-            betas=(opt.beta1, opt.beta2),
-            eps=opt.eps,
-            **({"fused": True} if fused else {}),
-        )
+        self.par = build_parallel_model(spec, self.rt)
+        self.optimizer = build_optimizer(spec, self.par, self.rt)
         self.fp16 = uses_loss_scaling(spec.precision)
         self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
+        self.faults = faults.injector(spec.faults, self.attempt, self.rt,
+                                      vocab_size=spec.model.vocab_size, seed=spec.seed)
 
         # Loop state (all of it goes into checkpoints).
         self.step = 0
@@ -125,11 +165,8 @@ class Trainer:
 
         # Accounting and logging.
         self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
-        self.peak = peak_flops(self.rt.device, spec.precision, ex.threads)
-        self._own_store = store is None and bool(store_url) and self.rt.is_main
-        if self._own_store:
-            store = open_store(store_url)  # closed at the end of fit() (pooled connections)
-        self.rec = Recorder(store if self.rt.is_main else None, self.key, spec.flops_per_token, sweep=sweep)
+        self.peak = peak_flops(self.rt.device, spec.precision, spec.execution.threads)
+        self.rec, self._own_store = build_recorder(spec, self.key, self.rt, store_url, store, sweep)
         self._timer_tokens = 0
         self._timer_seconds = 0.0
 
@@ -201,14 +238,14 @@ class Trainer:
         spec, dev = self.spec, self.rt.device
         batch, world = spec.sequences_per_batch, self.rt.world_size
         weighted = torch.zeros((), device=dev)
-        poisoned = self.cursor in spec.faults.poison_steps
-        for i, (offset, count) in enumerate(self.parts):
-            x, y = self.batches.get(self.cursor, self.first + offset, max(count, 1))
+        poisoned = self.faults is not None and self.faults.poisons(self.cursor)
+        for i, (offset, count) in enumerate(self.data.parts):
+            x, y = self.data.batches.get(self.cursor, self.data.first + offset, max(count, 1))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             scale = 1.0
             if poisoned:
-                y, scale = faults.poison(y, spec.model.vocab_size, spec.seed, self.cursor)
-            last = i == len(self.parts) - 1
+                y, scale = self.faults.poison(y, self.cursor)
+            last = i == len(self.data.parts) - 1
             with self.par.no_sync(not last), autocast(spec.precision, dev):
                 loss = self._loss(self.par.module(x), y, scale)
             weight = count / batch  # an empty part (count 0) runs with weight 0, see micro_batches
@@ -226,7 +263,8 @@ class Trainer:
 
     def _train_step(self) -> None:
         spec = self.spec
-        faults.at_step_start(spec.faults, self.step, self.attempt, self.rt)
+        if self.faults is not None:
+            self.faults.at_step_start(self.step)
         start = time.perf_counter()
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
         for group in self.optimizer.param_groups:
@@ -240,8 +278,8 @@ class Trainer:
             self._rollback(loss)
             return
 
-        if self.step in spec.faults.overflow_steps:
-            faults.overflow(self.par.model)
+        if self.faults is not None:
+            self.faults.after_backward(self.step, self.par.model)
         self.scaler.unscale_(self.optimizer)
         norm = float(self.par.clip_grad_norm(spec.grad_clip))
         scale_before = self.scaler.get_scale() if self.fp16 else None
@@ -280,7 +318,7 @@ class Trainer:
         rec.metric(step, tokens, names.GRAD_NORM, norm)
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
-        rec.metric(step, tokens, names.EPOCH, self.batches.epoch(self.cursor))
+        rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(self.cursor))
         if self._timer_seconds > 0:
             tps = self._timer_tokens / self._timer_seconds
             rec.metric(step, tokens, names.TOKENS_PER_SECOND, tps)
@@ -328,7 +366,7 @@ class Trainer:
     def evaluate(self) -> float:
         """Mean loss on the fixed held-out windows; ranks split them and sum (equal forward
         counts on every rank, padding with zero-weight windows, as sharded models need)."""
-        rows, world, rank = self.eval_rows, self.rt.world_size, self.rt.rank
+        rows, world, rank = self.data.eval_rows, self.rt.world_size, self.rt.rank
         n = len(rows)
         per = math.ceil(n / world)
         idx = [rank + k * world for k in range(per)]
@@ -339,9 +377,9 @@ class Trainer:
         module = self.par.module
         module.eval()
         try:
-            for s in range(0, per, self.micro):
-                chunk = rows[idx[s : s + self.micro]].to(self.rt.device)
-                w = weight[s : s + self.micro]
+            for s in range(0, per, self.data.micro):
+                chunk = rows[idx[s : s + self.data.micro]].to(self.rt.device)
+                w = weight[s : s + self.data.micro]
                 with autocast(self.spec.precision, self.rt.device):
                     logits = module(chunk[:, :-1])
                 loss = F.cross_entropy(
@@ -363,9 +401,9 @@ class Trainer:
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
-        detail = {**self.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
-                  "micro_batch": self.micro, "device": str(self.rt.device), "peak_flops": self.peak,
-                  "eval_tokens": int(self.eval_rows.shape[0] * self.spec.model.context)}
+        detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
+                  "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
+                  "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context)}
         self.rec.event(self.step, names.DATA, detail)
 
     def _after_step(self) -> None:
@@ -429,21 +467,9 @@ class Trainer:
             final_eval_loss=self.last_eval,
             rollbacks=self.rollbacks,
             overflow_skips=self.overflow_skips,
-            epochs=self.batches.epoch(self.cursor),
+            epochs=self.data.batches.epoch(self.cursor),
             resumed_from=self.resumed_from,
             run_dir=str(self.run_dir),
-            data=self.corpus.describe(),
+            data=self.data.corpus.describe(),
         )
 
-
-def run(
-    spec: RunSpec,
-    store_url: Optional[str],
-    run_dir: str | Path,
-    *,
-    attempt: Optional[int] = None,
-    report: Optional[ReportFn] = None,
-    sweep: Optional[str] = None,
-) -> TrainResult:
-    """Train ``spec`` (see :func:`scaling.trainer.train`)."""
-    return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()

@@ -60,15 +60,8 @@ class Runtime:
         return cls(device=dev, rank=rank, world_size=world, local_rank=local, backend=backend)
 
     # -- collectives that are no-ops on one process -----------------------------------------
-    def mean(self, value: torch.Tensor) -> torch.Tensor:
-        """The mean of ``value`` over ranks (every rank gets it)."""
-        if not self.distributed:
-            return value
-        out = value.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out / self.world_size
-
     def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of ``value`` over ranks (every rank gets it)."""
         if not self.distributed:
             return value
         out = value.detach().clone()

@@ -291,7 +291,7 @@ class RunSpec(Recipe):
         return self.flops_per_token * self.tokens
 
     def record(self) -> dict[str, Any]:
-        """The row `db.Store.register` stores for this run (the db does not import the trainer)."""
+        """The row `db.Store.register` stores for this run: plain values, so the db needs no RunSpec."""
         shape = self.shape
         return {
             "key": self.key,

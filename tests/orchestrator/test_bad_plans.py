@@ -137,8 +137,20 @@ def test_bad_plan(name: str, text: str, expected: list[str], command: str, tmp_p
     assert not (tmp_path / "scaling_runs").exists()
 
 
-def test_at_least_twenty_cases() -> None:
-    assert len(CASES) >= 20
+def test_the_plan_every_case_breaks_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case changes one thing in GOOD: GOOD itself must pass, or the cases prove nothing."""
+    plan = tmp_path / "good.yaml"
+    plan.write_text(GOOD)
+    monkeypatch.setattr(sys, "argv", ["scaling", "plan", str(plan)])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "error" not in err
 
 
 def test_missing_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,3 +38,6 @@ def test_missing_database_and_bad_fit_mode(tmp_path: Path) -> None:
     assert res.returncode == 2 and "none.db" in res.stderr and "Traceback" not in res.stderr
     res = _run("--db", f"sqlite:///{tmp_path / 'none.db'}", "--fit", "guess")
     assert res.returncode == 2 and "--fit must be one of" in res.stderr
+    res = _run("--db", f"sqlite:///{tmp_path / 'none.db'}", "--fit", "stored", "--store-fits")
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: --store-fits needs --fit sweep (--fit stored makes nothing to store)"]

@@ -131,6 +131,8 @@ def test_fit_modes(sweeps, tmp_path: Path) -> None:
     assert {"fig-contour", "fig-residuals"} <= set(figs)
     with pytest.raises(ValueError, match="fit must be one of"):
         write_report(url, "typical", tmp_path / "x.html", fit="guess")
+    with pytest.raises(ValueError, match="store_fits needs fit='sweep'"):
+        write_report(url, "typical", tmp_path / "x.html", fit="memory", store_fits=True)
 
 
 def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
@@ -153,3 +155,20 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     assert LABELS[first] not in headline
     row = re.search(rf"<tr><td>{re.escape(LABELS[first])}</td>.*?</tr>", text, re.S).group(0)
     assert "unreliable: the data do not determine A" in row
+
+
+
+def test_a_report_stores_fits_only_when_asked(tmp_path: Path) -> None:
+    """The default report fits as `scaling fit` does but writes nothing; store_fits=True stores, and is reused."""
+    from scaling.db import connect
+
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    S.build(url, S.SweepSpec(sweep="own", budgets=(1e13, 3e13), sizes_per_budget=4, steps=40, eval_every=10))
+    text = write_report(url, "own", tmp_path / "read-only.html").read_text()
+    assert connect(url).fits(sweep="own").empty
+    assert "Chinchilla approach 2 (IsoFLOP)" in text
+    write_report(url, "own", tmp_path / "stored.html", store_fits=True)
+    stored = connect(url).fits(sweep="own")
+    assert len(stored) >= 2 and stored["law"].notna().all()
+    write_report(url, "own", tmp_path / "again.html", store_fits=True)  # same data: the stored fits are reused
+    assert len(connect(url).fits(sweep="own")) == len(stored)

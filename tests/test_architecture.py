@@ -1,0 +1,175 @@
+"""docs/architecture.md's table of who may import whom, checked against every import in scaling/.
+
+The table is parsed from the document (so the document cannot drift from the code), and every
+``import`` / ``from ... import`` in every module under ``scaling/`` is read from its syntax tree,
+lazy imports inside functions included. Each module belongs to a package: a folder of
+``scaling/`` or one of its top-level modules; ``scaling/__init__.py`` is the package ``scaling``.
+``torch`` and ``ray`` count as packages too: only the rows that list them may import them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "scaling"
+DOC = ROOT / "docs" / "architecture.md"
+HEAVY = ("torch", "ray")
+
+
+class Row(NamedTuple):
+    layer: int
+    allowed: Optional[frozenset[str]]  # None: everything
+
+
+class Edge(NamedTuple):
+    source: str
+    target: str
+    where: str  # path:line
+
+
+def package_of_path(rel: str) -> str:
+    """``scaling/cli/``, ``scaling/cli/x.py`` -> cli; ``scaling/rules.py`` -> rules; ``scaling/__init__.py`` -> scaling."""
+    parts = Path(rel.rstrip("/")).parts
+    assert parts[0] == "scaling", rel
+    if len(parts) == 1 or parts[1] == "__init__.py":
+        return "scaling"
+    return parts[1].removesuffix(".py")
+
+
+def read_table() -> dict[str, Row]:
+    text = DOC.read_text()
+    section = text.split("## Packages and who may import whom", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, Row] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[0].startswith("`scaling/"):
+            continue
+        package = package_of_path(cells[0].strip("`"))
+        assert package not in rows, f"{package} has two rows"
+        allowed = None if cells[3].startswith("everything") else frozenset(re.findall(r"`([A-Za-z_]+)`", cells[3]))
+        rows[package] = Row(int(cells[1]), allowed)
+    assert rows, f"no package table found in {DOC}"
+    return rows
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module under scaling/."""
+    out = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _target(name: str, modules: dict[str, Path]) -> Optional[str]:
+    """The package a dotted import name belongs to; None for third-party modules we do not police."""
+    top = name.split(".")[0]
+    if top in HEAVY:
+        return top
+    if top != "scaling":
+        return None
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "scaling"
+    if f"scaling.{parts[1]}" in modules:
+        return parts[1]
+    return "scaling"  # a name defined in scaling/__init__.py (``from scaling import __version__``)
+
+
+def import_edges() -> list[Edge]:
+    modules = _modules()
+    edges = []
+    for module, path in modules.items():
+        source = package_of_path(str(path.relative_to(ROOT)))
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: resolve against this module's package
+                    base = module.split(".")
+                    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                # ``from scaling import fitting`` imports the package fitting, not scaling
+                names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix for a in node.names]
+            for name in names:
+                target = _target(name, modules)
+                if target is not None and target != source:
+                    edges.append(Edge(source, target, f"{path.relative_to(ROOT)}:{node.lineno}"))
+    return edges
+
+
+def packages_in_tree() -> set[str]:
+    return {package_of_path(str(p.relative_to(ROOT))) for p in SRC.rglob("*.py")}
+
+
+def test_every_package_has_a_row_and_every_row_a_package() -> None:
+    table, tree = set(read_table()), packages_in_tree()
+    assert not tree - table, f"packages missing from the table in {DOC.name}: {sorted(tree - table)}"
+    assert not table - tree, f"rows of {DOC.name} for packages that do not exist: {sorted(table - tree)}"
+
+
+def test_the_table_only_points_down() -> None:
+    table = read_table()
+    for package, row in table.items():
+        for target in row.allowed or ():
+            if target in HEAVY:
+                continue
+            assert target in table, f"{package}'s row names {target!r}, which has no row"
+            assert table[target].layer < row.layer, (
+                f"{package} (layer {row.layer}) may import {target} (layer {table[target].layer}): an upward arrow")
+
+
+def test_every_import_is_allowed_by_the_table() -> None:
+    table = read_table()
+    bad = []
+    for e in import_edges():
+        row = table.get(e.source)
+        if row is None or row.allowed is None:
+            continue  # a missing row fails the test above; "everything" allows all
+        if e.target not in row.allowed:
+            bad.append(f"{e.where}: {e.source} imports {e.target}, which its row does not allow")
+        elif e.target not in HEAVY and e.target in table and table[e.target].layer >= row.layer:
+            bad.append(f"{e.where}: {e.source} imports {e.target}, a layer not below its own")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for e in import_edges():
+        if e.target not in HEAVY:
+            graph.setdefault(e.source, set()).add(e.target)
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            cycle = path[path.index(node):] + [node]
+            pytest.fail("import cycle between packages: " + " -> ".join(cycle))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, path + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+def test_the_checker_sees_imports_of_every_kind(tmp_path: Path) -> None:
+    """The parser itself: plain, from, relative and lazy imports inside functions are all edges."""
+    edges = import_edges()
+    seen = {(e.source, e.target) for e in edges}
+    # known imports of each kind in the tree (lazy: inside functions)
+    assert ("reports", "fitting") in seen and ("cli", "orchestrator") in seen and ("trainer", "torch") in seen
+    assert any(e.source == "cli" and e.target == "reports" for e in edges)  # lazy, inside a command
