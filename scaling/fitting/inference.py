@@ -136,7 +136,7 @@ def target_at(law: LossLaw, compute: float, k: float = 6.0) -> float:
 
 
 def iso_loss_curve(law: LossLaw, target: float, inference_tokens: float, k: float = 6.0,
-                   n: int = 121, span: float = 3.0) -> dict[str, np.ndarray]:
+                   n: int = 121, span: float = 1.0) -> dict[str, np.ndarray]:
     """Points along L(N, D) = target: N from just above N_min to ``span`` decades past the cheapest N.
 
     Columns N, D, tokens_per_param, training_flops, inference_flops, total_flops (for the figure).
