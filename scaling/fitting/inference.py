@@ -72,13 +72,17 @@ class LossLaw:
             return np.where(room > 0, (self.B / room) ** (1.0 / self.beta), np.inf)
 
     def min_params(self, target: float) -> float:
-        """N_min: below it no amount of data reaches ``target``."""
-        return (self.A / (target - self.E)) ** (1.0 / self.alpha)
+        """N_min: below it no amount of data reaches ``target`` (inf where it overflows)."""
+        with np.errstate(over="ignore"):
+            return float(np.exp((math.log(self.A) - math.log(target - self.E)) / self.alpha))
 
     def compute_optimal(self, compute: float, k: float = 6.0) -> tuple[float, float]:
         """Hoffmann et al. eq. 4 with C = k N D: N* = G (C/k)^(beta/(alpha+beta)), D* = C / (k N*)."""
-        G = (self.alpha * self.A / (self.beta * self.B)) ** (1.0 / (self.alpha + self.beta))
-        N = G * (compute / k) ** (self.beta / (self.alpha + self.beta))
+        s = self.alpha + self.beta
+        log_n = (math.log(self.alpha * self.A / (self.beta * self.B)) / s
+                 + self.beta / s * math.log(compute / k))
+        with np.errstate(over="ignore", under="ignore"):
+            N = float(np.exp(log_n))
         return N, compute / (k * N)
 
 
@@ -107,17 +111,15 @@ def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: floa
         """log((alpha/beta) u k D) - log(k D + c_inf): decreasing in x = log N, zero at the optimum."""
         p = math.exp(log_a - law.alpha * x)  # A N^-alpha
         q = room - p  # B D^-beta
-        if q <= 0:
-            return math.inf
+        if q <= 0:  # at (or, rounded, just past) N_min: D is infinite, the derivative's sign positive
+            return 1e6
         log_d = (math.log(law.B) - math.log(q)) / law.beta
         log_kd = math.log(k) + log_d
         log_total = np.logaddexp(log_kd, math.log(c_inf)) if c_inf > 0 else log_kd
         return math.log(law.alpha / law.beta) + math.log(p) - math.log(q) + log_kd - float(log_total)
 
-    x_min = math.log(law.min_params(target))
-    lo = x_min + 1e-12 * max(1.0, abs(x_min))
-    while not gap(lo) > 0:  # q rounds to 0 right at N_min: step in until it is positive
-        lo = x_min + 2 * (lo - x_min) + 1e-12
+    x_min = (log_a - math.log(room)) / law.alpha  # log N_min, where D(N) diverges
+    lo = x_min
     hi, step = x_min + 1.0, 1.0
     while gap(hi) > 0:
         step *= 2.0
@@ -125,6 +127,9 @@ def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: floa
         if step > MAX_LOG_SPAN:
             raise FitError("no optimum found along the iso-loss curve (the law's parameters are degenerate)")
     x = brentq(gap, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
+    if x > math.log(np.finfo(float).max):
+        raise FitError(f"the cheapest model reaching loss {target:.6g} has more than 1e308 parameters "
+                       "(the law's exponents are degenerate)")
     N = math.exp(x)
     return N, float(law.tokens_for(N, target))
 
@@ -245,6 +250,8 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     if not point.valid():
         raise FitError("the approach-3 fit has no usable parameters (A, B, alpha, beta must be positive)")
     target = target_at(point, compute, k) if compute is not None else float(target_loss)
+    if compute is not None and not math.isfinite(target):
+        raise FitError(f"the approach-3 fit gives no finite compute-optimal loss at C = {compute:.3g} FLOPs")
     check_target(point, target)
     best = _point(point, target, inference_tokens, k)
     co = _point(point, target, 0.0, k)

@@ -84,6 +84,12 @@ def test_unreachable_target_loss_is_refused(bad: float) -> None:
         cheapest(TRUTH, bad, 1e9)
 
 
+def test_degenerate_exponent_is_refused_not_overflowed() -> None:
+    law = LossLaw(E=1.0, A=400.0, B=400.0, alpha=1e-3, beta=0.3)
+    with pytest.raises(FitError, match="degenerate"):
+        cheapest(law, 1.5, 1e9)
+
+
 @pytest.fixture(scope="module")
 def fitted_law() -> ChinchillaParametric:
     pts = S.isoflop_points(budgets=np.array([1e17, 3e17, 1e18, 3e18, 1e19]), n_sizes=7, span=1.5, seed=3)
