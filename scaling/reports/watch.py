@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from scaling import vocab
 from scaling.errors import NotFoundError, mask_url
 
 #: Run statuses that mean the sweep is still going.
-LIVE_STATUSES = frozenset({"pending", "running"})
+LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
 #: The marker of a self-reloading page (tests and readers look for it).
 REFRESH_TAG = '<meta http-equiv="refresh" content="{seconds}">'
 
