@@ -75,8 +75,8 @@ def inference_section(inference_tokens: float, compute: float | None = None) -> 
         except FitError as exc:
             return H._section(SECTION_ID, title, H._missing(f"No trade-off: {exc}"))
         o, c = rec.optimum, rec.compute_optimal
-        text = (f"<p>Serving {H._sci(inference_tokens)} tokens (inference costs 2N FLOPs per token) from a model "
-                f"as good as the compute-optimal run at C = {H._sci(budget)} FLOPs (loss {H._num(rec.target_loss, 4)}): "
+        text = (f"<p>Serving {H._num(inference_tokens)} tokens (inference costs 2N FLOPs per token) from a model "
+                f"as good as the compute-optimal run at C = {H._num(budget)} FLOPs (loss {H._num(rec.target_loss, 4)}): "
                 f"the cheapest model to train and serve has N = {H._interval(o['N'])} parameters trained on "
                 f"D = {H._interval(o['D'])} tokens ({H._interval(o['tokens_per_param'])} tokens per parameter, "
                 f"against {H._num(c['tokens_per_param']['value'])} compute-optimal), and costs "
