@@ -127,6 +127,15 @@ def recommend(
     fmt: FormatOption = "table",
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
+    inference_tokens: Annotated[
+        Optional[float], typer.Option("--inference-tokens", help="Tokens the model will serve: minimise training "
+                                      "plus inference FLOPs at the compute-optimal loss (approach 3).",
+                                      show_default=False)
+    ] = None,
+    target_loss: Annotated[
+        Optional[float], typer.Option("--target-loss", help="With --inference-tokens (default 0): the cheapest "
+                                      "(N, D) reaching this loss.", show_default=False)
+    ] = None,
 ) -> None:
     """The compute-optimal run at a budget: N*, D*, loss with intervals from every method.
 
@@ -137,7 +146,14 @@ def recommend(
     from scaling.orchestrator.plan import size_run
 
     _check_format(fmt)
-    if csv is not None:
+    if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
+        from scaling.db import resolve_url
+        from scaling.fitting.inference import recommend_inference
+
+        rec = recommend_inference(inference_tokens or 0.0, compute=compute, target_loss=target_loss,
+                                  url=None if csv else resolve_url(db), sweep=sweep,
+                                  csv=str(csv) if csv else None, n_bootstrap=bootstrap, seed=seed)
+    elif csv is not None:
         rec = do_recommend(compute, csv=str(csv), sweep=sweep, n_bootstrap=bootstrap, seed=seed)
     else:
         from scaling.db import resolve_url

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -54,6 +54,15 @@ def report(
     open_: Annotated[
         bool, typer.Option("--open", help="Open the report in the default web browser when written.")
     ] = False,
+    inference_tokens: Annotated[
+        Optional[float], typer.Option("--inference-tokens", help="Add the over-training trade-off for a model that "
+                                      "will serve this many tokens (approach 3).", show_default=False)
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Rewrite the report as runs finish until none is pending or running; "
+                           "the page reloads itself meanwhile.")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", help="--watch: seconds between checks and reloads.")] = 10.0,
 ) -> None:
     """Write one self-contained HTML report of a sweep (plotly inlined; opens without a network).
 
@@ -73,14 +82,45 @@ def report(
     if store_fits and fit != "sweep":
         raise UserError(f"--store-fits needs --fit sweep (--fit {fit} makes nothing to store)")
     _check_output(output)
+    extras = []
+    if inference_tokens is not None:
+        from scaling.reports.figures_inference import inference_section
+
+        if not (inference_tokens >= 0 and inference_tokens < float("inf")):
+            raise UserError(f"--inference-tokens must be a non-negative number, not {inference_tokens}")
+        extras.append(inference_section(inference_tokens))
+    if watch:
+        from scaling.reports.watch import watch as watch_report
+
+        if not (0 < interval < float("inf")):
+            raise UserError(f"--interval must be a positive number of seconds, not {interval}")
+        opened: list[Path] = []
+
+        def on_write(p: Path, live: bool) -> None:
+            typer.echo(f"{p} ({'sweep running' if live else 'sweep done'})", err=True)
+            if open_ and not opened:
+                opened.append(p)
+                _open(p)
+
+        try:
+            path = watch_report(resolve_url(db), sweep, output, interval=interval, fit=fit, extras=extras,
+                                on_write=on_write)
+        except OSError as exc:
+            raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
+        typer.echo(str(path))
+        return
     try:
-        path = write_report(resolve_url(db), sweep, output, fit=fit, store_fits=store_fits)
+        path = write_report(resolve_url(db), sweep, output, fit=fit, store_fits=store_fits, extras=extras)
     except OSError as exc:
         raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
     typer.echo(str(path))
     if open_:
-        import webbrowser
+        _open(path)
 
-        # webbrowser.open returns False (and does nothing) where no browser is available.
-        if not webbrowser.open(path.as_uri()):
-            typer.echo("no web browser available: open the file above by hand", err=True)
+
+def _open(path: Path) -> None:
+    import webbrowser
+
+    # webbrowser.open returns False (and does nothing) where no browser is available.
+    if not webbrowser.open(path.as_uri()):
+        typer.echo("no web browser available: open the file above by hand", err=True)

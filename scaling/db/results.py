@@ -252,6 +252,28 @@ class Results(Database):
         df = pd.DataFrame(rows, columns=["run_key", "name", "count", "mean", "min", "max"])
         return df.astype({"count": "int64", "mean": "float64", "min": "float64", "max": "float64"})
 
+    def last_metrics(
+        self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, names: Optional[Iterable[str]] = None
+    ) -> pd.DataFrame:
+        """Per run and metric name, the row of its highest step: ``run_key, name, step, value``.
+
+        One row per (run, name) comes back however long the runs are (a live progress display).
+        """
+        last = select(Metric.run_id, Metric.name_id, func.max(Metric.step).label("step")).group_by(
+            Metric.run_id, Metric.name_id
+        )
+        last, runs_q, names_q = self._filter_metrics(last, sweep, run_keys, names)
+        sub = last.subquery()
+        q = select(Metric.run_id, Metric.name_id, Metric.step, Metric.value).join(
+            sub, (Metric.run_id == sub.c.run_id) & (Metric.name_id == sub.c.name_id) & (Metric.step == sub.c.step)
+        )
+        rows = self._rows(q)
+        run_map = dict(self._rows(runs_q))
+        name_map = dict(self._rows(names_q))
+        out = [(run_map[r], name_map[n], st, v) for r, n, st, v in rows if r in run_map and n in name_map]
+        df = pd.DataFrame(out, columns=["run_key", "name", "step", "value"])
+        return df.astype({"step": "int64", "value": "float64"})
+
     # -- events and fits ---------------------------------------------------------------------
     def events(
         self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, kinds: Optional[Iterable[str]] = None

@@ -105,6 +105,7 @@ def widen_log(iv: dict[str, Any], half_width: float, why: str) -> dict[str, Any]
     if lo <= 0 or hi <= 0:
         return out
     out["lo_param"], out["hi_param"] = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    out["lo"], out["hi"] = lo * math.exp(-half_width), hi * math.exp(half_width)
+    factor = math.exp(min(half_width, 709.0))  # beyond float range the end becomes inf (no interval shown)
+    out["lo"], out["hi"] = lo / factor, hi * factor
     out["widened"] = why
     return out

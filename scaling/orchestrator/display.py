@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from scaling.orchestrator.scheduler import Scheduler
+    from scaling.orchestrator.scheduler import RunState, Scheduler
 
 _MAX_ROWS = 30  # a big sweep shows its running runs first, then the most recent others
 
@@ -23,6 +23,32 @@ def _fmt_eta(seconds: Optional[float]) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def read_progress(results: Any, states: "list[RunState]", sweep: str, now: Optional[float] = None) -> None:
+    """Set each running run's step, train loss and eval loss from its last recorded rows.
+
+    Reads one row per run and metric (``Results.last_metrics``), so the once-a-second refresh
+    costs the same at step 10 and at step 100,000.
+    """
+    from scaling import vocab as names
+
+    if not states:
+        return
+    df = results.last_metrics(sweep=sweep, run_keys=[s.key for s in states], names=[names.TRAIN_LOSS, names.EVAL_LOSS])
+    if df is None or len(df) == 0:
+        return
+    now = time.monotonic() if now is None else now
+    last = {(r.run_key, r.name): (int(r.step), float(r.value)) for r in df.itertuples(index=False)}
+    for s in states:
+        train = last.get((s.key, names.TRAIN_LOSS))
+        if train is not None:
+            s.step, s.loss = train
+            if s.first_seen is None:
+                s.first_seen = (now, s.step)
+        ev = last.get((s.key, names.EVAL_LOSS))
+        if ev is not None:
+            s.eval_loss = ev[1]
 
 
 def totals(sched: "Scheduler") -> dict[str, Any]:

@@ -438,29 +438,13 @@ class Scheduler:
                 s.state = QUEUED
 
     def _read_progress(self) -> None:
-        running = [s for s in self._in_flight.values()]
-        if not running:
-            return
+        from scaling.orchestrator.display import read_progress
+
+        running = list(self._in_flight.values())
         try:
-            df = self._results().metrics(
-                run_keys=[s.key for s in running], names=[vocab.TRAIN_LOSS, vocab.EVAL_LOSS], sweep=self.sweep
-            )
+            read_progress(self._results(), running, self.sweep)
         except Exception:  # progress is cosmetic: a busy database must not stop the sweep
             return
-        if df is None or len(df) == 0:
-            return
-        now = time.monotonic()
-        for s in running:
-            mine = df[df["run_key"] == s.key]
-            train = mine[mine["name"] == vocab.TRAIN_LOSS]
-            if len(train):
-                last = train.loc[train["step"].idxmax()]
-                s.step, s.loss = int(last["step"]), float(last["value"])
-                if s.first_seen is None:
-                    s.first_seen = (now, s.step)
-            ev = mine[mine["name"] == vocab.EVAL_LOSS]
-            if len(ev):
-                s.eval_loss = float(ev.loc[ev["step"].idxmax()]["value"])
 
     def _results(self) -> Any:
         """One read connection for the whole sweep (progress, earlier failures)."""

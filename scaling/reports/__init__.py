@@ -7,20 +7,22 @@ Ray, the trainer (except its torch-free metric names) or the orchestrator.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Sequence
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False) -> Path:
+                 store_fits: bool = False, extras: Sequence[Any] = ()) -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
     ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or
     ``"memory"``; ``store_fits=True`` stores the new fits of ``fit="sweep"`` (by default a report
-    only reads the database). See :func:`scaling.reports.data.load_fits`.
+    only reads the database). See :func:`scaling.reports.data.load_fits`. ``extras``: optional
+    sections (e.g. :func:`scaling.reports.figures_inference.inference_section`).
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write
 
-    return _write(url, sweep, path, fit=fit, store_fits=store_fits)
+    return _write(url, sweep, path, fit=fit, store_fits=store_fits, extras=extras)
 
 
 __all__ = ["write_report"]

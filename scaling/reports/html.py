@@ -15,7 +15,7 @@ import string
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -38,9 +38,13 @@ SECTIONS = (
     ("health", "Run health"),
 )
 
+#: An optional section: (data, page) -> its HTML, appended after the standard ones (e.g. the
+#: inference trade-off of :mod:`scaling.reports.figures_inference`).
+Extra = Callable[[ReportData, "_Page"], str]
+
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = ()) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) fits through
@@ -49,18 +53,18 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
     """
     data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits)
-    return write_report_data(data, path)
+    return write_report_data(data, path, extras=extras)
 
 
-def write_report_data(data: ReportData, path: str | Path) -> Path:
+def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Extra] = ()) -> Path:
     """Render ``data`` and write it to ``path`` (parent folders created); returns the path."""
     out = Path(path).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(data), encoding="utf-8")
+    out.write_text(render(data, extras=extras), encoding="utf-8")
     return out
 
 
-def render(data: ReportData) -> str:
+def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
     """The report as one HTML string."""
     from plotly.offline import get_plotlyjs
 
@@ -76,6 +80,7 @@ def render(data: ReportData) -> str:
             _frontiers(data, page),
             _parametric(data, page),
             _health(data, page),
+            *(extra(data, page) for extra in extras),
         ]
     )
     title = f"Scaling report: {data.sweep}" if data.sweep else "Scaling report"

@@ -1,0 +1,329 @@
+"""The cheapest model to train *and serve*: Chinchilla's law with inference cost (Sardana et al. 2023).
+
+Compute-optimal (Hoffmann et al. 2022) minimises training FLOPs for a loss. A model that will
+serve T tokens also costs ``2 N T`` inference FLOPs (a forward pass, a third of the ``6 N``
+training FLOPs per token; with another FLOP convention ``k N D`` we charge ``(k / 3) N T``).
+"Beyond Chinchilla-Optimal" (Sardana et al. 2023) therefore minimises
+
+    cost(N, D) = k N D + (k / 3) N T   subject to   L(N, D) = L*,
+
+with the approach-3 law L(N, D) = E + A / N^alpha + B / D^beta. Along the iso-loss curve
+D(N) = (B / (L* - E - A N^-alpha))^(1/beta) in closed form, defined for N above
+N_min = (A / (L* - E))^(1/alpha). Writing u = (A N^-alpha) / (B D^-beta), the cost's derivative
+in N is zero where
+
+    k D ((alpha / beta) u - 1) = (k / 3) T,
+
+and its left side falls strictly from +inf (at N_min) to below -T (as N grows), so the optimum
+is the one root of that equation in log N (scipy's ``brentq``). At T = 0 it is u = beta / alpha,
+Hoffmann et al.'s eq. 4; as T grows the root moves to smaller N and larger D.
+
+The target loss L* is either given (``target_loss``) or the loss of the compute-optimal run at a
+budget C (``compute``). Intervals: every bootstrap replicate of the fit gives its own target (in
+the ``compute`` case) and optimum; the 95% interval is the replicates' percentile interval, and
+one that excludes its point estimate is not reported (the bootstrap does not reproduce the fit).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
+
+from scaling.errors import FitError
+from scaling.fitting.base import _jsonable, summarise
+
+#: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
+INFERENCE_SHARE = 1.0 / 3.0
+#: Bracket search: how far above N_min (in log N) the root may lie before we give up.
+MAX_LOG_SPAN = 200.0
+
+
+@dataclass(frozen=True)
+class LossLaw:
+    """L(N, D) = E + A / N^alpha + B / D^beta, with the closed forms the optimisation needs."""
+
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> "LossLaw":
+        return cls(*(float(p[k]) for k in ("E", "A", "B", "alpha", "beta")))
+
+    def valid(self) -> bool:
+        vals = (self.E, self.A, self.B, self.alpha, self.beta)
+        return all(math.isfinite(v) for v in vals) and self.A > 0 and self.B > 0 and self.alpha > 0 and self.beta > 0
+
+    def loss(self, N: Any, D: Any) -> Any:
+        return self.E + self.A / np.asarray(N, float) ** self.alpha + self.B / np.asarray(D, float) ** self.beta
+
+    def tokens_for(self, N: Any, target: float) -> Any:
+        """D reaching loss ``target`` with N parameters (inf where N alone cannot get there)."""
+        N = np.asarray(N, float)
+        with np.errstate(all="ignore"):
+            room = target - self.E - self.A / N ** self.alpha
+            return np.where(room > 0, (self.B / room) ** (1.0 / self.beta), np.inf)
+
+    def min_params(self, target: float) -> float:
+        """N_min: below it no amount of data reaches ``target`` (inf where it overflows)."""
+        with np.errstate(over="ignore"):
+            return float(np.exp((math.log(self.A) - math.log(target - self.E)) / self.alpha))
+
+    def compute_optimal(self, compute: float, k: float = 6.0) -> tuple[float, float]:
+        """Hoffmann et al. eq. 4 with C = k N D: N* = G (C/k)^(beta/(alpha+beta)), D* = C / (k N*)."""
+        s = self.alpha + self.beta
+        log_n = (math.log(self.alpha * self.A / (self.beta * self.B)) / s
+                 + self.beta / s * math.log(compute / k))
+        with np.errstate(over="ignore", under="ignore"):
+            N = float(np.exp(log_n))
+        return N, compute / (k * N)
+
+
+def inference_flops(N: Any, inference_tokens: float, k: float = 6.0) -> Any:
+    """FLOPs to serve ``inference_tokens`` tokens with an N-parameter model: (k/3) N T (2 N T for k = 6)."""
+    return k * INFERENCE_SHARE * np.asarray(N, float) * inference_tokens
+
+
+def check_target(law: LossLaw, target: float) -> None:
+    """Refuse a loss the law never reaches (at or below its irreducible loss E)."""
+    if not (math.isfinite(target) and target > law.E):
+        raise FitError(f"target loss {target:.6g} is unreachable: the fitted law's irreducible loss is "
+                       f"E = {law.E:.6g}, and no finite model reaches E or below")
+
+
+def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: float = 6.0) -> tuple[float, float]:
+    """(N, D) reaching loss ``target`` for the least training plus inference FLOPs."""
+    check_target(law, target)
+    if not (inference_tokens >= 0 and math.isfinite(inference_tokens)):
+        raise FitError(f"inference tokens must be a non-negative number, got {inference_tokens}")
+    c_inf = k * INFERENCE_SHARE * inference_tokens
+    room = target - law.E
+    log_a = math.log(law.A)
+
+    def gap(x: float) -> float:
+        """log((alpha/beta) u k D) - log(k D + c_inf): decreasing in x = log N, zero at the optimum."""
+        p = math.exp(log_a - law.alpha * x)  # A N^-alpha
+        q = room - p  # B D^-beta
+        if q <= 0:  # at (or, rounded, just past) N_min: D is infinite, the derivative's sign positive
+            return 1e6
+        log_d = (math.log(law.B) - math.log(q)) / law.beta
+        log_kd = math.log(k) + log_d
+        log_total = np.logaddexp(log_kd, math.log(c_inf)) if c_inf > 0 else log_kd
+        return math.log(law.alpha / law.beta) + math.log(p) - math.log(q) + log_kd - float(log_total)
+
+    x_min = (log_a - math.log(room)) / law.alpha  # log N_min, where D(N) diverges
+    lo = x_min
+    hi, step = x_min + 1.0, 1.0
+    while gap(hi) > 0:
+        step *= 2.0
+        hi = x_min + step
+        if step > MAX_LOG_SPAN:
+            raise FitError("no optimum found along the iso-loss curve (the law's parameters are degenerate)")
+    x = brentq(gap, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
+    if x > math.log(np.finfo(float).max):
+        raise FitError(f"the cheapest model reaching loss {target:.6g} has more than 1e308 parameters "
+                       "(the law's exponents are degenerate)")
+    N = math.exp(x)
+    return N, float(law.tokens_for(N, target))
+
+
+def target_at(law: LossLaw, compute: float, k: float = 6.0) -> float:
+    """The loss the compute-optimal run at ``compute`` reaches."""
+    N, D = law.compute_optimal(compute, k)
+    return float(law.loss(N, D))
+
+
+def iso_loss_curve(law: LossLaw, target: float, inference_tokens: float, k: float = 6.0,
+                   n: int = 121, span: float = 1.0) -> dict[str, np.ndarray]:
+    """Points along L(N, D) = target: N from just above N_min to ``span`` decades past the cheapest N.
+
+    Columns N, D, tokens_per_param, training_flops, inference_flops, total_flops (for the figure).
+    """
+    check_target(law, target)
+    n_min = law.min_params(target)
+    n_opt, _ = cheapest(law, target, inference_tokens, k)
+    n_co, _ = cheapest(law, target, 0.0, k)
+    lo = max(n_min * 1.02, min(n_opt, n_co) / 10 ** span)
+    hi = max(n_opt, n_co) * 10 ** span
+    N = np.geomspace(lo, hi, n)
+    D = law.tokens_for(N, target)
+    train = k * N * D
+    infer = inference_flops(N, inference_tokens, k)
+    return {"N": N, "D": D, "tokens_per_param": D / N, "training_flops": train, "inference_flops": infer,
+            "total_flops": train + infer}
+
+
+def _point(law: LossLaw, target: float, T: float, k: float) -> dict[str, float]:
+    N, D = cheapest(law, target, T, k)
+    train = k * N * D
+    total = train + float(inference_flops(N, T, k))
+    return {"N": N, "D": D, "tokens_per_param": D / N, "training_flops": train, "total_flops": total,
+            "loss": target}
+
+
+QUANTITIES = ("N", "D", "tokens_per_param", "training_flops", "total_flops", "loss")
+
+
+def honest_interval(values: np.ndarray, point: float) -> dict[str, Any]:
+    """:func:`summarise`, with no interval where the percentile interval excludes the estimate."""
+    iv = dict(summarise(values, point))
+    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+    if math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 1e-12 * max(abs(point), 1e-300):
+        iv.update(lo=math.nan, hi=math.nan, se=math.nan, kind="no spread",
+                  note="every bootstrap replicate gives the same value (e.g. a given target loss)")
+    elif math.isfinite(lo) and math.isfinite(hi) and not lo <= point <= hi:
+        iv.update(lo=math.nan, hi=math.nan, se=math.nan, kind="biased",
+                  note="the estimate lies outside its bootstrap replicates' 95% interval, so no interval is given")
+    return iv
+
+
+@dataclass
+class InferenceRecommendation:
+    """The cheapest (N, D) to train and serve ``inference_tokens`` at one loss, against compute-optimal."""
+
+    inference_tokens: float
+    k: float
+    compute: float | None
+    target_loss: float
+    source: str
+    optimum: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compute_optimal: dict[str, dict[str, Any]] = field(default_factory=dict)
+    saving: float = math.nan
+    replicates: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.__dict__)
+
+    def table(self) -> str:
+        from rich.console import Console
+        from rich.table import Table
+
+        buf = io.StringIO()
+        con = Console(file=buf, width=220, force_terminal=False, force_jupyter=False, color_system=None)
+        how = (f"the loss of the compute-optimal run at C = {self.compute:.3g} FLOPs" if self.compute is not None
+               else "the requested loss")
+        con.print(f"Cheapest run reaching loss {self.target_loss:.4g} ({how}) and serving "
+                  f"{self.inference_tokens:.3g} inference tokens ({self.source}; approach 3; "
+                  f"cost = {self.k:g} N D + {self.k * INFERENCE_SHARE:g} N T)")
+        t = Table(show_edge=False)
+        for col in ("", "N [95% interval]", "D [95% interval]", "D/N", "training FLOPs", "total FLOPs"):
+            t.add_column(col, justify="left" if not col else "right", no_wrap=True, min_width=15 if not col else None)
+        for label, row in (("inference-aware", self.optimum), ("compute-optimal", self.compute_optimal)):
+            t.add_row(label, _cell(row["N"]), _cell(row["D"]), _cell(row["tokens_per_param"]),
+                      _cell(row["training_flops"]), _cell(row["total_flops"]))
+        con.print(t)
+        if math.isfinite(self.saving):
+            con.print(f"training the smaller model longer saves {100 * self.saving:.1f}% of the total FLOPs")
+        for note in self.notes:
+            con.print(f"note: {note}")
+        return buf.getvalue().rstrip() + "\n"
+
+
+def _cell(iv: dict[str, Any]) -> str:
+    v = f"{iv['value']:.3g}"
+    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+    return f"{v} [{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) and math.isfinite(hi) else v
+
+
+def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float | None = None,
+                            target_loss: float | None = None, source: str = "fit") -> InferenceRecommendation:
+    """The inference-aware optimum from a fitted approach-3 law (``params_``, ``k_``, ``replicates_``).
+
+    Give exactly one of ``compute`` (target: the compute-optimal loss there) and ``target_loss``.
+    """
+    if (compute is None) == (target_loss is None):
+        raise FitError("give either a compute budget or a target loss, not both or neither")
+    if compute is not None and not (compute > 0 and math.isfinite(compute)):
+        raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
+    if not (inference_tokens >= 0 and math.isfinite(inference_tokens)):
+        raise FitError(f"--inference-tokens must be a non-negative number of tokens, got {inference_tokens}")
+    k = float(getattr(law, "k_", 6.0))
+    point = LossLaw.from_params(law.params_)
+    if not point.valid():
+        raise FitError("the approach-3 fit has no usable parameters (A, B, alpha, beta must be positive)")
+    target = target_at(point, compute, k) if compute is not None else float(target_loss)
+    if compute is not None and not math.isfinite(target):
+        raise FitError(f"the approach-3 fit gives no finite compute-optimal loss at C = {compute:.3g} FLOPs")
+    check_target(point, target)
+    best = _point(point, target, inference_tokens, k)
+    co = _point(point, target, 0.0, k)
+    co["total_flops"] = co["training_flops"] + float(inference_flops(co["N"], inference_tokens, k))
+    rec = InferenceRecommendation(inference_tokens=float(inference_tokens), k=k, compute=compute,
+                                  target_loss=target, source=source)
+    reps = _replicate_laws(law)
+    rows_best: list[dict[str, float]] = []
+    rows_co: list[dict[str, float]] = []
+    unreachable = 0
+    for r in reps:
+        if not r.valid():
+            continue
+        t = target_at(r, compute, k) if compute is not None else target
+        if not t > r.E:
+            unreachable += 1
+            continue
+        try:
+            b, c = _point(r, t, inference_tokens, k), _point(r, t, 0.0, k)
+        except (FitError, ValueError, OverflowError, ZeroDivisionError):
+            continue
+        c["total_flops"] = c["training_flops"] + float(inference_flops(c["N"], inference_tokens, k))
+        rows_best.append(b)
+        rows_co.append(c)
+    rec.replicates = {"n": len(reps), "used": len(rows_best), "unreachable": unreachable}
+    enough = reps and len(rows_best) >= 0.5 * len(reps)
+    for out, pt, rows in ((rec.optimum, best, rows_best), (rec.compute_optimal, co, rows_co)):
+        for q in QUANTITIES:
+            vals = np.array([r[q] for r in rows]) if enough else np.array([])
+            out[q] = honest_interval(vals, pt[q])
+    rec.saving = 1.0 - best["total_flops"] / co["total_flops"] if co["total_flops"] > 0 else math.nan
+    if not reps:
+        rec.notes.append("the fit has no bootstrap replicates, so no intervals are given")
+    elif not enough:
+        rec.notes.append(f"only {len(rows_best)} of {len(reps)} bootstrap replicates reach the target loss, "
+                         "so no intervals are given")
+    elif unreachable:
+        rec.notes.append(f"{unreachable} of {len(reps)} bootstrap replicates cannot reach the target loss "
+                         "(their E lies above it) and are left out of the intervals")
+    rec.notes.extend(law.doubts() if hasattr(law, "doubts") else [])
+    return rec
+
+
+def _replicate_laws(law: Any) -> list[LossLaw]:
+    reps = law._replicate_params() if hasattr(law, "_replicate_params") else None
+    if not reps:
+        return []
+    n = len(np.asarray(reps["E"]))
+    return [LossLaw(*(float(np.asarray(reps[k])[i]) for k in ("E", "A", "B", "alpha", "beta"))) for i in range(n)]
+
+
+def recommend_inference(inference_tokens: float, *, compute: float | None = None, target_loss: float | None = None,
+                        url: str | None = None, sweep: str | None = None, csv: str | None = None,
+                        n_bootstrap: int = 200, seed: int = 0) -> InferenceRecommendation:
+    """Fit approach 3 to a sweep (stored and reused as ``scaling fit`` does) or a CSV, then optimise.
+
+    Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.
+    """
+    from scaling.fitting.api import fit_csv, fit_sweep
+
+    if compute is not None and target_loss is not None:
+        raise FitError("give either --compute or --target-loss, not both")
+    if csv is not None and sweep is not None:
+        raise FitError("give either --sweep or --csv, not both")
+    if csv is not None:
+        summary = fit_csv(csv, "approach3", n_bootstrap, seed)
+    elif url is not None:
+        summary = fit_sweep(url, sweep, "approach3", n_bootstrap, seed)
+    else:
+        raise FitError("recommend needs a sweep (database) or a CSV file")
+    law = summary.laws["approach3"]
+    if compute is None and target_loss is None:
+        compute = 10.0 * float(law.data_.points["C"].max())
+    return recommend_for_inference(law, inference_tokens, compute=compute, target_loss=target_loss,
+                                   source=summary.source)

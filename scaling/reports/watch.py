@@ -1,0 +1,108 @@
+"""`scaling report --watch`: keep a sweep's report file current while the sweep runs.
+
+Every ``interval`` seconds the runs' statuses are read (one row per run); when any run changed
+status the report is rendered again and replaced atomically (written to a temporary file in the
+same folder, then ``os.replace``), so a browser or a copy never sees half a file. While any run is
+pending or running the page carries ``<meta http-equiv="refresh">`` and reloads itself every
+``interval`` seconds; the last rewrite, once no run is pending or running, drops it, and the
+watch returns.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from scaling import vocab
+from scaling.errors import NotFoundError, mask_url
+
+#: Run statuses that mean the sweep is still going.
+LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
+#: The marker of a self-reloading page (tests and readers look for it).
+REFRESH_TAG = '<meta http-equiv="refresh" content="{seconds}">'
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` in one step: a temporary file in the same folder, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is shared like any written file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def with_reload(page: str, seconds: float) -> str:
+    """``page`` with a meta refresh after ``<head>``, so the browser reloads it every ``seconds``."""
+    tag = REFRESH_TAG.format(seconds=max(1, int(round(seconds))))
+    head = page.find("<head>")
+    if head < 0:
+        raise ValueError("the report has no <head> to put the reload in")
+    cut = head + len("<head>")
+    return page[:cut] + "\n" + tag + page[cut:]
+
+
+def run_statuses(url: str, sweep: str) -> dict[str, str]:
+    """Run key -> status for ``sweep`` (one row per run)."""
+    from scaling.db import connect
+
+    with connect(url) as res:
+        runs = res.runs(sweep=sweep)
+    return dict(zip(runs["run_key"].astype(str), runs["status"].astype(str)))
+
+
+def resolve_sweep(url: str, sweep: str | None) -> str:
+    """``sweep``, or the latest sweep in the database."""
+    if sweep is not None:
+        return sweep
+    from scaling.db import connect
+
+    with connect(url) as res:
+        latest = res.latest_sweep()
+    if latest is None:
+        raise NotFoundError(f"no sweeps in the database at {mask_url(url)}")
+    return latest
+
+
+def render_to(url: str, sweep: str, path: Path, *, live: bool, interval: float, fit: str,
+              extras: Sequence[Any] = ()) -> Path:
+    """Render the report of ``sweep`` and replace ``path`` with it (reloading itself if ``live``)."""
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    page = render(ReportData.load(url, sweep, fit=fit), extras=extras)
+    write_atomic(path, with_reload(page, interval) if live else page)
+    return path
+
+
+def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10.0, fit: str = "sweep",
+          extras: Sequence[Any] = (), on_write: Callable[[Path, bool], None] | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> Path:
+    """Rewrite the report at ``path`` whenever a run of ``sweep`` changes status; return when none
+    is pending or running (after a last rewrite without the reload). ``on_write(path, live)``
+    is called after each rewrite."""
+    if not (interval > 0):
+        raise ValueError("interval must be positive")
+    out = Path(path).expanduser().resolve()
+    sweep = resolve_sweep(url, sweep)
+    seen: dict[str, str] | None = None
+    while True:
+        statuses = run_statuses(url, sweep)
+        live = any(s in LIVE_STATUSES for s in statuses.values())
+        if statuses != seen:
+            render_to(url, sweep, out, live=live, interval=interval, fit=fit, extras=extras)
+            seen = statuses
+            if on_write is not None:
+                on_write(out, live)
+        if not live:
+            return out
+        sleep(interval)

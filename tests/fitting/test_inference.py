@@ -1,0 +1,149 @@
+"""Inference-aware optimum (Sardana et al. 2023) against closed forms, monotonicity, intervals and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scaling.errors import FitError
+from scaling.fitting import ChinchillaParametric, synthetic as S
+from scaling.fitting.inference import (
+    LossLaw,
+    cheapest,
+    inference_flops,
+    iso_loss_curve,
+    recommend_for_inference,
+    target_at,
+)
+
+TRUTH = LossLaw(**S.TRUTH)
+
+
+@pytest.mark.parametrize("compute", [1e18, 1e21, 1e24])
+def test_no_inference_reproduces_hoffmann_eq4(compute: float) -> None:
+    t = S.TRUTH
+    G = (t["alpha"] * t["A"] / (t["beta"] * t["B"])) ** (1 / (t["alpha"] + t["beta"]))
+    n_eq4 = G * (compute / 6) ** (t["beta"] / (t["alpha"] + t["beta"]))
+    d_eq4 = compute / (6 * n_eq4)
+    N, D = cheapest(TRUTH, target_at(TRUTH, compute), 0.0)
+    assert N == pytest.approx(n_eq4, rel=1e-8) and D == pytest.approx(d_eq4, rel=1e-8)
+
+
+def test_equal_exponents_one_match_the_quadratic_closed_form() -> None:
+    """alpha = beta = 1: with p = A/N, q = B/D, p + q = L - E, the optimum solves c q^2 + 2kB q - kB(L-E) = 0."""
+    law = LossLaw(E=1.5, A=4.0e3, B=9.0e4, alpha=1.0, beta=1.0)
+    k, target = 6.0, 1.5 + 2e-4
+    for T in (0.0, 1e6, 1e9, 1e12):
+        c = 2.0 * T
+        room = target - law.E
+        q = room / 2 if c == 0 else (-2 * k * law.B + math.sqrt(4 * k**2 * law.B**2 + 4 * c * k * law.B * room)) / (2 * c)
+        N_hand, D_hand = law.A / (room - q), law.B / q
+        N, D = cheapest(law, target, T, k)
+        assert N == pytest.approx(N_hand, rel=1e-6) and D == pytest.approx(D_hand, rel=1e-6), T
+        assert float(law.loss(N, D)) == pytest.approx(target, rel=1e-12)
+
+
+def test_equal_exponents_split_the_reducible_loss_evenly_without_inference() -> None:
+    law = LossLaw(E=2.0, A=300.0, B=800.0, alpha=0.4, beta=0.4)
+    target = 2.3
+    N, D = cheapest(law, target, 0.0)
+    assert N == pytest.approx((2 * law.A / (target - law.E)) ** (1 / 0.4), rel=1e-6)
+    assert D == pytest.approx((2 * law.B / (target - law.E)) ** (1 / 0.4), rel=1e-6)
+
+
+def test_more_inference_means_a_smaller_model_trained_longer() -> None:
+    target = target_at(TRUTH, 1e22)
+    Ts = [0.0, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14]
+    pts = [cheapest(TRUTH, target, T) for T in Ts]
+    Ns, Ds = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    assert np.all(np.diff(Ns) < 0) and np.all(np.diff(Ds) > 0)
+    for N, D in pts:
+        assert float(TRUTH.loss(N, D)) == pytest.approx(target, rel=1e-10)
+
+
+def test_the_optimum_is_the_cheapest_point_of_the_iso_loss_curve() -> None:
+    target, T = target_at(TRUTH, 1e21), 1e12
+    N, D = cheapest(TRUTH, target, T)
+    best = 6 * N * D + float(inference_flops(N, T))
+    curve = iso_loss_curve(TRUTH, target, T, n=2001)
+    assert best <= curve["total_flops"].min() * (1 + 1e-9)
+    for f in (0.98, 1.02):  # neighbours on the curve cost more
+        n2 = N * f
+        assert 6 * n2 * float(TRUTH.tokens_for(n2, target)) + float(inference_flops(n2, T)) > best
+
+
+@pytest.mark.parametrize("bad", [S.TRUTH["E"], S.TRUTH["E"] - 0.1, float("nan")])
+def test_unreachable_target_loss_is_refused(bad: float) -> None:
+    with pytest.raises(FitError, match="unreachable.*irreducible loss"):
+        cheapest(TRUTH, bad, 1e9)
+
+
+def test_degenerate_exponent_is_refused_not_overflowed() -> None:
+    law = LossLaw(E=1.0, A=400.0, B=400.0, alpha=1e-3, beta=0.3)
+    with pytest.raises(FitError, match="degenerate"):
+        cheapest(law, 1.5, 1e9)
+
+
+@pytest.fixture(scope="module")
+def fitted_law() -> ChinchillaParametric:
+    pts = S.isoflop_points(budgets=np.array([1e17, 3e17, 1e18, 3e18, 1e19]), n_sizes=7, span=1.5, seed=3)
+    return ChinchillaParametric(grid="coarse").fit(pts).bootstrap(60, seed=1)
+
+
+def test_intervals_contain_their_estimates(fitted_law: ChinchillaParametric) -> None:
+    rec = recommend_for_inference(fitted_law, 1e13, compute=1e21)
+    assert rec.replicates["used"] >= 30
+    for block in (rec.optimum, rec.compute_optimal):
+        for q in ("N", "D", "tokens_per_param", "total_flops"):
+            iv = block[q]
+            if math.isfinite(iv["lo"]):
+                assert iv["lo"] <= iv["value"] <= iv["hi"], (q, iv)
+    assert any(math.isfinite(rec.optimum[q]["lo"]) for q in ("N", "D"))
+    # serving 1e13 tokens: a smaller model trained on more tokens, cheaper in all
+    assert rec.optimum["N"]["value"] < rec.compute_optimal["N"]["value"]
+    assert rec.optimum["D"]["value"] > rec.compute_optimal["D"]["value"]
+    assert 0 < rec.saving < 1
+    json.dumps(rec.to_dict())
+    assert "inference-aware" in rec.table() and "compute-optimal" in rec.table()
+
+
+def test_target_loss_mode_and_its_refusal(fitted_law: ChinchillaParametric) -> None:
+    E = fitted_law.params_["E"]
+    rec = recommend_for_inference(fitted_law, 0.0, target_loss=E + 0.5)
+    N, D = rec.optimum["N"]["value"], rec.optimum["D"]["value"]
+    assert float(fitted_law.predict(N, D)) == pytest.approx(E + 0.5, rel=1e-10)
+    assert not math.isfinite(rec.optimum["loss"]["lo"])  # a given target has no interval
+    with pytest.raises(FitError, match="unreachable"):
+        recommend_for_inference(fitted_law, 1e9, target_loss=E)
+
+
+def test_an_interval_excluding_its_estimate_is_dropped() -> None:
+    from scaling.fitting.inference import honest_interval
+
+    iv = honest_interval(np.linspace(2.0, 3.0, 100), 1.0)
+    assert math.isnan(iv["lo"]) and iv["kind"] == "biased"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_recommend_inference_tokens_and_target_loss(tmp_path: Path) -> None:
+    pts = S.isoflop_points(budgets=np.array([1e17, 3e17, 1e18, 3e18]), n_sizes=7, span=1.5, seed=0)
+    csv = tmp_path / "pts.csv"
+    pts[["N", "D", "C", "loss"]].to_csv(csv, index=False)
+    out = _cli("recommend", "--csv", str(csv), "--compute", "1e21", "--inference-tokens", "1e12",
+               "--bootstrap", "20", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["optimum"]["N"]["value"] < d["compute_optimal"]["N"]["value"]
+    out = _cli("recommend", "--csv", str(csv), "--target-loss", "1.0", "--inference-tokens", "1e12", "--bootstrap", "20")
+    assert out.returncode == 2 and "unreachable" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
