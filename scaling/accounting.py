@@ -270,6 +270,15 @@ class MemoryEstimate:
     def total_gib(self) -> float:
         return self.total_bytes / GIB
 
+    @classmethod
+    def with_margin(
+        cls, strategy: str, workers: int, *, weights: float, gradients: float, optimizer: float,
+        activations: float, buffers: float, margin: float,
+    ) -> "MemoryEstimate":
+        """The estimate with ``margin`` (a fraction of everything else) for the allocator's slack."""
+        parts = weights + gradients + optimizer + activations + buffers
+        return cls(strategy, workers, weights, gradients, optimizer, activations, margin * parts, buffers)
+
 
 def model_state_bytes(
     params: int, precision: Precision, strategy: Strategy, workers: int, layout: Layout = "torch"
@@ -341,15 +350,9 @@ def estimate_memory(
     weights, grads, optim = model_state_bytes(shape.params_total, precision, strategy, workers, layout)
     acts = activation_bytes(shape, micro_batch, precision, checkpointing)
     buffers = fsdp_buffer_bytes(shape, precision, strategy, workers)
-    return MemoryEstimate(
-        strategy=strategy,
-        workers=workers,
-        weights_bytes=weights,
-        gradients_bytes=grads,
-        optimizer_bytes=optim,
-        activations_bytes=acts,
-        buffers_bytes=buffers,
-        margin_bytes=margin * (weights + grads + optim + acts + buffers),
+    return MemoryEstimate.with_margin(
+        strategy, workers, weights=weights, gradients=grads, optimizer=optim, activations=acts,
+        buffers=buffers, margin=margin,
     )
 
 

@@ -491,13 +491,7 @@ def memory_per_rank(
         per_block = Shape(1, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
         one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
         buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
-    return MemoryEstimate(
-        strategy=layout.strategy,
-        workers=layout.world,
-        weights_bytes=weights,
-        gradients_bytes=grads,
-        optimizer_bytes=optim,
-        activations_bytes=acts,
-        buffers_bytes=buffers,
-        margin_bytes=margin * (weights + grads + optim + acts + buffers),
+    return MemoryEstimate.with_margin(
+        layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
+        activations=acts, buffers=buffers, margin=margin,
     )

@@ -57,3 +57,11 @@ SweepOption = Annotated[
 FormatOption = Annotated[
     str, typer.Option("--format", help="Output format: table or json.")
 ]
+
+
+def check_format(fmt: str) -> None:
+    """``--format`` of the commands that print a table or JSON."""
+    from scaling.errors import UserError
+
+    if fmt not in ("table", "json"):
+        raise UserError(f"--format must be table or json, not {fmt!r}")

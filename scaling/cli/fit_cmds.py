@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from scaling.cli.common import DbOption, FormatOption, SweepOption, app
+from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 
 CsvOption = Annotated[
     Optional[Path],
@@ -34,13 +34,6 @@ def _r_star(text: str | None, default: float) -> tuple[float, bool]:
     if not (value > 0 and value < float("inf")):
         raise UserError(f"--r-star must be a positive number or 'fit', not {text!r}")
     return value, False
-
-
-def _check_format(fmt: str) -> None:
-    from scaling.errors import UserError
-
-    if fmt not in ("table", "json"):
-        raise UserError(f"--format must be table or json, not {fmt!r}")
 
 
 @app.command()
@@ -88,7 +81,7 @@ def fit(
     from scaling.fitting.api import fit_data
     from scaling.fitting.data import R_STAR_DATA, from_csv
 
-    _check_format(fmt)
+    check_format(fmt)
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -145,7 +138,7 @@ def recommend(
     from scaling.fitting import recommend as do_recommend
     from scaling.orchestrator.plan import size_run
 
-    _check_format(fmt)
+    check_format(fmt)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
         from scaling.db import resolve_url
         from scaling.fitting.inference import recommend_inference

@@ -6,15 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from scaling.cli.common import DbOption, FormatOption, SweepOption, app
-from scaling.errors import UserError, mask_data, mask_text
+from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
+from scaling.errors import mask_data, mask_text
 
 PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_default=False)]
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in ("table", "json"):
-        raise UserError(f"--format: use table or json, not {fmt!r}")
 
 
 @app.command("plan")
@@ -23,7 +18,7 @@ def plan_cmd(plan: PlanArg, format: FormatOption = "table") -> None:
 
     Example: scaling plan examples/plan.yaml --format json
     """
-    _check_format(format)
+    check_format(format)
     from rich.console import Console
 
     from scaling.orchestrator.planning import plan_summary, render_table, to_json
@@ -108,7 +103,7 @@ def status_cmd(db: DbOption = None, sweep: SweepOption = None, format: FormatOpt
 
     Example: scaling status --sweep example
     """
-    _check_format(format)
+    check_format(format)
     import json
 
     from rich.console import Console

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaling.errors import FitError, UserError
+from scaling.fmt import num
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, _jsonable
 from scaling.fitting.data import FitData, from_csv, from_db
@@ -163,9 +164,7 @@ def interval_text(iv: dict[str, Any]) -> str:
 
 
 def _num(v: float | None) -> str:
-    if v is None or not math.isfinite(v):
-        return "-"
-    return f"{v:.4g}"
+    return num(v, 4, "-")
 
 
 def fit_data(data: FitData, law: str = "all", n_bootstrap: int = 200, seed: int = 0,

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, UserError
+from scaling.fmt import num
 from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
 from scaling.fitting.base import _jsonable
 from scaling.fitting.data import prepare
@@ -118,11 +119,7 @@ class Recommendation:
 
 
 def _num(v: Any) -> str:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return "-"
-    return f"{f:.3g}" if math.isfinite(f) else "-"
+    return num(v, 3, "-")
 
 
 def recommend(
