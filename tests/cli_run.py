@@ -35,6 +35,12 @@ def run_main(*args: str) -> Outcome:
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """:func:`run_main` as a plain (exit code, stdout, stderr) tuple."""
+    outcome = run_main(*args)
+    return outcome.code, outcome.out, outcome.err
+
+
 def run_process(*args: str, cwd: Path | None = None, timeout: float = 120) -> Outcome:
     """``scaling ARGS`` as a separate Python process (this checkout first on the path)."""
     code = "import sys; sys.argv[0] = 'scaling'; from scaling.cli import main; main()"

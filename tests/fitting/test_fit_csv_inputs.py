@@ -8,35 +8,21 @@ the real command line in-process through its entry point.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from scaling.cli import main
+from cli_run import run_cli
 from scaling.errors import FitError
 from scaling.fitting import effective_tokens, from_csv, from_frame
 from scaling.fitting import synthetic as S
 
 
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """``scaling ARGS`` in this process: (exit code, stdout, stderr). Any traceback propagates."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with mock.patch.object(sys, "argv", ["scaling", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _write(tmp_path: Path, df: pd.DataFrame, name: str = "m.csv", **kw) -> Path:

@@ -10,19 +10,16 @@ entry point in-process, and a few through real subprocesses. Every one must end 
 from __future__ import annotations
 
 import hashlib
-import io
 import random
 import resource
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-from scaling.cli import main
+from cli_run import run_cli
 from scaling.fitting import synthetic as S
 
 JUNK = ["", "nan", "NaN", "-1", "0", "inf", "-inf", "1e400", "1e-400", "abc", "10M", "1,000", "1.5B", "2 k", "1e9x",
@@ -32,16 +29,6 @@ DELIMS = [",", ";", "\t", "|", " "]
 SIZES_BOUND_S = 10.0
 
 
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """``scaling ARGS`` in this process: (exit code, stdout, stderr). Any traceback propagates."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with mock.patch.object(sys, "argv", ["scaling", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return code, out.getvalue(), err.getvalue()
 
 
 def base_csv(seed: int) -> list[list[str]]:
