@@ -12,11 +12,11 @@ in C++, out of Python's sight, so there the stock ``allreduce_hook`` from torch'
 from __future__ import annotations
 
 import os
-import traceback
 from collections import defaultdict
 from typing import Any
 
 import pytest
+from _workers import spawn
 
 from scaling.accounting import Shape, estimate_memory, model_state_bytes
 from scaling.comms import (
@@ -301,37 +301,11 @@ def _traffic_worker(rank: int, world: int) -> dict:
     return out
 
 
-def _entry(rank: int, world: int, init: str, out: str, args: tuple) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    try:
-        result = _traffic_worker(rank, world)
-        torch.save(result, os.path.join(out, f"result{rank}.pt"))
-        dist.barrier()
-    except Exception:
-        traceback.print_exc()
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def _spawn(tmp: str, world: int, *args: Any) -> list[dict]:
-    import torch
-    import torch.multiprocessing as mp
-
-    mp.spawn(_entry, args=(world, os.path.join(tmp, "rendezvous"), tmp, args), nprocs=world, join=True)
-    return [torch.load(os.path.join(tmp, f"result{r}.pt")) for r in range(world)]
-
-
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory) -> list[dict]:
     """Every case's collectives on both ranks of one real 2-process gloo group."""
     pytest.importorskip("torch")
-    return _spawn(str(tmp_path_factory.mktemp("wire")), 2)
+    return spawn(_traffic_worker, 2, str(tmp_path_factory.mktemp("wire")))
 
 
 @pytest.mark.parametrize("strategy,precision,micro_batches", CASES)
@@ -358,5 +332,5 @@ def test_module_is_torch_free() -> None:
     import sys
 
     code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
