@@ -23,6 +23,15 @@ from scipy.optimize import least_squares
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, fit_line
 from scaling.fitting.data import FitData
+from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
+from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
+
+#: Above this many points the joint law's starts run on a seeded random subset of this size (they
+#: only have to find the optimum's basin); the best of them is then refined on every point.
+START_POINTS = 20_000
+#: Each single-variable law's parameters (intercept as log X_c, exponent), and the joint law's.
+LINE_NAMES = {"N": ("log_Nc1", "alpha_N1"), "D": ("log_Dc1", "alpha_D1"), "C": ("log_Cc", "alpha_C")}
+JOINT_NAMES = ("log_Nc", "log_Dc", "alpha_N", "alpha_D")
 
 
 def frontier_mask(C: np.ndarray, loss: np.ndarray) -> np.ndarray:
@@ -128,13 +137,17 @@ class KaplanLaw(Law):
         Cf, Lf = frontier if frontier is not None else (C[sub["C"]], L[sub["C"]])
         out = self._single_laws({"N": (N[sub["N"]], L[sub["N"]]), "D": (D[sub["D"]], L[sub["D"]]), "C": (Cf, Lf)},
                                 strict)
+        if start is None and len(N) > START_POINTS:
+            idx = np.sort(np.random.default_rng(0).choice(len(N), START_POINTS, replace=False))
+            start = self._fit_joint(N[idx], D[idx], L[idx], out, None)
+            self.notes_.append(f"joint law's starts run on a random {START_POINTS:,} of the {len(N):,} points; "
+                               "its best optimum refined on all of them")
         out.update(self._fit_joint(N, D, L, out, start))
         return out
 
     @staticmethod
     def _single_laws(pairs: dict[str, tuple[np.ndarray, np.ndarray]], strict: bool) -> dict[str, float]:
         """L(N), L(D), L(C) as lines in log-log space: log L = alpha (log X_c - log X)."""
-        names = {"N": ("log_Nc1", "alpha_N1"), "D": ("log_Dc1", "alpha_D1"), "C": ("log_Cc", "alpha_C")}
         out: dict[str, float] = {}
         for key, (X, Y) in pairs.items():
             try:
@@ -144,26 +157,33 @@ class KaplanLaw(Law):
                     raise FitError(f"Kaplan L({key}): needs at least two distinct {key} values") from None
                 slope, icpt = np.nan, np.nan
             alpha = -slope
-            out[names[key][0]] = icpt / alpha if alpha != 0 else np.nan
-            out[names[key][1]] = alpha
+            out[LINE_NAMES[key][0]] = icpt / alpha if alpha != 0 else np.nan
+            out[LINE_NAMES[key][1]] = alpha
         return out
 
     @staticmethod
     def _fit_joint(N: np.ndarray, D: np.ndarray, L: np.ndarray, single: dict[str, float],
-                   start: dict[str, float] | None) -> dict[str, float]:
+                   start: dict[str, float] | None, weights: np.ndarray | None = None) -> dict[str, float]:
+        """Least squares on log L; ``weights`` (bootstrap counts) weight each point's squared residual."""
+        if weights is not None:
+            keep = weights > 0
+            N, D, L, weights = N[keep], D[keep], L[keep], weights[keep]
         logN, logD, logL = np.log(N), np.log(D), np.log(L)
+        sw = np.sqrt(weights) if weights is not None else None
 
         def resid(th: np.ndarray) -> np.ndarray:
             lNc, lDc, aN, aD = th
             # log L = aD * log( exp((aN/aD)(lNc - logN)) + exp(lDc - logD) ), as log-sum-exp
-            return aD * np.logaddexp((aN / aD) * (lNc - logN), lDc - logD) - logL
+            r = aD * np.logaddexp((aN / aD) * (lNc - logN), lDc - logD) - logL
+            return r if sw is None else r * sw
 
         def jac(th: np.ndarray) -> np.ndarray:
             lNc, lDc, aN, aD = th
             q, xN = aN / aD, lNc - logN
             u, v = q * xN, lDc - logD
             w = 0.5 * (1.0 + np.tanh(0.5 * (u - v)))  # softmax weight of u, overflow-free sigmoid
-            return np.stack([aN * w, aD * (1.0 - w), w * xN, np.logaddexp(u, v) - w * q * xN], axis=1)
+            J = np.stack([aN * w, aD * (1.0 - w), w * xN, np.logaddexp(u, v) - w * q * xN], axis=1)
+            return J if sw is None else J * sw[:, None]
 
         starts = []
         if start is not None:
@@ -207,6 +227,11 @@ class KaplanLaw(Law):
         sub = self._subsets(N, D, C, L)
         front = self.frontier_ if self.frontier_ is not None else (C[sub["C"]], L[sub["C"]])
         m = len(pts)
+        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
+        self.notes_ = [t for t in notes if not t.startswith(BLB_NOTE)]
+        if m > BLB_THRESHOLD:
+            lines = {"N": (N[sub["N"]], L[sub["N"]]), "D": (D[sub["D"]], L[sub["D"]]), "C": front}
+            return self._little_bootstraps(N, D, L, lines, n, rng)
         out = np.full((n, len(self.param_names)), np.nan)
         for r in range(n):
             idx = rng.integers(0, m, m)
@@ -222,6 +247,44 @@ class KaplanLaw(Law):
             except FitError:
                 continue
             out[r] = [p[k] for k in self.param_names]
+        return out
+
+    def _little_bootstraps(self, N: np.ndarray, D: np.ndarray, L: np.ndarray,
+                           lines: dict[str, tuple[np.ndarray, np.ndarray]], n: int,
+                           rng: np.random.Generator) -> np.ndarray:
+        """The bootstrap of many points: each law resampled on its own points as in :meth:`_bootstrap`,
+        the joint law (and a single-variable law on more than BLB_THRESHOLD points) by a bag of
+        little bootstraps (:mod:`scaling.fitting.resample`) with weighted refits from the full fit."""
+        names = list(self.param_names)
+        out = np.full((n, len(names)), np.nan)
+        for key, (X, Y) in lines.items():
+            cols = [names.index(c) for c in LINE_NAMES[key]]
+            out[:, cols] = _line_replicates(np.log(X), np.log(Y), [self.params_[c] for c in LINE_NAMES[key]], n, rng)
+        start = {c: self.params_[c] for c in JOINT_NAMES}
+
+        def fit_subset(idx: np.ndarray) -> np.ndarray | None:
+            if len(np.unique(N[idx])) < 2 or len(np.unique(D[idx])) < 2:
+                return None
+            try:
+                p = self._fit_joint(N[idx], D[idx], L[idx], {}, start)
+            except FitError:
+                return None
+            return np.array([p[c] for c in JOINT_NAMES])
+
+        def refit(idx: np.ndarray, k: int, draws: int, g: np.random.Generator, centre: np.ndarray) -> np.ndarray:
+            counts = multinomial_counts(draws, len(idx), k, g)
+            res = np.full((k, len(JOINT_NAMES)), np.nan)
+            for r in range(k):
+                try:
+                    p = self._fit_joint(N[idx], D[idx], L[idx], {}, dict(zip(JOINT_NAMES, centre)), counts[r])
+                except FitError:
+                    continue
+                res[r] = [p[c] for c in JOINT_NAMES]
+            return res
+
+        theta = np.array([start[c] for c in JOINT_NAMES])
+        out[:, [names.index(c) for c in JOINT_NAMES]] = little_bootstraps(len(N), n, theta, rng, fit_subset, refit)
+        self.notes_.append(blb_note(len(N)))
         return out
 
     # -- the law ----------------------------------------------------------------------------
@@ -257,3 +320,46 @@ class KaplanLaw(Law):
             if self.frontier_ is not None:  # the frontier of the loss curves replaces that of final points
                 out["L_C_points"] = {"C": self.frontier_[0].tolist(), "loss": self.frontier_[1].tolist()}
         return out
+
+
+def _weighted_lines(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(k, 2) of (log X_c, alpha) for the line log L = alpha (log X_c - log X) weighted by each row of ``w`` (k, s).
+
+    NaN where a row leaves fewer than two distinct x (no slope).
+    """
+    xm, ym = x.mean(), y.mean()
+    xc, yc = x - xm, y - ym
+    W = w.sum(axis=1)
+    with np.errstate(all="ignore"):
+        mx, my = (w @ xc) / W, (w @ yc) / W
+        sxx = w @ (xc * xc) - W * mx * mx
+        sxy = w @ (xc * yc) - W * mx * my
+        ok = sxx > 1e-12 * np.maximum(w @ (xc * xc), 1e-300)
+        slope = np.where(ok, sxy / np.where(ok, sxx, 1.0), np.nan)
+        icpt = (my + ym) - slope * (mx + xm)
+        alpha = -slope
+        return np.stack([np.where(alpha != 0, icpt / alpha, np.nan), alpha], axis=1)
+
+
+def _line_replicates(x: np.ndarray, y: np.ndarray, theta: list[float], n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, 2) bootstrap replicates of a single-variable law on the points (x, y) = (log X, log L).
+
+    All replicates at once as multinomial-count weighted lines; on more than BLB_THRESHOLD points,
+    little bootstraps (each replicate s draws over one subset).
+    """
+    s = len(x)
+    if s < 2 or not np.all(np.isfinite(theta)):
+        return np.full((n, 2), np.nan)
+
+    def refit(idx: np.ndarray, k: int, draws: int, g: np.random.Generator, centre: np.ndarray) -> np.ndarray:
+        return _weighted_lines(x[idx], y[idx], multinomial_counts(draws, len(idx), k, g))
+
+    if s > BLB_THRESHOLD:
+        return little_bootstraps(s, n, np.asarray(theta, float), rng,
+                                 lambda idx: _weighted_lines(x[idx], y[idx], np.ones((1, len(idx))))[0], refit)
+    out = np.full((n, 2), np.nan)
+    chunk = max(1, (32 * 2**20) // (8 * s))  # counts held at once: about 32 MiB
+    for lo in range(0, n, chunk):
+        k = min(chunk, n - lo)
+        out[lo : lo + k] = refit(np.arange(s), k, s, rng, np.asarray(theta, float))
+    return out

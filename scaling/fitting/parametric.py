@@ -20,6 +20,8 @@ from scaling.errors import FitError
 from scaling.fitting.base import Law, Params
 from scaling.fitting.data import FitData
 from scaling.fitting.optim import batch_lbfgs, max_batch
+from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
+from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
 #: Epoch AI's grid of starts (Besiroglu et al. 2024, Sec. 2): 5 x 5 x 5 x 6 x 6 = 4,500.
 EPOCH_GRID: dict[str, list[float]] = {
@@ -53,11 +55,6 @@ PRUNE_FACTOR = 10.0
 #: Above this many points the grid of starts runs on a seeded random subset of this size (it
 #: only has to find the basin of the optimum); the best grid optima are polished on every point.
 GRID_POINTS = 1_000
-#: Above this many points the bootstrap is a bag of little bootstraps (Kleiner et al. 2014):
-#: each replicate draws n points from one of a few subsets of n^BLB_GAMMA points.
-BLB_THRESHOLD = 20_000
-BLB_GAMMA = 0.7
-BLB_SUBSETS = 4
 #: E below this fraction of the lowest loss is the fit's bound E = 0 (reached as e = log E runs to -inf;
 #: a share of the loss that small is below any realistic noise, so e stops moving before it gets there).
 E_PINNED = 1e-3
@@ -256,7 +253,7 @@ class ChinchillaParametric(Law):
         m = len(pts)
         full = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta)
         notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
-        self.notes_ = [t for t in notes if not t.startswith("bootstrap: bag of little")]
+        self.notes_ = [t for t in notes if not t.startswith(BLB_NOTE)]
         if m > BLB_THRESHOLD:
             return self._little_bootstraps(full, n, rng)
         return self._params_of(self._refit(full, np.arange(m), n, m, rng, self.theta_))
@@ -272,39 +269,25 @@ class ChinchillaParametric(Law):
         out = np.full((n, 5), np.nan)
         for lo in range(0, n, chunk):
             k = min(chunk, n - lo)
-            counts = rng.multinomial(draws, np.full(b, 1.0 / b), size=k).astype(float)
+            counts = multinomial_counts(draws, b, k, rng)
             res = batch_lbfgs(full.subset(idx, counts), np.tile(start, (k, 1)), max_iter=1000)
             ok = np.isfinite(res.fun)
             out[lo : lo + k][ok] = res.x[ok]
         return out
 
     def _little_bootstraps(self, full: HuberLogObjective, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Bag of little bootstraps (Kleiner et al. 2014) for many points.
+        """Bag of little bootstraps (:mod:`scaling.fitting.resample`), recentred in the optimiser's log parameters."""
 
-        Each of ``BLB_SUBSETS`` disjoint random subsets of b = m^BLB_GAMMA points is fitted, then
-        resampled with m draws (so replicates vary as m-point resamples do) at a cost of b points
-        each; every replicate is recentred from its subset's fit onto the full-data fit (in the
-        optimiser's log parameters), so the intervals are centred on the estimate.
-        """
-        m = full.n_points
-        b = int(math.ceil(m**BLB_GAMMA))
-        perm = rng.permutation(m)
-        out = np.full((n, 5), np.nan)
-        per = np.array_split(np.arange(n), BLB_SUBSETS)
-        for s, rows in enumerate(per):
-            if rows.size == 0:
-                continue
-            idx = np.sort(perm[s * b : (s + 1) * b])
-            sub = full.subset(idx)
-            r = minimize(sub.single, self.theta_, jac=True, method="L-BFGS-B",
+        def fit_subset(idx: np.ndarray) -> np.ndarray | None:
+            r = minimize(full.subset(idx).single, self.theta_, jac=True, method="L-BFGS-B",
                          options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 500})
-            if not np.isfinite(r.fun):
-                continue
-            reps = self._refit(full, idx, rows.size, m, rng, r.x)
-            out[rows] = reps - r.x + self.theta_
-        self.notes_.append(f"bootstrap: bag of little bootstraps (Kleiner et al. 2014) for {m:,} points: "
-                           f"{BLB_SUBSETS} subsets of {b:,} points, each replicate {m:,} draws from one, "
-                           "recentred on the full-data fit")
+            return r.x if np.isfinite(r.fun) else None
+
+        def refit(idx: np.ndarray, k: int, draws: int, g: np.random.Generator, start: np.ndarray) -> np.ndarray:
+            return self._refit(full, idx, k, draws, g, start)
+
+        out = little_bootstraps(full.n_points, n, self.theta_, rng, fit_subset, refit)
+        self.notes_.append(blb_note(full.n_points))
         return self._params_of(out)
 
     @staticmethod
