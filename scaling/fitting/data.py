@@ -81,6 +81,10 @@ class FitData:
     effective_data: bool | None = None
     #: Muennighoff et al.'s R*_D used for D'.
     r_star: float = R_STAR_DATA
+    #: Muennighoff et al.'s R*_N used for effective parameters N' (None: not modelled, N' = N).
+    r_star_n: float | None = None
+    #: Each estimated R* ("R*_D", "R*_N"): value, status and 95% profile interval (scaling.fitting.effective).
+    r_star_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What the input looked wrong in (units, conventions, dropped rows): shown as warnings.
     warnings: list[str] = field(default_factory=list)
 
@@ -96,6 +100,10 @@ class FitData:
             out["unique_tokens_column"] = self.unique_tokens_column
         if self.r_star != R_STAR_DATA:
             out["r_star_D"] = self.r_star
+        if self.r_star_n is not None:
+            out["r_star_N"] = self.r_star_n
+        if self.r_star_fits:
+            out["r_star_fits"] = self.r_star_fits
         return out
 
     def fingerprint(self) -> str:
