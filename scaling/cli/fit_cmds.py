@@ -19,8 +19,8 @@ BootOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicat
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling.")]
 
 
-def _r_star(text: str | None, default: float) -> tuple[float, bool]:
-    """--r-star: a positive number, or 'fit'."""
+def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple[float, bool]:
+    """--r-star / --r-star-n: a positive number, or 'fit'."""
     from scaling.errors import UserError
 
     if text is None:
@@ -30,9 +30,9 @@ def _r_star(text: str | None, default: float) -> tuple[float, bool]:
     try:
         value = float(text)
     except ValueError:
-        raise UserError(f"--r-star must be a positive number or 'fit', not {text!r}") from None
+        raise UserError(f"{option} must be a positive number or 'fit', not {text!r}") from None
     if not (value > 0 and value < float("inf")):
-        raise UserError(f"--r-star must be a positive number or 'fit', not {text!r}")
+        raise UserError(f"{option} must be a positive number or 'fit', not {text!r}")
     return value, False
 
 
@@ -64,7 +64,14 @@ def fit(
     ] = None,
     r_star: Annotated[
         Optional[str], typer.Option("--r-star", help="CSV with U: Muennighoff et al.'s R*_D for D' (default 15.4), "
-                                    "or 'fit' to estimate it (approach 3 profiled over R*_D).", show_default=False)
+                                    "or 'fit' to estimate it with a 95% profile-likelihood interval.",
+                                    show_default=False)
+    ] = None,
+    r_star_n: Annotated[
+        Optional[str], typer.Option("--r-star-n", help="CSV with U: model excess parameters with Muennighoff et al.'s "
+                                    "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
+                                    "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
+                                    show_default=False)
     ] = None,
     effective_data: Annotated[
         bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using the specs' unique_tokens.")
@@ -80,23 +87,25 @@ def fit(
     from scaling.fitting import fit_sweep
     from scaling.fitting.api import fit_data
     from scaling.fitting.data import R_STAR_DATA, from_csv
+    from scaling.fitting.effective import R_STAR_N
 
     check_format(fmt)
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
                 "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None,
-                "--r-star": r_star is not None}
+                "--r-star": r_star is not None, "--r-star-n": r_star_n is not None}
     if csv is not None:
         fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
+        fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
         data = from_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
         for warning in data.warnings:
             typer.echo(f"warning: {warning}", err=True)
-        if fit_r:
-            from scaling.fitting.effective import fit_r_star_data
+        if fit_r or r_star_n is not None:
+            from scaling.fitting.effective import fit_effective
 
-            data = fit_r_star_data(data, csv)
+            data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
         summary = fit_data(data, law, bootstrap, seed)
     else:
         used = [name for name, given in csv_only.items() if given]

@@ -241,11 +241,11 @@ def estimate(prof: DataConstrainedProfile, fit_d: bool, r_d: float, fit_n: bool,
     elif fit_n:
         r_n, _ = _log_search(lambda r: prof.rss(r_d, r))
     rss_min, theta = prof.fit(r_d, r_n)
-    if not math.isfinite(rss_min) or rss_min <= 0:
+    if not math.isfinite(rss_min):
         raise FitError("the data-constrained law could not be fitted (no finite least-squares optimum)")
 
     def dev(rss: float) -> float:
-        return prof.n * math.log(max(rss, rss_min) / rss_min)
+        return prof.n * math.log(max(rss, rss_min, 1e-300) / max(rss_min, 1e-300))
 
     star_d = RStar("R*_D", r_d, "fixed")
     if fit_d:

@@ -77,9 +77,11 @@ def test_r_star_can_be_fitted(tmp_path: Path) -> None:
     p = _write(tmp_path, muennighoff_rows(r_star=4.0))
     code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0", "--r-star", "fit")
     assert code == 0, err
-    m = re.search(r"R\*_D = ([0-9.]+) fitted \(approach 3's objective profiled", " ".join(out.split()))
+    m = re.search(r"R\*_D = ([0-9.]+) fitted, 95% profile-likelihood interval \[([0-9.]+), ([0-9.]+)\]",
+                  " ".join(out.split()))
     assert m is not None, out
-    assert 3.0 < float(m.group(1)) < 5.5
+    value, lo, hi = (float(g) for g in m.groups())
+    assert 3.0 < value < 5.5 and lo <= value <= hi
 
 
 def test_r_star_fit_needs_repeated_data(tmp_path: Path) -> None:
