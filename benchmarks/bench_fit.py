@@ -16,6 +16,11 @@ With ``--csv-rows R [--laws approach3,approach2]`` it measures instead ``scaling
 CSV of R random (N, D) points from the synthetic law, one subprocess per law: wall time and
 peak RSS, against a 10,000-row run in the same session (time ratio per row) and against the
 memory an unchunked start grid would need (4,500 starts x R points x 64 B).
+
+With ``--kaplan-rows R`` it measures the Kaplan laws in this process on R random points: the
+full fit with its starts on a 20,000-point subset against the same fit with every start on all
+points, and the bag-of-little-bootstraps bootstrap against the plain bootstrap (timed on a few
+replicates and extrapolated), with the peak traced memory of each.
 """
 
 from __future__ import annotations
@@ -35,7 +40,11 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--csv-rows", type=int, default=0, help="measure `scaling fit --csv` on this many rows instead")
     ap.add_argument("--laws", default="approach3,approach2,kaplan", help="with --csv-rows: the laws, one run each")
+    ap.add_argument("--kaplan-rows", type=int, default=0, help="measure the Kaplan fit and bootstrap on this many rows")
+    ap.add_argument("--plain-replicates", type=int, default=3, help="with --kaplan-rows: plain replicates timed")
     args = ap.parse_args()
+    if args.kaplan_rows:
+        return kaplan_rows(args.kaplan_rows, args.bootstrap if args.bootstrap != 1000 else 200, args.plain_replicates)
     if args.csv_rows:
         return csv_rows(args.csv_rows, args.laws.split(","), args.bootstrap if args.bootstrap != 1000 else 200)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -166,6 +175,54 @@ def csv_rows(rows: int, laws: list[str], bootstrap: int) -> None:
                   f"{rows:,} rows: {t_big:7.1f} s {rss_big:7.0f} MiB (exit {rc_big})   "
                   f"time ratio {t_big / t_small:5.1f}x for {rows / 10_000:.0f}x the rows"
                   + (f"   peak / unchunked grid {rss_big / unchunked:.4f}" if law == "approach3" else ""))
+
+
+def kaplan_rows(rows: int, bootstrap: int, plain: int) -> None:
+    import tracemalloc
+
+    import numpy as np
+    import pandas as pd
+
+    import scaling.fitting.kaplan as K
+    from scaling.fitting import from_frame
+    from scaling.fitting import synthetic as S
+
+    rng = np.random.default_rng(0)
+    N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), rows))
+    D = np.exp(rng.uniform(np.log(1e9), np.log(1e12), rows))
+    data = from_frame(pd.DataFrame({"N": N, "D": D, "loss": S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, rows))}))
+
+    def measure(fn):  # (seconds, peak traced MiB, result)
+        tracemalloc.start()
+        t = time.perf_counter()
+        try:
+            out = fn()
+            return time.perf_counter() - t, tracemalloc.get_traced_memory()[1] / 2**20, out
+        finally:
+            tracemalloc.stop()
+
+    print(f"Kaplan laws on {rows:,} points, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    t_fit, m_fit, law = measure(lambda: K.KaplanLaw().fit(data))
+    start_points = K.START_POINTS
+    K.START_POINTS = 10**12
+    t_all, m_all, law_all = measure(lambda: K.KaplanLaw().fit(data))
+    K.START_POINTS = start_points
+    dp = max(abs(law.params_[k] - law_all.params_[k]) / max(abs(law_all.params_[k]), 1e-12) for k in K.JOINT_NAMES)
+    print(f"fit, starts on 20,000 points : {t_fit:8.1f} s {m_fit:7.0f} MiB   every start on all points: {t_all:8.1f} s "
+          f"{m_all:7.0f} MiB   ratio {t_all / t_fit:5.1f}x   max rel. difference of joint parameters {dp:.1e}")
+    t_blb, m_blb, _ = measure(lambda: law.bootstrap(bootstrap, 0))
+    iv = law.intervals()
+    threshold = K.BLB_THRESHOLD
+    K.BLB_THRESHOLD = 10**12
+    t_plain, m_plain, _ = measure(lambda: law.bootstrap(plain, 0))
+    K.BLB_THRESHOLD = threshold
+    t_plain_all = t_plain * bootstrap / plain
+    print(f"bootstrap of {bootstrap}, little bootstraps: {t_blb:8.1f} s {m_blb:7.0f} MiB   plain: {t_plain_all:8.1f} s "
+          f"(timed on {plain}) {m_plain:7.0f} MiB   ratio {t_plain_all / t_blb:5.1f}x")
+    inside = all(v["lo"] <= v["value"] <= v["hi"] for v in iv.values() if v.get("kind") == "percentile")
+    print("intervals: " + ", ".join(f"{k} {iv[k]['value']:.4g} [{iv[k]['lo']:.4g}, {iv[k]['hi']:.4g}]"
+                                    for k in ("alpha_N", "alpha_D", "alpha_N1", "alpha_D1", "alpha_C"))
+          + f"; every percentile interval contains its estimate: {inside}")
 
 
 if __name__ == "__main__":
