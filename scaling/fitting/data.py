@@ -206,37 +206,40 @@ def from_frame(
     first_problem: dict[str, tuple[int, str]] = {}
     for key in numeric:
         col = picked[key]
+        name = "U" if key == "unique_tokens" else key
         parsed = parse_numbers(df[col])
         v = parsed.values
         values[key] = v
+
+        def problem(mask: np.ndarray, message: Callable[[int], str], what: Callable[[int], str]) -> None:
+            """Refuse the first row in ``mask`` (one line naming it), or remember it when dropping such rows."""
+            i = int(np.flatnonzero(mask)[0])
+            if not drop_invalid:
+                raise FitError(f"{where}{message(i)}")
+            first_problem.setdefault(key, (i, what(i)))
+
+        def number(i: int) -> str:
+            return f"{col}={float(v[i])!r}"
+
         with np.errstate(invalid="ignore"):
             invalid = ~np.isfinite(v) | (v <= 0)
             outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
         if outside.any() and not parsed.unreadable.any() and not invalid.any():
-            i = int(np.flatnonzero(outside)[0])
-            name = "U" if key == "unique_tokens" else key
-            if not drop_invalid:
-                raise FitError(f"{where}{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
-                               f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
-                               "--drop-invalid drops such rows)")
-            first_problem.setdefault(key, (i, f"{col}={float(v[i])!r}"))
+            problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
+                    f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
+                    "--drop-invalid drops such rows)", number)
         invalid |= outside
         if parsed.unreadable.any():
-            i = int(np.flatnonzero(parsed.unreadable)[0])
-            cell = str(parsed.text.iloc[i]) if parsed.text is not None else ""
-            if not drop_invalid:
-                raise FitError(f"{where}column {col!r}, {label(i)}: cannot read {cell[:40]!r} as a number "
-                               f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) "
-                               "(--drop-invalid drops such rows)")
-            first_problem.setdefault(key, (i, f"{col}={cell[:40]!r}"))
+            def cell(i: int) -> str:
+                return str(parsed.text.iloc[i])[:40] if parsed.text is not None else ""
+
+            problem(parsed.unreadable, lambda i: f"column {col!r}, {label(i)}: cannot read {cell(i)!r} as a number "
+                    f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) (--drop-invalid drops such rows)",
+                    lambda i: f"{col}={cell(i)!r}")
         elif (invalid & ~outside).any():
-            i = int(np.flatnonzero(invalid & ~outside)[0])
-            name = "U" if key == "unique_tokens" else key
-            if not drop_invalid:
-                raise FitError(f"{where}{int(invalid.sum())} point(s) with non-positive or non-finite {name} "
-                               f"(first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
-                               "--drop-invalid drops such rows)")
-            first_problem.setdefault(key, (i, f"{col}={float(v[i])!r}"))
+            problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with non-positive or non-finite "
+                    f"{name} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; --drop-invalid drops such rows)",
+                    number)
         bad_rows |= invalid
     keep = ~bad_rows
     if bad_rows.any():
