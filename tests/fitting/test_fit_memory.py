@@ -1,4 +1,5 @@
-"""Approach 3 on many points keeps its memory bounded (the grid of starts is chunked).
+"""Fits of many points keep their memory bounded (approach 3's grid of starts is chunked; approach 3
+and the Kaplan laws bootstrap by a bag of little bootstraps).
 
 Unchunked, one objective call holds about eight (starts x points) float64 arrays: 4,500 starts
 on a million points is 33.5 GiB. These tests measure the peak with tracemalloc (numpy reports
@@ -7,10 +8,14 @@ its allocations to it) on inputs sized for a test, against what the unchunked ca
 
 from __future__ import annotations
 
+import json
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from cli_run import run_cli
 
 from scaling.fitting import ChinchillaParametric, from_frame
 from scaling.fitting import synthetic as S
@@ -72,3 +77,29 @@ def test_a_fit_and_bootstrap_of_many_points_stay_bounded() -> None:
     for name in ("alpha", "beta"):
         assert iv[name]["lo"] <= iv[name]["value"] <= iv[name]["hi"]
         assert iv[name]["hi"] - iv[name]["lo"] < 0.02
+
+
+def test_a_large_csv_fitted_with_every_law_takes_the_fast_path_with_honest_intervals(tmp_path: Path) -> None:
+    """100,000 rows, `--law all`: the Kaplan laws and approach 3 subsample their starts and use little
+    bootstraps; every interval printed contains its estimate, and the exponents have one."""
+    p = tmp_path / "big.csv"
+    _points(100_000, seed=2).to_csv(p, index=False)
+    result: dict[str, tuple[int, str, str]] = {}
+    peak = _peak(lambda: result.setdefault("run", run_cli("fit", "--csv", str(p), "--law", "all", "--bootstrap", "20",
+                                                         "--format", "json")))
+    code, out, err = result["run"]
+    assert code == 0, err
+    laws = json.loads(out)["laws"]
+    assert {"kaplan", "approach2", "approach3"} <= set(laws)
+    for kind in ("kaplan", "approach3"):
+        notes = " ".join(laws[kind]["notes"])
+        assert "bag of little bootstraps" in notes and "100,000 points" in notes, (kind, notes)
+    assert "random 20,000 of the 100,000 points" in " ".join(laws["kaplan"]["notes"])
+    for kind, law in laws.items():
+        for name, iv in law["intervals"].items():
+            if iv.get("kind") == "percentile":
+                assert iv["lo"] <= iv["value"] <= iv["hi"], (kind, name, iv)
+    for kind, names in (("kaplan", ("alpha_N", "alpha_D", "alpha_N1", "alpha_D1")), ("approach3", ("alpha", "beta"))):
+        for name in names:
+            assert laws[kind]["intervals"][name]["kind"] == "percentile", (kind, name)
+    assert peak < 1024 * 2**20, peak
