@@ -32,7 +32,7 @@ from scipy.optimize import brentq, least_squares, minimize_scalar
 from scipy.stats import chi2
 
 from scaling.errors import FitError
-from scaling.fitting.data import R_STAR_DATA, FitData, effective_tokens
+from scaling.fitting.data import FitData, effective_tokens
 
 #: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.data.R_STAR_DATA`, 15.4).
 R_STAR_N = 5.3
@@ -101,18 +101,11 @@ class DataConstrainedProfile:
         self.U_D = np.minimum(U, D_raw)  # the unique tokens a run actually saw
         self.logL = np.log(loss)
         self.theta0 = np.asarray(theta0, float)
-        self.theta = self.theta0
         self.cache: dict[tuple[float, float | None], tuple[float, np.ndarray]] = {}
 
     @property
     def n(self) -> int:
         return len(self.N)
-
-    def params_of(self, theta: np.ndarray, r_n: float | None) -> np.ndarray:
-        """N' under ``theta`` (N itself when R*_N is not modelled)."""
-        if r_n is None:
-            return self.N
-        return effective_params(self.N, n_opt(theta, self.U_D), r_n)
 
     def fit(self, r_d: float, r_n: float | None) -> tuple[float, np.ndarray]:
         """(RSS of log loss, theta) of the law at these R*s, started at the fit with the R*s as given."""
