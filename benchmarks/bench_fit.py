@@ -190,7 +190,8 @@ def kaplan_rows(rows: int, bootstrap: int, plain: int) -> None:
     rng = np.random.default_rng(0)
     N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), rows))
     D = np.exp(rng.uniform(np.log(1e9), np.log(1e12), rows))
-    data = from_frame(pd.DataFrame({"N": N, "D": D, "loss": S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, rows))}))
+    loss = S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, rows))
+    data = from_frame(pd.DataFrame({"N": N, "D": D, "loss": loss}))
 
     def measure(fn):  # (seconds, peak traced MiB, result)
         tracemalloc.start()

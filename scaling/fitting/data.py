@@ -238,8 +238,8 @@ def from_frame(
                     lambda i: f"{col}={cell(i)!r}")
         elif (invalid & ~outside).any():
             problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with non-positive or non-finite "
-                    f"{name} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; --drop-invalid drops such rows)",
-                    number)
+                    f"{name} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
+                    "--drop-invalid drops such rows)", number)
         bad_rows |= invalid
     keep = ~bad_rows
     if bad_rows.any():

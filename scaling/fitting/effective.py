@@ -78,9 +78,11 @@ class RStar:
         if self.status == "fixed":
             return f"{self.name} = {self.value:.4g} (fixed)"
         if self.status == "fitted":
-            return f"{self.name} = {self.value:.3g} fitted, 95% profile-likelihood interval [{self.lo:.3g}, {self.hi:.3g}]"
+            return (f"{self.name} = {self.value:.3g} fitted, 95% profile-likelihood interval "
+                    f"[{self.lo:.3g}, {self.hi:.3g}]")
         if self.status == "pinned":
-            return (f"{self.name} is pinned at the {'lower' if self.value < math.sqrt(lo * hi) else 'upper'} end of its "
+            end = "lower" if self.value < math.sqrt(lo * hi) else "upper"
+            return (f"{self.name} is pinned at the {end} end of its "
                     f"search range [{lo:g}, {hi:g}] (best {self.value:.3g}): the data do not determine it; "
                     "fitted at that value, with no interval")
         if self.status == "bounded":
