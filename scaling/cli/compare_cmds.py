@@ -97,13 +97,22 @@ def print_table(result: Any) -> None:
         exps.add_row(Text(SHORT.get(law, label)), Text(exp), *cells)
     console.print(exps)
     diffs = Table(title="Differences of exponents (second − first)")
-    for col, justify in (("law", "left"), ("exponent", "left"), ("sweeps", "left"), ("difference [95%]", "right"),
-                         ("verdict", "left"), ("why", "left")):
-        diffs.add_column(col, justify=justify)  # type: ignore[arg-type]
+    diffs.add_column("law")
+    diffs.add_column("exponent", no_wrap=True)
+    diffs.add_column("sweeps")
+    diffs.add_column("difference [95%]", justify="right")
+    diffs.add_column("significant", no_wrap=True)
+    why: dict[str, None] = {}
     for d in result.differences:
-        verdict = ("significant" if d["significant"] else "not significant") if d["kind"] == "percentile" else "no interval"
-        diffs.add_row(Text(SHORT.get(d["law"], d["label"])), Text(d["exponent"]), Text(f"{d['second']} − {d['first']}"), Text(interval(d)),
-                      Text(verdict), Text(d["reason"]))
+        if d["kind"] == "percentile":
+            verdict = "yes" if d["significant"] else "no"
+        else:
+            verdict = "unreliable" if d["kind"] == "unreliable" else "no interval"
+            why[f"{SHORT.get(d['law'], d['label'])}, {d['second']} − {d['first']}: {d['reason']}"] = None
+        diffs.add_row(Text(SHORT.get(d["law"], d["label"])), Text(d["exponent"]), Text(f"{d['second']} − {d['first']}"),
+                      Text(interval(d)), Text(verdict))
     console.print(diffs)
+    for line in why:
+        console.print(Text(f"no interval: {line}"))
     for note in result.notes:
         console.print(Text(f"note: {note}"))
