@@ -32,9 +32,9 @@ METHOD_COLORS = {
     "approach3": "#2ca02c",
 }
 _TEMPLATE = "plotly_white"
-#: Weight of the training curves' smoothing (TensorBoard's slider; its default is 0.6). Applied to
+#: Weight of the training curves' smoothing: TensorBoard's default. Applied to
 #: the points drawn, which are log-spaced in tokens, so it averages over a fixed fraction of a decade.
-EMA_WEIGHT = 0.8
+EMA_WEIGHT = 0.6
 #: Opacity of the raw train curves behind their smoothed lines.
 RAW_UNDER_EMA = 0.25
 
