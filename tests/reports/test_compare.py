@@ -43,7 +43,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     _stored_as(url, "given", params="non_embedding", flops="given")
     _stored_as(url, "mislabelled", params="total", flops="6N")  # N stored non-embedding, sweep says total
     for sweep in ("base", "same", "other", S.HOSTILE):
-        fit_sweep(url, sweep, save=True)
+        fit_sweep(url, sweep, n_bootstrap=100, save=True)
     return url
 
 
@@ -96,7 +96,7 @@ def test_interval_is_the_percentile_range_over_all_pairs_of_replicates(db: str) 
     d = exponent_difference(first, second, "alpha")
     r1, r2 = first.replicate_values("alpha"), second.replicate_values("alpha")
     pairs = (r2[None, :] - r1[:, None]).ravel()
-    assert pairs.size == r1.size * r2.size > 1000
+    assert pairs.size == r1.size * r2.size >= 50 * 50
     assert np.allclose([d["lo"], d["hi"]], np.quantile(pairs, [0.025, 0.975]))
     # a derived exponent's replicates come from the parameters' (a = beta / (alpha + beta))
     a = first.replicate_values("a")
