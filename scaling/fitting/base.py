@@ -220,6 +220,16 @@ class Law:
         reps = self.replicates_[np.isfinite(self.replicates_).all(axis=1)]
         return {name: reps[:, i] for i, name in enumerate(self.param_names)}
 
+    def replicate_values(self, name: str) -> np.ndarray | None:
+        """The bootstrap replicates of one parameter or derived quantity, or None without usable ones."""
+        reps = self._replicate_params()
+        if reps is None:
+            return None
+        if name in reps:
+            return reps[name]
+        with np.errstate(all="ignore"):
+            return np.asarray(self._derived(reps)[name], float)
+
     def intervals(self) -> dict[str, dict[str, float]]:
         """Every parameter and derived quantity: value, bootstrap SE and 95% interval."""
         self._check()

@@ -32,6 +32,11 @@ METHOD_COLORS = {
     "approach3": "#2ca02c",
 }
 _TEMPLATE = "plotly_white"
+#: Weight of the training curves' smoothing: TensorBoard's default. Applied to
+#: the points drawn, which are log-spaced in tokens, so it averages over a fixed fraction of a decade.
+EMA_WEIGHT = 0.6
+#: Opacity of the raw train curves behind their smoothed lines.
+RAW_UNDER_EMA = 0.25
 
 
 def size_colors(sizes: Iterable[float]) -> dict[float, str]:
@@ -70,6 +75,46 @@ def _label(run: pd.Series) -> str:
 
 
 # -- training curves -----------------------------------------------------------------------------
+def ema(values: Sequence[float] | np.ndarray, weight: float = EMA_WEIGHT) -> np.ndarray:
+    """Debiased exponential moving average, as TensorBoard smooths a scalar.
+
+    s_t = w s_(t-1) + (1 - w) v_t from s_0 = 0, divided by 1 - w^t (t counting finite values) so
+    the first points are not pulled towards 0. Non-finite values are passed through and skipped by
+    the average; a constant series is returned as it is (both as TensorBoard does).
+    """
+    from scipy.signal import lfilter
+
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"the smoothing weight must be in [0, 1), not {weight}")
+    v = np.asarray(values, dtype=float)
+    out = v.copy()
+    finite = np.isfinite(v)
+    x = v[finite]
+    if x.size == 0 or weight == 0.0 or np.all(x == x[0]):
+        return out
+    last = lfilter([1.0 - weight], [1.0, -weight], x)
+    out[finite] = last / (1.0 - weight ** np.arange(1, x.size + 1))
+    return out
+
+
+def _smoothing_buttons(raw: list[int], smooth: list[int], n: int) -> dict[str, Any]:
+    """Buttons that show the smoothed train curves over faint raw ones, or the raw curves alone."""
+    visible_ema, visible_raw = [True] * n, [True] * n
+    opacity_ema, opacity_raw = [0.85] * n, [0.85] * n
+    for i in raw:
+        opacity_ema[i] = RAW_UNDER_EMA
+    for i in smooth:
+        visible_raw[i] = False
+    return dict(
+        type="buttons", direction="right", showactive=True, active=0, x=1.0, xanchor="right", y=1.02, yanchor="bottom",
+        pad=dict(t=2, b=2), bgcolor="#f3f5f7",
+        buttons=[
+            dict(label=f"smoothed (EMA {EMA_WEIGHT:g})", method="restyle", args=[{"visible": visible_ema, "opacity": opacity_ema}]),
+            dict(label="raw", method="restyle", args=[{"visible": visible_raw, "opacity": opacity_raw}]),
+        ],
+    )
+
+
 def loss_curves(
     curves: pd.DataFrame,
     runs: pd.DataFrame,
@@ -79,8 +124,13 @@ def loss_curves(
     optima: pd.DataFrame | None = None,
     max_points: int = 400,
     title: str | None = None,
+    smoothing: float | None = EMA_WEIGHT,
 ) -> go.Figure:
     """Train loss (lines) and eval loss (dotted, markers) of every run against ``tokens`` or ``flops``.
+
+    With ``smoothing`` (a weight in (0, 1)) each train curve is drawn smoothed by :func:`ema` over
+    its raw points, drawn faint, and two buttons switch between that view and the raw curves alone;
+    ``smoothing=None`` draws the raw curves only.
 
     Log axes, coloured by model size; the legend has one entry per size (or per size range when
     there are many sizes), and clicking one hides those runs. ``envelope`` (columns ``flops``,
@@ -108,6 +158,8 @@ def loss_curves(
     cuts = np.flatnonzero((keys[1:] != keys[:-1]) | (metric[1:] != metric[:-1])) + 1
     pieces = {(keys[a], metric[a]): (a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)])}
     traces: list[dict] = []
+    raw_ids: list[int] = []
+    ema_ids: list[int] = []
     shown: set[str] = set()
     for key in runs.sort_values(["N", "D"]).index:
         run = runs.loc[key]
@@ -122,12 +174,24 @@ def loss_curves(
             first = group not in shown and not is_eval
             if first:
                 shown.add(group)
+            smooth = bool(smoothing) and not is_eval
+            if smooth:
+                raw_ids.append(len(traces))
             traces.append(dict(
                 type="scatter", x=xs[a:b], y=ys[a:b], mode="lines+markers" if is_eval else "lines",
-                name=escape(group), legendgroup=group, showlegend=first, opacity=0.85,
+                name=escape(group), legendgroup=group, showlegend=first, opacity=RAW_UNDER_EMA if smooth else 0.85,
                 line=dict(color=color, width=1.2, dash="dot" if is_eval else "solid"), marker=dict(size=4, color=color),
+                meta="raw" if not is_eval else "eval",
                 hovertemplate=f"{label}<br>{'eval' if is_eval else 'train'} loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
             ))
+            if smooth:
+                ema_ids.append(len(traces))
+                traces.append(dict(
+                    type="scatter", x=xs[a:b], y=ema(ys[a:b], float(smoothing)).astype(np.float32), mode="lines",
+                    name=escape(group), legendgroup=group, showlegend=False, opacity=0.85, meta="ema",
+                    line=dict(color=color, width=1.8),
+                    hovertemplate=f"{label}<br>train loss (EMA) %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
+                ))
     if envelope is not None and not envelope.empty and x == "flops":
         env = envelope.sort_values("flops")
         traces.append(dict(
@@ -152,6 +216,7 @@ def loss_curves(
             yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
             legend=dict(title="model size"),
             height=480,
+            updatemenus=[_smoothing_buttons(raw_ids, ema_ids, len(traces))] if ema_ids else [],
         ),
     )
 

@@ -66,10 +66,6 @@ def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Ex
 
 def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
     """The report as one HTML string."""
-    from plotly.offline import get_plotlyjs
-
-    from scaling import __version__
-
     page = _Page()
     body = "\n".join(
         [
@@ -84,20 +80,34 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
         ]
     )
     title = f"Scaling report: {data.sweep}" if data.sweep else "Scaling report"
+    return render_page(title=title, sections=SECTIONS, body=body, page=page, notes=data.notes, source=data.source)
+
+
+def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, page: "_Page",
+                notes: Sequence[str] = (), source: str = "", notes_title: str = "What is missing") -> str:
+    """One self-contained page in the report's template: header, section links, notes, body, figures.
+
+    ``body`` is HTML (callers escape user text); ``title``, ``notes`` and ``source`` are escaped here.
+    Shared by the sweep report and the comparison page (:mod:`scaling.reports.compare`).
+    """
+    from plotly.offline import get_plotlyjs
+
+    from scaling import __version__
+
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    meta = f"generated {generated}" + (f" from {e(data.source)}" if data.source else "")
-    nav = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name in SECTIONS)
-    notes = ""
-    if data.notes:
-        items = "".join(f"<li>{e(n)}</li>" for n in data.notes)
-        notes = f'<div class="notes" id="notes"><strong>What is missing</strong><ul>{items}</ul></div>'
+    meta = f"generated {generated}" + (f" from {e(source)}" if source else "")
+    nav = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name in sections)
+    notes_html = ""
+    if notes:
+        items = "".join(f"<li>{e(n)}</li>" for n in notes)
+        notes_html = f'<div class="notes" id="notes"><strong>{e(notes_title)}</strong><ul>{items}</ul></div>'
     template = string.Template(resources.files("scaling.reports").joinpath("templates/report.html").read_text("utf-8"))
     return template.substitute(
         version=e(__version__),
         title=e(title),
         meta=meta,
         nav=nav,
-        notes=notes,
+        notes=notes_html,
         body=body,
         plotly_js=get_plotlyjs(),
         figures_json=page.figures_json(),

@@ -28,14 +28,14 @@ HOSTILE_ERROR = "boom </script><script>alert(3)</script> <!-- &amp;"
 TRUTH = dict(E=1.0, A=30.0, B=60.0, alpha=0.30, beta=0.30)
 
 
-def true_loss(N: np.ndarray | float, D: np.ndarray | float) -> np.ndarray:
-    t = TRUTH
+def true_loss(N: np.ndarray | float, D: np.ndarray | float, truth: dict[str, float] | None = None) -> np.ndarray:
+    t = truth or TRUTH
     return t["E"] + t["A"] / np.power(N, t["alpha"]) + t["B"] / np.power(D, t["beta"])
 
 
-def true_n_opt(C: float) -> float:
-    """N_opt of TRUTH at C under C = 6ND (Hoffmann et al. 2022, eq. 4)."""
-    t = TRUTH
+def true_n_opt(C: float, truth: dict[str, float] | None = None) -> float:
+    """N_opt of ``truth`` (default TRUTH) at C under C = 6ND (Hoffmann et al. 2022, eq. 4)."""
+    t = truth or TRUTH
     G = (t["alpha"] * t["A"] / (t["beta"] * t["B"])) ** (1 / (t["alpha"] + t["beta"]))
     return G * (C / 6) ** (t["beta"] / (t["alpha"] + t["beta"]))
 
@@ -61,6 +61,9 @@ class SweepSpec:
     error_text: str = "RuntimeError: loss kept spiking after 5 rollbacks"
     plan: object = None
     seed: int = 0
+    truth: dict[str, float] | None = None  # the law the losses follow (default TRUTH)
+    params_convention: str = "non_embedding"
+    flops_convention: str = "6N"
     keys: list[str] = field(default_factory=list)
 
 
@@ -71,15 +74,16 @@ def specs_for(s: SweepSpec) -> list[RunSpec]:
     seen: set[str] = set()
     i = 0
     for C in s.budgets:
-        centre = true_n_opt(C)
+        centre = true_n_opt(C, s.truth)
         for N in np.exp(np.linspace(math.log(centre / s.span), math.log(centre * s.span), s.sizes_per_budget)):
             shape = policy.shape_for(float(N))
             model = ModelSpec(n_layer=shape.n_layer, d_model=shape.d_model, n_head=shape.n_head,
                               vocab_size=shape.vocab_size, context=shape.context)
-            fpt = shape.flops_per_token("6N", "non_embedding")
+            fpt = shape.flops_per_token(s.flops_convention, s.params_convention)
             D = max(int(C / fpt), 4096)
             spec = RunSpec(
                 model=model, tokens=D, batch_tokens=512, seed=s.seed,
+                params_convention=s.params_convention, flops_convention=s.flops_convention,
                 name=s.name_of(i) if s.name_of else None,
                 tags=s.tags_of(i) if s.tags_of else {},
             )
@@ -100,7 +104,8 @@ def build(url: str, s: SweepSpec | None = None) -> SweepSpec:
     specs = specs_for(s)
     store = Store(url)
     try:
-        store.register(s.sweep, [sp.record() for sp in specs], plan=s.plan)
+        store.register(s.sweep, [sp.record() for sp in specs], plan=s.plan,
+                       params_convention=s.params_convention, flops_convention=s.flops_convention)
         for i, spec in enumerate(specs):
             s.keys.append(spec.key)
             if i in s.pending:
@@ -120,7 +125,7 @@ def _train(store: Store, s: SweepSpec, spec: RunSpec, i: int, rng: np.random.Gen
     fail_at = int(steps * 0.6) if i in s.failures else None
     spike_at = int(steps * 0.4) if i in s.spikes else None
     tokens = np.linspace(D / steps, D, steps)
-    base = true_loss(N, tokens) + 0.6 * np.exp(-np.arange(steps) / (steps * 0.03))  # warm-up bump
+    base = true_loss(N, tokens, s.truth) + 0.6 * np.exp(-np.arange(steps) / (steps * 0.03))  # warm-up bump
     train = base * (1 + 0.01 * rng.standard_normal(steps))
     if spike_at is not None:
         train[spike_at] *= 3.0
@@ -154,5 +159,5 @@ def _train(store: Store, s: SweepSpec, spec: RunSpec, i: int, rng: np.random.Gen
         store.log_event(key, fail_at, names.FAILURE, s.error_text, sweep=sweep)
         store.finish(key, "failed", error=s.error_text, sweep=sweep)
         return
-    final_eval = float(true_loss(N, D) * (1 + 0.003 * rng.standard_normal()))
+    final_eval = float(true_loss(N, D, s.truth) * (1 + 0.003 * rng.standard_normal()))
     store.finish(key, "completed", final_train_loss=float(train[-1]), final_eval_loss=final_eval, sweep=sweep)

@@ -44,9 +44,10 @@ def test_typical_sweep_renders_every_figure(sweeps, browser, tmp_path: Path) -> 
     _check_clean(page)
     assert ALWAYS | {"fig-loss-tokens", "fig-loss-flops"} <= set(page.figures)
     runs = len(spec.keys)
-    # a train and an eval trace per run, plus the envelope and approach 1's optima on the FLOPs view
-    assert page.figures["fig-loss-tokens"] == 2 * runs
-    assert page.figures["fig-loss-flops"] == 2 * runs + 2
+    # a raw and a smoothed train trace and an eval trace per run, plus the envelope and approach 1's
+    # optima on the FLOPs view
+    assert page.figures["fig-loss-tokens"] == 3 * runs
+    assert page.figures["fig-loss-flops"] == 3 * runs + 2
     # points, parabola and minimum per budget
     assert page.figures["fig-isoflop"] == 3 * len(spec.budgets)
     # all four laws fitted: a line per method and panel at least, the contour, residuals of each
@@ -73,7 +74,7 @@ def test_one_run(sweeps, browser, tmp_path: Path) -> None:
     url, _ = sweeps["one_run"]
     page = browser.open(write_report(url, "one-run", tmp_path / "one.html"), "one-run")
     _check_clean(page)
-    assert page.figures["fig-loss-tokens"] == 2
+    assert page.figures["fig-loss-tokens"] == 3  # raw and smoothed train, eval
 
 
 def test_sweep_with_nothing_finished(sweeps, browser, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def test_loss_curves_thin_long_curves_and_keep_minima() -> None:
     runs, curves = _frames()
     fig = F.loss_curves(curves, runs, x="flops", envelope=F.loss_envelope(curves), max_points=100)
     assert _types(fig) == {"scatter"}
-    train = [t for t in fig.data if t.mode == "lines" and t.legendgroup and t.legendgroup.startswith("N=")]
+    train = [t for t in fig.data if t.mode == "lines" and t.legendgroup and t.legendgroup.startswith("N=") and t.meta == "raw"]
     assert len(train) == 4
     for t, (key, g) in zip(train, curves[curves.name == names.TRAIN_LOSS].groupby("run_key")):
         assert len(t.y) <= 103

@@ -19,6 +19,7 @@ import numpy as np
 import scaling.fitting as fitting
 from scaling.db import connect
 from scaling.reports import data as RD, downsample as DS, figures as F, fitview as V, html as H, write_report
+from scaling.reports import compare as C, compare_page as CP, figures_compare as FC
 
 url, sweep, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 called = set()
@@ -85,11 +86,40 @@ call(H.render, report)
 call(H.write_report_data, report, out / "a.html")
 call(H.write_report, url, sweep, out / "b.html", fit="memory")
 call(write_report, url, sweep, out / "c.html", fit="stored")
+call(F.ema, np.array([3.0, 2.0, 2.5]))
+call(H.render_page, title="page", sections=(), body="", page=H._Page())
+
+# -- comparison: the sweep and a twin of it (its runs registered again under another name) -------
+import shutil
+from scaling.db import Store
+
+twin_db = out / "twin.db"
+shutil.copy(url.removeprefix("sqlite:///"), twin_db)
+twin_url = f"sqlite:///{twin_db}"
+records = [{**r, "key": r["run_key"]} for r in done.to_dict("records")]
+store = Store(twin_url)
+store.register("twin", records)
+for r in records:
+    store.claim(r["key"], "host", sweep="twin")
+    store.finish(r["key"], "completed", final_eval_loss=float(r["final_loss"]), sweep="twin")
+store.close()
+call(C.compare_sweeps, twin_url, [sweep, "twin"], out / "compare.html", fit="stored")
+comparison = call(C.load_comparison, twin_url, [sweep, "twin"], fit="stored")
+same = {"params": "non_embedding", "flops": "6N"}
+call(C.convert_runs, comparison.sides[0].runs, same, {"params": "total", "flops": "6N_attention"}, sweep)
+sides = [C.SweepSide(name, runs, dict(laws), same) for name in ("a", "b")]
+comparison = call(C.build_comparison, sides, same)
+call(C.exponent_difference, laws["approach3"], laws["approach3"], "a")
+call(FC.sweep_color, 0)
+call(FC.frontiers, sides)
+call(FC.isoflop_profiles, sides)
+call(FC.exponent_differences, comparison.differences)
+call(CP.render, comparison)
 
 # -- every public function was called ----------------------------------------------------------
 public = {f"{fn.__module__}.{fn.__qualname__}" for name in fitting.__all__
           if inspect.isfunction(fn := getattr(fitting, name))}
-for mod in (RD, DS, F, V, H):
+for mod in (RD, DS, F, V, H, C, CP, FC):
     public |= {f"{mod.__name__}.{name}" for name, fn in vars(mod).items()
                if inspect.isfunction(fn) and fn.__module__ == mod.__name__ and not name.startswith("_")}
 public.add("scaling.reports.write_report")

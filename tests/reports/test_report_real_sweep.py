@@ -19,7 +19,7 @@ def test_report_written_by_the_sweep_renders(real_sweep, browser) -> None:
     page = browser.open(real_sweep.report, "real-sweep")
     assert page.console_errors == [] and page.dialogs == []
     figs = page.figures
-    assert figs["fig-loss-tokens"] == 2 * 8  # train and eval of each of the 8 runs
+    assert figs["fig-loss-tokens"] == 3 * 8  # raw and smoothed train, and eval, of each of the 8 runs
     assert figs["fig-isoflop"] >= 2 and figs["fig-throughput"] == 2
     assert "tiny-real" in page.title and "8 completed" in page.text
 

@@ -1,0 +1,118 @@
+"""`scaling compare`: several sweeps side by side (registered on the shared app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+from scaling.cli.common import DbOption, app
+
+
+@app.command()
+def compare(
+    sweeps: Annotated[List[str], typer.Argument(help="Two or more sweep names.", show_default=False)],
+    db: DbOption = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML page.")] = Path("compare.html"),
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json", help="Also write the comparison as JSON to this file ('-': print it "
+                                     "instead of the table).", show_default=False)
+    ] = None,
+    fit: Annotated[
+        str, typer.Option("--fit", help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a "
+                          "stored fit of unchanged data); 'stored' only reads stored fits; 'memory' fits quickly.")
+    ] = "sweep",
+    params: Annotated[
+        Optional[str], typer.Option("--params", help="Compare with N counting non_embedding or total parameters "
+                                    "(default: the first sweep's convention).", show_default=False)
+    ] = None,
+    flops: Annotated[
+        Optional[str], typer.Option("--flops", help="Compare with C = 6N or 6N_attention FLOPs per token "
+                                    "(default: the first sweep's convention).", show_default=False)
+    ] = None,
+) -> None:
+    """Compare the fitted exponents of several sweeps, with bootstrap intervals of their differences.
+
+    Writes one self-contained HTML page (frontiers and IsoFLOP profiles on shared axes) and prints
+    a table of the differences; a sweep in other conventions is converted exactly or refused.
+
+    Examples:
+
+        scaling compare kaplan-setup chinchilla-setup -o compare.html
+
+        scaling compare a b c --json compare.json
+    """
+    from scaling.cli.report_cmds import _check_output
+    from scaling.db import resolve_url
+    from scaling.errors import UserError
+    from scaling.reports.compare import compare_sweeps
+    from scaling.reports.data import FIT_MODES
+
+    if fit not in FIT_MODES:
+        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    _check_output(output)
+    to_file = json_out is not None and str(json_out) != "-"
+    if to_file:
+        _check_output(json_out)  # type: ignore[arg-type]
+    try:
+        result = compare_sweeps(resolve_url(db), sweeps, output, fit=fit, params=params, flops=flops,
+                                json_path=json_out if to_file else None)
+    except OSError as exc:
+        raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
+    if json_out is not None and not to_file:
+        typer.echo(result.to_json())
+    else:
+        print_table(result)
+    typer.echo(str(result.path), err=json_out is not None and not to_file)
+
+
+def print_table(result: Any) -> None:
+    """The exponents per sweep and the differences between sweeps, as rich tables (user text not markup)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from scaling.fitting.api import SHORT
+    from scaling.fmt import num
+
+    def interval(x: dict[str, Any]) -> str:
+        if x.get("lo") is None or x.get("hi") is None or x["lo"] != x["lo"] or x["hi"] != x["hi"]:
+            return num(x["value"], 3) if x.get("value") == x.get("value") else "–"
+        return f"{num(x['value'], 3)} [{num(x['lo'], 3)}, {num(x['hi'], 3)}]"
+
+    console = Console(highlight=False)
+    names = [s.name for s in result.sides]
+    exps = Table(title="Exponents (95% bootstrap intervals)")
+    exps.add_column("law")
+    exps.add_column("exponent")
+    for n in names:
+        exps.add_column(Text(n), justify="right")
+    by = {(x["law"], x["exponent"], x["sweep"]): x for x in result.exponents}
+    for law, label, exp in dict.fromkeys((x["law"], x["label"], x["exponent"]) for x in result.exponents):
+        cells = []
+        for n in names:
+            x = by.get((law, exp, n))
+            cells.append(Text("–" if x is None else (interval(x) if x["reliable"] else f"{num(x['value'], 3)} (unreliable)")))
+        exps.add_row(Text(SHORT.get(law, label)), Text(exp), *cells)
+    console.print(exps)
+    diffs = Table(title="Differences of exponents (second − first)")
+    diffs.add_column("law")
+    diffs.add_column("exponent", no_wrap=True)
+    diffs.add_column("sweeps")
+    diffs.add_column("difference [95%]", justify="right")
+    diffs.add_column("significant", no_wrap=True)
+    why: dict[str, None] = {}
+    for d in result.differences:
+        if d["kind"] == "percentile":
+            verdict = "yes" if d["significant"] else "no"
+        else:
+            verdict = "unreliable" if d["kind"] == "unreliable" else "no interval"
+            why[f"{SHORT.get(d['law'], d['label'])}, {d['second']} − {d['first']}: {d['reason']}"] = None
+        diffs.add_row(Text(SHORT.get(d["law"], d["label"])), Text(d["exponent"]), Text(f"{d['second']} − {d['first']}"),
+                      Text(interval(d)), Text(verdict))
+    console.print(diffs)
+    for line in why:
+        console.print(Text(f"no interval: {line}"))
+    for note in result.notes:
+        console.print(Text(f"note: {note}"))

@@ -1,0 +1,342 @@
+"""Several sweeps side by side: their laws' exponents and the difference of exponents between them.
+
+Porian et al. (2024) explain the Kaplan-Chinchilla gap by running one ladder under several setups
+and comparing the fitted exponents. :func:`compare_sweeps` does that for sweeps in one database:
+each sweep's laws are loaded as the report loads them (:func:`scaling.reports.data.load_fits`),
+every exponent is shown with its 95% bootstrap interval, and each pair of sweeps gets the
+difference of every exponent with a percentile interval of the difference. The two fits'
+bootstraps resample different runs, so their replicates are independent: every pairing of a
+replicate of one with a replicate of the other is a draw of the difference, and the percentile
+interval is taken over all pairs. A difference is significant when its interval excludes 0. A law
+the data cannot pin down (flagged unreliable) gets no difference and no interval.
+
+Sweeps are compared in one set of conventions (N counts non-embedding or total parameters;
+C = 6ND or 6ND plus attention). A sweep in another convention is converted exactly from each
+run's stored shape and refitted in memory; where that is not exact (a convention this version
+does not know, a run without its shape) the comparison is refused, saying why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape
+from scaling.db import connect
+from scaling.errors import NotFoundError, UserError, mask_url
+from scaling.fitting import Law, fit_data, from_db
+from scaling.fitting.data import prepare
+from scaling.fitting.intervals import summarise
+from scaling.reports.data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
+from scaling.reports.fitview import LABELS
+
+#: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
+EXPONENTS: dict[str, tuple[str, ...]] = {
+    "kaplan": ("alpha_N", "alpha_D", "a"),
+    "approach1": ("a", "b", "alpha_L"),
+    "approach2": ("a", "b", "alpha_L"),
+    "approach3": ("alpha", "beta", "a", "b"),
+}
+#: A sweep with fewer completed runs than this cannot fit a law worth comparing (approach 3 has 5 parameters).
+MIN_COMPLETED_RUNS = 6
+#: Pairs of replicates used for a difference's interval at most (all pairs below this).
+MAX_PAIRS = 1_000_000
+#: Interval kinds that carry no interval (see :func:`scaling.fitting.intervals.summarise`).
+NO_INTERVAL = {"pinned": "pinned at a bound", "biased": "its bootstrap is biased", "no spread": "its replicates do not vary"}
+
+
+class CompareError(UserError):
+    """A comparison that cannot be made as asked (too few sweeps, unknown sweep, conventions)."""
+
+
+@dataclass
+class SweepSide:
+    """One sweep as compared: its runs and laws in the comparison's conventions."""
+
+    name: str
+    runs: pd.DataFrame  # normalised (scaling.reports.data.normalise_runs), N and C in the shared conventions
+    laws: dict[str, Law]
+    conventions: dict[str, str]  # as stored with the sweep
+    converted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def completed(self) -> pd.DataFrame:
+        r = self.runs
+        return r[(r["status"] == "completed") & np.isfinite(r["final_loss"].astype(float))]
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare_sweeps` found: the sides, each law's exponents and the pairwise differences."""
+
+    sides: list[SweepSide]
+    conventions: dict[str, str]
+    exponents: list[dict[str, Any]]
+    differences: list[dict[str, Any]]
+    notes: list[str]
+    source: str = ""
+    path: Path | None = None  # the page, once written
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record: NaN and infinities written as null."""
+        return _jsonable({
+            "conventions": self.conventions,
+            "source": self.source,
+            "sweeps": [{"sweep": s.name, "conventions": s.conventions, "converted": s.converted,
+                        "runs": int(len(s.runs)), "completed": int(len(s.completed)),
+                        "laws": sorted(s.laws), "notes": s.notes} for s in self.sides],
+            "exponents": self.exponents,
+            "differences": self.differences,
+            "notes": self.notes,
+        })
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+def load_comparison(url: str, sweeps: Sequence[str], *, fit: str = "sweep", params: str | None = None,
+                    flops: str | None = None) -> Comparison:
+    """Read ``sweeps`` from the database at ``url`` and compare their laws (nothing is written).
+
+    ``fit`` is the report's (``sweep``, ``stored`` or ``memory``; see :func:`load_fits`).
+    ``params`` / ``flops``: the conventions to compare in (default: the first sweep's).
+    """
+    names = [str(s) for s in sweeps]
+    if len(names) < 2:
+        raise CompareError(f"compare needs at least two sweeps, got {len(names)}")
+    dupes = sorted({s for s in names if names.count(s) > 1})
+    if dupes:
+        raise CompareError(f"sweep {dupes[0]!r} is named twice; name each sweep once")
+    results = connect(url)
+    known = set(results.sweeps()["sweep"].astype(str))
+    for s in names:
+        if s not in known:
+            raise NotFoundError(f"no sweep named {s!r} in the database at {mask_url(url)}")
+    infos = {s: results.sweep_info(s) for s in names}
+    first = infos[names[0]]
+    target = {"params": params or str(first.get("params_convention") or "non_embedding"),
+              "flops": flops or str(first.get("flops_convention") or "6N")}
+    if target["params"] not in PARAMS_CONVENTIONS:
+        raise CompareError(f"--params {target['params']!r}: use one of {', '.join(PARAMS_CONVENTIONS)}")
+    if target["flops"] not in FLOPS_CONVENTIONS:
+        raise CompareError(f"--flops {target['flops']!r}: use one of {', '.join(FLOPS_CONVENTIONS)}")
+    runs = {s: normalise_runs(results.runs(sweep=s)) for s in names}
+    for s in names:  # refused before any fit is made
+        done = _completed(runs[s])
+        if len(done) < MIN_COMPLETED_RUNS:
+            raise CompareError(f"sweep {s!r} has {len(done)} completed run(s); comparing its laws needs at least "
+                               f"{MIN_COMPLETED_RUNS}")
+        own = _conventions(infos[s])
+        if own != target:
+            runs[s] = convert_runs(runs[s], own, target, s)  # refuses what cannot be converted exactly
+    sides = []
+    for s in names:
+        own = _conventions(infos[s])
+        if own == target:
+            laws, _, notes = load_fits(results, url, s, fit=fit)
+            sides.append(SweepSide(s, runs[s], laws, own, notes=notes))
+        else:
+            laws, notes = _fit_converted(url, s, runs[s], target)
+            sides.append(SweepSide(s, runs[s], laws, own, converted=True, notes=[
+                f"converted from N = {own['params']} parameters, C = {own['flops']} to N = {target['params']}, "
+                f"C = {target['flops']} from each run's shape, and refitted for this comparison"
+                + (" (approach 2 groups runs into budgets by their converted C)" if own["flops"] != target["flops"] else ""),
+                *notes]))
+    return build_comparison(sides, target, source=mask_url(url))
+
+
+def _conventions(info: dict[str, Any]) -> dict[str, str]:
+    return {"params": str(info.get("params_convention") or "non_embedding"),
+            "flops": str(info.get("flops_convention") or "6N")}
+
+
+def _completed(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"].astype(float))]
+
+
+def convert_runs(runs: pd.DataFrame, source: dict[str, str], target: dict[str, str], sweep: str) -> pd.DataFrame:
+    """``runs`` with N and C recounted in the ``target`` conventions from each run's stored shape.
+
+    Exact: the shape gives both parameter counts and both FLOP counts. Refused (one line) when the
+    sweep's conventions are not ones this version counts, when a run has no shape, or when a run's
+    stored N or C is not what its shape gives under the sweep's own conventions (then its shape is
+    not the whole story, and recounting it would not be exact).
+    """
+    if source["params"] not in PARAMS_CONVENTIONS or source["flops"] not in FLOPS_CONVENTIONS:
+        raise CompareError(f"sweep {sweep!r} counts N as {source['params']!r} and C as {source['flops']!r}: no exact "
+                           f"conversion to N = {target['params']}, C = {target['flops']} is known")
+    out = runs.copy()
+    cols = ("n_layer", "d_model", "n_head", "vocab_size", "context")
+    for i, row in runs.iterrows():
+        try:
+            shape = Shape(*(int(row[c]) for c in cols))
+        except (KeyError, TypeError, ValueError):
+            raise CompareError(f"sweep {sweep!r}: run {row['run_key']} has no stored shape, so its N and C cannot be "
+                               f"converted to N = {target['params']}, C = {target['flops']}") from None
+        D = float(row["D"])
+        n_own = shape.params(source["params"])  # type: ignore[arg-type]
+        c_own = shape.training_flops(D, source["flops"], source["params"])  # type: ignore[arg-type]
+        if not (math.isclose(n_own, float(row["N"]), rel_tol=1e-9) and math.isclose(c_own, float(row["C"]), rel_tol=1e-6)):
+            raise CompareError(f"sweep {sweep!r}: run {row['run_key']}'s stored N and C are not what its shape gives "
+                               f"under the sweep's conventions, so they cannot be converted exactly")
+        out.at[i, "N"] = float(shape.params(target["params"]))  # type: ignore[arg-type]
+        out.at[i, "C"] = float(shape.training_flops(D, target["flops"], target["params"]))  # type: ignore[arg-type]
+    out["tokens_per_param"] = out["D"] / out["N"]
+    return out
+
+
+def _fit_converted(url: str, sweep: str, runs: pd.DataFrame, target: dict[str, str]) -> tuple[dict[str, Law], list[str]]:
+    """Every law fitted in memory to a sweep recounted in the target conventions; failures become notes."""
+    done = _completed(runs).copy()
+    loss = done["final_loss"].astype(float)
+    if "final_train_loss" in done:
+        loss = loss.fillna(done["final_train_loss"].astype(float))
+    done["loss"] = loss
+    try:
+        own, _ = from_db(url, sweep)  # for approach 1's loss curves, recounted below
+        curves = _convert_curves(own.curves, done)
+        data = prepare(done[["N", "D", "C", "loss"]], flops_convention=target["flops"],
+                       params_convention=target["params"], source=f"sweep {sweep!r} (converted)", curves=curves)
+        summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
+    except UserError as exc:
+        return {}, [f"No law could be fitted to the converted sweep: {' '.join(str(exc).split())}"]
+    notes = [f"fitted in memory with {REPORT_BOOTSTRAP} bootstrap replicates (approach 3 from a coarse start grid)"]
+    notes += [str(n) for n in summary.notes]
+    notes += [f"{LABELS[k]}: not fitted: {r}" for k, r in summary.skipped.items()]
+    laws = dict(summary.laws)
+    for kind, law in laws.items():
+        notes.extend(f"{LABELS[kind]}: {n}" for n in law.doubts())
+    return laws, notes
+
+
+def _convert_curves(curves: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """Loss curves (run_key, N, tokens, flops, loss) with N and FLOPs of each run recounted."""
+    if curves is None or curves.empty or "run_key" not in curves.columns:
+        return curves
+    per_run = runs.set_index("run_key")
+    fpt = (per_run["C"] / per_run["D"]).astype(float)  # FLOPs per token in the target conventions
+    out = curves[curves["run_key"].isin(per_run.index)].copy()
+    out["N"] = out["run_key"].map(per_run["N"]).astype(float)
+    out["flops"] = out["tokens"].astype(float) * out["run_key"].map(fpt).astype(float)
+    return out
+
+
+# -- exponents and their differences ---------------------------------------------------------------
+def build_comparison(sides: list[SweepSide], conventions: dict[str, str], *, source: str = "") -> Comparison:
+    """Each side's exponents and every pair's differences (later sweep minus earlier)."""
+    exponents = []
+    for side in sides:
+        for kind, law in side.laws.items():
+            ivs = law.intervals()
+            doubts = law.doubts()
+            for name in EXPONENTS.get(kind, ()):
+                if name in ivs:
+                    exponents.append({"sweep": side.name, "law": kind, "label": LABELS.get(kind, kind), "exponent": name,
+                                      **_interval_fields(ivs[name]), "reliable": not doubts,
+                                      "doubts": doubts})
+    differences = []
+    for a, b in itertools.combinations(sides, 2):
+        for kind in EXPONENTS:
+            if kind in a.laws and kind in b.laws:
+                for name in EXPONENTS[kind]:
+                    differences.append({"law": kind, "label": LABELS.get(kind, kind), "exponent": name,
+                                        "first": a.name, "second": b.name,
+                                        **exponent_difference(a.laws[kind], b.laws[kind], name, a.name, b.name)})
+    notes = [f"{s.name}: {n}" for s in sides for n in s.notes]
+    missing = [f"{LABELS[k]} is not fitted for {', '.join(s.name for s in sides if k not in s.laws)}: no difference"
+               for k in EXPONENTS if any(k in s.laws for s in sides) and not all(k in s.laws for s in sides)]
+    return Comparison(sides, dict(conventions), exponents, differences, notes + missing, source)
+
+
+def exponent_difference(first: Law, second: Law, name: str, first_name: str = "first",
+                        second_name: str = "second") -> dict[str, Any]:
+    """``second`` minus ``first`` for exponent ``name``, with a 95% percentile interval, or why none.
+
+    The fits' bootstraps are independent, so the distribution of the difference is the one of
+    (second replicate - first replicate) over all pairs of replicates. Returns value, lo, hi,
+    kind (``percentile``, or why there is no interval: ``unreliable``, ``no interval``, ``biased``,
+    ``no spread``), significant (True/False, None without an interval) and reason.
+    """
+    iv1, iv2 = first.intervals()[name], second.intervals()[name]
+    value = float(iv2["value"]) - float(iv1["value"])
+    out: dict[str, Any] = {"value": value, "lo": math.nan, "hi": math.nan, "significant": None, "reason": ""}
+    for law, who in ((first, first_name), (second, second_name)):
+        if law.doubts():
+            return {**out, "value": math.nan, "kind": "unreliable", "reason": f"the law of {who!r} is flagged unreliable",
+                    "detail": law.doubts()[0]}
+    for iv, who in ((iv1, first_name), (iv2, second_name)):
+        if iv.get("kind") in NO_INTERVAL:
+            return {**out, "kind": "no interval", "reason": f"{name} of {who!r} has no interval ({NO_INTERVAL[iv['kind']]})"}
+    r1, r2 = first.replicate_values(name), second.replicate_values(name)
+    for reps, who in ((r1, first_name), (r2, second_name)):
+        if reps is None or np.isfinite(reps).sum() < 2:
+            return {**out, "kind": "no interval", "reason": f"{who!r} has no usable bootstrap replicates"}
+    r1, r2 = r1[np.isfinite(r1)], r2[np.isfinite(r2)]
+    if r1.size * r2.size > MAX_PAIRS:  # a random subset of the pairs: every pair is an equally valid draw
+        rng = np.random.default_rng(0)
+        diffs = r2[rng.integers(0, r2.size, MAX_PAIRS)] - r1[rng.integers(0, r1.size, MAX_PAIRS)]
+    else:
+        diffs = (r2[None, :] - r1[:, None]).ravel()
+    iv = summarise(diffs, value)
+    if iv.get("kind") != "percentile":
+        return {**out, "kind": str(iv.get("kind")), "reason": str(iv.get("note", "no interval"))}
+    lo, hi = float(iv["lo"]), float(iv["hi"])
+    return {**out, "lo": lo, "hi": hi, "kind": "percentile", "significant": bool(lo > 0 or hi < 0),
+            "reason": "the interval excludes 0" if (lo > 0 or hi < 0) else "the interval includes 0"}
+
+
+def _interval_fields(iv: dict[str, Any]) -> dict[str, Any]:
+    kind = str(iv.get("kind", "percentile" if math.isfinite(iv.get("lo", math.nan)) else "none"))
+    out = {"value": iv.get("value"), "lo": iv.get("lo"), "hi": iv.get("hi"), "kind": kind}
+    if iv.get("pinned"):
+        out["pinned"] = iv["pinned"]
+    return out
+
+
+# -- writing --------------------------------------------------------------------------------------
+def compare_sweeps(url: str, sweeps: Sequence[str], path: str | Path = "compare.html", *, fit: str = "sweep",
+                   params: str | None = None, flops: str | None = None,
+                   json_path: str | Path | None = None) -> Comparison:
+    """Compare ``sweeps`` and write the comparison page to ``path`` (and its JSON to ``json_path``).
+
+    Returns the :class:`Comparison` (``path`` is the page written). See
+    :func:`load_comparison` for ``fit``, ``params`` and ``flops``.
+    """
+    from scaling.reports.compare_page import render
+
+    comparison = load_comparison(url, sweeps, fit=fit, params=params, flops=flops)
+    out = Path(path).expanduser().resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(comparison), encoding="utf-8")
+    comparison.path = out
+    if json_path is not None:
+        Path(json_path).expanduser().write_text(comparison.to_json() + "\n", encoding="utf-8")
+    return comparison
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
+
+
+__all__ = ["Comparison", "CompareError", "SweepSide", "compare_sweeps", "load_comparison", "exponent_difference",
+           "convert_runs", "EXPONENTS"]

@@ -1,0 +1,100 @@
+"""The comparison page: one self-contained HTML file in the sweep report's template.
+
+Sections: the sweeps and their conventions, each law's exponents with intervals, the differences
+of exponents between sweeps (significant or not, or why there is none), frontiers and IsoFLOP
+profiles on shared axes. User text (sweep names, notes) is escaped as in the report.
+"""
+
+from __future__ import annotations
+
+import math
+from scaling.fmt import escape as e
+from scaling.fmt import num
+from scaling.reports import figures_compare as FC
+from scaling.reports.compare import Comparison
+from scaling.reports.html import _interval, _kv, _missing, _Page, _section, render_page
+
+SECTIONS = (
+    ("sweeps", "Sweeps"),
+    ("exponents", "Exponents"),
+    ("differences", "Differences"),
+    ("frontiers", "Frontiers"),
+    ("isoflop", "IsoFLOP profiles"),
+)
+
+
+def render(c: Comparison) -> str:
+    """The comparison as one HTML string."""
+    page = _Page()
+    body = "\n".join([
+        _sweeps(c),
+        _exponents(c),
+        _differences(c, page),
+        _section("frontiers", "Frontiers", page.figure("compare-frontiers", FC.frontiers(c.sides))
+                 + "<p>Colour: sweep; line style: law. Shaded: 95% bootstrap band of N*. Laws flagged unreliable "
+                   "are hidden until clicked in the legend.</p>"),
+        _section("isoflop", "IsoFLOP profiles", page.figure("compare-isoflop", FC.isoflop_profiles(c.sides))),
+    ])
+    title = "Comparison: " + " vs ".join(s.name for s in c.sides)
+    return render_page(title=title, sections=SECTIONS, body=body, page=page, notes=c.notes, source=c.source,
+                       notes_title="Notes")
+
+
+def _sweeps(c: Comparison) -> str:
+    rows = [("compared in", e(f"N counts {c.conventions['params']} parameters; C = {c.conventions['flops']} FLOPs "
+                              "per token × D"))]
+    for s in c.sides:
+        conv = f"N {s.conventions['params']}, C {s.conventions['flops']}" + (" (converted)" if s.converted else "")
+        rows.append((s.name, e(f"{len(s.runs)} runs, {len(s.completed)} completed; {conv}; laws: "
+                               + (", ".join(sorted(s.laws)) or "none"))))
+    return _section("sweeps", "Sweeps", _kv(rows))
+
+
+def _exponents(c: Comparison) -> str:
+    if not c.exponents:
+        return _section("exponents", "Exponents", _missing("No law is fitted for these sweeps."))
+    names = [s.name for s in c.sides]
+    by = {(x["law"], x["exponent"], x["sweep"]): x for x in c.exponents}
+    keys = list(dict.fromkeys((x["law"], x["label"], x["exponent"]) for x in c.exponents))
+    head = "<th>law</th><th>exponent</th>" + "".join(f'<th class="num">{e(n)}</th>' for n in names)
+    body = []
+    for law, label, exp in keys:
+        cells = []
+        for n in names:
+            x = by.get((law, exp, n))
+            if x is None:
+                cells.append('<td class="num">–</td>')
+            elif not x["reliable"]:
+                cells.append(f'<td class="num unreliable" title="{e(x["doubts"][0])}">{num(x["value"], 3)} '
+                             '<span class="ci">(unreliable)</span></td>')
+            else:
+                cells.append(f'<td class="num">{_interval(x, 3)}</td>')
+        body.append(f"<tr><td>{e(label)}</td><td>{e(exp)}</td>{''.join(cells)}</tr>")
+    table = f'<table id="exponents-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return _section("exponents", "Exponents", "<p>Point estimates with 95% bootstrap intervals. A law the data "
+                    "cannot pin down is marked unreliable and shown without an interval.</p>" + table)
+
+
+def _differences(c: Comparison, page: _Page) -> str:
+    if not c.differences:
+        return _section("differences", "Differences", _missing("No law is fitted for two of these sweeps."))
+    rows = []
+    for d in c.differences:
+        if d["kind"] == "percentile":
+            verdict = "significant" if d["significant"] else "not significant"
+            cell = f"{num(d['value'], 3)} <span class=\"ci\">[{num(d['lo'], 3)}, {num(d['hi'], 3)}]</span>"
+        else:
+            verdict = "no interval"
+            cell = "–" if not math.isfinite(d["value"]) else num(d["value"], 3)
+        rows.append(f'<tr class="{e(verdict.replace(" ", "-"))}"><td>{e(d["label"])}</td><td>{e(d["exponent"])}</td>'
+                    f"<td>{e(d['second'])} − {e(d['first'])}</td><td class=\"num\">{cell}</td>"
+                    f"<td>{e(verdict)}</td><td>{e(d['reason'])}</td></tr>")
+    table = ('<table id="differences-table"><thead><tr><th>law</th><th>exponent</th><th>difference</th>'
+             '<th class="num">value [95%]</th><th>verdict</th><th>why</th></tr></thead>'
+             f"<tbody>{''.join(rows)}</tbody></table>")
+    intro = ("<p>Each difference's interval is the 2.5%–97.5% range of (second − first) over all pairs of the two "
+             "fits' bootstrap replicates (independent resamples of different runs). Significant: the interval "
+             "excludes 0.</p>")
+    return _section("differences", "Differences", intro + table
+                    + page.figure("compare-differences", FC.exponent_differences(c.differences)))
+
