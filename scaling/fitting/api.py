@@ -17,7 +17,7 @@ from typing import Any
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.backtest import backtest
-from scaling.fitting.base import Law, _jsonable
+from scaling.fitting.base import Law, jsonable
 from scaling.fitting.data import FitData, from_csv, from_db
 from scaling.fitting.envelope import ChinchillaEnvelope
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
@@ -92,7 +92,7 @@ class FitSummary:
             if not replicates:
                 d["bootstrap"] = {k: v for k, v in d["bootstrap"].items() if k != "replicates"}
             laws[kind] = d
-        return _jsonable({
+        return jsonable({
             "sweep": self.sweep, "source": self.source, "fingerprint": self.fingerprint,
             "n_points": self.n_points, "conventions": self.conventions, "laws": laws,
             "skipped": self.skipped, "reused": self.reused, "stored": self.stored, "notes": self.notes,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from scaling.errors import FitError, UserError
-from scaling.fitting.base import Law, _jsonable
+from scaling.fitting.base import Law, jsonable
 from scaling.fitting.data import FitData, group_budgets
 
 
@@ -98,7 +98,7 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
             if math.isfinite(moved):
                 rates["N"] = abs(moved) / distance
         law.extrapolation_ = rates
-    result = _jsonable(result)
+    result = jsonable(result)
     law.backtest_ = result
     return result
 

@@ -330,7 +330,7 @@ class Law:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable, self-describing record; :func:`scaling.fitting.from_dict` rebuilds it."""
         self._check()
-        return _jsonable(
+        return jsonable(
             {
                 "class": type(self).__name__,
                 "law": self.law,
@@ -396,14 +396,14 @@ def as_fit_data(data: FitData | pd.DataFrame) -> FitData:
     raise TypeError(f"fit() takes a FitData or a DataFrame, not {type(data).__name__}")
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """Plain Python types only; NaN/inf become None so the JSON is standard."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
+        return jsonable(obj.tolist())
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):

@@ -35,7 +35,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
-from scaling.fitting.base import _jsonable, summarise
+from scaling.fitting.base import jsonable, summarise
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -200,7 +200,7 @@ class InferenceRecommendation:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self.__dict__)
+        return jsonable(self.__dict__)
 
     def table(self) -> str:
         from rich.console import Console

@@ -30,7 +30,7 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
-from scaling.fitting.base import _jsonable
+from scaling.fitting.base import jsonable
 from scaling.fitting.data import prepare
 
 #: The default budget, as a multiple of the largest measured run's compute.
@@ -68,7 +68,7 @@ class Recommendation:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self.__dict__)
+        return jsonable(self.__dict__)
 
     def table(self) -> str:
         from rich.console import Console

@@ -32,6 +32,7 @@ from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape
 from scaling.db import connect
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import Law, fit_data, from_db
+from scaling.fitting.base import jsonable
 from scaling.fitting.data import prepare
 from scaling.fitting.intervals import summarise
 from scaling.reports.data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
@@ -87,7 +88,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record: NaN and infinities written as null."""
-        return _jsonable({
+        return jsonable({
             "conventions": self.conventions,
             "source": self.source,
             "sweeps": [{"sweep": s.name, "conventions": s.conventions, "converted": s.converted,
@@ -321,21 +322,6 @@ def compare_sweeps(url: str, sweeps: Sequence[str], path: str | Path = "compare.
     if json_path is not None:
         Path(json_path).expanduser().write_text(comparison.to_json() + "\n", encoding="utf-8")
     return comparison
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    return obj
 
 
 __all__ = ["Comparison", "CompareError", "SweepSide", "compare_sweeps", "load_comparison", "exponent_difference",
