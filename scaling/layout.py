@@ -6,12 +6,15 @@ Torch-free, on top of the communication model (:mod:`scaling.comms`) and the mem
 
 The search enumerates every layout of ``workers`` ranks the shape can be split into (``n_head``
 and ``4*d_model`` divisible by tp, ``n_layer`` by pp times the schedule's chunks, tp no larger
-than a node, at least one sequence per data-parallel rank), keeps those whose memory per rank
+than a node, at least one sequence per data-parallel rank, micro-batches a multiple of pp under the
+interleaved schedule, whose bubble formula assumes whole rounds), keeps those whose memory per rank
 (:func:`scaling.comms.memory_per_rank`) fits the device, and picks the shortest estimated step::
 
     step = compute + bubble + communication + fixed overhead
 
-* compute: the step's FLOPs over the ranks' combined throughput (every rank computes its share);
+* compute: the step's FLOPs over the ranks' combined throughput (every rank computes its share),
+  plus a fixed dispatch cost (kernel launches, Python) per layer and micro-batch on a rank: what
+  makes many small micro-batches, or a pipeline of a tiny model, slower than its FLOPs say;
 * bubble: the pipeline's idle time, compute * f / (1 - f) with f = (p-1)/(v*m + p-1);
 * communication: :func:`scaling.comms.step_comm_time` (plus the latency of each message the
   trainer splits a data-parallel collective into: DDP buckets, FSDP units, ZeRO-1's per-tensor
@@ -114,6 +117,7 @@ class Request:
     memory_limit_bytes: float
     machine: Machine = Machine()
     step_overhead_s: float = 0.0
+    layer_overhead_s: float = 0.0  # fixed cost of one layer's forward + backward on one micro-batch
     checkpointing: bool = False
     tp: Optional[int] = None
     pp: Optional[int] = None
@@ -267,6 +271,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                     for b in _micro_batch_sizes(req, dp):
                         share = -(-req.sequences // dp)
                         m = len(micro_batches(req.sequences, dp, share, b))
+                        if chunks > 1 and m % pp:
+                            continue  # the interleaved schedule runs micro-batches in rounds of pp
                         yield ParallelLayout(
                             dp=dp, tp=tp, pp=pp, strategy=strategy,  # type: ignore[arg-type]
                             micro_batches=m, micro_batch=b,
@@ -308,7 +314,8 @@ def latency_of_messages(req: Request, layout: ParallelLayout) -> float:
 def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
     """Memory per rank and step time of one layout."""
     memory = memory_per_rank(req.shape, layout, req.precision)
-    compute = req.flops_per_step / (req.rate * req.workers)
+    dispatch = req.layer_overhead_s * layout.micro_batches * (req.shape.n_layer // layout.pp)
+    compute = req.flops_per_step / (req.rate * req.workers) + dispatch
     f = bubble_fraction(layout.pp, layout.micro_batches, layout.schedule, layout.chunks)
     bubble = compute * f / (1.0 - f)
     comm = step_comm_time(req.shape, layout, req.machine.cluster, req.precision)

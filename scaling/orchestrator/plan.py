@@ -86,6 +86,10 @@ CPU_NOMINAL_FLOPS = 2e10
 #: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
 CPU_STEP_SECONDS = 0.010
 GPU_STEP_SECONDS = 0.005
+#: Fixed cost of one layer's forward and backward on one micro-batch (about 20 kernels of a few
+#: microseconds' launch on a GPU; PyTorch's per-operator dispatch on a CPU).
+CPU_LAYER_SECONDS = 2e-4
+GPU_LAYER_SECONDS = 1e-4
 #: Fields of ``resources`` the layout search fills under ``strategy: auto`` unless the plan sets them.
 LAYOUT_FIELDS = ("tp", "pp", "pp_schedule", "micro_batch_size")
 
@@ -155,6 +159,9 @@ class ResourcesPlan(Placement):
 
     def step_overhead_s(self) -> float:
         return GPU_STEP_SECONDS if self.gpus_per_worker > 0 else CPU_STEP_SECONDS
+
+    def layer_overhead_s(self) -> float:
+        return GPU_LAYER_SECONDS if self.gpus_per_worker > 0 else CPU_LAYER_SECONDS
 
     def throughput(self, precision: str, threads: int = 1, *, probe: bool = True) -> float:
         """FLOP/s one worker achieves in ``precision``: the plan's figure, else a GPU default, else
@@ -479,6 +486,7 @@ class Plan(_Strict):
             memory_limit_bytes=limit,
             machine=res.machine(),
             step_overhead_s=res.step_overhead_s(),
+            layer_overhead_s=res.layer_overhead_s(),
             checkpointing=ex.activation_checkpointing,
             tp=ex.tp if "tp" in fixed else None,
             pp=ex.pp if "pp" in fixed else None,
