@@ -148,12 +148,13 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
                                     f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
                                     f"{no_layout_problem(choice.request)}")
+                if choice.best is None and resources.device_memory_gib is None:
+                    # still no device holds more than MAX_DEVICE_GIB: check_fits says so in its words
+                    check_fits(choice.smallest.memory, None,
+                               what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
                 if choice.best is None:
                     raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
                 best = choice.best
-                if resources.device_memory_gib is None:  # still no device holds more than MAX_DEVICE_GIB
-                    check_fits(best.memory, None,
-                               what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
                 spec = spec.model_copy(update={"execution": _placed(spec, best)})
                 if data_resolved is not None:
                     spec = spec.model_copy(update={"data": data_resolved})
