@@ -51,7 +51,9 @@ def test_rank_nodes_keep_each_node_contiguous() -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_tp_groups_share_a_node_and_pipeline_stages_spread(tmp_path: Path) -> None:
+def test_tp_groups_share_a_node_and_pipeline_stages_spread(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ray
     from ray.cluster_utils import Cluster
     from ray.train import RunConfig
@@ -60,6 +62,7 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(tmp_path: Path) -> No
 
     from scaling.orchestrator.multiworker import scaling_config
 
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
     spec = _spec(workers=4, tp=2, pp=2)  # dp=1: ranks 0-1 are stage 0's TP group, 2-3 stage 1's
     out = tmp_path / "ranks"
     out.mkdir()
@@ -93,6 +96,7 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(tmp_path: Path) -> No
             torch_config=TorchConfig(backend="gloo"),
             run_config=RunConfig(name="probe", storage_path=str(tmp_path / "ray")),
         ).fit()
+        swept = _sweep_a_pipelined_run(tmp_path, sqlite_url)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -104,3 +108,35 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(tmp_path: Path) -> No
     assert [seen[r] for r in range(4)] == rank_nodes, "Ray Train's rank i runs where the mesh put rank i"
     assert seen[0] == seen[1] and seen[2] == seen[3], "each TP group on one node"
     assert seen[0] != seen[2], "the pipeline stages on different nodes"
+
+    # The scheduler's own path: reservation per node, nodes per rank, a pinned TorchTrainer that trains.
+    state, completed = swept
+    assert completed == [state.key]
+    assert state.rank_sizes == [1, 1] and state.rank_nodes is not None
+    assert len(set(state.rank_nodes)) == 2 and set(state.rank_nodes) == worker_ids
+
+
+def _sweep_a_pipelined_run(tmp_path: Path, sqlite_url: str) -> tuple[object, list[str]]:
+    """A pp=2 run on nodes of one rank each, through the scheduler, on the Ray the caller started.
+
+    The trainer's pipeline arrives separately; here the run's two ranks only need to start where
+    the placement put them and finish (they train data-parallel until then)."""
+    from orch_helpers import shape, write_plan
+
+    from scaling.db import Store
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.scheduler import Scheduler
+    from scaling.orchestrator.sweep import register
+
+    grid = [{"models": [shape(2, 32)], "tokens": [512 * 6]}]
+    resources = {"workers": 2, "pp": 2, "strategy": "ddp", "cluster": {"nodes": 2, "gpus_per_node": 1}}
+    plan, source = load_plan(write_plan(tmp_path / "p.yaml", "pinned", tmp_path / "runs", grid, resources=resources))
+    expansion = expand(plan, source)
+    (run,) = expansion.runs
+    assert (run.spec.execution.pp, run.ranks_per_node) == (2, 1)
+    store = Store(sqlite_url)
+    register(store, plan, expansion)
+    sched = Scheduler(expansion.runs, store, sqlite_url, "pinned", plan.runs_dir, retries=0, heartbeat_s=1.0)
+    out = sched.run()
+    return sched.states[0], out.completed
