@@ -395,7 +395,7 @@ def explain(choice: Choice) -> list[Reason]:
             if alt is None and alts:
                 low = min(alts, key=lambda c: c.memory.total_bytes)
                 out.append(Reason(
-                    f"tp={lay.tp}: {params} don't fit below",
+                    f"tp={lay.tp}: tp<{lay.tp} needs {_gib(low)}",
                     f"tp={lay.tp} {where}: {params} do not fit a {limit} device at tp<{lay.tp} "
                     f"(least memory there: {_gib(low)} per rank with {low.label()})"))
             elif alt is not None:
@@ -415,24 +415,26 @@ def explain(choice: Choice) -> list[Reason]:
     # Pipeline parallelism.
     if req.pp is None and req.workers > 1:
         if lay.pp > 1:
-            crossing = m.cluster.link("pp", lay) is m.cluster.inter and m.nodes > 1 and lay.world > m.gpus_per_node
+            crossing = m.nodes > 1 and lay.world > m.gpus_per_node
             alts = others(lambda x: x.tp == lay.tp and x.pp == 1)
             alt = _best(alts)
             pp_bytes = _wire(req, best, "pp")
             if crossing:
-                head = (f"pp={lay.pp} across nodes: {m.inter} is {m.bandwidth_ratio:.0f}x slower than {m.intra}, "
-                        f"and PP moves only activations ({_bytes(pp_bytes)} per step)")
+                slower = (f"{m.inter} is {m.bandwidth_ratio:.0f}x slower than {m.intra}, and "
+                          if m.bandwidth_ratio > 1.05 else "")
+                head = (f"pp={lay.pp} across nodes: {slower}PP moves only activations "
+                        f"({_bytes(pp_bytes)} per step)")
             else:
                 head = f"pp={lay.pp} inside one node: it moves only activations ({_bytes(pp_bytes)} per step)"
             if alt is None and alts:
                 low = min(alts, key=lambda c: c.memory.total_bytes)
                 out.append(Reason(
-                    f"pp={lay.pp}: pp=1 doesn't fit",
+                    f"pp={lay.pp}: pp=1 needs {_gib(low)}",
                     f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
                     f"(least: {_gib(low)} per rank with {low.label()})"))
             elif alt is not None:
                 out.append(Reason(
-                    f"pp={lay.pp}: {_bytes(pp_bytes)} vs DP {_bytes(_wire(req, alt, 'dp'))}",
+                    f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(_wire(req, alt, 'dp'))}",
                     f"{head}, where data parallelism over those ranks ({alt.label()}) would move "
                     f"{_bytes(_wire(req, alt, 'dp'))} per step and take {alt.step_s:.3g} s against {best.step_s:.3g} s"))
             else:
@@ -475,10 +477,10 @@ def explain(choice: Choice) -> list[Reason]:
                 f"{_gib(min(same, key=lambda c: c.memory.total_bytes))} or more)"))
         elif lay.pp > 1:
             f = best.bubble_s / (best.compute_s + best.bubble_s)
+            n = f"{lay.micro_batches} micro-batch{'es' if lay.micro_batches != 1 else ''}"
             out.append(Reason(
-                f"{lay.micro_batches} micro-batches: bubble {f:.1%}",
-                f"{lay.micro_batches} micro-batches of {lay.micro_batch}: the bubble is {f:.1%} of the step "
-                f"({best.schedule})"))
+                f"{n}: bubble {f:.1%}",
+                f"{n} of {lay.micro_batch}: the bubble is {f:.1%} of the step ({best.schedule})"))
     return out
 
 
