@@ -34,23 +34,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from scaling.accounting import (
-    GIB,
-    MemoryEstimate,
-    Precision,
-    Shape,
-    micro_batch_size,
-    micro_batches,
-)
+from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
 from scaling.comms import (
     LINKS,
     Cluster,
     ParallelLayout,
     Traffic,
     bubble_fraction,
+    collective_time,
     latency_steps,
     memory_per_rank,
-    step_comm_time,
     step_traffic,
 )
 
@@ -216,17 +209,27 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _micro_batch_sizes(req: Request, dp: int) -> list[int]:
-    """Micro-batch sizes to try on ``dp`` ranks: the user's, or powers of two up to a rank's share."""
+def split(sequences: int, dp: int, requested: Optional[int]) -> tuple[int, int]:
+    """(micro-batch size, micro-batches) of the largest data-parallel share, as
+    :func:`scaling.accounting.micro_batches` splits it (in closed form: no list per micro-batch)."""
+    largest = -(-sequences // dp)
+    size = min(requested or largest, largest)
+    m = -(-largest // size)
+    return -(-largest // m), m
+
+
+def _micro_batch_splits(req: Request, dp: int) -> list[tuple[int, int]]:
+    """(size, count) of micro-batches to try on ``dp`` ranks: the user's size, or powers of two up
+    to a rank's share."""
     if req.micro_batch_size is not None:
-        return [micro_batch_size(req.sequences, dp, req.micro_batch_size)]
+        return [split(req.sequences, dp, req.micro_batch_size)]
     share = -(-req.sequences // dp)
     sizes = {share}
     b = 1
     while b < share:
         sizes.add(b)
         b *= 2
-    return sorted({micro_batch_size(req.sequences, dp, s) for s in sizes})
+    return sorted({split(req.sequences, dp, s) for s in sizes})
 
 
 def _strategies(req: Request, dp: int, tp: int, pp: int) -> tuple[str, ...]:
@@ -268,9 +271,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                 if shape_problem(req.shape, tp, pp, chunks):
                     continue
                 for strategy in _strategies(req, dp, tp, pp):
-                    for b in _micro_batch_sizes(req, dp):
-                        share = -(-req.sequences // dp)
-                        m = len(micro_batches(req.sequences, dp, share, b))
+                    for b, m in _micro_batch_splits(req, dp):
                         if chunks > 1 and m % pp:
                             continue  # the interleaved schedule runs micro-batches in rounds of pp
                         yield ParallelLayout(
@@ -301,26 +302,30 @@ def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
     return blocks + 1  # FSDP2 units: one per block, and the root's
 
 
-def latency_of_messages(req: Request, layout: ParallelLayout) -> float:
-    """Seconds of latency the extra messages of :func:`messages` add to the data-parallel time."""
-    link = req.machine.cluster.link("dp", layout)
-    extra = 0.0
+def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
+    """Seconds of communication per step by group: :func:`scaling.comms.step_comm_time`'s alpha-beta
+    times, plus the latency of every extra message of :func:`messages`."""
+    cluster = req.machine.cluster
+    links = {g: cluster.link(g, layout) for g in ("dp", "tp", "pp")}
+    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
     for t in step_traffic(req.shape, layout, req.precision):
+        link = links[t.group]
+        out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, link)
         if t.group == "dp":
-            extra += t.calls * (messages(req.shape, layout, t) - 1) * link.alpha * latency_steps(t.kind, t.n)
-    return extra
+            out["dp"] += t.calls * (messages(req.shape, layout, t) - 1) * link.alpha * latency_steps(t.kind, t.n)
+    return out
 
 
 def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
-    """Memory per rank and step time of one layout."""
+    """Memory per rank and step time of one layout (no communication time when it does not fit:
+    an infeasible layout is never timed against the others)."""
     memory = memory_per_rank(req.shape, layout, req.precision)
+    fits = memory.total_bytes <= req.memory_limit_bytes
     dispatch = req.layer_overhead_s * layout.micro_batches * (req.shape.n_layer // layout.pp)
     compute = req.flops_per_step / (req.rate * req.workers) + dispatch
     f = bubble_fraction(layout.pp, layout.micro_batches, layout.schedule, layout.chunks)
     bubble = compute * f / (1.0 - f)
-    comm = step_comm_time(req.shape, layout, req.machine.cluster, req.precision)
-    comm["dp"] += latency_of_messages(req, layout)
-    fits = memory.total_bytes <= req.memory_limit_bytes
+    comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}
     return Candidate(layout, schedule, memory, compute, bubble, comm, req.step_overhead_s, fits)
 
 

@@ -247,3 +247,23 @@ def test_tp_never_spans_a_node_even_when_it_would_fit_only_there() -> None:
     wide = Request(shape, "bf16", 8, 8, 1e15, 1e14, 4 * GIB, Machine(1, 8), 0.0)
     assert all(c.layout.tp <= 4 for c in choose(req).considered)
     assert max(c.layout.tp for c in choose(wide).considered) == 8
+
+
+def test_communication_time_is_the_cost_models_plus_message_latency() -> None:
+    """The search times a layout with `scaling.comms.step_comm_time`, adding only the latency of
+    the extra messages a data-parallel collective is split into (buckets, FSDP units, tensors)."""
+    from scaling.comms import step_comm_time
+    from scaling.layout import comm_seconds
+
+    shape = Shape(4, 256, 4, 256, 256)  # 3.2M parameters: DDP's FP32 gradients fit one 25 MiB bucket
+    req = Request(shape, "bf16", 8, 32, 1e12, 1e12, 64 * GIB, Machine(2, 4, "nvlink", "infiniband"))
+    assert 4 * shape.params_total < 25 * 2**20
+    for lay, _ in layouts(req):
+        model = step_comm_time(shape, lay, req.machine.cluster, "bf16")
+        ours = comm_seconds(req, lay)
+        assert ours["tp"] == pytest.approx(model["tp"]) and ours["pp"] == pytest.approx(model["pp"])
+        assert ours["dp"] >= model["dp"] - 1e-15
+        if lay.dp == 1 or lay.strategy == "ddp":  # one bucket: DDP's gradients here are < 25 MiB
+            assert ours["dp"] == pytest.approx(model["dp"])
+        else:
+            assert ours["dp"] > model["dp"]
