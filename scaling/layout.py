@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
 from scaling.comms import (
@@ -170,12 +170,51 @@ class Reason:
 
 @dataclass
 class Choice:
-    """The layouts considered for a run and the chosen one (None when none fits)."""
+    """The layouts a run could take (``options``) and the fastest that fits (None when none fits).
+
+    Candidates are evaluated lazily and once (:meth:`candidate`); :meth:`fastest` skips every
+    layout whose lower bound (its time without communication) already exceeds the best found.
+    """
 
     request: Request
-    considered: list[Candidate]
-    best: Optional[Candidate]
+    options: list[tuple[ParallelLayout, str]]
+    best: Optional[Candidate] = None
     reasons: list[Reason] = field(default_factory=list)
+    _memo: dict[int, Candidate] = field(default_factory=dict, repr=False)
+
+    def candidate(self, i: int) -> Candidate:
+        c = self._memo.get(i)
+        if c is None:
+            lay, name = self.options[i]
+            c = self._memo[i] = evaluate(self.request, lay, name)
+        return c
+
+    def where(self, pred: Callable[[ParallelLayout], bool]) -> list[int]:
+        """Indices of the options whose layout satisfies ``pred``."""
+        return [i for i, (lay, _) in enumerate(self.options) if pred(lay)]
+
+    def fastest(self, indices: Optional[list[int]] = None) -> Optional[Candidate]:
+        """The fastest option that fits among ``indices`` (default: all), ties to the simpler.
+
+        Branch and bound: options are visited by their lower bound (:func:`lower_bound`), and
+        the search stops once that bound exceeds the best step time found, which no later option
+        can then beat. Exact: the bound never exceeds an option's step time.
+        """
+        pool = range(len(self.options)) if indices is None else indices
+        order = sorted((lower_bound(self.request, self.options[i][0]), i) for i in pool)
+        best: Optional[Candidate] = None
+        for bound, i in order:
+            if best is not None and bound > best.step_s:
+                break
+            c = self.candidate(i)
+            if c.fits and (best is None or c._order() < best._order()):
+                best = c
+        return best
+
+    @property
+    def considered(self) -> list[Candidate]:
+        """Every option, evaluated."""
+        return [self.candidate(i) for i in range(len(self.options))]
 
     @property
     def feasible(self) -> list[Candidate]:
@@ -183,7 +222,7 @@ class Choice:
 
     def decision(self) -> Decision:
         assert self.best is not None, "no layout fits"
-        return Decision(self.best, tuple(self.reasons), len(self.considered), len(self.feasible), summary_line(self))
+        return Decision(self.best, tuple(self.reasons), len(self.options), summary_line(self))
 
     @property
     def smallest(self) -> Candidate:
@@ -198,7 +237,6 @@ class Decision:
     best: Candidate
     reasons: tuple[Reason, ...]
     considered: int
-    feasible: int
     summary: str
 
 
@@ -316,26 +354,35 @@ def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
     return out
 
 
+def _compute_and_bubble(req: Request, layout: ParallelLayout) -> tuple[float, float]:
+    dispatch = req.layer_overhead_s * layout.micro_batches * (req.shape.n_layer // layout.pp)
+    compute = req.flops_per_step / (req.rate * req.workers) + dispatch
+    f = bubble_fraction(layout.pp, layout.micro_batches, layout.schedule, layout.chunks)
+    return compute, compute * f / (1.0 - f)
+
+
+def lower_bound(req: Request, layout: ParallelLayout) -> float:
+    """A layout's step time without its communication: never more than :attr:`Candidate.step_s`
+    (the same sums, in the same order, with communication's non-negative term as zero)."""
+    compute, bubble = _compute_and_bubble(req, layout)
+    return compute + bubble + 0.0 + req.step_overhead_s
+
+
 def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
     """Memory per rank and step time of one layout (no communication time when it does not fit:
     an infeasible layout is never timed against the others)."""
     memory = memory_per_rank(req.shape, layout, req.precision)
     fits = memory.total_bytes <= req.memory_limit_bytes
-    dispatch = req.layer_overhead_s * layout.micro_batches * (req.shape.n_layer // layout.pp)
-    compute = req.flops_per_step / (req.rate * req.workers) + dispatch
-    f = bubble_fraction(layout.pp, layout.micro_batches, layout.schedule, layout.chunks)
-    bubble = compute * f / (1.0 - f)
+    compute, bubble = _compute_and_bubble(req, layout)
     comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}
     return Candidate(layout, schedule, memory, compute, bubble, comm, req.step_overhead_s, fits)
 
 
 def choose(req: Request) -> Choice:
-    """Evaluate every layout of ``req`` and pick the fastest that fits (see the module docstring)."""
-    considered = [evaluate(req, lay, name) for lay, name in layouts(req)]
-    feasible = [c for c in considered if c.fits]
-    best = min(feasible, key=Candidate._order) if feasible else None
-    choice = Choice(req, considered, best)
-    if best is not None:
+    """The layouts of ``req`` and the fastest that fits (see the module docstring), with reasons."""
+    choice = Choice(req, list(layouts(req)))
+    choice.best = choice.fastest()
+    if choice.best is not None:
         choice.reasons = explain(choice)
     return choice
 
@@ -356,11 +403,6 @@ def no_layout_problem(req: Request) -> str:
 
 def _gib(c: Candidate) -> str:
     return f"{c.memory.total_gib:.3g} GiB"
-
-
-def _best(cands: list[Candidate]) -> Optional[Candidate]:
-    fits = [c for c in cands if c.fits]
-    return min(fits, key=Candidate._order) if fits else None
 
 
 def _bytes(n: float) -> str:
@@ -388,8 +430,14 @@ def explain(choice: Choice) -> list[Reason]:
     params = f"{req.shape.params_total / 1e9:.3g}B params" if req.shape.params_total >= 1e8 else (
         f"{req.shape.params_total / 1e6:.3g}M params")
 
-    def others(pred) -> list[Candidate]:  # type: ignore[no-untyped-def]
-        return [c for c in choice.considered if pred(c.layout)]
+    def others(pred: Callable[[ParallelLayout], bool]) -> list[int]:
+        return choice.where(pred)
+
+    def _best(indices: list[int]) -> Optional[Candidate]:
+        return choice.fastest(indices)
+
+    def least(indices: list[int]) -> Candidate:
+        return min((choice.candidate(i) for i in indices), key=lambda c: c.memory.total_bytes)
 
     # Tensor parallelism.
     if req.tp is None and req.workers > 1:
@@ -398,7 +446,7 @@ def explain(choice: Choice) -> list[Reason]:
             alt = _best(alts)
             where = f"inside one node ({m.gpus_per_node} per node, {m.intra})"
             if alt is None and alts:
-                low = min(alts, key=lambda c: c.memory.total_bytes)
+                low = least(alts)
                 out.append(Reason(
                     f"tp={lay.tp}: tp<{lay.tp} needs {_gib(low)}",
                     f"tp={lay.tp} {where}: {params} do not fit a {limit} device at tp<{lay.tp} "
@@ -432,7 +480,7 @@ def explain(choice: Choice) -> list[Reason]:
             else:
                 head = f"pp={lay.pp} inside one node: it moves only activations ({_bytes(pp_bytes)} per step)"
             if alt is None and alts:
-                low = min(alts, key=lambda c: c.memory.total_bytes)
+                low = least(alts)
                 out.append(Reason(
                     f"pp={lay.pp}: pp=1 needs {_gib(low)}",
                     f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
@@ -455,7 +503,8 @@ def explain(choice: Choice) -> list[Reason]:
     # The data-parallel strategy.
     if req.strategy is None and lay.dp > 1:
         same = others(lambda x: (x.tp, x.pp, x.dp) == (lay.tp, lay.pp, lay.dp) and x.strategy != lay.strategy)
-        lighter = [c for c in same if DP_STRATEGIES.index(c.strategy) < DP_STRATEGIES.index(lay.strategy)]
+        rank = DP_STRATEGIES.index
+        lighter = [choice.candidate(i) for i in same if rank(choice.options[i][0].strategy) < rank(lay.strategy)]
         alt = _best(same)
         if lighter and not any(c.fits for c in lighter):
             out.append(Reason(
@@ -473,8 +522,9 @@ def explain(choice: Choice) -> list[Reason]:
 
     # Micro-batches.
     if req.micro_batch_size is None:
-        same = others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
-                      and x.micro_batch > lay.micro_batch)
+        larger = others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
+                        and x.micro_batch > lay.micro_batch)
+        same = [choice.candidate(i) for i in larger]
         if same and not any(c.fits for c in same):
             out.append(Reason(
                 f"micro-batch {lay.micro_batch}: largest that fits",
@@ -495,5 +545,5 @@ def summary_line(choice: Choice) -> str:
     assert best is not None
     return (f"{best.label()}: {best.step_s:.3g} s per step = compute {best.compute_s:.3g} + bubble "
             f"{best.bubble_s:.3g} + communication {best.comm_total_s:.3g} (not overlapped) + overhead "
-            f"{best.overhead_s:.3g}; {len(choice.feasible)} of {len(choice.considered)} layouts fit "
+            f"{best.overhead_s:.3g}; the fastest of {len(choice.options)} layouts that fits "
             f"{choice.request.memory_limit_bytes / GIB:.3g} GiB per rank")

@@ -144,7 +144,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
                     raise PlanError(f"{where(source, at)}: {detail}") from None
                 choice = plan.choose_layout(spec, resources, rate)
-                if not choice.considered:
+                if not choice.options:
                     raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
                                     f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
                                     f"{no_layout_problem(choice.request)}")

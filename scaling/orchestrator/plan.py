@@ -511,7 +511,7 @@ class Plan(_Strict):
         """
         choice = self.choose_layout(spec, resources, rate)
         if choice.best is None:
-            return None, (choice.smallest.memory if choice.considered else _no_estimate(spec))
+            return None, (choice.smallest.memory if choice.options else _no_estimate(spec))
         return choice.best.strategy, choice.best.memory
 
     def suggest(self, N: float, D: float, C: float) -> dict[str, Any]:

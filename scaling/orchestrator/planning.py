@@ -90,7 +90,6 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
             "bubble_seconds": steps * best.bubble_s,
             "step_seconds": best.step_s,
             "layouts_considered": run.layout.considered,
-            "layouts_feasible": run.layout.feasible,
             "reason": "; ".join(r.short for r in run.layout.reasons),
             "reasons": [r.long for r in run.layout.reasons],
             "layout_summary": run.layout.summary,
