@@ -13,23 +13,36 @@ PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_defau
 
 
 @app.command("plan")
-def plan_cmd(plan: PlanArg, format: FormatOption = "table") -> None:
-    """Show the runs a plan resolves to (key, N, shape, D, C, memory, strategy, time); writes nothing.
+def plan_cmd(
+    plan: PlanArg,
+    format: FormatOption = "table",
+    explain: Annotated[
+        Optional[str],
+        typer.Option("--explain", help="Why this run (a key or a unique prefix) got its layout.", show_default=False),
+    ] = None,
+) -> None:
+    """Show the runs a plan resolves to (key, N, shape, D, C, layout, memory per rank, compute,
+    communication and bubble time, why); writes nothing.
 
-    Example: scaling plan examples/plan.yaml --format json
+    Example: scaling plan examples/gpu-cluster.yaml --explain 3f2a
     """
     check_format(format)
     from rich.console import Console
 
+    from scaling.orchestrator.planning import explain as explain_run
     from scaling.orchestrator.planning import plan_summary, render_table, to_json
 
     summary = plan_summary(plan)
+    if explain is not None:
+        for line in explain_run(summary, explain):
+            typer.echo(mask_text(line))
+        return
     if format == "json":
         typer.echo(to_json(summary))
         return
     console = Console()
     if not console.is_terminal:
-        console = Console(width=200)  # piped: keep every column readable
+        console = Console(width=240)  # piped: keep every column readable
     console.print(render_table(summary))
     for note in summary["notes"]:
         console.print(f"note: {note}", markup=False, highlight=False)

@@ -11,9 +11,10 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from scaling.accounting import check_fits
+from scaling.accounting import check_fits, micro_batch_size
 from scaling.errors import PlanError, ResourceError, UserError
-from scaling.orchestrator.plan import Plan, RuleValueError, where
+from scaling.layout import Decision, no_layout_problem
+from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError, where
 from scaling.orchestrator.yamlsource import YamlSource
 from scaling.trainer.spec import DataSpec, RunSpec
 
@@ -28,6 +29,8 @@ class PlannedRun:
     budget: Optional[float]  # the IsoFLOP budget C the run belongs to, if any
     memory_gib: float
     strategy: str
+    layout: Optional[Decision] = None  # the chosen layout, its times and why (`scaling.layout`)
+    ranks_per_node: Optional[int] = None  # from the plan's cluster: how the scheduler groups ranks
 
     @property
     def key(self) -> str:
@@ -124,11 +127,13 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                         )
                     points.append((m, shape, D, None, lr, batch, loc))
 
+        resources = plan.block_resources(b)
+        rate = resources.throughput(plan.train.precision, plan.train.threads, probe=resolve)
         for m, shape, D, budget, lr, batch, loc in points:
             for seed in plan.seeds:
                 try:
                     spec = plan.run_spec(
-                        shape, D, lr, batch, seed,
+                        shape, D, lr, batch, seed, resources,
                         faults=block.faults,
                         name=f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
                         tags=_tags(plan, kind, budget),
@@ -138,12 +143,19 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     detail = str(err["msg"]).removeprefix("Value error, ")
                     at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
                     raise PlanError(f"{where(source, at)}: {detail}") from None
-                strategy, mem = plan.place(spec)
-                if strategy is None:
-                    raise ResourceError(_does_not_fit(plan, spec, mem, b, m, source))
-                if plan.resources.device_memory_gib is None:  # still no device holds more than MAX_DEVICE_GIB
-                    check_fits(mem, None, what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
-                spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
+                choice = plan.choose_layout(spec, resources, rate)
+                if not choice.options:
+                    raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
+                                    f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
+                                    f"{no_layout_problem(choice.request)}")
+                if choice.best is None and resources.device_memory_gib is None:
+                    # still no device holds more than MAX_DEVICE_GIB: check_fits says so in its words
+                    check_fits(choice.smallest.memory, None,
+                               what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
+                if choice.best is None:
+                    raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
+                best = choice.best
+                spec = spec.model_copy(update={"execution": _placed(spec, best)})
                 if data_resolved is not None:
                     spec = spec.model_copy(update={"data": data_resolved})
                 elif resolve:
@@ -155,7 +167,10 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 if spec.key in runs:
                     notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
                     continue
-                runs[spec.key] = PlannedRun(spec, b, kind, budget, mem.total_gib, strategy)
+                runs[spec.key] = PlannedRun(
+                    spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
+                    resources.machine().gpus_per_node,
+                )
 
     # Smallest compute first; an IsoFLOP budget's runs together, smallest model first.
     ordered = sorted(
@@ -173,16 +188,39 @@ def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
 
 
-def _does_not_fit(plan: Plan, spec: RunSpec, mem: Any, block: int, model: int, source: Optional[YamlSource]) -> str:
-    r, shape = plan.resources, spec.shape
+def _placed(spec: RunSpec, best: Any) -> Any:
+    """The run's execution with the chosen layout: strategy, tp, pp, schedule and micro-batch.
+
+    The micro-batch size is written only where it differs from what the spec would derive from
+    its own setting (a data-parallel rank's whole share by default), so a plan that leaves it
+    unset and fits keeps it unset.
+    """
+    ex, lay = spec.execution, best.layout
+    update: dict[str, Any] = {"strategy": best.strategy, "tp": lay.tp, "pp": lay.pp, "pp_schedule": best.schedule}
+    if micro_batch_size(spec.sequences_per_batch, lay.dp, ex.micro_batch_size) != lay.micro_batch:
+        update["micro_batch_size"] = lay.micro_batch
+    return ex.model_copy(update=update)
+
+
+def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
+    own = plan.grid[block].resources
+    if own is not None and own.model_fields_set & {"tp", "pp", "pp_schedule", "workers"}:
+        return ("grid", block, "resources")
+    return ("resources",)
+
+
+def _does_not_fit(
+    r: ResourcesPlan, spec: RunSpec, least: Any, block: int, model: int, source: Optional[YamlSource]
+) -> str:
+    shape = spec.shape
     tried = (
         f"strategy {r.strategy}" if r.strategy != "auto"
-        else ("one worker" if r.workers == 1 else f"zero3 over {r.workers} workers")
+        else ("one worker" if r.workers == 1 else f"any layout of {r.workers} workers (least: {least.label()})")
     )
     return (
         f"{where(source, ('resources', 'device_memory_gib'))}: run N={spec.n_params:,} "
-        f"(grid.{block}.models.{model}, {shape.n_layer}x{shape.d_model}) needs {mem.total_gib:.3g} GiB per "
-        f"worker with {tried} (micro-batch {spec.micro_batch}), more than the device's "
+        f"(grid.{block}.models.{model}, {shape.n_layer}x{shape.d_model}) needs {least.memory.total_gib:.3g} GiB per "
+        f"worker with {tried} (micro-batch {least.layout.micro_batch}), more than the device's "
         f"{r.device_memory_gib:g} GiB; use more workers, a smaller micro_batch_size or "
         f"activation_checkpointing"
     )

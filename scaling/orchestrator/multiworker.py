@@ -24,6 +24,9 @@ from scaling.trainer.spec import RunSpec
 #: Ray Train's health check polls every 2 s by default, so each ``report`` would block about
 #: 2 s on this kind of machine; it must be set before Ray (and its controller) starts.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+#: Worker-group starts a run pinned to nodes (tp/pp) may fail before it gives up: each waits
+#: Ray Train's start timeout (60 s by default) for nodes that may be gone.
+PINNED_START_FAILURES = 2
 
 
 def ray_storage(run_dir: Path, key: str) -> tuple[str, str]:
@@ -34,9 +37,13 @@ def ray_storage(run_dir: Path, key: str) -> tuple[str, str]:
     return str(run_dir / "ray"), key
 
 
-def scaling_config(spec: RunSpec) -> Any:
-    """Workers and per-worker CPUs/GPUs from ``spec.execution``."""
+def scaling_config(spec: RunSpec, rank_nodes: Optional[list[str]] = None) -> Any:
+    """Workers and per-worker CPUs/GPUs from ``spec.execution``; with ``rank_nodes`` (one node id
+    per rank, `orchestrator.placement`) worker *i* is pinned to ``rank_nodes[i]``, so the ranks of a
+    tensor-parallel group share a node and Ray Train's rank order is the device mesh's."""
     from ray.train import ScalingConfig
+
+    from scaling.orchestrator.placement import label_selectors
 
     e = spec.execution
     if e.workers < 2:
@@ -45,7 +52,12 @@ def scaling_config(spec: RunSpec) -> Any:
     resources: dict[str, float] = {"CPU": e.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = e.gpus_per_worker or 1
-    return ScalingConfig(num_workers=e.workers, use_gpu=use_gpu, resources_per_worker=resources)
+    if rank_nodes is None:
+        return ScalingConfig(num_workers=e.workers, use_gpu=use_gpu, resources_per_worker=resources)
+    if len(rank_nodes) != e.workers:
+        raise ValueError(f"{len(rank_nodes)} rank nodes for {e.workers} workers")
+    return ScalingConfig(num_workers=e.workers, use_gpu=use_gpu, resources_per_worker=resources,
+                         label_selector=label_selectors(rank_nodes))
 
 
 def run_multiworker(
@@ -56,6 +68,7 @@ def run_multiworker(
     max_failures: int,
     attempt: int,
     sweep: Optional[str] = None,
+    rank_nodes: Optional[list[str]] = None,
 ) -> dict[str, Any]:
     """Train ``spec`` on ``spec.execution.workers`` Ray Train workers; block until it ends.
 
@@ -65,6 +78,10 @@ def run_multiworker(
         checkpoint and writes a ``retry`` event).
     attempt: the database's attempt number (from ``Store.claim``).
     sweep: the sweep the run was claimed in, when its key is registered in several.
+    rank_nodes: the node of each rank (a tensor- or pipeline-parallel run, from the scheduler's
+        per-node reservation). Ray Train's restarts keep them; when a pinned node is gone the
+        worker group cannot start, and after :data:`PINNED_START_FAILURES` such tries the run
+        fails here, so that the scheduler's next attempt reserves nodes afresh.
 
     Returns the trainer's result as a dict (``TrainResult`` fields, plus ``ray_restarts`` and
     ``ray_path``, the folder Ray Train keeps for the run).
@@ -85,7 +102,7 @@ def run_multiworker(
         raise ResourceError("run_multiworker needs a running Ray (ray.init) with the run's resources set aside")
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    scaling = scaling_config(spec)
+    scaling = scaling_config(spec, rank_nodes)
     storage_path, name = ray_storage(run_dir, spec.key)
     trainer = TorchTrainer(
         train_func,
@@ -103,7 +120,11 @@ def run_multiworker(
         run_config=RunConfig(
             name=name,
             storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=max_failures),
+            failure_config=FailureConfig(
+                max_failures=max_failures,
+                # Ray retries a worker group that cannot start without limit by default.
+                **({"controller_failure_limit": PINNED_START_FAILURES} if rank_nodes is not None else {}),
+            ),
             # Ray keeps pointers only (see trainer.distributed); the trainer prunes its own.
             checkpoint_config=CheckpointConfig(num_to_keep=spec.execution.keep_checkpoints),
             callbacks=[failure_recorder(run_dir)],

@@ -13,14 +13,16 @@ silently) and infinite or NaN numbers. A validation problem becomes one
 
 from __future__ import annotations
 
+import functools
 import glob
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from scaling import rules
-from scaling.accounting import GIB, MemoryEstimate, Shape, ShapePolicy, batch_problem, choose_strategy, estimate_memory
+from scaling import layout, rules
+from scaling.accounting import GIB, MAX_DEVICE_GIB, MemoryEstimate, Shape, ShapePolicy, StrategyChoice, batch_problem
+from scaling.comms import LINKS
 from scaling.errors import PlanError
 from scaling.naming import name_problem
 from scaling.orchestrator.yamlsource import YamlSource
@@ -70,6 +72,48 @@ class TrainPlan(Recipe, LoopSettings):
     """The training recipe shared by every run (rules may set lr and batch_tokens per run)."""
 
 
+#: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
+#: ~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32), when the plan sets no ``throughput_flops``.
+GPU_THROUGHPUT_FLOPS = {"bf16": 4e14, "fp16": 4e14, "fp32": 2.7e13}
+#: Achieved share of one core's probed matmul peak (`scaling.trainer.mfu`, in the run's
+#: precision), per thread: the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
+#: (benchmarks/bench_trainer.py); smaller matmuls reach less.
+CPU_PEAK_FRACTION = 0.5
+#: A CPU worker's rate when nothing was probed (torch-free callers, e.g. sizing a stored plan):
+#: it only weighs the pipeline bubble against communication in the layout search.
+CPU_NOMINAL_FLOPS = 2e10
+#: Fixed cost of one optimizer step (Python, kernel launches, logging): it dominates for the
+#: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
+CPU_STEP_SECONDS = 0.010
+GPU_STEP_SECONDS = 0.005
+#: Fixed cost of one layer's forward and backward on one micro-batch (about 20 kernels of a few
+#: microseconds' launch on a GPU; PyTorch's per-operator dispatch on a CPU).
+CPU_LAYER_SECONDS = 2e-4
+GPU_LAYER_SECONDS = 1e-4
+#: Fields of ``resources`` the layout search fills under ``strategy: auto`` unless the plan sets them.
+LAYOUT_FIELDS = ("tp", "pp", "pp_schedule", "micro_batch_size")
+
+
+class ClusterPlan(_Strict):
+    """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
+    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
+
+    nodes: int = Field(default=1, gt=0)
+    gpus_per_node: int = Field(default=8, gt=0, description="ranks per node (GPUs, or CPU workers)")
+    intra: str = Field(default="nvlink", description="link between ranks of one node")
+    inter: str = Field(default="infiniband", description="link between nodes")
+
+    @field_validator("intra", "inter")
+    @classmethod
+    def _known_link(cls, value: str) -> str:
+        if value not in LINKS:
+            raise ValueError(f"unknown link {value!r} (use one of {', '.join(LINKS)})")
+        return value
+
+    def machine(self) -> layout.Machine:
+        return layout.Machine(self.nodes, self.gpus_per_node, self.intra, self.inter)
+
+
 class ResourcesPlan(Placement):
     """Where and how runs execute (none of this changes a run's key)."""
 
@@ -78,6 +122,9 @@ class ResourcesPlan(Placement):
     throughput_flops: Optional[float] = Field(
         default=None, gt=0, description="achieved FLOP/s per worker, for time estimates"
     )
+    cluster: Optional[ClusterPlan] = Field(
+        default=None, description="nodes and links (default: one node holding every worker)"
+    )
 
     @model_validator(mode="after")
     def _strategy_matches_workers(self) -> "ResourcesPlan":
@@ -85,11 +132,68 @@ class ResourcesPlan(Placement):
             raise ValueError(f"strategy {self.strategy!r} needs workers > 1 (one worker runs 'single')")
         if self.workers > 1 and self.strategy == "single":
             raise ValueError("strategy 'single' needs workers: 1")
+        machine = self.machine()
+        if self.workers > machine.ranks:
+            raise ValueError(
+                f"workers ({self.workers}) is more than the cluster holds "
+                f"({machine.nodes} node(s) x {machine.gpus_per_node} per node)"
+            )
+        if self.tp > machine.gpus_per_node:
+            raise ValueError(
+                f"tp={self.tp} is larger than a node ({machine.gpus_per_node} per node): "
+                "tensor parallelism stays inside a node"
+            )
         return self
 
     @property
     def device(self) -> str:
         return "cuda" if self.gpus_per_worker > 0 else "cpu"
+
+    def machine(self) -> layout.Machine:
+        """The plan's cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
+        if self.cluster is not None:
+            return self.cluster.machine()
+        if self.device == "cuda":
+            return layout.Machine(1, self.workers, "nvlink", "infiniband")
+        return layout.Machine(1, self.workers, "loopback_gloo", "loopback_gloo")
+
+    def step_overhead_s(self) -> float:
+        return GPU_STEP_SECONDS if self.gpus_per_worker > 0 else CPU_STEP_SECONDS
+
+    def layer_overhead_s(self) -> float:
+        return GPU_LAYER_SECONDS if self.gpus_per_worker > 0 else CPU_LAYER_SECONDS
+
+    def throughput(self, precision: str, threads: int = 1, *, probe: bool = True) -> float:
+        """FLOP/s one worker achieves in ``precision``: the plan's figure, else a GPU default, else
+        a share of the CPU's probed matmul rate at ``threads`` threads (``probe``: needs torch),
+        or without probing a nominal CPU rate."""
+        if self.throughput_flops is not None:
+            return self.throughput_flops
+        if self.gpus_per_worker > 0:
+            return GPU_THROUGHPUT_FLOPS[precision] * self.gpus_per_worker
+        if not probe:
+            return CPU_NOMINAL_FLOPS * threads
+        from scaling.trainer.precision import cpu_rate
+
+        # One core's rate times the threads: a one-thread probe is not thrown off by a busy machine.
+        return CPU_PEAK_FRACTION * cpu_rate(precision, 1) * threads
+
+
+class BlockResources(_Strict):
+    """A grid block's own placement (e.g. more workers for its larger models): overrides ``resources``."""
+
+    workers: Optional[int] = Field(default=None, gt=0)
+    strategy: Optional[StrategyChoice] = None
+    tp: Optional[int] = Field(default=None, gt=0)
+    pp: Optional[int] = Field(default=None, gt=0)
+    pp_schedule: Optional[Literal["gpipe", "1f1b", "interleaved_1f1b"]] = None
+    micro_batch_size: Optional[int] = Field(default=None, gt=0)
+    activation_checkpointing: Optional[bool] = None
+
+    def over(self, resources: ResourcesPlan) -> ResourcesPlan:
+        """``resources`` with this block's fields set (validated as one resources section)."""
+        merged = {**resources.model_dump(exclude_unset=True), **self.model_dump(exclude_unset=True)}
+        return ResourcesPlan.model_validate(merged)
 
 
 class RulesPlan(_Strict):
@@ -169,6 +273,7 @@ class GridBlock(_Strict):
     tokens_per_param: Optional[list[float]] = Field(default=None, min_length=1)
     compute: Optional[list[float]] = Field(default=None, min_length=1)
     bounds: Bounds = Bounds()
+    resources: Optional[BlockResources] = None  # this block's placement, over the plan's resources
     faults: FaultSpec = FaultSpec()  # injected faults, only for tests of the recovery paths
 
     @field_validator("tokens", "tokens_per_param", "compute")
@@ -264,8 +369,18 @@ class Plan(_Strict):
 
     def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
+        for b, block in enumerate(self.grid):
+            if block.resources is None:
+                continue
+            try:
+                block.resources.over(self.resources)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                raise PlanError(f"{where(source, ('grid', b, 'resources', *err['loc']))}: {msg}") from None
         if self.rules.batch_tokens is None:
-            problem = batch_problem(self.train.batch_tokens, self.model.context, self.resources.workers)
+            workers = max(self.block_resources(b).workers for b in range(len(self.grid)))
+            problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
         runs = self.run_count()
@@ -274,6 +389,11 @@ class Plan(_Strict):
                 f"{where(source, ('grid',))}: the grid has {runs:,} runs (models x values x {len(self.seeds)} seed(s)), "
                 f"more than {MAX_RUNS:,}; split it into several plans"
             )
+
+    def block_resources(self, block: int) -> ResourcesPlan:
+        """The resources of grid block ``block``: the plan's, with the block's own fields over them."""
+        own = self.grid[block].resources
+        return self.resources if own is None else own.over(self.resources)
 
     def run_count(self) -> int:
         """Runs the grid lists (before runs that fall outside bounds are dropped), over every seed."""
@@ -304,19 +424,24 @@ class Plan(_Strict):
             raise RuleValueError(field, f"gives {value:g} at N={N:g}, D={D:g}, C={C:g}; it must be positive")
         return value
 
-    def run_spec(self, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0, **fields: Any) -> RunSpec:
+    def run_spec(
+        self, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
+        resources: Optional[ResourcesPlan] = None, **fields: Any,
+    ) -> RunSpec:
         """The spec of one run: the plan's shared sections with the run's shape, D, lr, batch and seed.
 
-        ``fields`` adds RunSpec fields the plan does not hold (faults, name, tags). The strategy
-        is the plan's (``auto`` until :meth:`place` resolves it). Raises pydantic's
+        ``resources`` replaces the plan's (a grid block's, :meth:`block_resources`); ``fields``
+        adds RunSpec fields the plan does not hold (faults, name, tags). The strategy is the
+        plan's (``auto`` until :meth:`choose_layout` resolves it). Raises pydantic's
         ValidationError for a value the spec refuses.
         """
+        res = resources or self.resources
         recipe = {name: getattr(self.train, name) for name in Recipe.model_fields}
         recipe.update(optimizer={**self.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
         execution = ExecutionSpec(
             **{name: getattr(self.train, name) for name in LoopSettings.model_fields},
-            **{name: getattr(self.resources, name) for name in Placement.model_fields},
-            device=self.resources.device,
+            **{name: getattr(res, name) for name in Placement.model_fields},
+            device=res.device,
         )
         return RunSpec(
             **recipe,
@@ -330,31 +455,64 @@ class Plan(_Strict):
             **fields,
         )
 
-    def place(self, spec: RunSpec) -> tuple[Optional[str], MemoryEstimate]:
-        """(strategy, memory per worker) of a run: its strategy, or under ``auto`` the least sharding that fits.
+    def layout_request(
+        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
+    ) -> layout.Request:
+        """What the layout search needs for ``spec`` (see :mod:`scaling.layout`).
 
-        The strategy is None when nothing fits ``device_memory_gib``; the estimate is then
-        zero-3's (or the one worker's).
+        Under ``strategy: auto`` the fields of :data:`LAYOUT_FIELDS` the plan (or the run's grid
+        block) sets are kept and the rest searched; a named strategy fixes the whole layout (its
+        micro-batch: the plan's, else a rank's whole share).
         """
+        res = resources or self.resources
         ex = spec.execution
         precision = spec.precision
         if precision == "auto":  # unresolved (a stored plan, torch-free): fp32 on CPUs is the larger estimate
             precision = "bf16" if ex.gpus_per_worker > 0 else "fp32"
-        args = (spec.shape, spec.micro_batch, precision)
-        ckpt = ex.activation_checkpointing
-        if ex.strategy == "auto":
-            if ex.device_memory_gib is None:
-                strategy = "single" if ex.workers == 1 else "ddp"
-                return strategy, estimate_memory(*args, strategy, ex.workers, ckpt)
-            est = choose_strategy(*args, ex.workers, ex.device_memory_gib * GIB, ckpt)
-            if est is None:
-                last = "single" if ex.workers == 1 else "zero3"
-                return None, estimate_memory(*args, last, ex.workers, ckpt)
-            return est.strategy, est
-        est = estimate_memory(*args, ex.strategy, ex.workers, ckpt)
-        if ex.device_memory_gib is not None and est.total_bytes > ex.device_memory_gib * GIB:
-            return None, est
-        return ex.strategy, est
+        shape = spec.shape
+        limit = (ex.device_memory_gib if ex.device_memory_gib is not None else MAX_DEVICE_GIB) * GIB
+        auto = ex.strategy == "auto"
+        fixed = res.model_fields_set if auto else set(LAYOUT_FIELDS)
+        mbs = ex.micro_batch_size if "micro_batch_size" in fixed else None
+        if not auto and mbs is None:
+            mbs = spec.sequences_per_batch  # a named strategy without a micro-batch: a rank's whole share
+        return layout.Request(
+            shape=shape,
+            precision=precision,  # type: ignore[arg-type]
+            workers=ex.workers,
+            sequences=spec.sequences_per_batch,
+            flops_per_step=shape.flops_per_token("6N_attention", "total") * spec.batch_tokens,
+            rate=rate if rate is not None else res.throughput(precision, probe=False),
+            memory_limit_bytes=limit,
+            machine=res.machine(),
+            step_overhead_s=res.step_overhead_s(),
+            layer_overhead_s=res.layer_overhead_s(),
+            checkpointing=ex.activation_checkpointing,
+            tp=ex.tp if "tp" in fixed else None,
+            pp=ex.pp if "pp" in fixed else None,
+            schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
+            strategy=None if auto else ex.strategy,
+            micro_batch_size=mbs,
+        )
+
+    def choose_layout(
+        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
+    ) -> layout.Choice:
+        """The layouts ``spec`` could run in and the fastest that fits (`scaling.layout.choose`)."""
+        return choose_cached(self.layout_request(spec, resources, rate))
+
+    def place(
+        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
+    ) -> tuple[Optional[str], MemoryEstimate]:
+        """(strategy, memory per worker) of a run: its strategy, or under ``auto`` the chosen layout's.
+
+        The strategy is None when nothing fits ``device_memory_gib``; the estimate is then the
+        least memory any layout needs.
+        """
+        choice = self.choose_layout(spec, resources, rate)
+        if choice.best is None:
+            return None, (choice.smallest.memory if choice.options else _no_estimate(spec))
+        return choice.best.strategy, choice.best.memory
 
     def suggest(self, N: float, D: float, C: float) -> dict[str, Any]:
         """What this plan would train for a target of N parameters, D tokens and C FLOPs.
@@ -375,6 +533,17 @@ class Plan(_Strict):
             "memory_gib": mem.total_gib,
             "strategy": strategy,
         }
+
+
+@functools.lru_cache(maxsize=512)
+def choose_cached(request: layout.Request) -> layout.Choice:
+    """:func:`scaling.layout.choose`, once per distinct request (runs of one shape and batch share it)."""
+    return layout.choose(request)
+
+
+def _no_estimate(spec: RunSpec) -> MemoryEstimate:
+    inf = float("inf")
+    return MemoryEstimate("none", spec.execution.workers, inf, inf, inf, inf, inf)
 
 
 def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""`scaling plan`: the resolved runs of a plan with their sizes, memory and estimated time.
+"""`scaling plan`: the resolved runs of a plan with their layout, memory and estimated time.
 
-Nothing is trained or written. Memory and strategy come from `scaling.accounting`; time is a
-rough estimate from the real FLOPs of a step (attention and embeddings counted) at a throughput
-per worker that the plan may set (``resources.throughput_flops``), else a share of the CPU's probed
-matmul rate in the runs' resolved precision, or a GPU default for that precision.
+Nothing is trained or written. Each run's layout (dp x tp x pp, ZeRO stage, micro-batches,
+pipeline schedule), its memory per rank and its step time (compute, pipeline bubble,
+communication) come from `scaling.layout`, which the expansion calls; the time is the real FLOPs
+of a step (attention and embeddings counted) at a throughput per worker that the plan may set
+(``resources.throughput_flops``), else a share of the CPU's probed matmul rate in the runs'
+resolved precision, or a GPU default for that precision.
 """
 
 from __future__ import annotations
@@ -12,41 +14,32 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
-from scaling.orchestrator.plan import Plan, load_plan
-
-#: Achieved share of one core's probed matmul peak (`scaling.trainer.mfu`, in the run's
-#: precision), per thread: the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
-#: (benchmarks/bench_trainer.py); smaller matmuls reach less. GPU: about 40% of a current
-#: accelerator's dense peak (~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32).
-CPU_PEAK_FRACTION = 0.5
-GPU_THROUGHPUT_FLOPS = {"bf16": 4e14, "fp16": 4e14, "fp32": 2.7e13}
-#: Fixed cost of one optimizer step (Python, kernel launches, logging): it dominates for the
-#: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
-CPU_STEP_SECONDS = 0.010
-GPU_STEP_SECONDS = 0.005
+from scaling.orchestrator.plan import (  # noqa: F401  (re-exported: the planner's constants)
+    CPU_PEAK_FRACTION,
+    CPU_STEP_SECONDS,
+    GPU_STEP_SECONDS,
+    GPU_THROUGHPUT_FLOPS,
+    Plan,
+    load_plan,
+)
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
     """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
     the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
-    r = plan.resources
-    if r.throughput_flops is not None:
-        return r.throughput_flops
-    precision = precision or plan.train.precision
-    if r.gpus_per_worker > 0:
-        return GPU_THROUGHPUT_FLOPS[precision] * r.gpus_per_worker
-    from scaling.trainer.precision import cpu_rate
-
-    # One core's rate times the threads: a one-thread probe is not thrown off by a busy machine.
-    return CPU_PEAK_FRACTION * cpu_rate(precision, 1) * plan.train.threads
+    return plan.resources.throughput(precision or plan.train.precision, plan.train.threads)
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
-    """Wall time of one run: the real training FLOPs over the workers' throughput."""
+    """Wall time of one run: its steps times the chosen layout's step time (compute, bubble,
+    communication and the fixed per-step cost)."""
+    if run.layout is not None:
+        return run.spec.steps * run.layout.best.step_s
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * run.spec.steps * run.spec.batch_tokens
-    per_step = GPU_STEP_SECONDS if plan.resources.gpus_per_worker > 0 else CPU_STEP_SECONDS
+    per_step = plan.resources.step_overhead_s()
     rate = throughput(plan, run.spec.precision)
     return run.spec.steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
@@ -60,7 +53,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
     spec = run.spec
     shape = spec.shape
     corpus = corpus_tokens(run)
-    return {
+    row = {
         "key": spec.key,
         "N": spec.n_params,
         "N_total": shape.params_total,
@@ -83,6 +76,25 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "precision": spec.precision,
         "est_seconds": estimated_seconds(run, plan),
     }
+    if run.layout is not None:
+        best, steps = run.layout.best, spec.steps
+        lay = best.layout
+        row.update({
+            "layout": best.label(),
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp,
+            "pp_schedule": best.schedule if lay.pp > 1 else None,
+            "micro_batch": lay.micro_batch, "micro_batches": lay.micro_batches,
+            "compute_seconds": steps * best.compute_s,
+            "comm_seconds": steps * best.comm_total_s,
+            "comm_seconds_by_group": {g: steps * t for g, t in best.comm_s.items()},
+            "bubble_seconds": steps * best.bubble_s,
+            "step_seconds": best.step_s,
+            "layouts_considered": run.layout.considered,
+            "reason": "; ".join(r.short for r in run.layout.reasons),
+            "reasons": [r.long for r in run.layout.reasons],
+            "layout_summary": run.layout.summary,
+        })
+    return row
 
 
 def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
@@ -140,7 +152,7 @@ def _duration(seconds: float) -> str:
 
 
 def render_table(summary: dict[str, Any]) -> Any:
-    """A rich Table of the summary (the CLI prints it)."""
+    """A rich Table of the summary (the CLI prints it): one row per run, its layout and times."""
     from rich.table import Table
 
     t = summary["totals"]
@@ -150,13 +162,19 @@ def render_table(summary: dict[str, Any]) -> Any:
         caption=(
             f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
-            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker); "
-            f"precision {summary['precision']['resolved']} ({summary['precision']['reason']})"
+            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker; "
+            f"communication not overlapped with compute); precision {summary['precision']['resolved']} "
+            f"({summary['precision']['reason']}); `scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
-    for col in ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "mem GiB", "strategy", "est."):
-        table.add_column(col, justify="left" if col in ("key", "shape", "strategy") else "right")
+    columns = ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
+               "compute", "comm", "bubble", "est.", "why")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("key", "shape", "layout", "why") else "right",
+                         overflow="fold", max_width=44 if col == "why" else None)
     for r in summary["runs"]:
+        layout = r.get("layout") or (f"{r['strategy']}" + (f" x{r['workers']}" if r["workers"] > 1 else ""))
+        times = [_duration(r[k]) if k in r else "-" for k in ("compute_seconds", "comm_seconds", "bubble_seconds")]
         table.add_row(
             r["key"],
             f"{r['N']:,}",
@@ -167,11 +185,38 @@ def render_table(summary: dict[str, Any]) -> Any:
             "-" if r["epochs"] is None else f"{r['epochs']:.2f}",
             f"{r['lr']:.3g}",
             f"{r['batch_tokens']:,}",
+            layout,
             f"{r['memory_gib']:.3g}",
-            f"{r['strategy']}" + (f" x{r['workers']}" if r["workers"] > 1 else ""),
+            *times,
             _duration(r["est_seconds"]),
+            r.get("reason") or "-",
         )
     return table
+
+
+def explain(summary: dict[str, Any], key: str) -> list[str]:
+    """The lines `scaling plan --explain KEY` prints: the run, its layout's times and every reason.
+
+    ``key`` may be a unique prefix of a run key; raises PlanError when it names no run (or several).
+    """
+    rows = [r for r in summary["runs"] if r["key"].startswith(key)]
+    if len(rows) != 1:
+        what = "no run" if not rows else f"{len(rows)} runs"
+        raise PlanError(f"--explain {key}: {what} of sweep {summary['sweep']} has this key")
+    r = rows[0]
+    lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
+             f"{r['workers']} worker(s), {r['precision']}"]
+    if "layout" not in r:
+        return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]
+    groups = ", ".join(f"{g} {_duration(s)}" for g, s in r["comm_seconds_by_group"].items() if s > 0) or "none"
+    lines += [
+        f"layout: {r['layout_summary']}",
+        f"memory per rank {r['memory_gib']:.3g} GiB; over {r['steps']:,} steps: compute {_duration(r['compute_seconds'])}, "
+        f"communication {_duration(r['comm_seconds'])} ({groups}), bubble {_duration(r['bubble_seconds'])}, "
+        f"total {_duration(r['est_seconds'])}",
+    ]
+    lines += [f"- {reason}" for reason in r["reasons"]] or ["- the only layout (everything fixed by the plan)"]
+    return lines
 
 
 def to_json(summary: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 from scaling import vocab
 from scaling.db.claimant import claimant_id, claimant_is_dead
 from scaling.errors import ResourceError, UserError
+from scaling.orchestrator import placement
 from scaling.orchestrator.expand import PlannedRun
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
@@ -56,6 +57,8 @@ class RunState:
     error: Optional[str] = None
     skipped: bool = False  # completed before this sweep started
     launched_at: Optional[float] = None  # wall clock (time.time) when the task was submitted
+    rank_sizes: Optional[list[int]] = None  # ranks per node bundle of a tp/pp run's reservation
+    rank_nodes: Optional[list[str]] = None  # the node each rank goes to (tp/pp runs, see placement.py)
     overhead_s: Optional[float] = None  # submit -> task start plus task end -> collected
 
     @property
@@ -214,6 +217,26 @@ class Scheduler:
                     f"({s.run.spec.execution.workers} workers) but the Ray cluster has {cpus:g} CPUs "
                     f"and {gpus:g} GPUs; lower resources.workers or cpus_per_worker"
                 )
+            if placement.needs_node_bundles(s.run.spec):
+                self._check_fits_a_node(s)
+
+    def _check_fits_a_node(self, s: RunState) -> None:
+        """A tp/pp run's per-node bundle must fit some node, or its reservation would wait forever."""
+        import ray
+
+        bundles, sizes, _ = placement.bundles(s.run.spec, self._ranks_per_node(s.run))
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        big = max(bundles, key=lambda b: b["CPU"])
+        if not any(all(n.get(k, 0.0) + 1e-9 >= v for k, v in big.items()) for n in nodes):
+            raise ResourceError(
+                f"run {s.key} places {max(sizes)} ranks on one node (resources.cluster.gpus_per_node) and "
+                f"needs {big['CPU']:g} CPUs and {big.get('GPU', 0):g} GPUs there, but no Ray node has that much; "
+                "lower resources.cluster.gpus_per_node or cpus_per_worker"
+            )
+
+    @staticmethod
+    def _ranks_per_node(run: PlannedRun) -> int:
+        return run.ranks_per_node or run.spec.execution.workers
 
     # -- the loop's steps ---------------------------------------------------------------------
     def _work_left(self) -> bool:
@@ -261,11 +284,10 @@ class Scheduler:
     def _reserve(self, s: RunState) -> None:
         from ray.util.placement_group import placement_group
 
-        e = s.run.spec.execution
-        bundle = {"CPU": e.cpus_per_worker, **({"GPU": e.gpus_per_worker} if e.gpus_per_worker else {})}
-        pg = placement_group([dict(bundle) for _ in range(e.workers)], strategy="PACK")
+        bundles, sizes, strategy = placement.bundles(s.run.spec, self._ranks_per_node(s.run))
+        pg = placement_group(bundles, strategy=strategy)
         self._reserving[s.key] = (s, pg, pg.ready())
-        s.state = RESERVING
+        s.state, s.rank_sizes, s.rank_nodes = RESERVING, sizes, None
 
     def _finish_reservations(self) -> None:
         import ray
@@ -276,6 +298,8 @@ class Scheduler:
             if not done:
                 continue
             del self._reserving[key]
+            if placement.needs_node_bundles(s.run.spec) and s.rank_sizes is not None:
+                s.rank_nodes = placement.rank_nodes(placement.bundle_nodes(pg), s.rank_sizes)
             remove_placement_group(pg)
             s.state = QUEUED
             self._launch(s)
@@ -301,13 +325,13 @@ class Scheduler:
             else:
                 s.state = WAITING
             return False
-        ref = self._submit(s.run.spec, str(run_dir), attempt)
+        ref = self._submit(s.run.spec, str(run_dir), attempt, s.rank_nodes)
         s.state, s.attempt, s.started_at, s.first_seen = vocab.RUNNING, attempt, time.monotonic(), None
         s.launched_at = time.time()
         self._in_flight[ref] = s
         return True
 
-    def _submit(self, spec: Any, run_dir: str, attempt: int) -> Any:
+    def _submit(self, spec: Any, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
         import ray
 
         from scaling.orchestrator import tasks
@@ -324,7 +348,7 @@ class Scheduler:
         if self._remote_multi is None:
             self._remote_multi = ray.remote(max_retries=0, num_cpus=0)(tasks.train_multi)
         return self._remote_multi.remote(
-            spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries, self.sweep, os.getcwd()
+            spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries, self.sweep, os.getcwd(), rank_nodes
         )
 
     def _collect(self, timeout: float) -> None:

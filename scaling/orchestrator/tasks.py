@@ -7,7 +7,7 @@ Multi-worker runs go through Ray Train (`orchestrator/multiworker.py`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str, cwd: str = "") -> Any:
@@ -32,9 +32,13 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
 
 
 def train_multi(
-    spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int, sweep: str, cwd: str = ""
+    spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int, sweep: str, cwd: str = "",
+    rank_nodes: Optional[list[str]] = None,
 ) -> Any:
-    """Run a multi-worker run through Ray Train (blocks until the TorchTrainer finishes)."""
+    """Run a multi-worker run through Ray Train (blocks until the TorchTrainer finishes).
+
+    ``rank_nodes``: the node of each rank of a tensor- or pipeline-parallel run (see
+    ``orchestrator/placement.py``); None lets Ray Train place the workers."""
     import os
 
     if cwd and os.path.isdir(cwd):
@@ -46,7 +50,8 @@ def train_multi(
 
     started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
-    out = _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep))
+    out = _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep,
+                                 rank_nodes=rank_nodes))
     return _timed(out, started)
 
 

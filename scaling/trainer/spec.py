@@ -186,6 +186,9 @@ class Placement(_Frozen):
 
     workers: int = Field(default=1, gt=0, description="workers per run")
     strategy: StrategyChoice = "auto"
+    tp: int = Field(default=1, gt=0, description="tensor-parallel degree")
+    pp: int = Field(default=1, gt=0, description="pipeline stages")
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     cpu_offload: bool = False
     cpus_per_worker: float = Field(default=1, gt=0)
     gpus_per_worker: float = Field(default=0, ge=0)
@@ -195,6 +198,20 @@ class Placement(_Frozen):
     micro_batch_size: Optional[int] = Field(default=None, gt=0, description="sequences per worker")
     activation_checkpointing: bool = False
     device_memory_gib: Optional[float] = Field(default=None, gt=0, description="for planning and `auto`")
+
+    @model_validator(mode="after")
+    def _mesh_divides_workers(self) -> "Placement":
+        if self.workers % (self.tp * self.pp):
+            raise ValueError(
+                f"workers ({self.workers}) must be a multiple of tp*pp ({self.tp}*{self.pp}): "
+                "workers = dp*tp*pp"
+            )
+        return self
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks: ``workers = dp * tp * pp``."""
+        return self.workers // (self.tp * self.pp)
 
 
 class ExecutionSpec(Placement, LoopSettings):

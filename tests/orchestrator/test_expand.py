@@ -81,7 +81,7 @@ def test_gpu_cluster_plan_resolves() -> None:
     s = plan_summary(ROOT / "examples" / "gpu-cluster.yaml")
     Ns = [r["N"] for r in s["runs"]]
     assert min(Ns) < 2e7 and max(Ns) > 9e8
-    Cs = {r["budget"] for r in s["runs"]}
+    Cs = {r["budget"] for r in s["runs"] if r["budget"] is not None}  # the large rungs have no budget
     assert min(Cs) == 1e17 and max(Cs) == 1e20
     assert all(r["memory_gib"] <= 80 and r["strategy"] in ("ddp", "zero1", "zero2", "zero3") for r in s["runs"])
 

@@ -1,0 +1,549 @@
+"""Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches and pipeline schedule.
+
+Torch-free, on top of the communication model (:mod:`scaling.comms`) and the memory accounting
+(:mod:`scaling.accounting`): the planner calls it for every run of a plan whose strategy is
+``auto``, on machines without torch.
+
+The search enumerates every layout of ``workers`` ranks the shape can be split into (``n_head``
+and ``4*d_model`` divisible by tp, ``n_layer`` by pp times the schedule's chunks, tp no larger
+than a node, at least one sequence per data-parallel rank, micro-batches a multiple of pp under the
+interleaved schedule, whose bubble formula assumes whole rounds), keeps those whose memory per rank
+(:func:`scaling.comms.memory_per_rank`) fits the device, and picks the shortest estimated step::
+
+    step = compute + bubble + communication + fixed overhead
+
+* compute: the step's FLOPs over the ranks' combined throughput (every rank computes its share),
+  plus a fixed dispatch cost (kernel launches, Python) per layer and micro-batch on a rank: what
+  makes many small micro-batches, or a pipeline of a tiny model, slower than its FLOPs say;
+* bubble: the pipeline's idle time, compute * f / (1 - f) with f = (p-1)/(v*m + p-1);
+* communication: :func:`scaling.comms.step_comm_time` (plus the latency of each message the
+  trainer splits a data-parallel collective into: DDP buckets, FSDP units, ZeRO-1's per-tensor
+  broadcasts, see :func:`messages`), assumed **not overlapped** with compute.
+  That is an upper bound: DDP's bucketed all-reduce and FSDP's prefetch hide part of the
+  data-parallel traffic in practice, while tensor-parallel all-reduces and pipeline sends sit on
+  the critical path. Counting all of it keeps the comparison between layouts conservative for
+  data parallelism (which this model therefore never favours for overlap it may not get).
+
+Ties go to the simpler layout (fewer model-parallel ranks, less sharding). Fields the user fixed
+(tp, pp, schedule, strategy, micro-batch size) are kept; the search fills only the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
+from scaling.comms import (
+    LINKS,
+    Cluster,
+    ParallelLayout,
+    Traffic,
+    bubble_fraction,
+    collective_time,
+    latency_steps,
+    memory_per_rank,
+    step_traffic,
+)
+
+#: The trainer's schedule names (``resources.pp_schedule``) as the cost model's (schedule, chunks).
+#: The interleaved schedule is planned with two model chunks per pipeline rank.
+SCHEDULES: dict[str, tuple[str, int]] = {
+    "1f1b": ("1f1b", 1),
+    "gpipe": ("gpipe", 1),
+    "interleaved_1f1b": ("interleaved", 2),
+}
+#: Data-parallel strategies, least sharding first (the tie-break order).
+DP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
+#: With tensor or pipeline parallelism the data-parallel dim is FSDP2 (``fully_shard``) or plain
+#: replication; ZeroRedundancyOptimizer (zero1) does not take sharded (DTensor) parameters.
+COMPOSED_STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
+#: DDP all-reduces gradients in buckets of this size (torch's default ``bucket_cap_mb=25``).
+DDP_BUCKET_BYTES = 25 * 2**20
+#: Parameter tensors of one block (two LayerNorms, QKV, output projection, two MLP matrices,
+#: each with its bias) and outside the blocks (token and position embeddings, final LayerNorm).
+TENSORS_PER_BLOCK = 12
+TENSORS_OUTSIDE = 4
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The cluster a run is laid out on: ``nodes`` of ``gpus_per_node`` ranks, and their links."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    intra: str = "nvlink"
+    inter: str = "infiniband"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError("nodes and gpus_per_node must be at least 1")
+        for link in (self.intra, self.inter):
+            if link not in LINKS:
+                raise ValueError(f"unknown link {link!r} (use one of {', '.join(LINKS)})")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def cluster(self) -> Cluster:
+        return Cluster(self.gpus_per_node, LINKS[self.intra], LINKS[self.inter])
+
+    @property
+    def bandwidth_ratio(self) -> float:
+        """How many times the intra-node link's bandwidth exceeds the inter-node link's."""
+        return LINKS[self.inter].beta / LINKS[self.intra].beta
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one run needs laid out, and the fields the user fixed (None: the search chooses)."""
+
+    shape: Shape
+    precision: Precision
+    workers: int
+    sequences: int  # sequences per global batch
+    flops_per_step: float  # real FLOPs of one optimizer step, all ranks together
+    rate: float  # FLOP/s one rank achieves
+    memory_limit_bytes: float
+    machine: Machine = Machine()
+    step_overhead_s: float = 0.0
+    layer_overhead_s: float = 0.0  # fixed cost of one layer's forward + backward on one micro-batch
+    checkpointing: bool = False
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    schedule: Optional[str] = None
+    strategy: Optional[str] = None
+    micro_batch_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout with its memory per rank and estimated step time (seconds)."""
+
+    layout: ParallelLayout
+    schedule: str  # the trainer's name (resources.pp_schedule)
+    memory: MemoryEstimate
+    compute_s: float
+    bubble_s: float
+    comm_s: dict[str, float]
+    overhead_s: float
+    fits: bool
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.bubble_s + self.comm_total_s + self.overhead_s
+
+    @property
+    def comm_total_s(self) -> float:
+        return sum(self.comm_s.values())
+
+    @property
+    def strategy(self) -> str:
+        return self.layout.strategy
+
+    def label(self) -> str:
+        """``dp2 tp8 pp2 ddp 1f1b 512x1``: degrees, strategy, schedule, micro-batches x sequences."""
+        lay = self.layout
+        parts = [f"dp{lay.dp}", f"tp{lay.tp}", f"pp{lay.pp}", lay.strategy]
+        if lay.pp > 1:
+            parts.append(self.schedule)
+        parts.append(f"{lay.micro_batches}x{lay.micro_batch}")
+        return " ".join(parts)
+
+    def _order(self) -> tuple[float, ...]:
+        lay = self.layout
+        strat = DP_STRATEGIES.index(lay.strategy) if lay.strategy in DP_STRATEGIES else -1
+        sched = list(SCHEDULES).index(self.schedule)
+        return (self.step_s, lay.tp * lay.pp, lay.pp, strat, sched, -lay.micro_batch)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why one part of the layout was chosen: a short phrase for tables and a full sentence."""
+
+    short: str
+    long: str
+
+
+@dataclass
+class Choice:
+    """The layouts a run could take (``options``) and the fastest that fits (None when none fits).
+
+    Candidates are evaluated lazily and once (:meth:`candidate`); :meth:`fastest` skips every
+    layout whose lower bound (its time without communication) already exceeds the best found.
+    """
+
+    request: Request
+    options: list[tuple[ParallelLayout, str]]
+    best: Optional[Candidate] = None
+    reasons: list[Reason] = field(default_factory=list)
+    _memo: dict[int, Candidate] = field(default_factory=dict, repr=False)
+
+    def candidate(self, i: int) -> Candidate:
+        c = self._memo.get(i)
+        if c is None:
+            lay, name = self.options[i]
+            c = self._memo[i] = evaluate(self.request, lay, name)
+        return c
+
+    def where(self, pred: Callable[[ParallelLayout], bool]) -> list[int]:
+        """Indices of the options whose layout satisfies ``pred``."""
+        return [i for i, (lay, _) in enumerate(self.options) if pred(lay)]
+
+    def fastest(self, indices: Optional[list[int]] = None) -> Optional[Candidate]:
+        """The fastest option that fits among ``indices`` (default: all), ties to the simpler.
+
+        Branch and bound: options are visited by their lower bound (:func:`lower_bound`), and
+        the search stops once that bound exceeds the best step time found, which no later option
+        can then beat. Exact: the bound never exceeds an option's step time.
+        """
+        pool = range(len(self.options)) if indices is None else indices
+        order = sorted((lower_bound(self.request, self.options[i][0]), i) for i in pool)
+        best: Optional[Candidate] = None
+        for bound, i in order:
+            if best is not None and bound > best.step_s:
+                break
+            c = self.candidate(i)
+            if c.fits and (best is None or c._order() < best._order()):
+                best = c
+        return best
+
+    @property
+    def considered(self) -> list[Candidate]:
+        """Every option, evaluated."""
+        return [self.candidate(i) for i in range(len(self.options))]
+
+    @property
+    def feasible(self) -> list[Candidate]:
+        return [c for c in self.considered if c.fits]
+
+    def decision(self) -> Decision:
+        assert self.best is not None, "no layout fits"
+        return Decision(self.best, tuple(self.reasons), len(self.options), summary_line(self))
+
+    @property
+    def smallest(self) -> Candidate:
+        """The candidate needing the least memory per rank (what an error reports)."""
+        return min(self.considered, key=lambda c: c.memory.total_bytes)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a planned run keeps of its :class:`Choice`: the chosen layout and why (no alternatives)."""
+
+    best: Candidate
+    reasons: tuple[Reason, ...]
+    considered: int
+    summary: str
+
+
+# -- enumeration ------------------------------------------------------------------------------
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def split(sequences: int, dp: int, requested: Optional[int]) -> tuple[int, int]:
+    """(micro-batch size, micro-batches) of the largest data-parallel share, as
+    :func:`scaling.accounting.micro_batches` splits it (in closed form: no list per micro-batch)."""
+    largest = -(-sequences // dp)
+    size = min(requested or largest, largest)
+    m = -(-largest // size)
+    return -(-largest // m), m
+
+
+def _micro_batch_splits(req: Request, dp: int) -> list[tuple[int, int]]:
+    """(size, count) of micro-batches to try on ``dp`` ranks: the user's size, or powers of two up
+    to a rank's share."""
+    if req.micro_batch_size is not None:
+        return [split(req.sequences, dp, req.micro_batch_size)]
+    share = -(-req.sequences // dp)
+    sizes = {share}
+    b = 1
+    while b < share:
+        sizes.add(b)
+        b *= 2
+    return sorted({split(req.sequences, dp, s) for s in sizes})
+
+
+def _strategies(req: Request, dp: int, tp: int, pp: int) -> tuple[str, ...]:
+    if req.workers == 1:
+        return ("single",)
+    if dp == 1:
+        return (req.strategy,) if req.strategy else ("ddp",)  # nothing to shard over one rank
+    if req.strategy:
+        return (req.strategy,)
+    return DP_STRATEGIES if tp * pp == 1 else COMPOSED_STRATEGIES
+
+
+def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:
+    """Why ``shape`` cannot be split into tp tensor ranks and pp stages (of ``chunks`` each), or None."""
+    if shape.n_head % tp:
+        return f"tp={tp} does not divide n_head ({shape.n_head})"
+    if (4 * shape.d_model) % tp:
+        return f"tp={tp} does not divide 4*d_model ({4 * shape.d_model})"
+    if shape.n_layer % (pp * chunks):
+        stages = f"pp={pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
+        return f"{stages} does not divide n_layer ({shape.n_layer})"
+    return None
+
+
+def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
+    """Every (layout, trainer schedule name) of ``req.workers`` ranks that the shape and batch allow."""
+    for tp in divisors(req.workers):
+        if (req.tp is not None and tp != req.tp) or tp > req.machine.gpus_per_node:
+            continue
+        for pp in divisors(req.workers // tp):
+            if req.pp is not None and pp != req.pp:
+                continue
+            dp = req.workers // (tp * pp)
+            if req.sequences < dp:
+                continue
+            names = ["1f1b"] if pp == 1 else [req.schedule] if req.schedule else list(SCHEDULES)
+            for name in names:
+                kind, chunks = SCHEDULES[name] if pp > 1 else ("1f1b", 1)
+                if shape_problem(req.shape, tp, pp, chunks):
+                    continue
+                for strategy in _strategies(req, dp, tp, pp):
+                    for b, m in _micro_batch_splits(req, dp):
+                        if chunks > 1 and m % pp:
+                            continue  # the interleaved schedule runs micro-batches in rounds of pp
+                        yield ParallelLayout(
+                            dp=dp, tp=tp, pp=pp, strategy=strategy,  # type: ignore[arg-type]
+                            micro_batches=m, micro_batch=b,
+                            recompute="full" if req.checkpointing else "none",
+                            schedule=kind, chunks=chunks,  # type: ignore[arg-type]
+                        ), name if pp > 1 else (req.schedule or "1f1b")
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+
+def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
+    """How many separate collectives the trainer issues for one data-parallel ``Traffic`` entry.
+
+    :func:`scaling.comms.step_traffic` counts bytes per tensor handed over; the latency is paid
+    per message: DDP all-reduces one bucket at a time, ZeroRedundancyOptimizer broadcasts each
+    parameter tensor, FSDP2 gathers and reduces each unit (every block, and the root).
+    """
+    if t.group != "dp":
+        return 1
+    blocks = shape.n_layer // layout.pp
+    if t.kind == "all_reduce":
+        return max(1, math.ceil(t.payload / DDP_BUCKET_BYTES))
+    if t.kind == "broadcast":
+        return TENSORS_PER_BLOCK * blocks + TENSORS_OUTSIDE
+    return blocks + 1  # FSDP2 units: one per block, and the root's
+
+
+def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
+    """Seconds of communication per step by group: :func:`scaling.comms.step_comm_time`'s alpha-beta
+    times, plus the latency of every extra message of :func:`messages`."""
+    cluster = req.machine.cluster
+    links = {g: cluster.link(g, layout) for g in ("dp", "tp", "pp")}
+    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+    for t in step_traffic(req.shape, layout, req.precision):
+        link = links[t.group]
+        out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, link)
+        if t.group == "dp":
+            out["dp"] += t.calls * (messages(req.shape, layout, t) - 1) * link.alpha * latency_steps(t.kind, t.n)
+    return out
+
+
+def _compute_and_bubble(req: Request, layout: ParallelLayout) -> tuple[float, float]:
+    dispatch = req.layer_overhead_s * layout.micro_batches * (req.shape.n_layer // layout.pp)
+    compute = req.flops_per_step / (req.rate * req.workers) + dispatch
+    f = bubble_fraction(layout.pp, layout.micro_batches, layout.schedule, layout.chunks)
+    return compute, compute * f / (1.0 - f)
+
+
+def lower_bound(req: Request, layout: ParallelLayout) -> float:
+    """A layout's step time without its communication: never more than :attr:`Candidate.step_s`
+    (the same sums, in the same order, with communication's non-negative term as zero)."""
+    compute, bubble = _compute_and_bubble(req, layout)
+    return compute + bubble + 0.0 + req.step_overhead_s
+
+
+def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
+    """Memory per rank and step time of one layout (no communication time when it does not fit:
+    an infeasible layout is never timed against the others)."""
+    memory = memory_per_rank(req.shape, layout, req.precision)
+    fits = memory.total_bytes <= req.memory_limit_bytes
+    compute, bubble = _compute_and_bubble(req, layout)
+    comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}
+    return Candidate(layout, schedule, memory, compute, bubble, comm, req.step_overhead_s, fits)
+
+
+def choose(req: Request) -> Choice:
+    """The layouts of ``req`` and the fastest that fits (see the module docstring), with reasons."""
+    choice = Choice(req, list(layouts(req)))
+    choice.best = choice.fastest()
+    if choice.best is not None:
+        choice.reasons = explain(choice)
+    return choice
+
+
+def no_layout_problem(req: Request) -> str:
+    """Why no layout of ``req`` exists at all (no candidate to evaluate)."""
+    if req.tp is not None and req.tp > req.machine.gpus_per_node:
+        return f"tp={req.tp} is larger than a node ({req.machine.gpus_per_node} per node)"
+    problem = shape_problem(req.shape, req.tp or 1, req.pp or 1, SCHEDULES[req.schedule or "1f1b"][1])
+    if problem:
+        return problem
+    return (f"no split of {req.workers} workers into dp*tp*pp suits this shape and batch "
+            f"({req.sequences} sequences, tp <= {req.machine.gpus_per_node} per node)")
+
+
+# -- reasons ----------------------------------------------------------------------------------
+
+
+def _gib(c: Candidate) -> str:
+    return f"{c.memory.total_gib:.3g} GiB"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def _wire(req: Request, c: Candidate, group: str) -> float:
+    return sum(t.wire_bytes_per_step for t in step_traffic(req.shape, c.layout, req.precision) if t.group == group)
+
+
+def explain(choice: Choice) -> list[Reason]:
+    """Why ``choice.best`` won, one reason per dimension the search was free to choose.
+
+    Each reason compares the best feasible layout that differs in that dimension only where the
+    search could have chosen it, and says whether the alternative does not fit or is slower.
+    """
+    req, best = choice.request, choice.best
+    assert best is not None
+    lay, m = best.layout, req.machine
+    limit = f"{req.memory_limit_bytes / GIB:.3g} GiB"
+    out: list[Reason] = []
+    params = f"{req.shape.params_total / 1e9:.3g}B params" if req.shape.params_total >= 1e8 else (
+        f"{req.shape.params_total / 1e6:.3g}M params")
+
+    def others(pred: Callable[[ParallelLayout], bool]) -> list[int]:
+        return choice.where(pred)
+
+    def _best(indices: list[int]) -> Optional[Candidate]:
+        return choice.fastest(indices)
+
+    def least(indices: list[int]) -> Candidate:
+        return min((choice.candidate(i) for i in indices), key=lambda c: c.memory.total_bytes)
+
+    # Tensor parallelism.
+    if req.tp is None and req.workers > 1:
+        if lay.tp > 1:
+            alts = others(lambda x: x.tp < lay.tp)
+            alt = _best(alts)
+            where = f"inside one node ({m.gpus_per_node} per node, {m.intra})"
+            if alt is None and alts:
+                low = least(alts)
+                out.append(Reason(
+                    f"tp={lay.tp}: tp<{lay.tp} needs {_gib(low)}",
+                    f"tp={lay.tp} {where}: {params} do not fit a {limit} device at tp<{lay.tp} "
+                    f"(least memory there: {_gib(low)} per rank with {low.label()})"))
+            elif alt is not None:
+                out.append(Reason(
+                    f"tp={lay.tp}: {alt.step_s / best.step_s:.2f}x faster than tp={alt.layout.tp}",
+                    f"tp={lay.tp} {where}: the best layout with tp={alt.layout.tp} ({alt.label()}) would take "
+                    f"{alt.step_s:.3g} s per step against {best.step_s:.3g} s"))
+        else:
+            alt = _best(others(lambda x: x.tp > 1))
+            if alt is not None:
+                out.append(Reason(
+                    "tp=1: TP all-reduces cost more",
+                    f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
+                    f"for {alt.label()}) would cost more than they save ({alt.step_s:.3g} s per step against "
+                    f"{best.step_s:.3g} s)"))
+
+    # Pipeline parallelism.
+    if req.pp is None and req.workers > 1:
+        if lay.pp > 1:
+            crossing = m.nodes > 1 and lay.world > m.gpus_per_node
+            alts = others(lambda x: x.tp == lay.tp and x.pp == 1)
+            alt = _best(alts)
+            pp_bytes = _wire(req, best, "pp")
+            if crossing:
+                slower = (f"{m.inter} is {m.bandwidth_ratio:.0f}x slower than {m.intra}, and "
+                          if m.bandwidth_ratio > 1.05 else "")
+                head = (f"pp={lay.pp} across nodes: {slower}PP moves only activations "
+                        f"({_bytes(pp_bytes)} per step)")
+            else:
+                head = f"pp={lay.pp} inside one node: it moves only activations ({_bytes(pp_bytes)} per step)"
+            if alt is None and alts:
+                low = least(alts)
+                out.append(Reason(
+                    f"pp={lay.pp}: pp=1 needs {_gib(low)}",
+                    f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
+                    f"(least: {_gib(low)} per rank with {low.label()})"))
+            elif alt is not None:
+                out.append(Reason(
+                    f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(_wire(req, alt, 'dp'))}",
+                    f"{head}, where data parallelism over those ranks ({alt.label()}) would move "
+                    f"{_bytes(_wire(req, alt, 'dp'))} per step and take {alt.step_s:.3g} s against {best.step_s:.3g} s"))
+            else:
+                out.append(Reason(f"pp={lay.pp}", head))
+        else:
+            alt = _best(others(lambda x: x.pp > 1))
+            if alt is not None:
+                out.append(Reason(
+                    "pp=1: no bubble",
+                    f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}) would take "
+                    f"{alt.step_s:.3g} s per step (bubble {alt.bubble_s:.3g} s) against {best.step_s:.3g} s"))
+
+    # The data-parallel strategy.
+    if req.strategy is None and lay.dp > 1:
+        same = others(lambda x: (x.tp, x.pp, x.dp) == (lay.tp, lay.pp, lay.dp) and x.strategy != lay.strategy)
+        rank = DP_STRATEGIES.index
+        lighter = [choice.candidate(i) for i in same if rank(choice.options[i][0].strategy) < rank(lay.strategy)]
+        alt = _best(same)
+        if lighter and not any(c.fits for c in lighter):
+            out.append(Reason(
+                f"{lay.strategy}: least sharding that fits",
+                f"{lay.strategy} over dp={lay.dp}: the least sharding that fits {limit} "
+                f"({', '.join(sorted({c.strategy for c in lighter}))} need more)"))
+        elif alt is not None:
+            out.append(Reason(
+                f"{lay.strategy}: fastest DP",
+                f"{lay.strategy} over dp={lay.dp}: the fastest data-parallel strategy here "
+                f"({_bytes(_wire(req, best, 'dp'))} per step; {alt.strategy} would take {alt.step_s:.3g} s "
+                f"per step against {best.step_s:.3g} s)"))
+        else:
+            out.append(Reason(lay.strategy, f"{lay.strategy} over dp={lay.dp}"))
+
+    # Micro-batches.
+    if req.micro_batch_size is None:
+        larger = others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
+                        and x.micro_batch > lay.micro_batch)
+        same = [choice.candidate(i) for i in larger]
+        if same and not any(c.fits for c in same):
+            out.append(Reason(
+                f"micro-batch {lay.micro_batch}: largest that fits",
+                f"micro-batch {lay.micro_batch} x {lay.micro_batches}: the largest that fits (larger ones need "
+                f"{_gib(min(same, key=lambda c: c.memory.total_bytes))} or more)"))
+        elif lay.pp > 1:
+            f = best.bubble_s / (best.compute_s + best.bubble_s)
+            n = f"{lay.micro_batches} micro-batch{'es' if lay.micro_batches != 1 else ''}"
+            out.append(Reason(
+                f"{n}: bubble {f:.1%}",
+                f"{n} of {lay.micro_batch}: the bubble is {f:.1%} of the step ({best.schedule})"))
+    return out
+
+
+def summary_line(choice: Choice) -> str:
+    """``<layout>: <step> s/step = compute + bubble + comm; k of n layouts fit``."""
+    best = choice.best
+    assert best is not None
+    return (f"{best.label()}: {best.step_s:.3g} s per step = compute {best.compute_s:.3g} + bubble "
+            f"{best.bubble_s:.3g} + communication {best.comm_total_s:.3g} (not overlapped) + overhead "
+            f"{best.overhead_s:.3g}; the fastest of {len(choice.options)} layouts that fits "
+            f"{choice.request.memory_limit_bytes / GIB:.3g} GiB per rank")

@@ -1,0 +1,269 @@
+"""The layout search (`scaling.layout`) and `strategy: auto` in plans: what it picks, what it refuses, why.
+
+The optimality test enumerates the search space on its own (every dp, tp, pp, strategy, schedule
+and micro-batch, with the constraints written out here) and times each layout with the same
+cost model, so it checks that the search misses no layout and returns the fastest that fits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cli_run import run_cli
+
+from scaling.accounting import GIB, Shape, micro_batch_size, micro_batches
+from scaling.comms import ParallelLayout
+from scaling.layout import SCHEDULES, Machine, Request, choose, evaluate, layouts
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "gpu-cluster.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster_plan() -> dict[str, Any]:
+    from scaling.orchestrator.planning import plan_summary
+
+    return plan_summary(EXAMPLE)
+
+
+def _rung(summary: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    (row,) = [r for r in summary["runs"] if r["n_layer"] == n_layer and r["budget"] is None]
+    return row
+
+
+# -- the example's large rungs --------------------------------------------------------------------
+
+
+def test_30b_rung_puts_tp_inside_a_node_and_pp_across_nodes(cluster_plan: dict[str, Any]) -> None:
+    row = _rung(cluster_plan, 48)  # 48 x 7168, 29.6B parameters on 32 GPUs (4 nodes of 8)
+    assert row["N"] > 2.9e10 and row["workers"] == 32
+    assert 1 < row["tp"] <= 8, "tensor parallel, inside one node"
+    assert row["pp"] > 1 and row["tp"] * row["dp"] < 32, "pipeline stages on different nodes"
+    assert row["dp"] * row["tp"] * row["pp"] == 32
+    assert row["memory_gib"] <= 80
+    reasons = " ".join(row["reasons"])
+    assert f"tp={row['tp']} inside one node" in reasons and "do not fit" in reasons
+    assert f"pp={row['pp']} across nodes" in reasons and "slower than nvlink" in reasons
+    assert row["reason"].startswith(f"tp={row['tp']}")  # the compact column
+    assert row["compute_seconds"] > 0 and row["comm_seconds"] > 0 and row["bubble_seconds"] > 0
+
+
+def test_7b_rung_pipelines_across_nodes_and_says_why_not_tp(cluster_plan: dict[str, Any]) -> None:
+    """At 80 GiB a 6.4B model fits without tensor parallelism; the model then prefers a pipeline
+    across nodes (activations only) and keeps data parallelism inside the node."""
+    row = _rung(cluster_plan, 32)
+    assert row["N"] > 6e9 and row["workers"] == 32
+    assert row["pp"] > 1 and row["dp"] * row["tp"] <= 8, "every stage's ranks inside one node"
+    assert row["tp"] <= 8
+    reasons = " ".join(row["reasons"])
+    assert f"pp={row['pp']} across nodes" in reasons
+    if row["tp"] == 1:
+        assert "tp=1: tensor parallelism's activation all-reduces" in reasons
+    else:
+        assert f"tp={row['tp']} inside one node" in reasons
+
+
+def test_the_runs_execution_carries_the_chosen_layout(cluster_plan: dict[str, Any]) -> None:
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    plan, source = load_plan(EXAMPLE)
+    exp = expand(plan, source)
+    big = [r for r in exp.runs if r.spec.shape.n_layer == 48][0]
+    row = _rung(cluster_plan, 48)
+    ex = big.spec.execution
+    assert (ex.tp, ex.pp, ex.strategy, ex.workers) == (row["tp"], row["pp"], row["strategy"], 32)
+    assert ex.micro_batch_size == row["micro_batch"]
+    assert big.layout is not None and big.layout.best.label() == row["layout"]
+    # The layout is execution, not result: the key is the one a single worker would have.
+    single = big.spec.model_copy(update={"execution": ex.model_copy(update={"workers": 1, "tp": 1, "pp": 1})})
+    assert single.key == big.key
+
+
+def test_small_models_pick_pure_data_parallelism(cluster_plan: dict[str, Any]) -> None:
+    small = [r for r in cluster_plan["runs"] if r["budget"] is not None]
+    assert len(small) >= 10
+    assert all((r["tp"], r["pp"], r["dp"]) == (1, 1, 8) for r in small)
+    assert all(r["bubble_seconds"] == 0 for r in small)
+
+
+def test_scaling_plan_prints_layouts_and_explains_a_run(cluster_plan: dict[str, Any]) -> None:
+    code, out, err = run_cli("plan", str(EXAMPLE))
+    assert code == 0, err
+    for col in ("layout", "GiB/rank", "compute", "comm", "bubble", "why"):
+        assert col in out
+    key = _rung(cluster_plan, 48)["key"]
+    code, out, err = run_cli("plan", str(EXAMPLE), "--explain", key[:8])
+    assert code == 0, err
+    assert out.startswith(f"run {key}")
+    assert "s per step = compute" in out and "not overlapped" in out
+    assert "inside one node" in out and "across nodes" in out
+    code, out, err = run_cli("plan", str(EXAMPLE), "--explain", "zzzz")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "--explain zzzz: no run" in err
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+def _plan(tmp_path: Path, resources: dict[str, Any], models: list[Any]) -> Path:
+    plan = {
+        "name": "layouts",
+        "model": {"aspect_ratio": 16, "head_size": 16, "context": 64},
+        "train": {"precision": "bf16", "batch_tokens": 64 * 64},
+        "resources": {"gpus_per_worker": 1, **resources},
+        "grid": [{"models": models, "tokens": [1e7]}],
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def _one_line_error(path: Path) -> str:
+    code, out, err = run_cli("plan", str(path))
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_a_model_no_layout_fits_is_refused_in_one_line(tmp_path: Path) -> None:
+    big = {"n_layer": 8, "d_model": 2048, "n_head": 16}  # 403M parameters: 6 GiB of state alone
+    err = _one_line_error(_plan(tmp_path, {"workers": 4, "device_memory_gib": 1,
+                                           "cluster": {"nodes": 1, "gpus_per_node": 4}}, [big]))
+    assert "resources.device_memory_gib" in err and "any layout of 4 workers" in err and "more than the device's 1 GiB" in err
+
+
+def test_tp_larger_than_a_node_is_refused(tmp_path: Path) -> None:
+    shape = {"n_layer": 4, "d_model": 256, "n_head": 16}
+    err = _one_line_error(_plan(tmp_path, {"workers": 8, "tp": 8, "cluster": {"nodes": 2, "gpus_per_node": 4}}, [shape]))
+    assert "resources" in err and "tp=8 is larger than a node (4 per node)" in err
+
+
+def test_shapes_tp_cannot_split_are_refused(tmp_path: Path) -> None:
+    shape = {"n_layer": 4, "d_model": 192, "n_head": 3}
+    err = _one_line_error(_plan(tmp_path, {"workers": 2, "tp": 2}, [shape]))
+    assert "tp=2 does not divide n_head (3)" in err
+    err = _one_line_error(_plan(tmp_path, {"workers": 6, "tp": 2, "pp": 3}, [{"n_layer": 4, "d_model": 256, "n_head": 4}]))
+    assert "pp=3 does not divide n_layer (4)" in err
+
+
+def test_workers_must_be_dp_tp_pp(tmp_path: Path) -> None:
+    err = _one_line_error(_plan(tmp_path, {"workers": 6, "tp": 4}, [{"n_layer": 4, "d_model": 256, "n_head": 4}]))
+    assert "workers (6) must be a multiple of tp*pp (4*1)" in err
+
+
+def test_fixed_tp_and_pp_are_kept_and_auto_fills_the_rest(tmp_path: Path) -> None:
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    shape = {"n_layer": 4, "d_model": 256, "n_head": 4}
+    plan, source = load_plan(_plan(tmp_path, {"workers": 8, "tp": 2, "pp": 2, "cluster": {"gpus_per_node": 8}}, [shape]))
+    (run,) = expand(plan, source, resolve=False).runs
+    ex = run.spec.execution
+    assert (ex.tp, ex.pp, ex.dp) == (2, 2, 2)
+    assert ex.strategy in ("ddp", "zero2", "zero3") and ex.pp_schedule in SCHEDULES
+    assert run.layout is not None and not any(r.long.startswith(("tp=", "pp=")) for r in run.layout.reasons)
+    # Fixing the micro-batch too leaves the strategy and schedule to the search.
+    plan, source = load_plan(_plan(tmp_path, {"workers": 8, "pp": 4, "micro_batch_size": 2,
+                                              "cluster": {"gpus_per_node": 8}}, [shape]))
+    (run,) = expand(plan, source, resolve=False).runs
+    ex = run.spec.execution
+    assert (ex.pp, ex.micro_batch_size) == (4, 2) and ex.tp * ex.dp == 2
+
+
+# -- the search itself ----------------------------------------------------------------------------
+
+
+MACHINES = [Machine(2, 4, "nvlink", "infiniband"), Machine(4, 2, "pcie", "roce"), Machine(1, 8, "nvlink", "roce")]
+
+
+def _requests() -> list[Request]:
+    out = []
+    for shape, limit_gib, machine in itertools.product(
+        [Shape(8, 512, 8, 256, 512), Shape(4, 384, 6, 256, 256), Shape(12, 1024, 16, 512, 1024)],
+        [0.05, 0.5, 4.0, 64.0],
+        MACHINES,
+    ):
+        flops = shape.flops_per_token("6N_attention", "total") * 32 * shape.context
+        out.append(Request(shape, "bf16", 8, 32, flops, 1e12, limit_gib * GIB, machine, 0.001))
+    return out
+
+
+def _brute_force(req: Request) -> set[tuple[Any, ...]]:
+    """Every layout of the request, enumerated independently of `scaling.layout.layouts`."""
+    found = set()
+    for dp, tp, pp in itertools.product(range(1, 9), repeat=3):
+        if dp * tp * pp != req.workers or tp > req.machine.gpus_per_node or dp > req.sequences:
+            continue
+        if req.shape.n_head % tp or (4 * req.shape.d_model) % tp:
+            continue
+        schedules = ["1f1b"] if pp == 1 else ["gpipe", "1f1b", "interleaved_1f1b"]
+        strategies = ["ddp"] if dp == 1 else ["ddp", "zero1", "zero2", "zero3"] if tp * pp == 1 else ["ddp", "zero2", "zero3"]
+        for name, strategy in itertools.product(schedules, strategies):
+            kind, chunks = SCHEDULES[name] if pp > 1 else ("1f1b", 1)
+            if req.shape.n_layer % (pp * chunks):
+                continue
+            share = math.ceil(req.sequences / dp)
+            for b in {micro_batch_size(req.sequences, dp, s) for s in range(1, share + 1)
+                      if s == share or s & (s - 1) == 0}:
+                m = len(micro_batches(req.sequences, dp, share, b))
+                if chunks > 1 and m % pp:
+                    continue
+                found.add((dp, tp, pp, strategy, kind, chunks, b, m, name if pp > 1 else "1f1b"))
+    return found
+
+
+def _key(layout: ParallelLayout, name: str) -> tuple[Any, ...]:
+    return (layout.dp, layout.tp, layout.pp, layout.strategy, layout.schedule, layout.chunks,
+            layout.micro_batch, layout.micro_batches, name)
+
+
+@pytest.mark.parametrize("req", _requests(), ids=lambda r: f"L{r.shape.n_layer}-{r.memory_limit_bytes / GIB:g}GiB-"
+                         f"{r.machine.nodes}x{r.machine.gpus_per_node}")
+def test_the_chosen_layout_is_the_fastest_that_fits(req: Request) -> None:
+    expected = _brute_force(req)
+    assert {_key(lay, name) for lay, name in layouts(req)} == expected
+    timed = [evaluate(req, lay, name) for lay, name in layouts(req)]
+    feasible = [c for c in timed if c.fits]
+    choice = choose(req)
+    if not feasible:
+        assert choice.best is None and choice.considered
+        return
+    assert choice.best is not None and choice.best.fits
+    assert all(choice.best.step_s <= c.step_s for c in feasible)
+    assert all(c.layout.tp <= req.machine.gpus_per_node for c in choice.considered), "TP never spans nodes"
+    assert choice.reasons or req.workers == 1
+
+
+def test_tp_never_spans_a_node_even_when_it_would_fit_only_there() -> None:
+    """A model that would need tp=8 on nodes of 4 GPUs gets no layout rather than a cross-node TP group."""
+    shape = Shape(4, 4096, 32, 256, 2048)
+    req = Request(shape, "bf16", 8, 8, 1e15, 1e14, 4 * GIB, Machine(2, 4), 0.0)
+    wide = Request(shape, "bf16", 8, 8, 1e15, 1e14, 4 * GIB, Machine(1, 8), 0.0)
+    assert all(c.layout.tp <= 4 for c in choose(req).considered)
+    assert max(c.layout.tp for c in choose(wide).considered) == 8
+
+
+def test_communication_time_is_the_cost_models_plus_message_latency() -> None:
+    """The search times a layout with `scaling.comms.step_comm_time`, adding only the latency of
+    the extra messages a data-parallel collective is split into (buckets, FSDP units, tensors)."""
+    from scaling.comms import step_comm_time
+    from scaling.layout import comm_seconds
+
+    shape = Shape(4, 256, 4, 256, 256)  # 3.2M parameters: DDP's FP32 gradients fit one 25 MiB bucket
+    req = Request(shape, "bf16", 8, 32, 1e12, 1e12, 64 * GIB, Machine(2, 4, "nvlink", "infiniband"))
+    assert 4 * shape.params_total < 25 * 2**20
+    for lay, _ in layouts(req):
+        model = step_comm_time(shape, lay, req.machine.cluster, "bf16")
+        ours = comm_seconds(req, lay)
+        assert ours["tp"] == pytest.approx(model["tp"]) and ours["pp"] == pytest.approx(model["pp"])
+        assert ours["dp"] >= model["dp"] - 1e-15
+        if lay.dp == 1 or lay.strategy == "ddp":  # one bucket: DDP's gradients here are < 25 MiB
+            assert ours["dp"] == pytest.approx(model["dp"])
+        else:
+            assert ours["dp"] > model["dp"]
