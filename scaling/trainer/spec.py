@@ -186,6 +186,9 @@ class Placement(_Frozen):
 
     workers: int = Field(default=1, gt=0, description="workers per run")
     strategy: StrategyChoice = "auto"
+    tp: int = Field(default=1, gt=0, description="tensor-parallel degree")
+    pp: int = Field(default=1, gt=0, description="pipeline stages")
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     cpu_offload: bool = False
     cpus_per_worker: float = Field(default=1, gt=0)
     gpus_per_worker: float = Field(default=0, ge=0)
@@ -195,6 +198,17 @@ class Placement(_Frozen):
     micro_batch_size: Optional[int] = Field(default=None, gt=0, description="sequences per worker")
     activation_checkpointing: bool = False
     device_memory_gib: Optional[float] = Field(default=None, gt=0, description="for planning and `auto`")
+
+    @model_validator(mode="after")
+    def _whole_data_parallel(self) -> "Placement":
+        if self.workers % (self.tp * self.pp):
+            raise ValueError(f"workers ({self.workers}) must be a multiple of tp*pp ({self.tp}*{self.pp})")
+        return self
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks: ``workers / (tp * pp)``, the shares each batch is split into."""
+        return self.workers // (self.tp * self.pp)
 
 
 class ExecutionSpec(Placement, LoopSettings):
@@ -234,9 +248,21 @@ class RunSpec(Recipe):
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunSpec":
-        problem = batch_problem(self.batch_tokens, self.model.context, self.execution.workers)
+        ex = self.execution
+        problem = batch_problem(self.batch_tokens, self.model.context, ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
+        if ex.tp > 1:
+            from scaling.trainer.tensor_parallel import tp_problem
+
+            problem = tp_problem(self.model.n_head, self.model.d_model, ex.tp)
+            if problem:
+                raise ValueError(f"execution.tp: {problem}")
+            if ex.dp > 1 and ex.strategy in ("ddp", "zero1"):
+                raise ValueError(
+                    f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
+                    "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
+                )
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
         return self
@@ -274,7 +300,7 @@ class RunSpec(Recipe):
     def micro_batch(self) -> int:
         """Sequences in the largest forward pass of any worker (the memory estimate's b)."""
         ex = self.execution
-        return micro_batch_size(self.sequences_per_batch, ex.workers, ex.micro_batch_size)
+        return micro_batch_size(self.sequences_per_batch, ex.dp, ex.micro_batch_size)
 
     @property
     def steps(self) -> int:
