@@ -15,6 +15,11 @@ them is already all-reduced. Replication costs ``vocab * d_model`` parameters pe
 full logits, which is small next to the blocks for the models this platform trains; a
 vocabulary-parallel head would be the next step for very large vocabularies.
 
+Under autocast the LayerNorm before each split layer returns FP32; the split layer's input is
+cast to the compute dtype *before* it becomes a DTensor (:func:`_compute_dtype_input`), which is
+exactly the cast autocast would apply inside the linear layer, so the numbers are unchanged but
+the backward all-reduce of the input's gradient moves 16-bit values, as Megatron's does.
+
 The model (:mod:`scaling.trainer.model`) lays QKV's output out head by head, so a contiguous
 column split gives each rank ``n_head / tp`` whole heads, and it reads its number of heads from
 the width it receives: it runs unchanged on local tensors.
@@ -51,6 +56,19 @@ def block_plan() -> dict[str, Any]:
     }
 
 
+def _compute_dtype_input(module: "nn.Module", args: tuple) -> tuple:
+    """Forward pre-hook: cast the input to autocast's dtype, as the linear layer inside would."""
+    import torch
+
+    x = args[0]
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and x.is_floating_point():
+        dtype = torch.get_autocast_dtype(device)
+        if x.dtype != dtype:
+            return (x.to(dtype), *args[1:])
+    return args
+
+
 def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Module]") -> None:
     """Split each block's linear layers over the 1-D ``tp_mesh`` in place (its parameters become DTensors)."""
     from torch.distributed.tensor.parallel import parallelize_module
@@ -65,3 +83,5 @@ def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Mod
             raise SpecError(f"execution.tp: {problem}")
     for block in blocks:
         parallelize_module(block, tp_mesh, block_plan())
+        for name in {style.split(".")[0] for style in block_plan()}:  # attn, mlp
+            block.get_submodule(name).register_forward_pre_hook(_compute_dtype_input)
