@@ -265,7 +265,7 @@ class Plan(_Strict):
     def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
         if self.rules.batch_tokens is None:
-            problem = batch_problem(self.train.batch_tokens, self.model.context, self.resources.workers)
+            problem = batch_problem(self.train.batch_tokens, self.model.context, self.resources.dp)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
         runs = self.run_count()

@@ -221,7 +221,8 @@ class Parallel:
         params = [p for p in self.module.parameters() if p.grad is not None]
         total = global_grad_norm([p.grad for p in params])
         if max_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+            for group in _by_layout(params, lambda p: p.grad).values():  # foreach ops take one layout
+                torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
         return total
 
     def grad_scaler(self, enabled: bool, device_type: str) -> Any:
@@ -243,6 +244,16 @@ class Parallel:
         return out
 
 
+def _by_layout(tensors: list[torch.Tensor], of: Callable[[Any], Any] = lambda t: t) -> dict[Any, list[Any]]:
+    """``tensors`` grouped by the DTensor mesh and placements of ``of(tensor)`` (plain tensors in one group)."""
+    groups: dict[Any, list[Any]] = {}
+    for t in tensors:
+        x = of(t)
+        key = (x.device_mesh, tuple(x.placements)) if hasattr(x, "device_mesh") else None
+        groups.setdefault(key, []).append(t)
+    return groups
+
+
 def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of all ``grads`` together, over every shard on every mesh dimension.
 
@@ -252,12 +263,8 @@ def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     a DTensor whose ``full_tensor`` sums the partial squares of its shards, as torchtitan
     materializes it) and the groups' norms are combined.
     """
-    groups: dict[Any, list[torch.Tensor]] = {}
-    for g in grads:
-        key = (g.device_mesh, tuple(g.placements)) if hasattr(g, "device_mesh") else None
-        groups.setdefault(key, []).append(g)
     norms = []
-    for members in groups.values():
+    for members in _by_layout(grads).values():
         norm = torch.nn.utils.get_total_norm(members, 2.0, False, None)
         norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if not norms:

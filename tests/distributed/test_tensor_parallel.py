@@ -41,8 +41,9 @@ BF16_RTOL = 2.0**-9  # test_trajectory.py's bf16 tolerance (half a bf16 ulp)
 LAYOUTS = [("tp2", 2, {"tp": 2}), ("tp2xdp2", 4, {"tp": 2, "strategy": "zero3"})]
 
 
-def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.Tensor], float]:
-    """This rank's data-parallel share of the global batch, one backward; full grads and the global norm."""
+def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.Tensor], float, float]:
+    """This rank's data-parallel share of the global batch, one backward: full grads, the global
+    norm, and the global norm after clipping to half of it."""
     from scaling.trainer.parallel import parallelize
     from scaling.trainer.runtime import Runtime
 
@@ -52,7 +53,9 @@ def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.
     share = x.shape[0] // rt.dp
     rows = slice(rt.dp_rank * share, (rt.dp_rank + 1) * share)
     loss_of(par.module, x[rows], y[rows], spec.precision).backward()
-    return par.full_grads(), float(par.clip_grad_norm(0.0))
+    grads, norm = par.full_grads(), float(par.clip_grad_norm(0.0))
+    par.clip_grad_norm(norm / 2)
+    return grads, norm, float(par.clip_grad_norm(0.0))
 
 
 @pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])
@@ -61,13 +64,14 @@ def test_gradients_and_their_norm_match_single_process(name: str, workers: int, 
     spec = tiny_spec(execution.get("strategy", "auto"), workers=workers, tp=execution["tp"])
     ref = reference_grads(spec)
     ref_norm = float(torch.nn.utils.get_total_norm(list(ref.values())))
-    for rank, (grads, norm) in enumerate(spawn(_tp_grads_worker, workers, str(tmp_path), spec)):
+    for rank, (grads, norm, clipped) in enumerate(spawn(_tp_grads_worker, workers, str(tmp_path), spec)):
         assert grads.keys() == ref.keys(), rank
         for param, g in grads.items():
             torch.testing.assert_close(g, ref[param], rtol=1e-5, atol=1e-7, msg=f"{name} rank {rank} {param}")
         # The norm clipping uses spans every shard on both mesh dimensions (clip_grad_norm_
         # itself cannot stack norms of DTensors on different meshes).
         assert norm == pytest.approx(ref_norm, rel=1e-6), rank
+        assert clipped == pytest.approx(ref_norm / 2, rel=1e-5), rank  # every shard scaled, on every mesh
 
 
 _REFERENCE: dict[str, list[tuple[int, float]]] = {}
@@ -80,17 +84,16 @@ def _reference(precision: str) -> list[tuple[int, float]]:
     return _REFERENCE[precision]
 
 
-def _layout_spec(workers: int, execution: dict, precision: str, **over: Any) -> RunSpec:
+def _layout_spec(workers: int, execution: dict, precision: str, extra: dict) -> RunSpec:
     strategy = execution.get("strategy", "auto")
-    extra = over.pop("execution", {})
-    return run_spec(strategy, precision, workers=workers, execution={"tp": execution["tp"], **extra}, **over)
+    return run_spec(strategy, precision, workers=workers, execution={"tp": execution["tp"], **extra})
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])
 def test_ten_steps_track_the_single_process_losses(name: str, workers: int, execution: dict, tmp_path) -> None:
     """fp32 and bf16 runs of the layout (in the same processes) follow one process step by step."""
-    runs = [(_layout_spec(workers, execution, p, execution={"micro_batch_size": 2}).to_json(), str(tmp_path / p))
+    runs = [(_layout_spec(workers, execution, p, {"micro_batch_size": 2}).to_json(), str(tmp_path / p))
             for p in ("fp32", "bf16")]
     outs = spawn(train_each, workers, str(tmp_path), runs)
     for i, precision in enumerate(("fp32", "bf16")):
