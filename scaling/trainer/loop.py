@@ -402,7 +402,7 @@ class Trainer:
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
-        detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
+        detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context)}
         self.rec.event(self.step, names.DATA, detail)
