@@ -240,7 +240,8 @@ class Parallel:
             if p.grad is None:
                 continue
             g = p.grad
-            out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
+            # A replicated DTensor's full_tensor() is its local tensor itself: copy it too.
+            out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
         return out
 
 

@@ -92,7 +92,8 @@ class Runtime:
         """The runtime of this process: ``torch.distributed``'s rank and world if initialized.
 
         ``device``: ``auto`` takes this rank's GPU when CUDA is available, else the CPU.
-        ``tp`` / ``pp``: the run's tensor and pipeline degrees (they must divide the world).
+        ``tp`` / ``pp``: the run's tensor and pipeline degrees (they must divide the world; one
+        process ignores them).
         """
         if device == "cuda" and not torch.cuda.is_available():
             raise ResourceError("execution.device: 'cuda' requested but no CUDA device is available")
@@ -108,6 +109,8 @@ class Runtime:
             dev = torch.device("cuda", index)
         else:
             dev = torch.device("cpu")
+        if world == 1:
+            tp = pp = 1  # one process holds the whole model (the run's result is the same)
         data_parallel_size(world, tp, pp)  # refuses a world that tp*pp does not divide
         return cls(device=dev, rank=rank, world_size=world, local_rank=local, backend=backend, tp=tp, pp=pp)
 
