@@ -342,6 +342,17 @@ class Plan(_Strict):
             precision = "bf16" if ex.gpus_per_worker > 0 else "fp32"
         args = (spec.shape, spec.micro_batch, precision)
         ckpt = ex.activation_checkpointing
+        if ex.strategy == "auto" and ex.tp > 1 and ex.dp > 1:  # only FSDP2 takes tensor-parallel parameters
+            from scaling.comms import ParallelLayout, memory_per_rank
+
+            budget = ex.device_memory_gib * GIB if ex.device_memory_gib is not None else float("inf")
+            for strategy in ("zero2", "zero3"):
+                layout = ParallelLayout(dp=ex.dp, tp=ex.tp, strategy=strategy, micro_batch=spec.micro_batch,
+                                        recompute="full" if ckpt else "none")
+                est = memory_per_rank(spec.shape, layout, precision)
+                if est.total_bytes <= budget:
+                    return strategy, est
+            return None, est
         if ex.strategy == "auto":
             if ex.device_memory_gib is None:
                 strategy = "single" if ex.workers == 1 else "ddp"

@@ -370,3 +370,20 @@ def test_a_tp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, s
     # The reference reports at checkpoints (steps 4 and 6); compare those steps.
     by_step = dict(zip(stored["step"], stored["value"]))
     assert [by_step[s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
+
+
+def test_a_plan_under_auto_places_tp_with_dp_on_fsdp2() -> None:
+    """``strategy: auto`` with tp2 x dp2 resolves to an FSDP2 stage (ddp could not take the DTensors)."""
+    from scaling.accounting import Shape
+    from scaling.orchestrator.plan import Plan
+
+    plan = Plan.model_validate({
+        "name": "tp", "runs_dir": "runs", "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
+        "train": {"precision": "fp32", "batch_tokens": 512}, "resources": {"workers": 4, "tp": 2},
+        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [5120]}],
+    })
+    spec = plan.run_spec(Shape(2, 32, 2, 256, 32), 5120, 1e-3, 512)
+    strategy, est = plan.place(spec)
+    assert strategy == "zero2"
+    layout = ParallelLayout(dp=2, tp=2, strategy="zero2", micro_batch=spec.micro_batch)
+    assert est == memory_per_rank(spec.shape, layout, "fp32")
