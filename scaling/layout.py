@@ -56,9 +56,10 @@ SCHEDULES: dict[str, tuple[str, int]] = {
 }
 #: Data-parallel strategies, least sharding first (the tie-break order).
 DP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
-#: With tensor or pipeline parallelism the data-parallel dim is FSDP2 (``fully_shard``) or plain
-#: replication; ZeroRedundancyOptimizer (zero1) does not take sharded (DTensor) parameters.
-COMPOSED_STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
+#: With tensor parallelism the data-parallel dim is FSDP2 (``fully_shard``): DDP and
+#: ZeroRedundancyOptimizer do not take tensor-parallel (DTensor) parameters. Pipeline stages are
+#: plain modules, so every strategy wraps them.
+TP_STRATEGIES: tuple[str, ...] = ("zero2", "zero3")
 #: DDP all-reduces gradients in buckets of this size (torch's default ``bucket_cap_mb=25``).
 DDP_BUCKET_BYTES = 25 * 2**20
 #: Parameter tensors of one block (two LayerNorms, QKV, output projection, two MLP matrices,
@@ -277,7 +278,7 @@ def _strategies(req: Request, dp: int, tp: int, pp: int) -> tuple[str, ...]:
         return (req.strategy,) if req.strategy else ("ddp",)  # nothing to shard over one rank
     if req.strategy:
         return (req.strategy,)
-    return DP_STRATEGIES if tp * pp == 1 else COMPOSED_STRATEGIES
+    return DP_STRATEGIES if tp == 1 else TP_STRATEGIES
 
 
 def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:

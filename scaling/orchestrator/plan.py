@@ -379,7 +379,7 @@ class Plan(_Strict):
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 raise PlanError(f"{where(source, ('grid', b, 'resources', *err['loc']))}: {msg}") from None
         if self.rules.batch_tokens is None:
-            workers = max(self.block_resources(b).workers for b in range(len(self.grid)))
+            workers = max(self.block_resources(b).dp for b in range(len(self.grid)))
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")

@@ -71,8 +71,9 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
     corpus = load_corpus(spec.data)
     check_corpus(spec, corpus)
     batches = Batches(corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
-    first, share = batches.shard(0, rt.rank, rt.world_size)
-    parts = micro_batches(spec.sequences_per_batch, rt.world_size, share, spec.execution.micro_batch_size)
+    # Ranks of one tensor-parallel group compute on the same sequences: the batch is shared over dp.
+    first, share = batches.shard(0, rt.dp_rank, rt.dp)
+    parts = micro_batches(spec.sequences_per_batch, rt.dp, share, spec.execution.micro_batch_size)
     return RunData(corpus=corpus, batches=batches, first=first, parts=parts,
                    micro=max(count for _, count in parts),
                    eval_rows=eval_windows(corpus, spec.model.context, spec.eval_tokens))
@@ -136,7 +137,7 @@ class Trainer:
         self.attempt = attempt or 1
         self.report = report
         torch.set_num_threads(spec.execution.threads)
-        self.rt = Runtime.current(spec.execution.device)
+        self.rt = Runtime.current(spec.execution.device, spec.execution.tp, spec.execution.pp)
         if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
             chosen = resolve_on_ranks(spec.precision, self.rt.device, self.rt.distributed)
             spec = self.spec = spec.model_copy(update={"precision": chosen})
@@ -231,12 +232,12 @@ class Trainer:
         """Accumulate this rank's share of the batch at ``self.cursor``.
 
         Each micro-batch's mean loss is weighted by its share of the global batch's sequences
-        (times the world size, since data parallelism averages gradients over ranks), so the
-        gradient is that of the global batch's mean loss for any split. Returns this rank's
-        weighted loss; the sum over ranks is the global batch's mean loss.
+        (times the data-parallel size, since data parallelism averages gradients over its ranks),
+        so the gradient is that of the global batch's mean loss for any split. Returns this
+        rank's weighted loss; the sum over the data-parallel ranks is the global batch's mean loss.
         """
         spec, dev = self.spec, self.rt.device
-        batch, world = spec.sequences_per_batch, self.rt.world_size
+        batch, world = spec.sequences_per_batch, self.rt.dp
         weighted = torch.zeros((), device=dev)
         poisoned = self.faults is not None and self.faults.poisons(self.cursor)
         for i, (offset, count) in enumerate(self.data.parts):
@@ -269,7 +270,7 @@ class Trainer:
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.rt.sum(self._forward_backward()).item()
+        loss = self.rt.sum(self._forward_backward(), self.par.group).item()
 
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)
@@ -366,7 +367,7 @@ class Trainer:
     def evaluate(self) -> float:
         """Mean loss on the fixed held-out windows; ranks split them and sum (equal forward
         counts on every rank, padding with zero-weight windows, as sharded models need)."""
-        rows, world, rank = self.data.eval_rows, self.rt.world_size, self.rt.rank
+        rows, world, rank = self.data.eval_rows, self.rt.dp, self.rt.dp_rank
         n = len(rows)
         per = math.ceil(n / world)
         idx = [rank + k * world for k in range(per)]
@@ -389,7 +390,7 @@ class Trainer:
                 count += w.sum().double() * loss.size(1)
         finally:
             module.train()
-        total, count = self.rt.sum(total), self.rt.sum(count)
+        total, count = self.rt.sum(total, self.par.group), self.rt.sum(count, self.par.group)
         return float(total / count)
 
     # -- the run ------------------------------------------------------------------------------
@@ -401,7 +402,7 @@ class Trainer:
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
-        detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
+        detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context)}
         self.rec.event(self.step, names.DATA, detail)

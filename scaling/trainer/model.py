@@ -45,18 +45,28 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
+    """Causal self-attention with one fused QKV matrix whose output is laid out head by head.
+
+    ``qkv``'s output features are ``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]`` (each ``head_dim`` wide),
+    so any contiguous slice of them holds whole heads: tensor parallelism column-splits the
+    matrix into ``n_head / tp`` heads per rank, and the forward pass takes its number of heads
+    from the width it is given (all of them on one process, the local ones under tensor
+    parallelism) instead of from the configuration.
+    """
+
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
-        self.n_head = cfg.n_head
+        self.head_dim = cfg.d_model // cfg.n_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = causal_attention(q, k, v)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        b, t, _ = x.shape
+        qkv = self.qkv(x)
+        heads = qkv.size(-1) // (3 * self.head_dim)  # local heads under tensor parallelism
+        q, k, v = qkv.view(b, t, heads, 3, self.head_dim).unbind(dim=3)
+        y = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.proj(y.transpose(1, 2).reshape(b, t, heads * self.head_dim))
 
 
 class MLP(nn.Module):

@@ -24,6 +24,14 @@ reduce-scatter unit, so only one block's full parameters exist at a time under z
 Gradients are *averaged* over workers by every strategy, so with each rank's loss averaged over
 its own share of the global batch the update equals the single-process one. FSDP2 on gloo
 averages only from torch 2.9 (before, it summed silently); ``pyproject.toml`` requires it.
+
+With tensor parallelism (``execution.tp > 1``) the ranks form a ``dp x tp`` mesh
+(:func:`scaling.trainer.runtime.build_mesh`): :mod:`scaling.trainer.tensor_parallel` first splits
+each block over ``tp`` (its parameters become DTensors), then the strategy above applies over
+``dp``. Only FSDP2 composes with DTensor parameters (2-D: each tensor rank's shard is sharded
+again over ``dp``), so ``ddp`` and ``zero1`` are refused with ``tp > 1`` when ``dp > 1``
+(DistributedDataParallel and ZeroRedundancyOptimizer take plain tensors only); with ``dp = 1``
+there is nothing to replicate or shard over, and the model is tensor-parallel only.
 """
 
 from __future__ import annotations
@@ -39,9 +47,20 @@ from torch import nn
 
 from scaling.accounting import GIB, choose_strategy, micro_batch_size
 from scaling.errors import ResourceError, SpecError
+from scaling.trainer.runtime import build_mesh
 
 STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 FSDP_STRATEGIES: tuple[str, ...] = ("zero2", "zero3")
+#: The data-parallel strategies that compose with tensor parallelism (they take DTensor parameters).
+TP_STRATEGIES: tuple[str, ...] = FSDP_STRATEGIES
+
+
+def tp_strategy_problem(strategy: str, tp: int, dp: int) -> str | None:
+    """Why ``strategy`` over ``dp`` ranks cannot be combined with ``tp`` (None: it can)."""
+    if tp > 1 and dp > 1 and strategy in ("ddp", "zero1"):
+        return (f"{strategy} cannot be combined with tp={tp} on {dp} data-parallel ranks: use zero2 or zero3 "
+                "(FSDP2 shards tensor-parallel DTensor parameters; DDP and ZeroRedundancyOptimizer do not take them)")
+    return None
 
 
 def default_backend(device: torch.device | str) -> str:
@@ -73,15 +92,22 @@ def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "c
     raises :class:`ResourceError` when even zero3 does not.
     """
     strategy = spec.execution.strategy
-    if world_size == 1:
-        return "single"
+    tp, pp = spec.execution.tp, spec.execution.pp
+    dp = world_size // (tp * pp)
+    if dp == 1:
+        return "single"  # one data-parallel rank: nothing to replicate or shard over
     if strategy == "single":
-        raise SpecError(f"execution.strategy: 'single' cannot run on {world_size} workers")
+        raise SpecError(f"execution.strategy: 'single' cannot run on {dp} data-parallel workers")
     if strategy != "auto":
+        problem = tp_strategy_problem(strategy, tp, dp)
+        if problem:
+            raise SpecError(f"execution.strategy: {problem}")
         return strategy
     device = torch.device(device)
-    micro = micro_batch_size(spec.sequences_per_batch, world_size, spec.execution.micro_batch_size)
+    micro = micro_batch_size(spec.sequences_per_batch, dp, spec.execution.micro_batch_size)
     budget = device_memory_bytes(spec, device)
+    if tp * pp > 1:
+        return _auto_with_model_parallel(spec, dp, micro, budget)
     est = choose_strategy(
         spec.shape, micro, spec.precision, world_size, budget, spec.execution.activation_checkpointing
     )
@@ -91,6 +117,22 @@ def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "c
             f"worker on {world_size} workers under any strategy (see scaling.accounting.estimate_memory)"
         )
     return est.strategy
+
+
+def _auto_with_model_parallel(spec: Any, dp: int, micro: int, budget: float) -> str:
+    """``auto`` beside tensor/pipeline parallelism: the least FSDP2 sharding whose estimate fits."""
+    from scaling.comms import ParallelLayout, memory_per_rank
+
+    ex = spec.execution
+    recompute = "full" if ex.activation_checkpointing else "none"
+    for strategy in TP_STRATEGIES:
+        layout = ParallelLayout(dp=dp, tp=ex.tp, pp=ex.pp, strategy=strategy, micro_batch=micro, recompute=recompute)
+        if memory_per_rank(spec.shape, layout, spec.precision).total_bytes <= budget:
+            return strategy
+    raise ResourceError(
+        f"model of {spec.shape.params_total:,} parameters does not fit {budget / GIB:.1f} GiB per worker with "
+        f"dp={dp}, tp={ex.tp}, pp={ex.pp} under zero2 or zero3 (see scaling.comms.memory_per_rank)"
+    )
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
@@ -115,7 +157,10 @@ class Parallel:
     module: the module to call for forward/backward (DDP wrapper or the FSDP2-sharded model).
     model: the underlying model (same object as ``module`` under FSDP2, ``module.module`` under
         DDP); parameter names (FQNs) are those of the unwrapped model in both cases.
-    strategy: ``ddp``, ``zero1``, ``zero2`` or ``zero3``.
+    strategy: ``ddp``, ``zero1``, ``zero2`` or ``zero3`` over ``dp``; ``single`` when there is
+        one data-parallel rank (tensor parallelism only).
+    mesh: the data-parallel mesh; group: its process group (the one losses are summed over).
+    tp: the tensor-parallel degree (1: none).
     """
 
     module: nn.Module
@@ -123,10 +168,15 @@ class Parallel:
     strategy: str
     mesh: Any = None
     group: Any = None
+    tp: int = 1
 
     @property
     def is_fsdp(self) -> bool:
         return self.strategy in FSDP_STRATEGIES
+
+    @property
+    def data_parallel(self) -> bool:
+        return self.strategy in STRATEGIES
 
     def build_optimizer(
         self, param_groups: Iterable[dict[str, Any]] | Iterable[torch.Tensor], optimizer_class: type = torch.optim.AdamW, **defaults: Any
@@ -149,7 +199,7 @@ class Parallel:
     @contextlib.contextmanager
     def no_sync(self, enabled: bool = True) -> Iterator[None]:
         """Skip the gradient reduction inside (all micro-batches of an accumulation but the last)."""
-        if not enabled:
+        if not enabled or not self.data_parallel:
             yield
             return
         if self.is_fsdp:
@@ -165,15 +215,14 @@ class Parallel:
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Clip by the *global* gradient norm and return it (a plain tensor on every rank).
 
-        Under FSDP2 the gradients are DTensor shards; the norm of their norms is a DTensor
-        that must be materialized before clipping, as torchtitan does.
+        See :func:`global_grad_norm`: under FSDP2 and tensor parallelism the gradients are
+        DTensors on several meshes, which ``clip_grad_norm_`` cannot combine.
         """
         params = [p for p in self.module.parameters() if p.grad is not None]
-        total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0, False, None)
-        if hasattr(total, "full_tensor"):
-            total = total.full_tensor()
+        total = global_grad_norm([p.grad for p in params])
         if max_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+            for group in _by_layout(params, lambda p: p.grad).values():  # foreach ops take one layout
+                torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
         return total
 
     def grad_scaler(self, enabled: bool, device_type: str) -> Any:
@@ -191,8 +240,39 @@ class Parallel:
             if p.grad is None:
                 continue
             g = p.grad
-            out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
+            # A replicated DTensor's full_tensor() is its local tensor itself: copy it too.
+            out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
         return out
+
+
+def _by_layout(tensors: list[torch.Tensor], of: Callable[[Any], Any] = lambda t: t) -> dict[Any, list[Any]]:
+    """``tensors`` grouped by the DTensor mesh and placements of ``of(tensor)`` (plain tensors in one group)."""
+    groups: dict[Any, list[Any]] = {}
+    for t in tensors:
+        x = of(t)
+        key = (x.device_mesh, tuple(x.placements)) if hasattr(x, "device_mesh") else None
+        groups.setdefault(key, []).append(t)
+    return groups
+
+
+def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all ``grads`` together, over every shard on every mesh dimension.
+
+    Gradients may be plain tensors, DTensors sharded over ``dp`` (FSDP2), over ``tp``, or over
+    both; ``torch.nn.utils.clip_grad_norm_`` stacks the per-tensor norms and fails on DTensors
+    of different meshes. So the norm is taken per group of equally laid-out gradients (each
+    a DTensor whose ``full_tensor`` sums the partial squares of its shards, as torchtitan
+    materializes it) and the groups' norms are combined.
+    """
+    norms = []
+    for members in _by_layout(grads).values():
+        norm = torch.nn.utils.get_total_norm(members, 2.0, False, None)
+        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    if not norms:
+        return torch.zeros(())
+    if len(norms) == 1:
+        return norms[0]
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), 2.0)
 
 
 def _mixed_precision(precision: str) -> Any:
@@ -225,7 +305,8 @@ def parallelize(
         every rank (DDP and ZeRO-1 broadcast rank 0's weights anyway; FSDP2 shards what it is
         given, so equal initialization matters there: seed before building).
     spec: the run's :class:`~scaling.trainer.spec.RunSpec`.
-    mesh: a 1-D data-parallel ``DeviceMesh``; built over the whole world when None.
+    mesh: a ``("pp", "dp", "tp")`` mesh from :func:`scaling.trainer.runtime.build_mesh` (built
+        from ``spec.execution`` when None), or a 1-D data-parallel ``DeviceMesh``.
     strategy: overrides the spec's (already resolved) strategy; ``auto`` is resolved here.
     blocks: how to find the FSDP units; defaults to :func:`transformer_blocks`.
     """
@@ -235,16 +316,33 @@ def parallelize(
     if device.type == "meta":  # built on the meta device, to be materialized after sharding
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     world = dist.get_world_size()
-    name = strategy or spec.execution.strategy
-    if name == "auto":
-        name = resolve_strategy(spec, world, device)
-    if name not in STRATEGIES:
-        raise SpecError(f"execution.strategy: {name!r} is not a multi-worker strategy (use one of {STRATEGIES})")
+    tp = spec.execution.tp
     if mesh is None:
-        mesh = default_mesh(device)
-    group = mesh.get_group()
+        mesh = build_mesh(device.type, world, tp, spec.execution.pp)
+    dp_mesh, tp_mesh = _sub_meshes(mesh)
+    dp = dp_mesh.size()
+    name = strategy or spec.execution.strategy
+    if dp == 1:
+        name = "single"  # one data-parallel rank: nothing to replicate or shard over
+    elif name == "auto":
+        name = resolve_strategy(spec, world, device)
+    if dp > 1 and name not in STRATEGIES:
+        raise SpecError(f"execution.strategy: {name!r} is not a multi-worker strategy (use one of {STRATEGIES})")
+    problem = tp_strategy_problem(name, tp, dp)
+    if problem:
+        raise SpecError(f"execution.strategy: {problem}")
+    group = dp_mesh.get_group()
     if hasattr(model, "activation_checkpointing"):  # the model recomputes each block itself
         model.activation_checkpointing = spec.execution.activation_checkpointing
+    find_blocks = blocks or transformer_blocks
+    if tp_mesh is not None and tp_mesh.size() > 1:
+        from scaling.trainer.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(model, tp_mesh, find_blocks(model))
+    tp = tp_mesh.size() if tp_mesh is not None else 1
+
+    if dp == 1:  # tensor-parallel only
+        return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
     if name in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -257,7 +355,7 @@ def parallelize(
             process_group=group,
             gradient_as_bucket_view=True,
         )
-        return Parallel(module=ddp, model=model, strategy=name, mesh=mesh, group=group)
+        return Parallel(module=ddp, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
@@ -265,10 +363,18 @@ def parallelize(
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if spec.execution.cpu_offload else OffloadPolicy()
     )
-    kwargs = dict(mesh=mesh, mp_policy=_mixed_precision(spec.precision), offload_policy=offload)
-    for block in (blocks or transformer_blocks)(model):
+    kwargs = dict(mesh=dp_mesh, mp_policy=_mixed_precision(spec.precision), offload_policy=offload)
+    for block in find_blocks(model):
         fully_shard(block, reshard_after_forward=reshard, **kwargs)
     # The root holds embeddings, final norm and the tied output layer. Its parameters are
     # needed again at once by backward, so keeping them gathered after forward costs nothing.
     fully_shard(model, reshard_after_forward=False if not reshard else True, **kwargs)
-    return Parallel(module=model, model=model, strategy=name, mesh=mesh, group=group)
+    return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
+
+
+def _sub_meshes(mesh: Any) -> tuple[Any, Any]:
+    """(data-parallel mesh, tensor-parallel mesh or None) of a mesh from ``build_mesh`` or a 1-D one."""
+    names = mesh.mesh_dim_names or ()
+    if "tp" in names:
+        return mesh["dp"], mesh["tp"]
+    return mesh, None

@@ -3,6 +3,11 @@
 The loop is written once for one process and for many: it asks the :class:`Runtime` whether it
 is the main rank (the only one that writes to the database) and how to share a batch, and goes
 through :func:`scaling.trainer.parallel.parallelize` only when the world has several processes.
+
+Ranks form a ``pp x dp x tp`` grid (:func:`build_mesh`): tensor-parallel ranks are adjacent
+(inside one node, where Ray places consecutive ranks), data-parallel groups stride over them,
+pipeline stages are outermost (Megatron's order, and the one :class:`scaling.comms.Cluster`
+assumes). Ranks of one tensor group see the same data; the batch is shared over ``dp``.
 """
 
 from __future__ import annotations
@@ -16,18 +21,41 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaling.errors import ResourceError
+from scaling.errors import ResourceError, SpecError
+
+#: The mesh's dimension names, outermost first.
+MESH_DIMS: tuple[str, ...] = ("pp", "dp", "tp")
+
+
+def data_parallel_size(world: int, tp: int = 1, pp: int = 1) -> int:
+    """``dp = world / (tp * pp)``; raises :class:`SpecError` when that is not a whole number."""
+    if world % (tp * pp):
+        raise SpecError(f"execution.workers: {world} workers are not a multiple of tp*pp = {tp}*{pp}")
+    return world // (tp * pp)
+
+
+def build_mesh(device_type: str, world: int, tp: int = 1, pp: int = 1) -> Any:
+    """The ``("pp", "dp", "tp")`` device mesh over the initialized world (collective: every rank calls it).
+
+    Every dimension is present, size 1 included, so ``mesh["dp"]`` / ``mesh["tp"]`` always exist.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dp = data_parallel_size(world, tp, pp)
+    return init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=MESH_DIMS)
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """This process's place in the run."""
+    """This process's place in the run: its rank in the world and in the ``pp x dp x tp`` grid."""
 
     device: torch.device
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     backend: str | None = None
+    tp: int = 1
+    pp: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -37,11 +65,35 @@ class Runtime:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks: the number of shares each batch is split into."""
+        return self.world_size // (self.tp * self.pp)
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's data-parallel index (its share of each batch), as :func:`build_mesh` lays ranks out."""
+        return (self.rank // self.tp) % self.dp
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.rank // (self.tp * self.dp)
+
+    def mesh(self) -> Any:
+        """A new ``("pp", "dp", "tp")`` mesh over this world (collective)."""
+        return build_mesh(self.device.type, self.world_size, self.tp, self.pp)
+
     @classmethod
-    def current(cls, device: str = "auto") -> "Runtime":
+    def current(cls, device: str = "auto", tp: int = 1, pp: int = 1) -> "Runtime":
         """The runtime of this process: ``torch.distributed``'s rank and world if initialized.
 
         ``device``: ``auto`` takes this rank's GPU when CUDA is available, else the CPU.
+        ``tp`` / ``pp``: the run's tensor and pipeline degrees (they must divide the world; one
+        process ignores them).
         """
         if device == "cuda" and not torch.cuda.is_available():
             raise ResourceError("execution.device: 'cuda' requested but no CUDA device is available")
@@ -57,15 +109,18 @@ class Runtime:
             dev = torch.device("cuda", index)
         else:
             dev = torch.device("cpu")
-        return cls(device=dev, rank=rank, world_size=world, local_rank=local, backend=backend)
+        if world == 1:
+            tp = pp = 1  # one process holds the whole model (the run's result is the same)
+        data_parallel_size(world, tp, pp)  # refuses a world that tp*pp does not divide
+        return cls(device=dev, rank=rank, world_size=world, local_rank=local, backend=backend, tp=tp, pp=pp)
 
     # -- collectives that are no-ops on one process -----------------------------------------
-    def sum(self, value: torch.Tensor) -> torch.Tensor:
-        """The sum of ``value`` over ranks (every rank gets it)."""
+    def sum(self, value: torch.Tensor, group: Any = None) -> torch.Tensor:
+        """The sum of ``value`` over ranks (of ``group``; default: all), every rank gets it."""
         if not self.distributed:
             return value
         out = value.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
         return out
 
     def barrier(self) -> None:
@@ -89,6 +144,7 @@ class Single:
 
     strategy = "single"
     is_fsdp = False
+    group = None  # no data-parallel group to sum losses over
 
     def __init__(self, model: nn.Module) -> None:
         self.module = model

@@ -251,9 +251,21 @@ class RunSpec(Recipe):
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunSpec":
-        problem = batch_problem(self.batch_tokens, self.model.context, self.execution.workers)
+        ex = self.execution
+        problem = batch_problem(self.batch_tokens, self.model.context, ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
+        if ex.tp > 1:
+            from scaling.trainer.tensor_parallel import tp_problem
+
+            problem = tp_problem(self.model.n_head, self.model.d_model, ex.tp)
+            if problem:
+                raise ValueError(f"execution.tp: {problem}")
+            if ex.dp > 1 and ex.strategy in ("ddp", "zero1"):
+                raise ValueError(
+                    f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
+                    "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
+                )
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
         return self
@@ -291,7 +303,7 @@ class RunSpec(Recipe):
     def micro_batch(self) -> int:
         """Sequences in the largest forward pass of any worker (the memory estimate's b)."""
         ex = self.execution
-        return micro_batch_size(self.sequences_per_batch, ex.workers, ex.micro_batch_size)
+        return micro_batch_size(self.sequences_per_batch, ex.dp, ex.micro_batch_size)
 
     @property
     def steps(self) -> int:

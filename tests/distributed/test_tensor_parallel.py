@@ -1,0 +1,389 @@
+"""Tensor parallelism, alone (tp2) and under FSDP2 (tp2 x dp2, zero3), against one process.
+
+Real gloo processes: gradients after one step, the global gradient norm the clipping uses,
+ten-step loss trajectories through the real loop in fp32 and bf16, DCP checkpoints resharded
+between layouts (tp2 x dp2 -> dp4 and -> one process), the bytes the communication model
+predicts against what the step hands to the collectives, and memory per rank against
+:func:`scaling.comms.memory_per_rank`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import torch
+
+from _workers import (
+    build_model,
+    global_batch,
+    loss_of,
+    reference_grads,
+    run_spec,
+    spawn,
+    tiny_spec,
+    train_each,
+    train_worker,
+    trajectory,
+    until_fault_each,
+)
+from scaling.comms import ParallelLayout, memory_per_rank, step_traffic
+from scaling.errors import SpecError
+from scaling.trainer import checkpoint
+from scaling.trainer.spec import RunSpec
+
+FP32_RTOL = 1e-5  # as test_trajectory.py: only the order of reductions changes
+BF16_RTOL = 2.0**-9  # test_trajectory.py's bf16 tolerance (half a bf16 ulp)
+
+#: (name, workers, execution settings) of the layouts under test.
+LAYOUTS = [("tp2", 2, {"tp": 2}), ("tp2xdp2", 4, {"tp": 2, "strategy": "zero3"})]
+
+
+def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.Tensor], float, float]:
+    """This rank's data-parallel share of the global batch, one backward: full grads, the global
+    norm, and the global norm after clipping to half of it."""
+    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.runtime import Runtime
+
+    rt = Runtime.current("cpu", spec.execution.tp)
+    par = parallelize(build_model(spec), spec)
+    x, y = global_batch(spec)
+    share = x.shape[0] // rt.dp
+    rows = slice(rt.dp_rank * share, (rt.dp_rank + 1) * share)
+    loss_of(par.module, x[rows], y[rows], spec.precision).backward()
+    grads, norm = par.full_grads(), float(par.clip_grad_norm(0.0))
+    par.clip_grad_norm(norm / 2)
+    return grads, norm, float(par.clip_grad_norm(0.0))
+
+
+@pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])
+def test_gradients_and_their_norm_match_single_process(name: str, workers: int, execution: dict, tmp_path) -> None:
+    torch.set_num_threads(1)
+    spec = tiny_spec(execution.get("strategy", "auto"), workers=workers, tp=execution["tp"])
+    ref = reference_grads(spec)
+    ref_norm = float(torch.nn.utils.get_total_norm(list(ref.values())))
+    for rank, (grads, norm, clipped) in enumerate(spawn(_tp_grads_worker, workers, str(tmp_path), spec)):
+        assert grads.keys() == ref.keys(), rank
+        for param, g in grads.items():
+            # The row-parallel layers add partial sums (over heads, over hidden units) in another
+            # order than one matmul does: fp32 rounding of the order of the tensor's largest
+            # entries, so the absolute tolerance scales with them (1e-6: about 8 ulps).
+            atol = 1e-6 * float(ref[param].abs().max())
+            torch.testing.assert_close(g, ref[param], rtol=1e-5, atol=atol, msg=f"{name} rank {rank} {param}")
+        # The norm clipping uses spans every shard on both mesh dimensions (clip_grad_norm_
+        # itself cannot stack norms of DTensors on different meshes).
+        assert norm == pytest.approx(ref_norm, rel=1e-6), rank
+        assert clipped == pytest.approx(ref_norm / 2, rel=1e-5), rank  # every shard scaled, on every mesh
+
+
+_REFERENCE: dict[str, list[tuple[int, float]]] = {}
+
+
+def _reference(precision: str) -> list[tuple[int, float]]:
+    if precision not in _REFERENCE:
+        with tempfile.TemporaryDirectory() as tmp:
+            _REFERENCE[precision] = trajectory(train_worker(0, 1, run_spec("single", precision, workers=1).to_json(), tmp))
+    return _REFERENCE[precision]
+
+
+def _layout_spec(workers: int, execution: dict, precision: str, extra: dict) -> RunSpec:
+    strategy = execution.get("strategy", "auto")
+    return run_spec(strategy, precision, workers=workers, execution={"tp": execution["tp"], **extra})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])
+def test_ten_steps_track_the_single_process_losses(name: str, workers: int, execution: dict, tmp_path) -> None:
+    """fp32 and bf16 runs of the layout (in the same processes) follow one process step by step."""
+    runs = [(_layout_spec(workers, execution, p, {"micro_batch_size": 2}).to_json(), str(tmp_path / p))
+            for p in ("fp32", "bf16")]
+    outs = spawn(train_each, workers, str(tmp_path), runs)
+    for i, precision in enumerate(("fp32", "bf16")):
+        ref = _reference(precision)
+        first = outs[0][i]
+        for rank in range(1, workers):
+            assert trajectory(outs[rank][i]) == trajectory(first), (precision, rank)
+        assert first["result"]["steps"] == 10
+        steps, losses = zip(*trajectory(first))
+        assert list(steps) == [s for s, _ in ref]
+        rtol = FP32_RTOL if precision == "fp32" else BF16_RTOL
+        assert list(losses) == pytest.approx([v for _, v in ref], rel=rtol, abs=0), precision
+
+
+# -- checkpoints: DCP reshards between layouts ------------------------------------------------
+
+
+def _cut_spec(workers: int, execution: dict) -> str:
+    """Ten steps, a checkpoint every 4, cut by an injected fault at step 6 on the first attempt."""
+    settings = {"checkpoint_interval": 4, **execution}
+    return run_spec(settings.pop("strategy", "auto"), "fp32", workers=workers,
+                    faults={"raise_at_step": 6, "raise_attempts": 1}, execution=settings).to_json()
+
+
+@pytest.mark.slow
+def test_tp2xdp2_checkpoint_resumes_at_dp4_and_on_one_process(tmp_path) -> None:
+    saved = {"to_dp4": str(tmp_path / "to_dp4"), "to_single": str(tmp_path / "to_single")}
+    tp2xdp2 = {"tp": 2, "strategy": "zero3"}
+    first = spawn(until_fault_each, 4, str(tmp_path), [(_cut_spec(4, tp2xdp2), d) for d in saved.values()], 1)[0]
+    for out, run_dir in zip(first, saved.values()):
+        assert out["fault"] is not None
+        ckpt = checkpoint.latest(run_dir)
+        assert ckpt is not None and ckpt.name == "step_00000004"
+        assert len(list(ckpt.glob("*.distcp"))) == 4  # every rank wrote its own shards
+
+    ref = dict(trajectory(train_worker(0, 1, _cut_spec(1, {}), str(tmp_path / "ref"), attempt=2)))
+    dp4 = spawn(until_fault_each, 4, str(tmp_path), [(_cut_spec(4, {"strategy": "zero3"}), saved["to_dp4"])], 2)[0][0]
+    single = until_fault_each(0, 1, [(_cut_spec(1, {}), saved["to_single"])], 2)[0]
+    for name, out in (("dp4", dp4), ("single", single)):
+        assert out["fault"] is None and out["result"]["resumed_from"] == 4, name
+        got = trajectory(out)
+        assert [step for step, _ in got] == list(range(5, 11)), name
+        assert [v for _, v in got] == pytest.approx([ref[s] for s, _ in got], rel=FP32_RTOL, abs=0), name
+
+
+# -- what crosses the wire --------------------------------------------------------------------
+
+
+class CollectiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records (kind, payload bytes) of every collective op dispatched inside it, then runs it.
+
+    A dispatch mode sees the collectives DTensor issues (functional ``all_reduce`` for tensor
+    parallelism) and FSDP2's (``_allgather_base_`` / ``_reduce_scatter_base_``) alike, which
+    ``CommDebugMode`` counts but does not size. Payloads are the model's ``K``: the full tensor
+    (an all-gather's output, a reduce-scatter's input, an all-reduce's tensor).
+    """
+
+    KINDS = {"all_reduce": "all_reduce", "allreduce_": "all_reduce", "all_gather_into_tensor": "all_gather",
+             "_allgather_base_": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+             "_reduce_scatter_base_": "reduce_scatter"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, list[int]] = defaultdict(list)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else ""
+        kind = self.KINDS.get(name)
+        if kind is not None:
+            if name == "_allgather_base_":
+                tensor = args[0]  # output
+            elif name == "allreduce_":
+                tensor = args[0][0]
+            elif name == "_reduce_scatter_base_":
+                tensor = args[1]  # input
+            elif kind == "all_gather":
+                tensor = None
+                self.calls[kind].append(args[0].numel() * args[0].element_size() * args[1])
+            else:
+                tensor = args[0]
+            if tensor is not None:
+                self.calls[kind].append(tensor.numel() * tensor.element_size())
+        return func(*args, **kwargs)
+
+
+def _wire_worker(rank: int, world: int, cases: list[tuple[int, str, str]]) -> dict:
+    """One training step per case; each case's collectives by kind."""
+    import torch.distributed as dist
+
+    from scaling.trainer.parallel import parallelize
+
+    out = {}
+    for tp, strategy, precision in cases:
+        spec = tiny_spec(strategy, precision, workers=world, tp=tp)
+        torch.manual_seed(0)
+        par = parallelize(build_model(spec), spec)
+        opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
+        x, y = global_batch(spec)
+        rows = slice(0, 2)  # every rank the same two sequences: bytes do not depend on the data
+        with CollectiveBytes() as counter:
+            loss_of(par.module, x[rows], y[rows], precision).backward()
+            opt.step()
+        dist.barrier()
+        out[(tp, strategy, precision)] = dict(counter.calls)
+    return out
+
+
+WIRE_CASES = [(2, "auto", "bf16"), (2, "auto", "fp32")]
+WIRE_CASES_2D = [(2, "zero3", "fp32"), (2, "zero3", "bf16"), (2, "zero2", "fp32")]
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory) -> dict[int, list[dict]]:
+    base = tmp_path_factory.mktemp("wire")
+    return {2: spawn(_wire_worker, 2, str(base), WIRE_CASES), 4: spawn(_wire_worker, 4, str(base), WIRE_CASES_2D)}
+
+
+@pytest.mark.parametrize("world,case", [(2, c) for c in WIRE_CASES] + [(4, c) for c in WIRE_CASES_2D])
+def test_model_bytes_equal_what_crosses_the_wire(world: int, case: tuple[int, str, str], wire) -> None:
+    """Per collective kind, the payload bytes of one step equal :func:`scaling.comms.step_traffic`'s, exactly."""
+    tp, strategy, precision = case
+    dp = world // tp
+    layout = ParallelLayout(dp=dp, tp=tp, strategy="ddp" if dp == 1 else strategy, micro_batch=2)  # type: ignore[arg-type]
+    expected: dict[str, float] = defaultdict(float)
+    for t in step_traffic(tiny_spec().shape, layout, precision):  # type: ignore[arg-type]
+        expected[t.kind] += t.bytes_per_step
+    for rank, by_case in enumerate(wire[world]):
+        measured = {kind: float(sum(sizes)) for kind, sizes in by_case[case].items()}
+        assert measured == dict(expected), f"rank {rank}: {by_case[case]}"
+
+
+# -- checks at spec time ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "execution,model,message",
+    [
+        ({"workers": 3, "tp": 2}, {}, "workers \\(3\\) must be a multiple of tp\\*pp"),
+        ({"workers": 4, "tp": 4}, {}, "execution.tp: tp=4 must divide model.n_head \\(2\\)"),
+        ({"workers": 4, "tp": 2, "strategy": "ddp"}, {}, "ddp cannot be combined with tp=2"),
+        ({"workers": 4, "tp": 2, "strategy": "zero1"}, {}, "zero1 cannot be combined with tp=2"),
+    ],
+)
+def test_layouts_that_cannot_work_are_refused_at_spec_time(execution: dict, model: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        RunSpec.from_dict({"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 16, **model},
+                           "tokens": 640, "batch_tokens": 64, "execution": execution})
+
+
+def test_tp_alone_takes_any_strategy_and_shares_the_batch_over_dp_only() -> None:
+    spec = RunSpec.from_dict({"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 16},
+                              "tokens": 640, "batch_tokens": 32, "execution": {"workers": 4, "tp": 2,
+                                                                               "strategy": "zero3"}})
+    assert spec.execution.dp == 2 and spec.micro_batch == 1  # 2 sequences over 2 data-parallel ranks
+    assert tiny_spec("ddp", workers=2, tp=2).execution.dp == 1  # nothing to replicate: allowed
+
+
+# -- memory per rank ------------------------------------------------------------------------------
+
+MEMORY_SHAPE = {"n_layer": 2, "d_model": 128, "n_head": 4, "vocab_size": 256, "context": 32}
+MEMORY_LAYOUTS = [("tp2", 2, 2, "ddp"), ("tp2xdp2", 4, 2, "zero3"), ("dp2", 2, 1, "zero3")]
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def _memory_worker(rank: int, world: int, layouts: list[tuple[str, int, int, str]]) -> dict[str, dict[str, int]]:
+    """Per layout: bytes of the model state this rank holds after a step (parameters, gradients,
+    AdamW state: local shards) and of the activations its forward pass keeps for backward."""
+    import torch.distributed as dist
+
+    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.spec import RunSpec
+
+    out = {}
+    for name, workers, tp, strategy in layouts:
+        if workers != world:
+            continue
+        spec = RunSpec.from_dict({"model": MEMORY_SHAPE, "tokens": 32 * 8 * 10, "batch_tokens": 32 * 8,
+                                  "precision": "fp32", "execution": {"workers": world, "tp": tp, "strategy": strategy}})
+        par = parallelize(build_model(spec), spec)
+        opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
+        x, y = global_batch(spec)
+        rows = slice(0, spec.micro_batch)
+        loss_of(par.module, x[rows], y[rows], "fp32").backward()
+        opt.step()  # AdamW's state now exists; the gradients are kept
+        state = sum(_tensor_bytes(p) + _tensor_bytes(p.grad) for p in par.model.parameters())
+        state += sum(_tensor_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim())
+        held = {id(p) for p in par.model.parameters()}
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if not isinstance(t, torch.nn.Parameter) and id(t) not in held:  # weights are counted in the state
+                local = t.to_local() if hasattr(t, "to_local") else t
+                storage = local.untyped_storage()
+                saved[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_of(par.module, x[rows], y[rows], "fp32")
+        del loss
+        dist.barrier()
+        out[name] = {"state": state, "activations": sum(saved.values()), "micro_batch": spec.micro_batch}
+    return out
+
+
+@pytest.mark.slow
+def test_memory_per_rank_is_what_the_model_estimates(tmp_path) -> None:
+    """Model state plus the activations a forward pass keeps, per rank, within 25% of the estimate.
+
+    Measured as tensor bytes (local shards of parameters, gradients and AdamW state; unique
+    storages saved for backward), not process RSS, which on a CPU holds the allocator's caches.
+    """
+    from scaling.accounting import Shape
+
+    shape = Shape(**MEMORY_SHAPE)
+    measured = {2: spawn(_memory_worker, 2, str(tmp_path), MEMORY_LAYOUTS),
+                4: spawn(_memory_worker, 4, str(tmp_path), MEMORY_LAYOUTS)}
+    for name, workers, tp, strategy in MEMORY_LAYOUTS:
+        for rank, by_layout in enumerate(measured[workers]):
+            got = by_layout[name]
+            dp = workers // tp
+            layout = ParallelLayout(dp=dp, tp=tp, strategy=strategy if dp > 1 else "ddp",  # type: ignore[arg-type]
+                                    micro_batch=got["micro_batch"])
+            est = memory_per_rank(shape, layout, "fp32")
+            state_est = est.weights_bytes + est.gradients_bytes + est.optimizer_bytes
+            assert got["state"] == pytest.approx(state_est, rel=0.01), (name, rank)
+            total, total_est = got["state"] + got["activations"], state_est + est.activations_bytes
+            assert total == pytest.approx(total_est, rel=0.25), (name, rank, got, est)
+
+
+# -- through `scaling sweep` on Ray Train --------------------------------------------------------
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_tp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
+    """``resources: {workers: 2, tp: 2}``: Ray Train starts two workers, the trainer builds the mesh
+    from the spec, and the stored losses are those of the same run on one process."""
+    import yaml
+
+    from scaling import vocab as names
+    from scaling.db import connect
+    from scaling.orchestrator.sweep import run_sweep
+
+    plan = tmp_path / "tp.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "tp", "runs_dir": str(tmp_path / "runs"),
+        "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
+        "train": {"precision": "fp32", "batch_tokens": 256, "eval_interval": 1000, "eval_tokens": 1024,
+                  "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}},
+        "resources": {"num_cpus": 2, "workers": 2, "tp": 2, "cpus_per_worker": 1},
+        "retries": 0,
+        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [256 * 6]}],
+    }))
+    out = run_sweep(plan, db=sqlite_url, fit=False, report=False, echo=lambda s: None).outcome
+    assert len(out.completed) == 1 and not out.failed
+    res = connect(sqlite_url)
+    run = res.runs(sweep="tp").iloc[0]
+    assert run["spec"]["execution"]["tp"] == 2 and run["spec"]["execution"]["workers"] == 2
+    stored = res.metrics(run_keys=[run["run_key"]], names=[names.TRAIN_LOSS]).sort_values("step")
+    assert stored["step"].tolist() == list(range(1, 7))  # each step once
+
+    one = RunSpec.model_validate(run["spec"])
+    one = one.model_copy(update={"execution": one.execution.model_copy(update={"workers": 1, "tp": 1})})
+    ref = trajectory(train_worker(0, 1, one.to_json(), str(tmp_path / "ref")))
+    # The reference reports at checkpoints (steps 4 and 6); compare those steps.
+    by_step = dict(zip(stored["step"], stored["value"]))
+    assert [by_step[s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
+
+
+def test_a_plan_under_auto_places_tp_with_dp_on_fsdp2() -> None:
+    """``strategy: auto`` with tp2 x dp2 resolves to an FSDP2 stage (ddp could not take the DTensors)."""
+    from scaling.accounting import Shape
+    from scaling.orchestrator.plan import Plan
+
+    plan = Plan.model_validate({
+        "name": "tp", "runs_dir": "runs", "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
+        "train": {"precision": "fp32", "batch_tokens": 512}, "resources": {"workers": 4, "tp": 2},
+        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [5120]}],
+    })
+    spec = plan.run_spec(Shape(2, 32, 2, 256, 32), 5120, 1e-3, 512)
+    strategy, est = plan.place(spec)
+    assert strategy == "zero2"
+    layout = ParallelLayout(dp=2, tp=2, strategy="zero2", micro_batch=spec.micro_batch)
+    assert est == memory_per_rank(spec.shape, layout, "fp32")
