@@ -255,12 +255,13 @@ class RunSpec(Recipe):
         problem = batch_problem(self.batch_tokens, self.model.context, ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
-        if ex.tp > 1:
-            from scaling.trainer.tensor_parallel import tp_problem
+        if ex.tp * ex.pp > 1:
+            from scaling.layout import SCHEDULES, shape_problem
 
-            problem = tp_problem(self.model.n_head, self.model.d_model, ex.tp)
+            problem = shape_problem(self.shape, ex.tp, ex.pp, SCHEDULES[ex.pp_schedule][1] if ex.pp > 1 else 1)
             if problem:
-                raise ValueError(f"execution.tp: {problem}")
+                raise ValueError(f"execution: {problem}")
+        if ex.tp > 1:
             if ex.dp > 1 and ex.strategy in ("ddp", "zero1"):
                 raise ValueError(
                     f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "

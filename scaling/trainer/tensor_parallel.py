@@ -30,18 +30,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scaling.errors import SpecError
+from scaling.layout import shape_problem
 
 if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torch-free
     from torch import nn
-
-
-def tp_problem(n_head: int, d_model: int, tp: int) -> str | None:
-    """Why a model cannot be split over ``tp`` tensor ranks (None: it can)."""
-    if n_head % tp:
-        return f"tp={tp} must divide model.n_head ({n_head}): each tensor rank computes whole heads"
-    if (4 * d_model) % tp:
-        return f"tp={tp} must divide 4*model.d_model ({4 * d_model}): the MLP's hidden units are split"
-    return None
 
 
 def block_plan() -> dict[str, Any]:
@@ -78,9 +70,9 @@ def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Mod
         return
     cfg = getattr(model, "cfg", None)
     if cfg is not None:
-        problem = tp_problem(cfg.n_head, cfg.d_model, tp)
+        problem = shape_problem(cfg, tp, 1)
         if problem:
-            raise SpecError(f"execution.tp: {problem}")
+            raise SpecError(f"execution: {problem}")
     for block in blocks:
         parallelize_module(block, tp_mesh, block_plan())
         for name in {style.split(".")[0] for style in block_plan()}:  # attn, mlp
