@@ -36,7 +36,7 @@ from scaling.trainer.model import build_model
 from scaling.trainer.optim import lr_at, param_groups
 from scaling.trainer.precision import autocast, resolve_on_ranks, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
-from scaling.trainer.runtime import Runtime, Single
+from scaling.trainer.runtime import Runtime, Single, mesh_coords
 from scaling.trainer.spec import RunSpec
 
 ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
@@ -71,8 +71,11 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
     corpus = load_corpus(spec.data)
     check_corpus(spec, corpus)
     batches = Batches(corpus, spec.model.context, spec.sequences_per_batch, spec.seed)
-    first, share = batches.shard(0, rt.rank, rt.world_size)
-    parts = micro_batches(spec.sequences_per_batch, rt.world_size, share, spec.execution.micro_batch_size)
+    ex = spec.execution
+    # Data-parallel coordinates: pipeline (and tensor) ranks of one column read the same share.
+    dp = rt.world_size // (ex.tp * ex.pp)
+    first, share = batches.shard(0, mesh_coords(rt.rank, dp, ex.tp)[1], dp)
+    parts = micro_batches(spec.sequences_per_batch, dp, share, ex.micro_batch_size)
     return RunData(corpus=corpus, batches=batches, first=first, parts=parts,
                    micro=max(count for _, count in parts),
                    eval_rows=eval_windows(corpus, spec.model.context, spec.eval_tokens))
@@ -81,6 +84,10 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
 def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
     """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process)."""
     ex = spec.execution
+    if ex.pp > 1:
+        from scaling.trainer.pipeline import build_pipeline
+
+        return build_pipeline(spec, rt)
     model = build_model(spec.shape, spec.seed).to(rt.device)
     if rt.distributed:
         from scaling.trainer.parallel import parallelize
@@ -146,6 +153,7 @@ class Trainer:
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
         self.par = build_parallel_model(spec, self.rt)
+        self.pipelined = spec.execution.pp > 1
         self.optimizer = build_optimizer(spec, self.par, self.rt)
         self.fp16 = uses_loss_scaling(spec.precision)
         self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
@@ -239,6 +247,13 @@ class Trainer:
         batch, world = spec.sequences_per_batch, self.rt.world_size
         weighted = torch.zeros((), device=dev)
         poisoned = self.faults is not None and self.faults.poisons(self.cursor)
+        if self.pipelined:  # the schedule splits the share into its micro-batches itself
+            share = sum(count for _, count in self.data.parts)
+            x, y = self.data.batches.get(self.cursor, self.data.first, share)
+            scale = 1.0
+            if poisoned:
+                y, scale = self.faults.poison(y, self.cursor)
+            return self.par.step(x.to(dev), y.to(dev), scale)
         for i, (offset, count) in enumerate(self.data.parts):
             x, y = self.data.batches.get(self.cursor, self.data.first + offset, max(count, 1))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
@@ -366,6 +381,9 @@ class Trainer:
     def evaluate(self) -> float:
         """Mean loss on the fixed held-out windows; ranks split them and sum (equal forward
         counts on every rank, padding with zero-weight windows, as sharded models need)."""
+        if self.pipelined:
+            total, count = self.par.eval_sums(self.data.eval_rows)
+            return float(self.rt.sum(total) / self.rt.sum(count))
         rows, world, rank = self.data.eval_rows, self.rt.world_size, self.rt.rank
         n = len(rows)
         per = math.ceil(n / world)
@@ -403,7 +421,8 @@ class Trainer:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
-                  "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context)}
+                  "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
+                  **getattr(self.par, "layout", {})}
         self.rec.event(self.step, names.DATA, detail)
 
     def _after_step(self) -> None:

@@ -81,6 +81,25 @@ class Runtime:
         return box[0]
 
 
+def build_mesh(world: int, dp: int, tp: int, pp: int, device_type: str = "cpu") -> Any:
+    """The run's device mesh with dims ("pp", "dp", "tp"), tensor-parallel ranks innermost.
+
+    Row-major over (pp, dp, tp), as Megatron orders ranks: a rank's coordinates are
+    :func:`mesh_coords`, so tensor groups are neighbours (inside a node) and pipeline stages
+    are furthest apart.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if dp * tp * pp != world:
+        raise ValueError(f"dp*tp*pp = {dp}*{tp}*{pp} is not the world size {world}")
+    return init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+
+
+def mesh_coords(rank: int, dp: int, tp: int) -> tuple[int, int, int]:
+    """(pp, dp, tp) coordinates of ``rank`` in :func:`build_mesh`'s layout."""
+    return rank // (dp * tp), (rank // tp) % dp, rank % tp
+
+
 class Single:
     """The single-process counterpart of :class:`scaling.trainer.parallel.Parallel`.
 
