@@ -279,32 +279,44 @@ def test_p2p_bytes_equal_the_comms_model(tmp_path) -> None:
 
 # -- the bubble ------------------------------------------------------------------------------
 
+#: Each micro-batch's compute per rank, padded to these durations (see the bubble test).
+PAD_FORWARD_S, PAD_BACKWARD_S = 0.15, 0.30
 
-def bubble_worker(rank: int, world: int, s: RunSpec, steps: int) -> list[float]:
+
+def bubble_worker(rank: int, world: int, specs: list[RunSpec], steps: int) -> list[list[float]]:
+    """:func:`idle_shares` of each spec in turn, in the same processes."""
+    return [idle_shares(rank, s, steps) for s in specs]
+
+
+def idle_shares(rank: int, s: RunSpec, steps: int) -> list[float]:
     """Per step, the share of the step this rank spent outside its stages' forward and backward.
 
     Each stage's ``forward_one_chunk`` and ``backward_one_chunk`` (the compute of one
-    micro-batch, loss included; waiting for a peer happens outside them, in the schedule) is
-    timed by wrapping the bound method; the step is timed around ``Pipeline.step``.
+    micro-batch, loss included; waiting for a peer happens outside them, in the schedule) runs
+    for real and is then padded with a sleep to a fixed duration (a rank's per-micro-batch time
+    split over its stages by their blocks); the step is timed around ``Pipeline.step``.
     """
     from scaling.trainer.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     pipe = build_pipeline(s, Runtime.current("cpu"))
     busy = [0.0]
+    blocks = sum(len(m.blocks) for m in pipe.stage_modules)
 
-    def timed(fn: Any) -> Any:
+    def padded(fn: Any, seconds: float) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
+                time.sleep(max(0.0, seconds - (time.perf_counter() - t0)))
                 busy[0] += time.perf_counter() - t0
         return run
 
-    for stage in pipe.stages:
-        stage.forward_one_chunk = timed(stage.forward_one_chunk)
-        stage.backward_one_chunk = timed(stage.backward_one_chunk)
+    for stage, module in zip(pipe.stages, pipe.stage_modules):
+        share = len(module.blocks) / blocks
+        stage.forward_one_chunk = padded(stage.forward_one_chunk, PAD_FORWARD_S * share)
+        stage.backward_one_chunk = padded(stage.backward_one_chunk, PAD_BACKWARD_S * share)
     x, y = _share(s, rank)
     idle = []
     for i in range(steps + 1):
@@ -312,31 +324,30 @@ def bubble_worker(rank: int, world: int, s: RunSpec, steps: int) -> list[float]:
         t0 = time.perf_counter()
         pipe.step(x, y)
         elapsed = time.perf_counter() - t0
-        if i:  # the first step also infers shapes
+        if i:  # the first step also infers the stages' shapes
             idle.append(1.0 - busy[0] / elapsed)
     return idle
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_bubble_equals_the_measured_idle_share(schedule: str, tmp_path) -> None:
-    """The idle share of a step, (p-1)/(m+p-1), matches what the ranks measure within 10%.
+def test_bubble_equals_the_measured_idle_share(tmp_path) -> None:
+    """The idle share of a step, (p-1)/(v*m+p-1), matches what the ranks measure within 10%.
 
     Measurement: each rank times its stages' compute (forward and backward of each
-    micro-batch) and the whole step; idle = 1 - busy/step. In the schedule's model every
-    stage's forward and backward take equally long and communication is free, so the case is
-    built for that: 2 equal stages of 2 blocks each, wide (d_model 256) and short-vocabulary so
-    that the blocks' compute dwarfs the embedding, head and the point-to-point copies, and
-    m = 8 micro-batches. The median over steps and the mean over the two ranks resist a
-    neighbour process stealing the CPU for a moment.
+    micro-batch, the loss included) and the whole step; idle = 1 - busy/step, the median over
+    three steps, averaged over the two ranks. The formula (Narayanan et al. 2021) holds when
+    every stage's forward takes t_f and backward t_b and communication is free; on a CPU
+    shared with other jobs the ranks' compute times are whatever the scheduler grants them, so
+    each micro-batch's real compute is padded with a sleep to fixed t_f = 0.15 s and t_b = 0.30 s
+    per rank (halved per chunk under interleaving). What is measured is then the schedule
+    itself: which ranks wait for which, and for how long, including the point-to-point
+    transfers and the tied-embedding all-reduce, which count as idle. m = 4 micro-batches.
     """
-    s = RunSpec.from_dict({
-        "model": {"n_layer": 4, "d_model": 256, "n_head": 4, "vocab_size": 256, "context": 64},
-        "tokens": 64 * 16 * 10, "batch_tokens": 64 * 16, "precision": "fp32",
-        "execution": {"workers": 2, "pp": 2, "pp_schedule": schedule, "micro_batch_size": 2, "threads": 1},
-    })
-    m = 8
-    expected = bubble_fraction(2, m, schedule)  # type: ignore[arg-type]
-    idle = spawn(bubble_worker, 2, str(tmp_path), s, 5)
-    measured = sum(sorted(r)[len(r) // 2] for r in idle) / len(idle)
-    assert measured == pytest.approx(expected, rel=0.10), f"measured idle {measured:.3f}, model {expected:.3f} ({idle})"
+    outs = spawn(bubble_worker, 2, str(tmp_path), [spec(2, 2, sch) for sch in SCHEDULES], 3)
+    for i, schedule in enumerate(SCHEDULES):
+        chunks = 2 if schedule == "interleaved_1f1b" else 1
+        expected = bubble_fraction(2, 4, "interleaved" if chunks > 1 else schedule, chunks)  # type: ignore[arg-type]
+        idle = [out[i] for out in outs]
+        measured = sum(sorted(r)[len(r) // 2] for r in idle) / len(idle)
+        assert measured == pytest.approx(expected, rel=0.10), (
+            f"{schedule}: measured idle {measured:.3f}, model {expected:.3f} ({idle})")
