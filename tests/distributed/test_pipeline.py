@@ -8,7 +8,6 @@ of 2 (m = 4 on pp2, m = 2 per data-parallel rank on pp2 x dp2).
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import time
 from collections import defaultdict
@@ -18,8 +17,8 @@ import pytest
 import torch
 
 from _workers import global_batch, loss_of, spawn, train_until_fault, train_worker, trajectory
-from scaling.accounting import Shape
-from scaling.comms import ParallelLayout, bubble_fraction, step_traffic
+from scaling.accounting import model_state_bytes
+from scaling.comms import ParallelLayout, bubble_fraction, memory_per_rank, params_per_rank, step_traffic
 from scaling.trainer import checkpoint
 from scaling.trainer.spec import RunSpec
 
@@ -90,8 +89,28 @@ def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, 
         loss = pipe.step(*_share(s, rank))
         dist.all_reduce(loss)
         norm = pipe.clip_grad_norm(0.0)  # 0: measure, do not clip
-        out.append({"grads": pipe.full_grads(), "loss": float(loss), "norm": float(norm)})
+        grads = pipe.full_grads()
+        opt = pipe.build_optimizer(pipe.model.parameters(), lr=1e-3)
+        opt.step()
+        out.append({"grads": grads, "loss": float(loss), "norm": float(norm), "state": state_bytes(pipe.model, opt),
+                    "first": pipe.has_first})
     return out
+
+
+def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of the distinct storages of the parameters, gradients and optimizer state this rank
+    holds (local shards; FSDP2's gradient shards are views of one reduce-scatter output each)."""
+    def storages(tensors: list[torch.Tensor]) -> int:
+        seen: dict[int, int] = {}
+        for t in tensors:
+            t = t.to_local() if hasattr(t, "to_local") else t
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(seen.values())
+
+    params = list(model.parameters())  # each once (the tied copy is one parameter)
+    return {"weights": storages(params),
+            "gradients": storages([p.grad for p in params if p.grad is not None]),
+            "optimizer": storages([v for st in opt.state.values() for k, v in st.items() if k != "step"])}
 
 
 GRAD_CASES = {2: [spec(2, 2, sch) for sch in SCHEDULES], 4: [spec(4, 2, "1f1b", "zero3")]}
@@ -116,6 +135,18 @@ def test_gradients_match_single_process(world: int, tmp_path) -> None:
                 seen.add(name)
                 torch.testing.assert_close(g, ref[name], rtol=FP32_RTOL, atol=1e-7, msg=f"{what}: rank {rank} {name}")
         assert seen == set(ref), what  # the stages together hold every parameter
+        # Model state per rank is what scaling.comms counts: blocks/pp, the embeddings on the
+        # first stage, the final norm and the tied copy on the last, sharded over dp by ZeRO.
+        ex = s.execution
+        strategy = ex.strategy if ex.dp > 1 else "ddp"
+        layout = ParallelLayout(dp=ex.dp, pp=2, strategy=strategy, micro_batches=4 // ex.dp, micro_batch=2)
+        first = memory_per_rank(s.shape, layout, "fp32")
+        last = model_state_bytes(params_per_rank(s.shape, 1, 2, stage=1), "fp32", strategy, ex.dp)
+        for rank in range(world):
+            got = outs[rank][i]["state"]
+            expected = (first.weights_bytes, first.gradients_bytes, first.optimizer_bytes) if outs[rank][i]["first"] \
+                else last
+            assert (got["weights"], got["gradients"], got["optimizer"]) == expected, f"{what}: rank {rank}"
 
 
 # -- ten-step trajectories through the real loop -----------------------------------------------
