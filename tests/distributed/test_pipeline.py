@@ -50,6 +50,44 @@ def spec(workers: int = 1, pp: int = 1, schedule: str = "1f1b", strategy: str = 
     })
 
 
+# -- what a plan may ask for ---------------------------------------------------------------
+
+
+def test_blocks_split_as_evenly_as_possible() -> None:
+    from scaling.trainer.pipeline import split_blocks, stages_of_rank
+
+    assert split_blocks(4, 2) == [range(0, 2), range(2, 4)]
+    assert split_blocks(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
+    assert stages_of_rank(1, 2, 2) == [1, 3]  # interleaved: rank r runs stages r and r + pp
+    with pytest.raises(ValueError, match="cannot each hold a block"):
+        split_blocks(2, 3)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"workers": 3}, r"workers \(3\) is not a multiple of tp\*pp \(1\*2\)"),
+    ({"pp_schedule": "interleaved_1f1b", "pp": 4, "workers": 4},
+     r"interleaved_1f1b needs n_layer \(4\) to be a multiple of 2\*pp = 8"),
+    ({"pp": 8, "workers": 8}, r"n_layer \(4\) gives some stage no block"),
+    ({"micro_batch_size": 3}, r"micro_batch_size 3 does not divide a data-parallel rank's share of 8"),
+    ({"micro_batch_size": 8, "pp_schedule": "interleaved_1f1b"}, r"micro-batches \(1\) to be a multiple of pp"),
+    ({"compile": True}, "compile is not supported with pipelining"),
+])
+def test_layouts_a_pipeline_cannot_run_are_refused_in_one_line(change: dict, message: str) -> None:
+    from scaling.errors import SpecError
+
+    ex = {"workers": 2, "pp": 2, "micro_batch_size": 2, **change}
+    with pytest.raises(SpecError, match=message) as err:
+        RunSpec.from_dict({"model": MODEL, "tokens": 2560, "batch_tokens": 256, "precision": "fp32", "execution": ex})
+    assert "\n" not in str(err.value)
+
+
+def test_fp16_is_refused_with_pipelining() -> None:
+    from scaling.errors import SpecError
+
+    with pytest.raises(SpecError, match="fp16"):
+        spec(2, 2, precision="fp16")
+
+
 # -- gradients of one step ------------------------------------------------------------------
 
 
