@@ -248,8 +248,8 @@ def train_reference_eval(precision: str) -> float:
 # -- checkpoints: saved at pp2, resumed on one process ------------------------------------------
 
 
-def until_fault_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [train_until_fault(rank, world, spec_json, run_dir, 1) for spec_json, run_dir in runs]
+def until_fault_each(rank: int, world: int, runs: list[tuple[str, str]], attempt: int = 1) -> list[dict[str, Any]]:
+    return [train_until_fault(rank, world, spec_json, run_dir, attempt) for spec_json, run_dir in runs]
 
 
 def _cut(s: RunSpec) -> str:
@@ -277,6 +277,21 @@ def test_checkpoint_saved_at_pp2_resumes_on_one_process(tmp_path) -> None:
         got = trajectory(resumed)
         assert [step for step, _ in got] == list(range(5, 11)), sch
         assert [v for _, v in got] == pytest.approx([ref[step] for step, _ in got], rel=FP32_RTOL, abs=0), sch
+
+
+@pytest.mark.slow
+def test_checkpoint_saved_interleaved_resumes_under_1f1b(tmp_path) -> None:
+    """A pipeline checkpoint resumes at pp2 too, under another schedule (other stage boundaries:
+    four chunks of one block become two stages of two)."""
+    run_dir = str(tmp_path / "run")
+    cut = spawn(until_fault_each, 2, str(tmp_path), [(_cut(spec(2, 2, "interleaved_1f1b")), run_dir)])
+    assert cut[0][0]["fault"] is not None
+    resumed = spawn(until_fault_each, 2, str(tmp_path), [(_cut(spec(2, 2, "1f1b")), run_dir)], 2)[0][0]
+    ref = dict(trajectory(train_worker(0, 1, _cut(spec()), str(tmp_path / "ref"), attempt=2)))
+    assert resumed["fault"] is None and resumed["result"]["resumed_from"] == 4
+    got = trajectory(resumed)
+    assert [step for step, _ in got] == list(range(5, 11))
+    assert [v for _, v in got] == pytest.approx([ref[step] for step, _ in got], rel=FP32_RTOL, abs=0)
 
 
 # -- what crosses the wire ---------------------------------------------------------------------
