@@ -82,6 +82,10 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
 def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
     """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process)."""
     ex = spec.execution
+    if ex.pp > 1:
+        from scaling.trainer.pipeline import build_pipeline
+
+        return build_pipeline(spec, rt)
     model = build_model(spec.shape, spec.seed).to(rt.device)
     if rt.distributed:
         from scaling.trainer.parallel import parallelize
@@ -147,6 +151,7 @@ class Trainer:
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
         self.par = build_parallel_model(spec, self.rt)
+        self.pipelined = spec.execution.pp > 1
         self.optimizer = build_optimizer(spec, self.par, self.rt)
         self.fp16 = uses_loss_scaling(spec.precision)
         self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
@@ -240,6 +245,13 @@ class Trainer:
         batch, world = spec.sequences_per_batch, self.rt.dp
         weighted = torch.zeros((), device=dev)
         poisoned = self.faults is not None and self.faults.poisons(self.cursor)
+        if self.pipelined:  # the schedule splits the share into its micro-batches itself
+            share = sum(count for _, count in self.data.parts)
+            x, y = self.data.batches.get(self.cursor, self.data.first, share)
+            scale = 1.0
+            if poisoned:
+                y, scale = self.faults.poison(y, self.cursor)
+            return self.par.step(x.to(dev), y.to(dev), scale)
         for i, (offset, count) in enumerate(self.data.parts):
             x, y = self.data.batches.get(self.cursor, self.data.first + offset, max(count, 1))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
@@ -367,6 +379,9 @@ class Trainer:
     def evaluate(self) -> float:
         """Mean loss on the fixed held-out windows; ranks split them and sum (equal forward
         counts on every rank, padding with zero-weight windows, as sharded models need)."""
+        if self.pipelined:
+            total, count = self.par.eval_sums(self.data.eval_rows)
+            return float(self.rt.sum(total) / self.rt.sum(count))
         rows, world, rank = self.data.eval_rows, self.rt.dp, self.rt.dp_rank
         n = len(rows)
         per = math.ceil(n / world)
@@ -404,7 +419,8 @@ class Trainer:
             self._save()  # step 0: the state a spike before the first checkpoint rolls back to
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
-                  "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context)}
+                  "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
+                  **getattr(self.par, "layout", {})}
         self.rec.event(self.step, names.DATA, detail)
 
     def _after_step(self) -> None:

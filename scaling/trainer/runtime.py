@@ -73,15 +73,15 @@ class Runtime:
     @property
     def dp_rank(self) -> int:
         """This rank's data-parallel index (its share of each batch), as :func:`build_mesh` lays ranks out."""
-        return (self.rank // self.tp) % self.dp
+        return mesh_coords(self.rank, self.dp, self.tp)[1]
 
     @property
     def tp_rank(self) -> int:
-        return self.rank % self.tp
+        return mesh_coords(self.rank, self.dp, self.tp)[2]
 
     @property
     def pp_rank(self) -> int:
-        return self.rank // (self.tp * self.dp)
+        return mesh_coords(self.rank, self.dp, self.tp)[0]
 
     def mesh(self) -> Any:
         """A new ``("pp", "dp", "tp")`` mesh over this world (collective)."""
@@ -134,6 +134,11 @@ class Runtime:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+
+def mesh_coords(rank: int, dp: int, tp: int) -> tuple[int, int, int]:
+    """(pp, dp, tp) coordinates of ``rank`` in :func:`build_mesh`'s layout (row-major, tp innermost)."""
+    return rank // (dp * tp), (rank // tp) % dp, rank % tp
 
 
 class Single:

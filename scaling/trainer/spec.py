@@ -220,6 +220,53 @@ class ExecutionSpec(Placement, LoopSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
+#: Model chunks per pipeline rank of each schedule (the interleaved one loops over two).
+PIPELINE_CHUNKS: dict[str, int] = {"gpipe": 1, "1f1b": 1, "interleaved_1f1b": 2}
+
+
+def pipeline_micro_batches(sequences: int, dp: int, requested: Optional[int]) -> int:
+    """Pipeline micro-batches m: a data-parallel rank's share split by ``micro_batch_size``
+    (one micro-batch when it is not set)."""
+    share = sequences // dp
+    return share // min(requested or share, share)
+
+
+def pipeline_problem(spec: "RunSpec") -> Optional[str]:
+    """Why ``spec`` cannot be pipelined as its ``execution`` asks, or None (also None for pp = 1).
+
+    Every stage holds at least one block (``interleaved_1f1b``: two chunks per rank, so n_layer
+    is a multiple of 2*pp); each data-parallel rank's share of the batch splits into equal
+    micro-batches (a stage's send and receive buffers have one shape), and the interleaved
+    schedule runs them in whole rounds of pp.
+    """
+    ex = spec.execution
+    if ex.pp == 1:
+        return None
+    where = f"execution.pp={ex.pp}"
+    chunks = PIPELINE_CHUNKS[ex.pp_schedule]
+    n_layer = spec.model.n_layer
+    if chunks > 1 and n_layer % (ex.pp * chunks):
+        return (f"{where}: pp_schedule {ex.pp_schedule} needs n_layer ({n_layer}) to be a multiple of "
+                f"{chunks}*pp = {chunks * ex.pp}")
+    if n_layer < ex.pp:
+        return f"{where}: n_layer ({n_layer}) gives some stage no block"
+    if spec.precision == "fp16":
+        return f"{where}: precision fp16 (loss scaling) is not supported with pipelining; use bf16 or fp32"
+    if ex.compile:
+        return f"{where}: compile is not supported with pipelining"
+    sequences, dp = spec.sequences_per_batch, ex.dp
+    if sequences % dp:
+        return f"{where}: {sequences} sequences per batch do not split evenly over dp={dp}"
+    share, size = sequences // dp, ex.micro_batch_size or sequences // dp
+    if share % min(size, share):
+        return (f"{where}: micro_batch_size {size} does not divide a data-parallel rank's share of "
+                f"{share} sequences into equal micro-batches")
+    m = pipeline_micro_batches(sequences, dp, ex.micro_batch_size)
+    if chunks > 1 and m % ex.pp:
+        return f"{where}: pp_schedule {ex.pp_schedule} needs micro-batches ({m}) to be a multiple of pp"
+    return None
+
+
 class RunSpec(Recipe):
     """One training run. Immutable; build variants with ``spec.model_copy(update=...)``."""
 
@@ -255,13 +302,12 @@ class RunSpec(Recipe):
         problem = batch_problem(self.batch_tokens, self.model.context, ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
-        if ex.tp * ex.pp > 1:
-            from scaling.layout import SCHEDULES, shape_problem
+        if ex.tp > 1:
+            from scaling.layout import shape_problem
 
-            problem = shape_problem(self.shape, ex.tp, ex.pp, SCHEDULES[ex.pp_schedule][1] if ex.pp > 1 else 1)
+            problem = shape_problem(self.shape, ex.tp, 1)  # the pipeline's split: pipeline_problem
             if problem:
                 raise ValueError(f"execution: {problem}")
-        if ex.tp > 1:
             if ex.dp > 1 and ex.strategy in ("ddp", "zero1"):
                 raise ValueError(
                     f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
@@ -269,6 +315,9 @@ class RunSpec(Recipe):
                 )
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
+        problem = pipeline_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

@@ -1,0 +1,380 @@
+"""Pipeline parallelism: the model split into ``pp`` stages by blocks, run by a torch schedule.
+
+``build_pipeline(spec, rt)`` returns a :class:`Pipeline`, which the loop uses in place of
+:class:`~scaling.trainer.parallel.Parallel`: the same hooks (optimizer, clipping, scaler,
+``model`` for checkpoints) plus ``step(x, y)``, one pipelined forward/backward of a
+data-parallel rank's share of the batch, and ``eval_sums(rows)``.
+
+Splitting. Each rank builds the whole model from the seed (so every stage starts from the
+single-process weights) and keeps only its stages' parts, split by hand rather than traced
+with ``pipeline()``: the stage modules keep the unsplit model's parameter names
+("blocks.3.attn.qkv.weight"), so checkpoints written at any ``pp`` reshard through DCP to any
+other layout with no name mapping, and FSDP2 shards each stage's blocks as it does the whole
+model's. Stage 0 holds the embeddings and its blocks, the last stage its blocks, the final norm
+and the output layer, which is the tied token embedding: the last stage keeps its own copy
+under the same name ``wte.weight``. Blocks are split as evenly as possible (earlier stages take
+the remainder). ``interleaved_1f1b`` gives each rank two stages, ``rank`` and ``rank + pp``
+(torch's looped placement); their parts share one rank model (``Pipeline.model``).
+
+The tied embedding. Its gradient has a part from the input lookup (first stage) and one from
+the output layer (last stage); after each step the two copies' gradients are all-reduced over
+a two-rank group (first and last stage of each data-parallel column), so both copies take the
+same update and stay equal, and the sum is the single-process gradient. This is the one
+collective besides the schedule's point-to-point activations that the communication model
+(:func:`scaling.comms.pp_traffic`) counts.
+
+The loss. The schedule computes it on the last stage, per micro-batch, as the summed token
+cross-entropy times ``dp / (batch tokens)`` (so the micro-batches' gradients add up to the
+global batch's mean once data parallelism averages over ``dp``; ``scale_grads=False``). ``step``
+returns that stage's share of the global mean (zero elsewhere); the loop's all-reduce of it
+gives every rank the same loss, rank 0 logs it once. Clipping uses the global norm over every
+stage (each parameter counted once: the last stage's tied copy is left out of the sum).
+
+Activations cross stage boundaries in the compute dtype (bf16 under bf16, as Megatron sends
+them); the next stage continues its residual stream in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from scaling.trainer.model import GPT, build_model
+from scaling.trainer.precision import DTYPES, autocast
+from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
+from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
+
+#: Target value the loss ignores (evaluation pads its last chunk with it).
+IGNORE = -100
+#: The tied parameter's name on every stage that holds it.
+TIED = "wte.weight"
+
+
+def split_blocks(n_layer: int, stages: int) -> list[range]:
+    """Block indices of each stage: as even as possible, the first ``n_layer % stages`` one longer."""
+    if not 1 <= stages <= n_layer:
+        raise ValueError(f"{stages} stages cannot each hold a block of {n_layer}")
+    base, extra = divmod(n_layer, stages)
+    bounds = [0]
+    for s in range(stages):
+        bounds.append(bounds[-1] + base + (1 if s < extra else 0))
+    return [range(bounds[s], bounds[s + 1]) for s in range(stages)]
+
+
+def stages_of_rank(pp_rank: int, pp: int, chunks: int) -> list[int]:
+    """The stage indices pipeline rank ``pp_rank`` runs (looped: ``pp_rank + k*pp``)."""
+    return [pp_rank + k * pp for k in range(chunks)]
+
+
+class StageModule(nn.Module):
+    """Blocks ``blocks`` of a GPT, with the embeddings on the first stage and norm + head on the last.
+
+    Parameter names are the unsplit model's (the blocks sit in a ModuleDict keyed by their
+    index). The forward maps token ids (first stage) or the residual stream (others) to the
+    residual stream (cast to ``boundary_dtype``) or, on the last stage, logits.
+    """
+
+    def __init__(self, model: GPT, blocks: range, first: bool, last: bool, boundary_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        self.context = model.cfg.context
+        self.boundary_dtype = boundary_dtype
+        self.activation_checkpointing = False
+        if first or last:
+            self.wte = model.wte  # the last stage's output layer is tied to it
+        if first:
+            self.wpe = model.wpe
+        self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in blocks})
+        if last:
+            self.ln_f = model.ln_f
+            self.lm_head = model.lm_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            if x.size(1) > self.context:
+                raise ValueError(f"sequence of {x.size(1)} tokens exceeds the context of {self.context}")
+            x = self.wte(x) + self.wpe(torch.arange(x.size(1), device=x.device))
+        for block in self.blocks.values():
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        if self.last:
+            return self.lm_head(self.ln_f(x))
+        return x.to(self.boundary_dtype)
+
+
+class RankModel(nn.Module):
+    """Every part the stages of one rank hold, under the unsplit model's names.
+
+    What checkpoints, the optimizer and the loop see as "the model" of this rank; the stage
+    modules share its submodules.
+    """
+
+    def __init__(self, stages: list[StageModule]) -> None:
+        super().__init__()
+        for name in ("wte", "wpe"):
+            for stage in stages:
+                if hasattr(stage, name):
+                    setattr(self, name, getattr(stage, name))
+                    break
+        self.blocks = nn.ModuleDict({k: v for stage in stages for k, v in stage.blocks.items()})
+        for name in ("ln_f", "lm_head"):
+            for stage in stages:
+                if hasattr(stage, name):
+                    setattr(self, name, getattr(stage, name))
+
+
+@dataclass
+class Pipeline:
+    """This rank's stages, their schedule and the hooks the loop needs (see the module docstring)."""
+
+    spec: RunSpec
+    rt: Runtime
+    mesh: Any
+    stage_modules: list[StageModule]
+    stages: list[Any]
+    schedule: Any
+    model: nn.Module
+    strategy: str  # the data-parallel strategy over "dp" ("single" when dp = 1)
+    micro_batches: int
+    tied_group: Any = None
+    group: Any = None  # the data-parallel group (ZeRO-1's optimizer)
+    _weight: float = field(default=1.0, init=False)
+    _logit_scale: float = field(default=1.0, init=False)
+
+    # -- where this rank sits -------------------------------------------------------------------
+    @property
+    def module(self) -> nn.Module:
+        return self.model
+
+    @property
+    def pp(self) -> int:
+        return self.spec.execution.pp
+
+    @property
+    def dp(self) -> int:
+        return self.spec.execution.dp
+
+    @property
+    def is_fsdp(self) -> bool:
+        return self.strategy in ("zero2", "zero3")
+
+    @property
+    def has_first(self) -> bool:
+        return any(m.first for m in self.stage_modules)
+
+    @property
+    def has_last(self) -> bool:
+        return any(m.last for m in self.stage_modules)
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        """What the run's ``data`` event records about the pipeline."""
+        return {"pp": self.pp, "dp": self.dp, "pp_schedule": self.spec.execution.pp_schedule,
+                "micro_batches": self.micro_batches}
+
+    # -- one step ----------------------------------------------------------------------------------
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self._logit_scale != 1.0:
+            logits = logits * self._logit_scale
+        total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum", ignore_index=IGNORE)
+        return total * self._weight
+
+    def _run(self, x: torch.Tensor, y: torch.Tensor, losses: list[torch.Tensor], train: bool) -> None:
+        run = self.schedule.step if train else self.schedule.eval
+        args = (x,) if self.has_first else ()
+        kwargs = {"target": y, "losses": losses} if self.has_last else {}
+        with autocast(self.spec.precision, self.rt.device):
+            run(*args, **kwargs)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, logit_scale: float = 1.0) -> torch.Tensor:
+        """Forward and backward of this data-parallel rank's share ``(x, y)`` of the batch.
+
+        Returns this rank's part of the global batch's mean loss (the last stage's; zero on the
+        others): its sum over all ranks is the loss.
+        """
+        spec = self.spec
+        self._weight = self.dp / (spec.sequences_per_batch * spec.model.context)
+        self._logit_scale = logit_scale
+        losses: list[torch.Tensor] = []
+        self._run(x, y, losses, train=True)
+        self._sync_tied_grad()
+        if not losses:
+            return torch.zeros((), device=self.rt.device)
+        return torch.stack([t.detach() for t in losses]).sum() / self.dp
+
+    def _sync_tied_grad(self) -> None:
+        """All-reduce the tied embedding's gradient between the first and the last stage."""
+        if self.tied_group is None:
+            return
+        params = dict(self.model.named_parameters())
+        grad = params[TIED].grad
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        dist.all_reduce(local, group=self.tied_group)
+
+    @torch.no_grad()
+    def eval_sums(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed token loss, tokens) of this rank's part of the held-out ``rows`` (windows of
+        context + 1 tokens): data-parallel ranks take every dp-th window, the last stage sums;
+        both are zero on other stages, so their sums over all ranks give the mean loss."""
+        dev = self.rt.device
+        _, dp_rank, _ = mesh_coords(self.rt.rank, self.dp, self.spec.execution.tp)
+        mine = rows[dp_rank :: self.dp]
+        per = math.ceil(len(rows) / self.dp)  # every dp rank runs the same number of chunks
+        chunk = self.spec.sequences_per_batch // self.dp  # one share: the shapes the stages know
+        total = torch.zeros((), dtype=torch.float64, device=dev)
+        count = torch.zeros((), dtype=torch.float64, device=dev)
+        self._weight, self._logit_scale = 1.0, 1.0
+        for start in range(0, per, chunk):
+            part = mine[start : start + chunk]
+            x = torch.zeros(chunk, rows.size(1) - 1, dtype=torch.long)
+            y = torch.full_like(x, IGNORE)
+            x[: len(part)], y[: len(part)] = part[:, :-1], part[:, 1:]
+            losses: list[torch.Tensor] = []
+            self._run(x.to(dev), y.to(dev), losses, train=False)
+            if losses:
+                total += torch.stack(losses).double().sum()
+                count += float((y != IGNORE).sum())
+        return total, count
+
+    # -- the hooks Parallel has ----------------------------------------------------------------------
+    def build_optimizer(self, param_groups: Iterable[dict[str, Any]], optimizer_class: type = torch.optim.AdamW,
+                        **defaults: Any) -> torch.optim.Optimizer:
+        """The optimizer over this rank's parameters (ZeRO-1: partitioned over the dp group)."""
+        if self.strategy == "zero1":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            return ZeroRedundancyOptimizer(list(param_groups), optimizer_class=optimizer_class,
+                                           process_group=self.group, **defaults)
+        return optimizer_class(param_groups, **defaults)
+
+    @contextlib.contextmanager
+    def no_sync(self, enabled: bool = True) -> Iterator[None]:
+        """The schedule defers gradient reduction to its last micro-batch itself."""
+        yield
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Clip by the global gradient norm over every stage (and every shard), and return it.
+
+        Each rank sums the squares of the gradients it holds (its shards under FSDP2), leaving
+        out the last stage's copy of the tied embedding; the sum runs over the pipeline group,
+        and over the data-parallel group too when gradients are sharded (replicas agree).
+        """
+        named = [(n, p) for n, p in self.model.named_parameters() if p.grad is not None]
+        duplicate = self.has_last and not self.has_first
+        counted = [p.grad for n, p in named if not (duplicate and n == TIED)]
+        local = [g.to_local() if hasattr(g, "to_local") else g for g in counted]
+        square = torch.zeros((), dtype=torch.float32, device=self.rt.device)
+        for g in local:
+            square += g.detach().float().pow(2).sum()
+        group = None if self.is_fsdp else self.mesh["pp"].get_group()
+        dist.all_reduce(square, group=group)
+        total = square.sqrt()
+        if max_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_([p for _, p in named], max_norm, total)
+        return total
+
+    def grad_scaler(self, enabled: bool, device_type: str) -> Any:
+        if enabled:
+            raise ValueError("loss scaling (fp16) is not supported with pipelining")
+        return torch.amp.GradScaler(device_type, enabled=False)
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters' full gradients by name (gathers FSDP2 shards; for tests)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, p in self.model.named_parameters():
+            if p.grad is not None:
+                g = p.grad
+                out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
+        return out
+
+
+def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
+    """The group of the first and last stage of this rank's data/tensor column (all ranks call)."""
+    grid = mesh.mesh  # (pp, dp, tp) global ranks
+    mine = None
+    for d in range(grid.size(1)):
+        for t in range(grid.size(2)):
+            ranks = sorted({int(grid[0, d, t]), int(grid[pp - 1, d, t])})
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine = group
+    return mine
+
+
+def _wrap_data_parallel(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> nn.Module:
+    """``stage`` under the data-parallel strategy over the "dp" mesh dim (FSDP2 per block, then the stage)."""
+    if strategy == "single":
+        return stage
+    if strategy in ("ddp", "zero1"):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dev = next(stage.parameters()).device
+        return DDP(stage, device_ids=[dev.index] if dev.type == "cuda" else None,
+                   process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
+    from torch.distributed.fsdp import fully_shard
+
+    from scaling.trainer.parallel import _mixed_precision
+
+    reshard = strategy == "zero3"
+    for block in stage.blocks.values():
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=_mixed_precision(spec.precision))
+    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=_mixed_precision(spec.precision))
+    return stage
+
+
+def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
+    """This rank's stages of ``spec``'s model, wrapped for its data-parallel strategy, and the schedule."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+    ex = spec.execution
+    pp, dp, tp = ex.pp, ex.dp, ex.tp
+    if rt.world_size != ex.workers:
+        raise ValueError(f"execution.workers={ex.workers} but the world has {rt.world_size} processes")
+    if tp != 1:
+        raise ValueError("pipelining composes with data parallelism only here (tp must be 1)")
+    mesh = build_mesh(rt.device.type, rt.world_size, tp, pp)
+    pp_rank, _, _ = mesh_coords(rt.rank, dp, tp)
+    chunks = PIPELINE_CHUNKS[ex.pp_schedule]
+    n_stages = pp * chunks
+    split = split_blocks(spec.model.n_layer, n_stages)
+    full = build_model(spec.shape, spec.seed)
+    boundary = DTYPES[spec.precision] if spec.precision in DTYPES else torch.float32
+    modules = []
+    for s in stages_of_rank(pp_rank, pp, chunks):
+        module = StageModule(full, split[s], first=s == 0, last=s == n_stages - 1, boundary_dtype=boundary)
+        module.activation_checkpointing = ex.activation_checkpointing
+        modules.append(module.to(rt.device))
+    del full
+
+    strategy = "single"
+    if dp > 1:
+        from scaling.trainer.parallel import resolve_strategy
+
+        strategy = ex.strategy if ex.strategy != "auto" else resolve_strategy(spec, dp, rt.device)
+        if strategy == "single":
+            raise ValueError(f"execution.strategy: 'single' cannot run on dp={dp}")
+    dp_mesh = mesh["dp"]
+    wrapped = [_wrap_data_parallel(m, spec, strategy, dp_mesh) for m in modules]
+    pp_group = mesh["pp"].get_group()
+    stages = [PipelineStage(w, s, n_stages, rt.device, group=pp_group)
+              for w, s in zip(wrapped, stages_of_rank(pp_rank, pp, chunks))]
+    m = pipeline_micro_batches(spec.sequences_per_batch, dp, ex.micro_batch_size)
+    pipe = Pipeline(spec=spec, rt=rt, mesh=mesh, stage_modules=modules, stages=stages, schedule=None,
+                    model=modules[0] if chunks == 1 else RankModel(modules), strategy=strategy,
+                    micro_batches=m, tied_group=_tied_group(mesh, pp, rt.rank),
+                    group=dp_mesh.get_group())
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[ex.pp_schedule]
+    target = stages if chunks > 1 else stages[0]
+    pipe.schedule = kind(target, n_microbatches=m, loss_fn=pipe._loss, scale_grads=False)
+    return pipe
