@@ -1,6 +1,6 @@
 """Cooldown branches vs independently trained cosine runs, on the same (N, D) points.
 
-Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 3e9] [--cpus 2]``.
+Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 1e9] [--cpus 2]``.
 
 The grid is IsoFLOP-aligned so approach 2 has budgets to fit: four model sizes, and for budget
 k = 1..K the token count D = k C0 / (6 N) of each size. The *cosine* sweep trains each point from
@@ -27,11 +27,11 @@ from typing import Any
 
 import yaml
 
-MODELS = [  # N (non-embedding) = 24 d^2 + 28 d ... two layers, heads of 4 wide
+MODELS = [  # two layers, heads 4 wide: N (non-embedding) = 24 d^2 + 28 d = 496, 1,760, 3,792, 6,592
+    {"n_layer": 2, "d_model": 4, "n_head": 1},
     {"n_layer": 2, "d_model": 8, "n_head": 2},
     {"n_layer": 2, "d_model": 12, "n_head": 3},
     {"n_layer": 2, "d_model": 16, "n_head": 4},
-    {"n_layer": 2, "d_model": 24, "n_head": 6},
 ]
 BATCH = 256
 
@@ -108,7 +108,7 @@ def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", type=int, default=5, help="IsoFLOP budgets k C0, k = 1..K (>= 3)")
-    ap.add_argument("--c0", type=float, default=3e9, help="the smallest budget in FLOPs")
+    ap.add_argument("--c0", type=float, default=1e9, help="the smallest budget in FLOPs")
     ap.add_argument("--cpus", type=int, default=2, help="runs at once")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--keep", type=Path, default=None, help="keep the database and runs here")
