@@ -83,7 +83,7 @@ def render_status(status: dict[str, Any]) -> Any:
                  f"{status['flops_remaining']:.3g} remaining")
     if status.get("branches"):
         ratio = status["flops_total"] / max(status["flops_total_without_reuse"], 1e-30)
-        head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunks: without reuse "
+        head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunk(s): without reuse "
                      f"{status['flops_spent_without_reuse']:.3g} spent of {status['flops_total_without_reuse']:.3g} "
                      f"FLOPs; the sweep needs {ratio:.2f}x that")
     parts: list[Any] = [head]

@@ -252,3 +252,37 @@ def test_branch_sweep_on_ray_survives_kills_in_trunk_and_cooldown(tmp_path: Path
     assert retrain["run_key"].tolist() == [victim.branch.parent]
     assert _train_metrics(sqlite_url, victim.key, "brk") == pytest.approx(before, rel=1e-6)
     assert_consistent(sqlite_url, "brk")
+
+
+def test_status_counts_a_shared_trunk_once_and_shows_the_cost_without_reuse(tmp_path: Path, sqlite_url: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from scaling.db import Store
+    from scaling.orchestrator.status import render_status, sweep_status
+
+    exp = expand(*_plan(tmp_path, {"tokens": [BATCH * 8, BATCH * 16]}, models=[shape(1, 16)]), resolve=False)
+    (trunk,), (small, large) = _by_role(exp)
+    with Store(sqlite_url) as store:
+        store.register("br", [r.spec.record() for r in exp.runs])
+        for spec in (trunk, small):
+            store.claim(spec.key, "test", sweep="br")
+            store.finish(spec.key, names.COMPLETED, final_eval_loss=3.0, sweep="br")
+        # The large branch is running: it logged steps 14 and 15 after leaving the trunk at 13.
+        store.claim(large.key, "test", sweep="br")
+        fpt = large.flops / large.tokens
+        store.log_metrics(large.key, [(s, s * BATCH, s * BATCH * fpt, names.TRAIN_LOSS, 3.0) for s in (14, 15)],
+                          sweep="br")
+    st = sweep_status(sqlite_url, "br")
+    own = lambda s: s.flops * (s.tokens - s.trunk_tokens) / s.tokens  # noqa: E731
+    assert st["flops_total"] == pytest.approx(trunk.flops + own(small) + own(large))
+    assert st["flops_spent"] == pytest.approx(trunk.flops + own(small) + 2 * BATCH * fpt)
+    assert st["flops_total_without_reuse"] == pytest.approx(small.flops + large.flops)
+    assert st["flops_spent_without_reuse"] == pytest.approx(small.flops)
+    assert (st["branches"], st["trunks"]) == (2, 1)
+    buf = io.StringIO()
+    Console(file=buf, width=300, color_system=None).print(render_status(st))
+    text = buf.getvalue()
+    assert "2 cooldown branches of 1 trunk(s)" in text
+    assert f"{st['flops_total_without_reuse']:.3g}" in text
