@@ -1,6 +1,7 @@
 """Cooldown branches vs independently trained cosine runs, on the same (N, D) points.
 
-Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 1e9] [--cpus 2]``.
+Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 2e9] [--widths 8 12 16 24]
+[--batch 512] [--cpus 2]``.
 
 The grid is IsoFLOP-aligned so approach 2 has budgets to fit: four model sizes, and for budget
 k = 1..K the token count D = k C0 / (6 N) of each size. The *cosine* sweep trains each point from
@@ -27,13 +28,12 @@ from typing import Any
 
 import yaml
 
-MODELS = [  # two layers, heads 4 wide: N (non-embedding) = 24 d^2 + 28 d = 496, 1,760, 3,792, 6,592
-    {"n_layer": 2, "d_model": 4, "n_head": 1},
-    {"n_layer": 2, "d_model": 8, "n_head": 2},
-    {"n_layer": 2, "d_model": 12, "n_head": 3},
-    {"n_layer": 2, "d_model": 16, "n_head": 4},
-]
-BATCH = 256
+#: Two layers, heads 4 wide: N (non-embedding) = 24 d^2 + 28 d = 1,760, 3,792, 6,592, 14,496.
+WIDTHS = (8, 12, 16, 24)
+
+
+def models(widths: tuple[int, ...]) -> list[dict[str, int]]:
+    return [{"n_layer": 2, "d_model": d, "n_head": d // 4} for d in widths]
 
 
 def n_params(m: dict[str, int]) -> int:
@@ -42,10 +42,11 @@ def n_params(m: dict[str, int]) -> int:
     return Shape(m["n_layer"], m["d_model"], m["n_head"], 256, 64).params("non_embedding")
 
 
-def write_plan(path: Path, name: str, runs_dir: Path, budgets: list[float], *, branches: bool, cpus: int) -> Path:
+def write_plan(path: Path, name: str, runs_dir: Path, budgets: list[float], *, branches: bool, cpus: int,
+               widths: tuple[int, ...], batch: int) -> Path:
     grid = []
-    for m in MODELS:
-        tokens = [max(BATCH * 5, round(C / (6 * n_params(m)) / BATCH) * BATCH) for C in budgets]
+    for m in models(widths):
+        tokens = [max(batch * 5, round(C / (6 * n_params(m)) / batch) * batch) for C in budgets]
         block: dict[str, Any] = {"models": [m]}
         block["branches" if branches else "tokens"] = (
             {"tokens": tokens, "cooldown_fraction": 0.2, "shape": "linear"} if branches else tokens
@@ -58,7 +59,7 @@ def write_plan(path: Path, name: str, runs_dir: Path, budgets: list[float], *, b
         "model": {"vocab_size": 256, "context": 64},
         "train": {
             "precision": "fp32",
-            "batch_tokens": BATCH,
+            "batch_tokens": batch,
             "optimizer": {"lr": 3.0e-2, "weight_decay": 0.1},
             "schedule": {"kind": "cosine", "warmup_fraction": 0.05, "min_lr_ratio": 0.1},
             "eval_interval": 100_000,
@@ -108,13 +109,15 @@ def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", type=int, default=5, help="IsoFLOP budgets k C0, k = 1..K (>= 3)")
-    ap.add_argument("--c0", type=float, default=1e9, help="the smallest budget in FLOPs")
+    ap.add_argument("--c0", type=float, default=2e9, help="the smallest budget in FLOPs")
+    ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="d_model of each size (>= 4 sizes)")
+    ap.add_argument("--batch", type=int, default=512, help="batch in tokens (sequences of 64)")
     ap.add_argument("--cpus", type=int, default=2, help="runs at once")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--keep", type=Path, default=None, help="keep the database and runs here")
     args = ap.parse_args()
-    if args.budgets < 3:
-        sys.exit("--budgets must be at least 3")
+    if args.budgets < 3 or len(args.widths) < 4:
+        sys.exit("--budgets must be at least 3 and --widths name at least 4 sizes")
     budgets = [k * args.c0 for k in range(1, args.budgets + 1)]
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_branches_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -125,7 +128,8 @@ def main() -> None:
 
     walls, losses, compute = {}, {}, {}
     for name, branches in (("cosine", False), ("branches", True)):
-        plan = write_plan(work / f"{name}.yaml", name, work / "runs", budgets, branches=branches, cpus=args.cpus)
+        plan = write_plan(work / f"{name}.yaml", name, work / "runs", budgets, branches=branches, cpus=args.cpus,
+                          widths=tuple(args.widths), batch=args.batch)
         walls[name] = sweep(plan, url)
         runs = connect(url).runs(sweep=name)
         trunks = set(runs["parent_key"].dropna())
@@ -133,8 +137,8 @@ def main() -> None:
         losses[name] = {(int(r.N), int(r.D)): float(r.final_loss) for r in points.itertuples()}
         compute[name] = sweep_status(url, name)
 
-    print(f"grid: {len(MODELS)} sizes x {args.budgets} budgets ({budgets[0]:.3g} .. {budgets[-1]:.3g} FLOPs), "
-          f"batch {BATCH} tokens; work folder {work}")
+    print(f"grid: {len(args.widths)} sizes x {args.budgets} budgets ({budgets[0]:.3g} .. {budgets[-1]:.3g} FLOPs), "
+          f"batch {args.batch} tokens; work folder {work}")
     print("\nfinal eval loss per point (N, D): cosine from scratch vs cooldown branch")
     diffs = []
     for key in sorted(losses["cosine"]):
