@@ -6,7 +6,7 @@ still covers its low budgets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from pydantic import ValidationError
@@ -105,7 +105,13 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 raise PlanError(f"{where(source, ('data',))}: {exc}") from None
             data_resolved = spec.data
         if spec.key in runs:
-            notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
+            kept = runs[spec.key]
+            steps = tuple(sorted(set(kept.spec.execution.keep_steps) | set(spec.execution.keep_steps)))
+            if steps != kept.spec.execution.keep_steps:  # one trunk serves the branch points of two blocks
+                execution = kept.spec.execution.model_copy(update={"keep_steps": steps})
+                runs[spec.key] = replace(kept, spec=kept.spec.model_copy(update={"execution": execution}))
+            else:
+                notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
             return runs[spec.key].spec
         runs[spec.key] = PlannedRun(spec, b, kind, budget, mem.total_gib, strategy)
         return spec

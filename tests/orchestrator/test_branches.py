@@ -286,3 +286,12 @@ def test_status_counts_a_shared_trunk_once_and_shows_the_cost_without_reuse(tmp_
     text = buf.getvalue()
     assert "2 cooldown branches of 1 trunk(s)" in text
     assert f"{st['flops_total_without_reuse']:.3g}" in text
+
+
+def test_a_trunk_shared_by_two_blocks_keeps_the_branch_points_of_both(tmp_path: Path) -> None:
+    grid = [{"models": [shape(1, 16)], "branches": {"tokens": [BATCH * 8, BATCH * 16]}},
+            {"models": [shape(1, 16)], "branches": {"tokens": [BATCH * 12, BATCH * 16], "shape": "1-sqrt"}}]
+    exp = expand(*load_plan(write_plan(tmp_path / "p.yaml", "two", tmp_path / "runs", grid)))
+    (trunk,), branches = _by_role(exp)
+    assert len(branches) == 4 and {b.branch.parent for b in branches} == {trunk.key}
+    assert trunk.execution.keep_steps == tuple(sorted({b.branch.from_step for b in branches})) == (6, 10, 13)
