@@ -50,6 +50,8 @@ OVERFLOW_SKIP = "overflow_skip"  # fp16: non-finite gradients, step skipped, sca
 FAILURE = "failure"
 CHECKPOINT_CORRUPT = "checkpoint_corrupt"  # a checkpoint failed its manifest or load; set aside
 DATA = "data"  # the corpus a run trained on: fingerprint, unique_tokens (U), sizes, device
+BRANCH_START = "branch_start"  # a cooldown branch loaded its trunk's checkpoint at the branch point
+TRUNK_RETRAIN = "trunk_retrain"  # a trunk passes a branch point again: the checkpoint was missing
 
 EVENTS: tuple[str, ...] = (
     LOSS_SPIKE,
@@ -62,4 +64,6 @@ EVENTS: tuple[str, ...] = (
     INTERRUPTED,
     CHECKPOINT_CORRUPT,
     DATA,
+    BRANCH_START,
+    TRUNK_RETRAIN,
 )

@@ -76,6 +76,7 @@ class Run(Base):
         CheckConstraint(STATUS_CHECK, name="status"),
         Index("ix_runs_key", "key"),
         Index("ix_runs_status", "status"),
+        Index("ix_runs_parent_key", "parent_key"),  # added in revision 0003
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -102,6 +103,10 @@ class Run(Base):
     final_train_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     final_eval_loss: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    # A cooldown branch's trunk (a run of the same sweep) and the tokens it inherits from it, so
+    # compute spent counts the shared trunk once; None and 0 for a run trained from scratch.
+    parent_key: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)  # revision 0003
+    trunk_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # revision 0003
 
     sweep: Mapped[Sweep] = relationship()
 

@@ -25,7 +25,7 @@ T = TypeVar("T")
 RUN_COLUMNS = [
     "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
     "seed", "status", "attempts", "final_loss", "final_train_loss", "error", "host", "heartbeat_at",
-    "started_at", "finished_at", "created_at", "spec",
+    "started_at", "finished_at", "created_at", "spec", "parent_key", "trunk_tokens",
 ]  # fmt: skip
 METRIC_COLUMNS = ["run_key", "step", "tokens", "flops", "name", "value"]
 EVENT_COLUMNS = ["run_key", "sweep", "step", "kind", "detail", "created_at"]
@@ -355,6 +355,8 @@ def _run_row(run: Any) -> dict[str, Any]:
         "finished_at": run.finished_at,
         "created_at": run.created_at,
         "spec": run.spec,
+        "parent_key": run.parent_key,
+        "trunk_tokens": int(run.trunk_tokens or 0),
     }
 
 

@@ -127,6 +127,8 @@ class Store(Database):
     ) -> list[str]:
         """Create ``sweep`` if new and a pending run per record whose key it lacks; return the new keys.
 
+        A record may name ``parent_key`` (the trunk a cooldown branch starts from) and
+        ``trunk_tokens`` (the tokens it inherits), so compute is counted once.
         Runs already in the sweep, whatever their status, are left untouched (a completed run
         is never redone). A sweep keeps the conventions it was created with: registering with
         different ones raises :class:`~scaling.errors.PlanError`.
@@ -417,6 +419,8 @@ def _run_values(sweep_id: int, rec: dict[str, Any], now: datetime) -> dict[str, 
         "flops": float(rec["C"]),
         "seed": int(rec["seed"]),
         "spec": check_json(rec["spec"], "record spec"),
+        "parent_key": None if rec.get("parent_key") is None else str(rec["parent_key"]),
+        "trunk_tokens": int(rec.get("trunk_tokens") or 0),
         "status": vocab.PENDING,
         "attempts": 0,
         "created_at": now,

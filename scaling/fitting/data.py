@@ -483,7 +483,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
-    falling back to the final train loss where no eval loss was recorded.
+    falling back to the final train loss where no eval loss was recorded. A cooldown branch is a
+    point (N, D) like any run; the trunk it starts from is not (it never cooled down).
     """
     from scaling import db
     from scaling import vocab as names
@@ -495,6 +496,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
                 raise NotFoundError("the database has no sweeps to fit")
         runs = res.runs(sweep=sweep, status="completed")
         info = _sweep_info(res, sweep)
+        if runs is not None and len(runs) and "parent_key" in runs:
+            runs = runs[~runs["run_key"].isin(set(res.runs(sweep=sweep)["parent_key"].dropna()))]
         if runs is None or len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
         runs = runs.copy()

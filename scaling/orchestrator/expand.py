@@ -6,14 +6,15 @@ still covers its low budgets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from scaling.accounting import check_fits, micro_batch_size
+from scaling.accounting import Shape, check_fits, micro_batch_size
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.layout import Decision, no_layout_problem
+from scaling.orchestrator import branches
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError, where
 from scaling.orchestrator.yamlsource import YamlSource
 from scaling.trainer.spec import DataSpec, RunSpec
@@ -25,7 +26,7 @@ class PlannedRun:
 
     spec: RunSpec
     block: int
-    kind: str  # "tokens" | "tokens_per_param" | "compute"
+    kind: str  # "tokens" | "tokens_per_param" | "compute" | "branches"
     budget: Optional[float]  # the IsoFLOP budget C the run belongs to, if any
     memory_gib: float
     strategy: str
@@ -71,6 +72,66 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}
     notes: list[str] = [precision.warning] if precision.warning else []
+    rates: dict[int, float] = {}  # achieved FLOP/s per worker, by grid block
+
+    def finish(b: int, kind: str, budget: Optional[float], shape: Shape, D: float, lr: float, batch: int, seed: int,
+               loc: tuple[Any, ...], m: int, *, schedule: Any = None, keep_steps: tuple[int, ...] = (),
+               branch: Optional[dict[str, Any]] = None, name: Optional[str] = None,
+               tags: Optional[dict[str, str]] = None) -> RunSpec:
+        """Build one run's spec, place it, resolve its data and add it (once) to the runs."""
+        nonlocal data_resolved
+        try:
+            spec = plan.run_spec(
+                shape, D, lr, batch, seed, plan.block_resources(b),
+                faults=plan.grid[b].faults,
+                name=name or f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
+                tags={**_tags(plan, kind, budget), **(tags or {})},
+            )
+            if schedule is not None or branch is not None or keep_steps:
+                spec = _with_lineage(spec, schedule, branch, keep_steps)
+        except ValidationError as exc:  # a value the trainer refuses
+            err = exc.errors()[0]
+            detail = str(err["msg"]).removeprefix("Value error, ")
+            at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
+            raise PlanError(f"{where(source, at)}: {detail}") from None
+        resources = plan.block_resources(b)
+        if b not in rates:
+            rates[b] = resources.throughput(plan.train.precision, plan.train.threads, probe=resolve)
+        choice = plan.choose_layout(spec, resources, rates[b])
+        if not choice.options:
+            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
+                            f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
+                            f"{no_layout_problem(choice.request)}")
+        if choice.best is None and resources.device_memory_gib is None:
+            # still no device holds more than MAX_DEVICE_GIB: check_fits says so in its words
+            check_fits(choice.smallest.memory, None,
+                       what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
+        if choice.best is None:
+            raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
+        best = choice.best
+        spec = spec.model_copy(update={"execution": _placed(spec, best)})
+        if data_resolved is not None:
+            spec = spec.model_copy(update={"data": data_resolved})
+        elif resolve:
+            try:
+                spec = _resolve_data(spec)
+            except UserError as exc:
+                raise PlanError(f"{where(source, ('data',))}: {exc}") from None
+            data_resolved = spec.data
+        if spec.key in runs:
+            kept = runs[spec.key]
+            steps = tuple(sorted(set(kept.spec.execution.keep_steps) | set(spec.execution.keep_steps)))
+            if steps != kept.spec.execution.keep_steps:  # one trunk serves the branch points of two blocks
+                execution = kept.spec.execution.model_copy(update={"keep_steps": steps})
+                runs[spec.key] = replace(kept, spec=kept.spec.model_copy(update={"execution": execution}))
+            else:
+                notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
+            return runs[spec.key].spec
+        runs[spec.key] = PlannedRun(
+            spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
+            resources.machine().gpus_per_node,
+        )
+        return spec
 
     for b, block in enumerate(plan.grid):
         points: list[tuple[Any, ...]] = []  # (model index, shape, D, budget, lr, batch, loc)
@@ -81,6 +142,15 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 shapes.append(((m,), point.shape(plan.model, conv.params)))
             except ValueError as exc:
                 raise PlanError(f"{where(source, ('grid', b, 'models', m))}: {exc}") from None
+        if kind == "branches":
+            for (m,), shape in shapes:
+                for seed in plan.seeds:
+                    branches.expand_model(
+                        plan, b, m, shape, seed, source,
+                        lambda N, D, C: _hyper(plan, N, D, C, source),
+                        lambda *args, _b=b, **kw: finish(_b, "branches", None, *args, **kw),
+                    )
+            continue
         if kind == "compute":
             smallest = min(shapes, key=lambda s: s[1].params(conv.params))[1]
             for c, C in enumerate(block.compute or ()):
@@ -127,56 +197,25 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                         )
                     points.append((m, shape, D, None, lr, batch, loc))
 
-        resources = plan.block_resources(b)
-        rate = resources.throughput(plan.train.precision, plan.train.threads, probe=resolve)
         for m, shape, D, budget, lr, batch, loc in points:
             for seed in plan.seeds:
-                try:
-                    spec = plan.run_spec(
-                        shape, D, lr, batch, seed, resources,
-                        faults=block.faults,
-                        name=f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
-                        tags=_tags(plan, kind, budget),
-                    )
-                except ValidationError as exc:  # a value the trainer refuses
-                    err = exc.errors()[0]
-                    detail = str(err["msg"]).removeprefix("Value error, ")
-                    at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
-                    raise PlanError(f"{where(source, at)}: {detail}") from None
-                choice = plan.choose_layout(spec, resources, rate)
-                if not choice.options:
-                    raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
-                                    f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
-                                    f"{no_layout_problem(choice.request)}")
-                if choice.best is None and resources.device_memory_gib is None:
-                    # still no device holds more than MAX_DEVICE_GIB: check_fits says so in its words
-                    check_fits(choice.smallest.memory, None,
-                               what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
-                if choice.best is None:
-                    raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
-                best = choice.best
-                spec = spec.model_copy(update={"execution": _placed(spec, best)})
-                if data_resolved is not None:
-                    spec = spec.model_copy(update={"data": data_resolved})
-                elif resolve:
-                    try:
-                        spec = _resolve_data(spec)
-                    except UserError as exc:
-                        raise PlanError(f"{where(source, ('data',))}: {exc}") from None
-                    data_resolved = spec.data
-                if spec.key in runs:
-                    notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
-                    continue
-                runs[spec.key] = PlannedRun(
-                    spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
-                    resources.machine().gpus_per_node,
-                )
+                finish(b, kind, budget, shape, D, lr, batch, seed, loc, m)
 
     # Smallest compute first; an IsoFLOP budget's runs together, smallest model first.
     ordered = sorted(
         runs.values(), key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed)
     )
     return Expansion(plan, ordered, notes, precision.reason)
+
+
+def _with_lineage(spec: RunSpec, schedule: Any, branch: Optional[dict[str, Any]], keep_steps: tuple[int, ...]) -> RunSpec:
+    """A trunk's or branch's spec: its own schedule, parent and kept checkpoints (validated again)."""
+    data = spec.model_dump()
+    if schedule is not None:
+        data["schedule"] = schedule.model_dump()
+    data["branch"] = branch
+    data["execution"] = {**data["execution"], "keep_steps": tuple(keep_steps)}
+    return RunSpec.model_validate(data)
 
 
 def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:

@@ -25,6 +25,7 @@ from scaling.accounting import GIB, MAX_DEVICE_GIB, MemoryEstimate, Shape, Shape
 from scaling.comms import LINKS
 from scaling.errors import PlanError
 from scaling.naming import name_problem
+from scaling.orchestrator.branches import BranchesPlan
 from scaling.orchestrator.yamlsource import YamlSource
 from scaling.trainer.spec import (
     Conventions,
@@ -266,12 +267,14 @@ class ModelPoint(_Strict):
 
 
 class GridBlock(_Strict):
-    """``models`` times one of: ``tokens`` (D), ``tokens_per_param`` (D = k N) or ``compute`` (IsoFLOP)."""
+    """``models`` times one of: ``tokens`` (D), ``tokens_per_param`` (D = k N), ``compute`` (IsoFLOP)
+    or ``branches`` (cooldown branches of one trunk per model, `scaling.orchestrator.branches`)."""
 
     models: list[ModelPoint] = Field(min_length=1)
     tokens: Optional[list[float]] = Field(default=None, min_length=1)
     tokens_per_param: Optional[list[float]] = Field(default=None, min_length=1)
     compute: Optional[list[float]] = Field(default=None, min_length=1)
+    branches: Optional[BranchesPlan] = None
     bounds: Bounds = Bounds()
     resources: Optional[BlockResources] = None  # this block's placement, over the plan's resources
     faults: FaultSpec = FaultSpec()  # injected faults, only for tests of the recovery paths
@@ -286,20 +289,24 @@ class GridBlock(_Strict):
 
     @property
     def kind(self) -> str:
-        """The grid form: ``tokens``, ``tokens_per_param`` or ``compute``."""
+        """The grid form: ``tokens``, ``tokens_per_param``, ``compute`` or ``branches``."""
+        if self.branches is not None:
+            return "branches"
         return "tokens" if self.tokens else "tokens_per_param" if self.tokens_per_param else "compute"
 
     @property
     def size(self) -> int:
-        """Runs per seed before any is dropped: models times the axis' values."""
+        """Runs per seed before any is dropped: models times the axis' values (and a trunk per model)."""
+        if self.branches is not None:
+            return len(self.models) * (len(self.branches.tokens) + 1)
         return len(self.models) * len(getattr(self, self.kind) or ())
 
     @model_validator(mode="after")
     def _one_axis(self) -> "GridBlock":
-        given = [n for n in ("tokens", "tokens_per_param", "compute") if getattr(self, n) is not None]
+        given = [n for n in ("tokens", "tokens_per_param", "compute", "branches") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError(
-                "each grid block needs exactly one of tokens, tokens_per_param or compute"
+                "each grid block needs exactly one of tokens, tokens_per_param, compute or branches"
                 + (f" (got {', '.join(given)})" if given else "")
             )
         return self

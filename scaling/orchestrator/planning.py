@@ -34,14 +34,16 @@ def throughput(plan: Plan, precision: Optional[str] = None) -> float:
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     """Wall time of one run: its steps times the chosen layout's step time (compute, bubble,
-    communication and the fixed per-step cost)."""
+    communication and the fixed per-step cost); a cooldown branch trains only the steps after
+    its branch point."""
+    steps = run.spec.steps - (run.spec.branch.from_step if run.spec.branch else 0)
     if run.layout is not None:
-        return run.spec.steps * run.layout.best.step_s
+        return steps * run.layout.best.step_s
     shape = run.spec.shape
-    real_flops = shape.flops_per_token("6N_attention", "total") * run.spec.steps * run.spec.batch_tokens
+    real_flops = shape.flops_per_token("6N_attention", "total") * steps * run.spec.batch_tokens
     per_step = plan.resources.step_overhead_s()
     rate = throughput(plan, run.spec.precision)
-    return run.spec.steps * per_step + real_flops / (rate * run.spec.execution.workers)
+    return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
@@ -63,6 +65,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "n_head": shape.n_head,
         "D": spec.tokens,
         "C": spec.flops,
+        "C_own": spec.flops * (1 - spec.trunk_tokens / spec.tokens),  # what it trains itself
         "budget": run.budget,
         "tokens_per_param": spec.tokens / spec.n_params,
         "epochs": (spec.tokens / corpus) if corpus else None,
@@ -130,8 +133,8 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "notes": expansion.notes,
         "totals": {
             "runs": len(rows),
-            "C": sum(r["C"] for r in rows),
-            "tokens": sum(r["D"] for r in rows),
+            "C": sum(r["C_own"] for r in rows),  # compute trained, a shared trunk counted once
+            "tokens": sum(r["D"] * r["C_own"] / r["C"] for r in rows),
             "max_memory_gib": max((r["memory_gib"] for r in rows), default=0.0),
             "est_seconds_serial": serial,
             "concurrent_runs": k,

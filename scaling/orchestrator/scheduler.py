@@ -12,6 +12,10 @@ failed or lost run becomes:
 - the task was lost (its worker or node died): the run is interrupted and requeued; it resumes
   from its checkpoint wherever there is room (this does not count against ``retries``).
 
+A cooldown branch is admitted only once its trunk's checkpoint at the branch point exists (or
+it has checkpoints of its own): `scaling.orchestrator.dependencies` decides; a trunk that
+completed without that checkpoint is trained past the branch point again.
+
 Ctrl-C (or SIGTERM) cancels the tasks in flight and marks their runs interrupted; so does any
 error that ends the loop, so no run is left ``running`` by a driver that has stopped.
 """
@@ -28,6 +32,7 @@ from scaling import vocab
 from scaling.db.claimant import claimant_id, claimant_is_dead
 from scaling.errors import ResourceError, UserError
 from scaling.orchestrator import placement
+from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import PlannedRun
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
@@ -60,6 +65,7 @@ class RunState:
     rank_sizes: Optional[list[int]] = None  # ranks per node bundle of a tp/pp run's reservation
     rank_nodes: Optional[list[str]] = None  # the node each rank goes to (tp/pp runs, see placement.py)
     overhead_s: Optional[float] = None  # submit -> task start plus task end -> collected
+    blocked: bool = False  # a queued branch whose trunk checkpoint is not there yet
 
     @property
     def key(self) -> str:
@@ -131,6 +137,7 @@ class Scheduler:
         self._remote_multi: Any = None
         self._reader: Any = None
         self._reserving: dict[str, tuple[RunState, Any, Any]] = {}  # key -> (state, group, ready ref)
+        self._retrained: set[str] = set()  # trunks trained again for a missing branch checkpoint
 
     # -- public ----------------------------------------------------------------------------
     def run_dir(self, key: str) -> Path:
@@ -261,12 +268,13 @@ class Scheduler:
         Ray Train never waits (and times out) for CPUs another run holds.
         """
         self._finish_reservations()
+        self._resolve_dependencies()
         cpus, gpus = self._cluster_capacity()
         busy = list(self._in_flight.values()) + [r[0] for r in self._reserving.values()]
         used_cpu = sum(self._needs(s.run)[0] for s in busy)
         used_gpu = sum(self._needs(s.run)[1] for s in busy)
         for s in self.states:
-            if s.state != QUEUED:
+            if s.state != QUEUED or s.blocked:
                 continue
             if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
@@ -280,6 +288,38 @@ class Scheduler:
             busy.append(s)
             used_cpu += need_cpu
             used_gpu += need_gpu
+
+    def _resolve_dependencies(self) -> None:
+        """Block queued branches whose trunk checkpoint is not there; retrain or fail their trunk."""
+        by_key = {s.key: s for s in self.states}
+        for s in self.states:
+            branch = s.run.spec.branch
+            if s.state != QUEUED or branch is None:
+                continue
+            parent = by_key.get(branch.parent)
+            v = dependencies.verdict(s.run.spec, self.run_dir(s.key), parent.state if parent else None)
+            s.blocked = v.kind == dependencies.WAIT
+            if v.kind == dependencies.RETRAIN_TRUNK and parent is not None:
+                if parent.key in self._retrained:
+                    v = dependencies.Verdict(dependencies.FAIL, f"{v.reason}, even after retraining it")
+                else:
+                    self._retrain_trunk(parent, branch.from_step, v.reason)
+                    s.blocked = True
+            if v.kind == dependencies.FAIL:
+                error = f"branch cannot start: {v.reason}"
+                self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
+                self._event(s.key, branch.from_step, vocab.FAILURE, error)
+                s.state, s.error = vocab.FAILED, error
+
+    def _retrain_trunk(self, trunk: RunState, step: int, reason: str) -> None:
+        """Have a completed trunk pass ``step`` again: its later checkpoints are set aside."""
+        from scaling.trainer.lineage import set_aside_after
+
+        self._retrained.add(trunk.key)
+        moved = set_aside_after(self.run_dir(trunk.key), step)
+        self.store.finish(trunk.key, vocab.INTERRUPTED, error=f"retrained: {reason}", sweep=self.sweep)
+        self._event(trunk.key, step, vocab.TRUNK_RETRAIN, f"{reason}; set aside {len(moved)} later checkpoint(s)")
+        trunk.state, trunk.skipped, trunk.step = QUEUED, False, 0
 
     def _reserve(self, s: RunState) -> None:
         from ray.util.placement_group import placement_group

@@ -16,7 +16,11 @@ RUNS_TABLE_COLUMNS = ["run_key", "status", "N", "D", "C", "attempts", "final_los
 
 def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     """Counts by status, failed runs with their errors, and FLOPs spent (partial runs by their
-    last logged ``flops``) and remaining. ``sweep`` defaults to the most recent one."""
+    last logged ``flops``) and remaining. ``sweep`` defaults to the most recent one.
+
+    Compute is counted once: a cooldown branch counts only what it trained after leaving its
+    trunk. ``*_without_reuse`` is what the same (N, D) points would cost trained from scratch.
+    """
     from scaling.db import connect
 
     with connect(url) as results:
@@ -25,12 +29,20 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         partial = runs[runs["status"] != vocab.COMPLETED]
         metrics = results.metrics(run_keys=list(partial["run_key"]), sweep=name) if len(partial) else None
     counts = {str(k): int(v) for k, v in runs["status"].value_counts().items()}
-    total = float(runs["C"].sum())
-    spent = float(runs.loc[runs["status"] == vocab.COMPLETED, "C"].sum())
+    # A branch's first trunk_tokens were trained by its trunk: its own compute is the rest.
+    inherited = runs["C"] * runs["trunk_tokens"] / runs["D"].where(runs["D"] > 0, 1)
+    own = runs["C"] - inherited
+    total = float(own.sum())
+    done = runs["status"] == vocab.COMPLETED
+    spent = float(own[done].sum())
     if metrics is not None and len(metrics):
         last = metrics.groupby("run_key")["flops"].max()
         caps = partial.set_index("run_key")["C"]
-        spent += float(sum(min(float(v), float(caps.get(k, v))) for k, v in last.items()))
+        before = dict(zip(runs["run_key"], inherited))
+        spent += float(sum(max(0.0, min(float(v), float(caps.get(k, v))) - before.get(k, 0.0)) for k, v in last.items()))
+    # Without reuse: every (N, D) point trained from scratch (trunks are no points of their own).
+    trunks = set(runs["parent_key"].dropna())
+    points = ~runs["run_key"].isin(trunks)
     failures = [
         {"key": r.run_key, "N": int(r.N), "D": float(r.D), "attempts": _int(getattr(r, "attempts", None)),
          "error": str(getattr(r, "error", "") or "")}
@@ -43,6 +55,10 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "flops_total": total,
         "flops_spent": spent,
         "flops_remaining": max(0.0, total - spent),
+        "flops_total_without_reuse": float(runs.loc[points, "C"].sum()),
+        "flops_spent_without_reuse": float(runs.loc[points & done, "C"].sum()),
+        "branches": int(runs["parent_key"].notna().sum()),
+        "trunks": len(trunks),
         "failures": failures,
     }
 
@@ -65,6 +81,11 @@ def render_status(status: dict[str, Any]) -> Any:
     pct = 100 * status["flops_spent"] / max(status["flops_total"], 1e-30)
     head.add_row("compute", f"{status['flops_spent']:.3g} of {status['flops_total']:.3g} FLOPs spent ({pct:.0f}%), "
                  f"{status['flops_remaining']:.3g} remaining")
+    if status.get("branches"):
+        ratio = status["flops_total"] / max(status["flops_total_without_reuse"], 1e-30)
+        head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunk(s): without reuse "
+                     f"{status['flops_spent_without_reuse']:.3g} spent of {status['flops_total_without_reuse']:.3g} "
+                     f"FLOPs; the sweep needs {ratio:.2f}x that")
     parts: list[Any] = [head]
     if status["failures"]:
         t = Table(title="failed runs")

@@ -24,12 +24,16 @@ from scaling.fitting import KINDS, Law, fit_data, fit_sweep, from_db
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law, kind_of
 
+#: a run's ``role`` (column of :func:`normalise_runs`): a cooldown branch's parent, or a branch
+TRUNK = "trunk"
+BRANCH = "branch"
+
 #: points kept per curve for display (log-spaced, minimum kept)
 CURVE_POINTS = 150
 
 RUN_COLUMNS = (
     "run_key", "sweep", "N", "N_total", "D", "C", "status", "final_loss", "final_train_loss",
-    "n_layer", "d_model", "n_head", "seed", "attempts", "error", "spec", "host",
+    "n_layer", "d_model", "n_head", "seed", "attempts", "error", "spec", "host", "parent_key", "trunk_tokens",
 )
 
 
@@ -86,9 +90,9 @@ class ReportData:
     # -- derived views ------------------------------------------------------------------------
     @property
     def completed(self) -> pd.DataFrame:
-        """Runs that finished with a finite final loss (the points the fits use)."""
+        """Runs that finished with a finite final loss (the points the fits use; no trunks)."""
         r = self.runs
-        ok = (r["status"] == "completed") & np.isfinite(r["final_loss"].astype(float))
+        ok = (r["status"] == "completed") & np.isfinite(r["final_loss"].astype(float)) & (r["role"] != TRUNK)
         return r[ok]
 
     def status_counts(self) -> dict[str, int]:
@@ -108,7 +112,8 @@ class ReportData:
 def normalise_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs with every column the report reads, numeric where numbers are expected.
 
-    Adds ``tokens_per_param`` (D/N), ``shape`` ("L×d×h"), ``name`` and ``tags`` (from the spec).
+    Adds ``tokens_per_param`` (D/N), ``shape`` ("L×d×h"), ``name`` and ``tags`` (from the spec),
+    and ``role``: ``trunk`` (a cooldown branch's parent), ``branch`` or "" (trained from scratch).
     """
     r = runs.copy()
     for col in RUN_COLUMNS:
@@ -119,6 +124,9 @@ def normalise_runs(runs: pd.DataFrame) -> pd.DataFrame:
     r["status"] = r["status"].fillna("unknown").astype(str)
     r["run_key"] = r["run_key"].astype(str)
     r["tokens_per_param"] = r["D"] / r["N"]
+    parents = set(r["parent_key"].dropna().astype(str))
+    r["role"] = [TRUNK if k in parents else BRANCH if isinstance(p, str) and p else ""
+                 for k, p in zip(r["run_key"], r["parent_key"])]
     r["shape"] = [
         f"{int(l)}×{int(d)}×{int(h)}" if _finite(l) and _finite(d) and _finite(h) else ""
         for l, d, h in zip(

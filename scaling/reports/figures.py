@@ -461,12 +461,18 @@ def parametric_contour(
         )
     if runs is not None and not runs.empty:
         done = runs[np.isfinite(runs["final_loss"])]
-        if not done.empty:
+        role = done["role"] if "role" in done.columns else pd.Series("", index=done.index)
+        done, role = done[role != "trunk"], role[role != "trunk"]  # a trunk is no (N, D) point
+        # Cooldown branches (points that share a trunk) get their own marker.
+        for name, part, symbol in (("runs", done[role != "branch"], "circle"),
+                                   ("branch points", done[role == "branch"], "diamond")):
+            if part.empty:
+                continue
             fig.add_trace(
                 go.Scatter(
-                    x=done["N"], y=done["D"], mode="markers", name="runs",
-                    marker=dict(color="white", size=9, line=dict(color="black", width=1.5)),
-                    text=[_label(r) + f"<br>final loss {num(r['final_loss'], 4)}" for _, r in done.iterrows()],
+                    x=part["N"], y=part["D"], mode="markers", name=name,
+                    marker=dict(color="white", size=9, symbol=symbol, line=dict(color="black", width=1.5)),
+                    text=[_label(r) + f"<br>final loss {num(r['final_loss'], 4)}" for _, r in part.iterrows()],
                     hovertemplate="%{text}<extra></extra>",
                 )
             )

@@ -13,7 +13,8 @@ files do not match its manifest (truncated, tampered, or with files the manifest
 is set aside as ``.step_N.corrupt`` and the previous one is used (:func:`load_latest`).
 
 A checkpoint is written into a hidden temporary folder and renamed into place, so a crash
-mid-write never leaves a half checkpoint that looks complete; the last ``keep`` are kept.
+mid-write never leaves a half checkpoint that looks complete; the last ``keep`` are kept, and
+so are the steps in ``protect`` (a trunk's branch points, which its branches start from).
 """
 
 from __future__ import annotations
@@ -25,16 +26,15 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 
+from scaling.trainer.lineage import MANIFEST_FILE, PREFIX, checkpoint_root, step_folder, step_of
 from scaling.trainer.runtime import Runtime
 
 STATE_FILE = "state.pt"
 METADATA_FILE = "metadata.json"
-MANIFEST_FILE = "manifest.json"
-PREFIX = "step_"
 MANIFEST_FORMAT = 1
 _DCP_PICKLE = ".metadata"  # DCP's pickled index: never kept, never read
 _MAX_JSON_BYTES = 64 * 2**20  # a manifest or metadata index larger than this is not ours
@@ -44,13 +44,7 @@ class CorruptCheckpoint(Exception):
     """A checkpoint that does not verify or cannot be read; the message says what is wrong."""
 
 
-def checkpoint_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def _step_of(path: Path) -> int | None:
-    digits = path.name[len(PREFIX) :]
-    return int(digits) if path.name.startswith(PREFIX) and digits.isdigit() else None
+_step_of = step_of
 
 
 def checkpoints(run_dir: str | Path) -> list[Path]:
@@ -354,15 +348,17 @@ def save(
     meta: dict[str, Any],
     keep: int,
     rt: Runtime,
+    protect: Collection[int] = (),
 ) -> Path:
-    """Write the checkpoint of ``step`` atomically and prune all but the last ``keep``.
+    """Write the checkpoint of ``step`` atomically and prune all but the last ``keep`` and the
+    steps in ``protect``.
 
     ``model`` is the unwrapped model. Model and optimizer are written by every rank through
     :func:`save_sharded`; rank 0 then adds ``state.pt`` (scaler, trainer state, RNG), the JSON
     index and the manifest, and renames the folder into place.
     """
     root = checkpoint_root(run_dir)
-    final = root / f"{PREFIX}{step:08d}"
+    final = step_folder(run_dir, step)
     # One temporary folder for all ranks (rank 0's pid names it).
     tmp = root / f".{final.name}.tmp{rt.broadcast_object(os.getpid())}"
     if rt.is_main:
@@ -391,7 +387,8 @@ def save(
         else:
             os.replace(tmp, final)
         for stale in checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(stale, ignore_errors=True)
+            if _step_of(stale) not in protect:
+                shutil.rmtree(stale, ignore_errors=True)
     rt.barrier()
     return final
 

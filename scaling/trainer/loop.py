@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
-from scaling.trainer import TrainResult, checkpoint, faults
+from scaling.trainer import TrainResult, checkpoint, faults, lineage
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import build_model
@@ -199,6 +199,7 @@ class Trainer:
             meta=self._meta(),
             keep=self.spec.execution.keep_checkpoints,
             rt=self.rt,
+            protect=self.spec.execution.keep_steps,
         )
         return path
 
@@ -211,6 +212,11 @@ class Trainer:
         path, meta = found
         if meta.get("key") != self.key:
             raise SpecError(f"{path}: checkpoint of run {meta.get('key')}, not {self.key} (wrong run_dir?)")
+        self._restore(meta)
+        return path, meta
+
+    def _restore(self, meta: dict[str, Any]) -> None:
+        """The loop state a checkpoint's meta holds."""
         self.step = int(meta["step"])
         self.cursor = int(meta["cursor"])
         self.window.clear()
@@ -221,7 +227,39 @@ class Trainer:
         self.lr_scale = float(meta["lr_scale"])
         self.rollbacks = int(meta["rollbacks"])
         self.overflow_skips = int(meta["overflow_skips"])
-        return path, meta
+
+    def _branch_from_trunk(self) -> Path:
+        """Start a cooldown branch from its trunk's checkpoint at the branch point (collective).
+
+        The branch takes the trunk's model, optimizer, scaler, data cursor and RNG, so its loss
+        curve continues the trunk's; raises TrainingError when that checkpoint is missing or
+        does not verify (the orchestrator then has the trunk pass the branch point again).
+        """
+        branch = self.spec.branch
+        assert branch is not None
+        path = lineage.parent_checkpoint(self.run_dir, branch)
+        problem = None
+        if self.rt.is_main:
+            problem = checkpoint.verify(path) if path.is_dir() else "it does not exist"
+        problem = self.rt.broadcast_object(problem)
+        meta: dict[str, Any] = {}
+        if problem is None:
+            try:
+                meta = checkpoint.load(path, model=self.par.model, optimizer=self.optimizer, scaler=self.scaler,
+                                       rt=self.rt)
+            except checkpoint.CorruptCheckpoint as exc:
+                problem = str(exc)
+        if problem is None and (meta.get("key") != branch.parent or int(meta["step"]) != branch.from_step):
+            problem = f"it is step {meta.get('step')} of run {meta.get('key')}"
+        if problem is not None:
+            raise TrainingError(
+                f"branch {self.key}: trunk {branch.parent} has no usable checkpoint at step {branch.from_step} "
+                f"({path}: {problem})"
+            )
+        self._restore(meta)
+        self.rec.event(self.step, names.BRANCH_START, {"parent": branch.parent, "checkpoint": path.name,
+                                                       "trunk_tokens": self.spec.trunk_tokens, "cursor": self.cursor})
+        return path
 
     def _corrupt(self, path: Path, problem: str) -> None:
         self.rec.event(self.step, names.CHECKPOINT_CORRUPT, {"checkpoint": path.name, "problem": problem})
@@ -416,7 +454,11 @@ class Trainer:
             self.resumed_from = self.step
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
-            self._save()  # step 0: the state a spike before the first checkpoint rolls back to
+            if self.spec.branch is not None:
+                self._branch_from_trunk()
+            # The first state (step 0, or a branch's point): what a spike before the next
+            # checkpoint rolls back to, and where a branch resumes without its trunk.
+            self._save()
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
@@ -430,7 +472,7 @@ class Trainer:
         if step % ex.eval_interval == 0 or end:
             self.last_eval = evaluated = self.evaluate()
             self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
-        if step % ex.checkpoint_interval == 0 or end:
+        if step % ex.checkpoint_interval == 0 or end or step in ex.keep_steps:
             # Metrics first: a checkpoint on disk must never be ahead of the steps in the database,
             # or a process killed between the two would resume past steps it never recorded.
             self.rec.flush()

@@ -37,6 +37,12 @@ def warmup_steps(total_steps: int, schedule: "ScheduleSpec") -> int:
     return int(round(schedule.warmup_fraction * total_steps))
 
 
+def decay_start(total_steps: int, schedule: "ScheduleSpec") -> int:
+    """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
+    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
+    return max(warmup_steps(total_steps, schedule), total_steps - decay)
+
+
 def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") -> float:
     """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
 
@@ -44,7 +50,8 @@ def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") ->
     - ``cosine``: half a cosine from the peak to ``min_lr_ratio * peak`` at the last step
       (Hoffmann et al. 2022 decay to 10% over the run's length);
     - ``wsd`` (warmup-stable-decay, Hu et al. 2024): the peak until the final
-      ``decay_fraction`` of steps, then linear to the floor;
+      ``decay_fraction`` of steps, then to the floor, linearly or as 1 - sqrt(progress)
+      (``decay_shape``; Hägele et al. 2024 find 1-sqrt slightly better);
     - ``constant``: the peak after warmup.
     """
     if total_steps < 1:
@@ -60,9 +67,10 @@ def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") ->
         progress = min(1.0, (step - warm) / span)
         return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
     # wsd
-    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
-    start = max(warm, total_steps - decay)
+    start = decay_start(total_steps, schedule)
     if step < start:
         return peak
     progress = min(1.0, (step - start + 1) / max(1, total_steps - start))
+    if schedule.decay_shape == "1-sqrt":
+        progress = math.sqrt(progress)
     return peak + (floor - peak) * progress

@@ -116,6 +116,20 @@ class ScheduleSpec(_Frozen):
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the final share of steps that decays
+    # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
+    decay_shape: Literal["linear", "1-sqrt"] = "linear"
+
+
+class BranchSpec(_Frozen):
+    """Where a cooldown branch leaves its trunk: it starts from the trunk's checkpoint at
+    ``from_step`` (its model, optimizer, data cursor and RNG) and decays the LR to its own end.
+
+    ``parent`` is the trunk's key, so a branch's key changes with its trunk's. The trunk's folder
+    is the branch's sibling (``<runs_dir>/<sweep>/<parent>``).
+    """
+
+    parent: str = Field(min_length=16, max_length=16, pattern=r"^[0-9a-f]+$")
+    from_step: int = Field(gt=0, description="the trunk's step (its checkpoint) the branch starts from")
 
 
 class SpikeSpec(_Frozen):
@@ -218,6 +232,8 @@ class ExecutionSpec(Placement, LoopSettings):
     """How a run executes. Not part of the key: it must not change the result's meaning."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Steps whose checkpoints are written and never rotated away: a trunk's branch points.
+    keep_steps: tuple[int, ...] = Field(default=(), description="checkpoints kept whatever keep_checkpoints says")
 
 
 #: Model chunks per pipeline rank of each schedule (the interleaved one loops over two).
@@ -277,6 +293,7 @@ class RunSpec(Recipe):
     flops_convention: FlopsConvention = Conventions().flops
     seed: Seed = 0
     faults: FaultSpec = FaultSpec()
+    branch: Optional[BranchSpec] = None  # a cooldown branch of another run (its trunk)
     execution: ExecutionSpec = ExecutionSpec()
     name: Optional[str] = None  # a display name; not part of the key
     tags: dict[str, str] = Field(default_factory=dict)  # free-form labels; not part of the key
@@ -318,6 +335,16 @@ class RunSpec(Recipe):
         problem = pipeline_problem(self)
         if problem:
             raise ValueError(problem)
+        if self.branch is not None:
+            from scaling.trainer.optim import decay_start
+
+            if self.schedule.kind != "wsd":
+                raise ValueError("branch: a cooldown branch needs schedule kind 'wsd'")
+            start = decay_start(self.steps, self.schedule)
+            if self.branch.from_step != start:
+                raise ValueError(
+                    f"branch.from_step: {self.branch.from_step} is not where the schedule's cooldown starts ({start})"
+                )
         return self
 
     @property
@@ -326,8 +353,18 @@ class RunSpec(Recipe):
 
     # -- identity ---------------------------------------------------------------------------
     def key_fields(self) -> dict[str, Any]:
-        """The fields that define the result (the key hashes exactly these)."""
-        return self.model_dump(mode="json", exclude={"execution", "name", "tags"})
+        """The fields that define the result (the key hashes exactly these).
+
+        Fields added after keys were first stored are hashed only when set, so the runs of
+        older sweeps keep their keys (and are not retrained): ``branch`` when present, the
+        schedule's ``decay_shape`` when not linear.
+        """
+        fields = self.model_dump(mode="json", exclude={"execution", "name", "tags"})
+        if fields.get("branch") is None:
+            fields.pop("branch", None)
+        if fields["schedule"].get("decay_shape") == "linear":
+            fields["schedule"].pop("decay_shape")
+        return fields
 
     @property
     def key(self) -> str:
@@ -361,6 +398,11 @@ class RunSpec(Recipe):
         return math.ceil(self.tokens / self.batch_tokens)
 
     @property
+    def trunk_tokens(self) -> int:
+        """Tokens a branch inherits from its trunk (0 for a run trained from scratch)."""
+        return self.branch.from_step * self.batch_tokens if self.branch else 0
+
+    @property
     def flops_per_token(self) -> float:
         return self.shape.flops_per_token(self.flops_convention, self.params_convention)
 
@@ -385,6 +427,8 @@ class RunSpec(Recipe):
             "C": self.flops,
             "seed": self.seed,
             "spec": self.model_dump(mode="json"),
+            "parent_key": self.branch.parent if self.branch else None,
+            "trunk_tokens": self.trunk_tokens,
         }
 
     # -- I/O -----------------------------------------------------------------------------------

@@ -1,0 +1,149 @@
+"""Cooldown branches (Hägele et al. 2024): one constant-LR trunk per model, many token budgets.
+
+A grid block ``{models: [...], branches: {tokens: [D_1, ...], cooldown_fraction: f, shape:
+linear|1-sqrt}}`` expands, per model and seed, into
+
+- one **trunk**: warmup then a constant LR (``schedule.kind: constant``), trained to the
+  latest branch point, its checkpoint kept at every branch point (``execution.keep_steps``);
+- one **branch** per D_i: a ``wsd`` run of D_i tokens whose decay covers its last fraction f of
+  steps, starting from the trunk's checkpoint where that decay starts
+  (``branch: {parent: <trunk key>, from_step}``). Its key hashes the parent's key and the
+  branch point, so it names exactly the run it is.
+
+Trunk and branches share the learning rate and batch (they share the trunk's steps): the plan's
+rules are evaluated at the largest branch's D. Only the branches are (N, D) points of the fits;
+the trunk is recorded as their parent, so compute is counted once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from scaling.errors import PlanError
+from scaling.trainer.optim import decay_start, warmup_steps
+from scaling.trainer.spec import RunSpec, ScheduleSpec
+
+if TYPE_CHECKING:
+    from scaling.accounting import Shape
+    from scaling.orchestrator.plan import Plan
+    from scaling.orchestrator.yamlsource import YamlSource
+
+TRUNK = "trunk"
+BRANCH = "branch"
+
+
+class BranchesPlan(BaseModel):
+    """A grid block's branch points: the token budgets and how each branch cools down."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    tokens: list[float] = Field(min_length=1, description="D of each branch")
+    cooldown_fraction: float = Field(default=0.2, gt=0, lt=1, description="share of a branch's steps that decay")
+    shape: Literal["linear", "1-sqrt"] = "linear"
+
+    @field_validator("tokens")
+    @classmethod
+    def _positive(cls, values: list[float]) -> list[float]:
+        for v in values:
+            if not v > 0:
+                raise ValueError(f"values must be positive, got {v}")
+        return values
+
+
+#: Builds a finished spec (placed, data resolved) from a plan's run: the expansion's own steps.
+Finish = Callable[..., RunSpec]
+
+
+def cooldown_schedule(plan: "Plan", branches: BranchesPlan) -> ScheduleSpec:
+    return plan.train.schedule.model_copy(
+        update={"kind": "wsd", "decay_fraction": branches.cooldown_fraction, "decay_shape": branches.shape}
+    )
+
+
+def trunk_schedule(plan: "Plan") -> ScheduleSpec:
+    return plan.train.schedule.model_copy(update={"kind": "constant"})
+
+
+def expand_model(
+    plan: "Plan",
+    block_index: int,
+    model_index: int,
+    shape: "Shape",
+    seed: int,
+    source: Optional["YamlSource"],
+    hyper: Callable[[float, float, float], tuple[float, int]],
+    finish: Finish,
+) -> list[RunSpec]:
+    """The trunk and the branches of one model and seed (trunk first).
+
+    ``hyper(N, D, C)`` gives (lr, batch) from the plan's rules; ``finish(shape, D, lr, batch, seed,
+    loc, model_index, **fields)`` builds, places and resolves one spec as the expansion does for
+    every run.
+    """
+    from scaling.orchestrator.plan import where
+
+    block = plan.grid[block_index]
+    branches: BranchesPlan = block.branches  # type: ignore[assignment]
+    conv = plan.conventions
+    N = shape.params(conv.params)
+    fpt = shape.flops_per_token(conv.flops, conv.params)
+    largest = max(branches.tokens)
+    lr, batch = hyper(N, largest, fpt * largest)
+    cooldown = cooldown_schedule(plan, branches)
+    points: list[tuple[int, float, int]] = []  # (index, D, branch point)
+    for j, D in enumerate(branches.tokens):
+        loc = ("grid", block_index, "branches", "tokens", j)
+        if D < batch:
+            raise PlanError(f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch ({batch} tokens)")
+        steps = math.ceil(round(D) / batch)
+        start = decay_start(steps, cooldown)
+        if start < 1:
+            raise PlanError(
+                f"{where(source, loc)}: D={D:.3g} tokens is {steps} step(s) of {batch} tokens: too few to leave a trunk "
+                f"and cool down; use more tokens"
+            )
+        points.append((j, D, start))
+
+    trunk_steps = max(p[2] for p in points)
+    trunk_sched = trunk_schedule(plan)
+    warm = warmup_steps(trunk_steps, trunk_sched)
+    for j, D, start in points:
+        if start < warm:
+            raise PlanError(
+                f"{where(source, ('grid', block_index, 'branches', 'tokens', j))}: the branch at D={D:.3g} leaves the "
+                f"trunk at step {start}, inside its warmup ({warm} steps of {trunk_steps}); drop it, use more tokens "
+                f"or a smaller train.schedule.warmup_fraction"
+            )
+    keep = tuple(sorted({p[2] for p in points}))
+    trunk_loc = ("grid", block_index, "branches")
+    trunk = finish(
+        shape, trunk_steps * batch, lr, batch, seed, trunk_loc, model_index,
+        schedule=trunk_sched, keep_steps=keep,
+        name=f"{plan.name}/N{N:.3g}/trunk{trunk_steps * batch:.3g}/s{seed}",
+        tags={"role": TRUNK, "branch_points": ",".join(str(k) for k in keep)},
+    )
+    specs = [trunk]
+    for j, D, start in points:
+        specs.append(finish(
+            shape, D, lr, batch, seed, ("grid", block_index, "branches", "tokens", j), model_index,
+            schedule=cooldown, branch={"parent": trunk.key, "from_step": start},
+            name=f"{plan.name}/N{N:.3g}/D{D:.3g}/s{seed}",
+            tags={"role": BRANCH, "parent": trunk.key, "branch_point": str(start)},
+        ))
+    return specs
+
+
+def role(spec: RunSpec) -> Optional[str]:
+    """``trunk``, ``branch`` or None (a run trained from scratch)."""
+    if spec.branch is not None:
+        return BRANCH
+    return TRUNK if spec.execution.keep_steps else None
+
+
+def plan_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a branch run's extra fields into RunSpec fields and execution fields."""
+    execution = {k: fields.pop(k) for k in ("keep_steps",) if k in fields}
+    return fields, execution
