@@ -50,6 +50,8 @@ OVERFLOW_SKIP = "overflow_skip"  # fp16: non-finite gradients, step skipped, sca
 FAILURE = "failure"
 CHECKPOINT_CORRUPT = "checkpoint_corrupt"  # a checkpoint failed its manifest or load; set aside
 DATA = "data"  # the corpus a run trained on: fingerprint, unique_tokens (U), sizes, device
+SIMULATED = "simulated"  # a run whose losses came from a known law (scaling.trainer.simulate)
+ADAPTIVE_DECISION = "adaptive_decision"  # an adaptive sweep's refit and what it added, or why it stopped
 
 EVENTS: tuple[str, ...] = (
     LOSS_SPIKE,
@@ -62,4 +64,6 @@ EVENTS: tuple[str, ...] = (
     INTERRUPTED,
     CHECKPOINT_CORRUPT,
     DATA,
+    SIMULATED,
+    ADAPTIVE_DECISION,
 )

@@ -63,7 +63,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     small for the smallest model, explicit D below one batch, a rule without a value, a value the
     run spec refuses) and ResourceError for a run that fits the device memory under no strategy.
     """
-    plan, precision = _resolve_precision(plan)
+    plan, precision = _resolve_precision(plan) if plan.simulate is None else (plan, _Unresolved())
     data_resolved: Optional[DataSpec] = None
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}
@@ -138,15 +138,19 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                     detail = str(err["msg"]).removeprefix("Value error, ")
                     at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
                     raise PlanError(f"{where(source, at)}: {detail}") from None
-                strategy, mem = plan.place(spec)
-                if strategy is None:
-                    raise ResourceError(_does_not_fit(plan, spec, mem, b, m, source))
-                if plan.resources.device_memory_gib is None:  # still no device holds more than MAX_DEVICE_GIB
-                    check_fits(mem, None, what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
+                if spec.simulate is not None:  # nothing is trained: no memory, no corpus
+                    strategy, memory_gib = "single", 0.0
+                else:
+                    strategy, mem = plan.place(spec)
+                    if strategy is None:
+                        raise ResourceError(_does_not_fit(plan, spec, mem, b, m, source))
+                    if plan.resources.device_memory_gib is None:  # still no device holds more than MAX_DEVICE_GIB
+                        check_fits(mem, None, what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
+                    memory_gib = mem.total_gib
                 spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
-                if data_resolved is not None:
+                if spec.simulate is None and data_resolved is not None:
                     spec = spec.model_copy(update={"data": data_resolved})
-                elif resolve:
+                elif spec.simulate is None and resolve:
                     try:
                         spec = _resolve_data(spec)
                     except UserError as exc:
@@ -155,7 +159,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
                 if spec.key in runs:
                     notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
                     continue
-                runs[spec.key] = PlannedRun(spec, b, kind, budget, mem.total_gib, strategy)
+                runs[spec.key] = PlannedRun(spec, b, kind, budget, memory_gib, strategy)
 
     # Smallest compute first; an IsoFLOP budget's runs together, smallest model first.
     ordered = sorted(
@@ -171,6 +175,13 @@ def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
     device = "cuda" if plan.resources.gpus_per_worker > 0 else "cpu"
     res = resolve(plan.train.precision, device)
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
+
+
+class _Unresolved:
+    """A simulated plan's precision: kept as the plan says (nothing is trained, no device is probed)."""
+
+    warning = ""
+    reason = "simulated runs: nothing is trained, precision is not resolved"
 
 
 def _does_not_fit(plan: Plan, spec: RunSpec, mem: Any, block: int, model: int, source: Optional[YamlSource]) -> str:
