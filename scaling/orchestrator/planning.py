@@ -43,7 +43,9 @@ def throughput(plan: Plan, precision: Optional[str] = None) -> float:
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
-    """Wall time of one run: the real training FLOPs over the workers' throughput."""
+    """Wall time of one run: the real training FLOPs over the workers' throughput (0 when simulated)."""
+    if run.spec.simulate is not None:
+        return 0.0  # a simulated run writes a few rows in milliseconds
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * run.spec.steps * run.spec.batch_tokens
     per_step = GPU_STEP_SECONDS if plan.resources.gpus_per_worker > 0 else CPU_STEP_SECONDS
@@ -124,7 +126,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
             "est_seconds_serial": serial,
             "concurrent_runs": k,
             "est_seconds_wall": serial / k,
-            "throughput_flops_per_worker": throughput(plan),
+            "throughput_flops_per_worker": throughput(plan) if plan.simulate is None else None,
         },
     }
 
@@ -150,8 +152,10 @@ def render_table(summary: dict[str, Any]) -> Any:
         caption=(
             f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
-            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker); "
-            f"precision {summary['precision']['resolved']} ({summary['precision']['reason']})"
+            f"{t['concurrent_runs']} at once "
+            + (f"(at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker); "
+               if t["throughput_flops_per_worker"] is not None else "(simulated runs); ")
+            + f"precision {summary['precision']['resolved']} ({summary['precision']['reason']})"
         ),
     )
     for col in ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "mem GiB", "strategy", "est."):

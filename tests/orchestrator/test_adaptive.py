@@ -85,6 +85,12 @@ def test_adaptive_sweep_on_ray_stops_when_met_and_reruns_idempotently(tmp_path: 
     assert runs["C"].max() > 1e20  # slices beyond the grid were trained
     assert any("adaptive round 0" in line for line in lines) and "target met" in lines[-1]
 
+    from scaling.reports import write_report  # the report draws the interval against compute from the events
+
+    page = write_report(sqlite_url, "adapt", tmp_path / "report.html", fit="stored").read_text()
+    assert 'id="adaptive"' in page and "adaptive_interval" in page and "Stopped: <strong>met</strong>" in page
+    assert page.count("<li>round ") == len(stored)
+
     again = sweep(plan, sqlite_url)
     assert again.adaptive.status == "met" and again.adaptive.replayed == len(stored) - 1
     assert again.outcome.completed == [] and len(again.outcome.skipped) == len(runs)
