@@ -22,6 +22,11 @@ compute to the fixed grid's (goal: median <= 1/2), and the coverage of its final
 the true N* (goal >= 90%).
 
     python benchmarks/bench_adaptive.py [--laws 50] [--ratio 2.0] [--at 1e22] [--interval bootstrap]
+
+On a busy machine, shard the laws over processes and merge their rows afterwards:
+
+    python benchmarks/bench_adaptive.py --shard 0/3 --rows r0.json &  (... 1/3, 2/3)
+    python benchmarks/bench_adaptive.py --merge r0.json r1.json r2.json
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ GRID_MODELS = np.geomspace(1e7, 3e9, 9).tolist()
 NOISE = 0.005
 BATCH_TOKENS = 4 * 1024 * 1024
 #: A fixed grid's ladder stops past this multiple of the adaptive sweep's compute (the ratio is then an upper bound).
-CAP_FACTOR = 20.0
+CAP_FACTOR = 4.0
 
 
 def plan_for(name: str, law: dict[str, float], seed: int, args: argparse.Namespace, runs_dir: str) -> Plan:
@@ -144,7 +149,17 @@ def main() -> None:
     ap.add_argument("--max-compute", type=float, default=1e23)
     ap.add_argument("--bootstrap", type=int, default=100)
     ap.add_argument("--db", default=None, help="SQLite file (default: a temporary one)")
+    ap.add_argument("--shard", default="0/1", help="k/n: run the laws whose index is k modulo n")
+    ap.add_argument("--rows", default=None, help="write the per-law rows to this JSON file")
+    ap.add_argument("--merge", nargs="+", default=None, help="summarise rows written by --rows")
     args = ap.parse_args()
+    if args.merge:
+        import json
+
+        rows = sorted((r for f in args.merge for r in json.loads(Path(f).read_text())), key=lambda r: r["law"])
+        summarise(rows, args, 0.0)
+        return
+    shard, shards = (int(x) for x in args.shard.split("/"))
 
     tmp = tempfile.mkdtemp(prefix="bench_adaptive_")
     url = f"sqlite:///{args.db or Path(tmp) / 'bench.db'}"
@@ -155,6 +170,8 @@ def main() -> None:
           f"{'fixed C':>9} {'adapt/fixed':>11} {'oracle C':>9} {'adapt/oracle':>12}")
     for i in range(args.laws):
         law = draw_truth(rng)
+        if i % shards != shard:
+            continue
         plan = plan_for(f"law{i:03d}", law, args.seed + i, args, tmp)
         out = run_adaptive_here(plan, url)
         fit = out.decisions[-1].fit
@@ -172,9 +189,16 @@ def main() -> None:
         print(f"{i:>4} {row['status']:>7} {row['rounds']:>6} {row['spent']:>11.3g} {f(row['ratio']):>6} "
               f"{str(covers):>6} {f(row['fixed']):>9} {q(row['spent'], row['fixed'], row.get('fixed_capped')):>11} "
               f"{f(row['oracle']):>9} {q(row['spent'], row['oracle'], row.get('oracle_capped')):>12}", flush=True)
+        if args.rows:
+            import json
 
+            Path(args.rows).write_text(json.dumps(rows))
+    summarise(rows, args, time.time() - t0)
+
+
+def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
     met = [r for r in rows if r["status"] == "met"]
-    print(f"\n{len(rows)} laws in {time.time() - t0:.0f} s; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
+    print(f"\n{len(rows)} laws in {seconds:.0f} s; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
           f"{args.ratio:g} ({args.interval} interval), budget {args.max_compute:.3g} FLOPs")
     print(f"stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
     for key, label in (("fixed", "prior-centred fixed grid (7 sizes, +-1.5)"), ("oracle", "oracle-centred fixed grid (5 sizes, +-1)")):

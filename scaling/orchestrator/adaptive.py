@@ -215,7 +215,8 @@ def decide(
     ranking = importlib.import_module("scaling.fitting.recommend")
     offsets = np.linspace(-spec.span, spec.span, spec.batch)
     c_max = float(points["C"].max())
-    ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist())
+    ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
+                                    n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap))
     candidates = []
     for cand in ranked:
         cost = cost_of(cand["C"], cand["sizes"])
