@@ -157,7 +157,7 @@ def main() -> None:
         import json
 
         rows = sorted((r for f in args.merge for r in json.loads(Path(f).read_text())), key=lambda r: r["law"])
-        summarise(rows, args, 0.0)
+        summarise(rows, args, None)
         return
     shard, shards = (int(x) for x in args.shard.split("/"))
 
@@ -196,9 +196,10 @@ def main() -> None:
     summarise(rows, args, time.time() - t0)
 
 
-def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
+def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float | None) -> None:
     met = [r for r in rows if r["status"] == "met"]
-    print(f"\n{len(rows)} laws in {seconds:.0f} s; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
+    took = f" in {seconds:.0f} s" if seconds is not None else " (merged)"
+    print(f"\n{len(rows)} laws{took}; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
           f"{args.ratio:g} ({args.interval} interval), budget {args.max_compute:.3g} FLOPs")
     print(f"stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
     for key, label in (("fixed", "prior-centred fixed grid (7 sizes, +-1.5)"), ("oracle", "oracle-centred fixed grid (5 sizes, +-1)")):
