@@ -52,6 +52,8 @@ CHECKPOINT_CORRUPT = "checkpoint_corrupt"  # a checkpoint failed its manifest or
 DATA = "data"  # the corpus a run trained on: fingerprint, unique_tokens (U), sizes, device
 BRANCH_START = "branch_start"  # a cooldown branch loaded its trunk's checkpoint at the branch point
 TRUNK_RETRAIN = "trunk_retrain"  # a trunk passes a branch point again: the checkpoint was missing
+SIMULATED = "simulated"  # a run whose losses came from a known law (scaling.trainer.simulate)
+ADAPTIVE_DECISION = "adaptive_decision"  # an adaptive sweep's refit and what it added, or why it stopped
 
 EVENTS: tuple[str, ...] = (
     LOSS_SPIKE,
@@ -66,4 +68,6 @@ EVENTS: tuple[str, ...] = (
     DATA,
     BRANCH_START,
     TRUNK_RETRAIN,
+    SIMULATED,
+    ADAPTIVE_DECISION,
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -306,19 +306,29 @@ def concrete_run(
     return run, src, note
 
 
-def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> list[dict[str, Any]]:
-    """Rank candidate IsoFLOP slices by how much they narrow the 95% interval of log N* at ``compute``."""
+def candidate_runs(law: Any, compute: float, c_max: float, seed: int = 0, *,
+                   offsets: Sequence[float] = CANDIDATE_OFFSETS, n_bootstrap: int = CANDIDATE_BOOTSTRAP,
+                   multiples: Sequence[float] = CANDIDATE_MULTIPLES) -> list[dict[str, Any]]:
+    """Rank candidate IsoFLOP slices by how much they narrow the 95% interval of log N* at ``compute``.
+
+    ``law`` is a fitted approach 3 (its refits start at the full-data optimum) or any other law
+    with a bootstrap (refitted from scratch: approaches 1 and 2 refit in milliseconds). Each
+    candidate has ``len(offsets)`` sizes at N* of ``law`` times exp(offset).
+    """
     from scaling.fitting.parametric import ChinchillaParametric
 
-    base = law3.data_
-    k = law3.k_
+    base = law.data_
+    k = law.k_
 
     def width(points: pd.DataFrame) -> float:
         data = prepare(points, flops_convention=base.flops_convention, params_convention=base.params_convention)
-        probe = ChinchillaParametric(**law3.get_settings())
-        probe.k_, probe.theta_, probe.params_, probe.data_ = k, law3.theta_, law3.params_, data
-        probe.replicates_ = None
-        probe.bootstrap(CANDIDATE_BOOTSTRAP, seed)
+        if isinstance(law, ChinchillaParametric):
+            probe = ChinchillaParametric(**law.get_settings())
+            probe.k_, probe.theta_, probe.params_, probe.data_ = k, law.theta_, law.params_, data
+            probe.replicates_ = None
+        else:
+            probe = type(law)(**law.get_settings()).fit(data)
+        probe.bootstrap(n_bootstrap, seed)
         iv = probe.optimal_interval(compute)["N"]
         return math.log(iv["hi"]) - math.log(iv["lo"])
 
@@ -330,13 +340,16 @@ def candidate_runs(law3: Any, compute: float, c_max: float, seed: int = 0) -> li
     if not math.isfinite(w0):
         return []  # no interval to narrow (its bootstrap was unavailable)
     out = []
-    budgets = [m * c_max for m in CANDIDATE_MULTIPLES if m * c_max < compute] or [compute]
+    budgets = [m * c_max for m in multiples if m * c_max < compute] or [compute]
     for C in budgets:
-        n_star = float(np.asarray(law3.optimal(C)[0]))
-        sizes = n_star * np.exp(np.array(CANDIDATE_OFFSETS))
+        n_star = float(np.asarray(law.optimal(C)[0]))
+        sizes = n_star * np.exp(np.asarray(offsets, float))
         D = C / (k * sizes)
-        extra = pd.DataFrame({"N": sizes, "D": D, "C": np.full(sizes.size, C), "loss": law3.predict(sizes, D)})
-        w = width(pd.concat([pts, extra], ignore_index=True))
+        extra = pd.DataFrame({"N": sizes, "D": D, "C": np.full(sizes.size, C), "loss": law.predict(sizes, D)})
+        try:
+            w = width(pd.concat([pts, extra], ignore_index=True))
+        except (UserError, ValueError):
+            continue
         if not math.isfinite(w):
             continue
         out.append({"C": C, "sizes": sizes.tolist(), "tokens": D.tolist(), "cost_flops": C * sizes.size,

@@ -67,33 +67,22 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     small for the smallest model, explicit D below one batch, a rule without a value, a value the
     run spec refuses) and ResourceError for a run that fits the device memory under no strategy.
     """
-    plan, precision = _resolve_precision(plan)
+    plan, precision = _resolve_precision(plan) if plan.simulate is None else (plan, _Unresolved())
     data_resolved: Optional[DataSpec] = None
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}
     notes: list[str] = [precision.warning] if precision.warning else []
     rates: dict[int, float] = {}  # achieved FLOP/s per worker, by grid block
 
-    def finish(b: int, kind: str, budget: Optional[float], shape: Shape, D: float, lr: float, batch: int, seed: int,
-               loc: tuple[Any, ...], m: int, *, schedule: Any = None, keep_steps: tuple[int, ...] = (),
-               branch: Optional[dict[str, Any]] = None, name: Optional[str] = None,
-               tags: Optional[dict[str, str]] = None) -> RunSpec:
-        """Build one run's spec, place it, resolve its data and add it (once) to the runs."""
+    def simulated(spec: RunSpec, b: int, kind: str, budget: Optional[float]) -> PlannedRun:
+        """A simulated run: nothing is trained, so no layout, no memory and no corpus."""
+        spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": "single"})})
+        return PlannedRun(spec, b, kind, budget, 0.0, "single")
+
+    def placed(spec: RunSpec, b: int, kind: str, budget: Optional[float], m: int) -> PlannedRun:
+        """A trained run in the fastest layout that fits, with its data resolved."""
         nonlocal data_resolved
-        try:
-            spec = plan.run_spec(
-                shape, D, lr, batch, seed, plan.block_resources(b),
-                faults=plan.grid[b].faults,
-                name=name or f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
-                tags={**_tags(plan, kind, budget), **(tags or {})},
-            )
-            if schedule is not None or branch is not None or keep_steps:
-                spec = _with_lineage(spec, schedule, branch, keep_steps)
-        except ValidationError as exc:  # a value the trainer refuses
-            err = exc.errors()[0]
-            detail = str(err["msg"]).removeprefix("Value error, ")
-            at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
-            raise PlanError(f"{where(source, at)}: {detail}") from None
+        shape = spec.shape
         resources = plan.block_resources(b)
         if b not in rates:
             rates[b] = resources.throughput(plan.train.precision, plan.train.threads, probe=resolve)
@@ -118,6 +107,32 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
             except UserError as exc:
                 raise PlanError(f"{where(source, ('data',))}: {exc}") from None
             data_resolved = spec.data
+        return PlannedRun(
+            spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
+            resources.machine().gpus_per_node,
+        )
+
+    def finish(b: int, kind: str, budget: Optional[float], shape: Shape, D: float, lr: float, batch: int, seed: int,
+               loc: tuple[Any, ...], m: int, *, schedule: Any = None, keep_steps: tuple[int, ...] = (),
+               branch: Optional[dict[str, Any]] = None, name: Optional[str] = None,
+               tags: Optional[dict[str, str]] = None) -> RunSpec:
+        """Build one run's spec, place it, resolve its data and add it (once) to the runs."""
+        try:
+            spec = plan.run_spec(
+                shape, D, lr, batch, seed, plan.block_resources(b),
+                faults=plan.grid[b].faults,
+                name=name or f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
+                tags={**_tags(plan, kind, budget), **(tags or {})},
+            )
+            if schedule is not None or branch is not None or keep_steps:
+                spec = _with_lineage(spec, schedule, branch, keep_steps)
+        except ValidationError as exc:  # a value the trainer refuses
+            err = exc.errors()[0]
+            detail = str(err["msg"]).removeprefix("Value error, ")
+            at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
+            raise PlanError(f"{where(source, at)}: {detail}") from None
+        run = simulated(spec, b, kind, budget) if spec.simulate is not None else placed(spec, b, kind, budget, m)
+        spec = run.spec
         if spec.key in runs:
             kept = runs[spec.key]
             steps = tuple(sorted(set(kept.spec.execution.keep_steps) | set(spec.execution.keep_steps)))
@@ -127,10 +142,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
             else:
                 notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
             return runs[spec.key].spec
-        runs[spec.key] = PlannedRun(
-            spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
-            resources.machine().gpus_per_node,
-        )
+        runs[spec.key] = run
         return spec
 
     for b, block in enumerate(plan.grid):
@@ -225,6 +237,13 @@ def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
     device = "cuda" if plan.resources.gpus_per_worker > 0 else "cpu"
     res = resolve(plan.train.precision, device)
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
+
+
+class _Unresolved:
+    """A simulated plan's precision: kept as the plan says (nothing is trained, no device is probed)."""
+
+    warning = ""
+    reason = "simulated runs: nothing is trained, precision is not resolved"
 
 
 def _placed(spec: RunSpec, best: Any) -> Any:

@@ -25,6 +25,7 @@ from scaling.accounting import GIB, MAX_DEVICE_GIB, MemoryEstimate, Shape, Shape
 from scaling.comms import LINKS
 from scaling.errors import PlanError
 from scaling.naming import name_problem
+from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches import BranchesPlan
 from scaling.orchestrator.yamlsource import YamlSource
 from scaling.trainer.spec import (
@@ -38,6 +39,7 @@ from scaling.trainer.spec import (
     RunSpec,
     Seed,
     SequenceSpec,
+    SimulateSpec,
 )
 
 Rule = Union[float, str, dict[str, Any]]
@@ -332,6 +334,8 @@ class Plan(_Strict):
     retries: int = Field(default=1, ge=0, description="extra attempts after a run fails")
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     grid: list[GridBlock] = Field(min_length=1)
+    simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training (scaling.trainer.simulate)
+    adaptive: Optional[AdaptivePlan] = None  # add slices until N* is known (scaling.orchestrator.adaptive)
 
     @field_validator("name")
     @classmethod
@@ -458,6 +462,7 @@ class Plan(_Strict):
             params_convention=self.conventions.params,
             flops_convention=self.conventions.flops,
             seed=seed,
+            simulate=self.simulate,
             execution=execution,
             **fields,
         )

@@ -35,7 +35,9 @@ def throughput(plan: Plan, precision: Optional[str] = None) -> float:
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     """Wall time of one run: its steps times the chosen layout's step time (compute, bubble,
     communication and the fixed per-step cost); a cooldown branch trains only the steps after
-    its branch point."""
+    its branch point; a simulated run takes no time."""
+    if run.spec.simulate is not None:
+        return 0.0  # a simulated run writes a few rows in milliseconds
     steps = run.spec.steps - (run.spec.branch.from_step if run.spec.branch else 0)
     if run.layout is not None:
         return steps * run.layout.best.step_s
@@ -139,7 +141,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
             "est_seconds_serial": serial,
             "concurrent_runs": k,
             "est_seconds_wall": serial / k,
-            "throughput_flops_per_worker": throughput(plan),
+            "throughput_flops_per_worker": throughput(plan) if plan.simulate is None else None,
         },
     }
 
@@ -165,9 +167,12 @@ def render_table(summary: dict[str, Any]) -> Any:
         caption=(
             f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
-            f"{t['concurrent_runs']} at once (at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker; "
-            f"communication not overlapped with compute); precision {summary['precision']['resolved']} "
-            f"({summary['precision']['reason']}); `scaling plan FILE --explain KEY` says why a layout was chosen"
+            f"{t['concurrent_runs']} at once "
+            + (f"(at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker; "
+               "communication not overlapped with compute); "
+               if t["throughput_flops_per_worker"] is not None else "(simulated runs); ")
+            + f"precision {summary['precision']['resolved']} ({summary['precision']['reason']}); "
+            "`scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
     columns = ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",

@@ -37,6 +37,7 @@ class SweepResult:
     fit: Any = None
     report_path: Optional[str] = None
     notes: Optional[list[str]] = None
+    adaptive: Any = None  # an adaptive plan's AdaptiveOutcome (scaling.orchestrator.adaptive)
 
 
 def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
@@ -115,18 +116,22 @@ def run_sweep(
     store = Store(url)
     register(store, plan, expansion)
     start_ray(address, plan.resources.num_cpus)
-    sched = Scheduler(
-        expansion.runs,
-        store,
-        url,
-        plan.name,
-        plan.runs_dir,
-        retries=plan.retries,
-        max_concurrent=max_concurrent or plan.resources.max_concurrent,
-        heartbeat_s=heartbeat_s,
-        stale_after_s=stale_after_s,
-        on_update=display.update if display is not None else None,
-    )
+
+    def schedule(runs: list[Any]) -> SweepOutcome:
+        return Scheduler(
+            runs,
+            store,
+            url,
+            plan.name,
+            plan.runs_dir,
+            retries=plan.retries,
+            max_concurrent=max_concurrent or plan.resources.max_concurrent,
+            heartbeat_s=heartbeat_s,
+            stale_after_s=stale_after_s,
+            on_update=display.update if display is not None else None,
+        ).run()
+
+    adaptive = None
     previous = signal.getsignal(signal.SIGTERM)
 
     def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
@@ -134,13 +139,20 @@ def run_sweep(
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        outcome = sched.run()
+        if plan.adaptive is not None:
+            from scaling.orchestrator.adaptive import run_adaptive
+
+            adaptive = run_adaptive(plan, expansion.runs, url=url, store=store, echo=echo, train=schedule,
+                                    register=lambda runs: register(store, plan, Expansion(plan, runs)))
+            outcome = adaptive.outcome
+        else:
+            outcome = schedule(expansion.runs)
     finally:
         signal.signal(signal.SIGTERM, previous)
         import ray
 
         ray.shutdown()
-    result = SweepResult(plan.name, url, outcome, notes=expansion.notes)
+    result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
         result.fit = _hook("scaling.fitting", "fit_sweep", echo, url, plan.name)
     if report:

@@ -27,6 +27,7 @@ from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
 from scaling.reports.data import ReportData
+from scaling.reports.figures_adaptive import adaptive_section
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -76,6 +77,7 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
             _frontiers(data, page),
             _parametric(data, page),
             _health(data, page),
+            adaptive_section(data, page),
             *(extra(data, page) for extra in extras),
         ]
     )

@@ -66,11 +66,16 @@ def train(
     TrainingError: the run kept spiking past ``spike.max_rollbacks``.
     SpecError: the data does not match the spec (fingerprint, vocabulary, size).
     """
-    from scaling.trainer.loop import Trainer
     from scaling.trainer.spec import RunSpec
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.from_dict(spec)
+    if spec.simulate is not None:  # losses from a known law: no torch, no model
+        from scaling.trainer.simulate import simulate
+
+        return simulate(spec, store_url, run_dir, attempt=attempt, sweep=sweep)
+    from scaling.trainer.loop import Trainer
+
     return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()
 
 

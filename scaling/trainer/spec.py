@@ -40,6 +40,8 @@ from scaling.naming import printable_problem
 MAX_STORED_INT = 2**63 - 1
 #: Seeds feed numpy's and torch's generators; both take any integer in this range.
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+#: The largest step number the database stores (the metrics' step column is a 32-bit integer).
+MAX_STEP = 2**31 - 1
 
 
 class _Frozen(BaseModel):
@@ -153,6 +155,30 @@ class FaultSpec(_Frozen):
     raise_attempts: int = Field(default=1_000_000, ge=0)  # ... only on the first this many attempts
     kill_at_step: Optional[int] = None  # SIGKILL the process (rank 1 if distributed) at this step
     kill_attempts: int = Field(default=1, ge=0)  # ... only on the first this many attempts
+
+
+class SimulatedLaw(_Frozen):
+    """The Chinchilla law a simulated run draws its losses from: L = E + A / N^alpha + B / D^beta."""
+
+    E: float = Field(ge=0)
+    A: float = Field(gt=0)
+    B: float = Field(gt=0)
+    alpha: float = Field(gt=0, le=2)
+    beta: float = Field(gt=0, le=2)
+
+
+class SimulateSpec(_Frozen):
+    """Losses from a known law instead of training (`scaling.trainer.simulate`). Part of the key.
+
+    A run with ``simulate`` trains nothing: it writes the loss curve the law gives along its
+    tokens, with multiplicative log-normal noise of SD ``noise``, in milliseconds and without
+    torch, so sweeps, adaptive loops and fits can be tested at any scale.
+    """
+
+    law: SimulatedLaw
+    noise: float = Field(default=0.005, ge=0, le=0.5, description="SD of ln(loss) per measured value")
+    seed: Seed = 0
+    points: int = Field(default=50, ge=2, le=1000, description="train-loss rows per run")
 
 
 class Conventions(_Frozen):
@@ -294,6 +320,7 @@ class RunSpec(Recipe):
     seed: Seed = 0
     faults: FaultSpec = FaultSpec()
     branch: Optional[BranchSpec] = None  # a cooldown branch of another run (its trunk)
+    simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training
     execution: ExecutionSpec = ExecutionSpec()
     name: Optional[str] = None  # a display name; not part of the key
     tags: dict[str, str] = Field(default_factory=dict)  # free-form labels; not part of the key
@@ -345,6 +372,15 @@ class RunSpec(Recipe):
                 raise ValueError(
                     f"branch.from_step: {self.branch.from_step} is not where the schedule's cooldown starts ({start})"
                 )
+        if self.steps > MAX_STEP:
+            raise ValueError(
+                f"batch_tokens: {self.tokens:.3g} tokens in batches of {self.batch_tokens} is {self.steps:.3g} steps, "
+                f"more than the database's step numbers reach ({MAX_STEP:.3g}); use a larger batch"
+            )
+        if self.simulate is not None and self.execution.workers > 1:
+            raise ValueError("simulate: a simulated run takes one worker (resources.workers: 1)")
+        if self.simulate is not None and self.faults != FaultSpec():
+            raise ValueError("simulate: injected faults need a real training loop")
         return self
 
     @property
@@ -356,12 +392,13 @@ class RunSpec(Recipe):
         """The fields that define the result (the key hashes exactly these).
 
         Fields added after keys were first stored are hashed only when set, so the runs of
-        older sweeps keep their keys (and are not retrained): ``branch`` when present, the
-        schedule's ``decay_shape`` when not linear.
+        older sweeps keep their keys (and are not retrained): ``branch`` and ``simulate`` when
+        present, the schedule's ``decay_shape`` when not linear.
         """
         fields = self.model_dump(mode="json", exclude={"execution", "name", "tags"})
-        if fields.get("branch") is None:
-            fields.pop("branch", None)
+        for optional in ("branch", "simulate"):
+            if fields.get(optional) is None:
+                fields.pop(optional, None)
         if fields["schedule"].get("decay_shape") == "linear":
             fields["schedule"].pop("decay_shape")
         return fields

@@ -1,0 +1,410 @@
+"""Adaptive sweeps: add IsoFLOP slices until N* is known well enough, within a compute budget.
+
+A plan with an ``adaptive`` block (`scaling.orchestrator.adaptive_spec.AdaptivePlan`) trains its
+grid first. Then, round after round, :func:`run_adaptive` refits the target law (through
+``scaling.fitting.fit_sweep``, called by name as the sweep's own fit hook is) and :func:`decide`
+says what happens next:
+
+1. **stop, met**: the law is fitted, no note calls it unreliable, and the 95% interval of N* at
+   ``target.at_compute`` spans at most ``target.interval_ratio`` (upper / lower end);
+2. **add, extend**: a slice's lowest loss sits at its smallest or largest size, so approach 2
+   cannot locate its optimum: two sizes are added beyond that edge (same budget, the slice's own
+   spacing), largest such budget first;
+3. **add, ranked**: the platform's ranking (`scaling.fitting.recommend.candidate_runs`, here on
+   the target law itself) proposes slices at 2x, 4x and 8x the largest budget so far, each with
+   ``batch`` sizes bracketing the law's current N* there; of those the sweep can still afford
+   the one that narrows the interval most per FLOP (largest ln(width before / width after)
+   divided by its cost) is added;
+4. **stop, budget**: no candidate fits in what is left of ``max_compute`` (the whole sweep's
+   compute, the grid included); **stop, rounds**: ``max_rounds`` slices were added; **stop,
+   no fit**: the law cannot be fitted and no slice can be extended.
+
+Every decision is a ``vocab.ADAPTIVE_DECISION`` event (attached to the grid's smallest run, the
+events table holding run events only) with what was fitted (law, points, stored fit id, N* and
+its interval), the compute spent, what was added and why, and the ranking it chose from. A
+re-run replays the stored ``add`` decisions (their runs are re-expanded from the stored budget
+and sizes, so no run is duplicated and completed ones are not retrained), then decides again
+from the same data, which gives the same decision; an unchanged decision is not logged twice.
+A plan whose budget was raised after a ``budget`` stop continues from there.
+
+:func:`run_adaptive` takes the training step as a function, so the same decisions drive a sweep
+on Ray (`scaling.orchestrator.sweep`) and an in-process loop (``benchmarks/bench_adaptive.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from scaling import vocab
+from scaling.errors import UserError
+from scaling.orchestrator.adaptive_spec import AdaptivePlan
+from scaling.orchestrator.expand import PlannedRun, expand
+from scaling.orchestrator.plan import GridBlock, ModelPoint, Plan
+
+MET = "met"
+BUDGET = "budget"
+ROUNDS = "rounds"
+NO_FIT = "no_fit"
+EXTEND = "extend"
+RANKED = "ranked"
+#: Budgets within this fraction are one IsoFLOP slice (as approach 2 groups them).
+SAME_BUDGET = 0.05
+
+
+@dataclass
+class Decision:
+    """One round of the loop: what the refit said and what was done about it."""
+
+    round: int
+    action: str  # "add" or "stop"
+    reason: str  # MET, BUDGET, ROUNDS, NO_FIT (stop); EXTEND, RANKED (add)
+    message: str
+    fit: dict[str, Any]
+    spent: float
+    max_compute: float
+    added: Optional[dict[str, Any]] = None  # {"C", "sizes", "cost", "keys", ...}
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+    def detail(self) -> dict[str, Any]:
+        """The event's JSON detail (non-finite numbers become None)."""
+        return _finite(asdict(self))
+
+    @classmethod
+    def from_detail(cls, d: dict[str, Any]) -> "Decision":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def same_as(self, other: "Decision") -> bool:
+        """The same decision (what was done and why), whatever the wording or timing."""
+        return (self.action, self.reason, _slice_id(self.added)) == (other.action, other.reason, _slice_id(other.added))
+
+
+@dataclass
+class AdaptiveOutcome:
+    """How an adaptive sweep ended: ``status`` is the last decision's reason (MET, BUDGET, ...)."""
+
+    status: str
+    message: str
+    decisions: list[Decision]
+    outcome: Any  # the merged scheduler outcome over every round of this invocation
+    replayed: int = 0  # stored decisions this invocation started from
+
+    @property
+    def spent(self) -> float:
+        return self.decisions[-1].spent if self.decisions else 0.0
+
+
+# -- one round's facts -----------------------------------------------------------------------------
+def measure(law: Any, target: Any) -> dict[str, Any]:
+    """What a fitted law says about the target: N* at ``at_compute`` and its 95% interval."""
+    iv = law.optimal_interval(float(target.at_compute))["N"]
+    lo, hi = iv.get("lo"), iv.get("hi")
+    if target.interval == "bootstrap":
+        lo, hi = iv.get("lo_param", lo), iv.get("hi_param", hi)
+    ok = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) and lo > 0
+    return {
+        "law": target.law,
+        "value": float(iv.get("value", math.nan)),
+        "lo": float(lo) if ok else None,
+        "hi": float(hi) if ok else None,
+        "ratio": float(hi / lo) if ok else None,
+        "interval": target.interval,
+        "kind": iv.get("kind"),
+        "reliable": not law.doubts(),
+        "doubts": list(law.doubts())[:3],
+    }
+
+
+def edge_slices(points: Any, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any]]:
+    """IsoFLOP slices whose lowest loss is at the smallest or largest size, largest budget first.
+
+    Each: ``C``, ``side`` ("smaller" or "larger": where the optimum lies), the slice's ``sizes``.
+    """
+    from scaling.fitting.data import group_budgets
+
+    labels = group_budgets(points["C"].to_numpy(), rel_tol)
+    out = []
+    for lab in np.unique(labels):
+        sub = points[labels == lab].sort_values("N")
+        N = sub["N"].to_numpy()
+        if np.unique(N).size < 3:
+            continue
+        i = int(np.argmin(sub["loss"].to_numpy()))
+        if 0 < i < len(N) - 1:
+            continue
+        out.append({"C": float(np.exp(np.mean(np.log(sub["C"].to_numpy())))), "side": "smaller" if i == 0 else "larger",
+                    "sizes": N.tolist()})
+    return sorted(out, key=lambda e: -e["C"])
+
+
+def extension(edge: dict[str, Any], count: int = 2) -> list[float]:
+    """``count`` sizes beyond a slice's edge, at the slice's own (geometric mean) spacing."""
+    logs = np.log(np.asarray(edge["sizes"], float))
+    step = float(np.mean(np.diff(logs))) if logs.size > 1 else 0.5
+    k = np.arange(1, count + 1)
+    new = logs[0] - step * k if edge["side"] == "smaller" else logs[-1] + step * k
+    return np.exp(new).tolist()
+
+
+# -- the decision --------------------------------------------------------------------------------
+def decide(
+    round_: int,
+    spec: AdaptivePlan,
+    *,
+    law: Any,
+    fit_error: Optional[str],
+    points: Any,
+    spent: float,
+    fit_info: dict[str, Any],
+    cost_of: Callable[[float, list[float]], float],
+) -> Decision:
+    """The next step of the loop (see the module docstring); pure apart from the ranking's bootstrap.
+
+    ``law``: the fitted target law, or None with ``fit_error`` saying why; ``points``: the
+    sweep's completed (N, D, C, loss); ``spent``: FLOPs of every run of the sweep so far;
+    ``cost_of(C, sizes)``: the FLOPs a slice would add (its runs' actual compute, all seeds).
+    """
+    target, left = spec.target, spec.max_compute - spent
+    fit = dict(fit_info)
+    if law is not None:
+        fit.update(measure(law, target))
+    else:
+        fit.update({"law": target.law, "error": fit_error})
+
+    def stop(reason: str, message: str, candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
+        return Decision(round_, "stop", reason, message, fit, spent, spec.max_compute, None, candidates or [])
+
+    def add(reason: str, message: str, added: dict[str, Any], candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
+        return Decision(round_, "add", reason, message, fit, spent, spec.max_compute, added, candidates or [])
+
+    ratio = fit.get("ratio")
+    where = f"N* at {target.at_compute:.3g} FLOPs"
+    if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
+        return stop(MET, f"target met: {where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} <= "
+                         f"{target.interval_ratio:g}) after {_flops(spent)} FLOPs")
+    now = (f"{where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} > {target.interval_ratio:g})"
+           if ratio is not None else
+           f"{target.law} not fitted ({fit_error})" if law is None else f"{where} has no interval ({fit.get('kind')})")
+    if law is not None and not fit["reliable"]:
+        now += f"; unreliable: {fit['doubts'][0] if fit['doubts'] else 'flagged'}"
+    if round_ >= spec.max_rounds:
+        return stop(ROUNDS, f"stopped after {round_} added slices (max_rounds); {now}")
+
+    too_dear = []
+    for edge in edge_slices(points) if points is not None and len(points) else []:
+        sizes = extension(edge)
+        cost = cost_of(edge["C"], sizes)
+        if cost <= left:
+            return add(EXTEND, f"{now}; the slice at {edge['C']:.3g} FLOPs has its lowest loss at its "
+                               f"{'smallest' if edge['side'] == 'smaller' else 'largest'} size: added 2 "
+                               f"{edge['side']} sizes ({_flops(cost)} FLOPs)",
+                       {"C": edge["C"], "sizes": sizes, "cost": cost, "why": f"extend {edge['side']}"})
+        too_dear.append(cost)
+
+    if law is None:
+        if too_dear:
+            return stop(BUDGET, f"budget spent: extending an edge slice costs {_flops(min(too_dear))} FLOPs, "
+                                f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}")
+        return stop(NO_FIT, f"cannot continue: {now}")
+
+    ranking = importlib.import_module("scaling.fitting.recommend")
+    offsets = np.linspace(-spec.span, spec.span, spec.batch)
+    c_max = float(points["C"].max())
+    ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
+                                    n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap))
+    candidates = []
+    for cand in ranked:
+        cost = cost_of(cand["C"], cand["sizes"])
+        gain = -math.log(max(1e-12, 1.0 - cand["reduction"]))  # ln(width before / width after)
+        candidates.append({"C": cand["C"], "sizes": cand["sizes"], "cost": cost, "reduction": cand["reduction"],
+                           "gain_per_flop": gain / cost if cost > 0 else 0.0, "affordable": cost <= left})
+    affordable = [c for c in candidates if c["affordable"]]
+    if not candidates:  # the ranking has no interval to narrow: extend the frontier by a factor 2
+        C = 2.0 * c_max
+        sizes = (float(np.asarray(law.optimal(C)[0])) * np.exp(offsets)).tolist()
+        cost = cost_of(C, sizes)
+        candidates = [{"C": C, "sizes": sizes, "cost": cost, "reduction": None, "gain_per_flop": None,
+                       "affordable": cost <= left}]
+        if cost <= left:
+            return add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
+                               f"{C:.3g} FLOPs around N* ({_flops(cost)} FLOPs)",
+                       {"C": C, "sizes": sizes, "cost": cost, "why": "no ranking: twice the largest budget"}, candidates)
+    if not affordable:
+        cheapest = min(c["cost"] for c in candidates)
+        return stop(BUDGET, f"budget spent: the cheapest slice costs {_flops(cheapest)} FLOPs, "
+                            f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}", candidates)
+    best = max(affordable, key=lambda c: c["gain_per_flop"])
+    return add(RANKED, f"{now}; added the slice at {best['C']:.3g} FLOPs ({len(best['sizes'])} sizes around N* "
+                       f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects its interval "
+                       f"{100 * best['reduction']:.0f}% narrower, the most per FLOP among {len(affordable)} "
+                       f"affordable slice(s) ({_flops(best['cost'])} FLOPs)",
+               {"C": best["C"], "sizes": best["sizes"], "cost": best["cost"], "why": "ranked",
+                "reduction": best["reduction"]}, candidates)
+
+
+# -- the loop -------------------------------------------------------------------------------------
+def slice_runs(plan: Plan, C: float, sizes: list[float]) -> list[PlannedRun]:
+    """The runs of one IsoFLOP slice (budget C, target sizes), expanded as a grid block would be."""
+    block = GridBlock(models=[ModelPoint(N=float(n)) for n in sizes], compute=[float(C)])
+    return expand(plan.model_copy(update={"grid": [block]})).runs
+
+
+def stored_decisions(url: str, sweep: str) -> dict[int, Decision]:
+    """The sweep's stored decisions by round (the latest event of each round)."""
+    from scaling.db import connect
+    from scaling.db.jsonvalues import as_dict
+
+    from scaling.errors import NotFoundError
+
+    with connect(url) as res:
+        try:
+            events = res.events(sweep=sweep, kinds=[vocab.ADAPTIVE_DECISION])
+        except NotFoundError:  # a sweep not registered yet has no decisions
+            return {}
+    out: dict[int, Decision] = {}
+    for detail in events["detail"] if len(events) else []:
+        d = as_dict(detail)
+        if isinstance(d, dict) and isinstance(d.get("round"), int):
+            out[d["round"]] = Decision.from_detail(d)
+    return out
+
+
+def run_adaptive(
+    plan: Plan,
+    grid: list[PlannedRun],
+    *,
+    url: str,
+    store: Any,
+    register: Callable[[list[PlannedRun]], Any],
+    train: Callable[[list[PlannedRun]], Any],
+    echo: Callable[[str], None] = print,
+    seed: int = 0,
+) -> AdaptiveOutcome:
+    """Train ``grid``, then add slices as :func:`decide` says until it stops; see the module docstring.
+
+    ``register(runs)`` records runs in the database (idempotent); ``train(runs)`` trains those not
+    completed and returns the scheduler's outcome (`SweepOutcome`) or None.
+    """
+    spec = plan.adaptive
+    if spec is None:
+        raise UserError(f"plan {plan.name!r} has no adaptive block")
+    if not grid:
+        raise UserError(f"plan {plan.name!r}: an adaptive sweep needs a grid to start from")
+    anchor = grid[0].key
+    stored = stored_decisions(url, plan.name)
+    runs = list(grid)
+    known = {r.key for r in runs}
+    round_ = 0
+    while round_ in stored and stored[round_].action == "add" and stored[round_].added:
+        added = stored[round_].added or {}
+        for r in slice_runs(plan, added["C"], added["sizes"]):
+            if r.key not in known:
+                runs.append(r)
+                known.add(r.key)
+        round_ += 1
+    replayed = round_
+    if replayed:
+        echo(f"adaptive: replayed {replayed} stored decision(s); continuing at round {round_}")
+    register(runs)
+    outcomes: list[Any] = []
+    decisions = [stored[r] for r in range(replayed)]
+    while True:
+        outcomes.append(train(runs))
+        law, error, points, info = _refit(url, plan.name, spec, seed)
+        spent = float(sum(r.spec.flops for r in runs))
+
+        def cost_of(C: float, sizes: list[float]) -> float:
+            try:
+                new = slice_runs(plan, C, sizes)
+            except UserError:
+                return math.inf  # the plan cannot train this slice (too small a budget for its sizes)
+            return float(sum(r.spec.flops for r in new if r.key not in known))
+
+        decision = decide(round_, spec, law=law, fit_error=error, points=points, spent=spent, fit_info=info,
+                          cost_of=cost_of)
+        previous = stored.get(round_)
+        if previous is not None and previous.same_as(decision):
+            decision = previous  # the same decision as before: not logged twice
+        else:
+            if decision.added is not None:
+                decision.added["keys"] = [r.key for r in slice_runs(plan, decision.added["C"], decision.added["sizes"])]
+            store.log_event(anchor, None, vocab.ADAPTIVE_DECISION, decision.detail(), sweep=plan.name)
+        decisions.append(decision)
+        echo(f"adaptive round {round_}: {decision.action}: {decision.message}")
+        if decision.action == "stop":
+            return AdaptiveOutcome(decision.reason, decision.message, decisions, _merge(outcomes), replayed)
+        new = [r for r in slice_runs(plan, decision.added["C"], decision.added["sizes"]) if r.key not in known]
+        known.update(r.key for r in new)
+        runs.extend(new)
+        register(runs)
+        round_ += 1
+
+
+def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Optional[str], Any, dict[str, Any]]:
+    """(law or None, why not, the completed points, what was fitted) for this round."""
+    fitting = importlib.import_module("scaling.fitting")
+    data_mod = importlib.import_module("scaling.fitting.data")
+    try:
+        data, _ = data_mod.from_db(url, sweep)
+        points = data.points[["N", "D", "C", "loss"]]
+    except UserError as exc:
+        return None, " ".join(str(exc).split()), None, {"n_points": 0}
+    info: dict[str, Any] = {"n_points": int(len(points)), "c_max": float(points["C"].max()),
+                            "fingerprint": data.fingerprint()}
+    try:
+        summary = fitting.fit_sweep(url, sweep, law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed)
+    except UserError as exc:
+        return None, " ".join(str(exc).split()), points, info
+    law = summary.laws.get(spec.target.law)
+    info["fit_id"] = summary.stored.get(spec.target.law)
+    if law is None:
+        return None, summary.skipped.get(spec.target.law, "not fitted"), points, info
+    return law, None, points, info
+
+
+def _merge(outcomes: list[Any]) -> Any:
+    """One SweepOutcome over the rounds: what this invocation trained, what was done before it."""
+    from scaling.orchestrator.scheduler import SweepOutcome
+
+    outs = [o for o in outcomes if o is not None]
+    merged = SweepOutcome()
+    if not outs:
+        return merged
+    trained: list[str] = []
+    for o in outs:
+        trained += [k for k in o.completed if k not in trained]
+        merged.overhead_seconds.update(o.overhead_seconds)
+        merged.wall_seconds += o.wall_seconds
+    last = outs[-1]
+    merged.completed = trained
+    merged.skipped = [k for k in last.skipped if k not in trained]
+    merged.failed = dict(last.failed)
+    merged.interrupted = list(last.interrupted)
+    return merged
+
+
+def _slice_id(added: Optional[dict[str, Any]]) -> Any:
+    if not added:
+        return None
+    return (round(math.log(float(added["C"])), 6), tuple(round(math.log(float(n)), 6) for n in added["sizes"]))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, np.generic):
+        return _finite(value.item())
+    return value
+
+
+def _flops(x: float) -> str:
+    return f"{x:.3g}"

@@ -1,0 +1,95 @@
+"""A simulated trainer: the loss curve a known Chinchilla law gives, with noise, instead of training.
+
+``simulate(spec, ...)`` is what :func:`scaling.trainer.train` runs for a spec with ``simulate``
+set. It writes what a trained run writes (train-loss rows along the run, a few eval-loss rows,
+the final eval loss the fits use, one ``simulated`` event) through the same database API, in
+milliseconds and without torch, so the scheduler, the adaptive loop and the fits can be tested at
+any scale (1e24 FLOPs is a few rows). Nothing is written to the run folder: there is no state to
+resume, and a repeated attempt writes the same rows (metrics are idempotent on run, step and name).
+
+The curve: after t of the run's D tokens the loss is L(N, t) = E + A / N^alpha + B / t^beta
+(t = tokens seen so far, as if each prefix had been trained to completion), so the curve ends
+at L(N, D). Every recorded value is multiplied by exp(noise * z), z standard normal, drawn
+from a generator seeded by the run's key (which hashes the law, the noise, the simulator's
+seed and the run's seed): the same run always gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from scaling import vocab
+from scaling.trainer import TrainResult
+from scaling.trainer.spec import RunSpec, SimulatedLaw
+
+#: Eval-loss rows per run (log-spaced steps, the last step always among them).
+EVAL_POINTS = 8
+
+
+def law_loss(law: SimulatedLaw, N: float | np.ndarray, D: float | np.ndarray) -> np.ndarray:
+    """L(N, D) = E + A / N^alpha + B / D^beta, in float64 (N and D up to 1e13 and beyond are fine)."""
+    N = np.asarray(N, dtype=float)
+    D = np.asarray(D, dtype=float)
+    return law.E + law.A / N**law.alpha + law.B / D**law.beta
+
+
+def log_steps(steps: int, count: int) -> np.ndarray:
+    """Up to ``count`` distinct steps from 1 to ``steps``, log-spaced, the last always included."""
+    picked = np.unique(np.round(np.geomspace(1, steps, max(2, count))).astype(np.int64))
+    return np.unique(np.append(picked[(picked >= 1) & (picked <= steps)], steps))
+
+
+def simulate(
+    spec: RunSpec,
+    store_url: Optional[str],
+    run_dir: str | Path = "",
+    *,
+    attempt: Optional[int] = None,
+    sweep: Optional[str] = None,
+) -> TrainResult:
+    """Write the simulated run's metrics and event to ``store_url``; returns its result."""
+    sim = spec.simulate
+    if sim is None:
+        raise ValueError("simulate() needs a spec with a simulate section")
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63]))
+    N = float(spec.n_params)
+    D = int(spec.tokens)
+    batch = spec.batch_tokens
+    steps = spec.steps
+    per_token = spec.flops_per_token
+
+    train_steps = log_steps(steps, sim.points)
+    eval_steps = log_steps(steps, EVAL_POINTS)
+    seen = lambda s: np.minimum(s.astype(float) * batch, float(D))  # noqa: E731 - tokens after each step
+    train = law_loss(sim.law, N, seen(train_steps)) * np.exp(sim.noise * rng.standard_normal(train_steps.size))
+    evals = law_loss(sim.law, N, seen(eval_steps)) * np.exp(sim.noise * rng.standard_normal(eval_steps.size))
+
+    rows = [(int(s), int(t), float(per_token * t), vocab.TRAIN_LOSS, float(v))
+            for s, t, v in zip(train_steps, seen(train_steps), train)]
+    rows += [(int(s), int(t), float(per_token * t), vocab.EVAL_LOSS, float(v))
+             for s, t, v in zip(eval_steps, seen(eval_steps), evals)]
+    final_eval = float(evals[-1])
+    final_train = float(train[-1])
+    if store_url is not None:
+        from scaling.db import Store
+
+        with Store(store_url) as store:
+            store.log_metrics(spec.key, rows, sweep=sweep)
+            store.log_event(spec.key, steps, vocab.SIMULATED,
+                            {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
+                             "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D))},
+                            sweep=sweep)
+    return TrainResult(
+        key=spec.key,
+        status=vocab.COMPLETED,
+        steps=steps,
+        tokens=D,
+        flops=spec.flops,
+        final_train_loss=final_train,
+        final_eval_loss=final_eval,
+        run_dir=str(run_dir),
+        data={"simulated": True},
+    )
