@@ -278,13 +278,21 @@ def _plan(tmp_path: Path, corpus: Path, **model: object) -> Path:
     return path
 
 
-def test_a_plan_takes_its_vocabulary_from_the_tokenizer(tmp_path: Path, corpus_dir: Path) -> None:
+def test_a_plan_takes_its_vocabulary_from_the_tokenizer(tmp_path: Path, corpus_dir: Path, sqlite_url: str) -> None:
+    from scaling.db import Store, connect
     from scaling.orchestrator.expand import expand
-    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.plan import load_plan, size_run
+    from scaling.orchestrator.sweep import register
 
     plan, source = load_plan(_plan(tmp_path, corpus_dir))
     expansion = expand(plan, source)
     assert expansion.plan.model.vocab_size == 300
+    with Store(sqlite_url) as store:
+        register(store, plan, expansion)
+    with connect(sqlite_url) as results:
+        stored = results.sweep_info("tok")["plan"]
+    assert stored["model"]["vocab_size"] == 300  # recommendations size runs with the tokenizer's vocabulary
+    assert size_run(stored, 1e5, 1e6, 6e11)["shape"]["vocab_size"] == 300
     for run in expansion.runs:
         shape = run.spec.shape
         assert shape.vocab_size == 300
