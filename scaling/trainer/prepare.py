@@ -100,8 +100,11 @@ def prepare(data: "DataSpec", *, progress: Optional[bool] = None) -> Prepared:
     text = read_text(paths)  # before any folder exists: a binary or empty corpus leaves nothing behind
     show = sys.stderr.isatty() if progress is None else progress
     root = tokens_root()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{identity[:12]}-", dir=root))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{identity[:12]}-", dir=root))
+    except OSError as exc:
+        raise SpecError(f"data: cannot write the token cache {root} ({exc.strerror}); set SCALING_CACHE_DIR") from None
     try:
         _build(tmp, paths, text, data, given, identity, show)
         _publish(tmp, folder, identity)

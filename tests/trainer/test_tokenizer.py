@@ -154,6 +154,15 @@ def test_prepare_is_reused_and_a_damaged_cache_is_rebuilt(corpus_dir: Path, monk
     assert [p.name for p in prep.tokens_root().iterdir()] == [first.folder.name]  # nothing left behind
 
 
+def test_an_unwritable_cache_is_one_line(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SCALING_CACHE_DIR", str(blocker))
+    got = run_main("data", "prepare", "--path", str(corpus_dir), "--train-bpe", "300")
+    assert got.code == 2 and "Traceback" not in got.err
+    assert got.err.startswith("error: data: cannot write the token cache") and "SCALING_CACHE_DIR" in got.err
+
+
 def _prepare_in_child(path: str, cache: str, queue: multiprocessing.Queue) -> None:
     os.environ["SCALING_CACHE_DIR"] = cache
     queue.put(prepare(bpe(Path(path))).fingerprint)
