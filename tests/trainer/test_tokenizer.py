@@ -347,3 +347,18 @@ def test_scaling_train_on_bpe_tokens_counts_n_and_flops_with_that_vocabulary(
     assert row["spec"]["data"]["fingerprint"] == prepare(RunSpec.from_yaml(path).data).fingerprint
     # it learned from the tokens: well below a uniform guess over 512 ids (ln 512 = 6.24)
     assert 0 < row["final_loss"] < 5.8
+
+
+def test_the_cpu_ladder_plan_is_what_its_readme_says() -> None:
+    """examples/cpu-ladder.yaml: >= 4 IsoFLOP budgets over >= 30x compute, every budget with its own
+    models, real text through a BPE trained here, its corpus present (preparing it is left to the sweep)."""
+    from scaling.orchestrator.plan import load_plan
+
+    plan, _ = load_plan(REPO / "examples" / "cpu-ladder.yaml")
+    budgets = sorted(C for block in plan.grid for C in block.compute or ())
+    assert len(budgets) >= 4 and budgets[-1] / budgets[0] >= 30
+    assert all(len(block.models) >= 4 for block in plan.grid)
+    assert plan.data.source == "text" and plan.data.tokenizer is not None and plan.data.tokenizer.train == "bpe"
+    assert "vocab_size" not in plan.model.model_fields_set  # taken from the tokenizer
+    paths = files.text_files(str(REPO / plan.data.path))
+    assert len(paths) == 9 and sum(p.stat().st_size for p in paths) < 4 << 20  # small enough to commit
