@@ -59,6 +59,16 @@ def _resolve_data(spec: RunSpec) -> RunSpec:
     return resolve_data(spec)
 
 
+def _data_vocab(plan: Plan, source: Optional[YamlSource]) -> Optional[int]:
+    """The tokenizer's vocabulary (its tokens prepared once), or None for byte-level or token-file data."""
+    from scaling.trainer.data import tokenizer_vocab_size
+
+    try:
+        return tokenizer_vocab_size(plan.data)
+    except UserError as exc:
+        raise PlanError(f"{where(source, ('data',))}: {exc}") from None
+
+
 def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True) -> Expansion:
     """All runs of ``plan`` as `PlannedRun`s (smallest compute first), with notes on dropped ones.
 
@@ -68,6 +78,8 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     run spec refuses) and ResourceError for a run that fits the device memory under no strategy.
     """
     plan, precision = _resolve_precision(plan) if plan.simulate is None else (plan, _Unresolved())
+    if resolve and plan.simulate is None:
+        plan = plan.with_data_vocab(_data_vocab(plan, source), source)
     data_resolved: Optional[DataSpec] = None
     conv = plan.conventions
     runs: dict[str, PlannedRun] = {}

@@ -410,6 +410,18 @@ class Plan(_Strict):
         """Runs the grid lists (before runs that fall outside bounds are dropped), over every seed."""
         return sum(block.size for block in self.grid) * len(self.seeds)
 
+    def with_data_vocab(self, vocab: Optional[int], source: Optional[YamlSource] = None) -> "Plan":
+        """The plan with the data's vocabulary (a tokenizer's) as its shape policy's
+        ``model.vocab_size``; a plan that names a different one is refused. None: unchanged."""
+        if vocab is None or vocab == self.model.vocab_size:
+            return self
+        if "vocab_size" in self.model.model_fields_set:
+            raise PlanError(
+                f"{where(source, ('model', 'vocab_size'))}: {self.model.vocab_size} disagrees with the tokenizer's "
+                f"{vocab} tokens; leave it out (it is taken from the tokenizer) or set it to {vocab}"
+            )
+        return self.model_copy(update={"model": self.model.model_copy(update={"vocab_size": vocab})})
+
     # -- sizing a run -----------------------------------------------------------------------------
     def hyperparameters(self, N: float, D: float, C: float) -> tuple[float, int]:
         """(lr, batch_tokens) for a run, from the rules or the train section.

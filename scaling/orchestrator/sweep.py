@@ -167,7 +167,8 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
     return store.register(
         plan.name,
         [r.spec.record() for r in expansion.runs],
-        plan=mask_data(plan.model_dump(mode="json")),  # the plan's db: URL may hold a password
+        # the plan's db: URL may hold a password; its vocabulary as trained (a tokenizer's)
+        plan=mask_data(plan.model_copy(update={"model": expansion.plan.model}).model_dump(mode="json")),
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
     )

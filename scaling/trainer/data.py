@@ -6,15 +6,19 @@ Sources (``DataSpec.source``):
   module files under ``sysconfig.get_paths()["stdlib"]`` (about 6 MB on CPython 3.11). Nothing
   is downloaded. Files missing on this Python are skipped; the fingerprint is computed over the
   bytes actually read, so a different Python version gives a different fingerprint (and key).
-- ``text``: a file, a directory (every file below it) or a glob, sorted, byte-tokenized.
-- ``tokens``: a pre-tokenized nanoGPT-style binary file (uint8/uint16), memory-mapped.
+- ``text``: a file, a directory (every file below it) or a glob, sorted (``.gz``/``.xz`` read
+  decompressed), byte-tokenized; with ``tokenizer``, tokenized once by a Hugging Face tokenizer
+  into a cached token file (`scaling.trainer.prepare`) that is memory-mapped.
+- ``tokens``: a pre-tokenized nanoGPT-style binary file (uint8/uint16/uint32), memory-mapped.
 
-The last ``val_fraction`` of the token stream is held out for evaluation. Training sequences
+The last ``val_fraction`` of the token stream is held out for evaluation (of the text, from the
+start of a line, when a tokenizer is used: its BPE is trained on the training split only). Training sequences
 are non-overlapping windows of ``context + 1`` tokens; each epoch shuffles them with a
 permutation and a random phase drawn from ``(seed, epoch)``, so the batch at a data cursor is a
 pure function of ``(seed, cursor)`` and a rank's shard of it of ``(seed, cursor, rank, world)``.
 
-Recorded with the run: ``fingerprint`` (sha256 of the token stream's bytes) and
+Recorded with the run: ``fingerprint`` (sha256 of the token stream's bytes; with a tokenizer,
+of the token file, the split and the tokenizer) and
 ``unique_tokens`` = U, the number of tokens in the training split (the "unique data" of
 Muennighoff et al. 2023's data-constrained law). The number of *distinct token ids* in the
 training split is reported separately as ``distinct_tokens``.
@@ -23,20 +27,18 @@ training split is reported separately as ``distinct_tokens``.
 from __future__ import annotations
 
 import functools
-import glob as globlib
 import hashlib
 import math
-import os
 import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.trainer.cache import cache_dir
+from scaling.trainer.files import file_sha256, read_bytes, text_files
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
@@ -85,13 +87,14 @@ _SEPARATOR = b"\n\n"  # between files: a document boundary the model can learn
 class Corpus:
     """A tokenized corpus with its split and the facts recorded with the run."""
 
-    tokens: np.ndarray  # the whole stream (uint8 or uint16, possibly a memmap)
+    tokens: np.ndarray  # the whole stream (uint8, uint16 or uint32, possibly a memmap)
     n_train: int  # tokens [0, n_train) train; [n_train, len) validation
     fingerprint: str
     source: str
     files: tuple[str, ...] = ()
     distinct_tokens: int = 0
     max_token: int = 0
+    vocab_size: Optional[int] = None  # the tokenizer's vocabulary (None: bytes or a token file)
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -129,35 +132,6 @@ def _sha256(buf: memoryview | bytes) -> str:
 _CHUNK = 1 << 24  # tokens per chunk when scanning a large token file
 
 
-def _file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, cached per (path, size, mtime) in the scaling cache folder
-    (hashing a multi-GB token file at every run start would cost seconds each time)."""
-    import json
-
-    stat = path.stat()
-    ident = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    cache = cache_dir() / "fingerprints.json"
-    try:
-        table = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        table = {}
-    if ident in table:
-        return str(table[ident])
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 24):
-            digest.update(block)
-    table[ident] = digest.hexdigest()
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # an unwritable cache costs a re-hash next time, nothing else
-    return table[ident]
-
-
 def _builtin_bytes() -> tuple[bytes, tuple[str, ...]]:
     root = Path(sysconfig.get_paths()["stdlib"])
     parts, used = [], []
@@ -171,20 +145,6 @@ def _builtin_bytes() -> tuple[bytes, tuple[str, ...]]:
     return _SEPARATOR.join(parts), tuple(used)
 
 
-def _text_files(pattern: str) -> list[Path]:
-    path = Path(pattern).expanduser()
-    if any(c in pattern for c in "*?["):
-        files = [Path(p) for p in globlib.glob(str(path), recursive=True)]
-    elif path.is_dir():  # every file below it, hidden ones (.git, .cache ...) excepted
-        files = [p for p in path.rglob("*") if not any(part.startswith(".") for part in p.relative_to(path).parts)]
-    else:
-        files = [path] if path.exists() else []
-    files = sorted(p for p in files if p.is_file())
-    if not files:
-        raise SpecError(f"data.path: no files match {pattern!r}")
-    return files
-
-
 def _split(n: int, val_fraction: float) -> int:
     return n - max(1, int(round(n * val_fraction)))
 
@@ -194,23 +154,47 @@ def load_corpus(data: "DataSpec") -> Corpus:
 
     Cached per process on what selects the bytes (not on the fingerprint the spec carries).
     """
-    return _load(data.source, data.path, data.dtype, data.val_fraction)
+    return _load(data.source, data.path, data.dtype, data.val_fraction, data.tokenizer)
+
+
+def tokenizer_vocab_size(data: "DataSpec", *, progress: Optional[bool] = None) -> Optional[int]:
+    """The vocabulary a model needs for ``data`` when a tokenizer defines it (preparing the
+    tokens if they are not prepared yet), else None."""
+    if data.tokenizer is None:
+        return None
+    from scaling.trainer.prepare import prepare
+
+    return prepare(data, progress=progress).vocab_size
 
 
 @functools.lru_cache(maxsize=4)
-def _load(source: str, path_: str | None, dtype: str, val_fraction: float) -> Corpus:
+def _load(source: str, path_: str | None, dtype: str, val_fraction: float, tokenizer: Any = None) -> Corpus:
     details: dict[str, Any] = {}
     files: tuple[str, ...] = ()
+    n_train: Optional[int] = None
+    vocab_size: Optional[int] = None
     if source == "builtin":
         raw, files = _builtin_bytes()
         tokens = np.frombuffer(raw, dtype=np.uint8)
         details["python"] = ".".join(map(str, sys.version_info[:3]))
         details["stdlib"] = sysconfig.get_paths()["stdlib"]
         fingerprint = _sha256(raw)
+    elif source == "text" and tokenizer is not None:
+        from scaling.trainer.prepare import prepare
+        from scaling.trainer.spec import DataSpec
+
+        prepared = prepare(DataSpec(source="text", path=path_, val_fraction=val_fraction, tokenizer=tokenizer))
+        tokens = np.memmap(prepared.tokens_path, dtype=prepared.dtype, mode="r")
+        fingerprint, n_train, vocab_size = prepared.fingerprint, prepared.n_train, prepared.vocab_size
+        files = prepared.files
+        details["tokenizer"] = {
+            "kind": tokenizer.train or "file", "vocab_size": prepared.vocab_size,
+            "sha256": prepared.tokenizer_sha256, "prepared": str(prepared.folder),
+        }
     elif source == "text":
         assert path_ is not None
-        paths = _text_files(path_)
-        raw = _SEPARATOR.join(p.read_bytes() for p in paths)
+        paths = text_files(path_)
+        raw = _SEPARATOR.join(read_bytes(p) for p in paths)
         files = tuple(str(p) for p in paths)
         tokens = np.frombuffer(raw, dtype=np.uint8)
         fingerprint = _sha256(raw)
@@ -223,11 +207,12 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float) -> Co
         if path.stat().st_size % itemsize:
             raise SpecError(f"data.path: {path} is not a whole number of {dtype} tokens")
         tokens = np.memmap(path, dtype=dtype, mode="r")
-        fingerprint = _file_sha256(path)
+        fingerprint = file_sha256(path)
         files = (str(path),)
     if len(tokens) < 4:
         raise SpecError(f"data: corpus has only {len(tokens)} tokens")
-    n_train = _split(len(tokens), val_fraction)
+    if n_train is None:
+        n_train = _split(len(tokens), val_fraction)
     # In chunks: bincount and max would otherwise copy a multi-GB memmap as int64.
     counts = np.zeros(1, dtype=np.int64)
     max_token = 0
@@ -248,6 +233,7 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float) -> Co
         files=files,
         distinct_tokens=int(np.count_nonzero(counts)),
         max_token=max_token,
+        vocab_size=vocab_size,
         details=details,
     )
 
@@ -257,8 +243,12 @@ def resolve_data(spec: "RunSpec") -> "RunSpec":
 
     The fingerprint is part of the run's key, so a plan resolved here trains on exactly the
     bytes it names. A spec that already carries a different fingerprint raises SpecError.
+    With a tokenizer, ``model.vocab_size`` is set from it when the spec does not name one; a
+    spec that names another vocabulary is refused (`check_corpus`).
     """
     corpus = load_corpus(spec.data)
+    if corpus.vocab_size is not None and "vocab_size" not in spec.model.model_fields_set:
+        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"vocab_size": corpus.vocab_size})})
     check_corpus(spec, corpus)
     if spec.data.fingerprint == corpus.fingerprint and spec.data.unique_tokens == corpus.unique_tokens:
         return spec
@@ -277,6 +267,11 @@ def check_corpus(spec: "RunSpec", corpus: Corpus) -> None:
         raise SpecError(
             f"data.unique_tokens: the spec says {spec.data.unique_tokens} but the training split has "
             f"{corpus.unique_tokens}"
+        )
+    if corpus.vocab_size is not None and spec.model.vocab_size != corpus.vocab_size:
+        raise SpecError(
+            f"model.vocab_size: {spec.model.vocab_size} disagrees with the tokenizer's {corpus.vocab_size} tokens; "
+            f"leave vocab_size out (it is taken from the tokenizer) or set it to {corpus.vocab_size}"
         )
     if corpus.max_token >= spec.model.vocab_size:
         raise SpecError(

@@ -20,7 +20,15 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from scaling import safe_yaml
 from scaling.accounting import (
@@ -76,20 +84,53 @@ class ModelSpec(SequenceSpec):
         return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context)
 
 
+class TokenizerSpec(_Frozen):
+    """A Hugging Face tokenizer for ``source: text``: a ``tokenizer.json`` (``path``) or a
+    byte-level BPE trained on the training split (``train: bpe`` with ``vocab_size``).
+
+    Its identity (the sha256 of its canonical JSON) is part of the data fingerprint, so a run's
+    key changes with the tokenizer. The token ids are prepared once into a content-addressed
+    cache folder (``scaling data prepare``, or the first run) and memory-mapped by every run.
+    """
+
+    path: Optional[str] = None
+    train: Optional[Literal["bpe"]] = None
+    vocab_size: Optional[int] = Field(default=None, ge=257, le=1 << 20, description="tokens of a trained BPE")
+    min_frequency: Optional[int] = Field(default=None, ge=1, description="a trained BPE's least pair count to merge")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trained_defaults(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("train") is not None:
+            value = {"vocab_size": 8192, "min_frequency": 2, **{k: v for k, v in value.items() if v is not None}}
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "TokenizerSpec":
+        if (self.path is None) == (self.train is None):
+            raise ValueError("give either path (a tokenizer.json) or train: bpe, not both or neither")
+        if self.path is not None and (self.vocab_size is not None or self.min_frequency is not None):
+            raise ValueError("vocab_size and min_frequency are for train: bpe; a tokenizer file has its own")
+        return self
+
+
 class DataSpec(_Frozen):
     """Where the tokens come from.
 
     ``builtin``: the Python standard library's own sources (present wherever Python is, nothing
-    downloaded); ``text``: a user's text file(s) or glob, byte-tokenized; ``tokens``: a
-    pre-tokenized binary file (uint8/uint16 memory map, nanoGPT-style).
-    ``fingerprint`` (sha256 of the token stream) and ``unique_tokens`` (U: tokens in the training
-    split, the "unique data" of the data-constrained law) are filled in by
-    ``scaling.trainer.data.resolve_data``; the fingerprint is part of the run's key.
+    downloaded); ``text``: a user's text file(s), folder or glob (``.gz``/``.xz`` read
+    decompressed), byte-tokenized, or with ``tokenizer`` tokenized by a Hugging Face tokenizer;
+    ``tokens``: a pre-tokenized binary file (uint8/uint16/uint32 memory map, nanoGPT-style).
+    ``fingerprint`` (sha256 of the token stream, and of the tokenizer when there is one) and
+    ``unique_tokens`` (U: tokens in the training split, the "unique data" of the data-constrained
+    law) are filled in by ``scaling.trainer.data.resolve_data``; the fingerprint is part of the
+    run's key.
     """
 
     source: Literal["builtin", "text", "tokens"] = "builtin"
     path: Optional[str] = None
-    dtype: Literal["uint8", "uint16"] = "uint16"
+    dtype: Literal["uint8", "uint16", "uint32"] = "uint16"
+    tokenizer: Optional[TokenizerSpec] = None
     val_fraction: float = Field(default=0.05, gt=0, lt=0.5)
     fingerprint: Optional[str] = None
     unique_tokens: Optional[int] = Field(default=None, gt=0)
@@ -98,7 +139,17 @@ class DataSpec(_Frozen):
     def _path_when_needed(self) -> "DataSpec":
         if self.source != "builtin" and not self.path:
             raise ValueError(f"data.path is required for source {self.source!r}")
+        if self.tokenizer is not None and self.source != "text":
+            raise ValueError(f"data.tokenizer needs source 'text' (source {self.source!r} is already tokens)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_tokenizer(self, handler: Any) -> Any:
+        # Byte-level data serializes as it did before tokenizers existed, so its run keys stay.
+        out = handler(self)
+        if isinstance(out, dict) and self.tokenizer is None:
+            out.pop("tokenizer", None)
+        return out
 
 
 class OptimizerSpec(_Frozen):

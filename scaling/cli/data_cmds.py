@@ -1,0 +1,110 @@
+"""`scaling data prepare`: tokenize a text corpus once into the cache every run memory-maps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from scaling.cli.common import FormatOption, app, check_format
+
+if TYPE_CHECKING:
+    from scaling.trainer.spec import DataSpec
+
+data_app = typer.Typer(
+    name="data",
+    help="Prepare training data (tokenize text once; every run and sweep reuses it).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(data_app, name="data")
+
+
+def _data_of(file: Path) -> "DataSpec":
+    """The data section of a plan (a mapping with a grid) or of a run spec."""
+    from scaling import safe_yaml
+    from scaling.errors import SpecError
+    from scaling.orchestrator.plan import load_plan
+    from scaling.trainer.spec import RunSpec
+
+    parsed, _ = safe_yaml.parse(safe_yaml.read_text(file, SpecError, "plan"), str(file), SpecError)
+    if isinstance(parsed, dict) and "grid" in parsed:
+        return load_plan(file)[0].data
+    return RunSpec.from_yaml(file).data
+
+
+@data_app.command("prepare")
+def prepare(
+    file: Annotated[
+        Optional[Path],
+        typer.Argument(help="A plan or run spec whose `data` section names text and a tokenizer.", show_default=False),
+    ] = None,
+    path: Annotated[
+        Optional[str], typer.Option("--path", help="Text file, folder or glob (instead of a plan).", show_default=False)
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str], typer.Option("--tokenizer", help="A Hugging Face tokenizer.json.", show_default=False)
+    ] = None,
+    train_bpe: Annotated[
+        Optional[int],
+        typer.Option("--train-bpe", metavar="VOCAB", min=257,
+                     help="Train a byte-level BPE of this vocabulary on the training split.", show_default=False),
+    ] = None,
+    val_fraction: Annotated[
+        float, typer.Option("--val-fraction", help="Share of the text held out (with --path).")
+    ] = 0.05,
+    format: FormatOption = "table",
+) -> None:
+    """Tokenize a corpus once (with a progress bar) into the token cache every run reuses.
+
+    Examples: scaling data prepare examples/cpu-ladder.yaml;
+    scaling data prepare --path corpus/ --train-bpe 8192
+    """
+    from scaling.errors import UserError
+    from scaling.trainer.prepare import prepare as prepare_tokens
+    from scaling.trainer.spec import DataSpec
+
+    check_format(format)
+    by_option = path is not None or tokenizer is not None or train_bpe is not None
+    if file is not None and by_option:
+        raise UserError("give a plan (or spec) file, or --path with --tokenizer/--train-bpe, not both")
+    if file is not None:
+        data = _data_of(file)
+        if data.tokenizer is None:
+            raise UserError(
+                f"{file}: data has no tokenizer; byte-level text and token files are read as they are, "
+                f"nothing to prepare"
+            )
+    else:
+        if path is None or (tokenizer is None) == (train_bpe is None):
+            raise UserError("give --path and one of --tokenizer FILE or --train-bpe VOCAB (or a plan file)")
+        tok = {"path": tokenizer} if tokenizer is not None else {"train": "bpe", "vocab_size": train_bpe}
+        try:
+            data = DataSpec(source="text", path=path, tokenizer=tok, val_fraction=val_fraction)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UserError(f"--val-fraction: {str(exc).splitlines()[-1].strip()}") from None
+    prepared = prepare_tokens(data, progress=None if format == "json" else True)
+    facts = {
+        "folder": str(prepared.folder),
+        "reused": prepared.reused,
+        "seconds": round(prepared.seconds, 3),
+        "tokens": prepared.n_tokens,
+        "train_tokens": prepared.n_train,
+        "val_tokens": prepared.n_tokens - prepared.n_train,
+        "vocab_size": prepared.vocab_size,
+        "dtype": prepared.dtype,
+        "fingerprint": prepared.fingerprint,
+        "tokenizer_sha256": prepared.tokenizer_sha256,
+        "files": len(prepared.files),
+    }
+    if format == "json":
+        typer.echo(json.dumps(facts, indent=2))
+        return
+    how = "reused" if prepared.reused else f"prepared in {prepared.seconds:.1f}s"
+    typer.echo(
+        f"{how}: {prepared.n_tokens:,} tokens ({prepared.n_train:,} train, {prepared.n_tokens - prepared.n_train:,} "
+        f"validation) from {len(prepared.files)} file(s), vocabulary {prepared.vocab_size:,} ({prepared.dtype}), "
+        f"fingerprint {prepared.fingerprint[:16]}\n{prepared.folder}"
+    )

@@ -1,0 +1,95 @@
+"""Corpus files on disk: which files a ``data.path`` names, their bytes, and their sha256.
+
+A ``.gz`` or ``.xz`` file is read decompressed, up to :data:`MAX_DECOMPRESSED_BYTES` (a small
+hostile archive cannot expand without bound). Hashes of large files are cached per
+(path, size, mtime), so a multi-GB token file is hashed once, not at every run start.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import gzip
+import hashlib
+import json
+import lzma
+import os
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from scaling.errors import SpecError
+from scaling.trainer.cache import cache_dir
+
+#: The most bytes one compressed corpus file may expand to.
+MAX_DECOMPRESSED_BYTES = 2 << 30
+_OPENERS: dict[str, Callable[[Path], BinaryIO]] = {
+    ".gz": lambda p: gzip.open(p, "rb"),  # type: ignore[dict-item]
+    ".xz": lambda p: lzma.open(p, "rb"),  # type: ignore[dict-item]
+}
+_BLOCK = 1 << 24
+
+
+def text_files(pattern: str) -> list[Path]:
+    """The files ``pattern`` names, sorted: a file, every file below a folder (hidden ones
+    excepted), or a glob. Raises SpecError when nothing matches."""
+    path = Path(pattern).expanduser()
+    if any(c in pattern for c in "*?["):
+        files = [Path(p) for p in globlib.glob(str(path), recursive=True)]
+    elif path.is_dir():  # every file below it, hidden ones (.git, .cache ...) excepted
+        files = [p for p in path.rglob("*") if not any(part.startswith(".") for part in p.relative_to(path).parts)]
+    else:
+        files = [path] if path.exists() else []
+    files = sorted(p for p in files if p.is_file())
+    if not files:
+        raise SpecError(f"data.path: no files match {pattern!r}")
+    return files
+
+
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes, decompressed when it ends in .gz or .xz (bounded)."""
+    opener = _OPENERS.get(path.suffix.lower())
+    if opener is None:
+        return path.read_bytes()
+    parts: list[bytes] = []
+    size = 0
+    try:
+        with opener(path) as fh:
+            while block := fh.read(_BLOCK):
+                size += len(block)
+                if size > MAX_DECOMPRESSED_BYTES:
+                    raise SpecError(
+                        f"data.path: {path} expands past {MAX_DECOMPRESSED_BYTES / 2**30:g} GiB; "
+                        f"decompress it yourself if that is intended"
+                    )
+                parts.append(block)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise SpecError(f"data.path: {path} is not a readable {path.suffix} file ({exc})") from None
+    return b"".join(parts)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes as stored, cached per (path, size, mtime) in the scaling cache
+    folder (hashing a multi-GB file at every run start would cost seconds each time)."""
+    stat = path.stat()
+    ident = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = cache_dir() / "fingerprints.json"
+    try:
+        table = json.loads(cache.read_text())
+        if not isinstance(table, dict):
+            table = {}
+    except (OSError, ValueError):
+        table = {}
+    if isinstance(table.get(ident), str):
+        return str(table[ident])
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(_BLOCK):
+            digest.update(block)
+    table[ident] = digest.hexdigest()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(table))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # an unwritable cache costs a re-hash next time, nothing else
+    return str(table[ident])

@@ -1,0 +1,105 @@
+"""Hugging Face tokenizers: read a user's ``tokenizer.json`` safely, or train a byte-level BPE.
+
+A tokenizer file is JSON (never a pickle); it is size-bounded and parsed by Python's ``json``
+first, so a file that is not a tokenizer is one line, not a Rust panic. A trained tokenizer is
+GPT-2 style byte-level BPE: every UTF-8 text encodes, and decoding the ids gives the text back.
+A tokenizer's identity is the sha256 of its canonical serialization (``Tokenizer.to_str()``),
+so the same tokenizer hashes the same whatever file or formatting it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from scaling.errors import SpecError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+#: The largest tokenizer.json accepted (GPT-2's is 1.4 MB, a 200k-token vocabulary about 10 MB).
+MAX_TOKENIZER_BYTES = 64 << 20
+#: The largest vocabulary a run may use (ids are stored as uint32; the embedding must fit).
+MAX_VOCAB = 1 << 20
+#: The smallest trained BPE: the 256 byte symbols plus at least one merge.
+MIN_TRAINED_VOCAB = 257
+
+
+def _tokenizers():  # type: ignore[no-untyped-def]
+    try:
+        import tokenizers
+    except ImportError:  # pragma: no cover - a dependency of scaling
+        raise SpecError("data.tokenizer: the 'tokenizers' package is not installed (pip install tokenizers)") from None
+    return tokenizers
+
+
+def load(path: str | Path, where: str = "data.tokenizer.path") -> "Tokenizer":
+    """The tokenizer in a ``tokenizer.json`` file; SpecError (one line) for anything else."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise SpecError(f"{where}: tokenizer file not found: {p}")
+    size = p.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise SpecError(f"{where}: {p} is {size / 2**20:.1f} MiB, more than the {MAX_TOKENIZER_BYTES >> 20} MiB allowed")
+    raw = p.read_bytes()
+    return from_json(raw, f"{where}: {p}")
+
+
+def from_json(raw: bytes, where: str) -> "Tokenizer":
+    """A tokenizer from its JSON text, checked by Python's parser before the library sees it."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SpecError(f"{where} is not JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise SpecError(f"{where} is not a Hugging Face tokenizer.json (no 'model' section)")
+    try:
+        tok = _tokenizers().Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as exc:  # the library's own parse error: a malformed tokenizer
+        raise SpecError(f"{where} is not a valid tokenizer ({str(exc).splitlines()[0][:200]})") from None
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if not 1 < vocab <= MAX_VOCAB:
+        raise SpecError(f"{where} has a vocabulary of {vocab} tokens; between 2 and {MAX_VOCAB} are supported")
+    return tok
+
+
+def train_bpe(
+    texts: Iterable[str], vocab_size: int, min_frequency: int = 2, *, on_text: Callable[[str], None] | None = None
+) -> "Tokenizer":
+    """A byte-level BPE trained on ``texts`` (the training split only); ``on_text`` sees each
+    piece as the trainer reads it (progress). Deterministic for the same texts and settings."""
+    tk = _tokenizers()
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+
+    def pieces() -> Iterable[str]:
+        for text in texts:
+            if on_text is not None:
+                on_text(text)
+            yield text
+
+    tok.train_from_iterator(pieces(), trainer)
+    return tok
+
+
+def vocab_size(tok: "Tokenizer") -> int:
+    """Token ids a model must embed: the vocabulary with added (special) tokens."""
+    return int(tok.get_vocab_size(with_added_tokens=True))
+
+
+def digest(tok: "Tokenizer") -> str:
+    """sha256 of the tokenizer's canonical JSON: its identity in the data fingerprint."""
+    return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()
+
+
+def library_version() -> str:
+    return str(_tokenizers().__version__)
