@@ -15,7 +15,11 @@ and whether every path reached the same optimum.
 With ``--csv-rows R [--laws approach3,approach2]`` it measures instead ``scaling fit --csv`` on a
 CSV of R random (N, D) points from the synthetic law, one subprocess per law: wall time and
 peak RSS, against a 10,000-row run in the same session (time ratio per row) and against the
-memory an unchunked start grid would need (4,500 starts x R points x 64 B).
+memory an unchunked start grid would need (4,500 starts x R points x 64 B). With ``--before TREE``
+the same CSV goes instead through this tree's CLI and through the CLI of the checkout TREE (an
+older commit), one law at a time, each run capped by ``--timeout`` seconds and ``--mem-cap-gib``
+of address space, and the time ratio before / after is printed (a run that was killed or ran out
+of memory is reported as such, with its time as a lower bound).
 
 With ``--kaplan-rows R`` it measures the Kaplan laws in this process on R random points: the
 full fit with its starts on a 20,000-point subset against the same fit with every start on all
@@ -40,13 +44,20 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--csv-rows", type=int, default=0, help="measure `scaling fit --csv` on this many rows instead")
     ap.add_argument("--laws", default="approach3,approach2,kaplan", help="with --csv-rows: the laws, one run each")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="with --csv-rows: a checkout of an older commit; run the same CSV through both CLIs")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="with --before: seconds per run before it is killed")
+    ap.add_argument("--mem-cap-gib", type=float, default=8.0, help="with --before: address-space cap per run")
     ap.add_argument("--kaplan-rows", type=int, default=0, help="measure the Kaplan fit and bootstrap on this many rows")
     ap.add_argument("--plain-replicates", type=int, default=3, help="with --kaplan-rows: plain replicates timed")
     args = ap.parse_args()
     if args.kaplan_rows:
         return kaplan_rows(args.kaplan_rows, args.bootstrap if args.bootstrap != 1000 else 200, args.plain_replicates)
     if args.csv_rows:
-        return csv_rows(args.csv_rows, args.laws.split(","), args.bootstrap if args.bootstrap != 1000 else 200)
+        boot = args.bootstrap if args.bootstrap != 1000 else 200
+        if args.before is not None:
+            return before_after(args.csv_rows, args.laws.split(","), boot, args.before, args.timeout, args.mem_cap_gib)
+        return csv_rows(args.csv_rows, args.laws.split(","), boot)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
 
@@ -146,20 +157,108 @@ def _fit_csv(path: Path, law: str, bootstrap: int) -> tuple[float, float, int]:
     return float(wall), float(rss_kb) / 1024, out.returncode
 
 
-def csv_rows(rows: int, laws: list[str], bootstrap: int) -> None:
-    import tempfile
-
+def _write_csv(n: int, path: Path) -> None:
+    """``n`` random (N, D) points from the synthetic Chinchilla law with 1% log-normal noise (seed 0)."""
     import numpy as np
     import pandas as pd
 
     from scaling.fitting import synthetic as S
 
-    def write(n: int, path: Path) -> None:
-        rng = np.random.default_rng(0)
-        N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), n))
-        D = np.exp(rng.uniform(np.log(1e9), np.log(1e12), n))
-        pd.DataFrame({"N": N, "D": D, "loss": S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, n))}).to_csv(
-            path, index=False)
+    rng = np.random.default_rng(0)
+    N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), n))
+    D = np.exp(rng.uniform(np.log(1e9), np.log(1e12), n))
+    pd.DataFrame({"N": N, "D": D, "loss": S.chinchilla_loss(N, D) * np.exp(rng.normal(0, 0.01, n))}).to_csv(
+        path, index=False)
+
+
+def _fit_capped(root: Path, path: Path, law: str, bootstrap: int, timeout: float, cap_gib: float) -> dict:
+    """One `scaling fit --csv` of the checkout ``root`` as a subprocess under a time and address-space cap.
+
+    Returns wall seconds, the child's own peak RSS (wait4), its exit code, whether the timeout killed
+    it, whether it ran out of memory, and the laws its table fitted or skipped.
+    """
+    import resource
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    cap = int(cap_gib * 2**30)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c", "from scaling.cli import main; main()", "fit", "--csv",
+                                 str(path), "--law", law, "--bootstrap", str(bootstrap)], stdout=out, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(root)}, preexec_fn=limit, cwd=root)
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        t = time.perf_counter()
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    fitted = [ln.strip() for ln in text.splitlines() if ln.startswith(("Kaplan", "Chinchilla")) and "not fitted" not in ln]
+    skipped = [ln.strip() for ln in text.splitlines() if "not fitted" in ln]
+    last = (errors.strip().splitlines() or [""])[-1]
+    oom = "MemoryError" in errors or "Unable to allocate" in errors or "memory" in last.lower()
+    return {"wall": wall, "rss_mib": usage.ru_maxrss / 1024, "rc": proc.returncode, "killed": killed.is_set(),
+            "oom": oom, "fitted": fitted, "skipped": skipped, "stderr_tail": last[-300:]}
+
+
+def _outcome(r: dict, timeout: float) -> str:
+    if r["killed"]:
+        return f"> {timeout:.0f} s (killed at the timeout), peak RSS {r['rss_mib']:.0f} MiB"
+    if r["oom"]:
+        return f"out of memory after {r['wall']:.1f} s, peak RSS {r['rss_mib']:.0f} MiB: {r['stderr_tail']}"
+    if r["rc"] != 0:
+        return f"exit {r['rc']} after {r['wall']:.1f} s, peak RSS {r['rss_mib']:.0f} MiB: {r['stderr_tail']}"
+    return f"{r['wall']:.1f} s, peak RSS {r['rss_mib']:.0f} MiB"
+
+
+def before_after(rows: int, laws: list[str], bootstrap: int, before: Path, timeout: float, cap_gib: float) -> None:
+    """The same CSV through this tree's CLI and through ``before``'s, one law and one run at a time."""
+    import tempfile
+
+    print(f"`scaling fit --csv` on {rows:,} rows, {bootstrap} bootstrap replicates, each run capped at "
+          f"{timeout:.0f} s and {cap_gib:g} GiB of address space, on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        big = Path(tmp) / "big.csv"
+        _write_csv(rows, big)
+        for law in laws:
+            res = {}
+            for name, root in (("after", ROOT), ("before", before.resolve())):
+                load = os.getloadavg()[0]
+                r = _fit_capped(root, big, law, bootstrap, timeout, cap_gib)
+                res[name] = r
+                print(f"--law {law:10s} {name:6s} ({root}): {_outcome(r, timeout)}   load average "
+                      f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end", flush=True)
+                for line in r["fitted"] + r["skipped"]:
+                    print(f"    {line}")
+            a, b = res["after"], res["before"]
+            if a["killed"] or a["oom"] or a["rc"] != 0:
+                print(f"--law {law}: this tree's run did not finish; no ratio", flush=True)
+                continue
+            bound = ">" if b["killed"] or b["oom"] or b["rc"] != 0 else ""
+            print(f"--law {law}: before / after time ratio {bound}{b['wall'] / a['wall']:.2f}x"
+                  f"{' (before did not finish: a lower bound)' if bound else ''}; "
+                  f"peak RSS before / after {b['rss_mib'] / a['rss_mib']:.2f}x", flush=True)
+
+
+def csv_rows(rows: int, laws: list[str], bootstrap: int) -> None:
+    import tempfile
+
+    write = _write_csv
 
     print(f"`scaling fit --csv`, {bootstrap} bootstrap replicates, load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs")
