@@ -63,18 +63,20 @@ def fit(
                                       "U per row instead.", show_default=False)
     ] = None,
     r_star: Annotated[
-        Optional[str], typer.Option("--r-star", help="CSV with U: Muennighoff et al.'s R*_D for D' (default 15.4), "
-                                    "or 'fit' to estimate it with a 95% profile-likelihood interval.",
-                                    show_default=False)
+        Optional[str], typer.Option("--r-star", help="CSV with U, or sweep with --effective-data: Muennighoff et al.'s "
+                                    "R*_D for D' (default 15.4), or 'fit' to estimate it with a 95% "
+                                    "profile-likelihood interval.", show_default=False)
     ] = None,
     r_star_n: Annotated[
-        Optional[str], typer.Option("--r-star-n", help="CSV with U: model excess parameters with Muennighoff et al.'s "
+        Optional[str], typer.Option("--r-star-n", help="CSV with U, or sweep with --effective-data: model excess "
+                                    "parameters with Muennighoff et al.'s "
                                     "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
                                     "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
                                     show_default=False)
     ] = None,
     effective_data: Annotated[
-        bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using the specs' unique_tokens.")
+        bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
+                           "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
     ] = False,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
@@ -93,11 +95,12 @@ def fit(
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None,
-                "--r-star": r_star is not None, "--r-star-n": r_star_n is not None}
+                "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None}
+    fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
+    fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
     if csv is not None:
-        fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
-        fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
+        if effective_data:
+            raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
         data = from_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
         for warning in data.warnings:
@@ -111,9 +114,13 @@ def fit(
         used = [name for name, given in csv_only.items() if given]
         if used:
             raise UserError(f"{', '.join(used)} only apply to --csv")
+        if (r_star is not None or r_star_n is not None) and not effective_data:
+            raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
         from scaling.db import resolve_url
 
-        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data)
+        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
+                            r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
+                            fit_r_star_n=fit_rn)
     typer.echo(json.dumps(summary.to_dict(), indent=2) if fmt == "json" else summary.table(), nl=fmt == "json")
 
 

@@ -18,7 +18,7 @@ from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, jsonable
-from scaling.fitting.data import FitData, from_csv, from_db
+from scaling.fitting.data import R_STAR_DATA, FitData, from_csv, from_db
 from scaling.fitting.envelope import ChinchillaEnvelope
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.kaplan import KaplanLaw
@@ -210,11 +210,17 @@ def _config_hash(law: Law, n_bootstrap: int, seed: int) -> str:
 
 
 def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
-              effective_data: bool = False, save: bool = True) -> FitSummary:
+              effective_data: bool = False, save: bool = True, *, r_star: float = R_STAR_DATA,
+              fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False) -> FitSummary:
     """Fit a sweep's completed runs, store each fit with its data fingerprint, reuse unchanged ones.
 
     ``save=False`` reuses stored fits but stores none of the new ones (a report that was not
     asked to write to the database).
+
+    ``effective_data``: fit on Muennighoff et al.'s D' from the runs' unique tokens, with R*_D =
+    ``r_star`` or estimated (``fit_r_star``), and excess parameters N' with R*_N = ``r_star_n`` or
+    estimated (``fit_r_star_n``), as :func:`scaling.fitting.effective.fit_effective` does for a CSV.
+    The R*s found are part of the data's conventions, so of the fingerprint.
 
     The stored fingerprint is ``<data fingerprint>-<configuration hash>``: the same data fitted
     with other settings, bootstrap size or seed is a different fit.
@@ -222,7 +228,14 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
     from scaling.db import Store, connect
 
     kinds = _kinds(law)
-    data, sweep = from_db(url, sweep, effective_data=effective_data)
+    constrained = fit_r_star or fit_r_star_n or r_star_n is not None
+    if (constrained or r_star != R_STAR_DATA) and not effective_data:
+        raise FitError("R*_D and R*_N apply to effective data: fit the sweep with effective_data (--effective-data)")
+    data, sweep = from_db(url, sweep, effective_data=effective_data, r_star=r_star)
+    if constrained:
+        from scaling.fitting.effective import fit_effective
+
+        data = fit_effective(data, fit_d=fit_r_star, r_star_n=r_star_n, fit_n=fit_r_star_n)
     data_fp = data.fingerprint()
     summary = FitSummary(source=f"sweep {sweep!r}", fingerprint=data_fp, n_points=len(data.points),
                          conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},

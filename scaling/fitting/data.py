@@ -479,12 +479,16 @@ def group_budgets(C: np.ndarray, rel_tol: float = 0.05) -> np.ndarray:
     return labels
 
 
-def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False) -> tuple[FitData, str]:
+def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
+            r_star: float = R_STAR_DATA) -> tuple[FitData, str]:
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
     falling back to the final train loss where no eval loss was recorded. A cooldown branch is a
     point (N, D) like any run; the trunk it starts from is not (it never cooled down).
+    ``effective_data``: D is Muennighoff et al.'s D' (R*_D = ``r_star``) from each run's
+    ``data.unique_tokens``: one U for the sweep when the runs share it, else a U per run (runs
+    that differ in U are then never averaged together).
     """
     from scaling import db
     from scaling import vocab as names
@@ -507,21 +511,30 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False)
         runs["loss"] = loss
         params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
-        unique = None
+        unique, columns = None, ["N", "D", "C", "loss"]
         if effective_data:
-            unique = _unique_tokens(runs)
-            if unique is None:
-                raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs")
+            per_run = _unique_tokens(runs)
+            missing = int(per_run.isna().sum())
+            if missing:
+                raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs "
+                               f"({missing} of {len(runs)} completed runs have none)")
+            if per_run.nunique() == 1:
+                unique = float(per_run.iloc[0])
+            else:
+                runs["U"] = per_run
+                columns.append("U")
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
     data = prepare(
-        runs[["N", "D", "C", "loss"]],
+        runs[columns],
         flops_convention=flops_conv,
         params_convention=params_conv,
         source=f"sweep {sweep!r}",
         unique_tokens=unique,
         curves=curves,
+        r_star=r_star,
+        unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
     return data, sweep
 
@@ -575,8 +588,18 @@ def _spec_field(runs: pd.DataFrame, name: str) -> Any:
     return as_dict(runs["spec"].iloc[0]).get(name)
 
 
-def _unique_tokens(runs: pd.DataFrame) -> float | None:
-    data = _spec_field(runs, "data")
-    if isinstance(data, dict) and data.get("unique_tokens"):
-        return float(data["unique_tokens"])
-    return None
+def _unique_tokens(runs: pd.DataFrame) -> pd.Series:
+    """Each run's ``spec.data.unique_tokens`` (NaN where a run has none or it is not a positive number)."""
+    from scaling.db.jsonvalues import as_dict
+
+    def one(spec: Any) -> float:
+        data = as_dict(spec).get("data")
+        value = data.get("unique_tokens") if isinstance(data, dict) else None
+        try:
+            u = float(value)
+        except (TypeError, ValueError):
+            return math.nan
+        return u if u > 0 and math.isfinite(u) else math.nan
+
+    specs = runs["spec"] if "spec" in runs else pd.Series([None] * len(runs), index=runs.index)
+    return specs.map(one).astype(float)
