@@ -92,6 +92,38 @@ def sweep(plan: Path, url: str) -> float:
     return time.perf_counter() - t0
 
 
+def sweep_in_process(plan_path: Path, url: str) -> float:
+    """The same runs, expanded and recorded as `scaling sweep` does, trained one after another in
+    this process (trunks before their branches) instead of as Ray tasks: for a machine too busy
+    to start Ray's processes in time. The trainer, the checkpoints a branch starts from, the
+    database and the compute accounting are the sweep's own."""
+    from scaling import vocab
+    from scaling.db import Store
+    from scaling.orchestrator.expand import Expansion, expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.sweep import register
+    from scaling.trainer import train
+
+    t0 = time.perf_counter()
+    plan, source = load_plan(plan_path)
+    runs = expand(plan, source).runs
+    runs.sort(key=lambda r: r.spec.branch is not None)  # every trunk before any branch
+    with Store(url) as store:
+        register(store, plan, Expansion(plan, runs))
+        for r in runs:
+            attempt = store.claim(r.key, "bench:0", sweep=plan.name)
+            if attempt is None:
+                continue
+            run_dir = Path(plan.runs_dir) / plan.name / r.key
+            run_dir.mkdir(parents=True, exist_ok=True)
+            res = train(r.spec, url, str(run_dir), attempt=attempt, sweep=plan.name)
+            if res.status != vocab.COMPLETED:
+                sys.exit(f"run {r.key} of {plan.name} ended {res.status}")
+            store.finish(r.key, vocab.COMPLETED, final_train_loss=res.final_train_loss,
+                         final_eval_loss=res.final_eval_loss, sweep=plan.name)
+    return time.perf_counter() - t0
+
+
 def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
     from scaling.errors import FitError
     from scaling.fitting.api import fit_data
@@ -123,6 +155,8 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2, help="runs at once")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--keep", type=Path, default=None, help="keep the database and runs here")
+    ap.add_argument("--in-process", action="store_true",
+                    help="train the runs one by one in this process instead of on Ray (a machine too busy for Ray)")
     args = ap.parse_args()
     if args.budgets < 3 or len(args.widths) < 4:
         sys.exit("--budgets must be at least 3 and --widths name at least 4 sizes")
@@ -138,7 +172,7 @@ def main() -> None:
     for name, branches in (("cosine", False), ("branches", True)):
         plan = write_plan(work / f"{name}.yaml", name, work / "runs", budgets, branches=branches, cpus=args.cpus,
                           widths=tuple(args.widths), batch=args.batch, lr=args.lr, warmup=args.warmup)
-        walls[name] = sweep(plan, url)
+        walls[name] = (sweep_in_process if args.in_process else sweep)(plan, url)
         runs = connect(url).runs(sweep=name)
         trunks = set(runs["parent_key"].dropna())
         points = runs[~runs["run_key"].isin(trunks)]
@@ -175,7 +209,8 @@ def main() -> None:
     print(f"  branches / cosine = {br_c / cos_c:.3f} (goal: <= 0.5); "
           f"branch sweep's points from scratch would cost {compute['branches']['flops_total_without_reuse']:.4g}")
     print(f"  wall time: cosine {walls['cosine']:.0f} s, branches {walls['branches']:.0f} s "
-          f"(ratio {walls['branches'] / walls['cosine']:.2f}, Ray start-up included, {args.cpus} runs at once)")
+          f"(ratio {walls['branches'] / walls['cosine']:.2f}, "
+          + ("one run at a time in process)" if args.in_process else f"Ray start-up included, {args.cpus} runs at once)"))
 
 
 def _iv(iv: dict[str, Any]) -> str:
