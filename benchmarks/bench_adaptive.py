@@ -5,7 +5,7 @@ E 1.5-2.0, A and B within a factor 2 of Epoch AI's), an adaptive plan is run in-
 the very loop a sweep runs (`scaling.orchestrator.adaptive.run_adaptive`: the same refits,
 ranking and decisions; only the training step calls the simulated trainer here instead of
 scheduling Ray tasks) against a real SQLite database. Its grid is 9 sizes (1e7-3e9
-parameters) at 3e17, 1e18 and 3e18 FLOPs (``--grid-budgets``); its target is approach 2's N* at ``--at`` FLOPs
+parameters) at 1e18, 3e18 and 1e19 FLOPs (``--grid-budgets``); its target is approach 2's N* at ``--at`` FLOPs
 within a factor ``--ratio`` (``--interval``: the bootstrap interval, or the reported one that is
 widened beyond the data by the backtest's model error).
 
@@ -57,7 +57,7 @@ from scaling.trainer import train  # noqa: E402
 from scaling.trainer.simulate import simulate  # noqa: E402
 
 #: The adaptive sweep's first round: 9 sizes at the three smallest budgets (the fixed grids start at the same lowest one).
-GRID_BUDGETS = [3e17, 1e18, 3e18]
+GRID_BUDGETS = [1e18, 3e18, 1e19]
 GRID_MODELS = np.geomspace(1e7, 3e9, 9).tolist()
 NOISE = 0.005
 BATCH_TOKENS = 4 * 1024 * 1024

@@ -1,6 +1,6 @@
 """Cooldown branches vs independently trained cosine runs, on the same (N, D) points.
 
-Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 6e8] [--widths 6 8 12 16]
+Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 3e8] [--widths 6 8 12 16]
 [--batch 256] [--lr 3e-2] [--warmup 10] [--cpus 2]``.
 
 The grid is IsoFLOP-aligned so approach 2 has budgets to fit: model sizes (two layers, heads 2 or
@@ -147,7 +147,7 @@ def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", type=int, default=5, help="IsoFLOP budgets k C0, k = 1..K (>= 3)")
-    ap.add_argument("--c0", type=float, default=6e8, help="the smallest budget in FLOPs")
+    ap.add_argument("--c0", type=float, default=3e8, help="the smallest budget in FLOPs")
     ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="d_model of each size (>= 4 sizes)")
     ap.add_argument("--batch", type=int, default=256, help="batch in tokens (sequences of 64)")
     ap.add_argument("--lr", type=float, default=3e-2, help="peak learning rate of every run and trunk")
