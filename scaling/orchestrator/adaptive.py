@@ -11,12 +11,10 @@ says what happens next:
    cannot locate its optimum: two sizes are added beyond that edge (same budget, the slice's own
    spacing), largest such budget first;
 3. **add, ranked**: the platform's ranking (`scaling.fitting.recommend.candidate_runs`, here on
-   the target law itself) proposes slices at 1/2, 1, 2, 4 and 8 times the largest budget so far
-   (:data:`MULTIPLES`), each with ``batch`` sizes bracketing the law's current N* there; of
-   those that add runs and the sweep can still afford, the one that narrows the interval most
-   per FLOP (largest ln(width before / width after) divided by its cost) is added. The budgets
-   at or below the largest let the sweep buy precision by more points where they are cheap
-   instead of only by doubling its budget;
+   the target law itself) proposes slices at 2x, 4x and 8x the largest budget so far, each with
+   ``batch`` sizes bracketing the law's current N* there; of those the sweep can still afford
+   the one that narrows the interval most per FLOP (largest ln(width before / width after)
+   divided by its cost) is added;
 4. **stop, budget**: no candidate fits in what is left of ``max_compute`` (the whole sweep's
    compute, the grid included); **stop, rounds**: ``max_rounds`` slices were added; **stop,
    no fit**: the law cannot be fitted and no slice can be extended.
@@ -56,8 +54,6 @@ EXTEND = "extend"
 RANKED = "ranked"
 #: Budgets within this fraction are one IsoFLOP slice (as approach 2 groups them).
 SAME_BUDGET = 0.05
-#: Budgets of the ranked candidate slices, as multiples of the largest budget so far.
-MULTIPLES = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 @dataclass
@@ -220,13 +216,10 @@ def decide(
     offsets = np.linspace(-spec.span, spec.span, spec.batch)
     c_max = float(points["C"].max())
     ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
-                                    n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap),
-                                    multiples=MULTIPLES)
+                                    n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap))
     candidates = []
     for cand in ranked:
         cost = cost_of(cand["C"], cand["sizes"])
-        if not cost > 0:
-            continue  # every run of this slice is in the sweep already
         gain = -math.log(max(1e-12, 1.0 - cand["reduction"]))  # ln(width before / width after)
         candidates.append({"C": cand["C"], "sizes": cand["sizes"], "cost": cost, "reduction": cand["reduction"],
                            "gain_per_flop": gain / cost if cost > 0 else 0.0, "affordable": cost <= left})
