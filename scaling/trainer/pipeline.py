@@ -148,6 +148,8 @@ class Pipeline:
     micro_batches: int
     tied_group: Any = None
     group: Any = None  # the data-parallel group (ZeRO-1's optimizer)
+    #: Ranks whose step losses add up to the batch's: the whole world (only the last stage holds one).
+    loss_group: Any = None
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
 
