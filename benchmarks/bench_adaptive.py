@@ -16,7 +16,8 @@ without a fit), fitted the same way. C_top climbs a ladder of factors of 2 until
 interval (same law, same kind of interval, no unreliable note) is at most as wide as the
 adaptive sweep's final one; its cost is the compute of that grid. An "oracle" variant centres
 each fixed slice on the true N* (5 sizes, +-1 in ln N: the adaptive slices' design), the most a
-fixed grid could do with foreknowledge.
+fixed grid could do with foreknowledge. Whether each grid's interval, once narrow enough, covers the
+true N* is printed too (a grid that stops at its first narrow interval may stop on a wrong one).
 
 Prints, per law and in summary: the adaptive sweep's compute and stop reason, the ratio of its
 compute to the fixed grid's (goal: median <= 1/2), and the coverage of its final interval on
@@ -129,7 +130,8 @@ def lowest_budget(plan: Plan) -> float:
     return float(min(C for block in plan.grid for C in block.compute or ()))
 
 
-def cheapest_fixed(plan: Plan, law: dict[str, float], ratio: float, oracle: bool, cap: float) -> tuple[float | None, bool]:
+def cheapest_fixed(plan: Plan, law: dict[str, float], ratio: float, oracle: bool, cap: float,
+                   truth: float) -> tuple[float | None, bool, bool | None]:
     """(compute of the cheapest fixed grid on the ladder whose interval is at most ``ratio`` wide, capped).
 
     The ladder stops once a grid costs more than ``cap`` FLOPs (then the answer is only "more
@@ -139,11 +141,11 @@ def cheapest_fixed(plan: Plan, law: dict[str, float], ratio: float, oracle: bool
     while c_top <= plan.adaptive.target.at_compute:
         cost, fit = fixed_grid(plan, c_top, law, oracle)
         if fit is not None and fit["reliable"] and fit["ratio"] is not None and fit["ratio"] <= ratio:
-            return cost, False
+            return cost, False, fit["lo"] <= truth <= fit["hi"]
         if cost > cap:
-            return cap, True
+            return cap, True, None
         c_top *= 2
-    return None, False
+    return None, False, None
 
 
 def main() -> None:
@@ -190,8 +192,8 @@ def main() -> None:
                "ratio": fit.get("ratio"), "covers": covers, "fixed": None, "oracle": None}
         if out.status == "met":
             cap = CAP_FACTOR * out.spent
-            row["fixed"], row["fixed_capped"] = cheapest_fixed(plan, law, fit["ratio"], False, cap)
-            row["oracle"], row["oracle_capped"] = cheapest_fixed(plan, law, fit["ratio"], True, cap)
+            row["fixed"], row["fixed_capped"], row["fixed_covers"] = cheapest_fixed(plan, law, fit["ratio"], False, cap, truth)
+            row["oracle"], row["oracle_capped"], row["oracle_covers"] = cheapest_fixed(plan, law, fit["ratio"], True, cap, truth)
         rows.append(row)
         f = lambda v: f"{v:.3g}" if v is not None else "-"  # noqa: E731
         q = lambda a, b, capped=False: (("<" if capped else "") + f"{a / b:.3g}") if a is not None and b else "-"  # noqa: E731
@@ -221,6 +223,10 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: flo
                   f"(goal: median <= 0.5; {capped} of them upper bounds: the fixed grid cost more than "
                   f"{CAP_FACTOR:g}x the adaptive sweep without reaching the interval); the fixed grid never reached "
                   f"the interval with C_top up to {args.at:.3g} FLOPs in {never} more")
+            reached = [r[f"{key}_covers"] for r in met if r.get(f"{key}_covers") is not None]
+            if reached:
+                print(f"  that grid's interval covered the true N* in {sum(reached)}/{len(reached)} laws where it "
+                      f"reached the width")
         else:
             print(f"compute, adaptive / {label}: no comparable law ({never} never reached the interval)")
     if met:
