@@ -215,20 +215,21 @@ def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[
 
 
 TRAJECTORY_CASES = {
-    2: [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES],
-    4: [("1f1b", "zero3", p) for p in ("fp32", "bf16")],
+    "pp2": (2, 1, [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES]),
+    "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")]),
+    "tp2xpp2": (4, 2, [("1f1b", "auto", "fp32")]),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [2, 4])
-def test_trajectories_match_single_process(world: int, tmp_path) -> None:
+@pytest.mark.parametrize("layout", list(TRAJECTORY_CASES))
+def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
     """Ten steps through ``scaling.trainer.train``: every rank reports the single process's losses."""
-    cases = TRAJECTORY_CASES[world]
-    runs = [(spec(world, 2, sch, strat, p).to_json(), str(tmp_path / f"{sch}-{p}")) for sch, strat, p in cases]
+    world, tp, cases = TRAJECTORY_CASES[layout]
+    runs = [(spec(world, 2, sch, strat, p, tp=tp).to_json(), str(tmp_path / f"{sch}-{p}")) for sch, strat, p in cases]
     outs = spawn(train_each, world, str(tmp_path), runs)
     for i, (sch, strat, precision) in enumerate(cases):
-        what = f"pp2 {sch} {strat} {precision} on {world}"
+        what = f"{layout} {sch} {strat} {precision}"
         ref = reference(precision)
         rank0 = outs[0][i]
         assert rank0["result"]["steps"] == 10, what
