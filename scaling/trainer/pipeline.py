@@ -27,8 +27,19 @@ The loss. The schedule computes it on the last stage, per micro-batch, as the su
 cross-entropy times ``dp / (batch tokens)`` (so the micro-batches' gradients add up to the
 global batch's mean once data parallelism averages over ``dp``; ``scale_grads=False``). ``step``
 returns that stage's share of the global mean (zero elsewhere); the loop's all-reduce of it
-gives every rank the same loss, rank 0 logs it once. Clipping uses the global norm over every
-stage (each parameter counted once: the last stage's tied copy is left out of the sum).
+(over :attr:`Pipeline.group`) gives every rank the same loss, rank 0 logs it once. Clipping uses
+the global norm over every stage, data and tensor rank (each element counted once: replicas
+over dp or tp only at coordinate 0, the last stage's tied copy not at all).
+
+Tensor parallelism inside the stages (``tp > 1``). Each stage's blocks are split over the
+"tp" mesh dim by :func:`scaling.trainer.tensor_parallel.apply_tensor_parallel` (Megatron's
+column/row split; embeddings, final norm and head replicated over tp, as with TP alone), then
+FSDP2 shards the result over "dp" (zero2/zero3; DDP and ZeRO-1 do not take DTensor parameters).
+A block's output is a plain, tp-replicated tensor, so what crosses a stage boundary is the same
+as without TP, sent within each tensor column (the ranks of one (dp, tp) coordinate form a
+pipeline group). The tied embedding is synced per column too. The tensor ranks of a last stage
+compute the same loss: the loop sums the loss over :attr:`Pipeline.group`, the ranks of this
+rank's tensor coordinate, so it is counted once.
 
 Activations cross stage boundaries in the compute dtype (bf16 under bf16, as Megatron sends
 them); the next stage continues its residual stream in it.
