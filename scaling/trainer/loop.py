@@ -320,7 +320,7 @@ class Trainer:
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.rt.sum(self._forward_backward(), self.par.group).item()
+        loss = self.rt.sum(self._forward_backward(), self.par.loss_group).item()
 
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)

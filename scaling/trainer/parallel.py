@@ -178,6 +178,11 @@ class Parallel:
     def data_parallel(self) -> bool:
         return self.strategy in STRATEGIES
 
+    @property
+    def loss_group(self) -> Any:
+        """Ranks whose step losses add up to the batch's: the data-parallel group (tensor ranks repeat it)."""
+        return self.group
+
     def build_optimizer(
         self, param_groups: Iterable[dict[str, Any]] | Iterable[torch.Tensor], optimizer_class: type = torch.optim.AdamW, **defaults: Any
     ) -> torch.optim.Optimizer:

@@ -27,7 +27,7 @@ The loss. The schedule computes it on the last stage, per micro-batch, as the su
 cross-entropy times ``dp / (batch tokens)`` (so the micro-batches' gradients add up to the
 global batch's mean once data parallelism averages over ``dp``; ``scale_grads=False``). ``step``
 returns that stage's share of the global mean (zero elsewhere); the loop's all-reduce of it
-(over :attr:`Pipeline.group`) gives every rank the same loss, rank 0 logs it once. Clipping uses
+(over :attr:`Pipeline.loss_group`) gives every rank the same loss, rank 0 logs it once. Clipping uses
 the global norm over every stage, data and tensor rank (each element counted once: replicas
 over dp or tp only at coordinate 0, the last stage's tied copy not at all).
 
@@ -38,7 +38,7 @@ FSDP2 shards the result over "dp" (zero2/zero3; DDP and ZeRO-1 do not take DTens
 A block's output is a plain, tp-replicated tensor, so what crosses a stage boundary is the same
 as without TP, sent within each tensor column (the ranks of one (dp, tp) coordinate form a
 pipeline group). The tied embedding is synced per column too. The tensor ranks of a last stage
-compute the same loss: the loop sums the loss over :attr:`Pipeline.group`, the ranks of this
+compute the same loss: the loop sums the loss over :attr:`Pipeline.loss_group`, the ranks of this
 rank's tensor coordinate, so it is counted once.
 
 Activations cross stage boundaries in the compute dtype (bf16 under bf16, as Megatron sends
@@ -158,8 +158,10 @@ class Pipeline:
     strategy: str  # the data-parallel strategy over "dp" ("single" when dp = 1)
     micro_batches: int
     tied_group: Any = None
-    group: Any = None  # the ranks the loop sums this rank's loss over: its tensor-parallel column
-    dp_group: Any = None  # the data-parallel group (ZeRO-1's optimizer)
+    group: Any = None  # the data-parallel group (ZeRO-1's optimizer)
+    #: Ranks whose step losses add up to the batch's: every rank of this rank's tensor coordinate
+    #: (only the last stage holds a loss; its tensor ranks hold the same one). None: the world.
+    loss_group: Any = None
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
 
@@ -271,7 +273,7 @@ class Pipeline:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             return ZeroRedundancyOptimizer(list(param_groups), optimizer_class=optimizer_class,
-                                           process_group=self.dp_group, **defaults)
+                                           process_group=self.group, **defaults)
         return optimizer_class(param_groups, **defaults)
 
     @contextlib.contextmanager
@@ -420,7 +422,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     pipe = Pipeline(spec=spec, rt=rt, mesh=mesh, stage_modules=modules, stages=stages, schedule=None,
                     model=modules[0] if chunks == 1 else RankModel(modules), strategy=strategy,
                     micro_batches=m, tied_group=_tied_group(mesh, pp, rt.rank),
-                    group=_loss_group(mesh, rt.rank), dp_group=dp_mesh.get_group())
+                    group=dp_mesh.get_group(), loss_group=_loss_group(mesh, rt.rank))
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[ex.pp_schedule]
     target = stages if chunks > 1 else stages[0]
     pipe.schedule = kind(target, n_microbatches=m, loss_fn=pipe._loss, scale_grads=False)

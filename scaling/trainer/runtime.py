@@ -150,6 +150,7 @@ class Single:
     strategy = "single"
     is_fsdp = False
     group = None  # no data-parallel group to sum losses over
+    loss_group = None
 
     def __init__(self, model: nn.Module) -> None:
         self.module = model

@@ -125,7 +125,7 @@ def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, 
     for s in specs:
         pipe = build_pipeline(s, Runtime.current("cpu"))
         loss = pipe.step(*_share(s, rank))
-        dist.all_reduce(loss, group=pipe.group)  # as the loop sums it: once per tensor column
+        dist.all_reduce(loss, group=pipe.loss_group)  # as the loop sums it: once per tensor column
         norm = pipe.clip_grad_norm(0.0)  # 0: measure, do not clip
         grads = pipe.full_grads()
         opt = pipe.build_optimizer(pipe.model.parameters(), lr=1e-3)
