@@ -18,7 +18,14 @@ import torch
 
 from _workers import global_batch, loss_of, spawn, train_until_fault, train_worker, trajectory
 from scaling.accounting import model_state_bytes
-from scaling.comms import TRAINER_SCHEDULES, ParallelLayout, bubble_fraction, memory_per_rank, params_per_rank, step_traffic
+from scaling.comms import (
+    TRAINER_SCHEDULES,
+    ParallelLayout,
+    bubble_fraction,
+    memory_per_rank,
+    params_per_rank,
+    step_traffic,
+)
 from scaling.trainer import checkpoint
 from scaling.trainer.spec import RunSpec
 

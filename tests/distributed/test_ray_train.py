@@ -1,7 +1,8 @@
 """A multi-worker run through Ray Train survives a real SIGKILL of one worker.
 
-Gloo workers (``TorchTrainer``, Ray Train v2): two data-parallel ones, and four as tp2 x dp2. ``faults.kill_at_step`` SIGKILLs rank 1's
-process when step 5 starts (first attempt only); Ray Train sees the worker die, restarts the
+Gloo workers (``TorchTrainer``, Ray Train v2): two data-parallel ones, and four as tp2 x dp2.
+``faults.kill_at_step`` SIGKILLs rank 1's process when step 5 starts (first attempt only); Ray
+Train sees the worker die, restarts the
 group (``FailureConfig``), the new group resumes from the step-4 checkpoint, and the run
 completes. The database must then hold every step's metrics exactly once, a ``retry`` event,
 and a loss trajectory equal to an uninterrupted single-process run's.
