@@ -40,6 +40,7 @@ from scaling.accounting import (
     batch_problem,
     micro_batch_size,
 )
+from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import SpecError
 from scaling.naming import printable_problem
 
@@ -317,7 +318,7 @@ class ExecutionSpec(Placement, LoopSettings):
 
 
 #: Model chunks per pipeline rank of each schedule (the interleaved one loops over two).
-PIPELINE_CHUNKS: dict[str, int] = {"gpipe": 1, "1f1b": 1, "interleaved_1f1b": 2}
+PIPELINE_CHUNKS: dict[str, int] = {name: chunks for name, (_, chunks) in TRAINER_SCHEDULES.items()}
 
 
 def pipeline_micro_batches(sequences: int, dp: int, requested: Optional[int]) -> int:
