@@ -212,7 +212,7 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: flo
     took = f" in {seconds:.0f} s" if seconds is not None else " (merged)"
     print(f"\n{len(rows)} laws{took}; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
           f"{args.ratio:g} ({args.interval} interval), budget {args.max_compute:.3g} FLOPs")
-    print(f"stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
+    print("stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
     for key, label in (("fixed", "prior-centred fixed grid (7 sizes, +-1.5)"), ("oracle", "oracle-centred fixed grid (5 sizes, +-1)")):
         pairs = [r["spent"] / r[key] for r in met if r[key]]
         capped = sum(1 for r in met if r[key] and r.get(f"{key}_capped"))
