@@ -5,17 +5,19 @@ E 1.5-2.0, A and B within a factor 2 of Epoch AI's), an adaptive plan is run in-
 the very loop a sweep runs (`scaling.orchestrator.adaptive.run_adaptive`: the same refits,
 ranking and decisions; only the training step calls the simulated trainer here instead of
 scheduling Ray tasks) against a real SQLite database. Its grid is 9 sizes (1e7-3e9
-parameters) at 1e18, 3e18 and 1e19 FLOPs; its target is approach 2's N* at ``--at`` FLOPs
+parameters) at 1e18, 3e18 and 1e19 FLOPs (``--grid-budgets``); its target is approach 2's N* at ``--at`` FLOPs
 within a factor ``--ratio`` (``--interval``: the bootstrap interval, or the reported one that is
 widened beyond the data by the backtest's model error).
 
-The baseline is a fixed 5-slice grid: budgets log-spaced from 1e18 to C_top, 7 sizes per budget
+The baseline is a fixed 5-slice grid: budgets log-spaced from the adaptive grid's smallest budget
+(both designs start from the same cheapest slice) to C_top, 7 sizes per budget
 spanning +-1.5 in ln N around a prior guess of N* (20 tokens per parameter, as one would plan
 without a fit), fitted the same way. C_top climbs a ladder of factors of 2 until the fixed grid's
 interval (same law, same kind of interval, no unreliable note) is at most as wide as the
 adaptive sweep's final one; its cost is the compute of that grid. An "oracle" variant centres
 each fixed slice on the true N* (5 sizes, +-1 in ln N: the adaptive slices' design), the most a
-fixed grid could do with foreknowledge.
+fixed grid could do with foreknowledge. Whether each grid's interval, once narrow enough, covers the
+true N* is printed too (a grid that stops at its first narrow interval may stop on a wrong one).
 
 Prints, per law and in summary: the adaptive sweep's compute and stop reason, the ratio of its
 compute to the fixed grid's (goal: median <= 1/2), and the coverage of its final interval on
@@ -55,6 +57,7 @@ from scaling.orchestrator.sweep import register  # noqa: E402
 from scaling.trainer import train  # noqa: E402
 from scaling.trainer.simulate import simulate  # noqa: E402
 
+#: The adaptive sweep's first round: 9 sizes at the three smallest budgets (the fixed grids start at the same lowest one).
 GRID_BUDGETS = [1e18, 3e18, 1e19]
 GRID_MODELS = np.geomspace(1e7, 3e9, 9).tolist()
 NOISE = 0.005
@@ -72,7 +75,7 @@ def plan_for(name: str, law: dict[str, float], seed: int, args: argparse.Namespa
         "adaptive": {"target": {"law": "approach2", "at_compute": args.at, "interval_ratio": args.ratio,
                                 "interval": args.interval},
                      "max_compute": args.max_compute, "batch": 5, "n_bootstrap": args.bootstrap},
-        "grid": [{"models": GRID_MODELS, "compute": GRID_BUDGETS}],
+        "grid": [{"models": GRID_MODELS, "compute": args.grid_budgets}],
     })
 
 
@@ -102,7 +105,7 @@ def run_adaptive_here(plan: Plan, url: str) -> Any:
 def fixed_grid(plan: Plan, c_top: float, law: dict[str, float], oracle: bool) -> tuple[float, dict[str, Any] | None]:
     """(cost, what the fit says about the target) of a fixed 5-slice grid up to ``c_top``."""
     blocks = []
-    for C in np.geomspace(GRID_BUDGETS[0], c_top, 5):
+    for C in np.geomspace(lowest_budget(plan), c_top, 5):
         if oracle:
             sizes = float(chinchilla_optimal_N(C, law)) * np.exp(np.linspace(-1.0, 1.0, 5))
         else:
@@ -122,21 +125,27 @@ def fixed_grid(plan: Plan, c_top: float, law: dict[str, float], oracle: bool) ->
     return cost, measure(fitted, plan.adaptive.target)
 
 
-def cheapest_fixed(plan: Plan, law: dict[str, float], ratio: float, oracle: bool, cap: float) -> tuple[float | None, bool]:
+def lowest_budget(plan: Plan) -> float:
+    """The adaptive grid's smallest budget: every fixed grid starts there too."""
+    return float(min(C for block in plan.grid for C in block.compute or ()))
+
+
+def cheapest_fixed(plan: Plan, law: dict[str, float], ratio: float, oracle: bool, cap: float,
+                   truth: float) -> tuple[float | None, bool, bool | None]:
     """(compute of the cheapest fixed grid on the ladder whose interval is at most ``ratio`` wide, capped).
 
     The ladder stops once a grid costs more than ``cap`` FLOPs (then the answer is only "more
     than cap": capped is True) or C_top passes the target's at_compute (None, not capped).
     """
-    c_top = 4 * GRID_BUDGETS[0]
+    c_top = 4 * lowest_budget(plan)
     while c_top <= plan.adaptive.target.at_compute:
         cost, fit = fixed_grid(plan, c_top, law, oracle)
         if fit is not None and fit["reliable"] and fit["ratio"] is not None and fit["ratio"] <= ratio:
-            return cost, False
+            return cost, False, fit["lo"] <= truth <= fit["hi"]
         if cost > cap:
-            return cap, True
+            return cap, True, None
         c_top *= 2
-    return None, False
+    return None, False, None
 
 
 def main() -> None:
@@ -148,6 +157,8 @@ def main() -> None:
     ap.add_argument("--interval", choices=("bootstrap", "reported"), default="bootstrap")
     ap.add_argument("--max-compute", type=float, default=1e23)
     ap.add_argument("--bootstrap", type=int, default=100)
+    ap.add_argument("--grid-budgets", type=float, nargs="+", default=GRID_BUDGETS,
+                    help="budgets of the adaptive sweep's first round (9 sizes each); the fixed grids start at the smallest")
     ap.add_argument("--db", default=None, help="SQLite file (default: a temporary one)")
     ap.add_argument("--shard", default="0/1", help="k/n: run the laws whose index is k modulo n")
     ap.add_argument("--rows", default=None, help="write the per-law rows to this JSON file")
@@ -181,8 +192,8 @@ def main() -> None:
                "ratio": fit.get("ratio"), "covers": covers, "fixed": None, "oracle": None}
         if out.status == "met":
             cap = CAP_FACTOR * out.spent
-            row["fixed"], row["fixed_capped"] = cheapest_fixed(plan, law, fit["ratio"], False, cap)
-            row["oracle"], row["oracle_capped"] = cheapest_fixed(plan, law, fit["ratio"], True, cap)
+            row["fixed"], row["fixed_capped"], row["fixed_covers"] = cheapest_fixed(plan, law, fit["ratio"], False, cap, truth)
+            row["oracle"], row["oracle_capped"], row["oracle_covers"] = cheapest_fixed(plan, law, fit["ratio"], True, cap, truth)
         rows.append(row)
         f = lambda v: f"{v:.3g}" if v is not None else "-"  # noqa: E731
         q = lambda a, b, capped=False: (("<" if capped else "") + f"{a / b:.3g}") if a is not None and b else "-"  # noqa: E731
@@ -201,7 +212,7 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: flo
     took = f" in {seconds:.0f} s" if seconds is not None else " (merged)"
     print(f"\n{len(rows)} laws{took}; target: approach 2's N* at {args.at:.3g} FLOPs within a factor "
           f"{args.ratio:g} ({args.interval} interval), budget {args.max_compute:.3g} FLOPs")
-    print(f"stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
+    print("stopped: " + ", ".join(f"{s} {sum(r['status'] == s for r in rows)}" for s in sorted({r['status'] for r in rows})))
     for key, label in (("fixed", "prior-centred fixed grid (7 sizes, +-1.5)"), ("oracle", "oracle-centred fixed grid (5 sizes, +-1)")):
         pairs = [r["spent"] / r[key] for r in met if r[key]]
         capped = sum(1 for r in met if r[key] and r.get(f"{key}_capped"))
@@ -212,6 +223,10 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: flo
                   f"(goal: median <= 0.5; {capped} of them upper bounds: the fixed grid cost more than "
                   f"{CAP_FACTOR:g}x the adaptive sweep without reaching the interval); the fixed grid never reached "
                   f"the interval with C_top up to {args.at:.3g} FLOPs in {never} more")
+            reached = [r[f"{key}_covers"] for r in met if r.get(f"{key}_covers") is not None]
+            if reached:
+                print(f"  that grid's interval covered the true N* in {sum(reached)}/{len(reached)} laws where it "
+                      f"reached the width")
         else:
             print(f"compute, adaptive / {label}: no comparable law ({never} never reached the interval)")
     if met:

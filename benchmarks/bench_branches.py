@@ -1,13 +1,19 @@
 """Cooldown branches vs independently trained cosine runs, on the same (N, D) points.
 
-Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 2e9] [--widths 8 12 16 24]
-[--batch 512] [--cpus 2]``.
+Run by hand: ``python benchmarks/bench_branches.py [--budgets 5] [--c0 3e8] [--widths 6 8 12 16]
+[--batch 256] [--lr 3e-2] [--warmup 10] [--cpus 2]``.
 
-The grid is IsoFLOP-aligned so approach 2 has budgets to fit: four model sizes, and for budget
-k = 1..K the token count D = k C0 / (6 N) of each size. The *cosine* sweep trains each point from
-scratch with a cosine schedule; the *branches* sweep trains one constant-LR trunk per size and
-branches it at every D with a 20% linear cooldown (Hägele et al. 2024). Both go through
-`scaling sweep`'s code (Ray, the database, the fits). Printed:
+The grid is IsoFLOP-aligned so approach 2 has budgets to fit: model sizes (two layers, heads 2 or
+4 wide) and, for budget k = 1..K, the token count D = k C0 / (6 N) of each size. The *cosine*
+sweep trains each point from scratch with a cosine schedule; the *branches* sweep trains one
+constant-LR trunk per size and branches it at every D with a 20% linear cooldown (Hägele et al.
+2024). Both go through `scaling sweep`'s code (Ray, the database, the fits).
+
+The comparison is like for like, as in Hägele et al.: both sweeps share the peak LR (``--lr``),
+the final LR (10% of the peak: cosine decays to it at its last step, a branch's cooldown ends
+there), the warmup (``--warmup`` steps, the same for every run and every trunk, so a short run
+does not warm up for less than the trunk it is compared with), the batch, the data order and the
+initialization (same seed). Printed:
 
 - final eval loss of every point, branch vs cosine, and the largest relative difference (goal <= 1%);
 - approach 2's ``a`` and approach 3's ``alpha``, ``beta`` and ``a`` for both sweeps with their
@@ -28,12 +34,12 @@ from typing import Any
 
 import yaml
 
-#: Two layers, heads 4 wide: N (non-embedding) = 24 d^2 + 28 d = 1,760, 3,792, 6,592, 14,496.
-WIDTHS = (8, 12, 16, 24)
+#: Two layers: N (non-embedding) = 24 d^2 + 28 d = 1,032, 1,760, 3,792, 6,592.
+WIDTHS = (6, 8, 12, 16)
 
 
 def models(widths: tuple[int, ...]) -> list[dict[str, int]]:
-    return [{"n_layer": 2, "d_model": d, "n_head": d // 4} for d in widths]
+    return [{"n_layer": 2, "d_model": d, "n_head": d // 4 if d % 4 == 0 else d // 2} for d in widths]
 
 
 def n_params(m: dict[str, int]) -> int:
@@ -43,7 +49,7 @@ def n_params(m: dict[str, int]) -> int:
 
 
 def write_plan(path: Path, name: str, runs_dir: Path, budgets: list[float], *, branches: bool, cpus: int,
-               widths: tuple[int, ...], batch: int) -> Path:
+               widths: tuple[int, ...], batch: int, lr: float, warmup: int) -> Path:
     grid = []
     for m in models(widths):
         tokens = [max(batch * 5, round(C / (6 * n_params(m)) / batch) * batch) for C in budgets]
@@ -60,8 +66,8 @@ def write_plan(path: Path, name: str, runs_dir: Path, budgets: list[float], *, b
         "train": {
             "precision": "fp32",
             "batch_tokens": batch,
-            "optimizer": {"lr": 3.0e-2, "weight_decay": 0.1},
-            "schedule": {"kind": "cosine", "warmup_fraction": 0.05, "min_lr_ratio": 0.1},
+            "optimizer": {"lr": lr, "weight_decay": 0.1},
+            "schedule": {"kind": "cosine", "warmup_steps": warmup, "min_lr_ratio": 0.1},
             "eval_interval": 100_000,
             "eval_tokens": 16384,
             "checkpoint_interval": 500,
@@ -83,6 +89,38 @@ def sweep(plan: Path, url: str) -> float:
     out = run_sweep(plan, db=url, fit=False, report=False, echo=lambda s: None).outcome
     if out is None or not out.ok:
         sys.exit(f"sweep {plan.name} did not complete: {out}")
+    return time.perf_counter() - t0
+
+
+def sweep_in_process(plan_path: Path, url: str) -> float:
+    """The same runs, expanded and recorded as `scaling sweep` does, trained one after another in
+    this process (trunks before their branches) instead of as Ray tasks: for a machine too busy
+    to start Ray's processes in time. The trainer, the checkpoints a branch starts from, the
+    database and the compute accounting are the sweep's own."""
+    from scaling import vocab
+    from scaling.db import Store
+    from scaling.orchestrator.expand import Expansion, expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.sweep import register
+    from scaling.trainer import train
+
+    t0 = time.perf_counter()
+    plan, source = load_plan(plan_path)
+    runs = expand(plan, source).runs
+    runs.sort(key=lambda r: r.spec.branch is not None)  # every trunk before any branch
+    with Store(url) as store:
+        register(store, plan, Expansion(plan, runs))
+        for r in runs:
+            attempt = store.claim(r.key, "bench:0", sweep=plan.name)
+            if attempt is None:
+                continue
+            run_dir = Path(plan.runs_dir) / plan.name / r.key
+            run_dir.mkdir(parents=True, exist_ok=True)
+            res = train(r.spec, url, str(run_dir), attempt=attempt, sweep=plan.name)
+            if res.status != vocab.COMPLETED:
+                sys.exit(f"run {r.key} of {plan.name} ended {res.status}")
+            store.finish(r.key, vocab.COMPLETED, final_train_loss=res.final_train_loss,
+                         final_eval_loss=res.final_eval_loss, sweep=plan.name)
     return time.perf_counter() - t0
 
 
@@ -109,12 +147,16 @@ def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", type=int, default=5, help="IsoFLOP budgets k C0, k = 1..K (>= 3)")
-    ap.add_argument("--c0", type=float, default=2e9, help="the smallest budget in FLOPs")
+    ap.add_argument("--c0", type=float, default=3e8, help="the smallest budget in FLOPs")
     ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="d_model of each size (>= 4 sizes)")
-    ap.add_argument("--batch", type=int, default=512, help="batch in tokens (sequences of 64)")
+    ap.add_argument("--batch", type=int, default=256, help="batch in tokens (sequences of 64)")
+    ap.add_argument("--lr", type=float, default=3e-2, help="peak learning rate of every run and trunk")
+    ap.add_argument("--warmup", type=int, default=10, help="warmup steps of every run and trunk")
     ap.add_argument("--cpus", type=int, default=2, help="runs at once")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--keep", type=Path, default=None, help="keep the database and runs here")
+    ap.add_argument("--in-process", action="store_true",
+                    help="train the runs one by one in this process instead of on Ray (a machine too busy for Ray)")
     args = ap.parse_args()
     if args.budgets < 3 or len(args.widths) < 4:
         sys.exit("--budgets must be at least 3 and --widths name at least 4 sizes")
@@ -129,8 +171,8 @@ def main() -> None:
     walls, losses, compute = {}, {}, {}
     for name, branches in (("cosine", False), ("branches", True)):
         plan = write_plan(work / f"{name}.yaml", name, work / "runs", budgets, branches=branches, cpus=args.cpus,
-                          widths=tuple(args.widths), batch=args.batch)
-        walls[name] = sweep(plan, url)
+                          widths=tuple(args.widths), batch=args.batch, lr=args.lr, warmup=args.warmup)
+        walls[name] = (sweep_in_process if args.in_process else sweep)(plan, url)
         runs = connect(url).runs(sweep=name)
         trunks = set(runs["parent_key"].dropna())
         points = runs[~runs["run_key"].isin(trunks)]
@@ -138,7 +180,7 @@ def main() -> None:
         compute[name] = sweep_status(url, name)
 
     print(f"grid: {len(args.widths)} sizes x {args.budgets} budgets ({budgets[0]:.3g} .. {budgets[-1]:.3g} FLOPs), "
-          f"batch {args.batch} tokens; work folder {work}")
+          f"batch {args.batch} tokens, peak lr {args.lr:g} to 10% of it, {args.warmup} warmup steps; work folder {work}")
     print("\nfinal eval loss per point (N, D): cosine from scratch vs cooldown branch")
     diffs = []
     for key in sorted(losses["cosine"]):
@@ -167,7 +209,8 @@ def main() -> None:
     print(f"  branches / cosine = {br_c / cos_c:.3f} (goal: <= 0.5); "
           f"branch sweep's points from scratch would cost {compute['branches']['flops_total_without_reuse']:.4g}")
     print(f"  wall time: cosine {walls['cosine']:.0f} s, branches {walls['branches']:.0f} s "
-          f"(ratio {walls['branches'] / walls['cosine']:.2f}, Ray start-up included, {args.cpus} runs at once)")
+          f"(ratio {walls['branches'] / walls['cosine']:.2f}, "
+          + ("one run at a time in process)" if args.in_process else f"Ray start-up included, {args.cpus} runs at once)"))
 
 
 def _iv(iv: dict[str, Any]) -> str:

@@ -88,7 +88,7 @@ def _worker(rank: int, init: str, out: str, cases: list[Any], steps: int) -> Non
 
 
 def main() -> None:
-    from scaling.comms import bubble_fraction
+    from scaling.comms import TRAINER_SCHEDULES, bubble_fraction
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d-model", type=int, default=512)
@@ -106,8 +106,7 @@ def main() -> None:
     print(f"pp2, GPT L4 d{args.d_model} ctx{args.context}, micro-batch {args.micro_batch}, fp32, gloo, 1 thread/rank")
     print(f"{'schedule':>17} {'m':>3} {'idle measured':>14} {'model':>7} {'ratio':>6}")
     for i, (sch, m) in enumerate(cases):
-        chunks = 2 if sch == "interleaved_1f1b" else 1
-        model = bubble_fraction(2, m, "interleaved" if chunks > 1 else sch, chunks)  # type: ignore[arg-type]
+        model = bubble_fraction(2, m, *TRAINER_SCHEDULES[sch])
         measured = statistics.mean(statistics.median(r[i]) for r in ranks)
         print(f"{sch:>17} {m:>3} {measured:>14.3f} {model:>7.3f} {measured / model:>6.2f}")
 

@@ -55,6 +55,14 @@ COLLECTIVES: tuple[str, ...] = (
 Group = Literal["dp", "tp", "pp"]
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: The trainer's schedule names (``execution.pp_schedule``) as this model's (schedule, model
+#: chunks per pipeline rank): the one place the two namings meet (the trainer's interleaved
+#: schedule runs two chunks per rank).
+TRAINER_SCHEDULES: dict[str, tuple[Schedule, int]] = {
+    "1f1b": ("1f1b", 1),
+    "gpipe": ("gpipe", 1),
+    "interleaved_1f1b": ("interleaved", 2),
+}
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 
@@ -353,10 +361,13 @@ def tp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> li
 def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> list[Traffic]:
     """Pipeline point-to-point traffic of one step on the first stage, and the tied-embedding sync.
 
-    At each stage boundary a micro-batch's b*s*h activations cross forward and their gradient
-    backward (v boundaries per rank under the interleaved schedule). With sequence parallelism
-    the boundary tensor is already split over the tensor ranks (/tp). The first and last stage
-    all-reduce the tied embedding's gradient (vocab*h) once per step.
+    A micro-batch's b*s*h activations cross each of the v*pp - 1 stage boundaries forward and
+    their gradient backward (v model chunks per rank under the interleaved schedule, 1
+    otherwise). The first rank runs stages 0, pp, ..., (v-1)*pp: it sends forward from each of
+    its v stages and receives forward into the v - 1 that are not the first, and the reverse
+    backward. With sequence parallelism the boundary tensor is already split over the tensor
+    ranks (/tp). The first and last stage all-reduce the tied embedding's gradient (vocab*h)
+    once per step.
     """
     if layout.pp == 1:
         return []
@@ -366,11 +377,17 @@ def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> li
     v = layout.chunks
     m = layout.micro_batches
     grad_b = STATE_BYTES["torch"][precision][1]
-    return [
-        Traffic("pp", "send_recv", 2, act, v * m, "activations, forward"),
-        Traffic("pp", "send_recv", 2, act, v * m, "activation gradients, backward"),
-        Traffic("pp", "all_reduce", 2, grad_b * shape.vocab_size * shape.d_model, 1, "tied embedding gradient"),
+    out = [
+        Traffic("pp", "send_recv", 2, act, v * m, "activations sent, forward"),
+        Traffic("pp", "send_recv", 2, act, v * m, "activation gradients received, backward"),
     ]
+    if v > 1:
+        out += [
+            Traffic("pp", "send_recv", 2, act, (v - 1) * m, "activations received, forward"),
+            Traffic("pp", "send_recv", 2, act, (v - 1) * m, "activation gradients sent, backward"),
+        ]
+    out.append(Traffic("pp", "all_reduce", 2, grad_b * shape.vocab_size * shape.d_model, 1, "tied embedding gradient"))
+    return out
 
 
 def step_traffic(

@@ -37,6 +37,7 @@ from typing import Callable, Iterator, Optional
 from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
 from scaling.comms import (
     LINKS,
+    TRAINER_SCHEDULES,
     Cluster,
     ParallelLayout,
     Traffic,
@@ -47,13 +48,9 @@ from scaling.comms import (
     step_traffic,
 )
 
-#: The trainer's schedule names (``resources.pp_schedule``) as the cost model's (schedule, chunks).
-#: The interleaved schedule is planned with two model chunks per pipeline rank.
-SCHEDULES: dict[str, tuple[str, int]] = {
-    "1f1b": ("1f1b", 1),
-    "gpipe": ("gpipe", 1),
-    "interleaved_1f1b": ("interleaved", 2),
-}
+#: The trainer's schedule names (``resources.pp_schedule``) as the cost model's (schedule, chunks),
+#: in the order that breaks ties.
+SCHEDULES: dict[str, tuple[str, int]] = dict(TRAINER_SCHEDULES)
 #: Data-parallel strategies, least sharding first (the tie-break order).
 DP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 #: With tensor parallelism the data-parallel dim is FSDP2 (``fully_shard``): DDP and

@@ -34,6 +34,9 @@ def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]
 
 
 def warmup_steps(total_steps: int, schedule: "ScheduleSpec") -> int:
+    """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
+    if schedule.warmup_steps is not None:
+        return min(schedule.warmup_steps, total_steps)
     return int(round(schedule.warmup_fraction * total_steps))
 
 
@@ -46,7 +49,7 @@ def decay_start(total_steps: int, schedule: "ScheduleSpec") -> int:
 def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") -> float:
     """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
 
-    - linear warmup over ``warmup_fraction`` of the steps, from peak/warmup to peak;
+    - linear warmup over ``warmup_steps`` steps or ``warmup_fraction`` of the steps, from peak/warmup to peak;
     - ``cosine``: half a cosine from the peak to ``min_lr_ratio * peak`` at the last step
       (Hoffmann et al. 2022 decay to 10% over the run's length);
     - ``wsd`` (warmup-stable-decay, Hu et al. 2024): the peak until the final

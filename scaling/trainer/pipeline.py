@@ -27,8 +27,19 @@ The loss. The schedule computes it on the last stage, per micro-batch, as the su
 cross-entropy times ``dp / (batch tokens)`` (so the micro-batches' gradients add up to the
 global batch's mean once data parallelism averages over ``dp``; ``scale_grads=False``). ``step``
 returns that stage's share of the global mean (zero elsewhere); the loop's all-reduce of it
-gives every rank the same loss, rank 0 logs it once. Clipping uses the global norm over every
-stage (each parameter counted once: the last stage's tied copy is left out of the sum).
+(over :attr:`Pipeline.loss_group`) gives every rank the same loss, rank 0 logs it once. Clipping uses
+the global norm over every stage, data and tensor rank (each element counted once: replicas
+over dp or tp only at coordinate 0, the last stage's tied copy not at all).
+
+Tensor parallelism inside the stages (``tp > 1``). Each stage's blocks are split over the
+"tp" mesh dim by :func:`scaling.trainer.tensor_parallel.apply_tensor_parallel` (Megatron's
+column/row split; embeddings, final norm and head replicated over tp, as with TP alone), then
+FSDP2 shards the result over "dp" (zero2/zero3; DDP and ZeRO-1 do not take DTensor parameters).
+A block's output is a plain, tp-replicated tensor, so what crosses a stage boundary is the same
+as without TP, sent within each tensor column (the ranks of one (dp, tp) coordinate form a
+pipeline group). The tied embedding is synced per column too. The tensor ranks of a last stage
+compute the same loss: the loop sums the loss over :attr:`Pipeline.loss_group`, the ranks of this
+rank's tensor coordinate, so it is counted once.
 
 Activations cross stage boundaries in the compute dtype (bf16 under bf16, as Megatron sends
 them); the next stage continues its residual stream in it.
@@ -148,7 +159,8 @@ class Pipeline:
     micro_batches: int
     tied_group: Any = None
     group: Any = None  # the data-parallel group (ZeRO-1's optimizer)
-    #: Ranks whose step losses add up to the batch's: the whole world (only the last stage holds one).
+    #: Ranks whose step losses add up to the batch's: every rank of this rank's tensor coordinate
+    #: (only the last stage holds a loss; its tensor ranks hold the same one). None: the world.
     loss_group: Any = None
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
@@ -167,6 +179,10 @@ class Pipeline:
         return self.spec.execution.dp
 
     @property
+    def tp(self) -> int:
+        return self.spec.execution.tp
+
+    @property
     def is_fsdp(self) -> bool:
         return self.strategy in ("zero2", "zero3")
 
@@ -181,7 +197,7 @@ class Pipeline:
     @property
     def layout(self) -> dict[str, Any]:
         """What the run's ``data`` event records about the pipeline."""
-        return {"pp": self.pp, "dp": self.dp, "pp_schedule": self.spec.execution.pp_schedule,
+        return {"pp": self.pp, "dp": self.dp, "tp": self.tp, "pp_schedule": self.spec.execution.pp_schedule,
                 "micro_batches": self.micro_batches}
 
     # -- one step ----------------------------------------------------------------------------------
@@ -266,24 +282,32 @@ class Pipeline:
         yield
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        """Clip by the global gradient norm over every stage (and every shard), and return it.
+        """Clip by the global gradient norm over every stage, shard and tensor rank, and return it.
 
-        Each rank sums the squares of the gradients it holds (its shards under FSDP2), leaving
-        out the last stage's copy of the tied embedding; the sum runs over the pipeline group,
-        and over the data-parallel group too when gradients are sharded (replicas agree).
+        Each rank sums the squares of the gradients it holds and the sum runs over the world,
+        each element counted once: a gradient replicated over "dp" (no FSDP2) or over "tp"
+        (embeddings, norms, row-parallel biases) only where that coordinate is 0, and the last
+        stage's copy of the tied embedding not at all.
         """
+        from scaling.trainer.parallel import _by_layout
+
         named = [(n, p) for n, p in self.model.named_parameters() if p.grad is not None]
         duplicate = self.has_last and not self.has_first
-        counted = [p.grad for n, p in named if not (duplicate and n == TIED)]
-        local = [g.to_local() if hasattr(g, "to_local") else g for g in counted]
+        _, dp_rank, tp_rank = mesh_coords(self.rt.rank, self.dp, self.tp)
+        first_of = {"dp": dp_rank == 0, "tp": tp_rank == 0}
         square = torch.zeros((), dtype=torch.float32, device=self.rt.device)
-        for g in local:
-            square += g.detach().float().pow(2).sum()
-        group = None if self.is_fsdp else self.mesh["pp"].get_group()
-        dist.all_reduce(square, group=group)
+        for name, p in named:
+            if duplicate and name == TIED:
+                continue
+            sharded = _sharded_dims(p.grad)
+            if all(dim in sharded or first for dim, first in first_of.items()):
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                square += g.detach().float().pow(2).sum()
+        dist.all_reduce(square)
         total = square.sqrt()
         if max_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_([p for _, p in named], max_norm, total)
+            for params in _by_layout([p for _, p in named], lambda p: p.grad).values():  # foreach: one layout
+                torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
         return total
 
     def grad_scaler(self, enabled: bool, device_type: str) -> Any:
@@ -299,6 +323,29 @@ class Pipeline:
                 g = p.grad
                 out[name] = g.full_tensor() if hasattr(g, "full_tensor") else g.detach().clone()
         return out
+
+
+def _sharded_dims(t: torch.Tensor) -> set[str]:
+    """The mesh dimensions a DTensor is split over ("dp" by FSDP2, "tp" by the tensor split)."""
+    if not hasattr(t, "placements"):
+        return set()
+    names = t.device_mesh.mesh_dim_names or ()
+    return {names[i] for i, p in enumerate(t.placements) if p.is_shard()}
+
+
+def _loss_group(mesh: Any, rank: int) -> Any:
+    """The ranks of this rank's tensor-parallel coordinate over every stage and data-parallel rank
+    (all ranks call): the tensor ranks of a stage compute the same loss, so it is summed once."""
+    grid = mesh.mesh  # (pp, dp, tp) global ranks
+    if grid.size(2) == 1:
+        return None  # the whole world
+    mine = None
+    for t in range(grid.size(2)):
+        ranks = sorted(int(r) for r in grid[:, :, t].flatten())
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = group
+    return mine
 
 
 def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
@@ -343,8 +390,6 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     pp, dp, tp = ex.pp, ex.dp, ex.tp
     if rt.world_size != ex.workers:
         raise ValueError(f"execution.workers={ex.workers} but the world has {rt.world_size} processes")
-    if tp != 1:
-        raise ValueError("pipelining composes with data parallelism only here (tp must be 1)")
     mesh = build_mesh(rt.device.type, rt.world_size, tp, pp)
     pp_rank, _, _ = mesh_coords(rt.rank, dp, tp)
     chunks = PIPELINE_CHUNKS[ex.pp_schedule]
@@ -357,15 +402,17 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
         module = StageModule(full, split[s], first=s == 0, last=s == n_stages - 1, boundary_dtype=boundary)
         module.activation_checkpointing = ex.activation_checkpointing
         modules.append(module.to(rt.device))
+    if tp > 1:  # Megatron's split of each block over "tp"; embeddings, norm and head stay replicated
+        from scaling.trainer.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(full, mesh["tp"], [b for m in modules for b in m.blocks.values()])
     del full
 
     strategy = "single"
     if dp > 1:
         from scaling.trainer.parallel import resolve_strategy
 
-        strategy = ex.strategy if ex.strategy != "auto" else resolve_strategy(spec, dp, rt.device)
-        if strategy == "single":
-            raise ValueError(f"execution.strategy: 'single' cannot run on dp={dp}")
+        strategy = resolve_strategy(spec, rt.world_size, rt.device)  # refuses 'single' on dp > 1
     dp_mesh = mesh["dp"]
     wrapped = [_wrap_data_parallel(m, spec, strategy, dp_mesh) for m in modules]
     pp_group = mesh["pp"].get_group()
@@ -375,7 +422,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     pipe = Pipeline(spec=spec, rt=rt, mesh=mesh, stage_modules=modules, stages=stages, schedule=None,
                     model=modules[0] if chunks == 1 else RankModel(modules), strategy=strategy,
                     micro_batches=m, tied_group=_tied_group(mesh, pp, rt.rank),
-                    group=dp_mesh.get_group())
+                    group=dp_mesh.get_group(), loss_group=_loss_group(mesh, rt.rank))
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[ex.pp_schedule]
     target = stages if chunks > 1 else stages[0]
     pipe.schedule = kind(target, n_microbatches=m, loss_fn=pipe._loss, scale_grads=False)

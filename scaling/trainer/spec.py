@@ -40,6 +40,7 @@ from scaling.accounting import (
     batch_problem,
     micro_batch_size,
 )
+from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import SpecError
 from scaling.naming import printable_problem
 
@@ -167,6 +168,9 @@ class ScheduleSpec(_Frozen):
 
     kind: Literal["cosine", "wsd", "constant"] = "cosine"
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
+    # A fixed warmup length in steps, over warmup_fraction: runs of different lengths (a trunk and
+    # the runs it stands for) then warm up alike.
+    warmup_steps: Optional[int] = Field(default=None, ge=0)
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the final share of steps that decays
     # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
@@ -314,7 +318,7 @@ class ExecutionSpec(Placement, LoopSettings):
 
 
 #: Model chunks per pipeline rank of each schedule (the interleaved one loops over two).
-PIPELINE_CHUNKS: dict[str, int] = {"gpipe": 1, "1f1b": 1, "interleaved_1f1b": 2}
+PIPELINE_CHUNKS: dict[str, int] = {name: chunks for name, (_, chunks) in TRAINER_SCHEDULES.items()}
 
 
 def pipeline_micro_batches(sequences: int, dp: int, requested: Optional[int]) -> int:
@@ -444,12 +448,14 @@ class RunSpec(Recipe):
 
         Fields added after keys were first stored are hashed only when set, so the runs of
         older sweeps keep their keys (and are not retrained): ``branch`` and ``simulate`` when
-        present, the schedule's ``decay_shape`` when not linear.
+        present, the schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
         """
         fields = self.model_dump(mode="json", exclude={"execution", "name", "tags"})
         for optional in ("branch", "simulate"):
             if fields.get(optional) is None:
                 fields.pop(optional, None)
+        if fields["schedule"].get("warmup_steps") is None:
+            fields["schedule"].pop("warmup_steps", None)
         if fields["schedule"].get("decay_shape") == "linear":
             fields["schedule"].pop("decay_shape")
         return fields

@@ -1,7 +1,8 @@
 """A multi-worker run through Ray Train survives a real SIGKILL of one worker.
 
-Two gloo workers (``TorchTrainer``, Ray Train v2). ``faults.kill_at_step`` SIGKILLs rank 1's
-process when step 5 starts (first attempt only); Ray Train sees the worker die, restarts the
+Gloo workers (``TorchTrainer``, Ray Train v2): two data-parallel ones, and four as tp2 x dp2.
+``faults.kill_at_step`` SIGKILLs rank 1's process when step 5 starts (first attempt only); Ray
+Train sees the worker die, restarts the
 group (``FailureConfig``), the new group resumes from the step-4 checkpoint, and the run
 completes. The database must then hold every step's metrics exactly once, a ``retry`` event,
 and a loss trajectory equal to an uninterrupted single-process run's.
@@ -35,12 +36,19 @@ def local_ray():
         ray.shutdown()
 
 
-def test_killed_worker_restores_from_checkpoint_and_completes(local_ray, sqlite_url, tmp_path) -> None:
+#: (workers, execution) per layout: data parallel alone, and tensor parallel inside it (rank 1,
+#: the one killed, is then rank 0's tensor peer: the half of every block's weights it held is lost).
+LAYOUTS = {"dp2": (2, {}), "tp2xdp2": (4, {"tp": 2, "cpus_per_worker": 0.5})}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_killed_worker_restores_from_checkpoint_and_completes(layout, local_ray, sqlite_url, tmp_path) -> None:
     from scaling.orchestrator.multiworker import run_multiworker
 
+    workers, execution = LAYOUTS[layout]
     spec = run_spec(
-        "zero3", "fp32", faults={"kill_at_step": 5, "kill_attempts": 1},
-        execution={"checkpoint_interval": 2, "eval_interval": 100},
+        "zero3", "fp32", workers=workers, faults={"kill_at_step": 5, "kill_attempts": 1},
+        execution={"checkpoint_interval": 2, "eval_interval": 100, **execution},
     )
     with Store(sqlite_url) as store:
         store.register("s", [spec.record()])

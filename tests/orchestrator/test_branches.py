@@ -110,6 +110,17 @@ def test_bad_branch_plans_are_one_line_naming_the_field(tmp_path: Path, branches
     assert "p.yaml" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_fixed_warmup_steps_let_a_short_branch_leave_a_long_trunk(tmp_path: Path) -> None:
+    # With warmup_fraction the trunk warms up over 5% of its own 320 steps, past a 2-step branch's
+    # branch point; with warmup_steps every run and trunk warms up alike, so the branch is valid.
+    train = {"precision": "fp32", "batch_tokens": BATCH, "eval_interval": 1000, "eval_tokens": 2048,
+             "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}, "schedule": {"warmup_steps": 1}}
+    plan, source = _plan(tmp_path, {"tokens": [BATCH * 2, BATCH * 400]}, train=train)
+    trunks, branches = _by_role(expand(plan, source))
+    assert all(s.schedule.warmup_steps == 1 for s in trunks + branches)
+    assert sorted(b.branch.from_step for b in branches)[0] == 1
+
+
 # -- the dependency rule --------------------------------------------------------------------------
 def test_a_branch_waits_for_its_trunk_checkpoint_and_then_needs_the_trunk_no_more(tmp_path: Path) -> None:
     exp = expand(*_plan(tmp_path, {"tokens": [BATCH * 8, BATCH * 16]}, models=[shape(1, 16)]))

@@ -38,6 +38,22 @@ def test_constant_after_warmup() -> None:
     assert [lr_at(t, 4, 1.0, s) for t in range(4)] == [0.5, 1.0, 1.0, 1.0]
 
 
+def test_warmup_steps_fixes_the_warmup_whatever_the_run_length() -> None:
+    s = ScheduleSpec(kind="cosine", warmup_fraction=0.5, warmup_steps=4)
+    assert [warmup_steps(n, s) for n in (3, 10, 1000)] == [3, 4, 4]  # never past the run's end
+    assert [lr_at(t, 1000, 1.0, s) for t in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    trunk = s.model_copy(update={"kind": "constant"})
+    # A constant trunk warms up exactly as a cosine run of any length does: same LR until step 4.
+    assert [lr_at(t, 40, 1.0, trunk) for t in range(5)] == [lr_at(t, 400, 1.0, s) for t in range(5)]
+
+
+def test_warmup_steps_is_keyed_only_when_set(make_spec) -> None:
+    spec = make_spec()
+    assert "warmup_steps" not in spec.key_fields()["schedule"]  # runs stored before it keep their keys
+    fixed = spec.model_copy(update={"schedule": spec.schedule.model_copy(update={"warmup_steps": 10})})
+    assert fixed.key_fields()["schedule"]["warmup_steps"] == 10 and fixed.key != spec.key
+
+
 def test_no_weight_decay_on_norms_biases_and_embeddings() -> None:
     shape = Shape(2, 32, 2, 256, 16)
     model = build_model(shape, 0)
