@@ -310,6 +310,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                     for b, m in _micro_batch_splits(req, dp):
                         if chunks > 1 and m % pp:
                             continue  # the interleaved schedule runs micro-batches in rounds of pp
+                        if pp > 1 and name == "1f1b" and m < pp:
+                            continue  # 1F1B keeps every stage busy: at least one micro-batch per stage
                         yield ParallelLayout(
                             dp=dp, tp=tp, pp=pp, strategy=strategy,  # type: ignore[arg-type]
                             micro_batches=m, micro_batch=b,

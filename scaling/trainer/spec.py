@@ -359,6 +359,10 @@ def pipeline_problem(spec: "RunSpec") -> Optional[str]:
         return (f"{where}: micro_batch_size {size} does not divide a data-parallel rank's share of "
                 f"{share} sequences into equal micro-batches")
     m = pipeline_micro_batches(sequences, dp, ex.micro_batch_size)
+    # Under `auto` the layout search picks the micro-batch later, keeping at least pp of them.
+    if ex.pp_schedule == "1f1b" and m < ex.pp and ex.strategy != "auto":
+        return (f"{where}: pp_schedule 1f1b needs at least pp ({ex.pp}) micro-batches, not {m}: set "
+                f"micro_batch_size to at most {share // ex.pp} (a rank's share is {share} sequences)")
     if chunks > 1 and m % ex.pp:
         return f"{where}: pp_schedule {ex.pp_schedule} needs micro-batches ({m}) to be a multiple of pp"
     return None

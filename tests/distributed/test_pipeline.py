@@ -78,6 +78,7 @@ def test_blocks_split_as_evenly_as_possible() -> None:
     ({"micro_batch_size": 3}, r"micro_batch_size 3 does not divide a data-parallel rank's share of 8"),
     ({"micro_batch_size": 8, "pp_schedule": "interleaved_1f1b"}, r"micro-batches \(1\) to be a multiple of pp"),
     ({"compile": True}, "compile is not supported with pipelining"),
+    ({"micro_batch_size": 8, "strategy": "ddp"}, r"1f1b needs at least pp \(2\) micro-batches, not 1"),
 ])
 def test_layouts_a_pipeline_cannot_run_are_refused_in_one_line(change: dict, message: str) -> None:
     from scaling.errors import SpecError

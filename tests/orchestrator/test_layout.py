@@ -212,7 +212,7 @@ def _brute_force(req: Request) -> set[tuple[Any, ...]]:
             for b in {micro_batch_size(req.sequences, dp, s) for s in range(1, share + 1)
                       if s == share or s & (s - 1) == 0}:
                 m = len(micro_batches(req.sequences, dp, share, b))
-                if chunks > 1 and m % pp:
+                if (chunks > 1 and m % pp) or (pp > 1 and name == "1f1b" and m < pp):
                     continue
                 found.add((dp, tp, pp, strategy, kind, chunks, b, m, name if pp > 1 else "1f1b"))
     return found

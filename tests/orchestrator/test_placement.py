@@ -21,7 +21,7 @@ def _spec(workers: int, tp: int, pp: int, cpus: float = 1) -> RunSpec:
     return RunSpec(
         model={"n_layer": 4, "d_model": 32, "n_head": 2, "context": 16},
         tokens=16 * 64, batch_tokens=16 * 8,
-        execution=ExecutionSpec(workers=workers, tp=tp, pp=pp, strategy="ddp", cpus_per_worker=cpus),
+        execution=ExecutionSpec(workers=workers, tp=tp, pp=pp, strategy="ddp", micro_batch_size=1, cpus_per_worker=cpus),
     )
 
 
@@ -119,8 +119,7 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(
 def _sweep_a_pipelined_run(tmp_path: Path, sqlite_url: str) -> tuple[object, list[str]]:
     """A pp=2 run on nodes of one rank each, through the scheduler, on the Ray the caller started.
 
-    The trainer's pipeline arrives separately; here the run's two ranks only need to start where
-    the placement put them and finish (they train data-parallel until then)."""
+    The run's two ranks start where the placement put them and train the two stages."""
     from orch_helpers import shape, write_plan
 
     from scaling.db import Store
@@ -130,7 +129,8 @@ def _sweep_a_pipelined_run(tmp_path: Path, sqlite_url: str) -> tuple[object, lis
     from scaling.orchestrator.sweep import register
 
     grid = [{"models": [shape(2, 32)], "tokens": [512 * 6]}]
-    resources = {"workers": 2, "pp": 2, "strategy": "ddp", "cluster": {"nodes": 2, "gpus_per_node": 1}}
+    resources = {"workers": 2, "pp": 2, "strategy": "ddp", "micro_batch_size": 8,  # 16 sequences: 2 micro-batches
+                 "cluster": {"nodes": 2, "gpus_per_node": 1}}
     plan, source = load_plan(write_plan(tmp_path / "p.yaml", "pinned", tmp_path / "runs", grid, resources=resources))
     expansion = expand(plan, source)
     (run,) = expansion.runs
