@@ -72,7 +72,7 @@ class Decision:
 
     def detail(self) -> dict[str, Any]:
         """The event's JSON detail (non-finite numbers become None)."""
-        return _finite(asdict(self))
+        return importlib.import_module("scaling.fitting.base").jsonable(asdict(self))
 
     @classmethod
     def from_detail(cls, d: dict[str, Any]) -> "Decision":
@@ -392,18 +392,6 @@ def _slice_id(added: Optional[dict[str, Any]]) -> Any:
     if not added:
         return None
     return (round(math.log(float(added["C"])), 6), tuple(round(math.log(float(n)), 6) for n in added["sizes"]))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, np.generic):
-        return _finite(value.item())
-    return value
 
 
 def _flops(x: float) -> str:
