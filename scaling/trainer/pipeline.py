@@ -326,11 +326,15 @@ class Pipeline:
 
 
 def _sharded_dims(t: torch.Tensor) -> set[str]:
-    """The mesh dimensions a DTensor is split over ("dp" by FSDP2, "tp" by the tensor split)."""
+    """The mesh dimensions a DTensor is split over ("dp" by FSDP2, "tp" by the tensor split).
+
+    Any placement that is neither replicated nor a pending sum splits the tensor: FSDP2 over an
+    already tensor-split parameter uses ``_StridedShard``, for which ``is_shard()`` is False.
+    """
     if not hasattr(t, "placements"):
         return set()
     names = t.device_mesh.mesh_dim_names or ()
-    return {names[i] for i, p in enumerate(t.placements) if p.is_shard()}
+    return {names[i] for i, p in enumerate(t.placements) if not (p.is_replicate() or p.is_partial())}
 
 
 def _loss_group(mesh: Any, rank: int) -> Any:

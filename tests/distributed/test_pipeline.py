@@ -162,7 +162,9 @@ def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str,
 GRAD_CASES = {"pp2": [spec(2, 2, sch) for sch in SCHEDULES],
               "pp2xdp2": [spec(4, 2, "1f1b", st) for st in ("zero3", "ddp", "zero2")],
               # stages whose blocks are split over tp; the tied embedding synced per tensor column
-              "tp2xpp2": [spec(4, 2, sch, tp=2) for sch in ("1f1b", "interleaved_1f1b")]}
+              "tp2xpp2": [spec(4, 2, sch, tp=2) for sch in ("1f1b", "interleaved_1f1b")],
+              # all three: FSDP2 over dp of stages whose blocks are split over tp (8 processes)
+              "tp2xpp2xdp2": [spec(8, 2, "1f1b", "zero3", tp=2)]}
 
 
 @pytest.mark.parametrize("layout", list(GRAD_CASES))
@@ -225,7 +227,7 @@ def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[
 TRAJECTORY_CASES = {
     "pp2": (2, 1, [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES]),
     "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")]),
-    "tp2xpp2": (4, 2, [("1f1b", "auto", "fp32")]),
+    "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")]),
 }
 
 
