@@ -2,9 +2,8 @@
 
 Real gloo processes: gradients after one step, the global gradient norm the clipping uses,
 ten-step loss trajectories through the real loop in fp32 and bf16, DCP checkpoints resharded
-between layouts (tp2 x dp2 -> dp4 and -> one process), the bytes the communication model
-predicts against what the step hands to the collectives, and memory per rank against
-:func:`scaling.comms.memory_per_rank`.
+between layouts (tp2 x dp2 -> dp4 and -> one process), and the bytes the communication model
+predicts against what the step hands to the collectives (memory per rank: test_memory_per_rank.py).
 """
 
 from __future__ import annotations
@@ -254,82 +253,6 @@ def test_tp_alone_takes_any_strategy_and_shares_the_batch_over_dp_only() -> None
                                                                                "strategy": "zero3"}})
     assert spec.execution.dp == 2 and spec.micro_batch == 1  # 2 sequences over 2 data-parallel ranks
     assert tiny_spec("ddp", workers=2, tp=2).execution.dp == 1  # nothing to replicate: allowed
-
-
-# -- memory per rank ------------------------------------------------------------------------------
-
-MEMORY_SHAPE = {"n_layer": 2, "d_model": 128, "n_head": 4, "vocab_size": 256, "context": 32}
-MEMORY_LAYOUTS = [("tp2", 2, 2, "ddp"), ("tp2xdp2", 4, 2, "zero3"), ("dp2", 2, 1, "zero3")]
-
-
-def _tensor_bytes(t: torch.Tensor) -> int:
-    local = t.to_local() if hasattr(t, "to_local") else t
-    return local.numel() * local.element_size()
-
-
-def _memory_worker(rank: int, world: int, layouts: list[tuple[str, int, int, str]]) -> dict[str, dict[str, int]]:
-    """Per layout: bytes of the model state this rank holds after a step (parameters, gradients,
-    AdamW state: local shards) and of the activations its forward pass keeps for backward."""
-    import torch.distributed as dist
-
-    from scaling.trainer.parallel import parallelize
-    from scaling.trainer.spec import RunSpec
-
-    out = {}
-    for name, workers, tp, strategy in layouts:
-        if workers != world:
-            continue
-        spec = RunSpec.from_dict({"model": MEMORY_SHAPE, "tokens": 32 * 8 * 10, "batch_tokens": 32 * 8,
-                                  "precision": "fp32", "execution": {"workers": world, "tp": tp, "strategy": strategy}})
-        par = parallelize(build_model(spec), spec)
-        opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
-        x, y = global_batch(spec)
-        rows = slice(0, spec.micro_batch)
-        loss_of(par.module, x[rows], y[rows], "fp32").backward()
-        opt.step()  # AdamW's state now exists; the gradients are kept
-        state = sum(_tensor_bytes(p) + _tensor_bytes(p.grad) for p in par.model.parameters())
-        state += sum(_tensor_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim())
-        held = {id(p) for p in par.model.parameters()}
-        saved: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            if not isinstance(t, torch.nn.Parameter) and id(t) not in held:  # weights are counted in the state
-                local = t.to_local() if hasattr(t, "to_local") else t
-                storage = local.untyped_storage()
-                saved[storage.data_ptr()] = storage.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_of(par.module, x[rows], y[rows], "fp32")
-        del loss
-        dist.barrier()
-        out[name] = {"state": state, "activations": sum(saved.values()), "micro_batch": spec.micro_batch}
-    return out
-
-
-@pytest.mark.slow
-def test_memory_per_rank_is_what_the_model_estimates(tmp_path) -> None:
-    """Model state plus the activations a forward pass keeps, per rank, within 25% of the estimate.
-
-    Measured as tensor bytes (local shards of parameters, gradients and AdamW state; unique
-    storages saved for backward), not process RSS, which on a CPU holds the allocator's caches.
-    """
-    from scaling.accounting import Shape
-
-    shape = Shape(**MEMORY_SHAPE)
-    measured = {2: spawn(_memory_worker, 2, str(tmp_path), MEMORY_LAYOUTS),
-                4: spawn(_memory_worker, 4, str(tmp_path), MEMORY_LAYOUTS)}
-    for name, workers, tp, strategy in MEMORY_LAYOUTS:
-        for rank, by_layout in enumerate(measured[workers]):
-            got = by_layout[name]
-            dp = workers // tp
-            layout = ParallelLayout(dp=dp, tp=tp, strategy=strategy if dp > 1 else "ddp",  # type: ignore[arg-type]
-                                    micro_batch=got["micro_batch"])
-            est = memory_per_rank(shape, layout, "fp32")
-            state_est = est.weights_bytes + est.gradients_bytes + est.optimizer_bytes
-            assert got["state"] == pytest.approx(state_est, rel=0.01), (name, rank)
-            total, total_est = got["state"] + got["activations"], state_est + est.activations_bytes
-            assert total == pytest.approx(total_est, rel=0.25), (name, rank, got, est)
 
 
 # -- through `scaling sweep` on Ray Train --------------------------------------------------------
