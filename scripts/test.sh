@@ -18,4 +18,4 @@ trap 'bash scripts/postgres.sh stop "$pgdir"' EXIT
 export SCALING_TEST_POSTGRES_URL=$(bash scripts/postgres.sh start "$pgdir")
 export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=30 "$@"  # the slowest tests, for keeping CI short

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 import torch
 
-from _workers import global_batch, loss_of, spawn, train_until_fault, train_worker, trajectory
+from _workers import (
+    global_batch,
+    loss_of,
+    spawn,
+    sweep_one_parallel_run,
+    train_until_fault,
+    train_worker,
+    trajectory,
+)
 from scaling.accounting import model_state_bytes
 from scaling.comms import (
     TRAINER_SCHEDULES,
@@ -489,34 +497,9 @@ def test_checkpoint_saved_at_tp2xpp2_resumes_on_one_process(tmp_path) -> None:
 def test_a_tp2_pp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
     """``resources: {workers: 4, tp: 2, pp: 2}``: Ray Train starts four workers, each builds its
     tensor-parallel stage from the spec; every step's loss is stored once and equals one process's."""
-    import yaml
-
-    from scaling import vocab as names
-    from scaling.db import connect
-    from scaling.orchestrator.sweep import run_sweep
-
-    plan = tmp_path / "tpxpp.yaml"
-    plan.write_text(yaml.safe_dump({
-        "name": "tpxpp", "runs_dir": str(tmp_path / "runs"),
-        "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
-        "train": {"precision": "fp32", "batch_tokens": 256, "eval_interval": 1000, "eval_tokens": 1024,
-                  "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}},
-        "resources": {"num_cpus": 2, "workers": 4, "tp": 2, "pp": 2, "strategy": "auto", "cpus_per_worker": 0.5,
-                      "micro_batch_size": 2},
-        "retries": 0,
-        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [256 * 6]}],
-    }))
-    out = run_sweep(plan, db=sqlite_url, fit=False, report=False, echo=lambda s: None).outcome
-    assert len(out.completed) == 1 and not out.failed
-    res = connect(sqlite_url)
-    run = res.runs(sweep="tpxpp").iloc[0]
-    ex = run["spec"]["execution"]
+    got = sweep_one_parallel_run(tmp_path, sqlite_url, "tpxpp", {
+        "workers": 4, "tp": 2, "pp": 2, "strategy": "auto", "cpus_per_worker": 0.5, "micro_batch_size": 2})
+    ex = got["execution"]
     assert (ex["workers"], ex["tp"], ex["pp"]) == (4, 2, 2)
-    stored = res.metrics(run_keys=[run["run_key"]], names=[names.TRAIN_LOSS]).sort_values("step")
-    assert stored["step"].tolist() == list(range(1, 7))  # each step once
-
-    one = RunSpec.model_validate(run["spec"])
-    one = one.model_copy(update={"execution": one.execution.model_copy(update={"workers": 1, "tp": 1, "pp": 1})})
-    ref = trajectory(train_worker(0, 1, one.to_json(), str(tmp_path / "ref")))
-    by_step = dict(zip(stored["step"], stored["value"]))
-    assert [by_step[s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
+    ref = got["reference"]
+    assert [got["stored"][s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)

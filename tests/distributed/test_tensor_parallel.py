@@ -22,6 +22,7 @@ from _workers import (
     reference_grads,
     run_spec,
     spawn,
+    sweep_one_parallel_run,
     tiny_spec,
     train_each,
     train_worker,
@@ -263,36 +264,10 @@ def test_tp_alone_takes_any_strategy_and_shares_the_batch_over_dp_only() -> None
 def test_a_tp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
     """``resources: {workers: 2, tp: 2}``: Ray Train starts two workers, the trainer builds the mesh
     from the spec, and the stored losses are those of the same run on one process."""
-    import yaml
-
-    from scaling import vocab as names
-    from scaling.db import connect
-    from scaling.orchestrator.sweep import run_sweep
-
-    plan = tmp_path / "tp.yaml"
-    plan.write_text(yaml.safe_dump({
-        "name": "tp", "runs_dir": str(tmp_path / "runs"),
-        "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
-        "train": {"precision": "fp32", "batch_tokens": 256, "eval_interval": 1000, "eval_tokens": 1024,
-                  "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}},
-        "resources": {"num_cpus": 2, "workers": 2, "tp": 2, "cpus_per_worker": 1},
-        "retries": 0,
-        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [256 * 6]}],
-    }))
-    out = run_sweep(plan, db=sqlite_url, fit=False, report=False, echo=lambda s: None).outcome
-    assert len(out.completed) == 1 and not out.failed
-    res = connect(sqlite_url)
-    run = res.runs(sweep="tp").iloc[0]
-    assert run["spec"]["execution"]["tp"] == 2 and run["spec"]["execution"]["workers"] == 2
-    stored = res.metrics(run_keys=[run["run_key"]], names=[names.TRAIN_LOSS]).sort_values("step")
-    assert stored["step"].tolist() == list(range(1, 7))  # each step once
-
-    one = RunSpec.model_validate(run["spec"])
-    one = one.model_copy(update={"execution": one.execution.model_copy(update={"workers": 1, "tp": 1})})
-    ref = trajectory(train_worker(0, 1, one.to_json(), str(tmp_path / "ref")))
-    # The reference reports at checkpoints (steps 4 and 6); compare those steps.
-    by_step = dict(zip(stored["step"], stored["value"]))
-    assert [by_step[s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
+    got = sweep_one_parallel_run(tmp_path, sqlite_url, "tp", {"workers": 2, "tp": 2, "cpus_per_worker": 1})
+    assert got["execution"]["tp"] == 2 and got["execution"]["workers"] == 2
+    ref = got["reference"]
+    assert [got["stored"][s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
 
 
 def test_a_plan_under_auto_places_tp_with_dp_on_fsdp2() -> None:
