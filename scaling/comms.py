@@ -488,7 +488,9 @@ def memory_per_rank(
     pipeline rank holds, sharded over ``dp`` by the ZeRO stage. Activations: the first stage's
     ``n_layer/pp`` blocks times the micro-batches in flight, plus (without pipelining, where the
     same rank computes the loss) the accounting's logits term; full recomputation adds one
-    block's full activations while it is replayed. For tp = pp = 1 this equals
+    block's full activations while it is replayed. Buffers: FSDP2's per-block gathers, or under
+    pipelining the whole stage's gathered parameters and unsharded gradients, which torch's
+    ``PipelineStage`` keeps until the step's last micro-batch. For tp = pp = 1 this equals
     :func:`scaling.accounting.estimate_memory`.
     """
     layout.check(shape)
@@ -504,7 +506,12 @@ def memory_per_rank(
     if layout.pp == 1:
         acts += 8.0 * shape.context * b * shape.vocab_size  # FP32 logits and their gradient
     buffers = 0.0
-    if layout.strategy in ("zero2", "zero3") and layout.dp > 1:
+    if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
+        # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the
+        # step: after its first backward a stage keeps its parameters gathered and accumulates
+        # unsharded gradients, both in the compute dtype, until every micro-batch is done.
+        buffers = 2.0 * params * compute_bytes(precision)
+    elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
         per_block = Shape(1, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
         one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
         buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
