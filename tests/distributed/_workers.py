@@ -71,6 +71,33 @@ def global_batch(spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return seqs[:, :-1], seqs[:, 1:]
 
 
+def dp_share(spec: Any, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's data-parallel share of :func:`global_batch` (its "dp" coordinate on the mesh)."""
+    from scaling.trainer.runtime import mesh_coords
+
+    x, y = global_batch(spec)
+    dp = spec.execution.dp
+    d = mesh_coords(rank, dp, spec.execution.tp)[1]
+    share = x.shape[0] // dp
+    return x[d * share : (d + 1) * share], y[d * share : (d + 1) * share]
+
+
+def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of the distinct storages of the parameters, gradients and optimizer state this rank
+    holds (local shards; FSDP2's gradient shards are views of one reduce-scatter output each)."""
+    def storages(tensors: list[torch.Tensor]) -> int:
+        seen: dict[int, int] = {}
+        for t in tensors:
+            t = t.to_local() if hasattr(t, "to_local") else t
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return sum(seen.values())
+
+    params = list(model.parameters())  # each once (the tied copy is one parameter)
+    return {"weights": storages(params),
+            "gradients": storages([p.grad for p in params if p.grad is not None]),
+            "optimizer": storages([v for st in opt.state.values() for k, v in st.items() if k != "step"])}
+
+
 def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str) -> torch.Tensor:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from _workers import global_batch, loss_of, spawn
+from _workers import dp_share, loss_of, spawn, state_bytes
 from scaling.accounting import Shape
 from scaling.comms import TRAINER_SCHEDULES, ParallelLayout, memory_per_rank
 from scaling.trainer.spec import RunSpec
@@ -67,34 +67,21 @@ def _peak_tracker() -> Any:
     return StepTracker()
 
 
-def _state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
-    """Distinct storages of the parameters, gradients and AdamW state this rank holds (local shards)."""
-    seen: dict[int, int] = {}
-    tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
-    tensors += [v for st in opt.state.values() for k, v in st.items() if k != "step"]
-    for t in tensors:
-        t = t.to_local() if hasattr(t, "to_local") else t
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values())
-
-
 def peak_worker(rank: int, world: int, layouts: list[tuple]) -> dict[str, dict[str, Any]]:
     """Per layout of this world size: the peak tensor bytes of this rank over its second step
     (the first creates AdamW's state and the stages' buffers), and its model state after it."""
     from scaling.trainer.model import build_model
     from scaling.trainer.parallel import parallelize
     from scaling.trainer.pipeline import build_pipeline
-    from scaling.trainer.runtime import Runtime, mesh_coords
+    from scaling.trainer.runtime import Runtime
 
     out = {}
     for name, workers, tp, pp, schedule, strategy in layouts:
         if workers != world:
             continue
         s = layout_spec(workers, tp, pp, schedule, strategy)
-        x, y = global_batch(s)
-        share = x.shape[0] // s.execution.dp
-        d = mesh_coords(rank, s.execution.dp, tp)[1]
-        x, y = x[d * share:(d + 1) * share], y[d * share:(d + 1) * share]
+        x, y = dp_share(s, rank)
+        share = x.shape[0]
         if pp > 1:
             pipe = build_pipeline(s, Runtime.current("cpu"))
             model, opt = pipe.model, pipe.build_optimizer(pipe.model.parameters(), lr=1e-3)
@@ -117,7 +104,7 @@ def peak_worker(rank: int, world: int, layouts: list[tuple]) -> dict[str, dict[s
         with tracker:
             step()
         peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-        out[name] = {"peak": max(peak.values()), "state": _state_bytes(model, opt),
+        out[name] = {"peak": max(peak.values()), "state": sum(state_bytes(model, opt).values()),
                      "micro_batches": share // s.micro_batch}
     return out
 

@@ -17,9 +17,11 @@ import pytest
 import torch
 
 from _workers import (
+    dp_share,
     global_batch,
     loss_of,
     spawn,
+    state_bytes,
     sweep_one_parallel_run,
     train_until_fault,
     train_worker,
@@ -119,17 +121,6 @@ def reference_grads(s: RunSpec) -> tuple[dict[str, torch.Tensor], float, float]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}, float(norm), float(loss.detach())
 
 
-def _share(s: RunSpec, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's data-parallel share of the global batch."""
-    from scaling.trainer.runtime import mesh_coords
-
-    x, y = global_batch(s)
-    dp = s.execution.dp
-    d = mesh_coords(rank, dp, s.execution.tp)[1]
-    share = x.shape[0] // dp
-    return x[d * share : (d + 1) * share], y[d * share : (d + 1) * share]
-
-
 def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, Any]]:
     """One pipelined step per spec: each rank's full gradients, the loss and the global norm."""
     import torch.distributed as dist
@@ -140,7 +131,7 @@ def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, 
     out = []
     for s in specs:
         pipe = build_pipeline(s, Runtime.current("cpu"))
-        loss = pipe.step(*_share(s, rank))
+        loss = pipe.step(*dp_share(s, rank))
         dist.all_reduce(loss, group=pipe.loss_group)  # as the loop sums it: once per tensor column
         norm = pipe.clip_grad_norm(0.0)  # 0: measure, do not clip
         grads = pipe.full_grads()
@@ -149,22 +140,6 @@ def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, 
         out.append({"grads": grads, "loss": float(loss), "norm": float(norm), "state": state_bytes(pipe.model, opt),
                     "first": pipe.has_first})
     return out
-
-
-def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
-    """Bytes of the distinct storages of the parameters, gradients and optimizer state this rank
-    holds (local shards; FSDP2's gradient shards are views of one reduce-scatter output each)."""
-    def storages(tensors: list[torch.Tensor]) -> int:
-        seen: dict[int, int] = {}
-        for t in tensors:
-            t = t.to_local() if hasattr(t, "to_local") else t
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return sum(seen.values())
-
-    params = list(model.parameters())  # each once (the tied copy is one parameter)
-    return {"weights": storages(params),
-            "gradients": storages([p.grad for p in params if p.grad is not None]),
-            "optimizer": storages([v for st in opt.state.values() for k, v in st.items() if k != "step"])}
 
 
 GRAD_CASES = {"pp2": [spec(2, 2, sch) for sch in SCHEDULES],
@@ -364,7 +339,7 @@ def wire_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, i
     out = []
     for s in specs:
         pipe = build_pipeline(s, Runtime.current("cpu"))
-        x, y = _share(s, rank)
+        x, y = dp_share(s, rank)
         pipe.step(x, y)
         with CountingP2P() as counter:
             pipe.step(x, y)
@@ -436,7 +411,7 @@ def idle_shares(rank: int, s: RunSpec, steps: int) -> list[float]:
         share = len(module.blocks) / blocks
         stage.forward_one_chunk = padded(stage.forward_one_chunk, PAD_FORWARD_S * share)
         stage.backward_one_chunk = padded(stage.backward_one_chunk, PAD_BACKWARD_S * share)
-    x, y = _share(s, rank)
+    x, y = dp_share(s, rank)
     idle = []
     for i in range(steps + 1):
         busy[0] = 0.0
