@@ -67,3 +67,22 @@ def test_report_output_that_cannot_be_written(tmp_path: Path, sqlite_url: str, w
     assert got.err.startswith("error: --output")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "out", "results.db"]
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_report_interval_is_bounded_and_needs_watch(tmp_path: Path, sqlite_url: str) -> None:
+    out = str(tmp_path / "r.html")
+    alone = run_main("report", "--db", sqlite_url, "-o", out, "--interval", "5")
+    assert alone.code == 2 and "--interval applies to --watch only" in alone.err, alone
+    for interval in ("1e10", "0", "-1", "nan"):
+        got = run_main("report", "--db", sqlite_url, "-o", out, "--watch", "--interval", interval)
+        assert got.code == 2 and "--interval must be a number of seconds in (0, 3600]" in got.err, (interval, got)
+        assert got.err.strip().count("\n") == 0
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_compare_json_output_that_cannot_be_written_names_json(tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "a_file").write_text("x")
+    got = run_main("compare", "a", "b", "--db", sqlite_url, "-o", str(tmp_path / "c.html"),
+                   "--json", str(tmp_path / "a_file" / "x.json"))
+    assert got.code == 2 and got.err.startswith("error: --json "), got
+    assert got.err.strip().count("\n") == 0

@@ -54,7 +54,7 @@ def compare(
     _check_output(output)
     to_file = json_out is not None and str(json_out) != "-"
     if to_file:
-        _check_output(json_out)  # type: ignore[arg-type]
+        _check_output(json_out, "--json")  # type: ignore[arg-type]
     try:
         result = compare_sweeps(resolve_url(db), sweeps, output, fit=fit, params=params, flops=flops,
                                 json_path=json_out if to_file else None)

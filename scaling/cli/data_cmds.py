@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from pydantic import ValidationError
 
 from scaling.cli.common import FormatOption, app, check_format
 
@@ -33,6 +34,20 @@ def _data_of(file: Path) -> "DataSpec":
     if isinstance(parsed, dict) and "grid" in parsed:
         return load_plan(file)[0].data
     return RunSpec.from_yaml(file).data
+
+
+def _option_error(exc: "ValidationError") -> str:
+    """One line naming the option whose value the data section built from the options refused."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    if "vocab_size" in loc:
+        option = "--train-bpe"
+    elif loc[:1] == ["tokenizer"]:
+        option = "--tokenizer"
+    else:
+        option = {"path": "--path", "val_fraction": "--val-fraction"}.get(loc[0] if loc else "", ".".join(loc))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{option}: {msg} (got {err.get('input')!r})"
 
 
 @data_app.command("prepare")
@@ -83,8 +98,8 @@ def prepare(
         tok = {"path": tokenizer} if tokenizer is not None else {"train": "bpe", "vocab_size": train_bpe}
         try:
             data = DataSpec(source="text", path=path, tokenizer=tok, val_fraction=val_fraction)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise UserError(f"--val-fraction: {str(exc).splitlines()[-1].strip()}") from None
+        except ValidationError as exc:
+            raise UserError(_option_error(exc)) from None
     prepared = prepare_tokens(data, progress=None if format == "json" else True)
     facts = {
         "folder": str(prepared.folder),

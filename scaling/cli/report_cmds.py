@@ -10,16 +10,16 @@ import typer
 from scaling.cli.common import DbOption, SweepOption, app
 
 
-def _check_output(path: Path) -> None:
+def _check_output(path: Path, option: str = "--output") -> None:
     """Refuse an output the report could not be written to, before any work (one line, exit 2)."""
     from scaling.errors import UserError
 
     out = path.expanduser()
     if out.is_dir():
-        raise UserError(f"--output {path}: is a directory; name the file, e.g. {path / 'report.html'}")
+        raise UserError(f"{option} {path}: is a directory; name the file, e.g. {path / 'report.html'}")
     blocker = next((p for p in [out.parent, *out.parent.parents] if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
-        raise UserError(f"--output {path}: {blocker} is a file, not a folder")
+        raise UserError(f"{option} {path}: {blocker} is a file, not a folder")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         existed = out.exists()
@@ -28,7 +28,7 @@ def _check_output(path: Path) -> None:
         if not existed:
             out.unlink()
     except OSError as exc:
-        raise UserError(f"--output {path}: cannot write there: {exc.strerror or exc}") from None
+        raise UserError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
 
 
 @app.command()
@@ -62,7 +62,10 @@ def report(
         bool, typer.Option("--watch", help="Rewrite the report as runs finish until none is pending or running; "
                            "the page reloads itself meanwhile.")
     ] = False,
-    interval: Annotated[float, typer.Option("--interval", help="--watch: seconds between checks and reloads.")] = 10.0,
+    interval: Annotated[
+        Optional[float], typer.Option("--interval", help="--watch: seconds between checks and reloads (default 10, "
+                                      "at most 3600).", show_default=False)
+    ] = None,
 ) -> None:
     """Write one self-contained HTML report of a sweep (plotly inlined; opens without a network).
 
@@ -79,6 +82,8 @@ def report(
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    if interval is not None and not watch:
+        raise UserError("--interval applies to --watch only")
     if store_fits and fit != "sweep":
         raise UserError(f"--store-fits needs --fit sweep (--fit {fit} makes nothing to store)")
     _check_output(output)
@@ -86,14 +91,18 @@ def report(
     if inference_tokens is not None:
         from scaling.reports.figures_inference import inference_section
 
-        if not (inference_tokens >= 0 and inference_tokens < float("inf")):
-            raise UserError(f"--inference-tokens must be a non-negative number, not {inference_tokens}")
+        from scaling.fitting.inference import MAX_INFERENCE_TOKENS
+
+        if not (0 <= inference_tokens <= MAX_INFERENCE_TOKENS):
+            raise UserError(f"--inference-tokens must be a number of tokens in [0, {MAX_INFERENCE_TOKENS:.0e}], "
+                            f"not {inference_tokens}")
         extras.append(inference_section(inference_tokens))
     if watch:
-        from scaling.reports.watch import watch as watch_report
+        from scaling.reports.watch import MAX_INTERVAL, watch as watch_report
 
-        if not (0 < interval < float("inf")):
-            raise UserError(f"--interval must be a positive number of seconds, not {interval}")
+        interval = 10.0 if interval is None else interval
+        if not (0 < interval <= MAX_INTERVAL):
+            raise UserError(f"--interval must be a number of seconds in (0, {MAX_INTERVAL:g}], not {interval}")
         opened: list[Path] = []
 
         def on_write(p: Path, live: bool) -> None:
@@ -104,7 +113,7 @@ def report(
 
         try:
             path = watch_report(resolve_url(db), sweep, output, interval=interval, fit=fit, extras=extras,
-                                on_write=on_write)
+                                on_write=on_write, store_fits=store_fits)
         except OSError as exc:
             raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
         typer.echo(str(path))

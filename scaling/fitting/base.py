@@ -31,6 +31,9 @@ MAX_EXPONENT_RATIO = 10.0
 EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
 #: Prefix of the notes that say the data do not determine a parameter (rewritten by each bootstrap).
 UNDETERMINED = "unreliable: the data do not determine"
+#: A budget more than this factor outside the measured ones is refused: a power law fitted there
+#: says nothing that far away (Chinchilla extrapolated about 500x; frontier labs 1e3-1e4x).
+MAX_EXTRAPOLATION = 1e6
 
 __all__ = ["LEVEL", "Law", "NotFittedError", "Params", "fit_line", "summarise"]
 
@@ -386,6 +389,19 @@ class Law:
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.get_settings().items())
         return f"{type(self).__name__}({settings})"
+
+
+def check_budget(compute: float, measured: Any, what: str = "--compute") -> None:
+    """Refuse a budget more than :data:`MAX_EXTRAPOLATION` outside the measured budgets ``measured``."""
+    C = np.asarray(measured, float)
+    C = C[np.isfinite(C) & (C > 0)]
+    if not len(C):
+        return
+    lo, hi = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
+    if not lo <= compute <= hi:
+        raise FitError(f"{what} {compute:.3g} FLOPs is more than {MAX_EXTRAPOLATION:.0e}x outside the measured "
+                       f"budgets ({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say nothing that far "
+                       f"away (use {lo:.3g} to {hi:.3g})")
 
 
 def as_fit_data(data: FitData | pd.DataFrame) -> FitData:

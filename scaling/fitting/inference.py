@@ -35,12 +35,15 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
-from scaling.fitting.base import jsonable, summarise
+from scaling.fitting.base import check_budget, jsonable, summarise
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
 #: Bracket search: how far above N_min (in log N) the root may lie before we give up.
 MAX_LOG_SPAN = 200.0
+#: More tokens than this to serve is refused: 1e24 is about a million times a frontier model's yearly
+#: traffic, and beyond it 2 N T overflows what a float holds.
+MAX_INFERENCE_TOKENS = 1e24
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,11 @@ def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: floa
         hi = x_min + step
         if step > MAX_LOG_SPAN:
             raise FitError("no optimum found along the iso-loss curve (the law's parameters are degenerate)")
-    x = brentq(gap, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
+    try:  # at extreme losses N_min rounds so that the bracket shows no sign change
+        x = brentq(gap, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
+    except ValueError:
+        raise FitError(f"no optimum found along the iso-loss curve of loss {target:.6g}: the law is numerically "
+                       "degenerate there (a loss far from the measured ones?)") from None
     if x > math.log(np.finfo(float).max):
         raise FitError(f"the cheapest model reaching loss {target:.6g} has more than 1e308 parameters "
                        "(the law's exponents are degenerate)")
@@ -245,6 +252,11 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
     if not (inference_tokens >= 0 and math.isfinite(inference_tokens)):
         raise FitError(f"--inference-tokens must be a non-negative number of tokens, got {inference_tokens}")
+    if inference_tokens > MAX_INFERENCE_TOKENS:
+        raise FitError(f"--inference-tokens {inference_tokens:.3g} is more than {MAX_INFERENCE_TOKENS:.0e} tokens")
+    measured = law.data_.points["C"] if getattr(law, "data_", None) is not None else []
+    if compute is not None:
+        check_budget(compute, measured)
     k = float(getattr(law, "k_", 6.0))
     point = LossLaw.from_params(law.params_)
     if not point.valid():
@@ -255,6 +267,9 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     check_target(point, target)
     best = _point(point, target, inference_tokens, k)
     co = _point(point, target, 0.0, k)
+    if target_loss is not None:  # the compute-optimal run reaching it must lie near the measured budgets
+        check_budget(co["training_flops"], measured,
+                     what=f"--target-loss {target:.6g}: its compute-optimal run at")
     co["total_flops"] = co["training_flops"] + float(inference_flops(co["N"], inference_tokens, k))
     rec = InferenceRecommendation(inference_tokens=float(inference_tokens), k=k, compute=compute,
                                   target_loss=target, source=source)

@@ -30,7 +30,7 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
-from scaling.fitting.base import jsonable
+from scaling.fitting.base import check_budget, jsonable
 from scaling.fitting.data import prepare
 
 #: The default budget, as a multiple of the largest measured run's compute.
@@ -158,6 +158,8 @@ def recommend(
         compute = default_budget(c_max)
     if not (compute > 0 and math.isfinite(compute)):
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
+    if data is not None:
+        check_budget(float(compute), data["C"])
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     rec = compare_laws(summary.laws, float(compute), source=summary.source, k=k)
     N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus["N"]

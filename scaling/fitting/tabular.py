@@ -20,6 +20,9 @@ from scaling.errors import FitError, NotFoundError
 
 #: Largest CSV read (bytes): ten million rows of four numbers fit comfortably below it.
 MAX_CSV_BYTES = 1 << 30
+#: Most columns a CSV may have: N, D, C, loss, seeds and descriptions of a run are a dozen; every
+#: column not recognised becomes a grouping key, so thousands of them make the read crawl.
+MAX_CSV_COLUMNS = 256
 #: Delimiters tried on the header line, in order of preference on a tie.
 DELIMITERS = (",", ";", "\t", "|")
 #: Size suffixes: thousand, million, billion (B and G), trillion.
@@ -44,12 +47,18 @@ class Parsed:
 def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
     """The CSV as a DataFrame of raw cells, and the delimiter it used."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise FitError(f"{p}: not a regular file (a folder, device or pipe); give a CSV file")
     if not p.is_file():
         raise NotFoundError(f"CSV file not found: {p}")
     size = p.stat().st_size
     if size > MAX_CSV_BYTES:
         raise FitError(f"{p}: {size / 2**20:.0f} MiB is more than the {MAX_CSV_BYTES >> 20} MiB a CSV may have")
     sep = sniff_delimiter(p)
+    with open(p, "rb") as fh:
+        n_columns = fh.readline(1 << 20).decode("utf-8", errors="replace").count(sep) + 1
+    if n_columns > MAX_CSV_COLUMNS:
+        raise FitError(f"{p}: the header has {n_columns:,} columns, more than the {MAX_CSV_COLUMNS} a CSV may have")
     try:
         # The C parser infers float columns itself (fast for a million rows); other columns stay text.
         df = pd.read_csv(p, sep=sep, engine="c", skipinitialspace=True, low_memory=False,
@@ -59,6 +68,8 @@ def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
     except Exception as exc:  # pandas raises several parser errors
         msg = " ".join(str(exc).split())[:200]
         raise FitError(f"{p}: cannot read as CSV ({exc.__class__.__name__}: {msg})") from None
+    if not isinstance(df.index, pd.RangeIndex):  # pandas takes a first row's surplus fields for an index
+        raise FitError(f"{p}: data row 1 has more fields than the header's {len(df.columns)}")
     df.columns = [str(c).strip() for c in df.columns]
     return df, sep
 

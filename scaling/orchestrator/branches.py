@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scaling.errors import PlanError
 from scaling.trainer.optim import decay_start, warmup_steps
-from scaling.trainer.spec import RunSpec, ScheduleSpec
+from scaling.trainer.spec import MAX_STORED_INT, RunSpec, ScheduleSpec
 
 if TYPE_CHECKING:
     from scaling.accounting import Shape
@@ -50,6 +50,8 @@ class BranchesPlan(BaseModel):
         for v in values:
             if not v > 0:
                 raise ValueError(f"values must be positive, got {v}")
+            if v > MAX_STORED_INT:
+                raise ValueError(f"{v:.3g} tokens is more than the database can store ({MAX_STORED_INT:.3g})")
         return values
 
 
@@ -100,6 +102,13 @@ def expand_model(
             raise PlanError(f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch ({batch} tokens)")
         steps = math.ceil(round(D) / batch)
         start = decay_start(steps, cooldown)
+        asked = max(1, int(round(cooldown.decay_fraction * steps)))
+        if 1 <= start and steps - start < asked:  # the decay may not begin inside the warmup
+            raise PlanError(
+                f"{where(source, ('grid', block_index, 'branches', 'cooldown_fraction'))}: "
+                f"{cooldown.decay_fraction:g} of the branch at D={D:.3g} ({steps} steps) would start its cooldown "
+                f"inside the warmup ({start} steps); at most {(steps - start) / steps:.3g} of it can cool down"
+            )
         if start < 1:
             raise PlanError(
                 f"{where(source, loc)}: D={D:.3g} tokens is {steps} step(s) of {batch} tokens: too few to leave a trunk "

@@ -229,7 +229,18 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     ordered = sorted(
         runs.values(), key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed)
     )
+    _check_adaptive_budget(plan, ordered, source)
     return Expansion(plan, ordered, notes, precision.reason)
+
+
+def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[YamlSource]) -> None:
+    """An adaptive budget counts the grid: one the grid alone exceeds leaves the loop nothing to add."""
+    if plan.adaptive is None or any(r.spec.branch is not None for r in runs):
+        return  # a branch shares its trunk's compute: the loop's own accounting judges that
+    grid = sum(r.spec.flops for r in runs)
+    if grid > plan.adaptive.max_compute:
+        raise PlanError(f"{where(source, ('adaptive', 'max_compute'))}: {plan.adaptive.max_compute:.3g} FLOPs is less "
+                        f"than the grid's own {grid:.3g} (the budget includes the grid): raise it or shrink the grid")
 
 
 def _with_lineage(spec: RunSpec, schedule: Any, branch: Optional[dict[str, Any]], keep_steps: tuple[int, ...]) -> RunSpec:

@@ -381,6 +381,10 @@ class Plan(_Strict):
     def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
         for b, block in enumerate(self.grid):
+            if self.simulate is not None and block.branches is not None:
+                raise PlanError(f"{where(source, ('grid', b, 'branches'))}: simulated runs write no checkpoints, so "
+                                "a cooldown branch has no trunk to leave; give the token budgets as `tokens`")
+        for b, block in enumerate(self.grid):
             if block.resources is None:
                 continue
             try:

@@ -21,6 +21,8 @@ from scaling.errors import NotFoundError, mask_url
 
 #: Run statuses that mean the sweep is still going.
 LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
+#: The longest --interval: an hour between checks (a page that reloads less often is not live).
+MAX_INTERVAL = 3600.0
 #: The marker of a self-reloading page (tests and readers look for it).
 REFRESH_TAG = '<meta http-equiv="refresh" content="{seconds}">'
 
@@ -74,24 +76,25 @@ def resolve_sweep(url: str, sweep: str | None) -> str:
 
 
 def render_to(url: str, sweep: str, path: Path, *, live: bool, interval: float, fit: str,
-              extras: Sequence[Any] = ()) -> Path:
+              extras: Sequence[Any] = (), store_fits: bool = False) -> Path:
     """Render the report of ``sweep`` and replace ``path`` with it (reloading itself if ``live``)."""
     from scaling.reports.data import ReportData
     from scaling.reports.html import render
 
-    page = render(ReportData.load(url, sweep, fit=fit), extras=extras)
+    page = render(ReportData.load(url, sweep, fit=fit, store_fits=store_fits), extras=extras)
     write_atomic(path, with_reload(page, interval) if live else page)
     return path
 
 
 def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10.0, fit: str = "sweep",
           extras: Sequence[Any] = (), on_write: Callable[[Path, bool], None] | None = None,
-          sleep: Callable[[float], None] = time.sleep) -> Path:
+          sleep: Callable[[float], None] = time.sleep, store_fits: bool = False) -> Path:
     """Rewrite the report at ``path`` whenever a run of ``sweep`` changes status; return when none
     is pending or running (after a last rewrite without the reload). ``on_write(path, live)``
-    is called after each rewrite."""
-    if not (interval > 0):
-        raise ValueError("interval must be positive")
+    is called after each rewrite; ``store_fits`` stores each rewrite's new fits, as
+    :func:`scaling.reports.write_report` does."""
+    if not (0 < interval <= MAX_INTERVAL):
+        raise ValueError(f"interval must be in (0, {MAX_INTERVAL:g}] seconds")
     out = Path(path).expanduser().resolve()
     sweep = resolve_sweep(url, sweep)
     seen: dict[str, str] | None = None
@@ -99,7 +102,7 @@ def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10
         statuses = run_statuses(url, sweep)
         live = any(s in LIVE_STATUSES for s in statuses.values())
         if statuses != seen:
-            render_to(url, sweep, out, live=live, interval=interval, fit=fit, extras=extras)
+            render_to(url, sweep, out, live=live, interval=interval, fit=fit, extras=extras, store_fits=store_fits)
             seen = statuses
             if on_write is not None:
                 on_write(out, live)

@@ -215,9 +215,11 @@ class FaultSpec(_Frozen):
 class SimulatedLaw(_Frozen):
     """The Chinchilla law a simulated run draws its losses from: L = E + A / N^alpha + B / D^beta."""
 
-    E: float = Field(ge=0)
-    A: float = Field(gt=0)
-    B: float = Field(gt=0)
+    # Bounded so that every loss the law gives is a finite float: E is nats per token (ln of a
+    # million-token vocabulary is 14), A and B reach 1e30 only with exponents near 2.
+    E: float = Field(ge=0, le=100)
+    A: float = Field(gt=0, le=1e30)
+    B: float = Field(gt=0, le=1e30)
     alpha: float = Field(gt=0, le=2)
     beta: float = Field(gt=0, le=2)
 

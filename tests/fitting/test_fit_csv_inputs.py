@@ -227,3 +227,21 @@ def test_from_frame_keeps_its_row_numbering() -> None:
     with pytest.raises(FitError, match=r"non-positive or non-finite loss \(first: row 3, loss=nan"):
         from_frame(df)
     assert json.dumps(from_frame(S.grid_points(seed=0)).conventions())
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("ragged first row", "data row 1 has more fields than the header's 3"),
+    ("thousands of columns", "the header has 2,003 columns, more than the 256 a CSV may have"),
+    ("a folder", "not a regular file"),
+])
+def test_csvs_of_the_wrong_shape_are_named_as_such(case: str, expected: str, tmp_path: Path) -> None:
+    p = tmp_path / "m.csv"
+    if case == "ragged first row":
+        p.write_text("N,D,loss\n1e6,2e7,3.0,extra,cols\n2e6,4e7,2.8\n")
+    elif case == "thousands of columns":  # every unknown column is a grouping key: refused before pandas
+        p.write_text(",".join(["N", "D", "loss"] + [f"c{i}" for i in range(2000)]) + "\n"
+                     + ",".join(["1e6", "1e9", "3"] + ["0"] * 2000) + "\n")
+    else:
+        p = tmp_path
+    code, out, err = run_cli("fit", "--csv", str(p), "--bootstrap", "20")
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err

@@ -147,3 +147,34 @@ def test_cli_recommend_inference_tokens_and_target_loss(tmp_path: Path) -> None:
     out = _cli("recommend", "--csv", str(csv), "--target-loss", "1.0", "--inference-tokens", "1e12", "--bootstrap", "20")
     assert out.returncode == 2 and "unreachable" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_budgets_and_targets_far_outside_the_data_are_refused(fitted_law: ChinchillaParametric) -> None:
+    """The fit saw 1e17-1e19 FLOPs: a budget a million times beyond, a target loss whose compute-optimal
+    run lies there, or more inference tokens than a float can price are refused, not printed as numbers."""
+    with pytest.raises(FitError, match="outside the measured budgets"):
+        recommend_for_inference(fitted_law, 1e12, compute=1e300)
+    with pytest.raises(FitError, match="outside the measured budgets"):
+        recommend_for_inference(fitted_law, 1e12, compute=1e-300)
+    with pytest.raises(FitError, match="--target-loss 1e\\+20: its compute-optimal run"):
+        recommend_for_inference(fitted_law, 1e12, target_loss=1e20)
+    with pytest.raises(FitError):  # at 1e300 the iso-loss curve is numerically degenerate, or far outside
+        recommend_for_inference(fitted_law, 1e12, target_loss=1e300)
+    with pytest.raises(FitError, match="more than 1e\\+24 tokens"):
+        recommend_for_inference(fitted_law, 1e300, compute=1e21)
+    rec = recommend_for_inference(fitted_law, 1e12, compute=1e24)  # 1e5x beyond: allowed
+    assert math.isfinite(rec.optimum["total_flops"]["value"])
+
+
+def test_cli_recommend_refuses_absurd_budgets_in_one_line(tmp_path: Path) -> None:
+    from cli_run import run_cli
+
+    pts = S.isoflop_points(budgets=np.array([1e17, 3e17, 1e18, 3e18]), n_sizes=7, span=1.5, seed=0)
+    csv = tmp_path / "pts.csv"
+    pts[["N", "D", "C", "loss"]].to_csv(csv, index=False)
+    for args in (("--compute", "1e300"), ("--compute", "1e-300"),
+                 ("--inference-tokens", "1e12", "--target-loss", "1e300"),
+                 ("--inference-tokens", "1e300")):
+        code, out, err = run_cli("recommend", "--csv", str(csv), "--bootstrap", "20", *args)
+        assert code == 2, (args, out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "inf" not in out, (args, err)

@@ -191,12 +191,19 @@ def test_plan_checks(tmp_path: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["grid"] = [{"models": [1e12], "compute": [1e24]}]  # ~1e12 parameters: simulated, so no memory check
     path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlanError, match=r"adaptive\.max_compute: 1e\+22 FLOPs is less than the grid's own 1e\+24"):
+        expand(load_plan(path)[0])  # the budget includes the grid: the loop could add nothing
+    data["adaptive"]["max_compute"] = 1e25
+    path.write_text(yaml.safe_dump(data))
     runs = expand(load_plan(path)[0]).runs
     assert runs[0].spec.n_params > 5e11 and runs[0].memory_gib == 0.0
     for bad, field in ((dict(data, adaptive={**data["adaptive"], "batch": 2}), "adaptive.batch"),
                        (dict(data, adaptive={**data["adaptive"], "target": {"at_compute": 1e21, "interval_ratio": 1.0}}),
                         "adaptive.target.interval_ratio"),
-                       (dict(data, simulate={"law": {**LAW, "alpha": -1}}), "simulate.law.alpha")):
+                       (dict(data, simulate={"law": {**LAW, "alpha": -1}}), "simulate.law.alpha"),
+                       (dict(data, simulate={"law": {**LAW, "E": 1.7e308}}), "simulate.law.E"),
+                       (dict(data, simulate={"law": {**LAW, "B": 1e300}}), "simulate.law.B"),
+                       (dict(data, grid=[{"models": [1e8], "branches": {"tokens": [1e9, 1e10]}}]), "grid.0.branches")):
         path.write_text(yaml.safe_dump(bad))
         with pytest.raises(PlanError, match=field.replace(".", r"\.")):
             load_plan(path)

@@ -100,6 +100,7 @@ def test_one_minus_sqrt_cooldown_falls_faster_at_first_and_ends_at_the_floor() -
         ({"tokens": [BATCH * 2, BATCH * 400]}, {}, "inside its warmup"),
         ({"tokens": [BATCH // 2]}, {}, "less than one batch"),
         ({"tokens": [BATCH * 8], "cooldown_fraction": 1.0}, {}, "cooldown_fraction"),
+        ({"tokens": [BATCH * 400], "cooldown_fraction": 0.99}, {}, r"cooldown_fraction: 0\.99 .* at most 0\.95"),
         ({"tokens": [BATCH * 8], "shape": "cosine"}, {}, "shape"),
         ({"tokens": [BATCH * 8]}, {"tokens": [BATCH * 8]}, "exactly one of"),
     ],

@@ -180,3 +180,25 @@ def test_watch_rewrites_atomically_and_reloads_only_while_the_sweep_runs(browser
     assert live in reader.versions[0] and live not in reader.versions[-1]
     assert [p.name for p in report.parent.iterdir()] == ["live.html"]  # no temporary left behind
     assert "sweep done" in err and str(report) in out
+
+
+def test_watch_stores_the_new_fits_only_with_store_fits(tmp_path: Path) -> None:
+    """--watch --store-fits stores each rewrite's new fits as a plain report with --store-fits does."""
+    import report_synth as S
+
+    from scaling.db import connect
+    from scaling.reports.watch import watch
+
+    url = f"sqlite:///{tmp_path / 'done.db'}"
+    S.build(url, S.SweepSpec(sweep="done", budgets=(1e13, 3e13, 1e14), sizes_per_budget=5))
+
+    def stored() -> int:
+        with connect(url) as res:
+            return len(res.fits(sweep="done"))
+
+    watch(url, None, tmp_path / "read-only.html", interval=1, fit="sweep", sleep=lambda s: None)
+    assert stored() == 0
+    watch(url, None, tmp_path / "stored.html", interval=1, fit="sweep", store_fits=True, sleep=lambda s: None)
+    assert stored() > 0
+    with pytest.raises(ValueError, match="interval"):
+        watch(url, None, tmp_path / "never.html", interval=1e10)

@@ -362,3 +362,13 @@ def test_the_cpu_ladder_plan_is_what_its_readme_says() -> None:
     assert "vocab_size" not in plan.model.model_fields_set  # taken from the tokenizer
     paths = files.text_files(str(REPO / plan.data.path))
     assert len(paths) == 9 and sum(p.stat().st_size for p in paths) < 4 << 20  # small enough to commit
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--train-bpe", "300", "--val-fraction", "0.7"), "error: --val-fraction: Input should be less than 0.5 (got 0.7)"),
+    (("--train-bpe", "300", "--val-fraction", "nan"), "error: --val-fraction: Input should be a finite number"),
+    (("--train-bpe", "100000000"), "error: --train-bpe: Input should be less than or equal to"),
+])
+def test_a_refused_option_is_named_with_its_value(args: tuple[str, ...], expected: str, corpus_dir: Path) -> None:
+    got = run_main("data", "prepare", "--path", str(corpus_dir), *args)
+    assert got.code == 2 and got.err.startswith(expected) and len(got.err.strip().splitlines()) == 1, got
