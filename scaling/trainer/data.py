@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.trainer.files import file_sha256, read_bytes, text_files
+from scaling.trainer.files import file_sha256, read_corpus, text_files
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
@@ -194,7 +194,7 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
     elif source == "text":
         assert path_ is not None
         paths = text_files(path_)
-        raw = _SEPARATOR.join(read_bytes(p) for p in paths)
+        raw = _SEPARATOR.join(raw for _, raw in read_corpus(paths))
         files = tuple(str(p) for p in paths)
         tokens = np.frombuffer(raw, dtype=np.uint8)
         fingerprint = _sha256(raw)

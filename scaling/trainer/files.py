@@ -14,13 +14,16 @@ import json
 import lzma
 import os
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator, Optional
 
 from scaling.errors import SpecError
 from scaling.trainer.cache import cache_dir
 
 #: The most bytes one compressed corpus file may expand to.
 MAX_DECOMPRESSED_BYTES = 2 << 30
+#: The most bytes a whole corpus may hold, decompressed: it is read into memory whole, so many files
+#: each under the per-file bound must not add up past what a machine holds.
+MAX_CORPUS_BYTES = 4 << 30
 _OPENERS: dict[str, Callable[[Path], BinaryIO]] = {
     ".gz": lambda p: gzip.open(p, "rb"),  # type: ignore[dict-item]
     ".xz": lambda p: lzma.open(p, "rb"),  # type: ignore[dict-item]
@@ -44,8 +47,26 @@ def text_files(pattern: str) -> list[Path]:
     return files
 
 
-def read_bytes(path: Path) -> bytes:
-    """A file's bytes, decompressed when it ends in .gz or .xz (bounded)."""
+def read_corpus(paths: list[Path]) -> Iterator[tuple[Path, bytes]]:
+    """Each file's bytes (decompressed), refusing a corpus past :data:`MAX_CORPUS_BYTES` in all."""
+    total = 0
+    for path in paths:
+        left = MAX_CORPUS_BYTES - total
+        if path.suffix.lower() not in _OPENERS and path.stat().st_size > left:
+            raise _too_large(path)
+        raw = read_bytes(path, corpus_left=left)
+        total += len(raw)
+        yield path, raw
+
+
+def _too_large(path: Path) -> SpecError:
+    return SpecError(f"data.path: the corpus holds more than {MAX_CORPUS_BYTES / 2**30:g} GiB (reached at {path}); "
+                     f"use a pre-tokenized token file (source: tokens) for a corpus that large")
+
+
+def read_bytes(path: Path, corpus_left: Optional[int] = None) -> bytes:
+    """A file's bytes, decompressed when it ends in .gz or .xz (bounded per file and, with
+    ``corpus_left``, by what the corpus may still hold)."""
     opener = _OPENERS.get(path.suffix.lower())
     if opener is None:
         return path.read_bytes()
@@ -60,6 +81,8 @@ def read_bytes(path: Path) -> bytes:
                         f"data.path: {path} expands past {MAX_DECOMPRESSED_BYTES / 2**30:g} GiB; "
                         f"decompress it yourself if that is intended"
                     )
+                if corpus_left is not None and size > corpus_left:
+                    raise _too_large(path)
                 parts.append(block)
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise SpecError(f"data.path: {path} is not a readable {path.suffix} file ({exc})") from None

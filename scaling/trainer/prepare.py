@@ -39,7 +39,7 @@ import numpy as np
 from scaling.errors import SpecError
 from scaling.trainer import tokenizer as hf
 from scaling.trainer.cache import cache_dir
-from scaling.trainer.files import file_sha256, read_bytes, text_files
+from scaling.trainer.files import file_sha256, read_corpus, text_files
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import DataSpec
@@ -133,8 +133,7 @@ def _identity(paths: list[Path], data: "DataSpec", given: Any) -> str:
 def read_text(paths: list[Path]) -> str:
     """The corpus as one text: UTF-8 files joined by a blank line. Binary or empty is refused."""
     texts = []
-    for path in paths:
-        raw = read_bytes(path)
+    for path, raw in read_corpus(paths):
         nul = raw.find(b"\x00")
         if nul >= 0:
             raise SpecError(f"data.path: {path} looks binary (a NUL byte at offset {nul}); a tokenizer needs text")

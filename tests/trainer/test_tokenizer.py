@@ -372,3 +372,22 @@ def test_the_cpu_ladder_plan_is_what_its_readme_says() -> None:
 def test_a_refused_option_is_named_with_its_value(args: tuple[str, ...], expected: str, corpus_dir: Path) -> None:
     got = run_main("data", "prepare", "--path", str(corpus_dir), *args)
     assert got.code == 2 and got.err.startswith(expected) and len(got.err.strip().splitlines()) == 1, got
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_corpus_of_many_files_is_bounded_in_all(compressed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file is under the per-file bound, together they are over the corpus's: refused, nothing written."""
+    monkeypatch.setattr(files, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    monkeypatch.setattr(files, "MAX_CORPUS_BYTES", 2 << 20)
+    for i in range(3):
+        text = (f"file {i} says hello\n" * 40_000).encode()  # 0.76 MiB each, 2.3 MiB in all
+        if compressed:
+            (tmp_path / f"c{i}.txt.gz").write_bytes(gzip.compress(text))
+        else:
+            (tmp_path / f"c{i}.txt").write_bytes(text)
+    pattern = str(tmp_path / "c*.txt*")
+    with pytest.raises(SpecError, match=r"the corpus holds more than 0\.00195\d* GiB \(reached at .*c2\.txt"):
+        prepare(bpe(Path(pattern)))
+    with pytest.raises(SpecError, match="the corpus holds more than"):  # byte-level text reads it too
+        load_corpus(DataSpec(source="text", path=pattern))
+    assert not prep.tokens_root().exists() or not any(prep.tokens_root().iterdir())
