@@ -41,10 +41,12 @@ def text_files(pattern: str) -> list[Path]:
         files = [p for p in path.rglob("*") if not any(part.startswith(".") for part in p.relative_to(path).parts)]
     else:
         files = [path] if path.exists() else []
-    files = sorted(p for p in files if p.is_file())
-    if not files:
+    regular = sorted(p for p in files if p.is_file())
+    if not regular and files:
+        raise SpecError(f"data.path: {pattern!r} names no regular file (only folders, devices or pipes)")
+    if not regular:
         raise SpecError(f"data.path: no files match {pattern!r}")
-    return files
+    return regular
 
 
 def read_corpus(paths: list[Path]) -> Iterator[tuple[Path, bytes]]:

@@ -38,6 +38,8 @@ def _tokenizers():  # type: ignore[no-untyped-def]
 def load(path: str | Path, where: str = "data.tokenizer.path") -> "Tokenizer":
     """The tokenizer in a ``tokenizer.json`` file; SpecError (one line) for anything else."""
     p = Path(path).expanduser()
+    if p.exists() and not p.is_file():
+        raise SpecError(f"{where}: {p} is not a regular file (a folder, device or pipe); give a tokenizer.json")
     if not p.is_file():
         raise SpecError(f"{where}: tokenizer file not found: {p}")
     size = p.stat().st_size

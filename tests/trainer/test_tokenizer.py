@@ -391,3 +391,14 @@ def test_a_corpus_of_many_files_is_bounded_in_all(compressed: bool, tmp_path: Pa
     with pytest.raises(SpecError, match="the corpus holds more than"):  # byte-level text reads it too
         load_corpus(DataSpec(source="text", path=pattern))
     assert not prep.tokens_root().exists() or not any(prep.tokens_root().iterdir())
+
+
+def test_a_device_or_folder_is_not_taken_for_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="is not a regular file"):
+        hf.load(tmp_path)
+    with pytest.raises(SpecError, match="is not a regular file"):
+        hf.load("/dev/zero")
+    with pytest.raises(SpecError, match="names no regular file"):
+        files.text_files("/dev/zero")
+    with pytest.raises(SpecError, match="no files match"):
+        files.text_files(str(tmp_path / "absent.txt"))
