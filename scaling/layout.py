@@ -242,7 +242,9 @@ class Decision:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n``, ascending (in O(sqrt n): a plan may ask for a million workers)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def split(sequences: int, dp: int, requested: Optional[int]) -> tuple[int, int]:
@@ -293,14 +295,14 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
 def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
     """Every (layout, trainer schedule name) of ``req.workers`` ranks that the shape and batch allow."""
     for tp in divisors(req.workers):
-        if (req.tp is not None and tp != req.tp) or tp > req.machine.gpus_per_node:
-            continue
+        if (req.tp is not None and tp != req.tp) or req.machine.gpus_per_node % tp:
+            continue  # a tensor-parallel group stays inside one node, and nodes hold whole groups
         for pp in divisors(req.workers // tp):
             if req.pp is not None and pp != req.pp:
                 continue
             dp = req.workers // (tp * pp)
-            if req.sequences < dp:
-                continue
+            if req.sequences < dp or (pp > 1 and req.sequences % dp):
+                continue  # a pipeline's ranks take equal shares (its buffers have one shape)
             names = ["1f1b"] if pp == 1 else [req.schedule] if req.schedule else list(SCHEDULES)
             for name in names:
                 kind, chunks = SCHEDULES[name] if pp > 1 else ("1f1b", 1)
@@ -308,6 +310,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                     continue
                 for strategy in _strategies(req, dp, tp, pp):
                     for b, m in _micro_batch_splits(req, dp):
+                        if pp > 1 and b * m != req.sequences // dp:
+                            continue  # a stage's micro-batches are equal
                         if chunks > 1 and m % pp:
                             continue  # the interleaved schedule runs micro-batches in rounds of pp
                         if pp > 1 and name == "1f1b" and m < pp:
@@ -389,16 +393,42 @@ def choose(req: Request) -> Choice:
 
 def no_layout_problem(req: Request) -> str:
     """Why no layout of ``req`` exists at all (no candidate to evaluate)."""
-    if req.tp is not None and req.tp > req.machine.gpus_per_node:
-        return f"tp={req.tp} is larger than a node ({req.machine.gpus_per_node} per node)"
+    if req.tp is not None and req.machine.gpus_per_node % req.tp:
+        return (f"tp={req.tp} does not divide a node's {req.machine.gpus_per_node} ranks: a tensor-parallel "
+                "group stays inside one node, and nodes hold whole groups")
     problem = shape_problem(req.shape, req.tp or 1, req.pp or 1, SCHEDULES[req.schedule or "1f1b"][1])
     if problem:
         return problem
+    splits = [tp * pp for tp in divisors(req.workers) if not req.machine.gpus_per_node % tp
+              and (req.tp is None or tp == req.tp) for pp in divisors(req.workers // tp)
+              if (req.pp is None or pp == req.pp) and not shape_problem(req.shape, tp, pp)]
+    if splits and req.sequences < req.workers // max(splits):
+        return (f"{req.sequences} sequences per batch cannot feed {req.workers} workers: this shape splits over "
+                f"tp*pp = {max(splits)} at most, leaving {req.workers // max(splits)} data-parallel ranks; "
+                "raise batch_tokens or use fewer workers")
     return (f"no split of {req.workers} workers into dp*tp*pp suits this shape and batch "
-            f"({req.sequences} sequences, tp <= {req.machine.gpus_per_node} per node)")
+            f"({req.sequences} sequences, tp dividing {req.machine.gpus_per_node} per node, "
+            "a pipeline's ranks taking equal shares in equal micro-batches)")
 
 
 # -- reasons ----------------------------------------------------------------------------------
+
+
+def _seconds_against(alt_s: float, best_s: float) -> str:
+    """"A s per step against B s", with the digits that tell them apart (or that they tie)."""
+    for digits in (3, 4, 5, 6):
+        a, b = f"{alt_s:.{digits}g}", f"{best_s:.{digits}g}"
+        if a != b:
+            return f"{a} s per step against {b} s"
+    return f"the same {best_s:.3g} s per step (a tie, resolved toward fewer model-parallel ranks)"
+
+
+def _faster(alt_s: float, best_s: float) -> str:
+    """How much faster the chosen layout is than ``alt_s``: a factor, a percentage, or a tie."""
+    r = alt_s / best_s
+    if r >= 1.01:
+        return f"{r:.2f}x faster than"
+    return f"{100 * (r - 1):.2g}% faster than" if r > 1 else "ties with"
 
 
 def _gib(c: Candidate) -> str:
@@ -453,17 +483,16 @@ def explain(choice: Choice) -> list[Reason]:
                     f"(least memory there: {_gib(low)} per rank with {low.label()})"))
             elif alt is not None:
                 out.append(Reason(
-                    f"tp={lay.tp}: {alt.step_s / best.step_s:.2f}x faster than tp={alt.layout.tp}",
+                    f"tp={lay.tp}: {_faster(alt.step_s, best.step_s)} tp={alt.layout.tp}",
                     f"tp={lay.tp} {where}: the best layout with tp={alt.layout.tp} ({alt.label()}) would take "
-                    f"{alt.step_s:.3g} s per step against {best.step_s:.3g} s"))
+                    f"{_seconds_against(alt.step_s, best.step_s)}"))
         else:
             alt = _best(others(lambda x: x.tp > 1))
             if alt is not None:
                 out.append(Reason(
                     "tp=1: TP all-reduces cost more",
                     f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
-                    f"for {alt.label()}) would cost more than they save ({alt.step_s:.3g} s per step against "
-                    f"{best.step_s:.3g} s)"))
+                    f"for {alt.label()}) would cost more than they save ({_seconds_against(alt.step_s, best.step_s)})"))
 
     # Pipeline parallelism.
     if req.pp is None and req.workers > 1:
@@ -486,10 +515,13 @@ def explain(choice: Choice) -> list[Reason]:
                     f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
                     f"(least: {_gib(low)} per rank with {low.label()})"))
             elif alt is not None:
+                dp_bytes = _wire(req, alt, "dp")
+                short = (f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(dp_bytes)}" if dp_bytes > pp_bytes
+                         else f"pp={lay.pp}: {_faster(alt.step_s, best.step_s)} pp=1")
                 out.append(Reason(
-                    f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(_wire(req, alt, 'dp'))}",
+                    short,
                     f"{head}, where data parallelism over those ranks ({alt.label()}) would move "
-                    f"{_bytes(_wire(req, alt, 'dp'))} per step and take {alt.step_s:.3g} s against {best.step_s:.3g} s"))
+                    f"{_bytes(dp_bytes)} per step and take {_seconds_against(alt.step_s, best.step_s)}"))
             else:
                 out.append(Reason(f"pp={lay.pp}", head))
         else:
@@ -497,8 +529,8 @@ def explain(choice: Choice) -> list[Reason]:
             if alt is not None:
                 out.append(Reason(
                     "pp=1: no bubble",
-                    f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}) would take "
-                    f"{alt.step_s:.3g} s per step (bubble {alt.bubble_s:.3g} s) against {best.step_s:.3g} s"))
+                    f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}, bubble "
+                    f"{alt.bubble_s:.3g} s) would take {_seconds_against(alt.step_s, best.step_s)}"))
 
     # The data-parallel strategy.
     if req.strategy is None and lay.dp > 1:
@@ -515,8 +547,8 @@ def explain(choice: Choice) -> list[Reason]:
             out.append(Reason(
                 f"{lay.strategy}: fastest DP",
                 f"{lay.strategy} over dp={lay.dp}: the fastest data-parallel strategy here "
-                f"({_bytes(_wire(req, best, 'dp'))} per step; {alt.strategy} would take {alt.step_s:.3g} s "
-                f"per step against {best.step_s:.3g} s)"))
+                f"({_bytes(_wire(req, best, 'dp'))} per step; {alt.strategy} would take "
+                f"{_seconds_against(alt.step_s, best.step_s)})"))
         else:
             out.append(Reason(lay.strategy, f"{lay.strategy} over dp={lay.dp}"))
 

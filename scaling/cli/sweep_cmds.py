@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Optional
 
 import typer
@@ -34,7 +35,12 @@ def plan_cmd(
 
     summary = plan_summary(plan)
     if explain is not None:
-        for line in explain_run(summary, explain):
+        lines = explain_run(summary, explain)
+        if format == "json":  # the run's row of the plan, which holds every figure the lines show
+            run = next(r for r in summary["runs"] if r["key"].startswith(explain))
+            typer.echo(mask_text(json.dumps({"run": run, "explanation": lines}, indent=2)))
+            return
+        for line in lines:
             typer.echo(mask_text(line))
         return
     if format == "json":

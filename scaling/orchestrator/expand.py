@@ -110,7 +110,11 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
         if choice.best is None:
             raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
         best = choice.best
-        spec = spec.model_copy(update={"execution": _placed(spec, best)})
+        try:  # the search keeps to the spec's rules; validating the placed spec makes sure of it
+            spec = RunSpec.model_validate({**spec.model_dump(), "execution": _placed(spec, best).model_dump()})
+        except ValidationError as exc:
+            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
+                            f"{best.label()}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
         if data_resolved is not None:
             spec = spec.model_copy(update={"data": data_resolved})
         elif resolve:

@@ -34,6 +34,8 @@ from scaling.trainer.spec import (
     ExecutionSpec,
     FaultSpec,
     LoopSettings,
+    MAX_WORKERS,
+    UNPLACED,
     Placement,
     Recipe,
     RunSpec,
@@ -101,8 +103,9 @@ class ClusterPlan(_Strict):
     """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
     and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
 
-    nodes: int = Field(default=1, gt=0)
-    gpus_per_node: int = Field(default=8, gt=0, description="ranks per node (GPUs, or CPU workers)")
+    nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True)
+    gpus_per_node: int = Field(default=8, gt=0, le=MAX_WORKERS, strict=True,
+                               description="ranks per node (GPUs, or CPU workers)")
     intra: str = Field(default="nvlink", description="link between ranks of one node")
     inter: str = Field(default="infiniband", description="link between nodes")
 
@@ -122,8 +125,8 @@ class ResourcesPlan(Placement):
 
     max_concurrent: Optional[int] = Field(default=None, gt=0, description="runs at once (default: as many as fit)")
     num_cpus: Optional[int] = Field(default=None, gt=0, description="CPUs of the local Ray (default: all)")
-    throughput_flops: Optional[float] = Field(
-        default=None, gt=0, description="achieved FLOP/s per worker, for time estimates"
+    throughput_flops: Optional[float] = Field(  # from a slow CPU core to 1000x a 2025 accelerator
+        default=None, ge=1e6, le=1e18, description="achieved FLOP/s per worker, for time estimates"
     )
     cluster: Optional[ClusterPlan] = Field(
         default=None, description="nodes and links (default: one node holding every worker)"
@@ -141,10 +144,10 @@ class ResourcesPlan(Placement):
                 f"workers ({self.workers}) is more than the cluster holds "
                 f"({machine.nodes} node(s) x {machine.gpus_per_node} per node)"
             )
-        if self.tp > machine.gpus_per_node:
+        if machine.gpus_per_node % self.tp:
             raise ValueError(
-                f"tp={self.tp} is larger than a node ({machine.gpus_per_node} per node): "
-                "tensor parallelism stays inside a node"
+                f"tp={self.tp} does not divide a node ({machine.gpus_per_node} per node): "
+                "tensor parallelism stays inside a node, and nodes hold whole tensor-parallel groups"
             )
         return self
 
@@ -185,12 +188,12 @@ class ResourcesPlan(Placement):
 class BlockResources(_Strict):
     """A grid block's own placement (e.g. more workers for its larger models): overrides ``resources``."""
 
-    workers: Optional[int] = Field(default=None, gt=0)
+    workers: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
     strategy: Optional[StrategyChoice] = None
-    tp: Optional[int] = Field(default=None, gt=0)
-    pp: Optional[int] = Field(default=None, gt=0)
+    tp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
+    pp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
     pp_schedule: Optional[Literal["gpipe", "1f1b", "interleaved_1f1b"]] = None
-    micro_batch_size: Optional[int] = Field(default=None, gt=0)
+    micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True)
     activation_checkpointing: Optional[bool] = None
 
     def over(self, resources: ResourcesPlan) -> ResourcesPlan:
@@ -393,8 +396,8 @@ class Plan(_Strict):
                 err = exc.errors()[0]
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 raise PlanError(f"{where(source, ('grid', b, 'resources', *err['loc']))}: {msg}") from None
-        if self.rules.batch_tokens is None:
-            workers = max(self.block_resources(b).dp for b in range(len(self.grid)))
+        if self.rules.batch_tokens is None:  # under `auto` the layout search picks dp: checked once placed
+            workers = max(r.dp if r.strategy != "auto" else 1 for r in map(self.block_resources, range(len(self.grid))))
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
@@ -470,7 +473,7 @@ class Plan(_Strict):
             **{name: getattr(res, name) for name in Placement.model_fields},
             device=res.device,
         )
-        return RunSpec(
+        values = dict(
             **recipe,
             model=shape.as_dict(),
             tokens=round(D),
@@ -482,6 +485,9 @@ class Plan(_Strict):
             execution=execution,
             **fields,
         )
+        # Under `auto` the layout search places the run (dp, tp, pp, micro-batch) and the placed spec is
+        # validated again in full; until then the checks that depend on the placement wait.
+        return RunSpec.model_validate(values, context={UNPLACED: res.strategy == "auto" and res.workers > 1})
 
     def layout_request(
         self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None

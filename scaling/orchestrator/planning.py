@@ -207,10 +207,13 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
 
     ``key`` may be a unique prefix of a run key; raises PlanError when it names no run (or several).
     """
-    rows = [r for r in summary["runs"] if r["key"].startswith(key)]
-    if len(rows) != 1:
-        what = "no run" if not rows else f"{len(rows)} runs"
-        raise PlanError(f"--explain {key}: {what} of sweep {summary['sweep']} has this key")
+    rows = [r for r in summary["runs"] if key and r["key"].startswith(key)]
+    if not rows:
+        raise PlanError(f"--explain {key!r}: no run of sweep {summary['sweep']} has this key or key prefix")
+    if len(rows) > 1:
+        shown = ", ".join(r["key"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        raise PlanError(f"--explain {key!r}: the prefix is ambiguous: {len(rows)} runs of sweep {summary['sweep']} "
+                        f"start with it ({shown}); give more of the key")
     r = rows[0]
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
              f"{r['workers']} worker(s), {r['precision']}"]

@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -47,6 +48,12 @@ from scaling.naming import printable_problem
 
 #: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_STORED_INT = 2**63 - 1
+#: Validation context key of a plan's run not yet placed by the layout search (see ``RunSpec._consistent``).
+UNPLACED = "unplaced"
+#: Most workers one run (or one cluster) may have: about ten times the largest training clusters.
+MAX_WORKERS = 1 << 20
+#: Most memory per device or worker a plan may declare (64 TiB).
+MAX_DEVICE_MEMORY_GIB = 65536.0
 #: Seeds feed numpy's and torch's generators; both take any integer in this range.
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 #: The largest step number the database stores (the metrics' step column is a 32-bit integer).
@@ -281,20 +288,22 @@ class Placement(_Frozen):
     A plan's ``resources`` section holds these fields.
     """
 
-    workers: int = Field(default=1, gt=0, description="workers per run")
+    # Counts are strict integers: YAML's `true` or '8' is a mistake, not one worker or eight.
+    workers: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="workers per run")
     strategy: StrategyChoice = "auto"
-    tp: int = Field(default=1, gt=0, description="tensor-parallel degree")
-    pp: int = Field(default=1, gt=0, description="pipeline stages")
+    tp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="tensor-parallel degree")
+    pp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="pipeline stages")
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     cpu_offload: bool = False
-    cpus_per_worker: float = Field(default=1, gt=0)
-    gpus_per_worker: float = Field(default=0, ge=0)
+    cpus_per_worker: float = Field(default=1, gt=0, le=1024)
+    gpus_per_worker: float = Field(default=0, ge=0, le=64)
     # Sequences per forward pass at most (None: a worker's whole share). A share is split into
     # equally many micro-batches on every worker, their sizes differing by at most one
     # (scaling.accounting.micro_batches).
-    micro_batch_size: Optional[int] = Field(default=None, gt=0, description="sequences per worker")
+    micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True, description="sequences per worker")
     activation_checkpointing: bool = False
-    device_memory_gib: Optional[float] = Field(default=None, gt=0, description="for planning and `auto`")
+    device_memory_gib: Optional[float] = Field(default=None, gt=0, le=MAX_DEVICE_MEMORY_GIB,
+                                               description="for planning and `auto`")
 
     @model_validator(mode="after")
     def _mesh_divides_workers(self) -> "Placement":
@@ -330,7 +339,7 @@ def pipeline_micro_batches(sequences: int, dp: int, requested: Optional[int]) ->
     return share // min(requested or share, share)
 
 
-def pipeline_problem(spec: "RunSpec") -> Optional[str]:
+def pipeline_problem(spec: "RunSpec", *, unplaced: bool = False) -> Optional[str]:
     """Why ``spec`` cannot be pipelined as its ``execution`` asks, or None (also None for pp = 1).
 
     Every stage holds at least one block (``interleaved_1f1b``: two chunks per rank, so n_layer
@@ -353,6 +362,8 @@ def pipeline_problem(spec: "RunSpec") -> Optional[str]:
         return f"{where}: precision fp16 (loss scaling) is not supported with pipelining; use bf16 or fp32"
     if ex.compile:
         return f"{where}: compile is not supported with pipelining"
+    if unplaced:  # a plan's run before the layout search: it picks dp and the micro-batch, then this is checked
+        return None
     sequences, dp = spec.sequences_per_batch, ex.dp
     if sequences % dp:
         return f"{where}: {sequences} sequences per batch do not split evenly over dp={dp}"
@@ -361,8 +372,8 @@ def pipeline_problem(spec: "RunSpec") -> Optional[str]:
         return (f"{where}: micro_batch_size {size} does not divide a data-parallel rank's share of "
                 f"{share} sequences into equal micro-batches")
     m = pipeline_micro_batches(sequences, dp, ex.micro_batch_size)
-    # Under `auto` the layout search picks the micro-batch later, keeping at least pp of them.
-    if ex.pp_schedule == "1f1b" and m < ex.pp and ex.strategy != "auto":
+    # Under `auto` the trainer resolves only the ZeRO stage: the micro-batching must hold as given.
+    if ex.pp_schedule == "1f1b" and m < ex.pp:
         return (f"{where}: pp_schedule 1f1b needs at least pp ({ex.pp}) micro-batches, not {m}: set "
                 f"micro_batch_size to at most {share // ex.pp} (a rank's share is {share} sequences)")
     if chunks > 1 and m % ex.pp:
@@ -402,9 +413,12 @@ class RunSpec(Recipe):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "RunSpec":
+    def _consistent(self, info: ValidationInfo) -> "RunSpec":
         ex = self.execution
-        problem = batch_problem(self.batch_tokens, self.model.context, ex.dp)
+        # A plan's run before the layout search places it (validation context {"unplaced": True}): the
+        # search picks dp, tp, pp and the micro-batch, and the placed spec is validated again in full.
+        unplaced = bool(info.context and info.context.get(UNPLACED))
+        problem = batch_problem(self.batch_tokens, self.model.context, 1 if unplaced else ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
         if ex.tp > 1:
@@ -420,7 +434,7 @@ class RunSpec(Recipe):
                 )
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
-        problem = pipeline_problem(self)
+        problem = pipeline_problem(self, unplaced=unplaced)
         if problem:
             raise ValueError(problem)
         if self.branch is not None:

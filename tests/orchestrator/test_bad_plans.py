@@ -82,7 +82,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("batch not whole sequences", GOOD.replace("batch_tokens: 2048", "batch_tokens: 2000"),
      ["train.batch_tokens", ":10:", "not a whole number of sequences", "1984 or 2048"]),
     ("fewer sequences than workers", GOOD.replace("batch_tokens: 2048", "batch_tokens: 128").replace(
-        "workers: 1", "workers: 4"), ["train.batch_tokens", ":10:", "cannot feed 4 workers"]),
+        "workers: 1", "workers: 4"), ["resources", "2 sequences per batch cannot feed 4 workers"]),
     ("tokens past the database's integers", GOOD.replace("compute: [1.0e+12]", "tokens: [1.0e+20]"),
      ["grid.0.tokens.0", ":16:", "more than the database can store"]),
     ("model past the database's integers", GOOD.replace("[6000, 30000]", "[1.0e+21]").replace(
@@ -108,6 +108,13 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("branch tokens past the database's integers",
      GOOD.replace("compute: [1.0e+12]", "branches: {tokens: [1.0e+6, 1.0e+30]}"),
      ["grid.0.branches.tokens", ":16:", "more than the database can store"]),
+    ("workers given as a boolean", GOOD.replace("workers: 1", "workers: true"), ["resources.workers", "valid integer"]),
+    ("workers given as a string", GOOD.replace("workers: 1", "workers: '8'"), ["resources.workers", "valid integer"]),
+    ("a million-fold cluster", GOOD.replace("workers: 1", "workers: 100000000"), ["resources.workers", "1048576"]),
+    ("throughput that overflows the estimates", GOOD.replace("workers: 1", "workers: 1\n  throughput_flops: 1.0e-300"),
+     ["resources.throughput_flops", "greater than or equal to 1000000"]),
+    ("device memory past any device", GOOD.replace("workers: 1", "workers: 1\n  device_memory_gib: 1.0e+300"),
+     ["resources.device_memory_gib", "65536"]),
     ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
      ["grid.0.compute.0", "bounds"]),
 ]

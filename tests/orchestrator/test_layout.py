@@ -8,7 +8,9 @@ cost model, so it checks that the search misses no layout and returns the fastes
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from cli_run import run_cli
 
 from scaling.accounting import GIB, Shape, micro_batch_size, micro_batches
 from scaling.comms import ParallelLayout
-from scaling.layout import SCHEDULES, Machine, Request, choose, evaluate, layouts
+from scaling.layout import SCHEDULES, Machine, Request, choose, evaluate, layouts, no_layout_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gpu-cluster.yaml"
@@ -105,7 +107,16 @@ def test_scaling_plan_prints_layouts_and_explains_a_run(cluster_plan: dict[str, 
     assert "inside one node" in out and "across nodes" in out
     code, out, err = run_cli("plan", str(EXAMPLE), "--explain", "zzzz")
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert "--explain zzzz: no run" in err
+    assert "--explain 'zzzz': no run" in err
+    code, out, err = run_cli("plan", str(EXAMPLE), "--explain", "")
+    assert code == 2 and "no run" in err  # the empty prefix names nothing
+    prefix = next(p for p in "0123456789abcdef"
+                  if sum(r["key"].startswith(p) for r in cluster_plan["runs"]) > 1)
+    code, out, err = run_cli("plan", str(EXAMPLE), "--explain", prefix)
+    assert code == 2 and f"--explain '{prefix}': the prefix is ambiguous" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli("plan", str(EXAMPLE), "--explain", key[:8], "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and d["run"]["key"] == key and d["explanation"][0].startswith(f"run {key}")
 
 
 # -- refusals -------------------------------------------------------------------------------------
@@ -138,10 +149,21 @@ def test_a_model_no_layout_fits_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "resources.device_memory_gib" in err and "any layout of 4 workers" in err and "more than the device's 1 GiB" in err
 
 
-def test_tp_larger_than_a_node_is_refused(tmp_path: Path) -> None:
-    shape = {"n_layer": 4, "d_model": 256, "n_head": 16}
-    err = _one_line_error(_plan(tmp_path, {"workers": 8, "tp": 8, "cluster": {"nodes": 2, "gpus_per_node": 4}}, [shape]))
-    assert "resources" in err and "tp=8 is larger than a node (4 per node)" in err
+@pytest.mark.parametrize("workers, tp, per_node", [(8, 8, 4), (24, 6, 8)])
+def test_tp_not_dividing_a_node_is_refused(tmp_path: Path, workers: int, tp: int, per_node: int) -> None:
+    """Larger than a node, or not dividing it: three tp=6 groups do not fit three nodes of 8 whole."""
+    shape = {"n_layer": 4, "d_model": 384, "n_head": 24}
+    err = _one_line_error(_plan(tmp_path, {"workers": workers, "tp": tp,
+                                           "cluster": {"nodes": 3, "gpus_per_node": per_node}}, [shape]))
+    assert "resources" in err and f"tp={tp} does not divide a node ({per_node} per node)" in err
+
+
+def test_the_search_keeps_tp_to_divisors_of_a_node() -> None:
+    """Two nodes of 6: a 12-worker run may not take tp=4 (three groups of 4 need three nodes)."""
+    shape = Shape(12, 512, 8, 256, 1024)  # tp 1, 2, 4 and 8 divide its heads and its MLP
+    req = Request(shape, "bf16", 12, 48, 1e15, 1e14, 80 * GIB, Machine(2, 6), 0.0)
+    assert {lay.tp for lay, _ in layouts(req)} == {1, 2}
+    assert "tp=4 does not divide a node's 6 ranks" in no_layout_problem(replace(req, tp=4))
 
 
 def test_shapes_tp_cannot_split_are_refused(tmp_path: Path) -> None:
@@ -198,7 +220,9 @@ def _brute_force(req: Request) -> set[tuple[Any, ...]]:
     """Every layout of the request, enumerated independently of `scaling.layout.layouts`."""
     found = set()
     for dp, tp, pp in itertools.product(range(1, 9), repeat=3):
-        if dp * tp * pp != req.workers or tp > req.machine.gpus_per_node or dp > req.sequences:
+        if dp * tp * pp != req.workers or req.machine.gpus_per_node % tp or dp > req.sequences:
+            continue
+        if pp > 1 and req.sequences % dp:  # a pipeline's ranks take equal shares
             continue
         if req.shape.n_head % tp or (4 * req.shape.d_model) % tp:
             continue
@@ -212,6 +236,8 @@ def _brute_force(req: Request) -> set[tuple[Any, ...]]:
             for b in {micro_batch_size(req.sequences, dp, s) for s in range(1, share + 1)
                       if s == share or s & (s - 1) == 0}:
                 m = len(micro_batches(req.sequences, dp, share, b))
+                if pp > 1 and b * m != share:  # ... in equal micro-batches
+                    continue
                 if (chunks > 1 and m % pp) or (pp > 1 and name == "1f1b" and m < pp):
                     continue
                 found.add((dp, tp, pp, strategy, kind, chunks, b, m, name if pp > 1 else "1f1b"))
@@ -267,3 +293,47 @@ def test_communication_time_is_the_cost_models_plus_message_latency() -> None:
             assert ours["dp"] == pytest.approx(model["dp"])
         else:
             assert ours["dp"] > model["dp"]
+
+
+def test_pipeline_layouts_take_equal_shares_in_equal_micro_batches(tmp_path: Path) -> None:
+    """The trainer's pipeline needs every stage's micro-batches of one shape: the search offers no
+    other, and the layout it picks passes the run spec's own check once placed."""
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    req = Request(Shape(8, 512, 8, 256, 512), "bf16", 8, 48, 1e15, 1e14, 80 * GIB, Machine(1, 8), 0.0)
+    piped = [lay for lay, _ in layouts(req) if lay.pp > 1]
+    assert piped and all(48 % lay.dp == 0 and lay.micro_batch * lay.micro_batches == 48 // lay.dp for lay in piped)
+    # micro-batches of at most 5: a share of 12 (dp=4) splits as 3 x 4; shares of 24 and 48 do not split equally
+    capped = [lay for lay, _ in layouts(replace(req, micro_batch_size=5)) if lay.pp > 1]
+    assert {lay.dp for lay in capped} == {4} and {(lay.micro_batch, lay.micro_batches) for lay in capped} == {(4, 3)}
+    shape = {"n_layer": 8, "d_model": 512, "n_head": 8}
+    path = _plan(tmp_path, {"workers": 8, "micro_batch_size": 3, "device_memory_gib": 80,
+                            "cluster": {"nodes": 1, "gpus_per_node": 8}}, [shape])
+    ex = expand(load_plan(path)[0], resolve=False).runs[0].spec.execution  # placed and validated again
+    assert ex.pp == 1 or 64 % (ex.dp * 3) == 0
+
+
+def test_auto_searches_tp_before_judging_dp(tmp_path: Path) -> None:
+    """8 sequences on 16 workers: tp=1 cannot feed them, tp=2 x dp=8 can, and auto finds it."""
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    plan = {"name": "few-seq", "model": {"context": 2048}, "train": {"precision": "bf16", "batch_tokens": 8 * 2048},
+            "resources": {"workers": 16, "gpus_per_worker": 1, "device_memory_gib": 80,
+                          "cluster": {"nodes": 2, "gpus_per_node": 8}},
+            "grid": [{"models": [{"n_layer": 8, "d_model": 1024, "n_head": 16}], "tokens": [1e9]}]}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    ex = expand(load_plan(path)[0], resolve=False).runs[0].spec.execution
+    assert ex.dp <= 8 and ex.tp * ex.pp >= 2
+
+
+def test_reasons_never_show_a_tie_as_a_win() -> None:
+    from scaling.layout import _faster, _seconds_against
+
+    assert _seconds_against(27.61, 27.64) == "27.61 s per step against 27.64 s"
+    assert _seconds_against(8.96, 8.27) == "8.96 s per step against 8.27 s"
+    assert "a tie" in _seconds_against(27.6, 27.6)
+    assert _faster(1.5, 1.0) == "1.50x faster than" and _faster(1.004, 1.0) == "0.4% faster than"
+    assert _faster(1.0, 1.0) == "ties with"
