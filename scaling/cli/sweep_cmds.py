@@ -31,13 +31,13 @@ def plan_cmd(
     from rich.console import Console
 
     from scaling.orchestrator.planning import explain as explain_run
-    from scaling.orchestrator.planning import plan_summary, render_table, to_json
+    from scaling.orchestrator.planning import find_run, plan_summary, render_table, to_json
 
     summary = plan_summary(plan)
     if explain is not None:
         lines = explain_run(summary, explain)
         if format == "json":  # the run's row of the plan, which holds every figure the lines show
-            run = next(r for r in summary["runs"] if r["key"].startswith(explain))
+            run = find_run(summary, explain)
             typer.echo(mask_text(json.dumps({"run": run, "explanation": lines}, indent=2)))
             return
         for line in lines:

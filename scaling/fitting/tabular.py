@@ -54,9 +54,9 @@ def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
     size = p.stat().st_size
     if size > MAX_CSV_BYTES:
         raise FitError(f"{p}: {size / 2**20:.0f} MiB is more than the {MAX_CSV_BYTES >> 20} MiB a CSV may have")
-    sep = sniff_delimiter(p)
-    with open(p, "rb") as fh:
-        n_columns = fh.readline(1 << 20).decode("utf-8", errors="replace").count(sep) + 1
+    head = _header_line(p)
+    sep = delimiter_of(head)
+    n_columns = head.count(sep) + 1
     if n_columns > MAX_CSV_COLUMNS:
         raise FitError(f"{p}: the header has {n_columns:,} columns, more than the {MAX_CSV_COLUMNS} a CSV may have")
     try:
@@ -74,10 +74,13 @@ def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
     return df, sep
 
 
-def sniff_delimiter(path: Path) -> str:
-    """The delimiter occurring most often in the first line (comma when none does)."""
+def _header_line(path: Path) -> str:
     with open(path, "rb") as fh:
-        head = fh.readline(1 << 20).decode("utf-8", errors="replace")
+        return fh.readline(1 << 20).decode("utf-8", errors="replace")
+
+
+def delimiter_of(head: str) -> str:
+    """The delimiter occurring most often in the header line ``head`` (comma when none does)."""
     counts = {d: head.count(d) for d in DELIMITERS}
     best = max(DELIMITERS, key=lambda d: counts[d])
     return best if counts[best] else ","

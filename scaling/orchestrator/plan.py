@@ -387,7 +387,6 @@ class Plan(_Strict):
             if self.simulate is not None and block.branches is not None:
                 raise PlanError(f"{where(source, ('grid', b, 'branches'))}: simulated runs write no checkpoints, so "
                                 "a cooldown branch has no trunk to leave; give the token budgets as `tokens`")
-        for b, block in enumerate(self.grid):
             if block.resources is None:
                 continue
             try:

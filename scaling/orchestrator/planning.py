@@ -202,11 +202,8 @@ def render_table(summary: dict[str, Any]) -> Any:
     return table
 
 
-def explain(summary: dict[str, Any], key: str) -> list[str]:
-    """The lines `scaling plan --explain KEY` prints: the run, its layout's times and every reason.
-
-    ``key`` may be a unique prefix of a run key; raises PlanError when it names no run (or several).
-    """
+def find_run(summary: dict[str, Any], key: str) -> dict[str, Any]:
+    """The run whose key is ``key`` or starts with it; PlanError when that names no run or several."""
     rows = [r for r in summary["runs"] if key and r["key"].startswith(key)]
     if not rows:
         raise PlanError(f"--explain {key!r}: no run of sweep {summary['sweep']} has this key or key prefix")
@@ -214,7 +211,15 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
         shown = ", ".join(r["key"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
         raise PlanError(f"--explain {key!r}: the prefix is ambiguous: {len(rows)} runs of sweep {summary['sweep']} "
                         f"start with it ({shown}); give more of the key")
-    r = rows[0]
+    return rows[0]
+
+
+def explain(summary: dict[str, Any], key: str) -> list[str]:
+    """The lines `scaling plan --explain KEY` prints: the run, its layout's times and every reason.
+
+    ``key`` may be a unique prefix of a run key (:func:`find_run`).
+    """
+    r = find_run(summary, key)
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
              f"{r['workers']} worker(s), {r['precision']}"]
     if "layout" not in r:
