@@ -53,6 +53,8 @@ COLLECTIVES: tuple[str, ...] = (
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv"
 )
 Group = Literal["dp", "tp", "pp"]
+Library = Literal["nccl", "gloo"]
+LIBRARIES: tuple[str, ...] = ("nccl", "gloo")
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 #: The trainer's schedule names (``execution.pp_schedule``) as this model's (schedule, model
@@ -88,15 +90,27 @@ def wire_bytes(kind: str, payload: float, n: int) -> float:
     return float(payload)  # broadcast, reduce, send_recv
 
 
-def latency_steps(kind: str, n: int) -> float:
+def latency_steps(kind: str, n: int, library: Library = "nccl") -> float:
     """Message steps (each paying the latency alpha) of one collective on ``n`` ranks.
 
-    Ring all-reduce 2(n-1); ring all-gather / reduce-scatter and linear scatter / gather (n-1);
-    binomial-tree broadcast and reduce ceil(log2 n); point-to-point 1.
+    ``nccl`` (the textbook algorithms): ring all-reduce 2(n-1); ring all-gather / reduce-scatter
+    and linear scatter / gather (n-1); binomial-tree broadcast and reduce ceil(log2 n);
+    point-to-point 1. ``gloo`` (PyTorch's ProcessGroupGloo on the gloo library) differs where its
+    algorithms do: its all-gather passes each chunk in two halves, 2(n-1); its reduce-scatter is
+    a whole all-reduce, 2(n-1); its reduce is a ring reduce-scatter then a gather at the root, n;
+    its scatter and gather post every message from the root at once, 1.
     """
     _check_kind(kind)
+    _check_library(library)
     if n == 1:
         return 0.0 if kind != "send_recv" else 1.0
+    if library == "gloo":
+        if kind in ("all_reduce", "reduce_scatter", "all_gather"):
+            return 2.0 * (n - 1)
+        if kind == "reduce":
+            return float(n)
+        if kind in ("scatter", "gather"):
+            return 1.0
     if kind == "all_reduce":
         return 2.0 * (n - 1)
     if kind in ("all_gather", "reduce_scatter", "scatter", "gather"):
@@ -106,15 +120,67 @@ def latency_steps(kind: str, n: int) -> float:
     return 1.0
 
 
-def bandwidth_bytes(kind: str, payload: float, n: int) -> float:
+def bandwidth_bytes(kind: str, payload: float, n: int, library: Library = "nccl") -> float:
     """Bytes on the critical path of one collective: what beta multiplies in the alpha-beta model.
 
     As :func:`wire_bytes`, except that a binomial-tree broadcast or reduce passes the whole
-    payload once per tree level (ceil(log2 n) times).
+    payload once per tree level (ceil(log2 n) times). Under ``gloo`` (PyTorch's
+    ProcessGroupGloo on the gloo library): reduce is a ring reduce-scatter followed by a gather
+    at the root, 2(n-1)K/n through the root; reduce-scatter all-reduces the whole input and keeps
+    its own chunk, 2(n-1)K/n like all-reduce.
     """
+    if n > 1 and library == "gloo" and kind in ("reduce", "reduce_scatter"):
+        return 2.0 * (n - 1) * payload / n
     if kind in ("broadcast", "reduce") and n > 1:
-        return latency_steps(kind, n) * payload
+        return latency_steps(kind, n, library) * payload
     return wire_bytes(kind, payload, n)
+
+
+def copy_bytes(kind: str, payload: float, n: int, library: Library = "nccl") -> float:
+    """Bytes a rank copies in its own memory around one collective (what ``Link.copy_beta`` multiplies).
+
+    Zero under ``nccl``. ProcessGroupGloo gathers into a fresh flat buffer and copies it out
+    (all-gather: K; gather: K at the root), and its reduce-scatter clones the input before the
+    all-reduce and copies its chunk out (K + K/n).
+    """
+    _check_kind(kind)
+    _check_library(library)
+    if library != "gloo" or n == 1:
+        return 0.0
+    if kind in ("all_gather", "gather"):
+        return float(payload)
+    if kind == "reduce_scatter":
+        return payload + payload / n
+    return 0.0
+
+
+def host_share(kind: str, n: int, cores: int | None, term: Literal["latency", "bytes"] = "bytes") -> float:
+    """How many times slower a collective's ``term`` runs when its ``n`` ranks share ``cores`` cores of one host.
+
+    A rank copying, reducing or waking up needs a core, so a phase in which ``a`` ranks work at
+    once takes max(1, a / cores) times as long. Every rank wakes up for every collective, so the
+    latency term shares n / cores. For the bytes, rings (all-reduce, all-gather, reduce-scatter,
+    reduce) keep all ``n`` ranks busy; a binomial-tree broadcast doubles its busy ranks each
+    level (the mean over levels); scatter, gather and point-to-point are bound by one rank (the
+    root, or the sender), so sharing costs their bytes nothing. ``None``: a core or device per rank.
+    """
+    _check_kind(kind)
+    if cores is None or n <= cores:
+        return 1.0
+    if term == "latency":
+        return n / cores
+    if kind in ("scatter", "gather", "send_recv"):
+        return 1.0
+    if kind == "broadcast":
+        levels = math.ceil(math.log2(n))
+        busy = [2 * min(2**level, n - 2**level) for level in range(levels)]
+        return sum(max(1.0, b / cores) for b in busy) / levels
+    return n / cores
+
+
+def _check_library(library: str) -> None:
+    if library not in LIBRARIES:
+        raise ValueError(f"unknown collective library {library!r} (use one of {LIBRARIES})")
 
 
 def _check_kind(kind: str) -> None:
@@ -134,10 +200,16 @@ class Link:
     name: str
     alpha: float
     beta: float
+    #: seconds per byte of a rank's own memory copies around a collective (:func:`copy_bytes`)
+    copy_beta: float = 0.0
+    #: whose algorithms run over the link: ``nccl`` (rings and trees) or ``gloo``
+    library: Library = "nccl"
 
     @classmethod
-    def from_bandwidth(cls, name: str, alpha: float, bytes_per_second: float) -> "Link":
-        return cls(name, alpha, 1.0 / bytes_per_second)
+    def from_bandwidth(
+        cls, name: str, alpha: float, bytes_per_second: float, copy_beta: float = 0.0, library: Library = "nccl"
+    ) -> "Link":
+        return cls(name, alpha, 1.0 / bytes_per_second, copy_beta, library)
 
 
 LINKS: dict[str, Link] = {
@@ -145,14 +217,19 @@ LINKS: dict[str, Link] = {
     "pcie": Link.from_bandwidth("pcie", 10e-6, 25e9),  # PCIe Gen4 x16, achievable
     "infiniband": Link.from_bandwidth("infiniband", 10e-6, 50e9),  # NDR 400 Gb/s per GPU
     "roce": Link.from_bandwidth("roce", 15e-6, 25e9),  # 200 Gb/s RoCE per GPU
-    # gloo over TCP loopback, as bench_collectives fitted it on a shared 2-core host
-    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 250e-6, 1.5e9),
+    # gloo over TCP loopback with its own algorithms, as bench_collectives fitted it on a 2-core host
+    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 175e-6, 2.4e9, copy_beta=0.25e-9, library="gloo"),
 }
 
 
-def collective_time(kind: str, payload: float, n: int, link: Link) -> float:
-    """Seconds for one collective: alpha * steps + beta * bytes on the critical path."""
-    return link.alpha * latency_steps(kind, n) + link.beta * bandwidth_bytes(kind, payload, n)
+def collective_time(kind: str, payload: float, n: int, link: Link, cores: int | None = None) -> float:
+    """Seconds for one collective: alpha * steps + beta * bytes on the critical path + copy_beta *
+    bytes copied locally, with the steps, bytes and copies of ``link.library``'s algorithms; times
+    :func:`host_share` when the ``n`` ranks share ``cores`` cores of one host."""
+    lib = link.library
+    latency = link.alpha * latency_steps(kind, n, lib) * host_share(kind, n, cores, "latency")
+    data = link.beta * bandwidth_bytes(kind, payload, n, lib) + link.copy_beta * copy_bytes(kind, payload, n, lib)
+    return latency + data * host_share(kind, n, cores, "bytes")
 
 
 # -- layouts ----------------------------------------------------------------------------

@@ -354,7 +354,8 @@ def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
         link = links[t.group]
         out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, link)
         if t.group == "dp":
-            out["dp"] += t.calls * (messages(req.shape, layout, t) - 1) * link.alpha * latency_steps(t.kind, t.n)
+            extra = messages(req.shape, layout, t) - 1
+            out["dp"] += t.calls * extra * link.alpha * latency_steps(t.kind, t.n, link.library)
     return out
 
 

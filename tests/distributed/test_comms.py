@@ -26,7 +26,9 @@ from scaling.comms import (
     ParallelLayout,
     bubble_fraction,
     collective_time,
+    copy_bytes,
     dp_traffic,
+    host_share,
     in_flight,
     layer_activation_bytes,
     memory_per_rank,
@@ -63,6 +65,44 @@ def test_alpha_beta_time() -> None:
     # Binomial broadcast on 4 ranks: 2 levels, each passing the whole payload.
     assert collective_time("broadcast", 1e6, 4, link) == pytest.approx(2e-5 + 2e-3)
     assert collective_time("gather", 1e6, 4, link) == pytest.approx(3e-5 + 0.75e-3)
+
+
+def test_gloo_algorithms_and_copies() -> None:
+    """gloo's own algorithms as ProcessGroupGloo runs them, against the textbook ones."""
+    link = Link("g", alpha=1e-5, beta=1e-9, copy_beta=2e-9, library="gloo")
+    # reduce-scatter is a whole all-reduce on a clone, then its chunk copied out: K + K/n copied.
+    assert collective_time("reduce_scatter", 1e6, 4, link) == pytest.approx(6e-5 + 1.5e-3 + 2e-9 * 1.25e6)
+    assert collective_time("all_reduce", 1e6, 4, link) == pytest.approx(6e-5 + 1.5e-3)
+    # all-gather passes each chunk in two halves (2(n-1) messages) and copies its flat output.
+    assert collective_time("all_gather", 1e6, 4, link) == pytest.approx(6e-5 + 0.75e-3 + 2e-3)
+    # reduce: ring reduce-scatter then a gather at the root, 2(n-1)K/n through the root in n steps.
+    assert collective_time("reduce", 1e6, 4, link) == pytest.approx(4e-5 + 1.5e-3)
+    # scatter and gather post every message at once: one latency; gather copies K at the root.
+    assert collective_time("scatter", 1e6, 4, link) == pytest.approx(1e-5 + 0.75e-3)
+    assert collective_time("gather", 1e6, 4, link) == pytest.approx(1e-5 + 0.75e-3 + 2e-3)
+    # The tree broadcast is the same algorithm in both libraries.
+    assert collective_time("broadcast", 1e6, 4, link) == pytest.approx(2e-5 + 2e-3)
+    assert copy_bytes("all_gather", 1e6, 4) == 0.0  # nccl copies nothing
+    assert copy_bytes("reduce_scatter", 1e6, 1, "gloo") == 0.0
+    assert LINKS["loopback_gloo"].library == "gloo" and LINKS["nvlink"].library == "nccl"
+    with pytest.raises(ValueError, match="unknown collective library"):
+        copy_bytes("all_gather", 1, 2, "mpi")  # type: ignore[arg-type]
+
+
+def test_ranks_sharing_cores_wait_their_turn() -> None:
+    """n ranks on fewer cores: latency shares n/cores; bytes share as many ranks as work at once."""
+    assert host_share("all_reduce", 4, None) == 1.0 and host_share("all_reduce", 4, 4) == 1.0
+    assert host_share("all_reduce", 4, 2) == 2.0  # a ring keeps every rank busy
+    assert host_share("scatter", 4, 2) == 1.0  # bound by the root
+    assert host_share("scatter", 4, 2, "latency") == 2.0  # but every receiver must wake up
+    # Binomial broadcast on 4 ranks: 2 busy at level 0 (x1 on 2 cores), 4 at level 1 (x2).
+    assert host_share("broadcast", 4, 2) == pytest.approx(1.5)
+    # On 3 ranks both levels keep 2 busy: no slowdown on 2 cores.
+    assert host_share("broadcast", 3, 2) == 1.0
+    link = Link("t", alpha=1e-5, beta=1e-9)
+    shared = collective_time("all_reduce", 1e6, 4, link, cores=2)
+    assert shared == pytest.approx(2 * collective_time("all_reduce", 1e6, 4, link))
+    assert collective_time("scatter", 1e6, 4, link, cores=2) == pytest.approx(2 * 3e-5 + 0.75e-3)
 
 
 def test_bubble_fraction() -> None:
