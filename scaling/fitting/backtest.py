@@ -89,14 +89,14 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
     if distance > 0:
         abs_log = np.abs(np.log(pred / pts["loss"].to_numpy()))
         rates = {"loss": float(np.mean(abs_log)) / distance, "distance": distance}
-        if result["N_opt"] is not None:
-            rates["N"] = abs(math.log(result["N_opt"]["predicted"] / result["N_opt"]["observed"])) / distance
-        else:  # no measured optimum there: how far N* moves when the largest runs are left out
-            C_held = float(np.exp(np.mean(np.log(pts["C"].to_numpy()))))
-            with np.errstate(all="ignore"):
-                moved = math.log(float(np.asarray(refit.optimal(C_held)[0])) / float(np.asarray(law.optimal(C_held)[0])))
-            if math.isfinite(moved):
-                rates["N"] = abs(moved) / distance
+        with np.errstate(all="ignore"):  # an N* that under- or overflows to 0 or inf moves by no finite rate
+            if result["N_opt"] is not None:
+                moved = np.log(np.float64(result["N_opt"]["predicted"]) / result["N_opt"]["observed"])
+            else:  # no measured optimum there: how far N* moves when the largest runs are left out
+                C_held = float(np.exp(np.mean(np.log(pts["C"].to_numpy()))))
+                moved = np.log(np.float64(np.asarray(refit.optimal(C_held)[0])) / np.asarray(law.optimal(C_held)[0]))
+        if np.isfinite(moved):
+            rates["N"] = abs(float(moved)) / distance
         law.extrapolation_ = rates
     result = jsonable(result)
     law.backtest_ = result

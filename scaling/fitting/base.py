@@ -31,6 +31,9 @@ MAX_EXPONENT_RATIO = 10.0
 EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
 #: Prefix of the notes that say the data do not determine a parameter (rewritten by each bootstrap).
 UNDETERMINED = "unreliable: the data do not determine"
+#: Fewer points than this many per fitted parameter leave too few residual degrees of freedom to
+#: test a law or measure its error: a fit of 5 parameters to 6 points reproduces almost any data.
+MIN_POINTS_PER_PARAM = 2
 #: A budget more than this factor outside the measured ones is refused: a power law fitted there
 #: says nothing that far away (Chinchilla extrapolated about 500x; frontier labs 1e3-1e4x).
 MAX_EXTRAPOLATION = 1e6
@@ -151,6 +154,11 @@ class Law:
         exponent moves them by decades without making the law's predictions in range any worse.
         """
         out = []
+        if self.replicates_ is not None and len(self.replicates_):
+            n = len(self.replicates_)
+            ok = int(np.isfinite(np.asarray(self.replicates_, float)).all(axis=1).sum())
+            if ok < MIN_OK_FRACTION * n:
+                out.append(f"the law at all (only {ok} of {n} bootstrap resamples of the points could be refitted)")
         for name, iv in self.intervals().items():
             if name in self.scale_names:
                 dec = orders_of_magnitude(iv)
@@ -163,6 +171,13 @@ class Law:
                     out.append(f"{name} (its 95% bootstrap interval [{lo:.3g}, {hi:.3g}] spans a factor "
                                f"{hi / lo:.3g})")
         return out
+
+    def _check_points(self, n_points: int, n_params: int, what: str) -> None:
+        """Note a law fitted with fewer than :data:`MIN_POINTS_PER_PARAM` points per parameter as unreliable."""
+        if n_points < MIN_POINTS_PER_PARAM * n_params:
+            self.notes_.append(f"unreliable: {n_points} points for the {n_params} parameters of {what} leave "
+                               f"{n_points - n_params} residual degree(s) of freedom (fewer than {MIN_POINTS_PER_PARAM} "
+                               "points per parameter): too few to test the law or measure its error")
 
     def pinned(self) -> dict[str, str]:
         """Parameters sitting at a bound of the fit, with the bound (reported as pinned, no interval).

@@ -47,6 +47,9 @@ VALUE_RANGE = (1e-100, 1e100)
 #: Largest N that is surely not a parameter count (a column in millions or billions).
 N_IN_UNITS = 1e3
 
+#: Losses whose range is below this fraction of the largest do not vary beyond what a training run
+#: resolves (bf16 alone rounds at about 4e-3): there is no dependence on N, D or C to fit.
+MIN_LOSS_SPREAD = 1e-4
 #: Relative disagreement of C with k N D tolerated before a warning.
 FLOPS_TOLERANCE = 0.05
 
@@ -410,6 +413,12 @@ def prepare(
     if has_u:
         points["U"] = grouped["U"].mean()
     points = points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
+    loss = points["loss"].to_numpy(float)
+    if len(loss) > 1 and loss.max() - loss.min() < MIN_LOSS_SPREAD * loss.max():
+        spread = (loss.max() - loss.min()) / loss.max()
+        raise FitError(f"{where}the losses do not vary: the {len(loss)} points' losses (about {loss.max():.6g}) "
+                       f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
+                       "dependence on N, D or C to fit")
     ratio = points["C"] / (points["N"] * points["D"])
     k = SIX if flops_convention == "6N" else float(np.median(ratio))
     notes: list[str] = []

@@ -112,6 +112,9 @@ class FrontierLaw(Law):
         if C is not None and 0 < len(C) < MIN_BUDGETS:
             reasons.append(f"a rests on only {len(C)} budgets: a line through {len(C)} points has no residual to "
                            "test the power law or measure its error by")
+        if not self.params_["alpha_L"] > 0.0:
+            reasons.append(f"the lowest loss does not fall with compute over the kept budgets (alpha_L = "
+                           f"{self.params_['alpha_L']:.3g}): they show no scaling")
         if C is not None and len(C) and float(np.max(C) / np.min(C)) < MIN_C_SPAN:
             reasons.append(f"the kept FLOP values span only a factor {float(np.max(C) / np.min(C)):.3g} "
                            f"(less than {MIN_C_SPAN:g})")
@@ -120,13 +123,17 @@ class FrontierLaw(Law):
                                "do not trust a, b or the frontier it implies")
 
     def bootstrap(self, n: int = 200, seed: int = 0) -> "FrontierLaw":
-        """As :meth:`Law.bootstrap`, and a note when a's interval reaches outside (0, 1)."""
+        """As :meth:`Law.bootstrap`, and a note when a's interval reaches outside (0, 1) or alpha_L's includes 0."""
         super().bootstrap(n, seed)
         self.notes_ = [m for m in self.notes_ if not m.startswith("unreliable: the 95% interval")]
         iv = self.intervals()["a"]
         if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
             self.notes_.append(f"unreliable: the 95% interval of a, [{iv['lo']:.3g}, {iv['hi']:.3g}], reaches outside "
                                "(0, 1): the data do not determine how N_opt grows with C")
+        iv = self.intervals()["alpha_L"]
+        if self.params_["alpha_L"] > 0.0 and math.isfinite(iv["lo"]) and iv["lo"] <= 0.0:
+            self.notes_.append(f"unreliable: the 95% interval of alpha_L, [{iv['lo']:.3g}, {iv['hi']:.3g}], includes 0: "
+                               "the lowest loss need not fall with compute, so the budgets show no scaling")
         return self
 
     @staticmethod

@@ -19,7 +19,9 @@ The standard error is reported on the scale the quantity is fitted in: for a pos
 fitted as a logarithm (``log=True``) ``se_log`` is the SE of its natural log. A linear ``se`` is
 dropped (NaN, with ``se_note``) where the replicates are so heavy-tailed that it disagrees with
 the interval (more than twice the SE a normal law would give that interval), as a linear SE of
-2e6 beside an interval [155, 799] would.
+2e6 beside an interval [155, 799] would; so is ``se_log``, judged the same way on the log scale
+(one replicate at a bound, E = 7e-6 beside an interval [0.98, 2.02], gives an SE of its log of 1.75
+where the interval implies 0.18).
 """
 
 from __future__ import annotations
@@ -77,7 +79,13 @@ def summarise(values: Any, point: float, *, log: bool = False, pinned: str | Non
     else:
         out["se"] = se
     if log:
-        out["se_log"] = float(np.std(np.log(v), ddof=1))
+        se_log = float(np.std(np.log(v), ddof=1))
+        normal_se_log = math.log(hi / lo) / (2 * norm.ppf(1 - q))
+        if se_log <= SE_TAIL_FACTOR * normal_se_log:
+            out["se_log"] = se_log
+        else:
+            out["se_log"] = math.nan
+            out["se_log_note"] = "replicates too heavy-tailed (in log) for an SE"
     return out
 
 

@@ -22,7 +22,8 @@ from scipy.optimize import least_squares
 
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, fit_line
-from scaling.fitting.data import FitData
+from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.frontier import MIN_BUDGETS, MIN_C_SPAN
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
 from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
@@ -88,6 +89,46 @@ class KaplanLaw(Law):
         self._note_bounds()
         pts = data.points
         self.subsets_ = self._subsets(pts["N"].to_numpy(), pts["D"].to_numpy(), pts["C"].to_numpy(), pts["loss"].to_numpy())
+        self._check_points(len(pts), len(JOINT_NAMES), "the joint law L(N, D)")
+        self._check_coverage(pts["C"].to_numpy(float))
+        self._note_single_laws()
+
+    def _check_coverage(self, C: np.ndarray) -> None:
+        """Note as unreliable a joint law whose N* rests on too narrow a range of compute.
+
+        On one IsoFLOP budget N and D move together (D = C / 6N), so alpha_N and alpha_D cannot be
+        told apart; a few budgets spanning a small factor cannot place N* at another budget.
+        """
+        n_budgets = len(np.unique(group_budgets(C)))
+        span = float(C.max() / C.min())
+        reasons = []
+        if n_budgets < MIN_BUDGETS:
+            reasons.append(f"the points hold only {n_budgets} FLOP budget(s) (fewer than {MIN_BUDGETS}; on one budget "
+                           "N and D vary together)")
+        if span < MIN_C_SPAN:
+            reasons.append(f"their FLOP values span only a factor {span:.3g} (less than {MIN_C_SPAN:g})")
+        if reasons:
+            self.notes_.append(f"unreliable: the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
+                               "do not trust N* or the frontier it implies")
+
+    def _note_single_laws(self) -> None:
+        """Note a single-variable law whose exponent says loss does not fall along its variable.
+
+        Such a law is not the one N* comes from (the joint law is), so it is noted, not judged.
+        Kaplan's frontier exponent a_frontier = alpha_C / alpha_N1 lies between 0 and 1 when N*
+        grows slower than C; elsewhere the single-variable laws disagree with each other.
+        """
+        for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
+            v = self.params_[name]
+            if not math.isfinite(v):
+                self.notes_.append(f"not determined: L({law}): {name} could not be fitted to these runs")
+            elif v <= 0:
+                self.notes_.append(f"not determined: L({law}): {name} = {v:.3g} is not positive: loss does not fall "
+                                   f"with {law.split('_')[0]} in these runs")
+        a_frontier = float(self._derived(self.params_)["a_frontier"])
+        if math.isfinite(a_frontier) and not 0.0 < a_frontier < 1.0:
+            self.notes_.append(f"not determined: a_frontier = alpha_C / alpha_N1 = {a_frontier:.3g} is not between 0 "
+                               "and 1: L(C_min) and L(N) disagree (N* comes from the joint law)")
 
     def _validate(self, data: FitData) -> None:
         pts = data.points
@@ -101,13 +142,19 @@ class KaplanLaw(Law):
     def bootstrap(self, n: int = 200, seed: int = 0) -> "KaplanLaw":
         """As :meth:`Law.bootstrap`, and a note for each single-variable law whose exponent the data leave open."""
         super().bootstrap(n, seed)
-        self.notes_ = [m for m in self.notes_ if not m.startswith("not determined: L(")]
+        self.notes_ = [m for m in self.notes_ if not m.startswith("not determined: ")]
+        self._note_single_laws()
         ivs = self.intervals()
         for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
             lo, hi = ivs[name]["lo"], ivs[name]["hi"]
-            if math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
+            if self.params_[name] > 0 and math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
                 self.notes_.append(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
                                    "includes 0 (N* comes from the joint law, judged on its own parameters)")
+        iv = ivs["a_frontier"]
+        a_frontier = self.params_["alpha_C"] / self.params_["alpha_N1"]
+        if 0.0 < a_frontier < 1.0 and math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
+            self.notes_.append(f"not determined: the 95% interval of a_frontier, [{iv['lo']:.3g}, {iv['hi']:.3g}], "
+                               "reaches beyond 0-1 (N* comes from the joint law)")
         return self
 
     def _note_bounds(self) -> None:

@@ -190,6 +190,7 @@ class ChinchillaParametric(Law):
         self.objective_ = obj.single(x)[0]
         self.params_ = _to_params(x)
         self._check_identifiable(pts)
+        self._check_points(len(pts), len(self.param_names), "approach 3")
         for name in ("alpha", "beta"):
             v = self.params_[name]
             if not 0.0 < v < 2.0:  # published fits lie near 0.3; far outside, the data do not pin the law

@@ -81,11 +81,13 @@ class Recommendation:
         for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
-            mark = " (chosen)" if kind == self.chosen else " (unreliable)" if kind in self.unreliable else ""
+            unreliable = kind in self.unreliable
+            mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else " (chosen)" if kind == self.chosen
+                    else " (unreliable)" if unreliable else "")
             cells = [SHORT.get(kind, kind) + mark]
             for q in ("N", "D", "loss"):
-                iv = r[q]
-                cells.append(f"{_num(iv['value'])} [{_num(iv['lo'])}, {_num(iv['hi'])}]")
+                iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
+                cells.append(_num(iv["value"]) if unreliable else f"{_num(iv['value'])} [{_num(iv['lo'])}, {_num(iv['hi'])}]")
             t.add_row(*cells)
         con.print(t)
         if self.chosen:
@@ -100,15 +102,17 @@ class Recommendation:
             con.print(f"agreement: N* spans a factor {a['N_ratio']:.2f}, D* a factor {a['D_ratio']:.2f}, "
                       f"predicted loss {100 * a['loss_spread']:.2f}% across {int(a['n_methods'])} methods")
         c = self.consensus
-        con.print(f"consensus (geometric mean over the reliable methods): N* = {_num(c['N'])}, D* = {_num(c['D'])} "
-                  f"({c['D'] / c['N']:.1f} tokens per parameter)")
+        if c:
+            con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {_num(c['N'])}, "
+                      f"D* = {_num(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
             r = self.run
             con.print(f"concrete run ({self.run_source}): shape {r.get('shape')}, N = {_num(r.get('n_params'))}, "
                       f"lr = {_num(r.get('lr'))}, batch = {_num(r.get('batch_tokens'))} tokens, "
                       f"memory = {_num(r.get('memory_gib'))} GiB per worker, strategy = {r.get('strategy')}")
         if self.next_runs:
-            con.print("runs that would narrow the interval on N* most (see `scaling.fitting.recommend` for the heuristic):")
+            con.print("runs that would narrow approach 3's interval on N* most (see `scaling.fitting.recommend` for the "
+                      "heuristic):")
             for i, cand in enumerate(self.next_runs[:3]):
                 sizes = ", ".join(_num(n) for n in cand["sizes"])
                 con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
@@ -162,15 +166,18 @@ def recommend(
         check_budget(float(compute), data["C"])
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     rec = compare_laws(summary.laws, float(compute), source=summary.source, k=k)
-    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus["N"]
-    if plan is not None or summary.sweep is not None:  # a sweep: its plan's rules, else the defaults
+    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
+    if N_run is not None and (plan is not None or summary.sweep is not None):  # a sweep: its plan's rules, else the defaults
         rec.run, rec.run_source, note = concrete_run(plan, N_run, float(compute) / (k * N_run), float(compute),
                                                      size_run)
         if note:
             rec.notes.append(note)
     if next_runs:
         law3 = summary.laws.get("approach3")
-        if law3 is not None and getattr(law3, "data_", None) is not None and hasattr(law3, "theta_"):
+        if law3 is not None and law3.doubts():
+            rec.notes.append("which runs to add is judged with approach 3, whose fit notes say the data cannot pin it "
+                             "down: no runs suggested")
+        elif law3 is not None and getattr(law3, "data_", None) is not None and hasattr(law3, "theta_"):
             rec.next_runs = candidate_runs(law3, float(compute), c_max, seed)
         else:
             rec.notes.append("which runs to add is judged with approach 3, which is not fitted here")
@@ -205,10 +212,15 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     for kind, law in laws.items():
         try:
             iv = law.optimal_interval(compute)
-        except (ValueError, FloatingPointError, AttributeError):
+        except (ValueError, FloatingPointError, AttributeError) as e:
+            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: it gives no compute-optimal point here ({e})")
             continue
         if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
             rec.per_law[kind] = iv
+        else:
+            values = ", ".join(f"{q} = {iv[q]['value']:.3g}" for q in ("N", "D", "loss"))
+            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: its compute-optimal point at this budget is not "
+                             f"a positive, finite one ({values})")
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
@@ -241,18 +253,21 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     if rec.unreliable and trusted:
         rec.notes.append("the choice, agreement and consensus leave out " + ", ".join(name(kind) for kind in rec.unreliable)
                          + " (its fit notes say the data cannot pin it down)")
-    basis = trusted or list(rec.per_law)
     los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
     his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
     if len(with_interval) > 1:
         rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
-    Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in basis])
-    Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in basis])
-    Ls = np.array([rec.per_law[kind]["loss"]["value"] for kind in basis])
+    if len(trusted) < 2:  # agreement and a consensus need two laws the data determine
+        if not trusted:
+            rec.notes.append("no law is reliable, so there is no agreement or consensus to report")
+        return rec
+    Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in trusted])
+    Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in trusted])
+    Ls = np.array([rec.per_law[kind]["loss"]["value"] for kind in trusted])
     rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
                      "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
     N_c = float(np.exp(np.mean(np.log(Ns))))
-    rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c)}
+    rec.consensus = {"N": N_c, "D": float(compute) / (k * N_c), "n_methods": float(len(Ns))}
     return rec
 
 

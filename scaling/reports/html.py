@@ -272,18 +272,30 @@ def _headline(data: ReportData) -> str:
                         "interval on N* or is reliable.")
     best = rec.per_law[rec.chosen]
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
-    head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-            f"(10× the largest run): {e(label)} recommends N* = {_interval(best['N'])}, "
-            f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
-            f"(95% intervals in brackets). <span class=\"why\">Why this law: {e(rec.chosen_reason)}.</span></div>")
+    if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
+        head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
+                f"(10× the largest run): no law is reliable. {e(label)}, the best determined, gives "
+                f"N* = {_num(best['N']['value'])}, D* = {_num(best['D']['value'])} tokens, predicted loss "
+                f"{_num(best['loss']['value'], 4)}, without intervals. <span class=\"why\">{e(rec.chosen_reason)}."
+                "</span></div>")
+    else:
+        head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
+                f"(10× the largest run): {e(label)} recommends N* = {_interval(best['N'])}, "
+                f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
+                f"(95% intervals in brackets). <span class=\"why\">Why this law: {e(rec.chosen_reason)}.</span></div>")
     rows = []
     for kind, r in rec.per_law.items():
-        status = "chosen" if kind == rec.chosen else ("unreliable: " + rec.unreliable[kind].removeprefix("unreliable: ")
-                                                      if kind in rec.unreliable else "")
+        unreliable = kind in rec.unreliable
+        status = ("chosen" if kind == rec.chosen and not unreliable else
+                  "unreliable: " + rec.unreliable[kind].removeprefix("unreliable: ") if unreliable else "")
+
+        def cell(iv: dict, digits: int = 3) -> str:
+            return _num(iv["value"], digits) if unreliable else _interval(iv, digits)
+
         ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
         rows.append(f"<tr><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
-                    f"<td class=\"num\">{_interval(r['N'])}</td><td class=\"num\">{_interval(r['D'])}</td>"
-                    f"<td class=\"num\">{_num(ratio)}</td><td class=\"num\">{_interval(r['loss'], 4)}</td>"
+                    f"<td class=\"num\">{cell(r['N'])}</td><td class=\"num\">{cell(r['D'])}</td>"
+                    f"<td class=\"num\">{_num(ratio)}</td><td class=\"num\">{cell(r['loss'], 4)}</td>"
                     f"<td>{e(status)}</td></tr>")
     table = ('<table id="recommendations"><thead><tr><th>method</th><th class="num">N*</th><th class="num">D*</th>'
              '<th class="num">D*/N*</th><th class="num">loss</th><th>status</th></tr></thead>'
@@ -295,9 +307,8 @@ def _headline(data: ReportData) -> str:
     if rec.across_laws:
         extra.append(f"Across the reliable laws N* lies in [{_num(rec.across_laws['lo'])}, {_num(rec.across_laws['hi'])}]: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
-    ns = [r["N"]["value"] for r in rec.per_law.values() if r["N"]["value"] and math.isfinite(r["N"]["value"])]
-    if len(ns) > 1:
-        extra.append(f"The methods' N* span a factor of {max(ns) / min(ns):.2g}.")
+    if rec.agreement:
+        extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
     return head + table + "".join(f"<p>{e(x)}</p>" for x in extra)
 
 

@@ -191,6 +191,15 @@ def test_one_nan_loss_aborts_unless_drop_invalid(tmp_path: Path) -> None:
     assert f"{len(df) - 2} points" in out.splitlines()[0]
 
 
+@pytest.mark.parametrize("command", ["fit", "recommend"])
+def test_losses_that_do_not_vary_are_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
+    df = S.isoflop_points(seed=2)
+    df["loss"] = 3.0 + 1e-9 * np.arange(len(df))  # equal to the precision any run reports
+    code, out, err = run_cli(command, "--csv", str(_write(tmp_path, df)), "--bootstrap", "0")
+    assert code == 2 and "the losses do not vary" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 def test_drop_invalid_with_nothing_left_says_so(tmp_path: Path) -> None:
     p = tmp_path / "x.csv"
     p.write_text("N,D,loss\nx,1,2\n1,y,2\n")

@@ -15,6 +15,7 @@ import math
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, FitSummary, KaplanLaw, fit_data, from_frame
@@ -146,13 +147,15 @@ def test_kaplan_replicates_come_from_the_same_procedure_as_the_fit() -> None:
 
 
 # -- 4. SE against skewed replicates -----------------------------------------------------------
-def test_heavy_tailed_replicates_get_no_linear_se_and_log_quantities_a_log_se() -> None:
+def test_heavy_tailed_replicates_get_no_se_on_the_scale_they_are_heavy_tailed_on() -> None:
     rng = np.random.default_rng(1)
     reps = np.exp(rng.normal(np.log(350), 0.4, 300))
-    reps[:6] = 1e9  # a few runaway refits
+    clean = summarise(reps, 350.0, log=True)
+    assert 0.3 < clean["se_log"] < 0.5 and math.isfinite(clean["se"])
+    reps[:6] = 1e9  # a few runaway refits: heavy-tailed in the value and in its log
     iv = summarise(reps, 350.0, log=True)
     assert math.isnan(iv["se"]) and "heavy-tailed" in iv["se_note"]
-    assert 0.3 < iv["se_log"] < 3.0
+    assert math.isnan(iv["se_log"]) and "heavy-tailed" in iv["se_log_note"]
     assert iv["lo"] < 350 < iv["hi"] < 1e4
 
 
@@ -183,3 +186,103 @@ def test_intervals_beyond_the_data_are_widened_by_the_backtest_error() -> None:
     assert restored.optimal_interval(1e21)["N"]["hi"] == pytest.approx(beyond["hi"])
     pred = law.predict_interval([3e9], [5e10])[0]
     assert pred["lo"] < pred["value"] < pred["hi"]
+
+
+# -- 6. data that show no scaling, or too little to show it ---------------------------------
+def _noise_points(seed: int = 0) -> pd.DataFrame:
+    """The synthetic IsoFLOP grid with its losses replaced by noise unrelated to N, D or C."""
+    pts = S.isoflop_points(budgets=np.geomspace(1e18, 1e21, 8), n_sizes=7, seed=seed)
+    pts["loss"] = np.random.default_rng(seed).uniform(3.0, 4.0, len(pts))
+    return pts
+
+
+SHORT_NAMES = {"kaplan": "Kaplan", "approach1": "Chinchilla 1", "approach2": "Chinchilla 2",
+               "approach3": "Chinchilla 3"}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_losses_unrelated_to_compute_give_no_reliable_law(seed: int) -> None:
+    summary = fit_data(from_frame(_noise_points(seed)), n_bootstrap=40, seed=seed,
+                       settings={"approach3": {"grid": "small"}})
+    for kind, law in summary.laws.items():
+        assert law.doubts(), (kind, law.notes_)
+    if "approach2" in summary.laws:
+        assert any("alpha_L" in d for d in summary.laws["approach2"].doubts())
+    rec = recommend(1e22, summary=summary, next_runs=True)
+    assert not rec.consensus and not rec.agreement
+    assert any("no law is reliable" in n for n in rec.notes)
+    assert not rec.next_runs  # approach 3's interval says nothing here, so nothing is suggested from it
+    text = rec.table()
+    assert "consensus (" not in text and "agreement:" not in text
+    assert "(chosen, unreliable)" in text or not rec.chosen
+    for kind in rec.unreliable:  # an unreliable law's row prints its values without an interval
+        row = next(line for line in text.splitlines() if line.lstrip().startswith(SHORT_NAMES[kind]))
+        assert "[" not in row, row
+
+
+@pytest.mark.parametrize("budgets", [[1e19], [1e19, 2e19]])
+def test_kaplan_on_one_or_two_close_budgets_is_unreliable(budgets: list[float]) -> None:
+    """On one IsoFLOP budget N and D move together: the joint law cannot separate alpha_N from alpha_D."""
+    pts = S.isoflop_points(budgets=np.array(budgets), n_sizes=9, seed=0)
+    law = KaplanLaw().fit(from_frame(pts)).bootstrap(40, seed=0)
+    doubts = " ".join(law.doubts())
+    assert f"only {len(budgets)} FLOP budget(s)" in doubts and "span only a factor" in doubts, law.notes_
+    pts = S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 5), n_sizes=9, seed=0)
+    well = KaplanLaw().fit(from_frame(pts)).bootstrap(40, seed=0)
+    assert not well.doubts(), well.notes_  # five budgets over 100x: the same sampling, enough of it
+
+
+def test_kaplan_single_variable_exponents_that_do_not_fall_are_noted() -> None:
+    """On one budget the largest-D run of each size has less data the larger the model: L(N) does not
+    fall, and the compute frontier is a single point (no L(C_min))."""
+    pts = S.isoflop_points(budgets=np.array([1e19]), n_sizes=9, seed=0)
+    law = KaplanLaw().fit(from_frame(pts))
+    assert law.params_["alpha_N1"] <= 0
+    assert any(n.startswith("not determined: L(N):") and "not positive" in n for n in law.notes_), law.notes_
+    assert any(n.startswith("not determined: L(C_min): alpha_C could not be fitted") for n in law.notes_)
+    assert not any(n.startswith("not determined") for n in law.doubts())  # noted, not judged: N* is the joint law's
+    two = KaplanLaw().fit(from_frame(S.isoflop_points(budgets=np.array([1e19, 2e19]), n_sizes=9, seed=0)))
+    a_frontier = two.params_["alpha_C"] / two.params_["alpha_N1"]
+    assert not 0 < a_frontier < 1
+    assert any("a_frontier" in n and "not between 0 and 1" in n for n in two.notes_), two.notes_
+
+
+def test_a_bootstrap_that_mostly_fails_makes_the_law_unreliable() -> None:
+    law = _isoflop(np.geomspace(1e18, 1e20, 5))
+    assert not law.doubts()
+    reps = np.array(law.replicates_, float)
+    reps[: int(0.6 * len(reps))] = np.nan  # as if 60% of the resamples could not be refitted
+    law.replicates_ = reps
+    reasons = law.undetermined()
+    assert any("only 40 of 100 bootstrap resamples" in r for r in reasons), reasons
+
+
+def test_five_parameters_on_six_points_are_not_trusted() -> None:
+    pts = S.isoflop_points(budgets=np.array([1e19, 1e20]), n_sizes=3, seed=0)
+    assert len(pts) == 6
+    law = ChinchillaParametric(grid="small").fit(from_frame(pts))
+    assert any("6 points for the 5 parameters" in d for d in law.doubts()), law.notes_
+
+
+def test_losses_that_do_not_vary_are_refused() -> None:
+    from scaling.errors import FitError
+
+    pts = S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 5), n_sizes=5, seed=0)
+    pts["loss"] = 3.0 + 1e-9 * np.arange(len(pts))
+    with pytest.raises(FitError, match="the losses do not vary"):
+        from_frame(pts)
+    pts["loss"] = 3.0 + 1e-3 * np.arange(len(pts))  # small but measurable differences are fitted
+    assert len(from_frame(pts).points) == len(pts)
+
+
+def test_a_log_se_that_disagrees_with_its_interval_is_not_printed() -> None:
+    """One replicate stuck at a bound (E = 7e-6) beside [0.98, 2.02] must not print an SE of ln E of 1.75."""
+    rng = np.random.default_rng(0)
+    reps = np.exp(rng.normal(np.log(1.5), 0.15, 49))
+    reps = np.append(reps, 7.2e-6)
+    iv = summarise(reps, 1.5, log=True)
+    assert iv["kind"] == "percentile" and iv["lo"] < 1.5 < iv["hi"]
+    assert math.isnan(iv["se_log"]) and "heavy-tailed" in iv["se_log_note"]
+    from scaling.fitting.api import se_text
+
+    assert "(ln)" not in se_text(iv)

@@ -49,6 +49,6 @@ def test_explore_notebook_runs_top_to_bottom(real_sweep, tmp_path: Path, monkeyp
     assert len(plots) >= 4  # loss curves, IsoFLOP slices, frontiers, contour or residuals
     assert (tmp_path / "report.html").stat().st_size > 1_000_000
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
-    assert "consensus N* =" in printed
+    assert "recommended by " in printed and "N* =" in printed
     tables = [o["data"]["text/plain"] for o in outputs if o.output_type == "execute_result"]
     assert any("N value" in t for t in tables)  # the recommendation per law, as a DataFrame
