@@ -43,7 +43,8 @@ class FitError(UserError):
 
 
 class ResourceError(UserError):
-    """A run that cannot fit the available devices or memory under any strategy."""
+    """A run that cannot fit the available devices or memory under any strategy, or a Ray cluster it
+    cannot join."""
 
 
 class TrainingError(UserError):
@@ -70,6 +71,17 @@ _MIN_SECRET = 4  # shorter remembered fragments would mask ordinary words
 _remembered: set[str] = set()
 
 
+def _userinfo_end(url: str, start: int) -> int:
+    """Where the password that begins at ``start`` ends: the "@" before the host (-1 without one).
+
+    The last "@" before the query, else, when a "?" left in the password starts what looks like
+    the query, the last "@" anywhere: masking too much beats printing a password.
+    """
+    query = url.find("?", start)
+    at = url.rfind("@", start, query if query >= 0 else len(url))
+    return at if at >= 0 else url.rfind("@", start)
+
+
 def _secrets_of(url: str) -> set[str]:
     """The password of ``url`` as any parser might cut it (every "@"-separated piece)."""
     from urllib.parse import unquote
@@ -77,8 +89,7 @@ def _secrets_of(url: str) -> set[str]:
     found: set[str] = set()
     m = _USERINFO_START.match(url)
     if m:
-        query = url.find("?", m.end())
-        at = url.rfind("@", m.end(), query if query >= 0 else len(url))
+        at = _userinfo_end(url, m.end())
         if at > m.end():
             found.add(url[m.end() : at])
     for q in _QUERY_SECRET.finditer(url):
@@ -98,8 +109,7 @@ def mask_url(url: str) -> str:
     out = url
     m = _USERINFO_START.match(url)
     if m:
-        query = url.find("?", m.end())
-        at = url.rfind("@", m.end(), query if query >= 0 else len(url))
+        at = _userinfo_end(url, m.end())
         if at >= m.end():
             out = url[: m.end()] + MASK + url[at:]
     return _QUERY_SECRET.sub(lambda q: q.group(1) + MASK, out)

@@ -24,6 +24,8 @@ URL_FORMS = {
     "percent_encoded": ("postgresql+psycopg://postgres:S3cr%40etPW@db.example/x", ["S3cr%40etPW", "S3cr@etPW"]),
     "both": (f"postgresql://u:{PW}@h/db?password={QPW}", [PW, QPW]),
     "no_scheme": (f"://alice:{PW}@db.example/x", [PW]),
+    # SQLAlchemy takes an unencoded "?" as part of the password; it is not the query's start
+    "unencoded_question_mark": ("postgresql+psycopg://bob:S3cr?3tPW@db.example:5432/x", ["S3cr?3tPW", "3tPW"]),
 }
 
 
@@ -81,6 +83,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (f"postgresql+psycopg://postgres@127.0.0.1:1/x?password={QPW}", [QPW]),
     ("postgresql+psycopg://postgres:S3cr%40etPW@127.0.0.1:1/x", ["S3cr%40etPW", "S3cr@etPW"]),
     (f"postgresql+psycopg://postgres:{PW}@127.0.0.1:1/x", [PW]),
+    ("postgresql+psycopg://bob:S3cr?3tPW@127.0.0.1:1/x", ["S3cr?3tPW", "3tPW"]),
 ])
 def test_cli_errors_from_the_real_driver_are_masked(url: str, secrets: list[str]) -> None:
     out = _cli("status", "--db", url)

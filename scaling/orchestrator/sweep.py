@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from scaling import vocab
 from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
-from scaling.errors import DatabaseError, UserError, mask_data, mask_url
+from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome
@@ -50,7 +51,11 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        check_address(address)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise ResourceError(f"--address {address}: cannot join a Ray cluster there ({e})") from None
     else:
         ray.init(
             address="local",
@@ -60,6 +65,28 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
             log_to_driver=False,
             logging_level="WARNING",
         )
+
+
+def check_address(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse an ``--address`` that is not a reachable ``host:port`` before Ray waits on it for good.
+
+    ``auto`` (a cluster started on this machine with ``ray start``) is left to Ray. Ray Client
+    addresses (``ray://``) are refused: the sweep runs its driver on a cluster node's network.
+    """
+    if address == "auto":
+        return
+    if "://" in address:
+        raise ResourceError(f"--address {address}: give the cluster's GCS address as host:port (e.g. 10.0.0.1:6379), "
+                            "not a URL (Ray Client, ray://, is not supported)")
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ResourceError(f"--address {address!r} is not host:port (e.g. 10.0.0.1:6379), or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ResourceError(f"--address {address}: no Ray cluster answers there "
+                            f"({e.strerror or type(e).__name__})") from None
 
 
 def registered_status(url: str, sweep: str) -> dict[str, str]:
@@ -114,8 +141,14 @@ def run_sweep(
     from scaling.db import Store
 
     store = Store(url)
-    register(store, plan, expansion)
-    start_ray(address, plan.resources.num_cpus)
+    start_ray(address, plan.resources.num_cpus)  # before anything is registered: a cluster it cannot join writes nothing
+    try:
+        register(store, plan, expansion)
+    except BaseException:
+        import ray
+
+        ray.shutdown()
+        raise
 
     def schedule(runs: list[Any]) -> SweepOutcome:
         return Scheduler(

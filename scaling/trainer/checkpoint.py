@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from scaling.trainer.lineage import MANIFEST_FILE, PREFIX, checkpoint_root, step_folder, step_of
 from scaling.trainer.runtime import Runtime
@@ -100,6 +101,8 @@ def _read_json(path: Path) -> Any:
         raise CorruptCheckpoint(f"{path.name} is larger than {_MAX_JSON_BYTES} bytes")
     try:
         return json.loads(path.read_text())
+    except RecursionError:
+        raise CorruptCheckpoint(f"{path.name} is nested too deeply to be a manifest") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CorruptCheckpoint(f"{path.name} is not readable JSON: {exc}") from None
 
@@ -412,17 +415,27 @@ def load(
         if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
             raise CorruptCheckpoint(f"{STATE_FILE} holds no trainer state")
         load_sharded(path, model, optimizer)
+        if scaler_state:
+            scaler.load_state_dict(scaler_state)
+        rng = meta.get("rng")
+        if rng is not None:
+            rng = {"cpu": rng["cpu"].cpu(), **({"cuda": [t.cpu() for t in rng["cuda"]]} if "cuda" in rng else {})}
+            set_rng_state(rng)
     except CorruptCheckpoint:
         raise
-    except Exception as exc:  # noqa: BLE001 -- torch raises many types for a bad file
-        raise CorruptCheckpoint(f"cannot load: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
-    if scaler_state:
-        scaler.load_state_dict(scaler_state)
-    rng = meta.get("rng")
-    if rng is not None:
-        rng = {"cpu": rng["cpu"].cpu(), **({"cuda": [t.cpu() for t in rng["cuda"]]} if "cuda" in rng else {})}
-        set_rng_state(rng)
+    # torch raises many types for a bad file; distributed checkpoint's CheckpointException is a BaseException
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001
+        raise CorruptCheckpoint(f"cannot load: {_reason(exc)}") from None
     return meta
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a checkpoint file did not load, without torch's advice to load it unsafely."""
+    text = " ".join(str(exc).split())
+    if "weights_only" in text or "Unpickler" in text:
+        return (f"{type(exc).__name__}: it holds Python objects beyond tensors and plain data, which are never "
+                "loaded (loading them could run code)")
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def _set_aside(path: Path) -> None:

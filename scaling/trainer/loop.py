@@ -43,6 +43,9 @@ ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
 
 #: Ratio-based spike detection waits for this many accepted steps (or the whole window).
 MIN_SPIKE_HISTORY = 10
+#: A run whose final eval loss exceeds ln(vocabulary), what a uniform guess scores, by more than
+#: this many nats diverged (an untrained model starts within a few tenths of ln V).
+DIVERGED_NATS = 1.0
 #: The final train loss is the mean over this many last steps (one step's loss is noisy).
 FINAL_TRAIN_STEPS = 10
 
@@ -501,6 +504,7 @@ class Trainer:
             if self.last_eval is None:  # resumed from the final checkpoint of a finished run
                 self.last_eval = self.evaluate()
             self.rec.flush()
+            self._check_converged()
         except BaseException:
             # The caller (orchestrator or `scaling train`) records the failure and finishes the
             # run; the metrics gathered so far are kept.
@@ -513,6 +517,19 @@ class Trainer:
             if self._own_store and self.rec.store is not None:
                 self.rec.store.close()
         return self.result()
+
+    def _check_converged(self) -> None:
+        """A run that ends worse than a uniform guess diverged: its loss measures the optimiser's
+        failure, not what N parameters learn from D tokens, so it fails instead of reaching the fits."""
+        uniform = math.log(self.spec.model.vocab_size)
+        loss = self.last_eval
+        if loss is not None and math.isfinite(loss) and loss <= uniform + DIVERGED_NATS:
+            return
+        raise TrainingError(
+            f"run {self.key} diverged: its final eval loss {loss:.4g} is above ln({self.spec.model.vocab_size}) = "
+            f"{uniform:.3g}, what a uniform guess scores ({self.overflow_skips} of {self.step} steps skipped for "
+            f"non-finite gradients); lower train.optimizer.lr (now {self.spec.optimizer.lr:g})"
+        )
 
     def result(self) -> TrainResult:
         tokens = self.step * self.tokens_per_step

@@ -180,6 +180,26 @@ def test_sqlite_refused_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not db.exists()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("address, says", [
+    ("127.0.0.1:1", "no Ray cluster answers there"),  # a closed port: Ray itself would wait without end
+    ("garbage", "is not host:port"),
+    ("ray://127.0.0.1:10001", "not a URL"),
+])
+def test_a_cluster_that_cannot_be_joined_is_one_line_and_registers_nothing(
+        address: str, says: str, tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from scaling.db import connect
+
+    plan = tmp_path / "p.yaml"
+    plan.write_text(GOOD)
+    code, err = _run_cli(["sweep", str(plan), "--address", address, "--db", postgres_url], capsys, monkeypatch)
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    with connect(postgres_url) as results:
+        assert len(results.runs()) == 0 and len(results.sweeps()) == 0
+
+
 def test_real_process_exit_code(tmp_path: Path) -> None:
     """The installed console script itself: exit 2 and a single line, no traceback."""
     plan = tmp_path / "p.yaml"

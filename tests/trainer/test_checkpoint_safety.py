@@ -95,7 +95,32 @@ def test_hostile_state_pickle_with_forged_manifest_is_refused(make_spec, registe
     assert not marker.exists()
     assert resumed.status == "completed" and resumed.resumed_from == 8
     (event,) = _corrupt_events(url, spec.key)
-    assert "cannot load" in event["problem"]
+    assert "cannot load" in event["problem"] and "never loaded" in event["problem"]
+    assert "weights_only" not in event["problem"]  # torch's advice to load it unsafely is not passed on
+
+
+@pytest.mark.parametrize("damage", ["truncated_shard", "rng_of_the_wrong_kind", "nested_manifest"])
+def test_damage_that_passes_a_forged_manifest_still_falls_back(make_spec, registered, tmp_path: Path,
+                                                                damage: str) -> None:
+    """What the manifest cannot catch (an attacker rewrote it) fails in the loader: still set aside."""
+    spec, url, latest = _crashed(make_spec, registered, tmp_path)
+    if damage == "truncated_shard":  # distributed checkpoint raises CheckpointException, a BaseException
+        shard = next(latest.glob("*.distcp"))
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size - 64])
+        _forge_manifest(latest)
+    elif damage == "rng_of_the_wrong_kind":  # plain data, loads, but is no generator state
+        state = torch.load(latest / checkpoint.STATE_FILE, weights_only=True)
+        state["meta"]["rng"] = {"cpu": torch.zeros(3)}
+        torch.save(state, latest / checkpoint.STATE_FILE)
+        _forge_manifest(latest)
+    else:  # a manifest nested past Python's recursion limit
+        (latest / checkpoint.MANIFEST_FILE).write_text("[" * 200_000 + "]" * 200_000)
+    resumed = train(spec, url, tmp_path / "run", attempt=2)
+    assert resumed.status == "completed" and resumed.resumed_from == 8
+    (event,) = _corrupt_events(url, spec.key)
+    expected = {"truncated_shard": "cannot load", "rng_of_the_wrong_kind": "cannot load",
+                "nested_manifest": "nested too deeply"}[damage]
+    assert event["checkpoint"] == "step_00000012" and expected in event["problem"], event
 
 
 def test_tampered_json_index_with_forged_manifest_falls_back(make_spec, registered, tmp_path: Path) -> None:

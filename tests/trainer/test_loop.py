@@ -103,6 +103,15 @@ def test_a_run_that_keeps_spiking_fails_with_a_reason(make_spec, registered, tmp
         train(spec, url, tmp_path)
 
 
+def test_a_run_that_ends_worse_than_a_uniform_guess_fails_as_diverged(make_spec, registered, tmp_path: Path) -> None:
+    """lr 30 in fp32 skips most steps for non-finite gradients and ends at tens of thousands of
+    nats: recorded as failed with the reason, so no fit ever sees it."""
+    spec = make_spec(optimizer={"lr": 30.0}, precision="fp32")
+    url = registered(spec)
+    with pytest.raises(TrainingError, match=r"diverged: its final eval loss .* is above ln\(256\)"):
+        train(spec, url, tmp_path)
+
+
 def test_fp16_overflow_skips_the_step_and_halves_the_scale(make_spec, registered_any, tmp_path: Path) -> None:
     spec = make_spec(precision="fp16", tokens=32 * 8 * 8, faults={"overflow_steps": [5]})
     url = registered_any(spec)
