@@ -67,7 +67,8 @@ def parse(text: str, name: str, error: type[UserError]) -> tuple[Any, yaml.Node 
     """The data of the YAML document ``text`` and its root node (None for an empty document).
 
     Raises ``error`` with ``name:line`` for invalid YAML, aliases, deep nesting, a text over
-    :data:`MAX_BYTES`, or a scalar Python cannot hold (a 5000-digit integer, 2021-13-45)."""
+    :data:`MAX_BYTES`, a key repeated in one mapping, or a scalar Python cannot hold (a 5000-digit
+    integer, 2021-13-45)."""
     if len(text) > MAX_BYTES:
         raise error(f"{name}: larger than {MAX_BYTES // 1024} KiB")
     loader = None
@@ -86,4 +87,29 @@ def parse(text: str, name: str, error: type[UserError]) -> tuple[Any, yaml.Node 
     finally:
         if loader is not None:
             loader.dispose()
+    if node is not None:
+        dup = _duplicate_key(node, ())
+        if dup is not None:
+            field, line = dup
+            raise error(f"{name}:{line}: {field}: duplicate key")
     return data, node
+
+
+def _duplicate_key(node: yaml.Node, path: tuple[Any, ...]) -> tuple[str, int] | None:
+    """The dotted path and line of the first key a mapping repeats (PyYAML would keep the last silently)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    return ".".join(str(p) for p in path + (key_node.value,)), key_node.start_mark.line + 1
+                seen.add(key_node.value)
+            found = _duplicate_key(value_node, path + (key_node.value,))
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, path + (i,))
+            if found:
+                return found
+    return None

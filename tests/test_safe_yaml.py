@@ -3,6 +3,7 @@ nesting are capped, odd scalars are one line; all through the real CLI, exit 2, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,19 @@ def test_one_parse_gives_data_and_lines() -> None:
     assert src.line(("grid", 0, "compute", 0)) == 6 and src.line(("anchor_only",)) == 7
     with pytest.raises(PlanError, match="p.yaml:2: train: duplicate key"):
         YamlSource("train: 1\ntrain: 2\n", "p.yaml")
+
+
+@pytest.mark.parametrize("text, field, line", [
+    ("model: {n_layer: 2, d_model: 16, n_head: 4}\ntokens: 20000\ntokens: 40000\n", "tokens", 3),
+    ("optimizer: {lr: 0.03, lr: 0.1}\n", "optimizer.lr", 1),
+    ("grid:\n  - {tokens: [1], tokens: [2]}\n", "grid.0.tokens", 2),
+])
+def test_a_repeated_key_is_refused_in_every_yaml_file(text: str, field: str, line: int, tmp_path: Path) -> None:
+    """Specs and data plans as well as sweep plans: PyYAML alone would keep the last value silently."""
+    with pytest.raises(SpecError, match=rf"s.yaml:{line}: {re.escape(field)}: duplicate key"):
+        safe_yaml.parse(text, "s.yaml", SpecError)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: {n_layer: 2, d_model: 16, n_head: 4, context: 64}\nbatch_tokens: 256\n"
+                    "tokens: 20000\ntokens: 40000\n")
+    got = run_main("train", str(spec), "--dry-run")
+    assert got.code == 2 and "tokens: duplicate key" in got.err and len(got.err.strip().splitlines()) == 1

@@ -334,7 +334,7 @@ class Plan(_Strict):
     train: TrainPlan = TrainPlan()
     resources: ResourcesPlan = ResourcesPlan()
     rules: RulesPlan = RulesPlan()
-    retries: int = Field(default=1, ge=0, description="extra attempts after a run fails")
+    retries: int = Field(default=1, ge=0, le=100, description="extra attempts after a run fails")
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     grid: list[GridBlock] = Field(min_length=1)
     simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training (scaling.trainer.simulate)

@@ -51,7 +51,6 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
     if ray.is_initialized():
         return
     if address:
-        check_address(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level="WARNING")
         except (ConnectionError, ValueError, RuntimeError) as e:
@@ -96,11 +95,10 @@ def registered_status(url: str, sweep: str) -> dict[str, str]:
         return {}  # no database file yet: nothing is registered
     from scaling.db import connect
 
-    try:
-        with connect(url) as results:
-            runs = results.runs(sweep=sweep)
-    except Exception:  # a dry run reports what it can; the real sweep surfaces database errors
-        return {}
+    with connect(url) as results:  # a database it cannot read is refused, as the sweep itself would
+        if sweep not in set(results.sweeps()["sweep"]):  # (reads every table: damage shows here)
+            return {}  # a sweep not registered yet
+        runs = results.runs(sweep=sweep)
     return dict(zip(runs["run_key"], runs["status"])) if len(runs) else {}
 
 
@@ -140,15 +138,11 @@ def run_sweep(
     writable_folder(Path(plan.runs_dir) / plan.name, "runs_dir")
     from scaling.db import Store
 
+    if address:
+        check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
     store = Store(url)
-    start_ray(address, plan.resources.num_cpus)  # before anything is registered: a cluster it cannot join writes nothing
-    try:
-        register(store, plan, expansion)
-    except BaseException:
-        import ray
-
-        ray.shutdown()
-        raise
+    register(store, plan, expansion)
+    start_ray(address, plan.resources.num_cpus)
 
     def schedule(runs: list[Any]) -> SweepOutcome:
         return Scheduler(

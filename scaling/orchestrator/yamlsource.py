@@ -21,20 +21,13 @@ def _lines_of(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
-            if isinstance(key_node, yaml.ScalarNode):
-                if path + (key,) in lines:  # PyYAML would silently keep the last one
-                    raise _Duplicate(key, path, key_node.start_mark.line + 1)
+            if isinstance(key_node, yaml.ScalarNode):  # a repeated key was refused by safe_yaml.parse
                 lines[path + (key,)] = key_node.start_mark.line + 1
                 _lines_of(value_node, path + (key,), lines)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[path + (i,)] = item.start_mark.line + 1
             _lines_of(item, path + (i,), lines)
-
-
-class _Duplicate(Exception):
-    def __init__(self, key: str, path: Path_, line: int) -> None:
-        self.key, self.path, self.line = key, path, line
 
 
 class YamlSource:
@@ -46,11 +39,7 @@ class YamlSource:
         # One composition gives both the data and the lines; aliases, depth and size are bounded.
         self.data, node = safe_yaml.parse(text, name, PlanError)
         if node is not None:
-            try:
-                _lines_of(node, (), self.lines)
-            except _Duplicate as dup:
-                field = ".".join(str(p) for p in dup.path + (dup.key,))
-                raise PlanError(f"{name}:{dup.line}: {field}: duplicate key") from None
+            _lines_of(node, (), self.lines)
 
     @classmethod
     def from_path(cls, path: str | Path) -> "YamlSource":

@@ -163,7 +163,7 @@ class DataSpec(_Frozen):
 class OptimizerSpec(_Frozen):
     """AdamW (no weight decay on norms, biases and embeddings)."""
 
-    lr: float = Field(default=1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0, le=100.0, description="AdamW's peak step size (above 100 every step overflows)")
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     eps: float = Field(default=1e-8, gt=0)
@@ -278,7 +278,7 @@ class LoopSettings(_Frozen):
     checkpoint_interval: int = Field(default=100, gt=0, description="steps")
     keep_checkpoints: int = Field(default=2, gt=0)
     log_interval: int = Field(default=1, gt=0, description="steps between metric rows")
-    threads: int = Field(default=1, gt=0, description="torch threads per worker")
+    threads: int = Field(default=1, gt=0, le=1024, description="torch threads per worker")
     compile: bool = False
 
 

@@ -71,7 +71,7 @@ def test_every_command_names_the_damaged_file(tmp_path: Path, damage: str, scali
     plan = _example_plan(tmp_path)
     commands = [
         ["status"], ["runs"], ["fit"], ["report", "-o", str(tmp_path / "r.html")], ["db", "upgrade"],
-        ["sweep", str(plan), "--no-fit", "--no-report"],
+        ["sweep", str(plan), "--no-fit", "--no-report"], ["sweep", str(plan), "--dry-run"],
     ]
     for args in commands:
         res = scaling(*args, "--db", str(path))
@@ -89,12 +89,13 @@ def test_the_console_script_on_a_damaged_file(tmp_path: Path) -> None:
     _one_line(res, str(path), "file is not a database")
 
 
-def test_db_upgrade_refuses_a_newer_schema(sqlite_url: str, scaling) -> None:  # type: ignore[no-untyped-def]
+def test_db_upgrade_refuses_a_newer_schema(sqlite_url: str, scaling, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     engine = create_engine(sqlite_url)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = 'ffff'"))
     engine.dispose()
-    for args in (["db", "upgrade"], ["status"]):  # the same line from both
+    dry_run = ["sweep", str(_example_plan(tmp_path)), "--dry-run"]  # not a list of runs "to train"
+    for args in (["db", "upgrade"], ["status"], dry_run):  # the same line from each
         _one_line(scaling(*args, "--db", sqlite_url), "schema revision ffff", "newer scaling")
 
 
