@@ -251,8 +251,10 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
             rec.chosen_reason = (f"no law is reliable; {name(rec.chosen)} has the narrowest 95% interval on N*, "
                                  "but its fit notes say the data cannot pin it down")
     if rec.unreliable and trusted:
-        rec.notes.append("the choice, agreement and consensus leave out " + ", ".join(name(kind) for kind in rec.unreliable)
-                         + " (its fit notes say the data cannot pin it down)")
+        what = "the choice, agreement and consensus leave out " if len(trusted) > 1 else "the choice leaves out "
+        whose = "their fit notes say" if len(rec.unreliable) > 1 else "its fit notes say"
+        rec.notes.append(what + ", ".join(name(kind) for kind in rec.unreliable)
+                         + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)")
     los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
     his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
     if len(with_interval) > 1:

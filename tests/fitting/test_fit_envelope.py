@@ -115,4 +115,4 @@ def test_recommend_keeps_a_law_the_data_cannot_pin_down_out_of_the_consensus() -
     assert set(rec.per_law) == {"approach1", "approach2"}  # still listed
     assert rec.chosen == "approach2"
     assert not rec.consensus and not rec.agreement  # one law the data determine: nothing to agree or average
-    assert any("leave out Chinchilla 1" in n for n in rec.notes)
+    assert any("the choice leaves out Chinchilla 1" in n for n in rec.notes)  # one reliable law: no agreement
