@@ -34,11 +34,30 @@ UNDETERMINED = "unreliable: the data do not determine"
 #: Fewer points than this many per fitted parameter leave too few residual degrees of freedom to
 #: test a law or measure its error: a fit of 5 parameters to 6 points reproduces almost any data.
 MIN_POINTS_PER_PARAM = 2
+#: Fewer FLOP budgets than this leave a law across budgets no residual to measure its error by.
+MIN_BUDGETS = 3
+#: Budgets spanning less than this factor in compute cannot measure how a law changes with it.
+MIN_C_SPAN = 3.0
 #: A budget more than this factor outside the measured ones is refused: a power law fitted there
 #: says nothing that far away (Chinchilla extrapolated about 500x; frontier labs 1e3-1e4x).
 MAX_EXTRAPOLATION = 1e6
 
 __all__ = ["LEVEL", "Law", "NotFittedError", "Params", "fit_line", "summarise"]
+
+
+def coverage_reasons(n_budgets: int, C: np.ndarray, why_few: str) -> list[str]:
+    """Why FLOP budgets this few, or this close together, cannot show how a law scales with compute.
+
+    Shared by every law fitted across budgets, so that all of them judge coverage alike;
+    ``why_few`` says what too few budgets cost the law in question.
+    """
+    C = np.asarray(C, float)
+    reasons = []
+    if 0 < n_budgets < MIN_BUDGETS:
+        reasons.append(f"only {n_budgets} FLOP budget(s) (fewer than {MIN_BUDGETS}: {why_few})")
+    if C.size and float(C.max() / C.min()) < MIN_C_SPAN:
+        reasons.append(f"the FLOP values span only a factor {float(C.max() / C.min()):.3g} (less than {MIN_C_SPAN:g})")
+    return reasons
 
 
 class NotFittedError(RuntimeError):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, Params, fit_line
+from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
 
 
 def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -59,10 +59,6 @@ def loss_frontier(logC: np.ndarray, L: np.ndarray) -> tuple[float, float, float]
 A_PLAUSIBLE = (0.1, 0.9)
 #: Fewer distinct model sizes deciding the kept optima cannot measure a slope.
 MIN_SIZES = 3
-#: Kept budgets spanning less than this factor in compute cannot measure a slope.
-MIN_C_SPAN = 3.0
-#: Fewer kept budgets than this leave a line through the optima no residual to measure its error by.
-MIN_BUDGETS = 3
 #: With fewer kept budgets than this, E_L is not fitted (held at 0; see :func:`loss_frontier`).
 MIN_BUDGETS_E = 4
 
@@ -92,9 +88,10 @@ class FrontierLaw(Law):
 
         N_opt must grow with C but slower than C (else D_opt shrinks): a outside (0, 1) is
         impossible, and outside :data:`A_PLAUSIBLE` implausible (published values lie in about
-        0.45-0.9). Independently of the value, budgets spanning less than :data:`MIN_C_SPAN` in
-        compute, or optima decided by fewer than :data:`MIN_SIZES` distinct model sizes, cannot
-        measure a slope, however tight its bootstrap interval looks.
+        0.45-0.9). Independently of the value, too few budgets or budgets spanning too little
+        compute (:func:`~scaling.fitting.base.coverage_reasons`), or optima decided by fewer than
+        :data:`MIN_SIZES` distinct model sizes, cannot measure a slope, however tight its bootstrap
+        interval looks.
         """
         if C is not None and len(C) < MIN_BUDGETS_E:
             self.pinned_["E_L"] = f"fixed at 0 (not fitted with fewer than {MIN_BUDGETS_E} budgets)"
@@ -109,15 +106,12 @@ class FrontierLaw(Law):
         if sizes is not None and np.unique(np.asarray(sizes, float)).size < MIN_SIZES:
             reasons.append(f"the kept optima come from {np.unique(np.asarray(sizes, float)).size} model size(s) "
                            f"(fewer than {MIN_SIZES})")
-        if C is not None and 0 < len(C) < MIN_BUDGETS:
-            reasons.append(f"a rests on only {len(C)} budgets: a line through {len(C)} points has no residual to "
-                           "test the power law or measure its error by")
         if not self.params_["alpha_L"] > 0.0:
             reasons.append(f"the lowest loss does not fall with compute over the kept budgets (alpha_L = "
                            f"{self.params_['alpha_L']:.3g}): they show no scaling")
-        if C is not None and len(C) and float(np.max(C) / np.min(C)) < MIN_C_SPAN:
-            reasons.append(f"the kept FLOP values span only a factor {float(np.max(C) / np.min(C)):.3g} "
-                           f"(less than {MIN_C_SPAN:g})")
+        if C is not None:
+            reasons += coverage_reasons(len(C), C, "a line through the optima has no residual to test the power "
+                                        "law or measure its error by")
         if reasons:
             self.notes_.append(f"unreliable: the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
                                "do not trust a, b or the frontier it implies")

@@ -21,9 +21,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, Params, fit_line
+from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
 from scaling.fitting.data import FitData, group_budgets
-from scaling.fitting.frontier import MIN_BUDGETS, MIN_C_SPAN
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
 from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
@@ -99,14 +98,7 @@ class KaplanLaw(Law):
         On one IsoFLOP budget N and D move together (D = C / 6N), so alpha_N and alpha_D cannot be
         told apart; a few budgets spanning a small factor cannot place N* at another budget.
         """
-        n_budgets = len(np.unique(group_budgets(C)))
-        span = float(C.max() / C.min())
-        reasons = []
-        if n_budgets < MIN_BUDGETS:
-            reasons.append(f"the points hold only {n_budgets} FLOP budget(s) (fewer than {MIN_BUDGETS}; on one budget "
-                           "N and D vary together)")
-        if span < MIN_C_SPAN:
-            reasons.append(f"their FLOP values span only a factor {span:.3g} (less than {MIN_C_SPAN:g})")
+        reasons = coverage_reasons(len(np.unique(group_budgets(C))), C, "on one budget N and D vary together")
         if reasons:
             self.notes_.append(f"unreliable: the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
                                "do not trust N* or the frontier it implies")
@@ -151,7 +143,7 @@ class KaplanLaw(Law):
                 self.notes_.append(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
                                    "includes 0 (N* comes from the joint law, judged on its own parameters)")
         iv = ivs["a_frontier"]
-        a_frontier = self.params_["alpha_C"] / self.params_["alpha_N1"]
+        a_frontier = iv["value"]
         if 0.0 < a_frontier < 1.0 and math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
             self.notes_.append(f"not determined: the 95% interval of a_frontier, [{iv['lo']:.3g}, {iv['hi']:.3g}], "
                                "reaches beyond 0-1 (N* comes from the joint law)")

@@ -55,7 +55,7 @@ def test_well_sampled_grid_is_not_flagged() -> None:
 
 def test_two_budget_isoflop_does_not_pretend_to_a_tight_exponent() -> None:
     law = _isoflop(np.array([1e19, 1e20]))
-    assert any("rests on only 2 budgets" in d for d in law.doubts())
+    assert any("only 2 FLOP budget(s)" in d for d in law.doubts())
     good = _isoflop(np.geomspace(1e18, 1e20, 5))
     assert not good.doubts(), good.notes_
     rec = compare_laws({"approach2": law, "kaplan": good}, 1e21)  # any second, reliable law
