@@ -101,6 +101,23 @@ class SweepOutcome:
         return not self.failed and not self.interrupted
 
 
+def run_needs(run: PlannedRun) -> tuple[float, float]:
+    """CPUs and GPUs a run holds while it trains (every worker's share)."""
+    e = run.spec.execution
+    return e.cpus_per_worker * e.workers, e.gpus_per_worker * e.workers
+
+
+def capacity_error(run: PlannedRun, cpus: float, gpus: float | None = None, where: str = "the Ray cluster") -> str | None:
+    """Why a run can never start where ``cpus`` CPUs and ``gpus`` GPUs are (None when it can; GPUs unchecked if None)."""
+    need_cpu, need_gpu = run_needs(run)
+    if need_cpu <= cpus and (gpus is None or need_gpu <= gpus):
+        return None
+    need = f"{need_cpu:g} CPUs" + (f" and {need_gpu:g} GPUs" if gpus is not None else "")
+    has = f"{cpus:g} CPUs" + (f" and {gpus:g} GPUs" if gpus is not None else "")
+    return (f"run {run.key} needs {need} ({run.spec.execution.workers} workers) but {where} has {has}; "
+            "lower resources.workers or cpus_per_worker")
+
+
 class Scheduler:
     """Trains the runs of one sweep on the Ray the caller has initialized."""
 
@@ -217,13 +234,9 @@ class Scheduler:
     def _check_fits_cluster(self) -> None:
         cpus, gpus = self._cluster_capacity()
         for s in self.states:
-            need_cpu, need_gpu = self._needs(s.run)
-            if need_cpu > cpus or need_gpu > gpus:
-                raise ResourceError(
-                    f"run {s.key} needs {need_cpu:g} CPUs and {need_gpu:g} GPUs "
-                    f"({s.run.spec.execution.workers} workers) but the Ray cluster has {cpus:g} CPUs "
-                    f"and {gpus:g} GPUs; lower resources.workers or cpus_per_worker"
-                )
+            too_big = capacity_error(s.run, cpus, gpus)
+            if too_big:
+                raise ResourceError(too_big)
             if placement.needs_node_bundles(s.run.spec):
                 self._check_fits_a_node(s)
 
@@ -249,11 +262,6 @@ class Scheduler:
     def _work_left(self) -> bool:
         return bool(self._in_flight) or any(s.state in (QUEUED, WAITING, RESERVING) for s in self.states)
 
-    @staticmethod
-    def _needs(run: PlannedRun) -> tuple[float, float]:
-        e = run.spec.execution
-        return e.cpus_per_worker * e.workers, e.gpus_per_worker * e.workers
-
     def _cluster_capacity(self) -> tuple[float, float]:
         import ray
 
@@ -271,14 +279,14 @@ class Scheduler:
         self._resolve_dependencies()
         cpus, gpus = self._cluster_capacity()
         busy = list(self._in_flight.values()) + [r[0] for r in self._reserving.values()]
-        used_cpu = sum(self._needs(s.run)[0] for s in busy)
-        used_gpu = sum(self._needs(s.run)[1] for s in busy)
+        used_cpu = sum(run_needs(s.run)[0] for s in busy)
+        used_gpu = sum(run_needs(s.run)[1] for s in busy)
         for s in self.states:
             if s.state != QUEUED or s.blocked:
                 continue
             if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
-            need_cpu, need_gpu = self._needs(s.run)
+            need_cpu, need_gpu = run_needs(s.run)
             if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
                 continue  # a smaller run later in the queue may still fit
             if s.run.spec.execution.workers > 1:

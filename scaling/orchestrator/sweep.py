@@ -21,7 +21,7 @@ from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
-from scaling.orchestrator.scheduler import Scheduler, SweepOutcome
+from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.trainer.rundir import writable_folder
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
@@ -64,6 +64,19 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
             log_to_driver=False,
             logging_level="WARNING",
         )
+
+
+def check_local_cpus(expansion: Expansion, num_cpus: Optional[int]) -> None:
+    """Refuse, before anything is registered, a run that needs more CPUs than the local Ray will have.
+
+    A cluster's capacity is known only once joined; the scheduler checks it there.
+    """
+    cpus = float(num_cpus or os.cpu_count() or 1)
+    for run in expansion.runs:
+        too_big = capacity_error(run, cpus, where=f"the local Ray (resources.num_cpus: {num_cpus})" if num_cpus
+                                 else "this machine")
+        if too_big:
+            raise ResourceError(too_big)
 
 
 def check_address(address: str, timeout_s: float = 10.0) -> None:
@@ -128,6 +141,8 @@ def run_sweep(
             f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
             f"{mask_url(url)!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
         )
+    if not address:
+        check_local_cpus(expansion, plan.resources.num_cpus)
     for note in expansion.notes:
         echo(f"note: {note}")
     if dry_run:

@@ -184,6 +184,20 @@ def test_sqlite_refused_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not db.exists()
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_run_bigger_than_the_local_ray_is_refused_before_registering(
+        dry_run: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(GOOD.replace("workers: 1", "workers: 1\n  num_cpus: 2\n  cpus_per_worker: 3")
+                    + "runs_dir: " + str(tmp_path / "runs") + "\n")
+    db = tmp_path / "x.db"
+    code, err = _run_cli(["sweep", str(plan), "--db", f"sqlite:///{db}"] + (["--dry-run"] if dry_run else []),
+                         capsys, monkeypatch)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "needs 3 CPUs" in err and "resources.num_cpus: 2" in err and "cpus_per_worker" in err, err
+    assert not db.exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("address, says", [
     ("127.0.0.1:1", "no Ray cluster answers there"),  # a closed port: Ray itself would wait without end
