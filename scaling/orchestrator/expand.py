@@ -59,6 +59,14 @@ def _resolve_data(spec: RunSpec) -> RunSpec:
     return resolve_data(spec)
 
 
+def _data_error(source: Optional[YamlSource], exc: UserError) -> PlanError:
+    """The data section's error at its line, its field named once (the message may name it already)."""
+    place, msg = where(source, ("data",)), str(exc)
+    if msg.startswith("data"):
+        place = place.removesuffix(": data")
+    return PlanError(f"{place}: {msg}")
+
+
 def _data_vocab(plan: Plan, source: Optional[YamlSource]) -> Optional[int]:
     """The tokenizer's vocabulary (its tokens prepared once), or None for byte-level or token-file data."""
     from scaling.trainer.data import tokenizer_vocab_size
@@ -66,7 +74,7 @@ def _data_vocab(plan: Plan, source: Optional[YamlSource]) -> Optional[int]:
     try:
         return tokenizer_vocab_size(plan.data)
     except UserError as exc:
-        raise PlanError(f"{where(source, ('data',))}: {exc}") from None
+        raise _data_error(source, exc) from None
 
 
 def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True) -> Expansion:
@@ -121,7 +129,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
             try:
                 spec = _resolve_data(spec)
             except UserError as exc:
-                raise PlanError(f"{where(source, ('data',))}: {exc}") from None
+                raise _data_error(source, exc) from None
             data_resolved = spec.data
         return PlannedRun(
             spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),

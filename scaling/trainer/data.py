@@ -201,11 +201,16 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
     else:  # tokens
         assert path_ is not None
         path = Path(path_).expanduser()
+        if path.exists() and not path.is_file():
+            raise SpecError(f"data.path: {path} is not a regular file (a folder, device or pipe); give a token file")
         if not path.is_file():
             raise SpecError(f"data.path: token file not found: {path}")
         itemsize = np.dtype(dtype).itemsize
-        if path.stat().st_size % itemsize:
+        size = path.stat().st_size
+        if size % itemsize:
             raise SpecError(f"data.path: {path} is not a whole number of {dtype} tokens")
+        if size < 4 * itemsize:  # an empty file cannot even be mapped
+            raise SpecError(f"data.path: {path} holds only {size // itemsize} tokens; a corpus needs at least 4")
         tokens = np.memmap(path, dtype=dtype, mode="r")
         fingerprint = file_sha256(path)
         files = (str(path),)

@@ -57,6 +57,7 @@ def from_json(raw: bytes, where: str) -> "Tokenizer":
         raise SpecError(f"{where} is not JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise SpecError(f"{where} is not a Hugging Face tokenizer.json (no 'model' section)")
+    _check_ids(data, where)
     try:
         tok = _tokenizers().Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # the library's own parse error: a malformed tokenizer
@@ -65,6 +66,22 @@ def from_json(raw: bytes, where: str) -> "Tokenizer":
     if not 1 < vocab <= MAX_VOCAB:
         raise SpecError(f"{where} has a vocabulary of {vocab} tokens; between 2 and {MAX_VOCAB} are supported")
     return tok
+
+
+def _check_ids(data: dict, where: str) -> None:
+    """Refuse a token id outside [0, MAX_VOCAB) before the library sees it.
+
+    The library sizes its id tables by the largest id, not by how many tokens there are: one
+    entry with id 2**31 in a 300-token file would cost gigabytes to load and serialise.
+    """
+    vocab = data["model"].get("vocab")
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    added = data.get("added_tokens")
+    if isinstance(added, list):
+        ids += [t.get("id") for t in added if isinstance(t, dict)]
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < MAX_VOCAB:
+            raise SpecError(f"{where} has a token id {str(i)[:40]}, outside 0..{MAX_VOCAB - 1}")
 
 
 def train_bpe(

@@ -115,6 +115,16 @@ def test_corpus_checks_name_the_field(make_spec, tmp_path: Path) -> None:
         resolve_data(spec)
 
 
+@pytest.mark.parametrize("case", ["empty", "folder", "device"])
+def test_a_token_file_that_holds_nothing_is_one_line(case: str, tmp_path: Path) -> None:
+    path = {"empty": tmp_path / "empty.bin", "folder": tmp_path, "device": Path("/dev/zero")}[case]
+    if case == "empty":
+        path.touch()
+    expected = {"empty": "holds only 0 tokens", "folder": "is not a regular file", "device": "is not a regular file"}
+    with pytest.raises(SpecError, match=expected[case]):
+        load_corpus(DataSpec(source="tokens", path=str(path), dtype="uint16"))
+
+
 def test_eval_windows_are_fixed_and_held_out() -> None:
     corpus = load_corpus(DataSpec())
     rows = eval_windows(corpus, 64, 1000)

@@ -220,7 +220,8 @@ def test_bad_corpora_are_one_line(case: str, tmp_path: Path, monkeypatch: pytest
     assert not prep.tokens_root().exists() or not any(prep.tokens_root().iterdir())  # nothing half-written
 
 
-@pytest.mark.parametrize("case", ["not json", "deeply nested", "no model", "bad model", "too large"])
+@pytest.mark.parametrize("case", ["not json", "deeply nested", "no model", "bad model", "too large", "huge id",
+                                  "huge added id"])
 def test_hostile_tokenizer_files_are_refused(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              corpus_dir: Path) -> None:
     path = tmp_path / "tokenizer.json"
@@ -231,12 +232,19 @@ def test_hostile_tokenizer_files_are_refused(case: str, tmp_path: Path, monkeypa
     elif case == "no model":
         path.write_text('{"version": "1.0"}')
     elif case == "bad model":
-        path.write_text('{"model": {"type": "BPE", "vocab": {"a": 99999999999}, "merges": []}}')
+        path.write_text('{"model": {"type": "NoSuchModel", "vocab": {"a": 0}, "merges": []}}')
+    elif case == "huge id":  # the library would size its tables by the id: gigabytes for a 300-token file
+        path.write_text('{"model": {"type": "BPE", "vocab": {"a": 0, "b": 2147483648}, "merges": []}}')
+    elif case == "huge added id":
+        path.write_text('{"added_tokens": [{"id": 5000000, "content": "<x>"}], '
+                        '"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}')
     else:
         with open(path, "wb") as fh:  # sparse: 65 MiB on paper, nothing read
             fh.truncate(65 << 20)
     expected = {"not json": "is not JSON", "deeply nested": "is not JSON", "no model": "no 'model' section",
-                "bad model": "is not a valid tokenizer", "too large": "more than the 64 MiB allowed"}[case]
+                "bad model": "is not a valid tokenizer", "too large": "more than the 64 MiB allowed",
+                "huge id": "has a token id 2147483648, outside 0..1048575",
+                "huge added id": "has a token id 5000000, outside"}[case]
     with pytest.raises(SpecError, match=re.escape(expected)):
         hf.load(path)
     got = run_main("data", "prepare", "--path", str(corpus_dir), "--tokenizer", str(path))
@@ -316,7 +324,7 @@ def test_a_plan_takes_its_vocabulary_from_the_tokenizer(tmp_path: Path, corpus_d
     text = missing.read_text().replace("train: bpe\n    vocab_size: 300", f"path: {tmp_path / 'none.json'}")
     missing.write_text(text)
     got = run_main("plan", str(missing))
-    assert got.code == 2 and "data: data.tokenizer.path: tokenizer file not found" in got.err
+    assert got.code == 2 and ": data.tokenizer.path: tokenizer file not found" in got.err and "data: data." not in got.err
 
 
 def test_scaling_train_on_bpe_tokens_counts_n_and_flops_with_that_vocabulary(
