@@ -67,6 +67,7 @@ _SECRET_KEYS = {"password", "passwd", "pwd", "passphrase", "secret", "token", "a
 # A host name never holds "@": "x@host" in a driver's message is the tail of a password whose
 # "@" was not percent-encoded, cut off by the URL parser.
 _USERINFO_TAIL = re.compile(r"(['\"])[^'\"\s]*@(?=[^'\"\s]*['\"])")
+_AT_BEFORE_HOST = re.compile(r"@(?=[A-Za-z0-9.\-_%\[\]:]*(?:[/?#]|$))")
 _MIN_SECRET = 4  # shorter remembered fragments would mask ordinary words
 _remembered: set[str] = set()
 
@@ -74,12 +75,12 @@ _remembered: set[str] = set()
 def _userinfo_end(url: str, start: int) -> int:
     """Where the password that begins at ``start`` ends: the "@" before the host (-1 without one).
 
-    The last "@" before the query, else, when a "?" left in the password starts what looks like
-    the query, the last "@" anywhere: masking too much beats printing a password.
+    A host never holds "@", but an unencoded password may hold "@", "?", "#" or "/": the end is
+    the last "@" that a plausible host follows (up to "/", "?", "#" or the end). An "@" in the
+    query may be taken for it, hiding the host too: masking too much beats printing a password.
     """
-    query = url.find("?", start)
-    at = url.rfind("@", start, query if query >= 0 else len(url))
-    return at if at >= 0 else url.rfind("@", start)
+    ends = [m.start() for m in _AT_BEFORE_HOST.finditer(url, start)]
+    return ends[-1] if ends else url.rfind("@", start)
 
 
 def _secrets_of(url: str) -> set[str]:
@@ -136,5 +137,6 @@ def mask_data(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [mask_data(v) for v in obj]
     if isinstance(obj, str):
-        return mask_text(obj)
+        # a value that is a URL is masked whole: its password may hold a space, which ends a URL in text
+        return mask_text(mask_url(obj) if re.match(_SCHEME, obj) else obj)
     return obj
