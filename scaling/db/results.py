@@ -16,6 +16,7 @@ from sqlalchemy import Select, func, select
 
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.engine import retrying
+from scaling.db.conflicts import refuse_changed_points
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep
 from scaling.errors import NotFoundError, mask_url
 from scaling.vocab import RUNNING, STATUSES
@@ -84,6 +85,12 @@ class Results(Database):
 
     def _id_of_sweep(self, name: str) -> int:
         return self._read(lambda conn: self._sweep_id(conn, name))
+
+    def check_points(self, sweep: str, records: Iterable[dict[str, Any]]) -> None:
+        """Raise PlanError if registering ``records`` (``RunSpec.record()``) in ``sweep`` would retrain a
+        point it holds under another key, as a plan's sweep refuses (:mod:`scaling.db.conflicts`)."""
+        recs = list(records)
+        self._read(lambda conn: refuse_changed_points(conn, self._sweep_id(conn, sweep), sweep, recs))
 
     # -- sweeps ------------------------------------------------------------------------------
     def sweep_name(self, sweep: Optional[str] = None) -> str:

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from scaling import vocab
 from scaling.db.claimant import claimant_is_dead
+from scaling.db.conflicts import refuse_changed_points
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.jsonvalues import check_json
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep, utcnow
@@ -124,6 +125,7 @@ class Store(Database):
         plan: Any = None,
         params_convention: str = "non_embedding",
         flops_convention: str = "6N",
+        one_per_point: bool = False,
     ) -> list[str]:
         """Create ``sweep`` if new and a pending run per record whose key it lacks; return the new keys.
 
@@ -131,7 +133,9 @@ class Store(Database):
         ``trunk_tokens`` (the tokens it inherits), so compute is counted once.
         Runs already in the sweep, whatever their status, are left untouched (a completed run
         is never redone). A sweep keeps the conventions it was created with: registering with
-        different ones raises :class:`~scaling.errors.PlanError`.
+        different ones raises :class:`~scaling.errors.PlanError`. With ``one_per_point`` (a plan's
+        sweep), a new run on a point the sweep holds under another key raises it too
+        (:mod:`scaling.db.conflicts`); ad-hoc runs, such as an lr probe of one model, may share one.
         """
         if not sweep or not str(sweep).strip():
             raise PlanError("a sweep needs a non-empty name")
@@ -173,6 +177,8 @@ class Store(Database):
             new = [k for k in recs if k not in existing]
             if new:
                 now = utcnow()
+                if one_per_point:
+                    refuse_changed_points(conn, sid, sweep, [recs[k] for k in new])
                 conn.execute(
                     self._insert(Run).on_conflict_do_nothing(index_elements=[Run.sweep_id, Run.key]),
                     [_run_values(sid, recs[k], now) for k in new],

@@ -101,8 +101,12 @@ def check_address(address: str, timeout_s: float = 10.0) -> None:
                             f"({e.strerror or type(e).__name__})") from None
 
 
-def registered_status(url: str, sweep: str) -> dict[str, str]:
-    """Status of each run the database already holds for ``sweep`` (empty if no database yet)."""
+def registered_status(url: str, sweep: str, expansion: Optional[Expansion] = None) -> dict[str, str]:
+    """Status of each run the database already holds for ``sweep`` (empty if no database yet).
+
+    With ``expansion``, its new runs are checked as registering them would be (a point the sweep
+    holds under another key is refused), so a dry run says what the sweep would.
+    """
     path = sqlite_path(url)
     if is_sqlite(url) and (path is None or not path.is_file()):
         return {}  # no database file yet: nothing is registered
@@ -112,6 +116,9 @@ def registered_status(url: str, sweep: str) -> dict[str, str]:
         if sweep not in set(results.sweeps()["sweep"]):  # (reads every table: damage shows here)
             return {}  # a sweep not registered yet
         runs = results.runs(sweep=sweep)
+        if expansion is not None:
+            held = set(runs["run_key"])
+            results.check_points(sweep, [r.spec.record() for r in expansion.runs if r.key not in held])
     return dict(zip(runs["run_key"], runs["status"])) if len(runs) else {}
 
 
@@ -146,7 +153,7 @@ def run_sweep(
     for note in expansion.notes:
         echo(f"note: {note}")
     if dry_run:
-        status = registered_status(url, plan.name)
+        status = registered_status(url, plan.name, expansion)
         todo = [r.key for r in expansion.runs if status.get(r.key) != vocab.COMPLETED]
         return SweepResult(plan.name, url, None, dry_run=True, would_run=todo, notes=expansion.notes)
 
@@ -213,6 +220,7 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
         plan=mask_data(plan.model_copy(update={"model": expansion.plan.model}).model_dump(mode="json")),
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
+        one_per_point=True,
     )
 
 
