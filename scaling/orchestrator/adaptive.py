@@ -17,7 +17,8 @@ says what happens next:
    divided by its cost) is added;
 4. **stop, budget**: no candidate fits in what is left of ``max_compute`` (the whole sweep's
    compute, the grid included); **stop, rounds**: ``max_rounds`` slices were added; **stop,
-   no fit**: the law cannot be fitted and no slice can be extended.
+   no fit**: the law cannot be fitted and no slice can be extended; **stop, no gain**: every
+   affordable slice is already trained or is expected to leave the interval no narrower.
 
 Every decision is a ``vocab.ADAPTIVE_DECISION`` event (attached to the grid's smallest run, the
 events table holding run events only) with what was fitted (law, points, stored fit id, N* and
@@ -50,6 +51,7 @@ MET = "met"
 BUDGET = "budget"
 ROUNDS = "rounds"
 NO_FIT = "no_fit"
+NO_GAIN = "no_gain"
 EXTEND = "extend"
 RANKED = "ranked"
 #: Budgets within this fraction are one IsoFLOP slice (as approach 2 groups them).
@@ -62,7 +64,7 @@ class Decision:
 
     round: int
     action: str  # "add" or "stop"
-    reason: str  # MET, BUDGET, ROUNDS, NO_FIT (stop); EXTEND, RANKED (add)
+    reason: str  # MET, BUDGET, ROUNDS, NO_FIT, NO_GAIN (stop); EXTEND, RANKED (add)
     message: str
     fit: dict[str, Any]
     spent: float
@@ -238,9 +240,13 @@ def decide(
         cheapest = min(c["cost"] for c in candidates)
         return stop(BUDGET, f"budget spent: the cheapest slice costs {_flops(cheapest)} FLOPs, "
                             f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}", candidates)
-    best = max(affordable, key=lambda c: c["gain_per_flop"])
+    useful = [c for c in affordable if c["cost"] > 0 and c["reduction"] is not None and c["reduction"] > 0]
+    if not useful:  # every slice on offer is already trained, or expected to leave the interval no narrower
+        return stop(NO_GAIN, f"cannot narrow further: none of the {len(affordable)} affordable slice(s) is both "
+                             f"untrained and expected to narrow the interval; {now}", candidates)
+    best = max(useful, key=lambda c: c["gain_per_flop"])
     return add(RANKED, f"{now}; added the slice at {best['C']:.3g} FLOPs ({len(best['sizes'])} sizes around N* "
-                       f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects its interval "
+                       f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects the bootstrap interval "
                        f"{100 * best['reduction']:.0f}% narrower, the most per FLOP among {len(affordable)} "
                        f"affordable slice(s) ({_flops(best['cost'])} FLOPs)",
                {"C": best["C"], "sizes": best["sizes"], "cost": best["cost"], "why": "ranked",

@@ -134,7 +134,8 @@ def _slices(budgets: list[float], *, shift: float = 0.0, n: int = 5, noise: floa
     return pd.DataFrame(rows, columns=["N", "D", "C", "loss"])
 
 
-def _decide(points: pd.DataFrame, *, ratio: float, max_compute: float, spent: float, round_: int = 0, **extra: Any):
+def _decide(points: pd.DataFrame, *, ratio: float, max_compute: float, spent: float, round_: int = 0,
+            cost_of: Any = lambda C, sizes: C * len(sizes), **extra: Any):
     from scaling.fitting.api import fit_data
     from scaling.fitting.data import prepare
     from scaling.orchestrator.adaptive import decide
@@ -147,7 +148,7 @@ def _decide(points: pd.DataFrame, *, ratio: float, max_compute: float, spent: fl
     except Exception as exc:  # noqa: BLE001 - the decision must handle a law that cannot be fitted
         law, error = None, str(exc)
     return decide(round_, spec, law=law, fit_error=error, points=points, spent=spent, fit_info={},
-                  cost_of=lambda C, sizes: C * len(sizes))
+                  cost_of=cost_of)
 
 
 def test_decision_met_ranked_budget_and_rounds() -> None:
@@ -175,6 +176,14 @@ def test_decision_extends_a_slice_whose_optimum_is_at_its_edge() -> None:
     assert (d.action, d.reason) == ("add", "extend") and d.added["C"] == pytest.approx(3e19)
     edge = pts[np.isclose(pts["C"], 3e19)]
     assert max(d.added["sizes"]) < edge["N"].min()  # the optimum lies below the slice's smallest size
+
+
+def test_decision_stops_when_every_slice_on_offer_is_already_trained() -> None:
+    """A slice that adds no run (its sizes all trained) narrows nothing: the loop stops, not repeats it."""
+    d = _decide(_slices([1e18, 3e18, 1e19, 3e19]), ratio=1.0001, max_compute=1e30, spent=1e20,
+                cost_of=lambda C, sizes: 0.0)
+    assert (d.action, d.reason) == ("stop", "no_gain") and "cannot narrow further" in d.message
+    assert d.candidates and all(c["cost"] == 0 for c in d.candidates)
 
 
 def test_decision_without_a_fit_says_why() -> None:
