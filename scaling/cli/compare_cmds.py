@@ -51,10 +51,10 @@ def compare(
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
-    _check_output(output)
+    _check_output(output, db_url=resolve_url(db))
     to_file = json_out is not None and str(json_out) != "-"
     if to_file:
-        _check_output(json_out, "--json")  # type: ignore[arg-type]
+        _check_output(json_out, "--json", db_url=resolve_url(db), other=("--output", output))  # type: ignore[arg-type]
     try:
         result = compare_sweeps(resolve_url(db), sweeps, output, fit=fit, params=params, flops=flops,
                                 json_path=json_out if to_file else None)

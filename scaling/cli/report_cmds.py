@@ -10,11 +10,22 @@ import typer
 from scaling.cli.common import DbOption, SweepOption, app
 
 
-def _check_output(path: Path, option: str = "--output") -> None:
-    """Refuse an output the report could not be written to, before any work (one line, exit 2)."""
+def _check_output(path: Path, option: str = "--output", *, db_url: Optional[str] = None,
+                  other: Optional[tuple[str, Path]] = None) -> None:
+    """Refuse an output the report could not be written to, before any work (one line, exit 2).
+
+    Also refused: the results database itself (``db_url``'s SQLite file) and the path of the
+    command's ``other`` output (option, path), which writing there would silently destroy.
+    """
+    from scaling.db.engine import sqlite_path
     from scaling.errors import UserError
 
     out = path.expanduser()
+    db_file = sqlite_path(db_url) if db_url else None
+    if db_file is not None and _same_file(out, db_file):
+        raise UserError(f"{option} {path}: is the results database; writing there would destroy it")
+    if other is not None and _same_file(out, other[1].expanduser()):
+        raise UserError(f"{option} {path}: is also {other[0]}'s path; give the two outputs different files")
     if out.is_dir():
         raise UserError(f"{option} {path}: is a directory; name the file, e.g. {path / 'report.html'}")
     blocker = next((p for p in [out.parent, *out.parent.parents] if p.exists()), None)
@@ -29,6 +40,12 @@ def _check_output(path: Path, option: str = "--output") -> None:
             out.unlink()
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return a.samefile(b)
+    return a.resolve() == b.resolve()
 
 
 @app.command()
@@ -86,7 +103,7 @@ def report(
         raise UserError("--interval applies to --watch only")
     if store_fits and fit != "sweep":
         raise UserError(f"--store-fits needs --fit sweep (--fit {fit} makes nothing to store)")
-    _check_output(output)
+    _check_output(output, db_url=resolve_url(db))
     extras = []
     if inference_tokens is not None:
         from scaling.reports.figures_inference import inference_section

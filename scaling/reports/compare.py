@@ -37,6 +37,7 @@ from scaling.fitting.data import prepare
 from scaling.fitting.intervals import summarise
 from scaling.reports.data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
+from scaling.reports.output import write_atomic
 
 #: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
 EXPONENTS: dict[str, tuple[str, ...]] = {
@@ -316,11 +317,10 @@ def compare_sweeps(url: str, sweeps: Sequence[str], path: str | Path = "compare.
 
     comparison = load_comparison(url, sweeps, fit=fit, params=params, flops=flops)
     out = Path(path).expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(comparison), encoding="utf-8")
+    write_atomic(out, render(comparison))
     comparison.path = out
     if json_path is not None:
-        Path(json_path).expanduser().write_text(comparison.to_json() + "\n", encoding="utf-8")
+        write_atomic(Path(json_path).expanduser().resolve(), comparison.to_json() + "\n")
     return comparison
 
 

@@ -28,6 +28,7 @@ from scaling.reports import fitview
 from scaling.errors import mask_data
 from scaling.reports.data import ReportData
 from scaling.reports.figures_adaptive import adaptive_section
+from scaling.reports.output import write_atomic
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -60,8 +61,7 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
 def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Extra] = ()) -> Path:
     """Render ``data`` and write it to ``path`` (parent folders created); returns the path."""
     out = Path(path).expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(data, extras=extras), encoding="utf-8")
+    write_atomic(out, render(data, extras=extras))
     return out
 
 

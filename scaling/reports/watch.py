@@ -10,14 +10,13 @@ watch returns.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from scaling import vocab
 from scaling.errors import NotFoundError, mask_url
+from scaling.reports.output import write_atomic
 
 #: Run statuses that mean the sweep is still going.
 LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
@@ -25,22 +24,6 @@ LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
 MAX_INTERVAL = 3600.0
 #: The marker of a self-reloading page (tests and readers look for it).
 REFRESH_TAG = '<meta http-equiv="refresh" content="{seconds}">'
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one step: a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is shared like any written file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def with_reload(page: str, seconds: float) -> str:

@@ -41,3 +41,51 @@ def test_missing_database_and_bad_fit_mode(tmp_path: Path) -> None:
     res = _run("--db", f"sqlite:///{tmp_path / 'none.db'}", "--fit", "stored", "--store-fits")
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "error: --store-fits needs --fit sweep (--fit stored makes nothing to store)"]
+
+
+def _copy_db(url: str, tmp_path: Path) -> tuple[str, Path]:
+    import shutil
+
+    from scaling.db.engine import sqlite_path
+
+    copy = tmp_path / "results.db"
+    shutil.copyfile(sqlite_path(url), copy)
+    return f"sqlite:///{copy}", copy
+
+
+def test_an_output_on_the_database_or_on_the_other_output_is_refused(sweeps, tmp_path: Path) -> None:
+    url, db = _copy_db(sweeps["one_run"][0], tmp_path)
+    res = _run("--db", url, "--sweep", "one-run", "-o", str(db), "--fit", "stored")
+    assert res.returncode == 2 and "is the results database" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert db.read_bytes().startswith(b"SQLite format 3\x00")
+    page = tmp_path / "same.out"
+    res = subprocess.run([SCALING, "compare", "a", "b", "--db", url, "-o", str(page), "--json", str(page)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "is also --output's path" in res.stderr, res.stderr
+    assert not page.exists()
+
+
+def test_a_failed_write_keeps_the_previous_report_whole(sweeps, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A full disk cannot be caused here, so fsync is made to fail as it would (a mock of that fault)."""
+    import errno
+
+    import pytest
+
+    from scaling.cli import main
+    from scaling.reports import output
+
+    url, _ = _copy_db(sweeps["one_run"][0], tmp_path)
+    out = tmp_path / "r.html"
+    out.write_text("OLD")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(output.os, "fsync", full)
+    monkeypatch.setattr(sys, "argv", ["scaling", "report", "--db", url, "--sweep", "one-run", "-o", str(out),
+                                      "--fit", "stored"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2 and "No space left on device" in capsys.readouterr().err
+    assert out.read_text() == "OLD" and sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "results.db"]

@@ -18,7 +18,8 @@ import pytest
 
 from scaling.reports import write_report
 from scaling.reports.figures_inference import inference_section
-from scaling.reports.watch import REFRESH_TAG, with_reload, write_atomic
+from scaling.reports.output import write_atomic
+from scaling.reports.watch import REFRESH_TAG, with_reload
 
 SCALING = str(Path(sys.executable).with_name("scaling"))
 LIVE_PLAN = """\
