@@ -15,8 +15,14 @@ CsvOption = Annotated[
     typer.Option("--csv", help="CSV of measurements (columns N|params|n_params|Model Size, D|tokens, "
                  "C|flops|compute|Training FLOP, loss) instead of a sweep.", show_default=False),
 ]
-BootOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the intervals.")]
-SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling.")]
+#: The most bootstrap replicates a command takes (approach 3 refits every one: hours beyond this).
+MAX_BOOTSTRAP = 10_000
+BootOption = Annotated[int, typer.Option("--bootstrap", min=0, max=MAX_BOOTSTRAP,
+                                         help="Bootstrap replicates for the intervals (0: none).")]
+RecommendBootOption = Annotated[int, typer.Option("--bootstrap", min=2, max=MAX_BOOTSTRAP,
+                                                  help="Bootstrap replicates for the intervals (the choice "
+                                                  "between laws needs them).")]
+SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Seed of the bootstrap resampling.")]
 
 
 def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple[float, bool]:
@@ -92,6 +98,8 @@ def fit(
     from scaling.fitting.effective import R_STAR_N
 
     check_format(fmt)
+    if bootstrap == 1:
+        raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -134,7 +142,7 @@ def recommend(
     sweep: SweepOption = None,
     csv: CsvOption = None,
     fmt: FormatOption = "table",
-    bootstrap: BootOption = 200,
+    bootstrap: RecommendBootOption = 200,
     seed: SeedOption = 0,
     inference_tokens: Annotated[
         Optional[float], typer.Option("--inference-tokens", help="Tokens the model will serve: minimise training "

@@ -145,6 +145,9 @@ def recommend(
     may carry the sweep's plan for the concrete run). ``size_run`` turns the plan into a run.
     """
     if summary is None:
+        if n_bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
+            raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
+                           f"not {n_bootstrap}")
         if csv is not None and (sweep is not None):
             raise FitError("give either --sweep or --csv, not both")
         if csv is not None:

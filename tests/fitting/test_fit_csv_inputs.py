@@ -254,3 +254,15 @@ def test_csvs_of_the_wrong_shape_are_named_as_such(case: str, expected: str, tmp
         p = tmp_path
     code, out, err = run_cli("fit", "--csv", str(p), "--bootstrap", "20")
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("args, says", [
+    (("fit", "--seed", "-1"), "'--seed'"),
+    (("fit", "--bootstrap", "10001"), "'--bootstrap'"),
+    (("recommend", "--bootstrap", "0"), "'--bootstrap'"),  # the choice between laws needs intervals
+    (("fit", "--bootstrap", "1"), "--bootstrap 1 gives no interval"),
+])
+def test_bootstrap_and_seed_out_of_range_are_usage_errors(args: tuple[str, ...], says: str, tmp_path: Path) -> None:
+    p = _write(tmp_path, S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 3), n_sizes=5, seed=0))
+    code, out, err = run_cli(*args, "--csv", str(p))
+    assert code == 2 and says in err and "Traceback" not in err, err
