@@ -104,7 +104,8 @@ class FitSummary:
         from rich.table import Table
 
         buf = io.StringIO()
-        console = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None)
+        console = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None,
+                          markup=False)  # file names and columns are the user's text, not markup
         head = f"{self.source}: {self.n_points} points (N in {self.conventions.get('params')} parameters, " \
                f"C = {self.conventions.get('flops_per_param_token', 6):.3g} N D)"
         console.print(head)

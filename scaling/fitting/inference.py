@@ -214,7 +214,8 @@ class InferenceRecommendation:
         from rich.table import Table
 
         buf = io.StringIO()
-        con = Console(file=buf, width=220, force_terminal=False, force_jupyter=False, color_system=None)
+        con = Console(file=buf, width=220, force_terminal=False, force_jupyter=False, color_system=None,
+                      markup=False)  # file names are the user's text, not markup
         how = (f"the loss of the compute-optimal run at C = {self.compute:.3g} FLOPs" if self.compute is not None
                else "the requested loss")
         con.print(f"Cheapest run reaching loss {self.target_loss:.4g} ({how}) and serving "

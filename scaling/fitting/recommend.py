@@ -75,7 +75,8 @@ class Recommendation:
         from rich.table import Table
 
         buf = io.StringIO()
-        con = Console(file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None)
+        con = Console(file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None,
+                      markup=False)  # file names are the user's text, not markup
         con.print(f"Compute-optimal run at C = {self.compute:.3g} FLOPs ({self.source})")
         t = Table(show_edge=False)
         for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):

@@ -195,7 +195,7 @@ def test_one_nan_loss_aborts_unless_drop_invalid(tmp_path: Path) -> None:
 def test_losses_that_do_not_vary_are_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
     df = S.isoflop_points(seed=2)
     df["loss"] = 3.0 + 1e-9 * np.arange(len(df))  # equal to the precision any run reports
-    code, out, err = run_cli(command, "--csv", str(_write(tmp_path, df)), "--bootstrap", "0")
+    code, out, err = run_cli(command, "--csv", str(_write(tmp_path, df)), "--bootstrap", "0" if command == "fit" else "2")
     assert code == 2 and "the losses do not vary" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
 
