@@ -205,6 +205,9 @@ class InferenceRecommendation:
     saving: float = math.nan
     replicates: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Why approach 3 is unreliable on these data (its first doubt), or None: then no interval is
+    #: given and no saving claimed, the values being what an undetermined law extrapolates.
+    unreliable: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(self.__dict__)
@@ -228,7 +231,10 @@ class InferenceRecommendation:
             t.add_row(label, _cell(row["N"]), _cell(row["D"]), _cell(row["tokens_per_param"]),
                       _cell(row["training_flops"]), _cell(row["total_flops"]))
         con.print(t)
-        if math.isfinite(self.saving):
+        if self.unreliable:
+            con.print("approach 3 is unreliable on these data, so no interval is given and no saving claimed "
+                      "(the values above are what an undetermined law extrapolates)")
+        elif math.isfinite(self.saving):
             con.print(f"training the smaller model longer saves {100 * self.saving:.1f}% of the total FLOPs")
         for note in self.notes:
             con.print(f"note: {note}")
@@ -293,7 +299,9 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         rows_best.append(b)
         rows_co.append(c)
     rec.replicates = {"n": len(reps), "used": len(rows_best), "unreachable": unreachable}
-    enough = reps and len(rows_best) >= 0.5 * len(reps)
+    doubts = law.doubts() if hasattr(law, "doubts") else []
+    rec.unreliable = doubts[0] if doubts else None
+    enough = reps and len(rows_best) >= 0.5 * len(reps) and not rec.unreliable
     for out, pt, rows in ((rec.optimum, best, rows_best), (rec.compute_optimal, co, rows_co)):
         for q in QUANTITIES:
             vals = np.array([r[q] for r in rows]) if enough else np.array([])
@@ -301,13 +309,15 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     rec.saving = 1.0 - best["total_flops"] / co["total_flops"] if co["total_flops"] > 0 else math.nan
     if not reps:
         rec.notes.append("the fit has no bootstrap replicates, so no intervals are given")
+    elif rec.unreliable:
+        pass  # said by the doubts below
     elif not enough:
         rec.notes.append(f"only {len(rows_best)} of {len(reps)} bootstrap replicates reach the target loss, "
                          "so no intervals are given")
     elif unreachable:
         rec.notes.append(f"{unreachable} of {len(reps)} bootstrap replicates cannot reach the target loss "
                          "(their E lies above it) and are left out of the intervals")
-    rec.notes.extend(law.doubts() if hasattr(law, "doubts") else [])
+    rec.notes.extend(doubts)
     return rec
 
 

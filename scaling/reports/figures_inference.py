@@ -80,8 +80,10 @@ def inference_section(inference_tokens: float, compute: float | None = None) -> 
                 f"the cheapest model to train and serve has N = {H._interval(o['N'])} parameters trained on "
                 f"D = {H._interval(o['D'])} tokens ({H._interval(o['tokens_per_param'])} tokens per parameter, "
                 f"against {H._num(c['tokens_per_param']['value'])} compute-optimal), and costs "
-                f"{H._interval(o['total_flops'])} FLOPs in all instead of {H._interval(c['total_flops'])}: "
-                f"{H._num(100 * rec.saving)}% less (approach 3; 95% bootstrap intervals in brackets).</p>")
+                f"{H._interval(o['total_flops'])} FLOPs in all instead of {H._interval(c['total_flops'])}"
+                + (": approach 3 is unreliable on these data, so these are what an undetermined law extrapolates, "
+                   "with no interval and no saving claimed.</p>" if rec.unreliable else
+                   f": {H._num(100 * rec.saving)}% less (approach 3; 95% bootstrap intervals in brackets).</p>"))
         notes = "".join(f"<li>{H.e(n)}</li>" for n in rec.notes)
         inner = page.figure("overtraining", overtraining_tradeoff(law, rec)) + text
         if notes:

@@ -178,3 +178,20 @@ def test_cli_recommend_refuses_absurd_budgets_in_one_line(tmp_path: Path) -> Non
         code, out, err = run_cli("recommend", "--csv", str(csv), "--bootstrap", "20", *args)
         assert code == 2, (args, out, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "inf" not in out, (args, err)
+
+
+def test_an_unreliable_fit_gives_no_interval_and_claims_no_saving() -> None:
+    """Six points for five parameters: approach 3 is flagged, so its extrapolation is no recommendation."""
+    from scaling.fitting import from_frame
+
+    pts = S.isoflop_points(budgets=np.array([1e19, 1e20]), n_sizes=3, seed=0)
+    law = ChinchillaParametric().fit(from_frame(pts)).bootstrap(30, seed=0)
+    assert law.doubts()
+    rec = recommend_for_inference(law, 1e13, compute=1e20)
+    assert rec.unreliable == law.doubts()[0]
+    for block in (rec.optimum, rec.compute_optimal):
+        assert all(not math.isfinite(block[q]["lo"]) for q in ("N", "D", "tokens_per_param", "total_flops"))
+    table = rec.table()
+    assert "no saving claimed" in table and "saves" not in table
+    rows = [line for line in table.splitlines() if line.strip().startswith(("inference-aware", "compute-optimal"))]
+    assert len(rows) == 2 and not any("[" in row for row in rows), table
