@@ -148,6 +148,19 @@ def _pick(columns: list[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
+def _refuse_ambiguous(columns: list[str], where: str) -> None:
+    """Two columns that both name one quantity (N and params; loss and eval_loss) leave which one is
+    meant to a guess: refused, not resolved silently by the alias order."""
+    for key, names in ALIASES.items():
+        wanted = {n.lower() for n in names}
+        if key == "loss":
+            wanted |= {n.lower() for unit in LOSS_UNIT_ALIASES.values() for n in unit}
+        hits = [c for c in columns if c.lower().strip() in wanted]
+        if len(hits) > 1:
+            raise FitError(f"{where}columns {', '.join(repr(c) for c in hits)} all give {key}: keep one "
+                           "(or rename the others) so that it is clear which is meant")
+
+
 def from_frame(
     df: pd.DataFrame,
     *,
@@ -183,6 +196,7 @@ def from_frame(
         raise FitError(f"unknown loss units {loss_units!r} (use one of {', '.join(LOSS_UNITS)})")
     cols = [str(c) for c in df.columns]
     df = df.set_axis(cols, axis=1)
+    _refuse_ambiguous(cols, where)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
     units = loss_units or "nats"
     if picked["loss"] is None:

@@ -70,6 +70,11 @@ def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
         raise FitError(f"{p}: cannot read as CSV ({exc.__class__.__name__}: {msg})") from None
     if not isinstance(df.index, pd.RangeIndex):  # pandas takes a first row's surplus fields for an index
         raise FitError(f"{p}: data row 1 has more fields than the header's {len(df.columns)}")
+    names = [c.strip().strip('"').strip() for c in head.split(sep)]
+    lower = [c.lower() for c in names]
+    twice = sorted({c for c in names if c and lower.count(c.lower()) > 1})
+    if twice:  # pandas would rename the second one (loss.1) and read it as a description of the run
+        raise FitError(f"{p}: the header names column(s) {', '.join(repr(c) for c in twice)} more than once")
     df.columns = [str(c).strip() for c in df.columns]
     return df, sep
 

@@ -266,3 +266,17 @@ def test_bootstrap_and_seed_out_of_range_are_usage_errors(args: tuple[str, ...],
     p = _write(tmp_path, S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 3), n_sizes=5, seed=0))
     code, out, err = run_cli(*args, "--csv", str(p))
     assert code == 2 and says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("header, says", [
+    ("N,D,loss,loss", "names column(s) 'loss' more than once"),
+    ("N,params,D,loss", "columns 'N', 'params' all give N"),
+    ("N,D,loss,eval_loss", "columns 'loss', 'eval_loss' all give loss"),
+])
+def test_columns_naming_one_quantity_twice_are_refused(header: str, says: str, tmp_path: Path) -> None:
+    """pandas would rename a repeated column (loss.1) and the alias order pick one silently."""
+    rows = S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 3), n_sizes=5, seed=0)
+    p = tmp_path / "m.csv"
+    p.write_text(header + "\n" + "".join(f"{r.N},{r.D},{r.loss},{r.loss * 1.01}\n" for r in rows.itertuples()))
+    code, out, err = run_cli("fit", "--csv", str(p), "--bootstrap", "0")
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
