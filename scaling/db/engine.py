@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SAWarning, SQLAlchemyError
 
 from scaling.errors import DatabaseError, mask_url
 
@@ -126,8 +127,10 @@ def make_engine(url: str) -> Engine:
         # One INSERT statement (one round trip) for a metrics batch of up to this many rows.
         kwargs["insertmanyvalues_page_size"] = 10_000
     try:
-        engine = create_engine(parsed, **kwargs)
-    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        with warnings.catch_warnings():  # e.g. query arguments the driver ignores: one line, not a warning
+            warnings.simplefilter("error", SAWarning)
+            engine = create_engine(parsed, **kwargs)
+    except (ArgumentError, NoSuchModuleError, ImportError, SAWarning) as exc:
         raise DatabaseError(f"cannot use database URL {mask_url(url)}: {_first_line(exc)}") from None
     if backend == "sqlite":
         _configure_sqlite(engine)

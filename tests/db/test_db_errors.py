@@ -63,6 +63,13 @@ def test_sqlite_in_a_missing_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists()
 
 
+def test_sqlite_query_arguments_the_driver_ignores_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="not accepted by the pysqlite driver") as exc:
+        Store(f"sqlite:///{tmp_path / 'x.db'}?password=Hunter2zz")
+    assert "Hunter2zz" not in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         folder = Path("/proc")  # root ignores permission bits; procfs refuses new files even to root
