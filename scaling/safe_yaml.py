@@ -48,6 +48,8 @@ class _BoundedLoader(yaml.SafeLoader):
 def read_text(path: str | Path, error: type[UserError], what: str) -> str:
     """The text of the ``what`` file at ``path``, at most :data:`MAX_BYTES` (else ``error``)."""
     p = Path(path)
+    if p.exists() and not p.is_file():
+        raise error(f"{p}: not a regular file (a folder, device or pipe); give a {what} file")
     if not p.is_file():
         raise error(f"{what} file not found: {p}")
     try:

@@ -597,7 +597,9 @@ def where(source: Optional[YamlSource], loc: Sequence[Any]) -> str:
 
 
 def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # An unknown field first: a misspelt key (nam:) also makes the real one (name:) missing.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (not part of the plan schema)"

@@ -132,7 +132,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "conventions": {"params": plan.conventions.params, "flops": plan.conventions.flops},
         "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
-        "notes": expansion.notes,
+        "notes": expansion.notes + _adaptive_note(plan, sum(r["C_own"] for r in rows)),
         "totals": {
             "runs": len(rows),
             "C": sum(r["C_own"] for r in rows),  # compute trained, a shared trunk counted once
@@ -144,6 +144,16 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
             "throughput_flops_per_worker": throughput(plan) if plan.simulate is None else None,
         },
     }
+
+
+def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:
+    """What an adaptive plan may spend beyond the runs listed (its grid)."""
+    a = plan.adaptive
+    if a is None:
+        return []
+    return [f"adaptive: these are the grid's runs ({grid_flops:.3g} FLOPs); the sweep then adds IsoFLOP slices "
+            f"until N* at {a.target.at_compute:.3g} FLOPs is known within a factor {a.target.interval_ratio:g}, "
+            f"spending at most max_compute = {a.max_compute:.3g} FLOPs in all (at most {a.max_rounds} slices)"]
 
 
 def _duration(seconds: float) -> str:

@@ -206,6 +206,10 @@ def test_plan_checks(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     runs = expand(load_plan(path)[0]).runs
     assert runs[0].spec.n_params > 5e11 and runs[0].memory_gib == 0.0
+    from scaling.orchestrator.planning import plan_summary
+
+    notes = plan_summary(path)["notes"]  # `scaling plan` lists the grid; it says what the loop may add
+    assert any(n.startswith("adaptive:") and "max_compute = 1e+25 FLOPs" in n for n in notes), notes
     for bad, field in ((dict(data, adaptive={**data["adaptive"], "batch": 2}), "adaptive.batch"),
                        (dict(data, adaptive={**data["adaptive"], "target": {"at_compute": 1e21, "interval_ratio": 1.0}}),
                         "adaptive.target.interval_ratio"),

@@ -33,6 +33,7 @@ grid:
 # (name, plan text, substrings the one error line must contain)
 CASES: list[tuple[str, str, list[str]]] = [
     ("unknown top-level key", GOOD + "nmae: x\n", ["nmae", "unknown field", ":17:"]),
+    ("misspelt required key", GOOD.replace("name: bad-plans", "nam: bad-plans"), ["nam", "unknown field", ":1:"]),
     ("unknown nested key", GOOD.replace("{lr: 3.0e-3}", "{lerning_rate: 3.0e-3}"),
      ["train.optimizer.lerning_rate", ":11:"]),
     ("unknown key in a grid block", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    budget: 3"),
@@ -170,6 +171,9 @@ def test_the_plan_every_case_breaks_is_accepted(tmp_path: Path, capsys: pytest.C
 def test_missing_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, err = _run_cli(["plan", str(tmp_path / "nope.yaml")], capsys, monkeypatch)
     assert code == 2 and "plan file not found" in err
+    for not_a_file in (tmp_path, Path("/dev/null")):
+        code, err = _run_cli(["plan", str(not_a_file)], capsys, monkeypatch)
+        assert code == 2 and "not a regular file" in err, err
 
 
 def test_sqlite_refused_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
