@@ -61,7 +61,7 @@ def train(
         shape = run_spec.shape
         typer.echo(
             f"dry run: {shape.n_layer}x{shape.d_model} model, N={shape.params(run_spec.params_convention):,}, "
-            f"{run_spec.tokens:,} tokens in {run_spec.steps} steps, C={run_spec.flops:.3g} FLOPs, "
+            f"{run_spec.trained_tokens:,} tokens in {run_spec.steps} steps, C={run_spec.flops:.3g} FLOPs, "
             f"about {est_gib:.3g} GiB; nothing trained or written"
         )
         return

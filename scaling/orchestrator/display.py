@@ -90,7 +90,7 @@ def render(sched: "Scheduler") -> Any:
         table.add_row(
             s.key,
             f"{spec.n_params:,}",
-            f"{spec.tokens:.3g}",
+            f"{spec.trained_tokens:.3g}",
             s.state + (" (done before)" if s.skipped else ""),
             "" if s.attempt is None else str(s.attempt),
             f"{s.step}/{s.steps}",
@@ -144,7 +144,7 @@ class SweepDisplay:
                 extra = f" attempt {s.attempt}"
             done = " (done before)" if s.skipped else ""
             self.console.print(
-                f"[{time.strftime('%H:%M:%S')}] {s.key} N={spec.n_params:,} D={spec.tokens:.3g} "
+                f"[{time.strftime('%H:%M:%S')}] {s.key} N={spec.n_params:,} D={spec.trained_tokens:.3g} "
                 f"{s.state}{done}{extra}",
                 highlight=False,
                 markup=False,

@@ -65,12 +65,12 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "n_layer": shape.n_layer,
         "d_model": shape.d_model,
         "n_head": shape.n_head,
-        "D": spec.tokens,
+        "D": spec.trained_tokens,
         "C": spec.flops,
-        "C_own": spec.flops * (1 - spec.trunk_tokens / spec.tokens),  # what it trains itself
+        "C_own": spec.flops * (1 - spec.trunk_tokens / spec.trained_tokens),  # what it trains itself
         "budget": run.budget,
-        "tokens_per_param": spec.tokens / spec.n_params,
-        "epochs": (spec.tokens / corpus) if corpus else None,
+        "tokens_per_param": spec.trained_tokens / spec.n_params,
+        "epochs": (spec.trained_tokens / corpus) if corpus else None,
         "lr": spec.optimizer.lr,
         "batch_tokens": spec.batch_tokens,
         "steps": spec.steps,

@@ -56,7 +56,7 @@ def simulate(
         raise ValueError("simulate() needs a spec with a simulate section")
     rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63]))
     N = float(spec.n_params)
-    D = int(spec.tokens)
+    D = spec.trained_tokens
     batch = spec.batch_tokens
     steps = spec.steps
     per_token = spec.flops_per_token

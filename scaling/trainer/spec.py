@@ -512,6 +512,11 @@ class RunSpec(Recipe):
         return math.ceil(self.tokens / self.batch_tokens)
 
     @property
+    def trained_tokens(self) -> int:
+        """The tokens the run trains on: whole batches, so D rounded up to one (what is recorded as D)."""
+        return self.steps * self.batch_tokens
+
+    @property
     def trunk_tokens(self) -> int:
         """Tokens a branch inherits from its trunk (0 for a run trained from scratch)."""
         return self.branch.from_step * self.batch_tokens if self.branch else 0
@@ -522,8 +527,8 @@ class RunSpec(Recipe):
 
     @property
     def flops(self) -> float:
-        """C: training compute in the spec's FLOP convention."""
-        return self.flops_per_token * self.tokens
+        """C: training compute in the spec's FLOP convention, over the tokens actually trained."""
+        return self.flops_per_token * self.trained_tokens
 
     def record(self) -> dict[str, Any]:
         """The row `db.Store.register` stores for this run: plain values, so the db needs no RunSpec."""
@@ -537,7 +542,7 @@ class RunSpec(Recipe):
             "n_head": shape.n_head,
             "vocab_size": shape.vocab_size,
             "context": shape.context,
-            "D": self.tokens,
+            "D": self.trained_tokens,
             "C": self.flops,
             "seed": self.seed,
             "spec": self.model_dump(mode="json"),

@@ -49,7 +49,9 @@ def test_isoflop_budget_bounds_and_rules() -> None:
     )
     exp = expand(plan)
     for r in exp.runs:
-        assert r.spec.flops == pytest.approx(r.budget, rel=1e-3)  # D = C / (6N)
+        # D = C / (6N), trained in whole batches: C counts what is trained, at most one batch more
+        assert r.spec.tokens == pytest.approx(r.budget / r.spec.flops_per_token, rel=1e-3)
+        assert 0 <= r.spec.flops - r.spec.flops_per_token * r.spec.tokens < r.spec.flops_per_token * r.spec.batch_tokens
         assert r.spec.optimizer.lr == pytest.approx(1e-2 * (r.spec.n_params / 1e4) ** -0.5)
         assert r.spec.batch_tokens % 64 == 0 and r.spec.batch_tokens >= max(1024, r.spec.tokens / 500) - 64
         assert 5 <= r.spec.tokens / r.spec.n_params <= 2000

@@ -55,7 +55,8 @@ def test_curve_ends_at_the_law_and_is_stored_like_a_trained_run(sqlite_url: str,
     spec = sim_spec(3e8, 6e9, noise=0.0)
     stored_run(sqlite_url, spec)
     result = train(spec, sqlite_url, tmp_path, attempt=1, sweep="sim")
-    N, D = spec.n_params, spec.tokens
+    N, D = spec.n_params, spec.trained_tokens  # whole batches: D rounded up to one
+    assert D >= spec.tokens and D % spec.batch_tokens == 0
     assert result.status == vocab.COMPLETED and result.steps == spec.steps
     assert result.final_eval_loss == pytest.approx(law_loss(N, D), rel=1e-12)
     with connect(sqlite_url) as res:
@@ -96,8 +97,8 @@ def test_a_run_at_1e24_flops_is_stored_without_overflow(sqlite_url: str, tmp_pat
     with connect(sqlite_url) as res:
         run = res.run(spec.key, sweep="sim")
         m = res.metrics(run_keys=[spec.key], sweep="sim")
-    assert run["N"] == spec.n_params and run["D"] == spec.tokens
-    assert m["tokens"].max() == spec.tokens and m["step"].max() == spec.steps
+    assert run["N"] == spec.n_params and run["D"] == spec.trained_tokens
+    assert m["tokens"].max() == spec.trained_tokens and m["step"].max() == spec.steps
 
 
 def test_steps_beyond_the_database_are_refused() -> None:
