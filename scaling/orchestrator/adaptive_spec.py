@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from scaling.schema import StrictModel
 
 #: Slices one adaptive sweep may add before it stops whatever its target and budget say.
 MAX_ROUNDS = 50
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+class _Strict(StrictModel):
+    """The adaptive block's sections (:class:`scaling.schema.StrictModel`)."""
 
 
 class AdaptiveTarget(_Strict):

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from scaling.errors import PlanError
+from scaling.schema import StrictModel
 from scaling.trainer.optim import decay_start, warmup_steps
 from scaling.trainer.spec import MAX_STORED_INT, RunSpec, ScheduleSpec
 
@@ -35,10 +36,8 @@ TRUNK = "trunk"
 BRANCH = "branch"
 
 
-class BranchesPlan(BaseModel):
+class BranchesPlan(StrictModel):
     """A grid block's branch points: the token budgets and how each branch cools down."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tokens: list[float] = Field(min_length=1, description="D of each branch")
     cooldown_fraction: float = Field(default=0.2, gt=0, lt=1, description="share of a branch's steps that decay")

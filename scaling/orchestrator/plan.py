@@ -18,11 +18,12 @@ import glob
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from scaling import layout, rules
 from scaling.accounting import GIB, MAX_DEVICE_GIB, MemoryEstimate, Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
+from scaling.schema import StrictModel
 from scaling.errors import PlanError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
@@ -57,10 +58,8 @@ class RuleValueError(rules.RuleError):
         self.field = field
 
 
-class _Strict(BaseModel):
+class _Strict(StrictModel):
     """The plan's own sections (the others are the run spec's): as strict as the spec's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ModelPlan(SequenceSpec):

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -32,6 +30,7 @@ from pydantic import (
 )
 
 from scaling import safe_yaml
+from scaling.schema import StrictModel
 from scaling.accounting import (
     FlopsConvention,
     ParamsConvention,
@@ -60,10 +59,8 @@ Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 MAX_STEP = 2**31 - 1
 
 
-class _Frozen(BaseModel):
-    # extra="forbid": nested models ignore unknown keys by default, so a typo would vanish.
-    # allow_inf_nan=False: ``.inf`` or ``.nan`` is never a usable setting.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+class _Frozen(StrictModel):
+    """A run spec's section (:class:`scaling.schema.StrictModel`)."""
 
 
 class SequenceSpec(_Frozen):

@@ -1,0 +1,44 @@
+"""The base of every plan and run-spec section: frozen, unknown keys refused, numbers that are numbers.
+
+pydantic's lax mode reads YAML's ``true`` as 1 where a number is expected (``batch_tokens: true``
+would become "1 is less than one sequence"), so a bool there is refused by name. Text stays
+accepted: YAML 1.1 reads an unquoted ``1e18`` as a string, and plans write budgets that way.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+
+def _numeric(annotation: Any) -> bool:
+    """True for int or float, optionally wrapped in Optional, Annotated, list or tuple."""
+    if annotation in (int, float):
+        return True
+    origin, args = get_origin(annotation), [a for a in get_args(annotation) if a is not type(None)]
+    if origin is Annotated:
+        return _numeric(args[0])
+    if origin in (Union, types.UnionType, list, tuple):
+        args = [a for a in args if a is not Ellipsis]
+        return bool(args) and all(_numeric(a) for a in args)
+    return False
+
+
+def _has_bool(value: Any) -> bool:
+    return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
+
+
+class StrictModel(BaseModel):
+    # extra="forbid": nested models ignore unknown keys by default, so a typo would vanish.
+    # allow_inf_nan=False: ``.inf`` or ``.nan`` is never a usable setting.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _has_bool(value) and _numeric(field.annotation):
+            raise ValueError(f"expected a number, not {str(value).lower()} (YAML reads true/false/yes/no as booleans)")
+        return value
