@@ -87,7 +87,7 @@ def test_not_utf8_and_not_a_file(tmp_path: Path) -> None:
     got = run_main("plan", str(path))
     assert got.code == 2 and "not UTF-8" in got.err
     got = run_main("plan", str(tmp_path))
-    assert got.code == 2 and "plan file not found" in got.err
+    assert got.code == 2 and "not a regular file" in got.err
 
 
 def test_one_parse_gives_data_and_lines() -> None:
