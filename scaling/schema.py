@@ -38,6 +38,8 @@ class StrictModel(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if value.__class__ not in (bool, list, tuple):  # the common case (a number, text, a section), cheaply
+            return value
         field = cls.model_fields.get(info.field_name or "")
         if field is not None and _has_bool(value) and _numeric(field.annotation):
             raise ValueError(f"expected a number, not {str(value).lower()} (YAML reads true/false/yes/no as booleans)")
