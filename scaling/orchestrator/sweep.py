@@ -22,7 +22,7 @@ from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, m
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
-from scaling.trainer.rundir import writable_folder
+from scaling.trainer.rundir import checked_folder
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
@@ -157,13 +157,13 @@ def run_sweep(
         todo = [r.key for r in expansion.runs if status.get(r.key) != vocab.COMPLETED]
         return SweepResult(plan.name, url, None, dry_run=True, would_run=todo, notes=expansion.notes)
 
-    writable_folder(Path(plan.runs_dir) / plan.name, "runs_dir")
     from scaling.db import Store
 
-    if address:
-        check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
-    store = Store(url)
-    register(store, plan, expansion)
+    with checked_folder(Path(plan.runs_dir) / plan.name, "runs_dir"):  # a refusal below leaves no folder
+        if address:
+            check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
+        store = Store(url)
+        register(store, plan, expansion)
     start_ray(address, plan.resources.num_cpus)
 
     def schedule(runs: list[Any]) -> SweepOutcome:

@@ -16,7 +16,7 @@ from typing import Optional
 from scaling import vocab
 from scaling.errors import UserError
 from scaling.trainer import TrainResult
-from scaling.trainer.rundir import writable_folder
+from scaling.trainer.rundir import checked_folder
 from scaling.trainer.spec import RunSpec
 
 ADHOC_SWEEP = "adhoc"
@@ -49,8 +49,8 @@ def train_adhoc(
         print(f"warning: {precision.warning}", file=sys.stderr)
     key = spec.key
     folder = Path(run_dir) if run_dir is not None else Path(DEFAULT_RUNS_DIR) / sweep / key
-    writable_folder(folder)  # before the database: an unusable folder registers nothing
-    store = Store(db_url)
+    with checked_folder(folder):  # before the database: an unusable folder registers nothing,
+        store = Store(db_url)      # and an unreachable database leaves no folder
     try:
         store.register(
             sweep,

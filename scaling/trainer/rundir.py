@@ -7,7 +7,9 @@ never holds a run claimed for a folder it could not use.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from scaling.errors import UserError
@@ -30,3 +32,19 @@ def writable_folder(folder: str | Path, what: str = "run folder") -> Path:
         reason = exc.strerror or type(exc).__name__
         raise UserError(f"{what} {path} cannot be created or written: {reason}") from None
     return path
+
+
+@contextlib.contextmanager
+def checked_folder(folder: str | Path, what: str = "run folder") -> Iterator[Path]:
+    """:func:`writable_folder` for a block that may still refuse: if the block raises, the folders
+    this call created are removed again (when still empty), so a refused command leaves no trace."""
+    path = Path(folder).expanduser().absolute()
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    writable_folder(path, what)
+    try:
+        yield path
+    except BaseException:
+        for p in created:  # deepest first
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise

@@ -218,12 +218,23 @@ def test_a_cluster_that_cannot_be_joined_is_one_line_and_registers_nothing(
     from scaling.db import connect
 
     plan = tmp_path / "p.yaml"
-    plan.write_text(GOOD)
+    runs = tmp_path / "runs" / "nested"
+    plan.write_text(GOOD + f"runs_dir: {runs}\n")
     code, err = _run_cli(["sweep", str(plan), "--address", address, "--db", postgres_url], capsys, monkeypatch)
     assert code == 2 and says in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
     with connect(postgres_url) as results:
         assert len(results.runs()) == 0 and len(results.sweeps()) == 0
+    assert not (tmp_path / "runs").exists()  # the folders created to check runs_dir are gone again
+
+
+def test_an_unreachable_database_leaves_no_run_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text(GOOD + f"runs_dir: {tmp_path / 'runs' / 'nested'}\n")
+    code, err = _run_cli(["sweep", str(plan), "--db", "postgresql+psycopg://nobody@127.0.0.1:1/none"], capsys, monkeypatch)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_real_process_exit_code(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from scaling.cli.common import app
 from scaling.db import connect
-from scaling.errors import SpecError
+from scaling.errors import SpecError, UserError
 from scaling import vocab as names
 from scaling.trainer.spec import RunSpec
 
@@ -22,6 +22,16 @@ def _main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     code = "from scaling.cli import main; main()"
     env = {**os.environ, "SCALING_PEAK_FLOPS": "1e11"}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_unreachable_database_leaves_no_run_folder(tmp_path: Path, tiny: dict) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    (tmp_path / "kept").mkdir()  # a folder that was there before stays
+    out = CliRunner().invoke(app, ["train", str(path), "--db", "postgresql+psycopg://nobody@127.0.0.1:1/none",
+                                   "--run-dir", str(tmp_path / "kept" / "run" / "here")])
+    assert isinstance(out.exception, UserError) and "cannot open database" in str(out.exception), out.output
+    assert list((tmp_path / "kept").iterdir()) == []
 
 
 def test_scaling_train_registers_claims_trains_and_finishes(sqlite_url: str, tmp_path: Path, tiny: dict) -> None:
