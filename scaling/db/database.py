@@ -30,8 +30,8 @@ class AmbiguousRunError(LookupError):
 class Database:
     """The results database at ``url`` (None: :func:`~scaling.db.engine.resolve_url`'s default).
 
-    ``must_exist``: refuse a SQLite file that does not exist yet, rather than creating an empty
-    database where the user expected results (the read side).
+    ``must_exist``: refuse a SQLite file that does not exist yet or is empty, rather than creating
+    an empty database where the user expected results (the read side).
     """
 
     def __init__(self, url: Optional[str] = None, *, must_exist: bool = False) -> None:
@@ -39,6 +39,8 @@ class Database:
         path = sqlite_path(self.url)
         if must_exist and path is not None and not path.is_file():
             raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
+        if must_exist and path is not None and path.stat().st_size == 0:  # reading must not write a schema into it
+            raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} is empty")
         self.engine: Engine = make_engine(self.url)
         self._pid = os.getpid()
         try:

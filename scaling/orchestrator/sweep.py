@@ -108,8 +108,8 @@ def registered_status(url: str, sweep: str, expansion: Optional[Expansion] = Non
     holds under another key is refused), so a dry run says what the sweep would.
     """
     path = sqlite_path(url)
-    if is_sqlite(url) and (path is None or not path.is_file()):
-        return {}  # no database file yet: nothing is registered
+    if is_sqlite(url) and (path is None or not path.is_file() or path.stat().st_size == 0):
+        return {}  # no database yet (no file, or an empty one the sweep would fill): nothing is registered
     from scaling.db import connect
 
     with connect(url) as results:  # a database it cannot read is refused, as the sweep itself would

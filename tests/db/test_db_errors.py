@@ -94,6 +94,14 @@ def test_connect_to_a_missing_file_does_not_create_it(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_connect_to_an_empty_file_does_not_write_a_schema_into_it(tmp_path: Path) -> None:
+    path = tmp_path / "touched.db"
+    path.touch()
+    with pytest.raises(DatabaseError, match="is empty"):
+        connect(str(path))
+    assert path.stat().st_size == 0
+
+
 def test_a_failed_register_writes_nothing(db_url: str) -> None:
     recs = records(3)
     bad = dict(recs[2], N="not a number")
