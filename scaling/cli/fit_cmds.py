@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
+
+if TYPE_CHECKING:
+    from scaling.fitting.data import FitData
 
 CsvOption = Annotated[
     Optional[Path],
@@ -23,6 +26,36 @@ RecommendBootOption = Annotated[int, typer.Option("--bootstrap", min=2, max=MAX_
                                                   help="Bootstrap replicates for the intervals (the choice "
                                                   "between laws needs them).")]
 SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Seed of the bootstrap resampling.")]
+FlopsOption = Annotated[str, typer.Option("--flops", help="CSV: FLOP convention: 6N (C = 6ND; a C column that "
+                                          "disagrees is warned about) or given (C as in the file, k = median C/(ND)).")]
+ParamsOption = Annotated[str, typer.Option("--params", help="CSV: what N counts: non_embedding or total parameters.")]
+LossUnitsOption = Annotated[
+    Optional[str], typer.Option("--loss-units", help="CSV: units of the loss column: nats (default), bits or "
+                                "perplexity (converted to nats).", show_default=False)
+]
+DropInvalidOption = Annotated[
+    bool, typer.Option("--drop-invalid", help="CSV: drop (and count) rows with a missing, unreadable, "
+                       "non-positive or non-finite value instead of refusing the file.")
+]
+
+
+def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
+    """Refuse CSV reading options without --csv (a sweep carries its own conventions)."""
+    from scaling.errors import UserError
+
+    used = [name for name, on in given.items() if on]
+    if csv is None and used:
+        raise UserError(f"{', '.join(used)} only apply to --csv")
+
+
+def _read_csv(csv: Path, **options: object) -> "FitData":
+    """The CSV's measurements in the given conventions; its warnings go to stderr."""
+    from scaling.fitting.data import from_csv
+
+    data = from_csv(csv, **options)  # type: ignore[arg-type]
+    for warning in data.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    return data
 
 
 def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple[float, bool]:
@@ -51,18 +84,10 @@ def fit(
     fmt: FormatOption = "table",
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
-    flops: Annotated[str, typer.Option("--flops", help="CSV: FLOP convention: 6N (C = 6ND; a C column that "
-                                       "disagrees is warned about) or given (C as in the file, k = median C/(ND)).")] = "6N",
-    params: Annotated[str, typer.Option("--params", help="CSV: what N counts: non_embedding or total parameters.")
-                      ] = "non_embedding",
-    loss_units: Annotated[
-        Optional[str], typer.Option("--loss-units", help="CSV: units of the loss column: nats (default), bits or "
-                                    "perplexity (converted to nats).", show_default=False)
-    ] = None,
-    drop_invalid: Annotated[
-        bool, typer.Option("--drop-invalid", help="CSV: drop (and count) rows with a missing, unreadable, "
-                           "non-positive or non-finite value instead of refusing the file.")
-    ] = False,
+    flops: FlopsOption = "6N",
+    params: ParamsOption = "non_embedding",
+    loss_units: LossUnitsOption = None,
+    drop_invalid: DropInvalidOption = False,
     unique_tokens: Annotated[
         Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
                                       "et al.'s effective data D' instead of D (repeated data). A U column gives "
@@ -94,7 +119,7 @@ def fit(
     from scaling.errors import UserError
     from scaling.fitting import fit_sweep
     from scaling.fitting.api import fit_data
-    from scaling.fitting.data import R_STAR_DATA, from_csv
+    from scaling.fitting.data import R_STAR_DATA
     from scaling.fitting.effective import R_STAR_N
 
     check_format(fmt)
@@ -102,26 +127,21 @@ def fit(
         raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
-    csv_only = {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None}
+    _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                    "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None})
     fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
     fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
     if csv is not None:
         if effective_data:
             raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
-        data = from_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                        drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
-        for warning in data.warnings:
-            typer.echo(f"warning: {warning}", err=True)
+        data = _read_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
+                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
         if fit_r or r_star_n is not None:
             from scaling.fitting.effective import fit_effective
 
             data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
         summary = fit_data(data, law, bootstrap, seed)
     else:
-        used = [name for name, given in csv_only.items() if given]
-        if used:
-            raise UserError(f"{', '.join(used)} only apply to --csv")
         if (r_star is not None or r_star_n is not None) and not effective_data:
             raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
         from scaling.db import resolve_url
@@ -153,6 +173,10 @@ def recommend(
         Optional[float], typer.Option("--target-loss", help="With --inference-tokens (default 0): the cheapest "
                                       "(N, D) reaching this loss.", show_default=False)
     ] = None,
+    flops: FlopsOption = "6N",
+    params: ParamsOption = "non_embedding",
+    loss_units: LossUnitsOption = None,
+    drop_invalid: DropInvalidOption = False,
 ) -> None:
     """The compute-optimal run at a budget: N*, D*, loss with intervals from every method.
 
@@ -163,15 +187,23 @@ def recommend(
     from scaling.orchestrator.plan import size_run
 
     check_format(fmt)
+    _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
+                    "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid})
+    if csv is not None and sweep is not None:
+        from scaling.errors import UserError
+
+        raise UserError("give either --sweep or --csv, not both")
+    data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
+                                               loss_units=loss_units, drop_invalid=drop_invalid)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
         from scaling.db import resolve_url
         from scaling.fitting.inference import recommend_inference
 
         rec = recommend_inference(inference_tokens or 0.0, compute=compute, target_loss=target_loss,
-                                  url=None if csv else resolve_url(db), sweep=sweep,
-                                  csv=str(csv) if csv else None, n_bootstrap=bootstrap, seed=seed)
-    elif csv is not None:
-        rec = do_recommend(compute, csv=str(csv), sweep=sweep, n_bootstrap=bootstrap, seed=seed)
+                                  url=None if csv else resolve_url(db), sweep=sweep, data=data,
+                                  n_bootstrap=bootstrap, seed=seed)
+    elif data is not None:
+        rec = do_recommend(compute, data=data, n_bootstrap=bootstrap, seed=seed)
     else:
         from scaling.db import resolve_url
 

@@ -29,13 +29,16 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
 from scaling.fitting.base import check_budget, jsonable, summarise
+
+if TYPE_CHECKING:
+    from scaling.fitting.data import FitData
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -331,18 +334,22 @@ def _replicate_laws(law: Any) -> list[LossLaw]:
 
 def recommend_inference(inference_tokens: float, *, compute: float | None = None, target_loss: float | None = None,
                         url: str | None = None, sweep: str | None = None, csv: str | None = None,
-                        n_bootstrap: int = 200, seed: int = 0) -> InferenceRecommendation:
+                        data: FitData | None = None, n_bootstrap: int = 200,
+                        seed: int = 0) -> InferenceRecommendation:
     """Fit approach 3 to a sweep (stored and reused as ``scaling fit`` does) or a CSV, then optimise.
 
+    ``data``: measurements already read (a CSV in other units or conventions), in place of ``csv``.
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.
     """
-    from scaling.fitting.api import fit_csv, fit_sweep
+    from scaling.fitting.api import fit_csv, fit_data, fit_sweep
 
     if compute is not None and target_loss is not None:
         raise FitError("give either --compute or --target-loss, not both")
-    if csv is not None and sweep is not None:
+    if (csv is not None or data is not None) and sweep is not None:
         raise FitError("give either --sweep or --csv, not both")
-    if csv is not None:
+    if data is not None:
+        summary = fit_data(data, "approach3", n_bootstrap, seed)
+    elif csv is not None:
         summary = fit_csv(csv, "approach3", n_bootstrap, seed)
     elif url is not None:
         summary = fit_sweep(url, sweep, "approach3", n_bootstrap, seed)

@@ -29,9 +29,9 @@ import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_sweep
+from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_data, fit_sweep
 from scaling.fitting.base import check_budget, jsonable
-from scaling.fitting.data import prepare
+from scaling.fitting.data import FitData, prepare
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -133,6 +133,7 @@ def recommend(
     url: str | None = None,
     sweep: str | None = None,
     csv: str | None = None,
+    data: FitData | None = None,
     n_bootstrap: int = 200,
     seed: int = 0,
     summary: FitSummary | None = None,
@@ -142,32 +143,35 @@ def recommend(
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
 
-    Give ``url`` (and optionally ``sweep``) or ``csv``; or a ready ``summary`` (then ``plan``
+    Give ``url`` (and optionally ``sweep``), ``csv`` (read in the default conventions), ``data``
+    (measurements already read, e.g. a CSV in other units); or a ready ``summary`` (then ``plan``
     may carry the sweep's plan for the concrete run). ``size_run`` turns the plan into a run.
     """
     if summary is None:
         if n_bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
             raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
                            f"not {n_bootstrap}")
-        if csv is not None and (sweep is not None):
+        if (csv is not None or data is not None) and (sweep is not None):
             raise FitError("give either --sweep or --csv, not both")
-        if csv is not None:
+        if data is not None:
+            summary = fit_data(data, "all", n_bootstrap, seed)
+        elif csv is not None:
             summary = fit_csv(csv, "all", n_bootstrap, seed)
         elif url is not None:
             summary = fit_sweep(url, sweep, "all", n_bootstrap, seed)
             plan = plan if plan is not None else _plan_of(url, summary.sweep)
         else:
             raise FitError("recommend needs a sweep (database) or a CSV file")
-    data = _data_of(summary)
-    c_max = float(data["C"].max()) if data is not None else math.nan
+    points = _data_of(summary)
+    c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:
         if not math.isfinite(c_max):
             raise FitError("no budget given and no data to take ten times the largest run from")
         compute = default_budget(c_max)
     if not (compute > 0 and math.isfinite(compute)):
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
-    if data is not None:
-        check_budget(float(compute), data["C"])
+    if points is not None:
+        check_budget(float(compute), points["C"])
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     rec = compare_laws(summary.laws, float(compute), source=summary.source, k=k)
     N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")

@@ -228,6 +228,34 @@ def test_unique_tokens_twice_is_refused(tmp_path: Path) -> None:
 def test_csv_only_options_are_refused_for_a_sweep(sqlite_url: str) -> None:
     code, _, err = run_cli("fit", "--db", sqlite_url, "--drop-invalid")
     assert code == 2 and "--drop-invalid only apply to --csv" in err
+    code, _, err = run_cli("recommend", "--db", sqlite_url, "--loss-units", "bits")
+    assert code == 2 and "--loss-units only apply to --csv" in err
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_recommend_reads_a_csv_in_the_conventions_fit_takes(inference: bool, tmp_path: Path) -> None:
+    """The same points in bits with a broken row give recommend the same answer as the clean nats file."""
+    df = S.grid_points(seed=0)
+    nats = _write(tmp_path, df, "nats.csv")
+    bits = df.assign(loss=df["loss"] / math.log(2))
+    bits.loc[len(bits)] = {**bits.iloc[0].to_dict(), "loss": float("nan")}
+    bits_path = _write(tmp_path, bits, "bits.csv")
+    extra = ["--inference-tokens", "1e12"] if inference else []
+    common = ["recommend", "--compute", "1e21", "--bootstrap", "20", "--format", "json", *extra]
+    code, ref, err = run_cli(*common, "--csv", str(nats))
+    assert code == 0, err
+    code, _, err = run_cli(*common, "--csv", str(bits_path))
+    assert code == 2 and "--drop-invalid" in err  # the NaN row is refused, as fit refuses it
+    code, out, err = run_cli(*common, "--csv", str(bits_path), "--loss-units", "bits", "--drop-invalid")
+    assert code == 0, err
+    assert "dropped 1 of" in err
+    a, b = json.loads(ref), json.loads(out)
+    if inference:
+        assert b["target_loss"] == pytest.approx(a["target_loss"], rel=1e-6)
+        assert b["optimum"]["N"]["value"] == pytest.approx(a["optimum"]["N"]["value"], rel=1e-6)
+    else:
+        for law in a["per_law"]:
+            assert b["per_law"][law]["N"]["value"] == pytest.approx(a["per_law"][law]["N"]["value"], rel=1e-6)
 
 
 def test_from_frame_keeps_its_row_numbering() -> None:
