@@ -117,11 +117,11 @@ class FitSummary:
             t = Table(title=title, title_justify="left", show_edge=False)
             for col in ("parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col == "parameter" else "right")
-            for name, iv in law.intervals().items():
+            for name, iv in law.reported_intervals().items():
                 t.add_row(name, _num(iv["value"]), se_text(iv), interval_text(iv))
             console.print(t)
             logs = [n for n in law.log_names if n in law.param_names + law.derived_names]
-            if logs:
+            if logs and law.reliable():  # an unreliable law shows no SE to explain
                 console.print(f"  SE (ln): the standard error of ln({', '.join(logs)}), the scale they are fitted on")
             extra = [f"bootstrap: {boot.get('n', 0)} replicates" + (f", {boot['failed']} failed" if boot.get("failed") else "")]
             bt = law.backtest_
@@ -150,7 +150,8 @@ def se_text(iv: dict[str, Any]) -> str:
 
 
 def interval_text(iv: dict[str, Any]) -> str:
-    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread)."""
+    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread,
+    unreliable law)."""
     kind = iv.get("kind")
     if kind == "pinned":
         return f"pinned: {iv.get('pinned')}"
@@ -158,6 +159,8 @@ def interval_text(iv: dict[str, Any]) -> str:
         return f"none: bootstrap biased (estimate at the {100 * iv.get('quantile', math.nan):.3g}% point of its replicates)"
     if kind == "no spread":
         return "none: replicates do not vary"
+    if kind == "unreliable":
+        return "none: law unreliable"
     lo, hi = iv.get("lo"), iv.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return "-"

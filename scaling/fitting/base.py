@@ -17,7 +17,7 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.data import SIX, FitData, from_frame
-from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log
+from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 
 #: Below this fraction of successful bootstrap replicates, intervals are reported unavailable (NaN).
 MIN_OK_FRACTION = 0.5
@@ -284,6 +284,18 @@ class Law:
                                   log=name in self.log_names, pinned=pinned.get(name))
         return out
 
+    def reported_intervals(self) -> dict[str, dict[str, Any]]:
+        """:meth:`intervals` as every output shows them: withheld for a law flagged unreliable.
+
+        A percentile interval claims 95% coverage only where the data determine the law; for
+        an unreliable law each value stays, marked, and its interval and SE are not shown.
+        """
+        ivs = self.intervals()
+        if self.reliable():
+            return ivs
+        why = "the law is flagged unreliable: " + self.doubts()[0]
+        return {name: withheld(iv, why) for name, iv in ivs.items()}
+
     def optimal_interval(self, C: float) -> dict[str, dict[str, float]]:
         """N*, D* and predicted loss at budget C with bootstrap SEs and 95% intervals.
 
@@ -375,7 +387,8 @@ class Law:
                 "settings": self.get_settings(),
                 "params": dict(self.params_),
                 "param_names": list(self.param_names),
-                "intervals": self.intervals(),
+                "intervals": self.reported_intervals(),
+                "reliable": self.reliable(),
                 "level": LEVEL,
                 "conventions": {**self.conventions_, "flops_per_param_token": self.k_},
                 "n_points": self.n_points_,

@@ -89,6 +89,16 @@ def summarise(values: Any, point: float, *, log: bool = False, pinned: str | Non
     return out
 
 
+def withheld(iv: dict[str, Any], why: str) -> dict[str, Any]:
+    """``iv`` without its interval and SEs, kind ``unreliable`` and ``why`` as its note; the value stays.
+
+    A pinned parameter keeps saying so: it had no interval to withhold.
+    """
+    if iv.get("kind") == "pinned":
+        return dict(iv)
+    return {"value": iv["value"], "se": math.nan, "lo": math.nan, "hi": math.nan, "kind": "unreliable", "note": why}
+
+
 def orders_of_magnitude(iv: dict[str, Any]) -> float:
     """How many decades a positive quantity's interval spans (NaN without one)."""
     lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)

@@ -238,7 +238,7 @@ def build_comparison(sides: list[SweepSide], conventions: dict[str, str], *, sou
     exponents = []
     for side in sides:
         for kind, law in side.laws.items():
-            ivs = law.intervals()
+            ivs = law.reported_intervals()
             doubts = law.doubts()
             for name in EXPONENTS.get(kind, ()):
                 if name in ivs:

@@ -89,8 +89,9 @@ class FrontierView:
 
     @functools.lru_cache(maxsize=4)
     def _bands(self, C: tuple[float, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Intervals of N and D along C, from one ``optimal_interval`` call per budget."""
-        if self.law.replicates_ is None:
+        """Intervals of N and D along C, from one ``optimal_interval`` call per budget (none for an
+        unreliable law: its bootstrap spread is not a 95% interval)."""
+        if self.law.replicates_ is None or not self.law.reliable():
             return {}
         rows = []
         for c in C:

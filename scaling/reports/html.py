@@ -250,8 +250,9 @@ def _interval(d: dict[str, float], digits: int = 3) -> str:
     v = _num(d.get("value"), digits)
     if d.get("kind") == "pinned":
         return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
-    if d.get("kind") in ("biased", "no spread"):
-        why = "bootstrap biased" if d.get("kind") == "biased" else "replicates do not vary"
+    if d.get("kind") in ("biased", "no spread", "unreliable"):
+        why = {"biased": "bootstrap biased", "no spread": "replicates do not vary",
+               "unreliable": "law unreliable"}[d["kind"]]
         return f"{v} <span class=\"ci\">(no interval: {why})</span>"
     lo, hi = d.get("lo"), d.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
@@ -409,7 +410,7 @@ def _exponents(data: ReportData) -> str:
     rows = []
     for method, law in data.fits.items():
         try:
-            ivs = law.intervals()
+            ivs = law.reported_intervals()
         except Exception:
             continue
         cells = ", ".join(f"{e(k)} = {_interval(v, 4)}" for k, v in ivs.items() if isinstance(v, dict))

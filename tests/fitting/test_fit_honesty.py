@@ -48,6 +48,34 @@ def test_underdetermined_approach3_on_12_points_is_flagged_naming_the_parameter(
     assert "unreliable: the data do not determine" in table
 
 
+def test_an_unreliable_law_shows_its_values_without_intervals_everywhere() -> None:
+    """The fit table, its JSON, the report's parameter table and frontier band all withhold them."""
+    from scaling.reports import fitview
+    from scaling.reports.html import _interval
+
+    law = _underdetermined()
+    assert law.doubts()
+    raw = law.intervals()
+    assert any(math.isfinite(iv["lo"]) for iv in raw.values())  # there was a bootstrap interval to withhold
+    shown = law.reported_intervals()
+    assert set(shown) == set(raw)
+    for name, iv in shown.items():
+        assert iv["value"] == raw[name]["value"]
+        assert iv["kind"] in ("unreliable", "pinned") and math.isnan(iv["lo"]) and math.isnan(iv["se"])
+    table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions={},
+                       laws={"approach3": law}).table()
+    rows = [line for line in table.splitlines() if line.split() and line.split()[0] in raw]
+    assert len(rows) == len(raw) and not any("[" in row for row in rows), rows
+    assert sum("none: law unreliable" in row for row in rows) == sum(iv["kind"] == "unreliable" for iv in shown.values())
+    d = law.to_dict()
+    assert d["reliable"] is False and all(iv["lo"] is None and iv["hi"] is None for iv in d["intervals"].values())
+    assert "no interval: law unreliable" in _interval(shown["alpha"])
+    assert fitview.frontier("approach3", law).band(np.geomspace(1e18, 1e22, 5), "N") is None
+    good = ChinchillaParametric(grid="small").fit(from_frame(S.grid_points(n_N=6, n_D=6, seed=1))).bootstrap(50, 1)
+    assert good.reported_intervals() == good.intervals() and good.to_dict()["reliable"] is True
+    assert fitview.frontier("approach3", good).band(np.geomspace(1e18, 1e22, 5), "N") is not None
+
+
 def test_well_sampled_grid_is_not_flagged() -> None:
     law = ChinchillaParametric(grid="small").fit(from_frame(S.grid_points(n_N=6, n_D=6, seed=1))).bootstrap(50, 1)
     assert not law.doubts(), law.notes_
