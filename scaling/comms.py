@@ -154,6 +154,21 @@ def copy_bytes(kind: str, payload: float, n: int, library: Library = "nccl") -> 
     return 0.0
 
 
+def reduce_bytes(kind: str, payload: float, n: int, library: Library = "nccl") -> float:
+    """Bytes a rank adds into its buffer in one collective (what ``Link.reduce_beta`` multiplies).
+
+    The gamma term of Thakur, Rabenseifner and Gropp (2005). Zero under ``nccl``, whose kernels
+    reduce as they copy, overlapped with the transfer. Under ``gloo`` a rank reduces each chunk
+    it receives before passing it on: (n-1)K/n in a ring all-reduce, in a reduce-scatter (a whole
+    all-reduce) and in a reduce (a ring reduce-scatter, then a gather at the root).
+    """
+    _check_kind(kind)
+    _check_library(library)
+    if library != "gloo" or n == 1 or kind not in ("all_reduce", "reduce_scatter", "reduce"):
+        return 0.0
+    return (n - 1) * payload / n
+
+
 def host_share(kind: str, n: int, cores: int | None, term: Literal["latency", "bytes"] = "bytes") -> float:
     """How many times slower a collective's ``term`` runs when its ``n`` ranks share ``cores`` cores of one host.
 
@@ -204,12 +219,15 @@ class Link:
     copy_beta: float = 0.0
     #: whose algorithms run over the link: ``nccl`` (rings and trees) or ``gloo``
     library: Library = "nccl"
+    #: seconds per byte a rank reduces (:func:`reduce_bytes`): the reduction's arithmetic
+    reduce_beta: float = 0.0
 
     @classmethod
     def from_bandwidth(
-        cls, name: str, alpha: float, bytes_per_second: float, copy_beta: float = 0.0, library: Library = "nccl"
+        cls, name: str, alpha: float, bytes_per_second: float, copy_beta: float = 0.0, library: Library = "nccl",
+        reduce_beta: float = 0.0,
     ) -> "Link":
-        return cls(name, alpha, 1.0 / bytes_per_second, copy_beta, library)
+        return cls(name, alpha, 1.0 / bytes_per_second, copy_beta, library, reduce_beta)
 
 
 LINKS: dict[str, Link] = {
@@ -224,11 +242,13 @@ LINKS: dict[str, Link] = {
 
 def collective_time(kind: str, payload: float, n: int, link: Link, cores: int | None = None) -> float:
     """Seconds for one collective: alpha * steps + beta * bytes on the critical path + copy_beta *
-    bytes copied locally, with the steps, bytes and copies of ``link.library``'s algorithms; times
-    :func:`host_share` when the ``n`` ranks share ``cores`` cores of one host."""
+    bytes copied locally + reduce_beta * bytes reduced, with the steps, bytes, copies and
+    reductions of ``link.library``'s algorithms; times :func:`host_share` when the ``n`` ranks
+    share ``cores`` cores of one host."""
     lib = link.library
     latency = link.alpha * latency_steps(kind, n, lib) * host_share(kind, n, cores, "latency")
-    data = link.beta * bandwidth_bytes(kind, payload, n, lib) + link.copy_beta * copy_bytes(kind, payload, n, lib)
+    data = (link.beta * bandwidth_bytes(kind, payload, n, lib) + link.copy_beta * copy_bytes(kind, payload, n, lib)
+            + link.reduce_beta * reduce_bytes(kind, payload, n, lib))
     return latency + data * host_share(kind, n, cores, "bytes")
 
 

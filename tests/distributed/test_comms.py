@@ -33,6 +33,7 @@ from scaling.comms import (
     layer_activation_bytes,
     memory_per_rank,
     params_per_rank,
+    reduce_bytes,
     step_comm_time,
     step_traffic,
     wire_bytes,
@@ -83,6 +84,15 @@ def test_gloo_algorithms_and_copies() -> None:
     # The tree broadcast is the same algorithm in both libraries.
     assert collective_time("broadcast", 1e6, 4, link) == pytest.approx(2e-5 + 2e-3)
     assert copy_bytes("all_gather", 1e6, 4) == 0.0  # nccl copies nothing
+    # Reductions add each received chunk on the CPU: (n-1)K/n per rank (Thakur et al.'s gamma).
+    adding = Link("g", alpha=1e-5, beta=1e-9, copy_beta=2e-9, library="gloo", reduce_beta=3e-9)
+    assert collective_time("all_reduce", 1e6, 4, adding) == pytest.approx(6e-5 + 1.5e-3 + 3e-9 * 0.75e6)
+    assert collective_time("reduce_scatter", 1e6, 4, adding) == pytest.approx(
+        6e-5 + 1.5e-3 + 2e-9 * 1.25e6 + 3e-9 * 0.75e6)
+    assert collective_time("reduce", 1e6, 4, adding) == pytest.approx(4e-5 + 1.5e-3 + 3e-9 * 0.75e6)
+    for kind in ("broadcast", "scatter", "gather", "all_gather", "send_recv"):  # nothing to add up
+        assert reduce_bytes(kind, 1e6, 4, "gloo") == 0.0
+    assert reduce_bytes("all_reduce", 1e6, 4) == 0.0  # nccl reduces inside its copies
     assert copy_bytes("reduce_scatter", 1e6, 1, "gloo") == 0.0
     assert LINKS["loopback_gloo"].library == "gloo" and LINKS["nvlink"].library == "nccl"
     with pytest.raises(ValueError, match="unknown collective library"):
