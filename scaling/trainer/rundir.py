@@ -40,8 +40,8 @@ def checked_folder(folder: str | Path, what: str = "run folder") -> Iterator[Pat
     this call created are removed again (when still empty), so a refused command leaves no trace."""
     path = Path(folder).expanduser().absolute()
     created = [p for p in (path, *path.parents) if not p.exists()]
-    writable_folder(path, what)
     try:
+        writable_folder(path, what)
         yield path
     except BaseException:
         for p in created:  # deepest first
