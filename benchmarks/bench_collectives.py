@@ -125,9 +125,10 @@ def _worker(rank: int, world: int, init: str, out: str, backend: str, sizes: lis
                     if backend == "nccl":
                         torch.cuda.synchronize()
                     samples.append(time.perf_counter() - t0)
-                # The fastest repetition: on a shared machine the slower ones time the scheduler.
+                # The median repetition: a step is a run of collectives, and each meets the
+                # scheduler's wake-ups as the typical one does, not as the luckiest.
                 # The collective ends when its slowest rank does.
-                t = torch.tensor([min(samples)], dtype=torch.float64, device=device)
+                t = torch.tensor([float(np.median(samples))], dtype=torch.float64, device=device)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
                 rows.append((kind, world, size // 4 // world * world * 4, float(t.item())))
         if rank == 0:
@@ -328,7 +329,7 @@ def _layout_worker(rank: int, world: int, init: str, out: str, name: str, reps: 
             for call in calls:
                 call()
             samples.append(time.perf_counter() - t0)
-        t = torch.tensor([min(samples)], dtype=torch.float64)
+        t = torch.tensor([float(np.median(samples))], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the step's communication ends with its slowest rank
         if rank == 0:
             torch.save(float(t.item()), os.path.join(out, "layout.pt"))

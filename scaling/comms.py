@@ -236,7 +236,8 @@ LINKS: dict[str, Link] = {
     "infiniband": Link.from_bandwidth("infiniband", 10e-6, 50e9),  # NDR 400 Gb/s per GPU
     "roce": Link.from_bandwidth("roce", 15e-6, 25e9),  # 200 Gb/s RoCE per GPU
     # gloo over TCP loopback with its own algorithms, as bench_collectives fitted it on a 2-core host
-    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 155e-6, 2.6e9, copy_beta=0.26e-9, library="gloo"),
+    "loopback_gloo": Link.from_bandwidth("loopback_gloo", 155e-6, 2.6e9, copy_beta=0.26e-9, library="gloo",
+                                         reduce_beta=0.59e-9),
 }
 
 
