@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,34 +13,50 @@ import typer
 from scaling.cli.common import DbOption, SweepOption, app
 
 
+#: Files SQLite keeps beside a database (write-ahead log, shared memory, rollback journal).
+SQLITE_SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
 def _check_output(path: Path, option: str = "--output", *, db_url: Optional[str] = None,
                   other: Optional[tuple[str, Path]] = None) -> None:
-    """Refuse an output the report could not be written to, before any work (one line, exit 2).
+    """Refuse an output the report could not or must not be written to, before any work (one line, exit 2).
 
-    Also refused: the results database itself (``db_url``'s SQLite file) and the path of the
-    command's ``other`` output (option, path), which writing there would silently destroy.
+    Refused too: the results database and its SQLite sidecar files (``db_url``), the path of the
+    command's ``other`` output (option, path), and anything that is not a regular file (a device
+    such as /dev/null would be replaced by the page, a pipe would block). Nothing is created
+    here: the folders are made when the page is written, so a command refused later leaves none.
     """
     from scaling.db.engine import sqlite_path
     from scaling.errors import UserError
 
     out = path.expanduser()
-    db_file = sqlite_path(db_url) if db_url else None
-    if db_file is not None and _same_file(out, db_file):
-        raise UserError(f"{option} {path}: is the results database; writing there would destroy it")
-    if other is not None and _same_file(out, other[1].expanduser()):
-        raise UserError(f"{option} {path}: is also {other[0]}'s path; give the two outputs different files")
-    if out.is_dir():
-        raise UserError(f"{option} {path}: is a directory; name the file, e.g. {path / 'report.html'}")
-    blocker = next((p for p in [out.parent, *out.parent.parents] if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise UserError(f"{option} {path}: {blocker} is a file, not a folder")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        existed = out.exists()
-        with open(out, "a"):
-            pass
-        if not existed:
-            out.unlink()
+        db_file = sqlite_path(db_url) if db_url else None
+        if db_file is not None:
+            for suffix in SQLITE_SIDECARS:
+                if _same_file(out, db_file.with_name(db_file.name + suffix)):
+                    what = "the results database" + (f"'s {suffix[1:]} file" if suffix else "")
+                    raise UserError(f"{option} {path}: is {what}; writing there would destroy it")
+        if other is not None and _same_file(out, other[1].expanduser()):
+            raise UserError(f"{option} {path}: is also {other[0]}'s path; give the two outputs different files")
+        if out.is_dir():
+            raise UserError(f"{option} {path}: is a directory; name the file, e.g. {path / 'report.html'}")
+        if out.exists() and not out.is_file():
+            raise UserError(f"{option} {path}: is not a regular file (a device, pipe or socket); name a file")
+        ancestor = next(p for p in [out.parent, *out.parent.parents] if p.exists())
+        if not ancestor.is_dir():
+            raise UserError(f"{option} {path}: {ancestor} is a file, not a folder")
+        longest = max(len(os.fsencode(part)) for part in out.relative_to(ancestor).parts) if out != ancestor else 0
+        if longest > os.pathconf(ancestor, "PC_NAME_MAX"):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        if out.exists():
+            with open(out, "a"):  # a regular file: opening it cannot block
+                pass
+        elif ancestor == out.parent:
+            with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".scaling-write-check-"):
+                pass
+        elif not os.access(ancestor, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
 
@@ -115,11 +134,12 @@ def report(
                             f"not {inference_tokens}")
         extras.append(inference_section(inference_tokens))
     if watch:
-        from scaling.reports.watch import MAX_INTERVAL, watch as watch_report
+        from scaling.reports.watch import MAX_INTERVAL, MIN_INTERVAL, watch as watch_report
 
         interval = 10.0 if interval is None else interval
-        if not (0 < interval <= MAX_INTERVAL):
-            raise UserError(f"--interval must be a number of seconds in (0, {MAX_INTERVAL:g}], not {interval}")
+        if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
+            raise UserError(f"--interval must be a number of seconds in [{MIN_INTERVAL:g}, {MAX_INTERVAL:g}], "
+                            f"not {interval}")
         opened: list[Path] = []
 
         def on_write(p: Path, live: bool) -> None:

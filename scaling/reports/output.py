@@ -11,9 +11,17 @@ import os
 import tempfile
 from pathlib import Path
 
+from scaling.errors import UserError
+
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one step: a temporary file in the same folder, then rename."""
+    """Replace ``path`` by ``text`` in one step: a temporary file in the same folder, then rename.
+
+    Only a regular file (or a new one) is replaced: renaming over a device or a pipe would
+    destroy it.
+    """
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path}: is not a regular file (a device, pipe or socket); the page was not written")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

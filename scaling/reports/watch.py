@@ -22,6 +22,9 @@ from scaling.reports.output import write_atomic
 LIVE_STATUSES = frozenset({vocab.PENDING, vocab.RUNNING})
 #: The longest --interval: an hour between checks (a page that reloads less often is not live).
 MAX_INTERVAL = 3600.0
+#: The shortest: a page reloads at most once a second (its refresh is in whole seconds), and
+#: checking the database more often only takes CPU from the runs.
+MIN_INTERVAL = 1.0
 #: The marker of a self-reloading page (tests and readers look for it).
 REFRESH_TAG = '<meta http-equiv="refresh" content="{seconds}">'
 
@@ -76,8 +79,8 @@ def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10
     is pending or running (after a last rewrite without the reload). ``on_write(path, live)``
     is called after each rewrite; ``store_fits`` stores each rewrite's new fits, as
     :func:`scaling.reports.write_report` does."""
-    if not (0 < interval <= MAX_INTERVAL):
-        raise ValueError(f"interval must be in (0, {MAX_INTERVAL:g}] seconds")
+    if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
+        raise ValueError(f"interval must be in [{MIN_INTERVAL:g}, {MAX_INTERVAL:g}] seconds")
     out = Path(path).expanduser().resolve()
     sweep = resolve_sweep(url, sweep)
     seen: dict[str, str] | None = None

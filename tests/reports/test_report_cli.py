@@ -66,6 +66,38 @@ def test_an_output_on_the_database_or_on_the_other_output_is_refused(sweeps, tmp
     assert not page.exists()
 
 
+def test_outputs_that_are_not_regular_files_or_are_database_sidecars_are_refused(sweeps, tmp_path: Path) -> None:
+    """A device would be replaced by the page and a pipe would block: each is one line, exit 2, untouched."""
+    import stat
+
+    url, db = _copy_db(sweeps["one_run"][0], tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    targets = {fifo: "is not a regular file", tmp_path / ("a" * 300 + ".html"): "File name too long",
+               Path(f"{db}-wal"): "the results database's wal file", Path(f"{db}-shm"): "database's shm file"}
+    device = tmp_path / "full"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # a /dev/full of our own
+        targets[device] = "is not a regular file"
+    except PermissionError:  # needs CAP_MKNOD; the pipe covers the same check
+        pass
+    for target, says in targets.items():
+        res = subprocess.run([SCALING, "report", "--db", url, "--sweep", "one-run", "-o", str(target), "--fit",
+                              "stored"], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and not Path(f"{db}-wal").exists()
+    if device.exists():
+        assert stat.S_ISCHR(device.lstat().st_mode)
+
+
+def test_a_refused_report_leaves_no_folder(sweeps, tmp_path: Path) -> None:
+    url, _ = sweeps["one_run"]
+    for db, sweep in ((f"sqlite:///{tmp_path / 'none.db'}", "one-run"), (url, "missing")):
+        res = _run("--db", db, "--sweep", sweep, "-o", str(tmp_path / "new" / "deep" / "r.html"))
+        assert res.returncode == 2, res.stderr
+        assert not (tmp_path / "new").exists()
+
+
 def test_a_failed_write_keeps_the_previous_report_whole(sweeps, tmp_path: Path, monkeypatch, capsys) -> None:
     """A full disk cannot be caused here, so fsync is made to fail as it would (a mock of that fault)."""
     import errno
