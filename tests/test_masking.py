@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,23 @@ def test_cli_errors_from_the_real_driver_are_masked(url: str, secrets: list[str]
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     for secret in secrets:
         assert secret not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize("typo", [
+    "postgresql+psycopg//alice:{pw}@db.example.com/results",  # ':' dropped
+    "postgresql+psycopg:/alice:{pw}@db.example.com/results",  # a '/' dropped
+    "alice:{pw}@localhost/results",  # no dialect at all
+])
+@pytest.mark.parametrize("command", ["status", "runs", "db upgrade"])
+def test_a_url_missing_its_slashes_is_refused_masked_not_taken_as_a_file(typo: str, command: str,
+                                                                         tmp_path: Path) -> None:
+    secret = "Pa55" + uuid.uuid4().hex[:8]
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'scaling'; from scaling.cli import main; main()",
+                          *command.split(), "--db", typo.format(pw=secret)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 2 and "malformed database URL" in out.stderr and "'://'" in out.stderr, out.stderr
+    assert secret not in out.stderr + out.stdout and len(out.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no folder made for a "file" of that name
 
 
 def test_the_stored_plan_is_masked(tmp_path: Path, sqlite_url: str) -> None:

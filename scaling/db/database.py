@@ -37,6 +37,8 @@ class Database:
     def __init__(self, url: Optional[str] = None, *, must_exist: bool = False) -> None:
         self.url = resolve_url(url)
         path = sqlite_path(self.url)
+        if must_exist and path is not None and path.is_dir():
+            raise DatabaseError(f"no results database at {mask_url(self.url)}: {path} is a folder, not a file")
         if must_exist and path is not None and not path.is_file():
             raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
         if must_exist and path is not None and path.stat().st_size == 0:  # reading must not write a schema into it

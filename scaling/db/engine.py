@@ -10,6 +10,7 @@ instead of waiting), and :func:`retrying` repeats a transaction that still meets
 from __future__ import annotations
 
 import os
+import re
 import random
 import time
 import warnings
@@ -43,9 +44,19 @@ def resolve_url(cli: Optional[str] = None, plan: Optional[str] = None) -> str:
     return normalize_url(str(Path.cwd() / DEFAULT_FILE))
 
 
+#: A bare value that is a mistyped URL, not a file name: a dialect with ``:/`` or ``//`` but not
+#: ``://`` (``postgresql+psycopg//u:pw@h/db``), or user-info before a host (``u:pw@h/db``).
+_URL_TYPO = re.compile(r"^(postgres(ql)?|mysql|mariadb|sqlite|oracle|mssql)(\+\w+)?(:/?(?!/)|//)|^[^/@:\s]+:[^/@\s]*@",
+                       re.IGNORECASE)
+
+
 def normalize_url(url: str) -> str:
     """``url`` with a SQLite file path made absolute (a bare path becomes ``sqlite:///<abs>``)."""
     if "://" not in url:
+        if _URL_TYPO.search(url):  # taken as a file name it would be printed, password and all
+            shown = re.sub(r"(?<=:)[^:@/]*(?=@)", "***", url)
+            raise DatabaseError(f"malformed database URL {shown}: no '://' after the dialect "
+                                "(e.g. postgresql+psycopg://user@host/db; a value without '://' is a SQLite file path)")
         return "sqlite:///" + str(Path(url).expanduser().resolve())
     path = sqlite_path(url)
     if path is None:

@@ -94,6 +94,11 @@ def test_connect_to_a_missing_file_does_not_create_it(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_connect_to_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="is a folder, not a file"):
+        connect(str(tmp_path))
+
+
 def test_connect_to_an_empty_file_does_not_write_a_schema_into_it(tmp_path: Path) -> None:
     path = tmp_path / "touched.db"
     path.touch()
