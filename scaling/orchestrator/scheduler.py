@@ -34,6 +34,7 @@ from scaling.errors import ResourceError, UserError
 from scaling.orchestrator import placement
 from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import PlannedRun
+from scaling.orchestrator.signals import uninterrupted
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
@@ -179,11 +180,13 @@ class Scheduler:
                     last_progress = now
                     self._notify()
         except KeyboardInterrupt:
-            self._stop("interrupted by the user (Ctrl-C)")
+            with uninterrupted():  # a second Ctrl-C must not leave runs marked running
+                self._stop("interrupted by the user (Ctrl-C)")
             raise
         except BaseException as exc:
             try:
-                self._stop(f"the sweep stopped: {_error_line(exc)}")
+                with uninterrupted():
+                    self._stop(f"the sweep stopped: {_error_line(exc)}")
             except Exception:  # the database may be what failed: keep the first error
                 pass
             raise

@@ -22,6 +22,7 @@ from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, m
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
+from scaling.orchestrator.signals import uninterrupted
 from scaling.trainer.rundir import checked_folder
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
@@ -200,7 +201,8 @@ def run_sweep(
         signal.signal(signal.SIGTERM, previous)
         import ray
 
-        ray.shutdown()
+        with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
+            ray.shutdown()
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
         result.fit = _hook("scaling.fitting", "fit_sweep", echo, url, plan.name)

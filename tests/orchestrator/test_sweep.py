@@ -91,9 +91,11 @@ def _progress(url: str, sweep: str) -> tuple[dict[str, str], dict[str, int]]:
     return dict(zip(runs["run_key"], runs["status"])), steps
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_sweep_resumes(sig: int, tmp_path: Path, sqlite_url: str) -> None:
-    """SIGKILL (or Ctrl-C) mid-sweep, then rerun: nothing completed retrains, partial runs resume."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, "two Ctrl-C"])
+def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -> None:
+    """SIGKILL (or Ctrl-C, or Ctrl-C pressed twice) mid-sweep, then rerun: nothing completed
+    retrains, partial runs resume. A terminal's Ctrl-C goes to the whole process group, Ray's
+    processes included; the second must not cut the clean-up short."""
     from scaling.db import connect
 
     grid = [{"models": [shape(1, 16), shape(2, 32), shape(3, 32)], "tokens": [512 * 40]}]
@@ -112,18 +114,25 @@ def test_killed_sweep_resumes(sig: int, tmp_path: Path, sqlite_url: str) -> None
 
         _wait_for(one_done_one_partial, 150, "one completed and one partial run")
         before = connect(sqlite_url).runs(sweep="killed").set_index("run_key")
-        os.kill(proc.pid, sig)
+        if sig == "two Ctrl-C":
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, sig)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-    if sig == signal.SIGINT:
-        assert code == 130, (tmp_path / "sweep1.log").read_text()
+    if sig != signal.SIGKILL:
+        text = (tmp_path / "sweep1.log").read_text()
+        assert code == 130 and text.rstrip().endswith("interrupted"), text
         after_stop = connect(sqlite_url).runs(sweep="killed")
         assert "running" not in set(after_stop["status"])
         assert "interrupted" in set(after_stop["status"])
+        _wait_for(lambda: not _group_alive(proc.pid), 30, "Ray's processes in the sweep's group to exit")
     else:
         assert code == -signal.SIGKILL
 
@@ -138,6 +147,14 @@ def test_killed_sweep_resumes(sig: int, tmp_path: Path, sqlite_url: str) -> None
     resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
     assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
     assert "running" not in set(runs["status"])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_multi_worker_run_through_ray_train(tmp_path: Path, sqlite_url: str) -> None:
