@@ -29,6 +29,8 @@ def _check_output(path: Path, option: str = "--output", *, db_url: Optional[str]
     from scaling.db.engine import sqlite_path
     from scaling.errors import UserError
 
+    if str(path) == "-":
+        raise UserError(f"{option} -: a page is not written to standard output; name a file")
     out = path.expanduser()
     try:
         db_file = sqlite_path(db_url) if db_url else None

@@ -38,6 +38,8 @@ def resolve_url(cli: Optional[str] = None, plan: Optional[str] = None) -> str:
     A bare path (no ``://``) means a SQLite file. SQLite paths are made absolute against the
     current directory, so every process of a sweep writes the same file.
     """
+    if cli is not None and not str(cli).strip():  # an explicit --db "" is a mistake, not "use the default"
+        raise DatabaseError("the database URL (--db) is empty: give a URL or a SQLite file path")
     for candidate in (cli, plan, os.environ.get(ENV_VAR)):
         if candidate is not None and str(candidate).strip():
             return normalize_url(str(candidate).strip())

@@ -94,6 +94,13 @@ def test_connect_to_a_missing_file_does_not_create_it(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_an_empty_url_is_refused_not_taken_as_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatabaseError, match="is empty"):
+        connect("  ")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_connect_to_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="is a folder, not a file"):
         connect(str(tmp_path))

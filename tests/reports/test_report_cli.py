@@ -81,6 +81,7 @@ def test_outputs_that_are_not_regular_files_or_are_database_sidecars_are_refused
         targets[device] = "is not a regular file"
     except PermissionError:  # needs CAP_MKNOD; the pipe covers the same check
         pass
+    targets[Path("-")] = "not written to standard output"
     for target, says in targets.items():
         res = subprocess.run([SCALING, "report", "--db", url, "--sweep", "one-run", "-o", str(target), "--fit",
                               "stored"], capture_output=True, text=True, timeout=60)
