@@ -273,7 +273,7 @@ def rank_traffic(layout: ParallelLayout, stage: int) -> list[Traffic]:
 def _script(rank: int, layout: ParallelLayout, groups: dict[str, object]) -> list:
     """The calls one rank makes: tensor-parallel, then pipeline, then data-parallel (every rank in
     the same order, so no group waits on a rank busy in another)."""
-    tp_i, dp_i, stage = coords(rank, layout)
+    stage = coords(rank, layout)[2]
     calls: list = []
 
     def collective(t: Traffic) -> None:
@@ -289,8 +289,7 @@ def _script(rank: int, layout: ParallelLayout, groups: dict[str, object]) -> lis
               "broadcast": lambda: dist.broadcast(full, src=root, group=g)}[t.kind]
         calls.extend([op] * int(t.calls))
 
-    order = {"tp": 0, "dp": 1}
-    own = sorted(rank_traffic(layout, stage), key=lambda t: order[t.group])
+    own = rank_traffic(layout, stage)
     for t in (t for t in own if t.group == "tp"):
         collective(t)
     if layout.pp > 1:  # 2 stages: activations forward from stage 0, their gradients back from stage 1

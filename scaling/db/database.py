@@ -37,12 +37,11 @@ class Database:
     def __init__(self, url: Optional[str] = None, *, must_exist: bool = False) -> None:
         self.url = resolve_url(url)
         path = sqlite_path(self.url)
-        if must_exist and path is not None and path.is_dir():
-            raise DatabaseError(f"no results database at {mask_url(self.url)}: {path} is a folder, not a file")
-        if must_exist and path is not None and not path.is_file():
-            raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} not found")
-        if must_exist and path is not None and path.stat().st_size == 0:  # reading must not write a schema into it
-            raise DatabaseError(f"no results database at {mask_url(self.url)}: file {path} is empty")
+        if must_exist and path is not None:
+            why = (f"{path} is a folder, not a file" if path.is_dir() else f"file {path} not found"
+                   if not path.is_file() else f"file {path} is empty" if path.stat().st_size == 0 else None)
+            if why:  # an empty file too: reading must not write a schema into it
+                raise DatabaseError(f"no results database at {mask_url(self.url)}: {why}")
         self.engine: Engine = make_engine(self.url)
         self._pid = os.getpid()
         try:
