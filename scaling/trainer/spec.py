@@ -14,6 +14,7 @@ cluster retrains nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -477,11 +478,21 @@ class RunSpec(Recipe):
             fields["schedule"].pop("decay_shape")
         return fields
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """A stable 16-hex-digit hash of :meth:`key_fields`' canonical JSON."""
+        """A stable 16-hex-digit hash of :meth:`key_fields`' canonical JSON.
+
+        Computed once per spec (a scheduler asks for it at every event of every run): the spec
+        is frozen, and :meth:`model_copy` drops the cached key of a copy whose fields change.
+        """
         canonical = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def model_copy(self, *, update: Optional[dict[str, Any]] = None, deep: bool = False) -> "RunSpec":
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied.__dict__.pop("key", None)  # the cached key of the original
+        return copied
 
     # -- derived numbers (one home: scaling.accounting) ---------------------------------------
     @property
