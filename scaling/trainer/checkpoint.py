@@ -63,17 +63,58 @@ def latest(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's generator states: the CPU's and, on a GPU, its own device's (only that one:
+    a resume may see fewer GPUs than the save did)."""
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def own_rng_state(saved: Any, rank: int, device_index: int | None) -> dict[str, Any] | None:
+    """The generator states rank ``rank`` restores from a checkpoint's ``rng`` entry (None: none for it).
+
+    The entry holds one state per saving rank (``{"ranks": [...]}``); a rank the save did not have
+    (more ranks now) keeps its seeded generators. An older entry (``{"cpu": t, "cuda": [one per
+    visible GPU]}``) gives its CPU state and the state of this process's GPU index if it was saved.
+    Raises ValueError/TypeError on an entry of the wrong shape.
+    """
+    if not isinstance(saved, dict):
+        raise TypeError(f"expected a dict, got {type(saved).__name__}")
+    if "ranks" in saved:
+        ranks = saved["ranks"]
+        if not isinstance(ranks, list):
+            raise TypeError("'ranks' is not a list")
+        return ranks[rank] if rank < len(ranks) else None
+    own: dict[str, Any] = {"cpu": saved["cpu"]}
+    per_device = saved.get("cuda")
+    if isinstance(per_device, list) and device_index is not None and device_index < len(per_device):
+        own["cuda"] = per_device[device_index]
+    return own
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    """Restore what :func:`rng_state` returned (the GPU state only on a GPU)."""
+    torch.set_rng_state(state["cpu"].cpu())
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def restore_rng(saved: Any, rt: Runtime) -> str | None:
+    """Restore this rank's generators from a checkpoint's ``rng`` entry; return why not, or None.
+
+    Generator states are not the model: a mismatch (another number of ranks or GPUs, an entry
+    of the wrong shape) leaves the generators as seeded and is reported, never taken for a
+    corrupt checkpoint."""
+    try:
+        own = own_rng_state(saved, rt.rank, rt.device.index if rt.device.type == "cuda" else None)
+        if own is None:
+            return f"no generator state saved for rank {rt.rank}"
+        set_rng_state(own, rt.device)
+    except Exception as exc:  # noqa: BLE001 - any bad entry means: keep the seeded state
+        return f"generator state not restored ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    return None
 
 
 # -- the manifest: every file's size and sha256 ----------------------------------------------
@@ -341,6 +382,11 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1
 
 
+def _cpu_rng(device: torch.device) -> dict[str, Any]:
+    """:func:`rng_state` with every tensor on the CPU (what is gathered and written)."""
+    return {k: v.cpu() for k, v in rng_state(device).items()}
+
+
 def save(
     run_dir: str | Path,
     step: int,
@@ -370,12 +416,13 @@ def save(
         tmp.mkdir()
     rt.barrier()
     metadata = save_sharded(tmp, model, optimizer)
+    rngs = rt.gather_object(_cpu_rng(rt.device))
     if rt.is_main:
         _write_json_atomically(tmp / METADATA_FILE, metadata_to_json(metadata))
         (tmp / _DCP_PICKLE).unlink(missing_ok=True)
         state = {
             "scaler": scaler.state_dict(),
-            "meta": {**meta, "step": step, "rng": rng_state()},
+            "meta": {**meta, "step": step, "rng": {"ranks": rngs}},
         }
         with open(tmp / STATE_FILE, "wb") as fh:
             torch.save(state, fh)
@@ -410,22 +457,23 @@ def load(
     when a file cannot be read as what it should be."""
     path = Path(path)
     try:
-        state = torch.load(path / STATE_FILE, map_location=rt.device, weights_only=True)
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
         scaler_state, meta = state["scaler"], state["meta"]
         if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
             raise CorruptCheckpoint(f"{STATE_FILE} holds no trainer state")
         load_sharded(path, model, optimizer)
         if scaler_state:
             scaler.load_state_dict(scaler_state)
-        rng = meta.get("rng")
-        if rng is not None:
-            rng = {"cpu": rng["cpu"].cpu(), **({"cuda": [t.cpu() for t in rng["cuda"]]} if "cuda" in rng else {})}
-            set_rng_state(rng)
     except CorruptCheckpoint:
         raise
     # torch raises many types for a bad file; distributed checkpoint's CheckpointException is a BaseException
     except (Exception, CheckpointException) as exc:  # noqa: BLE001
         raise CorruptCheckpoint(f"cannot load: {_reason(exc)}") from None
+    if "rng" in meta:
+        problem = restore_rng(meta["rng"], rt)
+        if problem is not None:
+            print(f"checkpoint {path} (rank {rt.rank}): {problem}; continuing with the seeded generators",
+                  file=sys.stderr)
     return meta
 
 
@@ -457,8 +505,10 @@ def load_latest(
     """Load the newest checkpoint that verifies and loads (collective); None if there is none.
 
     Each checkpoint that fails is reported to ``on_corrupt(path, problem)`` (on every rank),
-    announced on stderr and set aside, and the one before it is tried."""
+    announced on stderr and set aside, and the one before it is tried. When none loads, the
+    model, optimizer and scaler are left as they were (a failed load may have written into them)."""
     candidates = rt.broadcast_object([str(p) for p in checkpoints(run_dir)] if rt.is_main else None)
+    before = _Snapshot(model, optimizer, scaler) if candidates else None
     for name in reversed(candidates):
         path = Path(name)
         problem = rt.broadcast_object(verify(path) if rt.is_main else None)
@@ -479,4 +529,44 @@ def load_latest(
             print(f"checkpoint {path}: {problem}; set aside, falling back to the previous one", file=sys.stderr)
             _set_aside(path)
         rt.barrier()
+    if before is not None:
+        before.restore()
     return None
+
+
+class _Snapshot:
+    """Model, optimizer and scaler state on the host, to put back after loads that all failed.
+
+    Holds this rank's local part of every parameter and buffer (a sharded model's shard)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+        self.tensors = [(t, _local(t).detach().to("cpu", copy=True)) for t in _state_tensors(model)]
+        # A fresh optimizer goes back to empty; one with state (a rollback) has nothing to return
+        # to when no checkpoint loads, and its run fails.
+        self.optimizer = _dcp_optimizer(optimizer)
+        self.fresh_optimizer = not self.optimizer.state
+        self.scaler, self.scaler_state = scaler, scaler.state_dict()
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for tensor, saved in self.tensors:
+            _local(tensor).copy_(saved)
+        if self.fresh_optimizer:
+            self.optimizer.state.clear()
+        if self.scaler_state:
+            self.scaler.load_state_dict(self.scaler_state)
+
+
+def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Every parameter and buffer of ``model`` once (tied weights included once)."""
+    seen: dict[int, torch.Tensor] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``t`` (a DTensor's local shard; a plain tensor itself)."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t

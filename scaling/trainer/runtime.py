@@ -135,6 +135,14 @@ class Runtime:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank (collective)."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
 
 def mesh_coords(rank: int, dp: int, tp: int) -> tuple[int, int, int]:
     """(pp, dp, tp) coordinates of ``rank`` in :func:`build_mesh`'s layout (row-major, tp innermost)."""

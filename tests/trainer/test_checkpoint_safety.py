@@ -99,7 +99,7 @@ def test_hostile_state_pickle_with_forged_manifest_is_refused(make_spec, registe
     assert "weights_only" not in event["problem"]  # torch's advice to load it unsafely is not passed on
 
 
-@pytest.mark.parametrize("damage", ["truncated_shard", "rng_of_the_wrong_kind", "nested_manifest"])
+@pytest.mark.parametrize("damage", ["truncated_shard", "nested_manifest"])
 def test_damage_that_passes_a_forged_manifest_still_falls_back(make_spec, registered, tmp_path: Path,
                                                                 damage: str) -> None:
     """What the manifest cannot catch (an attacker rewrote it) fails in the loader: still set aside."""
@@ -108,18 +108,12 @@ def test_damage_that_passes_a_forged_manifest_still_falls_back(make_spec, regist
         shard = next(latest.glob("*.distcp"))
         shard.write_bytes(shard.read_bytes()[: shard.stat().st_size - 64])
         _forge_manifest(latest)
-    elif damage == "rng_of_the_wrong_kind":  # plain data, loads, but is no generator state
-        state = torch.load(latest / checkpoint.STATE_FILE, weights_only=True)
-        state["meta"]["rng"] = {"cpu": torch.zeros(3)}
-        torch.save(state, latest / checkpoint.STATE_FILE)
-        _forge_manifest(latest)
     else:  # a manifest nested past Python's recursion limit
         (latest / checkpoint.MANIFEST_FILE).write_text("[" * 200_000 + "]" * 200_000)
     resumed = train(spec, url, tmp_path / "run", attempt=2)
     assert resumed.status == "completed" and resumed.resumed_from == 8
     (event,) = _corrupt_events(url, spec.key)
-    expected = {"truncated_shard": "cannot load", "rng_of_the_wrong_kind": "cannot load",
-                "nested_manifest": "nested too deeply"}[damage]
+    expected = {"truncated_shard": "cannot load", "nested_manifest": "nested too deeply"}[damage]
     assert event["checkpoint"] == "step_00000012" and expected in event["problem"], event
 
 
@@ -168,3 +162,55 @@ def test_every_checkpoint_corrupt_restarts_from_scratch(make_spec, registered, t
     resumed = train(spec, url, tmp_path / "run", attempt=2)
     assert resumed.status == "completed" and resumed.resumed_from is None and resumed.steps == 24
     assert len(_corrupt_events(url, spec.key)) == 3
+
+
+@pytest.mark.parametrize("rng", [{"cpu": torch.zeros(3)}, {"ranks": "not a list"}, {"ranks": []}])
+def test_a_generator_state_that_does_not_fit_is_no_corruption(make_spec, registered, tmp_path: Path, capfd,
+                                                              rng: dict) -> None:
+    """Generator states are not the model: one that cannot be restored (wrong kind, or saved by
+    other ranks than resume) is reported and the checkpoint still resumes the run."""
+    spec, url, latest = _crashed(make_spec, registered, tmp_path)
+    state = torch.load(latest / checkpoint.STATE_FILE, weights_only=True)
+    state["meta"]["rng"] = rng
+    torch.save(state, latest / checkpoint.STATE_FILE)
+    _forge_manifest(latest)
+    resumed = train(spec, url, tmp_path / "run", attempt=2)
+    assert resumed.status == "completed" and resumed.resumed_from == 12
+    assert _corrupt_events(url, spec.key) == []
+    assert "continuing with the seeded generators" in capfd.readouterr().err
+
+
+def test_an_older_entry_with_more_gpus_than_visible_restores_what_exists() -> None:
+    """A checkpoint saved every visible GPU's state (8); a resume on one GPU takes its own index's,
+    a resume on the CPU the CPU's alone, and an index beyond the saved ones none (no IndexError)."""
+    cpu = torch.get_rng_state()
+    per_gpu = [torch.full((16,), i, dtype=torch.uint8) for i in range(8)]
+    saved = {"cpu": cpu, "cuda": per_gpu}
+    assert checkpoint.own_rng_state(saved, rank=0, device_index=None) == {"cpu": cpu}
+    assert checkpoint.own_rng_state(saved, rank=0, device_index=3)["cuda"] is per_gpu[3]
+    assert "cuda" not in checkpoint.own_rng_state({"cpu": cpu, "cuda": per_gpu[:1]}, rank=0, device_index=5)
+    ranks = {"ranks": [{"cpu": cpu, "cuda": per_gpu[0]}, {"cpu": cpu, "cuda": per_gpu[1]}]}
+    assert checkpoint.own_rng_state(ranks, rank=1, device_index=0)["cuda"] is per_gpu[1]
+    assert checkpoint.own_rng_state(ranks, rank=2, device_index=0) is None
+
+
+def test_loads_that_all_fail_leave_the_model_as_built(make_spec, registered, tmp_path: Path) -> None:
+    """Truncated shards under forged manifests fail inside the loader, after it may have written
+    some tensors: with no checkpoint left, the model, optimizer and scaler are as built."""
+    from scaling.trainer.loop import Trainer
+
+    spec, url, _ = _crashed(make_spec, registered, tmp_path)
+    for path in checkpoint.checkpoints(tmp_path / "run"):
+        for shard in path.glob("*.distcp"):
+            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size - 64])
+        _forge_manifest(path)
+    trainer = Trainer(spec, url, tmp_path / "run", attempt=2)
+    model = trainer.par.model
+    built = {k: v.clone() for k, v in model.state_dict().items()}
+    problems: list[str] = []
+    found = checkpoint.load_latest(tmp_path / "run", model=model, optimizer=trainer.optimizer,
+                                   scaler=trainer.scaler, rt=trainer.rt, on_corrupt=lambda _, p: problems.append(p))
+    assert found is None and len(problems) == 3 and all("cannot load" in p for p in problems)
+    after = model.state_dict()
+    assert all(torch.equal(built[k], after[k]) for k in built)
+    assert not trainer.optimizer.state
