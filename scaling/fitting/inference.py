@@ -35,7 +35,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
-from scaling.fitting.base import check_budget, jsonable, summarise
+from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, summarise
 
 if TYPE_CHECKING:
     from scaling.fitting.data import FitData
@@ -140,6 +140,9 @@ def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: floa
     if x > math.log(np.finfo(float).max):
         raise FitError(f"the cheapest model reaching loss {target:.6g} has more than 1e308 parameters "
                        "(the law's exponents are degenerate)")
+    if x < 0:
+        raise FitError(f"the cheapest model reaching loss {target:.6g} has less than one parameter "
+                       "(a loss far above the measured ones?)")
     N = math.exp(x)
     return N, float(law.tokens_for(N, target))
 
@@ -264,6 +267,8 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         raise FitError(f"--inference-tokens must be a non-negative number of tokens, got {inference_tokens}")
     if inference_tokens > MAX_INFERENCE_TOKENS:
         raise FitError(f"--inference-tokens {inference_tokens:.3g} is more than {MAX_INFERENCE_TOKENS:.0e} tokens")
+    if target_loss is not None and not math.isfinite(target_loss):
+        raise FitError(f"--target-loss must be a finite number, got {target_loss}")
     measured = law.data_.points["C"] if getattr(law, "data_", None) is not None else []
     if compute is not None:
         check_budget(compute, measured)
@@ -275,6 +280,8 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     if compute is not None and not math.isfinite(target):
         raise FitError(f"the approach-3 fit gives no finite compute-optimal loss at C = {compute:.3g} FLOPs")
     check_target(point, target)
+    if target_loss is not None:
+        check_target_in_range(point, target, measured, k)
     best = _point(point, target, inference_tokens, k)
     co = _point(point, target, 0.0, k)
     if target_loss is not None:  # the compute-optimal run reaching it must lie near the measured budgets
@@ -322,6 +329,27 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
                          "(their E lies above it) and are left out of the intervals")
     rec.notes.extend(doubts)
     return rec
+
+
+def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float = 6.0) -> None:
+    """Refuse a target loss whose compute-optimal run lies beyond :data:`MAX_EXTRAPOLATION` of the measured budgets.
+
+    Checked on the losses the law gives at the two ends of the allowed budgets, before any optimum is
+    sought: far outside them N and D under- or overflow, and a budget of "0 FLOPs" would be quoted.
+    """
+    C = np.asarray(measured, float)
+    C = C[np.isfinite(C) & (C > 0)]
+    if not len(C):
+        return
+    lo_c, hi_c = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
+    with np.errstate(all="ignore"):
+        hi_loss, lo_loss = target_at(law, lo_c, k), target_at(law, hi_c, k)
+    if not (math.isfinite(hi_loss) and math.isfinite(lo_loss)):
+        return  # the budget check on the optimum itself still applies
+    if not lo_loss <= target <= hi_loss:
+        raise FitError(f"--target-loss {target:.6g}: its compute-optimal run lies more than {MAX_EXTRAPOLATION:.0e}x "
+                       f"outside the measured budgets ({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say "
+                       f"nothing that far away (use a target loss from {lo_loss:.4g} to {hi_loss:.4g})")
 
 
 def _replicate_laws(law: Any) -> list[LossLaw]:

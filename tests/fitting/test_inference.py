@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,3 +196,30 @@ def test_an_unreliable_fit_gives_no_interval_and_claims_no_saving() -> None:
     assert "no saving claimed" in table and "saves" not in table
     rows = [line for line in table.splitlines() if line.strip().startswith(("inference-aware", "compute-optimal"))]
     assert len(rows) == 2 and not any("[" in row for row in rows), table
+
+
+@pytest.mark.parametrize("target", ["1e200", "1e308", "1e100", "1e50", "nan", "inf", "-inf"])
+def test_cli_recommend_refuses_an_absurd_target_loss_in_one_line(tmp_path: Path, target: str) -> None:
+    """A target loss that is no finite number, or one whose compute-optimal run lies absurdly far from the
+    measured budgets, is refused by name in one line: no traceback, no "0 FLOPs" quoted as a budget."""
+    from cli_run import run_cli
+
+    pts = S.isoflop_points(budgets=np.array([1e17, 3e17, 1e18, 3e18]), n_sizes=7, span=1.5, seed=0)
+    csv = tmp_path / "pts.csv"
+    pts[["N", "D", "C", "loss"]].to_csv(csv, index=False)
+    code, out, err = run_cli("recommend", "--csv", str(csv), "--bootstrap", "20", "--inference-tokens", "1e12",
+                             "--target-loss", target)
+    assert code == 2 and out == "", (out, err)
+    line = err.strip()
+    assert len(line.splitlines()) == 1 and "--target-loss" in line, err
+    assert all(float(c) >= 1 for c in re.findall(r"(\S+) FLOPs", line)), err  # no "0 FLOPs" or 8e-15
+    if not math.isfinite(float(target)):
+        assert "must be a finite number" in line, err
+    else:
+        assert "outside the measured budgets" in line, err
+
+
+def test_cheapest_refuses_a_model_of_less_than_one_parameter() -> None:
+    """At a loss far above the law's range the optimum underflows to N = 0: refused, not divided by."""
+    with pytest.raises(FitError, match="less than one parameter"):
+        cheapest(TRUTH, 1e200, 1e12)
