@@ -390,7 +390,7 @@ class Scheduler:
         e = spec.execution
         if e.workers == 1:
             if self._remote_single is None:
-                self._remote_single = ray.remote(max_retries=0)(tasks.train_single)
+                self._remote_single = tasks.SingleRunTask()  # a GPU run: a fresh process each
             fn = self._remote_single.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
             return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt, self.sweep, os.getcwd())
         # Multi-worker: the TorchTrainer's controller needs no CPU of its own; its workers take

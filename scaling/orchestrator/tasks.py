@@ -1,7 +1,8 @@
 """What a Ray worker executes for one run. Kept apart from the scheduler so workers import little.
 
 Single-worker runs call `scaling.trainer.train` directly inside a Ray task: no Ray Train
-worker group, no controller, so a small run pays only for the task (workers are reused).
+worker group, no controller, so a small run pays only for the task (CPU workers are reused;
+a GPU run gets a fresh process, see :class:`SingleRunTask`).
 Multi-worker runs go through Ray Train (`orchestrator/multiworker.py`).
 """
 
@@ -29,6 +30,26 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
     spec = RunSpec.model_validate_json(spec_json)
     out = _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
     return _timed(out, started)
+
+
+class SingleRunTask:
+    """:func:`train_single` (or ``fn``) as a Ray task whose ``.options(num_gpus=...)`` picks the
+    remote function: a task holding a GPU runs in a fresh worker process (``max_calls=1``).
+
+    Ray sets ``max_calls=1`` only when ``num_gpus`` is given at decoration, not through
+    ``.options``: a reused worker would keep its CUDA context and cached memory on a GPU Ray
+    believes free, and the previous task's ``CUDA_VISIBLE_DEVICES``.
+    """
+
+    def __init__(self, fn: Any = None) -> None:
+        import ray
+
+        fn = fn or train_single
+        self._cpu = ray.remote(max_retries=0)(fn)
+        self._gpu = ray.remote(max_retries=0, max_calls=1)(fn)
+
+    def options(self, *, num_gpus: float = 0, **options: Any) -> Any:
+        return (self._gpu if num_gpus else self._cpu).options(num_gpus=num_gpus, **options)
 
 
 def train_multi(
