@@ -37,7 +37,7 @@ from scaling.trainer.optim import lr_at, param_groups
 from scaling.trainer.precision import autocast, resolve_on_ranks, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
-from scaling.trainer.spec import RunSpec
+from scaling.trainer.spec import RunSpec, precision_problem
 
 ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
 
@@ -148,6 +148,9 @@ class Trainer:
         if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
             chosen = resolve_on_ranks(spec.precision, self.rt.device, self.rt.distributed)
             spec = self.spec = spec.model_copy(update={"precision": chosen})
+        problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)
+        if problem:  # auto resolved here to fp16 (a GPU without bf16)
+            raise SpecError(f"precision: auto chose {spec.precision} on {self.rt.device}, but {problem}")
 
         self.data = build_data(spec, self.rt)
         self.total_steps = spec.steps

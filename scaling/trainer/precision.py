@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Optional
 import torch
 
 from scaling.trainer.mfu import cpu_peak_flops
+from scaling.trainer.spec import precision_problem
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
@@ -108,6 +109,13 @@ def resolve(requested: str, device: str) -> Resolution:
 def resolve_spec(spec: "RunSpec") -> tuple["RunSpec", Resolution]:
     """``spec`` with its precision resolved for this machine (its key changes when it was auto)."""
     res = resolve(spec.precision, spec.execution.device)
+    ex = spec.execution
+    problem = precision_problem(res.precision, ex.tp, ex.dp)
+    if problem:
+        from scaling.errors import SpecError
+
+        raise SpecError(f"precision: {problem}" if spec.precision == res.precision else
+                        f"precision: auto chose fp16 ({res.reason}), but {problem}")
     if res.precision != spec.precision:
         spec = spec.model_copy(update={"precision": res.precision})
     return spec, res

@@ -337,6 +337,20 @@ def pipeline_micro_batches(sequences: int, dp: int, requested: Optional[int]) ->
     return share // min(requested or share, share)
 
 
+def precision_problem(precision: str, tp: int, dp: int) -> str | None:
+    """Why ``precision`` cannot train with ``tp`` tensor-parallel ranks over ``dp`` data-parallel
+    ones (None: it can).
+
+    fp16's loss scaler unscales all gradients with one fused kernel per device, which refuses a
+    mix of tensor-parallel (DTensor) and plain gradients; with one data-parallel rank nothing
+    turns the plain ones into DTensors (FSDP2 does over several).
+    """
+    if precision == "fp16" and tp > 1 and dp == 1:
+        return (f"fp16 cannot run with tp={tp} on one data-parallel rank (its loss scaler cannot "
+                "unscale tensor-parallel gradients beside plain ones): use bf16, or fp32 on a GPU without bf16")
+    return None
+
+
 def pipeline_problem(spec: "RunSpec", *, unplaced: bool = False) -> Optional[str]:
     """Why ``spec`` cannot be pipelined as its ``execution`` asks, or None (also None for pp = 1).
 
@@ -430,6 +444,10 @@ class RunSpec(Recipe):
                     f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
                     "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
                 )
+        if not unplaced:
+            problem = precision_problem(self.precision, ex.tp, ex.dp)
+            if problem:
+                raise ValueError(f"precision: {problem}")
         if self.tokens < self.batch_tokens:
             raise ValueError(f"tokens ({self.tokens}) must be at least one batch ({self.batch_tokens})")
         problem = pipeline_problem(self, unplaced=unplaced)
