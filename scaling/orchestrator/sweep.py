@@ -20,6 +20,7 @@ from scaling import vocab
 from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
+from scaling.orchestrator.orphans import reap_orphaned_agents
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.orchestrator.signals import uninterrupted
@@ -42,21 +43,26 @@ class SweepResult:
     adaptive: Any = None  # an adaptive plan's AdaptiveOutcome (scaling.orchestrator.adaptive)
 
 
-def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
-    """Start a private local Ray, or join the cluster at ``address``."""
+def start_ray(address: Optional[str], num_cpus: Optional[int]) -> bool:
+    """Start a private local Ray, or join the cluster at ``address``; False if Ray was already up.
+
+    The caller shuts down only a Ray this returned True for, so a notebook or a test session can
+    share one Ray across sweeps.
+    """
     # Ray Train v2 blocks every report ~2 s unless its health check polls faster.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     if address:
         try:
             ray.init(address=address, log_to_driver=False, logging_level="WARNING")
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise ResourceError(f"--address {address}: cannot join a Ray cluster there ({e})") from None
     else:
+        reap_orphaned_agents()  # a local Ray of a killed sweep must not outlive it
         ray.init(
             address="local",
             num_cpus=num_cpus or os.cpu_count() or 1,
@@ -65,6 +71,7 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> None:
             log_to_driver=False,
             logging_level="WARNING",
         )
+    return True
 
 
 def check_local_cpus(expansion: Expansion, num_cpus: Optional[int]) -> None:
@@ -124,7 +131,7 @@ def registered_status(url: str, sweep: str, expansion: Optional[Expansion] = Non
 
 
 def run_sweep(
-    plan_path: str | Path,
+    plan: str | Path | Plan,
     *,
     db: Optional[str] = None,
     address: Optional[str] = None,
@@ -137,10 +144,10 @@ def run_sweep(
     display: Any = None,
     echo: Callable[[str], None] = print,
 ) -> SweepResult:
-    """Train every run of the plan that is not completed yet; see the module docstring."""
+    """Train every run of the plan (a `Plan` or a plan file) not completed yet; see the module docstring."""
     from scaling.db import resolve_url
 
-    plan, source = load_plan(plan_path)
+    plan, source = (plan, None) if isinstance(plan, Plan) else load_plan(plan)
     expansion = expand(plan, source)
     url = resolve_url(cli=db, plan=plan.db)
     refuse_in_memory(url)
@@ -165,7 +172,7 @@ def run_sweep(
             check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
         store = Store(url)
         register(store, plan, expansion)
-    start_ray(address, plan.resources.num_cpus)
+    started_ray = start_ray(address, plan.resources.num_cpus)
 
     def schedule(runs: list[Any]) -> SweepOutcome:
         return Scheduler(
@@ -199,16 +206,21 @@ def run_sweep(
             outcome = schedule(expansion.runs)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        import ray
+        if started_ray:  # a Ray the caller started stays up for its next sweep
+            import ray
 
-        with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
-            ray.shutdown()
+            with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
+                ray.shutdown()
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
-        result.fit = _hook("scaling.fitting", "fit_sweep", echo, url, plan.name)
+        from scaling.fitting import fit_sweep
+
+        result.fit = _as_note(echo, "fit", fit_sweep, url, plan.name)
     if report:
+        from scaling.reports import write_report
+
         path = report_path(url, plan)
-        if _hook("scaling.reports", "write_report", echo, url, plan.name, str(path)) is not _SKIPPED:
+        if _as_note(echo, "report", write_report, url, plan.name, str(path)) is not _SKIPPED:
             result.report_path = str(path)
     return result
 
@@ -237,13 +249,10 @@ def report_path(url: str, plan: Plan) -> Path:
 _SKIPPED = object()
 
 
-def _hook(module: str, function: str, echo: Callable[[str], None], *args: Any) -> Any:
-    """Call ``module.function(*args)`` (imported only when the sweep gets that far); a user error is a note."""
-    import importlib
-
-    fn = getattr(importlib.import_module(module), function)
+def _as_note(echo: Callable[[str], None], what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; a user error (e.g. too few completed runs to fit) is a note: the sweep itself succeeded."""
     try:
         return fn(*args)
-    except UserError as exc:  # e.g. too few completed runs to fit: the sweep itself succeeded
-        echo(f"note: {module}.{function}: {exc}")
+    except UserError as exc:
+        echo(f"note: {what}: {exc}")
         return _SKIPPED

@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from scaling import vocab as names
+from scaling.orchestrator.orphans import orphaned_ray_processes
 from orch_helpers import assert_consistent, shape, write_plan
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -135,6 +137,9 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
         _wait_for(lambda: not _group_alive(proc.pid), 30, "Ray's processes in the sweep's group to exit")
     else:
         assert code == -signal.SIGKILL
+        # The killed sweep's raylet dies with it; its agents and workers are orphaned until reaped.
+        _wait_for(lambda: not _raylet_of(proc.pid), 30, "the killed sweep's raylet to exit")
+        orphans = orphaned_ray_processes()
 
     rerun = subprocess.run([SCALING, "sweep", str(plan), "--db", sqlite_url, "--no-fit", "--no-report",
                             "--stale-after", "2"], capture_output=True, text=True, timeout=240, env=env)
@@ -147,6 +152,13 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
     resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
     assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
     assert "running" not in set(runs["status"])
+    if sig == signal.SIGKILL:  # the rerun's local Ray reaped what the killed one left behind
+        assert orphans and not [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _raylet_of(pid: int) -> bool:
+    return any(p.info["ppid"] == pid and p.info["name"] == "raylet"
+               for p in psutil.process_iter(["ppid", "name"]))
 
 
 def _group_alive(pgid: int) -> bool:
