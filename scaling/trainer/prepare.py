@@ -124,7 +124,7 @@ def _identity(paths: list[Path], data: "DataSpec", given: Any) -> str:
         tokenizer_id: dict[str, Any] = {"sha256": hf.digest(given)}
     else:
         tokenizer_id = {"train": tok.train, "vocab_size": tok.vocab_size, "min_frequency": tok.min_frequency,
-                     "tokenizers": hf.library_version()}
+                        "tokenizers": hf.library_version(), "max_train_chars": hf.MAX_TRAIN_CHARS}
     ident = {"format": FORMAT, "files": [file_sha256(p) for p in paths], "val_fraction": data.val_fraction,
              "separator": SEPARATOR, "tokenizer": tokenizer_id}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()

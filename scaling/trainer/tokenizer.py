@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from scaling.errors import SpecError
 
@@ -25,6 +26,11 @@ MAX_TOKENIZER_BYTES = 64 << 20
 MAX_VOCAB = 1 << 20
 #: The smallest trained BPE: the 256 byte symbols plus at least one merge.
 MIN_TRAINED_VOCAB = 257
+#: The longest text the BPE trainer sees at once. Its cost grows faster than linearly in a word's
+#: length (a 1 MB line of one letter ran for minutes), so longer lines (minified JSON, base64, DNA)
+#: are trained on in pieces of at most this many characters. Encoding is not affected.
+MAX_TRAIN_CHARS = 4096
+_LONG_LINE = re.compile(f"[^\n]{{{MAX_TRAIN_CHARS + 1},}}")
 
 
 def _tokenizers():  # type: ignore[no-untyped-def]
@@ -104,10 +110,34 @@ def train_bpe(
         for text in texts:
             if on_text is not None:
                 on_text(text)
-            yield text
+            yield from training_pieces(text)
 
     tok.train_from_iterator(pieces(), trainer)
     return tok
+
+
+def training_pieces(text: str) -> Iterator[str]:
+    """``text`` as the trainer should see it: whole, unless a line is longer than :data:`MAX_TRAIN_CHARS`;
+    such a line is cut into pieces of at most that many characters, before a space or tab in the
+    piece's second half where there is one (so words stay whole). Joined, the pieces are ``text``."""
+    start = 0
+    for m in _LONG_LINE.finditer(text):
+        if m.start() > start:
+            yield text[start:m.start()]
+        yield from _cut(text, m.start(), m.end())
+        start = m.end()
+    if start < len(text):
+        yield text[start:] if start else text
+
+
+def _cut(text: str, start: int, end: int) -> Iterator[str]:
+    while end - start > MAX_TRAIN_CHARS:
+        window = text[start:start + MAX_TRAIN_CHARS]
+        space = max(window.rfind(" "), window.rfind("\t"))
+        stop = start + (space if space > MAX_TRAIN_CHARS // 2 else MAX_TRAIN_CHARS)
+        yield text[start:stop]
+        start = stop
+    yield text[start:end]
 
 
 def vocab_size(tok: "Tokenizer") -> int:

@@ -410,3 +410,33 @@ def test_a_device_or_folder_is_not_taken_for_a_missing_file(tmp_path: Path) -> N
         files.text_files("/dev/zero")
     with pytest.raises(SpecError, match="no files match"):
         files.text_files(str(tmp_path / "absent.txt"))
+
+
+def test_training_pieces_bound_a_line_and_keep_the_text() -> None:
+    """The BPE trainer's cost grows faster than linearly in a word's length: an over-long line is handed
+    to it in bounded pieces, cut before whitespace where there is some, and nothing is lost or reordered."""
+    bound = hf.MAX_TRAIN_CHARS
+    prose = "a short line\n" * 50 + ("word " * (3 * bound)) + "\nend\n"
+    for text in ("a" * 1_000_000, "ACGT" * 250_000 + "\n" + "x" * 10, prose):
+        parts = list(hf.training_pieces(text))
+        assert "".join(parts) == text
+        assert max(map(len, parts)) <= bound
+    long_prose = [p for p in hf.training_pieces(prose) if p.startswith("word") or p.startswith(" word")]
+    assert len(long_prose) > 1 and all(p.endswith("word") for p in long_prose[:-1])  # cut before a space
+    assert list(hf.training_pieces("a short line\n" * 50)) == ["a short line\n" * 50]  # short lines: as given
+
+
+def test_a_megabyte_on_one_line_prepares_in_bounded_work(tmp_path: Path) -> None:
+    """1 MB without a newline (minified JSON, base64, DNA): the trained BPE merges it and the tokens
+    decode back to the text. Unbounded, the trainer ran for minutes; the subprocess's timeout guards it."""
+    from cli_run import run_process
+
+    path = tmp_path / "one-line.txt"
+    path.write_text("a" * 1_000_000)
+    got = run_process("data", "prepare", "--path", str(path), "--train-bpe", "300", timeout=150,
+                      cwd=tmp_path)
+    assert got.code == 0 and "Traceback" not in got.err, got.err
+    prepared = prepare(bpe(path, vocab=300))
+    ids = np.fromfile(prepared.tokens_path, dtype=prepared.dtype)
+    assert hf.load(prepared.tokenizer_path).decode(ids.tolist()) == "a" * 1_000_000
+    assert prepared.n_tokens < 10_000  # merged into long tokens, not one per byte
