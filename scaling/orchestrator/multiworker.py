@@ -48,10 +48,13 @@ def scaling_config(spec: RunSpec, rank_nodes: Optional[list[str]] = None) -> Any
     e = spec.execution
     if e.workers < 2:
         raise SpecError(f"execution.workers: run {spec.key} has {e.workers} worker; multi-worker runs need 2 or more")
-    use_gpu = e.gpus_per_worker > 0 or e.device == "cuda"
+    problem = e.ray_gpu_problem()
+    if problem:
+        raise SpecError(problem)
+    use_gpu = e.gpus_per_worker > 0  # exactly 1 per worker (the spec refuses other counts)
     resources: dict[str, float] = {"CPU": e.cpus_per_worker}
     if use_gpu:
-        resources["GPU"] = e.gpus_per_worker or 1
+        resources["GPU"] = e.gpus_per_worker
     if rank_nodes is None:
         return ScalingConfig(num_workers=e.workers, use_gpu=use_gpu, resources_per_worker=resources)
     if len(rank_nodes) != e.workers:

@@ -28,6 +28,11 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
 
     started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
+    problem = spec.execution.ray_gpu_problem()
+    if problem:
+        from scaling.errors import SpecError
+
+        raise SpecError(problem)
     out = _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
     return _timed(out, started)
 

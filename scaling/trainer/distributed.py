@@ -83,6 +83,7 @@ def train_func(config: dict[str, Any]) -> None:
     ``run_multiworker`` call) and ``max_failures``.
     """
     import ray.train
+    import ray.train.torch
     import torch.distributed as dist
 
     from scaling.errors import TrainingError
@@ -92,6 +93,11 @@ def train_func(config: dict[str, Any]) -> None:
     spec = RunSpec.model_validate_json(config["spec"])
     run_dir = Path(config["run_dir"])
     rank = ray.train.get_context().get_world_rank()
+    device = ray.train.torch.get_device()  # the GPU Ray Train assigned this worker (CPU without one)
+    if device.type == "cuda":
+        from scaling.trainer.runtime import DEVICE_ENV
+
+        os.environ[DEVICE_ENV] = str(device.index)
 
     # Rank 0 counts this group start; every rank learns the count (same attempt everywhere).
     info: dict[str, Any] = {}

@@ -23,6 +23,10 @@ from torch import nn
 
 from scaling.errors import ResourceError, SpecError
 
+#: This process's GPU index, set by a launcher that assigns devices itself (Ray Train); without
+#: it a rank takes ``LOCAL_RANK`` modulo the visible GPUs.
+DEVICE_ENV = "SCALING_CUDA_DEVICE"
+
 #: The mesh's dimension names, outermost first.
 MESH_DIMS: tuple[str, ...] = ("pp", "dp", "tp")
 
@@ -104,7 +108,7 @@ class Runtime:
             rank, world, backend = 0, 1, None
         local = int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else 0
         if use_cuda:
-            index = local % torch.cuda.device_count()
+            index = cuda_index(local, torch.cuda.device_count())
             torch.cuda.set_device(index)
             dev = torch.device("cuda", index)
         else:
@@ -142,6 +146,17 @@ class Runtime:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+
+def cuda_index(local_rank: int, visible: int) -> int:
+    """The GPU this process trains on: the launcher's (:data:`DEVICE_ENV`), else its local rank's."""
+    given = os.environ.get(DEVICE_ENV)
+    if given is not None:
+        index = int(given)
+        if not 0 <= index < visible:
+            raise ResourceError(f"{DEVICE_ENV}={given} names no GPU of the {visible} this process sees")
+        return index
+    return local_rank % visible
 
 
 def mesh_coords(rank: int, dp: int, tp: int) -> tuple[int, int, int]:

@@ -312,6 +312,15 @@ class Placement(_Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_gpu_per_rank(self) -> "Placement":
+        if self.workers > 1 and self.gpus_per_worker not in (0, 1):
+            raise ValueError(
+                f"gpus_per_worker: a multi-worker run takes exactly 1 GPU per worker, not {self.gpus_per_worker:g} "
+                "(a fraction packs two ranks on one GPU, which NCCL refuses; more leaves GPUs idle)"
+            )
+        return self
+
     @property
     def dp(self) -> int:
         """Data-parallel ranks: ``workers = dp * tp * pp``."""
@@ -324,6 +333,23 @@ class ExecutionSpec(Placement, LoopSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # Steps whose checkpoints are written and never rotated away: a trunk's branch points.
     keep_steps: tuple[int, ...] = Field(default=(), description="checkpoints kept whatever keep_checkpoints says")
+
+    def ray_gpu_problem(self) -> Optional[str]:
+        """Why Ray cannot reserve this run's devices consistently (None: it can).
+
+        A run through Ray gets the GPUs it reserves, ``gpus_per_worker``; ``device: cuda`` with
+        none reserved would train on a GPU Ray believes free (one process alone needs no Ray:
+        ``scaling train`` runs it in place)."""
+        if self.device == "cuda" and self.gpus_per_worker == 0:
+            return "execution.device: 'cuda' with gpus_per_worker 0 reserves no GPU for the run: set gpus_per_worker: 1"
+        return None
+
+    @model_validator(mode="after")
+    def _multi_worker_reserves_its_gpus(self) -> "ExecutionSpec":
+        problem = self.ray_gpu_problem() if self.workers > 1 else None  # several workers always run through Ray
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 #: Model chunks per pipeline rank of each schedule (the interleaved one loops over two).

@@ -26,3 +26,44 @@ def test_a_gpu_task_never_reuses_a_worker_process() -> None:
         assert len(set(on_cpu)) < 3, on_cpu  # CPU tasks reuse their worker (the cheap path)
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("gpus", [0.5, 2])
+def test_a_multi_worker_run_takes_exactly_one_gpu_per_worker(gpus: float) -> None:
+    from scaling.errors import SpecError
+    from scaling.trainer.spec import RunSpec
+
+    base = {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 16}, "tokens": 640, "batch_tokens": 64}
+    with pytest.raises((SpecError, ValueError), match=rf"gpus_per_worker: a multi-worker run takes exactly 1 GPU per worker, not {gpus:g}"):
+        RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": gpus}})
+    RunSpec.from_dict({**base, "execution": {"workers": 1, "gpus_per_worker": gpus}})  # one process: packing is fine
+    RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1}})
+
+
+def test_cuda_with_no_gpu_reserved_is_refused_where_ray_reserves() -> None:
+    from scaling.errors import SpecError
+    from scaling.orchestrator.multiworker import scaling_config
+    from scaling.orchestrator.tasks import train_single
+    from scaling.trainer.spec import RunSpec
+
+    base = {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 16}, "tokens": 640, "batch_tokens": 64}
+    with pytest.raises((SpecError, ValueError), match="'cuda' with gpus_per_worker 0 reserves no GPU"):
+        RunSpec.from_dict({**base, "execution": {"workers": 2, "device": "cuda"}})
+    single = RunSpec.from_dict({**base, "execution": {"device": "cuda"}})  # `scaling train` runs it in place
+    with pytest.raises(SpecError, match="reserves no GPU"):
+        train_single(single.model_dump_json(), "", "/nonexistent", 1, "s")
+    placed = scaling_config(RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1}}))
+    assert placed.use_gpu and placed.resources_per_worker == {"CPU": 1, "GPU": 1}
+
+
+def test_a_launcher_assigned_gpu_is_the_one_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scaling.errors import ResourceError
+    from scaling.trainer.runtime import DEVICE_ENV, cuda_index
+
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
+    assert cuda_index(local_rank=3, visible=2) == 1  # no launcher: local rank modulo the GPUs seen
+    monkeypatch.setenv(DEVICE_ENV, "0")
+    assert cuda_index(local_rank=3, visible=2) == 0  # Ray Train's assignment wins
+    monkeypatch.setenv(DEVICE_ENV, "4")
+    with pytest.raises(ResourceError, match="names no GPU of the 2"):
+        cuda_index(local_rank=0, visible=2)
