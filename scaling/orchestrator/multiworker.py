@@ -118,7 +118,8 @@ def run_multiworker(
             "launch_id": uuid.uuid4().hex,
             "max_failures": max_failures,
         },
-        torch_config=TorchConfig(backend=default_backend("cuda" if scaling.use_gpu else "cpu")),
+        torch_config=TorchConfig(backend=default_backend("cuda" if scaling.use_gpu else "cpu",
+                                                         spec.execution.cpu_offload)),
         scaling_config=scaling,
         run_config=RunConfig(
             name=name,

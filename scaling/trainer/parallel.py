@@ -63,9 +63,14 @@ def tp_strategy_problem(strategy: str, tp: int, dp: int) -> str | None:
     return None
 
 
-def default_backend(device: torch.device | str) -> str:
-    """The collective backend for a device: NCCL for CUDA, gloo for the CPU."""
-    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+def default_backend(device: torch.device | str, cpu_offload: bool = False) -> str:
+    """The collective backend for a device: NCCL for CUDA, gloo for the CPU.
+
+    With CPU offload on CUDA both: the sharded parameters and their gradients live on the CPU,
+    and the gradient norm's all-reduce of those CPU DTensors needs a CPU backend beside NCCL."""
+    if torch.device(device).type != "cuda":
+        return "gloo"
+    return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
 
 
 def default_mesh(device: torch.device | str) -> "dist.device_mesh.DeviceMesh":
