@@ -2,6 +2,14 @@
 
 Run by hand: ``python benchmarks/bench_sweep.py [--steps 250] [--runs 8]``.
 
+``--scale 250,1000,4000,10000`` instead runs the scale series: simulated sweeps (milliseconds of
+"training" each, no fit, no report) of each size into SQLite, printing runs/s and the driver's
+orchestration time per run (its CPU seconds per run), and the ratio of the largest size's
+per-run time to the smallest's (goal: <= 1.5x; and >= 100 runs/s on 2 cores). With
+``--postgres URL`` the largest sweep is run into PostgreSQL too, then two sweeps of
+``--concurrent`` runs of one plan at once from two processes into that database; a query then
+counts each run's trainings and its metric rows (every run exactly once, every row once).
+
 Both sides train the same specs with the same trainer and write to a SQLite database (the
 loop claims and finishes each run itself), so the difference is what the orchestrator adds:
 Ray's start-up, task dispatch, heartbeats, progress reads and bookkeeping. Printed:
@@ -96,12 +104,148 @@ def sweep(plan_path: Path, url: str, max_concurrent: int) -> tuple[float, float,
     return wall, ray_start[0], per_run
 
 
+#: The law simulated runs draw their losses from (Chinchilla-like).
+LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
+#: Sizes of the scale series' grid (each seed adds this many runs).
+SCALE_MODELS = [1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10]
+
+
+def write_simulated_plan(path: Path, name: str, runs_dir: Path, runs: int, cpus: int) -> Path:
+    """A simulated sweep of ``runs`` runs (a multiple of len(SCALE_MODELS)): sizes x seeds at one budget."""
+    plan = {
+        "name": name,
+        "runs_dir": str(runs_dir),
+        "simulate": {"law": LAW, "noise": 0.005, "seed": 0},
+        "train": {"batch_tokens": 4 * 1024 * 1024},
+        "resources": {"num_cpus": cpus},
+        "seeds": list(range(max(1, runs // len(SCALE_MODELS)))),
+        "grid": [{"models": SCALE_MODELS, "compute": [1e22]}],
+    }
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def simulated_sweep(plan_path: Path, url: str) -> dict[str, float]:
+    """Run one simulated sweep; its runs, scheduling wall time, the driver's CPU time and Ray's start-up."""
+    import ray
+
+    from scaling.orchestrator import scheduler as sched_mod
+    from scaling.orchestrator import sweep as sweep_mod
+
+    timings: dict[str, float] = {}
+    start_ray, run = sweep_mod.start_ray, sched_mod.Scheduler.run
+
+    def timed_start(*a, **kw):
+        t = time.perf_counter()
+        start_ray(*a, **kw)
+        timings["ray_s"] = time.perf_counter() - t
+
+    def timed_run(self):  # the scheduling loop alone: Ray is up, the runs registered
+        t, cpu = time.perf_counter(), time.process_time()
+        try:
+            return run(self)
+        finally:
+            timings["wall_s"] = time.perf_counter() - t
+            timings["cpu_s"] = time.process_time() - cpu
+
+    sweep_mod.start_ray, sched_mod.Scheduler.run = timed_start, timed_run
+    try:
+        t0 = time.perf_counter()
+        result = sweep_mod.run_sweep(plan_path, db=url, fit=False, report=False, echo=lambda s: None)
+        timings["total_s"] = time.perf_counter() - t0
+    finally:
+        sweep_mod.start_ray, sched_mod.Scheduler.run = start_ray, run
+        if ray.is_initialized():
+            ray.shutdown()
+    out = result.outcome
+    assert out is not None and out.ok, out
+    timings["runs"] = float(len(out.completed))
+    return timings
+
+
+def scale_series(sizes: list[int], cpus: int, tmp: Path) -> None:
+    url = f"sqlite:///{tmp / 'scale.db'}"
+    print(f"{'runs':>6} {'runs/s':>8} {'driver ms/run':>14} {'wall ms/run':>12} {'loop s':>8} {'total s':>8}")
+    per_run: dict[int, float] = {}
+    rates: dict[int, float] = {}
+    for n in sizes:
+        plan = write_simulated_plan(tmp / f"scale{n}.yaml", f"scale{n}", tmp / "runs", n, cpus)
+        t = simulated_sweep(plan, url)
+        runs = int(t["runs"])
+        rates[n] = runs / t["wall_s"]
+        per_run[n] = t["cpu_s"] / runs
+        print(f"{runs:>6} {rates[n]:>8.1f} {1e3 * per_run[n]:>14.2f} {1e3 * t['wall_s'] / runs:>12.2f} "
+              f"{t['wall_s']:>8.1f} {t['total_s']:>8.1f}", flush=True)
+    lo, hi = min(sizes), max(sizes)
+    print(f"\ndriver time per run at {hi} / at {lo}: {per_run[hi] / per_run[lo]:.2f}x (goal <= 1.5x); "
+          f"runs/s at {hi}: {rates[hi]:.1f} (goal >= 100 on 2 cores)", flush=True)
+
+
+def postgres_series(url: str, n: int, concurrent: int, cpus: int, tmp: Path) -> None:
+    """The largest sweep into PostgreSQL, then two drivers of one plan at once; counted by a query."""
+    import subprocess
+
+    plan = write_simulated_plan(tmp / f"pg{n}.yaml", f"pg{n}", tmp / "runs", n, cpus)
+    t = simulated_sweep(plan, url)
+    print(f"PostgreSQL, {int(t['runs'])} runs: {t['runs'] / t['wall_s']:.1f} runs/s, "
+          f"driver {1e3 * t['cpu_s'] / t['runs']:.2f} ms/run", flush=True)
+    twin = write_simulated_plan(tmp / "twin.yaml", "twin", tmp / "runs", concurrent, max(1, cpus // 2))
+    cmd = [sys.executable, "-c", "from scaling.cli import main; main()", "sweep", str(twin), "--db", url, "--no-fit", "--no-report"]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate()[1] for p in procs]
+    wall = time.perf_counter() - t0
+    for p, err in zip(procs, errs):
+        assert p.returncode == 0, err
+    for sweep_name, expected in ((f"pg{n}", n), ("twin", concurrent)):
+        counts = count_once(url, sweep_name)
+        print(f"{sweep_name}: {counts['runs']} runs (expected {expected}), {counts['completed']} completed, "
+              f"{counts['trained_twice']} trained more than once, {counts['rows']} metric rows "
+              f"({counts['rows_per_run']} per run), {counts['duplicate_rows']} duplicated", flush=True)
+    print(f"two drivers of {concurrent} runs at once: {wall:.1f}s", flush=True)
+
+
+def count_once(url: str, sweep_name: str) -> dict[str, int]:
+    """Runs, trainings per run (the simulator's one event per attempt) and metric rows, by SQL."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    q = {
+        "runs": "SELECT count(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = :s",
+        "completed": "SELECT count(*) FROM runs r JOIN sweeps s ON s.id = r.sweep_id "
+                     "WHERE s.name = :s AND r.status = 'completed'",
+        "trained_twice": "SELECT count(*) FROM (SELECT e.run_id FROM events e JOIN runs r ON r.id = e.run_id "
+                         "JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = :s AND e.kind = 'simulated' "
+                         "GROUP BY e.run_id HAVING count(*) > 1) t",
+        "rows": "SELECT count(*) FROM metrics m JOIN runs r ON r.id = m.run_id JOIN sweeps s ON s.id = r.sweep_id "
+                "WHERE s.name = :s",
+        "duplicate_rows": "SELECT count(*) FROM (SELECT m.run_id FROM metrics m JOIN runs r ON r.id = m.run_id "
+                          "JOIN sweeps s ON s.id = r.sweep_id WHERE s.name = :s "
+                          "GROUP BY m.run_id, m.step, m.name_id HAVING count(*) > 1) t",
+    }
+    with engine.connect() as conn:
+        out = {k: int(conn.execute(text(sql), {"s": sweep_name}).scalar_one()) for k, sql in q.items()}
+    engine.dispose()
+    out["rows_per_run"] = out["rows"] // max(1, out["runs"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--steps", type=int, default=250, help="steps per run (~10 s on a laptop core)")
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--scale", help="the scale series' sizes, e.g. 250,1000,4000,10000")
+    ap.add_argument("--postgres", help="a PostgreSQL URL for the scale series' PostgreSQL part")
+    ap.add_argument("--concurrent", type=int, default=1000, help="runs of each of the two concurrent sweeps")
     args = ap.parse_args()
+    if args.scale:
+        sizes = [int(float(v)) for v in args.scale.split(",")]
+        tmp = Path(tempfile.mkdtemp(prefix="bench_scale_"))
+        scale_series(sizes, args.cpus, tmp)
+        if args.postgres:
+            postgres_series(args.postgres, max(sizes), args.concurrent, args.cpus, tmp)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench_sweep_"))
     url = f"sqlite:///{tmp / 'bench.db'}"
     results = {}

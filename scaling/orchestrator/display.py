@@ -1,11 +1,15 @@
 """The sweep's live display: each run's state, step, loss and ETA, and the sweep's totals.
 
 On a terminal it is a rich ``Live`` table redrawn in place; elsewhere (a log file, CI) it
-prints one line per state change so the output stays readable.
+prints one line per state change so the output stays readable. Both read the scheduler's
+:class:`~scaling.orchestrator.tally.Tally` (counts, the runs in each state, the runs that changed),
+so an update costs the same in a sweep of 10 runs and of 10,000, and the live table is redrawn
+at most a few times a second.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -13,6 +17,10 @@ if TYPE_CHECKING:
     from scaling.orchestrator.scheduler import RunState, Scheduler
 
 _MAX_ROWS = 30  # a big sweep shows its running runs first, then the most recent others
+_REDRAW_S = 0.25  # the live table is redrawn at most this often (rich refreshes it twice a second)
+#: The table's order of states; finished runs show the most recent first.
+_ORDER = ("running", "reserving", "waiting", "queued", "failed", "interrupted", "completed")
+_RECENT_FIRST = ("failed", "interrupted", "completed")
 
 
 def _fmt_eta(seconds: Optional[float]) -> str:
@@ -52,22 +60,38 @@ def read_progress(results: Any, states: "list[RunState]", sweep: str, now: Optio
 
 
 def totals(sched: "Scheduler") -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    done_flops = total_flops = 0.0
-    for s in sched.states:
-        counts[s.state] = counts.get(s.state, 0) + 1
-        total_flops += s.run.spec.flops
-        if s.state == "completed":
-            done_flops += s.run.spec.flops
-        elif s.step:
-            done_flops += s.run.spec.flops * min(1.0, s.step / max(1, s.steps))
+    """Runs per state and compute done: completed runs in full, the others by their steps."""
+    tally = sched.tally
+    done_flops = tally.completed_flops
+    for state, runs in tally.by_state.items():
+        if state == "completed":  # counted in full as they completed
+            continue
+        for s in runs.values():  # (a redraw's work, a few times a second: not per event)
+            if s.step:
+                done_flops += s.flops * min(1.0, s.step / max(1, s.steps))
     return {
-        "counts": counts,
+        "counts": tally.counts(),
         "runs": len(sched.states),
         "flops_done": done_flops,
-        "flops_total": total_flops,
+        "flops_total": tally.total_flops,
         "elapsed": time.monotonic() - sched.started,
     }
+
+
+def shown(sched: "Scheduler", limit: int = _MAX_ROWS) -> "list[RunState]":
+    """The table's rows: running runs first, then waiting and queued ones, then the most recent finished."""
+    rows: "list[RunState]" = []
+    for state in _ORDER:
+        if len(rows) >= limit:
+            break
+        if state == "queued":
+            picked = itertools.islice(sched.tally.queued(), limit - len(rows))
+        else:
+            runs = sched.tally.by_state.get(state, {})
+            picked = itertools.islice(reversed(runs.values()) if state in _RECENT_FIRST else runs.values(),
+                                      limit - len(rows))
+        rows.extend(picked)
+    return rows
 
 
 def render(sched: "Scheduler") -> Any:
@@ -75,8 +99,7 @@ def render(sched: "Scheduler") -> Any:
 
     t = totals(sched)
     now = time.monotonic()
-    order = {"running": 0, "reserving": 1, "waiting": 2, "queued": 3, "failed": 4, "interrupted": 5, "completed": 6}
-    states = sorted(sched.states, key=lambda s: order.get(s.state, 9))[:_MAX_ROWS]
+    states = shown(sched)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(t["counts"].items()))
     table = Table(
         title=f"sweep {sched.sweep}: {summary}",
@@ -111,6 +134,12 @@ class SweepDisplay:
         self.live_mode = self.console.is_terminal if live is None else live
         self._live: Any = None
         self._last: dict[str, str] = {}
+        self._drawn_at = float("-inf")
+        self._pending: Any = None  # a scheduler whose latest change is not drawn yet
+
+    def _draw(self, sched: "Scheduler") -> None:
+        self._live.update(render(sched))
+        self._drawn_at, self._pending = time.monotonic(), None
 
     def __enter__(self) -> "SweepDisplay":
         if self.live_mode:
@@ -122,14 +151,20 @@ class SweepDisplay:
 
     def __exit__(self, *exc: Any) -> None:
         if self._live is not None:
+            if self._pending is not None:
+                self._draw(self._pending)  # the final state, however soon after the last redraw
             self._live.__exit__(*exc)
             self._live = None
 
     def update(self, sched: "Scheduler") -> None:
         if self._live is not None:
-            self._live.update(render(sched))
+            sched.tally.take_changed()  # the table reads the current state; nothing to print per change
+            if time.monotonic() - self._drawn_at >= _REDRAW_S:
+                self._draw(sched)
+            else:
+                self._pending = sched
             return
-        for s in sched.states:
+        for s in sched.tally.take_changed():
             label = f"{s.state}:{s.attempt}"
             if self._last.get(s.key) == label:
                 continue

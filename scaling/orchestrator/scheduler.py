@@ -22,36 +22,40 @@ error that ends the loop, so no run is left ``running`` by a driver that has sto
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from scaling import vocab
 from scaling.db.claimant import claimant_id, claimant_is_dead
-from scaling.errors import ResourceError, UserError
+from scaling.errors import NotFoundError, ResourceError, UserError
 from scaling.orchestrator import placement
 from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import PlannedRun
 from scaling.orchestrator.signals import uninterrupted
+from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, Tally
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
-
-# A run's state in the driver before it is launched; once launched (or found done) its state is
-# one of the database's run statuses (vocab.RUNNING, COMPLETED, FAILED, INTERRUPTED).
-QUEUED = "queued"  # to launch when resources allow
-RESERVING = "reserving"  # a multi-worker run waiting for its placement group
-WAITING = "waiting"  # another live claimant holds it; retaken if that claimant dies
+#: Seconds the cluster's size is taken as known before Ray is asked again.
+CAPACITY_REFRESH_S = 1.0
 
 
-@dataclass
+@dataclass(eq=False)
 class RunState:
-    """What the driver knows about one run of the sweep."""
+    """What the driver knows about one run of the sweep.
+
+    ``state`` is QUEUED, RESERVING, WAITING, or the run status it has reached; each change is
+    recorded in the scheduler's :class:`~scaling.orchestrator.tally.Tally`.
+    """
 
     run: PlannedRun
-    state: str = QUEUED  # QUEUED, RESERVING, WAITING, or the run status it has reached
+    initial_state: InitVar[str] = QUEUED
+    tally: Optional[Tally] = field(default=None, repr=False)
+    index: int = 0  # position in the sweep (admission order: smallest first)
     attempt: Optional[int] = None
     started_at: Optional[float] = None
     step: int = 0
@@ -66,7 +70,23 @@ class RunState:
     rank_sizes: Optional[list[int]] = None  # ranks per node bundle of a tp/pp run's reservation
     rank_nodes: Optional[list[str]] = None  # the node each rank goes to (tp/pp runs, see placement.py)
     overhead_s: Optional[float] = None  # submit -> task start plus task end -> collected
-    blocked: bool = False  # a queued branch whose trunk checkpoint is not there yet
+    flops: float = 0.0  # C, for the display's totals (set from the spec)
+
+    def __post_init__(self, initial_state: str) -> None:
+        self.flops = self.run.spec.flops
+        self.current = initial_state
+        if self.tally is not None:
+            self.tally.add(self)
+
+    @property
+    def state(self) -> str:
+        return self.current
+
+    @state.setter
+    def state(self, value: str) -> None:
+        old, self.current = self.current, value
+        if self.tally is not None and old != value:
+            self.tally.moved(self, old, value)
 
     @property
     def key(self) -> str:
@@ -137,7 +157,11 @@ class Scheduler:
         progress_s: float = 1.0,
         on_update: Optional[Callable[["Scheduler"], None]] = None,
     ) -> None:
-        self.states = [RunState(r) for r in runs]
+        self.tally = Tally()
+        self.states = [RunState(r, tally=self.tally, index=i) for i, r in enumerate(runs)]
+        self.by_key = {s.key: s for s in self.states}
+        # Less free CPU than the smallest run needs: admission stops looking at once.
+        self._min_cpus = min((run_needs(r)[0] for r in runs), default=0.0)
         self.store = store
         self.store_url = store_url
         self.sweep = sweep
@@ -155,6 +179,7 @@ class Scheduler:
         self._remote_multi: Any = None
         self._reader: Any = None
         self._reserving: dict[str, tuple[RunState, Any, Any]] = {}  # key -> (state, group, ready ref)
+        self._capacity: Optional[tuple[float, float, float]] = None  # (asked at, CPUs, GPUs)
         self._retrained: set[str] = set()  # trunks trained again for a missing branch checkpoint
 
     # -- public ----------------------------------------------------------------------------
@@ -210,13 +235,14 @@ class Scheduler:
     def _prepare(self) -> None:
         """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
         recovered = set(self.store.recover_stale(self.stale_after_s, sweep=self.sweep) or ())
+        rows, failures = self._rows_and_failures()
         for s in self.states:
-            row = self._row(s.key)
+            row = rows.get(s.key, {})
             status = row.get("status")
             if status == vocab.COMPLETED:
                 s.state, s.skipped = vocab.COMPLETED, True
                 continue
-            s.failures = self._earlier_failures(s.key)
+            s.failures = failures.get(s.key, 0)
             if status == vocab.FAILED and s.failures > self.retries:
                 s.state, s.error = vocab.FAILED, row.get("error") or "failed"
                 continue
@@ -226,9 +252,17 @@ class Scheduler:
                 else:
                     s.state = WAITING  # someone else's live claim, or not stale yet
 
-    def _earlier_failures(self, key: str) -> int:
-        events = self._results().events(sweep=self.sweep, run_keys=[key], kinds=[vocab.FAILURE])
-        return int(len(events))
+    def _rows_and_failures(self) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+        """Every run's row and its failures so far: two queries, whatever the sweep's size."""
+        results = self._results()
+        try:
+            runs = results.runs(sweep=self.sweep)
+        except NotFoundError:  # not registered (a scheduler driven by hand)
+            return {}, {}
+        rows = {r["run_key"]: r for r in runs.to_dict("records")} if len(runs) else {}
+        events = results.events(sweep=self.sweep, kinds=[vocab.FAILURE])
+        failures = {str(k): int(n) for k, n in events["run_key"].value_counts().items()} if len(events) else {}
+        return rows, failures
 
     def _row(self, key: str) -> dict[str, Any]:
         """The run's row as the database holds it now ({} if it is not there)."""
@@ -263,13 +297,17 @@ class Scheduler:
 
     # -- the loop's steps ---------------------------------------------------------------------
     def _work_left(self) -> bool:
-        return bool(self._in_flight) or any(s.state in (QUEUED, WAITING, RESERVING) for s in self.states)
+        return bool(self._in_flight) or self.tally.count(*PENDING_STATES) > 0
 
     def _cluster_capacity(self) -> tuple[float, float]:
+        """The cluster's CPUs and GPUs, asked of Ray at most once a second (a node lost or joined shows then)."""
         import ray
 
-        total = ray.cluster_resources()
-        return float(total.get("CPU", 0)), float(total.get("GPU", 0))
+        now = time.monotonic()
+        if self._capacity is None or now - self._capacity[0] >= CAPACITY_REFRESH_S:
+            total = ray.cluster_resources()
+            self._capacity = (now, float(total.get("CPU", 0)), float(total.get("GPU", 0)))
+        return self._capacity[1], self._capacity[2]
 
     def _admit(self) -> None:
         """Launch queued runs while the ledger (and max_concurrent) allows, smallest first.
@@ -279,19 +317,22 @@ class Scheduler:
         Ray Train never waits (and times out) for CPUs another run holds.
         """
         self._finish_reservations()
-        self._resolve_dependencies()
+        if not self.tally.count(QUEUED):
+            return
         cpus, gpus = self._cluster_capacity()
         busy = list(self._in_flight.values()) + [r[0] for r in self._reserving.values()]
         used_cpu = sum(run_needs(s.run)[0] for s in busy)
         used_gpu = sum(run_needs(s.run)[1] for s in busy)
-        for s in self.states:
-            if s.state != QUEUED or s.blocked:
-                continue
+        for s in self.tally.queued():
             if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
+            if used_cpu + self._min_cpus > cpus + 1e-9:
+                return  # no run of the sweep fits what is left
             need_cpu, need_gpu = run_needs(s.run)
             if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
                 continue  # a smaller run later in the queue may still fit
+            if s.run.spec.branch is not None and not self._dependency_ready(s):
+                continue
             if s.run.spec.execution.workers > 1:
                 self._reserve(s)
             elif not self._launch(s):
@@ -300,27 +341,28 @@ class Scheduler:
             used_cpu += need_cpu
             used_gpu += need_gpu
 
-    def _resolve_dependencies(self) -> None:
-        """Block queued branches whose trunk checkpoint is not there; retrain or fail their trunk."""
-        by_key = {s.key: s for s in self.states}
-        for s in self.states:
-            branch = s.run.spec.branch
-            if s.state != QUEUED or branch is None:
-                continue
-            parent = by_key.get(branch.parent)
-            v = dependencies.verdict(s.run.spec, self.run_dir(s.key), parent.state if parent else None)
-            s.blocked = v.kind == dependencies.WAIT
-            if v.kind == dependencies.RETRAIN_TRUNK and parent is not None:
-                if parent.key in self._retrained:
-                    v = dependencies.Verdict(dependencies.FAIL, f"{v.reason}, even after retraining it")
-                else:
-                    self._retrain_trunk(parent, branch.from_step, v.reason)
-                    s.blocked = True
-            if v.kind == dependencies.FAIL:
-                error = f"branch cannot start: {v.reason}"
-                self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
-                self._event(s.key, branch.from_step, vocab.FAILURE, error)
-                s.state, s.error = vocab.FAILED, error
+    def _dependency_ready(self, s: RunState) -> bool:
+        """Whether a queued branch may start now; retrains its trunk or fails the branch when it must.
+
+        Asked only when admission reaches the branch (there is room for it), so a sweep's waiting
+        branches cost nothing while its cluster is full.
+        """
+        branch = s.run.spec.branch
+        assert branch is not None
+        parent = self.by_key.get(branch.parent)
+        v = dependencies.verdict(s.run.spec, self.run_dir(s.key), parent.state if parent else None)
+        if v.kind == dependencies.RETRAIN_TRUNK and parent is not None:
+            if parent.key in self._retrained:
+                v = dependencies.Verdict(dependencies.FAIL, f"{v.reason}, even after retraining it")
+            else:
+                self._retrain_trunk(parent, branch.from_step, v.reason)
+                return False
+        if v.kind == dependencies.FAIL:
+            error = f"branch cannot start: {v.reason}"
+            self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
+            self._event(s.key, branch.from_step, vocab.FAILURE, error)
+            s.state, s.error = vocab.FAILED, error
+        return v.kind == dependencies.READY
 
     def _retrain_trunk(self, trunk: RunState, step: int, reason: str) -> None:
         """Have a completed trunk pass ``step`` again: its later checkpoints are set aside."""
@@ -408,7 +450,10 @@ class Scheduler:
         if not self._in_flight:
             time.sleep(timeout)
             return
-        ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=timeout)
+        # Back as soon as one run is done (not when all are), then take every other one done by now.
+        ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
+        if ready and rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         for ref in ready:
             s = self._in_flight.pop(ref)
             try:
@@ -444,7 +489,8 @@ class Scheduler:
             self.store.finish(
                 s.key, vocab.COMPLETED, final_train_loss=train_loss, final_eval_loss=eval_loss, sweep=self.sweep
             )
-            row = self._row(s.key) or row
+            stored = _stored_float(eval_loss)  # as finish() stored it
+            row = {**row, "final_loss": stored if stored is not None else row.get("final_loss")}
         s.state = vocab.COMPLETED
         s.eval_loss = row.get("final_loss", s.eval_loss)
         s.step = s.steps
@@ -499,10 +545,7 @@ class Scheduler:
             self.store.heartbeat(s.key, sweep=self.sweep)
 
     def _recover_waiting(self) -> None:
-        waiting = [s for s in self.states if s.state == WAITING]
-        if not waiting:
-            return
-        for s in waiting:
+        for s in self.tally.runs(WAITING):
             row = self._row(s.key)
             status = row.get("status")
             if status == vocab.COMPLETED:
@@ -545,6 +588,15 @@ class Scheduler:
     def _notify(self) -> None:
         if self.on_update is not None:
             self.on_update(self)
+
+
+def _stored_float(value: Any) -> Optional[float]:
+    """A loss as the database stores it: a finite float, else None."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
 
 
 def _error_line(exc: BaseException) -> str:

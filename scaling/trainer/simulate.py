@@ -17,13 +17,16 @@ seed and the run's seed): the same run always gives the same numbers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from scaling import vocab
 from scaling.trainer import TrainResult
 from scaling.trainer.spec import RunSpec, SimulatedLaw
+
+if TYPE_CHECKING:
+    from scaling.db import Store
 
 #: Eval-loss rows per run (log-spaced steps, the last step always among them).
 EVAL_POINTS = 8
@@ -40,6 +43,39 @@ def log_steps(steps: int, count: int) -> np.ndarray:
     """Up to ``count`` distinct steps from 1 to ``steps``, log-spaced, the last always included."""
     picked = np.unique(np.round(np.geomspace(1, steps, max(2, count))).astype(np.int64))
     return np.unique(np.append(picked[(picked >= 1) & (picked <= steps)], steps))
+
+
+#: The Store a process's simulated runs write through: (url, identity of its SQLite file, Store).
+_open: Optional[tuple[str, Optional[tuple[int, int]], "Store"]] = None
+
+
+def _store(url: str) -> "Store":
+    """One Store per process and database: a simulated run takes milliseconds, opening a Store
+    (engine, schema check) takes more, and a Ray worker runs thousands of them in a big sweep.
+
+    A SQLite file replaced since (another file at that path) is opened anew.
+    """
+    from scaling.db import Store
+    from scaling.db.engine import sqlite_path
+
+    global _open
+    path = sqlite_path(url)
+    identity = _file_identity(path)
+    if _open is not None and _open[:2] == (url, identity) and (path is None or identity is not None):
+        return _open[2]
+    if _open is not None:
+        _open[2].close()
+    store = Store(url)
+    _open = (url, _file_identity(path), store)
+    return store
+
+
+def _file_identity(path: Optional[Path]) -> Optional[tuple[int, int]]:
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if st is not None else None
 
 
 def simulate(
@@ -74,14 +110,12 @@ def simulate(
     final_eval = float(evals[-1])
     final_train = float(train[-1])
     if store_url is not None:
-        from scaling.db import Store
-
-        with Store(store_url) as store:
-            store.log_metrics(spec.key, rows, sweep=sweep)
-            store.log_event(spec.key, steps, vocab.SIMULATED,
-                            {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
-                             "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D))},
-                            sweep=sweep)
+        store = _store(store_url)
+        store.log_metrics(spec.key, rows, sweep=sweep)
+        store.log_event(spec.key, steps, vocab.SIMULATED,
+                        {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
+                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D))},
+                        sweep=sweep)
     return TrainResult(
         key=spec.key,
         status=vocab.COMPLETED,
