@@ -1,30 +1,9 @@
 """Communication and memory per rank of a parallel layout (data x tensor x pipeline, ZeRO 0-3).
 
-Torch-free, like :mod:`scaling.accounting` whose shapes, byte conventions and ZeRO state
-formulas it reuses: the planner uses it to compare layouts on machines without torch.
-
-Three pieces:
-
-* :func:`step_traffic` lists every collective one training step issues on one rank, with its
-  payload ``K`` (the full, unsharded tensor a collective works on, in bytes) and how often it runs.
-  Wire bytes per rank follow from the bandwidth-optimal (ring) algorithms: all-reduce
-  2(n-1)K/n, all-gather and reduce-scatter (n-1)K/n (Patarasuk & Yuan 2009; Chan et al. 2007).
-* :func:`collective_time` / :func:`step_comm_time`: an alpha-beta model (latency alpha per
-  message step, beta seconds per byte) with a table of links; tensor parallelism stays inside
-  a node, data and pipeline groups use the inter-node link when they span nodes.
-* :func:`memory_per_rank`: model state with ZeRO over ``dp`` of the parameters one tensor and
-  pipeline rank holds, and activations after Korthikanti et al. (2022, "Reducing Activation
-  Recomputation in Large Transformer Models", Sec. 4) for the micro-batches a pipeline
-  schedule keeps in flight (Narayanan et al. 2021, "Efficient Large-Scale Language Model
-  Training on GPU Clusters Using Megatron-LM").
-
-Tensor parallelism follows Megatron (Shoeybi et al. 2019): QKV and the MLP's first matrix are
-column-split, the attention output and the MLP's second matrix row-split, so each block
-all-reduces its b*s*h output twice in forward and twice in backward; with sequence parallelism
-each all-reduce becomes an all-gather plus a reduce-scatter of the same tensor (same bytes).
-Embeddings and the final norm are replicated across tensor ranks (their gradients agree, so
-they need no tensor-parallel collective); under pipeline parallelism the tied embedding lives
-on the first and the last stage, whose gradients are all-reduced between the two.
+Torch-free, reusing :mod:`scaling.accounting`'s shapes and byte conventions, so the planner can
+compare layouts on machines without torch: :func:`step_traffic` (each collective of a step),
+:func:`collective_time` / :func:`step_comm_time` (alpha-beta times), :func:`memory_per_rank`.
+The model and its sources: docs/reference/internals.md ("Communication model").
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches and pipeline schedule.
 
-Torch-free, on top of the communication model (:mod:`scaling.comms`) and the memory accounting
-(:mod:`scaling.accounting`): the planner calls it for every run of a plan whose strategy is
-``auto``, on machines without torch.
-
-The search enumerates every layout of ``workers`` ranks the shape can be split into (``n_head``
-and ``4*d_model`` divisible by tp, ``n_layer`` by pp times the schedule's chunks, tp no larger
-than a node, at least one sequence per data-parallel rank, micro-batches a multiple of pp under the
-interleaved schedule, whose bubble formula assumes whole rounds), keeps those whose memory per rank
-(:func:`scaling.comms.memory_per_rank`) fits the device, and picks the shortest estimated step::
-
-    step = compute + bubble + communication + fixed overhead
-
-* compute: the step's FLOPs over the ranks' combined throughput (every rank computes its share),
-  plus a fixed dispatch cost (kernel launches, Python) per layer and micro-batch on a rank: what
-  makes many small micro-batches, or a pipeline of a tiny model, slower than its FLOPs say;
-* bubble: the pipeline's idle time, compute * f / (1 - f) with f = (p-1)/(v*m + p-1);
-* communication: :func:`scaling.comms.step_comm_time` (plus the latency of each message the
-  trainer splits a data-parallel collective into: DDP buckets, FSDP units, ZeRO-1's per-tensor
-  broadcasts, see :func:`messages`), assumed **not overlapped** with compute.
-  That is an upper bound: DDP's bucketed all-reduce and FSDP's prefetch hide part of the
-  data-parallel traffic in practice, while tensor-parallel all-reduces and pipeline sends sit on
-  the critical path. Counting all of it keeps the comparison between layouts conservative for
-  data parallelism (which this model therefore never favours for overlap it may not get).
-
-Ties go to the simpler layout (fewer model-parallel ranks, less sharding). Fields the user fixed
-(tp, pp, schedule, strategy, micro-batch size) are kept; the search fills only the rest.
+Torch-free, on :mod:`scaling.comms` and :mod:`scaling.accounting`: the planner calls it for every
+run whose strategy is ``auto``. The fastest layout that fits memory per rank wins, with its
+communication counted as not overlapped (an upper bound); docs/reference/internals.md
+("Layout search") gives the step-time model and why.
 """
 
 from __future__ import annotations

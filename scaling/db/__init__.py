@@ -2,7 +2,7 @@
 
 SQLite (a file, WAL mode) is the embedded default; PostgreSQL works through the same code.
 Run statuses, metric names and event kinds are spelled in :mod:`scaling.vocab`.
-See docs/architecture.md ("Database") for the contract.
+See docs/reference/internals.md ("Database") for the contract.
 """
 
 from scaling.db.claimant import claimant_id

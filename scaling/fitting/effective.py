@@ -1,24 +1,8 @@
 """Muennighoff et al.'s (2023) data-constrained law: R*_D and R*_N fixed or estimated, with honest intervals.
 
-The law (their eq. 5) is approach 3 on effective data and effective parameters:
-
-    L = E + A / N'^alpha + B / D'^beta,
-    D' = U_D + U_D R*_D (1 - exp(-R_D / R*_D)),  R_D = D / U_D - 1,
-    N' = U_N + U_N R*_N (1 - exp(-R_N / R*_N)),  R_N = N / U_N - 1,
-
-with U_D the unique tokens and U_N = min(N_opt(U_D), N) the compute-optimal parameter count for
-the unique tokens (from the law itself: N_opt(D) = G (D G)^(beta/alpha), G = (alpha A / (beta B))
-^(1/(alpha + beta)), Hoffmann et al.'s eq. 4). Parameters beyond U_N are "excess parameters"
-whose value decays with R*_N as repeated tokens' value decays with R*_D. The paper's fitted
-values are R*_D = 15.4 and R*_N = 5.3.
-
-Estimating an R*: the law's five parameters are fitted by least squares on log loss (U_N
-moving with them) at each value of the R*s, and the R*s estimated by the lowest residual sum of
-squares. Their 95% intervals are profile-likelihood intervals under Gaussian log-loss errors:
-every R* whose deviance n ln(RSS(R*) / RSS_min) stays within chi2_1(0.95) = 3.84 of the best,
-the other R* (when also fitted) re-optimised at each value. An interval that runs into the end of
-the search range is not an interval: the R* is then reported as bounded on one side, or not
-determined at all, and the law is fitted at the best value found with no interval claimed.
+Approach 3 on effective data D' and effective parameters N'; an estimated R* gets a 95%
+profile-likelihood interval, or is reported bounded or not determined where the profile runs
+into the search range's end. The law and the estimator: docs/fitting.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """Chinchilla approach 1: the envelope of training curves (Hoffmann et al. 2022, Sec. 3.1).
 
-Hoffmann et al. smooth and interpolate each run's *training* loss curve, then at each of 1,500
-log-spaced FLOP values take the run with the lowest loss as compute-optimal. Here:
-
-- Curves: from a sweep, each run's train loss over its first epoch (single pass: every batch is
-  unseen when measured, so it estimates held-out loss, and it is logged every few steps);
-  eval loss only for a run without such a train curve (eval is logged a handful of times per
-  run, too sparse to place a minimum between budgets). See :func:`scaling.fitting.data.loss_curves`.
-- Smoothing: log loss is averaged over a symmetric window of +-``smooth`` in ln FLOPs (narrowed
-  near the ends so the last point, the run's final loss, stays unbiased), then interpolated
-  (log loss against log FLOPs) at ``n_flops`` log-spaced FLOP values. Fewer values than the
-  paper's 1,500: adjacent values share their best run, so more of them add no information, only
-  pseudo-replicated regression points.
-- N_opt: the best run's size; with a handful of sizes that is a staircase, so by default
-  (``refine``) a parabola in log N through the best run and its two neighbouring sizes places the
-  minimum between sizes. A FLOP value whose best run is the smallest or largest size reaching it
-  is flagged and left out (the optimum may lie beyond the sizes sampled there). Power laws over
-  the rest give a, b.
-
-Uncertainty: each replicate (1) resamples the runs with replacement (a run is one curve, the
-unit that carries its own noise) and recomputes the envelope, then (2) resamples the kept FLOP
-values in clusters, one cluster per deciding run, and refits the power laws. Step 1 alone cannot
-move a minimum when the few decisive runs are drawn (duplicates do not change a minimum), so it
-collapses to a point; step 2 adds the regression's own scatter, with the deciding run as the
-independent unit (grid values decided by one run are not independent points). A replicate whose
-clusters all come from one run fails. With too few successful or distinct replicates the
-intervals are reported unavailable (:meth:`scaling.fitting.base.Law.bootstrap_unavailable`).
-Kept optima from fewer than three sizes, or FLOP values spanning less than a factor of three,
-are noted as unable to pin a down (:meth:`scaling.fitting.frontier.FrontierLaw._check_exponent`).
+The lowest smoothed loss across runs at log-spaced FLOP values gives N_opt(C); the bootstrap
+resamples runs, then the envelope points clustered by the run that decides them, so a few
+deciding runs cannot give a falsely tight interval. Details and reasons: docs/fitting.md.
 """
 
 from __future__ import annotations

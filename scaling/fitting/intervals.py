@@ -1,27 +1,8 @@
 """What a bootstrap may claim about one quantity: its SE and 95% interval, or why it has none.
 
-A number printed beside an estimate is a claim about it, so each summary says which claim it
-makes (``kind``):
-
-- ``percentile``: the 2.5% and 97.5% quantiles of the replicates (the default);
-- ``biased``: the percentile interval excludes the estimate. Neither standard repair helps then:
-  the bias-corrected percentile interval (BCa without acceleration; Efron & Tibshirani 1993,
-  Sec. 14.3) contains the estimate only when the estimate's own quantile among the replicates,
-  Phi(z0), satisfies z0 <= z_0.975, i.e. exactly when the percentile interval already does, and
-  the basic interval contains it under the same condition. So the bootstrap is reported biased
-  (it does not reproduce the fit: replicates and fit differ in procedure, or the estimator is
-  biased here), with the estimate's quantile among the replicates, and no interval;
-- ``pinned``: the parameter sits at a bound of its fit (e.g. an irreducible loss of 0): reported as
-  pinned, never with an interval, because the replicates only echo the bound;
-- ``no spread``: every replicate refits to the same value, which says nothing about uncertainty.
-
-The standard error is reported on the scale the quantity is fitted in: for a positive quantity
-fitted as a logarithm (``log=True``) ``se_log`` is the SE of its natural log. A linear ``se`` is
-dropped (NaN, with ``se_note``) where the replicates are so heavy-tailed that it disagrees with
-the interval (more than twice the SE a normal law would give that interval), as a linear SE of
-2e6 beside an interval [155, 799] would; so is ``se_log``, judged the same way on the log scale
-(one replicate at a bound, E = 7e-6 beside an interval [0.98, 2.02], gives an SE of its log of 1.75
-where the interval implies 0.18).
+Each summary names its claim (``kind``: percentile, biased, pinned, no spread), and an SE that
+disagrees with its interval (heavy-tailed replicates) is dropped; the reasoning is in
+docs/fitting.md ("In detail").
 """
 
 from __future__ import annotations

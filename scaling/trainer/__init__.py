@@ -1,7 +1,7 @@
 """Train one run: model, data, loop. ``train(spec, store_url, run_dir)`` is the entry point.
 
-Importing this package is light (no torch): ``names`` and ``spec`` are used by torch-free
-parts (fitting, reports, the orchestrator's planning), and ``train`` imports the loop lazily.
+Importing this package is light (no torch): ``spec`` (RunSpec) is used by torch-free parts
+(the orchestrator's planning, ``scaling plan``), and ``train`` imports the loop lazily.
 """
 
 from __future__ import annotations
