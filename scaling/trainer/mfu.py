@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
@@ -20,13 +21,39 @@ import torch
 
 from scaling.trainer.cache import cache_dir
 
-#: Dense peak FLOP/s by GPU name fragment (vendor data sheets, SXM parts, no sparsity).
+#: Dense (no sparsity) tensor-core peak FLOP/s per GPU, from the vendor data sheets, keyed by the
+#: words of the name ``torch.cuda.get_device_name`` reports (e.g. "NVIDIA H100 80GB HBM3" for an
+#: SXM H100). Matched in order, most specific first (:func:`gpu_peaks`): "H100 NVL" before
+#: "H100", and whole words only, so "H200" is no "H20". fp32 is the non-tensor-core rate; a part
+#: whose sheet gives none has no fp32 entry (its MFU is then not reported).
 GPU_PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "B200": {"bf16": 2250e12, "fp16": 2250e12},
+    "GH200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "H200 NVL": {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12},
     "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "H100 NVL": {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12},
     "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12},
-    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},  # SXM
+    "H800 PCIe": {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12},
+    "H800": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},  # SXM
+    "H20": {"bf16": 148e12, "fp16": 148e12, "fp32": 44e12},
+    "L40S": {"bf16": 362e12, "fp16": 362e12, "fp32": 91.6e12},
     "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+    "A800": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
 }
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[\s\-_]+", name.upper()) if w]
+
+
+def gpu_peaks(name: str) -> dict[str, float] | None:
+    """The :data:`GPU_PEAK_FLOPS` entry of the GPU called ``name`` (None: not in the table)."""
+    words = set(_words(name))
+    for key, peaks in GPU_PEAK_FLOPS.items():
+        if set(_words(key)) <= words:
+            return peaks
+    return None
 
 
 def _cpu_name() -> str:
@@ -104,11 +131,8 @@ def peak_flops(device: torch.device, precision: str, threads: int = 1) -> float 
     if env:
         return float(env)
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for fragment, peaks in GPU_PEAK_FLOPS.items():
-            if fragment in name:
-                return peaks[precision]
-        return None
+        peaks = gpu_peaks(torch.cuda.get_device_name(device))
+        return None if peaks is None else peaks.get(precision)
     return cpu_peak_flops(precision, threads)
 
 

@@ -49,3 +49,28 @@ def test_the_probe_never_starts_a_size_whose_matmul_would_overrun_its_time(monke
     monkeypatch.setattr(torch, "mm", recording)
     assert mfu.probe_cpu_flops(torch.float32, 1, seconds=1e-4, sizes=(64, 4096)) > 0
     assert set(sizes) == {64}
+
+
+@pytest.mark.parametrize("name, bf16", [
+    ("NVIDIA H100 80GB HBM3", 989e12),  # SXM
+    ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H100 PCIe", 756e12),
+    ("NVIDIA H200", 989e12),
+    ("NVIDIA H200 NVL", 835e12),
+    ("NVIDIA GH200 480GB", 989e12),
+    ("NVIDIA H800", 989e12),
+    ("NVIDIA H800 PCIe", 756e12),
+    ("NVIDIA H20", 148e12),  # no H200, though "H20" is inside "H200"
+    ("NVIDIA L40S", 362e12),
+    ("NVIDIA B200", 2250e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12),
+    ("NVIDIA A100 80GB PCIe", 312e12),
+])
+def test_each_gpu_name_finds_its_own_dense_peak(name: str, bf16: float) -> None:
+    peaks = mfu.gpu_peaks(name)
+    assert peaks is not None and peaks["bf16"] == bf16
+
+
+def test_an_unknown_gpu_has_no_peak() -> None:
+    assert mfu.gpu_peaks("NVIDIA GeForce RTX 4090") is None
+    assert mfu.gpu_peaks("NVIDIA L40") is None  # the L40 is not the L40S
