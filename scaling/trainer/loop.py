@@ -32,9 +32,9 @@ from scaling.errors import SpecError, TrainingError
 from scaling.trainer import TrainResult, checkpoint, faults, lineage
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
-from scaling.trainer.model import build_model
+from scaling.trainer.model import attention_kernel, build_model
 from scaling.trainer.optim import lr_at, param_groups
-from scaling.trainer.precision import autocast, resolve_on_ranks, uses_loss_scaling
+from scaling.trainer.precision import DTYPES, autocast, resolve_on_ranks, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
 from scaling.trainer.spec import RunSpec, precision_problem
@@ -467,9 +467,16 @@ class Trainer:
             self._save()
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
+                  "attention": self._attention_kernel(),
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
                   **getattr(self.par, "layout", {})}
         self.rec.event(self.step, names.DATA, detail)
+
+    def _attention_kernel(self) -> str:
+        """The attention kernel this run's forward passes use (see :func:`model.attention_kernel`)."""
+        shape = self.spec.shape
+        dtype = DTYPES[self.spec.precision] if self.spec.precision != "fp32" else torch.float32
+        return attention_kernel(shape.d_model // shape.n_head, self.rt.device, dtype)
 
     def _after_step(self) -> None:
         ex = self.spec.execution

@@ -5,13 +5,17 @@ self-attention and tied input/output embeddings, with biases everywhere, exactly
 that ``scaling.accounting.Shape`` counts. Precision, sharding, compilation and the loss live
 elsewhere (``loop.py`` / ``parallel.py``): the model returns logits.
 
-Attention uses flash-attn's kernel when it is installed and the tensors are on CUDA in
-bf16/fp16, else PyTorch's ``scaled_dot_product_attention``.
+Attention uses flash-attn's kernel when it is installed, the tensors are on an Ampere or newer
+GPU in bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports), else PyTorch's
+``scaled_dot_product_attention`` (:func:`attention_kernel` decides; ``SCALING_ATTENTION=sdpa``
+forces SDPA, to compare the two).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +39,37 @@ def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
     return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
 
 
+#: The widest head flash-attn 2's kernels take.
+FLASH_MAX_HEAD_DIM = 256
+#: Set to ``sdpa`` to use PyTorch's attention even where flash-attn would run.
+ATTENTION_ENV = "SCALING_ATTENTION"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def attention_kernel(head_dim: int, device: torch.device, dtype: torch.dtype, *,
+                     capability: tuple[int, int] | None = None, flash_installed: bool | None = None) -> str:
+    """``flash_attn`` or ``sdpa``: which kernel attention on ``device`` in ``dtype`` runs.
+
+    flash-attn 2 needs a GPU of compute capability 8.0 or more (Ampere), half precision and
+    heads of at most :data:`FLASH_MAX_HEAD_DIM`. ``capability`` and ``flash_installed``
+    default to this machine's."""
+    if flash_installed is None:
+        flash_installed = _flash_attn_func is not None
+    if (not flash_installed or device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16)
+            or head_dim > FLASH_MAX_HEAD_DIM or os.environ.get(ATTENTION_ENV) == "sdpa"):
+        return "sdpa"
+    if capability is None:
+        capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    return "flash_attn" if capability >= (8, 0) else "sdpa"
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention on (B, h, T, hs) tensors with the fastest kernel available."""
-    if _flash_attn_func is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+    if q.is_cuda and attention_kernel(q.size(-1), q.device, q.dtype) == "flash_attn":
         # flash-attn wants (B, T, h, hs).
         out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         return out.transpose(1, 2)

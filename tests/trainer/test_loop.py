@@ -162,3 +162,12 @@ def test_checkpoints_are_atomic_pruned_and_safe_to_load(make_spec, tmp_path: Pat
     # A finished run trained again resumes at its end and changes nothing.
     again = train(spec, None, tmp_path)
     assert again.resumed_from == 24 and again.steps == 24
+
+
+def test_the_data_event_records_the_attention_kernel(make_spec, registered, tmp_path: Path) -> None:
+    spec = make_spec(tokens=32 * 8 * 4)
+    url = registered(spec)
+    train(spec, url, tmp_path)
+    ev = connect(url).events(run_keys=[spec.key])
+    (data,) = [d for k, d in zip(ev["kind"], ev["detail"]) if k == names.DATA]
+    assert data["attention"] == "sdpa"  # flash-attn runs on GPUs only

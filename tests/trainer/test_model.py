@@ -69,3 +69,21 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
         m(x).float().pow(2).mean().backward()
         grads.append([p.grad.clone() for p in m.parameters()])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+
+
+def test_flash_attention_runs_only_where_its_kernels_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash-attn 2 needs Ampere or newer, half precision and heads of at most 256; else SDPA."""
+    from scaling.trainer.model import ATTENTION_ENV, attention_kernel
+
+    monkeypatch.delenv(ATTENTION_ENV, raising=False)
+    gpu = torch.device("cuda", 0)
+    ampere = {"capability": (8, 0), "flash_installed": True}
+    assert attention_kernel(128, gpu, torch.bfloat16, **ampere) == "flash_attn"
+    assert attention_kernel(256, gpu, torch.float16, **ampere) == "flash_attn"
+    assert attention_kernel(257, gpu, torch.bfloat16, **ampere) == "sdpa"  # too wide a head
+    assert attention_kernel(128, gpu, torch.float16, capability=(7, 0), flash_installed=True) == "sdpa"  # V100
+    assert attention_kernel(128, gpu, torch.float32, **ampere) == "sdpa"
+    assert attention_kernel(128, gpu, torch.bfloat16, capability=(9, 0), flash_installed=False) == "sdpa"
+    assert attention_kernel(128, torch.device("cpu"), torch.bfloat16, **ampere) == "sdpa"
+    monkeypatch.setenv(ATTENTION_ENV, "sdpa")
+    assert attention_kernel(128, gpu, torch.bfloat16, **ampere) == "sdpa"  # forced, to compare the two
