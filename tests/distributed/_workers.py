@@ -10,18 +10,26 @@ import torch
 import torch.distributed as dist
 
 
+#: Imported once by the forkserver every world forks from (a threadless import: safe to fork).
+PRELOAD = ["torch", "torch.distributed", "scaling.trainer.loop", "scaling.trainer.parallel", "scaling.trainer.pipeline",
+           "_workers"]
+
+
 def spawn(fn: Callable[..., Any], world: int, tmp: str, *args: Any) -> list[Any]:
     """Run ``fn(rank, world, *args)`` in ``world`` real processes over gloo; return each rank's result.
 
     Rendezvous through a file in ``tmp`` (no TCP port to collide with other jobs on the machine).
-    Results come back through ``torch.save`` files so tensors survive the trip.
+    Results come back through ``torch.save`` files so tensors survive the trip. Workers fork from
+    one forkserver that imported torch and the trainer once: a fresh interpreter per rank spent
+    seconds importing torch, per world.
     """
     import torch.multiprocessing as mp
 
     init = os.path.join(tmp, "rendezvous")
     if os.path.exists(init):
         os.remove(init)
-    mp.spawn(_entry, args=(world, init, tmp, fn, args), nprocs=world, join=True)
+    mp.set_forkserver_preload(PRELOAD)
+    mp.start_processes(_entry, args=(world, init, tmp, fn, args), nprocs=world, join=True, start_method="forkserver")
     return [torch.load(os.path.join(tmp, f"result{r}.pt"), weights_only=False) for r in range(world)]
 
 
@@ -222,3 +230,10 @@ def sweep_one_parallel_run(tmp_path: Any, db_url: str, name: str, resources: dic
     ref = trajectory(train_worker(0, 1, one.to_json(), str(tmp_path / "ref")))
     return {"execution": run["spec"]["execution"], "stored": dict(zip(stored["step"], stored["value"])),
             "reference": ref}
+
+
+def memory_budget_worker(rank: int, world: int) -> float:
+    """The smallest of rank-dependent budgets, as every rank sees it."""
+    from scaling.trainer.parallel import smallest_over_ranks
+
+    return smallest_over_ranks(1000.0 * (rank + 1), torch.device("cpu"))
