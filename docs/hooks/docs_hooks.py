@@ -5,12 +5,14 @@
   vendored and fails mkdocs-click's ``isinstance(param, click.Option)``).
 * ``<!-- schema: dotted.path.Model -->`` becomes that pydantic model's JSON schema, one table
   per section.
+* Sphinx roles in docstrings (``:class:`~x.Y```), which mkdocstrings leaves as text, become code.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         else:
             out.append(line)
     return "\n".join(out) + "\n"
+
+
+_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):<code>~?")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """``:class:`~scaling.errors.UserError``` rendered as text plus code becomes the code alone."""
+    return _ROLE.sub("<code>", html)
 
 
 def render_schema(schema: dict, prefix: str) -> str:
