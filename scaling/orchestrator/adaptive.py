@@ -17,8 +17,10 @@ says what happens next:
    divided by its cost) is added;
 4. **stop, budget**: no candidate fits in what is left of ``max_compute`` (the whole sweep's
    compute, the grid included); **stop, rounds**: ``max_rounds`` slices were added; **stop,
-   no fit**: the law cannot be fitted and no slice can be extended; **stop, no gain**: every
-   affordable slice is already trained or is expected to leave the interval no narrower.
+   no fit**: the law cannot be fitted (or gives no finite N*) and no slice can be extended, or
+   it is flagged unreliable and no slice it proposes is expected to narrow it; **stop, no
+   gain**: every affordable slice is already trained or is expected to leave the interval no
+   narrower. A slice at sizes the plan cannot train is never proposed (nor called too dear).
 
 Every decision is a ``vocab.ADAPTIVE_DECISION`` event (attached to the grid's smallest run, the
 events table holding run events only) with what was fitted (law, points, stored fit id, N* and
@@ -175,6 +177,12 @@ def decide(
     fit = dict(fit_info)
     if law is not None:
         fit.update(measure(law, target))
+        if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
+            fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
+            if fit["doubts"]:
+                fit_error += f"; unreliable: {_doubt(fit['doubts'][0])}"
+            fit["error"] = fit_error
+            law = None
     else:
         fit.update({"law": target.law, "error": fit_error})
 
@@ -191,9 +199,9 @@ def decide(
                          f"{target.interval_ratio:g}) after {_flops(spent)} FLOPs")
     now = (f"{where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} > {target.interval_ratio:g})"
            if ratio is not None else
-           f"{target.law} not fitted ({fit_error})" if law is None else f"{where} has no interval ({fit.get('kind')})")
+           f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})" if law is None else f"{where} has no interval ({fit.get('kind')})")
     if law is not None and not fit["reliable"]:
-        now += f"; unreliable: {fit['doubts'][0] if fit['doubts'] else 'flagged'}"
+        now += f"; unreliable: {_doubt(fit['doubts'][0]) if fit['doubts'] else 'flagged'}"
     if round_ >= spec.max_rounds:
         return stop(ROUNDS, f"stopped after {round_} added slices (max_rounds); {now}")
 
@@ -201,6 +209,8 @@ def decide(
     for edge in edge_slices(points) if points is not None and len(points) else []:
         sizes = extension(edge)
         cost = cost_of(edge["C"], sizes)
+        if not math.isfinite(cost):  # sizes this plan cannot train
+            continue
         if cost <= left:
             return add(EXTEND, f"{now}; the slice at {edge['C']:.3g} FLOPs has its lowest loss at its "
                                f"{'smallest' if edge['side'] == 'smaller' else 'largest'} size: added 2 "
@@ -220,27 +230,43 @@ def decide(
     ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
                                     n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap))
     candidates = []
+    untrainable = 0  # slices proposed at sizes the plan cannot train (or no finite size at all)
     for cand in ranked:
         cost = cost_of(cand["C"], cand["sizes"])
+        if not math.isfinite(cost):
+            untrainable += 1
+            continue
         gain = -math.log(max(1e-12, 1.0 - cand["reduction"]))  # ln(width before / width after)
         candidates.append({"C": cand["C"], "sizes": cand["sizes"], "cost": cost, "reduction": cand["reduction"],
                            "gain_per_flop": gain / cost if cost > 0 else 0.0, "affordable": cost <= left})
     affordable = [c for c in candidates if c["affordable"]]
-    if not candidates:  # the ranking has no interval to narrow: extend the frontier by a factor 2
+    if not candidates and not untrainable:  # the ranking has no interval to narrow: extend the frontier by 2x
         C = 2.0 * c_max
         sizes = (float(np.asarray(law.optimal(C)[0])) * np.exp(offsets)).tolist()
         cost = cost_of(C, sizes)
-        candidates = [{"C": C, "sizes": sizes, "cost": cost, "reduction": None, "gain_per_flop": None,
-                       "affordable": cost <= left}]
-        if cost <= left:
-            return add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
-                               f"{C:.3g} FLOPs around N* ({_flops(cost)} FLOPs)",
-                       {"C": C, "sizes": sizes, "cost": cost, "why": "no ranking: twice the largest budget"}, candidates)
+        if math.isfinite(cost):
+            candidates = [{"C": C, "sizes": sizes, "cost": cost, "reduction": None, "gain_per_flop": None,
+                           "affordable": cost <= left}]
+            if cost <= left:
+                return add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
+                                   f"{C:.3g} FLOPs around N* ({_flops(cost)} FLOPs)",
+                           {"C": C, "sizes": sizes, "cost": cost, "why": "no ranking: twice the largest budget"},
+                           candidates)
+        else:
+            untrainable += 1
+    if not candidates:  # every slice on offer lies at sizes this plan cannot train
+        return stop(NO_GAIN if fit["reliable"] else NO_FIT,
+                    f"cannot continue: none of the {untrainable} slice(s) the law proposes (around N* "
+                    f"{fit['value']:.3g} at {target.at_compute:.3g} FLOPs) can be trained by this plan; {now}")
     if not affordable:
         cheapest = min(c["cost"] for c in candidates)
         return stop(BUDGET, f"budget spent: the cheapest slice costs {_flops(cheapest)} FLOPs, "
                             f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}", candidates)
     useful = [c for c in affordable if c["cost"] > 0 and c["reduction"] is not None and c["reduction"] > 0]
+    if not useful and not fit["reliable"]:  # nothing to gain from a law the data do not determine
+        return stop(NO_FIT, f"cannot continue: {target.law} is unreliable on these data and none of the "
+                            f"{len(affordable)} affordable slice(s) it proposes is both untrained and expected to "
+                            f"narrow the interval; {now}", candidates)
     if not useful:  # every slice on offer is already trained, or expected to leave the interval no narrower
         return stop(NO_GAIN, f"cannot narrow further: none of the {len(affordable)} affordable slice(s) is both "
                              f"untrained and expected to narrow the interval; {now}", candidates)
@@ -327,7 +353,7 @@ def run_adaptive(
         def cost_of(C: float, sizes: list[float]) -> float:
             try:
                 new = slice_runs(plan, C, sizes)
-            except UserError:
+            except (UserError, ValueError):  # a size that is no finite number is a ValueError
                 return math.inf  # the plan cannot train this slice (too small a budget for its sizes)
             return float(sum(r.spec.flops for r in new if r.key not in known))
 
@@ -398,6 +424,11 @@ def _slice_id(added: Optional[dict[str, Any]]) -> Any:
     if not added:
         return None
     return (round(math.log(float(added["C"])), 6), tuple(round(math.log(float(n)), 6) for n in added["sizes"]))
+
+
+def _doubt(note: str) -> str:
+    """A law's doubt without its own "unreliable:" prefix (the message adds one)."""
+    return note.removeprefix("unreliable:").strip()
 
 
 def _flops(x: float) -> str:

@@ -18,6 +18,8 @@ import yaml
 from scaling import vocab
 from scaling.errors import PlanError
 
+pytestmark = pytest.mark.usefixtures("shared_ray")  # in-process sweeps join the session's Ray
+
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
 
 
@@ -224,3 +226,51 @@ def test_plan_checks(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(PlanError, match="one worker"):
         expand(load_plan(path)[0])
+
+
+def test_an_adaptive_sweep_whose_law_cannot_be_fitted_stops_as_no_fit(tmp_path: Path, sqlite_url: str) -> None:
+    """A flat simulated law (A = B = 1e-6: the loss is E plus noise) leaves approach 3 undetermined: the
+    loop stops for want of a fit, stores no slice it cannot train (cost inf, kept as None) and says
+    "unreliable" once."""
+    path = adaptive_plan(tmp_path / "plan.yaml", "flat", tmp_path / "runs", ratio=3.0, max_compute=1e22,
+                         law="approach3")
+    data = yaml.safe_load(path.read_text())
+    data["simulate"]["law"] = {**LAW, "A": 1e-6, "B": 1e-6}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    lines: list[str] = []
+    out = sweep(path, sqlite_url, lines).adaptive
+    assert out.status == "no_fit", out.message
+    stored = decisions(sqlite_url, "flat")
+    assert stored[-1]["reason"] == "no_fit"
+    for d in stored:
+        assert "inf FLOPs" not in d["message"] and "unreliable: unreliable" not in d["message"], d["message"]
+        assert all(c["cost"] is not None for c in d["candidates"]), d["candidates"]
+        if d["added"]:
+            assert d["added"]["cost"] is not None and all(math.isfinite(n) for n in d["added"]["sizes"])
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_decision_skips_slices_the_plan_cannot_train() -> None:
+    """A slice whose cost is inf (the plan refuses its sizes) is neither ranked nor called too dear."""
+    d = _decide(_slices([1e18, 3e18, 1e19, 3e19]), ratio=1.0001, max_compute=1e30, spent=1e20,
+                cost_of=lambda C, sizes: math.inf)
+    assert d.action == "stop" and d.reason in ("no_gain", "no_fit") and "can be trained" in d.message
+    assert d.candidates == [] and "inf" not in d.message
+
+
+def test_decision_says_unreliable_once() -> None:
+    """A law's doubt that starts with "unreliable:" is quoted without that prefix, not doubled."""
+    from scaling.fitting.api import fit_data
+    from scaling.fitting.data import prepare
+    from scaling.orchestrator.adaptive import decide
+    from scaling.orchestrator.adaptive_spec import AdaptivePlan
+
+    pts = _slices([1e18, 3e18, 1e19, 3e19])
+    law = fit_data(prepare(pts), "approach2", n_bootstrap=50).laws["approach2"]
+    law.notes_ = [*law.notes_, "unreliable: the Fisher information is near-singular"]
+    spec = AdaptivePlan.model_validate({"target": {"at_compute": 1e22, "interval_ratio": 1.0001,
+                                                   "interval": "bootstrap"}, "max_compute": 1e30})
+    d = decide(0, spec, law=law, fit_error=None, points=pts, spent=1e20, fit_info={},
+               cost_of=lambda C, sizes: C * len(sizes))
+    assert "; unreliable: the Fisher information is near-singular" in d.message, d.message
+    assert "unreliable: unreliable" not in d.message
