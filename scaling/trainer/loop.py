@@ -102,10 +102,16 @@ def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
     return par
 
 
+def fused_optimizer(rt: Runtime) -> bool:
+    """Whether AdamW runs fused: on one CUDA process (its kernel also skips a step with
+    non-finite gradients on the device, so the loop need not read the norm first)."""
+    return rt.device.type == "cuda" and not rt.distributed
+
+
 def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimizer:
-    """AdamW over the model's parameter groups (fused on one CUDA process)."""
+    """AdamW over the model's parameter groups (fused where :func:`fused_optimizer` says)."""
     opt = spec.optimizer
-    fused = rt.device.type == "cuda" and not rt.distributed
+    fused = fused_optimizer(rt)
     return par.build_optimizer(
         param_groups(par.model, opt.weight_decay),
         lr=opt.lr,
@@ -122,6 +128,56 @@ def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str
     if own:
         store = open_store(store_url)  # closed at the end of fit() (pooled connections)
     return Recorder(store if rt.is_main else None, key, spec.flops_per_token, sweep=sweep), own
+
+
+@dataclass
+class PendingStep:
+    """A step taken whose loss and gradient norm are still on the device."""
+
+    index: int  # the step's number (0 for the first)
+    cursor: int  # the batch it trained on
+    loss: torch.Tensor
+    norm: torch.Tensor
+    lr: float
+
+
+class StepTimer:
+    """Time spent in training steps, without waiting for the device at every step.
+
+    On a GPU each step is bracketed by CUDA events, read only when the time is taken (at a
+    logged step); on the CPU the wall clock is exact as it is."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.tokens = 0
+        self.seconds = 0.0
+        self.events: list[tuple[Any, Any]] = []
+        self._begin: Any = None
+
+    def start(self) -> None:
+        if self.cuda:
+            self._begin = torch.cuda.Event(enable_timing=True)
+            self._begin.record()
+        else:
+            self._begin = time.perf_counter()
+
+    def stop(self, tokens: int) -> None:
+        self.tokens += tokens
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.events.append((self._begin, end))
+        else:
+            self.seconds += time.perf_counter() - self._begin
+
+    def take(self) -> tuple[int, float]:
+        """(tokens, seconds) since the last take, and start again."""
+        if self.events:
+            self.events[-1][1].synchronize()
+            self.seconds += sum(a.elapsed_time(b) for a, b in self.events) / 1000.0
+        out = (self.tokens, self.seconds)
+        self.tokens, self.seconds, self.events = 0, 0.0, []
+        return out
 
 
 class Trainer:
@@ -179,8 +235,9 @@ class Trainer:
         self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
         self.peak = peak_flops(self.rt.device, spec.precision, spec.execution.threads)
         self.rec, self._own_store = build_recorder(spec, self.key, self.rt, store_url, store, sweep)
-        self._timer_tokens = 0
-        self._timer_seconds = 0.0
+        self.timer = StepTimer(self.rt.device)
+        self.pending: Optional[PendingStep] = None  # the last step, its loss and norm not yet read
+        self.settled: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # its loss, lr, norm once read
 
     # -- state ------------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
@@ -319,55 +376,87 @@ class Trainer:
         return loss > sp.factor * (sum(self.window) / len(self.window))
 
     def _train_step(self) -> None:
+        """One step, reading nothing back from the device unless the step is logged or checked.
+
+        The previous step's loss is read (and checked for a spike) only once this step's forward
+        and backward are queued, so the host runs a step ahead of the device; a spike found then
+        rolls back as it would have one step earlier (the checkpoint is the same, no step after a
+        spike is kept). Steps that log, evaluate or checkpoint settle at once."""
         spec = self.spec
         if self.faults is not None:
             self.faults.at_step_start(self.step)
-        start = time.perf_counter()
+        self.timer.start()
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.rt.sum(self._forward_backward(), self.par.loss_group).item()
-
-        if self._is_spike(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            if not spec.spike.enabled:
-                raise TrainingError(f"run {self.key}: non-finite loss at step {self.step} (spike protection off)")
-            self._rollback(loss)
+        loss = self.rt.sum(self._forward_backward(), self.par.loss_group)
+        if self.pending is not None and not self._settle():
+            self.optimizer.zero_grad(set_to_none=True)  # rolled back: this step's gradients are void
             return
 
         if self.faults is not None:
             self.faults.after_backward(self.step, self.par.model)
         self.scaler.unscale_(self.optimizer)
-        norm = float(self.par.clip_grad_norm(spec.grad_clip))
-        scale_before = self.scaler.get_scale() if self.fp16 else None
+        norm = self.par.clip_grad_norm(spec.grad_clip)
         if self.fp16:
             self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
             self.scaler.update()
-            skipped = self.scaler.get_scale() < scale_before
         else:
-            skipped = not math.isfinite(norm)
-            if not skipped:
-                self.optimizer.step()
+            self._step_if_finite(norm)
         self.optimizer.zero_grad(set_to_none=True)
-        if skipped:
-            self.overflow_skips += 1
-            detail = {"grad_norm": norm if math.isfinite(norm) else str(norm), "cursor": self.cursor}
-            if self.fp16:
-                detail.update(scale_before=scale_before, scale_after=self.scaler.get_scale())
-            self.rec.event(self.step + 1, names.OVERFLOW_SKIP, detail)
-
+        self.pending = PendingStep(index=self.step, cursor=self.cursor, loss=loss, norm=norm, lr=lr)
         self.step += 1
         self.cursor += 1
+        self.timer.stop(self.tokens_per_step)
+        if self._settles_now() and self._settle():
+            if self.step % spec.execution.log_interval == 0 or self.step == self.total_steps:
+                self._log_step()
+
+    def _step_if_finite(self, norm: torch.Tensor) -> None:
+        """The optimizer step, skipped when the gradient norm is not finite: decided on the device
+        by the fused optimizer, else by reading the norm."""
+        if self.optimizer.defaults.get("fused"):
+            self.optimizer.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
+            self.optimizer.grad_scale = None  # type: ignore[attr-defined]
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf, self.optimizer.grad_scale  # type: ignore[attr-defined]
+        elif math.isfinite(float(norm)):
+            self.optimizer.step()
+
+    def _settles_now(self) -> bool:
+        """Whether the step just taken is logged, evaluated, checkpointed or the last one."""
+        ex, step = self.spec.execution, self.step
+        return (step % ex.log_interval == 0 or step % ex.eval_interval == 0 or step % ex.checkpoint_interval == 0
+                or step in ex.keep_steps or step == self.total_steps)
+
+    def _settle(self) -> bool:
+        """Read the pending step's loss and norm; accept it, or roll back on a spike (False)."""
+        p = self.pending
+        assert p is not None
+        self.pending = None
+        loss, norm = torch.stack([p.loss.float(), p.norm.detach().float().to(p.loss.device)]).tolist()
+        if self._is_spike(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            if not self.spec.spike.enabled:
+                raise TrainingError(f"run {self.key}: non-finite loss at step {p.index} (spike protection off)")
+            self._rollback(loss, p)
+            return False
+        if not math.isfinite(norm):
+            self.overflow_skips += 1
+            detail: dict[str, Any] = {"grad_norm": str(norm), "cursor": p.cursor}
+            if self.fp16:  # the scale was backed off for this step and not updated since
+                after = self.scaler.get_scale()
+                detail.update(scale_before=after / self.scaler.get_backoff_factor(), scale_after=after)
+            self.rec.event(p.index + 1, names.OVERFLOW_SKIP, detail)
         self.window.append(loss)
         self.recent.append(loss)
-        if self.rt.device.type == "cuda":
-            torch.cuda.synchronize()
-        self._timer_seconds += time.perf_counter() - start
-        self._timer_tokens += self.tokens_per_step
-        if self.step % spec.execution.log_interval == 0 or self.step == self.total_steps:
-            self._log_step(loss, lr, norm)
+        self.settled = (loss, p.lr, norm)
+        return True
 
-    def _log_step(self, loss: float, lr: float, norm: float) -> None:
+    def _log_step(self) -> None:
+        loss, lr, norm = self.settled
         step, tokens = self.step, self.step * self.tokens_per_step
         rec = self.rec
         rec.metric(step, tokens, names.TRAIN_LOSS, loss)
@@ -376,35 +465,36 @@ class Trainer:
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
         rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(self.cursor))
-        if self._timer_seconds > 0:
-            tps = self._timer_tokens / self._timer_seconds
+        tokens_timed, seconds = self.timer.take()
+        if seconds > 0:
+            tps = tokens_timed / seconds
             rec.metric(step, tokens, names.TOKENS_PER_SECOND, tps)
             util = mfu(tps, self.model_flops_per_token, self.peak, self.rt.world_size)
             if util is not None:
                 rec.metric(step, tokens, names.MFU, util)
-        self._timer_seconds, self._timer_tokens = 0.0, 0
 
-    def _rollback(self, loss: float) -> None:
+    def _rollback(self, loss: float, spiked: "PendingStep") -> None:
         sp = self.spec.spike
         mean = sum(self.window) / len(self.window) if self.window else float("nan")
-        spike_cursor = self.cursor
+        spike_cursor = spiked.cursor
         detail = {"loss": loss if math.isfinite(loss) else str(loss), "window_mean": mean, "cursor": spike_cursor}
-        self.rec.event(self.step, names.LOSS_SPIKE, detail)
+        self.rec.event(spiked.index, names.LOSS_SPIKE, detail)
         if self.rollbacks >= sp.max_rollbacks:
             raise TrainingError(
-                f"run {self.key} kept spiking: loss {loss:.4g} at step {self.step} after {self.rollbacks} "
+                f"run {self.key} kept spiking: loss {loss:.4g} at step {spiked.index} after {self.rollbacks} "
                 f"rollbacks (spike.max_rollbacks={sp.max_rollbacks})"
             )
-        spike_step, rollbacks, skips, lr_scale = self.step, self.rollbacks, self.overflow_skips, self.lr_scale
+        spike_step, rollbacks, skips, lr_scale = spiked.index, self.rollbacks, self.overflow_skips, self.lr_scale
         found = self._load()
         if found is None:  # only if every checkpoint, step 0's included, was found corrupt
-            raise TrainingError(f"run {self.key}: loss spike at step {self.step} with no checkpoint to roll back to")
+            raise TrainingError(f"run {self.key}: loss spike at step {spike_step} with no checkpoint to roll back to")
         path, meta = found
         # The counters and the LR scale belong to the run's history, not to the checkpoint.
         self.rollbacks, self.overflow_skips = rollbacks + 1, skips
         self.lr_scale = lr_scale * sp.lr_scale_on_rollback
         skipped = (int(meta["cursor"]), spike_cursor)
         self.cursor = spike_cursor + 1
+        self.timer.take()  # the discarded steps' time is not throughput
         self.rec.event(
             self.step,
             names.ROLLBACK,
@@ -453,7 +543,8 @@ class Trainer:
         return float(total / count)
 
     # -- the run ------------------------------------------------------------------------------
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Resume from the newest checkpoint, or branch, or write the first one; record the data event."""
         found = self._load()
         if found is not None:
             path, _ = found
@@ -507,7 +598,7 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         try:
-            self._start()
+            self.start()
             self.par.module.train()
             while self.step < self.total_steps:
                 self.step_once()
