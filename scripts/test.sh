@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command 2: set up, then run the whole test suite against real PostgreSQL and Chromium.
+# README command 2: set up, then build the docs strictly and run the whole test suite against real
+# PostgreSQL and Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need_apt=()
@@ -18,4 +19,7 @@ trap 'bash scripts/postgres.sh stop "$pgdir"' EXIT
 export SCALING_TEST_POSTGRES_URL=$(bash scripts/postgres.sh start "$pgdir")
 export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
-.venv/bin/python -m pytest --durations=30 "$@"  # the slowest tests, for keeping CI short
+bash scripts/docs.sh   # the documentation site builds strictly, every command and plan field in it
+# Two workers (this machine's cores): tests that start Ray in-process share one worker and one Ray,
+# other files stay whole on one worker (tests/conftest.py). The slowest tests, for keeping CI short.
+.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"

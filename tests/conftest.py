@@ -5,6 +5,12 @@
   ``$SCALING_TEST_POSTGRES_URL`` is unset.
 - ``sqlite_url``: the SQLite variant only. ``postgres_url``: the PostgreSQL variant only.
 - ``empty_sqlite_url`` / ``empty_postgres_url``: the same without the schema (for migration tests).
+- ``shared_ray``: the session's one local Ray, which in-process sweeps join instead of starting
+  (and shutting down) their own; ``no_shared_ray`` stops it for a test that builds its own cluster.
+
+Under pytest-xdist (``-n``), tests that start Ray in-process run on one worker (group ``ray``),
+and every other test file stays whole on one worker, so module and session fixtures are built
+once; the files listed in ``SPLIT`` are independent cases spread over the workers.
 """
 
 from __future__ import annotations
@@ -70,3 +76,47 @@ def postgres_url(empty_postgres_url: str) -> str:
 def db_url(request: pytest.FixtureRequest) -> str:
     """A fresh results database, once on SQLite and once on PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(scope="session")
+def _ray_session_end() -> Iterator[None]:
+    yield
+    import ray
+
+    ray.shutdown()
+
+
+@pytest.fixture
+def shared_ray(_ray_session_end: None) -> None:
+    """The session's local Ray, started on first use: a sweep run in-process joins it and leaves it up."""
+    from scaling.orchestrator.sweep import start_ray
+
+    start_ray(None, None)
+
+
+@pytest.fixture
+def no_shared_ray() -> None:
+    """No Ray in this process: the test starts (and stops) a cluster of its own."""
+    import ray
+
+    ray.shutdown()
+
+
+#: Test files whose cases are independent and heavy enough to spread over xdist workers.
+SPLIT = {"tests/fitting/test_fit_coverage.py", "tests/fitting/test_fit_synthetic.py", "tests/fitting/test_fit_fuzz.py",
+         "tests/test_fuzz_plans.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests for ``--dist loadgroup``: in-process Ray on one worker, other files kept whole."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        if "shared_ray" in getattr(item, "fixturenames", ()) or "no_shared_ray" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+            continue
+        rel = Path(str(item.path)).relative_to(root).as_posix()
+        if rel.startswith("tests/reports/"):
+            item.add_marker(pytest.mark.xdist_group("reports"))  # their session-scoped sweeps are built once
+        elif rel not in SPLIT:
+            item.add_marker(pytest.mark.xdist_group(rel))

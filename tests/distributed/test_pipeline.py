@@ -469,6 +469,7 @@ def test_checkpoint_saved_at_tp2xpp2_resumes_on_one_process(tmp_path) -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")
 def test_a_tp2_pp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
     """``resources: {workers: 4, tp: 2, pp: 2}``: Ray Train starts four workers, each builds its
     tensor-parallel stage from the spec; every step's loss is stored once and equals one process's."""

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture
-def local_ray():
+def local_ray(no_shared_ray):
     ray = pytest.importorskip("ray")
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.1"  # before ray.init, or reports block ~2 s
     os.environ.setdefault("SCALING_PEAK_FLOPS", "1e11")  # workers inherit it: no matmul probe

@@ -261,6 +261,7 @@ def test_tp_alone_takes_any_strategy_and_shares_the_batch_over_dp_only() -> None
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.usefixtures("shared_ray")
 def test_a_tp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
     """``resources: {workers: 2, tp: 2}``: Ray Train starts two workers, the trainer builds the mesh
     from the spec, and the stored losses are those of the same run on one process."""

@@ -20,6 +20,8 @@ from scaling.trainer import lineage
 from scaling.trainer.optim import decay_start, lr_at
 from scaling.trainer.spec import ScheduleSpec
 
+pytestmark = pytest.mark.usefixtures("shared_ray")  # in-process sweeps join the session's Ray
+
 BATCH = 512  # write_plan's batch_tokens
 
 

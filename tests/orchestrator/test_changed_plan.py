@@ -19,6 +19,8 @@ from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator.sweep import register
 
+pytestmark = pytest.mark.usefixtures("shared_ray")  # in-process sweeps join the session's Ray
+
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
 
 

@@ -11,7 +11,7 @@ import pytest
 from orch_helpers import assert_consistent, shape, write_plan
 from scaling import vocab as names
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("no_shared_ray")]
 
 
 def test_node_loss_costs_only_its_runs(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

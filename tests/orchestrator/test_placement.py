@@ -51,6 +51,7 @@ def test_rank_nodes_keep_each_node_contiguous() -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_shared_ray")
 def test_tp_groups_share_a_node_and_pipeline_stages_spread(
     tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

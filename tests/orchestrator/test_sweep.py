@@ -16,7 +16,7 @@ from scaling import vocab as names
 from scaling.orchestrator.orphans import orphaned_ray_processes
 from orch_helpers import assert_consistent, shape, write_plan
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 SCALING = str(Path(sys.executable).parent / "scaling")
 
 
@@ -63,7 +63,12 @@ def test_sweep_retries_failures_and_reruns_only_new_points(tmp_path: Path, sqlit
     # Rerun with one more point: only it trains; the exhausted failure is not retried again.
     grid[0]["models"].append(shape(3, 16))
     write_plan(plan, "faults", tmp_path / "runs", grid)
-    out2 = _run_sweep(plan, sqlite_url).outcome
+    import ray
+
+    assert ray.is_initialized(), "a sweep shut down a Ray it did not start"
+    from scaling.orchestrator.plan import load_plan
+
+    out2 = _run_sweep(load_plan(plan)[0], sqlite_url).outcome  # a Plan object, as a notebook holds one
     assert len(out2.completed) == 1 and len(out2.skipped) == 3 and len(out2.failed) == 1
     runs2 = connect(sqlite_url).runs(sweep="faults")
     assert int(runs2["attempts"].sum()) == int(runs["attempts"].sum()) + 1
