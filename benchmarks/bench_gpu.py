@@ -1,87 +1,85 @@
-"""GPU throughput and MFU of the project's GPT in bf16: a torch-only script for a lent GPU.
+"""Throughput and MFU of the real trainer (``scaling.trainer.loop.Trainer``) on one device.
 
-Needs only torch (no pydantic, numpy, Ray or database): it imports the model
-(``scaling.trainer.model``), the FLOP count (``scaling.accounting``) and the GPU peak table
-(``scaling.trainer.mfu``). It trains GPT-2 small's shape (124M parameters, vocabulary padded to
-50,304, context 1,024) on random tokens with the trainer's recipe per step: bf16 autocast with
-FP32 master weights, fused AdamW with the trainer's parameter groups, clipping at 1.0,
-gradient accumulation; optionally ``torch.compile``. MFU counts the model FLOPs of
-``Shape.flops_per_token("6N_attention")`` against the device's dense bf16 peak.
+It runs the trainer's own step (data by seed and cursor, LR schedule, autocast, accumulation,
+the lagged spike check, clipping, the fused AdamW, the loss scaler for fp16, CUDA-event timing)
+on the built-in corpus, byte-level, without a database. The shape is GPT-2 small's body (12
+layers of 768, context 1,024) over the 256-token byte vocabulary. MFU counts the model FLOPs of
+``Shape.flops_per_token("6N_attention")`` against the device's dense peak for the precision.
+Timing spans the timed steps only (the first checkpoint, warm-up and compilation are outside),
+with the device synchronized at both ends.
 
-    PYTHONPATH=. python benchmarks/bench_gpu.py --compile            # on the GPU machine
-    PYTHONPATH=. python benchmarks/bench_gpu.py --tiny --steps 3     # a CPU dry run
+    python benchmarks/bench_gpu.py [--precision bf16] [--compile]      # on the GPU machine
+    python benchmarks/bench_gpu.py --tiny --steps 3                    # a CPU dry run
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
 
-from scaling.accounting import Shape
-from scaling.trainer.mfu import peak_flops
-from scaling.trainer.model import build_model
-from scaling.trainer.optim import param_groups
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
+    from scaling.trainer.loop import Trainer
+    from scaling.trainer.spec import RunSpec
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--micro-batch", type=int, default=16, help="sequences per forward pass")
     ap.add_argument("--accumulate", type=int, default=2, help="micro-batches per optimizer step")
     ap.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="a small shape for a CPU dry run")
     args = ap.parse_args()
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = Shape(2, 128, 2, 512, 128) if args.tiny else Shape(12, 768, 12, 50304, 1024)
-    if device.type == "cuda":
+    model = {"n_layer": 2, "d_model": 128, "n_head": 2, "context": 128} if args.tiny else \
+        {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024}
+    sequences = args.micro_batch * args.accumulate
+    batch_tokens = sequences * model["context"]
+    steps = args.warmup + args.steps + 1  # the last step evaluates and checkpoints: never timed
+    quiet = steps + 1
+    spec = RunSpec.from_dict({
+        "model": model, "precision": args.precision, "batch_tokens": batch_tokens, "tokens": batch_tokens * steps,
+        "eval_tokens": model["context"] * 8,
+        "execution": {"micro_batch_size": args.micro_batch, "compile": args.compile, "threads": torch.get_num_threads(),
+                      "log_interval": quiet, "eval_interval": quiet, "checkpoint_interval": quiet},
+    }, where="bench_gpu")
+    if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
-    model = build_model(shape, seed=0).to(device)
-    opt = torch.optim.AdamW(
-        param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95), **({"fused": True} if device.type == "cuda" else {})
-    )
-    step_fn = torch.compile(model) if args.compile else model
-    gen = torch.Generator(device=device).manual_seed(0)
-    tokens_per_step = args.micro_batch * args.accumulate * shape.context
-
-    def step() -> float:
-        total = torch.zeros((), device=device)
-        for _ in range(args.accumulate):
-            data = torch.randint(0, shape.vocab_size, (args.micro_batch, shape.context + 1), device=device, generator=gen)
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                logits = step_fn(data[:, :-1])
-            loss = F.cross_entropy(logits.float().view(-1, shape.vocab_size), data[:, 1:].reshape(-1))
-            (loss / args.accumulate).backward()
-            total += loss.detach()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(total / args.accumulate)  # one sync per step, as the trainer's spike check
-
-    for _ in range(args.warmup):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        loss = step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    tps = args.steps * tokens_per_step / elapsed
-    fpt = shape.flops_per_token("6N_attention")
-    peak = peak_flops(device, "bf16", torch.get_num_threads())
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(spec, None, run_dir)
+        device = trainer.rt.device
+        trainer.start()
+        for _ in range(args.warmup):
+            trainer.step_once()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            trainer.step_once()
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        while trainer.step < trainer.total_steps:  # settles the last timed step's loss
+            trainer.step_once()
+        loss = trainer.window[-1]
+    tps = args.steps * batch_tokens / elapsed
+    fpt = spec.shape.flops_per_token("6N_attention")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"{name}: {shape.params_total:,} params, context {shape.context}, {tokens_per_step:,} tokens/step, compile={args.compile}")
-    print(f"tokens/s {tps:,.0f}; step {elapsed / args.steps * 1e3:.1f} ms; last loss {loss:.3f}")
-    if peak:
-        print(f"MFU {tps * fpt / peak:.1%} of {peak / 1e12:.3g} TFLOP/s (model FLOPs/token {fpt:,.0f})")
+    attention = trainer.data_detail.get("attention", "?")
+    print(f"{name}: trainer, {spec.shape.params_total:,} params, context {spec.model.context}, {batch_tokens:,} tokens/step, "
+          f"{args.precision}, attention {attention}, compile={args.compile}")
+    print(f"tokens/s {tps:,.0f}; step {elapsed / args.steps * 1e3:.1f} ms; loss at the end {loss:.3f}")
+    if trainer.peak:
+        print(f"MFU {tps * fpt / trainer.peak:.1%} of {trainer.peak / 1e12:.3g} TFLOP/s (model FLOPs/token {fpt:,.0f})")
     if device.type == "cuda":
-        print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        print(f"peak memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
 
 
 if __name__ == "__main__":

@@ -230,6 +230,7 @@ class Trainer:
         self.recent: deque[float] = deque(maxlen=FINAL_TRAIN_STEPS)
         self.last_eval: Optional[float] = None
         self.resumed_from: Optional[int] = None
+        self.data_detail: dict[str, Any] = {}
 
         # Accounting and logging.
         self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
@@ -561,6 +562,7 @@ class Trainer:
                   "attention": self._attention_kernel(),
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
                   **getattr(self.par, "layout", {})}
+        self.data_detail = detail  # what the run's data event recorded (device, attention kernel, layout)
         self.rec.event(self.step, names.DATA, detail)
 
     def _attention_kernel(self) -> str:
