@@ -84,8 +84,9 @@ class Decision:
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def same_as(self, other: "Decision") -> bool:
-        """The same decision (what was done and why), whatever the wording or timing."""
-        return (self.action, self.reason, _slice_id(self.added)) == (other.action, other.reason, _slice_id(other.added))
+        """The same decision (what was done and why, under the same budget), whatever the wording or timing."""
+        return ((self.action, self.reason, _slice_id(self.added), self.max_compute)
+                == (other.action, other.reason, _slice_id(other.added), other.max_compute))
 
 
 @dataclass
@@ -281,9 +282,13 @@ def decide(
 
 # -- the loop -------------------------------------------------------------------------------------
 def slice_runs(plan: Plan, C: float, sizes: list[float]) -> list[PlannedRun]:
-    """The runs of one IsoFLOP slice (budget C, target sizes), expanded as a grid block would be."""
+    """The runs of one IsoFLOP slice (budget C, target sizes), expanded as a grid block would be.
+
+    Expanded without the adaptive block: its budget check is the grid's (done on the plan file,
+    where it names file and line); a slice is judged against what is left by :func:`decide`.
+    """
     block = GridBlock(models=[ModelPoint(N=float(n)) for n in sizes], compute=[float(C)])
-    return expand(plan.model_copy(update={"grid": [block]})).runs
+    return expand(plan.model_copy(update={"grid": [block], "adaptive": None})).runs
 
 
 def stored_decisions(url: str, sweep: str) -> dict[int, Decision]:

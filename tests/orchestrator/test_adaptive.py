@@ -121,6 +121,15 @@ def test_adaptive_sweep_stops_when_the_budget_is_spent_and_continues_when_raised
     assert after[-1]["reason"] == "budget" and after[-1]["round"] > resumed["round"]
     assert spent < runs_of(sqlite_url, "tight")["C"].sum() <= 5 * grid_compute
 
+    # back to the original budget: the grid alone is within it (the slices are not "the grid's own"),
+    # so the sweep replays what was added, trains nothing new and stops for the budget
+    n_runs = len(runs_of(sqlite_url, "tight"))
+    adaptive_plan(tmp_path / "plan.yaml", "tight", tmp_path / "runs", ratio=1.01, max_compute=1.2 * grid_compute)
+    back = sweep(plan, sqlite_url)
+    assert back.adaptive.status == "budget" and "grid's own" not in back.adaptive.message, back.adaptive.message
+    assert f"left of {1.2 * grid_compute:.3g}" in back.adaptive.message  # this budget, not the raised one's stop
+    assert back.outcome.completed == [] and len(runs_of(sqlite_url, "tight")) == n_runs
+
 
 # -- the decision alone (no Ray) -------------------------------------------------------------------
 def _slices(budgets: list[float], *, shift: float = 0.0, n: int = 5, noise: float = 0.003, seed: int = 0) -> pd.DataFrame:
@@ -202,8 +211,8 @@ def test_plan_checks(tmp_path: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["grid"] = [{"models": [1e12], "compute": [1e24]}]  # ~1e12 parameters: simulated, so no memory check
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(PlanError, match=r"adaptive\.max_compute: 1e\+22 FLOPs is less than the grid's own 1e\+24"):
-        expand(load_plan(path)[0])  # the budget includes the grid: the loop could add nothing
+    with pytest.raises(PlanError, match=r"p\.yaml:\d+: adaptive\.max_compute: 1e\+22 FLOPs is less than the grid's own 1e\+24"):
+        expand(*load_plan(path))  # the budget includes the grid: the loop could add nothing
     data["adaptive"]["max_compute"] = 1e25
     path.write_text(yaml.safe_dump(data))
     runs = expand(load_plan(path)[0]).runs
