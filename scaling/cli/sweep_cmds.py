@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+import shlex
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -88,7 +89,8 @@ def sweep_cmd(
     from scaling.orchestrator.sweep import run_sweep
 
     console = Console()
-    echo = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+    # soft_wrap: a long line (a path, a reason) stays one line when piped, for grep and scripts
+    echo = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     if dry_run:
         result = run_sweep(plan, db=db, address=address, max_concurrent=max_concurrent, dry_run=True, echo=echo)
         todo = result.would_run or []
@@ -107,13 +109,33 @@ def sweep_cmd(
     )
     for key, error in out.failed.items():
         echo(mask_text(f"failed {key}: {error}"))
-    laws = getattr(result.fit, "laws", None)
-    if laws:
-        echo(f"fitted: {', '.join(laws)} (`scaling fit` prints them)")
+    for line in answer(result):
+        echo(mask_text(line))
     if result.report_path:
         echo(f"report: {result.report_path}")
     if out.failed:
         raise typer.Exit(1)
+
+
+def answer(result: Any) -> list[str]:
+    """The end of a sweep: the recommendation in a few lines, each law left out in one, and where the
+    full tables are (nothing when the sweep was not fitted)."""
+    from scaling.errors import UserError, mask_url
+    from scaling.fitting import FitSummary, recommend
+    from scaling.fitting.brief import brief
+    from scaling.fitting.recommend import NEXT_BUDGET_FACTOR
+    from scaling.orchestrator.plan import size_run
+
+    if not isinstance(result.fit, FitSummary):
+        return []
+    try:  # the fits the sweep just stored are reused: the numbers are `scaling recommend`'s
+        rec = recommend(url=result.url, sweep=result.sweep, next_runs=False, size_run=size_run)
+        lines = brief(rec, budget_why=f"{NEXT_BUDGET_FACTOR:g}x the largest run", skipped=result.fit.skipped)
+    except UserError as exc:
+        lines = [f"no recommendation: {' '.join(str(exc).split())}"]
+    where = f"--db {shlex.quote(mask_url(result.url))} --sweep {shlex.quote(result.sweep)}"
+    return lines + [f"every law's parameters, intervals and notes: scaling fit {where}",
+                    f"every law at this budget, and the runs worth adding: scaling recommend {where}"]
 
 
 @app.command("status")

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from scaling.db.jsonvalues import as_dict
+from scaling.fitting.api import SHORT
 from scaling.fitting.data import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
@@ -39,6 +40,9 @@ SECTIONS = (
     ("parametric", "Parametric fit"),
     ("health", "Run health"),
 )
+
+#: The heading of the notes under the answer.
+LIMITS_TITLE = "What the data cannot determine"
 
 #: An optional section: (data, page) -> its HTML, appended after the standard ones (e.g. the
 #: inference trade-off of :mod:`scaling.reports.figures_inference`).
@@ -82,7 +86,8 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
         ]
     )
     title = f"Scaling report: {data.sweep}" if data.sweep else "Scaling report"
-    return render_page(title=title, sections=SECTIONS, body=body, page=page, notes=data.notes, source=data.source)
+    # the notes follow the answer inside the summary (:func:`_limits`), not above it
+    return render_page(title=title, sections=SECTIONS, body=body, page=page, source=data.source)
 
 
 def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, page: "_Page",
@@ -101,7 +106,7 @@ def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, p
     nav = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name in sections)
     notes_html = ""
     if notes:
-        items = "".join(f"<li>{e(n)}</li>" for n in notes)
+        items = "".join(f'<li tabindex="0" title="{e(n)}">{e(n)}</li>' for n in notes)
         notes_html = f'<div class="notes" id="notes"><strong>{e(notes_title)}</strong><ul>{items}</ul></div>'
     template = string.Template(resources.files("scaling.reports").joinpath("templates/report.html").read_text("utf-8"))
     return template.substitute(
@@ -177,14 +182,34 @@ def _summary(data: ReportData, page: _Page) -> str:
     data_line, hw_line = _data_and_hardware(r)
     rows.append(("data", e(data_line)))
     rows.append(("hardware", e(hw_line)))
-    inner = _kv(rows)
-    inner += _headline(data)
+    # the answer first, then what the data cannot determine, then the sweep it comes from
+    inner = _headline(data) + _limits(data) + '<h3 id="sweep-facts">The sweep</h3>' + _kv(rows)
     plan = info.get("plan")
     if plan:
         # masked again: a plan stored by an earlier version may hold its db: password
         text = mask_data(plan) if isinstance(plan, str) else json.dumps(mask_data(plan), indent=2, default=str)
         inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
     return _section("summary", "Summary", inner)
+
+
+def limit_notes(data: ReportData) -> list[str]:
+    """What the data cannot determine and what is missing: the load's notes, and each fitted law's
+    doubts as it stands now (a law's notes can change after loading), each once."""
+    notes = list(data.notes)
+    for kind, fitted in data.fits.items():
+        law = fitview.as_law(fitted)
+        if law is not None and hasattr(law, "doubts"):
+            notes += [f"{fitview.label_of(kind, fitted)}: {d}" for d in law.doubts()]
+    return list(dict.fromkeys(notes))
+
+
+def _limits(data: ReportData) -> str:
+    """The notes, compactly, under the answer: one line each, the whole note on hover or focus."""
+    notes = limit_notes(data)
+    if not notes:
+        return ""
+    items = "".join(f'<li tabindex="0" title="{e(n)}">{e(n)}</li>' for n in notes)
+    return f'<div class="notes limits" id="notes"><strong>{e(LIMITS_TITLE)}</strong><ul>{items}</ul></div>'
 
 
 def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
@@ -274,21 +299,22 @@ def _headline(data: ReportData) -> str:
     best = rec.per_law[rec.chosen]
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
     if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
-        head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-                f"(10× the largest run): no law is reliable. {e(label)}, the best determined, gives "
-                f"N* = {_num(best['N']['value'])}, D* = {_num(best['D']['value'])} tokens, predicted loss "
-                f"{_num(best['loss']['value'], 4)}, without intervals. <span class=\"why\">{e(rec.chosen_reason)}."
-                "</span></div>")
+        head = (f'<div class="headline"><span class="answer"><strong>Next budget C = {_num(target)} FLOPs</strong> '
+                f"(10× the largest run): no law is reliable, so nothing is recommended.</span> "
+                f'<span class="why">{e(label)}, the best determined, gives N* = {_num(best["N"]["value"])}, '
+                f"D* = {_num(best['D']['value'])} tokens, predicted loss {_num(best['loss']['value'], 4)}, without "
+                f"intervals: {e(rec.chosen_reason)}.</span></div>")
     else:
-        head = (f'<div class="headline"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-                f"(10× the largest run): {e(label)} recommends N* = {_interval(best['N'])}, "
-                f"D* = {_interval(best['D'])} tokens, predicted loss {_interval(best['loss'], 4)} "
-                f"(95% intervals in brackets). <span class=\"why\">Why this law: {e(rec.chosen_reason)}.</span></div>")
+        head = (f'<div class="headline"><span class="answer"><strong>Next budget C = {_num(target)} FLOPs</strong> '
+                f"(10× the largest run): N* = {_interval(best['N'])}, D* = {_interval(best['D'])} tokens, "
+                f"predicted loss {_interval(best['loss'], 4)}</span> "
+                f'<span class="why">Recommended by {e(label)}; 95% intervals in brackets. '
+                f"Why this law: {e(rec.chosen_reason.removeprefix(SHORT.get(rec.chosen, '') + ': '))}.</span></div>")
     rows = []
     for kind, r in rec.per_law.items():
-        unreliable = kind in rec.unreliable
+        unreliable = kind in rec.unreliable  # its reason is in the notes under the table
         status = ("chosen" if kind == rec.chosen and not unreliable else
-                  "unreliable: " + rec.unreliable[kind].removeprefix("unreliable: ") if unreliable else "")
+                  "left out: unreliable" if unreliable else "reliable")
 
         def cell(iv: dict, digits: int = 3) -> str:
             return _num(iv["value"], digits) if unreliable else _interval(iv, digits)
@@ -310,7 +336,7 @@ def _headline(data: ReportData) -> str:
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
-    return head + table + "".join(f"<p>{e(x)}</p>" for x in extra)
+    return head + table + (f'<p class="small">{" ".join(e(x) for x in extra)}</p>' if extra else "")
 
 
 # -- runs table -------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_hostile_names_show_as_text_and_never_run(sweeps, browser, tmp_path: Pat
     assert HOSTILE in page.title
     assert page.text.count(HOSTILE) >= 3  # header, runs table (names), failures table
     assert "alert(3)" in page.text  # the error text, shown
-    assert "failed" in page.text and "What is missing" in page.text
+    assert "failed" in page.text and "What the data cannot determine" in page.text
 
 
 def test_one_run(sweeps, browser, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import report_synth as S
 from report_synth import HOSTILE, HOSTILE_TAG
 from scaling.errors import NotFoundError
 from scaling.reports import write_report
-from scaling.reports.html import SECTIONS, script_json
+from scaling.reports.html import LIMITS_TITLE, SECTIONS, script_json
 
 
 def _figure_data(text: str) -> dict:
@@ -60,14 +60,14 @@ def test_failures_and_too_few_runs_say_what_is_missing(sweeps, tmp_path: Path) -
     url, _ = sweeps["hostile"]
     text = write_report(url, HOSTILE, tmp_path / "r.html").read_text()
     assert 'id="failures"' in text and "failed" in text
-    assert "What is missing" in text
+    assert LIMITS_TITLE in text
 
 
 def test_one_run_report(sweeps, tmp_path: Path) -> None:
     url, spec = sweeps["one_run"]
     text = write_report(url, "one-run", tmp_path / "r.html").read_text()
     assert spec.keys[0] in text
-    assert "What is missing" in text  # one run cannot support a fit
+    assert LIMITS_TITLE in text and "not fitted" in text  # one run cannot support a fit
 
 
 def test_sweep_without_finished_runs(sweeps, tmp_path: Path) -> None:
@@ -154,7 +154,27 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
     assert LABELS[first] not in headline
     row = re.search(rf"<tr><td>{re.escape(LABELS[first])}</td>.*?</tr>", text, re.S).group(0)
-    assert "unreliable: the data do not determine A" in row
+    assert "left out: unreliable" in row and 'class="ci"' not in row  # no interval for an unreliable law
+    # its reason, in the notes under the answer
+    notes = re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
+    assert f"{LABELS[first]}: unreliable: the data do not determine A" in notes
+
+
+def test_the_answer_comes_first(sweeps) -> None:
+    """The summary opens with the recommendation, then what the data cannot determine, then the sweep's facts;
+    no notes box stands above it."""
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    data.notes.append("a note about the data")
+    text = render(data)
+    order = [text.index(mark) for mark in ('<section id="summary">', '<div class="headline">', 'id="recommendations"',
+                                            'id="notes"', 'id="sweep-facts"', '<section id="runs">')]
+    assert order == sorted(order), order
+    assert text.count('id="notes"') == 1 and "a note about the data" in text
+    assert "Recommended by " in re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
 
 
 

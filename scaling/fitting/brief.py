@@ -1,0 +1,116 @@
+"""The few lines that answer a sweep: what to train next, the laws it rests on, the laws left out.
+
+A sweep ends with this instead of every law's full table (``scaling fit`` and ``scaling
+recommend`` print those), so the answer is the first thing read. It follows the same honesty
+rules as the tables: a law whose fit notes say the data cannot pin it down shows no interval and
+is never the one recommended; each such law gets one line with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from scaling.fitting.api import SHORT
+from scaling.fitting.recommend import Recommendation
+from scaling.fmt import num
+
+#: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
+#: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
+REASON_CHARS = 110
+REASON_SLACK = 20
+#: Advice that closes some fit notes; "left out" already says it.
+_ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
+
+
+def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
+    """The answer in a few lines: the recommendation, the laws it rests on, one line per law left out.
+
+    ``budget_why`` says where the budget came from (e.g. "10x the largest run"); ``skipped`` maps
+    a law that could not be fitted at all to its reason.
+    """
+    budget = f"C = {rec.compute:.3g} FLOPs" + (f" ({budget_why})" if budget_why else "")
+    chosen = rec.chosen if rec.chosen is not None and rec.chosen not in rec.unreliable else None
+    lines: list[str] = []
+    if chosen is None:
+        why = ("no fitted law is reliable: their fit notes say the data cannot pin them down" if rec.unreliable
+               else "no fitted law gives a compute-optimal point with an interval")
+        lines.append(f"no recommendation at {budget}: {why}")
+    else:
+        best = rec.per_law[chosen]
+        lines.append(f"recommended next run at {budget}, from {_name(chosen)}:")
+        lines.append(f"  N* = {_iv(best['N'])}, D* = {_iv(best['D'])} tokens, loss {_iv(best['loss'])}")
+        has_interval = [q for q in ("N", "D", "loss") if _ends(best[q]) is not None]
+        if has_interval:
+            widened = any(best[q].get("widened") for q in has_interval)
+            lines.append("  (95% intervals" + ("; widened for extrapolating past the largest fitted budget by the "
+                                               "law's own backtest error)" if widened else ")"))
+        if rec.run:
+            lines.append(f"  as a run ({rec.run_source}): {_run(rec.run)}")
+        lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
+        if rec.agreement:
+            a = rec.agreement
+            span = (f"; their 95% intervals together reach [{num(rec.across_laws['lo'])}, {num(rec.across_laws['hi'])}]"
+                    if rec.across_laws else "")
+            lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
+    for kind, why in rec.unreliable.items():
+        lines.append(f"left out: {_name(kind)}: unreliable: {short_reason(why)}")
+    for kind, why in (skipped or {}).items():
+        lines.append(f"left out: {_name(kind)}: not fitted: {short_reason(why)}")
+    for note in rec.notes:
+        left_out = re.match(r"(.+?) is left out: (.*)$", note)
+        if left_out:
+            lines.append(f"left out: {left_out.group(1)}: {short_reason(left_out.group(2))}")
+        elif not note.startswith(("the choice", "no law is reliable")):  # said by the left-out lines above
+            lines.append(f"note: {note}")
+    return lines
+
+
+def short_reason(text: str, limit: int = REASON_CHARS) -> str:
+    """A fit note on one line: no "unreliable:" prefix, no closing advice, cut at a word near ``limit``."""
+    text = " ".join(str(text).split()).removeprefix("unreliable: ")
+    text = _ADVICE.sub("", text)
+    if len(text) <= limit + REASON_SLACK:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit].rstrip(" ,;:(") + " …"
+
+
+def _name(kind: str) -> str:
+    return SHORT.get(kind, kind)
+
+
+def _ends(iv: dict[str, Any]) -> tuple[float, float] | None:
+    lo, hi = iv.get("lo"), iv.get("hi")
+    if iv.get("kind") in ("pinned", "biased", "no spread", "unreliable"):
+        return None
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return float(lo), float(hi)
+
+
+def _iv(iv: dict[str, Any]) -> str:
+    """The value, then its 95% interval or what stands in its place."""
+    value = num(iv.get("value"))
+    ends = _ends(iv)
+    if ends is not None:
+        return f"{value} [{num(ends[0])}, {num(ends[1])}]"
+    why = {"pinned": f"pinned: {iv.get('pinned')}", "biased": "bootstrap biased",
+           "no spread": "replicates do not vary", "unreliable": "law unreliable"}.get(iv.get("kind") or "", "")
+    return f"{value} (no interval" + (f": {why})" if why else ")")
+
+
+def _run(run: dict[str, Any]) -> str:
+    shape = run.get("shape") or {}
+    parts = [", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)]
+    parts.append(f"N = {num(run.get('n_params'))}")
+    if run.get("lr") is not None:
+        parts.append(f"lr {num(run['lr'])}")
+    if run.get("batch_tokens") is not None:
+        parts.append(f"batch {num(run['batch_tokens'])} tokens")
+    if run.get("memory_gib") is not None:
+        parts.append(f"{num(run['memory_gib'])} GiB per worker")
+    if run.get("strategy"):
+        parts.append(f"strategy {run['strategy']}")
+    return ", ".join(p for p in parts if p)

@@ -1,0 +1,93 @@
+"""The answer a sweep ends with: the recommendation first, one line per law left out, the honesty rules kept."""
+
+from __future__ import annotations
+
+import math
+
+from scaling.fitting.brief import REASON_CHARS, brief, short_reason
+from scaling.fitting.recommend import Recommendation
+
+LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "
+        "magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] spans 2.9 orders of magnitude): do not trust "
+        "this law's parameters or what it extrapolates")
+
+
+def _iv(value: float, lo: float = math.nan, hi: float = math.nan, **extra) -> dict:
+    return {"value": value, "lo": lo, "hi": hi, **extra}
+
+
+def _point(n: float, d: float, loss: float, spread: float = 2.0, **extra) -> dict:
+    return {"N": _iv(n, n / spread, n * spread, **extra), "D": _iv(d, d / spread, d * spread, **extra),
+            "loss": _iv(loss, loss * 0.9, loss * 1.1, **extra)}
+
+
+def _rec(**kw) -> Recommendation:
+    rec = Recommendation(compute=3e11, source="sweep 'x'")
+    rec.per_law = {"kaplan": _point(4.48e4, 1.12e6, 3.77, spread=30), "approach1": _point(2.2e4, 2.28e6, 3.67),
+                   "approach2": _point(2.55e4, 1.96e6, 3.76, widened="backtest"), "approach3": _point(2.54e4, 1.97e6, 3.88)}
+    rec.chosen, rec.chosen_reason = "approach2", ("Chinchilla 2 (IsoFLOP): the narrowest 95% interval on N* (a factor 4 "
+                                                  "from end to end) among the laws the data determine (also: Chinchilla 1 "
+                                                  "(envelope))")
+    rec.unreliable = {"kaplan": LONG, "approach3": "unreliable: E is pinned at its bound 0 (fitted 1e-09): the data do "
+                      "not separate the irreducible loss from the power-law terms"}
+    rec.agreement = {"N_ratio": 1.16, "D_ratio": 1.16, "loss_spread": 0.02, "n_methods": 2.0}
+    rec.across_laws = {"lo": 8.93e3, "hi": 5.35e4, "n_laws": 2.0}
+    rec.run, rec.run_source = {"shape": {"n_layer": 2, "d_model": 32, "n_head": 4}, "n_params": 25472, "lr": 0.03,
+                               "batch_tokens": 256, "memory_gib": 0.004, "strategy": "single"}, "the plan's rules"
+    rec.notes = ["the choice, agreement and consensus leave out Kaplan, Chinchilla 3 (parametric) (their fit notes say "
+                 "the data cannot pin them down)"]
+    for key, value in kw.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def test_the_recommendation_comes_first_and_each_left_out_law_gets_one_line() -> None:
+    lines = brief(_rec(), budget_why="10x the largest run", skipped={"approach1": "no budget has an interior minimum"})
+    assert lines[0] == "recommended next run at C = 3e+11 FLOPs (10x the largest run), from Chinchilla 2 (IsoFLOP):"
+    assert lines[1] == "  N* = 2.55e+04 [1.28e+04, 5.1e+04], D* = 1.96e+06 [9.8e+05, 3.92e+06] tokens, loss 3.76 [3.38, 4.14]"
+    assert "widened" in lines[2]  # the chosen law's intervals carry its extrapolation error: said so
+    assert lines[3].startswith("  as a run (the plan's rules): n_layer 2, d_model 32, n_head 4")
+    assert lines[4].startswith("  why this law: the narrowest 95% interval on N*")  # its name is not repeated
+    assert "agree on N* within a factor 1.16" in lines[5] and "[8.93e+03, 5.35e+04]" in lines[5]
+    left = [line for line in lines if line.startswith("left out: ")]
+    assert left == lines[6:9] and len(lines) == 9  # the choice's own note is said by these lines
+    assert left[0].startswith("left out: Kaplan: unreliable: the data do not determine Nc (its 95% bootstrap")
+    assert left[1] == ("left out: Chinchilla 3 (parametric): unreliable: E is pinned at its bound 0 (fitted 1e-09): the "
+                       "data do not separate the irreducible loss from the power-law terms")
+    assert left[2] == "left out: Chinchilla 1 (envelope): not fitted: no budget has an interior minimum"
+    # an unreliable law's numbers, let alone an interval, appear nowhere
+    assert not any("4.48e+04" in line or "3.77" in line or "2.54e+04" in line for line in lines)
+
+
+def test_a_long_reason_is_cut_to_one_line_and_says_so() -> None:
+    short = short_reason(LONG)
+    assert short.endswith(" …") and len(short) <= REASON_CHARS + 2 < len(LONG)
+    assert short.startswith("the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08]")
+    assert short_reason("unreliable: E is pinned: do not trust it") == "E is pinned"  # "left out" says it
+    assert short_reason("a\n  b") == "a b"
+
+
+def test_no_reliable_law_no_recommendation() -> None:
+    rec = _rec(chosen="approach2", chosen_reason="no law is reliable; Chinchilla 2 (IsoFLOP) has the narrowest 95% "
+               "interval on N*, but its fit notes say the data cannot pin it down",
+               unreliable={k: LONG for k in ("kaplan", "approach1", "approach2", "approach3")},
+               agreement={}, across_laws={}, notes=["no law is reliable, so there is no agreement or consensus to report"])
+    lines = brief(rec)
+    assert lines[0] == ("no recommendation at C = 3e+11 FLOPs: no fitted law is reliable: their fit notes say the data "
+                        "cannot pin them down")
+    assert len(lines) == 5 and all(line.startswith("left out: ") for line in lines[1:])
+    assert not any("N* =" in line or "2.55e+04" in line for line in lines)
+
+
+def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
+    point = {"N": _iv(2.55e4, kind="biased"), "D": _iv(1.96e6), "loss": _iv(3.76, kind="no spread")}
+    rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws={}, run=None,
+               chosen_reason="Chinchilla 2 (IsoFLOP): the only reliable law, though it has no bootstrap interval",
+               notes=["Kaplan is left out: it gives no compute-optimal point here (overflow)",
+                      "the plan's rules could not size the run (no shape); used the defaults"])
+    lines = brief(rec)
+    assert lines[1] == ("  N* = 2.55e+04 (no interval: bootstrap biased), D* = 1.96e+06 (no interval) tokens, "
+                        "loss 3.76 (no interval: replicates do not vary)")
+    assert not any("95% intervals" in line for line in lines)
+    assert "left out: Kaplan: it gives no compute-optimal point here (overflow)" in lines
+    assert lines[-1] == "note: the plan's rules could not size the run (no shape); used the defaults"

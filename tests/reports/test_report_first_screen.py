@@ -1,0 +1,99 @@
+"""The report's first screen shows the answer: the recommendation is visible without scrolling.
+
+Opened in real headless Chromium at a laptop's viewport (1280 x 720). The screenshot of that
+first screen is kept as ``artifacts/reports/first-screen*.png``; docs/img/report-first-screen.png
+is the one of the sweep with left-out laws.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaling.reports.data import ReportData
+from scaling.reports.html import write_report_data
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1280, "height": 720}
+#: Each element's box in the page, measured at the top of the first screen.
+BOXES = """() => Object.fromEntries(['.headline', '#recommendations', '#notes', '#sweep-facts'].map(sel => {
+    const el = document.querySelector(sel);
+    if (!el) { return [sel, null]; }
+    const r = el.getBoundingClientRect();
+    return [sel, {top: r.top, bottom: r.bottom, text: el.innerText}];
+}))"""
+
+
+def _artifacts() -> Path:
+    """Where the browser tests keep screenshots (as tests/reports/conftest.py's ``artifacts_dir``)."""
+    d = Path(os.environ.get("SCALING_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts")) / "reports"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _first_screen(name: str) -> Any:
+    """An action for ``Browser.open``: at the laptop viewport, scrolled to the top, the boxes and a screenshot."""
+    def act(page) -> dict[str, Any]:
+        page.set_viewport_size(VIEWPORT)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        boxes = page.evaluate(BOXES)
+        shot = _artifacts() / f"{name}.png"
+        page.screenshot(path=str(shot), full_page=False)
+        print(f"first screen: {shot}")
+        return {"boxes": boxes, "height": page.evaluate("() => window.innerHeight"), "shot": shot}
+    return act
+
+
+def _check_answer_above_the_fold(result: dict[str, Any]) -> dict[str, Any]:
+    boxes = result["boxes"]
+    head, table = boxes[".headline"], boxes["#recommendations"]
+    assert head is not None and table is not None, boxes
+    assert 0 <= head["top"] < head["bottom"] <= result["height"], f"the recommendation is not on the first screen: {head}"
+    assert table["top"] < result["height"], f"the table of laws does not start on the first screen: {table}"
+    order = [boxes[sel]["top"] for sel in (".headline", "#recommendations", "#notes", "#sweep-facts") if boxes[sel]]
+    assert order == sorted(order), boxes  # the answer, the laws, what is undetermined, then the sweep
+    assert result["shot"].stat().st_size > 10_000
+    return boxes
+
+
+def test_recommendation_is_on_the_first_screen(sweeps, browser, tmp_path: Path) -> None:
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    page = browser.open(write_report_data(data, tmp_path / "typical.html"), "typical-first",
+                        actions=_first_screen("first-screen-typical"))
+    assert page.console_errors == [] and page.dialogs == []
+    boxes = _check_answer_above_the_fold(page.result)
+    assert "N* =" in boxes[".headline"]["text"] and "Recommended by" in boxes[".headline"]["text"]
+
+
+def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Path) -> None:
+    """As in the example sweep: three of four laws flagged, each with a long reason; the answer still comes
+    first, from the one law left, and the flagged laws show no interval."""
+    from scaling.fitting.recommend import compare_laws
+    from scaling.reports.fitview import LABELS
+    from scaling.reports.html import next_budget
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    rec = compare_laws(data.fits, next_budget(data))
+    kept = rec.chosen
+    flagged = [kind for kind in data.fits if kind != kept]
+    for kind in flagged:
+        data.fits[kind].notes_.append(
+            "unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 "
+            "orders of magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] spans 2.9 orders of "
+            "magnitude): do not trust this law's parameters or what it extrapolates")
+    page = browser.open(write_report_data(data, tmp_path / "flagged.html"), "flagged-first",
+                        actions=_first_screen("first-screen"))
+    assert page.console_errors == [] and page.dialogs == []
+    boxes = _check_answer_above_the_fold(page.result)
+    assert LABELS[kept] in boxes[".headline"]["text"]
+    assert all(LABELS[kind] not in boxes[".headline"]["text"] for kind in flagged)
+    rows = {line.split("\t")[0]: line for line in boxes["#recommendations"]["text"].splitlines()[1:]}
+    for kind in flagged:
+        assert rows[LABELS[kind]].endswith("left out: unreliable") and "[" not in rows[LABELS[kind]], rows
+        assert f"{LABELS[kind]}: unreliable: the data do not determine Nc" in boxes["#notes"]["text"]
