@@ -1,3 +1,34 @@
-"""scaling: plan, train, record, fit and report scaling-law sweeps of language models."""
+"""scaling: plan, train, record, fit and report scaling-law sweeps of language models.
 
-__version__ = "0.1.0"
+The notebook API (``scaling.load_plan``, ``run_sweep``, ``connect``, ``fit``, ``recommend``,
+``report``, and the typed results ``Estimate``, ``Fit``, ``FittedLaw``, ``Advice``) lives in
+:mod:`scaling.api` and is imported on first use, so ``import scaling.fitting`` pulls in neither
+torch nor Ray. ``scaling.figures`` is :mod:`scaling.reports.figures`; ``scaling.vocab`` names the
+metrics, events and statuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scaling.version import __version__
+
+API = ("load_plan", "run_sweep", "connect", "fit", "recommend", "report", "Estimate", "Fit", "FittedLaw", "Advice")
+
+__all__ = ["__version__", *API, "figures", "vocab"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from scaling import api
+
+        return getattr(api, name)
+    if name == "figures":
+        from scaling.reports import figures
+
+        return figures
+    if name == "vocab":
+        from scaling import vocab
+
+        return vocab
+    raise AttributeError(f"module 'scaling' has no attribute {name!r}")

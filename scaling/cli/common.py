@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from scaling import __version__
+from scaling.version import __version__
 
 app = typer.Typer(
     name="scaling",

@@ -1,0 +1,220 @@
+"""The notebook API: load a plan, run a sweep, read its results, fit, recommend, report.
+
+Everything here is also reachable as ``scaling.<name>`` (``import scaling; scaling.fit(...)``),
+imported on first use so that ``import scaling`` stays light. Results are typed: an
+:class:`Estimate` is a value with its bounds (or the reason it has none), not a nested dict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
+
+    from scaling.db.results import Results
+    from scaling.fitting import FitSummary, Law, Recommendation
+    from scaling.orchestrator.plan import Plan
+    from scaling.orchestrator.sweep import SweepResult
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A fitted or predicted quantity: its value, 95% bounds and SE where they are honest, else why not."""
+
+    value: float
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    se: Optional[float] = None
+    #: Why no interval is given (a pinned parameter, a biased bootstrap, an unreliable law...), else None.
+    withheld: Optional[str] = None
+
+    @classmethod
+    def from_interval(cls, iv: dict[str, Any]) -> "Estimate":
+        """From the fitting layer's interval dict (``value``, ``lo``, ``hi``, ``se``, ``kind``)."""
+        def finite(x: Any) -> Optional[float]:
+            return float(x) if x is not None and math.isfinite(float(x)) else None
+
+        kind = iv.get("kind")
+        lo, hi = finite(iv.get("lo")), finite(iv.get("hi"))
+        withheld = None
+        if kind in ("pinned", "biased", "no spread", "unreliable") or lo is None or hi is None:
+            from scaling.fitting.api import interval_text
+
+            withheld = iv.get("note") or (interval_text(iv) if kind else "no interval")
+            lo = hi = None
+        return cls(float(iv["value"]), lo, hi, None if withheld else finite(iv.get("se")), withheld)
+
+    @property
+    def interval(self) -> Optional[tuple[float, float]]:
+        return None if self.lo is None or self.hi is None else (self.lo, self.hi)
+
+    def __str__(self) -> str:
+        from scaling.fmt import num
+
+        if self.interval is None:
+            return f"{num(self.value, 4, '-')} ({self.withheld})" if self.withheld else num(self.value, 4, "-")
+        return f"{num(self.value, 4, '-')} [{num(self.lo, 4, '-')}, {num(self.hi, 4, '-')}]"
+
+
+@dataclass(frozen=True)
+class FittedLaw:
+    """One fitted law: its parameters as estimates, whether the data determine it, and the estimator."""
+
+    kind: str
+    name: str
+    reliable: bool
+    params: dict[str, Estimate]
+    notes: list[str]
+    #: The scikit-learn-style estimator (``predict(N, D)``, ``optimal(C)``, ``to_dict()``).
+    estimator: "Law" = field(repr=False)
+
+    def optimal(self, compute: float) -> dict[str, Estimate]:
+        """N*, D* and predicted loss at ``compute`` FLOPs; an unreliable law gives values without intervals."""
+        from scaling.fitting.intervals import withheld
+
+        ivs = self.estimator.optimal_interval(float(compute))
+        if not self.reliable:
+            why = "the law is flagged unreliable: " + self.estimator.doubts()[0]
+            ivs = {q: withheld(iv, why) for q, iv in ivs.items()}
+        return {q: Estimate.from_interval(iv) for q, iv in ivs.items()}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The laws fitted to one sweep or CSV, what was not fitted and why."""
+
+    source: str
+    sweep: Optional[str]
+    n_points: int
+    laws: dict[str, FittedLaw]
+    skipped: dict[str, str]
+    notes: list[str]
+    summary: "FitSummary" = field(repr=False)
+
+    @property
+    def estimators(self) -> dict[str, "Law"]:
+        """The fitted estimators by law, as the figures of :mod:`scaling.reports.figures` take them."""
+        return {kind: law.estimator for kind, law in self.laws.items()}
+
+    def table(self) -> str:
+        """Every parameter with its SE and interval, as ``scaling fit`` prints it."""
+        return self.summary.table()
+
+    def to_frame(self) -> "pd.DataFrame":
+        """One row per (law, parameter): value, lo, hi, se, withheld."""
+        import pandas as pd
+
+        rows = [{"law": kind, "parameter": name, "value": e.value, "lo": e.lo, "hi": e.hi, "se": e.se,
+                 "withheld": e.withheld} for kind, law in self.laws.items() for name, e in law.params.items()]
+        return pd.DataFrame(rows).set_index(["law", "parameter"])
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The next run at ``compute`` FLOPs: N*, D* and loss of the law it follows, and the concrete run."""
+
+    compute: float
+    law: Optional[str]
+    reason: str
+    N: Optional[Estimate]
+    D: Optional[Estimate]
+    loss: Optional[Estimate]
+    #: Every fitted law's N*, D* and loss (an unreliable law's without intervals).
+    per_law: dict[str, dict[str, Estimate]]
+    #: Laws left out of the choice, with why.
+    left_out: dict[str, str]
+    run: Optional[dict[str, Any]]
+    notes: list[str]
+    recommendation: "Recommendation" = field(repr=False)
+
+    def table(self) -> str:
+        """The comparison ``scaling recommend`` prints."""
+        return self.recommendation.table()
+
+
+def load_plan(path: str | Path) -> "Plan":
+    """Read and validate a plan file (a bad plan raises :class:`~scaling.errors.PlanError` naming the line)."""
+    from scaling.orchestrator.plan import load_plan as load
+
+    return load(path)[0]
+
+
+def run_sweep(plan: "str | Path | Plan", *, db: Optional[str] = None, address: Optional[str] = None,
+              fit: bool = True, report: bool = True, echo: Callable[[str], None] = print) -> "SweepResult":
+    """Train every run of ``plan`` not completed yet, then fit and report. A Ray already started in this
+    process (``ray.init``) is joined and left running; a local one started here is shut down at the end."""
+    from scaling.orchestrator.sweep import run_sweep as run
+
+    return run(plan, db=db, address=address, fit=fit, report=report, echo=echo)
+
+
+def connect(db: Optional[str] = None) -> "Results":
+    """The results database for reading (``runs()``, ``metrics()``, ``events()``... as DataFrames)."""
+    from scaling.db import connect as open_results, resolve_url
+
+    return open_results(resolve_url(cli=db))
+
+
+def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None, law: str = "all",
+        bootstrap: int = 200, seed: int = 0) -> Fit:
+    """Fit a sweep (the latest in ``db`` unless named) or a CSV of measurements."""
+    from scaling.db import resolve_url
+    from scaling.fitting import fit_csv, fit_sweep
+
+    summary = fit_csv(csv, law, bootstrap, seed) if csv is not None else \
+        fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed)
+    return _typed_fit(summary)
+
+
+def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, sweep: Optional[str] = None,
+              csv: Optional[str] = None, bootstrap: int = 200, seed: int = 0) -> Advice:
+    """The compute-optimal run at ``compute`` FLOPs (default: ten times the largest run), as ``scaling recommend``."""
+    from scaling.fitting import recommend as advise
+
+    if csv is not None:
+        rec = advise(compute, csv=csv, n_bootstrap=bootstrap, seed=seed, next_runs=False)
+    else:
+        from scaling.db import resolve_url
+        from scaling.orchestrator.plan import size_run
+
+        rec = advise(compute, url=resolve_url(cli=db), sweep=sweep, n_bootstrap=bootstrap, seed=seed,
+                     next_runs=False, size_run=size_run)
+    return _typed_advice(rec)
+
+
+def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
+    """Write the sweep's self-contained HTML report; returns its path."""
+    from scaling.db import resolve_url
+    from scaling.reports import write_report
+
+    write_report(resolve_url(cli=db), sweep, path)
+    return Path(path)
+
+
+def _typed_fit(summary: "FitSummary") -> Fit:
+    from scaling.fitting.api import KINDS
+
+    laws = {kind: FittedLaw(kind, KINDS[kind][1], law.reliable(),
+                            {name: Estimate.from_interval(iv) for name, iv in law.reported_intervals().items()},
+                            list(law.notes_), law)
+            for kind, law in summary.laws.items()}
+    return Fit(summary.source, summary.sweep, summary.n_points, laws, dict(summary.skipped), list(summary.notes),
+               summary)
+
+
+def _typed_advice(rec: "Recommendation") -> Advice:
+    per_law = {kind: {q: Estimate.from_interval(_withheld_if(kind in rec.unreliable, r[q])) for q in ("N", "D", "loss")}
+               for kind, r in rec.per_law.items()}
+    chosen = per_law.get(rec.chosen) if rec.chosen else None
+    return Advice(rec.compute, rec.chosen, rec.chosen_reason, *(chosen[q] if chosen else None for q in ("N", "D", "loss")),
+                  per_law=per_law, left_out=dict(rec.unreliable), run=rec.run, notes=list(rec.notes),
+                  recommendation=rec)
+
+
+def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
+    """An unreliable law's interval measures nothing the data determine: its value only."""
+    return {**iv, "kind": "unreliable"} if unreliable else iv
