@@ -32,7 +32,7 @@ from scaling.errors import SpecError, TrainingError
 from scaling.trainer import TrainResult, checkpoint, faults, lineage
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
-from scaling.trainer.model import attention_kernel, build_model
+from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
 from scaling.trainer.optim import lr_at, param_groups
 from scaling.trainer.precision import DTYPES, autocast, resolve_on_ranks, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
@@ -89,12 +89,13 @@ def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
         from scaling.trainer.pipeline import build_pipeline
 
         return build_pipeline(spec, rt)
-    model = build_model(spec.shape, spec.seed).to(rt.device)
-    if rt.distributed:
+    if rt.distributed:  # built on the meta device, sharded, then materialized: no rank holds it all
         from scaling.trainer.parallel import parallelize
 
-        par: Any = parallelize(model, spec, None)
+        par: Any = parallelize(build_meta_model(spec.shape), spec, None, device=rt.device,
+                               init=lambda m: init_materialized(m, spec.shape, spec.seed))
     else:
+        model = build_model(spec.shape, spec.seed).to(rt.device)
         model.activation_checkpointing = ex.activation_checkpointing
         par = Single(model)
     if ex.compile:

@@ -13,9 +13,11 @@ forces SDPA, to compare the two).
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -143,20 +145,8 @@ class GPT(nn.Module):
 
     def reset_parameters(self) -> None:
         """GPT-2's init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
-        for block in self.blocks:
-            nn.init.normal_(block.attn.proj.weight, mean=0.0, std=residual_std)
-            nn.init.normal_(block.mlp.proj.weight, mean=0.0, std=residual_std)
+        for name, init in init_ops(self):
+            init(self.get_parameter(name))
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.size(1)
@@ -179,6 +169,30 @@ class GPT(nn.Module):
         return total
 
 
+InitOp = Callable[[torch.Tensor], object]
+
+
+def init_ops(model: GPT) -> Iterator[tuple[str, InitOp]]:
+    """GPT-2's init as (parameter name, in-place op), in the order the ops draw random numbers.
+
+    A tied parameter appears under each of its names (the output layer's draw is the last)."""
+    for prefix, module in model.named_modules():
+        name = f"{prefix}." if prefix else ""
+        if isinstance(module, nn.Linear):
+            yield name + "weight", functools.partial(nn.init.normal_, mean=0.0, std=0.02)
+            if module.bias is not None:
+                yield name + "bias", nn.init.zeros_
+        elif isinstance(module, nn.Embedding):
+            yield name + "weight", functools.partial(nn.init.normal_, mean=0.0, std=0.02)
+        elif isinstance(module, nn.LayerNorm):
+            yield name + "weight", nn.init.ones_
+            yield name + "bias", nn.init.zeros_
+    residual_std = 0.02 / math.sqrt(2 * model.cfg.n_layer)
+    for i in range(len(model.blocks)):
+        for proj in ("attn.proj", "mlp.proj"):
+            yield f"blocks.{i}.{proj}.weight", functools.partial(nn.init.normal_, mean=0.0, std=residual_std)
+
+
 def build_model(shape: Shape, seed: int) -> GPT:
     """The model of ``shape`` with its initial weights a pure function of ``seed``."""
     generator_state = torch.random.get_rng_state()
@@ -187,3 +201,64 @@ def build_model(shape: Shape, seed: int) -> GPT:
         return GPT(shape)
     finally:
         torch.random.set_rng_state(generator_state)
+
+
+def build_meta_model(shape: Shape) -> GPT:
+    """The model of ``shape`` on the meta device: shapes only, to shard before any memory is
+    allocated; :func:`init_materialized` then gives it :func:`build_model`'s weights."""
+    with torch.device("meta"):
+        return GPT(shape)
+
+
+def materialize(model: nn.Module, device: torch.device) -> None:
+    """Allocate (uninitialized) storage on ``device`` for a model built on the meta device,
+    keeping tied parameters tied (``to_empty`` replaces plain parameters one by one)."""
+    first: dict[int, str] = {}
+    ties: list[tuple[nn.Module, str, str]] = []
+    for prefix, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False, remove_duplicate=False):
+            if id(p) in first:
+                ties.append((module, name, first[id(p)]))
+            else:
+                first[id(p)] = f"{prefix}.{name}" if prefix else name
+    model.to_empty(device=device)
+    for module, name, source in ties:
+        shared = model.get_parameter(source)
+        if getattr(module, name) is not shared:
+            setattr(module, name, shared)
+
+
+def init_materialized(model: nn.Module, shape: Shape, seed: int) -> None:
+    """Give ``model`` (built by :func:`build_meta_model`, sharded, then materialized with
+    ``to_empty``) exactly the weights ``build_model(shape, seed)`` has, on every rank its part.
+
+    The draws of :func:`build_model` are replayed on the CPU, one full tensor at a time: first
+    the layers' own constructor inits (their values are overwritten, but they advance the
+    generator), then :func:`init_ops`; each rank keeps its shard of each (a DTensor's local part)."""
+    template = build_meta_model(shape)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        for module in template.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):  # what their constructors drew
+                twin = copy.deepcopy(module).to_empty(device="cpu")
+                twin.reset_parameters()
+        for name, init in init_ops(template):
+            like = template.get_parameter(name)
+            full = torch.empty(like.shape, dtype=like.dtype)
+            init(full)
+            _assign(model.get_parameter(name), full)
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
+@torch.no_grad()
+def _assign(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy this rank's part of the full tensor ``full`` into ``param`` (no communication)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        local = distribute_tensor(full.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
+        param.to_local().copy_(local.to_local())
+    else:
+        param.copy_(full)

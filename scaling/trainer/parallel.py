@@ -332,6 +332,8 @@ def parallelize(
     *,
     strategy: Optional[str] = None,
     blocks: Optional[Callable[[nn.Module], list[nn.Module]]] = None,
+    device: Optional[torch.device] = None,
+    init: Optional[Callable[[nn.Module], None]] = None,
 ) -> Parallel:
     """Wrap ``model`` (already on its device) for ``spec.execution.strategy`` over ``mesh``.
 
@@ -345,12 +347,31 @@ def parallelize(
         from ``spec.execution`` when None), or a 1-D data-parallel ``DeviceMesh``.
     strategy: overrides the spec's (already resolved) strategy; ``auto`` is resolved here.
     blocks: how to find the FSDP units; defaults to :func:`transformer_blocks`.
+    device: this rank's device (default: where the model's parameters are, or the current GPU).
+    init: for a model on the meta device, what initializes it once materialized (see
+        :func:`scaling.trainer.model.init_materialized`): it is sharded first (tensor
+        parallelism, FSDP2), then allocated on ``device`` (the CPU under ``cpu_offload``) and
+        initialized, so no rank ever holds the whole model; DDP and ZeRO-1 replicate the
+        parameters and get them materialized before wrapping.
     """
     if not dist.is_initialized():
         raise RuntimeError("parallelize needs an initialized torch.distributed process group")
-    device = next(model.parameters()).device
-    if device.type == "meta":  # built on the meta device, to be materialized after sharding
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    on_meta = next(model.parameters()).device.type == "meta"
+    if on_meta and init is None:
+        raise ValueError("parallelize: a model on the meta device needs init, to initialize it once sharded")
+    if device is None:
+        device = next(model.parameters()).device
+        if on_meta:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+    def materialized(target: torch.device) -> None:
+        if on_meta:
+            from scaling.trainer.model import materialize
+
+            materialize(model, target)
+            assert init is not None
+            init(model)
+
     world = dist.get_world_size()
     tp = spec.execution.tp
     if mesh is None:
@@ -378,11 +399,13 @@ def parallelize(
     tp = tp_mesh.size() if tp_mesh is not None else 1
 
     if dp == 1:  # tensor-parallel only
+        materialized(device)
         return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
     if name in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        materialized(device)  # every rank holds everything anyway
         # gradient_as_bucket_view: gradients live in DDP's communication buckets instead of
         # in a second copy, so DDP costs the 16 bytes/param the accounting counts, not 20.
         ddp = DDP(
@@ -405,6 +428,7 @@ def parallelize(
     # The root holds embeddings, final norm and the tied output layer. Its parameters are
     # needed again at once by backward, so keeping them gathered after forward costs nothing.
     fully_shard(model, reshard_after_forward=False if not reshard else True, **kwargs)
+    materialized(torch.device("cpu") if spec.execution.cpu_offload else device)
     return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
 

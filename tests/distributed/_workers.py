@@ -237,3 +237,20 @@ def memory_budget_worker(rank: int, world: int) -> float:
     from scaling.trainer.parallel import smallest_over_ranks
 
     return smallest_over_ranks(1000.0 * (rank + 1), torch.device("cpu"))
+
+
+def meta_build_worker(rank: int, world: int, spec_json: str) -> dict[str, torch.Tensor]:
+    """The trainer's sharded model as this rank builds it, gathered whole (name -> full tensor)."""
+    from scaling.trainer.loop import build_parallel_model
+    from scaling.trainer.runtime import Runtime
+    from scaling.trainer.spec import RunSpec
+
+    spec = RunSpec.model_validate_json(spec_json)
+    rt = Runtime.current("cpu", spec.execution.tp, spec.execution.pp)
+    par = build_parallel_model(spec, rt)
+    assert par.model.lm_head.weight is par.model.wte.weight  # still tied
+    out = {}
+    for name, p in par.model.named_parameters():
+        assert p.device.type == "cpu"
+        out[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+    return out
