@@ -2,7 +2,7 @@
 
 Opened in real headless Chromium at a laptop's viewport (1280 x 720). The screenshot of that
 first screen is kept as ``artifacts/reports/first-screen*.png``; docs/img/report-first-screen.png
-is the one of the sweep with left-out laws.
+is the same view of the example sweep's report (`make demo`).
 """
 
 from __future__ import annotations
