@@ -19,16 +19,17 @@ __all__ = ["__version__", *API, "figures", "vocab"]
 
 
 def __getattr__(name: str) -> Any:
+    # ``import a.b as c``, not ``from a import b``: the latter asks this very function for ``b`` first.
     if name in API:
-        from scaling import api
+        import scaling.api as api
 
         return getattr(api, name)
     if name == "figures":
-        from scaling.reports import figures
+        import scaling.reports.figures as figures
 
         return figures
     if name == "vocab":
-        from scaling import vocab
+        import scaling.vocab as vocab
 
         return vocab
     raise AttributeError(f"module 'scaling' has no attribute {name!r}")
