@@ -160,6 +160,23 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     assert f"{LABELS[first]}: unreliable: the data do not determine A" in notes
 
 
+def test_no_reliable_law_recommends_nothing(sweeps) -> None:
+    """Every law flagged: the top says nothing is recommended and shows no interval anywhere in its answer."""
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    for law in data.fits.values():
+        law.notes_.append("unreliable: the data do not determine E (its 95% bootstrap interval spans 8 orders)")
+    text = render(data)
+    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    assert "nothing is recommended" in headline and "without intervals" in headline
+    assert 'class="ci"' not in headline and "Recommended by" not in headline
+    table = re.search(r'<table id="recommendations">(.*?)</table>', text, re.S).group(1)
+    assert 'class="ci"' not in table and table.count("left out: unreliable") == len(data.fits)
+
+
 def test_the_answer_comes_first(sweeps) -> None:
     """The summary opens with the recommendation, then what the data cannot determine, then the sweep's facts;
     no notes box stands above it."""
