@@ -105,7 +105,7 @@ def main() -> None:
         print(f"warning: {resolution.warning}")
     run_dir = tempfile.TemporaryDirectory()
     trainer = Trainer(spec, None, run_dir.name)
-    trainer._start()  # step-0 checkpoint and data event, as train() does before its first step
+    trainer.start()  # step-0 checkpoint and data event, as train() does before its first step
     trainer.par.module.train()
     plain = PlainLoop(spec)
     for loop in (trainer, plain):
