@@ -10,7 +10,7 @@ import yaml
 
 from cli_run import run_main
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]  # joins the session's Ray
 REPO = Path(__file__).resolve().parents[2]
 #: A law whose optima sit inside the example grid's budgets (as the byte-level models' do).
 LAW = {"E": 1.5, "A": 40.0, "B": 200.0, "alpha": 0.35, "beta": 0.35}
