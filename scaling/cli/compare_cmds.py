@@ -9,6 +9,13 @@ import typer
 
 from scaling.cli.common import DbOption, app
 
+#: Sweeps the terminal's table of exponents shows at most (a column each).
+MAX_TERMINAL_SWEEPS = 8
+#: Differences the terminal lists at most, significant ones first (pairs grow as the sweeps squared).
+MAX_TERMINAL_DIFFERENCES = 40
+#: Lines of notes (and of why a difference has no interval) the terminal prints at most.
+MAX_TERMINAL_NOTES = 10
+
 
 @app.command()
 def compare(
@@ -63,18 +70,24 @@ def compare(
     if json_out is not None and not to_file:
         typer.echo(result.to_json())
     else:
-        print_table(result)
+        print_table(result, json_path=json_out)
     typer.echo(str(result.path), err=json_out is not None and not to_file)
 
 
-def print_table(result: Any) -> None:
-    """The exponents per sweep and the differences between sweeps, as rich tables (user text not markup)."""
+def print_table(result: Any, json_path: Optional[Path] = None) -> None:
+    """The exponents per sweep and the differences between sweeps, as rich tables (user text not markup).
+
+    Bounded whatever the number of sweeps: at most MAX_TERMINAL_SWEEPS columns of exponents,
+    MAX_TERMINAL_DIFFERENCES differences (significant first) and MAX_TERMINAL_NOTES lines of
+    notes, then one line that counts what is left out and points to the JSON and the page.
+    """
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from scaling.fitting.api import SHORT
     from scaling.fmt import num
+    from scaling.reports.compare import ranked, verdict_counts
 
     def interval(x: dict[str, Any]) -> str:
         if x.get("lo") is None or x.get("hi") is None or x["lo"] != x["lo"] or x["hi"] != x["hi"]:
@@ -82,7 +95,7 @@ def print_table(result: Any) -> None:
         return f"{num(x['value'], 3)} [{num(x['lo'], 3)}, {num(x['hi'], 3)}]"
 
     console = Console(highlight=False)
-    names = [s.name for s in result.sides]
+    names = [s.name for s in result.sides][:MAX_TERMINAL_SWEEPS]
     exps = Table(title="Exponents (95% bootstrap intervals)")
     exps.add_column("law")
     exps.add_column("exponent")
@@ -103,7 +116,8 @@ def print_table(result: Any) -> None:
     diffs.add_column("difference [95%]", justify="right")
     diffs.add_column("significant", no_wrap=True)
     why: dict[str, None] = {}
-    for d in result.differences:
+    listed = ranked(result.differences)[:MAX_TERMINAL_DIFFERENCES]
+    for d in listed:
         if d["kind"] == "percentile":
             verdict = "yes" if d["significant"] else "no"
         else:
@@ -112,7 +126,20 @@ def print_table(result: Any) -> None:
         diffs.add_row(Text(SHORT.get(d["law"], d["label"])), Text(d["exponent"]), Text(f"{d['second']} − {d['first']}"),
                       Text(interval(d)), Text(verdict))
     console.print(diffs)
-    for line in why:
+    for line in list(why)[:MAX_TERMINAL_NOTES]:
         console.print(Text(f"no interval: {line}"))
-    for note in result.notes:
+    for note in result.notes[:MAX_TERMINAL_NOTES]:
         console.print(Text(f"note: {note}"))
+    left_out = []
+    if len(names) < len(result.sides):
+        left_out.append(f"exponents of {len(result.sides) - len(names)} more sweeps")
+    if len(listed) < len(result.differences):
+        counts = verdict_counts(result.differences)
+        left_out.append(f"{len(result.differences) - len(listed):,} more differences (of {len(result.differences):,}: "
+                        + ", ".join(f"{n:,} {v}" for v, n in counts.items()) + "; significant ones listed first)")
+    hidden_notes = max(0, len(why) - MAX_TERMINAL_NOTES) + max(0, len(result.notes) - MAX_TERMINAL_NOTES)
+    if hidden_notes:
+        left_out.append(f"{hidden_notes} more notes")
+    if left_out:
+        where = f"the JSON {json_path}" if json_path is not None else "--json FILE"
+        console.print(Text(f"not shown here: {'; '.join(left_out)}. Every one is in {where} and on the page:"))

@@ -50,6 +50,14 @@ EXPONENTS: dict[str, tuple[str, ...]] = {
 MIN_COMPLETED_RUNS = 6
 #: Pairs of replicates used for a difference's interval at most (all pairs below this).
 MAX_PAIRS = 1_000_000
+#: Sweeps the page's figures draw at most (a colour each); its tables and the JSON have every sweep.
+MAX_FIGURE_SWEEPS = 12
+#: Differences the page lists at most, significant ones first; the JSON has every one (pairs grow as sweeps squared).
+MAX_PAGE_DIFFERENCES = 300
+#: Differences the page's figure draws at most (a row each), the first of those listed.
+MAX_FIGURE_DIFFERENCES = 60
+#: A difference's verdict, in the order lists of differences show them.
+VERDICTS = ("significant", "not significant", "no interval")
 #: Interval kinds that carry no interval (see :func:`scaling.fitting.intervals.summarise`).
 NO_INTERVAL = {"pinned": "pinned at a bound", "biased": "its bootstrap is biased", "no spread": "its replicates do not vary"}
 
@@ -246,29 +254,53 @@ def build_comparison(sides: list[SweepSide], conventions: dict[str, str], *, sou
                                       **_interval_fields(ivs[name]), "reliable": not doubts,
                                       "doubts": doubts})
     differences = []
-    for a, b in itertools.combinations(sides, 2):
+    intervals = {(i, kind): law.intervals() for i, side in enumerate(sides) for kind, law in side.laws.items()}
+    for (i, a), (j, b) in itertools.combinations(enumerate(sides), 2):
         for kind in EXPONENTS:
             if kind in a.laws and kind in b.laws:
                 for name in EXPONENTS[kind]:
                     differences.append({"law": kind, "label": LABELS.get(kind, kind), "exponent": name,
                                         "first": a.name, "second": b.name,
-                                        **exponent_difference(a.laws[kind], b.laws[kind], name, a.name, b.name)})
+                                        **exponent_difference(a.laws[kind], b.laws[kind], name, a.name, b.name,
+                                                              intervals=(intervals[i, kind], intervals[j, kind]))})
     notes = [f"{s.name}: {n}" for s in sides for n in s.notes]
     missing = [f"{LABELS[k]} is not fitted for {', '.join(s.name for s in sides if k not in s.laws)}: no difference"
                for k in EXPONENTS if any(k in s.laws for s in sides) and not all(k in s.laws for s in sides)]
     return Comparison(sides, dict(conventions), exponents, differences, notes + missing, source)
 
 
+def verdict(difference: dict[str, Any]) -> str:
+    """One of :data:`VERDICTS` for a row of :attr:`Comparison.differences`."""
+    if difference.get("kind") != "percentile":
+        return "no interval"
+    return "significant" if difference.get("significant") else "not significant"
+
+
+def ranked(differences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The differences significant first, then not significant, then without an interval (else in order)."""
+    return sorted(differences, key=lambda d: VERDICTS.index(verdict(d)))
+
+
+def verdict_counts(differences: Sequence[dict[str, Any]]) -> dict[str, int]:
+    counts = dict.fromkeys(VERDICTS, 0)
+    for d in differences:
+        counts[verdict(d)] += 1
+    return counts
+
+
 def exponent_difference(first: Law, second: Law, name: str, first_name: str = "first",
-                        second_name: str = "second") -> dict[str, Any]:
+                        second_name: str = "second", *,
+                        intervals: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     """``second`` minus ``first`` for exponent ``name``, with a 95% percentile interval, or why none.
 
     The fits' bootstraps are independent, so the distribution of the difference is the one of
     (second replicate - first replicate) over all pairs of replicates. Returns value, lo, hi,
     kind (``percentile``, or why there is no interval: ``unreliable``, ``no interval``, ``biased``,
-    ``no spread``), significant (True/False, None without an interval) and reason.
+    ``no spread``), significant (True/False, None without an interval) and reason. ``intervals``:
+    the two laws' :meth:`Law.intervals`, when the caller has them (they take a while to compute).
     """
-    iv1, iv2 = first.intervals()[name], second.intervals()[name]
+    all1, all2 = intervals if intervals is not None else (first.intervals(), second.intervals())
+    iv1, iv2 = all1[name], all2[name]
     value = float(iv2["value"]) - float(iv1["value"])
     out: dict[str, Any] = {"value": value, "lo": math.nan, "hi": math.nan, "significant": None, "reason": ""}
     for law, who in ((first, first_name), (second, second_name)):

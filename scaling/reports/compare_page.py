@@ -3,6 +3,11 @@
 Sections: the sweeps and their conventions, each law's exponents with intervals, the differences
 of exponents between sweeps (significant or not, or why there is none), frontiers and IsoFLOP
 profiles on shared axes. User text (sweep names, notes) is escaped as in the report.
+
+Bounded whatever the number of sweeps (pairs of sweeps grow as its square): the figures draw the
+first :data:`~scaling.reports.compare.MAX_FIGURE_SWEEPS` sweeps, the differences table lists at
+most :data:`~scaling.reports.compare.MAX_PAGE_DIFFERENCES` rows, significant ones first, and
+the page says what it left out (the JSON, ``--json``, has everything).
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import math
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports import figures_compare as FC
-from scaling.reports.compare import Comparison
+from scaling.reports.compare import (
+    MAX_FIGURE_DIFFERENCES, MAX_FIGURE_SWEEPS, MAX_PAGE_DIFFERENCES, Comparison, ranked, verdict_counts,
+)
 from scaling.reports.html import _interval, _kv, _missing, _Page, _section, render_page
 
 SECTIONS = (
@@ -26,14 +33,17 @@ SECTIONS = (
 def render(c: Comparison) -> str:
     """The comparison as one HTML string."""
     page = _Page()
+    drawn = c.sides[:MAX_FIGURE_SWEEPS]
+    left_out = ("" if len(drawn) == len(c.sides) else
+                f"<p>Drawn: the first {len(drawn)} of the {len(c.sides)} sweeps (the tables list every one).</p>")
     body = "\n".join([
         _sweeps(c),
         _exponents(c),
         _differences(c, page),
-        _section("frontiers", "Frontiers", page.figure("compare-frontiers", FC.frontiers(c.sides))
+        _section("frontiers", "Frontiers", page.figure("compare-frontiers", FC.frontiers(drawn))
                  + "<p>Colour: sweep; line style: law. Shaded: 95% bootstrap band of N*. Laws flagged unreliable "
-                   "are hidden until clicked in the legend.</p>"),
-        _section("isoflop", "IsoFLOP profiles", page.figure("compare-isoflop", FC.isoflop_profiles(c.sides))),
+                   "are hidden until clicked in the legend.</p>" + left_out),
+        _section("isoflop", "IsoFLOP profiles", page.figure("compare-isoflop", FC.isoflop_profiles(drawn)) + left_out),
     ])
     title = "Comparison: " + " vs ".join(s.name for s in c.sides)
     return render_page(title=title, sections=SECTIONS, body=body, page=page, notes=c.notes, source=c.source,
@@ -78,8 +88,9 @@ def _exponents(c: Comparison) -> str:
 def _differences(c: Comparison, page: _Page) -> str:
     if not c.differences:
         return _section("differences", "Differences", _missing("No law is fitted for two of these sweeps."))
+    listed = ranked(c.differences)[:MAX_PAGE_DIFFERENCES]
     rows = []
-    for d in c.differences:
+    for d in listed:
         if d["kind"] == "percentile":
             verdict = "significant" if d["significant"] else "not significant"
             cell = f"{num(d['value'], 3)} <span class=\"ci\">[{num(d['lo'], 3)}, {num(d['hi'], 3)}]</span>"
@@ -95,6 +106,14 @@ def _differences(c: Comparison, page: _Page) -> str:
     intro = ("<p>Each difference's interval is the 2.5%–97.5% range of (second − first) over all pairs of the two "
              "fits' bootstrap replicates (independent resamples of different runs). Significant: the interval "
              "excludes 0.</p>")
+    if len(listed) < len(c.differences):
+        counts = verdict_counts(c.differences)
+        intro += (f"<p>Listed: {len(listed):,} of the {len(c.differences):,} differences ("
+                  + ", ".join(f"{n:,} {v}" for v, n in counts.items())
+                  + "), significant ones first. The JSON (<code>scaling compare ... --json FILE</code>) has every one.</p>")
+    drawn = [d for d in listed if d["kind"] == "percentile"][:MAX_FIGURE_DIFFERENCES]
+    if len(drawn) < sum(d["kind"] == "percentile" for d in c.differences):
+        intro += f"<p>The figure draws the first {len(drawn)} of those listed with an interval.</p>"
     return _section("differences", "Differences", intro + table
-                    + page.figure("compare-differences", FC.exponent_differences(c.differences)))
+                    + page.figure("compare-differences", FC.exponent_differences(drawn)))
 

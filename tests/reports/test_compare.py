@@ -232,3 +232,41 @@ def test_compare_page_renders_in_chromium(db: str, browser, tmp_path: Path) -> N
     assert figs["fig-compare-differences"] == 1
     assert S.HOSTILE in page.title and "Comparison: base vs other" in page.title
     assert "significant" in page.text and "(unreliable)" in page.text
+
+
+def test_many_sweeps_give_a_bounded_summary(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pairs of sweeps grow as their square: the terminal and the page list a bounded number of
+    differences (significant first) and say what they left out; the JSON keeps every one.
+    The bounds are lowered here so that four sweeps exceed them."""
+    from scaling.cli import compare_cmds
+    from scaling.reports import compare_page
+
+    monkeypatch.setattr(compare_cmds, "MAX_TERMINAL_SWEEPS", 2)
+    monkeypatch.setattr(compare_cmds, "MAX_TERMINAL_DIFFERENCES", 5)
+    monkeypatch.setattr(compare_page, "MAX_PAGE_DIFFERENCES", 7)
+    monkeypatch.setattr(compare_page, "MAX_FIGURE_SWEEPS", 2)
+    monkeypatch.setenv("COLUMNS", "400")  # one line per table row
+    sweeps = ["base", "same", "other", S.HOSTILE]
+    out, js = tmp_path / "c.html", tmp_path / "c.json"
+    code, stdout, stderr = run_cli("compare", *sweeps, "--db", db, "-o", str(out), "--json", str(js), "--fit", "stored")
+    assert code == 0, stderr
+    data = json.loads(js.read_text())
+    total = len(data["differences"])
+    assert total == 6 * sum(len(v) for v in EXPONENTS.values())  # every pair of the four, every exponent
+    significant = sum(1 for d in data["differences"] if d["kind"] == "percentile" and d["significant"])
+    assert significant >= 5  # base and same against other differ
+
+    text = stdout[stdout.index("Differences of exponents"):]
+    listed = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(listed) == 5 and all("│ yes " in line for line in listed), stdout  # the significant ones first
+    summary = " ".join(stdout.split())
+    assert f"{total - 5:,} more differences (of {total:,}: {significant:,} significant" in summary, stdout
+    assert "exponents of 2 more sweeps" in summary and f"Every one is in the JSON {js} and on the page" in summary
+    assert stdout.rstrip().endswith(str(out))
+
+    html = out.read_text()
+    table = html[html.index('id="differences-table"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr class=") == 7 and table.count('<tr class="significant">') == 7
+    assert f"Listed: 7 of the {total:,} differences" in html
+    assert "Drawn: the first 2 of the 4 sweeps" in html
