@@ -41,6 +41,12 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     return outcome.code, outcome.out, outcome.err
 
 
+def run_completed(*args: str) -> subprocess.CompletedProcess:
+    """:func:`run_main` shaped as :func:`subprocess.run`'s result, for tests written against a process."""
+    outcome = run_main(*args)
+    return subprocess.CompletedProcess(["scaling", *args], outcome.code, outcome.out, outcome.err)
+
+
 def run_process(*args: str, cwd: Path | None = None, timeout: float = 120) -> Outcome:
     """``scaling ARGS`` as a separate Python process (this checkout first on the path)."""
     code = "import sys; sys.argv[0] = 'scaling'; from scaling.cli import main; main()"

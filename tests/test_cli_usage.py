@@ -86,3 +86,33 @@ def test_compare_json_output_that_cannot_be_written_names_json(tmp_path: Path, s
                    "--json", str(tmp_path / "a_file" / "x.json"))
     assert got.code == 2 and got.err.startswith("error: --json "), got
     assert got.err.strip().count("\n") == 0
+
+
+def _leaf_commands() -> list[list[str]]:
+    """Every command of the typer app, as the words a user types (``db upgrade``)."""
+    import typer.main
+
+    from scaling.cli import app
+
+    def walk(command, path: list[str]) -> list[list[str]]:  # type: ignore[no-untyped-def]
+        subs = getattr(command, "commands", None)
+        return [leaf for name, sub in subs.items() for leaf in walk(sub, [*path, name])] if subs else [path]
+
+    return walk(typer.main.get_command(app), [])
+
+
+def test_every_command_answers_through_the_installed_console_script() -> None:
+    """One real ``scaling`` process per command (the other command tests run in-process): the
+    entry point in pyproject.toml reaches each. The processes run at once."""
+    import subprocess
+    import sys
+
+    script = str(Path(sys.executable).with_name("scaling"))
+    commands = _leaf_commands()
+    assert len(commands) >= 11 and ["db", "upgrade"] in commands and ["sweep"] in commands
+    procs = [(words, subprocess.Popen([script, *words, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)) for words in commands]
+    for words, proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in err, (words, err)
+        assert f"Usage: scaling {' '.join(words)}" in out, (words, out[:300])

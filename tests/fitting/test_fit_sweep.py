@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_run import run_completed
+
 from scaling.fitting import fit_sweep, from_db, from_dict, recommend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,8 +82,7 @@ def test_recommend_never_imports_the_orchestrator_trainer_torch_or_ray(db_url: s
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=300)
+    return run_completed(*args)  # in-process: tests/test_cli_usage.py calls the console script
 
 
 def test_cli_fit_and_recommend(sqlite_url: str, make_sweep, tmp_path: Path) -> None:
