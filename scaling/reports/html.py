@@ -99,7 +99,7 @@ def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, p
     """
     from plotly.offline import get_plotlyjs
 
-    from scaling import __version__
+    from scaling.version import __version__
 
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = f"generated {generated}" + (f" from {e(source)}" if source else "")
