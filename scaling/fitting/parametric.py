@@ -300,13 +300,16 @@ class ChinchillaParametric(Law):
 
     # -- the law ----------------------------------------------------------------------------
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
-        return p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]
+        # An undetermined law (a backtest refit, a bootstrap replicate) can take wild exponents:
+        # N^alpha then over- or underflows to a loss of inf or nan, which every caller judges.
+        with np.errstate(all="ignore"):
+            return p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]
 
     def _derived(self, p: Params) -> dict[str, Any]:
         al, be = np.asarray(p["alpha"]), np.asarray(p["beta"])
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # alpha + beta = 0 or a ratio past a float: nan or inf, judged by callers
             G = (al * np.asarray(p["A"]) / (be * np.asarray(p["B"]))) ** (1.0 / (al + be))
-        return {"a": be / (al + be), "b": al / (al + be), "G": G}
+            return {"a": be / (al + be), "b": al / (al + be), "G": G}
 
     def _optimal(self, p: Params, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Closed form (Hoffmann et al. eq. 4) with C = k N D: N* = G (C/k)^a, D* = (C/k)^b / G."""

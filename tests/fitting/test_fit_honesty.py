@@ -314,3 +314,31 @@ def test_a_log_se_that_disagrees_with_its_interval_is_not_printed() -> None:
     from scaling.fitting.api import se_text
 
     assert "(ln)" not in se_text(iv)
+
+
+def test_an_undetermined_approach3_raises_no_numpy_warnings(tmp_path) -> None:
+    """A flat law (A = B = 1e-6: the loss is E plus noise) leaves approach 3 free to take wild exponents;
+    its backtest refit and its optimum then overflow. That is expected and judged (a non-finite value
+    is stored as none), so numpy's RuntimeWarnings must not reach the user's terminal."""
+    import subprocess
+    import sys
+    import warnings
+
+    flat = {**S.TRUTH, "A": 1e-6, "B": 1e-6}
+    pts = S.isoflop_points(budgets=np.array([1e18, 1e19, 1e20]), n_sizes=9, seed=2, t=flat, noise=0.005)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        law = fit_data(from_frame(pts), "approach3", n_bootstrap=50, seed=2).laws["approach3"]
+        law.optimal(np.geomspace(1e10, 1e30, 10))
+        law.optimal_interval(1e24)
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    assert law.doubts()
+    bt = law.backtest_
+    assert bt["mean_abs_rel_error"] is None or math.isfinite(bt["mean_abs_rel_error"])  # none, not inf
+
+    csv = tmp_path / "flat.csv"
+    pts[["N", "D", "C", "loss"]].to_csv(csv, index=False)
+    out = subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", "fit", "--csv", str(csv),
+                          "--law", "approach3", "--bootstrap", "50", "--seed", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "RuntimeWarning" not in out.stderr and "encountered" not in out.stderr, out.stderr
