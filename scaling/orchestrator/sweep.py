@@ -24,7 +24,7 @@ from scaling.orchestrator.orphans import reap_orphaned_agents
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.orchestrator.signals import uninterrupted
-from scaling.trainer.rundir import checked_folder
+from scaling.trainer.rundir import checked_folder, owner_problem
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
@@ -161,13 +161,15 @@ def run_sweep(
     for note in expansion.notes:
         echo(f"note: {note}")
     if dry_run:
+        check_run_folders(Path(plan.runs_dir) / plan.name, expansion, url)
         status = registered_status(url, plan.name, expansion)
         todo = [r.key for r in expansion.runs if status.get(r.key) != vocab.COMPLETED]
         return SweepResult(plan.name, url, None, dry_run=True, would_run=todo, notes=expansion.notes)
 
     from scaling.db import Store
 
-    with checked_folder(Path(plan.runs_dir) / plan.name, "runs_dir"):  # a refusal below leaves no folder
+    with checked_folder(Path(plan.runs_dir) / plan.name, "runs_dir") as folder:  # a refusal below leaves no folder
+        check_run_folders(folder, expansion, url)
         if address:
             check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
         store = Store(url)
@@ -223,6 +225,16 @@ def run_sweep(
         if _as_note(echo, "report", write_report, url, plan.name, str(path)) is not _SKIPPED:
             result.report_path = str(path)
     return result
+
+
+def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
+    """Refuse, before registering, a run whose folder holds checkpoints recorded into another database."""
+    if expansion.plan.simulate is not None:
+        return  # simulated runs write no checkpoints to resume from
+    for run in expansion.runs:
+        problem = owner_problem(folder / run.key, url)
+        if problem:
+            raise DatabaseError(problem)
 
 
 def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:

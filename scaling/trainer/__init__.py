@@ -65,6 +65,7 @@ def train(
     ------
     TrainingError: the run kept spiking past ``spike.max_rollbacks``.
     SpecError: the data does not match the spec (fingerprint, vocabulary, size).
+    DatabaseError: ``run_dir`` holds checkpoints recorded into another database.
     """
     from scaling.trainer.spec import RunSpec
 
@@ -74,6 +75,14 @@ def train(
         from scaling.trainer.simulate import simulate
 
         return simulate(spec, store_url, run_dir, attempt=attempt, sweep=sweep)
+    if store_url is not None:  # a folder resumed into another database would leave its runs without curves
+        from scaling.errors import DatabaseError
+        from scaling.trainer.rundir import owner_problem, record_owner
+
+        problem = owner_problem(run_dir, store_url)
+        if problem:
+            raise DatabaseError(problem)
+        record_owner(run_dir, store_url)
     from scaling.trainer.loop import Trainer
 
     return Trainer(spec, store_url, run_dir, attempt=attempt, report=report, sweep=sweep).fit()

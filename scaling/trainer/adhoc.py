@@ -41,8 +41,10 @@ def train_adhoc(
     """
     from scaling.db import Store, claimant_id, connect
     from scaling.trainer import train
+    from scaling.errors import DatabaseError
     from scaling.trainer.data import resolve_data
     from scaling.trainer.precision import resolve_spec
+    from scaling.trainer.rundir import owner_problem
 
     spec, precision = resolve_spec(resolve_data(spec))  # both before the key: it carries them
     if precision.warning:
@@ -51,6 +53,10 @@ def train_adhoc(
     folder = Path(run_dir) if run_dir is not None else Path(DEFAULT_RUNS_DIR) / sweep / key
     with checked_folder(folder):  # before the database: an unusable folder registers nothing,
         store = Store(db_url)      # and an unreachable database leaves no folder
+        problem = owner_problem(folder, store.url)  # nor a folder another database's run left
+        if problem:
+            store.close()
+            raise DatabaseError(problem)
     try:
         store.register(
             sweep,

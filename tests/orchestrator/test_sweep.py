@@ -191,3 +191,20 @@ def test_multi_worker_run_through_ray_train(tmp_path: Path, sqlite_url: str) -> 
     status = sweep_status(sqlite_url, "multi")
     assert status["counts"] == {"completed": 1} and status["flops_remaining"] == 0
     assert len(connect(sqlite_url).metrics(sweep="multi")) > 0
+
+
+def test_a_sweep_into_another_database_does_not_resume_the_first_ones_runs(tmp_path: Path, sqlite_url: str) -> None:
+    """Re-running a plan with --db B over the runs_dir a sweep into A trained: refused in one line
+    (dry run too) before anything is registered in B, instead of runs "completed" there from A's
+    final checkpoints with no metric rows."""
+    from cli_run import run_main
+    from scaling.db import connect
+
+    plan = write_plan(tmp_path / "p.yaml", "moved", tmp_path / "runs", [{"models": [shape(1, 16)], "tokens": [512 * 4]}])
+    assert len(_run_sweep(plan, sqlite_url).outcome.completed) == 1
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    for extra in ([], ["--dry-run"]):
+        got = run_main("sweep", str(plan), "--db", other, "--no-fit", "--no-report", *extra)
+        assert got.code == 2 and got.err.count("\n") == 1 and "Traceback" not in got.err, got
+        assert "results.db" in got.err and "other.db" in got.err and "runs_dir" in got.err, got.err
+    assert not (tmp_path / "other.db").exists() or connect(other).sweeps().empty

@@ -67,3 +67,40 @@ def test_an_unusable_run_folder_registers_nothing(sqlite_url: str, tmp_path: Pat
     assert str(run_dir) in out.stderr
     with connect(sqlite_url) as res:
         assert res.sweeps().empty
+
+
+def test_a_run_folder_is_not_resumed_into_another_database(tmp_path: Path, tiny: dict) -> None:
+    """A run trained into database A, then started with --db B on the same run folder, would resume
+    from A's final checkpoint and "complete" in B with no curve: it is refused in one line, B gets
+    nothing, and the folder trains on into A as before."""
+    from cli_run import run_main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    a, b = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    run_dir = str(tmp_path / "run")
+    first = run_main("train", str(path), "--db", a, "--run-dir", run_dir)
+    assert first.code == 0, first.err
+    other = run_main("train", str(path), "--db", b, "--run-dir", run_dir)
+    assert other.code == 2 and other.err.count("\n") == 1 and "Traceback" not in other.err, other.err
+    assert "a.db" in other.err and "b.db" in other.err and "another runs_dir" in other.err, other.err
+    with connect(b) as res:
+        assert res.sweeps().empty  # nothing registered, claimed or recorded in B
+    again = run_main("train", str(path), "--db", a, "--run-dir", run_dir)
+    assert again.code == 0 and "already completed" in again.out, again  # A's own folder stays A's
+    assert connect(a).metrics(sweep="adhoc")["step"].nunique() > 1
+
+
+def test_the_owner_record_names_a_database_without_its_password(tmp_path: Path) -> None:
+    from scaling.trainer.rundir import database_identity, owner_problem, record_owner
+
+    pg = "postgresql+psycopg://alice:s3cr3t-pw@db.example:5432/results?sslmode=require"
+    record_owner(tmp_path, pg)
+    assert "s3cr3t-pw" not in (tmp_path / "owner.json").read_text()
+    assert owner_problem(tmp_path, pg) is None
+    assert owner_problem(tmp_path, "postgresql+psycopg://alice:other@db.example:5432/results") is None  # same database
+    problem = owner_problem(tmp_path, f"sqlite:///{tmp_path / 'x.db'}")
+    assert problem and "postgresql://alice@db.example:5432/results" in problem and "s3cr3t" not in problem
+    assert database_identity(f"sqlite:///{tmp_path}/./x.db") == database_identity(f"sqlite:///{tmp_path / 'x.db'}")
+    (tmp_path / "owner.json").write_text("{not json")
+    assert "damaged" in owner_problem(tmp_path, pg)
