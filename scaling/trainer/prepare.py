@@ -206,8 +206,11 @@ def _build(
             fh.flush()
             os.fsync(fh.fileno())
     n_train, n_val = counts
-    if n_train == 0 or n_val == 0:
-        raise SpecError(f"data: the corpus gives {n_train} training and {n_val} validation tokens; it is too small")
+    for n, part, name in ((n_train, train_text, "training"), (n_val, val_text, "validation")):
+        if n == 0:  # the text is never empty (read_text, split_text): the tokenizer dropped all of it
+            who = f"data.tokenizer: {tok_spec.path}" if given is not None else "data.tokenizer: the trained BPE"
+            raise SpecError(f"{who} yields no tokens for the {len(part):,} characters of the {name} split "
+                            "(its vocabulary covers none of that text, and it has no unknown token)")
     tok.save(str(folder / TOKENIZER), pretty=False)
     tok_sha = hf.digest(tok)
     tokens_sha = digest.hexdigest()

@@ -61,8 +61,11 @@ def from_json(raw: bytes, where: str) -> "Tokenizer":
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise SpecError(f"{where} is not JSON ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+    if not isinstance(data, dict) or "model" not in data:
         raise SpecError(f"{where} is not a Hugging Face tokenizer.json (no 'model' section)")
+    if not isinstance(data["model"], dict):
+        raise SpecError(f"{where} is not a Hugging Face tokenizer.json: its 'model' is not a section (an object) "
+                        f"but {json.dumps(data['model'])[:40]}")
     _check_ids(data, where)
     try:
         tok = _tokenizers().Tokenizer.from_str(raw.decode("utf-8"))

@@ -220,8 +220,8 @@ def test_bad_corpora_are_one_line(case: str, tmp_path: Path, monkeypatch: pytest
     assert not prep.tokens_root().exists() or not any(prep.tokens_root().iterdir())  # nothing half-written
 
 
-@pytest.mark.parametrize("case", ["not json", "deeply nested", "no model", "bad model", "too large", "huge id",
-                                  "huge added id"])
+@pytest.mark.parametrize("case", ["not json", "deeply nested", "no model", "model not an object", "bad model",
+                                  "too large", "huge id", "huge added id"])
 def test_hostile_tokenizer_files_are_refused(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              corpus_dir: Path) -> None:
     path = tmp_path / "tokenizer.json"
@@ -231,6 +231,8 @@ def test_hostile_tokenizer_files_are_refused(case: str, tmp_path: Path, monkeypa
         path.write_text("[" * 100_000 + "]" * 100_000)
     elif case == "no model":
         path.write_text('{"version": "1.0"}')
+    elif case == "model not an object":
+        path.write_text('{"model": NaN}')  # Python's json reads NaN
     elif case == "bad model":
         path.write_text('{"model": {"type": "NoSuchModel", "vocab": {"a": 0}, "merges": []}}')
     elif case == "huge id":  # the library would size its tables by the id: gigabytes for a 300-token file
@@ -242,6 +244,7 @@ def test_hostile_tokenizer_files_are_refused(case: str, tmp_path: Path, monkeypa
         with open(path, "wb") as fh:  # sparse: 65 MiB on paper, nothing read
             fh.truncate(65 << 20)
     expected = {"not json": "is not JSON", "deeply nested": "is not JSON", "no model": "no 'model' section",
+                "model not an object": "its 'model' is not a section (an object) but NaN",
                 "bad model": "is not a valid tokenizer", "too large": "more than the 64 MiB allowed",
                 "huge id": "has a token id 2147483648, outside 0..1048575",
                 "huge added id": "has a token id 5000000, outside"}[case]
@@ -440,3 +443,17 @@ def test_a_megabyte_on_one_line_prepares_in_bounded_work(tmp_path: Path) -> None
     ids = np.fromfile(prepared.tokens_path, dtype=prepared.dtype)
     assert hf.load(prepared.tokenizer_path).decode(ids.tolist()) == "a" * 1_000_000
     assert prepared.n_tokens < 10_000  # merged into long tokens, not one per byte
+
+
+def test_a_tokenizer_that_maps_the_corpus_to_nothing_is_named(tmp_path: Path, corpus_dir: Path) -> None:
+    """A vocabulary covering none of the text (and no unknown token) drops every character: the
+    tokenizer is named as the cause, not the corpus's size; nothing is left in the cache."""
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": {"\u00e6": 0, "\u00f8": 1}, "merges": []}}')
+    with pytest.raises(SpecError, match="yields no tokens") as exc:
+        prepare(DataSpec(source="text", path=str(corpus_dir), tokenizer={"path": str(path)}))
+    assert "too small" not in str(exc.value) and str(path) in str(exc.value)
+    got = run_main("data", "prepare", "--path", str(corpus_dir), "--tokenizer", str(path))
+    assert got.code == 2 and "Traceback" not in got.err and len(got.err.strip().splitlines()) == 1, got.err
+    assert "yields no tokens" in got.err and "too small" not in got.err
+    assert not prep.tokens_root().exists() or not any(p for p in prep.tokens_root().iterdir())
