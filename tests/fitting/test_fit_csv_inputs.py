@@ -97,7 +97,7 @@ def test_params_total_is_said_in_the_header(tmp_path: Path) -> None:
     p = _write(tmp_path, S.isoflop_points(seed=0))
     code, out, err = run_cli("fit", "--csv", str(p), "--law", "approach2", "--bootstrap", "0", "--params", "total")
     assert code == 0, err
-    assert "N in total parameters" in out.splitlines()[0]
+    assert "N in total parameters" in " ".join(" ".join(out.splitlines()[:3]).split())  # a long path wraps the header
     code, _, err = run_cli("fit", "--csv", str(p), "--params", "embedding")
     assert code == 2 and "unknown parameter convention 'embedding'" in err
 
