@@ -14,7 +14,8 @@ The folder's name hashes what determines its content (the files' bytes, the toke
 training settings, the split), so a second prepare, every run and every sweep on the same data
 reuse it. It is built in a temporary folder beside it and renamed into place, so a concurrent
 prepare never sees half a folder; whichever rename lands first wins and the other is dropped.
-A folder read back is checked (size, sha256 of the token file) and rebuilt when it does not match.
+A folder read back is checked (size, sha256 of the token file, the tokenizer's sha256 and vocabulary
+against ``meta.json``) and rebuilt when it does not match.
 
 The fingerprint is sha256 over the token file's sha256, the training split's length and the
 tokenizer's sha256: it changes with the corpus, the split or the tokenizer, and with nothing else.
@@ -287,12 +288,15 @@ def _read(folder: Path, identity: str) -> Optional[Prepared]:
         )
         if not ok:
             return None
+        tok = hf.load(folder / TOKENIZER, where="data: the prepared tokenizer")
+        if hf.digest(tok) != meta["tokenizer_sha256"] or hf.vocab_size(tok) != meta["vocab_size"]:
+            return None  # replaced or edited: for a trained BPE this file is the only copy, so rebuild
         return Prepared(
             folder=folder, dtype=dtype.name, n_tokens=meta["n_tokens"], n_train=meta["n_train"],
             vocab_size=int(meta["vocab_size"]), fingerprint=str(meta["fingerprint"]),
             tokenizer_sha256=str(meta["tokenizer_sha256"]), files=tuple(map(str, meta["files"])), reused=True,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, SpecError):
         return None
 
 

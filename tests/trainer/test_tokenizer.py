@@ -154,6 +154,32 @@ def test_prepare_is_reused_and_a_damaged_cache_is_rebuilt(corpus_dir: Path, monk
     assert [p.name for p in prep.tokens_root().iterdir()] == [first.folder.name]  # nothing left behind
 
 
+@pytest.mark.parametrize("damage", ["tokenizer emptied", "tokenizer swapped", "vocab_size edited"])
+def test_a_cache_whose_tokenizer_or_vocabulary_was_changed_is_rebuilt(damage: str, corpus_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """meta.json records the tokenizer's sha256 and vocabulary: a folder whose tokenizer.json was replaced
+    (by {} or by another tokenizer) or whose vocab_size was edited is rebuilt, not reused (for a trained
+    BPE the folder holds the only copy of the tokenizer, and a wrong vocabulary sizes the model)."""
+    first = prepare(bpe(corpus_dir))
+    meta_path = first.folder / prep.META
+    if damage == "tokenizer emptied":
+        first.tokenizer_path.write_text("{}")
+    elif damage == "tokenizer swapped":
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "c.txt").write_text("a different corpus, a different vocabulary\n" * 200)
+        hf.train_bpe([(other / "c.txt").read_text()], 400).save(str(first.tokenizer_path))
+    else:
+        meta = json.loads(meta_path.read_text())
+        meta["vocab_size"] = 50_000
+        meta_path.write_text(json.dumps(meta))
+    again = prepare(bpe(corpus_dir))
+    assert not again.reused and again.vocab_size == first.vocab_size == 400
+    assert hf.digest(hf.load(again.tokenizer_path)) == first.tokenizer_sha256
+    assert load_corpus(bpe(corpus_dir)).vocab_size == 400
+    assert [p.name for p in prep.tokens_root().iterdir()] == [first.folder.name]  # nothing left behind
+
+
 def test_an_unwritable_cache_is_one_line(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
