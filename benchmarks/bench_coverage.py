@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--skip-published", action="store_true")
     args = ap.parse_args()
 
-    from scaling.fitting.backtest import held_out_coverage
+    from scaling.fitting.synthetic import held_out_coverage
     from scaling.fitting.synthetic import coverage_study
 
     designs = [d for d in args.designs.split(",") if d]

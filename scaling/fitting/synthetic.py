@@ -8,6 +8,7 @@ optimum (approach 2), full training curves per size (approach 1), a grid of (N, 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -181,3 +182,37 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
     return {"draws": draws, "flagged": flagged / draws, "kept": kept, "coverage": covered / kept if kept else float("nan"),
             "coverage_bootstrap_only": covered_param / kept if kept else float("nan"),
             "median_ln_width": float(np.nanmedian(widths)) if widths else float("nan")}
+
+
+def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approach2", "approach3"),
+                      n_bootstrap: int = 50, seed: int = 0,
+                      settings: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Hold out the largest-compute runs, fit each law as ``scaling fit`` does on the rest, and
+    count how many held-out losses fall inside :meth:`~scaling.fitting.base.Law.predict_interval`.
+
+    Returns, per law kind: ``covered`` and ``n`` (held-out points), ``covered_bootstrap_only`` (by
+    the parameters' bootstrap interval alone, for contrast), ``median_ln_width``, ``flagged`` (its
+    fit notes call it unreliable) or ``error`` (it could not be fitted). This scores the intervals a user sees
+    beyond the data, model error included, against measurements the fit never saw.
+    """
+    from scaling.errors import UserError
+    from scaling.fitting.api import fit_data
+    from scaling.fitting.backtest import split
+
+    train, held = split(data)
+    pts = data.points[held]
+    out: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        try:
+            law = fit_data(train, kind, n_bootstrap=n_bootstrap, seed=seed, settings=settings).laws[kind]
+        except UserError as exc:
+            out[kind] = {"error": " ".join(str(exc).split())}
+            continue
+        ivs = law.predict_interval(pts["N"].to_numpy(), pts["D"].to_numpy())
+        y = pts["loss"].to_numpy()
+        hits = [bool(iv["lo"] <= v <= iv["hi"]) for iv, v in zip(ivs, y)]
+        param = [bool(iv.get("lo_param", iv["lo"]) <= v <= iv.get("hi_param", iv["hi"])) for iv, v in zip(ivs, y)]
+        width = [math.log(iv["hi"] / iv["lo"]) for iv in ivs if iv["lo"] > 0]
+        out[kind] = {"covered": int(sum(hits)), "covered_bootstrap_only": int(sum(param)), "n": len(hits),
+                     "flagged": bool(law.doubts()), "median_ln_width": float(np.median(width)) if width else math.nan}
+    return out
