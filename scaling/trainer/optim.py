@@ -1,14 +1,20 @@
-"""AdamW's parameter groups and the learning rate at step t (the one place that computes it)."""
+"""AdamW's parameter groups and the learning rate at step t (the one place that computes it).
+
+``warmup_steps`` and ``decay_start`` (where a schedule's phases start) are the schedule's own, in
+:mod:`scaling.trainer.spec`, which validates a branch against them; they are named here too.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
+from scaling.trainer.spec import ScheduleSpec, decay_start, warmup_steps
+
 if TYPE_CHECKING:
     from torch import nn
 
-    from scaling.trainer.spec import ScheduleSpec
+__all__ = ["EMBEDDING_NAMES", "ScheduleSpec", "decay_start", "lr_at", "param_groups", "warmup_steps"]
 
 #: Parameter-name fragments of the embeddings (the tied output layer is the token embedding).
 EMBEDDING_NAMES: tuple[str, ...] = ("wte", "wpe")
@@ -31,19 +37,6 @@ def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-
-
-def warmup_steps(total_steps: int, schedule: "ScheduleSpec") -> int:
-    """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
-    if schedule.warmup_steps is not None:
-        return min(schedule.warmup_steps, total_steps)
-    return int(round(schedule.warmup_fraction * total_steps))
-
-
-def decay_start(total_steps: int, schedule: "ScheduleSpec") -> int:
-    """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
-    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
-    return max(warmup_steps(total_steps, schedule), total_steps - decay)
 
 
 def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") -> float:

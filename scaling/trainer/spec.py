@@ -182,6 +182,19 @@ class ScheduleSpec(_Frozen):
     decay_shape: Literal["linear", "1-sqrt"] = "linear"
 
 
+def warmup_steps(total_steps: int, schedule: ScheduleSpec) -> int:
+    """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
+    if schedule.warmup_steps is not None:
+        return min(schedule.warmup_steps, total_steps)
+    return int(round(schedule.warmup_fraction * total_steps))
+
+
+def decay_start(total_steps: int, schedule: ScheduleSpec) -> int:
+    """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
+    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
+    return max(warmup_steps(total_steps, schedule), total_steps - decay)
+
+
 class BranchSpec(_Frozen):
     """Where a cooldown branch leaves its trunk: it starts from the trunk's checkpoint at
     ``from_step`` (its model, optimizer, data cursor and RNG) and decays the LR to its own end.
@@ -480,8 +493,6 @@ class RunSpec(Recipe):
         if problem:
             raise ValueError(problem)
         if self.branch is not None:
-            from scaling.trainer.optim import decay_start
-
             if self.schedule.kind != "wsd":
                 raise ValueError("branch: a cooldown branch needs schedule kind 'wsd'")
             start = decay_start(self.steps, self.schedule)
