@@ -31,6 +31,10 @@ def _check_output(path: Path, option: str = "--output", *, db_url: Optional[str]
 
     if str(path) == "-":
         raise UserError(f"{option} -: a page is not written to standard output; name a file")
+    odd = next((c for c in str(path) if _is_control(c)), None)
+    if odd is not None:  # the name printed would not be the file written (or would rewrite the terminal)
+        raise UserError(f"{option} {_escaped(str(path))}: the name holds the control character {_escaped(odd)}; "
+                        "choose a file name without one")
     out = path.expanduser()
     try:
         db_file = sqlite_path(db_url) if db_url else None
@@ -61,6 +65,21 @@ def _check_output(path: Path, option: str = "--output", *, db_url: Optional[str]
             raise OSError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
+
+
+#: Format characters that reorder how a name is displayed (bidirectional embeddings, overrides, isolates).
+_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _is_control(c: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(c) == "Cc" or c in _BIDI
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each control character written as a Python escape (\\x1b, \\n, \\u202e)."""
+    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in text)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -270,3 +270,17 @@ def test_many_sweeps_give_a_bounded_summary(db: str, tmp_path: Path, monkeypatch
     assert table.count("<tr class=") == 7 and table.count('<tr class="significant">') == 7
     assert f"Listed: 7 of the {total:,} differences" in html
     assert "Drawn: the first 2 of the 4 sweeps" in html
+
+
+@pytest.mark.parametrize("option", ["-o", "--json"])
+@pytest.mark.parametrize("name", ["c\x1b[2J\x1b[31mred.html", "two\nlines.html", "rtl\u202elmth.html"])
+def test_an_output_name_with_control_characters_is_refused(db: str, tmp_path: Path, option: str, name: str) -> None:
+    """A terminal escape, newline or bidi override in the file name would make the printed path differ
+    from the file written (or rewrite the terminal): refused in one line that shows it escaped."""
+    bad = tmp_path / name
+    args = ["-o", str(bad)] if option == "-o" else ["-o", str(tmp_path / "c.html"), "--json", str(bad)]
+    code, stdout, stderr = run_cli("compare", "base", "same", "--db", db, "--fit", "stored", *args)
+    assert code == 2 and stdout == "", (stdout, stderr)
+    assert len(stderr.strip().splitlines()) == 1 and "control character" in stderr, stderr
+    assert not any(c in stderr for c in "\x1b\u202e") and repr(name)[1:-1].split("\\")[0] in stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -123,3 +123,13 @@ def test_a_failed_write_keeps_the_previous_report_whole(sweeps, tmp_path: Path, 
     assert exc.value.code == 2 and "No space left on device" in capsys.readouterr().err
     left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("results.db"))  # SQLite's own -wal/-shm
     assert out.read_text() == "OLD" and left == ["r.html"], left  # no temporary page left behind
+
+
+def test_an_output_name_with_a_terminal_escape_is_refused(sweeps, tmp_path: Path) -> None:
+    """The path printed must be the file written: a name with an escape sequence is refused, shown escaped."""
+    url, _ = sweeps["one_run"]
+    folder = tmp_path / "out"
+    res = _run("--db", url, "--sweep", "one-run", "-o", str(folder / "r\x1b[31m.html"), "--fit", "stored")
+    assert res.returncode == 2 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "r\\x1b[31m.html" in res.stderr and "control character \\x1b" in res.stderr and "\x1b" not in res.stderr
+    assert not folder.exists()
