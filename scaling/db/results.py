@@ -150,9 +150,14 @@ class Results(Database):
         return pd.DataFrame(out, columns=SWEEP_COLUMNS)
 
     # -- runs --------------------------------------------------------------------------------
-    def runs(self, sweep: Optional[str] = None, status: Optional[str | Sequence[str]] = None) -> pd.DataFrame:
-        """One row per run (all sweeps unless ``sweep``); ``final_loss`` is the final eval loss."""
-        q = _RUNS.order_by(Run.sweep_id, Run.id)
+    def runs(self, sweep: Optional[str] = None, status: Optional[str | Sequence[str]] = None, *,
+             spec: bool = True) -> pd.DataFrame:
+        """One row per run (all sweeps unless ``sweep``); ``final_loss`` is the final eval loss.
+
+        ``spec=False`` leaves the ``spec`` column empty (None): decoding every run's spec is most
+        of the time a large sweep takes to read, and a summary does not need it.
+        """
+        q = (_RUNS if spec else _RUNS_WITHOUT_SPEC).order_by(Run.sweep_id, Run.id)
         if sweep is not None:
             q = q.where(Run.sweep_id == self._id_of_sweep(sweep))
         if status is not None:
@@ -334,6 +339,7 @@ class Results(Database):
 
 # Every column of runs plus the sweep's name (Core rows: attribute access by column name).
 _RUNS = select(Run.__table__, Sweep.name.label("sweep_name")).join(Run.sweep)
+_RUNS_WITHOUT_SPEC = select(*(c for c in Run.__table__.c if c.name != "spec"), Sweep.name.label("sweep_name")).join(Run.sweep)
 
 
 def _run_row(run: Any) -> dict[str, Any]:
@@ -361,7 +367,7 @@ def _run_row(run: Any) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "created_at": run.created_at,
-        "spec": run.spec,
+        "spec": getattr(run, "spec", None),
         "parent_key": run.parent_key,
         "trunk_tokens": int(run.trunk_tokens or 0),
     }

@@ -256,7 +256,7 @@ class Scheduler:
         """Every run's row and its failures so far: two queries, whatever the sweep's size."""
         results = self._results()
         try:
-            runs = results.runs(sweep=self.sweep)
+            runs = results.runs(sweep=self.sweep, spec=False)
         except NotFoundError:  # not registered (a scheduler driven by hand)
             return {}, {}
         rows = {r["run_key"]: r for r in runs.to_dict("records")} if len(runs) else {}

@@ -25,7 +25,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
 
     with connect(url) as results:
         name = results.sweep_name(sweep)
-        runs = results.runs(sweep=name)
+        runs = results.runs(sweep=name, spec=False)
         partial = runs[runs["status"] != vocab.COMPLETED]
         metrics = results.metrics(run_keys=list(partial["run_key"]), sweep=name) if len(partial) else None
     counts = {str(k): int(v) for k, v in runs["status"].value_counts().items()}
@@ -105,7 +105,7 @@ def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table
 
     with connect(url) as res:
         name = res.sweep_name(sweep)
-        df = res.runs(sweep=name)
+        df = res.runs(sweep=name, spec=fmt == "json")
     if fmt == "json":
         records = json.loads(df.to_json(orient="records", date_format="iso"))
         return json.dumps(records, indent=2) + "\n"
@@ -117,17 +117,28 @@ def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table
 
 
 def _runs_table(sweep: str, df) -> str:  # type: ignore[no-untyped-def]
-    from rich.console import Console
-    from rich.table import Table
+    """The runs as a boxed text table, built directly: a sweep of 10,000 runs prints in a second."""
+    from rich.cells import cell_len
 
-    table = Table(title=f"sweep {sweep}: {len(df)} runs", title_justify="left")
-    for col in df.columns:
-        table.add_column(col, justify="right" if col in ("N", "D", "C", "attempts", "final_loss", "final_train_loss") else "left")
-    for row in df.itertuples(index=False):
-        table.add_row(*(_cell(c, v) for c, v in zip(df.columns, row)))
-    buf = io.StringIO()
-    Console(file=buf, width=200, force_jupyter=False, color_system=None).print(table)
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    cols = list(df.columns)
+    rows = [[_cell(c, v) for c, v in zip(cols, row)] for row in df.itertuples(index=False)]
+    widths = [max([cell_len(c)] + [cell_len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    right = [c in _RIGHT_ALIGNED for c in cols]
+
+    def rule(left: str, fill: str, mid: str, end: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + end
+
+    def line(cells: list[str], bar: str) -> str:
+        padded = (" " * (w - cell_len(t)) + t if r else t + " " * (w - cell_len(t)) for t, w, r in zip(cells, widths, right))
+        return (bar + bar.join(f" {t} " for t in padded) + bar).rstrip()
+
+    out = [f"sweep {sweep}: {len(df)} runs", rule("┏", "━", "┳", "┓"), line(cols, "┃"), rule("┡", "━", "╇", "┩")]
+    out += [line(r, "│") for r in rows]
+    out.append(rule("└", "─", "┴", "┘"))
+    return "\n".join(out) + "\n"
+
+
+_RIGHT_ALIGNED = ("N", "D", "C", "attempts", "final_loss", "final_train_loss")
 
 
 def _cell(col: str, v: object) -> str:
@@ -137,7 +148,7 @@ def _cell(col: str, v: object) -> str:
         return f"{float(v):.3g}"  # type: ignore[arg-type]
     if col.startswith("final"):
         return f"{float(v):.4f}"  # type: ignore[arg-type]
+    text = "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(v).split()))  # no terminal escapes
     if col == "error":
-        text = " ".join(str(v).split())
         return text[:60] + ("…" if len(text) > 60 else "")
-    return str(v)
+    return text
