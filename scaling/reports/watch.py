@@ -5,11 +5,13 @@ status the report is rendered again and replaced atomically (written to a tempor
 same folder, then ``os.replace``), so a browser or a copy never sees half a file. While any run is
 pending or running the page carries ``<meta http-equiv="refresh">`` and reloads itself every
 ``interval`` seconds; the last rewrite, once no run is pending or running, drops it, and the
-watch returns.
+watch returns. Stopped by Ctrl-C, the watch drops the reload from the page it last wrote (the
+page is kept as it was, atomically rewritten) before the interrupt goes on.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -37,6 +39,14 @@ def with_reload(page: str, seconds: float) -> str:
         raise ValueError("the report has no <head> to put the reload in")
     cut = head + len("<head>")
     return page[:cut] + "\n" + tag + page[cut:]
+
+
+def without_reload(page: str) -> str:
+    """``page`` without the refresh :func:`with_reload` put in (unchanged if it has none)."""
+    return _RELOAD.sub("", page, count=1)
+
+
+_RELOAD = re.compile("\n" + re.escape(REFRESH_TAG).replace(re.escape("{seconds}"), "[0-9]+"))
 
 
 def run_statuses(url: str, sweep: str) -> dict[str, str]:
@@ -84,14 +94,21 @@ def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10
     out = Path(path).expanduser().resolve()
     sweep = resolve_sweep(url, sweep)
     seen: dict[str, str] | None = None
-    while True:
-        statuses = run_statuses(url, sweep)
-        live = any(s in LIVE_STATUSES for s in statuses.values())
-        if statuses != seen:
-            render_to(url, sweep, out, live=live, interval=interval, fit=fit, extras=extras, store_fits=store_fits)
-            seen = statuses
-            if on_write is not None:
-                on_write(out, live)
-        if not live:
-            return out
-        sleep(interval)
+    reloading = False  # whether the page this watch last wrote reloads itself
+    try:
+        while True:
+            statuses = run_statuses(url, sweep)
+            live = any(s in LIVE_STATUSES for s in statuses.values())
+            if statuses != seen:
+                render_to(url, sweep, out, live=live, interval=interval, fit=fit, extras=extras,
+                          store_fits=store_fits)
+                seen, reloading = statuses, live
+                if on_write is not None:
+                    on_write(out, live)
+            if not live:
+                return out
+            sleep(interval)
+    except KeyboardInterrupt:
+        if reloading:  # a page left reloading would keep doing so with no watch behind it
+            write_atomic(out, without_reload(out.read_text(encoding="utf-8")))
+        raise

@@ -203,3 +203,35 @@ def test_watch_stores_the_new_fits_only_with_store_fits(tmp_path: Path) -> None:
     assert stored() > 0
     with pytest.raises(ValueError, match="interval"):
         watch(url, None, tmp_path / "never.html", interval=1e10)
+
+
+def test_a_watch_stopped_by_ctrl_c_leaves_a_page_that_no_longer_reloads(tmp_path: Path) -> None:
+    """Ctrl-C (a real SIGINT) ends the watch of a sweep that is still going: the page stays whole and
+    drops its reload, as the last rewrite of a finished sweep does; the command exits 130."""
+    import signal
+
+    import report_synth as S
+
+    url = f"sqlite:///{tmp_path / 'going.db'}"
+    S.build(url, S.SweepSpec(sweep="going", budgets=(1e13, 3e13, 1e14), sizes_per_budget=5, pending=(0,)))
+    report = tmp_path / "out" / "going.html"
+    watcher = subprocess.Popen([SCALING, "report", "--db", url, "--watch", "--interval", "1", "--fit", "memory",
+                                "-o", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while not report.exists() and time.monotonic() < deadline and watcher.poll() is None:
+            time.sleep(0.2)
+        assert report.exists(), watcher.stderr.read() if watcher.poll() is not None else "no report in 240 s"
+        assert REFRESH_TAG.format(seconds=1) in report.read_text()  # a live page, reloading itself
+        watcher.send_signal(signal.SIGINT)
+        _, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 130 and "Traceback" not in err, err
+    final = report.read_text()
+    assert "http-equiv" not in final
+    assert final.startswith("<!DOCTYPE html>") and final.rstrip().endswith("</html>")
+    assert [p.name for p in report.parent.iterdir()] == ["going.html"]  # no temporary left behind
