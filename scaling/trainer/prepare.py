@@ -177,6 +177,9 @@ def _build(
     with _progress(show) as bar:
         cut = split_text(text, data.val_fraction)
         train_text, val_text = text[:cut], text[cut:]
+        if not train_text or not val_text:
+            raise SpecError(f"data.path: the corpus has {len(text)} character(s), too few to split into training "
+                            f"and validation text (val_fraction {data.val_fraction:g})")
         if given is None:
             task = bar.add_task(f"training BPE ({tok_spec.vocab_size} tokens) on the training split", total=len(train_text))
             tok = hf.train_bpe(
@@ -208,7 +211,7 @@ def _build(
             os.fsync(fh.fileno())
     n_train, n_val = counts
     for n, part, name in ((n_train, train_text, "training"), (n_val, val_text, "validation")):
-        if n == 0:  # the text is never empty (read_text, split_text): the tokenizer dropped all of it
+        if n == 0:  # neither split is empty (checked above): the tokenizer dropped all of it
             who = f"data.tokenizer: {tok_spec.path}" if given is not None else "data.tokenizer: the trained BPE"
             raise SpecError(f"{who} yields no tokens for the {len(part):,} characters of the {name} split "
                             "(its vocabulary covers none of that text, and it has no unknown token)")

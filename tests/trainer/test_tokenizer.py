@@ -483,3 +483,13 @@ def test_a_tokenizer_that_maps_the_corpus_to_nothing_is_named(tmp_path: Path, co
     assert got.code == 2 and "Traceback" not in got.err and len(got.err.strip().splitlines()) == 1, got.err
     assert "yields no tokens" in got.err and "too small" not in got.err
     assert not prep.tokens_root().exists() or not any(p for p in prep.tokens_root().iterdir())
+
+
+def test_a_corpus_too_short_to_split_is_named_so(tmp_path: Path) -> None:
+    """One character cannot be both training and validation text: said so, not blamed on the tokenizer."""
+    path = tmp_path / "one.txt"
+    path.write_text("a")
+    got = run_main("data", "prepare", "--path", str(path), "--train-bpe", "300")
+    assert got.code == 2 and len(got.err.strip().splitlines()) == 1, got.err
+    assert "1 character(s), too few to split" in got.err and "yields no tokens" not in got.err
+    assert not prep.tokens_root().exists() or not any(prep.tokens_root().iterdir())
