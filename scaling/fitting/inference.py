@@ -240,6 +240,8 @@ class InferenceRecommendation:
         if self.unreliable:
             con.print("approach 3 is unreliable on these data, so no interval is given and no saving claimed "
                       "(the values above are what an undetermined law extrapolates)")
+        elif self.inference_tokens == 0:
+            con.print("with no inference tokens to serve (--inference-tokens) the two runs are the same")
         elif math.isfinite(self.saving):
             con.print(f"training the smaller model longer saves {100 * self.saving:.1f}% of the total FLOPs")
         for note in self.notes:
@@ -288,6 +290,7 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         check_budget(co["training_flops"], measured,
                      what=f"--target-loss {target:.6g}: its compute-optimal run at")
     co["total_flops"] = co["training_flops"] + float(inference_flops(co["N"], inference_tokens, k))
+    _check_training_in_range(best["training_flops"], measured, inference_tokens)
     rec = InferenceRecommendation(inference_tokens=float(inference_tokens), k=k, compute=compute,
                                   target_loss=target, source=source)
     reps = _replicate_laws(law)
@@ -350,6 +353,23 @@ def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float =
         raise FitError(f"--target-loss {target:.6g}: its compute-optimal run lies more than {MAX_EXTRAPOLATION:.0e}x "
                        f"outside the measured budgets ({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say "
                        f"nothing that far away (use a target loss from {lo_loss:.4g} to {hi_loss:.4g})")
+
+
+def _check_training_in_range(training_flops: float, measured: Any, inference_tokens: float) -> None:
+    """Refuse an inference-aware run whose own training lies beyond :data:`MAX_EXTRAPOLATION` of the data.
+
+    Serving many tokens moves the optimum to a small model trained far longer: its training budget,
+    not only the compute-optimal run's, must lie where the fitted law was measured.
+    """
+    C = np.asarray(measured, float)
+    C = C[np.isfinite(C) & (C > 0)]
+    if not len(C):
+        return
+    lo, hi = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
+    if not lo <= training_flops <= hi:
+        raise FitError(f"--inference-tokens {inference_tokens:.3g}: the cheapest run to train and serve them trains for "
+                       f"{training_flops:.3g} FLOPs, more than {MAX_EXTRAPOLATION:.0e}x outside the measured budgets "
+                       f"({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say nothing that far away")
 
 
 def _replicate_laws(law: Any) -> list[LossLaw]:

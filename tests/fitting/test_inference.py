@@ -223,3 +223,20 @@ def test_cheapest_refuses_a_model_of_less_than_one_parameter() -> None:
     """At a loss far above the law's range the optimum underflows to N = 0: refused, not divided by."""
     with pytest.raises(FitError, match="less than one parameter"):
         cheapest(TRUTH, 1e200, 1e12)
+
+
+def test_an_inference_aware_run_trained_far_beyond_the_data_is_refused(fitted_law: ChinchillaParametric) -> None:
+    """1e24 inference tokens move the optimum to a small model trained on ~1e19 tokens: its own training
+    budget lies 1e9x beyond the measured 1e17-1e19 FLOPs, so no number is printed for it."""
+    E = fitted_law.params_["E"]
+    target = target_at(LossLaw.from_params(fitted_law.params_), 1e19)
+    with pytest.raises(FitError, match="--inference-tokens 1e\\+24: the cheapest run to train and serve them trains"):
+        recommend_for_inference(fitted_law, 1e24, target_loss=target)
+    rec = recommend_for_inference(fitted_law, 1e12, target_loss=target)  # near the data: answered
+    assert math.isfinite(rec.optimum["training_flops"]["value"]) and target > E
+
+
+def test_no_inference_tokens_claims_no_saving(fitted_law: ChinchillaParametric) -> None:
+    """--target-loss alone serves nothing: the two rows coincide, and "saves 0.0%" is not printed as a finding."""
+    table = recommend_for_inference(fitted_law, 0.0, target_loss=fitted_law.params_["E"] + 0.5).table()
+    assert "saves" not in table and "the two runs are the same" in table
