@@ -129,7 +129,7 @@ class FitSummary:
                 extra.append(f"backtest: mean |rel. error| of held-out loss {100 * bt['mean_abs_rel_error']:.2f}% "
                              f"({len(bt['held_out'])} largest-compute points, {bt['n_train']} fitted)")
                 if bt.get("N_opt") and bt["N_opt"].get("rel_error") is not None:
-                    extra.append(f"backtest: N_opt at C={bt['N_opt']['C']:.3g} off by {100 * bt['N_opt']['rel_error']:+.1f}%")
+                    extra.append(f"backtest: N_opt at C={bt['N_opt']['C']:.3g} off by {100 * bt['N_opt']['rel_error']:+.3g}%")
             elif bt and bt.get("error"):
                 extra.append(f"backtest: not possible ({bt['error']})")
             extra.extend(law.notes_)

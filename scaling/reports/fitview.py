@@ -256,7 +256,7 @@ def backtest_frame(laws: dict[str, Any]) -> pd.DataFrame:
                f"({len(bt.get('held_out') or [])} held out, {bt.get('n_train', '?')} fitted)"
         nopt = bt.get("N_opt")
         if isinstance(nopt, dict) and nopt.get("rel_error") is not None:
-            line += f"; N_opt at C = {float(nopt['C']):.3g} off by {100 * float(nopt['rel_error']):+.1f}%"
+            line += f"; N_opt at C = {float(nopt['C']):.3g} off by {100 * float(nopt['rel_error']):+.3g}%"
         notes.append(line)
     df = pd.DataFrame(rows, columns=["method", "label", "N", "D", "C", "rel_error"])
     df.attrs["notes"] = notes

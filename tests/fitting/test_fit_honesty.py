@@ -342,3 +342,15 @@ def test_an_undetermined_approach3_raises_no_numpy_warnings(tmp_path) -> None:
                           "--law", "approach3", "--bootstrap", "50", "--seed", "2"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "RuntimeWarning" not in out.stderr and "encountered" not in out.stderr, out.stderr
+
+
+def test_a_backtest_error_is_printed_to_three_digits_whatever_its_size() -> None:
+    """An undetermined law's backtest N* can be off by 1e73%: printed as such, not as 74 digits to 0.1%."""
+    flat = {**S.TRUTH, "A": 1e-6, "B": 1e-6}
+    pts = S.isoflop_points(budgets=np.array([1e18, 1e19, 1e20]), n_sizes=9, seed=1, t=flat, noise=0.005)
+    summary = fit_data(from_frame(pts), "approach3", n_bootstrap=20, seed=1)
+    law = summary.laws["approach3"]
+    assert law.backtest_["N_opt"]["rel_error"] is not None  # this seed's refit gives a finite, wrong N*
+    law.backtest_["N_opt"]["rel_error"] = 3.6e71  # as a real sweep's undetermined refit gave
+    table = summary.table()
+    assert "off by +3.6e+73%" in table and not re.search(r"\d{12}", table), table
