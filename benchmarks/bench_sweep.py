@@ -197,12 +197,27 @@ def postgres_series(url: str, n: int, concurrent: int, cpus: int, tmp: Path) -> 
     wall = time.perf_counter() - t0
     for p, err in zip(procs, errs):
         assert p.returncode == 0, err
-    for sweep_name, expected in ((f"pg{n}", n), ("twin", concurrent)):
+    for sweep_name, path in ((f"pg{n}", plan), ("twin", twin)):
         counts = count_once(url, sweep_name)
-        print(f"{sweep_name}: {counts['runs']} runs (expected {expected}), {counts['completed']} completed, "
-              f"{counts['trained_twice']} trained more than once, {counts['rows']} metric rows "
-              f"({counts['rows_per_run']} per run), {counts['duplicate_rows']} duplicated", flush=True)
+        runs, rows = expected_rows(path)
+        print(f"{sweep_name}: {counts['runs']} runs (expected {runs}), {counts['completed']} completed, "
+              f"{counts['trained_twice']} trained more than once, {counts['rows']} metric rows (expected {rows}), "
+              f"{counts['duplicate_rows']} duplicated", flush=True)
     print(f"two drivers of {concurrent} runs at once: {wall:.1f}s", flush=True)
+
+
+def expected_rows(plan_path: Path) -> tuple[int, int]:
+    """The plan's runs and the metric rows the simulator writes for them (train and eval losses)."""
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.trainer.simulate import EVAL_POINTS, log_steps
+
+    plan, source = load_plan(plan_path)
+    runs = expand(plan, source).runs
+    sim = plan.simulate
+    assert sim is not None
+    rows = sum(len(log_steps(r.spec.steps, sim.points)) + len(log_steps(r.spec.steps, EVAL_POINTS)) for r in runs)
+    return len(runs), rows
 
 
 def count_once(url: str, sweep_name: str) -> dict[str, int]:
@@ -226,7 +241,6 @@ def count_once(url: str, sweep_name: str) -> dict[str, int]:
     with engine.connect() as conn:
         out = {k: int(conn.execute(text(sql), {"s": sweep_name}).scalar_one()) for k, sql in q.items()}
     engine.dispose()
-    out["rows_per_run"] = out["rows"] // max(1, out["runs"])
     return out
 
 

@@ -57,10 +57,9 @@ class Results(Database):
         """
         compiled = stmt.compile(dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True})
         sql = str(compiled)
+        params: Any = compiled.params  # a property that builds the whole dict: read it once, not per parameter
         if compiled.positional:
-            params: Any = tuple(compiled.params[name] for name in compiled.positiontup or ())
-        else:
-            params = compiled.params
+            params = tuple(params[name] for name in compiled.positiontup or ())
 
         self._after_fork()
 
