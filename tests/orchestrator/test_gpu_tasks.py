@@ -9,7 +9,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 
-def test_a_gpu_task_never_reuses_a_worker_process() -> None:
+def test_a_gpu_task_never_reuses_a_worker_process(no_shared_ray: None) -> None:
+    """A Ray of its own: it declares a GPU for the scheduler to hand out."""
     import os
 
     from scaling.orchestrator.tasks import SingleRunTask
