@@ -253,6 +253,15 @@ def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[
     if grid > plan.adaptive.max_compute:
         raise PlanError(f"{where(source, ('adaptive', 'max_compute'))}: {plan.adaptive.max_compute:.3g} FLOPs is less "
                         f"than the grid's own {grid:.3g} (the budget includes the grid): raise it or shrink the grid")
+    from scaling.fitting.base import MAX_EXTRAPOLATION  # as far from the data as any fit is asked about
+
+    budgets = [r.budget or r.spec.flops for r in runs] or [plan.adaptive.target.at_compute]
+    at, lo, hi = plan.adaptive.target.at_compute, min(budgets), max(budgets)
+    if not lo / MAX_EXTRAPOLATION <= at <= hi * MAX_EXTRAPOLATION:
+        raise PlanError(f"{where(source, ('adaptive', 'target', 'at_compute'))}: {at:.3g} FLOPs is more than "
+                        f"{MAX_EXTRAPOLATION:.0e}x outside the grid's budgets ({lo:.3g} to {hi:.3g} FLOPs): a fit of "
+                        f"them says nothing that far away (use {lo / MAX_EXTRAPOLATION:.3g} to "
+                        f"{hi * MAX_EXTRAPOLATION:.3g})")
 
 
 def _with_lineage(spec: RunSpec, schedule: Any, branch: Optional[dict[str, Any]], keep_steps: tuple[int, ...]) -> RunSpec:

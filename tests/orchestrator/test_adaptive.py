@@ -283,3 +283,19 @@ def test_decision_says_unreliable_once() -> None:
                cost_of=lambda C, sizes: C * len(sizes))
     assert "; unreliable: the Fisher information is near-singular" in d.message, d.message
     assert "unreliable: unreliable" not in d.message
+
+
+@pytest.mark.parametrize("at_compute", [1e300, 1e10])
+def test_a_target_budget_far_outside_the_grid_is_refused_at_its_line(tmp_path: Path, at_compute: float) -> None:
+    """N* at 1e300 FLOPs (or 1e10, below a 1e18-1e20 grid) is nothing a fit of the grid can say: the plan
+    is refused at adaptive.target.at_compute, as recommend refuses a budget that far from the data."""
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    path = adaptive_plan(tmp_path / "p.yaml", "p", tmp_path / "runs", ratio=1.5, max_compute=1e22,
+                         at_compute=at_compute)
+    with pytest.raises(PlanError, match=r"p\.yaml:\d+: adaptive\.target\.at_compute: .* more than 1e\+06x outside "
+                                        r"the grid's budgets \(1e\+18 to 1e\+20 FLOPs\)"):
+        expand(*load_plan(path))
+    path = adaptive_plan(tmp_path / "p.yaml", "p", tmp_path / "runs", ratio=1.5, max_compute=1e22, at_compute=1e25)
+    assert expand(*load_plan(path)).runs  # 1e5x beyond: what an adaptive sweep is for
