@@ -160,8 +160,9 @@ class Scheduler:
         self.tally = Tally()
         self.states = [RunState(r, tally=self.tally, index=i) for i, r in enumerate(runs)]
         self.by_key = {s.key: s for s in self.states}
-        # Less free CPU than the smallest run needs: admission stops looking at once.
+        # Less free CPU (or GPU) than the smallest run needs: admission stops looking at once.
         self._min_cpus = min((run_needs(r)[0] for r in runs), default=0.0)
+        self._min_gpus = min((run_needs(r)[1] for r in runs), default=0.0)
         self.store = store
         self.store_url = store_url
         self.sweep = sweep
@@ -259,6 +260,7 @@ class Scheduler:
             runs = results.runs(sweep=self.sweep, spec=False)
         except NotFoundError:  # not registered (a scheduler driven by hand)
             return {}, {}
+        runs = runs.astype(object).where(runs.notna(), None)  # a missing value is None, as run() gives it
         rows = {r["run_key"]: r for r in runs.to_dict("records")} if len(runs) else {}
         events = results.events(sweep=self.sweep, kinds=[vocab.FAILURE])
         failures = {str(k): int(n) for k, n in events["run_key"].value_counts().items()} if len(events) else {}
@@ -326,7 +328,7 @@ class Scheduler:
         for s in self.tally.queued():
             if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
                 return
-            if used_cpu + self._min_cpus > cpus + 1e-9:
+            if used_cpu + self._min_cpus > cpus + 1e-9 or used_gpu + self._min_gpus > gpus + 1e-9:
                 return  # no run of the sweep fits what is left
             need_cpu, need_gpu = run_needs(s.run)
             if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
