@@ -14,7 +14,6 @@ import copy
 import io
 import pickle
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
