@@ -9,6 +9,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 
+@pytest.mark.ray
 def test_a_gpu_task_never_reuses_a_worker_process(no_shared_ray: None) -> None:
     """A Ray of its own: it declares a GPU for the scheduler to hand out."""
     import os
@@ -18,7 +19,7 @@ def test_a_gpu_task_never_reuses_a_worker_process(no_shared_ray: None) -> None:
     def pid() -> int:  # defined here: shipped to the workers by value
         return os.getpid()
 
-    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         task = SingleRunTask(pid)
         on_gpu = [ray.get(task.options(num_cpus=1, num_gpus=1).remote()) for _ in range(3)]
