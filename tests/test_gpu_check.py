@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # its sweep starts a Ray of its own, in a subprocess
 def test_the_gpu_check_passes_its_own_dry_run() -> None:
     proc = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
                           timeout=900)
