@@ -277,7 +277,9 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     k = float(getattr(law, "k_", 6.0))
     point = LossLaw.from_params(law.params_)
     if not point.valid():
-        raise FitError("the approach-3 fit has no usable parameters (A, B, alpha, beta must be positive)")
+        bad = ", ".join(f"{k} = {v:.3g}" for k, v in vars(point).items() if not (math.isfinite(v) and (k == "E" or v > 0)))
+        raise FitError(f"the approach-3 fit has no usable parameters ({bad}; A, B, alpha, beta must be positive): "
+                       "the data do not determine it")
     target = target_at(point, compute, k) if compute is not None else float(target_loss)
     if compute is not None and not math.isfinite(target):
         raise FitError(f"the approach-3 fit gives no finite compute-optimal loss at C = {compute:.3g} FLOPs")

@@ -240,3 +240,16 @@ def test_no_inference_tokens_claims_no_saving(fitted_law: ChinchillaParametric) 
     """--target-loss alone serves nothing: the two rows coincide, and "saves 0.0%" is not printed as a finding."""
     table = recommend_for_inference(fitted_law, 0.0, target_loss=fitted_law.params_["E"] + 0.5).table()
     assert "saves" not in table and "the two runs are the same" in table
+
+
+def test_a_fit_with_a_negative_exponent_names_it() -> None:
+    """A flat law (the loss is E plus noise) fits approach 3 with a negative exponent: the refusal names it."""
+    from scaling.fitting import fit_data, from_frame
+
+    flat = {**S.TRUTH, "A": 1e-6, "B": 1e-6}
+    law = fit_data(from_frame(S.isoflop_points(seed=0, t=flat, noise=0.005)), "approach3", n_bootstrap=20,
+                   seed=0).laws["approach3"]
+    bad = [k for k in ("A", "B", "alpha", "beta") if not law.params_[k] > 0]
+    assert bad, law.params_
+    with pytest.raises(FitError, match=f"no usable parameters \\({bad[0]} = -"):
+        recommend_for_inference(law, 1e12, compute=1e20)
