@@ -369,8 +369,8 @@ def _check_training_in_range(training_flops: float, measured: Any, inference_tok
         return
     lo, hi = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
     if not lo <= training_flops <= hi:
-        raise FitError(f"--inference-tokens {inference_tokens:.3g}: the cheapest run to train and serve them trains for "
-                       f"{training_flops:.3g} FLOPs, more than {MAX_EXTRAPOLATION:.0e}x outside the measured budgets "
+        raise FitError(f"--inference-tokens {inference_tokens:.3g}: the cheapest run to train and serve them "
+                       f"trains for {training_flops:.3g} FLOPs, more than {MAX_EXTRAPOLATION:.0e}x outside the measured budgets "
                        f"({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say nothing that far away")
 
 

@@ -198,9 +198,12 @@ def decide(
     if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
         return stop(MET, f"target met: {where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} <= "
                          f"{target.interval_ratio:g}) after {_flops(spent)} FLOPs")
-    now = (f"{where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} > {target.interval_ratio:g})"
-           if ratio is not None else
-           f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})" if law is None else f"{where} has no interval ({fit.get('kind')})")
+    if ratio is not None:
+        now = f"{where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} > {target.interval_ratio:g})"
+    elif law is None:  # not fitted, or fitted without a finite N* (then ``fit`` holds its measure)
+        now = f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})"
+    else:
+        now = f"{where} has no interval ({fit.get('kind')})"
     if law is not None and not fit["reliable"]:
         now += f"; unreliable: {_doubt(fit['doubts'][0]) if fit['doubts'] else 'flagged'}"
     if round_ >= spec.max_rounds:
