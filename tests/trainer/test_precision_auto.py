@@ -223,14 +223,15 @@ def test_fp16_with_tensor_parallelism_on_one_data_parallel_rank_is_refused(make_
     whether fp16 was asked for or ``auto`` chose it for a GPU without bf16."""
     from scaling.errors import SpecError
 
+    gpus = {"device": "cuda", "gpus_per_worker": 1}
     with pytest.raises((SpecError, ValueError), match=r"fp16 cannot run with tp=2 on one data-parallel rank"):
-        make_spec(precision="fp16", execution={"workers": 2, "tp": 2, "device": "cuda"})
-    make_spec(precision="bf16", execution={"workers": 2, "tp": 2, "device": "cuda"})  # bf16 has no scaler
-    make_spec(precision="fp16", execution={"workers": 4, "tp": 2, "strategy": "zero3", "device": "cuda"})
+        make_spec(precision="fp16", execution={"workers": 2, "tp": 2, **gpus})
+    make_spec(precision="bf16", execution={"workers": 2, "tp": 2, **gpus})  # bf16 has no scaler
+    make_spec(precision="fp16", execution={"workers": 4, "tp": 2, "strategy": "zero3", **gpus})  # FSDP2: all DTensors
     # A GPU without bf16 is a property this machine lacks: the device query is what is replaced.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
     monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda: False)
-    auto = make_spec(execution={"workers": 2, "tp": 2, "device": "cuda"})
+    auto = make_spec(execution={"workers": 2, "tp": 2, **gpus})
     with pytest.raises(SpecError, match=r"^precision: auto chose fp16 \(auto: Tesla V100.*fp16 cannot run with tp=2"):
         resolve_spec(auto)
