@@ -15,7 +15,7 @@ from typing import Optional
 
 from scaling import vocab
 from scaling.errors import UserError
-from scaling.trainer import TrainResult
+from scaling.trainer.result import TrainResult
 from scaling.trainer.rundir import checked_folder
 from scaling.trainer.spec import RunSpec
 

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
-from scaling.trainer import TrainResult, checkpoint, faults, lineage
+from scaling.trainer import checkpoint, faults, lineage
+from scaling.trainer.result import TrainResult
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from scaling import vocab
-from scaling.trainer import TrainResult
+from scaling.trainer.result import TrainResult
 from scaling.trainer.spec import RunSpec, SimulatedLaw
 
 if TYPE_CHECKING:
