@@ -19,7 +19,8 @@ from scaling.reports import figures_compare as FC
 from scaling.reports.compare import (
     MAX_FIGURE_DIFFERENCES, MAX_FIGURE_SWEEPS, MAX_PAGE_DIFFERENCES, Comparison, ranked, verdict_counts,
 )
-from scaling.reports.html import _interval, _kv, _missing, _Page, _section, render_page
+from scaling.reports.blocks import Page, interval, kv, missing, section
+from scaling.reports.html import render_page
 
 SECTIONS = (
     ("sweeps", "Sweeps"),
@@ -32,7 +33,7 @@ SECTIONS = (
 
 def render(c: Comparison) -> str:
     """The comparison as one HTML string."""
-    page = _Page()
+    page = Page()
     drawn = c.sides[:MAX_FIGURE_SWEEPS]
     left_out = ("" if len(drawn) == len(c.sides) else
                 f"<p>Drawn: the first {len(drawn)} of the {len(c.sides)} sweeps (the tables list every one).</p>")
@@ -40,10 +41,10 @@ def render(c: Comparison) -> str:
         _sweeps(c),
         _exponents(c),
         _differences(c, page),
-        _section("frontiers", "Frontiers", page.figure("compare-frontiers", FC.frontiers(drawn))
+        section("frontiers", "Frontiers", page.figure("compare-frontiers", FC.frontiers(drawn))
                  + "<p>Colour: sweep; line style: law. Shaded: 95% bootstrap band of N*. Laws flagged unreliable "
                    "are hidden until clicked in the legend.</p>" + left_out),
-        _section("isoflop", "IsoFLOP profiles", page.figure("compare-isoflop", FC.isoflop_profiles(drawn)) + left_out),
+        section("isoflop", "IsoFLOP profiles", page.figure("compare-isoflop", FC.isoflop_profiles(drawn)) + left_out),
     ])
     title = "Comparison: " + " vs ".join(s.name for s in c.sides)
     return render_page(title=title, sections=SECTIONS, body=body, page=page, notes=c.notes, source=c.source,
@@ -57,12 +58,12 @@ def _sweeps(c: Comparison) -> str:
         conv = f"N {s.conventions['params']}, C {s.conventions['flops']}" + (" (converted)" if s.converted else "")
         rows.append((s.name, e(f"{len(s.runs)} runs, {len(s.completed)} completed; {conv}; laws: "
                                + (", ".join(sorted(s.laws)) or "none"))))
-    return _section("sweeps", "Sweeps", _kv(rows))
+    return section("sweeps", "Sweeps", kv(rows))
 
 
 def _exponents(c: Comparison) -> str:
     if not c.exponents:
-        return _section("exponents", "Exponents", _missing("No law is fitted for these sweeps."))
+        return section("exponents", "Exponents", missing("No law is fitted for these sweeps."))
     names = [s.name for s in c.sides]
     by = {(x["law"], x["exponent"], x["sweep"]): x for x in c.exponents}
     keys = list(dict.fromkeys((x["law"], x["label"], x["exponent"]) for x in c.exponents))
@@ -78,16 +79,16 @@ def _exponents(c: Comparison) -> str:
                 cells.append(f'<td class="num unreliable" title="{e(x["doubts"][0])}">{num(x["value"], 3)} '
                              '<span class="ci">(unreliable)</span></td>')
             else:
-                cells.append(f'<td class="num">{_interval(x, 3)}</td>')
+                cells.append(f'<td class="num">{interval(x, 3)}</td>')
         body.append(f"<tr><td>{e(label)}</td><td>{e(exp)}</td>{''.join(cells)}</tr>")
     table = f'<table id="exponents-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-    return _section("exponents", "Exponents", "<p>Point estimates with 95% bootstrap intervals. A law the data "
+    return section("exponents", "Exponents", "<p>Point estimates with 95% bootstrap intervals. A law the data "
                     "cannot pin down is marked unreliable and shown without an interval.</p>" + table)
 
 
-def _differences(c: Comparison, page: _Page) -> str:
+def _differences(c: Comparison, page: Page) -> str:
     if not c.differences:
-        return _section("differences", "Differences", _missing("No law is fitted for two of these sweeps."))
+        return section("differences", "Differences", missing("No law is fitted for two of these sweeps."))
     listed = ranked(c.differences)[:MAX_PAGE_DIFFERENCES]
     rows = []
     for d in listed:
@@ -114,6 +115,6 @@ def _differences(c: Comparison, page: _Page) -> str:
     drawn = [d for d in listed if d["kind"] == "percentile"][:MAX_FIGURE_DIFFERENCES]
     if len(drawn) < sum(d["kind"] == "percentile" for d in c.differences):
         intro += f"<p>The figure draws the first {len(drawn)} of those listed with an interval.</p>"
-    return _section("differences", "Differences", intro + table
+    return section("differences", "Differences", intro + table
                     + page.figure("compare-differences", FC.exponent_differences(drawn)))
 

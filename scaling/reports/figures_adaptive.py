@@ -16,6 +16,7 @@ from scaling import vocab
 from scaling.db.jsonvalues import as_dict
 from scaling.fmt import escape as e
 from scaling.fmt import num
+from scaling.reports.blocks import section
 
 SECTION_ID = "adaptive"
 
@@ -59,8 +60,6 @@ def adaptive_section(data: Any, page: Any) -> str:
     rows = decisions(getattr(data, "events", None))
     if not rows:
         return ""
-    from scaling.reports import html as H
-
     last = rows[-1]
     items = []
     for d in rows:
@@ -72,4 +71,4 @@ def adaptive_section(data: Any, page: Any) -> str:
             f"{num(last['max_compute'], 3)} FLOPs.</p>" if last["action"] == "stop"
             else "<p>Still adding slices.</p>")
     inner = head + page.figure("adaptive_interval", interval_against_compute(rows)) + f"<ol>{''.join(items)}</ol>"
-    return H._section(SECTION_ID, "Adaptive sweep", inner)
+    return section(SECTION_ID, "Adaptive sweep", inner)

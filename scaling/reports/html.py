@@ -27,6 +27,7 @@ from scaling.fmt import num as _num
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
+from scaling.reports.blocks import Page, interval, kv, missing, section
 from scaling.reports.data import ReportData
 from scaling.reports.figures_adaptive import adaptive_section
 from scaling.reports.output import write_atomic
@@ -46,7 +47,7 @@ LIMITS_TITLE = "What the data cannot determine"
 
 #: An optional section: (data, page) -> its HTML, appended after the standard ones (e.g. the
 #: inference trade-off of :mod:`scaling.reports.figures_inference`).
-Extra = Callable[[ReportData, "_Page"], str]
+Extra = Callable[[ReportData, "Page"], str]
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
@@ -71,7 +72,7 @@ def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Ex
 
 def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
     """The report as one HTML string."""
-    page = _Page()
+    page = Page()
     body = "\n".join(
         [
             _summary(data, page),
@@ -90,7 +91,7 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
     return render_page(title=title, sections=SECTIONS, body=body, page=page, source=data.source)
 
 
-def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, page: "_Page",
+def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, page: "Page",
                 notes: Sequence[str] = (), source: str = "", notes_title: str = "What is missing") -> str:
     """One self-contained page in the report's template: header, section links, notes, body, figures.
 
@@ -122,44 +123,8 @@ def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, p
 
 
 # -- building blocks ---------------------------------------------------------------------------
-def script_json(text: str) -> str:
-    """JSON made safe inside ``<script>``: no ``</script>``, ``<!--`` or ``]]>`` can appear."""
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-
-
-class _Page:
-    """Collects the figures of one page; each gets a div id and goes into one JSON block."""
-
-    def __init__(self) -> None:
-        self.figures: list[tuple[str, str]] = []
-
-    def figure(self, fig_id: str, fig: Any) -> str:
-        """The div for ``fig`` (its JSON is emitted once, in :meth:`figures_json`)."""
-        div_id = f"fig-{fig_id}"
-        self.figures.append((div_id, fig.to_json()))
-        return f'<div class="figure" id="{div_id}" data-figure="{e(fig_id)}"></div>'
-
-    def figures_json(self) -> str:
-        parts = ",".join(f"{json.dumps(div_id)}:{fig_json}" for div_id, fig_json in self.figures)
-        return script_json("{" + parts + "}")
-
-
-def _section(sid: str, title: str, inner: str) -> str:
-    return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
-
-
-def _missing(text: str) -> str:
-    return f'<p class="missing">{e(text)}</p>'
-
-
-def _kv(rows: list[tuple[str, str]]) -> str:
-    """A two-column table; values are already HTML (callers escape user text)."""
-    body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
-    return f'<table class="kv">{body}</table>'
-
-
 # -- summary ----------------------------------------------------------------------------------
-def _summary(data: ReportData, page: _Page) -> str:
+def _summary(data: ReportData, page: Page) -> str:
     r = data.runs
     info = data.sweep_info or {}
     counts = data.status_counts()
@@ -183,13 +148,13 @@ def _summary(data: ReportData, page: _Page) -> str:
     rows.append(("data", e(data_line)))
     rows.append(("hardware", e(hw_line)))
     # the answer first, then what the data cannot determine, then the sweep it comes from
-    inner = _headline(data) + _limits(data) + '<h3 id="sweep-facts">The sweep</h3>' + _kv(rows)
+    inner = _headline(data) + _limits(data) + '<h3 id="sweep-facts">The sweep</h3>' + kv(rows)
     plan = info.get("plan")
     if plan:
         # masked again: a plan stored by an earlier version may hold its db: password
         text = mask_data(plan) if isinstance(plan, str) else json.dumps(mask_data(plan), indent=2, default=str)
         inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
-    return _section("summary", "Summary", inner)
+    return section("summary", "Summary", inner)
 
 
 def limit_notes(data: ReportData) -> list[str]:
@@ -271,30 +236,15 @@ def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
              "unreliable": rec.unreliable.get(kind), **iv} for kind, iv in rec.per_law.items()]
 
 
-def _interval(d: dict[str, float], digits: int = 3) -> str:
-    v = _num(d.get("value"), digits)
-    if d.get("kind") == "pinned":
-        return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
-    if d.get("kind") in ("biased", "no spread", "unreliable"):
-        why = {"biased": "bootstrap biased", "no spread": "replicates do not vary",
-               "unreliable": "law unreliable"}[d["kind"]]
-        return f"{v} <span class=\"ci\">(no interval: {why})</span>"
-    lo, hi = d.get("lo"), d.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return v
-    mark = "*" if d.get("widened") else ""
-    return f"{v} <span class=\"ci\">[{_num(lo, digits)}, {_num(hi, digits)}]{mark}</span>"
-
-
 def _headline(data: ReportData) -> str:
     target = next_budget(data)
     if target is None:
-        return _missing("No recommendation: no run has completed yet.")
+        return missing("No recommendation: no run has completed yet.")
     rec = recommend_for(data, target)
     if rec is None or not rec.per_law:
-        return _missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no law could be fitted.")
+        return missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no law could be fitted.")
     if rec.chosen is None:
-        return _missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no fitted law has an "
+        return missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no fitted law has an "
                         "interval on N* or is reliable.")
     best = rec.per_law[rec.chosen]
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
@@ -306,8 +256,8 @@ def _headline(data: ReportData) -> str:
                 f"intervals: {e(rec.chosen_reason)}.</span></div>")
     else:
         head = (f'<div class="headline"><span class="answer"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-                f"(10× the largest run): N* = {_interval(best['N'])}, D* = {_interval(best['D'])} tokens, "
-                f"predicted loss {_interval(best['loss'], 4)}</span> "
+                f"(10× the largest run): N* = {interval(best['N'])}, D* = {interval(best['D'])} tokens, "
+                f"predicted loss {interval(best['loss'], 4)}</span> "
                 f'<span class="why">Recommended by {e(label)}; 95% intervals in brackets. '
                 f"Why this law: {e(rec.chosen_reason.removeprefix(SHORT.get(rec.chosen, '') + ': '))}.</span></div>")
     rows = []
@@ -317,7 +267,7 @@ def _headline(data: ReportData) -> str:
                   "left out: unreliable" if unreliable else "reliable")
 
         def cell(iv: dict, digits: int = 3) -> str:
-            return _num(iv["value"], digits) if unreliable else _interval(iv, digits)
+            return _num(iv["value"], digits) if unreliable else interval(iv, digits)
 
         ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
         rows.append(f"<tr><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
@@ -343,7 +293,7 @@ def _headline(data: ReportData) -> str:
 def _runs_table(data: ReportData) -> str:
     r = data.runs
     if r.empty:
-        return _section("runs", "Runs", _missing("The sweep has no runs."))
+        return section("runs", "Runs", missing("The sweep has no runs."))
     ev = data.event_counts()
     from scaling import vocab as names
 
@@ -371,7 +321,7 @@ def _runs_table(data: ReportData) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     table = (f'<div class="table-wrap"><table class="sortable" id="runs-table"><thead><tr>{head}</tr></thead>'
              f'<tbody>{"".join(body)}</tbody></table></div>')
-    return _section("runs", "Runs", "<p>Click a column to sort.</p>" + table)
+    return section("runs", "Runs", "<p>Click a column to sort.</p>" + table)
 
 
 def _numcell(x: Any, digits: int = 3) -> str:
@@ -385,9 +335,9 @@ def _numcell(x: Any, digits: int = 3) -> str:
 
 
 # -- figures sections -------------------------------------------------------------------------
-def _curves(data: ReportData, page: _Page) -> str:
+def _curves(data: ReportData, page: Page) -> str:
     if data.curves is None or data.curves.empty:
-        return _section("curves", "Training curves", _missing("No loss curves recorded yet."))
+        return section("curves", "Training curves", missing("No loss curves recorded yet."))
     env = F.loss_envelope(data.curves)
     inner = page.figure("loss-tokens", F.loss_curves(data.curves, data.runs, x="tokens"))
     inner += page.figure("loss-flops", F.loss_curves(data.curves, data.runs, x="flops", envelope=env,
@@ -396,7 +346,7 @@ def _curves(data: ReportData, page: _Page) -> str:
               "log-spaced points each, always keeping each curve's minimum. The dashed black line is the "
               "approach-1 envelope: the lowest loss any run reached within each FLOP budget; crosses mark the "
               "optima approach 1 fitted its frontier to.</p>")
-    return _section("curves", "Training curves", inner)
+    return section("curves", "Training curves", inner)
 
 
 def _approach1_optima(data: ReportData) -> pd.DataFrame | None:
@@ -414,22 +364,22 @@ def _approach1_optima(data: ReportData) -> pd.DataFrame | None:
     return out if not out.empty else None
 
 
-def _isoflop(data: ReportData, page: _Page) -> str:
+def _isoflop(data: ReportData, page: Page) -> str:
     inner = page.figure("isoflop", F.isoflop_profiles(data.runs, data.fits.get("approach2")))
     if "approach2" not in data.fits:
-        inner += _missing("Approach 2 is not fitted, so no parabolas are drawn.")
+        inner += missing("Approach 2 is not fitted, so no parabolas are drawn.")
     else:
         flagged = [s for s in fitview.fitted_slices(data.fits["approach2"]) if s["flagged"]]
         if flagged:
-            inner += _missing("Left out of the fit: " + "; ".join(f"C = {_num(s['C'])}: {s['status']}" for s in flagged))
-    return _section("isoflop", "IsoFLOP profiles", inner)
+            inner += missing("Left out of the fit: " + "; ".join(f"C = {_num(s['C'])}: {s['status']}" for s in flagged))
+    return section("isoflop", "IsoFLOP profiles", inner)
 
 
-def _frontiers(data: ReportData, page: _Page) -> str:
+def _frontiers(data: ReportData, page: Page) -> str:
     target = next_budget(data)
     inner = page.figure("frontiers", F.frontiers(data.fits, runs=data.completed, target=target))
     inner += _exponents(data)
-    return _section("frontiers", "Frontiers", inner)
+    return section("frontiers", "Frontiers", inner)
 
 
 def _exponents(data: ReportData) -> str:
@@ -439,7 +389,7 @@ def _exponents(data: ReportData) -> str:
             ivs = law.reported_intervals()
         except Exception:
             continue
-        cells = ", ".join(f"{e(k)} = {_interval(v, 4)}" for k, v in ivs.items() if isinstance(v, dict))
+        cells = ", ".join(f"{e(k)} = {interval(v, 4)}" for k, v in ivs.items() if isinstance(v, dict))
         rows.append(f"<tr><td>{e(fitview.label_of(method, law))}</td><td>{cells}</td></tr>")
     if not rows:
         return ""
@@ -447,11 +397,11 @@ def _exponents(data: ReportData) -> str:
             f"<th>parameters</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def _parametric(data: ReportData, page: _Page) -> str:
+def _parametric(data: ReportData, page: Page) -> str:
     law = data.fits.get("approach3")
     inner = ""
     if law is None:
-        inner += _missing("Approach 3 (parametric L(N, D)) is not fitted, so there is no contour.")
+        inner += missing("Approach 3 (parametric L(N, D)) is not fitted, so there is no contour.")
     else:
         inner += page.figure("contour", F.parametric_contour(law, data.completed))
     inner += page.figure("residuals", F.residuals(data.fits, data.runs))
@@ -459,10 +409,10 @@ def _parametric(data: ReportData, page: _Page) -> str:
     inner += page.figure("backtest", F.backtest(bt))
     if bt.attrs.get("notes"):
         inner += "<ul>" + "".join(f"<li>{e(n)}</li>" for n in bt.attrs["notes"]) + "</ul>"
-    return _section("parametric", "Parametric fit", inner)
+    return section("parametric", "Parametric fit", inner)
 
 
-def _health(data: ReportData, page: _Page) -> str:
+def _health(data: ReportData, page: Page) -> str:
     r = data.runs
     failed = r[r["status"].isin(["failed", "interrupted"]) | r["error"].notna() & (r["error"].astype(str) != "")]
     if failed.empty:
@@ -477,4 +427,4 @@ def _health(data: ReportData, page: _Page) -> str:
                  f'<th class="num">attempts</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>')
     inner += page.figure("events", F.run_events(data.events, r))
     inner += page.figure("throughput", F.throughput(data.perf, r))
-    return _section("health", "Run health", inner)
+    return section("health", "Run health", inner)

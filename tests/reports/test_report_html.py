@@ -12,7 +12,8 @@ import report_synth as S
 from report_synth import HOSTILE, HOSTILE_TAG
 from scaling.errors import NotFoundError
 from scaling.reports import write_report
-from scaling.reports.html import LIMITS_TITLE, SECTIONS, script_json
+from scaling.reports.blocks import script_json
+from scaling.reports.html import LIMITS_TITLE, SECTIONS
 
 
 def _figure_data(text: str) -> dict:

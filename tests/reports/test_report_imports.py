@@ -18,7 +18,7 @@ import numpy as np
 
 import scaling.fitting as fitting
 from scaling.db import connect
-from scaling.reports import data as RD, downsample as DS, figures as F, fitview as V, html as H, write_report
+from scaling.reports import blocks as B, data as RD, downsample as DS, figures as F, fitview as V, html as H, write_report
 from scaling.reports import compare as C, compare_page as CP, figures_compare as FC
 
 url, sweep, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -82,13 +82,13 @@ target = call(H.next_budget, report)
 call(H.recommendations, report, target)
 call(H.recommend_for, report, target)
 call(H.limit_notes, report)
-call(H.script_json, "</script>")
+call(B.script_json, "</script>")
 call(H.render, report)
 call(H.write_report_data, report, out / "a.html")
 call(H.write_report, url, sweep, out / "b.html", fit="memory")
 call(write_report, url, sweep, out / "c.html", fit="stored")
 call(F.ema, np.array([3.0, 2.0, 2.5]))
-call(H.render_page, title="page", sections=(), body="", page=H._Page())
+call(H.render_page, title="page", sections=(), body="", page=B.Page())
 
 # -- comparison: the sweep and a twin of it (its runs registered again under another name) -------
 import shutil
@@ -115,6 +115,9 @@ call(FC.sweep_color, 0)
 call(FC.frontiers, sides)
 call(FC.isoflop_profiles, sides)
 call(FC.exponent_differences, comparison.differences)
+call(C.ranked, comparison.differences)
+call(C.verdict_counts, comparison.differences)
+call(C.verdict, {"kind": "percentile", "significant": True})
 call(CP.render, comparison)
 
 # -- every public function was called ----------------------------------------------------------

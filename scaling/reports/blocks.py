@@ -1,0 +1,68 @@
+"""The building blocks of a report page: figures collected once, sections, tables, intervals.
+
+Shared by the sweep report (:mod:`scaling.reports.html`), its adaptive section and the comparison
+page, so none of them reaches into another's private helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from scaling.fmt import escape as e
+from scaling.fmt import num
+
+
+def script_json(text: str) -> str:
+    """JSON made safe inside ``<script>``: no ``</script>``, ``<!--`` or ``]]>`` can appear."""
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+class Page:
+    """Collects the figures of one page; each gets a div id and goes into one JSON block."""
+
+    def __init__(self) -> None:
+        self.figures: list[tuple[str, str]] = []
+
+    def figure(self, fig_id: str, fig: Any) -> str:
+        """The div for ``fig`` (its JSON is emitted once, in :meth:`figures_json`)."""
+        div_id = f"fig-{fig_id}"
+        self.figures.append((div_id, fig.to_json()))
+        return f'<div class="figure" id="{div_id}" data-figure="{e(fig_id)}"></div>'
+
+    def figures_json(self) -> str:
+        parts = ",".join(f"{json.dumps(div_id)}:{fig_json}" for div_id, fig_json in self.figures)
+        return script_json("{" + parts + "}")
+
+
+def section(sid: str, title: str, inner: str) -> str:
+    """A titled ``<section>``; ``inner`` is already HTML."""
+    return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
+
+
+def missing(text: str) -> str:
+    """A paragraph saying what is not there (escaped)."""
+    return f'<p class="missing">{e(text)}</p>'
+
+
+def kv(rows: list[tuple[str, str]]) -> str:
+    """A two-column table; values are already HTML (callers escape user text)."""
+    body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="kv">{body}</table>'
+
+
+def interval(d: dict[str, float], digits: int = 3) -> str:
+    """A value with its 95% interval, or with why it has none (pinned, biased, no spread, unreliable)."""
+    v = num(d.get("value"), digits)
+    if d.get("kind") == "pinned":
+        return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
+    if d.get("kind") in ("biased", "no spread", "unreliable"):
+        why = {"biased": "bootstrap biased", "no spread": "replicates do not vary",
+               "unreliable": "law unreliable"}[d["kind"]]
+        return f"{v} <span class=\"ci\">(no interval: {why})</span>"
+    lo, hi = d.get("lo"), d.get("hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return v
+    mark = "*" if d.get("widened") else ""
+    return f"{v} <span class=\"ci\">[{num(lo, digits)}, {num(hi, digits)}]{mark}</span>"
