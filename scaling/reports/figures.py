@@ -31,7 +31,7 @@ METHOD_COLORS = {
     "approach2": "#d62728",
     "approach3": "#2ca02c",
 }
-_TEMPLATE = "plotly_white"
+TEMPLATE = "plotly_white"
 #: Weight of the training curves' smoothing: TensorBoard's default. Applied to
 #: the points drawn, which are log-spaced in tokens, so it averages over a fixed fraction of a decade.
 EMA_WEIGHT = 0.6
@@ -49,12 +49,12 @@ def size_colors(sizes: Iterable[float]) -> dict[float, str]:
     return dict(zip(uniq, sample_colorscale(COLORSCALE, [0.05 + 0.85 * f for f in fracs])))
 
 
-def _empty(title: str, message: str) -> go.Figure:
+def empty_figure(title: str, message: str) -> go.Figure:
     """A figure that says why it has nothing to show (still a real plot, with an annotation)."""
     fig = go.Figure(go.Scatter(x=[], y=[], mode="markers", showlegend=False))
     fig.update_layout(
         title=escape(title),
-        template=_TEMPLATE,
+        template=TEMPLATE,
         xaxis_visible=False,
         yaxis_visible=False,
         annotations=[dict(text=escape(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
@@ -68,7 +68,8 @@ def _runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs if "tokens_per_param" in runs.columns else normalise_runs(runs)
 
 
-def _label(run: pd.Series) -> str:
+def run_label(run: pd.Series) -> str:
+    """A run's hover label: its name, N and D (escaped: the name is the user's)."""
     name = run.get("name") or ""
     base = f"N={num(run['N'])} D={num(run['D'])}"
     return escape(f"{name} ({base})" if name else base)
@@ -143,7 +144,7 @@ def loss_curves(
         raise ValueError("x must be 'tokens' or 'flops'")
     title = title or f"Loss against {'tokens' if x == 'tokens' else 'FLOPs'}"
     if curves is None or curves.empty:
-        return _empty(title, "No loss curves recorded yet.")
+        return empty_figure(title, "No loss curves recorded yet.")
     curves = downsample_frame(curves, ["run_key", "name"], x=x, y="value", max_points=max_points)
     curves = curves[(curves[x] > 0) & np.isfinite(curves["value"])]
     runs = runs.drop_duplicates("run_key").set_index("run_key", drop=False)
@@ -166,7 +167,7 @@ def loss_curves(
         size = float(run["N"])
         color = colors.get(size, "#444")
         group = groups.get(size, "N unknown")
-        label = _label(run)
+        label = run_label(run)
         for name, is_eval in ((names.TRAIN_LOSS, False), (names.EVAL_LOSS, True)):
             if (key, name) not in pieces:
                 continue
@@ -211,7 +212,7 @@ def loss_curves(
         data=traces,
         layout=dict(
             title=escape(title),
-            template=_TEMPLATE,
+            template=TEMPLATE,
             xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
             yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
             legend=dict(title="model size"),
@@ -267,7 +268,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
     runs = _runs(runs)
     done = runs[(runs["status"] == "completed") & np.isfinite(runs["final_loss"])]
     if done.empty:
-        return _empty(title, "No completed runs with a final loss yet.")
+        return empty_figure(title, "No completed runs with a final loss yet.")
     slices = fitview.isoflop_slices(isoflop, done)
     budgets = sorted(slices)
     colors = dict(zip(budgets, sample_colorscale("Plasma", np.linspace(0.05, 0.85, max(len(budgets), 1)))))
@@ -287,7 +288,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
                 legendgroup=str(budget),
                 marker=dict(color=color, size=9, symbol="circle-open" if flagged else "circle",
                             line=dict(width=2, color=color) if flagged else dict(width=0.5, color="white")),
-                text=[_label(r) for _, r in pts.iterrows()],
+                text=[run_label(r) for _, r in pts.iterrows()],
                 hovertemplate="%{text}<br>final loss %{y:.4f}<extra></extra>",
             )
         )
@@ -309,7 +310,7 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
             )
     fig.update_layout(
         title=escape(title),
-        template=_TEMPLATE,
+        template=TEMPLATE,
         xaxis=dict(type="log", title="N (parameters)"),
         yaxis=dict(title="final eval loss"),
         legend=dict(title="compute budget"),
@@ -334,7 +335,7 @@ def frontiers(
     runs = _runs(runs) if runs is not None else None
     views = [v for v in (fitview.frontier(m, law) for m, law in fits.items()) if v is not None]
     if not views:
-        return _empty(title, "No law has been fitted yet, so there is no frontier to draw.")
+        return empty_figure(title, "No law has been fitted yet, so there is no frontier to draw.")
     lo_c, hi_c = _budget_range(runs, target, views)
     grid = np.logspace(math.log10(lo_c), math.log10(hi_c), 60)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("N_opt(C)", "D_opt(C)"), horizontal_spacing=0.1)
@@ -348,7 +349,7 @@ def frontiers(
                 fig.add_trace(
                     go.Scatter(
                         x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([hi, lo[::-1]]),
-                        fill="toself", fillcolor=_alpha(color, 0.15), line=dict(width=0),
+                        fill="toself", fillcolor=with_alpha(color, 0.15), line=dict(width=0),
                         legendgroup=v.method, showlegend=False, hoverinfo="skip",
                     ),
                     row=1, col=col,
@@ -395,7 +396,7 @@ def frontiers(
     fig.update_yaxes(type="log")
     fig.update_yaxes(title="N_opt (parameters)", row=1, col=1)
     fig.update_yaxes(title="D_opt (tokens)", row=1, col=2)
-    fig.update_layout(title=escape(title), template=_TEMPLATE, height=470, legend=dict(title="method"))
+    fig.update_layout(title=escape(title), template=TEMPLATE, height=470, legend=dict(title="method"))
     return fig
 
 
@@ -414,7 +415,8 @@ def _budget_range(runs: pd.DataFrame | None, target: float | None, views: Sequen
     return min(cs) / 2, max(cs) * 2
 
 
-def _alpha(color: str, a: float) -> str:
+def with_alpha(color: str, a: float) -> str:
+    """``#rrggbb`` as ``rgba(...)`` with opacity ``a`` (bands drawn in their line's colour)."""
     color = color.lstrip("#")
     r, g, b = (int(color[i : i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{a})"
@@ -428,7 +430,7 @@ def parametric_contour(
     runs = _runs(runs) if runs is not None else None
     model = fitview.as_law(law)
     if model is None:
-        return _empty(title, "The parametric law (approach 3) has not been fitted.")
+        return empty_figure(title, "The parametric law (approach 3) has not been fitted.")
     n_lo, n_hi, d_lo, d_hi = 1e5, 1e10, 1e7, 1e12
     if runs is not None and not runs.empty:
         n = runs["N"].to_numpy(float)
@@ -472,12 +474,12 @@ def parametric_contour(
                 go.Scatter(
                     x=part["N"], y=part["D"], mode="markers", name=name,
                     marker=dict(color="white", size=9, symbol=symbol, line=dict(color="black", width=1.5)),
-                    text=[_label(r) + f"<br>final loss {num(r['final_loss'], 4)}" for _, r in part.iterrows()],
+                    text=[run_label(r) + f"<br>final loss {num(r['final_loss'], 4)}" for _, r in part.iterrows()],
                     hovertemplate="%{text}<extra></extra>",
                 )
             )
     fig.update_layout(
-        title=escape(title), template=_TEMPLATE, height=520,
+        title=escape(title), template=TEMPLATE, height=520,
         xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(type="log", title="D (tokens)"),
         legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"),
     )
@@ -506,15 +508,15 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
             go.Scatter(
                 x=done["C"], y=rel, mode="markers", name=escape(fitview.label_of(method, law)),
                 marker=dict(color=METHOD_COLORS.get(kind, "#9467bd"), size=8),
-                text=[_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>relative error %{y:.2%}<extra></extra>",
+                text=[run_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>relative error %{y:.2%}<extra></extra>",
             )
         )
         drawn += 1
     if not drawn:
-        return _empty(title, "No fitted law predicts L(N, D) for these runs yet.")
+        return empty_figure(title, "No fitted law predicts L(N, D) for these runs yet.")
     fig.add_hline(y=0, line=dict(color="black", width=1))
     fig.update_layout(
-        title=escape(title), template=_TEMPLATE, height=400,
+        title=escape(title), template=TEMPLATE, height=400,
         xaxis=dict(type="log", title="C (FLOPs)"), yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"),
     )
     return fig
@@ -527,7 +529,7 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
     and law), as :func:`scaling.reports.fitview.backtest_frame` collects them from stored fits.
     """
     if results is None or results.empty:
-        return _empty(title, "No backtest available (it needs fits refitted without the largest runs).")
+        return empty_figure(title, "No backtest available (it needs fits refitted without the largest runs).")
     fig = go.Figure()
     for method, g in results.groupby("method", sort=False):
         g = g.sort_values("N")
@@ -540,7 +542,7 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
             )
         )
     fig.update_layout(
-        title=escape(title), template=_TEMPLATE, barmode="group", height=400,
+        title=escape(title), template=TEMPLATE, barmode="group", height=400,
         yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"), xaxis=dict(title="held-out run"),
     )
     return fig
@@ -551,9 +553,9 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
     """Every event of every run: step on x, run on y, one marker symbol per kind."""
     runs = _runs(runs)
     if events is None or events.empty:
-        return _empty(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
+        return empty_figure(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
     r = runs.set_index("run_key")
-    labels = {k: _label(row) + f" [{escape(k)}]" for k, row in r.iterrows()}
+    labels = {k: run_label(row) + f" [{escape(k)}]" for k, row in r.iterrows()}
     symbols = {
         names.LOSS_SPIKE: "triangle-up", names.ROLLBACK: "triangle-down", names.RETRY: "square",
         names.RESUME: "circle", names.FAILURE: "x", names.STALE_RECOVERED: "diamond",
@@ -571,7 +573,7 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
             )
         )
     fig.update_layout(
-        title=escape(title), template=_TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
+        title=escape(title), template=TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
         height=max(300, min(1200, 80 + 22 * events["run_key"].nunique())),
     )
     return fig
@@ -583,12 +585,12 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
     if perf is not None and "name" in perf.columns:  # raw metric rows, as Results.metrics returns them
         perf = summarise_perf(perf)
     if perf is None or perf.empty:
-        return _empty(title, "No throughput metrics recorded yet.")
+        return empty_figure(title, "No throughput metrics recorded yet.")
     df = runs.set_index("run_key").join(perf, how="inner")
     if df.empty:
-        return _empty(title, "No throughput metrics recorded yet.")
+        return empty_figure(title, "No throughput metrics recorded yet.")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens per second", "MFU"), horizontal_spacing=0.1)
-    text = [_label(r) for _, r in df.iterrows()]
+    text = [run_label(r) for _, r in df.iterrows()]
     colors = size_colors(df["N"])
     mc = [colors.get(float(n), "#444") for n in df["N"]]
     fig.add_trace(
@@ -604,7 +606,7 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
     fig.update_xaxes(type="log", title="N (parameters)")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(tickformat=".2%", row=1, col=2)
-    fig.update_layout(title=escape(title), template=_TEMPLATE, height=380)
+    fig.update_layout(title=escape(title), template=TEMPLATE, height=380)
     return fig
 
 

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from scaling.fmt import escape, num
 from scaling.reports import fitview
-from scaling.reports.figures import _TEMPLATE, _alpha, _empty, _label
+from scaling.reports.figures import TEMPLATE, with_alpha, empty_figure, run_label
 
 #: One colour per sweep (plotly's qualitative D3 palette).
 SWEEP_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -37,7 +37,7 @@ def frontiers(sides: Sequence[Any], *, title: str = "Compute-optimal frontiers")
     """
     cs = [float(c) for s in sides for c in s.completed["C"].to_numpy(float) if math.isfinite(c) and c > 0]
     if not cs:
-        return _empty(title, "No completed runs.")
+        return empty_figure(title, "No completed runs.")
     grid = np.logspace(math.log10(min(cs) / 2), math.log10(max(cs) * 2), 50)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("N*(C)", "loss against C"), horizontal_spacing=0.1)
     drawn = 0
@@ -47,7 +47,7 @@ def frontiers(sides: Sequence[Any], *, title: str = "Compute-optimal frontiers")
         fig.add_trace(go.Scatter(
             x=done["C"].to_numpy(float), y=done["final_loss"].to_numpy(float), mode="markers",
             name=escape(f"{side.name}: runs"), legendgroup=f"runs-{i}", marker=dict(color=color, size=7, opacity=0.7),
-            text=[_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>final loss %{y:.4f}<extra></extra>",
+            text=[run_label(r) for _, r in done.iterrows()], hovertemplate="%{text}<br>final loss %{y:.4f}<extra></extra>",
         ), row=1, col=2)
         for kind, law in side.laws.items():
             view = fitview.frontier(kind, law)
@@ -63,7 +63,7 @@ def frontiers(sides: Sequence[Any], *, title: str = "Compute-optimal frontiers")
                 lo, hi = band
                 fig.add_trace(go.Scatter(
                     x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([hi, lo[::-1]]), fill="toself",
-                    fillcolor=_alpha(color, 0.12), line=dict(width=0), legendgroup=group, showlegend=False,
+                    fillcolor=with_alpha(color, 0.12), line=dict(width=0), legendgroup=group, showlegend=False,
                     hoverinfo="skip", visible=visible,
                 ), row=1, col=1)
             line = dict(color=color, width=2, dash=LAW_DASH.get(kind, "solid"))
@@ -83,7 +83,7 @@ def frontiers(sides: Sequence[Any], *, title: str = "Compute-optimal frontiers")
     fig.update_xaxes(type="log", title="C (FLOPs)")
     fig.update_yaxes(type="log", title="N* (parameters)", row=1, col=1)
     fig.update_yaxes(type="log", title="loss (nats/token)", row=1, col=2)
-    fig.update_layout(title=escape(title), template=_TEMPLATE, height=500, legend=dict(title="sweep: law"))
+    fig.update_layout(title=escape(title), template=TEMPLATE, height=500, legend=dict(title="sweep: law"))
     return fig
 
 
@@ -106,7 +106,7 @@ def isoflop_profiles(sides: Sequence[Any], *, title: str = "IsoFLOP profiles") -
                 x=pts["N"].to_numpy(float), y=pts["final_loss"].to_numpy(float), mode="markers",
                 name=escape(side.name), legendgroup=str(i), showlegend=first,
                 marker=dict(color=color, size=8, symbol=f"{symbol}-open" if flagged else symbol),
-                text=[_label(r) + f"<br>C={num(budget, 2)}" + (f" (left out: {escape(sl['status'])})" if flagged else "")
+                text=[run_label(r) + f"<br>C={num(budget, 2)}" + (f" (left out: {escape(sl['status'])})" if flagged else "")
                       for _, r in pts.iterrows()],
                 hovertemplate=f"{escape(side.name)}<br>%{{text}}<br>final loss %{{y:.4f}}<extra></extra>",
             ))
@@ -123,8 +123,8 @@ def isoflop_profiles(sides: Sequence[Any], *, title: str = "IsoFLOP profiles") -
                     hovertemplate=f"{escape(side.name)}, C={num(budget, 2)}: N* %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>",
                 ))
     if not fig.data:
-        return _empty(title, "No completed runs.")
-    fig.update_layout(title=escape(title), template=_TEMPLATE, height=480, legend=dict(title="sweep"),
+        return empty_figure(title, "No completed runs.")
+    fig.update_layout(title=escape(title), template=TEMPLATE, height=480, legend=dict(title="sweep"),
                       xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(title="final eval loss"))
     return fig
 
@@ -136,7 +136,7 @@ def exponent_differences(differences: Sequence[dict[str, Any]], *,
     are left out here; the table says why."""
     rows = [d for d in differences if d.get("kind") == "percentile"]
     if not rows:
-        return _empty(title, "No difference of exponents has an interval (see the table for why).")
+        return empty_figure(title, "No difference of exponents has an interval (see the table for why).")
     labels = [escape(f"{d['label']} · {d['exponent']} · {d['second']} − {d['first']}") for d in rows]
     value = np.array([d["value"] for d in rows], float)
     lo = np.array([d["lo"] for d in rows], float)
@@ -149,7 +149,7 @@ def exponent_differences(differences: Sequence[dict[str, Any]], *,
         hovertemplate="%{y}<br>difference %{x:.4f}<br>%{text}<extra></extra>",
     ))
     fig.add_vline(x=0, line=dict(color="black", width=1))
-    fig.update_layout(title=escape(title), template=_TEMPLATE, height=max(300, 120 + 28 * len(rows)),
+    fig.update_layout(title=escape(title), template=TEMPLATE, height=max(300, 120 + 28 * len(rows)),
                       xaxis=dict(title="difference of exponent"), yaxis=dict(type="category", autorange="reversed"),
                       margin=dict(l=360))
     return fig

@@ -257,7 +257,7 @@ class Parallel:
         params = [p for p in self.module.parameters() if p.grad is not None]
         total = global_grad_norm([p.grad for p in params])
         if max_norm > 0:
-            for group in _by_layout(params, lambda p: p.grad).values():  # foreach ops take one layout
+            for group in by_layout(params, lambda p: p.grad).values():  # foreach ops take one layout
                 torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
         return total
 
@@ -281,7 +281,7 @@ class Parallel:
         return out
 
 
-def _by_layout(tensors: list[torch.Tensor], of: Callable[[Any], Any] = lambda t: t) -> dict[Any, list[Any]]:
+def by_layout(tensors: list[torch.Tensor], of: Callable[[Any], Any] = lambda t: t) -> dict[Any, list[Any]]:
     """``tensors`` grouped by the DTensor mesh and placements of ``of(tensor)`` (plain tensors in one group)."""
     groups: dict[Any, list[Any]] = {}
     for t in tensors:
@@ -301,7 +301,7 @@ def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     materializes it) and the groups' norms are combined.
     """
     norms = []
-    for members in _by_layout(grads).values():
+    for members in by_layout(grads).values():
         norm = torch.nn.utils.get_total_norm(members, 2.0, False, None)
         norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if not norms:
@@ -311,7 +311,7 @@ def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), 2.0)
 
 
-def _mixed_precision(precision: str) -> Any:
+def mixed_precision_policy(precision: str) -> Any:
     """FSDP2's policy: bf16 compute copies of the parameters, gradients reduced in FP32.
 
     The sharded parameters (the optimizer's master weights) stay FP32, matching the
@@ -422,7 +422,7 @@ def parallelize(
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if spec.execution.cpu_offload else OffloadPolicy()
     )
-    kwargs = dict(mesh=dp_mesh, mp_policy=_mixed_precision(spec.precision), offload_policy=offload)
+    kwargs = dict(mesh=dp_mesh, mp_policy=mixed_precision_policy(spec.precision), offload_policy=offload)
     for block in find_blocks(model):
         fully_shard(block, reshard_after_forward=reshard, **kwargs)
     # The root holds embeddings, final norm and the tied output layer. Its parameters are

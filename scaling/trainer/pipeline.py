@@ -289,7 +289,7 @@ class Pipeline:
         (embeddings, norms, row-parallel biases) only where that coordinate is 0, and the last
         stage's copy of the tied embedding not at all.
         """
-        from scaling.trainer.parallel import _by_layout
+        from scaling.trainer.parallel import by_layout
 
         named = [(n, p) for n, p in self.model.named_parameters() if p.grad is not None]
         duplicate = self.has_last and not self.has_first
@@ -306,7 +306,7 @@ class Pipeline:
         dist.all_reduce(square)
         total = square.sqrt()
         if max_norm > 0:
-            for params in _by_layout([p for _, p in named], lambda p: p.grad).values():  # foreach: one layout
+            for params in by_layout([p for _, p in named], lambda p: p.grad).values():  # foreach: one layout
                 torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
         return total
 
@@ -377,12 +377,12 @@ def _wrap_data_parallel(stage: StageModule, spec: RunSpec, strategy: str, dp_mes
                    process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
     from torch.distributed.fsdp import fully_shard
 
-    from scaling.trainer.parallel import _mixed_precision
+    from scaling.trainer.parallel import mixed_precision_policy
 
     reshard = strategy == "zero3"
     for block in stage.blocks.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=_mixed_precision(spec.precision))
-    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=_mixed_precision(spec.precision))
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
+    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
     return stage
 
 

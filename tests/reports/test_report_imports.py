@@ -88,6 +88,9 @@ call(H.write_report_data, report, out / "a.html")
 call(H.write_report, url, sweep, out / "b.html", fit="memory")
 call(write_report, url, sweep, out / "c.html", fit="stored")
 call(F.ema, np.array([3.0, 2.0, 2.5]))
+call(F.empty_figure, "a figure", "nothing to draw")
+call(F.run_label, runs.iloc[0])
+call(F.with_alpha, "#1f77b4", 0.3)
 call(H.render_page, title="page", sections=(), body="", page=B.Page())
 
 # -- comparison: the sweep and a twin of it (its runs registered again under another name) -------
