@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 from pydantic import Field, field_validator
 
 from scaling.errors import PlanError
+from scaling.orchestrator.yamlsource import where
 from scaling.schema import StrictModel
 from scaling.trainer.optim import decay_start, warmup_steps
 from scaling.trainer.spec import MAX_STORED_INT, RunSpec, ScheduleSpec
@@ -84,8 +85,6 @@ def expand_model(
     loc, model_index, **fields)`` builds, places and resolves one spec as the expansion does for
     every run.
     """
-    from scaling.orchestrator.plan import where
-
     block = plan.grid[block_index]
     branches: BranchesPlan = block.branches  # type: ignore[assignment]
     conv = plan.conventions

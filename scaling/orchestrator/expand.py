@@ -15,7 +15,8 @@ from scaling.accounting import Shape, check_fits, micro_batch_size
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.layout import Decision, no_layout_problem
 from scaling.orchestrator import branches
-from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError, where
+from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
+from scaling.orchestrator.yamlsource import where
 from scaling.orchestrator.yamlsource import YamlSource
 from scaling.trainer.spec import DataSpec, RunSpec
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import glob
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -28,7 +28,7 @@ from scaling.errors import PlanError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches import BranchesPlan
-from scaling.orchestrator.yamlsource import YamlSource
+from scaling.orchestrator.yamlsource import YamlSource, where
 from scaling.trainer.spec import (
     Conventions,
     DataSpec,
@@ -585,14 +585,6 @@ def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, An
     import the orchestrator. See :meth:`Plan.suggest` for the result.
     """
     return Plan.from_dict(plan).suggest(N=N, D=D, C=C)
-
-
-def where(source: Optional[YamlSource], loc: Sequence[Any]) -> str:
-    """``file:line: field.path`` of ``loc`` in the plan file (no line where the file does not spell it)."""
-    name = source.name if source is not None else "plan"
-    line = source.line(loc) if source is not None else None
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    return f"{name}:{line}: {field}" if line else f"{name}: {field}"
 
 
 def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError:

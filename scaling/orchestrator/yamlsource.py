@@ -7,7 +7,7 @@ back to the line where the user wrote it, so a bad plan's message says ``plan.ya
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import yaml
 
@@ -52,3 +52,11 @@ class YamlSource:
             if loc[:end] in self.lines:
                 return self.lines[loc[:end]]
         return None
+
+
+def where(source: Optional["YamlSource"], loc: Sequence[Any]) -> str:
+    """``file:line: field.path`` of ``loc`` in the plan file (no line where the file does not spell it)."""
+    name = source.name if source is not None else "plan"
+    line = source.line(loc) if source is not None else None
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    return f"{name}:{line}: {field}" if line else f"{name}: {field}"
