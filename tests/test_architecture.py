@@ -173,3 +173,80 @@ def test_the_checker_sees_imports_of_every_kind(tmp_path: Path) -> None:
     # known imports of each kind in the tree (lazy: inside functions)
     assert ("reports", "fitting") in seen and ("cli", "orchestrator") in seen and ("trainer", "torch") in seen
     assert any(e.source == "cli" and e.target == "reports" for e in edges)  # lazy, inside a command
+
+
+# -- modules, not only packages --------------------------------------------------------------
+def _type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def module_imports() -> list[tuple[str, str, str, str]]:
+    """(importing module, imported module, imported name or '', path:line) for every import of a
+    scaling module, lazy ones included; names imported only for type hints (``if TYPE_CHECKING:``)
+    are left out, since they load nothing."""
+    modules = _modules()
+    out = []
+    for module, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {id(n) for block in ast.walk(tree) if _type_checking_block(block)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    target = _owning_module(a.name, modules)
+                    if target and target != module:
+                        out.append((module, target, "", where))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = module.split(".")
+                    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                for a in node.names:
+                    full = f"{prefix}.{a.name}"
+                    target = full if full in modules else _owning_module(prefix, modules)
+                    if target and target != module:
+                        out.append((module, target, "" if full in modules else a.name, where))
+    return out
+
+
+def _owning_module(name: str, modules: dict[str, Path]) -> Optional[str]:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No module imports (directly or not, lazily or not) one that imports it back."""
+    graph: dict[str, set[str]] = {}
+    for source, target, _, _ in module_imports():
+        graph.setdefault(source, set()).add(target)
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            cycle = path[path.index(node):] + [node]
+            pytest.fail("import cycle between modules: " + " -> ".join(cycle))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, path + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """A leading underscore means "this module's own": nothing else imports it."""
+    bad = [f"{where}: {source} imports {name} from {target}" for source, target, name, where in module_imports()
+           if name.startswith("_") and not name.startswith("__")]
+    assert not bad, "\n".join(bad)

@@ -50,18 +50,18 @@ def compare(
 
         scaling compare a b c --json compare.json
     """
-    from scaling.cli.report_cmds import _check_output
+    from scaling.reports.output import check_output
     from scaling.db import resolve_url
     from scaling.errors import UserError
-    from scaling.reports.compare import compare_sweeps
+    from scaling.reports.compare_page import compare_sweeps
     from scaling.reports.data import FIT_MODES
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
-    _check_output(output, db_url=resolve_url(db))
+    check_output(output, db_url=resolve_url(db))
     to_file = json_out is not None and str(json_out) != "-"
     if to_file:
-        _check_output(json_out, "--json", db_url=resolve_url(db), other=("--output", output))  # type: ignore[arg-type]
+        check_output(json_out, "--json", db_url=resolve_url(db), other=("--output", output))  # type: ignore[arg-type]
     try:
         result = compare_sweeps(resolve_url(db), sweeps, output, fit=fit, params=params, flops=flops,
                                 json_path=json_out if to_file else None)

@@ -1,7 +1,7 @@
 """Several sweeps side by side: their laws' exponents and the difference of exponents between them.
 
 Porian et al. (2024) explain the Kaplan-Chinchilla gap by running one ladder under several setups
-and comparing the fitted exponents. :func:`compare_sweeps` does that for sweeps in one database:
+and comparing the fitted exponents. :func:`scaling.reports.compare_page.compare_sweeps` does that for sweeps in one database:
 each sweep's laws are loaded as the report loads them (:func:`scaling.reports.data.load_fits`),
 every exponent is shown with its 95% bootstrap interval, and each pair of sweeps gets the
 difference of every exponent with a percentile interval of the difference. The two fits'
@@ -37,7 +37,6 @@ from scaling.fitting.data import prepare
 from scaling.fitting.intervals import summarise
 from scaling.reports.data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
-from scaling.reports.output import write_atomic
 
 #: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
 EXPONENTS: dict[str, tuple[str, ...]] = {
@@ -85,7 +84,7 @@ class SweepSide:
 
 @dataclass
 class Comparison:
-    """What :func:`compare_sweeps` found: the sides, each law's exponents and the pairwise differences."""
+    """What :func:`~scaling.reports.compare_page.compare_sweeps` found: the sides, each law's exponents and the pairwise differences."""
 
     sides: list[SweepSide]
     conventions: dict[str, str]
@@ -337,24 +336,5 @@ def _interval_fields(iv: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- writing --------------------------------------------------------------------------------------
-def compare_sweeps(url: str, sweeps: Sequence[str], path: str | Path = "compare.html", *, fit: str = "sweep",
-                   params: str | None = None, flops: str | None = None,
-                   json_path: str | Path | None = None) -> Comparison:
-    """Compare ``sweeps`` and write the comparison page to ``path`` (and its JSON to ``json_path``).
-
-    Returns the :class:`Comparison` (``path`` is the page written). See
-    :func:`load_comparison` for ``fit``, ``params`` and ``flops``.
-    """
-    from scaling.reports.compare_page import render
-
-    comparison = load_comparison(url, sweeps, fit=fit, params=params, flops=flops)
-    out = Path(path).expanduser().resolve()
-    write_atomic(out, render(comparison))
-    comparison.path = out
-    if json_path is not None:
-        write_atomic(Path(json_path).expanduser().resolve(), comparison.to_json() + "\n")
-    return comparison
-
-
-__all__ = ["Comparison", "CompareError", "SweepSide", "compare_sweeps", "load_comparison", "exponent_difference",
+__all__ = ["Comparison", "CompareError", "SweepSide", "load_comparison", "exponent_difference",
            "convert_runs", "EXPONENTS"]

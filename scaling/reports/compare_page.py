@@ -1,4 +1,5 @@
-"""The comparison page: one self-contained HTML file in the sweep report's template.
+"""The comparison page: one self-contained HTML file in the sweep report's template
+(:func:`compare_sweeps` loads the sweeps, compares them and writes it).
 
 Sections: the sweeps and their conventions, each law's exponents with intervals, the differences
 of exponents between sweeps (significant or not, or why there is none), frontiers and IsoFLOP
@@ -13,14 +14,19 @@ the page says what it left out (the JSON, ``--json``, has everything).
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Sequence
+
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports import figures_compare as FC
-from scaling.reports.compare import (
-    MAX_FIGURE_DIFFERENCES, MAX_FIGURE_SWEEPS, MAX_PAGE_DIFFERENCES, Comparison, ranked, verdict_counts,
-)
 from scaling.reports.blocks import Page, interval, kv, missing, section
+from scaling.reports.compare import (
+    MAX_FIGURE_DIFFERENCES, MAX_FIGURE_SWEEPS, MAX_PAGE_DIFFERENCES, Comparison, load_comparison, ranked,
+    verdict_counts,
+)
 from scaling.reports.html import render_page
+from scaling.reports.output import write_atomic
 
 SECTIONS = (
     ("sweeps", "Sweeps"),
@@ -118,3 +124,19 @@ def _differences(c: Comparison, page: Page) -> str:
     return section("differences", "Differences", intro + table
                     + page.figure("compare-differences", FC.exponent_differences(drawn)))
 
+
+def compare_sweeps(url: str, sweeps: Sequence[str], path: str | Path = "compare.html", *, fit: str = "sweep",
+                   params: str | None = None, flops: str | None = None,
+                   json_path: str | Path | None = None) -> Comparison:
+    """Compare ``sweeps`` and write the comparison page to ``path`` (and its JSON to ``json_path``).
+
+    Returns the :class:`Comparison` (``path`` is the page written). See
+    :func:`load_comparison` for ``fit``, ``params`` and ``flops``.
+    """
+    comparison = load_comparison(url, sweeps, fit=fit, params=params, flops=flops)
+    out = Path(path).expanduser().resolve()
+    write_atomic(out, render(comparison))
+    comparison.path = out
+    if json_path is not None:
+        write_atomic(Path(json_path).expanduser().resolve(), comparison.to_json() + "\n")
+    return comparison

@@ -1,4 +1,4 @@
-"""`scaling compare` and :func:`scaling.reports.compare.compare_sweeps` on real SQLite sweeps.
+"""`scaling compare` and :func:`scaling.reports.compare_page.compare_sweeps` on real SQLite sweeps.
 
 Sweeps are synthetic (``report_synth``: losses from a known Chinchilla law with noise, written
 through the real ``Store``), fitted once with ``scaling.fitting.fit_sweep`` and stored, so each
@@ -19,9 +19,8 @@ import report_synth as S
 from cli_run import run_cli
 from scaling.db import Store, connect
 from scaling.fitting import fit_sweep, from_dict
-from scaling.reports.compare import (
-    EXPONENTS, MIN_COMPLETED_RUNS, compare_sweeps, convert_runs, exponent_difference, load_comparison,
-)
+from scaling.reports.compare import EXPONENTS, MIN_COMPLETED_RUNS, convert_runs, exponent_difference, load_comparison
+from scaling.reports.compare_page import compare_sweeps
 
 BUDGETS = (1e13, 3e13, 1e14, 3e14)
 #: Another law: a = beta / (alpha + beta) = 0.357 where TRUTH's is 0.5.

@@ -107,7 +107,7 @@ for r in records:
     store.claim(r["key"], "host", sweep="twin")
     store.finish(r["key"], "completed", final_eval_loss=float(r["final_loss"]), sweep="twin")
 store.close()
-call(C.compare_sweeps, twin_url, [sweep, "twin"], out / "compare.html", fit="stored")
+call(CP.compare_sweeps, twin_url, [sweep, "twin"], out / "compare.html", fit="stored")
 comparison = call(C.load_comparison, twin_url, [sweep, "twin"], fit="stored")
 same = {"params": "non_embedding", "flops": "6N"}
 call(C.convert_runs, comparison.sides[0].runs, same, {"params": "total", "flops": "6N_attention"}, sweep)
