@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaling.version import __version__
-
 API = ("load_plan", "run_sweep", "connect", "fit", "recommend", "report", "Estimate", "Fit", "FittedLaw", "Advice")
 
 __all__ = ["__version__", *API, "figures", "vocab"]
@@ -20,6 +18,10 @@ __all__ = ["__version__", *API, "figures", "vocab"]
 
 def __getattr__(name: str) -> Any:
     # ``import a.b as c``, not ``from a import b``: the latter asks this very function for ``b`` first.
+    if name == "__version__":  # also lazy: ``import scaling.vocab`` loads scaling.vocab alone
+        import scaling.version as version
+
+        return version.__version__
     if name in API:
         import scaling.api as api
 
