@@ -20,6 +20,6 @@ export SCALING_TEST_POSTGRES_URL=$(bash scripts/postgres.sh start "$pgdir")
 export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
 bash scripts/docs.sh   # the documentation site builds strictly, every command and plan field in it
-# Two workers (this machine's cores): tests that start Ray in-process share one worker and one Ray,
-# other files stay whole on one worker (tests/conftest.py). The slowest tests, for keeping CI short.
+# Two workers (this machine's cores), each test file whole on one worker, one shared Ray per worker
+# (tests/conftest.py). The slowest tests, for keeping CI short.
 .venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"

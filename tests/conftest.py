@@ -8,9 +8,9 @@
 - ``shared_ray``: the session's one local Ray, which in-process sweeps join instead of starting
   (and shutting down) their own; ``no_shared_ray`` stops it for a test that builds its own cluster.
 
-Under pytest-xdist (``-n``), tests that start Ray in-process run on one worker (group ``ray``),
-and every other test file stays whole on one worker, so module and session fixtures are built
-once; the files listed in ``SPLIT`` are independent cases spread over the workers.
+Under pytest-xdist (``-n``), every test file stays whole on one worker (tests/reports all on one),
+so module and session fixtures are built once and each worker starts at most one shared Ray; the
+files listed in ``SPLIT`` are independent cases spread over the workers.
 """
 
 from __future__ import annotations
@@ -109,12 +109,9 @@ SPLIT = {"tests/fitting/test_fit_coverage.py", "tests/fitting/test_fit_synthetic
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests for ``--dist loadgroup``: in-process Ray on one worker, other files kept whole."""
+    """Group tests for ``--dist loadgroup``: each file kept whole on one worker (tests/reports together)."""
     root = Path(str(config.rootpath))
     for item in items:
-        if "shared_ray" in getattr(item, "fixturenames", ()) or "no_shared_ray" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
-            continue
         rel = Path(str(item.path)).relative_to(root).as_posix()
         if rel.startswith("tests/reports/"):
             item.add_marker(pytest.mark.xdist_group("reports"))  # their session-scoped sweeps are built once
