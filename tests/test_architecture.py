@@ -245,8 +245,32 @@ def test_no_import_cycle_between_modules() -> None:
         visit(node, [])
 
 
-def test_no_private_name_is_imported_from_another_module() -> None:
-    """A leading underscore means "this module's own": nothing else imports it."""
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attribute_uses() -> list[str]:
+    """``alias._name`` where ``alias`` is one of our modules imported under that name."""
+    modules = _modules()
+    out = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                                if f"{node.module}.{a.name}" in modules})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and aliases[node.value.id] != module and _private(node.attr)):
+                out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module} uses {aliases[node.value.id]}.{node.attr}")
+    return out
+
+
+def test_no_private_name_is_used_outside_its_module() -> None:
+    """A leading underscore means "this module's own": nothing else imports it or reads it."""
     bad = [f"{where}: {source} imports {name} from {target}" for source, target, name, where in module_imports()
-           if name.startswith("_") and not name.startswith("__")]
-    assert not bad, "\n".join(bad)
+           if _private(name)]
+    assert not bad + private_attribute_uses(), "\n".join(bad + private_attribute_uses())

@@ -1,27 +1,8 @@
 """The cheapest model to train *and serve*: Chinchilla's law with inference cost (Sardana et al. 2023).
 
-Compute-optimal (Hoffmann et al. 2022) minimises training FLOPs for a loss. A model that will
-serve T tokens also costs ``2 N T`` inference FLOPs (a forward pass, a third of the ``6 N``
-training FLOPs per token; with another FLOP convention ``k N D`` we charge ``(k / 3) N T``).
-"Beyond Chinchilla-Optimal" (Sardana et al. 2023) therefore minimises
-
-    cost(N, D) = k N D + (k / 3) N T   subject to   L(N, D) = L*,
-
-with the approach-3 law L(N, D) = E + A / N^alpha + B / D^beta. Along the iso-loss curve
-D(N) = (B / (L* - E - A N^-alpha))^(1/beta) in closed form, defined for N above
-N_min = (A / (L* - E))^(1/alpha). Writing u = (A N^-alpha) / (B D^-beta), the cost's derivative
-in N is zero where
-
-    k D ((alpha / beta) u - 1) = (k / 3) T,
-
-and its left side falls strictly from +inf (at N_min) to below -T (as N grows), so the optimum
-is the one root of that equation in log N (scipy's ``brentq``). At T = 0 it is u = beta / alpha,
-Hoffmann et al.'s eq. 4; as T grows the root moves to smaller N and larger D.
-
-The target loss L* is either given (``target_loss``) or the loss of the compute-optimal run at a
-budget C (``compute``). Intervals: every bootstrap replicate of the fit gives its own target (in
-the ``compute`` case) and optimum; the 95% interval is the replicates' percentile interval, and
-one that excludes its point estimate is not reported (the bootstrap does not reproduce the fit).
+Minimises ``k N D + (k / 3) N T`` along approach 3's iso-loss curve (one root in log N), for a
+given target loss or the compute-optimal loss at a budget, with bootstrap intervals. The
+derivation: docs/reference/modules.md.
 """
 
 from __future__ import annotations

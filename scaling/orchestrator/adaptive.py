@@ -1,37 +1,8 @@
 """Adaptive sweeps: add IsoFLOP slices until N* is known well enough, within a compute budget.
 
-A plan with an ``adaptive`` block (`scaling.orchestrator.adaptive_spec.AdaptivePlan`) trains its
-grid first. Then, round after round, :func:`run_adaptive` refits the target law (through
-``scaling.fitting.fit_sweep``, called by name as the sweep's own fit hook is) and :func:`decide`
-says what happens next:
-
-1. **stop, met**: the law is fitted, no note calls it unreliable, and the 95% interval of N* at
-   ``target.at_compute`` spans at most ``target.interval_ratio`` (upper / lower end);
-2. **add, extend**: a slice's lowest loss sits at its smallest or largest size, so approach 2
-   cannot locate its optimum: two sizes are added beyond that edge (same budget, the slice's own
-   spacing), largest such budget first;
-3. **add, ranked**: the platform's ranking (`scaling.fitting.recommend.candidate_runs`, here on
-   the target law itself) proposes slices at 2x, 4x and 8x the largest budget so far, each with
-   ``batch`` sizes bracketing the law's current N* there; of those the sweep can still afford
-   the one that narrows the interval most per FLOP (largest ln(width before / width after)
-   divided by its cost) is added;
-4. **stop, budget**: no candidate fits in what is left of ``max_compute`` (the whole sweep's
-   compute, the grid included); **stop, rounds**: ``max_rounds`` slices were added; **stop,
-   no fit**: the law cannot be fitted (or gives no finite N*) and no slice can be extended, or
-   it is flagged unreliable and no slice it proposes is expected to narrow it; **stop, no
-   gain**: every affordable slice is already trained or is expected to leave the interval no
-   narrower. A slice at sizes the plan cannot train is never proposed (nor called too dear).
-
-Every decision is a ``vocab.ADAPTIVE_DECISION`` event (attached to the grid's smallest run, the
-events table holding run events only) with what was fitted (law, points, stored fit id, N* and
-its interval), the compute spent, what was added and why, and the ranking it chose from. A
-re-run replays the stored ``add`` decisions (their runs are re-expanded from the stored budget
-and sizes, so no run is duplicated and completed ones are not retrained), then decides again
-from the same data, which gives the same decision; an unchanged decision is not logged twice.
-A plan whose budget was raised after a ``budget`` stop continues from there.
-
-:func:`run_adaptive` takes the training step as a function, so the same decisions drive a sweep
-on Ray (`scaling.orchestrator.sweep`) and an in-process loop (``benchmarks/bench_adaptive.py``).
+:func:`run_adaptive` trains the grid, then round after round refits the target law and
+:func:`decide` stops (met, budget, rounds, no fit, no gain) or adds a slice; every decision is
+an event, and a re-run replays them. The rules in full: docs/reference/modules.md.
 """
 
 from __future__ import annotations

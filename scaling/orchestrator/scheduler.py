@@ -1,23 +1,8 @@
 """The sweep scheduler: claims runs in the database and trains them on Ray, smallest first.
 
-One loop in the driver process does everything that must happen exactly once: it admits runs
-while resources (its own ledger of the cluster's CPUs and GPUs, and ``max_concurrent``) allow,
-claims each in the database before launching it, keeps the heartbeat of every claimed run
-fresh, reads progress back from the database for the display, and decides what a finished,
-failed or lost run becomes:
-
-- the task returned: the run is completed;
-- the task raised (the trainer's exception): the run is failed with its error and retried while
-  the plan's ``retries`` allow;
-- the task was lost (its worker or node died): the run is interrupted and requeued; it resumes
-  from its checkpoint wherever there is room (this does not count against ``retries``).
-
-A cooldown branch is admitted only once its trunk's checkpoint at the branch point exists (or
-it has checkpoints of its own): `scaling.orchestrator.dependencies` decides; a trunk that
-completed without that checkpoint is trained past the branch point again.
-
-Ctrl-C (or SIGTERM) cancels the tasks in flight and marks their runs interrupted; so does any
-error that ends the loop, so no run is left ``running`` by a driver that has stopped.
+One driver loop admits runs while resources allow, claims and heartbeats them, and decides what
+a returned, raised or lost run becomes (completed; failed and retried; interrupted and
+requeued). What it guarantees: docs/reference/modules.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import FitError
+from scaling.fmt import escape as e
+from scaling.fmt import num
 from scaling.fitting.inference import InferenceRecommendation, LossLaw, iso_loss_curve, recommend_for_inference
+from scaling.reports.blocks import interval, missing, section
 
 SECTION_ID = "inference"
 
@@ -61,33 +64,33 @@ def inference_section(inference_tokens: float, compute: float | None = None) -> 
     ``compute`` defaults to the report's next budget (ten times the largest completed run).
     """
 
-    def section(data: Any, page: Any) -> str:
+    def build(data: Any, page: Any) -> str:
         from scaling.reports import html as H
 
         title = "Inference-heavy use"
         law = data.fits.get("approach3")
         budget = compute if compute is not None else H.next_budget(data)
         if law is None or budget is None:
-            return H._section(SECTION_ID, title, H._missing(
+            return section(SECTION_ID, title, missing(
                 "No trade-off: it needs the approach-3 fit and a completed run."))
         try:
             rec = recommend_for_inference(law, inference_tokens, compute=budget, source=data.sweep or "sweep")
         except FitError as exc:
-            return H._section(SECTION_ID, title, H._missing(f"No trade-off: {exc}"))
+            return section(SECTION_ID, title, missing(f"No trade-off: {exc}"))
         o, c = rec.optimum, rec.compute_optimal
-        text = (f"<p>Serving {H._num(inference_tokens)} tokens (inference costs 2N FLOPs per token) from a model "
-                f"as good as the compute-optimal run at C = {H._num(budget)} FLOPs (loss {H._num(rec.target_loss, 4)}): "
-                f"the cheapest model to train and serve has N = {H._interval(o['N'])} parameters trained on "
-                f"D = {H._interval(o['D'])} tokens ({H._interval(o['tokens_per_param'])} tokens per parameter, "
-                f"against {H._num(c['tokens_per_param']['value'])} compute-optimal), and costs "
-                f"{H._interval(o['total_flops'])} FLOPs in all instead of {H._interval(c['total_flops'])}"
+        text = (f"<p>Serving {num(inference_tokens)} tokens (inference costs 2N FLOPs per token) from a model "
+                f"as good as the compute-optimal run at C = {num(budget)} FLOPs (loss {num(rec.target_loss, 4)}): "
+                f"the cheapest model to train and serve has N = {interval(o['N'])} parameters trained on "
+                f"D = {interval(o['D'])} tokens ({interval(o['tokens_per_param'])} tokens per parameter, "
+                f"against {num(c['tokens_per_param']['value'])} compute-optimal), and costs "
+                f"{interval(o['total_flops'])} FLOPs in all instead of {interval(c['total_flops'])}"
                 + (": approach 3 is unreliable on these data, so these are what an undetermined law extrapolates, "
                    "with no interval and no saving claimed.</p>" if rec.unreliable else
-                   f": {H._num(100 * rec.saving)}% less (approach 3; 95% bootstrap intervals in brackets).</p>"))
-        notes = "".join(f"<li>{H.e(n)}</li>" for n in rec.notes)
+                   f": {num(100 * rec.saving)}% less (approach 3; 95% bootstrap intervals in brackets).</p>"))
+        notes = "".join(f"<li>{e(n)}</li>" for n in rec.notes)
         inner = page.figure("overtraining", overtraining_tradeoff(law, rec)) + text
         if notes:
             inner += f"<ul>{notes}</ul>"
-        return H._section(SECTION_ID, title, inner)
+        return section(SECTION_ID, title, inner)
 
-    return section
+    return build

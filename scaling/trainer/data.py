@@ -1,27 +1,8 @@
 """The training data: a byte-level corpus, a held-out split, and batches as a pure function.
 
-Sources (``DataSpec.source``):
-
-- ``builtin``: the Python standard library's own sources, read from a pinned, sorted list of
-  module files under ``sysconfig.get_paths()["stdlib"]`` (about 6 MB on CPython 3.11). Nothing
-  is downloaded. Files missing on this Python are skipped; the fingerprint is computed over the
-  bytes actually read, so a different Python version gives a different fingerprint (and key).
-- ``text``: a file, a directory (every file below it) or a glob, sorted (``.gz``/``.xz`` read
-  decompressed), byte-tokenized; with ``tokenizer``, tokenized once by a Hugging Face tokenizer
-  into a cached token file (`scaling.trainer.prepare`) that is memory-mapped.
-- ``tokens``: a pre-tokenized nanoGPT-style binary file (uint8/uint16/uint32), memory-mapped.
-
-The last ``val_fraction`` of the token stream is held out for evaluation (of the text, from the
-start of a line, when a tokenizer is used: its BPE is trained on the training split only). Training sequences
-are non-overlapping windows of ``context + 1`` tokens; each epoch shuffles them with a
-permutation and a random phase drawn from ``(seed, epoch)``, so the batch at a data cursor is a
-pure function of ``(seed, cursor)`` and a rank's shard of it of ``(seed, cursor, rank, world)``.
-
-Recorded with the run: ``fingerprint`` (sha256 of the token stream's bytes; with a tokenizer,
-of the token file, the split and the tokenizer) and
-``unique_tokens`` = U, the number of tokens in the training split (the "unique data" of
-Muennighoff et al. 2023's data-constrained law). The number of *distinct token ids* in the
-training split is reported separately as ``distinct_tokens``.
+Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.prepare`) and
+``tokens``; the batch at a cursor is a pure function of ``(seed, cursor)``. Sources, split,
+shuffling and what is recorded with a run: docs/reference/modules.md.
 """
 
 from __future__ import annotations

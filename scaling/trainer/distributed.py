@@ -1,23 +1,8 @@
 """The thin Ray Train adapter: what each worker of a multi-worker run executes.
 
-``train_func(config)`` is the ``train_loop_per_worker`` of the run's ``TorchTrainer``
-(``scaling.orchestrator.multiworker`` builds it). Ray Train has already initialized
-``torch.distributed`` (gloo on CPU, NCCL on GPU), so the trainer's runtime sees the rank and
-world size and the loop parallelizes itself; this module only adds what Ray needs:
-
-- ``report``: every rank calls ``ray.train.report`` on the same steps (the loop reports at each
-  evaluation and checkpoint, on every rank). Rank 0 attaches a *pointer* checkpoint (a small
-  JSON naming the trainer's checkpoint in the run directory): the sharded checkpoint itself
-  already lies in shared storage, where the loop's spike rollback also needs it, so Ray does not
-  copy it.
-- restarts: after a worker dies, Ray Train restarts the whole group (``FailureConfig``); the
-  new group resumes from the run directory's latest complete checkpoint, checked against
-  ``ray.train.get_checkpoint()``. Rank 0 counts the group's starts in the run directory and
-  writes a ``retry`` event for each restart; the count also raises the ``attempt`` the loop
-  sees, so a fault injected "on the first attempt only" fires once, not on every restart.
-- the end: one more report carries the run's result (rank 0's becomes ``Result.metrics``).
-
-Only this module and the orchestrator's ``multiworker`` import Ray Train.
+``train_func(config)`` is the run's ``train_loop_per_worker``: it reports to Ray Train on every
+rank, counts restarts as ``retry`` events and attempts, and returns the result. Only this module
+and the orchestrator's ``multiworker`` import Ray Train. Details: docs/reference/modules.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,8 @@
 """Data parallelism for one run: DDP and ZeRO stages 1-3, applied to an architecture-only model.
 
-``parallelize(model, spec, mesh)`` is the one entry point (the loop calls it when the world has
-more than one process). It returns a :class:`Parallel` that holds the wrapped module and the
-few strategy-specific hooks the loop needs, so the loop itself stays strategy-free:
-
-============  =========================================================  ==========================
-strategy      what is sharded across the N_d workers                     implementation
-============  =========================================================  ==========================
-``ddp``       nothing (every worker holds everything)                    DistributedDataParallel
-``zero1``     optimizer state                                            ZeroRedundancyOptimizer
-                                                                         over DDP
-``zero2``     optimizer state and gradients                              FSDP2, params kept
-                                                                         gathered after forward
-``zero3``     optimizer state, gradients and parameters                  FSDP2, params resharded
-                                                                         after forward
-============  =========================================================  ==========================
-
-ZeRO stages follow Rajbhandari et al. (2020); the per-worker bytes of each are computed in one
-place, :func:`scaling.accounting.model_state_bytes`. FSDP2 (``fully_shard``) is applied per
-transformer block and then to the root, as torchtitan does: each block becomes one all-gather /
-reduce-scatter unit, so only one block's full parameters exist at a time under zero3.
-
-Gradients are *averaged* over workers by every strategy, so with each rank's loss averaged over
-its own share of the global batch the update equals the single-process one. FSDP2 on gloo
-averages only from torch 2.9 (before, it summed silently); ``pyproject.toml`` requires it.
-
-With tensor parallelism (``execution.tp > 1``) the ranks form a ``dp x tp`` mesh
-(:func:`scaling.trainer.runtime.build_mesh`): :mod:`scaling.trainer.tensor_parallel` first splits
-each block over ``tp`` (its parameters become DTensors), then the strategy above applies over
-``dp``. Only FSDP2 composes with DTensor parameters (2-D: each tensor rank's shard is sharded
-again over ``dp``), so ``ddp`` and ``zero1`` are refused with ``tp > 1`` when ``dp > 1``
-(DistributedDataParallel and ZeroRedundancyOptimizer take plain tensors only); with ``dp = 1``
-there is nothing to replicate or shard over, and the model is tensor-parallel only.
+``parallelize(model, spec, mesh)`` returns a :class:`Parallel` holding the wrapped module and
+the few strategy hooks the loop needs, so the loop stays strategy-free. What each strategy
+shards and how TP composes with it: docs/reference/modules.md.
 """
 
 from __future__ import annotations

@@ -1,48 +1,8 @@
 """Pipeline parallelism: the model split into ``pp`` stages by blocks, run by a torch schedule.
 
-``build_pipeline(spec, rt)`` returns a :class:`Pipeline`, which the loop uses in place of
-:class:`~scaling.trainer.parallel.Parallel`: the same hooks (optimizer, clipping, scaler,
-``model`` for checkpoints) plus ``step(x, y)``, one pipelined forward/backward of a
-data-parallel rank's share of the batch, and ``eval_sums(rows)``.
-
-Splitting. Each rank builds the whole model from the seed (so every stage starts from the
-single-process weights) and keeps only its stages' parts, split by hand rather than traced
-with ``pipeline()``: the stage modules keep the unsplit model's parameter names
-("blocks.3.attn.qkv.weight"), so checkpoints written at any ``pp`` reshard through DCP to any
-other layout with no name mapping, and FSDP2 shards each stage's blocks as it does the whole
-model's. Stage 0 holds the embeddings and its blocks, the last stage its blocks, the final norm
-and the output layer, which is the tied token embedding: the last stage keeps its own copy
-under the same name ``wte.weight``. Blocks are split as evenly as possible (earlier stages take
-the remainder). ``interleaved_1f1b`` gives each rank two stages, ``rank`` and ``rank + pp``
-(torch's looped placement); their parts share one rank model (``Pipeline.model``).
-
-The tied embedding. Its gradient has a part from the input lookup (first stage) and one from
-the output layer (last stage); after each step the two copies' gradients are all-reduced over
-a two-rank group (first and last stage of each data-parallel column), so both copies take the
-same update and stay equal, and the sum is the single-process gradient. This is the one
-collective besides the schedule's point-to-point activations that the communication model
-(:func:`scaling.comms.pp_traffic`) counts.
-
-The loss. The schedule computes it on the last stage, per micro-batch, as the summed token
-cross-entropy times ``dp / (batch tokens)`` (so the micro-batches' gradients add up to the
-global batch's mean once data parallelism averages over ``dp``; ``scale_grads=False``). ``step``
-returns that stage's share of the global mean (zero elsewhere); the loop's all-reduce of it
-(over :attr:`Pipeline.loss_group`) gives every rank the same loss, rank 0 logs it once. Clipping uses
-the global norm over every stage, data and tensor rank (each element counted once: replicas
-over dp or tp only at coordinate 0, the last stage's tied copy not at all).
-
-Tensor parallelism inside the stages (``tp > 1``). Each stage's blocks are split over the
-"tp" mesh dim by :func:`scaling.trainer.tensor_parallel.apply_tensor_parallel` (Megatron's
-column/row split; embeddings, final norm and head replicated over tp, as with TP alone), then
-FSDP2 shards the result over "dp" (zero2/zero3; DDP and ZeRO-1 do not take DTensor parameters).
-A block's output is a plain, tp-replicated tensor, so what crosses a stage boundary is the same
-as without TP, sent within each tensor column (the ranks of one (dp, tp) coordinate form a
-pipeline group). The tied embedding is synced per column too. The tensor ranks of a last stage
-compute the same loss: the loop sums the loss over :attr:`Pipeline.loss_group`, the ranks of this
-rank's tensor coordinate, so it is counted once.
-
-Activations cross stage boundaries in the compute dtype (bf16 under bf16, as Megatron sends
-them); the next stage continues its residual stream in it.
+``build_pipeline(spec, rt)`` returns a :class:`Pipeline`, used by the loop in place of
+:class:`~scaling.trainer.parallel.Parallel`. How stages are split, how the tied embedding stays
+one, how the loss is counted once and how TP composes: docs/reference/modules.md.
 """
 
 from __future__ import annotations

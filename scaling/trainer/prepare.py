@@ -1,24 +1,8 @@
 """Text tokenized once into a content-addressed cache folder that every run memory-maps.
 
-``prepare(data)`` for ``data: {source: text, path, tokenizer}``:
-
-1. reads the corpus files (sorted, joined by a blank line; UTF-8 text only: a binary or empty
-   corpus is one SpecError line) and splits it: the last ``val_fraction`` of the characters,
-   from the start of a line, is the validation split;
-2. loads the tokenizer file, or trains a byte-level BPE on the **training split only**;
-3. tokenizes both splits (uint16 ids when they fit, else uint32) and writes, into
-   ``$SCALING_CACHE_DIR/tokens/<identity>/``: ``tokens.bin`` (train then validation ids),
-   ``tokenizer.json`` and ``meta.json`` (counts, hashes, the fingerprint).
-
-The folder's name hashes what determines its content (the files' bytes, the tokenizer or its
-training settings, the split), so a second prepare, every run and every sweep on the same data
-reuse it. It is built in a temporary folder beside it and renamed into place, so a concurrent
-prepare never sees half a folder; whichever rename lands first wins and the other is dropped.
-A folder read back is checked (size, sha256 of the token file, the tokenizer's sha256 and vocabulary
-against ``meta.json``) and rebuilt when it does not match.
-
-The fingerprint is sha256 over the token file's sha256, the training split's length and the
-tokenizer's sha256: it changes with the corpus, the split or the tokenizer, and with nothing else.
+``prepare(data)`` splits the corpus, loads or trains the tokenizer on the training split, and
+writes ``tokens.bin``, ``tokenizer.json`` and ``meta.json`` under ``$SCALING_CACHE_DIR/tokens``;
+a folder read back is checked and rebuilt when it does not match. Details: docs/reference/modules.md.
 """
 
 from __future__ import annotations

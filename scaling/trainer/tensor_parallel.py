@@ -1,28 +1,8 @@
 """Tensor parallelism (Megatron's column/row split) with PyTorch's ``parallelize_module``.
 
-Shoeybi et al. (2019): in each block the attention's fused QKV matrix and the MLP's first
-matrix are split by output columns (``ColwiseParallel``: each tensor rank computes its own heads
-and its own quarter of the MLP's hidden units from the replicated block input) and the attention
-output projection and the MLP's second matrix by input rows (``RowwiseParallel``: partial
-outputs summed by one all-reduce). So a block all-reduces its b*s*h output twice in forward and
-the gradient of its input twice in backward, which is what :func:`scaling.comms.tp_traffic`
-counts. The collectives are DTensor's; nothing here communicates by hand.
-
-Embeddings, the final LayerNorm and the tied output layer are *replicated* over the tensor
-ranks (as :mod:`scaling.comms` assumes): every tensor rank computes the same logits and loss.
-Their gradients agree across tensor ranks without a collective, because everything feeding
-them is already all-reduced. Replication costs ``vocab * d_model`` parameters per rank and the
-full logits, which is small next to the blocks for the models this platform trains; a
-vocabulary-parallel head would be the next step for very large vocabularies.
-
-Under autocast the LayerNorm before each split layer returns FP32; the split layer's input is
-cast to the compute dtype *before* it becomes a DTensor (:func:`_compute_dtype_input`), which is
-exactly the cast autocast would apply inside the linear layer, so the numbers are unchanged but
-the backward all-reduce of the input's gradient moves 16-bit values, as Megatron's does.
-
-The model (:mod:`scaling.trainer.model`) lays QKV's output out head by head, so a contiguous
-column split gives each rank ``n_head / tp`` whole heads, and it reads its number of heads from
-the width it receives: it runs unchanged on local tensors.
+QKV and the MLP's first matrix split by columns, the output projections by rows; embeddings,
+the final norm and the tied head replicated. Why, and the dtype of what is all-reduced:
+docs/reference/modules.md.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_underdetermined_approach3_on_12_points_is_flagged_naming_the_parameter(
 def test_an_unreliable_law_shows_its_values_without_intervals_everywhere() -> None:
     """The fit table, its JSON, the report's parameter table and frontier band all withhold them."""
     from scaling.reports import fitview
-    from scaling.reports.html import _interval
+    from scaling.reports.blocks import interval
 
     law = _underdetermined()
     assert law.doubts()
@@ -69,7 +69,7 @@ def test_an_unreliable_law_shows_its_values_without_intervals_everywhere() -> No
     assert sum("none: law unreliable" in row for row in rows) == sum(iv["kind"] == "unreliable" for iv in shown.values())
     d = law.to_dict()
     assert d["reliable"] is False and all(iv["lo"] is None and iv["hi"] is None for iv in d["intervals"].values())
-    assert "no interval: law unreliable" in _interval(shown["alpha"])
+    assert "no interval: law unreliable" in interval(shown["alpha"])
     assert fitview.frontier("approach3", law).band(np.geomspace(1e18, 1e22, 5), "N") is None
     good = ChinchillaParametric(grid="small").fit(from_frame(S.grid_points(n_N=6, n_D=6, seed=1))).bootstrap(50, 1)
     assert good.reported_intervals() == good.intervals() and good.to_dict()["reliable"] is True
