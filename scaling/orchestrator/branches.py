@@ -18,15 +18,13 @@ the trunk is recorded as their parent, so compute is counted once.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling.errors import PlanError
+from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import where
-from scaling.schema import StrictModel
 from scaling.trainer.optim import decay_start, warmup_steps
-from scaling.trainer.spec import MAX_STORED_INT, RunSpec, ScheduleSpec
+from scaling.trainer.spec import RunSpec, ScheduleSpec
 
 if TYPE_CHECKING:
     from scaling.accounting import Shape
@@ -35,24 +33,6 @@ if TYPE_CHECKING:
 
 TRUNK = "trunk"
 BRANCH = "branch"
-
-
-class BranchesPlan(StrictModel):
-    """A grid block's branch points: the token budgets and how each branch cools down."""
-
-    tokens: list[float] = Field(min_length=1, description="D of each branch")
-    cooldown_fraction: float = Field(default=0.2, gt=0, lt=1, description="share of a branch's steps that decay")
-    shape: Literal["linear", "1-sqrt"] = "linear"
-
-    @field_validator("tokens")
-    @classmethod
-    def _positive(cls, values: list[float]) -> list[float]:
-        for v in values:
-            if not v > 0:
-                raise ValueError(f"values must be positive, got {v}")
-            if v > MAX_STORED_INT:
-                raise ValueError(f"{v:.3g} tokens is more than the database can store ({MAX_STORED_INT:.3g})")
-        return values
 
 
 #: Builds a finished spec (placed, data resolved) from a plan's run: the expansion's own steps.

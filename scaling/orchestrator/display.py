@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
-if TYPE_CHECKING:
-    from scaling.orchestrator.scheduler import RunState, Scheduler
+from scaling.orchestrator.tally import RunState, Tally
+
+
+class Scheduler(Protocol):
+    """What the display reads of the scheduler (it is handed the scheduler; it never imports it)."""
+
+    sweep: str
+    started: float
+    states: list[RunState]
+    tally: Tally
 
 _MAX_ROWS = 30  # a big sweep shows its running runs first, then the most recent others
 _REDRAW_S = 0.25  # the live table is redrawn at most this often (rich refreshes it twice a second)

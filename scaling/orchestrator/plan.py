@@ -27,7 +27,7 @@ from scaling.schema import StrictModel
 from scaling.errors import PlanError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
-from scaling.orchestrator.branches import BranchesPlan
+from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import YamlSource, where
 from scaling.trainer.spec import (
     Conventions,

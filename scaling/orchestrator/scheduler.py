@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -21,74 +21,12 @@ from scaling.orchestrator import placement
 from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import PlannedRun
 from scaling.orchestrator.signals import uninterrupted
-from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, Tally
+from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, RunState, Tally
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
 #: Seconds the cluster's size is taken as known before Ray is asked again.
 CAPACITY_REFRESH_S = 1.0
-
-
-@dataclass(eq=False)
-class RunState:
-    """What the driver knows about one run of the sweep.
-
-    ``state`` is QUEUED, RESERVING, WAITING, or the run status it has reached; each change is
-    recorded in the scheduler's :class:`~scaling.orchestrator.tally.Tally`.
-    """
-
-    run: PlannedRun
-    initial_state: InitVar[str] = QUEUED
-    tally: Optional[Tally] = field(default=None, repr=False)
-    index: int = 0  # position in the sweep (admission order: smallest first)
-    attempt: Optional[int] = None
-    started_at: Optional[float] = None
-    step: int = 0
-    loss: Optional[float] = None
-    eval_loss: Optional[float] = None
-    first_seen: Optional[tuple[float, int]] = None  # (time, step) when progress was first read
-    failures: int = 0  # failed attempts, this sweep and earlier ones
-    lost: int = 0
-    error: Optional[str] = None
-    skipped: bool = False  # completed before this sweep started
-    launched_at: Optional[float] = None  # wall clock (time.time) when the task was submitted
-    rank_sizes: Optional[list[int]] = None  # ranks per node bundle of a tp/pp run's reservation
-    rank_nodes: Optional[list[str]] = None  # the node each rank goes to (tp/pp runs, see placement.py)
-    overhead_s: Optional[float] = None  # submit -> task start plus task end -> collected
-    flops: float = 0.0  # C, for the display's totals (set from the spec)
-
-    def __post_init__(self, initial_state: str) -> None:
-        self.flops = self.run.spec.flops
-        self.current = initial_state
-        if self.tally is not None:
-            self.tally.add(self)
-
-    @property
-    def state(self) -> str:
-        return self.current
-
-    @state.setter
-    def state(self, value: str) -> None:
-        old, self.current = self.current, value
-        if self.tally is not None and old != value:
-            self.tally.moved(self, old, value)
-
-    @property
-    def key(self) -> str:
-        return self.run.key
-
-    @property
-    def steps(self) -> int:
-        return self.run.spec.steps
-
-    def eta_seconds(self, now: float) -> Optional[float]:
-        if self.state != vocab.RUNNING or self.first_seen is None:
-            return None
-        t0, s0 = self.first_seen
-        if self.step <= s0 or now <= t0:
-            return None
-        rate = (self.step - s0) / (now - t0)
-        return max(0.0, (self.steps - self.step) / rate)
 
 
 @dataclass
