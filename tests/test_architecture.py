@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "scaling"
@@ -84,6 +83,34 @@ def _target(name: str, modules: dict[str, Path]) -> Optional[str]:
     return "scaling"  # a name defined in scaling/__init__.py (``from scaling import __version__``)
 
 
+def _from_prefix(node: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The module a ``from ... import`` reads from; a relative one resolved against ``module``'s package."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def find_cycle(graph: dict[str, set[str]]) -> Optional[list[str]]:
+    """One cycle of ``graph`` (its nodes, the first repeated last), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> Optional[list[str]]:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt, path + [node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
 def import_edges() -> list[Edge]:
     modules = _modules()
     edges = []
@@ -95,12 +122,7 @@ def import_edges() -> list[Edge]:
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: resolve against this module's package
-                    base = module.split(".")
-                    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
-                    prefix = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    prefix = node.module or ""
+                prefix = _from_prefix(node, module, is_pkg)
                 # ``from scaling import fitting`` imports the package fitting, not scaling
                 names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix for a in node.names]
             for name in names:
@@ -150,20 +172,8 @@ def test_no_cycle_between_packages() -> None:
     for e in import_edges():
         if e.target not in HEAVY:
             graph.setdefault(e.source, set()).add(e.target)
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            cycle = path[path.index(node):] + [node]
-            pytest.fail("import cycle between packages: " + " -> ".join(cycle))
-        if node in done:
-            return
-        for nxt in sorted(graph.get(node, ())):
-            visit(nxt, path + [node])
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node, [])
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or [])
 
 
 def test_the_checker_sees_imports_of_every_kind(tmp_path: Path) -> None:
@@ -176,27 +186,14 @@ def test_the_checker_sees_imports_of_every_kind(tmp_path: Path) -> None:
 
 
 # -- modules, not only packages --------------------------------------------------------------
-def _type_checking_block(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
 def module_imports() -> list[tuple[str, str, str, str]]:
     """(importing module, imported module, imported name or '', path:line) for every import of a
-    scaling module, lazy ones included; names imported only for type hints (``if TYPE_CHECKING:``)
-    are left out, since they load nothing."""
+    scaling module, lazy and type-only ones included."""
     modules = _modules()
     out = []
     for module, path in modules.items():
         is_pkg = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(), str(path))
-        typing_only = {id(n) for block in ast.walk(tree) if _type_checking_block(block)
-                       for stmt in block.body for n in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -204,12 +201,7 @@ def module_imports() -> list[tuple[str, str, str, str]]:
                     if target and target != module:
                         out.append((module, target, "", where))
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = module.split(".")
-                    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
-                    prefix = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    prefix = node.module or ""
+                prefix = _from_prefix(node, module, is_pkg)
                 for a in node.names:
                     full = f"{prefix}.{a.name}"
                     target = full if full in modules else _owning_module(prefix, modules)
@@ -229,20 +221,8 @@ def test_no_import_cycle_between_modules() -> None:
     graph: dict[str, set[str]] = {}
     for source, target, _, _ in module_imports():
         graph.setdefault(source, set()).add(target)
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            cycle = path[path.index(node):] + [node]
-            pytest.fail("import cycle between modules: " + " -> ".join(cycle))
-        if node in done:
-            return
-        for nxt in sorted(graph.get(node, ())):
-            visit(nxt, path + [node])
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node, [])
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between modules: " + " -> ".join(cycle or [])
 
 
 def _private(name: str) -> bool:
