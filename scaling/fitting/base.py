@@ -438,17 +438,25 @@ class Law:
         return f"{type(self).__name__}({settings})"
 
 
-def check_budget(compute: float, measured: Any, what: str = "--compute") -> None:
-    """Refuse a budget more than :data:`MAX_EXTRAPOLATION` outside the measured budgets ``measured``."""
+def outside_measured(compute: float, measured: Any) -> tuple[float, float] | None:
+    """The measured budgets' (smallest, largest) when ``compute`` lies more than :data:`MAX_EXTRAPOLATION`
+    outside them, else None (also with no usable measurement)."""
     C = np.asarray(measured, float)
     C = C[np.isfinite(C) & (C > 0)]
     if not len(C):
-        return
-    lo, hi = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
-    if not lo <= compute <= hi:
+        return None
+    lo, hi = float(C.min()), float(C.max())
+    return None if lo / MAX_EXTRAPOLATION <= compute <= hi * MAX_EXTRAPOLATION else (lo, hi)
+
+
+def check_budget(compute: float, measured: Any, what: str = "--compute") -> None:
+    """Refuse a budget more than :data:`MAX_EXTRAPOLATION` outside the measured budgets ``measured``."""
+    span = outside_measured(compute, measured)
+    if span is not None:
+        lo, hi = span
         raise FitError(f"{what} {compute:.3g} FLOPs is more than {MAX_EXTRAPOLATION:.0e}x outside the measured "
-                       f"budgets ({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say nothing that far "
-                       f"away (use {lo:.3g} to {hi:.3g})")
+                       f"budgets ({lo:.3g} to {hi:.3g} FLOPs): the fitted laws say nothing that far "
+                       f"away (use {lo / MAX_EXTRAPOLATION:.3g} to {hi * MAX_EXTRAPOLATION:.3g})")
 
 
 def as_fit_data(data: FitData | pd.DataFrame) -> FitData:

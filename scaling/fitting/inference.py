@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
-from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, summarise
+from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
 
 if TYPE_CHECKING:
     from scaling.fitting.data import FitData
@@ -344,15 +344,11 @@ def _check_training_in_range(training_flops: float, measured: Any, inference_tok
     Serving many tokens moves the optimum to a small model trained far longer: its training budget,
     not only the compute-optimal run's, must lie where the fitted law was measured.
     """
-    C = np.asarray(measured, float)
-    C = C[np.isfinite(C) & (C > 0)]
-    if not len(C):
-        return
-    lo, hi = float(C.min()) / MAX_EXTRAPOLATION, float(C.max()) * MAX_EXTRAPOLATION
-    if not lo <= training_flops <= hi:
+    span = outside_measured(training_flops, measured)
+    if span is not None:
         raise FitError(f"--inference-tokens {inference_tokens:.3g}: the cheapest run to train and serve them "
                        f"trains for {training_flops:.3g} FLOPs, more than {MAX_EXTRAPOLATION:.0e}x outside the measured budgets "
-                       f"({C.min():.3g} to {C.max():.3g} FLOPs): the fitted laws say nothing that far away")
+                       f"({span[0]:.3g} to {span[1]:.3g} FLOPs): the fitted laws say nothing that far away")
 
 
 def _replicate_laws(law: Any) -> list[LossLaw]:
