@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, app, check_sweep_name
-
-if TYPE_CHECKING:
-    from scaling.trainer.spec import RunSpec
-
-
-def _check_memory(spec: "RunSpec") -> float:
-    """Refuse, before anything is built, a spec whose estimated memory exceeds this machine's
-    device (the GPU's memory, or the host's RAM on CPU; the spec's ``device_memory_gib`` if set)."""
-    from scaling.accounting import check_fits, estimate_memory, micro_batch_size
-    from scaling.trainer.parallel import device_memory_bytes
-    from scaling.trainer.runtime import Runtime
-
-    ex = spec.execution
-    device = Runtime.current(ex.device).device
-    # unresolved auto: the larger of what it may become here (fp32 on a CPU, bf16 on a GPU)
-    precision = spec.precision if spec.precision != "auto" else ("fp32" if device.type == "cpu" else "bf16")
-    micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
-    est = estimate_memory(spec.shape, micro, precision, "single", 1, ex.activation_checkpointing)
-    where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
-        "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
-    check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
-               limit_name=where, advice="use a smaller model, micro_batch_size or activation_checkpointing")
-    return est.total_gib
 
 
 @app.command()
@@ -52,11 +29,11 @@ def train(
 
     Example: scaling train spec.yaml --db sqlite:///scaling.db --run-dir runs/debug
     """
-    from scaling.trainer.adhoc import AlreadyCompleted, train_adhoc
+    from scaling.trainer.adhoc import AlreadyCompleted, check_memory, train_adhoc
     from scaling.trainer.spec import RunSpec
 
     run_spec = RunSpec.from_yaml(spec)
-    est_gib = _check_memory(run_spec)
+    est_gib = check_memory(run_spec)
     if dry_run:
         shape = run_spec.shape
         typer.echo(

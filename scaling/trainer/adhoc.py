@@ -27,6 +27,27 @@ class AlreadyCompleted(Exception):
     """The run is completed in that sweep (not an error: the CLI says so and exits 0)."""
 
 
+def check_memory(spec: RunSpec) -> float:
+    """The estimated memory of ``spec`` trained alone here, in GiB; refused (ResourceError, one line)
+    before anything is built when it exceeds this machine's device (the GPU's memory, or the host's
+    RAM on CPU; the spec's ``device_memory_gib`` if set)."""
+    from scaling.accounting import check_fits, estimate_memory, micro_batch_size
+    from scaling.trainer.parallel import device_memory_bytes
+    from scaling.trainer.runtime import Runtime
+
+    ex = spec.execution
+    device = Runtime.current(ex.device).device
+    # unresolved auto: the larger of what it may become here (fp32 on a CPU, bf16 on a GPU)
+    precision = spec.precision if spec.precision != "auto" else ("fp32" if device.type == "cpu" else "bf16")
+    micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
+    est = estimate_memory(spec.shape, micro, precision, "single", 1, ex.activation_checkpointing)
+    where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
+        "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
+    check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
+               limit_name=where, advice="use a smaller model, micro_batch_size or activation_checkpointing")
+    return est.total_gib
+
+
 def train_adhoc(
     spec: RunSpec,
     db_url: Optional[str] = None,
