@@ -19,6 +19,7 @@ import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
+from scaling.fitting.task_columns import is_task_column
 
 #: CSV column aliases (case-insensitive), first match wins.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -308,7 +309,8 @@ def from_frame(
         out["seed"] = df[picked["seed"]].to_numpy()[keep]
     if picked["unique_tokens"] is not None:
         out["U"] = out.pop("unique_tokens")
-    extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE]
+    # task measurements (scaling.fitting.tasks) are results, not descriptions of the run
+    extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE and not is_task_column(c)]
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
     data = prepare(

@@ -1,0 +1,63 @@
+"""How downstream-task measurements are named: metric names in the database and CSV columns.
+
+The trainer writes ``task/<task>/<kind>`` per evaluation step (kind: ``acc``, ``acc_norm``,
+``bpb``, the bits per byte of the correct continuation). A CSV of someone's ladder may use the
+same names as columns, or ``<kind>_<task>`` (``acc_hellaswag``, ``bpb_hellaswag``), or
+``err_<task>`` for an error rate 1 - accuracy (Gadre et al. 2024 publish errors). This module
+imports nothing of the fitting code, so the CSV reader can leave task columns out of the
+grouping keys of a point.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Prefix of every task metric in the database.
+TASK_PREFIX = "task/"
+#: What a task measures: accuracy, length-normalised accuracy, bits per byte of the answer.
+TASK_KINDS = ("acc", "acc_norm", "bpb")
+#: Column prefixes a CSV may use instead of ``task/<task>/<kind>``; ``err`` is 1 - accuracy.
+COLUMN_KINDS = ("acc_norm", "acc", "bpb", "err")
+#: A task name: short, plain characters (it becomes a label in tables and reports).
+TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+#: Most tasks read from one source: every task is a fit with a bootstrap.
+MAX_TASKS = 64
+
+
+def metric_name(task: str, kind: str) -> str:
+    """The database metric of ``kind`` on ``task``, spelled as the trainer writes it."""
+    try:
+        from scaling.vocab import task_metric  # type: ignore[attr-defined]
+    except ImportError:  # older vocabularies spelled it here
+        return f"{TASK_PREFIX}{task}/{kind}"
+    return str(task_metric(task, kind))
+
+
+def parse_metric(name: str) -> tuple[str, str] | None:
+    """(task, kind) of a database metric name, or None when it is not a task metric."""
+    if not name.startswith(TASK_PREFIX):
+        return None
+    rest = name[len(TASK_PREFIX):]
+    task, sep, kind = rest.rpartition("/")
+    if not sep or kind not in TASK_KINDS or not TASK_NAME.match(task):
+        return None
+    return task, kind
+
+
+def parse_column(column: str) -> tuple[str, str] | None:
+    """(task, kind) of a CSV column (kind ``err`` for an error rate), or None when it is not a task column."""
+    name = column.strip()
+    if name.lower().startswith(TASK_PREFIX):
+        task, sep, kind = name[len(TASK_PREFIX):].rpartition("/")
+        kind = kind.lower()
+        return (task, kind) if sep and task and kind in TASK_KINDS + ("err",) else (task or name, kind or "?")
+    low = name.lower()
+    for kind in COLUMN_KINDS:
+        if low.startswith(kind + "_") and len(name) > len(kind) + 1:
+            return name[len(kind) + 1:], kind
+    return None
+
+
+def is_task_column(column: str) -> bool:
+    """Whether a CSV column holds a task measurement (so is not a description of the run)."""
+    return parse_column(column) is not None
