@@ -4,12 +4,14 @@ Runs are keyed by everything that shapes their result, so a plan edited between 
 ``scaling sweep`` calls of the same sweep (another lr, noise, corpus, schedule) gives new keys
 for the same (shape, D, seed). Registered beside the old ones they would be fitted together as if
 they were seeds of one point, and an adaptive sweep would spend past its budget on them: refused,
-unless the old run never became a point (it failed, or never trained).
+unless the old run never became a point (it failed, or never trained). A hyperparameter sweep
+holds several runs per point on purpose: there a point is also the run's group and its learning
+rate, batch and beta2, so a group may gain combinations but not retrain one differently.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from sqlalchemy import Connection, select
 
@@ -27,8 +29,17 @@ HOLDS_A_POINT = (COMPLETED, RUNNING)
 _RECORD_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "context", "D", "seed")
 
 
-def _point(values: Iterable[Any], parent: Any) -> tuple:
-    return tuple(int(v) for v in values) + (parent is None,)
+def _point(values: Iterable[Any], parent: Any, group: Optional[str] = None, spec: Any = None) -> tuple:
+    return tuple(int(v) for v in values) + (parent is None,) + _combination(group, spec)
+
+
+def _combination(group: Optional[str], spec: Any) -> tuple:
+    """A grouped run's place in its group: (group, lr, batch, beta2); () for a run of no group."""
+    if group is None:
+        return ()
+    spec = spec if isinstance(spec, dict) else {}
+    optimizer = spec.get("optimizer") or {}
+    return (group, optimizer.get("lr"), spec.get("batch_tokens"), optimizer.get("beta2"))
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -43,12 +54,17 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 def refuse_changed_points(conn: Connection, sweep_id: int, sweep: str, records: Iterable[dict[str, Any]]) -> None:
     """Raise PlanError when a new run (a ``RunSpec.record()``) sits on a point the sweep holds under another key."""
-    wanted = {_point((r[f] for f in _RECORD_FIELDS), r.get("parent_key")): r for r in records}
+    wanted = {_point((r[f] for f in _RECORD_FIELDS), r.get("parent_key"), r.get("hparam_group"), r["spec"]): r
+              for r in records}
     cols = [getattr(Run, c) for c in POINT_COLUMNS]
-    live = select(Run.key, Run.parent_key, *cols).where(Run.sweep_id == sweep_id, Run.status.in_(HOLDS_A_POINT))
+    live = select(Run.key, Run.parent_key, Run.hparam_group, *cols).where(
+        Run.sweep_id == sweep_id, Run.status.in_(HOLDS_A_POINT))
     for row in conn.execute(live):
         values = row._asdict()
-        new = wanted.get(_point((values[c] for c in POINT_COLUMNS), row.parent_key))
+        spec = None
+        if row.hparam_group is not None:  # its combination is in its spec
+            spec = conn.scalar(select(Run.spec).where(Run.sweep_id == sweep_id, Run.key == row.key))
+        new = wanted.get(_point((values[c] for c in POINT_COLUMNS), row.parent_key, row.hparam_group, spec))
         if new is None or new["key"] == row.key:
             continue
         old_spec = conn.scalar(select(Run.spec).where(Run.sweep_id == sweep_id, Run.key == row.key))

@@ -107,6 +107,9 @@ class Run(Base):
     # compute spent counts the shared trunk once; None and 0 for a run trained from scratch.
     parent_key: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)  # revision 0003
     trunk_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # revision 0003
+    # The runs of one point of a hyperparameter sweep (one per lr, batch and beta2 combination) share
+    # this label (the point's shape and tokens); None for a run of no such sweep. Revision 0004.
+    hparam_group: Mapped[Optional[str]] = mapped_column(String(200), nullable=True)
 
     sweep: Mapped[Sweep] = relationship()
 

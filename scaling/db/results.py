@@ -26,7 +26,7 @@ T = TypeVar("T")
 RUN_COLUMNS = [
     "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
     "seed", "status", "attempts", "final_loss", "final_train_loss", "error", "host", "heartbeat_at",
-    "started_at", "finished_at", "created_at", "spec", "parent_key", "trunk_tokens",
+    "started_at", "finished_at", "created_at", "spec", "parent_key", "trunk_tokens", "hparam_group",
 ]  # fmt: skip
 METRIC_COLUMNS = ["run_key", "step", "tokens", "flops", "name", "value"]
 EVENT_COLUMNS = ["run_key", "sweep", "step", "kind", "detail", "created_at"]
@@ -369,6 +369,7 @@ def _run_row(run: Any) -> dict[str, Any]:
         "spec": getattr(run, "spec", None),
         "parent_key": run.parent_key,
         "trunk_tokens": int(run.trunk_tokens or 0),
+        "hparam_group": run.hparam_group,
     }
 
 

@@ -130,7 +130,8 @@ class Store(Database):
         """Create ``sweep`` if new and a pending run per record whose key it lacks; return the new keys.
 
         A record may name ``parent_key`` (the trunk a cooldown branch starts from) and
-        ``trunk_tokens`` (the tokens it inherits), so compute is counted once.
+        ``trunk_tokens`` (the tokens it inherits), so compute is counted once, and
+        ``hparam_group`` (the runs of one point of a hyperparameter sweep share it).
         Runs already in the sweep, whatever their status, are left untouched (a completed run
         is never redone). A sweep keeps the conventions it was created with: registering with
         different ones raises :class:`~scaling.errors.PlanError`. With ``one_per_point`` (a plan's
@@ -338,6 +339,10 @@ class Store(Database):
         if rid is None:
             rid = self._read(lambda c: self._resolve(c, key, sweep))
         wanted = {n for _, n in latest}
+        for name in wanted - self._name_ids.keys():  # a name written before was checked then
+            problem = vocab.metric_problem(name)
+            if problem:
+                raise ValueError(problem)
 
         def tx(conn: Connection) -> dict[str, int]:
             ids = self._metric_name_ids(conn, wanted)
@@ -427,6 +432,7 @@ def _run_values(sweep_id: int, rec: dict[str, Any], now: datetime) -> dict[str, 
         "spec": check_json(rec["spec"], "record spec"),
         "parent_key": None if rec.get("parent_key") is None else str(rec["parent_key"]),
         "trunk_tokens": int(rec.get("trunk_tokens") or 0),
+        "hparam_group": None if rec.get("hparam_group") is None else str(rec["hparam_group"]),
         "status": vocab.PENDING,
         "attempts": 0,
         "created_at": now,

@@ -9,13 +9,17 @@ resume, and a repeated attempt writes the same rows (metrics are idempotent on r
 
 The curve: after t of the run's D tokens the loss is L(N, t) = E + A / N^alpha + B / t^beta
 (t = tokens seen so far, as if each prefix had been trained to completion), so the curve ends
-at L(N, D). Every recorded value is multiplied by exp(noise * z), z standard normal, drawn
+at L(N, D). A law with ``hparams`` adds the same penalty to every point of the run,
+k_lr (ln lr - ln lr*(N, D))^2 + k_batch (ln B - ln B*(D))^2 with lr* = lr_c N^lr_a D^lr_b and
+B* = batch_d D^batch_e: zero at a known optimum, so sweeps of learning rate and batch have a
+minimum to find. Every recorded value is multiplied by exp(noise * z), z standard normal, drawn
 from a generator seeded by the run's key (which hashes the law, the noise, the simulator's
 seed and the run's seed): the same run always gives the same numbers.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -37,6 +41,19 @@ def law_loss(law: SimulatedLaw, N: float | np.ndarray, D: float | np.ndarray) ->
     N = np.asarray(N, dtype=float)
     D = np.asarray(D, dtype=float)
     return law.E + law.A / N**law.alpha + law.B / D**law.beta
+
+
+def hparam_penalty(law: SimulatedLaw, N: float, D: float, lr: float, batch: float) -> float:
+    """The loss a run of ``lr`` and ``batch`` tokens adds over the law (0 without ``hparams``).
+
+    Computed in logs (ln lr* = ln lr_c + lr_a ln N + lr_b ln D), so no power overflows.
+    """
+    term = law.hparams
+    if term is None:
+        return 0.0
+    ln_lr_opt = math.log(term.lr_c) + term.lr_a * math.log(N) + term.lr_b * math.log(D)
+    ln_b_opt = math.log(term.batch_d) + term.batch_e * math.log(D)
+    return term.k_lr * (math.log(lr) - ln_lr_opt) ** 2 + term.k_batch * (math.log(batch) - ln_b_opt) ** 2
 
 
 def log_steps(steps: int, count: int) -> np.ndarray:
@@ -100,8 +117,10 @@ def simulate(
     train_steps = log_steps(steps, sim.points)
     eval_steps = log_steps(steps, EVAL_POINTS)
     seen = lambda s: np.minimum(s.astype(float) * batch, float(D))  # noqa: E731 - tokens after each step
-    train = law_loss(sim.law, N, seen(train_steps)) * np.exp(sim.noise * rng.standard_normal(train_steps.size))
-    evals = law_loss(sim.law, N, seen(eval_steps)) * np.exp(sim.noise * rng.standard_normal(eval_steps.size))
+    penalty = hparam_penalty(sim.law, N, float(D), spec.optimizer.lr, float(batch))
+    expected = lambda s: law_loss(sim.law, N, seen(s)) + penalty  # noqa: E731 - the noiseless curve
+    train = expected(train_steps) * np.exp(sim.noise * rng.standard_normal(train_steps.size))
+    evals = expected(eval_steps) * np.exp(sim.noise * rng.standard_normal(eval_steps.size))
 
     rows = [(int(s), int(t), float(per_token * t), vocab.TRAIN_LOSS, float(v))
             for s, t, v in zip(train_steps, seen(train_steps), train)]
@@ -114,7 +133,7 @@ def simulate(
         store.log_metrics(spec.key, rows, sweep=sweep)
         store.log_event(spec.key, steps, vocab.SIMULATED,
                         {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
-                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D))},
+                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty},
                         sweep=sweep)
     return TrainResult(
         key=spec.key,

@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import (
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -48,8 +47,6 @@ from scaling.naming import printable_problem
 
 #: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_STORED_INT = 2**63 - 1
-#: Validation context key of a plan's run not yet placed by the layout search (see ``RunSpec._consistent``).
-UNPLACED = "unplaced"
 #: Most workers one run (or one cluster) may have: about ten times the largest training clusters.
 MAX_WORKERS = 1 << 20
 #: Most memory per device or worker a plan may declare (64 TiB).
@@ -58,6 +55,8 @@ MAX_DEVICE_MEMORY_GIB = 65536.0
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 #: The largest step number the database stores (the metrics' step column is a 32-bit integer).
 MAX_STEP = 2**31 - 1
+#: The tag naming a run's hyperparameter group (the runs of one point of an lr / batch / beta2 sweep).
+HPARAM_GROUP_TAG = "hparam_group"
 
 
 class _Frozen(StrictModel):
@@ -230,8 +229,23 @@ class FaultSpec(_Frozen):
     kill_attempts: int = Field(default=1, ge=0)  # ... only on the first this many attempts
 
 
+class SimulatedHparams(_Frozen):
+    """A simulated run's penalty for its learning rate and batch, with a known optimum:
+    k_lr (ln lr - ln lr*)^2 + k_batch (ln B - ln B*)^2, lr* = lr_c N^lr_a D^lr_b, B* = batch_d D^batch_e
+    (B in tokens; N and D the run's). Bounded so the penalty stays a finite float."""
+
+    k_lr: float = Field(ge=0, le=10, description="loss per (ln lr - ln lr*)^2")
+    lr_c: float = Field(gt=0, le=1e6, description="lr* = lr_c N^lr_a D^lr_b")
+    lr_a: float = Field(default=0.0, ge=-2, le=2)
+    lr_b: float = Field(default=0.0, ge=-2, le=2)
+    k_batch: float = Field(default=0.0, ge=0, le=10, description="loss per (ln B - ln B*)^2")
+    batch_d: float = Field(default=1.0, gt=0, le=1e12, description="B* = batch_d D^batch_e tokens")
+    batch_e: float = Field(default=0.0, ge=-2, le=2)
+
+
 class SimulatedLaw(_Frozen):
-    """The Chinchilla law a simulated run draws its losses from: L = E + A / N^alpha + B / D^beta."""
+    """The Chinchilla law a simulated run draws its losses from: L = E + A / N^alpha + B / D^beta,
+    plus the ``hparams`` penalty when given (`SimulatedHparams`)."""
 
     # Bounded so that every loss the law gives is a finite float: E is nats per token (ln of a
     # million-token vocabulary is 14), A and B reach 1e30 only with exponents near 2.
@@ -240,6 +254,15 @@ class SimulatedLaw(_Frozen):
     B: float = Field(gt=0, le=1e30)
     alpha: float = Field(gt=0, le=2)
     beta: float = Field(gt=0, le=2)
+    hparams: Optional[SimulatedHparams] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_hparams(self, handler: Any) -> Any:
+        # A law without the term serializes as before it existed, so simulated runs keep their keys.
+        out = handler(self)
+        if isinstance(out, dict) and self.hparams is None:
+            out.pop("hparams", None)
+        return out
 
 
 class SimulateSpec(_Frozen):
@@ -269,7 +292,7 @@ class Recipe(_Frozen):
     A plan's ``train`` section holds these fields (its rules may set lr and batch_tokens per run).
     """
 
-    precision: PrecisionChoice = "auto"  # auto: resolved per machine, see trainer.precision.resolve
+    precision: PrecisionChoice = "auto"  # auto: decided per machine by trainer.resolve
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: ScheduleSpec = ScheduleSpec()
     # A whole number of sequences (scaling.accounting.batch_problem says why one is refused).
@@ -433,8 +456,15 @@ def pipeline_problem(spec: "RunSpec", *, unplaced: bool = False) -> Optional[str
 
 
 class RunSpec(Recipe):
-    """One training run. Immutable; build variants with ``spec.model_copy(update=...)``."""
+    """One training run with nothing left to decide: what the trainer trains. Immutable; build
+    variants with ``spec.model_copy(update=...)``.
 
+    Its precision is concrete (``auto`` only on a simulated run, which trains nothing) and it is
+    validated in full. A :class:`RunRequest` (a plan's run, a spec file) may still say ``auto``;
+    ``scaling.trainer.resolve.resolve`` turns one into a RunSpec.
+    """
+
+    precision: PrecisionChoice = "fp32"  # refused as auto unless simulated (_concrete)
     model: ModelSpec
     tokens: int = Field(gt=0, description="D: training tokens")
     data: DataSpec = DataSpec()
@@ -463,12 +493,23 @@ class RunSpec(Recipe):
             raise ValueError(problem)
         return value
 
+    def placement_pending(self) -> bool:
+        """Whether the checks that depend on the placement wait for the resolver (never for a RunSpec)."""
+        return False
+
     @model_validator(mode="after")
-    def _consistent(self, info: ValidationInfo) -> "RunSpec":
+    def _concrete(self) -> "RunSpec":
+        if self.simulate is None and self.precision == "auto" and not isinstance(self, RunRequest):
+            raise ValueError("precision: auto is decided by the resolver (scaling.trainer.resolve.resolve); "
+                             "a run spec names bf16, fp16 or fp32")
+        return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RunSpec":
         ex = self.execution
-        # A plan's run before the layout search places it (validation context {"unplaced": True}): the
-        # search picks dp, tp, pp and the micro-batch, and the placed spec is validated again in full.
-        unplaced = bool(info.context and info.context.get(UNPLACED))
+        # A request whose layout the resolver still picks (strategy auto on several workers): the
+        # checks that depend on dp, tp, pp and the micro-batch wait for the placed RunSpec.
+        unplaced = self.placement_pending()
         problem = batch_problem(self.batch_tokens, self.model.context, 1 if unplaced else ex.dp)
         if problem:
             raise ValueError(f"batch_tokens: {problem}")
@@ -611,6 +652,7 @@ class RunSpec(Recipe):
             "spec": self.model_dump(mode="json"),
             "parent_key": self.branch.parent if self.branch else None,
             "trunk_tokens": self.trunk_tokens,
+            "hparam_group": self.tags.get(HPARAM_GROUP_TAG),
         }
 
     # -- I/O -----------------------------------------------------------------------------------
@@ -635,3 +677,15 @@ class RunSpec(Recipe):
         if not isinstance(data, dict):
             raise SpecError(f"{p}: expected a mapping of spec fields")
         return cls.from_dict(data, where=str(p))
+
+
+class RunRequest(RunSpec):
+    """A run as a plan or a spec file states it: its precision and strategy may say ``auto`` and
+    its data need not be fingerprinted yet. ``scaling.trainer.resolve.resolve(request, host)``
+    decides each of these once and returns the :class:`RunSpec` the trainer accepts."""
+
+    precision: PrecisionChoice = "auto"
+
+    def placement_pending(self) -> bool:
+        ex = self.execution
+        return ex.strategy == "auto" and ex.workers > 1
