@@ -252,10 +252,13 @@ def main() -> None:
     ap.add_argument("--scale", help="the scale series' sizes, e.g. 250,1000,4000,10000")
     ap.add_argument("--postgres", help="a PostgreSQL URL for the scale series' PostgreSQL part")
     ap.add_argument("--concurrent", type=int, default=1000, help="runs of each of the two concurrent sweeps")
+    ap.add_argument("--out", type=Path, help="the scale series' folder (its scale.db is kept for reading "
+                    "benchmarks: status, runs, fit, report); default a fresh temporary folder")
     args = ap.parse_args()
     if args.scale:
         sizes = [int(float(v)) for v in args.scale.split(",")]
-        tmp = Path(tempfile.mkdtemp(prefix="bench_scale_"))
+        tmp = args.out or Path(tempfile.mkdtemp(prefix="bench_scale_"))
+        tmp.mkdir(parents=True, exist_ok=True)
         scale_series(sizes, args.cpus, tmp)
         if args.postgres:
             postgres_series(args.postgres, max(sizes), args.concurrent, args.cpus, tmp)
