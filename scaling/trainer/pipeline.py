@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from scaling.trainer.model import GPT, build_model
+from scaling.trainer.model import GPT, build_meta_model, init_materialized, materialize
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
@@ -325,16 +325,9 @@ def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
     return mine
 
 
-def _wrap_data_parallel(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> nn.Module:
-    """``stage`` under the data-parallel strategy over the "dp" mesh dim (FSDP2 per block, then the stage)."""
-    if strategy == "single":
-        return stage
-    if strategy in ("ddp", "zero1"):
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        dev = next(stage.parameters()).device
-        return DDP(stage, device_ids=[dev.index] if dev.type == "cuda" else None,
-                   process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
+def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> None:
+    """FSDP2 over the "dp" mesh dim for ``zero2``/``zero3`` (per block, then the stage), in place;
+    on the meta device, so each rank later allocates only its shard."""
     from torch.distributed.fsdp import fully_shard
 
     from scaling.trainer.parallel import mixed_precision_policy
@@ -343,7 +336,32 @@ def _wrap_data_parallel(stage: StageModule, spec: RunSpec, strategy: str, dp_mes
     for block in stage.blocks.values():
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
     fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
-    return stage
+
+
+def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:
+    """``stage`` (materialized) under DDP for ``ddp``/``zero1``; itself otherwise."""
+    if strategy not in ("ddp", "zero1"):
+        return stage
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = next(stage.parameters()).device
+    return DDP(stage, device_ids=[dev.index] if dev.type == "cuda" else None,
+               process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
+
+
+def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, device: torch.device) -> None:
+    """Allocate this rank's stages on ``device`` and give them ``build_model(shape, seed)``'s weights.
+
+    The stages share their submodules with ``full``, the meta-device model: only what this rank
+    holds is allocated, the rest of ``full`` stays on meta, where :func:`init_materialized`'s
+    writes cost nothing, so its replay of the whole model's draws lands on this rank's part.
+    """
+    for module in modules:
+        materialize(module, device)
+    # A rank with the embedding but not the head replaced ``wte.weight`` alone: tie the head to
+    # it again, so the head's init (the tied weight's last draw) reaches the embedding.
+    full.lm_head.weight = full.wte.weight
+    init_materialized(full, spec.shape, spec.seed)
 
 
 def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
@@ -359,18 +377,19 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     chunks = PIPELINE_CHUNKS[ex.pp_schedule]
     n_stages = pp * chunks
     split = split_blocks(spec.model.n_layer, n_stages)
-    full = build_model(spec.shape, spec.seed)
+    # torchtitan's order: stages built on the meta device, split over "tp" and sharded over "dp",
+    # then only this rank's part allocated and initialized: no rank ever holds the whole model.
+    full = build_meta_model(spec.shape)
     boundary = DTYPES[spec.precision] if spec.precision in DTYPES else torch.float32
     modules = []
     for s in stages_of_rank(pp_rank, pp, chunks):
         module = StageModule(full, split[s], first=s == 0, last=s == n_stages - 1, boundary_dtype=boundary)
         module.activation_checkpointing = ex.activation_checkpointing
-        modules.append(module.to(rt.device))
+        modules.append(module)
     if tp > 1:  # Megatron's split of each block over "tp"; embeddings, norm and head stay replicated
         from scaling.trainer.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(full, mesh["tp"], [b for m in modules for b in m.blocks.values()])
-    del full
 
     strategy = "single"
     if dp > 1:
@@ -378,7 +397,12 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
 
         strategy = resolve_strategy(spec, rt.world_size, rt.device)  # refuses 'single' on dp > 1
     dp_mesh = mesh["dp"]
-    wrapped = [_wrap_data_parallel(m, spec, strategy, dp_mesh) for m in modules]
+    if strategy in ("zero2", "zero3"):
+        for m in modules:
+            _shard(m, spec, strategy, dp_mesh)
+    _materialize_stages(full, modules, spec, rt.device)
+    del full
+    wrapped = [_replicate(m, strategy, dp_mesh) for m in modules]  # DDP broadcasts: after the init
     pp_group = mesh["pp"].get_group()
     stages = [PipelineStage(w, s, n_stages, rt.device, group=pp_group)
               for w, s in zip(wrapped, stages_of_rank(pp_rank, pp, chunks))]
