@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from scaling.errors import UserError
+from scaling.userfiles import read_input
 
 MAX_BYTES = 256 * 1024  # plans and specs written by hand are a few kB; 256 KiB parses in about a second
 MAX_DEPTH = 64  # nesting levels of mappings and lists
@@ -47,18 +48,8 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def read_text(path: str | Path, error: type[UserError], what: str) -> str:
     """The text of the ``what`` file at ``path``, at most :data:`MAX_BYTES` (else ``error``)."""
-    p = Path(path)
-    if p.exists() and not p.is_file():
-        raise error(f"{p}: not a regular file (a folder, device or pipe); give a {what} file")
-    if not p.is_file():
-        raise error(f"{what} file not found: {p}")
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise error(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise error(f"{p}: larger than {MAX_BYTES // 1024} KiB: not a {what} file")
+    p = Path(path).expanduser()
+    raw = read_input(p, what, max_bytes=MAX_BYTES, error=error)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
+from scaling.userfiles import input_file
 
 #: Largest CSV read (bytes): ten million rows of four numbers fit comfortably below it.
 MAX_CSV_BYTES = 1 << 30
@@ -46,14 +47,7 @@ class Parsed:
 
 def read_csv(path: str | Path) -> tuple[pd.DataFrame, str]:
     """The CSV as a DataFrame of raw cells, and the delimiter it used."""
-    p = Path(path)
-    if p.exists() and not p.is_file():
-        raise FitError(f"{p}: not a regular file (a folder, device or pipe); give a CSV file")
-    if not p.is_file():
-        raise NotFoundError(f"CSV file not found: {p}")
-    size = p.stat().st_size
-    if size > MAX_CSV_BYTES:
-        raise FitError(f"{p}: {size / 2**20:.0f} MiB is more than the {MAX_CSV_BYTES >> 20} MiB a CSV may have")
+    p, _ = input_file(path, "CSV", error=FitError, missing=NotFoundError, max_bytes=MAX_CSV_BYTES)
     head = _header_line(p)
     sep = delimiter_of(head)
     n_columns = head.count(sep) + 1

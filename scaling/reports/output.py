@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from scaling.errors import UserError
+from scaling.userfiles import refuse_special_output
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -23,8 +24,7 @@ def write_atomic(path: Path, text: str) -> None:
     Only a regular file (or a new one) is replaced: renaming over a device or a pipe would
     destroy it.
     """
-    if path.exists() and not path.is_file():
-        raise UserError(f"{path}: is not a regular file (a device, pipe or socket); the page was not written")
+    refuse_special_output(path, str(path), "the page was not written")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -72,8 +72,7 @@ def check_output(path: Path, option: str = "--output", *, db_url: Optional[str] 
             raise UserError(f"{option} {path}: is also {other[0]}'s path; give the two outputs different files")
         if out.is_dir():
             raise UserError(f"{option} {path}: is a directory; name the file, e.g. {path / 'report.html'}")
-        if out.exists() and not out.is_file():
-            raise UserError(f"{option} {path}: is not a regular file (a device, pipe or socket); name a file")
+        refuse_special_output(out, f"{option} {path}", "name a file")
         ancestor = next(p for p in [out.parent, *out.parent.parents] if p.exists())
         if not ancestor.is_dir():
             raise UserError(f"{option} {path}: {ancestor} is a file, not a folder")

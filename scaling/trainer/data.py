@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import SpecError
+from scaling.userfiles import input_file
 from scaling.trainer.files import file_sha256, read_corpus, text_files
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
@@ -181,13 +182,8 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
         fingerprint = _sha256(raw)
     else:  # tokens
         assert path_ is not None
-        path = Path(path_).expanduser()
-        if path.exists() and not path.is_file():
-            raise SpecError(f"data.path: {path} is not a regular file (a folder, device or pipe); give a token file")
-        if not path.is_file():
-            raise SpecError(f"data.path: token file not found: {path}")
+        path, size = input_file(path_, "token", error=SpecError, where="data.path")
         itemsize = np.dtype(dtype).itemsize
-        size = path.stat().st_size
         if size % itemsize:
             raise SpecError(f"data.path: {path} is not a whole number of {dtype} tokens")
         if size < 4 * itemsize:  # an empty file cannot even be mapped

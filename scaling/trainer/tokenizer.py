@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from scaling.errors import SpecError
+from scaling.userfiles import read_input
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -43,16 +44,8 @@ def _tokenizers():  # type: ignore[no-untyped-def]
 
 def load(path: str | Path, where: str = "data.tokenizer.path") -> "Tokenizer":
     """The tokenizer in a ``tokenizer.json`` file; SpecError (one line) for anything else."""
-    p = Path(path).expanduser()
-    if p.exists() and not p.is_file():
-        raise SpecError(f"{where}: {p} is not a regular file (a folder, device or pipe); give a tokenizer.json")
-    if not p.is_file():
-        raise SpecError(f"{where}: tokenizer file not found: {p}")
-    size = p.stat().st_size
-    if size > MAX_TOKENIZER_BYTES:
-        raise SpecError(f"{where}: {p} is {size / 2**20:.1f} MiB, more than the {MAX_TOKENIZER_BYTES >> 20} MiB allowed")
-    raw = p.read_bytes()
-    return from_json(raw, f"{where}: {p}")
+    raw = read_input(path, "tokenizer", max_bytes=MAX_TOKENIZER_BYTES, error=SpecError, where=where)
+    return from_json(raw, f"{where}: {Path(path).expanduser()}")
 
 
 def from_json(raw: bytes, where: str) -> "Tokenizer":
