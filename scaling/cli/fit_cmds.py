@@ -109,6 +109,11 @@ def fit(
         bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
                            "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
     ] = False,
+    task: Annotated[
+        Optional[list[str]], typer.Option("--task", help="Downstream tasks to fit (repeatable; default: every "
+                                          "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
+                                          "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
+    ] = None,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -141,6 +146,9 @@ def fit(
 
             data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
         summary = fit_data(data, law, bootstrap, seed)
+        from scaling.fitting.tasks import fit_tasks_csv
+
+        tasks = fit_tasks_csv(str(csv), data, tasks=task, n_bootstrap=bootstrap, seed=seed)
     else:
         if (r_star is not None or r_star_n is not None) and not effective_data:
             raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
@@ -149,7 +157,14 @@ def fit(
         summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
                             r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
                             fit_r_star_n=fit_rn)
-    typer.echo(json.dumps(summary.to_dict(), indent=2) if fmt == "json" else summary.table(), nl=fmt == "json")
+        from scaling.fitting.tasks import fit_tasks_sweep
+
+        tasks = fit_tasks_sweep(resolve_url(db), str(summary.sweep), tasks=task, n_bootstrap=bootstrap, seed=seed,
+                                k=float(summary.conventions.get("flops_per_param_token") or 6.0))
+    if fmt == "json":
+        typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
+    else:
+        typer.echo(summary.table() + ("\n" + tasks.table() if tasks else ""), nl=False)
 
 
 @app.command()

@@ -1,0 +1,301 @@
+"""Step 2 of downstream prediction: accuracy as a function of a task loss, with bootstrap intervals.
+
+Two forms, both fitted by least squares on every evaluation of the sweep (intermediate
+checkpoints included: each is one more (loss, accuracy) pair on the same curve):
+
+- ``sigmoid`` (the OLMo ladder, Bhagia et al. 2024): acc(L) = a / (1 + exp(-k (L - L0))) + b;
+  k < 0 when accuracy falls as the loss rises. b is the floor (chance), a + b the ceiling.
+- ``exp`` (Gadre et al. 2024): Err(L) = eps - k exp(-gamma L), i.e. acc = 1 - eps + k exp(-gamma L).
+
+The bootstrap resamples whole runs (a run's checkpoints are not independent draws) and refits
+from the full-data optimum; intervals and what they may claim come from
+:mod:`scaling.fitting.intervals`, the same rules as the loss laws.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from scaling.errors import FitError
+from scaling.fitting.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
+from scaling.fitting.intervals import summarise, withheld
+
+#: A parameter within this fraction of its bound's distance is reported as pinned there.
+AT_BOUND = 1e-6
+#: The transition L0 may lie this many loss ranges outside the measured losses before the sigmoid's
+#: shape is an extrapolation the data do not support.
+L0_REACH = 1.0
+
+
+class AccuracyCurve:
+    """Base of the loss -> accuracy forms: fit, bootstrap, intervals, honesty, (de)serialisation."""
+
+    form: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    param_names: ClassVar[tuple[str, ...]] = ()
+
+    # -- the form, on the optimiser's vector and on a parameter dict ---------------------------
+    def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _starts(self, L: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _params(self, x: np.ndarray) -> dict[str, float]:
+        """The parameters of the optimiser's vector ``x``."""
+        return {n: float(v) for n, v in zip(self.param_names, x)}
+
+    def _vector(self, p: dict[str, float]) -> np.ndarray:
+        """The optimiser's vector of parameters ``p`` (inverse of :meth:`_params`)."""
+        return np.array([p[n] for n in self.param_names], float)
+
+    # -- fitting ---------------------------------------------------------------------------------
+    def fit(self, loss: Any, acc: Any, groups: Any = None) -> "AccuracyCurve":
+        """Fit accuracy ``acc`` against task loss ``loss``; ``groups`` (run keys) for the bootstrap."""
+        L = np.asarray(loss, float)
+        y = np.asarray(acc, float)
+        ok = np.isfinite(L) & np.isfinite(y)
+        L, y = L[ok], y[ok]
+        g = np.asarray(groups if groups is not None else np.arange(ok.size))[ok]
+        n_par = len(self.param_names)
+        if len(L) <= n_par:
+            raise FitError(f"{self.label} needs more evaluations than its {n_par} parameters; got {len(L)}")
+        if np.ptp(L) <= 0:
+            raise FitError(f"{self.label} needs evaluations at more than one task loss")
+        self.loss_, self.acc_, self.groups_ = L, y, g
+        self.lower_, self.upper_ = self._bounds(L, y)
+        best = None
+        for x0 in self._starts(L, y):
+            r = self._solve(x0, np.ones_like(L))
+            if r is not None and (best is None or r[1] < best[1]):
+                best = r
+        if best is None:
+            raise FitError(f"{self.label}: the least-squares fit failed from every start")
+        self.x_ = best[0]
+        self.params_ = self._params(self.x_)
+        self.residual_sd_ = float(np.sqrt(np.mean((self._accuracy(self.params_, L) - y) ** 2)))
+        self.loss_range_ = (float(L.min()), float(L.max()))
+        self.n_points_ = int(len(L))
+        self.n_groups_ = int(len(np.unique(g)))
+        self.replicates_: np.ndarray | None = None
+        self.notes_: list[str] = []
+        self.pinned_ = self._pinned()
+        if len(L) < MIN_POINTS_PER_PARAM * n_par:
+            self.notes_.append(f"unreliable: {len(L)} evaluations for the {n_par} parameters of {self.label}: "
+                               "too few to test the form")
+        self._check_fit()
+        return self
+
+    def _solve(self, x0: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, float] | None:
+        sw = np.sqrt(w)
+        x0 = np.clip(x0, self.lower_ + 1e-12, self.upper_ - 1e-12)
+
+        def resid(x: np.ndarray) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                r = (self._accuracy(self._params(x), self.loss_) - self.acc_) * sw
+            return np.where(np.isfinite(r), r, 1e3)
+
+        try:
+            r = least_squares(resid, x0, bounds=(self.lower_, self.upper_), method="trf", x_scale="jac",
+                              max_nfev=2000)
+        except (ValueError, np.linalg.LinAlgError):
+            return None
+        cost = float(np.sum(resid(r.x) ** 2))
+        return (r.x, cost) if np.isfinite(cost) else None
+
+    def _pinned(self) -> dict[str, str]:
+        out = {}
+        low, high = self._params(self.lower_), self._params(self.upper_)
+        for i, name in enumerate(self.param_names):
+            lo, hi, v = self.lower_[i], self.upper_[i], self.x_[i]
+            span = hi - lo
+            if v - lo <= AT_BOUND * span:
+                out[name] = f"lower bound {low[name]:.4g}"
+            elif hi - v <= AT_BOUND * span:
+                out[name] = f"upper bound {high[name]:.4g}"
+        return out
+
+    def _check_fit(self) -> None:
+        """Form-specific notes on what the data do not determine (after fit and after bootstrap)."""
+
+    # -- bootstrap -------------------------------------------------------------------------------
+    def bootstrap(self, n: int = 200, seed: int = 0) -> "AccuracyCurve":
+        """Refit ``n`` resamples of whole runs (with replacement), each from the full-data optimum."""
+        if n < 2:
+            raise FitError("the bootstrap needs at least 2 replicates")
+        rng = np.random.default_rng(seed)
+        keys, inverse = np.unique(self.groups_, return_inverse=True)
+        out = np.full((n, len(self.param_names)), np.nan)
+        for i in range(n):
+            counts = np.bincount(rng.integers(0, len(keys), len(keys)), minlength=len(keys)).astype(float)
+            w = counts[inverse]
+            if np.count_nonzero(w) <= len(self.param_names) or np.ptp(self.loss_[w > 0]) <= 0:
+                continue
+            r = self._solve(self.x_, w)
+            if r is not None:
+                out[i] = list(self._params(r[0]).values())
+        self.replicates_ = out
+        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the bootstrap")]
+        ok = int(np.isfinite(out).all(axis=1).sum())
+        if ok < MIN_OK_FRACTION * n:
+            self.notes_.append(f"unreliable: the bootstrap refitted only {ok} of {n} resamples of the runs")
+        self._check_fit()
+        return self
+
+    def replicate_params(self) -> dict[str, np.ndarray] | None:
+        """Each parameter's successful replicates (None without a usable bootstrap)."""
+        if self.replicates_ is None:
+            return None
+        reps = self.replicates_[np.isfinite(self.replicates_).all(axis=1)]
+        if len(reps) < MIN_OK_FRACTION * len(self.replicates_) or len(reps) < 2:
+            return None
+        return {n: reps[:, i] for i, n in enumerate(self.param_names)}
+
+    def replicate_rows(self) -> np.ndarray | None:
+        """The replicate matrix with failed rows NaN, aligned by replicate index (for pairing with step 1)."""
+        return None if self.replicate_params() is None else self.replicates_
+
+    # -- results ---------------------------------------------------------------------------------
+    def predict(self, loss: Any) -> np.ndarray:
+        """Accuracy at task loss ``loss``."""
+        return self._accuracy(self.params_, np.asarray(loss, float))
+
+    def accuracy_of(self, rows: np.ndarray, loss: Any) -> np.ndarray:
+        """Accuracy of each replicate row (R, P) at the matching loss (R,) (NaN where either is missing)."""
+        p = {n: rows[:, i] for i, n in enumerate(self.param_names)}
+        with np.errstate(all="ignore"):
+            return self._accuracy(p, np.asarray(loss, float))
+
+    def intervals(self) -> dict[str, dict[str, Any]]:
+        reps = self.replicate_params()
+        return {n: summarise(reps[n] if reps else [], self.params_[n], pinned=self.pinned_.get(n))
+                for n in self.param_names}
+
+    def reported_intervals(self) -> dict[str, dict[str, Any]]:
+        ivs = self.intervals()
+        if self.reliable():
+            return ivs
+        return {n: withheld(iv, "the form is flagged unreliable: " + self.doubts()[0]) for n, iv in ivs.items()}
+
+    def doubts(self) -> list[str]:
+        return [t for t in self.notes_ if t.startswith("unreliable")]
+
+    def reliable(self) -> bool:
+        return not self.doubts()
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({
+            "form": self.form, "label": self.label, "params": self.params_, "intervals": self.reported_intervals(),
+            "reliable": self.reliable(), "notes": self.notes_, "pinned": self.pinned_,
+            "residual_sd": self.residual_sd_, "loss_range": list(self.loss_range_), "n_points": self.n_points_,
+            "n_runs": self.n_groups_,
+            "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
+        })
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AccuracyCurve":
+        sub = CURVES.get(str(d.get("form")))
+        if sub is None:
+            raise FitError(f"unknown accuracy form {d.get('form')!r} (known: {', '.join(CURVES)})")
+        c = sub()
+        c.params_ = {k: float(v) for k, v in d["params"].items()}
+        c.x_ = c._vector(c.params_)
+        c.notes_ = list(d.get("notes") or [])
+        c.pinned_ = dict(d.get("pinned") or {})
+        c.residual_sd_ = float(d.get("residual_sd") or math.nan)
+        c.loss_range_ = tuple(d.get("loss_range") or (math.nan, math.nan))
+        c.n_points_ = int(d.get("n_points") or 0)
+        c.n_groups_ = int(d.get("n_runs") or 0)
+        reps = d.get("replicates")
+        c.replicates_ = None if reps is None else np.array(
+            [[math.nan if v is None else v for v in row] for row in reps], float).reshape(-1, len(sub.param_names))
+        return c
+
+
+class Sigmoid(AccuracyCurve):
+    """acc(L) = a / (1 + exp(-k (L - L0))) + b (Bhagia et al. 2024, the OLMo ladder's step 2)."""
+
+    form = "sigmoid"
+    label = "sigmoid (Bhagia et al. 2024)"
+    param_names = ("a", "k", "L0", "b")
+
+    def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return p["a"] / (1.0 + np.exp(-p["k"] * (L - p["L0"]))) + p["b"]
+
+    def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        R = float(np.ptp(L))
+        kmax = 200.0 / R
+        return (np.array([1e-6, -kmax, L.min() - 5 * R, 0.0]), np.array([1.0, kmax, L.max() + 5 * R, 1.0]))
+
+    def _starts(self, L: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        R = float(np.ptp(L))
+        lo, hi = float(y.min()), float(y.max())
+        out = []
+        for k in (-4.0 / R, -12.0 / R, 4.0 / R):
+            for q in (0.25, 0.5, 0.75):
+                for a in (max(hi - lo, 0.05) * 1.2, max(1.0 - lo, 0.05)):
+                    out.append(np.array([min(a, 1.0), k, float(np.quantile(L, q)), max(lo - 0.02, 0.0)]))
+        return out
+
+    def _check_fit(self) -> None:
+        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the transition")]
+        lo, hi = self.loss_range_
+        reach = L0_REACH * (hi - lo)
+        iv = self.intervals()["L0"]
+        ends = [iv["value"]] + [iv[q] for q in ("lo", "hi") if math.isfinite(iv.get(q, math.nan))]
+        if "L0" in self.pinned_ or any(v < lo - reach or v > hi + reach for v in ends):
+            self.notes_.append(f"unreliable: the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
+                               f"outside the measured task losses ({lo:.4g} to {hi:.4g}): the data do not locate the "
+                               "sigmoid's transition")
+
+
+class ExpError(AccuracyCurve):
+    """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, eq. 5); accuracy is 1 - Err."""
+
+    form = "exp"
+    label = "exponential error (Gadre et al. 2024)"
+    param_names = ("eps", "k", "gamma")
+
+    # The optimiser works on (eps, ln k, gamma): k spans many decades as gamma moves.
+    def _params(self, x: np.ndarray) -> dict[str, float]:
+        return {"eps": float(x[0]), "k": math.exp(min(float(x[1]), 700.0)), "gamma": float(x[2])}
+
+    def _vector(self, p: dict[str, float]) -> np.ndarray:
+        return np.array([p["eps"], math.log(max(p["k"], 1e-300)), p["gamma"]], float)
+
+    def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return 1.0 - (p["eps"] - p["k"] * np.exp(-p["gamma"] * L))
+
+    def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        gmax = 50.0 / max(float(np.abs(L).max()), 1e-9)
+        return np.array([0.0, -50.0, 1e-6]), np.array([2.0, 700.0, gmax])
+
+    def _starts(self, L: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        err = 1.0 - y
+        out = []
+        eps = min(float(err.max()) + 0.05, 1.5)
+        for gamma in (0.3, 1.0, 3.0):
+            k = max(float(np.mean((eps - err) * np.exp(gamma * L))), 1e-6)
+            out.append(np.array([eps, math.log(k), gamma]))
+        return out
+
+    def _check_fit(self) -> None:
+        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the data do not determine gamma")]
+        iv = self.intervals()["gamma"]
+        lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+        if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
+            self.notes_.append(f"unreliable: the data do not determine gamma (its 95% bootstrap interval "
+                               f"[{lo:.3g}, {hi:.3g}] spans a factor {hi / lo:.3g})")
+
+
+#: The forms by name, in report order.
+CURVES: dict[str, type[AccuracyCurve]] = {"sigmoid": Sigmoid, "exp": ExpError}

@@ -1,0 +1,203 @@
+"""Downstream-task measurements as one tidy frame, from a sweep's database or a CSV's task columns.
+
+``TaskData.evals`` has one row per (run, evaluation step, task): ``run_key, N, D, C, tokens,
+final, task, acc, acc_norm, bpb, loss``. ``final`` marks a run's last evaluation (the (N, D)
+point step 1 fits); every row is an evaluation step 2 fits. ``loss`` is the run's own loss at
+that evaluation, the task loss of a task that reports no bits per byte (Gadre et al. relate
+error to the validation loss, not to a task loss).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+import numpy as np
+import pandas as pd
+
+from scaling.errors import FitError
+from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData
+from scaling.fitting.tabular import parse_numbers
+from scaling.fitting.task_columns import MAX_TASKS, TASK_KINDS, TASK_NAME, TASK_PREFIX, parse_column, parse_metric
+
+COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
+
+
+@dataclass
+class TaskData:
+    """Every task evaluation of a sweep or file, and the conventions of its N and C."""
+
+    evals: pd.DataFrame
+    flops_per_param_token: float = SIX
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def tasks(self) -> list[str]:
+        return sorted(self.evals["task"].unique().tolist()) if len(self.evals) else []
+
+    def of(self, task: str) -> pd.DataFrame:
+        return self.evals[self.evals["task"] == task]
+
+    def only(self, tasks: list[str] | None) -> "TaskData":
+        """The same data restricted to ``tasks`` (all when None); an unknown name is refused."""
+        if not tasks:
+            return self
+        unknown = [t for t in tasks if t not in set(self.tasks())]
+        if unknown:
+            raise FitError(f"{self.source}: no task {unknown[0]!r} (tasks: {', '.join(self.tasks()[:20]) or 'none'})")
+        return TaskData(self.evals[self.evals["task"].isin(tasks)].reset_index(drop=True),
+                        self.flops_per_param_token, self.source, list(self.notes))
+
+
+def empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("run_key", "task") else float) for c in COLUMNS})
+
+
+# -- from the database ------------------------------------------------------------------------------
+def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
+    """The task metrics of ``sweep``'s completed runs (every evaluation step); empty without any."""
+    from scaling import db
+    from scaling import vocab as names
+
+    k = data.flops_per_param_token if data is not None else SIX
+    with db.connect(url) as res:
+        runs = res.runs(sweep=sweep, status="completed")
+        if runs is None or not len(runs):
+            return TaskData(empty(), k, f"sweep {sweep!r}")
+        if "parent_key" in runs:  # a trunk that branches never cooled down: not a point (as data.from_db)
+            runs = runs[~runs["run_key"].isin(set(res.runs(sweep=sweep)["parent_key"].dropna()))]
+        summary = res.metric_summary(sweep=sweep, run_keys=list(runs["run_key"]))
+        wanted = sorted(n for n in summary["name"].unique() if parse_metric(str(n)) is not None)
+        if not wanted:
+            return TaskData(empty(), k, f"sweep {sweep!r}")
+        tasks = sorted({parse_metric(n)[0] for n in wanted})  # type: ignore[index]
+        if len(tasks) > MAX_TASKS:
+            raise FitError(f"sweep {sweep!r} has {len(tasks)} tasks, more than the {MAX_TASKS} fitted at once")
+        m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
+    return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}")
+
+
+def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss."""
+    if m is None or not len(m):
+        return empty()
+    m = m.drop_duplicates(["run_key", "step", "name"], keep="last")
+    loss = m[~m["name"].str.startswith(TASK_PREFIX)][["run_key", "step", "value"]].rename(columns={"value": "loss"})
+    t = m[m["name"].str.startswith(TASK_PREFIX)].copy()
+    parsed = t["name"].map(parse_metric)
+    t = t[parsed.notna()]
+    t["task"] = [p[0] for p in parsed.dropna()]
+    t["kind"] = [p[1] for p in parsed.dropna()]
+    wide = t.pivot_table(index=["run_key", "step", "tokens", "task"], columns="kind", values="value",
+                         aggfunc="last").reset_index()
+    for kind in TASK_KINDS:
+        if kind not in wide:
+            wide[kind] = np.nan
+    wide = wide.merge(loss, on=["run_key", "step"], how="left")
+    info = runs[["run_key", "N"]].astype({"N": float})
+    wide = wide.merge(info, on="run_key", how="inner")
+    wide["D"] = wide["tokens"].astype(float)
+    last = wide.groupby("run_key")["step"].transform("max")
+    wide["final"] = wide["step"] == last
+    # C of an evaluation is the compute spent up to it (6 N tokens); the run's final C for the last one
+    wide["C"] = SIX * wide["N"] * wide["D"]
+    return wide[list(COLUMNS)].reset_index(drop=True)
+
+
+# -- from a CSV's columns ---------------------------------------------------------------------------
+def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> TaskData:
+    """The task columns of a measurements table (one row = one run's final evaluation).
+
+    Columns ``task/<task>/<kind>``, ``<kind>_<task>`` (kind acc, acc_norm, bpb) or ``err_<task>``
+    (1 - accuracy). Accuracies and errors must lie in [0, 1], bits per byte be positive; an empty
+    cell means the task was not measured on that row. N, D, C and loss are read from the same
+    columns :func:`scaling.fitting.data.from_frame` reads, in ``data``'s conventions.
+    """
+    where = f"{source}: " if source else ""
+    cols = [str(c) for c in df.columns]
+    task_cols: dict[tuple[str, str], str] = {}
+    for c in cols:
+        parsed = parse_column(c)
+        if parsed is None:
+            continue
+        task, kind = parsed
+        if kind not in TASK_KINDS + ("err",):
+            raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
+                           f"{', '.join(TASK_KINDS + ('err',))})")
+        if not TASK_NAME.match(task):
+            raise FitError(f"{where}column {c!r}: task name {task[:40]!r} must be 1-64 letters, digits, '_', '.' "
+                           "or '-', starting with a letter or digit")
+        key = (task, "acc" if kind == "err" else kind)
+        if key in task_cols:
+            raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
+        task_cols[key] = c
+    if not task_cols:
+        return TaskData(empty(), data.flops_per_param_token, source)
+    tasks = sorted({t for t, _ in task_cols})
+    if len(tasks) > MAX_TASKS:
+        raise FitError(f"{where}{len(tasks)} tasks, more than the {MAX_TASKS} fitted at once: keep the columns of "
+                       "the tasks you want (or name them with --task)")
+    base = _base_columns(df, cols, data, where)
+    rows = []
+    for task in tasks:
+        frame = base.copy()
+        frame["task"] = task
+        for kind in TASK_KINDS:
+            col = task_cols.get((task, kind))
+            frame[kind] = np.nan if col is None else _task_values(df[col], col, kind, where, err=col.lower().startswith("err_"))
+        frame = frame[frame["usable"] & frame[list(TASK_KINDS)].notna().any(axis=1)]
+        if not len(frame):
+            raise FitError(f"{where}task {task!r} has no measured value in any row")
+        rows.append(frame)
+    evals = pd.concat(rows, ignore_index=True)[list(COLUMNS)]
+    return TaskData(evals, data.flops_per_param_token, source)
+
+
+def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool) -> np.ndarray:
+    parsed = parse_numbers(col)
+    v = parsed.values
+    if parsed.unreadable.any():
+        i = int(np.flatnonzero(parsed.unreadable)[0])
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: cannot read {str(col.iloc[i])[:40]!r} as a number")
+    finite = np.isfinite(v)
+    if kind == "bpb":
+        bad = finite & ~(v > 0)
+        what = "bits per byte must be positive"
+    else:
+        bad = finite & ~((v >= 0) & (v <= 1))
+        what = f"{'an error rate' if err else 'an accuracy'} must lie in [0, 1] (a fraction, not a percentage)"
+    if bad.any() or np.isinf(v).any():
+        i = int(np.flatnonzero(bad | np.isinf(v))[0])
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: {v[i]!r}: {what}")
+    return 1.0 - v if err else v
+
+
+def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str) -> pd.DataFrame:
+    """Per row: N, D, C and the loss in nats, from the columns the loss fit reads."""
+    lower = {c.lower().strip(): c for c in cols}
+
+    def pick(names: tuple[str, ...]) -> str | None:
+        return next((lower[n.lower()] for n in names if n.lower() in lower), None)
+
+    def values(col: str | None) -> np.ndarray:
+        return np.full(len(df), np.nan) if col is None else parse_numbers(df[col]).values
+
+    N = values(pick(ALIASES["N"]))
+    D = values(pick(ALIASES["D"]))
+    C = values(pick(ALIASES["C"]))
+    k = data.flops_per_param_token
+    D = np.where(np.isfinite(D), D, C / (k * N))
+    C = np.where(np.isfinite(C), C, k * N * D)
+    loss_col = pick(ALIASES["loss"])
+    loss = values(loss_col)
+    if loss_col is None:
+        for unit, names in LOSS_UNIT_ALIASES.items():
+            if (col := pick(names)) is not None:
+                loss = values(col)
+                loss = loss * math.log(2.0) if unit == "bits" else np.log(loss)
+                break
+    ok = np.isfinite(N) & (N > 0) & np.isfinite(D) & (D > 0)
+    if not ok.any():
+        raise FitError(f"{where}no row has a usable N and D for the task columns")
+    return pd.DataFrame({"run_key": [f"row {i + 1}" for i in range(len(df))], "N": N, "D": D, "C": C,
+                         "tokens": D, "final": True, "loss": loss, "usable": ok})
+

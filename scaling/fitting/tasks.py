@@ -1,0 +1,346 @@
+"""Downstream prediction: a task's accuracy at any (N, D), in two fitted steps, with intervals.
+
+Step 1: the task loss (the bits per byte of the correct answer, or the run's own loss for a task
+that reports none) as a function of (N, D) in the Chinchilla form L = E + A/N^alpha + B/D^beta,
+fitted to each run's final evaluation by :class:`~scaling.fitting.parametric.ChinchillaParametric`
+(its own parameters, the same Huber objective, grid and bootstrap as the loss law).
+Step 2: accuracy as a function of the task loss (:mod:`scaling.fitting.task_curves`: the OLMo
+ladder's sigmoid and Gadre et al.'s exponential error), fitted to every evaluation.
+
+The chained prediction at (N, D) evaluates step 2 at step 1's task loss, replicate by replicate:
+the two bootstraps are drawn independently (step 1 resamples final points, step 2 whole runs) and
+paired by index, so the 95% interval carries both steps' parameter uncertainty. A chain whose
+either step is flagged unreliable keeps its value, marked, without an interval. The backtest holds
+out the largest budget as :mod:`scaling.fitting.backtest` does for the loss laws.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scaling.errors import FitError
+from scaling.fitting.base import jsonable
+from scaling.fitting.data import SIX, group_budgets, prepare
+from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fitting.task_curves import CURVES, AccuracyCurve
+from scaling.fitting.task_data import TaskData
+from scaling.fitting.task_data import from_db as tasks_from_db
+from scaling.fitting.task_data import from_frame as tasks_from_frame
+
+#: Step 2's forms, in report order; the first is the headline method.
+FORMS = tuple(CURVES)
+#: A predicted task loss this far outside the evaluated ones (as a fraction of their range) is an
+#: extrapolation of step 2, said in the prediction's notes.
+STEP2_REACH = 0.1
+
+__all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
+
+
+def _step1_points(rows: pd.DataFrame, source: str, k: float) -> Any:
+    """The final evaluations as fitting points: N, D, C and the task loss as ``loss``."""
+    pts = rows[["N", "D", "C", "x"]].rename(columns={"x": "loss"}).astype(float)
+    return prepare(pts, flops_convention="6N" if k == SIX else "given", source=source)
+
+
+@dataclass
+class TaskLaw:
+    """One task's two steps, fitted; :meth:`predict_interval` chains them."""
+
+    task: str
+    accuracy: str  # which accuracy is predicted: acc or acc_norm
+    loss_source: str  # step 1's task loss: bpb (of the answer) or loss (the run's own)
+    step1: ChinchillaParametric
+    curves: dict[str, AccuracyCurve]
+    skipped: dict[str, str] = field(default_factory=dict)  # step-2 forms that could not be fitted, and why
+    backtest: dict[str, Any] | None = None
+    evals: pd.DataFrame | None = None  # x (task loss), y (accuracy), final, C of every evaluation (figures)
+
+    @property
+    def loss_label(self) -> str:
+        return "task bits per byte" if self.loss_source == "bpb" else "loss"
+
+    def doubts(self, form: str) -> list[str]:
+        """What says this chain cannot be trusted: step 1's doubts, then the form's."""
+        out = [f"step 1 (task loss from N, D): {d}" for d in self.step1.doubts()]
+        curve = self.curves.get(form)
+        if curve is None:
+            return out + [f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}"]
+        return out + [f"step 2 ({curve.label}): {d}" for d in curve.doubts()]
+
+    def reliable(self, form: str = FORMS[0]) -> bool:
+        return not self.doubts(form)
+
+    def task_loss(self, N: Any, D: Any) -> np.ndarray:
+        return self.step1.predict(N, D)
+
+    def predict(self, N: Any, D: Any, form: str = FORMS[0]) -> np.ndarray:
+        """Predicted accuracy at (N, D) by ``form``."""
+        return self.curves[form].predict(self.task_loss(N, D))
+
+    def _step1_replicates(self, N: float, D: float) -> np.ndarray:
+        names = ("E", "A", "B", "alpha", "beta")
+        vals = [self.step1.replicate_values(n) for n in names]
+        if any(v is None for v in vals):
+            return np.array([])
+        E, A, B, al, be = (np.asarray(v, float) for v in vals)
+        with np.errstate(all="ignore"):
+            return E + A / np.power(N, al) + B / np.power(D, be)
+
+    def predict_interval(self, N: float, D: float) -> dict[str, Any]:
+        """Task loss and each form's accuracy at (N, D), with 95% intervals through both steps."""
+        N, D = float(N), float(D)
+        L = float(np.asarray(self.task_loss(N, D)))
+        L_reps = self._step1_replicates(N, D)
+        step1_ok = self.step1.reliable()
+        out: dict[str, Any] = {"N": N, "D": D, "C": self.step1.k_ * N * D, "notes": []}
+        iv = summarise(L_reps, L, log=True)
+        out["task_loss"] = iv if step1_ok else withheld(iv, "step 1 is flagged unreliable: " + self.step1.doubts()[0])
+        for form, curve in self.curves.items():
+            point = float(np.asarray(curve.predict(L)))
+            rows = curve.replicate_rows()
+            if rows is None or not L_reps.size:
+                reps = np.array([])
+            else:
+                m = min(len(rows), len(L_reps))
+                reps = curve.accuracy_of(rows[:m], L_reps[:m])
+            iv = summarise(reps, point)
+            doubts = self.doubts(form)
+            out[form] = withheld(iv, doubts[0]) if doubts else iv
+        lo, hi = next(iter(self.curves.values())).loss_range_ if self.curves else (math.nan, math.nan)
+        reach = STEP2_REACH * (hi - lo)
+        if math.isfinite(L) and (L < lo - reach or L > hi + reach):
+            out["notes"].append(f"step 2 extrapolates: the predicted {self.loss_label} {L:.4g} lies outside the "
+                                f"evaluated ones ({lo:.4g} to {hi:.4g})")
+        return out
+
+    def to_dict(self, replicates: bool = False) -> dict[str, Any]:
+        step1 = self.step1.to_dict()
+        curves = {f: c.to_dict() for f, c in self.curves.items()}
+        if not replicates:
+            step1["bootstrap"] = {k: v for k, v in step1["bootstrap"].items() if k != "replicates"}
+            step1["plot"] = {k: v for k, v in step1.get("plot", {}).items() if k != "points"}
+            for c in curves.values():
+                c.pop("replicates", None)
+        return jsonable({"task": self.task, "accuracy": self.accuracy, "loss_source": self.loss_source,
+                         "step1": step1, "step2": curves, "skipped": self.skipped, "backtest": self.backtest,
+                         "reliable": {f: self.reliable(f) for f in self.curves}})
+
+
+def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str]:
+    """(evaluations with x = task loss and y = accuracy, accuracy used, loss source)."""
+    acc = accuracy if rows[accuracy].notna().any() else ("acc_norm" if accuracy == "acc" else "acc")
+    if not rows[acc].notna().any():
+        raise FitError("no accuracy measured")
+    source = "bpb" if rows["bpb"].notna().any() else "loss"
+    out = rows.assign(x=rows[source].astype(float), y=rows[acc].astype(float))
+    out = out[np.isfinite(out["x"]) & np.isfinite(out["y"]) & (out["x"] > 0)]
+    if source == "loss" and not len(out):
+        raise FitError("no bits per byte and no loss at the task's evaluations")
+    return out, acc, source
+
+
+def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
+             grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
+             step1: ChinchillaParametric | None = None) -> TaskLaw:
+    """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.task_data.COLUMNS`).
+
+    ``step1``: an already fitted step 1 of the same task loss (shared by tasks measured on the run's
+    own loss). Raises :class:`FitError` when step 1 or every step-2 form cannot be fitted.
+    """
+    ev, acc, source = _rows_for(rows, accuracy)
+    finals = ev[ev["final"].astype(bool)]
+    if step1 is None:
+        step1 = ChinchillaParametric(grid=grid).fit(_step1_points(finals, f"task {task!r} ({source})", k))
+        if n_bootstrap:
+            step1.bootstrap(n_bootstrap, seed)
+    curves: dict[str, AccuracyCurve] = {}
+    skipped: dict[str, str] = {}
+    for form in forms:
+        try:
+            curve = CURVES[form]().fit(ev["x"], ev["y"], ev["run_key"])
+            if n_bootstrap:
+                curve.bootstrap(n_bootstrap, seed + 1)
+            curves[form] = curve
+        except FitError as exc:
+            skipped[form] = " ".join(str(exc).split())
+    if not curves:
+        raise FitError("step 2: " + "; ".join(f"{f}: {r}" for f, r in skipped.items()))
+    law = TaskLaw(task, acc, source, step1, curves, skipped,
+                  evals=ev[["run_key", "x", "y", "final", "C", "N", "D"]].reset_index(drop=True))
+    if run_backtest:
+        law.backtest = backtest_task(law, ev, grid=grid, k=k)
+    return law
+
+
+def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: float = SIX) -> dict[str, Any]:
+    """Refit both steps without the largest budget's runs; the error of each form on them.
+
+    Held out: the runs of the largest budget (final points grouped within 5% in C) when it has at
+    least three, otherwise the runs at or above the 90th percentile of final compute; their
+    intermediate evaluations leave step 2's data too.
+    """
+    finals = ev[ev["final"].astype(bool)]
+    C = finals["C"].to_numpy(float)
+    if len(C) < 4:
+        return {"error": "too few runs to hold any out"}
+    labels = group_budgets(C)
+    held = labels == labels.max()
+    if held.sum() < 3:
+        held = C >= np.quantile(C, 0.9)
+    if (~held).sum() < 6:
+        return {"error": "too few runs left to fit after holding out the largest budget"}
+    out_keys = set(finals["run_key"][held])
+    train = ev[~ev["run_key"].isin(out_keys)]
+    try:
+        refit = fit_task(train, law.task, accuracy=law.accuracy, n_bootstrap=0, grid=grid, k=k, run_backtest=False,
+                         forms=tuple(law.curves))
+    except FitError as exc:
+        return {"error": " ".join(str(exc).split())}
+    test = finals[held]
+    L_pred = refit.task_loss(test["N"].to_numpy(float), test["D"].to_numpy(float))
+    result: dict[str, Any] = {"n_train_runs": int((~held).sum()), "held_out": [],
+                              "task_loss_mean_abs_rel_error": float(np.mean(np.abs(L_pred / test["x"] - 1.0)))}
+    for form, curve in refit.curves.items():
+        pred = curve.predict(L_pred)
+        err = pred - test["y"].to_numpy(float)
+        result[f"{form}_mean_abs_error"] = float(np.mean(np.abs(err)))
+    for i, (_, r) in enumerate(test.iterrows()):
+        row = {"N": r["N"], "D": r["D"], "C": r["C"], "accuracy": r["y"], "task_loss": r["x"],
+               "predicted_task_loss": float(L_pred[i])}
+        for form, curve in refit.curves.items():
+            row[f"predicted_{form}"] = float(np.asarray(curve.predict(L_pred[i])))
+        result["held_out"].append(row)
+    return jsonable(result)
+
+
+@dataclass
+class TaskFits:
+    """Every task's fitted chain, what could not be fitted and why."""
+
+    source: str
+    laws: dict[str, TaskLaw] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.laws or self.skipped)
+
+    def predictions(self, N: float, D: float) -> dict[str, dict[str, Any]]:
+        """Each task's :meth:`TaskLaw.predict_interval` at (N, D)."""
+        return {task: law.predict_interval(N, D) for task, law in self.laws.items()}
+
+    def frame(self, N: float, D: float) -> pd.DataFrame:
+        """The predictions at (N, D) as a DataFrame: task, form, value, lo, hi, kind, reliable."""
+        rows = []
+        for task, p in self.predictions(N, D).items():
+            for form in FORMS:
+                if form in p:
+                    iv = p[form]
+                    rows.append({"task": task, "form": form, "accuracy": iv["value"], "lo": iv.get("lo", math.nan),
+                                 "hi": iv.get("hi", math.nan), "kind": iv.get("kind", ""),
+                                 "reliable": self.laws[task].reliable(form), "task_loss": p["task_loss"]["value"]})
+        return pd.DataFrame(rows)
+
+    def to_dict(self, replicates: bool = False) -> dict[str, Any]:
+        return jsonable({"source": self.source, "laws": {t: law.to_dict(replicates) for t, law in self.laws.items()},
+                         "skipped": self.skipped, "notes": self.notes})
+
+    def table(self) -> str:
+        """Each task's two steps: parameters with 95% intervals (withheld where flagged), backtest, notes."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from scaling.fitting.api import interval_text, se_text
+        from scaling.fmt import num
+
+        buf = io.StringIO()
+        con = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None, markup=False)
+        con.print(f"Downstream tasks ({self.source}): {len(self.laws)} fitted")
+        for task, law in self.laws.items():
+            t = Table(title=f"task {task}: {law.accuracy} from {law.loss_label}", title_justify="left", show_edge=False)
+            for col in ("step", "parameter", "value", "SE", "95% interval"):
+                t.add_column(col, justify="left" if col in ("step", "parameter") else "right")
+            for name, iv in law.step1.reported_intervals().items():
+                t.add_row("1: Chinchilla", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+            for form, curve in law.curves.items():
+                for name, iv in curve.reported_intervals().items():
+                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+            con.print(t)
+            bt = law.backtest or {}
+            if bt.get("error"):
+                con.print(f"  backtest: not possible ({bt['error']})")
+            elif bt:
+                forms = ", ".join(f"{f} {100 * bt[f'{f}_mean_abs_error']:.2f} points" for f in law.curves
+                                  if f"{f}_mean_abs_error" in bt)
+                con.print(f"  backtest (largest budget held out, {len(bt['held_out'])} runs): task loss off by "
+                          f"{100 * bt['task_loss_mean_abs_rel_error']:.2f}%, accuracy by {forms}")
+            for form in law.curves:
+                for d in law.doubts(form):
+                    con.print(f"  {form}: {d}")
+            for form, why in law.skipped.items():
+                con.print(f"  {form}: not fitted: {why}")
+            con.print()
+        for task, why in self.skipped.items():
+            con.print(f"task {task}: not fitted: {why}")
+        for note in self.notes:
+            con.print(f"note: {note}")
+        return buf.getvalue().rstrip() + "\n"
+
+
+def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str = "acc", n_bootstrap: int = 200,
+              seed: int = 0, grid: str = "epoch", run_backtest: bool = True) -> TaskFits:
+    """Fit every task of ``data`` (or ``tasks``); a task that cannot be fitted is skipped with its reason.
+
+    Tasks measured on the run's own loss (no bits per byte) share one step-1 fit.
+    """
+    if accuracy not in ("acc", "acc_norm"):
+        raise FitError(f"unknown accuracy {accuracy!r} (use acc or acc_norm)")
+    data = data.only(tasks)
+    out = TaskFits(source=data.source, notes=list(data.notes))
+    shared: dict[frozenset, ChinchillaParametric] = {}  # step 1 on the runs' own loss, by the runs it fits
+    for task in data.tasks():
+        rows = data.of(task)
+        try:
+            own = rows["bpb"].notna().any()
+            runs = frozenset(rows.loc[rows["final"].astype(bool), "run_key"])
+            law = fit_task(rows, task, accuracy=accuracy, n_bootstrap=n_bootstrap, seed=seed, grid=grid,
+                           k=data.flops_per_param_token, run_backtest=run_backtest,
+                           step1=None if own else shared.get(runs))
+            if not own:
+                shared[runs] = law.step1
+            out.laws[task] = law
+        except FitError as exc:
+            out.skipped[task] = " ".join(str(exc).split())
+    return out
+
+
+def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
+                  grid: str = "epoch") -> TaskFits:
+    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), fitted."""
+    from scaling.fitting.tabular import read_csv
+
+    df, _ = read_csv(path)
+    td = tasks_from_frame(df, data, source=str(path))
+    if tasks and not td.tasks():
+        raise FitError(f"{path}: --task given but the file has no task columns (task/<task>/acc, acc_<task>, "
+                       "bpb_<task> or err_<task>)")
+    return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid)
+
+
+def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,
+                    seed: int = 0, grid: str = "epoch") -> TaskFits:
+    """The task metrics of ``sweep``'s completed runs, fitted (empty when the runs evaluated no task)."""
+    from scaling.fitting.data import FitData
+
+    probe = FitData(points=pd.DataFrame(), flops_per_param_token=k)
+    td = tasks_from_db(url, sweep, probe)
+    if tasks and not td.tasks():
+        raise FitError(f"sweep {sweep!r}: --task given but its runs evaluated no task")
+    return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid)
