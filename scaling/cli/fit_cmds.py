@@ -199,7 +199,7 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     from scaling.fitting import recommend as do_recommend
-    from scaling.orchestrator.plan import size_run
+    from scaling.orchestrator.expand import size_run
 
     check_format(fmt)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
@@ -218,7 +218,10 @@ def recommend(
                                   url=None if csv else resolve_url(db), sweep=sweep, data=data,
                                   n_bootstrap=bootstrap, seed=seed)
     elif data is not None:
-        rec = do_recommend(compute, data=data, n_bootstrap=bootstrap, seed=seed)
+        from scaling.fitting.tasks import fit_tasks_csv
+
+        rec = do_recommend(compute, data=data, n_bootstrap=bootstrap, seed=seed,
+                           tasks=fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed))
     else:
         from scaling.db import resolve_url
 

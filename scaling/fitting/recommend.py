@@ -6,7 +6,7 @@ agree. The recommendation follows the best-determined law (:func:`compare_laws`)
 no note calls unreliable, the one with the narrowest 95% interval on N*; it says which and why.
 With a sweep, the plan's own rules turn that N* into a concrete run (shape, learning rate, batch,
 memory and strategy on the plan's device) through the sizing function the caller passes (the
-command line passes ``scaling.orchestrator.plan.size_run``; the fits never import the
+command line passes ``scaling.orchestrator.expand.size_run``; the fits never import the
 orchestrator), or, without one, the default shape policy and memory model of :mod:`scaling.accounting`.
 
 Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
@@ -66,6 +66,8 @@ class Recommendation:
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks).
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(self.__dict__)
@@ -118,6 +120,11 @@ class Recommendation:
                 sizes = ", ".join(_num(n) for n in cand["sizes"])
                 con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
                           f"{100 * cand['reduction']:.0f}% narrower (costs {cand['cost_flops']:.3g} FLOPs)")
+        if self.tasks:
+            from scaling.fitting.tasks import task_lines
+
+            for line in task_lines(self.tasks):
+                con.print(line)
         for note in self.notes:
             con.print(f"note: {note}")
         return buf.getvalue().rstrip() + "\n"
@@ -140,12 +147,15 @@ def recommend(
     plan: dict[str, Any] | None = None,
     next_runs: bool = True,
     size_run: SizeRun | None = None,
+    tasks: Any = None,
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
 
     Give ``url`` (and optionally ``sweep``), ``csv`` (read in the default conventions), ``data``
     (measurements already read, e.g. a CSV in other units); or a ready ``summary`` (then ``plan``
     may carry the sweep's plan for the concrete run). ``size_run`` turns the plan into a run.
+    ``tasks``: fitted downstream tasks (:class:`scaling.fitting.tasks.TaskFits`) whose accuracy at the
+    recommended run is predicted; a sweep's own task metrics are fitted when not given.
     """
     if summary is None:
         if n_bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
@@ -178,6 +188,16 @@ def recommend(
     if N_run is not None and (plan is not None or summary.sweep is not None):  # a sweep: its plan's rules, else the defaults
         rec.run, rec.run_source, note = concrete_run(plan, N_run, float(compute) / (k * N_run), float(compute),
                                                      size_run)
+        if note:
+            rec.notes.append(note)
+    if tasks is None and url is not None and summary.sweep is not None:
+        from scaling.fitting.tasks import fit_tasks_sweep
+
+        tasks = fit_tasks_sweep(url, summary.sweep, k=k, n_bootstrap=n_bootstrap, seed=seed)
+    if tasks:
+        from scaling.fitting.tasks import predict_for_recommendation
+
+        rec.tasks, note = predict_for_recommendation(tasks, rec, k)
         if note:
             rec.notes.append(note)
     if next_runs:

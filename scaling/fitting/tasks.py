@@ -344,3 +344,37 @@ def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | 
     if tasks and not td.tasks():
         raise FitError(f"sweep {sweep!r}: --task given but its runs evaluated no task")
     return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid)
+
+
+def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tuple[dict[str, dict[str, Any]], str]:
+    """Each task's predicted accuracy at the recommended run of ``rec`` (a Recommendation), and a note.
+
+    Nothing is predicted when the recommendation follows no reliable law (no run is recommended).
+    """
+    if not rec.chosen or rec.chosen in rec.unreliable:
+        return {}, "no downstream accuracy is predicted: no reliable law recommends a run"
+    N = float(rec.per_law[rec.chosen]["N"]["value"])
+    D = float(rec.compute) / (k * N)
+    out = {task: p for task, p in tasks.predictions(N, D).items()}
+    note = "; ".join(f"task {t}: not fitted ({why})" for t, why in tasks.skipped.items())
+    return out, note
+
+
+def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
+    """Text lines of each task's predicted accuracy with its 95% interval (or why it has none)."""
+    from scaling.fitting.api import interval_text
+    from scaling.fmt import num
+
+    if not predictions:
+        return []
+    run = next(iter(predictions.values()))
+    out = [f"downstream accuracy of the recommended run (N = {num(run['N'], 3)}, D = {num(run['D'], 3)}), "
+           "95% intervals through both steps:"]
+    for task, p in predictions.items():
+        for form in FORMS:
+            if form in p:
+                iv = p[form]
+                why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
+                out.append(f"  {task} [{form}]: {num(iv['value'], 3)} {interval_text(iv)}{why}")
+        out.extend(f"  {task}: {n}" for n in p.get("notes", []))
+    return out
