@@ -39,12 +39,12 @@ def cli_names() -> list[str]:
 
 
 def field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:
-    """Every field name of a model and of the models its fields hold."""
+    """Every field name of a model and of the models its fields hold (as a plan spells it: its alias)."""
     seen = set() if seen is None else seen
     if model in seen:
         return set()
     seen.add(model)
-    names = set(model.model_fields)
+    names = {field.alias or name for name, field in model.model_fields.items()}
     for field in model.model_fields.values():
         stack = [field.annotation]
         while stack:
