@@ -29,6 +29,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "final_loss", "eval_loss"),
     "seed": ("seed",),
     "unique_tokens": ("unique_tokens", "U"),
+    # hyperparameters (scaling.fitting.hparams): runs of one (N, D) that differ in these form a group
+    "lr": ("lr", "learning_rate", "lr_peak", "peak_lr"),
+    "batch": ("batch_tokens", "batch_size_tokens", "batch"),
+    "beta2": ("beta2", "adam_beta2"),
+    "group": ("group", "hparam_group"),
 }
 
 #: Loss columns in other units, recognised by name: their unit is implied.
@@ -91,6 +96,10 @@ class FitData:
     r_star_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What the input looked wrong in (units, conventions, dropped rows): shown as warnings.
     warnings: list[str] = field(default_factory=list)
+    #: The runs with lr, batch (and beta2, group) when they form hyperparameter groups
+    #: (scaling.fitting.hparams); ``points`` then hold one row per group, as ``hparam_mode`` says.
+    hparam_runs: pd.DataFrame | None = None
+    hparam_mode: str | None = None
 
     def conventions(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -108,6 +117,8 @@ class FitData:
             out["r_star_N"] = self.r_star_n
         if self.r_star_fits:
             out["r_star_fits"] = self.r_star_fits
+        if self.hparam_mode:
+            out["hparams"] = self.hparam_mode
         return out
 
     def fingerprint(self) -> str:
@@ -174,6 +185,7 @@ def from_frame(
     drop_invalid: bool = False,
     r_star: float = R_STAR_DATA,
     row_label: Callable[[int], str] | None = None,
+    hparams: str = "tuned",
 ) -> FitData:
     """Map aliased columns to N, D, C, loss (and U), check and convert them, then :func:`prepare`.
 
@@ -182,7 +194,9 @@ def from_frame(
     ``loss_units``: nats (default), bits or perplexity; a ppl/bits column implies its unit.
     ``drop_invalid``: rows with a missing, unreadable, non-positive or non-finite value are
     dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
-    al.'s effective data per row, with R*_D = ``r_star``.
+    al.'s effective data per row, with R*_D = ``r_star``. Columns of lr and batch make the rows
+    of one (N, D) that differ in them a group (:mod:`scaling.fitting.hparams`); ``hparams``:
+    the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``).
     """
     from scaling.accounting import PARAMS_CONVENTIONS
 
@@ -218,7 +232,7 @@ def from_frame(
 
     notes: list[str] = []
     warnings: list[str] = []
-    numeric = [k for k in ("N", "D", "C", "loss", "unique_tokens") if picked[k] is not None]
+    numeric = [k for k in ("N", "D", "C", "loss", "unique_tokens", "lr", "batch", "beta2") if picked[k] is not None]
     values: dict[str, np.ndarray] = {}
     bad_rows = np.zeros(len(df), bool)
     first_problem: dict[str, tuple[int, str]] = {}
@@ -313,6 +327,10 @@ def from_frame(
     extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE and not is_task_column(c)]
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
+    hparam_runs = None
+    if picked["lr"] is not None or picked["batch"] is not None or picked["group"] is not None:
+        out, hparam_runs, hp_notes = _hparam_points(out, df, picked, keep, hparams, where, label)
+        notes.extend(hp_notes)
     data = prepare(
         out,
         flops_convention=flops_convention,
@@ -325,7 +343,45 @@ def from_frame(
     )
     data.notes[:0] = [f"warning: {w}" for w in warnings] + notes
     data.warnings[:0] = warnings
+    if hparam_runs is not None:
+        data.hparam_runs, data.hparam_mode = hparam_runs, hparams
     return data
+
+
+def _hparam_points(out: pd.DataFrame, df: pd.DataFrame, picked: dict[str, str | None], keep: np.ndarray,
+                   mode: str, where: str, label: Callable[[int], str]) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """A CSV's rows with lr / batch / group columns: one row per hyperparameter group (scaling.fitting.hparams).
+
+    A group column must label every row, and each group needs runs that differ in lr or batch.
+    Returns (rows for the loss laws, the runs for the hyperparameter fit or None without groups, notes).
+    """
+    from scaling.fitting import hparams as H
+
+    if mode not in H.MODES:
+        raise FitError(f"unknown hyperparameter mode {mode!r} (use one of {', '.join(H.MODES)})")
+    runs = out.copy()
+    if picked["group"] is not None:
+        col = picked["group"]
+        text = df[col].to_numpy()[keep]
+        empty = np.array([v is None or (isinstance(v, float) and math.isnan(v)) or not str(v).strip() for v in text])
+        if empty.any():
+            i = int(np.flatnonzero(keep)[np.flatnonzero(empty)[0]])
+            raise FitError(f"{where}column {col!r}, {label(i)}: empty group label (with a group column, every row "
+                           "names its group)")
+        runs["group"] = [str(v).strip() for v in text]
+        if "lr" not in runs and "batch" not in runs:
+            raise FitError(f"{where}column {col!r} groups runs by hyperparameters, but there is no lr or batch "
+                           f"column (one of {', '.join(ALIASES['lr'] + ALIASES['batch'])})")
+        sizes = runs.groupby("group").size()
+        if (sizes < 2).any():
+            g = str(sizes[sizes < 2].index[0])
+            i = int(np.flatnonzero(keep)[int(np.flatnonzero(runs["group"].to_numpy() == g)[0])])
+            raise FitError(f"{where}group {g!r} ({label(i)}) has one run: a group is the runs of one (N, D) that "
+                           "differ in lr or batch, so it needs at least two")
+    if not H.has_groups(runs):
+        return out.drop(columns=[c for c in ("lr", "batch", "beta2") if c in out]), None, []
+    rows, _, notes = H.tuned_points(runs, mode)
+    return rows, runs, notes
 
 
 def _missing_columns(picked: dict[str, str | None]) -> str:
@@ -356,14 +412,15 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
 
 def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
              params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
-             r_star: float = R_STAR_DATA) -> FitData:
+             r_star: float = R_STAR_DATA, hparams: str = "tuned") -> FitData:
     """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`)."""
     df, sep = read_csv(path)
     if len(df) == 0:
         raise FitError(f"{path}: no data rows below the header")
     data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
                       source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
-                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {i + 1}")
+                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {i + 1}",
+                      hparams=hparams)
     if sep != ",":
         data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
                           + (" with decimal commas" if sep == ";" else ""))
@@ -505,7 +562,7 @@ def group_budgets(C: np.ndarray, rel_tol: float = 0.05) -> np.ndarray:
 
 
 def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
-            r_star: float = R_STAR_DATA) -> tuple[FitData, str]:
+            r_star: float = R_STAR_DATA, hparams: str = "tuned") -> tuple[FitData, str]:
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
@@ -514,6 +571,9 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     ``effective_data``: D is Muennighoff et al.'s D' (R*_D = ``r_star``) from each run's
     ``data.unique_tokens``: one U for the sweep when the runs share it, else a U per run (runs
     that differ in U are then never averaged together).
+    Runs of one (N, D) that differ in lr, batch or beta2 (or share a ``hparam_group``) are a
+    hyperparameter group: one point each, its tuned loss or its grid's centre as ``hparams`` says
+    (:func:`scaling.fitting.hparams.tuned_points`).
     """
     from scaling import db
     from scaling import vocab as names
@@ -523,10 +583,14 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             sweep = res.latest_sweep()
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
-        runs = res.runs(sweep=sweep, status="completed")
         info = _sweep_info(res, sweep)
-        if runs is not None and len(runs) and "parent_key" in runs:
-            runs = runs[~runs["run_key"].isin(set(res.runs(sweep=sweep)["parent_key"].dropna()))]
+        # One read of the sweep's runs (trunks are found among all of them); each run's spec is
+        # decoded only when the conventions or U must come from it (most of a large sweep's read).
+        need_spec = effective_data or not (info.get("params_convention") and info.get("flops_convention"))
+        every = res.runs(sweep=sweep, spec=need_spec)
+        runs = every[every["status"] == names.COMPLETED]
+        if len(runs) and "parent_key" in runs:
+            runs = runs[~runs["run_key"].isin(set(every["parent_key"].dropna()))]
         if runs is None or len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
         runs = runs.copy()
@@ -548,11 +612,21 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             else:
                 runs["U"] = per_run
                 columns.append("U")
+        from scaling.fitting import hparams as H
+
+        hp_runs = H.runs_frame(runs)
+        table, hp_notes = runs[columns], []
+        if H.has_groups(hp_runs):
+            hp_runs = hp_runs[columns + [c for c in ("lr", "batch", "beta2", "group", "run_key") if c in hp_runs]]
+            table, kept, hp_notes = H.tuned_points(hp_runs, hparams)
+            runs = runs[runs["run_key"].isin(set(kept or []))]
+        else:
+            hp_runs = None
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
     data = prepare(
-        runs[columns],
+        table,
         flops_convention=flops_conv,
         params_convention=params_conv,
         source=f"sweep {sweep!r}",
@@ -561,6 +635,9 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         r_star=r_star,
         unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
+    data.notes.extend(hp_notes)
+    if hp_runs is not None:
+        data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
 
 
