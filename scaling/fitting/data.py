@@ -584,10 +584,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
         info = _sweep_info(res, sweep)
-        # One read of the sweep's runs (trunks are found among all of them); each run's spec is
-        # decoded only when the conventions or U must come from it (most of a large sweep's read).
-        need_spec = effective_data or not (info.get("params_convention") and info.get("flops_convention"))
-        every = res.runs(sweep=sweep, spec=need_spec)
+        every = res.runs(sweep=sweep)  # read once: the trunks to leave out are found among all of them
         runs = every[every["status"] == names.COMPLETED]
         if len(runs) and "parent_key" in runs:
             runs = runs[~runs["run_key"].isin(set(every["parent_key"].dropna()))]
