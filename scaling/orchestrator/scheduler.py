@@ -7,7 +7,6 @@ requeued). What it guarantees: docs/reference/modules.md.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -15,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from scaling import vocab
-from scaling.db.claimant import claimant_id, claimant_is_dead
+from scaling.db.claimant import claimant_is_dead
+from scaling.db.lifecycle import Lifecycle
 from scaling.errors import NotFoundError, ResourceError, UserError
 from scaling.orchestrator import placement
 from scaling.orchestrator import dependencies
@@ -96,12 +96,12 @@ class Scheduler:
         self.stale_after_s = stale_after_s
         self.progress_s = progress_s
         self.on_update = on_update
-        self.host = claimant_id()
+        self.lifecycle = Lifecycle(store, sweep, stale_after_s=stale_after_s)  # claims, heartbeats, outcomes
+        self.host = self.lifecycle.claimant
         self.started = time.monotonic()
         self._in_flight: dict[Any, RunState] = {}  # ObjectRef -> state
         self._remote_single: Any = None
         self._remote_multi: Any = None
-        self._reader: Any = None
         self._reserving: dict[str, tuple[RunState, Any, Any]] = {}  # key -> (state, group, ready ref)
         self._capacity: Optional[tuple[float, float, float]] = None  # (asked at, CPUs, GPUs)
         self._retrained: set[str] = set()  # trunks trained again for a missing branch checkpoint
@@ -158,7 +158,7 @@ class Scheduler:
     # -- start ------------------------------------------------------------------------------
     def _prepare(self) -> None:
         """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
-        recovered = set(self.store.recover_stale(self.stale_after_s, sweep=self.sweep) or ())
+        recovered = set(self.lifecycle.recover_stale() or ())
         rows, failures = self._rows_and_failures()
         for s in self.states:
             row = rows.get(s.key, {})
@@ -172,7 +172,7 @@ class Scheduler:
                 continue
             if status == vocab.RUNNING and s.key not in recovered:
                 if claimant_is_dead(row.get("host")):
-                    self.store.mark_interrupted([s.key], sweep=self.sweep, reason=f"claimant {row.get('host')} is gone")
+                    self.lifecycle.release([s.key], f"claimant {row.get('host')} is gone")
                 else:
                     s.state = WAITING  # someone else's live claim, or not stale yet
 
@@ -191,7 +191,7 @@ class Scheduler:
 
     def _row(self, key: str) -> dict[str, Any]:
         """The run's row as the database holds it now ({} if it is not there)."""
-        return self._results().run(key, sweep=self.sweep) or {}
+        return self.lifecycle.row(key)
 
     def _check_fits_cluster(self) -> None:
         cpus, gpus = self._cluster_capacity()
@@ -284,8 +284,7 @@ class Scheduler:
                 return False
         if v.kind == dependencies.FAIL:
             error = f"branch cannot start: {v.reason}"
-            self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
-            self._event(s.key, branch.from_step, vocab.FAILURE, error)
+            self.lifecycle.fail(s.key, error, step=branch.from_step)
             s.state, s.error = vocab.FAILED, error
         return v.kind == dependencies.READY
 
@@ -295,8 +294,8 @@ class Scheduler:
 
         self._retrained.add(trunk.key)
         moved = set_aside_after(self.run_dir(trunk.key), step)
-        self.store.finish(trunk.key, vocab.INTERRUPTED, error=f"retrained: {reason}", sweep=self.sweep)
-        self._event(trunk.key, step, vocab.TRUNK_RETRAIN, f"{reason}; set aside {len(moved)} later checkpoint(s)")
+        self.lifecycle.interrupt(trunk.key, f"retrained: {reason}", step=step, kind=vocab.TRUNK_RETRAIN,
+                                 message=f"{reason}; set aside {len(moved)} later checkpoint(s)")
         trunk.state, trunk.skipped, trunk.step = QUEUED, False, 0
 
     def _reserve(self, s: RunState) -> None:
@@ -336,15 +335,15 @@ class Scheduler:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
-        attempt = self.store.claim(s.key, self.host, sweep=self.sweep, stale_after_s=self.stale_after_s)
-        if attempt is None:
-            if self._row(s.key).get("status") == vocab.COMPLETED:
+        claim = self.lifecycle.claim(s.key)
+        if claim.attempt is None:
+            if claim.completed:
                 s.state, s.skipped = vocab.COMPLETED, True
             else:
                 s.state = WAITING
             return False
-        ref = self._submit(s.run.spec, str(run_dir), attempt, s.rank_nodes)
-        s.state, s.attempt, s.started_at, s.first_seen = vocab.RUNNING, attempt, time.monotonic(), None
+        ref = self._submit(s.run.spec, str(run_dir), claim.attempt, s.rank_nodes)
+        s.state, s.attempt, s.started_at, s.first_seen = vocab.RUNNING, claim.attempt, time.monotonic(), None
         s.launched_at = time.time()
         self._in_flight[ref] = s
         return True
@@ -405,40 +404,29 @@ class Scheduler:
         if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
             # Scheduling overhead: waiting for a worker and importing, then reporting back.
             s.overhead_s = (result["task_started"] - s.launched_at) + (time.time() - result["task_ended"])
-        row = self._row(s.key)
-        if row.get("status") != vocab.COMPLETED:
-            train_loss = eval_loss = None
-            if isinstance(result, dict):
-                train_loss = result.get("final_train_loss")
-                eval_loss = result.get("final_eval_loss")
-            self.store.finish(
-                s.key, vocab.COMPLETED, final_train_loss=train_loss, final_eval_loss=eval_loss, sweep=self.sweep
-            )
-            stored = _stored_float(eval_loss)  # as finish() stored it
-            row = {**row, "final_loss": stored if stored is not None else row.get("final_loss")}
+        losses = result if isinstance(result, dict) else {}
+        s.eval_loss = self.lifecycle.complete(s.key, final_train_loss=losses.get("final_train_loss"),
+                                              final_eval_loss=losses.get("final_eval_loss"))
         s.state = vocab.COMPLETED
-        s.eval_loss = row.get("final_loss", s.eval_loss)
         s.step = s.steps
 
     def _failed(self, s: RunState, error: str) -> None:
         s.failures += 1
         s.error = error
-        self.store.finish(s.key, vocab.FAILED, error=error, sweep=self.sweep)
-        self._event(s.key, s.step, vocab.FAILURE, error, attempt=s.attempt)
+        self.lifecycle.fail(s.key, error, step=s.step, attempt=s.attempt)
         if s.failures <= self.retries:
-            self._event(s.key, s.step, vocab.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
+            self.lifecycle.event(s.key, s.step, vocab.RETRY, f"retry {s.failures} of {self.retries}", attempt=s.attempt)
             s.state = QUEUED
         else:
             s.state = vocab.FAILED
 
     def _lost(self, s: RunState, error: str) -> None:
         s.lost += 1
-        self.store.finish(s.key, vocab.INTERRUPTED, error=error, sweep=self.sweep)
-        self._event(s.key, s.step, vocab.INTERRUPTED, f"lost: {error}", attempt=s.attempt)
+        self.lifecycle.interrupt(s.key, error, step=s.step, attempt=s.attempt, message=f"lost: {error}")
         if s.lost > MAX_LOST_ATTEMPTS:
             s.failures += 1
             s.error = f"lost {s.lost} times; last: {error}"
-            self.store.finish(s.key, vocab.FAILED, error=s.error, sweep=self.sweep)
+            self.lifecycle.fail(s.key, s.error, step=s.step, attempt=s.attempt)
             s.state = vocab.FAILED
         else:
             s.state = QUEUED  # resumes from its checkpoint wherever there is room
@@ -457,17 +445,12 @@ class Scheduler:
             except Exception:  # already finished or its worker is gone: nothing to cancel
                 pass
             s.state = vocab.INTERRUPTED
-        self.store.mark_interrupted([s.key for s in self._in_flight.values()], sweep=self.sweep, reason=why)
+        self.lifecycle.release([s.key for s in self._in_flight.values()], why)
         self._in_flight.clear()
-
-    def _event(self, key: str, step: int, kind: str, detail: str, attempt: Optional[int] = None) -> None:
-        detail_obj = {"message": detail, "attempt": attempt, "host": self.host}
-        self.store.log_event(key, step, kind, detail_obj, sweep=self.sweep)
 
     # -- periodic -----------------------------------------------------------------------------
     def _heartbeats(self) -> None:
-        for s in self._in_flight.values():
-            self.store.heartbeat(s.key, sweep=self.sweep)
+        self.lifecycle.heartbeat(s.key for s in self._in_flight.values())
 
     def _recover_waiting(self) -> None:
         for s in self.tally.runs(WAITING):
@@ -490,12 +473,8 @@ class Scheduler:
             return
 
     def _results(self) -> Any:
-        """One read connection for the whole sweep (progress, earlier failures)."""
-        if self._reader is None:
-            from scaling.db import connect
-
-            self._reader = connect(self.store_url)
-        return self._reader
+        """One read connection for the whole sweep (progress, earlier failures, claims)."""
+        return self.lifecycle.results()
 
     @staticmethod
     def _heartbeat_age(row: dict) -> float:
@@ -513,15 +492,6 @@ class Scheduler:
     def _notify(self) -> None:
         if self.on_update is not None:
             self.on_update(self)
-
-
-def _stored_float(value: Any) -> Optional[float]:
-    """A loss as the database stores it: a finite float, else None."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _error_line(exc: BaseException) -> str:

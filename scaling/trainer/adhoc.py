@@ -1,10 +1,11 @@
 """One spec trained alone (``scaling train``), recorded in the database like any other run.
 
 The spec's data and precision are resolved (so its key carries the corpus fingerprint and the
-precision it trains in), it is registered in a sweep (``adhoc`` by default), claimed, trained
-and finished. A run already completed there is not retrained. Failures are recorded (event +
-``failed`` status) and re-raised. It claims as ``host:pid`` like the sweep's scheduler, so a run
-whose ``scaling train`` was killed is taken over at once by the next one on that host.
+precision it trains in), then the run goes through the sweep scheduler's own lifecycle
+(:class:`~scaling.db.lifecycle.Lifecycle`) in a sweep (``adhoc`` by default): registered,
+claimed as ``host:pid``, trained, and completed, failed (re-raised) or interrupted (Ctrl-C). A
+run already completed there is not retrained; one whose ``scaling train`` was killed is taken
+over at once by the next one on that host.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from scaling import vocab
 from scaling.errors import UserError
 from scaling.trainer.result import TrainResult
 from scaling.trainer.rundir import checked_folder
@@ -60,7 +60,8 @@ def train_adhoc(
     ``run_dir`` defaults to ``./scaling_runs/<sweep>/<key>``; ``db_url`` to the usual resolution
     (``$SCALING_DB``, then ./scaling.db).
     """
-    from scaling.db import Store, claimant_id, connect
+    from scaling.db import Store
+    from scaling.db.lifecycle import Lifecycle
     from scaling.trainer import train
     from scaling.errors import DatabaseError
     from scaling.trainer.data import resolve_data
@@ -78,43 +79,26 @@ def train_adhoc(
         if problem:
             store.close()
             raise DatabaseError(problem)
+    runs = Lifecycle(store, sweep)
     try:
-        store.register(
-            sweep,
-            [spec.record()],
-            params_convention=spec.params_convention,
-            flops_convention=spec.flops_convention,
-        )
-        attempt = store.claim(key, claimant_id(), sweep=sweep)
-        if attempt is None:
-            with connect(store.url) as results:
-                row = results.run(key, sweep=sweep) or {}
-            if row.get("status") == vocab.COMPLETED:
-                raise AlreadyCompleted(
-                    f"run {key} in sweep {sweep!r} is already completed (final eval loss {row.get('final_loss')})"
-                )
-            raise UserError(
-                f"run {key} in sweep {sweep!r} is {row.get('status')} on host {row.get('host')} with a live "
-                f"heartbeat; wait for it or use another --sweep"
-            )
+        runs.register([spec.record()], params_convention=spec.params_convention,
+                      flops_convention=spec.flops_convention)
+        claim = runs.claim(key)
+        if claim.completed:
+            raise AlreadyCompleted(f"run {key} in sweep {sweep!r} is already completed (final eval loss {claim.final_loss})")
+        if claim.attempt is None:
+            raise UserError(f"run {key} in sweep {sweep!r} is {claim.status} on host {claim.holder} with a live "
+                            "heartbeat; wait for it or use another --sweep")
         try:
-            result = train(spec, store.url, folder, attempt=attempt, sweep=sweep)
+            result = train(spec, store.url, folder, attempt=claim.attempt, sweep=sweep)
         except KeyboardInterrupt:
-            store.log_event(key, None, vocab.INTERRUPTED, {"message": "interrupted (Ctrl-C)"}, sweep=sweep)
-            store.finish(key, vocab.INTERRUPTED, error="interrupted", sweep=sweep)
+            runs.interrupt(key, "interrupted (Ctrl-C)", attempt=claim.attempt)
             raise
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            store.log_event(key, None, vocab.FAILURE, {"message": error, "attempt": attempt}, sweep=sweep)
-            store.finish(key, vocab.FAILED, error=error, sweep=sweep)
+            runs.fail(key, f"{type(exc).__name__}: {exc}", attempt=claim.attempt)
             raise
-        store.finish(
-            key,
-            vocab.COMPLETED,
-            final_train_loss=result.final_train_loss,
-            final_eval_loss=result.final_eval_loss,
-            sweep=sweep,
-        )
+        runs.complete(key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
         return result
     finally:
+        runs.close()
         store.close()

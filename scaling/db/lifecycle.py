@@ -1,0 +1,141 @@
+"""A run's row through its attempts: register, claim, heartbeat, then complete, fail or interrupt.
+
+`scaling sweep`'s scheduler and `scaling train` move runs through these same steps, so a run is
+claimed, taken over, retried and counted alike whichever started it: both claim as ``host:pid``
+(:func:`~scaling.db.claimant.claimant_id`), a failure is a ``failed`` status beside a ``failure``
+event (which a sweep counts against its retries), and a refused claim tells a completed run from
+one a live claimant holds. While a run trains, its own process heartbeats through the trainer's
+recorder; a driver holding runs in other processes heartbeats them here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from scaling import vocab
+from scaling.db.claimant import claimant_id
+
+if TYPE_CHECKING:
+    from scaling.db.results import Results
+    from scaling.db.store import Store
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim got: an attempt number, or the row that refused it."""
+
+    attempt: Optional[int]  # None: refused
+    status: Optional[str] = None  # a refused run's status
+    holder: Optional[str] = None  # a refused run's claimant
+    final_loss: Optional[float] = None  # a completed run's final eval loss
+
+    @property
+    def completed(self) -> bool:
+        """Refused because the run is completed already (nothing to do, not an error)."""
+        return self.attempt is None and self.status == vocab.COMPLETED
+
+
+class Lifecycle:
+    """The runs of ``sweep`` in ``store``, moved by this process (the claimant ``host:pid``).
+
+    ``stale_after_s``: how old a running run's heartbeat must be before this claimant takes it
+    over (None: the store's). Reads (a refused claim's row) go through one connection, opened on
+    first use; :meth:`close` closes it.
+    """
+
+    def __init__(self, store: "Store", sweep: str, *, stale_after_s: Optional[float] = None) -> None:
+        self.store = store
+        self.sweep = sweep
+        self.claimant = claimant_id()
+        self.stale_after_s = store.stale_after_s if stale_after_s is None else float(stale_after_s)
+        self._reader: Optional["Results"] = None
+
+    # -- before training ---------------------------------------------------------------------
+    def register(self, records: Iterable[dict[str, Any]], *, params_convention: str, flops_convention: str,
+                 plan: Any = None, one_per_point: bool = False) -> list[str]:
+        """Pending rows for the records (``RunSpec.record()``) the sweep lacks; returns their keys."""
+        return self.store.register(self.sweep, records, plan=plan, params_convention=params_convention,
+                                   flops_convention=flops_convention, one_per_point=one_per_point)
+
+    def recover_stale(self) -> list[str]:
+        """Running runs of the sweep whose heartbeat is stale → interrupted (claimable); their keys."""
+        return self.store.recover_stale(self.stale_after_s, sweep=self.sweep)
+
+    def claim(self, key: str) -> Claim:
+        """Mark ``key`` running for this process and return its attempt, or the row that refused it."""
+        attempt = self.store.claim(key, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
+        if attempt is not None:
+            return Claim(attempt)
+        row = self.row(key)
+        return Claim(None, row.get("status"), row.get("host"), row.get("final_loss"))
+
+    # -- while training ----------------------------------------------------------------------
+    def heartbeat(self, keys: Iterable[str]) -> None:
+        """Record that the claimant of each of ``keys`` is alive."""
+        for key in keys:
+            self.store.heartbeat(key, sweep=self.sweep)
+
+    # -- after an attempt --------------------------------------------------------------------
+    def complete(self, key: str, *, final_train_loss: Optional[float] = None,
+                 final_eval_loss: Optional[float] = None) -> Optional[float]:
+        """Mark ``key`` completed with its final losses; returns its final eval loss as stored.
+
+        A run another claimant completed meanwhile (it took the run over) keeps that claimant's result.
+        """
+        row = self.row(key)
+        if row.get("status") == vocab.COMPLETED:
+            return row.get("final_loss")
+        self.store.finish(key, vocab.COMPLETED, final_train_loss=final_train_loss, final_eval_loss=final_eval_loss,
+                          sweep=self.sweep)
+        stored = _stored_float(final_eval_loss)  # as finish() stores it
+        return stored if stored is not None else row.get("final_loss")
+
+    def fail(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None) -> None:
+        """Mark ``key`` failed with ``error``, and record the failure (counted against retries)."""
+        self.store.finish(key, vocab.FAILED, error=error, sweep=self.sweep)
+        self.event(key, step, vocab.FAILURE, error, attempt=attempt)
+
+    def interrupt(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None,
+                  kind: str = vocab.INTERRUPTED, message: Optional[str] = None) -> None:
+        """Mark ``key`` interrupted (claimable again, resumed from its checkpoint) with a ``kind`` event
+        saying why (``message``, else ``error``)."""
+        self.store.finish(key, vocab.INTERRUPTED, error=error, sweep=self.sweep)
+        self.event(key, step, kind, message or error, attempt=attempt)
+
+    def release(self, keys: Iterable[str], reason: str) -> list[str]:
+        """Those of ``keys`` still running → interrupted, each with an event giving ``reason``."""
+        return self.store.mark_interrupted(keys, sweep=self.sweep, reason=reason)
+
+    def event(self, key: str, step: Optional[int], kind: str, message: str, *, attempt: Optional[int] = None) -> None:
+        """An event of ``key`` signed by this claimant."""
+        detail = {"message": message, "attempt": attempt, "host": self.claimant}
+        self.store.log_event(key, step, kind, detail, sweep=self.sweep)
+
+    # -- reading -----------------------------------------------------------------------------
+    def results(self) -> "Results":
+        """The one read connection of this lifecycle (opened on first use)."""
+        if self._reader is None:
+            from scaling.db.results import connect
+
+            self._reader = connect(self.store.url)
+        return self._reader
+
+    def row(self, key: str) -> dict[str, Any]:
+        """``key``'s row as the database holds it now ({} when it is not registered)."""
+        return self.results().run(key, sweep=self.sweep) or {}
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def _stored_float(value: Any) -> Optional[float]:
+    """A loss as the database stores it: a finite float, else None."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
