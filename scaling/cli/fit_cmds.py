@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 CsvOption = Annotated[
     Optional[Path],
     typer.Option("--csv", help="CSV of measurements (columns N|params|n_params|Model Size, D|tokens, "
-                 "C|flops|compute|Training FLOP, loss) instead of a sweep.", show_default=False),
+                 "C|flops|compute|Training FLOP, loss; optional lr|learning_rate|lr_peak, "
+                 "batch_tokens|batch_size_tokens|batch, beta2 and group, which make the runs of one (N, D) "
+                 "that differ in them a hyperparameter group) instead of a sweep.", show_default=False),
 ]
 #: The most bootstrap replicates a command takes (approach 3 refits every one: hours beyond this).
 MAX_BOOTSTRAP = 10_000
@@ -114,6 +116,11 @@ def fit(
                                           "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
                                           "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
     ] = None,
+    hparams: Annotated[
+        str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
+                          "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
+                          "centre of each group's grid (fixed).")
+    ] = "tuned",
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -128,6 +135,8 @@ def fit(
     from scaling.fitting.effective import R_STAR_N
 
     check_format(fmt)
+    if hparams not in ("tuned", "fixed"):
+        raise UserError(f"--hparams must be tuned or fixed, not {hparams!r}")
     if bootstrap == 1:
         raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
@@ -140,15 +149,16 @@ def fit(
         if effective_data:
             raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
         data = _read_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r)
+                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r, hparams=hparams)
         if fit_r or r_star_n is not None:
             from scaling.fitting.effective import fit_effective
 
             data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
-        summary = fit_data(data, law, bootstrap, seed)
-        from scaling.fitting.tasks import fit_tasks_csv
+        from scaling.fitting.tasks import fit_tasks, tasks_from_csv
 
-        tasks = fit_tasks_csv(str(csv), data, tasks=task, n_bootstrap=bootstrap, seed=seed)
+        task_data = tasks_from_csv(str(csv), data, tasks=task)  # a bad task column is refused before any fit
+        summary = fit_data(data, law, bootstrap, seed)
+        tasks = fit_tasks(task_data, n_bootstrap=bootstrap, seed=seed)
     else:
         if (r_star is not None or r_star_n is not None) and not effective_data:
             raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
@@ -156,7 +166,7 @@ def fit(
 
         summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
                             r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
-                            fit_r_star_n=fit_rn)
+                            fit_r_star_n=fit_rn, hparams=hparams)
         from scaling.fitting.tasks import fit_tasks_sweep
 
         tasks = fit_tasks_sweep(resolve_url(db), str(summary.sweep), tasks=task, n_bootstrap=bootstrap, seed=seed,

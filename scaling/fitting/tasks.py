@@ -321,9 +321,8 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
     return out
 
 
-def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
-                  grid: str = "epoch") -> TaskFits:
-    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), fitted."""
+def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> TaskData:
+    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects."""
     from scaling.fitting.tabular import read_csv
 
     df, _ = read_csv(path)
@@ -331,7 +330,13 @@ def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_boo
     if tasks and not td.tasks():
         raise FitError(f"{path}: --task given but the file has no task columns (task/<task>/acc, acc_<task>, "
                        "bpb_<task> or err_<task>)")
-    return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid)
+    return td.only(tasks)
+
+
+def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
+                  grid: str = "epoch") -> TaskFits:
+    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), fitted."""
+    return fit_tasks(tasks_from_csv(path, data, tasks=tasks), n_bootstrap=n_bootstrap, seed=seed, grid=grid)
 
 
 def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,

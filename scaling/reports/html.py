@@ -30,6 +30,7 @@ from scaling.errors import mask_data
 from scaling.reports.blocks import Page, interval, kv, missing, section
 from scaling.reports.data import ReportData
 from scaling.reports.figures_adaptive import adaptive_section
+from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.output import write_atomic
 
 SECTIONS = (
@@ -59,8 +60,11 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
     """
+    from scaling.reports.figures_tasks import task_section
+
     data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits)
-    return write_report_data(data, path, extras=extras)
+    # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
+    return write_report_data(data, path, extras=(*extras, task_section(url)))
 
 
 def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Extra] = ()) -> Path:
@@ -83,6 +87,7 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
             _parametric(data, page),
             _health(data, page),
             adaptive_section(data, page),
+            hparams_section(data, page),
             *(extra(data, page) for extra in extras),
         ]
     )

@@ -1,0 +1,185 @@
+"""The report's downstream section: each task's accuracy against compute and its accuracy-from-loss fit.
+
+Shown only when the sweep's runs evaluated tasks (``task/<task>/<kind>`` metrics); without them
+the report is unchanged. Per task: accuracy against compute with the chained prediction along
+the recommended law's compute-optimal frontier and its 95% band (both steps' bootstrap), the
+prediction at the next budget marked; and step 2 (accuracy against task loss) with every
+evaluation and each fitted form. A form flagged unreliable draws its curve but no band.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import plotly.graph_objects as go
+
+from scaling.errors import UserError
+from scaling.fitting.tasks import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
+from scaling.fmt import escape as e
+from scaling.fmt import num
+from scaling.reports.blocks import interval, missing, section
+
+SECTION_ID = "tasks"
+TITLE = "Downstream tasks"
+#: Tasks drawn as figures (the rest are listed in the table only): a page of 60 figures helps no one.
+MAX_TASK_FIGURES = 8
+#: Budgets drawn along the frontier.
+FRONTIER_POINTS = 24
+COLORS = {"sigmoid": "#d62728", "exp": "#2ca02c"}
+
+
+def frontier_prediction(law: TaskLaw, optimal: Callable[[float], float], k: float, c_lo: float,
+                        c_hi: float) -> dict[str, dict[str, np.ndarray]]:
+    """Each form's predicted accuracy and 95% band along the frontier N*(C), for C in [c_lo, c_hi]."""
+    Cs = np.geomspace(c_lo, c_hi, FRONTIER_POINTS)
+    out = {f: {"C": Cs, "value": np.full(Cs.size, np.nan), "lo": np.full(Cs.size, np.nan),
+               "hi": np.full(Cs.size, np.nan)} for f in law.curves}
+    for i, C in enumerate(Cs):
+        N = optimal(float(C))
+        if not (N > 0 and math.isfinite(N)):
+            continue
+        p = law.predict_interval(N, C / (k * N))
+        for f in law.curves:
+            out[f]["value"][i] = p[f]["value"]
+            out[f]["lo"][i] = p[f].get("lo", math.nan)
+            out[f]["hi"][i] = p[f].get("hi", math.nan)
+    return out
+
+
+def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]] | None,
+                        prediction: dict[str, Any] | None) -> go.Figure:
+    """Measured accuracy against compute (final evaluations solid, earlier ones faint), the chained curve and band."""
+    ev = law.evals
+    fig = go.Figure()
+    if ev is not None and len(ev):
+        for final, name, opacity in ((False, "earlier checkpoints", 0.3), (True, "final evaluations", 1.0)):
+            rows = ev[ev["final"].astype(bool) == final]
+            if len(rows):
+                fig.add_trace(go.Scatter(x=rows["C"], y=rows["y"], mode="markers", name=name, opacity=opacity,
+                                         marker=dict(color="#1f77b4", size=7 if final else 5),
+                                         hovertemplate="C %{x:.3g}<br>accuracy %{y:.3g}<extra></extra>"))
+    for form, curve in (frontier or {}).items():
+        color = COLORS.get(form, "#555")
+        reliable = law.reliable(form)
+        if reliable and np.isfinite(curve["lo"]).any():
+            fig.add_trace(go.Scatter(x=np.concatenate([curve["C"], curve["C"][::-1]]),
+                                     y=np.concatenate([curve["hi"], curve["lo"][::-1]]), fill="toself",
+                                     fillcolor="rgba(120,120,120,0.15)", line=dict(width=0), hoverinfo="skip",
+                                     name=f"{form}: 95% band", showlegend=True))
+        fig.add_trace(go.Scatter(x=curve["C"], y=curve["value"], mode="lines",
+                                 name=f"{form} chain" + ("" if reliable else " (unreliable)"),
+                                 line=dict(color=color, dash=None if reliable else "dot")))
+    if prediction is not None:
+        for form in law.curves:
+            iv = prediction.get(form)
+            if not iv:
+                continue
+            lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+            err = None
+            if math.isfinite(lo) and math.isfinite(hi):
+                err = dict(type="data", symmetric=False, array=[hi - iv["value"]], arrayminus=[iv["value"] - lo])
+            fig.add_trace(go.Scatter(x=[prediction["C"]], y=[iv["value"]], mode="markers", error_y=err,
+                                     name=f"prediction at the next budget ({form})",
+                                     marker=dict(symbol="star", size=13, color=COLORS.get(form, "#555"))))
+    fig.update_layout(title=f"{law.task}: {law.accuracy} against compute", template="plotly_white", height=420,
+                      xaxis=dict(type="log", title="compute C (FLOPs)"), yaxis=dict(title=law.accuracy),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> go.Figure:
+    """Step 2: every evaluation's accuracy against its task loss, with each fitted form."""
+    ev = law.evals
+    fig = go.Figure()
+    xs = [] if ev is None else list(ev["x"])
+    if prediction is not None and math.isfinite(prediction["task_loss"]["value"]):
+        xs.append(prediction["task_loss"]["value"])
+    if ev is not None and len(ev):
+        fig.add_trace(go.Scatter(x=ev["x"], y=ev["y"], mode="markers", name="evaluations",
+                                 marker=dict(color="#1f77b4", size=6, opacity=0.7),
+                                 hovertemplate=f"{law.loss_label} %{{x:.4g}}<br>accuracy %{{y:.3g}}<extra></extra>"))
+    if xs:
+        grid = np.linspace(min(xs), max(xs), 200)
+        for form, curve in law.curves.items():
+            fig.add_trace(go.Scatter(x=grid, y=curve.predict(grid), mode="lines",
+                                     name=curve.label + ("" if curve.reliable() else " (unreliable)"),
+                                     line=dict(color=COLORS.get(form, "#555"), dash=None if curve.reliable() else "dot")))
+    fig.update_layout(title=f"{law.task}: {law.accuracy} against {law.loss_label} (step 2)", template="plotly_white",
+                      height=380, xaxis=dict(title=law.loss_label), yaxis=dict(title=law.accuracy),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
+    """The law the report recommends with at ``target`` (reliable only), and its k."""
+    from scaling.fitting.recommend import compare_laws
+    from scaling.reports import fitview
+
+    laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
+    try:
+        rec = compare_laws(laws, target, source=data.sweep or "")
+    except UserError:
+        return None
+    if not rec.chosen or rec.chosen in rec.unreliable:
+        return None
+    law = laws[rec.chosen]
+    return law, float(getattr(law, "k_", 6.0))
+
+
+def render_tasks(data: Any, page: Any, fits: TaskFits) -> str:
+    """The section's HTML for fitted tasks ``fits`` (figures added to ``page``)."""
+    if not fits:
+        return ""
+    done = data.completed
+    target = 10.0 * float(done["C"].max()) if len(done) else None
+    chosen = _frontier_law(data, target) if target else None
+    rows, figures = [], []
+    for i, (task, law) in enumerate(fits.laws.items()):
+        prediction = frontier = None
+        if chosen is not None:
+            flaw, k = chosen
+            N = float(np.asarray(flaw.optimal(target)[0]))
+            prediction = law.predict_interval(N, target / (k * N))
+            ev = law.evals
+            c_lo = float(ev["C"].min()) if ev is not None and len(ev) else target / 100
+            frontier = frontier_prediction(law, lambda C: float(np.asarray(flaw.optimal(C)[0])), k, c_lo, target)
+        cells = "".join(f"<td>{interval(prediction[f]) if prediction else '-'}</td>" for f in FORMS)
+        bt = law.backtest or {}
+        back = ("-" if not bt or bt.get("error") else
+                ", ".join(f"{f} {num(100 * bt[f'{f}_mean_abs_error'], 3)}" for f in law.curves
+                          if f"{f}_mean_abs_error" in bt))
+        rows.append(f"<tr><td>{e(task)}</td><td>{e(law.accuracy)} from {e(law.loss_label)}</td>{cells}"
+                    f"<td>{e(back)}</td></tr>")
+        if i < MAX_TASK_FIGURES:
+            figures.append(page.figure(f"task-{i}-compute", accuracy_vs_compute(law, frontier, prediction)))
+            figures.append(page.figure(f"task-{i}-loss", accuracy_vs_loss(law, prediction)))
+    head = "".join(f"<th>{e(f)} at the next budget</th>" for f in FORMS)
+    table = (f'<table id="task-predictions"><thead><tr><th>task</th><th>predicted</th>{head}'
+             "<th>backtest |error| (points)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
+             "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
+             "steps' bootstrap. A form flagged unreliable shows its value without an interval.</p>")
+    if chosen is None:
+        intro += missing("No prediction at the next budget: no reliable law recommends a run.")
+    notes = [f"{t}: {d}" for t, law in fits.laws.items() for f in law.curves for d in law.doubts(f)]
+    notes += [f"{t}: not fitted: {why}" for t, why in fits.skipped.items()]
+    if len(fits.laws) > MAX_TASK_FIGURES:
+        notes.append(f"figures for the first {MAX_TASK_FIGURES} of {len(fits.laws)} tasks")
+    notes_html = "<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes[:40]) + "</ul>" if notes else ""
+    return section(SECTION_ID, TITLE, intro + table + notes_html + "".join(figures))
+
+
+def task_section(url: str, n_bootstrap: int = 200, seed: int = 0) -> Callable[[Any, Any], str]:
+    """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any."""
+
+    def build(data: Any, page: Any) -> str:
+        if not data.sweep:
+            return ""
+        td = tasks_from_db(url, data.sweep)
+        if not td.tasks():
+            return ""
+        return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed))
+
+    return build
