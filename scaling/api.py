@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
 
     from scaling.db.results import Results
     from scaling.fitting import FitSummary, Law, Recommendation
+    from scaling.fitting.hparams import HparamFit
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
@@ -104,6 +105,11 @@ class Fit:
         """Every parameter with its SE and interval, as ``scaling fit`` prints it."""
         return self.summary.table()
 
+    @property
+    def hparams(self) -> Optional["Hparams"]:
+        """The hyperparameter groups' optima and lr / batch laws (None when the runs form no group)."""
+        return None if self.summary.hparams is None else _typed_hparams(self.summary.hparams)
+
     def to_frame(self) -> "pd.DataFrame":
         """One row per (law, parameter): value, lo, hi, se, withheld."""
         import pandas as pd
@@ -134,6 +140,59 @@ class Advice:
     def table(self) -> str:
         """The comparison ``scaling recommend`` prints."""
         return self.recommendation.table()
+
+    @property
+    def hparams(self) -> Optional[dict[str, Optional[Estimate]]]:
+        """lr and batch for the recommended run from the hyperparameter laws (None without groups)."""
+        h = self.recommendation.hparams
+        if h is None:
+            return None
+        return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
+
+
+@dataclass(frozen=True)
+class HparamGroup:
+    """One hyperparameter group (the runs of one (N, D) that differ in lr, batch or beta2) and its optimum."""
+
+    label: str
+    N: float
+    D: float
+    runs: int
+    #: ``fitted`` (used by the laws), ``edge``, ``no minimum`` or ``one setting``; ``message`` says why.
+    status: str
+    message: str
+    loss: Estimate
+    lr: Estimate
+    batch: Estimate
+    #: Settings within the near-optimal fraction of L*: count and lr / batch ranges.
+    near: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Hparams:
+    """Every group's tuned loss, lr* and B*, and the laws lr*(N, D), B*(D), lr*(C), B*(C) over them."""
+
+    groups: list[HparamGroup]
+    #: law name (``lr_ND``, ``batch_D``, ``lr_C``, ``batch_C``) -> parameter -> estimate.
+    laws: dict[str, dict[str, Estimate]]
+    #: Laws the groups do not determine, with why (no interval, nothing recommended from them).
+    flagged: dict[str, list[str]]
+    skipped: dict[str, str]
+    notes: list[str]
+    fit: "HparamFit" = field(repr=False)
+
+    def groups_frame(self) -> "pd.DataFrame":
+        """One row per group: N, D, status, L*, lr*, B* with bounds, the near-optimal region."""
+        return self.fit.groups_frame()
+
+    def laws_frame(self) -> "pd.DataFrame":
+        """One row per (law, parameter): value, lo, hi, flagged."""
+        return self.fit.laws_frame()
+
+    def recommend(self, N: float, D: float, C: Optional[float] = None) -> dict[str, Optional[Estimate]]:
+        """lr and batch for a run of N parameters and D tokens (None where the law is not fitted)."""
+        h = self.fit.recommend(float(N), float(D), float(C if C is not None else 6.0 * N * D))
+        return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
 
 
 def load_plan(path: str | Path) -> "Plan":
@@ -193,6 +252,32 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
 
     write_report(resolve_url(cli=db), sweep, path)
     return Path(path)
+
+
+def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
+            bootstrap: int = 200, seed: int = 0) -> Optional[Hparams]:
+    """The hyperparameter groups of a sweep (or a CSV with lr / batch columns): each group's optimum
+    and the lr / batch laws; None when the runs form no group. Fits no loss law."""
+    from scaling.fitting.data import from_csv, from_db
+    from scaling.fitting.api import hparam_fit
+
+    if csv is not None:
+        data = from_csv(csv)
+    else:
+        from scaling.db import resolve_url
+
+        data, _ = from_db(resolve_url(cli=db), sweep)
+    fitted = hparam_fit(data, bootstrap, seed)
+    return None if fitted is None else _typed_hparams(fitted)
+
+
+def _typed_hparams(fit: "HparamFit") -> Hparams:
+    groups = [HparamGroup(g.label, g.N, g.D, g.n_runs, g.status, g.message, Estimate.from_interval(g.loss),
+                          Estimate.from_interval(g.lr), Estimate.from_interval(g.batch), dict(g.near))
+              for g in fit.groups]
+    laws = {name: {p: Estimate.from_interval(iv) for p, iv in law.params.items()} for name, law in fit.laws.items()}
+    flagged = {name: list(law.doubts) for name, law in fit.laws.items() if law.doubts}
+    return Hparams(groups, laws, flagged, dict(fit.skipped), list(fit.notes), fit)
 
 
 def _typed_fit(summary: "FitSummary") -> Fit:

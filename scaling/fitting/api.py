@@ -20,6 +20,7 @@ from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, jsonable
 from scaling.fitting.data import R_STAR_DATA, FitData, from_csv, from_db
 from scaling.fitting.envelope import ChinchillaEnvelope
+from scaling.fitting.hparams import MODES, HparamFit, fit_hparams
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.kaplan import KaplanLaw
 from scaling.fitting.parametric import ChinchillaParametric
@@ -83,6 +84,8 @@ class FitSummary:
     stored: dict[str, int] = field(default_factory=dict)
     sweep: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: Each hyperparameter group's optimum and the lr / batch laws (scaling.fitting.hparams), when the data have groups.
+    hparams: HparamFit | None = None
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
@@ -96,6 +99,7 @@ class FitSummary:
             "sweep": self.sweep, "source": self.source, "fingerprint": self.fingerprint,
             "n_points": self.n_points, "conventions": self.conventions, "laws": laws,
             "skipped": self.skipped, "reused": self.reused, "stored": self.stored, "notes": self.notes,
+            **({"hparams": self.hparams.to_dict()} if self.hparams is not None else {}),
         })
 
     def table(self) -> str:
@@ -138,7 +142,8 @@ class FitSummary:
             console.print()
         for kind, reason in self.skipped.items():
             console.print(f"{KINDS[kind][1]}: not fitted: {reason}")
-        return buf.getvalue().rstrip() + "\n"
+        hparams = "\n" + self.hparams.table() if self.hparams is not None else ""  # its own width
+        return buf.getvalue().rstrip() + "\n" + hparams
 
 
 def se_text(iv: dict[str, Any]) -> str:
@@ -188,7 +193,15 @@ def fit_data(data: FitData, law: str = "all", n_bootstrap: int = 200, seed: int 
             summary.skipped[kind] = " ".join(str(exc).split())
     if not summary.laws:
         raise FitError("no law could be fitted: " + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
+    summary.hparams = hparam_fit(data, n_bootstrap, seed)
     return summary
+
+
+def hparam_fit(data: FitData, n_bootstrap: int = 200, seed: int = 0) -> HparamFit | None:
+    """The hyperparameter groups' optima and laws of ``data`` (None when its runs form no group)."""
+    if data.hparam_runs is None:
+        return None
+    return fit_hparams(data.hparam_runs, n_bootstrap, seed)
 
 
 def _fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: dict[str, Any], run_backtest: bool) -> Law:
@@ -202,9 +215,10 @@ def _fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: di
 
 
 def fit_csv(path: str, law: str = "all", n_bootstrap: int = 200, seed: int = 0, *,
-            flops_convention: str = "6N", unique_tokens: float | None = None) -> FitSummary:
+            flops_convention: str = "6N", unique_tokens: float | None = None, hparams: str = "tuned") -> FitSummary:
     """Fit a CSV of anyone's measurements (column aliases in :data:`scaling.fitting.data.ALIASES`)."""
-    return fit_data(from_csv(path, flops_convention=flops_convention, unique_tokens=unique_tokens), law, n_bootstrap, seed)
+    return fit_data(from_csv(path, flops_convention=flops_convention, unique_tokens=unique_tokens, hparams=hparams),
+                    law, n_bootstrap, seed)
 
 
 def _config_hash(law: Law, n_bootstrap: int, seed: int) -> str:
@@ -215,7 +229,8 @@ def _config_hash(law: Law, n_bootstrap: int, seed: int) -> str:
 
 def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
               effective_data: bool = False, save: bool = True, *, r_star: float = R_STAR_DATA,
-              fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False) -> FitSummary:
+              fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False,
+              hparams: str = "tuned") -> FitSummary:
     """Fit a sweep's completed runs, store each fit with its data fingerprint, reuse unchanged ones.
 
     ``save=False`` reuses stored fits but stores none of the new ones (a report that was not
@@ -228,6 +243,10 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
 
     The stored fingerprint is ``<data fingerprint>-<configuration hash>``: the same data fitted
     with other settings, bootstrap size or seed is a different fit.
+
+    ``hparams``: a sweep with hyperparameter groups has its loss laws fitted on each group's tuned
+    loss (``tuned``) or on the setting at its grid's centre (``fixed``); the groups' optima and the
+    lr / batch laws are in ``summary.hparams`` (fitted each time: they take well under a second).
     """
     from scaling.db import Store, connect
 
@@ -235,7 +254,9 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
     constrained = fit_r_star or fit_r_star_n or r_star_n is not None
     if (constrained or r_star != R_STAR_DATA) and not effective_data:
         raise FitError("R*_D and R*_N apply to effective data: fit the sweep with effective_data (--effective-data)")
-    data, sweep = from_db(url, sweep, effective_data=effective_data, r_star=r_star)
+    if hparams not in MODES:
+        raise FitError(f"unknown hyperparameter mode {hparams!r} (use one of {', '.join(MODES)})")
+    data, sweep = from_db(url, sweep, effective_data=effective_data, r_star=r_star, hparams=hparams)
     if constrained:
         from scaling.fitting.effective import fit_effective
 
@@ -279,4 +300,5 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
     if not summary.laws:
         raise FitError(f"sweep {sweep!r}: no law could be fitted: "
                        + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
+    summary.hparams = hparam_fit(data, n_bootstrap, seed)
     return summary

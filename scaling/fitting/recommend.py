@@ -66,6 +66,9 @@ class Recommendation:
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
+    #: or None, with why (:meth:`scaling.fitting.hparams.HparamFit.recommend`); None without groups.
+    hparams: dict[str, Any] | None = None
     #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -125,6 +128,12 @@ class Recommendation:
 
             for line in task_lines(self.tasks):
                 con.print(line)
+        if self.hparams is not None:
+            from scaling.fitting.hparams import ivtext
+
+            h = self.hparams
+            con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {ivtext(h['lr'])} "
+                      f"({h['lr_why']}); batch = {ivtext(h['batch'])} tokens ({h['batch_why']})")
         for note in self.notes:
             con.print(f"note: {note}")
         return buf.getvalue().rstrip() + "\n"
@@ -188,6 +197,13 @@ def recommend(
     if N_run is not None and (plan is not None or summary.sweep is not None):  # a sweep: its plan's rules, else the defaults
         rec.run, rec.run_source, note = concrete_run(plan, N_run, float(compute) / (k * N_run), float(compute),
                                                      size_run)
+        if note:
+            rec.notes.append(note)
+    if N_run is not None:
+        from scaling.fitting.hparams import apply_to_run
+
+        rec.hparams, note = apply_to_run(summary.hparams, rec.run, N_run, float(compute) / (k * N_run),
+                                         float(compute), rec.chosen in rec.unreliable, rec.run_source)
         if note:
             rec.notes.append(note)
     if tasks is None and url is not None and summary.sweep is not None:

@@ -1,0 +1,695 @@
+"""Hyperparameter scaling laws: each point's tuned loss, learning rate and batch, and how they scale.
+
+A *group* is the runs of one (N, D) point that differ only in learning rate, batch (tokens) and
+AdamW's beta2. Per group (:func:`fit_group`), a quadratic in (ln lr, ln B) is fitted to the runs
+around the group's best one (grids step by 2x-4x, so the best run alone places the optimum
+coarsely): its minimum gives the tuned loss L*, lr* and B*, with a residual-bootstrap interval.
+A group whose best run sits at the edge of its grid is flagged (the optimum may lie beyond
+it) and left out of the laws, as is a group whose losses do not curve up around the best run.
+
+Over the groups (:func:`fit_hparams`), ordinary least squares in logs gives Step Law's forms
+(Li et al. 2025) lr*(N, D) = c N^a D^b and B*(D) = d D^e, and DeepSeek LLM's (Bi et al. 2024)
+lr*(C) = c C^a and B*(C) = d C^e. Their intervals come from a two-level bootstrap: groups
+resampled with replacement, each taking its own bootstrap replicate of lr* and B*, so both the
+scatter between points and each point's uncertainty enter. A law whose exponents the groups do
+not identify (a variable that does not vary, or varies with another) is flagged: its values are
+shown, no interval, and nothing is recommended from it.
+
+The loss laws of a sweep with groups are fitted on each group's L* (:func:`tuned_points`),
+or on one fixed setting per group (the centre of its grid) when asked.
+This module is pure: DataFrames in, dataclasses out (no database, no other fitting module's data).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from scaling.errors import FitError
+from scaling.fitting.intervals import summarise, withheld
+from scaling.fmt import num
+
+#: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
+RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
+#: Ways to reduce a group to the one loss the loss laws are fitted on.
+MODES = ("tuned", "fixed")
+#: Grid steps either side of the best run that the quadratic is fitted to.
+WINDOW = 3
+#: Near-optimal region: runs within this fraction of L* (DeepSeek LLM, Bi et al. 2024, Fig. 3, and
+#: Step Law's fitting recipe use 0.25%).
+NEAR_FRACTION = 0.0025
+#: Share of failed bootstrap refits (no minimum) above which no interval is given.
+MAX_FAILED = 0.2
+#: A law's variable must span at least this factor across the groups to identify its exponent.
+MIN_SPAN = 2.0
+#: |correlation| of ln N and ln D across the groups above which a and b are not told apart.
+MAX_CORRELATION = 0.98
+#: Published laws, for comparison (their data, conventions and units, not ours).
+PUBLISHED = {
+    "lr_ND": "Step Law (Li et al. 2025, dense): lr* = 1.7973 N^-0.7129 D^0.3075",
+    "batch_D": "Step Law (Li et al. 2025, dense): B* = 0.5807 D^0.5709 tokens",
+    "lr_C": "DeepSeek LLM (Bi et al. 2024): lr* = 0.3118 C^-0.125",
+    "batch_C": "DeepSeek LLM (Bi et al. 2024): B* = 0.2920 C^0.3271 tokens",
+}
+
+
+def _sig(x: Any) -> np.ndarray:
+    """Values rounded to 6 significant digits, so one point's N and D compare equal across runs."""
+    v = np.asarray(x, dtype=float)
+    with np.errstate(all="ignore"):
+        scale = 10.0 ** (5 - np.floor(np.log10(np.abs(v))))
+        return np.where(np.isfinite(scale) & (v != 0), np.round(v * scale) / scale, v)
+
+
+def point_label(N: float, D: float) -> str:
+    return f"N={num(N, 3)}, D={num(D, 3)}"
+
+
+def assign_groups(runs: pd.DataFrame) -> pd.Series:
+    """Each run's group label, or None for a run in no group.
+
+    With a ``group`` column, its labels (a label over several (N, D) points is split by point);
+    without one, every (N, D) point whose runs differ in lr, batch or beta2 is a group.
+    """
+    r = runs.reset_index(drop=True)
+    point = pd.Series([point_label(n, d) for n, d in zip(_sig(r["N"]), _sig(r["D"]))])
+    if "group" in r and r["group"].notna().any():
+        label = r["group"].where(r["group"].notna(), None)
+        out = label.astype(object)
+        for g, idx in r.groupby(label.astype(str)[label.notna()]).groups.items():
+            pts = point.loc[idx]
+            if pts.nunique() > 1:
+                out.loc[idx] = [f"{g} ({p})" for p in pts]
+        return out.where(label.notna(), None).set_axis(runs.index)
+    hp = [c for c in ("lr", "batch", "beta2") if c in r]
+    if not hp:
+        return pd.Series([None] * len(r), index=runs.index, dtype=object)
+    varied = r[hp].astype(float).round(12).groupby(point).nunique().max(axis=1) > 1
+    return pd.Series([p if varied.get(p, False) else None for p in point], index=runs.index, dtype=object)
+
+
+def has_groups(runs: pd.DataFrame) -> bool:
+    return bool(len(runs)) and bool(assign_groups(runs).notna().any())
+
+
+# -- one group ---------------------------------------------------------------------------------
+@dataclass
+class GroupOptimum:
+    """The tuned loss, lr and batch of one group, or why they are not fitted.
+
+    ``status``: ``fitted`` (used by the laws); ``edge`` (the best run is at the edge of the grid);
+    ``no minimum`` (no upward curvature around the best run); ``one setting`` (nothing varied).
+    """
+
+    label: str
+    N: float
+    D: float
+    C: float
+    n_runs: int
+    n_settings: int
+    status: str
+    message: str
+    loss: dict[str, Any]
+    lr: dict[str, Any]
+    batch: dict[str, Any]
+    beta2: float | None = None
+    varied: tuple[str, ...] = ()
+    best: dict[str, float] = field(default_factory=dict)
+    #: Settings within ``near_fraction`` of L*: their count and the ranges of lr and batch.
+    near: dict[str, float] = field(default_factory=dict)
+    #: Bootstrap replicates of ln lr* and ln B* (NaN where a refit found no minimum).
+    replicates: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def used(self) -> bool:
+        return self.status == "fitted"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "replicates"}
+        d["varied"] = list(self.varied)
+        return d
+
+
+def _settings(g: pd.DataFrame) -> pd.DataFrame:
+    """Mean loss per distinct (lr, batch, beta2) setting, and its number of runs."""
+    keys = [c for c in ("lr", "batch", "beta2") if c in g]
+    s = g.groupby(keys, sort=True)["loss"].agg(["mean", "size"]).reset_index()
+    return s.rename(columns={"mean": "loss", "size": "n"})
+
+
+def _design(x: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+    if y is None:
+        return np.column_stack([np.ones_like(x), x, x * x])
+    return np.column_stack([np.ones_like(x), x, y, x * x, y * y, x * y])
+
+
+def _optimum(beta: np.ndarray, two_d: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum (x*, y*) and value of quadratics with coefficients ``beta`` (p, R); NaN where none."""
+    beta = np.atleast_2d(beta.T).T if beta.ndim == 1 else beta
+    if not two_d:
+        c0, c1, c2 = beta
+        with np.errstate(all="ignore"):
+            x = np.where(c2 > 0, -c1 / (2 * c2), np.nan)
+        return x[None, :], c0 + c1 * x + c2 * x * x
+    c0, c1, c2, c3, c4, c5 = beta
+    det = 4 * c3 * c4 - c5 * c5
+    ok = (c3 > 0) & (det > 0)
+    with np.errstate(all="ignore"):
+        x = np.where(ok, (-2 * c4 * c1 + c5 * c2) / det, np.nan)
+        y = np.where(ok, (-2 * c3 * c2 + c5 * c1) / det, np.nan)
+    return np.vstack([x, y]), c0 + c1 * x + c2 * y + c3 * x * x + c4 * y * y + c5 * x * y
+
+
+def _grid_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    grid = np.unique(_sig(values))
+    return grid, np.searchsorted(grid, _sig(values))
+
+
+def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int = 0,
+              near_fraction: float = NEAR_FRACTION, window: int = WINDOW) -> GroupOptimum:
+    """The quadratic optimum of one group's runs (columns of :data:`RUN_COLUMNS`)."""
+    g = g.reset_index(drop=True)
+    N, D, C = float(g["N"].median()), float(g["D"].median()), float(g["C"].median())
+    s = _settings(g)
+    beta2 = None
+    note = ""
+    if "beta2" in s and s["beta2"].nunique() > 1:  # tune beta2 on its grid: the quadratic is at the best one
+        best_b2 = float(s.loc[s["loss"].idxmin(), "beta2"])
+        note = f"; beta2 tuned on its grid ({s['beta2'].nunique()} values): the quadratic is fitted at beta2 = {best_b2:.4g}"
+        g, s, beta2 = g[np.isclose(g["beta2"], best_b2)], s[np.isclose(s["beta2"], best_b2)], best_b2
+    elif "beta2" in s and s["beta2"].notna().any():
+        beta2 = float(s["beta2"].iloc[0])
+    best = s.loc[s["loss"].idxmin()]
+    best_d = {"loss": float(best["loss"]), "lr": float(best["lr"]), "batch": float(best["batch"])}
+    varied = tuple(c for c in ("lr", "batch") if s[c].nunique() > 1)
+
+    def result(status: str, message: str, loss: dict, lr: dict, batch: dict, reps: np.ndarray | None = None,
+               near: dict | None = None) -> GroupOptimum:
+        return GroupOptimum(label, N, D, C, len(g), len(s), status, message + note, loss, lr, batch, beta2, varied,
+                            best_d, near or {}, reps)
+
+    def as_run(why: str) -> tuple[dict, dict, dict]:
+        """The best run's own values, flagged: no interval."""
+        return ({"value": best_d["loss"], "kind": "unreliable", "note": why},
+                {"value": best_d["lr"], "kind": "unreliable", "note": why},
+                {"value": best_d["batch"], "kind": "unreliable", "note": why})
+
+    if not varied:
+        what = "one run" if len(g) == 1 else f"{len(g)} runs of one setting"
+        why = f"{what}: no optimum to fit (its loss, lr and batch are the run's own)"
+        return result("one setting", why, *as_run(why))
+    for dim in varied:  # the edge: the optimum may lie beyond what was tried
+        tried = s[dim].to_numpy(float)
+        word = "lr*" if dim == "lr" else "batch*"
+        if math.isclose(best_d[dim], tried.max(), rel_tol=1e-9):
+            why = f"{word} at the largest value tried ({num(tried.max(), 3)}): widen the sweep"
+            return result("edge", why, *as_run(why))
+        if math.isclose(best_d[dim], tried.min(), rel_tol=1e-9):
+            why = f"{word} at the smallest value tried ({num(tried.min(), 3)}): widen the sweep"
+            return result("edge", why, *as_run(why))
+    # the window: grid steps around the best setting in every varied dimension
+    keep = np.ones(len(g), bool)
+    for dim in varied:
+        grid, idx = _grid_index(g[dim].to_numpy(float))
+        centre = int(np.searchsorted(grid, _sig(best_d[dim])))
+        keep &= np.abs(idx - centre) <= window
+    w = g[keep]
+    two_d = len(varied) == 2
+    x0, y0 = math.log(best_d["lr"]), math.log(best_d["batch"])
+    x = np.log(w["lr"].to_numpy(float)) - x0
+    y = np.log(w["batch"].to_numpy(float)) - y0 if two_d else None
+    if "lr" not in varied:  # only the batch varies: the quadratic is in ln B
+        x, x0 = np.log(w["batch"].to_numpy(float)) - y0, y0
+    X = _design(x, y)
+    loss = w["loss"].to_numpy(float)
+    p = X.shape[1]
+    beta, *_ = np.linalg.lstsq(X, loss, rcond=None)
+    opt, L = _optimum(beta[:, None], two_d)
+    if not np.all(np.isfinite(opt)):
+        why = "the losses do not curve up around the best run: no minimum to fit"
+        return result("no minimum", why, *as_run(why))
+    span = [(np.log(w[d].to_numpy(float)) - (x0 if i == 0 else y0)) for i, d in enumerate(varied)]
+    for i, d in enumerate(varied):
+        if not span[i].min() - 1e-9 <= opt[i, 0] <= span[i].max() + 1e-9:
+            why = (f"the fitted {'lr*' if d == 'lr' else 'batch*'} lies outside the runs it was fitted to "
+                   f"({num(math.exp(opt[i, 0] + (x0 if i == 0 else y0)), 3)})")
+            return result("no minimum", why, *as_run(why))
+    # residual bootstrap (the design is the grid, so it is kept; residuals scaled for the fitted df)
+    reps = None
+    n = len(loss)
+    if n_bootstrap >= 2 and n > p:
+        resid = (loss - X @ beta) * math.sqrt(n / (n - p))
+        rng = np.random.default_rng(seed)
+        Y = (X @ beta)[:, None] + resid[rng.integers(0, n, size=(n, n_bootstrap))]
+        B = np.linalg.pinv(X) @ Y
+        ropt, rL = _optimum(B, two_d)
+    else:
+        ropt, rL = np.full((len(varied), 0), np.nan), np.full(0, np.nan)
+    failed = int(np.sum(~np.all(np.isfinite(ropt), axis=0))) if ropt.shape[1] else 0
+    no_interval = None
+    if n <= p:
+        no_interval = f"as many runs around the best one ({n}) as quadratic coefficients ({p}): no interval"
+    elif n_bootstrap >= 2 and failed > MAX_FAILED * n_bootstrap:
+        no_interval = f"{failed} of {n_bootstrap} bootstrap refits find no minimum: no interval"
+
+    def iv(values: np.ndarray, point: float, log: bool) -> dict[str, Any]:
+        out = summarise(values, point, log=log)
+        return withheld(out, no_interval) if no_interval else out
+
+    lr_dim = varied.index("lr") if "lr" in varied else None
+    b_dim = varied.index("batch") if "batch" in varied else None
+    lr_point = math.exp(opt[lr_dim, 0] + x0) if lr_dim is not None else best_d["lr"]
+    b_point = math.exp(opt[b_dim, 0] + (y0 if two_d else x0)) if b_dim is not None else best_d["batch"]
+    lr_iv = (iv(np.exp(ropt[lr_dim] + x0), lr_point, True) if lr_dim is not None
+             else summarise([], lr_point, pinned="not varied in the group"))
+    b_iv = (iv(np.exp(ropt[b_dim] + (y0 if two_d else x0)), b_point, True) if b_dim is not None
+            else summarise([], b_point, pinned="not varied in the group"))
+    L_iv = iv(rL, float(L[0]), False)
+    replicates = np.vstack([ropt[lr_dim] + x0 if lr_dim is not None else np.full(ropt.shape[1], math.log(lr_point)),
+                            ropt[b_dim] + (y0 if two_d else x0) if b_dim is not None
+                            else np.full(ropt.shape[1], math.log(b_point))])
+    ref = min(float(L[0]), best_d["loss"])
+    nr = s[s["loss"] <= ref * (1 + near_fraction)]
+    near = {"fraction": near_fraction, "n": int(len(nr)), "of": int(len(s)),
+            "lr_lo": float(nr["lr"].min()), "lr_hi": float(nr["lr"].max()),
+            "batch_lo": float(nr["batch"].min()), "batch_hi": float(nr["batch"].max())}
+    msg = f"quadratic in {' and '.join('ln ' + ('lr' if d == 'lr' else 'B') for d in varied)} over {n} runs"
+    if failed:
+        msg += f"; {failed} of {n_bootstrap} bootstrap refits found no minimum"
+    return result("fitted", msg, L_iv, lr_iv, b_iv, replicates, near)
+
+
+# -- laws over the groups ----------------------------------------------------------------------
+#: name -> (response, variables, display form)
+LAWS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "lr_ND": ("lr", ("N", "D"), "lr* = c N^a D^b"),
+    "batch_D": ("batch", ("D",), "B* = d D^e"),
+    "lr_C": ("lr", ("C",), "lr* = c C^a"),
+    "batch_C": ("batch", ("C",), "B* = d C^e"),
+}
+#: parameter names of each law (coefficient first)
+PARAMS: dict[str, tuple[str, ...]] = {"lr_ND": ("c", "a", "b"), "batch_D": ("d", "e"), "lr_C": ("c", "a"),
+                                      "batch_C": ("d", "e")}
+
+
+@dataclass
+class PowerLaw:
+    """One hyperparameter law fitted over the groups: ``response`` = coef * prod(var^exponent)."""
+
+    name: str
+    form: str
+    response: str
+    variables: tuple[str, ...]
+    params: dict[str, dict[str, Any]]
+    n_groups: int
+    #: Why the data do not determine the law (then no interval and no recommendation).
+    doubts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: (R, 1 + len(variables)) replicates of (ln coef, exponents...).
+    replicates: np.ndarray | None = field(default=None, repr=False)
+    #: The fit itself: (ln coef, exponents...) (the coefficient may be beyond a float when unidentified).
+    theta: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+
+    @property
+    def reliable(self) -> bool:
+        return not self.doubts
+
+    def predict(self, **values: float) -> float:
+        x = np.array([1.0] + [math.log(float(values[v])) for v in self.variables])
+        with np.errstate(over="ignore"):
+            return float(np.exp(x @ self.theta))
+
+    def predict_interval(self, **values: float) -> dict[str, Any]:
+        """The prediction at ``values`` with its 95% bootstrap interval (withheld for a flagged law)."""
+        point = self.predict(**values)
+        if not self.reliable:
+            return withheld({"value": point}, "the law is flagged: " + self.doubts[0])
+        if self.replicates is None or not len(self.replicates):
+            return summarise([], point, log=True)
+        x = np.array([1.0] + [math.log(float(values[v])) for v in self.variables])
+        with np.errstate(over="ignore"):
+            return summarise(np.exp(self.replicates @ x), point, log=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("replicates", "theta")}
+        d["variables"] = list(self.variables)
+        d["theta"] = [float(t) for t in self.theta]
+        d["replicates"] = None if self.replicates is None else self.replicates.tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PowerLaw":
+        reps = d.get("replicates")
+        return cls(d["name"], d["form"], d["response"], tuple(d["variables"]), d["params"], int(d["n_groups"]),
+                   list(d.get("doubts", [])), list(d.get("notes", [])),
+                   None if reps is None else np.asarray(reps, float).reshape(-1, 1 + len(d["variables"])),
+                   np.asarray(d["theta"], float))
+
+
+def _identification(name: str, X: dict[str, np.ndarray], n: int, p: int) -> list[str]:
+    """Why the groups do not determine the law's exponents (empty when they do)."""
+    doubts = []
+    if n == p:
+        doubts.append(f"{n} groups for {p} parameters: exactly determined, nothing left to judge the fit by")
+    for var, v in X.items():
+        factor = math.exp(float(np.ptp(v)))
+        if factor < MIN_SPAN:
+            doubts.append(f"{var} spans a factor {factor:.3g} across the groups (less than {MIN_SPAN:g}): its "
+                          "exponent is not identified")
+    if {"N", "D"} <= set(X) and all(np.ptp(X[v]) > 0 for v in ("N", "D")):
+        r = float(np.corrcoef(X["N"], X["D"])[0, 1])
+        if abs(r) > MAX_CORRELATION:
+            doubts.append(f"ln N and ln D move together across the groups (correlation {r:.3f}): a and b are not "
+                          "told apart")
+    return doubts
+
+
+def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, seed: int = 0) -> PowerLaw:
+    """OLS in logs of one of :data:`LAWS` over the used groups, with the two-level bootstrap."""
+    response, variables, form = LAWS[name]
+    used = [g for g in groups if g.used]
+    p = 1 + len(variables)
+    if len(used) < p:
+        raise FitError(f"{form}: {len(used)} usable group(s) for {p} parameters")
+    y = np.log([g.lr["value"] if response == "lr" else g.batch["value"] for g in used])
+    logs = {v: np.log([getattr(g, v) for g in used]) for v in variables}
+    if response == "batch" and all(g.batch.get("kind") == "pinned" for g in used):
+        raise FitError(f"{form}: the batch was not varied in any group")
+    X = np.column_stack([np.ones(len(used))] + [logs[v] for v in variables])
+    if any(np.ptp(logs[v]) == 0 for v in variables):
+        same = [v for v in variables if np.ptp(logs[v]) == 0]
+        raise FitError(f"{form}: every group has the same {', '.join(same)}: its exponent is not identified")
+    k = 0 if response == "lr" else 1
+    own = [g.replicates[k] if g.replicates is not None and g.replicates.shape[1] else np.full(0, np.nan) for g in used]
+    w = np.sqrt(_weights(own))
+    theta, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    doubts = _identification(name, logs, len(used), p)
+    reps = None
+    failed = 0
+    if n_bootstrap >= 2:
+        rng = np.random.default_rng(seed)
+        out = np.full((n_bootstrap, p), np.nan)
+        for r in range(n_bootstrap):
+            idx = rng.integers(0, len(used), len(used))
+            Xr = X[idx] * w[idx, None]
+            if np.linalg.matrix_rank(Xr) < p:
+                failed += 1
+                continue
+            out[r], *_ = np.linalg.lstsq(Xr, y[idx] * w[idx], rcond=None)
+        reps = out[np.all(np.isfinite(out), axis=1)]
+        if len(used) > p:  # resampling n cases under-states the spread by (n - p) / n (small-sample correction)
+            reps = theta + (reps - theta) * math.sqrt(len(used) / (len(used) - p))
+    names = PARAMS[name]
+    params: dict[str, dict[str, Any]] = {}
+    for j, pname in enumerate(names):
+        if j == 0:
+            with np.errstate(over="ignore"):
+                iv = summarise(np.exp(reps[:, 0]) if reps is not None else [], float(np.exp(theta[0])), log=True)
+        else:
+            iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
+        params[pname] = withheld(iv, "the law is flagged: " + doubts[0]) if doubts else iv
+    notes = [f"fitted over {len(used)} groups"]
+    if failed:
+        notes.append(f"{failed} of {n_bootstrap} bootstrap resamples could not identify the law (left out)")
+    return PowerLaw(name, form, response, variables, params, len(used), doubts, notes, reps, theta)
+
+
+def _weights(replicates: Sequence[np.ndarray]) -> np.ndarray:
+    """Weights 1/var of each group's ln optimum (a robust spread of its bootstrap replicates), so a
+    group that places its optimum precisely counts more; equal weights without replicates.
+
+    The spread is half the 16-84% range, floored at a tenth of the median group's, so one group
+    with a lucky narrow bootstrap cannot dominate.
+    """
+    sd = np.array([0.5 * float(np.subtract(*np.nanquantile(r, [0.84, 0.16]))) if np.isfinite(r).sum() >= 10
+                   else np.nan for r in replicates])
+    if not np.isfinite(sd).any():
+        return np.ones(len(replicates))
+    med = float(np.nanmedian(sd))
+    sd = np.where(np.isfinite(sd), np.maximum(sd, 0.1 * med), np.nanmax(sd))
+    return 1.0 / np.maximum(sd, 1e-12) ** 2
+
+
+@dataclass
+class HparamFit:
+    """Every group's optimum and the hyperparameter laws fitted over them."""
+
+    groups: list[GroupOptimum]
+    laws: dict[str, PowerLaw] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    near_fraction: float = NEAR_FRACTION
+
+    def groups_frame(self) -> pd.DataFrame:
+        """One row per group: N, D, C, status, L*, lr*, B* with their bounds, the near-optimal region."""
+        rows = []
+        for g in self.groups:
+            row: dict[str, Any] = {"group": g.label, "N": g.N, "D": g.D, "C": g.C, "runs": g.n_runs,
+                                   "settings": g.n_settings, "status": g.status, "message": g.message}
+            for q, iv in (("loss", g.loss), ("lr", g.lr), ("batch", g.batch)):
+                row[f"{q}_star"] = iv["value"]
+                row[f"{q}_lo"], row[f"{q}_hi"] = _bound(iv, "lo"), _bound(iv, "hi")
+            row["beta2"] = g.beta2
+            for k in ("lr_lo", "lr_hi", "batch_lo", "batch_hi", "n"):
+                row[f"near_{k}"] = g.near.get(k, math.nan)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def laws_frame(self) -> pd.DataFrame:
+        """One row per (law, parameter): value, lo, hi, and whether the law is flagged."""
+        rows = [{"law": name, "form": law.form, "parameter": p, "value": iv["value"], "lo": _bound(iv, "lo"),
+                 "hi": _bound(iv, "hi"), "flagged": "; ".join(law.doubts) or None}
+                for name, law in self.laws.items() for p, iv in law.params.items()]
+        return pd.DataFrame(rows, columns=["law", "form", "parameter", "value", "lo", "hi", "flagged"])
+
+    def recommend(self, N: float, D: float, C: float) -> dict[str, Any]:
+        """lr and batch for a run of (N, D, C) from Step Law's forms, each with its interval, or why none.
+
+        ``lr``/``batch`` are interval dicts (``kind`` ``unreliable`` for a flagged law) or None when
+        the law is not fitted; ``why`` says where each came from or why it is withheld.
+        """
+        out: dict[str, Any] = {"N": N, "D": D, "C": C}
+        for q, name in (("lr", "lr_ND"), ("batch", "batch_D")):
+            law = self.laws.get(name)
+            if law is None:
+                out[q], out[f"{q}_why"] = None, f"{LAWS[name][2]} not fitted: {self.skipped.get(name, 'no groups')}"
+                continue
+            out[q] = law.predict_interval(N=N, D=D, C=C)
+            out[f"{q}_why"] = (f"from {law.form} over {law.n_groups} groups" if law.reliable else
+                               f"not recommended: {law.form} is flagged ({law.doubts[0]})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [g.to_dict() for g in self.groups], "laws": {k: v.to_dict() for k, v in self.laws.items()},
+                "skipped": dict(self.skipped), "notes": list(self.notes), "near_fraction": self.near_fraction,
+                "published": dict(PUBLISHED)}
+
+    def table(self) -> str:
+        """The groups and laws as text, as ``scaling fit`` prints them."""
+        from rich.console import Console
+        from rich.table import Table
+
+        buf = io.StringIO()
+        con = Console(file=buf, width=130, force_terminal=False, force_jupyter=False, color_system=None, markup=False)
+        used = sum(g.used for g in self.groups)
+        con.print(f"Hyperparameter groups: {len(self.groups)} ({used} used by the laws)")
+        t = Table(show_edge=False)
+        for col in ("group", "runs", "L* [95%]", "lr* [95%]", "B* [95%]", "status"):
+            t.add_column(col, justify="left" if col in ("group", "status") else "right")
+        for g in self.groups:
+            t.add_row(g.label, str(g.n_runs), ivtext(g.loss, 4), ivtext(g.lr), ivtext(g.batch),
+                      "fitted" if g.used else f"left out ({g.status})")
+        con.print(t)
+        for name, law in self.laws.items():
+            cells = ", ".join(f"{p} = {ivtext(iv, 4)}" for p, iv in law.params.items())
+            con.print(f"{law.form}: {cells}" + (f"  [flagged: {'; '.join(law.doubts)}]" if law.doubts else ""))
+            con.print(f"  published, for comparison: {PUBLISHED[name]}")
+        for name, why in self.skipped.items():
+            con.print(f"{LAWS[name][2]}: not fitted: {why}")
+        for note in self.notes:
+            con.print(f"note: {note}")
+        return buf.getvalue().rstrip() + "\n"
+
+
+def _bound(iv: dict[str, Any], end: str) -> float:
+    v = iv.get(end)
+    return float(v) if v is not None and iv.get("kind") == "percentile" and math.isfinite(v) else math.nan
+
+
+def ivtext(iv: dict[str, Any] | None, digits: int = 3) -> str:
+    """A value with its 95% interval, or with why it has none."""
+    if iv is None:
+        return "-"
+    v = num(iv.get("value"), digits, "-")
+    if iv.get("kind") == "percentile":
+        return f"{v} [{num(iv['lo'], digits)}, {num(iv['hi'], digits)}]"
+    if iv.get("kind") == "pinned":
+        return f"{v} (pinned: {iv.get('pinned')})"
+    if iv.get("kind") in ("unreliable", "biased", "no spread"):
+        return f"{v} (no interval)"
+    return v
+
+
+def check_runs(runs: pd.DataFrame, where: str = "") -> None:
+    """Refuse runs a hyperparameter fit cannot read: one line naming the first bad one."""
+    for col in ("lr", "batch"):
+        if col not in runs:
+            continue
+        v = pd.to_numeric(runs[col], errors="coerce").to_numpy(float)
+        bad = ~np.isfinite(v) | (v <= 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise FitError(f"{where}{int(bad.sum())} run(s) with a non-positive or missing {col} "
+                           f"(first: row {i}, {col}={float(v[i])!r})")
+
+
+def fit_hparams(runs: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0, *,
+                near_fraction: float = NEAR_FRACTION) -> HparamFit | None:
+    """Each group's optimum and the laws over them; None when the runs form no group.
+
+    ``runs``: one row per completed run with :data:`RUN_COLUMNS` (``beta2`` and ``group`` optional).
+    """
+    runs = runs.reset_index(drop=True)
+    labels = assign_groups(runs)
+    if not labels.notna().any():
+        return None
+    check_runs(runs[labels.notna()])
+    fit = HparamFit(groups=[], near_fraction=near_fraction)
+    for i, (label, g) in enumerate(runs[labels.notna()].groupby(labels[labels.notna()], sort=False)):
+        fit.groups.append(fit_group(g, str(label), n_bootstrap=n_bootstrap, seed=seed + i, near_fraction=near_fraction))
+    fit.groups.sort(key=lambda g: (g.N, g.D))
+    out = [g for g in fit.groups if not g.used]
+    if out:
+        fit.notes.append(f"{len(out)} of {len(fit.groups)} groups left out of the laws: "
+                         + "; ".join(f"{g.label}: {g.message}" for g in out))
+    for name in LAWS:
+        try:
+            fit.laws[name] = fit_law(name, fit.groups, n_bootstrap, seed)
+        except FitError as exc:
+            fit.skipped[name] = str(exc).split(": ", 1)[-1]
+    return fit
+
+
+# -- the points the loss laws see ---------------------------------------------------------------
+def centre_setting(s: pd.DataFrame) -> int:
+    """Index (in ``s``) of the setting nearest the centre of the group's lr x batch grid."""
+    dist = np.zeros(len(s))
+    for dim in ("lr", "batch"):
+        grid, idx = _grid_index(s[dim].to_numpy(float))
+        dist += np.abs(idx - (len(grid) - 1) // 2)
+    return int(s.index[int(np.argmin(dist))])
+
+
+def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame, list[str] | None, list[str]]:
+    """The rows the loss laws are fitted on: runs in no group as they are, one row per group.
+
+    ``mode`` ``tuned``: the group's L* (its quadratic minimum; the best setting's loss where the
+    group is flagged); ``fixed``: the setting at the centre of its grid. Returns (rows with N, D,
+    C, loss and any other column of the runs, the run keys kept for curves or None for all, notes).
+    """
+    if mode not in MODES:
+        raise FitError(f"unknown hyperparameter mode {mode!r} (use one of {', '.join(MODES)})")
+    runs = runs.reset_index(drop=True)
+    labels = assign_groups(runs)
+    check_runs(runs[labels.notna()])
+    other = [c for c in runs.columns if c not in ("lr", "batch", "beta2", "group", "loss", "run_key", "seed")]
+    rows = [runs.loc[labels.isna(), [c for c in runs.columns if c not in ("lr", "batch", "beta2", "group")]]]
+    keys: list[str] = list(runs.loc[labels.isna(), "run_key"]) if "run_key" in runs else []
+    flagged = 0
+    for label, g in runs[labels.notna()].groupby(labels[labels.notna()], sort=False):
+        first = g.iloc[0]
+        if mode == "tuned":
+            opt = fit_group(g, str(label), n_bootstrap=0)
+            loss = opt.loss["value"]
+            flagged += not opt.used
+            chosen = g
+        else:
+            s = _settings(g)
+            c = s.loc[centre_setting(s)]
+            chosen = g[np.isclose(g["lr"], c["lr"]) & np.isclose(g["batch"], c["batch"])]
+            if "beta2" in g and g["beta2"].notna().any():
+                chosen = chosen[np.isclose(chosen["beta2"], c["beta2"])] if "beta2" in c else chosen
+            loss = float(chosen["loss"].mean())
+        row = {c: first[c] for c in other}
+        row.update(N=float(g["N"].median()), D=float(g["D"].median()), C=float(g["C"].median()), loss=float(loss))
+        rows.append(pd.DataFrame([row]))
+        if "run_key" in g:
+            keys += list(chosen["run_key"])
+    n_groups = int(labels.dropna().nunique())
+    out = pd.concat(rows, ignore_index=True)
+    if mode == "tuned":
+        note = (f"hyperparameters: the loss laws are fitted on the tuned loss L* of each of {n_groups} groups "
+                "(the minimum of a quadratic in ln lr and ln B around its best run"
+                + (f"; {flagged} flagged group(s) at their best run's loss" if flagged else "")
+                + "); --hparams fixed fits one fixed setting instead")
+    else:
+        note = (f"hyperparameters: the loss laws are fitted on one fixed setting per group ({n_groups} groups: the "
+                "run at the centre of each group's lr x batch grid), not on the tuned loss")
+    return out, (keys if "run_key" in runs else None), [note]
+
+
+def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's runs listing (``Results.runs()``, with ``loss``) with each run's lr, batch, beta2
+    and group: ``spec.optimizer.lr`` (or ``spec.optim.lr``), ``spec.batch_tokens``, the optimizer's
+    ``beta2`` and the ``hparam_group`` column where the database has it."""
+    from scaling.db.jsonvalues import as_dict
+
+    out = runs.copy()
+    specs = [as_dict(s) for s in (runs["spec"] if "spec" in runs else [None] * len(runs))]
+
+    def optim(s: dict[str, Any]) -> dict[str, Any]:
+        o = s.get("optimizer") or s.get("optim")
+        return o if isinstance(o, dict) else {}
+
+    def number(x: Any) -> float:
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return math.nan
+
+    out["lr"] = [number(optim(s).get("lr")) for s in specs]
+    out["batch"] = [number(s.get("batch_tokens")) for s in specs]
+    out["beta2"] = [number(optim(s).get("beta2")) for s in specs]
+    if "hparam_group" in runs:
+        out["group"] = runs["hparam_group"].where(runs["hparam_group"].notna(), None)
+    return out
+
+
+def apply_to_run(fit: HparamFit | None, run: dict[str, Any] | None, N: float, D: float, C: float,
+                 flagged_point: bool, run_source: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The lr and batch for the recommended (N, D), written into the concrete ``run`` where the laws allow.
+
+    Returns (the laws' recommendation or None without groups, a note). A value from a flagged law,
+    or for an (N, D) that a flagged loss law chose, is shown without an interval and not used:
+    the run keeps the plan's own lr or batch, and the note says so.
+    """
+    if fit is None:
+        if run is None:
+            return None, None
+        return None, f"lr and batch of the concrete run come from {run_source or 'the plan'}: the sweep has no " \
+                     "hyperparameter groups to fit them from"
+    rec = fit.recommend(N, D, C)
+    if flagged_point:
+        for q in ("lr", "batch"):
+            if rec[q] is not None:
+                rec[q] = withheld(rec[q], "the (N, D) it is for comes from a loss law flagged unreliable")
+                rec[f"{q}_why"] = "not recommended: the (N, D) comes from a flagged loss law"
+    if run is None:
+        return rec, None
+    kept = []
+    for q, key in (("lr", "lr"), ("batch", "batch_tokens")):
+        iv = rec[q]
+        if iv is None or iv.get("kind") == "unreliable":
+            kept.append(q)
+            continue
+        run[key] = float(iv["value"]) if q == "lr" else int(round(float(iv["value"])))
+        run[f"{key}_interval"] = [_bound(iv, "lo"), _bound(iv, "hi")]
+    if kept:
+        return rec, (f"{' and '.join(kept)} of the concrete run come from {run_source or 'the plan'}: the "
+                     "hyperparameter laws give no recommendation for it (see above)")
+    return rec, None

@@ -1,0 +1,221 @@
+"""The report's hyperparameter section: loss against lr per point, the fitted lr* and B* laws, the next run's values.
+
+Drawn only for a sweep whose runs form hyperparameter groups (runs of one (N, D) that differ in
+lr, batch or beta2; :mod:`scaling.fitting.hparams`): for any other sweep the section is empty and
+the report is as it was. The figures take the runs and a fitted :class:`HparamFit`, so a notebook
+can draw them from its own frames.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from scaling.db.jsonvalues import as_dict
+from scaling.errors import UserError
+from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, ivtext, runs_frame
+from scaling.fmt import escape as e
+from scaling.fmt import num
+from scaling.reports import fitview
+from scaling.reports.blocks import interval, missing, section
+from scaling.reports.figures import TEMPLATE, size_colors, with_alpha
+
+SECTION_ID = "hparams"
+#: Panels of the loss-against-lr figure (one per group); beyond this many, the first ones are drawn.
+MAX_PANELS = 24
+#: Bootstrap replicates of the report's hyperparameter fit (it takes well under a second).
+REPORT_BOOTSTRAP = 200
+
+
+def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Completed runs with loss (final eval loss, else train loss), lr, batch, beta2 and group."""
+    r = runs.copy()
+    loss = pd.to_numeric(r.get("final_loss"), errors="coerce")
+    if "final_train_loss" in r:
+        loss = loss.fillna(pd.to_numeric(r["final_train_loss"], errors="coerce"))
+    r["loss"] = loss
+    r = r[np.isfinite(r["loss"].astype(float))]
+    return runs_frame(r)
+
+
+def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss against learning rate") -> go.Figure:
+    """One panel per group: final loss against lr, one curve per batch, the fitted optimum marked."""
+    labels = assign_groups(runs)
+    groups = [g for g in fit.groups][:MAX_PANELS]
+    cols = min(4, max(1, len(groups)))
+    rows = math.ceil(len(groups) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[e(g.label) for g in groups],
+                        horizontal_spacing=0.06, vertical_spacing=min(0.12, 0.5 / max(rows, 1)))
+    batches = sorted({float(b) for b in runs.loc[labels.notna(), "batch"].dropna()})
+    colors = size_colors(batches)
+    shown: set[float] = set()
+    for i, g in enumerate(groups):
+        row, col = i // cols + 1, i % cols + 1
+        sub = runs[labels == g.label]
+        mean = sub.groupby(["batch", "lr"], sort=True)["loss"].mean().reset_index()
+        for b, curve in mean.groupby("batch"):
+            fig.add_trace(go.Scatter(
+                x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {num(b, 3)}",
+                legendgroup=f"b{b}", showlegend=float(b) not in shown, line=dict(color=colors.get(float(b))),
+                hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"), row=row, col=col)
+            shown.add(float(b))
+        if g.used:
+            fig.add_trace(go.Scatter(
+                x=[g.lr["value"]], y=[g.loss["value"]], mode="markers", showlegend=i == 0, name="fitted optimum",
+                legendgroup="opt", marker=dict(symbol="x", size=11, color="black"),
+                hovertemplate=(f"lr* %{{x:.3g}}, B* {num(g.batch['value'], 3)}, L* %{{y:.4f}}<extra></extra>")),
+                row=row, col=col)
+        fig.update_xaxes(type="log", row=row, col=col)
+    fig.update_layout(title=e(title), template=TEMPLATE, height=max(320, 260 * rows), legend=dict(title="batch (tokens)"))
+    return fig
+
+
+def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> go.Figure:
+    """lr* and B* of each used group against D with their intervals; the fitted laws with 95% bands."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["lr*(N, D) = c N^a D^b", "B*(D) = d D^e"],
+                        horizontal_spacing=0.1)
+    used = [g for g in fit.groups if g.used]
+    colors = size_colors([g.N for g in used])
+    Ds = [g.D for g in fit.groups]
+    grid = np.exp(np.linspace(math.log(min(Ds)), math.log(max(Ds)), 40)) if Ds else np.array([])
+    for N in sorted({g.N for g in used}):
+        pts = [g for g in used if g.N == N]
+        color = colors.get(float(N))
+        fig.add_trace(go.Scatter(
+            x=[g.D for g in pts], y=[g.lr["value"] for g in pts], mode="markers", name=f"N = {num(N, 3)}",
+            legendgroup=f"n{N}", marker=dict(color=color, size=9), error_y=_errors([g.lr for g in pts]),
+            hovertemplate=f"N {num(N, 3)}, D %{{x:.3g}}: lr* %{{y:.3g}}<extra></extra>"), row=1, col=1)
+        law = fit.laws.get("lr_ND")
+        if law is not None:
+            _band(fig, law, grid, {"N": N}, color, f"n{N}", col=1)
+    for g in used:
+        fig.add_trace(go.Scatter(
+            x=[g.D], y=[g.batch["value"]], mode="markers", showlegend=False, legendgroup=f"n{g.N}",
+            marker=dict(color=colors.get(float(g.N)), size=9), error_y=_errors([g.batch]),
+            hovertemplate=f"N {num(g.N, 3)}, D %{{x:.3g}}: B* %{{y:.3g}} tokens<extra></extra>"), row=1, col=2)
+    if fit.laws.get("batch_D") is not None:
+        _band(fig, fit.laws["batch_D"], grid, {}, "#444444", "batch", col=2)
+    fig.update_xaxes(type="log", title="D (tokens)")
+    fig.update_yaxes(type="log", title="lr*", row=1, col=1)
+    fig.update_yaxes(type="log", title="B* (tokens)", row=1, col=2)
+    fig.update_layout(title=e(title), template=TEMPLATE, height=440, legend=dict(title="model size"))
+    return fig
+
+
+def _errors(ivs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [iv.get("kind") == "percentile" for iv in ivs]
+    return dict(type="data", symmetric=False, visible=True,
+                array=[iv["hi"] - iv["value"] if o else 0.0 for iv, o in zip(ivs, ok)],
+                arrayminus=[iv["value"] - iv["lo"] if o else 0.0 for iv, o in zip(ivs, ok)])
+
+
+def _band(fig: go.Figure, law: Any, grid: np.ndarray, fixed: dict[str, float], color: str | None, group: str,
+          col: int) -> None:
+    """The law's line over D (dashed when flagged) and, when it has one, its 95% band."""
+    ivs = [law.predict_interval(D=float(D), **fixed) for D in grid]
+    value = [iv["value"] for iv in ivs]
+    flagged = not law.reliable
+    if not flagged and all(iv.get("kind") == "percentile" for iv in ivs):
+        fig.add_trace(go.Scatter(x=np.concatenate([grid, grid[::-1]]),
+                                 y=[iv["hi"] for iv in ivs] + [iv["lo"] for iv in ivs][::-1], fill="toself",
+                                 fillcolor=_translucent(color or "#444444", 0.15), line=dict(width=0), showlegend=False,
+                                 legendgroup=group, hoverinfo="skip"), row=1, col=col)
+    fig.add_trace(go.Scatter(x=grid, y=value, mode="lines", showlegend=False, legendgroup=group,
+                             line=dict(color=color, dash="dash" if flagged else "solid"),
+                             hovertemplate=f"{e(law.form)}{' (flagged)' if flagged else ''}: D %{{x:.3g}}, "
+                                           "%{y:.3g}<extra></extra>"), row=1, col=col)
+
+
+def _translucent(color: str, a: float) -> str:
+    """A ``#rrggbb`` or ``rgb(r, g, b)`` colour (plotly's scales give the latter) with opacity ``a``."""
+    if color.startswith("rgb("):
+        return "rgba(" + color[4:].rstrip(")") + f", {a})"
+    return with_alpha(color, a)
+
+
+def groups_table(fit: HparamFit) -> str:
+    rows = []
+    for g in fit.groups:
+        near = (f"{g.near['n']} of {g.near['of']} settings: lr {num(g.near['lr_lo'], 3)}–{num(g.near['lr_hi'], 3)}, "
+                f"batch {num(g.near['batch_lo'], 3)}–{num(g.near['batch_hi'], 3)}") if g.near else "–"
+        rows.append(f"<tr><td>{e(g.label)}</td><td class=\"num\">{g.n_runs}</td><td class=\"num\">{interval(g.loss, 4)}</td>"
+                    f"<td class=\"num\">{interval(g.lr)}</td><td class=\"num\">{interval(g.batch)}</td>"
+                    f"<td>{e(near)}</td><td>{'used' if g.used else e('left out: ' + g.message)}</td></tr>")
+    return ('<table id="hparam-groups"><thead><tr><th>group</th><th class="num">runs</th><th class="num">L*</th>'
+            '<th class="num">lr*</th><th class="num">B* (tokens)</th>'
+            f'<th>near-optimal (within {100 * fit.near_fraction:.2g}% of L*)</th><th>status</th></tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def laws_table(fit: HparamFit) -> str:
+    rows = []
+    for name, law in fit.laws.items():
+        cells = ", ".join(f"{e(p)} = {interval(iv, 4)}" for p, iv in law.params.items())
+        status = "flagged: " + "; ".join(law.doubts) if law.doubts else f"{law.n_groups} groups"
+        rows.append(f"<tr><td>{e(law.form)}</td><td>{cells}</td><td>{e(status)}</td><td>{e(PUBLISHED[name])}</td></tr>")
+    for name, why in fit.skipped.items():
+        rows.append(f"<tr><td>{e(LAWS[name][2])}</td><td>not fitted</td><td>{e(why)}</td><td>{e(PUBLISHED[name])}</td></tr>")
+    return ('<table id="hparam-laws"><thead><tr><th>law</th><th>parameters (95% intervals)</th><th>status</th>'
+            f"<th>published, for comparison</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def next_run_values(data: Any, fit: HparamFit) -> str:
+    """The lr and batch the laws give for the run the headline recommends (10x the largest run)."""
+    from scaling.fitting.recommend import compare_laws, default_budget
+
+    done = data.completed
+    if done.empty:
+        return ""
+    target = default_budget(float(done["C"].max()))
+    laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
+    try:
+        rec = compare_laws(laws, target, source=data.sweep or "")
+    except UserError:
+        rec = None
+    if rec is None or rec.chosen is None:
+        return missing("No recommended run to give an lr and batch for: no loss law gives N* at the next budget.")
+    N = rec.per_law[rec.chosen]["N"]["value"]
+    k = float(getattr(laws[rec.chosen], "k_", None) or 6.0)
+    D = target / (k * N)
+    h = fit.recommend(N, D, target)
+    if rec.chosen in rec.unreliable:
+        return missing(f"No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable "
+                       f"(lr*(N, D) there would be {ivtext(h['lr'])}, batch {ivtext(h['batch'])}).")
+    return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {num(N, 3)}, '
+            f"D = {num(D, 3)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
+            f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")
+
+
+def _or_why(iv: dict[str, Any] | None, why: str) -> str:
+    if iv is None or iv.get("kind") == "unreliable":
+        return f"none ({e(why)})"
+    return f"{interval(iv)} ({e(why)})"
+
+
+def hparams_section(data: Any, page: Any) -> str:
+    """The report section; empty for a sweep whose runs form no hyperparameter group."""
+    runs = getattr(data, "completed", None)
+    if runs is None or runs.empty or "spec" not in runs or not any(as_dict(s) for s in runs["spec"]):
+        return ""
+    hp = hparam_runs(runs)
+    try:
+        fit = fit_hparams(hp, REPORT_BOOTSTRAP)
+    except UserError as exc:
+        return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
+    if fit is None:
+        return ""
+    mode = next((n for n in data.notes if str(n).startswith("hyperparameters: ")), None)
+    inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
+    inner += next_run_values(data, fit)
+    inner += page.figure("hparam-loss-lr", loss_against_lr(hp, fit))
+    inner += page.figure("hparam-laws", law_bands(fit))
+    inner += "<h3>Each group's optimum</h3>" + groups_table(fit)
+    inner += "<h3>Hyperparameter laws (95% bootstrap intervals over the groups)</h3>" + laws_table(fit)
+    if fit.notes:
+        inner += "<ul>" + "".join(f"<li>{e(n)}</li>" for n in fit.notes) + "</ul>"
+    return section(SECTION_ID, "Hyperparameters", inner)

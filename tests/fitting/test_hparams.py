@@ -1,0 +1,206 @@
+"""Hyperparameter groups and laws (scaling.fitting.hparams): the per-group quadratic optimum, edge
+flags, the laws against a simulated truth, CSV import, recommend, and bad input on the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cli_run import run_cli
+from scaling.errors import FitError
+from scaling.fitting import fit_sweep, from_csv, recommend
+from scaling.fitting import hparams_synthetic as HS
+from scaling.fitting.hparams import fit_group, fit_hparams, tuned_points
+
+
+def bowl(lr_star: float = 3e-3, b_star: float = 2e5, *, lrs: np.ndarray | None = None,
+         batches: np.ndarray | None = None, L0: float = 3.0) -> pd.DataFrame:
+    """An exact quadratic bowl in (ln lr, ln B) with a cross term, on a 2x / 2x grid around (not on) its minimum."""
+    lrs = lr_star * 2.0 ** (np.arange(-3, 4) + 0.3) if lrs is None else lrs
+    batches = b_star * 2.0 ** (np.arange(-2, 3) - 0.4) if batches is None else batches
+    L, B = (a.ravel() for a in np.meshgrid(lrs, batches, indexing="ij"))
+    x, y = np.log(L / lr_star), np.log(B / b_star)
+    loss = L0 + 0.03 * x * x + 0.02 * y * y + 0.01 * x * y
+    return pd.DataFrame({"N": 1e8, "D": 2e9, "C": 1.2e18, "loss": loss, "lr": L, "batch": B})
+
+
+def test_the_quadratic_finds_a_known_bowls_minimum_between_grid_values() -> None:
+    g = fit_group(bowl(), "bowl", n_bootstrap=50)
+    assert g.status == "fitted" and g.used
+    assert g.lr["value"] == pytest.approx(3e-3, rel=1e-6)
+    assert g.batch["value"] == pytest.approx(2e5, rel=1e-6)
+    assert g.loss["value"] == pytest.approx(3.0, abs=1e-9)
+    best = bowl().sort_values("loss").iloc[0]
+    assert abs(math.log(best["lr"] / 3e-3)) > 0.1  # the grid's argmin is not the answer
+    # exact data: every replicate refits the same optimum, and no interval is invented for it
+    assert g.lr.get("kind") == "no spread"
+
+
+def test_a_noisy_bowl_gives_an_interval_around_its_estimate() -> None:
+    d = bowl()
+    d["loss"] = d["loss"] * np.exp(np.random.default_rng(0).normal(0, 0.001, len(d)))
+    g = fit_group(d, "noisy", n_bootstrap=200)
+    assert g.lr["kind"] == "percentile" and g.lr["lo"] <= g.lr["value"] <= g.lr["hi"]
+    assert g.lr["lo"] < 3e-3 * 1.25 and g.lr["hi"] > 3e-3 / 1.25
+    assert g.near["n"] >= 1 and g.near["lr_lo"] <= g.near["lr_hi"]
+
+
+def test_a_minimum_at_the_edge_of_the_grid_is_flagged_and_left_out() -> None:
+    d = bowl(lrs=3e-3 * 2.0 ** np.arange(-6, 1, dtype=float) / 4)  # every lr below lr*: best at the largest
+    g = fit_group(d, "edge", n_bootstrap=20)
+    assert g.status == "edge" and not g.used
+    assert "lr* at the largest value tried" in g.message and "widen the sweep" in g.message
+    assert g.lr["kind"] == "unreliable"
+
+
+def test_only_lr_varied_gives_a_pinned_batch_and_one_run_one_clear_line() -> None:
+    d = bowl(batches=np.array([2e5]))
+    g = fit_group(d, "lr only", n_bootstrap=20)
+    assert g.used and g.varied == ("lr",) and g.batch["kind"] == "pinned"
+    one = fit_group(d.iloc[:1], "single", n_bootstrap=20)
+    assert one.status == "one setting" and one.message.startswith("one run: ")
+
+
+@pytest.fixture(scope="module")
+def truth_fits() -> list[tuple[HS.HparamTruth, object]]:
+    rng = np.random.default_rng(7)
+    out = []
+    for i in range(2):
+        truth = HS.random_truth(rng)
+        out.append((truth, fit_hparams(HS.sweep(truth, rng), 200, seed=i)))
+    return out
+
+
+def test_the_laws_find_the_simulated_exponents(truth_fits) -> None:
+    for truth, fit in truth_fits:
+        lr, b = fit.laws["lr_ND"], fit.laws["batch_D"]
+        assert lr.reliable and b.reliable
+        for iv, true in ((lr.params["a"], truth.a), (lr.params["b"], truth.b), (b.params["e"], truth.e)):
+            assert iv["lo"] <= iv["value"] <= iv["hi"]
+            assert abs(iv["value"] - true) < 0.1
+        N, D = 1e9, 4e10
+        rec = fit.recommend(N, D, 6 * N * D)
+        assert rec["lr"]["value"] == pytest.approx(float(truth.lr_star(N, D)), rel=0.25)
+        frame = fit.groups_frame()
+        assert {"lr_star", "lr_lo", "lr_hi", "batch_star", "loss_star", "status", "near_n"} <= set(frame.columns)
+
+
+def test_groups_that_do_not_vary_N_leave_its_exponent_unidentified() -> None:
+    rng = np.random.default_rng(3)
+    runs = HS.sweep(HS.HparamTruth(), rng, sizes=(1e8,), tokens_per_param=(5, 10, 20, 40))
+    fit = fit_hparams(runs, 50)
+    assert "lr_ND" in fit.skipped and "same N" in fit.skipped["lr_ND"]
+    assert fit.recommend(1e9, 2e10, 1.2e20)["lr"] is None
+    runs["N"] = runs["N"] * (1 + 0.001 * (runs["D"] / runs["D"].max()))  # N varies by 0.1%: not a span
+    flagged = fit_hparams(runs, 50).laws["lr_ND"]
+    assert not flagged.reliable and "not identified" in flagged.doubts[0]
+    assert all(iv["kind"] == "unreliable" for iv in flagged.params.values())
+    assert flagged.predict_interval(N=1e9, D=2e10)["kind"] == "unreliable"
+
+
+def test_tuned_points_use_each_groups_L_star_and_fixed_the_grid_centre() -> None:
+    d = bowl()
+    tuned, _, notes = tuned_points(d, "tuned")
+    assert len(tuned) == 1 and tuned["loss"].iloc[0] == pytest.approx(3.0, abs=1e-9) and "tuned loss" in notes[0]
+    fixed, _, notes = tuned_points(d, "fixed")
+    assert fixed["loss"].iloc[0] > 3.0 and "fixed setting" in notes[0]
+
+
+# -- CSV ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sweep_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runs = HS.sweep(HS.HparamTruth(), np.random.default_rng(11), sizes=(5e7, 1e8, 2e8),
+                    tokens_per_param=(10, 20, 40), n_lr=5, n_batch=3)
+    path = tmp_path_factory.mktemp("hp") / "sweep.csv"
+    runs.rename(columns={"lr": "lr_peak", "batch": "batch_size_tokens"}).drop(columns="C").to_csv(path, index=False)
+    return path
+
+
+def test_a_csv_with_lr_and_batch_columns_is_fitted_per_group(sweep_csv: Path) -> None:
+    data = from_csv(sweep_csv)
+    assert data.hparam_mode == "tuned" and len(data.points) == 9 and len(data.hparam_runs) == 9 * 15
+    assert any("tuned loss" in n for n in data.notes) and data.conventions()["hparams"] == "tuned"
+    fixed = from_csv(sweep_csv, hparams="fixed")
+    assert fixed.fingerprint() != data.fingerprint()
+    assert not np.allclose(fixed.points["loss"], data.points["loss"])
+    centre = pd.read_csv(sweep_csv).groupby(["N", "D"]).nth(7)  # 5 lrs x 3 batches: lr 3rd, batch 2nd, row 7
+    assert np.allclose(np.sort(fixed.points["loss"]), np.sort(centre["loss"]))
+
+
+def test_fit_csv_prints_the_groups_and_laws_and_says_which_loss(sweep_csv: Path) -> None:
+    code, out, err = run_cli("fit", "--csv", str(sweep_csv), "--law", "kaplan", "--bootstrap", "20")
+    assert code == 0, err
+    assert "Hyperparameter groups: 9" in out and "lr* = c N^a D^b" in out and "tuned loss L*" in out
+    code, out, _ = run_cli("fit", "--csv", str(sweep_csv), "--law", "kaplan", "--bootstrap", "0", "--format", "json",
+                           "--hparams", "fixed")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["conventions"]["hparams"] == "fixed" and len(doc["hparams"]["groups"]) == 9
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: d.assign(lr_peak=np.where(d.index == 4, -1e-3, d["lr_peak"])), "non-positive or non-finite lr"),
+    (lambda d: d.assign(group=["g"] * (len(d) - 1) + [""]), "empty group label"),
+    (lambda d: d.assign(group=["g"] * (len(d) - 1) + ["lonely"]), "has one run"),
+])
+def test_bad_hyperparameter_input_is_one_line_exit_2(sweep_csv: Path, tmp_path: Path, change, words: str) -> None:
+    bad = tmp_path / "bad.csv"
+    change(pd.read_csv(sweep_csv)).to_csv(bad, index=False)
+    code, out, err = run_cli("fit", "--csv", str(bad), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 2 and out == ""
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    with pytest.raises(FitError, match=words):
+        from_csv(bad)
+
+
+def test_bad_hparams_mode_is_refused(sweep_csv: Path) -> None:
+    code, out, err = run_cli("fit", "--csv", str(sweep_csv), "--hparams", "best", "--bootstrap", "0")
+    assert code == 2 and "--hparams must be tuned or fixed" in err and out == ""
+
+
+# -- a sweep in the database -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hp_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('hpdb') / 'hp.db'}"
+    runs = HS.sweep(HS.HparamTruth(), np.random.default_rng(5), sizes=(5e7, 1e8, 2e8),
+                    tokens_per_param=(10, 20, 40), n_lr=5, n_batch=3, noise=0.001)
+    HS.store_sweep(url, runs, "hp")
+    plain = runs.groupby(["N", "D"], as_index=False).nth(7)  # one setting per point: no groups
+    HS.store_sweep(url, plain, "plain")
+    return url
+
+
+def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_batch(hp_db: str) -> None:
+    summary = fit_sweep(hp_db, "hp", "kaplan", 30, save=False)
+    assert summary.n_points == 9 and summary.hparams is not None
+    assert any("tuned loss" in n for n in summary.notes)
+    rec = recommend(url=hp_db, summary=summary, next_runs=False)
+    h = rec.hparams
+    assert h is not None and set(h) >= {"lr", "batch", "lr_why", "batch_why"}
+    if h["lr"]["kind"] != "unreliable":
+        assert rec.run["lr"] == pytest.approx(h["lr"]["value"]) and "lr =" in rec.table()
+    assert "hyperparameters for N =" in rec.table()
+
+
+def test_a_sweep_without_groups_keeps_the_plans_rules_and_says_so(hp_db: str) -> None:
+    summary = fit_sweep(hp_db, "plain", "kaplan", 0, save=False)
+    assert summary.hparams is None and not any("hyperparameters" in n for n in summary.notes)
+    rec = recommend(url=hp_db, summary=summary, next_runs=False)
+    assert rec.hparams is None
+    assert any("no hyperparameter groups" in n for n in rec.notes)
+
+
+def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
+    import scaling.api as api
+
+    h = api.hparams(hp_db, "hp", bootstrap=30)
+    assert h is not None and len(h.groups) == 9
+    assert len(h.groups_frame()) == 9 and {"law", "parameter", "value", "lo", "hi"} <= set(h.laws_frame().columns)
+    lr = h.recommend(1e9, 2e10)["lr"]
+    assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
+    assert api.hparams(hp_db, "plain") is None
