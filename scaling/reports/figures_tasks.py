@@ -171,7 +171,7 @@ def render_tasks(data: Any, page: Any, fits: TaskFits) -> str:
     return section(SECTION_ID, TITLE, intro + table + notes_html + "".join(figures))
 
 
-def task_section(url: str, n_bootstrap: int = 200, seed: int = 0) -> Callable[[Any, Any], str]:
+def task_section(url: str, n_bootstrap: int = 100, seed: int = 0) -> Callable[[Any, Any], str]:
     """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any."""
 
     def build(data: Any, page: Any) -> str:

@@ -1,0 +1,85 @@
+"""Downstream tasks in a real database: read back, recommended, reported; a sweep without tasks is unchanged.
+
+The sweep is written through the real ``scaling.db.Store`` (register, claim, log_metrics, finish)
+with eval loss and ``task/<task>/<kind>`` metrics at four evaluations per run, drawn from a known
+task loss and a sigmoid accuracy (numpy), as the simulated trainer writes them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scaling import vocab as names
+from scaling.db import Store
+from scaling.fitting.task_columns import metric_name
+
+TASK = "arc_sim"
+
+
+def _store(url: str, sweep: str, with_tasks: bool, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    records, rows = [], []
+    for C in (1e17, 4e17, 1.6e18):
+        for j, N in enumerate(np.geomspace(1.5e7, 4e8, 4) * (C / 1e18) ** 0.5):
+            D = C / (6 * N)
+            key = f"{sweep}-{C:.0e}-{j}"
+            records.append({"key": key, "N": float(N), "N_total": float(N) * 1.1, "n_layer": 2, "d_model": 64,
+                            "n_head": 4, "vocab_size": 256, "context": 64, "D": float(D), "C": float(C), "seed": 0,
+                            "spec": {"params_convention": "non_embedding", "flops_convention": "6N"}})
+            rows.append((key, N, D))
+    with Store(url) as store:
+        store.register(sweep, records)
+        for key, N, D in rows:
+            assert store.claim(key, "test-host") == 1
+            metrics, loss = [], math.nan
+            for step, f in enumerate((0.25, 0.5, 0.75, 1.0), start=1):
+                t = D * f
+                loss = (1.8 + 480 / N ** 0.35 + 2100 / t ** 0.37) * math.exp(rng.normal(0, 0.003))
+                metrics.append((step, t, 6 * N * t, names.EVAL_LOSS, loss))
+                if with_tasks:
+                    bpb = (0.6 + 40 / N ** 0.3 + 300 / t ** 0.32) * math.exp(rng.normal(0, 0.004))
+                    acc = 0.6 / (1 + math.exp(6.0 * (bpb - 1.1))) + 0.25 + rng.normal(0, 0.004)
+                    metrics += [(step, t, 6 * N * t, metric_name(TASK, "bpb"), bpb),
+                                (step, t, 6 * N * t, metric_name(TASK, "acc"), acc)]
+            store.log_metrics(key, metrics)
+            store.finish(key, "completed", final_eval_loss=loss, final_train_loss=loss)
+
+
+@pytest.fixture(scope="module")
+def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('tasks') / 'tasks.db'}"
+    _store(url, "plain", with_tasks=False)
+    _store(url, "ladder", with_tasks=True)
+    return url
+
+
+def test_task_metrics_are_read_back_with_every_checkpoint(db_url: str) -> None:
+    from scaling.fitting.tasks import tasks_from_db
+
+    td = tasks_from_db(db_url, "ladder")
+    assert td.tasks() == [TASK] and len(td.evals) == 48 and int(td.evals["final"].sum()) == 12
+    assert td.evals[["acc", "bpb", "loss"]].notna().all().all()
+    assert tasks_from_db(db_url, "plain").tasks() == []
+
+
+def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) -> None:
+    from scaling.fitting import recommend
+
+    rec = recommend(url=db_url, sweep="ladder", n_bootstrap=20, next_runs=False)
+    p = rec.tasks[TASK]["sigmoid"]
+    assert p["lo"] <= p["value"] <= p["hi"] and 0.25 < p["value"] < 0.86
+    assert f"{TASK} [sigmoid]" in rec.table() and rec.to_dict()["tasks"][TASK]["exp"]["value"] is not None
+
+
+def test_the_report_has_a_task_section_only_when_the_runs_evaluated_tasks(db_url: str, tmp_path: Path) -> None:
+    from scaling.reports import write_report
+
+    with_tasks = write_report(db_url, "ladder", tmp_path / "ladder.html", fit="memory").read_text()
+    plain = write_report(db_url, "plain", tmp_path / "plain.html", fit="memory").read_text()
+    assert '<section id="tasks">' in with_tasks and 'id="task-predictions"' in with_tasks
+    assert 'data-figure="task-0-compute"' in with_tasks and 'data-figure="task-0-loss"' in with_tasks
+    assert 'id="tasks"' not in plain and "task-0" not in plain
