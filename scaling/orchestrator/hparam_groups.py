@@ -27,6 +27,8 @@ HPARAMS = ("lr", "batch_tokens", "beta2")
 RULED = ("lr", "batch_tokens")
 #: Values (or factors) one field may list; the plan's run bound caps the product of all of them.
 MAX_VALUES = 1000
+#: How far a point's D may move to be whole batches of every batch it is trained with.
+MAX_ROUNDING = 0.05
 
 
 class HparamValueError(ValueError):
@@ -233,6 +235,23 @@ def _batches(sweep: Optional[Sweep], own: int, context: int) -> list[int]:
     return [int(b) for b in sweep]
 
 
+def common_tokens(D: float, batches: Iterable[int]) -> int:
+    """D rounded up to whole batches of every one of ``batches``, so each combination of a point
+    trains the same tokens (and compute): one point of the fits, not one per batch.
+
+    Raises :class:`HparamValueError` when that moves D by more than :data:`MAX_ROUNDING` (batches
+    whose least common multiple is large next to D: batches that divide one another avoid it).
+    """
+    batches = sorted(set(batches))
+    step = math.lcm(*batches)
+    tokens = math.ceil(D / step) * step
+    if tokens > D * (1 + MAX_ROUNDING):
+        raise HparamValueError("batch_tokens", f"D={D:.4g} tokens is not close to a whole number of every batch "
+                               f"({', '.join(map(str, batches))} tokens: {step} is the least common multiple): use "
+                               "batches that divide one another (powers of two), or a larger D")
+    return tokens
+
+
 def group_label(shape: Shape, D: float) -> str:
     """The group of a point's runs: its shape (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``.
 
@@ -240,3 +259,22 @@ def group_label(shape: Shape, D: float) -> str:
     share it.
     """
     return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"
+
+
+def group_rows(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups of a plan's runs (rows of `scaling plan`, with ``hparam_group``, ``lr``,
+    ``batch_tokens``, ``beta2``, ``C_own`` and ``est_seconds``): each group's runs, the values it
+    sweeps and its cost, in the order the groups first appear. Runs of no group are left out."""
+    groups: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        label = r.get("hparam_group")
+        if label is None:
+            continue
+        g = groups.setdefault(label, {"group": label, "runs": 0, "lr": set(), "batch_tokens": set(), "beta2": set(),
+                                      "C": 0.0, "est_seconds": 0.0})
+        g["runs"] += 1
+        for field in ("lr", "batch_tokens", "beta2"):
+            g[field].add(r[field])
+        g["C"] += r["C_own"]
+        g["est_seconds"] += r["est_seconds"]
+    return [{**g, **{f: sorted(g[f]) for f in ("lr", "batch_tokens", "beta2")}} for g in groups.values()]

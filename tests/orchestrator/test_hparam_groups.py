@@ -13,6 +13,7 @@ from scaling.orchestrator.hparam_groups import (
     HparamsPlan,
     HparamValueError,
     combinations,
+    common_tokens,
     group_label,
 )
 
@@ -46,6 +47,14 @@ def test_batch_factors_round_to_whole_sequences_and_merge_alike() -> None:
     assert exc.value.field == "batch_tokens"
     with pytest.raises(HparamValueError, match="1000 tokens is not a whole number of sequences of 256"):
         combinations(sweep(batch_tokens=[1000, 2048]), 1e-3, 512, 0.95, 256)
+
+
+def test_a_points_tokens_are_whole_batches_of_every_combination() -> None:
+    assert common_tokens(1_000_000, [512, 1024, 2048]) == 1_001_472  # 489 batches of 2048
+    assert common_tokens(4096, [1024, 4096]) == 4096
+    with pytest.raises(HparamValueError, match="least common multiple") as exc:
+        common_tokens(10_000, [768, 1024])  # lcm 3072: 12,288 tokens is 23% more
+    assert exc.value.field == "batch_tokens"
 
 
 def test_the_group_label_names_the_points_shape_and_tokens() -> None:

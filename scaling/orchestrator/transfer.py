@@ -1,0 +1,86 @@
+"""Learning rate and batch transferred from another sweep's fitted laws: ``rules: {lr: {fitted: SWEEP}}``.
+
+A sweep of small budgets with ``hparams`` groups gives the laws lr*(N, D) = c N^a D^b and
+B*(D) = d D^e (`scaling.fitting.hparams`, Step Law's forms). A plan whose rule names that sweep is
+sized by them: when the plan is expanded, the rule becomes the law written out as an expression of
+N and D with the fitted values, so every run's tags record the law it was sized by, ``factors``
+sweep around it, and the plan stored with the sweep says what was trained. A law the groups do not
+determine (flagged), a sweep without groups, or one counting N another way transfers nothing: the
+plan is refused in one line saying why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import Field, field_validator
+
+from scaling.errors import PlanError, UserError
+from scaling.naming import name_problem
+from scaling.schema import StrictModel
+
+#: The law of :mod:`scaling.fitting.hparams` each rule takes, and how it is written as a rule.
+LAWS = {"lr": "lr_ND", "batch_tokens": "batch_D"}
+
+
+class FittedRule(StrictModel):
+    """``{fitted: SWEEP}``: the law fitted over that sweep's hyperparameter groups (read from ``db``,
+    by default the plan's database)."""
+
+    fitted: str = Field(description="the sweep whose hyperparameter groups the law is fitted on")
+    db: Optional[str] = Field(default=None, description="its database (default: the plan's)")
+
+    @field_validator("fitted")
+    @classmethod
+    def _a_sweep_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+def is_fitted(rule: Any) -> bool:
+    """A rule given as ``{fitted: ...}`` (before the plan is expanded)."""
+    return isinstance(rule, FittedRule) or (isinstance(rule, dict) and "fitted" in rule)
+
+
+def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_convention: str) -> dict[str, str]:
+    """Each of ``fields`` (``lr``, ``batch_tokens``) as the expression of the law fitted on ``sweep``.
+
+    Raises :class:`PlanError` (without a place: the caller adds the rule's) when the sweep cannot
+    be read, counts N in another convention, has no groups, or its law is not fitted or flagged.
+    """
+    from scaling.db import connect
+    from scaling.fitting.hparams import fit_hparams, runs_frame
+    from scaling.vocab import COMPLETED
+
+    try:
+        with connect(url) as res:
+            conventions = res.sweeps().set_index("sweep")
+            if sweep not in conventions.index:
+                raise PlanError(f"the database has no sweep {sweep!r} to take the law from (train it first)")
+            runs = res.runs(sweep=sweep, status=COMPLETED)
+    except PlanError:
+        raise
+    except UserError as exc:
+        raise PlanError(f"cannot read sweep {sweep!r}: {exc}") from None
+    theirs = conventions.loc[sweep, "params_convention"]
+    if theirs != params_convention:
+        raise PlanError(f"sweep {sweep!r} counts N as {theirs!r}, this plan as {params_convention!r}: its law would "
+                        "size these runs wrongly")
+    fit = fit_hparams(runs_frame(runs.rename(columns={"final_loss": "loss"})))
+    if fit is None:
+        raise PlanError(f"sweep {sweep!r} has no completed hyperparameter groups to fit a law on")
+    out: dict[str, str] = {}
+    for field in fields:
+        name = LAWS[field]
+        law = fit.laws.get(name)
+        if law is None:
+            raise PlanError(f"sweep {sweep!r} gives no {field} law: {fit.skipped.get(name, 'not fitted')}")
+        if not law.reliable:
+            raise PlanError(f"sweep {sweep!r}'s law {law.form} is flagged ({law.doubts[0]}): nothing is "
+                            "transferred from it")
+        p = {k: float(v["value"]) for k, v in law.params.items()}
+        out[field] = (f"{p['c']!r} * N ** {p['a']!r} * D ** {p['b']!r}" if field == "lr"
+                      else f"{p['d']!r} * D ** {p['e']!r}")
+    return out
