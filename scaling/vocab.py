@@ -40,6 +40,49 @@ METRICS: tuple[str, ...] = (
     EPOCH,
 )
 
+# -- downstream-task metrics: task/<task>/<kind> (scaling.trainer.evals writes them) -----------------
+TASK_PREFIX = "task/"
+TASK_ACC = "acc"  # share of items whose gold choice has the highest log-likelihood
+TASK_ACC_NORM = "acc_norm"  # the same with each choice's log-likelihood divided by its bytes
+TASK_BPB = "bpb"  # the gold continuation's negative log-likelihood in bits per byte (OLMo's task loss)
+TASK_KINDS: tuple[str, ...] = (TASK_ACC, TASK_ACC_NORM, TASK_BPB)
+#: The built-in task: the true next line of a held-out passage among four (scaling.trainer.next_line).
+NEXT_LINE = "next_line"
+#: Longest task name: the database stores metric names of at most 64 characters.
+MAX_TASK_NAME = 64 - len(TASK_PREFIX) - 1 - max(len(k) for k in TASK_KINDS)
+_TASK_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def task_name_problem(task: str) -> str | None:
+    """Why ``task`` cannot name a task (None: it can): it becomes part of a metric name."""
+    if not task or len(task) > MAX_TASK_NAME:
+        return f"a task name has 1 to {MAX_TASK_NAME} characters, not {len(task)}"
+    if not task[0].isalnum() or not task.isascii() or not set(task) <= _TASK_NAME_CHARS:
+        return f"task name {task!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+    return None
+
+
+def task_metric(task: str, kind: str) -> str:
+    """The metric of ``kind`` (one of :data:`TASK_KINDS`) on ``task``: ``task/<task>/<kind>``."""
+    problem = task_name_problem(task)
+    if problem:
+        raise ValueError(problem)
+    if kind not in TASK_KINDS:
+        raise ValueError(f"task metric kind {kind!r} is not one of {', '.join(TASK_KINDS)}")
+    return f"{TASK_PREFIX}{task}/{kind}"
+
+
+def metric_problem(name: str) -> str | None:
+    """Why ``name`` is not a metric of the vocabulary (None: it is): one of :data:`METRICS`, or
+    ``task/<task>/<kind>`` with a valid task name and kind."""
+    if name in METRICS:
+        return None
+    if name.startswith(TASK_PREFIX):
+        task, sep, kind = name[len(TASK_PREFIX):].rpartition("/")
+        if sep and kind in TASK_KINDS and task_name_problem(task) is None:
+            return None
+    return f"metric {name!r} is not in scaling.vocab (METRICS, or task/<task>/<{'|'.join(TASK_KINDS)}>)"
+
 # -- events -----------------------------------------------------------------------------------
 LOSS_SPIKE = "loss_spike"
 ROLLBACK = "rollback"

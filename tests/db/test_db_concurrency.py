@@ -168,7 +168,7 @@ def _new_names(args: tuple[str, str, int]) -> None:
     url, key, batches = args
     with Store(url) as store:
         for b in range(batches):
-            store.log_metrics(key, [(s, s, 1.0, f"custom/{b}", 1.0) for s in range(20)])
+            store.log_metrics(key, [(s, s, 1.0, names.task_metric(f"t{b}", names.TASK_ACC), 1.0) for s in range(20)])
 
 
 def test_reads_while_a_writer_adds_new_metric_names(db_url: str) -> None:
