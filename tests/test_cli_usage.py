@@ -109,7 +109,7 @@ def test_every_command_answers_through_the_installed_console_script() -> None:
 
     script = str(Path(sys.executable).with_name("scaling"))
     commands = _leaf_commands()
-    assert len(commands) >= 11 and ["db", "upgrade"] in commands and ["sweep"] in commands
+    assert len(commands) >= 12 and ["db", "upgrade"] in commands and ["sweep"] in commands and ["export"] in commands
     procs = [(words, subprocess.Popen([script, *words, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True)) for words in commands]
     for words, proc in procs:

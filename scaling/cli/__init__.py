@@ -15,7 +15,7 @@ from scaling.cli.common import app
 from scaling.errors import UserError
 
 # Register the command modules (each adds its commands to `app`).
-from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds, compare_cmds, data_cmds  # noqa: E402,F401
+from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds, compare_cmds, data_cmds, export_cmds  # noqa: E402,F401
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -382,6 +382,26 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1
 
 
+def load_weights(path: str | Path, model: torch.nn.Module) -> None:
+    """Read only the model's weights from the checkpoint at ``path`` into ``model``, on one process
+    (whatever world size wrote it); optimizer, scaler and generators are not touched (export).
+
+    Does not verify the manifest; raises :class:`CorruptCheckpoint` when the weights do not load."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    path = Path(path)
+    try:
+        state = {"model": get_model_state_dict(model, options=_dcp_options())}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=_json_reader(path), planner=_weights_only_planner(), no_dist=True)
+        set_model_state_dict(model, state["model"], options=_dcp_options())
+    except CorruptCheckpoint:
+        raise
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - see load()
+        raise CorruptCheckpoint(f"cannot load: {_reason(exc)}") from None
+
 def _cpu_rng(device: torch.device) -> dict[str, Any]:
     """:func:`rng_state` with every tensor on the CPU (what is gathered and written)."""
     return {k: v.cpu() for k, v in rng_state(device).items()}

@@ -1,0 +1,349 @@
+"""A run's checkpoint as a Hugging Face ``transformers`` model folder, for downstream evaluation.
+
+Our GPT is GPT-2's architecture exactly: pre-LayerNorm blocks (eps 1e-5), learned absolute
+positions, a tanh-approximated GELU MLP of 4 * d_model, biases on every linear layer but the
+output one, attention scaled by 1/sqrt(head_dim) and an output layer tied to the token
+embedding. So the export is a ``GPT2LMHeadModel`` (``config.json``, ``model.safetensors``) and,
+where the run has a Hugging Face tokenizer, that tokenizer (``tokenizer.json`` and its config):
+lm-evaluation-harness or any tool that loads a folder with ``from_pretrained`` evaluates it.
+
+Two layouts differ and are converted: GPT-2's ``Conv1D`` stores a weight as (in, out), ours
+(nn.Linear) as (out, in); GPT-2's fused QKV holds all queries, then all keys, then all values,
+ours interleaves them head by head (``model.CausalSelfAttention``). Before anything is written the
+exported model's logits are compared with ours on the same tokens, so a ``transformers`` that
+computed GPT-2 differently would be refused, not exported.
+
+``transformers`` is an optional extra (``pip install 'scaling[hf]'``), imported here only when an
+export runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from scaling.accounting import Shape
+from scaling.errors import NotFoundError, UserError, mask_url
+
+if TYPE_CHECKING:
+    import torch
+
+    from scaling.trainer.model import GPT
+
+#: What `pip` installs for an export.
+HF_EXTRA = "pip install 'scaling[hf]' (transformers and safetensors)"
+#: Tokens of the sequence the exported model's logits are checked on (at most the context).
+CHECK_TOKENS = 64
+#: Largest difference allowed between our logits and the export's, relative to the largest logit
+#: (fp32; room for another order of the same float operations: on a CPU they measured equal).
+CHECK_RTOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_hf` wrote."""
+
+    run_key: str
+    sweep: str
+    step: int
+    folder: Path
+    files: tuple[str, ...]
+    #: What tokenizer was written (or why none was).
+    tokenizer: str
+    #: The largest absolute difference between our logits and the exported model's on the check.
+    max_logit_diff: float
+
+
+def require_transformers() -> Any:
+    """The ``transformers`` module; one line naming the extra when it (or safetensors) is missing."""
+    try:
+        import safetensors  # noqa: F401 - save_pretrained writes model.safetensors with it
+        import transformers
+    except ImportError as exc:
+        raise UserError(f"scaling export --hf needs the 'hf' extra, which is not installed ({exc.name} is "
+                        f"missing): {HF_EXTRA}") from None
+    return transformers
+
+
+def gpt2_config(shape: Shape) -> dict[str, Any]:
+    """``GPT2Config``'s fields for ``shape``: GPT-2 with our layer norm, activation and no dropout."""
+    return {
+        "vocab_size": shape.vocab_size,
+        "n_positions": shape.context,
+        "n_embd": shape.d_model,
+        "n_layer": shape.n_layer,
+        "n_head": shape.n_head,
+        "n_inner": 4 * shape.d_model,
+        "activation_function": "gelu_pytorch_tanh",  # F.gelu(approximate="tanh"), as ours
+        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default, which ours uses
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True,
+        # GPT-2's own ids (50256) name no token of our vocabularies
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+
+
+def gpt2_state_dict(ours: Mapping[str, "torch.Tensor"], shape: Shape) -> dict[str, "torch.Tensor"]:
+    """Our model's weights (names of ``model.GPT``) under ``GPT2LMHeadModel``'s names and layouts."""
+    d, h = shape.d_model, shape.n_head
+    hd = d // h
+
+    def conv1d(w: "torch.Tensor") -> "torch.Tensor":  # nn.Linear's (out, in) -> Conv1D's (in, out)
+        return w.t().contiguous()
+
+    out = {
+        "transformer.wte.weight": ours["wte.weight"],
+        "transformer.wpe.weight": ours["wpe.weight"],
+        "transformer.ln_f.weight": ours["ln_f.weight"],
+        "transformer.ln_f.bias": ours["ln_f.bias"],
+    }
+    for i in range(shape.n_layer):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        # ours: output features [q_0 k_0 v_0 | q_1 k_1 v_1 | ...]; GPT-2's: [q_0 q_1 ... | k_0 ... | v_0 ...]
+        qkv = ours[src + "attn.qkv.weight"].view(h, 3, hd, d).transpose(0, 1).reshape(3 * d, d)
+        out[dst + "attn.c_attn.weight"] = conv1d(qkv)
+        out[dst + "attn.c_attn.bias"] = ours[src + "attn.qkv.bias"].view(h, 3, hd).transpose(0, 1).reshape(3 * d).contiguous()
+        out[dst + "attn.c_proj.weight"] = conv1d(ours[src + "attn.proj.weight"])
+        out[dst + "attn.c_proj.bias"] = ours[src + "attn.proj.bias"]
+        out[dst + "mlp.c_fc.weight"] = conv1d(ours[src + "mlp.fc.weight"])
+        out[dst + "mlp.c_fc.bias"] = ours[src + "mlp.fc.bias"]
+        out[dst + "mlp.c_proj.weight"] = conv1d(ours[src + "mlp.proj.weight"])
+        out[dst + "mlp.c_proj.bias"] = ours[src + "mlp.proj.bias"]
+        for norm in ("ln_1", "ln_2"):
+            out[dst + f"{norm}.weight"] = ours[src + f"{norm}.weight"]
+            out[dst + f"{norm}.bias"] = ours[src + f"{norm}.bias"]
+    out["lm_head.weight"] = out["transformer.wte.weight"]  # tied
+    return out
+
+
+# -- which run, which folder, which checkpoint ----------------------------------------------------
+
+
+def find_run(url: str, run: str, sweep: Optional[str] = None) -> dict[str, Any]:
+    """The run whose key is ``run`` or starts with it (in ``sweep`` when given), as ``Results.run``."""
+    from scaling.db import connect
+
+    if not run:
+        raise UserError("RUN must be a run key or a unique prefix of one")
+    with connect(url) as results:
+        if sweep is not None:
+            results.sweep_name(sweep)  # NotFoundError for an unknown sweep
+        runs = results.runs(sweep, spec=False)
+        hits = runs[runs["run_key"].str.startswith(run)]
+        where = f"sweep {sweep!r}" if sweep is not None else mask_url(results.url)
+        if hits.empty:
+            raise NotFoundError(f"no run {run!r} in {where} (`scaling status --sweep NAME` lists a sweep's runs)")
+        if hits["run_key"].nunique() > 1:
+            keys = ", ".join(sorted(hits["run_key"].unique())[:4])
+            raise UserError(f"run {run!r} is ambiguous in {where}: it starts {keys}...; give more of the key")
+        if len(hits) > 1:
+            sweeps = ", ".join(sorted(hits["sweep"]))
+            raise UserError(f"run {run!r} is in several sweeps ({sweeps}): pass --sweep")
+        key, in_sweep = hits.iloc[0]["run_key"], hits.iloc[0]["sweep"]
+        row = results.run(key, sweep=in_sweep)
+        plan = results.sweep_info(in_sweep).get("plan")
+    assert row is not None
+    row["runs_dir"] = plan.get("runs_dir") if isinstance(plan, dict) else None
+    return row
+
+
+def run_folder(row: dict[str, Any], run_dir: Optional[str | Path] = None) -> Path:
+    """The run's folder: ``run_dir`` when given, else ``<runs_dir>/<sweep>/<key>`` with the sweep's
+    plan's ``runs_dir`` (``scaling train``'s default for a run trained alone)."""
+    from scaling.trainer.adhoc import DEFAULT_RUNS_DIR
+
+    if run_dir is not None:
+        folder = Path(run_dir).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"--run-dir {folder} is not a folder")
+        return folder
+    folder = Path(row.get("runs_dir") or DEFAULT_RUNS_DIR) / row["sweep"] / row["run_key"]
+    if not folder.is_dir():
+        raise NotFoundError(f"run {row['run_key']} has no run folder at {folder} (its sweep's runs_dir, from "
+                            f"this directory): pass --run-dir")
+    return folder
+
+
+def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
+    """The newest checkpoint in ``folder`` that verifies and belongs to run ``key``, and its step."""
+    import torch
+
+    from scaling.trainer import checkpoint
+
+    found = checkpoint.checkpoints(folder)
+    if not found:
+        raise NotFoundError(f"run {key} has no checkpoint in {folder} (a simulated run, or one that never "
+                            "reached its first checkpoint)")
+    problems = []
+    for path in reversed(found):
+        problem = checkpoint.verify(path)
+        if problem is None:
+            state = torch.load(path / checkpoint.STATE_FILE, map_location="cpu", weights_only=True)
+            meta = state.get("meta") if isinstance(state, dict) else None
+            if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+                problem = f"{checkpoint.STATE_FILE} holds no trainer state"
+            elif meta.get("key") != key:
+                raise UserError(f"{folder} holds checkpoints of run {meta.get('key')}, not {key}: wrong --run-dir?")
+            else:
+                return path, meta["step"]
+        problems.append(f"{path.name}: {problem}")
+    raise UserError(f"run {key}: no intact checkpoint in {folder} ({'; '.join(problems[:3])})")
+
+
+def check_output(out: Path) -> None:
+    """Refuse an output that is a file or a folder with something in it (nothing is overwritten)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--hf {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise UserError(f"--hf {out} exists and is not empty: give a new or empty folder")
+
+
+# -- the models -----------------------------------------------------------------------------------
+
+
+def load_ours(path: Path, shape: Shape) -> "GPT":
+    """Our model of ``shape`` with the weights of the checkpoint at ``path``, on the CPU, in eval mode."""
+    import torch
+
+    from scaling.trainer import checkpoint
+    from scaling.trainer.model import build_meta_model, materialize
+
+    model = build_meta_model(shape)
+    materialize(model, torch.device("cpu"))  # every weight comes from the checkpoint: no init
+    try:
+        checkpoint.load_weights(path, model)
+    except checkpoint.CorruptCheckpoint as exc:
+        raise UserError(f"{path}: {exc}") from None
+    return model.eval()
+
+
+def to_gpt2(model: "GPT") -> Any:
+    """A ``GPT2LMHeadModel`` with ``model``'s weights (fp32, eval mode)."""
+    transformers = require_transformers()
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_config(model.cfg)))
+    hf.load_state_dict(gpt2_state_dict(model.state_dict(), model.cfg), strict=True)
+    hf.tie_weights()
+    return hf.eval()
+
+
+def logit_difference(ours: "GPT", hf: Any, seed: int = 0) -> tuple[float, float]:
+    """(largest |difference|, largest |logit|) of the two models' logits on the same random tokens."""
+    import torch
+
+    shape = ours.cfg
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, shape.vocab_size, (2, min(shape.context, CHECK_TOKENS)), generator=g)
+    with torch.no_grad():
+        a = ours(idx).float()
+        b = hf(input_ids=idx).logits.float()
+    return float((a - b).abs().max()), float(a.abs().max())
+
+
+def byte_tokenizer() -> Any:
+    """A ``tokenizers.Tokenizer`` whose ids are the UTF-8 bytes of the text: byte-level data's.
+
+    GPT-2's byte-level pre-tokenizer maps each byte to one printable character
+    (:func:`byte_characters`); a BPE without merges whose vocabulary gives that character the
+    byte's value then encodes every text to its bytes, and decodes them back."""
+    import tokenizers as tk  # a dependency of scaling (transformers' fast tokenizers rest on it too)
+
+    vocab = {char: byte for byte, char in byte_characters().items()}
+    tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    return tok
+
+
+def byte_characters() -> dict[int, str]:
+    """GPT-2's byte -> character table (``bytes_to_unicode`` of its ``encoder.py``): printable
+    bytes stand for themselves, the others for the characters from U+0100 on, in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + len(table) - len(printable))
+    return table
+
+
+def hf_tokenizer(row: dict[str, Any]) -> tuple[Any, str]:
+    """The run's tokenizer as a ``tokenizers.Tokenizer`` (None for pre-tokenized data) and what it is.
+
+    A Hugging Face tokenizer comes from the prepared token cache (prepared again when absent); one
+    whose data no longer gives the run's fingerprint is refused rather than exported beside the
+    wrong model. Byte-level data gets :func:`byte_tokenizer`."""
+    from scaling.trainer import tokenizer as hf
+    from scaling.trainer.prepare import prepare
+    from scaling.trainer.spec import DataSpec
+
+    data_fields = (row.get("spec") or {}).get("data")
+    data = DataSpec.model_validate(data_fields if isinstance(data_fields, dict) else {})
+    if data.source == "tokens":
+        return None, "no tokenizer (the run's data was tokenized before it)"
+    if data.tokenizer is None:
+        return byte_tokenizer(), "a byte tokenizer (the run's data is byte-level: token id = byte)"
+    prepared = prepare(data, progress=False)
+    if data.fingerprint is not None and prepared.fingerprint != data.fingerprint:
+        raise UserError(f"run {row['run_key']}: its data ({data.path}) no longer gives the tokens it trained on "
+                        "(fingerprint differs), so its tokenizer cannot be recovered")
+    return hf.load(prepared.tokenizer_path, where="the run's prepared tokenizer"), "the run's tokenizer"
+
+
+# -- the export ----------------------------------------------------------------------------------
+
+
+def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = None,
+              run_dir: Optional[str | Path] = None) -> Exported:
+    """Write run ``run``'s newest intact checkpoint to the folder ``out`` as a ``GPT2LMHeadModel``.
+
+    Everything is checked first (the extra installed, ``out`` new or empty, the run, its folder,
+    checkpoint and tokenizer, the logits of the converted model); the folder is written under a
+    temporary name beside ``out`` and renamed into place, so a refusal or a failure leaves nothing.
+    """
+    transformers = require_transformers()
+    out = Path(out).expanduser()
+    check_output(out)
+    row = find_run(url, run, sweep)
+    key = row["run_key"]
+    folder = run_folder(row, run_dir)
+    path, step = newest_checkpoint(folder, key)
+    shape = Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
+                  int(row["context"]))
+    tok, tokenizer = hf_tokenizer(row)
+    ours = load_ours(path, shape)
+    model = to_gpt2(ours)
+    diff, scale = logit_difference(ours, model)
+    del ours
+    if not diff <= CHECK_RTOL * max(1.0, scale):
+        raise UserError(f"transformers {transformers.__version__}'s GPT-2 gives logits up to {diff:.3g} away from "
+                        f"ours (largest logit {scale:.3g}): not exported")
+
+    from scaling.trainer.rundir import checked_folder
+
+    tmp = out.parent / f".{out.name}.export-{os.getpid()}"
+    with checked_folder(tmp, "--hf folder") as staging:
+        try:
+            model.save_pretrained(staging)
+            if tok is not None:
+                fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=shape.context)
+                fast.save_pretrained(staging)
+            files = tuple(sorted(p.name for p in staging.iterdir()))
+            if out.is_dir():
+                out.rmdir()  # empty (checked above): the staged folder takes its place
+            os.replace(staging, out)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise UserError(f"--hf {out}: cannot write there: {exc.strerror or exc}") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return Exported(run_key=key, sweep=row["sweep"], step=step, folder=out, files=files, tokenizer=tokenizer,
+                    max_logit_diff=diff)

@@ -1,0 +1,166 @@
+"""`scaling export RUN --hf DIR`: a trained run as a transformers GPT2LMHeadModel whose logits are ours.
+
+One tiny run is really trained (`scaling train`, BPE-tokenized text), exported through the CLI and
+loaded back with `transformers`' own `from_pretrained`; our side loads the checkpoint through the
+trainer's resume path. Bad inputs are one line, exit 2, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+import yaml
+
+from cli_run import run_main
+from scaling.accounting import Shape
+
+transformers = pytest.importorskip("transformers", reason="the 'hf' extra is not installed")
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = "The old man looked at the river; it was late, and the lamps were already lit along the bank."
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A 2-layer, 2-head run on BPE-tokenized prose trained by `scaling train` in its default folder."""
+    from scaling.db import connect
+
+    root = tmp_path_factory.mktemp("export")
+    with lzma.open(REPO / "examples" / "corpus" / "crime-and-punishment.txt.xz", "rt", encoding="utf-8") as fh:
+        (root / "novel.txt").write_text(fh.read(40_000), encoding="utf-8")
+    spec = {
+        "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32},
+        "data": {"source": "text", "path": str(root / "novel.txt"), "tokenizer": {"train": "bpe", "vocab_size": 300}},
+        "tokens": 32 * 8 * 12, "batch_tokens": 32 * 8, "eval_tokens": 32 * 8,
+        "optimizer": {"lr": 3e-3},
+        "execution": {"eval_interval": 6, "checkpoint_interval": 6, "threads": 1},
+    }
+    (root / "spec.yaml").write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{root / 'results.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)  # the run's folder is scaling train's default, ./scaling_runs/adhoc/<key>
+        mp.setenv("SCALING_PEAK_FLOPS", "1e11")
+        mp.setenv("SCALING_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))  # the trainer tests' cache
+        torch.set_num_threads(1)
+        got = run_main("train", "spec.yaml", "--db", url)
+        assert got.code == 0 and "completed, 12 steps" in got.out, got
+        (row,) = connect(url).runs(sweep="adhoc").to_dict("records")
+        yield {"root": root, "url": url, "key": row["run_key"], "row": row}
+
+
+def _ours(trained: dict[str, Any]) -> tuple[torch.nn.Module, Shape]:
+    """The run's model as a resume would load it (model, optimizer, scaler, RNG from the last checkpoint)."""
+    from scaling.trainer import checkpoint
+    from scaling.trainer.model import build_model
+    from scaling.trainer.runtime import Runtime
+
+    row = trained["row"]
+    shape = Shape(row["n_layer"], row["d_model"], row["n_head"], row["vocab_size"], row["context"])
+    model = build_model(shape, 0)
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    path = checkpoint.latest(trained["root"] / "scaling_runs" / "adhoc" / trained["key"])
+    meta = checkpoint.load(path, model=model, optimizer=opt, scaler=scaler, rt=Runtime.current("cpu"))
+    assert meta["step"] == 12
+    return model.eval(), shape
+
+
+def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained: dict[str, Any]) -> None:
+    out = trained["root"] / "hf"
+    got = run_main("export", trained["key"][:8], "--hf", str(out), "--db", trained["url"])
+    assert got.code == 0, got
+    assert f"run {trained['key']} (sweep adhoc), step 12" in got.out and "with the run's tokenizer" in got.out
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".hf.export")]  # no staging left
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(hf).__name__ == "GPT2LMHeadModel"
+    assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()  # tied, as ours
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    ours, shape = _ours(trained)
+    from scaling.trainer import tokenizer as ours_tok
+    from scaling.trainer.prepare import prepare
+    from scaling.trainer.spec import DataSpec
+
+    bpe = ours_tok.load(prepare(DataSpec.model_validate(trained["row"]["spec"]["data"])).tokenizer_path)
+    ids = tok(TEXT)["input_ids"]
+    assert ids == bpe.encode(TEXT).ids and tok.decode(ids) == TEXT  # the run's own tokenizer
+    idx = torch.tensor([ids[: shape.context], list(range(shape.context))])
+    with torch.no_grad():
+        theirs, mine = hf(input_ids=idx).logits, ours(idx)
+    assert theirs.shape == mine.shape == (2, shape.context, shape.vocab_size)
+    torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=0)
+    # the trained weights, not the init: prose is likelier under them
+    from scaling.trainer.model import build_model
+
+    with torch.no_grad():
+        init = build_model(shape, trained["row"]["seed"])(idx[:1])
+    loss = torch.nn.functional.cross_entropy(theirs[0, :-1], idx[0, 1:])
+    assert loss < torch.nn.functional.cross_entropy(init[0, :-1], idx[0, 1:]) - 0.2
+
+
+def test_the_mapping_keeps_heads_apart() -> None:
+    """An untrained 4-head model (heads interleaved in our QKV, grouped in GPT-2's) maps exactly."""
+    from scaling.trainer.export import logit_difference, to_gpt2
+    from scaling.trainer.model import build_model
+
+    ours = build_model(Shape(2, 32, 4, 97, 16), 3).eval()
+    diff, scale = logit_difference(ours, to_gpt2(ours))
+    assert scale > 0.1 and diff < 1e-5
+
+
+def test_byte_level_runs_get_a_tokenizer_whose_ids_are_the_bytes() -> None:
+    from scaling.trainer.export import byte_tokenizer
+
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer())
+    text = "naïve café — 日本語 🙂\n\tdef f(x):  return x\x00\x7f"
+    ids = tok(text)["input_ids"]
+    assert ids == list(text.encode("utf-8")) and tok.decode(ids) == text and len(tok) == 256
+
+
+def _refused(got: Any, message: str) -> None:
+    assert got.code == 2 and got.out == "" and "Traceback" not in got.err, got
+    assert got.err.strip().count("\n") == 0 and message in got.err, got.err
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(trained: dict[str, Any], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from scaling.db import Store
+    from scaling.trainer.spec import RunSpec
+
+    url, key, out = trained["url"], trained["key"], tmp_path / "out"
+    _refused(run_main("export", "f" * 64, "--hf", str(out), "--db", url), "no run 'ffff")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    _refused(run_main("export", key, "--hf", str(tmp_path / "full"), "--db", url), "exists and is not empty")
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+    # a registered run that never trained: no folder, then an empty one
+    spec = RunSpec.from_dict({"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 32}, "tokens": 4096,
+                              "batch_tokens": 256})
+    with Store(url) as store:
+        store.register("untrained", [spec.record()])
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url), "has no run folder")
+    (tmp_path / "empty").mkdir()
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--run-dir", str(tmp_path / "empty")),
+             "has no checkpoint")
+    # the trained run's folder given for another run
+    folder = str(trained["root"] / "scaling_runs" / "adhoc" / key)
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--run-dir", folder),
+             f"holds checkpoints of run {key}")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if the extra were not installed
+    _refused(run_main("export", key, "--hf", str(out), "--db", url), "needs the 'hf' extra")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full"]
+
+
+def test_importing_scaling_does_not_import_transformers() -> None:
+    code = ("import sys, scaling, scaling.cli, scaling.trainer.export, scaling.cli.export_cmds; "
+            "assert 'transformers' not in sys.modules")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
