@@ -548,13 +548,20 @@ def check_runs(runs: pd.DataFrame, where: str = "") -> None:
                            f"(first: row {i}, {col}={float(v[i])!r})")
 
 
+def as_float(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with their numeric columns as floats (integer columns would overflow in products such as 6ND)."""
+    runs = runs.reset_index(drop=True)
+    cols = [c for c in (*RUN_COLUMNS, "beta2") if c in runs]
+    return runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce").astype(float) for c in cols})
+
+
 def fit_hparams(runs: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0, *,
                 near_fraction: float = NEAR_FRACTION) -> HparamFit | None:
     """Each group's optimum and the laws over them; None when the runs form no group.
 
     ``runs``: one row per completed run with :data:`RUN_COLUMNS` (``beta2`` and ``group`` optional).
     """
-    runs = runs.reset_index(drop=True)
+    runs = as_float(runs)
     labels = assign_groups(runs)
     if not labels.notna().any():
         return None
@@ -594,7 +601,7 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
     """
     if mode not in MODES:
         raise FitError(f"unknown hyperparameter mode {mode!r} (use one of {', '.join(MODES)})")
-    runs = runs.reset_index(drop=True)
+    runs = as_float(runs)
     labels = assign_groups(runs)
     check_runs(runs[labels.notna()])
     other = [c for c in runs.columns if c not in ("lr", "batch", "beta2", "group", "loss", "run_key", "seed")]

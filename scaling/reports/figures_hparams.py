@@ -54,23 +54,27 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
     batches = sorted({float(b) for b in runs.loc[labels.notna(), "batch"].dropna()})
     colors = size_colors(batches)
     shown: set[float] = set()
+    traces, where = [], []  # added in one call: plotly validates each add_trace on its own (slow)
     for i, g in enumerate(groups):
-        row, col = i // cols + 1, i % cols + 1
+        cell = (i // cols + 1, i % cols + 1)
         sub = runs[labels == g.label]
         mean = sub.groupby(["batch", "lr"], sort=True)["loss"].mean().reset_index()
         for b, curve in mean.groupby("batch"):
-            fig.add_trace(go.Scatter(
+            traces.append(go.Scatter(
                 x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {num(b, 3)}",
                 legendgroup=f"b{b}", showlegend=float(b) not in shown, line=dict(color=colors.get(float(b))),
-                hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"), row=row, col=col)
+                hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
+            where.append(cell)
             shown.add(float(b))
         if g.used:
-            fig.add_trace(go.Scatter(
+            traces.append(go.Scatter(
                 x=[g.lr["value"]], y=[g.loss["value"]], mode="markers", showlegend=i == 0, name="fitted optimum",
                 legendgroup="opt", marker=dict(symbol="x", size=11, color="black"),
-                hovertemplate=(f"lr* %{{x:.3g}}, B* {num(g.batch['value'], 3)}, L* %{{y:.4f}}<extra></extra>")),
-                row=row, col=col)
-        fig.update_xaxes(type="log", row=row, col=col)
+                hovertemplate=f"lr* %{{x:.3g}}, B* {num(g.batch['value'], 3)}, L* %{{y:.4f}}<extra></extra>"))
+            where.append(cell)
+    if traces:
+        fig.add_traces(traces, rows=[r for r, _ in where], cols=[c for _, c in where])
+    fig.update_xaxes(type="log")
     fig.update_layout(title=e(title), template=TEMPLATE, height=max(320, 260 * rows), legend=dict(title="batch (tokens)"))
     return fig
 

@@ -1,0 +1,54 @@
+"""The report's hyperparameter section: drawn for a sweep with groups, absent (report unchanged) without."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scaling.db import connect
+from scaling.fitting import fit_sweep
+from scaling.fitting import hparams_synthetic as HS
+from scaling.reports.data import ReportData
+from scaling.reports.figures_hparams import hparams_section
+from scaling.reports.blocks import Page
+from scaling.reports.html import render
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('report-hp') / 'hp.db'}"
+    runs = HS.sweep(HS.HparamTruth(), np.random.default_rng(2), sizes=(5e7, 1e8, 2e8),
+                    tokens_per_param=(10, 20, 40), n_lr=5, n_batch=3, noise=0.001)
+    HS.store_sweep(url, runs, "grid")
+    HS.store_sweep(url, runs.groupby(["N", "D"], as_index=False).nth(7), "plain")
+    return url
+
+
+def report_data(url: str, sweep: str) -> ReportData:
+    """What ReportData.load gathers, with a quick Kaplan fit (the section does not depend on which laws)."""
+    summary = fit_sweep(url, sweep, "kaplan", 20, save=False)
+    return ReportData(sweep=sweep, runs=connect(url).runs(sweep=sweep), fits=dict(summary.laws),
+                      notes=list(summary.notes))
+
+
+def test_a_sweep_with_groups_gets_the_section_with_its_figures_and_next_run(db: str) -> None:
+    page = Page()
+    html = hparams_section(report_data(db, "grid"), page)
+    assert html.startswith('<section id="hparams">')
+    assert 'id="fig-hparam-loss-lr"' in html and 'id="fig-hparam-laws"' in html
+    assert 'id="hparam-groups"' in html and 'id="hparam-laws"' in html
+    assert "tuned loss L*" in html  # which loss the loss laws were fitted on
+    assert 'id="hparam-next"' in html and "lr = " in html
+    figures = {div: json.loads(text) for div, text in page.figures}
+    curves = [t for t in figures["fig-hparam-loss-lr"]["data"] if t.get("mode") == "lines+markers"]
+    assert len(curves) == 9 * 3  # one curve per batch in each of the nine groups' panels
+    bands = [t for t in figures["fig-hparam-laws"]["data"] if t.get("fill") == "toself"]
+    assert bands  # the fitted laws are drawn with their 95% bands
+
+
+def test_a_sweep_without_groups_has_no_section(db: str) -> None:
+    data = report_data(db, "plain")
+    assert hparams_section(data, Page()) == ""
+    assert 'id="hparams"' not in render(data)
