@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db.results import Results
     from scaling.fitting import FitSummary, Law, Recommendation
     from scaling.fitting.hparams import HparamFit
+    from scaling.fitting.tasks import TaskFits
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
@@ -148,6 +149,12 @@ class Advice:
         if h is None:
             return None
         return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
+
+    @property
+    def tasks(self) -> dict[str, dict[str, Estimate]]:
+        """Each downstream task's predicted accuracy at the recommended run, by step-2 form ({} without tasks)."""
+        return {task: {form: Estimate.from_interval(p[form]) for form in ("sigmoid", "exp") if form in p}
+                for task, p in self.recommendation.tasks.items()}
 
 
 @dataclass(frozen=True)
@@ -303,3 +310,68 @@ def _typed_advice(rec: "Recommendation") -> Advice:
 def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
     """An unreliable law's interval measures nothing the data determine: its value only."""
     return {**iv, "kind": "unreliable"} if unreliable else iv
+
+
+@dataclass(frozen=True)
+class TaskPrediction:
+    """One task's predicted accuracy at (N, D) by one step-2 form, and the task loss it comes from."""
+
+    task: str
+    form: str
+    accuracy: Estimate
+    task_loss: Estimate
+    reliable: bool
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """Fitted downstream tasks: per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)."""
+
+    source: str
+    #: task -> step -> parameter -> Estimate (steps: ``step1``, ``sigmoid``, ``exp``; withheld where flagged).
+    params: dict[str, dict[str, dict[str, Estimate]]]
+    #: task -> why it could not be fitted.
+    skipped: dict[str, str]
+    fits: "TaskFits" = field(repr=False)
+
+    def predict(self, N: float, D: float) -> list[TaskPrediction]:
+        """Each task's accuracy at (N, D), with 95% intervals through both steps' bootstraps."""
+        out = []
+        for task, p in self.fits.predictions(N, D).items():
+            law = self.fits.laws[task]
+            for form in law.curves:
+                out.append(TaskPrediction(task, form, Estimate.from_interval(p[form]),
+                                          Estimate.from_interval(p["task_loss"]), law.reliable(form), list(p["notes"])))
+        return out
+
+    def to_frame(self, N: float, D: float) -> "pd.DataFrame":
+        """:meth:`predict` as a DataFrame (task, form, accuracy, lo, hi, kind, reliable, task_loss)."""
+        return self.fits.frame(N, D)
+
+    def table(self) -> str:
+        """What ``scaling fit`` prints for the tasks."""
+        return self.fits.table()
+
+
+def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
+          task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0) -> Tasks:
+    """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns."""
+    from scaling.fitting.tasks import fit_tasks_csv, fit_tasks_sweep
+
+    if csv is not None:
+        from scaling.fitting.data import from_csv
+
+        fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed)
+    else:
+        from scaling.db import connect as open_results, resolve_url
+
+        url = resolve_url(cli=db)
+        with open_results(url) as res:
+            sweep = res.sweep_name(sweep)
+        fits = fit_tasks_sweep(url, sweep, tasks=task, n_bootstrap=bootstrap, seed=seed)
+    params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
+                  **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
+                     for f, c in law.curves.items()}}
+              for t, law in fits.laws.items()}
+    return Tasks(fits.source, params, dict(fits.skipped), fits)
