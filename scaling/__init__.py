@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-API = ("load_plan", "run_sweep", "connect", "fit", "recommend", "report", "Estimate", "Fit", "FittedLaw", "Advice")
+API = ("load_plan", "run_sweep", "connect", "fit", "recommend", "report", "tasks", "Estimate", "Fit", "FittedLaw",
+       "Advice", "Tasks", "TaskPrediction")
 
 __all__ = ["__version__", *API, "figures", "vocab"]
 
