@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from scaling import vocab
 from scaling.trainer.next_line import CHOICES, line_limit, passage_limit
 from scaling.trainer.tasks import load_task
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
+    from scaling.trainer.tasks import EvalsSpec
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,24 @@ def eval_cost(spec: "RunSpec") -> EvalCost:
     flops = evaluations * tokens * per_token / 3  # forward only: a third of training's
     trained = spec.trained_tokens - spec.trunk_tokens
     return EvalCost(evaluations, tokens, flops, flops / (per_token * trained) if trained else math.inf)
+
+
+def cost_row(spec: "RunSpec", est_seconds: float) -> dict[str, float]:
+    """A run's task-scoring cost as ``scaling plan`` lists it: FLOPs, share of training, seconds
+    (the share of the run's estimated time: forward passes run at training's rate)."""
+    cost = eval_cost(spec)
+    return {"task_eval_flops": cost.flops, "task_eval_fraction": cost.fraction,
+            "task_eval_seconds": cost.fraction * est_seconds}
+
+
+def cost_note(evals: "EvalsSpec", rows: list[dict[str, Any]]) -> list[str]:
+    """The line ``scaling plan`` prints about scoring tasks: which, and their cost over the sweep."""
+    flops = sum(r.get("task_eval_flops", 0.0) for r in rows)
+    if flops <= 0:
+        return []
+    training = sum(r["task_eval_flops"] / r["task_eval_fraction"] for r in rows if r.get("task_eval_fraction"))
+    names = ([vocab.NEXT_LINE] if evals.next_line is not None else []) + [t.name or "" for t in evals.tasks]
+    seconds = sum(r.get("task_eval_seconds", 0.0) for r in rows)
+    return [f"task scoring ({', '.join(names)}) at every evaluation and each run's end: {flops:.3g} FLOPs, "
+            f"{100 * flops / training:.2g}% of training (about {seconds:.0f}s of the estimate); "
+            "the plan's `evals:` section chooses them (next_line: false turns the built-in task off)"]
