@@ -26,8 +26,9 @@ from scaling.trainer.loop import Trainer
 from scaling.trainer.mfu import peak_flops
 from scaling.trainer.model import build_model
 from scaling.trainer.optim import param_groups
-from scaling.trainer.precision import autocast, cpu_rate, resolve_spec
-from scaling.trainer.spec import RunSpec
+from scaling.trainer.precision import autocast, cpu_rate
+from scaling.trainer.resolve import Host, resolve
+from scaling.trainer.spec import RunRequest, RunSpec
 
 
 class PlainLoop:
@@ -81,7 +82,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     total = args.warmup + args.steps * args.rounds
-    spec = RunSpec.from_dict(
+    request = RunRequest.from_dict(
         {
             "model": {"n_layer": args.layers, "d_model": args.d_model, "n_head": args.heads, "context": args.context},
             "batch_tokens": args.batch * args.context,
@@ -99,7 +100,8 @@ def main() -> None:
             f"matmul probe on this CPU at {threads} thread(s): bf16 {rates['bf16'] / 1e9:.3g} GFLOP/s, "
             f"fp32 {rates['fp32'] / 1e9:.3g} GFLOP/s (bf16/fp32 = {rates['bf16'] / rates['fp32']:.3g})"
         )
-    spec, resolution = resolve_spec(spec)
+    resolved = resolve(request, Host(data=False))
+    spec, resolution = resolved.spec, resolved.precision
     print(f"precision {args.precision} -> {spec.precision} ({resolution.reason})")
     if resolution.warning:
         print(f"warning: {resolution.warning}")

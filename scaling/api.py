@@ -245,7 +245,7 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         rec = advise(compute, csv=csv, n_bootstrap=bootstrap, seed=seed, next_runs=False)
     else:
         from scaling.db import resolve_url
-        from scaling.orchestrator.plan import size_run
+        from scaling.orchestrator.expand import size_run
 
         rec = advise(compute, url=resolve_url(cli=db), sweep=sweep, n_bootstrap=bootstrap, seed=seed,
                      next_runs=False, size_run=size_run)

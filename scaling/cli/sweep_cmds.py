@@ -124,7 +124,7 @@ def answer(result: Any) -> list[str]:
     from scaling.fitting import FitSummary, recommend
     from scaling.fitting.brief import brief
     from scaling.fitting.recommend import NEXT_BUDGET_FACTOR
-    from scaling.orchestrator.plan import size_run
+    from scaling.orchestrator.expand import size_run
 
     if not isinstance(result.fit, FitSummary):
         return []

@@ -1,24 +1,50 @@
-"""Expand a plan into `RunSpec`s: models x tokens, tokens per parameter, IsoFLOP, seeds, rules.
+"""Expand a plan into resolved `RunSpec`s, as a pipeline of named stages.
 
-Smallest runs (by compute) come first so that early results arrive early and a sweep cut short
-still covers its low budgets.
+Each stage takes the previous one's output and returns new values; none keeps state between
+calls:
+
+1. :func:`shared` - what every run of the plan shares, decided once by the resolver
+   (`scaling.trainer.resolve`): the precision, the tokenizer's vocabulary, the data's fingerprint.
+2. :func:`grid_points` - the grid's points: one :class:`GridPoint` per block, model, D (or
+   IsoFLOP budget) and seed, with lr and batch from the rules; too-small budgets and points outside
+   the bounds are dropped with a note.
+3. :func:`run_requests` - each point as a :class:`~scaling.trainer.spec.RunRequest` (cooldown
+   branches: a trunk and its branches, `scaling.orchestrator.branches`), duplicates listed once.
+4. :func:`placed` - each request resolved (`scaling.trainer.resolve.resolve`): the fastest layout
+   that fits, validated in full as a RunSpec.
+5. :func:`ordered` - smallest compute first, an IsoFLOP budget's runs together; then the adaptive
+   budget is checked against the grid.
+
+:func:`expand` runs them in this order. Smallest runs first so that early results arrive early and
+a sweep cut short still covers its low budgets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from scaling.accounting import Shape, check_fits, micro_batch_size
+from scaling.accounting import Shape, check_fits
 from scaling.errors import PlanError, ResourceError, UserError
-from scaling.layout import Decision, no_layout_problem
+from scaling.layout import Decision
 from scaling.orchestrator import branches
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
-from scaling.orchestrator.yamlsource import where
-from scaling.orchestrator.yamlsource import YamlSource
-from scaling.trainer.spec import DataSpec, RunSpec
+from scaling.orchestrator.yamlsource import YamlSource, where
+from scaling.trainer.resolve import (
+    OFFLINE,
+    SIMULATED,
+    Host,
+    NoLayoutError,
+    PlacementError,
+    Resolution,
+    data_vocab,
+    decide_data,
+    decide_precision,
+    resolve,
+)
+from scaling.trainer.spec import ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
 
 
 @dataclass(frozen=True)
@@ -53,11 +79,68 @@ class Expansion:
         return [r.spec for r in self.runs]
 
 
-def _resolve_data(spec: RunSpec) -> RunSpec:
-    """Fill the corpus fingerprint (part of the key) and the corpus size."""
-    from scaling.trainer.data import resolve_data
+@dataclass(frozen=True)
+class Shared:
+    """Stage 1's output: the plan with its precision, vocabulary and data decided, and why."""
 
-    return resolve_data(spec)
+    plan: Plan
+    precision: Resolution
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """Stage 2's output: one run the grid asks for, before it is a spec.
+
+    A ``branches`` point stands for one model's trunk and cooldown branches (its ``tokens``,
+    ``lr`` and ``batch`` are decided by `scaling.orchestrator.branches` in stage 3).
+    ``overrides`` are RunSpec fields set on this point alone (merged over the plan's, nested
+    mappings merged); ``tags`` are added to the run's tags.
+    """
+
+    block: int
+    model: int  # the model's index in its block (for error locations)
+    kind: str
+    shape: Shape
+    seed: int
+    loc: tuple[Any, ...]  # the plan field the point comes from
+    tokens: float = 0.0  # D
+    budget: Optional[float] = None
+    lr: float = 0.0
+    batch: int = 0
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Requested:
+    """Stage 3's output: one run as a request, with the grid facts it keeps."""
+
+    request: RunRequest
+    block: int
+    model: int
+    kind: str
+    budget: Optional[float]
+
+
+# -- stage 1 ------------------------------------------------------------------------------------
+def shared(plan: Plan, source: Optional[YamlSource] = None, host: Host = Host()) -> Shared:
+    """The precision, vocabulary and data every run of ``plan`` shares, decided once on ``host``.
+
+    All three enter the run keys (a cooldown branch names its trunk's key), so they are decided
+    before any spec is built. A simulated plan trains nothing: nothing is decided.
+    """
+    if plan.simulate is not None:
+        return Shared(plan, Resolution(plan.train.precision, plan.train.precision, SIMULATED))
+    res = decide_precision(plan.train.precision, plan.resources.device, probe=host.probe)
+    plan = plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})})
+    if host.data:
+        try:
+            vocab, data = data_vocab(plan.data), decide_data(plan.data)
+        except UserError as exc:
+            raise _data_error(source, exc) from None
+        plan = plan.with_data_vocab(vocab, source).model_copy(update={"data": data})
+    return Shared(plan, res, (res.warning,) if res.warning else ())
 
 
 def _data_error(source: Optional[YamlSource], exc: UserError) -> PlanError:
@@ -68,182 +151,260 @@ def _data_error(source: Optional[YamlSource], exc: UserError) -> PlanError:
     return PlanError(f"{place}: {msg}")
 
 
-def _data_vocab(plan: Plan, source: Optional[YamlSource]) -> Optional[int]:
-    """The tokenizer's vocabulary (its tokens prepared once), or None for byte-level or token-file data."""
-    from scaling.trainer.data import tokenizer_vocab_size
+# -- stage 2 ------------------------------------------------------------------------------------
+def grid_points(plan: Plan, source: Optional[YamlSource] = None) -> tuple[list[GridPoint], list[str]]:
+    """Every point of the grid, each seed its own, and notes on the IsoFLOP points dropped.
 
+    Raises PlanError for a point that yields nothing usable: a budget too small for the smallest
+    model, an explicit D below one batch, a rule without a value, a budget with no model in bounds.
+    """
+    points: list[GridPoint] = []
+    notes: list[str] = []
+    conv = plan.conventions
+    for b, block in enumerate(plan.grid):
+        shapes: list[tuple[int, Shape]] = []
+        for m, model in enumerate(block.models):
+            try:
+                shapes.append((m, model.shape(plan.model, conv.params)))
+            except ValueError as exc:
+                raise PlanError(f"{where(source, ('grid', b, 'models', m))}: {exc}") from None
+        kind = block.kind
+        if kind == "branches":
+            points += [GridPoint(b, m, kind, shape, seed, ("grid", b, "branches"))
+                       for m, shape in shapes for seed in plan.seeds]
+            continue
+        sized = _isoflop_points(plan, b, shapes, source, notes) if kind == "compute" else _fixed_points(plan, b, shapes, source)
+        points += [replace(p, seed=seed) for p in sized for seed in plan.seeds]
+    return points, notes
+
+
+def _isoflop_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: Optional[YamlSource],
+                    notes: list[str]) -> list[GridPoint]:
+    """Each budget of an IsoFLOP block at every model whose D is at least one batch and in bounds."""
+    block, conv = plan.grid[b], plan.conventions
+    by_size = sorted(shapes, key=lambda s: s[1].params(conv.params))
+    smallest = by_size[0][1]
+    out: list[GridPoint] = []
+    for c, C in enumerate(block.compute or ()):
+        loc = ("grid", b, "compute", c)
+        kept = 0
+        for m, shape in by_size:
+            N = shape.params(conv.params)
+            D = C / shape.flops_per_token(conv.flops, conv.params)
+            lr, batch = _hyper(plan, N, D, C, source)
+            if D < batch:
+                reason = f"D={D:.3g} tokens is less than one batch ({batch} tokens)"
+                if shape is smallest:
+                    raise PlanError(
+                        f"{where(source, loc)}: C={C:.3g} FLOPs is too small for the smallest model "
+                        f"(N={N:,}: {reason}; it needs at least "
+                        f"{batch * shape.flops_per_token(conv.flops, conv.params):.3g} FLOPs)"
+                    )
+                notes.append(f"dropped N={N:,} at C={C:.3g}: {reason}")
+                continue
+            why = block.bounds.violation(D, N)
+            if why:
+                notes.append(f"dropped N={N:,} at C={C:.3g}: {why} (grid.{b}.bounds)")
+                continue
+            kept += 1
+            out.append(GridPoint(b, m, "compute", shape, 0, loc, D, C, lr, batch))
+        if kept == 0:
+            raise PlanError(f"{where(source, loc)}: no model of grid.{b} has D within the bounds at C={C:.3g} FLOPs")
+    return out
+
+
+def _fixed_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: Optional[YamlSource]) -> list[GridPoint]:
+    """Every model at every D of a ``tokens`` or ``tokens_per_param`` block."""
+    block, conv = plan.grid[b], plan.conventions
+    kind = block.kind
+    out: list[GridPoint] = []
+    for m, shape in shapes:
+        N = shape.params(conv.params)
+        for j, v in enumerate((block.tokens if kind == "tokens" else block.tokens_per_param) or ()):
+            D = v if kind == "tokens" else v * N
+            lr, batch = _hyper(plan, N, D, shape.flops_per_token(conv.flops, conv.params) * D, source)
+            loc = ("grid", b, kind, j)
+            if D < batch:
+                raise PlanError(f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch "
+                                f"({batch} tokens)")
+            out.append(GridPoint(b, m, kind, shape, 0, loc, D, None, lr, batch))
+    return out
+
+
+# -- stage 3 ------------------------------------------------------------------------------------
+def run_requests(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> tuple[list[Requested], list[str]]:
+    """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once.
+
+    A run two blocks list is kept once; when both list it as a trunk with different branch points,
+    it keeps the checkpoints of all of them.
+    """
+    runs: dict[str, Requested] = {}
+    notes: list[str] = []
+
+    def add(point: GridPoint, request: RunRequest) -> RunRequest:
+        kept = runs.get(request.key)
+        if kept is None:
+            runs[request.key] = Requested(request, point.block, point.model, point.kind, point.budget)
+            return request
+        old = kept.request.execution.keep_steps
+        steps = tuple(sorted(set(old) | set(request.execution.keep_steps)))
+        if steps != old:  # one trunk serves the branch points of two blocks
+            execution = kept.request.execution.model_copy(update={"keep_steps": steps})
+            runs[request.key] = replace(kept, request=kept.request.model_copy(update={"execution": execution}))
+        else:
+            notes.append(f"duplicate run {request.key} (grid.{point.block}) listed once")
+        return runs[request.key].request
+
+    for point in points:
+        if point.kind == "branches":
+            def build(shape: Shape, D: float, lr: float, batch: int, seed: int, loc: tuple[Any, ...], m: int,
+                      _point: GridPoint = point, **lineage: Any) -> RunSpec:
+                p = replace(_point, tokens=D, lr=lr, batch=batch, loc=loc)
+                return add(p, point_request(plan, p, source, **lineage))
+
+            branches.expand_model(plan, point.block, point.model, point.shape, point.seed, source,
+                                  lambda N, D, C: _hyper(plan, N, D, C, source), build)
+        else:
+            add(point, point_request(plan, point, source))
+    return list(runs.values()), notes
+
+
+def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
+                resources: Optional[ResourcesPlan] = None, **fields: Any) -> RunRequest:
+    """One run as the plan asks for it: its shared sections with the run's shape, D, lr, batch and seed.
+
+    ``resources`` replaces the plan's (a grid block's: :meth:`Plan.block_resources`); ``fields``
+    adds or replaces RunSpec fields (faults, name, tags, a schedule, a branch). Only the placement
+    fields the plan sets are set on the request, so the resolver searches the others under
+    ``strategy: auto``. Raises pydantic's ValidationError for a value the spec refuses.
+    """
+    res = resources or plan.resources
+    recipe = {name: getattr(plan.train, name) for name in Recipe.model_fields}
+    recipe.update(optimizer={**plan.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
+    execution = ExecutionSpec(
+        **{name: getattr(plan.train, name) for name in LoopSettings.model_fields},
+        **{name: getattr(res, name) for name in Placement.model_fields if name in res.model_fields_set},
+        device=res.device,
+    )
+    values: dict[str, Any] = dict(
+        **recipe, model=shape.as_dict(), tokens=round(D), data=plan.data,
+        params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
+        seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
+    )
+    return RunRequest.model_validate(_merged(values, fields))
+
+
+def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values, nested mappings merged (a pydantic model counts as its fields)."""
+    out = dict(base)
+    for k, v in over.items():
+        old = out.get(k)
+        old = old.model_dump() if hasattr(old, "model_dump") else old
+        out[k] = _merged(old, v) if isinstance(v, Mapping) and isinstance(old, dict) else v
+    return out
+
+
+def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = None, *,
+                  schedule: Any = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
+                  name: Optional[str] = None, tags: Optional[dict[str, str]] = None) -> RunRequest:
+    """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line."""
+    conv = plan.conventions
+    fields: dict[str, Any] = {
+        "faults": plan.grid[point.block].faults,
+        "name": name or f"{plan.name}/N{point.shape.params(conv.params):.3g}/D{point.tokens:.3g}/s{point.seed}",
+        "tags": {**_tags(plan, point.kind, point.budget), **point.tags, **(tags or {})},
+    }
+    if schedule is not None:
+        fields["schedule"] = schedule.model_dump()
+    if branch is not None or keep_steps:
+        fields.update(branch=branch, execution={"keep_steps": tuple(keep_steps)})
     try:
-        return tokenizer_vocab_size(plan.data)
-    except UserError as exc:
-        raise _data_error(source, exc) from None
+        return run_request(plan, point.shape, point.tokens, point.lr, point.batch, point.seed,
+                           plan.block_resources(point.block), **_merged(fields, point.overrides))
+    except ValidationError as exc:  # a value the trainer refuses
+        err = exc.errors()[0]
+        detail = str(err["msg"]).removeprefix("Value error, ")
+        at = ("grid", point.block, "models", point.model) if err["loc"][:1] == ("model",) else point.loc
+        raise PlanError(f"{where(source, at)}: {detail}") from None
+
+
+# -- stage 4 ------------------------------------------------------------------------------------
+def block_host(plan: Plan, block: int, host: Host = Host()) -> Host:
+    """``host`` with grid block ``block``'s cluster and stated throughput."""
+    return plan.block_resources(block).host(probe=host.probe, data=host.data)
+
+
+def placed(plan: Plan, requests: list[Requested], source: Optional[YamlSource] = None,
+           host: Host = Host()) -> list[PlannedRun]:
+    """Each request resolved on its block's host: the fastest layout that fits, as a RunSpec.
+
+    The data's fingerprint was decided in :func:`shared` (the corpus is cached: the resolver
+    only checks it against each run). Raises PlanError for a run no layout can hold, whose layout
+    breaks a rule or whose corpus does not suit it, ResourceError for one that fits the device
+    memory under no layout.
+    """
+    out: list[PlannedRun] = []
+    for r in requests:
+        b, spec = r.block, r.request
+        on = block_host(plan, b, host)
+        try:
+            done = resolve(spec, on)
+        except NoLayoutError as exc:
+            raise _no_layout(plan, r, exc, source) from None
+        except PlacementError as exc:
+            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
+                            f"{exc.label}: {exc}") from None
+        except UserError as exc:  # the corpus does not suit the run (its vocabulary, its context)
+            raise _data_error(source, exc) from None
+        if done.choice is None:  # simulated: nothing is trained, no layout, no memory
+            out.append(PlannedRun(done.spec, b, r.kind, r.budget, 0.0, "single"))
+            continue
+        best = done.choice.best
+        assert best is not None  # resolve raises when nothing fits
+        ex = done.spec.execution
+        out.append(PlannedRun(done.spec, b, r.kind, r.budget, best.memory.total_gib, best.strategy,
+                              done.choice.decision(),
+                              on.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers).gpus_per_node))
+    return out
+
+
+def _no_layout(plan: Plan, r: Requested, exc: NoLayoutError, source: Optional[YamlSource]) -> UserError:
+    """The plan's error for a run no layout holds, at the field to change."""
+    spec, choice, b = r.request, exc.choice, r.block
+    shape = spec.shape
+    if not choice.options:
+        return PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
+                         f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): {exc}")
+    resources = plan.block_resources(b)
+    if resources.device_memory_gib is None:  # no device holds more than MAX_DEVICE_GIB: check_fits says so
+        try:
+            check_fits(choice.smallest.memory, None,
+                       what=f"{where(source, ('grid', b, 'models', r.model))}: run N={spec.n_params:.3g}")
+        except ResourceError as err:
+            return err
+    return ResourceError(_does_not_fit(resources, spec, choice.smallest, b, r.model, source))
+
+
+# -- stage 5 ------------------------------------------------------------------------------------
+def ordered(runs: list[PlannedRun]) -> list[PlannedRun]:
+    """Smallest compute first; an IsoFLOP budget's runs together, smallest model first."""
+    return sorted(runs, key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed))
 
 
 def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True) -> Expansion:
     """All runs of ``plan`` as `PlannedRun`s (smallest compute first), with notes on dropped ones.
 
-    Each run is the plan's shared sections plus its shape, D, lr, batch and seed
-    (:meth:`Plan.run_spec`). Raises PlanError for a grid that yields nothing usable (a budget too
-    small for the smallest model, explicit D below one batch, a rule without a value, a value the
-    run spec refuses) and ResourceError for a run that fits the device memory under no strategy.
+    The stages in order (see the module's docstring). ``resolve=False`` asks nothing of this
+    machine (no probe, no corpus read): ``auto`` precision takes the larger memory estimate and
+    the data keeps no fingerprint.
     """
-    plan, precision = _resolve_precision(plan) if plan.simulate is None else (plan, _Unresolved())
-    if resolve and plan.simulate is None:
-        plan = plan.with_data_vocab(_data_vocab(plan, source), source)
-    data_resolved: Optional[DataSpec] = None
-    conv = plan.conventions
-    runs: dict[str, PlannedRun] = {}
-    notes: list[str] = [precision.warning] if precision.warning else []
-    rates: dict[int, float] = {}  # achieved FLOP/s per worker, by grid block
-
-    def simulated(spec: RunSpec, b: int, kind: str, budget: Optional[float]) -> PlannedRun:
-        """A simulated run: nothing is trained, so no layout, no memory and no corpus."""
-        spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": "single"})})
-        return PlannedRun(spec, b, kind, budget, 0.0, "single")
-
-    def placed(spec: RunSpec, b: int, kind: str, budget: Optional[float], m: int) -> PlannedRun:
-        """A trained run in the fastest layout that fits, with its data resolved."""
-        nonlocal data_resolved
-        shape = spec.shape
-        resources = plan.block_resources(b)
-        if b not in rates:
-            rates[b] = resources.throughput(plan.train.precision, plan.train.threads, probe=resolve)
-        choice = plan.choose_layout(spec, resources, rates[b])
-        if not choice.options:
-            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
-                            f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): "
-                            f"{no_layout_problem(choice.request)}")
-        if choice.best is None and resources.device_memory_gib is None:
-            # still no device holds more than MAX_DEVICE_GIB: check_fits says so in its words
-            check_fits(choice.smallest.memory, None,
-                       what=f"{where(source, ('grid', b, 'models', m))}: run N={spec.n_params:.3g}")
-        if choice.best is None:
-            raise ResourceError(_does_not_fit(resources, spec, choice.smallest, b, m, source))
-        best = choice.best
-        try:  # the search keeps to the spec's rules; validating the placed spec makes sure of it
-            spec = RunSpec.model_validate({**spec.model_dump(), "execution": _placed(spec, best).model_dump()})
-        except ValidationError as exc:
-            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
-                            f"{best.label()}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
-        if data_resolved is not None:
-            spec = spec.model_copy(update={"data": data_resolved})
-        elif resolve:
-            try:
-                spec = _resolve_data(spec)
-            except UserError as exc:
-                raise _data_error(source, exc) from None
-            data_resolved = spec.data
-        return PlannedRun(
-            spec, b, kind, budget, best.memory.total_gib, best.strategy, choice.decision(),
-            resources.machine().gpus_per_node,
-        )
-
-    def finish(b: int, kind: str, budget: Optional[float], shape: Shape, D: float, lr: float, batch: int, seed: int,
-               loc: tuple[Any, ...], m: int, *, schedule: Any = None, keep_steps: tuple[int, ...] = (),
-               branch: Optional[dict[str, Any]] = None, name: Optional[str] = None,
-               tags: Optional[dict[str, str]] = None) -> RunSpec:
-        """Build one run's spec, place it, resolve its data and add it (once) to the runs."""
-        try:
-            spec = plan.run_spec(
-                shape, D, lr, batch, seed, plan.block_resources(b),
-                faults=plan.grid[b].faults,
-                name=name or f"{plan.name}/N{shape.params(conv.params):.3g}/D{D:.3g}/s{seed}",
-                tags={**_tags(plan, kind, budget), **(tags or {})},
-            )
-            if schedule is not None or branch is not None or keep_steps:
-                spec = _with_lineage(spec, schedule, branch, keep_steps)
-        except ValidationError as exc:  # a value the trainer refuses
-            err = exc.errors()[0]
-            detail = str(err["msg"]).removeprefix("Value error, ")
-            at = ("grid", b, "models", m) if err["loc"][:1] == ("model",) else loc
-            raise PlanError(f"{where(source, at)}: {detail}") from None
-        run = simulated(spec, b, kind, budget) if spec.simulate is not None else placed(spec, b, kind, budget, m)
-        spec = run.spec
-        if spec.key in runs:
-            kept = runs[spec.key]
-            steps = tuple(sorted(set(kept.spec.execution.keep_steps) | set(spec.execution.keep_steps)))
-            if steps != kept.spec.execution.keep_steps:  # one trunk serves the branch points of two blocks
-                execution = kept.spec.execution.model_copy(update={"keep_steps": steps})
-                runs[spec.key] = replace(kept, spec=kept.spec.model_copy(update={"execution": execution}))
-            else:
-                notes.append(f"duplicate run {spec.key} (grid.{b}) listed once")
-            return runs[spec.key].spec
-        runs[spec.key] = run
-        return spec
-
-    for b, block in enumerate(plan.grid):
-        points: list[tuple[Any, ...]] = []  # (model index, shape, D, budget, lr, batch, loc)
-        kind = block.kind
-        shapes = []
-        for m, point in enumerate(block.models):
-            try:
-                shapes.append(((m,), point.shape(plan.model, conv.params)))
-            except ValueError as exc:
-                raise PlanError(f"{where(source, ('grid', b, 'models', m))}: {exc}") from None
-        if kind == "branches":
-            for (m,), shape in shapes:
-                for seed in plan.seeds:
-                    branches.expand_model(
-                        plan, b, m, shape, seed, source,
-                        lambda N, D, C: _hyper(plan, N, D, C, source),
-                        lambda *args, _b=b, **kw: finish(_b, "branches", None, *args, **kw),
-                    )
-            continue
-        if kind == "compute":
-            smallest = min(shapes, key=lambda s: s[1].params(conv.params))[1]
-            for c, C in enumerate(block.compute or ()):
-                kept = 0
-                for (m,), shape in sorted(shapes, key=lambda s: s[1].params(conv.params)):
-                    N = shape.params(conv.params)
-                    D = C / shape.flops_per_token(conv.flops, conv.params)
-                    loc = ("grid", b, "compute", c)
-                    lr, batch = _hyper(plan, N, D, C, source)
-                    if D < batch:
-                        reason = f"D={D:.3g} tokens is less than one batch ({batch} tokens)"
-                        if shape is smallest:
-                            raise PlanError(
-                                f"{where(source, loc)}: C={C:.3g} FLOPs is too small for the smallest model "
-                                f"(N={N:,}: {reason}; it needs at least "
-                                f"{batch * shape.flops_per_token(conv.flops, conv.params):.3g} FLOPs)"
-                            )
-                        notes.append(f"dropped N={N:,} at C={C:.3g}: {reason}")
-                        continue
-                    why = block.bounds.violation(D, N)
-                    if why:
-                        notes.append(f"dropped N={N:,} at C={C:.3g}: {why} (grid.{b}.bounds)")
-                        continue
-                    kept += 1
-                    points.append((m, shape, D, C, lr, batch, loc))
-                if kept == 0:
-                    raise PlanError(
-                        f"{where(source, ('grid', b, 'compute', c))}: no model of grid.{b} has D within "
-                        f"the bounds at C={C:.3g} FLOPs"
-                    )
-        else:
-            values = block.tokens if kind == "tokens" else block.tokens_per_param
-            for (m,), shape in shapes:
-                N = shape.params(conv.params)
-                for j, v in enumerate(values or ()):
-                    D = v if kind == "tokens" else v * N
-                    C = shape.flops_per_token(conv.flops, conv.params) * D
-                    lr, batch = _hyper(plan, N, D, C, source)
-                    loc = ("grid", b, kind, j)
-                    if D < batch:
-                        raise PlanError(
-                            f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch "
-                            f"({batch} tokens)"
-                        )
-                    points.append((m, shape, D, None, lr, batch, loc))
-
-        for m, shape, D, budget, lr, batch, loc in points:
-            for seed in plan.seeds:
-                finish(b, kind, budget, shape, D, lr, batch, seed, loc, m)
-
-    # Smallest compute first; an IsoFLOP budget's runs together, smallest model first.
-    ordered = sorted(
-        runs.values(), key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed)
-    )
-    _check_adaptive_budget(plan, ordered, source)
-    return Expansion(plan, ordered, notes, precision.reason)
+    host = Host() if resolve else OFFLINE
+    facts = shared(plan, source, host)
+    points, dropped = grid_points(facts.plan, source)
+    requests, duplicates = run_requests(facts.plan, points, source)
+    runs = ordered(placed(facts.plan, requests, source, host))
+    _check_adaptive_budget(facts.plan, runs, source)
+    return Expansion(facts.plan, runs, [*facts.notes, *dropped, *duplicates], facts.precision.reason)
 
 
 def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[YamlSource]) -> None:
@@ -263,46 +424,6 @@ def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[
                         f"{MAX_EXTRAPOLATION:.0e}x outside the grid's budgets ({lo:.3g} to {hi:.3g} FLOPs): a fit of "
                         f"them says nothing that far away (use {lo / MAX_EXTRAPOLATION:.3g} to "
                         f"{hi * MAX_EXTRAPOLATION:.3g})")
-
-
-def _with_lineage(spec: RunSpec, schedule: Any, branch: Optional[dict[str, Any]], keep_steps: tuple[int, ...]) -> RunSpec:
-    """A trunk's or branch's spec: its own schedule, parent and kept checkpoints (validated again)."""
-    data = spec.model_dump()
-    if schedule is not None:
-        data["schedule"] = schedule.model_dump()
-    data["branch"] = branch
-    data["execution"] = {**data["execution"], "keep_steps": tuple(keep_steps)}
-    return RunSpec.model_validate(data)
-
-
-def _resolve_precision(plan: Plan) -> tuple[Plan, Any]:
-    """The plan with ``auto`` resolved on this machine (the driver), before any key is computed."""
-    from scaling.trainer.precision import resolve
-
-    device = "cuda" if plan.resources.gpus_per_worker > 0 else "cpu"
-    res = resolve(plan.train.precision, device)
-    return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})}), res
-
-
-class _Unresolved:
-    """A simulated plan's precision: kept as the plan says (nothing is trained, no device is probed)."""
-
-    warning = ""
-    reason = "simulated runs: nothing is trained, precision is not resolved"
-
-
-def _placed(spec: RunSpec, best: Any) -> Any:
-    """The run's execution with the chosen layout: strategy, tp, pp, schedule and micro-batch.
-
-    The micro-batch size is written only where it differs from what the spec would derive from
-    its own setting (a data-parallel rank's whole share by default), so a plan that leaves it
-    unset and fits keeps it unset.
-    """
-    ex, lay = spec.execution, best.layout
-    update: dict[str, Any] = {"strategy": best.strategy, "tp": lay.tp, "pp": lay.pp, "pp_schedule": best.schedule}
-    if micro_batch_size(spec.sequences_per_batch, lay.dp, ex.micro_batch_size) != lay.micro_batch:
-        update["micro_batch_size"] = lay.micro_batch
-    return ex.model_copy(update=update)
 
 
 def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
@@ -347,3 +468,34 @@ def _tags(plan: Plan, kind: str, budget: Optional[float]) -> dict[str, str]:
         tags["rule.batch_tokens"] = str(plan.rules.batch_tokens)
     return tags
 
+
+def suggest(plan: Plan, N: float, D: float, C: float, host: Host = OFFLINE) -> dict[str, Any]:
+    """What ``plan`` would train for a target of N parameters, D tokens and C FLOPs.
+
+    Returns ``shape`` (dict), ``n_params`` (exact, in the plan's convention), ``lr``,
+    ``batch_tokens``, ``memory_gib`` (per worker) and ``strategy`` (None if nothing fits). By
+    default nothing of this machine is asked (torch-free): ``auto`` precision takes the larger
+    memory estimate.
+    """
+    shape = plan.model.policy().shape_for(N, plan.conventions.params)
+    n_params = shape.params(plan.conventions.params)
+    lr, batch = plan.hyperparameters(n_params, D, C)
+    request = run_request(plan, shape, max(D, batch), lr, batch).model_copy(update={"simulate": None})  # sized as trained
+    try:
+        done = resolve(request, plan.resources.host(probe=host.probe, data=False))
+        best = done.choice.best  # type: ignore[union-attr]  # a trained run has its layout search
+        memory, strategy = best.memory.total_gib, best.strategy  # type: ignore[union-attr]
+    except NoLayoutError as exc:
+        memory = exc.choice.smallest.memory.total_gib if exc.choice.options else float("inf")
+        strategy = None
+    return {"shape": shape.as_dict(), "n_params": n_params, "lr": lr, "batch_tokens": batch,
+            "memory_gib": memory, "strategy": strategy}
+
+
+def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, Any]:
+    """What a plan stored with its sweep (a mapping) would train for target N, D and C.
+
+    The sizing function the command line hands to `scaling.fitting.recommend`: the fits never
+    import the orchestrator. See :func:`suggest` for the result.
+    """
+    return suggest(Plan.from_dict(plan), N=N, D=D, C=C)

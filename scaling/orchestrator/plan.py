@@ -1,4 +1,5 @@
-"""The sweep plan (`plan.yaml`): a pydantic v2 schema, loaded safely, expanded into RunSpecs.
+"""The sweep plan (`plan.yaml`): a pydantic v2 schema, loaded safely. Data only: expanding it into
+resolved RunSpecs is `scaling.orchestrator.expand`'s (its stages), probing the machine the resolver's.
 
 The plan reuses the run spec's models (`scaling.trainer.spec`): ``data`` is a DataSpec,
 ``conventions`` the spec's Conventions, ``train`` holds the spec's Recipe and LoopSettings
@@ -13,7 +14,6 @@ silently) and infinite or NaN numbers. A validation problem becomes one
 
 from __future__ import annotations
 
-import functools
 import glob
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -21,7 +21,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from scaling import layout, rules
-from scaling.accounting import GIB, MAX_DEVICE_GIB, MemoryEstimate, Shape, ShapePolicy, StrategyChoice, batch_problem
+from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
 from scaling.schema import StrictModel
 from scaling.errors import PlanError
@@ -29,17 +29,15 @@ from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import YamlSource, where
+from scaling.trainer.resolve import Host
 from scaling.trainer.spec import (
     Conventions,
     DataSpec,
-    ExecutionSpec,
     FaultSpec,
     LoopSettings,
     MAX_WORKERS,
-    UNPLACED,
     Placement,
     Recipe,
-    RunSpec,
     Seed,
     SequenceSpec,
     SimulateSpec,
@@ -74,28 +72,6 @@ class ModelPlan(SequenceSpec):
 
 class TrainPlan(Recipe, LoopSettings):
     """The training recipe shared by every run (rules may set lr and batch_tokens per run)."""
-
-
-#: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
-#: ~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32), when the plan sets no ``throughput_flops``.
-GPU_THROUGHPUT_FLOPS = {"bf16": 4e14, "fp16": 4e14, "fp32": 2.7e13}
-#: Achieved share of one core's probed matmul peak (`scaling.trainer.mfu`, in the run's
-#: precision), per thread: the trainer reaches 66% per CPU-second for a 4-layer d_model-256 model
-#: (benchmarks/bench_trainer.py); smaller matmuls reach less.
-CPU_PEAK_FRACTION = 0.5
-#: A CPU worker's rate when nothing was probed (torch-free callers, e.g. sizing a stored plan):
-#: it only weighs the pipeline bubble against communication in the layout search.
-CPU_NOMINAL_FLOPS = 2e10
-#: Fixed cost of one optimizer step (Python, kernel launches, logging): it dominates for the
-#: tiny CPU models of the example (about 10 ms a step measured on a laptop core).
-CPU_STEP_SECONDS = 0.010
-GPU_STEP_SECONDS = 0.005
-#: Fixed cost of one layer's forward and backward on one micro-batch (about 20 kernels of a few
-#: microseconds' launch on a GPU; PyTorch's per-operator dispatch on a CPU).
-CPU_LAYER_SECONDS = 2e-4
-GPU_LAYER_SECONDS = 1e-4
-#: Fields of ``resources`` the layout search fills under ``strategy: auto`` unless the plan sets them.
-LAYOUT_FIELDS = ("tp", "pp", "pp_schedule", "micro_batch_size")
 
 
 class ClusterPlan(_Strict):
@@ -156,32 +132,12 @@ class ResourcesPlan(Placement):
 
     def machine(self) -> layout.Machine:
         """The plan's cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
-        if self.cluster is not None:
-            return self.cluster.machine()
-        if self.device == "cuda":
-            return layout.Machine(1, self.workers, "nvlink", "infiniband")
-        return layout.Machine(1, self.workers, "loopback_gloo", "loopback_gloo")
+        return self.host(probe=False, data=False).machine(self.device, self.workers)
 
-    def step_overhead_s(self) -> float:
-        return GPU_STEP_SECONDS if self.gpus_per_worker > 0 else CPU_STEP_SECONDS
-
-    def layer_overhead_s(self) -> float:
-        return GPU_LAYER_SECONDS if self.gpus_per_worker > 0 else CPU_LAYER_SECONDS
-
-    def throughput(self, precision: str, threads: int = 1, *, probe: bool = True) -> float:
-        """FLOP/s one worker achieves in ``precision``: the plan's figure, else a GPU default, else
-        a share of the CPU's probed matmul rate at ``threads`` threads (``probe``: needs torch),
-        or without probing a nominal CPU rate."""
-        if self.throughput_flops is not None:
-            return self.throughput_flops
-        if self.gpus_per_worker > 0:
-            return GPU_THROUGHPUT_FLOPS[precision] * self.gpus_per_worker
-        if not probe:
-            return CPU_NOMINAL_FLOPS * threads
-        from scaling.trainer.precision import cpu_rate
-
-        # One core's rate times the threads: a one-thread probe is not thrown off by a busy machine.
-        return CPU_PEAK_FRACTION * cpu_rate(precision, 1) * threads
+    def host(self, *, probe: bool = True, data: bool = True) -> Host:
+        """The resolver's view of where these runs go: the cluster and any stated throughput."""
+        cluster = self.cluster.machine() if self.cluster is not None else None
+        return Host(probe=probe, data=data, cluster=cluster, throughput_flops=self.throughput_flops)
 
 
 class BlockResources(_Strict):
@@ -321,7 +277,8 @@ class Plan(_Strict):
 
     ``data``, ``conventions``, ``train`` and ``resources`` are the run spec's own models
     (`scaling.trainer.spec`), so each default, allowed value and check has one home; expanding a
-    plan (`scaling.orchestrator.expand`) only fills in each run's shape, D, lr, batch and seed.
+    plan (`scaling.orchestrator.expand`) fills in each run's shape, D, lr, batch and seed and has
+    the resolver decide the rest.
     """
 
     name: str
@@ -451,140 +408,6 @@ class Plan(_Strict):
         if value <= 0:
             raise RuleValueError(field, f"gives {value:g} at N={N:g}, D={D:g}, C={C:g}; it must be positive")
         return value
-
-    def run_spec(
-        self, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
-        resources: Optional[ResourcesPlan] = None, **fields: Any,
-    ) -> RunSpec:
-        """The spec of one run: the plan's shared sections with the run's shape, D, lr, batch and seed.
-
-        ``resources`` replaces the plan's (a grid block's, :meth:`block_resources`); ``fields``
-        adds RunSpec fields the plan does not hold (faults, name, tags). The strategy is the
-        plan's (``auto`` until :meth:`choose_layout` resolves it). Raises pydantic's
-        ValidationError for a value the spec refuses.
-        """
-        res = resources or self.resources
-        recipe = {name: getattr(self.train, name) for name in Recipe.model_fields}
-        recipe.update(optimizer={**self.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
-        execution = ExecutionSpec(
-            **{name: getattr(self.train, name) for name in LoopSettings.model_fields},
-            **{name: getattr(res, name) for name in Placement.model_fields},
-            device=res.device,
-        )
-        values = dict(
-            **recipe,
-            model=shape.as_dict(),
-            tokens=round(D),
-            data=self.data,
-            params_convention=self.conventions.params,
-            flops_convention=self.conventions.flops,
-            seed=seed,
-            simulate=self.simulate,
-            execution=execution,
-            **fields,
-        )
-        # Under `auto` the layout search places the run (dp, tp, pp, micro-batch) and the placed spec is
-        # validated again in full; until then the checks that depend on the placement wait.
-        return RunSpec.model_validate(values, context={UNPLACED: res.strategy == "auto" and res.workers > 1})
-
-    def layout_request(
-        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
-    ) -> layout.Request:
-        """What the layout search needs for ``spec`` (see :mod:`scaling.layout`).
-
-        Under ``strategy: auto`` the fields of :data:`LAYOUT_FIELDS` the plan (or the run's grid
-        block) sets are kept and the rest searched; a named strategy fixes the whole layout (its
-        micro-batch: the plan's, else a rank's whole share).
-        """
-        res = resources or self.resources
-        ex = spec.execution
-        precision = spec.precision
-        if precision == "auto":  # unresolved (a stored plan, torch-free): fp32 on CPUs is the larger estimate
-            precision = "bf16" if ex.gpus_per_worker > 0 else "fp32"
-        shape = spec.shape
-        limit = (ex.device_memory_gib if ex.device_memory_gib is not None else MAX_DEVICE_GIB) * GIB
-        auto = ex.strategy == "auto"
-        fixed = res.model_fields_set if auto else set(LAYOUT_FIELDS)
-        mbs = ex.micro_batch_size if "micro_batch_size" in fixed else None
-        if not auto and mbs is None:
-            mbs = spec.sequences_per_batch  # a named strategy without a micro-batch: a rank's whole share
-        return layout.Request(
-            shape=shape,
-            precision=precision,  # type: ignore[arg-type]
-            workers=ex.workers,
-            sequences=spec.sequences_per_batch,
-            flops_per_step=shape.flops_per_token("6N_attention", "total") * spec.batch_tokens,
-            rate=rate if rate is not None else res.throughput(precision, probe=False),
-            memory_limit_bytes=limit,
-            machine=res.machine(),
-            step_overhead_s=res.step_overhead_s(),
-            layer_overhead_s=res.layer_overhead_s(),
-            checkpointing=ex.activation_checkpointing,
-            tp=ex.tp if "tp" in fixed else None,
-            pp=ex.pp if "pp" in fixed else None,
-            schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
-            strategy=None if auto else ex.strategy,
-            micro_batch_size=mbs,
-        )
-
-    def choose_layout(
-        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
-    ) -> layout.Choice:
-        """The layouts ``spec`` could run in and the fastest that fits (`scaling.layout.choose`)."""
-        return choose_cached(self.layout_request(spec, resources, rate))
-
-    def place(
-        self, spec: RunSpec, resources: Optional[ResourcesPlan] = None, rate: Optional[float] = None
-    ) -> tuple[Optional[str], MemoryEstimate]:
-        """(strategy, memory per worker) of a run: its strategy, or under ``auto`` the chosen layout's.
-
-        The strategy is None when nothing fits ``device_memory_gib``; the estimate is then the
-        least memory any layout needs.
-        """
-        choice = self.choose_layout(spec, resources, rate)
-        if choice.best is None:
-            return None, (choice.smallest.memory if choice.options else _no_estimate(spec))
-        return choice.best.strategy, choice.best.memory
-
-    def suggest(self, N: float, D: float, C: float) -> dict[str, Any]:
-        """What this plan would train for a target of N parameters, D tokens and C FLOPs.
-
-        Returns ``shape`` (dict), ``n_params`` (exact, in the plan's convention), ``lr``,
-        ``batch_tokens``, ``memory_gib`` (per worker) and ``strategy`` (None if nothing fits).
-        """
-        shape = self.model.policy().shape_for(N, self.conventions.params)
-        n_params = shape.params(self.conventions.params)
-        lr, batch = self.hyperparameters(n_params, D, C)
-        spec = self.run_spec(shape, max(D, batch), lr, batch)
-        strategy, mem = self.place(spec)
-        return {
-            "shape": shape.as_dict(),
-            "n_params": n_params,
-            "lr": lr,
-            "batch_tokens": batch,
-            "memory_gib": mem.total_gib,
-            "strategy": strategy,
-        }
-
-
-@functools.lru_cache(maxsize=512)
-def choose_cached(request: layout.Request) -> layout.Choice:
-    """:func:`scaling.layout.choose`, once per distinct request (runs of one shape and batch share it)."""
-    return layout.choose(request)
-
-
-def _no_estimate(spec: RunSpec) -> MemoryEstimate:
-    inf = float("inf")
-    return MemoryEstimate("none", spec.execution.workers, inf, inf, inf, inf, inf)
-
-
-def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, Any]:
-    """What a plan stored with its sweep (a mapping) would train for target N, D and C.
-
-    The sizing function the command line hands to `scaling.fitting.recommend`: the fits never
-    import the orchestrator. See :meth:`Plan.suggest` for the result.
-    """
-    return Plan.from_dict(plan).suggest(N=N, D=D, C=C)
 
 
 def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError:

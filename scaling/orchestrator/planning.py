@@ -1,4 +1,5 @@
-"""`scaling plan`: the resolved runs of a plan with their layout, memory and estimated time.
+"""`scaling plan`: the report of an expanded plan (`scaling.orchestrator.expand`): its runs with
+their layout, memory and estimated time, as rows, a table and ``--explain`` lines.
 
 Nothing is trained or written. Each run's layout (dp x tp x pp, ZeRO stage, micro-batches,
 pipeline schedule), its memory per rank and its step time (compute, pipeline bubble,
@@ -16,20 +17,23 @@ from typing import Any, Optional
 
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
-from scaling.orchestrator.plan import (  # noqa: F401  (re-exported: the planner's constants)
+from scaling.orchestrator.plan import Plan, load_plan
+from scaling.trainer.task_cost import cost_note, cost_row
+from scaling.trainer.resolve import (  # noqa: F401  (re-exported: the planner's constants)
     CPU_PEAK_FRACTION,
     CPU_STEP_SECONDS,
     GPU_STEP_SECONDS,
     GPU_THROUGHPUT_FLOPS,
-    Plan,
-    load_plan,
+    overheads,
+    worker_rate,
 )
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
     """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
     the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
-    return plan.resources.throughput(precision or plan.train.precision, plan.train.threads)
+    r = plan.resources
+    return worker_rate(precision or plan.train.precision, plan.train.threads, r.gpus_per_worker, r.host())
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
@@ -43,7 +47,7 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
         return steps * run.layout.best.step_s
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * steps * run.spec.batch_tokens
-    per_step = plan.resources.step_overhead_s()
+    per_step = overheads(plan.resources.gpus_per_worker)[0]
     rate = throughput(plan, run.spec.precision)
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
@@ -81,6 +85,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "precision": spec.precision,
         "est_seconds": estimated_seconds(run, plan),
     }
+    row.update(cost_row(spec, row["est_seconds"]))  # scoring its tasks (scaling.trainer.task_cost)
     if run.layout is not None:
         best, steps = run.layout.best, spec.steps
         lay = best.layout
@@ -132,7 +137,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "conventions": {"params": plan.conventions.params, "flops": plan.conventions.flops},
         "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
-        "notes": expansion.notes + _adaptive_note(plan, sum(r["C_own"] for r in rows)),
+        "notes": expansion.notes + _adaptive_note(plan, sum(r["C_own"] for r in rows)) + cost_note(plan.evals, rows),
         "totals": {
             "runs": len(rows),
             "C": sum(r["C_own"] for r in rows),  # compute trained, a shared trunk counted once
@@ -142,6 +147,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
             "concurrent_runs": k,
             "est_seconds_wall": serial / k,
             "throughput_flops_per_worker": throughput(plan) if plan.simulate is None else None,
+            "task_eval_flops": sum(r["task_eval_flops"] for r in rows),  # scoring the plan's tasks
         },
     }
 

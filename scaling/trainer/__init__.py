@@ -42,13 +42,21 @@ def train(
     Raises
     ------
     TrainingError: the run kept spiking past ``spike.max_rollbacks``.
-    SpecError: the data does not match the spec (fingerprint, vocabulary, size).
+    SpecError: ``spec`` is a request with decisions left (resolve it: ``scaling.trainer.resolve``),
+        or the data does not match it (fingerprint, vocabulary, size).
     DatabaseError: ``run_dir`` holds checkpoints recorded into another database.
     """
     from scaling.trainer.spec import RunSpec
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.from_dict(spec)
+    from scaling.trainer.resolve import unresolved_problem
+
+    problem = unresolved_problem(spec)
+    if problem:
+        from scaling.errors import SpecError
+
+        raise SpecError(problem)
     if spec.simulate is not None:  # losses from a known law: no torch, no model
         from scaling.trainer.simulate import simulate
 

@@ -1,6 +1,6 @@
 """One spec trained alone (``scaling train``), recorded in the database like any other run.
 
-The spec's data and precision are resolved (so its key carries the corpus fingerprint and the
+The spec is resolved (`scaling.trainer.resolve`: its key carries the corpus fingerprint and the
 precision it trains in), then the run goes through the sweep scheduler's own lifecycle
 (:class:`~scaling.db.lifecycle.Lifecycle`) in a sweep (``adhoc`` by default): registered,
 claimed as ``host:pid``, trained, and completed, failed (re-raised) or interrupted (Ctrl-C). A
@@ -37,10 +37,8 @@ def check_memory(spec: RunSpec) -> float:
 
     ex = spec.execution
     device = Runtime.current(ex.device).device
-    # unresolved auto: the larger of what it may become here (fp32 on a CPU, bf16 on a GPU)
-    precision = spec.precision if spec.precision != "auto" else ("fp32" if device.type == "cpu" else "bf16")
     micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
-    est = estimate_memory(spec.shape, micro, precision, "single", 1, ex.activation_checkpointing)
+    est = estimate_memory(spec.shape, micro, spec.precision, "single", 1, ex.activation_checkpointing)
     where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
         "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
     check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
@@ -49,7 +47,7 @@ def check_memory(spec: RunSpec) -> float:
 
 
 def train_adhoc(
-    spec: RunSpec,
+    spec: RunSpec,  # a RunRequest (a spec file's view) or an already resolved RunSpec
     db_url: Optional[str] = None,
     run_dir: Optional[str | Path] = None,
     *,
@@ -64,11 +62,11 @@ def train_adhoc(
     from scaling.db.lifecycle import Lifecycle
     from scaling.trainer import train
     from scaling.errors import DatabaseError
-    from scaling.trainer.data import resolve_data
-    from scaling.trainer.precision import resolve_spec
+    from scaling.trainer.resolve import resolve
     from scaling.trainer.rundir import owner_problem
 
-    spec, precision = resolve_spec(resolve_data(spec))  # both before the key: it carries them
+    resolved = resolve(spec)  # precision, data and layout before the key: it carries them
+    spec, precision = resolved.spec, resolved.precision
     if precision.warning:
         print(f"warning: {precision.warning}", file=sys.stderr)
     key = spec.key

@@ -35,7 +35,7 @@ from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, lo
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
 from scaling.trainer.optim import lr_at, param_groups
-from scaling.trainer.precision import DTYPES, autocast, resolve_on_ranks, uses_loss_scaling
+from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
 from scaling.trainer.spec import RunSpec, precision_problem
@@ -203,12 +203,9 @@ class Trainer:
         self.report = report
         torch.set_num_threads(spec.execution.threads)
         self.rt = Runtime.current(spec.execution.device, spec.execution.tp, spec.execution.pp)
-        if spec.precision == "auto":  # handed to train() unresolved: resolve here, keep the given key
-            chosen = resolve_on_ranks(spec.precision, self.rt.device, self.rt.distributed)
-            spec = self.spec = spec.model_copy(update={"precision": chosen})
-        problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)
-        if problem:  # auto resolved here to fp16 (a GPU without bf16)
-            raise SpecError(f"precision: auto chose {spec.precision} on {self.rt.device}, but {problem}")
+        problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)  # decided by trainer.resolve
+        if problem:
+            raise SpecError(f"precision: {problem}")
 
         self.data = build_data(spec, self.rt)
         self.total_steps = spec.steps

@@ -281,8 +281,11 @@ def test_a_plan_under_auto_places_tp_with_dp_on_fsdp2() -> None:
         "train": {"precision": "fp32", "batch_tokens": 512}, "resources": {"workers": 4, "tp": 2, "pp": 1},
         "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [5120]}],
     })
-    spec = plan.run_spec(Shape(2, 32, 2, 256, 32), 5120, 1e-3, 512)
-    strategy, est = plan.place(spec)
-    assert strategy == "zero2"
+    from scaling.orchestrator.expand import run_request
+    from scaling.trainer.resolve import OFFLINE, resolve
+
+    done = resolve(run_request(plan, Shape(2, 32, 2, 256, 32), 5120, 1e-3, 512), OFFLINE)
+    spec, best = done.spec, done.choice.best
+    assert spec.execution.strategy == best.strategy == "zero2"
     layout = ParallelLayout(dp=2, tp=2, strategy="zero2", micro_batch=spec.micro_batch)
-    assert est == memory_per_rank(spec.shape, layout, "fp32")
+    assert best.memory == memory_per_rank(spec.shape, layout, "fp32")

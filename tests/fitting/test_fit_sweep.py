@@ -53,7 +53,7 @@ def test_fit_sweep_stores_and_reuses(db_url: str, make_sweep) -> None:
 def test_recommend_from_a_sweep_uses_the_plans_rules(db_url: str, make_sweep) -> None:
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
     make_sweep(db_url, plan=plan)
-    from scaling.orchestrator.plan import size_run
+    from scaling.orchestrator.expand import size_run
 
     rec = recommend(1e20, url=db_url, n_bootstrap=30, size_run=size_run)
     assert {"approach2", "approach3"} <= set(rec.per_law)

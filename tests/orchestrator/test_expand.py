@@ -102,7 +102,7 @@ def test_plan_command_json(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
 
 
 def test_size_run_from_a_stored_plan() -> None:
-    from scaling.orchestrator.plan import size_run
+    from scaling.orchestrator.expand import size_run
 
     plan = {
         "name": "s",
@@ -126,12 +126,12 @@ def test_size_run_from_a_stored_plan() -> None:
 
 
 def test_plan_sections_are_the_specs_own() -> None:
-    """Every default of a run comes from the spec: a plan that says nothing gives a default RunSpec."""
-    from scaling.trainer.spec import ExecutionSpec, RunSpec
+    """Every default of a run comes from the spec: a plan that says nothing gives a default RunRequest."""
+    from scaling.trainer.spec import ExecutionSpec, RunRequest
 
     spec = expand(Plan.from_dict({"name": "d", "grid": [{"models": [{"n_layer": 1, "d_model": 64, "n_head": 1}],
                                                           "tokens": [1e5]}]}), resolve=False).runs[0].spec
-    default = RunSpec(model=spec.model, tokens=spec.tokens)
+    default = RunRequest(model=spec.model, tokens=spec.tokens)
     resolved, defaults = spec.key_fields(), default.key_fields()
     assert (defaults.pop("precision"), resolved.pop("precision")) in {("auto", "fp32"), ("auto", "bf16")}
     assert resolved == defaults  # everything else is the spec's own default; precision is resolved here

@@ -66,7 +66,7 @@ def test_no_real_value_is_a_rule_error_not_a_traceback() -> None:
 
 
 def test_rules_is_a_leaf() -> None:
-    """The rules know nothing of plans: sizing a run from a plan is the orchestrator's (plan.size_run)."""
+    """The rules know nothing of plans: sizing a run from a plan is the orchestrator's (expand.size_run)."""
     import ast
     from pathlib import Path
 

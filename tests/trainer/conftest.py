@@ -52,6 +52,17 @@ def make_spec() -> Callable[..., Any]:
     return make
 
 
+@pytest.fixture
+def make_request() -> Callable[..., Any]:
+    """``make_request(**overrides)``: the tiny run as a spec file states it (a RunRequest: precision auto)."""
+    from scaling.trainer.spec import RunRequest
+
+    def make(**over: Any) -> Any:
+        return RunRequest.from_dict(_merge(TINY, over))
+
+    return make
+
+
 def _registrar(url: str) -> Callable[..., str]:
     from scaling.db import Store
 

@@ -100,10 +100,10 @@ def test_bad_spec_file_exits_2_with_one_line(tmp_path: Path, tiny: dict) -> None
 def test_a_run_held_by_a_live_claimant_is_refused(sqlite_url: str, tmp_path: Path, tiny: dict) -> None:
     from scaling.db import Store
     from scaling.errors import UserError
-    from scaling.trainer.data import resolve_data
-    from scaling.trainer.precision import resolve_spec
+    from scaling.trainer.resolve import resolve
+    from scaling.trainer.spec import RunRequest
 
-    spec, _ = resolve_spec(resolve_data(RunSpec.from_dict(tiny)))  # as `scaling train` keys it
+    spec = resolve(RunRequest.from_dict(tiny)).spec  # as `scaling train` keys it
     with Store(sqlite_url) as store:
         store.register("adhoc", [spec.record()])
         assert store.claim(spec.key, "other-host", sweep="adhoc") == 1

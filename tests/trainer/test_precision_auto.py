@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from scaling.trainer import mfu, precision
-from scaling.trainer.precision import resolve, resolve_spec
+from scaling.trainer.resolve import Host, decide_precision as resolve
+from scaling.trainer.resolve import resolve as resolve_run
+
+
+def resolve_spec(request: Any) -> tuple[Any, Any]:
+    """(spec, how its precision was chosen) of a request, its corpus left unread."""
+    done = resolve_run(request, Host(data=False))
+    return done.spec, done.precision
 
 GFLOP = 1e9
 
@@ -105,23 +112,26 @@ def test_auto_on_cuda_is_bf16_where_native_else_fp16(monkeypatch: pytest.MonkeyP
     assert asked == []
 
 
-def test_a_resolved_spec_is_keyed_by_the_precision_it_trains_in(make_spec, rates) -> None:
+def test_a_resolved_spec_is_keyed_by_the_precision_it_trains_in(make_spec, make_request, rates) -> None:
     rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
-    spec = make_spec(execution={"device": "cpu"})
-    assert spec.precision == "auto"  # the default
+    spec = make_request(execution={"device": "cpu"})
+    assert spec.precision == "auto"  # a request's default
     resolved, res = resolve_spec(spec)
     assert resolved.precision == "fp32" and resolved.key == make_spec(precision="fp32", execution={"device": "cpu"}).key
     rates(bf16=300 * GFLOP, fp32=70 * GFLOP)
     assert resolve_spec(spec)[0].key == make_spec(precision="bf16", execution={"device": "cpu"}).key
 
 
-def test_a_spec_handed_to_the_trainer_unresolved_trains_resolved_under_its_own_key(make_spec, rates, tmp_path) -> None:
-    from scaling.trainer.loop import Trainer
+def test_the_trainer_refuses_a_request_and_a_spec_left_at_auto(make_spec, make_request, tmp_path) -> None:
+    """Precision is decided once, by the resolver, before a key exists: ``train()`` decides nothing."""
+    from scaling.errors import SpecError
+    from scaling.trainer import train
 
-    rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
-    spec = make_spec()
-    trainer = Trainer(spec, None, tmp_path)
-    assert trainer.spec.precision == "fp32" and trainer.key == spec.key
+    with pytest.raises(SpecError, match=r"^a run request .* resolve it first \(scaling.trainer.resolve.resolve\)$"):
+        train(make_request(precision="fp32"), None, tmp_path)
+    with pytest.raises(SpecError, match=r"precision: auto is decided by the resolver"):
+        make_spec(precision="auto")
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def _plan(precision: str | None) -> dict[str, Any]:
@@ -193,23 +203,23 @@ def test_scaling_plan_prints_the_slow_bf16_warning_on_one_line(
 
 
 def test_a_stored_plan_left_at_auto_still_suggests_a_run() -> None:
-    from scaling.orchestrator.plan import size_run
+    from scaling.orchestrator.expand import size_run
 
     auto = size_run(_plan(None), N=1e5, D=1e7, C=6e12)
     assert auto["memory_gib"] == size_run(_plan("fp32"), N=1e5, D=1e7, C=6e12)["memory_gib"]
 
 
 def test_scaling_train_stores_the_resolved_precision_and_warns_on_stderr(
-    make_spec, rates, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    make_request, rates, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from scaling.db import connect
     from scaling.trainer.adhoc import train_adhoc
 
     rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
     one_step = {"tokens": 32 * 8, "execution": {"device": "cpu"}}
-    auto = train_adhoc(make_spec(**one_step), sqlite_url, tmp_path / "a")
+    auto = train_adhoc(make_request(**one_step), sqlite_url, tmp_path / "a")
     assert capsys.readouterr().err == ""
-    named = train_adhoc(make_spec(precision="bf16", **one_step), sqlite_url, tmp_path / "b")
+    named = train_adhoc(make_request(precision="bf16", **one_step), sqlite_url, tmp_path / "b")
     assert capsys.readouterr().err.splitlines() == [
         "warning: precision bf16 is slow on this CPU: bf16 matmuls 0.9 GFLOP/s against 70 GFLOP/s in fp32 per core; "
         "precision auto or fp32 trains faster"
@@ -218,7 +228,8 @@ def test_scaling_train_stores_the_resolved_precision_and_warns_on_stderr(
     assert stored == {auto.key: "fp32", named.key: "bf16"}
 
 
-def test_fp16_with_tensor_parallelism_on_one_data_parallel_rank_is_refused(make_spec, monkeypatch, rates) -> None:
+def test_fp16_with_tensor_parallelism_on_one_data_parallel_rank_is_refused(make_spec, make_request, monkeypatch,
+                                                                          rates) -> None:
     """Its loss scaler cannot unscale DTensor and plain gradients together: refused in one line,
     whether fp16 was asked for or ``auto`` chose it for a GPU without bf16."""
     from scaling.errors import SpecError
@@ -232,6 +243,6 @@ def test_fp16_with_tensor_parallelism_on_one_data_parallel_rank_is_refused(make_
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
     monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda: False)
-    auto = make_spec(execution={"workers": 2, "tp": 2, **gpus})
+    auto = make_request(execution={"workers": 2, "tp": 2, **gpus})
     with pytest.raises(SpecError, match=r"^precision: auto chose fp16 \(auto: Tesla V100.*fp16 cannot run with tp=2"):
         resolve_spec(auto)

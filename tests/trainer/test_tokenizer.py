@@ -326,8 +326,8 @@ def _plan(tmp_path: Path, corpus: Path, **model: object) -> Path:
 
 def test_a_plan_takes_its_vocabulary_from_the_tokenizer(tmp_path: Path, corpus_dir: Path, sqlite_url: str) -> None:
     from scaling.db import Store, connect
-    from scaling.orchestrator.expand import expand
-    from scaling.orchestrator.plan import load_plan, size_run
+    from scaling.orchestrator.expand import expand, size_run
+    from scaling.orchestrator.plan import load_plan
     from scaling.orchestrator.sweep import register
 
     plan, source = load_plan(_plan(tmp_path, corpus_dir))
