@@ -42,6 +42,10 @@ class AccuracyCurve:
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def _jacobian(self, x: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """d accuracy / d x at each loss (n, P), in the optimiser's coordinates."""
+        raise NotImplementedError
+
     def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
@@ -102,8 +106,13 @@ class AccuracyCurve:
                 r = (self._accuracy(self._params(x), self.loss_) - self.acc_) * sw
             return np.where(np.isfinite(r), r, 1e3)
 
+        def jac(x: np.ndarray) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                J = self._jacobian(x, self.loss_) * sw[:, None]
+            return np.where(np.isfinite(J), J, 0.0)
+
         try:
-            r = least_squares(resid, x0, bounds=(self.lower_, self.upper_), method="trf", x_scale="jac",
+            r = least_squares(resid, x0, jac=jac, bounds=(self.lower_, self.upper_), method="trf", x_scale="jac",
                               max_nfev=max_nfev)
         except (ValueError, np.linalg.LinAlgError):
             return None
@@ -157,6 +166,11 @@ class AccuracyCurve:
         if len(reps) < MIN_OK_FRACTION * len(self.replicates_) or len(reps) < 2:
             return None
         return {n: reps[:, i] for i, n in enumerate(self.param_names)}
+
+    def replicate_values(self, name: str) -> np.ndarray | None:
+        """One parameter's successful replicates (as :meth:`scaling.fitting.base.Law.replicate_values`)."""
+        reps = self.replicate_params()
+        return None if reps is None else reps[name]
 
     def replicate_rows(self) -> np.ndarray | None:
         """The replicate matrix with failed rows NaN, aligned by replicate index (for pairing with step 1)."""
@@ -230,6 +244,13 @@ class Sigmoid(AccuracyCurve):
         with np.errstate(over="ignore"):
             return p["a"] / (1.0 + np.exp(-p["k"] * (L - p["L0"]))) + p["b"]
 
+    def _jacobian(self, x: np.ndarray, L: np.ndarray) -> np.ndarray:
+        a, k, L0, _ = x
+        with np.errstate(over="ignore"):
+            s = 1.0 / (1.0 + np.exp(-k * (L - L0)))
+        ds = a * s * (1.0 - s)
+        return np.stack([s, ds * (L - L0), -ds * k, np.ones_like(L)], axis=1)
+
     def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         R = float(np.ptp(L))
         kmax = 200.0 / R
@@ -274,6 +295,12 @@ class ExpError(AccuracyCurve):
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return 1.0 - (p["eps"] - p["k"] * np.exp(-p["gamma"] * L))
+
+    def _jacobian(self, x: np.ndarray, L: np.ndarray) -> np.ndarray:
+        _, log_k, gamma = x
+        with np.errstate(over="ignore"):
+            t = np.exp(log_k - gamma * L)
+        return np.stack([-np.ones_like(L), t, -L * t], axis=1)
 
     def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         gmax = 50.0 / max(float(np.abs(L).max()), 1e-9)

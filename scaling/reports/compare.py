@@ -160,7 +160,13 @@ def load_comparison(url: str, sweeps: Sequence[str], *, fit: str = "sweep", para
                 f"C = {target['flops']} from each run's shape, and refitted for this comparison"
                 + (" (approach 2 groups runs into budgets by their converted C)" if own["flops"] != target["flops"] else ""),
                 *notes]))
-    return build_comparison(sides, target, source=mask_url(url))
+    comparison = build_comparison(sides, target, source=mask_url(url))
+    from scaling.reports.compare_tasks import task_differences  # downstream task laws, when the runs evaluated tasks
+
+    rows, notes = task_differences(url, names, exponent_difference)
+    comparison.differences += rows
+    comparison.notes += notes
+    return comparison
 
 
 def _conventions(info: dict[str, Any]) -> dict[str, str]:

@@ -83,3 +83,19 @@ def test_the_report_has_a_task_section_only_when_the_runs_evaluated_tasks(db_url
     assert '<section id="tasks">' in with_tasks and 'id="task-predictions"' in with_tasks
     assert 'data-figure="task-0-compute"' in with_tasks and 'data-figure="task-0-loss"' in with_tasks
     assert 'id="tasks"' not in plain and "task-0" not in plain
+
+
+def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
+    from scaling.reports.compare import exponent_difference
+    from scaling.reports.compare_tasks import task_differences
+
+    _store(db_url, "ladder-b", with_tasks=True, seed=1)
+    rows, notes = task_differences(db_url, ["ladder", "ladder-b", "plain"], exponent_difference, n_bootstrap=20)
+    assert {(r["law"], r["exponent"]) for r in rows} == {
+        (f"task:{TASK}:step1", "alpha"), (f"task:{TASK}:step1", "beta"), (f"task:{TASK}:sigmoid", "k"),
+        (f"task:{TASK}:sigmoid", "L0"), (f"task:{TASK}:exp", "gamma")}
+    assert all(r["first"] == "ladder" and r["second"] == "ladder-b" for r in rows)
+    for r in rows:  # the same truth drawn twice: no difference is significant, every interval holds its value
+        if r["kind"] == "percentile":
+            assert r["lo"] <= r["value"] <= r["hi"]
+    assert task_differences(db_url, ["plain", "ladder"], exponent_difference) == ([], [])
