@@ -32,6 +32,7 @@ from scaling.errors import SpecError, TrainingError
 from scaling.trainer import checkpoint, faults, lineage
 from scaling.trainer.result import TrainResult
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
+from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
 from scaling.trainer.optim import lr_at, param_groups
@@ -208,6 +209,7 @@ class Trainer:
             raise SpecError(f"precision: {problem}")
 
         self.data = build_data(spec, self.rt)
+        self.tasks = build_evaluator(spec, self.data.corpus, self.data.micro)  # before anything trains
         self.total_steps = spec.steps
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
@@ -560,6 +562,7 @@ class Trainer:
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "attention": self._attention_kernel(),
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
+                  "tasks": self.tasks.describe() if self.tasks is not None else {},
                   **getattr(self.par, "layout", {})}
         self.data_detail = detail  # what the run's data event recorded (device, attention kernel, layout)
         self.rec.event(self.step, names.DATA, detail)
@@ -577,6 +580,7 @@ class Trainer:
         if step % ex.eval_interval == 0 or end:
             self.last_eval = evaluated = self.evaluate()
             self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
+            self._score_tasks(step)
         if step % ex.checkpoint_interval == 0 or end or step in ex.keep_steps:
             # Metrics first: a checkpoint on disk must never be ahead of the steps in the database,
             # or a process killed between the two would resume past steps it never recorded.
@@ -589,6 +593,13 @@ class Trainer:
                 if evaluated is not None:
                     metrics["eval_loss"] = evaluated
                 self.report(step, metrics, str(saved) if saved is not None else None)
+
+    def _score_tasks(self, step: int) -> None:
+        """Downstream tasks at an evaluation (`scaling.trainer.evals`), scored by the model being trained."""
+        if self.tasks is None:
+            return
+        for name, value in self.tasks.evaluate(self.par.model, self.rt, self.par.group).items():
+            self.rec.metric(step, step * self.tokens_per_step, name, value)
 
     def step_once(self) -> None:
         """One optimizer step and what follows it (eval, checkpoint, report) — for benchmarks."""

@@ -8,7 +8,7 @@ cut the same way from other lines (distinct texts, drawn like the true one, so t
 commonness alone scores chance), the true one at a random position. All choices have the same
 length in bytes, so a choice's length says nothing (``acc_norm`` equals ``acc`` here), and they
 are short, so what the passage tells the model decides more than the pieces' own likelihood:
-tiny CPU models score above the chance of 1/4 after a few hundred steps (docs/tasks.md).
+tiny CPU models score above the chance of 1/4 after a few hundred steps (docs/concepts/tasks.md).
 
 Everything is drawn from a generator seeded by the data fingerprint and the context: the same
 corpus and context give the same items on every machine and in every run. On tokenized text the

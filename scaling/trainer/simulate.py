@@ -56,6 +56,29 @@ def hparam_penalty(law: SimulatedLaw, N: float, D: float, lr: float, batch: floa
     return term.k_lr * (math.log(lr) - ln_lr_opt) ** 2 + term.k_batch * (math.log(batch) - ln_b_opt) ** 2
 
 
+def task_rows(spec: RunSpec, steps: np.ndarray, tokens: np.ndarray) -> list[tuple[int, int, float, str, float]]:
+    """``task/<task>/bpb`` and ``acc`` of each simulated task at ``steps`` (``tokens`` seen by then).
+
+    bpb follows the task's own law, with the run's log-normal noise; the accuracy is the sigmoid of
+    the noiseless bpb, observed as a binomial share of the task's items. Drawn from a generator of
+    their own, so a plan without tasks draws exactly what it drew before."""
+    sim = spec.simulate
+    if sim is None or not sim.tasks:
+        return []
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63, 1]))
+    N, per_token = float(spec.n_params), spec.flops_per_token
+    rows = []
+    for task in sim.tasks:
+        true_bpb = task.E + task.A / N**task.alpha + task.B / np.asarray(tokens, dtype=float) ** task.beta
+        bpb = true_bpb * np.exp(sim.noise * rng.standard_normal(true_bpb.size))
+        acc = task.chance + (1 - task.chance) / (1 + np.exp(np.clip(task.slope * (true_bpb - task.midpoint), -700, 700)))
+        seen_acc = rng.binomial(task.items, acc) / task.items
+        for kind, values in ((vocab.TASK_BPB, bpb), (vocab.TASK_ACC, seen_acc)):
+            name = vocab.task_metric(task.name, kind)
+            rows += [(int(s), int(t), float(per_token * t), name, float(v)) for s, t, v in zip(steps, tokens, values)]
+    return rows
+
+
 def log_steps(steps: int, count: int) -> np.ndarray:
     """Up to ``count`` distinct steps from 1 to ``steps``, log-spaced, the last always included."""
     picked = np.unique(np.round(np.geomspace(1, steps, max(2, count))).astype(np.int64))
@@ -126,6 +149,7 @@ def simulate(
             for s, t, v in zip(train_steps, seen(train_steps), train)]
     rows += [(int(s), int(t), float(per_token * t), vocab.EVAL_LOSS, float(v))
              for s, t, v in zip(eval_steps, seen(eval_steps), evals)]
+    rows += task_rows(spec, eval_steps, seen(eval_steps))
     final_eval = float(evals[-1])
     final_train = float(train[-1])
     if store_url is not None:

@@ -43,6 +43,7 @@ from scaling.accounting import (
 from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import SpecError
 from scaling.naming import printable_problem
+from scaling.trainer.tasks import EvalsSpec
 
 
 #: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
@@ -265,6 +266,34 @@ class SimulatedLaw(_Frozen):
         return out
 
 
+class SimulatedTask(_Frozen):
+    """A downstream task a simulated run is scored on (`scaling.trainer.simulate`): its task loss in
+    bits per byte follows its own Chinchilla law, bpb = E + A / N^alpha + B / D^beta, and its
+    accuracy a sigmoid of it, acc = chance + (1 - chance) / (1 + exp(slope * (bpb - midpoint)))
+    (the two steps of Bhagia et al. 2024), observed on ``items`` items (binomial noise)."""
+
+    name: str = Field(default="next_line", description="the task (metrics task/<name>/acc and bpb)")
+    E: float = Field(ge=0, le=100)
+    A: float = Field(gt=0, le=1e30)
+    B: float = Field(gt=0, le=1e30)
+    alpha: float = Field(gt=0, le=2)
+    beta: float = Field(gt=0, le=2)
+    chance: float = Field(default=0.25, ge=0, lt=1, description="accuracy of a guess")
+    slope: float = Field(gt=0, le=1000, description="steepness of the sigmoid, per bit per byte")
+    midpoint: float = Field(ge=0, le=100, description="bpb where accuracy is halfway from chance to 1")
+    items: int = Field(default=1000, ge=1, le=1_000_000, description="items the accuracy is measured on")
+
+    @field_validator("name")
+    @classmethod
+    def _metric_safe(cls, value: str) -> str:
+        from scaling.vocab import task_name_problem
+
+        problem = task_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
 class SimulateSpec(_Frozen):
     """Losses from a known law instead of training (`scaling.trainer.simulate`). Part of the key.
 
@@ -277,6 +306,15 @@ class SimulateSpec(_Frozen):
     noise: float = Field(default=0.005, ge=0, le=0.5, description="SD of ln(loss) per measured value")
     seed: Seed = 0
     points: int = Field(default=50, ge=2, le=1000, description="train-loss rows per run")
+    tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_tasks(self, handler: Any) -> Any:
+        # A simulation without tasks serializes as before tasks existed, so its runs keep their keys.
+        out = handler(self)
+        if isinstance(out, dict) and not self.tasks:
+            out.pop("tasks", None)
+        return out
 
 
 class Conventions(_Frozen):
@@ -477,6 +515,7 @@ class RunSpec(Recipe):
     execution: ExecutionSpec = ExecutionSpec()
     name: Optional[str] = None  # a display name; not part of the key
     tags: dict[str, str] = Field(default_factory=dict)  # free-form labels; not part of the key
+    evals: EvalsSpec = EvalsSpec()  # tasks scored as the run trains (scaling.trainer.evals); not part of the key
 
     @field_validator("tokens")
     @classmethod
@@ -564,7 +603,7 @@ class RunSpec(Recipe):
         older sweeps keep their keys (and are not retrained): ``branch`` and ``simulate`` when
         present, the schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
         """
-        fields = self.model_dump(mode="json", exclude={"execution", "name", "tags"})
+        fields = self.model_dump(mode="json", exclude={"execution", "name", "tags", "evals"})
         for optional in ("branch", "simulate"):
             if fields.get(optional) is None:
                 fields.pop(optional, None)
