@@ -24,11 +24,12 @@ from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
 from scaling.schema import StrictModel
-from scaling.errors import PlanError
+from scaling.errors import PlanError, UserError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import YamlSource, where
+from scaling.trainer.tasks import EvalsSpec, check_tasks
 from scaling.trainer.resolve import Host
 from scaling.trainer.spec import (
     Conventions,
@@ -295,6 +296,7 @@ class Plan(_Strict):
     grid: list[GridBlock] = Field(min_length=1)
     simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training (scaling.trainer.simulate)
     adaptive: Optional[AdaptivePlan] = None  # add slices until N* is known (scaling.orchestrator.adaptive)
+    evals: EvalsSpec = EvalsSpec()  # tasks every run is scored on as it trains (scaling.trainer.evals)
 
     @field_validator("name")
     @classmethod
@@ -356,6 +358,11 @@ class Plan(_Strict):
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
+        if self.simulate is None:  # task files are read and checked before anything trains
+            try:
+                check_tasks(self.evals, self.data, self.model.context)
+            except UserError as exc:
+                raise PlanError(f"{where(source, ('evals',))}: {exc}") from None
         runs = self.run_count()
         if runs > MAX_RUNS:
             raise PlanError(
