@@ -32,7 +32,7 @@ def plan_cmd(
     from rich.console import Console
 
     from scaling.orchestrator.planning import explain as explain_run
-    from scaling.orchestrator.planning import find_run, plan_summary, render_table, to_json
+    from scaling.orchestrator.planning import find_run, plan_summary, render_groups, render_table, to_json
 
     summary = plan_summary(plan)
     if explain is not None:
@@ -51,6 +51,9 @@ def plan_cmd(
     if not console.is_terminal:
         console = Console(width=240)  # piped: keep every column readable
     console.print(render_table(summary))
+    groups = render_groups(summary)
+    if groups is not None:  # a plan with hparams: each group's runs and cost
+        console.print(groups)
     for note in summary["notes"]:
         console.print(f"note: {note}", markup=False, highlight=False)
 

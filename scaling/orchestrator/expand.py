@@ -3,11 +3,15 @@
 Each stage takes the previous one's output and returns new values; none keeps state between
 calls:
 
+0. :func:`transferred` - each ``{fitted: SWEEP}`` rule written out as the law fitted on that
+   sweep's hyperparameter groups (`scaling.orchestrator.transfer`).
 1. :func:`shared` - what every run of the plan shares, decided once by the resolver
    (`scaling.trainer.resolve`): the precision, the tokenizer's vocabulary, the data's fingerprint.
 2. :func:`grid_points` - the grid's points: one :class:`GridPoint` per block, model, D (or
    IsoFLOP budget) and seed, with lr and batch from the rules; too-small budgets and points outside
    the bounds are dropped with a note.
+   Then :func:`hparam_points` multiplies each point of a block with ``hparams`` into its lr /
+   batch / beta2 combinations, the runs of a point one group (`scaling.orchestrator.hparam_groups`).
 3. :func:`run_requests` - each point as a :class:`~scaling.trainer.spec.RunRequest` (cooldown
    branches: a trunk and its branches, `scaling.orchestrator.branches`), duplicates listed once.
 4. :func:`placed` - each request resolved (`scaling.trainer.resolve.resolve`): the fastest layout
@@ -30,7 +34,9 @@ from scaling.accounting import Shape, check_fits
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.layout import Decision
 from scaling.orchestrator import branches
+from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
+from scaling.orchestrator.transfer import LAWS, FittedRule, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, where
 from scaling.trainer.resolve import (
     OFFLINE,
@@ -44,7 +50,7 @@ from scaling.trainer.resolve import (
     decide_precision,
     resolve,
 )
-from scaling.trainer.spec import ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
+from scaling.trainer.spec import HPARAM_GROUP_TAG, ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,65 @@ def _fixed_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: O
     return out
 
 
+def transferred(plan: Plan, source: Optional[YamlSource] = None) -> Plan:
+    """``plan`` with each ``{fitted: SWEEP}`` rule written out as the law fitted on that sweep's
+    hyperparameter groups (`scaling.orchestrator.transfer`); unchanged without one. The sweep is read
+    from the rule's ``db``, else the plan's database. PlanError at the rule's line when nothing can
+    be transferred."""
+    from scaling.db import resolve_url
+
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for name in LAWS:
+        rule = getattr(plan.rules, name)
+        if isinstance(rule, FittedRule):
+            wanted.setdefault((resolve_url(cli=rule.db, plan=plan.db), rule.fitted), []).append(name)
+    if not wanted:
+        return plan
+    rules: dict[str, str] = {}
+    for (url, sweep), names in wanted.items():
+        try:
+            rules.update(law_expressions(url, sweep, tuple(names), plan.conventions.params))
+        except UserError as exc:
+            raise PlanError(f"{where(source, ('rules', names[0]))}: {exc}") from None
+    return plan.model_copy(update={"rules": plan.rules.model_copy(update=rules)})
+
+
+def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> list[GridPoint]:
+    """Each point of a block with ``hparams`` once per combination of lr, batch and beta2
+    (`scaling.orchestrator.hparam_groups`), at a D of whole batches of every combination (one point
+    of the fits), its runs one group (a tag, stored with each run); other points unchanged.
+
+    Raises PlanError at the block's ``hparams`` for a point the sweep does not suit (a batch that is
+    not whole sequences or more than the point's tokens, factors that all round to one batch).
+    """
+    out: list[GridPoint] = []
+    conv = plan.conventions
+    for point in points:
+        sweep = plan.grid[point.block].hparams
+        if sweep is None:
+            out.append(point)
+            continue
+        N = point.shape.params(conv.params)
+        try:
+            combos = combinations(sweep, point.lr, point.batch, plan.train.optimizer.beta2, plan.model.context)
+            largest = max(c.batch_tokens for c in combos)
+            if point.tokens < largest:
+                raise HparamValueError("batch_tokens", f"D={point.tokens:.3g} tokens for N={N:,} is less than one "
+                                       f"batch of {largest} tokens")
+            D = common_tokens(point.tokens, [c.batch_tokens for c in combos])
+        except HparamValueError as exc:
+            at = ("grid", point.block, "hparams") + ((exc.field,) if exc.field in sweep.fields else ())
+            raise PlanError(f"{where(source, at)}: {exc}") from None
+        label = group_label(point.shape, D)
+        name = f"{plan.name}/N{N:.3g}/D{D:.3g}/s{point.seed}"
+        for c in combos:
+            out.append(replace(point, tokens=D, lr=c.lr, batch=c.batch_tokens,
+                               overrides={**point.overrides, "optimizer": {"beta2": c.beta2},
+                                          "name": f"{name}/{c.label(sweep.fields)}"},
+                               tags={**point.tags, HPARAM_GROUP_TAG: label}))
+    return out
+
+
 # -- stage 3 ------------------------------------------------------------------------------------
 def run_requests(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> tuple[list[Requested], list[str]]:
     """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once.
@@ -399,8 +464,9 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     the data keeps no fingerprint.
     """
     host = Host() if resolve else OFFLINE
-    facts = shared(plan, source, host)
+    facts = shared(transferred(plan, source), source, host)
     points, dropped = grid_points(facts.plan, source)
+    points = hparam_points(facts.plan, points, source)
     requests, duplicates = run_requests(facts.plan, points, source)
     runs = ordered(placed(facts.plan, requests, source, host))
     _check_adaptive_budget(facts.plan, runs, source)

@@ -28,6 +28,8 @@ from scaling.errors import PlanError, UserError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
+from scaling.orchestrator.hparam_groups import HparamsPlan
+from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, where
 from scaling.trainer.tasks import EvalsSpec, check_tasks
 from scaling.trainer.resolve import Host
@@ -44,7 +46,7 @@ from scaling.trainer.spec import (
     SimulateSpec,
 )
 
-Rule = Union[float, str, dict[str, Any]]
+Rule = Union[float, str, FittedRule, dict[str, Any]]
 #: Runs one plan may expand to; a larger grid is refused before any run is built.
 MAX_RUNS = 100_000
 
@@ -159,7 +161,8 @@ class BlockResources(_Strict):
 
 
 class RulesPlan(_Strict):
-    """Hyperparameters that follow the run's size: numbers, expressions of N, D, C, or power laws."""
+    """Hyperparameters that follow the run's size: numbers, expressions of N, D, C, power laws, or the
+    law fitted on another sweep's hyperparameter groups (``{fitted: SWEEP}``, `scaling.orchestrator.transfer`)."""
 
     lr: Optional[Rule] = None
     batch_tokens: Optional[Rule] = None
@@ -167,7 +170,9 @@ class RulesPlan(_Strict):
     @field_validator("lr", "batch_tokens")
     @classmethod
     def _rule_is_safe(cls, value: Any) -> Any:
-        if value is not None:
+        if isinstance(value, dict) and "fitted" in value:  # not a FittedRule: say why
+            FittedRule.model_validate(value)
+        if value is not None and not isinstance(value, FittedRule):
             try:
                 rules.check_rule(value)
             except rules.RuleError as exc:
@@ -239,6 +244,7 @@ class GridBlock(_Strict):
     bounds: Bounds = Bounds()
     resources: Optional[BlockResources] = None  # this block's placement, over the plan's resources
     faults: FaultSpec = FaultSpec()  # injected faults, only for tests of the recovery paths
+    hparams: Optional[HparamsPlan] = None  # each point once per lr / batch / beta2 combination (hparam_groups)
 
     @field_validator("tokens", "tokens_per_param", "compute")
     @classmethod
@@ -257,10 +263,11 @@ class GridBlock(_Strict):
 
     @property
     def size(self) -> int:
-        """Runs per seed before any is dropped: models times the axis' values (and a trunk per model)."""
+        """Runs per seed before any is dropped: models times the axis' values (and a trunk per model),
+        times the hyperparameter combinations."""
         if self.branches is not None:
             return len(self.models) * (len(self.branches.tokens) + 1)
-        return len(self.models) * len(getattr(self, self.kind) or ())
+        return len(self.models) * len(getattr(self, self.kind) or ()) * (self.hparams.count if self.hparams else 1)
 
     @model_validator(mode="after")
     def _one_axis(self) -> "GridBlock":
@@ -270,6 +277,9 @@ class GridBlock(_Strict):
                 "each grid block needs exactly one of tokens, tokens_per_param, compute or branches"
                 + (f" (got {', '.join(given)})" if given else "")
             )
+        if self.branches is not None and self.hparams is not None:
+            raise ValueError("hparams sweeps points trained from scratch: give the budgets as tokens, "
+                             "tokens_per_param or compute (cooldown branches share one trunk's settings)")
         return self
 
 
@@ -342,6 +352,10 @@ class Plan(_Strict):
     def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
         for b, block in enumerate(self.grid):
+            for field in block.hparams.factor_fields() if block.hparams is not None else ():
+                if getattr(self.rules, field) is None:
+                    raise PlanError(f"{where(source, ('grid', b, 'hparams', field))}: factors multiply the plan's rule "
+                                    f"for {field}, and rules sets none: add rules.{field}, or list the values")
             if self.simulate is not None and block.branches is not None:
                 raise PlanError(f"{where(source, ('grid', b, 'branches'))}: simulated runs write no checkpoints, so "
                                 "a cooldown branch has no trunk to leave; give the token budgets as `tokens`")
@@ -366,7 +380,7 @@ class Plan(_Strict):
         runs = self.run_count()
         if runs > MAX_RUNS:
             raise PlanError(
-                f"{where(source, ('grid',))}: the grid has {runs:,} runs (models x values x {len(self.seeds)} seed(s)), "
+                f"{where(source, ('grid',))}: the grid has {runs:,} runs (models x values x hparams x {len(self.seeds)} seed(s)), "
                 f"more than {MAX_RUNS:,}; split it into several plans"
             )
 

@@ -17,7 +17,9 @@ from typing import Any, Optional
 
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
+from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
+from scaling.trainer.spec import HPARAM_GROUP_TAG
 from scaling.trainer.task_cost import cost_note, cost_row
 from scaling.trainer.resolve import (  # noqa: F401  (re-exported: the planner's constants)
     CPU_PEAK_FRACTION,
@@ -76,6 +78,8 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "tokens_per_param": spec.trained_tokens / spec.n_params,
         "epochs": (spec.trained_tokens / corpus) if corpus else None,
         "lr": spec.optimizer.lr,
+        "beta2": spec.optimizer.beta2,
+        "hparam_group": spec.tags.get(HPARAM_GROUP_TAG),  # the runs of one point of an lr / batch sweep
         "batch_tokens": spec.batch_tokens,
         "steps": spec.steps,
         "seed": spec.seed,
@@ -137,6 +141,7 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "conventions": {"params": plan.conventions.params, "flops": plan.conventions.flops},
         "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
+        "groups": group_rows(rows),  # each hyperparameter group's runs, values and cost
         "notes": expansion.notes + _adaptive_note(plan, sum(r["C_own"] for r in rows)) + cost_note(plan.evals, rows),
         "totals": {
             "runs": len(rows),
@@ -215,6 +220,26 @@ def render_table(summary: dict[str, Any]) -> Any:
             _duration(r["est_seconds"]),
             r.get("reason") or "-",
         )
+    return table
+
+
+def render_groups(summary: dict[str, Any]) -> Any:
+    """A rich Table of the plan's hyperparameter groups (None without any): each group's runs, the
+    values it sweeps, its compute and estimated time (the totals above count every run)."""
+    from rich.table import Table
+
+    groups = summary["groups"]
+    if not groups:
+        return None
+    runs = sum(g["runs"] for g in groups)
+    table = Table(title=f"{len(groups)} hyperparameter groups: {runs} runs, {sum(g['C'] for g in groups):.3g} FLOPs, "
+                        f"est. {_duration(sum(g['est_seconds'] for g in groups))} serial")
+    for col in ("group", "runs", "lr", "batch", "beta2", "C", "est."):
+        table.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
+    values = lambda vs, f: ", ".join(format(v, f) for v in vs)  # noqa: E731
+    for g in groups:
+        table.add_row(g["group"], str(g["runs"]), values(g["lr"], ".3g"), values(g["batch_tokens"], ","),
+                      values(g["beta2"], "g"), f"{g['C']:.3g}", _duration(g["est_seconds"]))
     return table
 
 

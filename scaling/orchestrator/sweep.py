@@ -242,8 +242,10 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
     return store.register(
         plan.name,
         [r.spec.record() for r in expansion.runs],
-        # the plan's db: URL may hold a password; its vocabulary as trained (a tokenizer's)
-        plan=mask_data(plan.model_copy(update={"model": expansion.plan.model}).model_dump(mode="json")),
+        # the plan's db: URL may hold a password; its vocabulary (a tokenizer's) and rules (a fitted
+        # law written out) as trained
+        plan=mask_data(plan.model_copy(update={"model": expansion.plan.model, "rules": expansion.plan.rules})
+                       .model_dump(mode="json")),
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
         one_per_point=True,

@@ -1,0 +1,204 @@
+"""A hyperparameter sweep end to end on simulated runs with a known optimum: each point expanded into
+its combinations (one key each, one group per point), trained into the database with its group, and
+the laws fitted on the groups carried to the top budget by ``rules: {fitted: ...}``.
+
+The small budgets' 54 runs are registered and moved through their lifecycle by the sweep's own
+functions (register, claim, train, complete) in this process, which takes a second; the top
+budget is a real sweep through Ray."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scaling.cli import main
+from scaling.orchestrator.expand import expand
+from scaling.orchestrator.plan import load_plan
+from scaling.trainer.spec import HPARAM_GROUP_TAG
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SMALL, TOP = EXAMPLES / "sim-hparams.yaml", EXAMPLES / "sim-hparams-top.yaml"
+
+
+def copy(plan: Path, folder: Path, **update: Any) -> Path:
+    """The example plan with its runs (and anything in ``update``) under ``folder``."""
+    data = yaml.safe_load(plan.read_text())
+    data.update(runs_dir=str(folder / "runs"), **update)
+    out = folder / plan.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def truth(N: float, D: float) -> tuple[float, float]:
+    """lr* and B* of the simulated law of the examples."""
+    law = yaml.safe_load(SMALL.read_text())["simulate"]["law"]["hparams"]
+    return law["lr_c"] * N ** law["lr_a"] * D ** law["lr_b"], law["batch_d"] * D ** law["batch_e"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The small budgets of the simulated example, each run registered, claimed, trained and completed."""
+    from scaling.db import Store
+    from scaling.db.lifecycle import Lifecycle
+    from scaling.orchestrator.sweep import register
+    from scaling.trainer import train
+
+    folder = tmp_path_factory.mktemp("hparams")
+    url = f"sqlite:///{folder / 'results.db'}"
+    plan, source = load_plan(copy(SMALL, folder))
+    expansion = expand(plan, source)
+    with Store(url) as store:
+        register(store, plan, expansion)
+        runs = Lifecycle(store, plan.name)
+        for run in expansion.runs:
+            attempt = runs.claim(run.key).attempt
+            result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
+            runs.complete(run.key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
+        runs.close()
+    return url, folder
+
+
+def test_each_point_trains_once_per_combination_as_one_group() -> None:
+    plan, source = load_plan(SMALL)
+    runs = expand(plan, source).runs
+    assert len(runs) == plan.run_count() == 2 * 3 * 9
+    assert len({r.key for r in runs}) == len(runs) and len({r.spec.name for r in runs}) == len(runs)
+    groups: dict[str, list[Any]] = {}
+    for r in runs:
+        groups.setdefault(r.spec.tags[HPARAM_GROUP_TAG], []).append(r.spec)
+    assert len(groups) == 6 and all(len(g) == 9 for g in groups.values())
+    for label, specs in groups.items():
+        first = specs[0]
+        assert label == f"{first.model.n_layer}x{first.model.d_model}x{first.model.n_head} D={first.tokens:.6g}"
+        # one point: the same shape, D and C for every combination (D whole batches of every batch)
+        assert {(s.shape, s.trained_tokens, s.flops) for s in specs} == {(first.shape, first.tokens, first.flops)}
+        rule = 1.0e-2 * (first.n_params / 2.0e5) ** -0.25
+        assert sorted({s.optimizer.lr for s in specs}) == pytest.approx([0.33 * rule, rule, 3 * rule])
+        assert sorted({s.batch_tokens for s in specs}) == [256, 512, 1024]
+
+
+def test_the_groups_are_stored_and_their_best_runs_sit_at_the_known_optimum(swept: tuple[str, Path]) -> None:
+    from scaling.db import connect
+
+    url, _ = swept
+    with connect(url) as res:
+        runs = res.runs(sweep="sim-hparams")
+    assert len(runs) == 54 and set(runs["status"]) == {"completed"}
+    assert runs["hparam_group"].notna().all() and runs["hparam_group"].nunique() == 6
+    for _, group in runs.groupby("hparam_group"):
+        best = group.loc[group["final_loss"].idxmin()]
+        lr_opt, b_opt = truth(best["N"], best["D"])
+        distance = lambda r: abs(math.log(r["spec"]["optimizer"]["lr"] / lr_opt)) + abs(  # noqa: E731
+            math.log(r["spec"]["batch_tokens"] / b_opt))
+        assert distance(best) == min(distance(r) for _, r in group.iterrows())
+
+
+@pytest.mark.usefixtures("shared_ray")
+def test_the_top_budget_takes_lr_and_batch_from_the_laws_fitted_on_the_groups(swept: tuple[str, Path]) -> None:
+    from scaling.db import connect
+    from scaling.orchestrator.sweep import run_sweep
+
+    url, folder = swept
+    top = copy(TOP, folder, db=url)
+    plan, source = load_plan(top)
+    runs = expand(plan, source).runs
+    assert len(runs) == 5 and len({r.spec.tags[HPARAM_GROUP_TAG] for r in runs}) == 1
+    centre = sorted(runs, key=lambda r: r.spec.optimizer.lr)[2].spec  # factor 1: the transferred run
+    lr_opt, b_opt = truth(centre.n_params, centre.trained_tokens)
+    assert centre.optimizer.lr == pytest.approx(lr_opt, rel=0.15)  # 3x beyond the groups' compute
+    assert abs(math.log(centre.batch_tokens / b_opt)) < math.log(1.25)
+    assert " * N ** " in centre.tags["rule.lr"] and " * D ** " in centre.tags["rule.batch_tokens"]
+
+    result = run_sweep(top, fit=False, report=False, echo=lambda _: None)  # trained through Ray
+    assert result.outcome is not None and len(result.outcome.completed) == 5
+    with connect(url) as res:
+        stored = res.runs(sweep="sim-hparams-top").set_index("run_key")
+        kept = res.sweeps().set_index("sweep").loc["sim-hparams-top", "plan"]
+    assert set(stored.index) == {r.key for r in runs}
+    assert stored["hparam_group"].eq(centre.tags[HPARAM_GROUP_TAG]).all()
+    assert stored["final_loss"].idxmin() == centre.key  # the transferred run is the group's best
+    assert kept["rules"]["lr"] == centre.tags["rule.lr"]  # the plan stored says what was trained
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["scaling", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_scaling_plan_shows_the_groups_and_their_cost(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    code, out, err = _cli(["plan", str(SMALL), "--format", "json"], capsys, monkeypatch)
+    assert code == 0, err
+    summary = json.loads(out)
+    groups = summary["groups"]
+    assert len(groups) == 6 and sum(g["runs"] for g in groups) == summary["totals"]["runs"] == 54
+    assert sum(g["C"] for g in groups) == pytest.approx(summary["totals"]["C"])  # every run is counted
+    assert all(g["batch_tokens"] == [256, 512, 1024] and len(g["lr"]) == 3 for g in groups)
+    code, out, err = _cli(["plan", str(SMALL)], capsys, monkeypatch)
+    assert code == 0, err
+    assert "6 hyperparameter groups" in out and groups[0]["group"] in out
+
+
+def bad(**change: Any) -> str:
+    """The small example with one grid block's hparams (or another field) changed."""
+    data = yaml.safe_load(SMALL.read_text())
+    block = data["grid"][0]
+    if "hparams" in change:
+        block["hparams"] = change.pop("hparams")
+    data.update(change)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+CASES: list[tuple[str, str, list[str]]] = [
+    ("an empty list", bad(hparams={"lr": []}), ["grid.0.hparams.lr", "empty list"]),
+    ("a zero learning rate", bad(hparams={"lr": [0.0, 1e-3]}), ["grid.0.hparams.lr", "item 0 is 0.0", "positive"]),
+    ("a negative learning rate", bad(hparams={"lr": [1e-3, -1e-3]}), ["grid.0.hparams.lr", "item 1 is -0.001"]),
+    ("a key that is not a hyperparameter", bad(hparams={"lr": [1e-3, 2e-3], "momentum": [0.9, 0.99]}),
+     ["grid.0.hparams", "'momentum' is not a hyperparameter"]),
+    ("factors of a field without a rule", bad(hparams={"batch_tokens": {"from": "rule", "factors": [0.5, 1, 2]}}),
+     ["grid.0.hparams.batch_tokens", "rules sets none", "add rules.batch_tokens"]),
+    ("factors of beta2", bad(hparams={"beta2": {"from": "rule", "factors": [1, 2]}}),
+     ["grid.0.hparams.beta2", "no rule"]),
+    ("a single combination", bad(hparams={"lr": [1e-3]}), ["grid.0.hparams", "not a sweep"]),
+    ("a batch that is not whole sequences", bad(hparams={"batch_tokens": [1000, 2048]}),
+     ["grid.0.hparams.batch_tokens", "not a whole number of sequences of 128"]),
+    ("a batch above a point's tokens", bad(hparams={"batch_tokens": [1024, 2 ** 24]}),
+     ["grid.0.hparams.batch_tokens", "less than one batch"]),
+    ("more runs than the plan's bound", bad(hparams={"lr": [1e-5 * (i + 1) for i in range(1000)],
+                                                     "beta2": [0.5 + 0.004 * i for i in range(100)]}),
+     ["grid", "hparams", "more than 100,000"]),
+    ("a transfer from a sweep the database lacks", bad(rules={"lr": {"fitted": "nowhere"}}),
+     ["rules.lr", "'nowhere'"]),
+]
+
+
+@pytest.mark.parametrize("name, text, expected", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("command", ["plan", "sweep"])
+def test_a_bad_sweep_is_one_line_at_its_place_and_writes_nothing(
+        name: str, text: str, expected: list[str], command: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "bad.yaml"
+    plan.write_text(text.replace("./scaling_runs", str(tmp_path / "runs")))
+    db = tmp_path / "nothing.db"
+    monkeypatch.setenv("SCALING_DB", f"sqlite:///{db}")
+    argv = [command, str(plan)] + (["--no-fit", "--no-report"] if command == "sweep" else [])
+    code, _, err = _cli(argv, capsys, monkeypatch)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert f"{plan}:" in lines[0], lines[0]  # the file and line of the field
+    for part in expected:
+        assert part in lines[0], (part, lines[0])
+    assert not db.exists() and not (tmp_path / "runs").exists()
