@@ -272,7 +272,7 @@ class SimulatedTask(_Frozen):
     accuracy a sigmoid of it, acc = chance + (1 - chance) / (1 + exp(slope * (bpb - midpoint)))
     (the two steps of Bhagia et al. 2024), observed on ``items`` items (binomial noise)."""
 
-    name: str = Field(default="next_line", description="the task (metrics task/<name>/acc and bpb)")
+    name: str = Field(default="next_line", description="the task (its metrics: task/NAME/acc and task/NAME/bpb)")
     E: float = Field(ge=0, le=100)
     A: float = Field(gt=0, le=1e30)
     B: float = Field(gt=0, le=1e30)

@@ -73,7 +73,7 @@ class TaskFile(StrictModel):
 
 
 class NextLineSpec(StrictModel):
-    """The built-in task (`scaling.trainer.next_line`): the true next line of a held-out passage among four."""
+    """The built-in task (`scaling.trainer.next_line`): which of four 8-byte pieces truly continues a held-out line."""
 
     items: Optional[int] = Field(default=None, ge=1, le=MAX_ITEMS,
                                  description=f"passages scored (default: one per {EVAL_TOKENS_PER_ITEM} eval_tokens)")
