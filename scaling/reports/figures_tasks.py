@@ -20,6 +20,7 @@ from scaling.fitting.tasks import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_fro
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, section
+from scaling.reports.data import REPORT_BOOTSTRAP
 
 SECTION_ID = "tasks"
 TITLE = "Downstream tasks"
@@ -128,8 +129,8 @@ def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
     return law, float(getattr(law, "k_", 6.0))
 
 
-def render_tasks(data: Any, page: Any, fits: TaskFits) -> str:
-    """The section's HTML for fitted tasks ``fits`` (figures added to ``page``)."""
+def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
+    """The section's HTML for fitted tasks ``fits`` (figures added to ``page``); ``how`` says how they were fitted."""
     if not fits:
         return ""
     done = data.completed
@@ -160,7 +161,7 @@ def render_tasks(data: Any, page: Any, fits: TaskFits) -> str:
              "<th>backtest |error| (points)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
              "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
-             "steps' bootstrap. A form flagged unreliable shows its value without an interval.</p>")
+             f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {e(how)}</p>")
     if chosen is None:
         intro += missing("No prediction at the next budget: no reliable law recommends a run.")
     notes = [f"{t}: {d}" for t, law in fits.laws.items() for f in law.curves for d in law.doubts(f)]
@@ -171,8 +172,12 @@ def render_tasks(data: Any, page: Any, fits: TaskFits) -> str:
     return section(SECTION_ID, TITLE, intro + table + notes_html + "".join(figures))
 
 
-def task_section(url: str, n_bootstrap: int = 100, seed: int = 0) -> Callable[[Any, Any], str]:
-    """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any."""
+def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -> Callable[[Any, Any], str]:
+    """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any.
+
+    Fitted for the report as its in-memory loss fits are: ``n_bootstrap`` replicates, step 1 from the
+    coarse start grid.
+    """
 
     def build(data: Any, page: Any) -> str:
         if not data.sweep:
@@ -180,6 +185,8 @@ def task_section(url: str, n_bootstrap: int = 100, seed: int = 0) -> Callable[[A
         td = tasks_from_db(url, data.sweep)
         if not td.tasks():
             return ""
-        return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed))
+        how = (f"Fitted for this report ({n_bootstrap} bootstrap replicates, step 1 from a coarse start grid); "
+               "`scaling fit` fits them in full.")
+        return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed, grid="coarse"), how)
 
     return build
