@@ -313,49 +313,6 @@ def model_state_bytes(
     return w / n, g / n, o / n  # zero3
 
 
-def activation_bytes(
-    shape: Shape, micro_batch: int, precision: Precision, checkpointing: bool = False
-) -> float:
-    """Activation memory of one micro-batch, after Korthikanti et al. (2022, Sec. 4.1).
-
-    Per layer without recomputation: s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations; with
-    full activation checkpointing each block's 16-bit input (2*s*b*h) is kept, plus one block's
-    full activations while the backward pass recomputes it. FP32 activations double these.
-    The logits add s*b*V in FP32 plus their gradient.
-    """
-    s, b, h, a, L, v = shape.context, micro_batch, shape.d_model, shape.n_head, shape.n_layer, shape.vocab_size
-    scale = 2.0 if precision == "fp32" else 1.0
-    full_layer = s * b * h * (34.0 + 5.0 * a * s / h)
-    layers = L * 2.0 * s * b * h + full_layer if checkpointing else L * full_layer
-    logits = 8.0 * s * b * v
-    return scale * layers + logits
-
-
-def estimate_memory(
-    shape: Shape,
-    micro_batch: int,
-    precision: Precision = "bf16",
-    strategy: Strategy = "ddp",
-    workers: int = 1,
-    checkpointing: bool = False,
-    margin: float = 0.10,
-    layout: Layout = "torch",
-) -> MemoryEstimate:
-    """Memory one worker needs: model state under ``strategy`` + activations + buffers + a margin.
-
-    ``margin`` is the fraction added for allocator fragmentation and communication buffers;
-    ``layout`` chooses between the ZeRO paper's byte counts and this trainer's (see
-    :func:`model_state_bytes`).
-    """
-    weights, grads, optim = model_state_bytes(shape.params_total, precision, strategy, workers, layout)
-    acts = activation_bytes(shape, micro_batch, precision, checkpointing)
-    buffers = fsdp_buffer_bytes(shape, precision, strategy, workers)
-    return MemoryEstimate.with_margin(
-        strategy, workers, weights=weights, gradients=grads, optimizer=optim, activations=acts,
-        buffers=buffers, margin=margin,
-    )
-
-
 def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, workers: int) -> float:
     """Transient unsharded state of FSDP (zero2/zero3), which the ZeRO formulas leave out.
 
@@ -372,26 +329,6 @@ def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, wo
     if strategy == "zero2":  # parameters stay gathered (counted in the state): one block of gradients
         return shape.params_per_layer * b
     return shape.params_per_layer * (2 * b + b)
-
-
-def choose_strategy(
-    shape: Shape,
-    micro_batch: int,
-    precision: Precision,
-    workers: int,
-    device_memory_bytes: float,
-    checkpointing: bool = False,
-) -> MemoryEstimate | None:
-    """The least sharding that fits ``device_memory_bytes``, or None if nothing fits.
-
-    One worker runs ``single``; several try DDP, then ZeRO-1, 2 and 3.
-    """
-    order: tuple[Strategy, ...] = ("single",) if workers == 1 else ("ddp", "zero1", "zero2", "zero3")
-    for strategy in order:
-        est = estimate_memory(shape, micro_batch, precision, strategy, workers, checkpointing)
-        if est.total_bytes <= device_memory_bytes:
-            return est
-    return None
 
 
 #: No single accelerator or host offers one worker more than this; a plan that does not state

@@ -567,8 +567,8 @@ def memory_per_rank(
     same rank computes the loss) the accounting's logits term; full recomputation adds one
     block's full activations while it is replayed. Buffers: FSDP2's per-block gathers, or under
     pipelining the whole stage's gathered parameters and unsharded gradients, which torch's
-    ``PipelineStage`` keeps until the step's last micro-batch. For tp = pp = 1 this equals
-    :func:`scaling.accounting.estimate_memory`.
+    ``PipelineStage`` keeps until the step's last micro-batch. This is the one memory model:
+    :func:`estimate_memory` is its data-parallel case.
     """
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
@@ -596,3 +596,25 @@ def memory_per_rank(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
         activations=acts, buffers=buffers, margin=margin,
     )
+
+
+def estimate_memory(
+    shape: Shape,
+    micro_batch: int,
+    precision: Precision = "bf16",
+    strategy: Strategy = "ddp",
+    workers: int = 1,
+    checkpointing: bool = False,
+    margin: float = 0.10,
+    layout: Layout = "torch",
+) -> MemoryEstimate:
+    """Memory one of ``workers`` data-parallel workers needs (no tensor or pipeline parallelism):
+    :func:`memory_per_rank` of that layout, with full recomputation for ``checkpointing``.
+
+    ``margin`` is the fraction added for allocator fragmentation and communication buffers;
+    ``layout`` chooses between the ZeRO paper's byte counts and this trainer's (see
+    :func:`scaling.accounting.model_state_bytes`).
+    """
+    plan = ParallelLayout(dp=workers, strategy=strategy, micro_batch=micro_batch,
+                          recompute="full" if checkpointing else "none")
+    return memory_per_rank(shape, plan, precision, margin, layout)

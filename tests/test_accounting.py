@@ -11,9 +11,6 @@ from scaling.accounting import (
     GIB,
     Shape,
     ShapePolicy,
-    activation_bytes,
-    choose_strategy,
-    estimate_memory,
     model_state_bytes,
 )
 
@@ -86,6 +83,12 @@ def test_model_state_bytes_follow_the_zero_formulas() -> None:
         model_state_bytes(phi, "bf16", "zero4", n)  # type: ignore[arg-type]
 
 
+def activation_bytes(shape: Shape, micro_batch: int, precision: str, checkpointing: bool = False) -> float:
+    from scaling.comms import estimate_memory  # the one memory model (comms.memory_per_rank)
+
+    return estimate_memory(shape, micro_batch, precision, "single", 1, checkpointing).activations_bytes  # type: ignore[arg-type]
+
+
 def test_activation_memory_by_hand_and_with_checkpointing() -> None:
     s, b, h, a, L, v = 1024, 4, 768, 12, 12, 50257
     layer = s * b * h * (34 + 5 * a * s / h)
@@ -97,19 +100,19 @@ def test_activation_memory_by_hand_and_with_checkpointing() -> None:
     assert activation_bytes(GPT2_SMALL, 8, "bf16") == pytest.approx(2 * activation_bytes(GPT2_SMALL, 4, "bf16"))
 
 
-def test_estimate_adds_a_margin_and_choose_picks_the_least_sharding_that_fits() -> None:
+def test_estimate_adds_a_margin_and_more_sharding_needs_less() -> None:
+    from scaling.comms import estimate_memory
+
     big = Shape(48, 4096, 32, 50257, 2048)  # ~9.9B parameters
     est = estimate_memory(big, 1, "bf16", "zero3", 8, checkpointing=True)
     assert est.buffers_bytes == pytest.approx(big.params_per_layer * 3 * 2)  # 2 blocks gathered + 1 of grads, bf16
     assert estimate_memory(big, 1, "bf16", "zero2", 8).buffers_bytes == pytest.approx(big.params_per_layer * 2)
     assert est.total_bytes == pytest.approx(1.1 * (est.model_state_bytes + est.activations_bytes + est.buffers_bytes))
     assert estimate_memory(big, 1, "bf16", "zero1", 8).buffers_bytes == 0
-    sizes = {s: estimate_memory(big, 1, "bf16", s, 8, True).total_bytes for s in ("ddp", "zero1", "zero2", "zero3")}
-    for strategy, budget in (("ddp", sizes["ddp"]), ("zero1", sizes["zero1"]), ("zero3", sizes["zero3"] + 1)):
-        chosen = choose_strategy(big, 1, "bf16", 8, budget, checkpointing=True)
-        assert chosen is not None and chosen.strategy == strategy
-    assert choose_strategy(big, 1, "bf16", 8, sizes["zero3"] - 1, checkpointing=True) is None
-    assert choose_strategy(GPT2_SMALL, 1, "bf16", 1, 80 * GIB).strategy == "single"
+    sizes = [estimate_memory(big, 1, "bf16", s, 8, True).total_bytes for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > 2 * sizes[-1]
+    # Which stage a run takes is the resolver's (tests/distributed/test_strategy.py).
+    assert estimate_memory(GPT2_SMALL, 1, "bf16", "single", 1).total_bytes < 80 * GIB
 
 
 def test_shape_policy() -> None:

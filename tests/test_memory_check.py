@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from cli_run import run_main
-from scaling.accounting import GIB, MAX_DEVICE_GIB, Shape, check_fits, estimate_memory
+from scaling.accounting import GIB, MAX_DEVICE_GIB, Shape, check_fits
+from scaling.comms import estimate_memory
 from scaling.errors import ResourceError
 
 

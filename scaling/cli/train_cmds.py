@@ -30,10 +30,11 @@ def train(
     Example: scaling train spec.yaml --db sqlite:///scaling.db --run-dir runs/debug
     """
     from scaling.trainer.adhoc import AlreadyCompleted, check_memory, train_adhoc
-    from scaling.trainer.resolve import Host, resolve
+    from scaling.trainer.resolve import local_host, resolve
     from scaling.trainer.spec import RunRequest
 
-    run_spec = resolve(RunRequest.from_yaml(spec), Host(data=not dry_run)).spec  # precision and layout decided
+    request = RunRequest.from_yaml(spec)
+    run_spec = resolve(request, local_host(request, data=not dry_run)).spec  # precision, layout (and data) decided
     est_gib = check_memory(run_spec)
     if dry_run:
         shape = run_spec.shape

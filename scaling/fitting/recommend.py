@@ -357,15 +357,15 @@ def concrete_run(
             return dict(size_run(plan, N, D, C)), "the plan's rules", None
         except (UserError, ValueError) as exc:
             note = f"the plan's rules could not size the run ({' '.join(str(exc).split())}); used the defaults"
-    from scaling.accounting import GIB, ShapePolicy, choose_strategy, estimate_memory
+    from scaling.accounting import ShapePolicy
+    from scaling.comms import estimate_memory
 
     shape = ShapePolicy().shape_for(N)
     device_gib = 80.0
-    est = choose_strategy(shape, micro_batch=8, precision="bf16", workers=1, device_memory_bytes=device_gib * GIB)
-    mem = est if est is not None else estimate_memory(shape, 8, "bf16", "single", 1)
+    mem = estimate_memory(shape, 8, "bf16", "single", 1)  # one worker: no strategy to choose
     run = {"shape": shape.as_dict(), "n_params": shape.params("non_embedding"), "lr": None, "batch_tokens": None,
-           "memory_gib": mem.total_gib, "strategy": est.strategy if est is not None else None}
-    src = "defaults: ShapePolicy() and choose_strategy (micro-batch 8, bf16, one 80 GiB device)"
+           "memory_gib": mem.total_gib, "strategy": "single" if mem.total_gib <= device_gib else None}
+    src = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16, one 80 GiB device)"
     return run, src, note
 
 

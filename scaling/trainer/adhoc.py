@@ -31,8 +31,9 @@ def check_memory(spec: RunSpec) -> float:
     """The estimated memory of ``spec`` trained alone here, in GiB; refused (ResourceError, one line)
     before anything is built when it exceeds this machine's device (the GPU's memory, or the host's
     RAM on CPU; the spec's ``device_memory_gib`` if set)."""
-    from scaling.accounting import check_fits, estimate_memory, micro_batch_size
-    from scaling.trainer.parallel import device_memory_bytes
+    from scaling.accounting import check_fits, micro_batch_size
+    from scaling.comms import estimate_memory
+    from scaling.trainer.probe import device_memory_bytes
     from scaling.trainer.runtime import Runtime
 
     ex = spec.execution
@@ -62,10 +63,10 @@ def train_adhoc(
     from scaling.db.lifecycle import Lifecycle
     from scaling.trainer import train
     from scaling.errors import DatabaseError
-    from scaling.trainer.resolve import resolve
+    from scaling.trainer.resolve import local_host, resolve
     from scaling.trainer.rundir import owner_problem
 
-    resolved = resolve(spec)  # precision, data and layout before the key: it carries them
+    resolved = resolve(spec, local_host(spec))  # precision, data and layout before the key: it carries them
     spec, precision = resolved.spec, resolved.precision
     if precision.warning:
         print(f"warning: {precision.warning}", file=sys.stderr)

@@ -8,7 +8,6 @@ shards and how TP composes with it: docs/reference/modules.md.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -16,8 +15,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaling.accounting import GIB, choose_strategy, micro_batch_size
+from scaling.accounting import GIB
 from scaling.errors import ResourceError, SpecError
+from scaling.trainer.probe import device_memory_bytes
 from scaling.trainer.runtime import build_mesh
 
 STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
@@ -51,47 +51,12 @@ def default_mesh(device: torch.device | str) -> "dist.device_mesh.DeviceMesh":
     return init_device_mesh(torch.device(device).type, (dist.get_world_size(),), mesh_dim_names=("dp",))
 
 
-#: GPU memory kept back from the budget: NCCL's communicator buffers, the caching allocator's
-#: fragmentation and the CUDA context of a process that has not created it yet.
-GPU_MEMORY_MARGIN_BYTES = 2 * GIB
-
-
-def gpu_budget(free: float, margin: float = GPU_MEMORY_MARGIN_BYTES) -> float:
-    """What a run may plan to use on a GPU with ``free`` bytes free (another process's memory,
-    and this one's context, are not free)."""
-    return max(0.0, free - margin)
-
-
-def device_memory_bytes(spec: Any, device: torch.device) -> float:
-    """Memory one worker may use, for ``auto``: the spec's figure, the GPU's free memory less
-    :data:`GPU_MEMORY_MARGIN_BYTES`, or RAM / local workers.
-
-    In a distributed run every rank calls it (collective) and gets the smallest over ranks: the
-    ranks must choose the same strategy, and the fullest device is the one that must fit."""
-    if spec.execution.device_memory_gib is not None:
-        return spec.execution.device_memory_gib * GIB
-    if device.type == "cuda":
-        budget = gpu_budget(float(torch.cuda.mem_get_info(device)[0]))
-    else:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size() if dist.is_initialized() else 1))
-        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / max(1, local)
-    return smallest_over_ranks(budget, device)
-
-
-def smallest_over_ranks(value: float, device: torch.device) -> float:
-    """The minimum of ``value`` over all ranks, on every rank (``value`` itself on one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    box = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(box, op=dist.ReduceOp.MIN)
-    return float(box.item())
-
-
 def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "cpu") -> str:
-    """The concrete strategy for ``spec`` on ``world_size`` workers (``auto`` asks the accounting).
+    """The concrete strategy for ``spec`` on ``world_size`` workers.
 
-    ``single`` on one worker; ``auto`` picks the least sharding whose estimated memory fits, or
-    raises :class:`ResourceError` when even zero3 does not.
+    ``single`` on one data-parallel rank; ``auto`` takes the layout search's fastest strategy that
+    fits this device (`scaling.trainer.resolve.decide_strategy`), or raises
+    :class:`ResourceError` when none does.
     """
     strategy = spec.execution.strategy
     tp, pp = spec.execution.tp, spec.execution.pp
@@ -105,36 +70,16 @@ def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "c
         if problem:
             raise SpecError(f"execution.strategy: {problem}")
         return strategy
-    device = torch.device(device)
-    micro = micro_batch_size(spec.sequences_per_batch, dp, spec.execution.micro_batch_size)
-    budget = device_memory_bytes(spec, device)
-    if tp * pp > 1:
-        return _auto_with_model_parallel(spec, dp, micro, budget)
-    est = choose_strategy(
-        spec.shape, micro, spec.precision, world_size, budget, spec.execution.activation_checkpointing
-    )
-    if est is None:
+    from scaling.trainer.resolve import decide_strategy  # the planner's search: one home for `auto`
+
+    budget = device_memory_bytes(spec, torch.device(device))
+    best = decide_strategy(spec, world_size, budget)
+    if best is None:
         raise ResourceError(
-            f"model of {spec.shape.params_total:,} parameters does not fit {budget / GIB:.1f} GiB per "
-            f"worker on {world_size} workers under any strategy (see scaling.accounting.estimate_memory)"
+            f"model of {spec.shape.params_total:,} parameters does not fit {budget / GIB:.1f} GiB per worker with "
+            f"dp={dp}, tp={tp}, pp={pp} under any strategy (see scaling.comms.memory_per_rank)"
         )
-    return est.strategy
-
-
-def _auto_with_model_parallel(spec: Any, dp: int, micro: int, budget: float) -> str:
-    """``auto`` beside tensor/pipeline parallelism: the least FSDP2 sharding whose estimate fits."""
-    from scaling.comms import ParallelLayout, memory_per_rank
-
-    ex = spec.execution
-    recompute = "full" if ex.activation_checkpointing else "none"
-    for strategy in TP_STRATEGIES:
-        layout = ParallelLayout(dp=dp, tp=ex.tp, pp=ex.pp, strategy=strategy, micro_batch=micro, recompute=recompute)
-        if memory_per_rank(spec.shape, layout, spec.precision).total_bytes <= budget:
-            return strategy
-    raise ResourceError(
-        f"model of {spec.shape.params_total:,} parameters does not fit {budget / GIB:.1f} GiB per worker with "
-        f"dp={dp}, tp={ex.tp}, pp={ex.pp} under zero2 or zero3 (see scaling.comms.memory_per_rank)"
-    )
+    return best.strategy
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

@@ -15,14 +15,14 @@ with ``Host(probe=False, data=False)`` (sizing a stored plan) stays torch-free.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
 from scaling import layout
-from scaling.accounting import GIB, MAX_DEVICE_GIB, micro_batch_size
-from scaling.errors import SpecError
+from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
+from scaling.errors import ResourceError, SpecError
 from scaling.trainer.spec import DataSpec, ExecutionSpec, RunRequest, RunSpec, precision_problem
 
 #: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
@@ -56,12 +56,16 @@ class Host:
     worker a nominal rate. ``data``: read the corpus (its fingerprint, the tokenizer's
     vocabulary). ``cluster``: the nodes and links runs are laid out on (None: one node holding
     every worker). ``throughput_flops``: FLOP/s one worker achieves, when the plan states it.
+    ``memory_bytes``: what one worker may use here, named ``memory_name`` (:func:`local_host`
+    probes it; None: a request's ``device_memory_gib``, else any device's largest).
     """
 
     probe: bool = True
     data: bool = True
     cluster: Optional[layout.Machine] = None
     throughput_flops: Optional[float] = None
+    memory_bytes: Optional[float] = None
+    memory_name: str = ""
 
     def machine(self, device: str, workers: int) -> layout.Machine:
         """The cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
@@ -74,6 +78,19 @@ class Host:
 
 #: Resolves nothing on the machine: no probe, no corpus read (torch-free planning).
 OFFLINE = Host(probe=False, data=False)
+
+
+def local_host(request: RunSpec, *, data: bool = True) -> Host:
+    """This machine as the host of ``request`` trained here: the device memory a worker may use
+    probed (the GPU's free memory less a margin, or the RAM), unless the request names it."""
+    import torch
+
+    from scaling.trainer.probe import device_memory_bytes
+    from scaling.trainer.runtime import Runtime
+
+    device = Runtime.current(request.execution.device).device
+    name = "this GPU's memory" if device.type == "cuda" else "this machine's RAM"
+    return Host(data=data, memory_bytes=device_memory_bytes(request, torch.device(device)), memory_name=name)
 
 
 @dataclass(frozen=True)
@@ -104,7 +121,7 @@ class Resolved:
         return self.choice.best.memory.total_gib if self.choice is not None and self.choice.best else 0.0
 
 
-class NoLayoutError(SpecError):
+class NoLayoutError(ResourceError):
     """No layout of the request fits (``choice.options`` empty: none is even possible)."""
 
     def __init__(self, message: str, choice: layout.Choice) -> None:
@@ -242,7 +259,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         sequences=spec.sequences_per_batch,
         flops_per_step=shape.flops_per_token("6N_attention", "total") * spec.batch_tokens,
         rate=worker_rate(precision, ex.threads, ex.gpus_per_worker, host),
-        memory_limit_bytes=(ex.device_memory_gib if ex.device_memory_gib is not None else MAX_DEVICE_GIB) * GIB,
+        memory_limit_bytes=memory_limit(ex, host),
         machine=host.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers),
         step_overhead_s=step_s,
         layer_overhead_s=layer_s,
@@ -255,11 +272,34 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
     )
 
 
+def memory_limit(execution: ExecutionSpec, host: Host = Host()) -> float:
+    """Bytes one worker may use: the request's ``device_memory_gib``, else the host's, else the
+    largest any device offers (:data:`scaling.accounting.MAX_DEVICE_GIB`)."""
+    if execution.device_memory_gib is not None:
+        return execution.device_memory_gib * GIB
+    return host.memory_bytes if host.memory_bytes is not None else MAX_DEVICE_GIB * GIB
+
+
 @functools.lru_cache(maxsize=512)
 def decide_layout(request: layout.Request) -> layout.Choice:
     """The layouts a run could take and the fastest that fits (:func:`scaling.layout.choose`),
     once per distinct request (runs of one shape and batch share it)."""
     return layout.choose(request)
+
+
+def decide_strategy(spec: RunSpec, workers: int, memory_bytes: float) -> Optional[layout.Candidate]:
+    """The data-parallel strategy of ``spec`` on ``workers`` ranks of ``memory_bytes`` each, its
+    tp, pp, schedule and micro-batch as given: the layout search's fastest that fits, or None.
+
+    The trainer's ``auto`` (a spec trained without the planner) asks this, so a run gets the
+    strategy the planner would give it; nothing is probed (the ranking needs no absolute rate).
+    """
+    ex = spec.execution
+    request = replace(layout_request(spec, OFFLINE), workers=workers, memory_limit_bytes=memory_bytes,
+                      machine=OFFLINE.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", workers),
+                      tp=ex.tp, pp=ex.pp, schedule=ex.pp_schedule, strategy=None,
+                      micro_batch_size=ex.micro_batch_size or spec.sequences_per_batch)
+    return decide_layout(request).best
 
 
 def placed_execution(spec: RunSpec, best: layout.Candidate) -> ExecutionSpec:
@@ -304,10 +344,13 @@ def resolve(request: RunSpec, host: Host = Host()) -> Resolved:
     if best is None:
         if not choice.options:
             raise NoLayoutError(layout.no_layout_problem(choice.request), choice)
-        least = choice.smallest
-        raise NoLayoutError(
-            f"needs {least.memory.total_gib:.3g} GiB per worker in its least layout ({least.label()}), more than "
-            f"the device's {choice.request.memory_limit_bytes / GIB:.3g} GiB", choice)
+        shape, ex = spec.shape, spec.execution
+        named = "execution.device_memory_gib" if ex.device_memory_gib is not None else host.memory_name
+        try:
+            check_fits(choice.smallest.memory, choice.request.memory_limit_bytes,
+                       what=f"model {shape.n_layer}x{shape.d_model}", limit_name=named)
+        except ResourceError as exc:
+            raise NoLayoutError(str(exc), choice) from None
     problem = precision_problem(chosen.precision, best.layout.tp, best.layout.dp)
     if problem and request.precision == "auto":
         raise SpecError(f"precision: auto chose {chosen.precision} ({chosen.reason}), but {problem}")

@@ -234,7 +234,7 @@ def sweep_one_parallel_run(tmp_path: Any, db_url: str, name: str, resources: dic
 
 def memory_budget_worker(rank: int, world: int) -> float:
     """The smallest of rank-dependent budgets, as every rank sees it."""
-    from scaling.trainer.parallel import smallest_over_ranks
+    from scaling.trainer.probe import smallest_over_ranks
 
     return smallest_over_ranks(1000.0 * (rank + 1), torch.device("cpu"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from _workers import memory_budget_worker, spawn
 
 from scaling.accounting import GIB
-from scaling.trainer.parallel import GPU_MEMORY_MARGIN_BYTES, gpu_budget
+from scaling.trainer.probe import GPU_MEMORY_MARGIN_BYTES, gpu_budget
 
 
 def test_every_rank_plans_against_the_fullest_device(tmp_path) -> None:

@@ -1,10 +1,12 @@
-"""`auto` picks the least sharding the memory accounting says fits; bad choices are user errors."""
+"""`auto` picks the fastest strategy the memory model says fits (the least sharding at a tight budget); bad
+choices are user errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from scaling.accounting import GIB, estimate_memory
+from scaling.accounting import GIB
+from scaling.comms import estimate_memory
 from scaling.errors import ResourceError, SpecError
 from scaling.trainer.parallel import default_backend, resolve_strategy, transformer_blocks
 from scaling.trainer.spec import RunSpec
@@ -23,7 +25,7 @@ def _spec(memory_gib: float | None, strategy: str = "auto") -> RunSpec:
 
 
 @pytest.mark.parametrize("expected", ["ddp", "zero1", "zero2", "zero3"])
-def test_auto_picks_the_least_sharding_that_fits(expected: str) -> None:
+def test_auto_picks_the_least_sharding_that_fits_a_tight_budget(expected: str) -> None:
     spec = _spec(None)
     # A budget just above the estimate of the expected stage (and below the less sharded ones).
     need = estimate_memory(spec.shape, 1, spec.precision, expected, 4).total_bytes
