@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from scaling import vocab
 from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
+from scaling.db.lifecycle import Lifecycle
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.orphans import reap_orphaned_agents
@@ -239,8 +240,7 @@ def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
 
 def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
     """Register the sweep (with its plan and conventions) and its runs; returns the new keys."""
-    return store.register(
-        plan.name,
+    return Lifecycle(store, plan.name).register(
         [r.spec.record() for r in expansion.runs],
         # the plan's db: URL may hold a password; its vocabulary (a tokenizer's) and rules (a fitted
         # law written out) as trained
