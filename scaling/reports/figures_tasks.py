@@ -21,6 +21,7 @@ from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.data import REPORT_BOOTSTRAP
+from scaling.reports.figures import with_alpha
 
 SECTION_ID = "tasks"
 TITLE = "Downstream tasks"
@@ -67,7 +68,7 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
         if reliable and np.isfinite(curve["lo"]).any():
             fig.add_trace(go.Scatter(x=np.concatenate([curve["C"], curve["C"][::-1]]),
                                      y=np.concatenate([curve["hi"], curve["lo"][::-1]]), fill="toself",
-                                     fillcolor="rgba(120,120,120,0.15)", line=dict(width=0), hoverinfo="skip",
+                                     fillcolor=with_alpha(color, 0.15), line=dict(width=0), hoverinfo="skip",
                                      name=f"{form}: 95% band", showlegend=True))
         fig.add_trace(go.Scatter(x=curve["C"], y=curve["value"], mode="lines",
                                  name=f"{form} chain" + ("" if reliable else " (unreliable)"),
@@ -158,7 +159,7 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
             figures.append(page.figure(f"task-{i}-loss", accuracy_vs_loss(law, prediction)))
     head = "".join(f"<th>{e(f)} at the next budget</th>" for f in FORMS)
     table = (f'<table id="task-predictions"><thead><tr><th>task</th><th>predicted</th>{head}'
-             "<th>backtest |error| (points)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+             "<th>backtest mean |error| (percentage points)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
              "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
              f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {e(how)}</p>")
