@@ -33,7 +33,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     cover = {"a": 0, "b": 0, "e": 0}
     counted = {"a": 0, "b": 0, "e": 0}
-    lr_err, b_err, flagged, used = [], [], 0, []
+    lr_err, b_err, flagged, used, lr_covered = [], [], 0, [], 0
     t0 = time.perf_counter()
     for i in range(args.draws):
         truth = HS.random_truth(rng)
@@ -54,7 +54,9 @@ def main() -> None:
         if rec["lr"] is None or rec["lr"].get("kind") == "unreliable":
             flagged += 1
             continue
-        lr_err.append(rec["lr"]["value"] / float(truth.lr_star(N, D)) - 1)
+        true_lr = float(truth.lr_star(N, D))
+        lr_err.append(rec["lr"]["value"] / true_lr - 1)
+        lr_covered += rec["lr"].get("kind") == "percentile" and rec["lr"]["lo"] <= true_lr <= rec["lr"]["hi"]
         b_err.append(rec["batch"]["value"] / float(truth.batch_star(D)) - 1)
     secs = time.perf_counter() - t0
     lr_err_a, b_err_a = np.abs(lr_err), np.abs(b_err)
@@ -68,6 +70,7 @@ def main() -> None:
           f"{int(np.sum(lr_err_a <= 0.10))}/{len(lr_err)} draws; |error| median {100 * np.median(lr_err_a):.1f}%, "
           f"90th percentile {100 * np.quantile(lr_err_a, 0.9):.1f}%, max {100 * lr_err_a.max():.1f}%"
           + (f"; {flagged} draws flagged (no recommendation)" if flagged else ""))
+    print(f"its 95% interval holds the true lr* in {lr_covered}/{len(lr_err)} draws")
     print(f"recommended batch at 10x: |error| median {100 * np.median(b_err_a):.1f}%, "
           f"90th percentile {100 * np.quantile(b_err_a, 0.9):.1f}%, within 10%: {int(np.sum(b_err_a <= 0.1))}/{len(b_err)}")
     if not math.isfinite(float(np.mean(lr_err_a))):

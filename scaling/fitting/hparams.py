@@ -7,17 +7,17 @@ coarsely): its minimum gives the tuned loss L*, lr* and B*, with a residual-boot
 A group whose best run sits at the edge of its grid is flagged (the optimum may lie beyond
 it) and left out of the laws, as is a group whose losses do not curve up around the best run.
 
-Over the groups (:func:`fit_hparams`), ordinary least squares in logs gives Step Law's forms
-(Li et al. 2025) lr*(N, D) = c N^a D^b and B*(D) = d D^e, and DeepSeek LLM's (Bi et al. 2024)
-lr*(C) = c C^a and B*(C) = d C^e. Their intervals come from a two-level bootstrap: groups
-resampled with replacement, each taking its own bootstrap replicate of lr* and B*, so both the
-scatter between points and each point's uncertainty enter. A law whose exponents the groups do
-not identify (a variable that does not vary, or varies with another) is flagged: its values are
-shown, no interval, and nothing is recommended from it.
+Over the groups (:func:`fit_hparams`), least squares in logs gives Step Law's forms (Li et al.
+2025) lr*(N, D) = c N^a D^b and B*(D) = d D^e, and DeepSeek LLM's (Bi et al. 2024) lr*(C) = c C^a
+and B*(C) = d C^e. Each group is weighted by how precisely its own bootstrap places its optimum;
+the intervals resample the groups with replacement (as Step Law's recipe does), widened by the
+small-sample factor sqrt(n / (n - p)). ``benchmarks/bench_hparams.py`` measures their coverage.
+A law whose exponents the groups do not identify (a variable that does not vary, or varies with
+another) is flagged: its values are shown, no interval, and nothing is recommended from it.
 
 The loss laws of a sweep with groups are fitted on each group's L* (:func:`tuned_points`),
-or on one fixed setting per group (the centre of its grid) when asked.
-This module is pure: DataFrames in, dataclasses out (no database, no other fitting module's data).
+or on one fixed setting per group (the centre of its grid) when asked. Everything here takes
+DataFrames and returns dataclasses; :func:`runs_frame` reads lr, batch and beta2 from run specs.
 """
 
 from __future__ import annotations
@@ -265,9 +265,12 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     b_dim = varied.index("batch") if "batch" in varied else None
     lr_point = math.exp(opt[lr_dim, 0] + x0) if lr_dim is not None else best_d["lr"]
     b_point = math.exp(opt[b_dim, 0] + (y0 if two_d else x0)) if b_dim is not None else best_d["batch"]
-    lr_iv = (iv(np.exp(ropt[lr_dim] + x0), lr_point, True) if lr_dim is not None
+    with np.errstate(over="ignore"):  # a replicate far off the grid: inf, left out by summarise
+        lr_reps = np.exp(ropt[lr_dim] + x0) if lr_dim is not None else None
+        b_reps = np.exp(ropt[b_dim] + (y0 if two_d else x0)) if b_dim is not None else None
+    lr_iv = (iv(lr_reps, lr_point, True) if lr_dim is not None
              else summarise([], lr_point, pinned="not varied in the group"))
-    b_iv = (iv(np.exp(ropt[b_dim] + (y0 if two_d else x0)), b_point, True) if b_dim is not None
+    b_iv = (iv(b_reps, b_point, True) if b_dim is not None
             else summarise([], b_point, pinned="not varied in the group"))
     L_iv = iv(rL, float(L[0]), False)
     replicates = np.vstack([ropt[lr_dim] + x0 if lr_dim is not None else np.full(ropt.shape[1], math.log(lr_point)),
@@ -402,8 +405,8 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
                 continue
             out[r], *_ = np.linalg.lstsq(Xr, y[idx] * w[idx], rcond=None)
         reps = out[np.all(np.isfinite(out), axis=1)]
-        if len(used) > p:  # resampling n cases under-states the spread by (n - p) / n (small-sample correction)
-            reps = theta + (reps - theta) * math.sqrt(len(used) / (len(used) - p))
+        if len(used) > p:  # a few groups: resampling under-states the spread (see small_sample_factor)
+            reps = theta + (reps - theta) * small_sample_factor(len(used), p)
     names = PARAMS[name]
     params: dict[str, dict[str, Any]] = {}
     for j, pname in enumerate(names):
@@ -417,6 +420,19 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap resamples could not identify the law (left out)")
     return PowerLaw(name, form, response, variables, params, len(used), doubts, notes, reps, theta)
+
+
+def small_sample_factor(n: int, p: int) -> float:
+    """How much to widen a case-resampling bootstrap of a regression on n points with p coefficients.
+
+    Resampling n cases reproduces the residual variance as if it were known, which under-states it by
+    (n - p) / n, and the percentile interval then takes normal quantiles where Student's t with n - p
+    degrees of freedom applies: sqrt(n / (n - p)) t_{0.975, n-p} / z_{0.975} (1.19 for 16 groups and
+    3 coefficients). ``benchmarks/bench_hparams.py`` measures the coverage it gives.
+    """
+    from scipy.stats import norm, t
+
+    return math.sqrt(n / (n - p)) * float(t.ppf(0.975, n - p) / norm.ppf(0.975))
 
 
 def _weights(replicates: Sequence[np.ndarray]) -> np.ndarray:
@@ -484,8 +500,10 @@ class HparamFit:
                                f"not recommended: {law.form} is flagged ({law.doubts[0]})")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"groups": [g.to_dict() for g in self.groups], "laws": {k: v.to_dict() for k, v in self.laws.items()},
+    def to_dict(self, replicates: bool = False) -> dict[str, Any]:
+        """JSON-ready; the laws' bootstrap replicates only when asked."""
+        laws = {k: {f: x for f, x in v.to_dict().items() if replicates or f != "replicates"} for k, v in self.laws.items()}
+        return {"groups": [g.to_dict() for g in self.groups], "laws": laws,
                 "skipped": dict(self.skipped), "notes": list(self.notes), "near_fraction": self.near_fraction,
                 "published": dict(PUBLISHED)}
 
