@@ -76,7 +76,7 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
     if prediction is not None:
         for form in law.curves:
             iv = prediction.get(form)
-            if not iv:
+            if not iv or not law.reliable(form):  # a flagged chain's value is in the table, marked; no star
                 continue
             lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
             err = None
