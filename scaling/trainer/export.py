@@ -138,7 +138,7 @@ def find_run(url: str, run: str, sweep: Optional[str] = None) -> dict[str, Any]:
         if sweep is not None:
             results.sweep_name(sweep)  # NotFoundError for an unknown sweep
         runs = results.runs(sweep, spec=False)
-        hits = runs[runs["run_key"].str.startswith(run)]
+        hits = runs[runs["run_key"].astype(str).str.startswith(run)]  # astype: an empty table has no str column
         where = f"sweep {sweep!r}" if sweep is not None else mask_url(results.url)
         if hits.empty:
             raise NotFoundError(f"no run {run!r} in {where} (`scaling status --sweep NAME` lists a sweep's runs)")
@@ -168,8 +168,8 @@ def run_folder(row: dict[str, Any], run_dir: Optional[str | Path] = None) -> Pat
         return folder
     folder = Path(row.get("runs_dir") or DEFAULT_RUNS_DIR) / row["sweep"] / row["run_key"]
     if not folder.is_dir():
-        raise NotFoundError(f"run {row['run_key']} has no run folder at {folder} (its sweep's runs_dir, from "
-                            f"this directory): pass --run-dir")
+        raise NotFoundError(f"run {row['run_key']} has no run folder at {folder} (where its sweep keeps runs, seen from "
+                            "this directory): pass --run-dir")
     return folder
 
 
@@ -187,10 +187,13 @@ def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
     for path in reversed(found):
         problem = checkpoint.verify(path)
         if problem is None:
-            state = torch.load(path / checkpoint.STATE_FILE, map_location="cpu", weights_only=True)
+            try:
+                state = torch.load(path / checkpoint.STATE_FILE, map_location="cpu", weights_only=True)
+            except Exception:  # noqa: BLE001 - torch raises many types for a file that is not ours
+                state = None
             meta = state.get("meta") if isinstance(state, dict) else None
             if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
-                problem = f"{checkpoint.STATE_FILE} holds no trainer state"
+                problem = f"{checkpoint.STATE_FILE} holds no trainer state it can read"
             elif meta.get("key") != key:
                 raise UserError(f"{folder} holds checkpoints of run {meta.get('key')}, not {key}: wrong --run-dir?")
             else:

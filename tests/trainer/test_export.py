@@ -80,8 +80,8 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".hf.export")]  # no staging left
 
-    hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    assert type(hf).__name__ == "GPT2LMHeadModel"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == "GPT2LMHeadModel" and hf.dtype == torch.float32
     assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()  # tied, as ours
     tok = transformers.AutoTokenizer.from_pretrained(out)
     ours, shape = _ours(trained)
@@ -147,16 +147,19 @@ def test_bad_inputs_are_one_line_and_write_nothing(trained: dict[str, Any], tmp_
     with Store(url) as store:
         store.register("untrained", [spec.record()])
     _refused(run_main("export", spec.key, "--hf", str(out), "--db", url), "has no run folder")
-    (tmp_path / "empty").mkdir()
-    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--run-dir", str(tmp_path / "empty")),
-             "has no checkpoint")
+    with Store(url) as store:  # the same run in a sweep whose plan names its runs_dir
+        store.register("planned", [spec.record()], plan={"runs_dir": str(tmp_path / "runs")})
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url), "is in several sweeps (planned, untrained)")
+    (tmp_path / "runs" / "planned" / spec.key).mkdir(parents=True)
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--sweep", "planned"),
+             f"has no checkpoint in {tmp_path / 'runs' / 'planned' / spec.key}")
     # the trained run's folder given for another run
     folder = str(trained["root"] / "scaling_runs" / "adhoc" / key)
-    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--run-dir", folder),
+    _refused(run_main("export", spec.key, "--hf", str(out), "--db", url, "--sweep", "planned", "--run-dir", folder),
              f"holds checkpoints of run {key}")
     monkeypatch.setitem(sys.modules, "transformers", None)  # as if the extra were not installed
     _refused(run_main("export", key, "--hf", str(out), "--db", url), "needs the 'hf' extra")
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full"]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full", "runs"]
 
 
 def test_importing_scaling_does_not_import_transformers() -> None:
