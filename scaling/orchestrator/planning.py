@@ -232,7 +232,8 @@ def render_groups(summary: dict[str, Any]) -> Any:
     if not groups:
         return None
     runs = sum(g["runs"] for g in groups)
-    table = Table(title=f"{len(groups)} hyperparameter groups: {runs} runs, {sum(g['C'] for g in groups):.3g} FLOPs, "
+    plural = "s" if len(groups) > 1 else ""
+    table = Table(title=f"{len(groups)} hyperparameter group{plural}: {runs} runs, {sum(g['C'] for g in groups):.3g} FLOPs, "
                         f"est. {_duration(sum(g['est_seconds'] for g in groups))} serial")
     for col in ("group", "runs", "lr", "batch", "beta2", "C", "est."):
         table.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
