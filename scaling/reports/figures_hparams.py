@@ -145,8 +145,10 @@ def _translucent(color: str, a: float) -> str:
 def groups_table(fit: HparamFit) -> str:
     rows = []
     for g in fit.groups:
-        near = (f"{g.near['n']} of {g.near['of']} settings: lr {num(g.near['lr_lo'], 3)}–{num(g.near['lr_hi'], 3)}, "
-                f"batch {num(g.near['batch_lo'], 3)}–{num(g.near['batch_hi'], 3)}") if g.near else "–"
+        near = "–" if not g.near else (
+            f"{g.near['n']} of {g.near['of']} settings: lr {num(g.near['lr_lo'], 3)}–{num(g.near['lr_hi'], 3)}, "
+            f"batch {num(g.near['batch_lo'], 3)}–{num(g.near['batch_hi'], 3)}" if g.near["n"] else
+            f"no setting measured within it (of {g.near['of']})")
         rows.append(f"<tr><td>{e(g.label)}</td><td class=\"num\">{g.n_runs}</td><td class=\"num\">{interval(g.loss, 4)}</td>"
                     f"<td class=\"num\">{interval(g.lr)}</td><td class=\"num\">{interval(g.batch)}</td>"
                     f"<td>{e(near)}</td><td>{'used' if g.used else e('left out: ' + g.message)}</td></tr>")
