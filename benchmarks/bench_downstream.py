@@ -7,7 +7,11 @@ median steps' time: what a run spends scoring tasks per step it trains. The goal
 The same is printed for the example sweep's settings (examples/plan.yaml: context 64, 256-token
 batches, eval_interval 1000), where the one evaluation at a run's end counts against the run.
 
-    python benchmarks/bench_downstream.py [--rounds 3] [--steps 2] [--threads 1]
+With ``--above-chance STEPS`` it also trains a tiny byte model (2 layers, 64 wide, context 64,
+1,024-token batches) for STEPS steps on the built-in corpus and prints its ``next_line`` accuracy
+on 256 items before and after, against the 0.25 of a guess, with the binomial standard error.
+
+    python benchmarks/bench_downstream.py [--rounds 3] [--steps 2] [--threads 1] [--above-chance 400]
 """
 
 from __future__ import annotations
@@ -65,12 +69,42 @@ def measure(fields: dict[str, Any], rounds: int, steps: int, threads: int) -> di
             "sequences": sum(len(t.sequences) for t in trainer.tasks.tasks)}
 
 
+def above_chance(steps: int, threads: int) -> None:
+    """A tiny model's next_line accuracy before and after ``steps`` training steps."""
+    torch.set_num_threads(threads)
+    spec = RunSpec.from_dict({
+        "model": {"n_layer": 2, "d_model": 64, "n_head": 4, "context": 64}, "tokens": 64 * 16 * steps,
+        "batch_tokens": 64 * 16, "eval_tokens": 4096, "precision": "fp32", "optimizer": {"lr": 1e-2},
+        "evals": {"next_line": {"items": 256}},
+        "execution": {"eval_interval": 10**6, "checkpoint_interval": 10**6, "threads": threads, "device": "cpu"},
+    })
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(spec, None, tmp)
+        assert trainer.tasks is not None
+        acc = "task/next_line/acc"
+        before = trainer.tasks.evaluate(trainer.par.model, trainer.rt)[acc]
+        trainer.start()
+        trainer.par.module.train()
+        while trainer.step < trainer.total_steps - 1:  # the last step would evaluate and save
+            trainer.step_once()
+        after = trainer.tasks.evaluate(trainer.par.model, trainer.rt)[acc]
+        loss = trainer.evaluate()
+    se = (0.25 * 0.75 / 256) ** 0.5
+    print(f"next_line, 256 items: accuracy {before:.3f} untrained, {after:.3f} after {trainer.step} steps "
+          f"(held-out loss {loss:.3f} nats/byte); chance 0.25, standard error of a guess {se:.3f}: "
+          f"{(after - 0.25) / se:.1f} standard errors above chance")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2, help="training steps timed per round")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--above-chance", type=int, default=0, metavar="STEPS",
+                    help="also train a tiny model this many steps and print its next_line accuracy")
     args = ap.parse_args()
+    if args.above_chance:
+        above_chance(args.above_chance, args.threads)
     print(f"{'case':<18} {'step':>9} {'tasks':>9} {'loss eval':>9} {'interval':>8} {'seqs':>6} "
           f"{'share':>7} {'FLOP est.':>9}")
     for name, fields in CASES.items():

@@ -241,7 +241,7 @@ def test_simulated_task_metrics_follow_their_law(sqlite_url: str) -> None:
     assert (np.diff(bpb.to_numpy()) < 0).all()
 
 
-def test_metric_names_outside_the_vocabulary_are_refused(sqlite_url: str) -> None:
+def test_metric_names_outside_the_vocabulary_are_refused(db_url: str) -> None:
     assert vocab.task_metric("hellaswag", "acc_norm") == "task/hellaswag/acc_norm"
     assert vocab.metric_problem("task/hellaswag/bpb") is None and vocab.metric_problem(vocab.EVAL_LOSS) is None
     for bad in ("custom/x", "task/a b/acc", "task/x/loss", "task//acc"):
@@ -249,7 +249,7 @@ def test_metric_names_outside_the_vocabulary_are_refused(sqlite_url: str) -> Non
     with pytest.raises(ValueError):
         vocab.task_metric("x" * (vocab.MAX_TASK_NAME + 1), "acc")
     spec = RunSpec.from_dict({"model": {"n_layer": 1, "d_model": 32, "n_head": 2}, "tokens": 8192, "precision": "fp32"})
-    with Store(sqlite_url) as store:
+    with Store(db_url) as store:
         store.register("s", [spec.record()])
         with pytest.raises(ValueError, match="not in scaling.vocab"):
             store.log_metrics(spec.key, [(1, 1, 1.0, "custom/x", 1.0)])
