@@ -16,6 +16,7 @@ out the largest budget as :mod:`scaling.fitting.backtest` does for the loss laws
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.base import jsonable
+from scaling.fitting.base import Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
 from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.parametric import ChinchillaParametric
 from scaling.fitting.task_curves import CURVES, AccuracyCurve
 from scaling.fitting.task_data import TaskData
@@ -49,6 +51,57 @@ def _step1_points(rows: pd.DataFrame, source: str, k: float) -> Any:
     return prepare(pts, flops_convention="6N" if k == SIX else "given", source=source)
 
 
+#: Step 1 along the frontier says so in its notes, starting with this.
+FRONTIER_NOTE = "step 1 is the task loss along the compute-optimal frontier"
+
+
+def fit_step1(points: Any, *, grid: str = "epoch", n_bootstrap: int = 200, seed: int = 0) -> Law:
+    """Task loss from (N, D): the Chinchilla form, or, where that fit fails or is flagged and the runs form
+    an IsoFLOP ladder, the task loss of compute along the frontier (approach 2 on the task loss: each
+    budget's parabola in ln N and power laws across budgets), which then says so in its notes.
+
+    Returns the Chinchilla fit, flagged, when neither is usable (its flags then withhold every interval);
+    raises :class:`FitError` when neither can be fitted at all.
+    """
+    law: Law | None = None
+    try:
+        law = ChinchillaParametric(grid=grid).fit(points)
+        if n_bootstrap:
+            law.bootstrap(n_bootstrap, seed)
+        if law.reliable():
+            return law
+        why = law.doubts()[0]
+    except FitError as exc:
+        why = " ".join(str(exc).split())
+    try:
+        frontier = ChinchillaIsoFLOP().fit(points)
+        if n_bootstrap:
+            frontier.bootstrap(n_bootstrap, seed)
+    except FitError as exc:
+        if law is None:
+            raise FitError(f"{why}; along the frontier: {' '.join(str(exc).split())}") from None
+        return law
+    if frontier.reliable() or law is None:
+        frontier.notes_.insert(0, f"{FRONTIER_NOTE} (approach 2 on the task loss): the (N, D) form is not usable "
+                                  f"({why}); its predictions hold near compute-optimal runs")
+        return frontier
+    return law
+
+
+def law_replicates(law: Law, N: float, D: float) -> np.ndarray:
+    """``law``'s prediction at (N, D) under each of its usable bootstrap replicates (empty without any)."""
+    cols = [law.replicate_values(n) for n in law.param_names]
+    if any(c is None for c in cols):
+        return np.array([])
+    probe = copy.copy(law)  # the same law with one replicate's parameters at a time
+    out = np.empty(len(cols[0]))
+    with np.errstate(all="ignore"):
+        for i, row in enumerate(zip(*cols)):
+            probe.params_ = dict(zip(law.param_names, (float(v) for v in row)))
+            out[i] = float(np.asarray(probe.predict(N, D)))
+    return out
+
+
 @dataclass
 class TaskLaw:
     """One task's two steps, fitted; :meth:`predict_interval` chains them."""
@@ -56,7 +109,7 @@ class TaskLaw:
     task: str
     accuracy: str  # which accuracy is predicted: acc or acc_norm
     loss_source: str  # step 1's task loss: bpb (of the answer) or loss (the run's own)
-    step1: ChinchillaParametric
+    step1: Law  # the Chinchilla form, or approach 2 along the frontier (see fit_step1)
     curves: dict[str, AccuracyCurve]
     skipped: dict[str, str] = field(default_factory=dict)  # step-2 forms that could not be fitted, and why
     backtest: dict[str, Any] | None = None
@@ -85,13 +138,7 @@ class TaskLaw:
         return self.curves[form].predict(self.task_loss(N, D))
 
     def _step1_replicates(self, N: float, D: float) -> np.ndarray:
-        names = ("E", "A", "B", "alpha", "beta")
-        vals = [self.step1.replicate_values(n) for n in names]
-        if any(v is None for v in vals):
-            return np.array([])
-        E, A, B, al, be = (np.asarray(v, float) for v in vals)
-        with np.errstate(all="ignore"):
-            return E + A / np.power(N, al) + B / np.power(D, be)
+        return law_replicates(self.step1, N, D)
 
     def predict_interval(self, N: float, D: float) -> dict[str, Any]:
         """Task loss and each form's accuracy at (N, D), with 95% intervals through both steps."""
@@ -148,7 +195,7 @@ def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str
 
 def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
              grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
-             step1: ChinchillaParametric | None = None) -> TaskLaw:
+             step1: Law | None = None) -> TaskLaw:
     """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.task_data.COLUMNS`).
 
     ``step1``: an already fitted step 1 of the same task loss (shared by tasks measured on the run's
@@ -157,9 +204,8 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     ev, acc, source = _rows_for(rows, accuracy)
     finals = ev[ev["final"].astype(bool)]
     if step1 is None:
-        step1 = ChinchillaParametric(grid=grid).fit(_step1_points(finals, f"task {task!r} ({source})", k))
-        if n_bootstrap:
-            step1.bootstrap(n_bootstrap, seed)
+        step1 = fit_step1(_step1_points(finals, f"task {task!r} ({source})", k), grid=grid, n_bootstrap=n_bootstrap,
+                          seed=seed)
     curves: dict[str, AccuracyCurve] = {}
     skipped: dict[str, str] = {}
     for form in forms:
@@ -199,8 +245,12 @@ def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: flo
     out_keys = set(finals["run_key"][held])
     train = ev[~ev["run_key"].isin(out_keys)]
     try:
+        step1 = None
+        if isinstance(law.step1, ChinchillaIsoFLOP):  # refit the same kind of step 1 as the full fit
+            kept = train[train["final"].astype(bool)]
+            step1 = ChinchillaIsoFLOP().fit(_step1_points(kept, f"task {law.task!r}", k))
         refit = fit_task(train, law.task, accuracy=law.accuracy, n_bootstrap=0, grid=grid, k=k, run_backtest=False,
-                         forms=tuple(law.curves))
+                         forms=tuple(law.curves), step1=step1)
     except FitError as exc:
         return {"error": " ".join(str(exc).split())}
     test = finals[held]
@@ -268,7 +318,7 @@ class TaskFits:
             for col in ("step", "parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col in ("step", "parameter") else "right")
             for name, iv in law.step1.reported_intervals().items():
-                t.add_row("1: Chinchilla", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
             for form, curve in law.curves.items():
                 for name, iv in curve.reported_intervals().items():
                     t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
@@ -304,7 +354,7 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
         raise FitError(f"unknown accuracy {accuracy!r} (use acc or acc_norm)")
     data = data.only(tasks)
     out = TaskFits(source=data.source, notes=list(data.notes))
-    shared: dict[frozenset, ChinchillaParametric] = {}  # step 1 on the runs' own loss, by the runs it fits
+    shared: dict[frozenset, Law] = {}  # step 1 on the runs' own loss, by the runs it fits
     for task in data.tasks():
         rows = data.of(task)
         try:

@@ -56,7 +56,8 @@ def task_differences(url: str, sweeps: Sequence[str], difference: Callable[..., 
                 if first is None or second is None:
                     continue
                 label = f"task {task}: " + ("task loss (step 1)" if step == "step1" else f"{step} (step 2)")
-                for name in names:
+                shared_names = [n for n in names if n in first.intervals() and n in second.intervals()]
+                for name in shared_names:  # step 1 along the frontier has no alpha, beta
                     rows.append({"law": f"task:{task}:{step}", "label": label, "exponent": name, "first": a,
                                  "second": b, **difference(first, second, name, a, b)})
     return rows, notes

@@ -130,3 +130,30 @@ def test_an_unknown_task_name_is_refused(tmp_path: Path) -> None:
     code, _, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "0",
                            "--task", "nope")
     assert code == 2 and "no task 'nope'" in err
+
+
+def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_along_the_frontier() -> None:
+    # task loss of compute along N*(C) = 0.1 C^0.5, with a parabola in ln N about it: the (N, D) form is
+    # flagged (its parameters are not determined), approach 2 on the task loss is not
+    from scaling.fitting.isoflop import ChinchillaIsoFLOP
+    from scaling.fitting.tasks import FRONTIER_NOTE
+
+    def frontier_loss(N, C):
+        return 0.3 + 8 * C ** -0.06 + 0.08 * np.log(N / (0.1 * C ** 0.5)) ** 2
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for C in (1e17, 1e18, 1e19):
+        for N in np.geomspace(0.25, 4, 5) * 0.1 * C ** 0.5:
+            L = frontier_loss(N, C) * math.exp(rng.normal(0, 0.002))
+            rows.append(dict(run_key=f"{C:.0e}-{N:.4g}", N=N, D=C / (6 * N), C=C, tokens=C / (6 * N), final=True,
+                             task="sim", acc=accuracy(L, dict(a=0.6, k=-10.0, L0=1.05, b=0.25)) + rng.normal(0, 0.003),
+                             acc_norm=np.nan, bpb=L, loss=np.nan))
+    law = fit_tasks(TaskData(pd.DataFrame(rows), 6.0, "ladder"), n_bootstrap=30, grid="small").laws["sim"]
+    assert isinstance(law.step1, ChinchillaIsoFLOP) and law.step1.notes_[0].startswith(FRONTIER_NOTE)
+    C = 1e20
+    N = 0.1 * C ** 0.5
+    p = law.predict_interval(N, C / (6 * N))
+    iv = p["task_loss"]
+    assert iv["lo"] <= iv["value"] <= iv["hi"] and abs(iv["value"] / frontier_loss(N, C) - 1) < 0.01
+    assert p["sigmoid"]["lo"] <= p["sigmoid"]["value"] <= p["sigmoid"]["hi"]
