@@ -36,6 +36,8 @@ from scaling.fmt import num
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
+#: The run spec's tag naming its group (``scaling.trainer.spec.HPARAM_GROUP_TAG``, written by a plan's ``hparams:``).
+GROUP_TAG = "hparam_group"
 #: Ways to reduce a group to the one loss the loss laws are fitted on.
 MODES = ("tuned", "fixed")
 #: Grid steps either side of the best run that the quadratic is fitted to.
@@ -661,7 +663,8 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """A sweep's runs listing (``Results.runs()``, with ``loss``) with each run's lr, batch, beta2
     and group: ``spec.optimizer.lr`` (or ``spec.optim.lr``), ``spec.batch_tokens``, the optimizer's
-    ``beta2`` and the ``hparam_group`` column where the database has it."""
+    ``beta2``, and the group the plan gave it (the spec's ``tags.hparam_group``, or an ``hparam_group``
+    column of the listing)."""
     from scaling.db.jsonvalues import as_dict
 
     out = runs.copy()
@@ -680,8 +683,12 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out["lr"] = [number(optim(s).get("lr")) for s in specs]
     out["batch"] = [number(s.get("batch_tokens")) for s in specs]
     out["beta2"] = [number(optim(s).get("beta2")) for s in specs]
-    if "hparam_group" in runs:
-        out["group"] = runs["hparam_group"].where(runs["hparam_group"].notna(), None)
+    tags = [s.get("tags") if isinstance(s.get("tags"), dict) else {} for s in specs]
+    labels = [t.get(GROUP_TAG) if isinstance(t.get(GROUP_TAG), str) and t.get(GROUP_TAG) else None for t in tags]
+    if "hparam_group" in runs:  # a column of the runs listing, where the database has one
+        labels = [c if isinstance(c, str) and c else t for c, t in zip(runs["hparam_group"], labels)]
+    if any(label is not None for label in labels):
+        out["group"] = pd.Series(labels, index=out.index, dtype=object)
     return out
 
 

@@ -89,7 +89,8 @@ def store_sweep(url: str, runs: pd.DataFrame, sweep: str = "hparams", *, plan: d
     """Write ``runs`` (from :func:`sweep`) as a completed sweep through the real ``scaling.db.Store``.
 
     Each run's spec holds its lr (``optimizer.lr``), ``batch_tokens`` and beta2, as the trainer's
-    specs do; a ``group`` column, when present, is not written (the database groups by (N, D)).
+    specs do, and a ``group`` column, when present, becomes its ``tags.hparam_group`` (as a plan's
+    ``hparams:`` labels its runs); without one the fits group the runs by (N, D).
     """
     from scaling.db import Store
 
@@ -100,7 +101,8 @@ def store_sweep(url: str, runs: pd.DataFrame, sweep: str = "hparams", *, plan: d
                         "C": float(row.C), "seed": 0,
                         "spec": {"params_convention": "non_embedding", "flops_convention": "6N",
                                  "optimizer": {"lr": float(row.lr), "beta2": 0.95},
-                                 "batch_tokens": int(round(float(row.batch)))}})
+                                 "batch_tokens": int(round(float(row.batch))),
+                                 **({"tags": {"hparam_group": str(row.group)}} if "group" in runs else {})}})
     with Store(url) as store:
         store.register(sweep, records, plan=plan)
         for rec, row in zip(records, runs.itertuples(index=False)):

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
-from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, ivtext, runs_frame
+from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports import fitview
@@ -190,8 +190,8 @@ def next_run_values(data: Any, fit: HparamFit) -> str:
     D = target / (k * N)
     h = fit.recommend(N, D, target)
     if rec.chosen in rec.unreliable:
-        return missing(f"No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable "
-                       f"(lr*(N, D) there would be {ivtext(h['lr'])}, batch {ivtext(h['batch'])}).")
+        return missing("No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable, "
+                       "so no run is recommended to give them for.")
     return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {num(N, 3)}, '
             f"D = {num(D, 3)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
             f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")

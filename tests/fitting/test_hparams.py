@@ -172,7 +172,18 @@ def hp_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     HS.store_sweep(url, runs, "hp")
     plain = runs.groupby(["N", "D"], as_index=False).nth(7)  # one setting per point: no groups
     HS.store_sweep(url, plain, "plain")
+    tagged = runs[runs["N"] == runs["N"].min()].copy()  # labelled as a plan's hparams: labels its runs
+    tagged["group"] = ["2x32x2 D=%g" % d for d in tagged["D"]]
+    HS.store_sweep(url, tagged, "tagged")
     return url
+
+
+def test_the_groups_a_plan_labels_are_the_groups_fitted(hp_db: str) -> None:
+    from scaling.fitting import from_db
+
+    data, _ = from_db(hp_db, "tagged")
+    assert data.hparam_runs is not None and len(data.points) == 3
+    assert set(data.hparam_runs["group"]) == {"2x32x2 D=%g" % d for d in data.points["D"]}
 
 
 def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_batch(hp_db: str) -> None:
