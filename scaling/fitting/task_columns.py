@@ -5,32 +5,25 @@ The trainer writes ``task/<task>/<kind>`` per evaluation step (kind: ``acc``, ``
 same names as columns, or ``<kind>_<task>`` (``acc_hellaswag``, ``bpb_hellaswag``), or
 ``err_<task>`` for an error rate 1 - accuracy (Gadre et al. 2024 publish errors). This module
 imports nothing of the fitting code, so the CSV reader can leave task columns out of the
-grouping keys of a point.
+grouping keys of a point. The names themselves are the vocabulary's (:mod:`scaling.vocab`).
 """
 
 from __future__ import annotations
 
-import re
+from scaling.vocab import TASK_KINDS, TASK_PREFIX, task_metric, task_name_problem
 
-#: Prefix of every task metric in the database.
-TASK_PREFIX = "task/"
-#: What a task measures: accuracy, length-normalised accuracy, bits per byte of the answer.
-TASK_KINDS = ("acc", "acc_norm", "bpb")
 #: Column prefixes a CSV may use instead of ``task/<task>/<kind>``; ``err`` is 1 - accuracy.
 COLUMN_KINDS = ("acc_norm", "acc", "bpb", "err")
-#: A task name: short, plain characters (it becomes a label in tables and reports).
-TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 #: Most tasks read from one source: every task is a fit with a bootstrap.
 MAX_TASKS = 64
+
+__all__ = ["COLUMN_KINDS", "MAX_TASKS", "TASK_KINDS", "TASK_PREFIX", "is_task_column", "metric_name", "parse_column",
+           "parse_metric", "task_name_problem"]
 
 
 def metric_name(task: str, kind: str) -> str:
     """The database metric of ``kind`` on ``task``, spelled as the trainer writes it."""
-    try:
-        from scaling.vocab import task_metric  # type: ignore[attr-defined]
-    except ImportError:  # older vocabularies spelled it here
-        return f"{TASK_PREFIX}{task}/{kind}"
-    return str(task_metric(task, kind))
+    return task_metric(task, kind)
 
 
 def parse_metric(name: str) -> tuple[str, str] | None:
@@ -39,7 +32,7 @@ def parse_metric(name: str) -> tuple[str, str] | None:
         return None
     rest = name[len(TASK_PREFIX):]
     task, sep, kind = rest.rpartition("/")
-    if not sep or kind not in TASK_KINDS or not TASK_NAME.match(task):
+    if not sep or kind not in TASK_KINDS or task_name_problem(task):
         return None
     return task, kind
 

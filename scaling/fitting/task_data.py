@@ -17,7 +17,8 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData
 from scaling.fitting.tabular import parse_numbers
-from scaling.fitting.task_columns import MAX_TASKS, TASK_KINDS, TASK_NAME, TASK_PREFIX, parse_column, parse_metric
+from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, parse_column, parse_metric,
+                                          task_name_problem)
 
 COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
 
@@ -123,9 +124,9 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
         if kind not in TASK_KINDS + ("err",):
             raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
                            f"{', '.join(TASK_KINDS + ('err',))})")
-        if not TASK_NAME.match(task):
-            raise FitError(f"{where}column {c!r}: task name {task[:40]!r} must be 1-64 letters, digits, '_', '.' "
-                           "or '-', starting with a letter or digit")
+        problem = task_name_problem(task)
+        if problem:
+            raise FitError(f"{where}column {c[:80]!r}: {problem}")
         key = (task, "acc" if kind == "err" else kind)
         if key in task_cols:
             raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
