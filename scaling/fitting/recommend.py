@@ -131,9 +131,12 @@ class Recommendation:
         if self.hparams is not None:
             from scaling.fitting.hparams import ivtext
 
+            def shown(iv: dict[str, Any] | None) -> str:  # a withheld value says why in its reason, once
+                return _num(iv["value"]) if iv is not None and iv.get("kind") == "unreliable" else ivtext(iv)
+
             h = self.hparams
-            con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {ivtext(h['lr'])} "
-                      f"({h['lr_why']}); batch = {ivtext(h['batch'])} tokens ({h['batch_why']})")
+            con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {shown(h['lr'])} "
+                      f"({h['lr_why']}); batch = {shown(h['batch'])} tokens ({h['batch_why']})")
         for note in self.notes:
             con.print(f"note: {note}")
         return buf.getvalue().rstrip() + "\n"
