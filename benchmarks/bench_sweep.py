@@ -2,6 +2,10 @@
 
 Run by hand: ``python benchmarks/bench_sweep.py [--steps 250] [--runs 8]``.
 
+``--read URL [--sweep NAME]`` times reading a large sweep (``status``, ``runs``, ``fit``, ``report``
+and the report's load in headless Chromium), e.g. the 10,000-run sweep kept by
+``--scale 10000 --out /tmp/sweep10k`` (``--read sqlite:////tmp/sweep10k/scale.db``).
+
 ``--scale 250,1000,4000,10000`` instead runs the scale series: simulated sweeps (milliseconds of
 "training" each, no fit, no report) of each size into SQLite, printing runs/s and the driver's
 orchestration time per run (its CPU seconds per run), and the ratio of the largest size's
@@ -244,6 +248,66 @@ def count_once(url: str, sweep_name: str) -> dict[str, int]:
     return out
 
 
+def read_series(url: str, sweep: str, tmp: Path) -> None:
+    """Reading a large sweep: each command as a user runs it (a fresh process, CPU and wall time), the
+    notebook API in this process, and the report's size and load time in headless Chromium.
+
+    ``scaling fit`` runs on a copy of a SQLite database without stored fits (its first fit), then
+    again on that copy (the stored fit reused); the report fits as it does by default."""
+    import shutil
+    import subprocess
+
+    def timed(args: list[str], db: str = url) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), os.times()
+        proc = subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", *args, "--db", db,
+                               "--sweep", sweep], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        c1 = os.times()
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return time.perf_counter() - t0, (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+
+    fresh = url
+    if url.startswith("sqlite:///"):
+        copy = tmp / "read-copy.db"
+        shutil.copyfile(url[len("sqlite:///"):], copy)
+        fresh = f"sqlite:///{copy}"
+    print(f"{'what':<34} {'wall s':>8} {'CPU s':>8}", flush=True)
+    for label, args, db in (("scaling status", ["status"], url), ("scaling runs", ["runs"], url),
+                            ("scaling fit (first fit)", ["fit"], fresh), ("scaling fit (stored fit)", ["fit"], fresh),
+                            ("scaling report", ["report", "-o", str(tmp / "report.html")], url)):
+        wall, cpu = timed(args, db)
+        print(f"{label:<34} {wall:>8.1f} {cpu:>8.1f}", flush=True)
+    import scaling
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    with scaling.connect(url) as res:
+        runs = res.runs(sweep=sweep)
+        last = res.last_metrics(sweep=sweep)
+    print(f"{'notebook: runs() + last_metrics()':<34} {time.perf_counter() - t0:>8.1f} {time.process_time() - c0:>8.1f}"
+          f"   ({len(runs):,} runs, {len(last):,} rows)", flush=True)
+    report = tmp / "report.html"
+    print(f"report: {report.stat().st_size / 1e6:.1f} MB; Chromium load (to every figure drawn): "
+          f"{chromium_load(report):.1f} s", flush=True)
+
+
+def chromium_load(path: Path) -> float:
+    """Seconds from opening ``path`` in headless Chromium to every figure drawn (``data-rendered``)."""
+    from playwright.sync_api import sync_playwright
+
+    exe = os.environ.get("SCALING_CHROMIUM") or "/usr/bin/chromium"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        t0 = time.perf_counter()
+        page.goto(path.resolve().as_uri(), wait_until="load", timeout=600_000)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))",
+            timeout=600_000,
+        )
+        seconds = time.perf_counter() - t0
+        browser.close()
+    return seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=8)
@@ -254,7 +318,13 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=1000, help="runs of each of the two concurrent sweeps")
     ap.add_argument("--out", type=Path, help="the scale series' folder (its scale.db is kept for reading "
                     "benchmarks: status, runs, fit, report); default a fresh temporary folder")
+    ap.add_argument("--read", metavar="URL", help="time status, runs, fit, report (and its Chromium load) on the "
+                    "sweep --sweep of this database, e.g. the scale series' --out folder's scale.db")
+    ap.add_argument("--sweep", default="scale10000", help="--read: the sweep to read")
     args = ap.parse_args()
+    if args.read:
+        read_series(args.read, args.sweep, Path(tempfile.mkdtemp(prefix="bench_read_")))
+        return
     if args.scale:
         sizes = [int(float(v)) for v in args.scale.split(",")]
         tmp = args.out or Path(tempfile.mkdtemp(prefix="bench_scale_"))

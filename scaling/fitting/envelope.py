@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.data import FitData
@@ -47,23 +48,32 @@ class ChinchillaEnvelope(FrontierLaw):
         cur = data.curves
         if cur is None or len(cur) == 0:
             raise FitError("approach 1 (envelope) needs loss curves (run_key, tokens, flops, loss); the input has none")
-        runs = [(key, g.sort_values("flops")) for key, g in cur.groupby("run_key", sort=True)]
-        runs = [(k, g) for k, g in runs if len(g) >= 2]
-        if len(runs) < 3:
-            raise FitError(f"approach 1 (envelope) needs curves of at least three runs with two or more points; got {len(runs)}")
-        if len({float(g['N'].iloc[0]) for _, g in runs}) < 3:
+        # One sort by (run, flops) and slices of plain arrays: a sweep of many runs has as many curves.
+        codes, keys = pd.factorize(cur["run_key"], sort=True)
+        flops_all = cur["flops"].to_numpy(float)
+        order = np.lexsort((flops_all, codes))
+        order = order[codes[order] >= 0]  # rows without a run key belong to no curve
+        codes, flops_all = codes[order], flops_all[order]
+        loss_all, n_all = cur["loss"].to_numpy(float)[order], cur["N"].to_numpy(float)[order]
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        ends = np.r_[starts[1:], len(codes)]
+        long_enough = ends - starts >= 2
+        starts, ends = starts[long_enough], ends[long_enough]
+        if len(starts) < 3:
+            raise FitError(f"approach 1 (envelope) needs curves of at least three runs with two or more points; got {len(starts)}")
+        N = n_all[starts]
+        if len(np.unique(N)) < 3:
             raise FitError("approach 1 (envelope) needs curves of at least three model sizes")
-        lo = min(float(g["flops"].iloc[0]) for _, g in runs)
-        hi = max(float(g["flops"].iloc[-1]) for _, g in runs)
+        lo, hi = float(flops_all[starts].min()), float(flops_all[ends - 1].max())
         F = np.exp(np.linspace(math.log(lo), math.log(hi), self.n_flops))
-        M = np.full((len(runs), len(F)), np.nan)
-        for r, (_, g) in enumerate(runs):
-            lf, ll = np.log(g["flops"].to_numpy(float)), np.log(g["loss"].to_numpy(float))
+        logF = np.log(F)
+        M = np.full((len(starts), len(F)), np.nan)
+        for r, (a, b) in enumerate(zip(starts, ends)):
+            lf, ll = np.log(flops_all[a:b]), np.log(loss_all[a:b])
             ll = _smooth(lf, ll, float(self.smooth))
-            inside = (np.log(F) >= lf[0] - 1e-12) & (np.log(F) <= lf[-1] + 1e-12)
-            M[r, inside] = np.exp(np.interp(np.log(F[inside]), lf, ll))
-        N = np.array([float(g["N"].iloc[0]) for _, g in runs])
-        return F, N, M, [str(k) for k, _ in runs]
+            inside = (logF >= lf[0] - 1e-12) & (logF <= lf[-1] + 1e-12)
+            M[r, inside] = np.exp(np.interp(logF[inside], lf, ll))
+        return F, N, M, [str(keys[codes[a]]) for a in starts]
 
     def _envelope(self, F: np.ndarray, N: np.ndarray, M: np.ndarray) -> list[dict[str, Any]]:
         """The envelope at every FLOP value, vectorised over FLOP values (the bootstrap calls it often)."""
@@ -72,15 +82,19 @@ class ChinchillaEnvelope(FrontierLaw):
         # Best loss per size (several runs of a size: seeds, or bootstrap duplicates) and its run.
         B = np.full((S, len(F)), np.inf)
         best_run = np.full((S, len(F)), -1)
-        for r in range(len(N)):
-            s = int(np.searchsorted(sizes, N[r]))
-            better = np.isfinite(M[r]) & (M[r] < B[s])
-            B[s, better] = M[r, better]
-            best_run[s, better] = r
+        cols = np.arange(len(F))
+        size_of = np.searchsorted(sizes, N)
+        for s in range(S):  # per size, not per run: the first run with the lowest loss, as a scan would keep
+            rows_s = np.flatnonzero(size_of == s)
+            sub = np.where(np.isfinite(M[rows_s]), M[rows_s], np.inf)
+            first = np.argmin(sub, axis=0)
+            low = sub[first, cols]
+            found = np.isfinite(low)
+            B[s, found] = low[found]
+            best_run[s, found] = rows_s[first[found]]
         finite = np.isfinite(B)
         count = finite.sum(axis=0)
         i = np.argmin(B, axis=0)
-        cols = np.arange(len(F))
         # Nearest available size below and above the best (sizes sampled at a FLOP value can have gaps).
         rows = np.arange(S)[:, None]
         prev_idx = np.maximum.accumulate(np.where(finite, rows, -1), axis=0)
@@ -140,6 +154,7 @@ class ChinchillaEnvelope(FrontierLaw):
 
     def _fit(self, data: FitData) -> None:
         F, N, M, keys = self._grid(data)
+        self._grid_of = (data, (F, N, M, keys))  # the bootstrap of this fit resamples the same grid
         env = self._envelope(F, N, M)
         params = self._params_from(env, strict=True)
         assert params is not None
@@ -159,7 +174,8 @@ class ChinchillaEnvelope(FrontierLaw):
             self.notes_.append("curves: " + ", ".join(f"{name} for {int(c)} run(s)" for name, c in per_run.items()))
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
-        F, N, M, _ = self._grid(data)
+        cached = getattr(self, "_grid_of", None)
+        F, N, M, _ = cached[1] if cached is not None and cached[0] is data else self._grid(data)
         out = np.full((n, len(self.param_names)), np.nan)
         R = len(N)
         for k in range(n):

@@ -84,3 +84,62 @@ def downsample_frame(
             rows = rows[keep_minimum(log_spaced_indices(xv[rows], max_points), yv[rows])]
         keep.append(rows)
     return df.iloc[np.concatenate(keep)]
+
+
+#: Runs whose curves a report draws at most: a few hundred lines already fill a figure, and
+#: every further one adds to what a browser must parse and draw (10,000 runs made 75 MB).
+MAX_RUNS_DRAWN = 300
+
+
+def thin_runs(runs: pd.DataFrame, max_runs: int = MAX_RUNS_DRAWN, by: tuple[str, ...] = ("N", "D")) -> pd.DataFrame:
+    """At most ``max_runs`` of ``runs`` (rows with ``run_key`` and the ``by`` columns), spread over
+    the configurations ``by``: one run of every configuration before a second of any (seeds are
+    repeats), and evenly spaced configurations when there are more of them than ``max_runs``."""
+    if len(runs) <= max_runs:
+        return runs
+    cols = [c for c in by if c in runs.columns]
+    if not cols:
+        return runs.iloc[np.unique(np.linspace(0, len(runs) - 1, max_runs).round().astype(int))]
+    order = runs.sort_values([*cols, "run_key"], kind="stable")
+    repeat = order.groupby(cols, sort=False, dropna=False).cumcount().to_numpy()
+    config = order.groupby(cols, sort=True, dropna=False).ngroup().to_numpy()
+    first = np.flatnonzero(repeat == 0)
+    if len(first) >= max_runs:
+        picked = first[np.unique(np.linspace(0, len(first) - 1, max_runs).round().astype(int))]
+    else:
+        picked = np.lexsort((config, repeat))[:max_runs]  # every first run, then every second, ...
+    return order.iloc[np.sort(picked)]
+
+
+#: Rows of a report's runs table and markers of its events figure at most (``scaling runs`` and
+#: the read API list everything).
+MAX_TABLE_ROWS = 1000
+MAX_EVENTS_DRAWN = 2000
+#: Runs drawn at most as markers of one figure (IsoFLOP profiles, residuals, contour, throughput).
+MAX_POINTS_DRAWN = 2000
+
+
+def thin_table(runs: pd.DataFrame, max_rows: int = MAX_TABLE_ROWS) -> pd.DataFrame:
+    """At most ``max_rows`` runs to list, in their order: every run that did not complete first
+    (they need a reader's attention), then :func:`thin_runs` of the completed ones."""
+    if len(runs) <= max_rows:
+        return runs
+    attention = runs[runs["status"] != "completed"].iloc[:max_rows]
+    rest = thin_runs(runs[runs["status"] == "completed"], max_rows - len(attention))
+    return runs[runs.index.isin(attention.index) | runs.index.isin(rest.index)]
+
+
+def thin_events(events: pd.DataFrame, prefer: frozenset[str] | set[str], max_events: int = MAX_EVENTS_DRAWN) -> pd.DataFrame:
+    """At most ``max_events`` events, in their order: every event of a ``prefer`` kind first (up to
+    the cap), then evenly spaced others."""
+    if len(events) <= max_events:
+        return events
+    wanted = events["kind"].isin(prefer).to_numpy()
+    first = np.flatnonzero(wanted)[:max_events]
+    others = np.flatnonzero(~wanted)
+    room = max_events - len(first)
+    if room > 0 and len(others):
+        others = others[np.unique(np.linspace(0, len(others) - 1, min(room, len(others))).round().astype(int))]
+    else:
+        others = others[:0]
+    return events.iloc[np.sort(np.concatenate([first, others]))]

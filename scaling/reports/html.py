@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from scaling import vocab as names
 from scaling.db.jsonvalues import as_dict
 from scaling.fitting.api import SHORT
 from scaling.fitting.data import group_budgets
@@ -29,6 +30,8 @@ from scaling.reports import fitview
 from scaling.errors import mask_data
 from scaling.reports.blocks import Page, interval, kv, missing, section
 from scaling.reports.data import ReportData
+from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
+                                        thin_runs, thin_table)
 from scaling.reports.figures_adaptive import adaptive_section
 from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.output import write_atomic
@@ -42,6 +45,10 @@ SECTIONS = (
     ("parametric", "Parametric fit"),
     ("health", "Run health"),
 )
+
+#: Event kinds the run-health figure keeps first when it must thin its markers.
+HEALTH_EVENTS = frozenset({names.LOSS_SPIKE, names.ROLLBACK, names.RETRY, names.RESUME, names.FAILURE,
+                           names.STALE_RECOVERED, names.OVERFLOW_SKIP, names.INTERRUPTED})
 
 #: The heading of the notes under the answer.
 LIMITS_TITLE = "What the data cannot determine"
@@ -300,14 +307,13 @@ def _runs_table(data: ReportData) -> str:
     if r.empty:
         return section("runs", "Runs", missing("The sweep has no runs."))
     ev = data.event_counts()
-    from scaling import vocab as names
-
     cols = ["run", "name", "tags", "N", "shape", "D", "C", "D/N", "final train loss", "final eval loss",
             "status", "attempts", "spikes", "rollbacks", "retries"]
     numeric = {"N", "D", "C", "D/N", "final train loss", "final eval loss", "attempts", "spikes", "rollbacks", "retries"}
     head = "".join(f'<th class="num">{e(c)}</th>' if c in numeric else f"<th>{e(c)}</th>" for c in cols)
     body = []
-    for _, row in r.iterrows():
+    listed = thin_table(r)
+    for _, row in listed.iterrows():
         key = row["run_key"]
         counts = ev.loc[key] if key in ev.index else None
         spikes = int(counts[names.LOSS_SPIKE]) if counts is not None else 0
@@ -326,7 +332,10 @@ def _runs_table(data: ReportData) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     table = (f'<div class="table-wrap"><table class="sortable" id="runs-table"><thead><tr>{head}</tr></thead>'
              f'<tbody>{"".join(body)}</tbody></table></div>')
-    return section("runs", "Runs", "<p>Click a column to sort.</p>" + table)
+    shown = "" if len(listed) == len(r) else (
+        f" Listed: {len(listed):,} of the {len(r):,} runs (at most {MAX_TABLE_ROWS:,}: every run that did not complete, "
+        "then one run of every (N, D) before a second seed of any); <code>scaling runs</code> lists them all.")
+    return section("runs", "Runs", f"<p>Click a column to sort.{shown}</p>" + table)
 
 
 def _numcell(x: Any, digits: int = 3) -> str:
@@ -343,15 +352,38 @@ def _numcell(x: Any, digits: int = 3) -> str:
 def _curves(data: ReportData, page: Page) -> str:
     if data.curves is None or data.curves.empty:
         return section("curves", "Training curves", missing("No loss curves recorded yet."))
-    env = F.loss_envelope(data.curves)
-    inner = page.figure("loss-tokens", F.loss_curves(data.curves, data.runs, x="tokens"))
-    inner += page.figure("loss-flops", F.loss_curves(data.curves, data.runs, x="flops", envelope=env,
+    env = F.loss_envelope(data.curves)  # from every run's curve, drawn or not
+    with_curves = data.runs[data.runs["run_key"].isin(set(data.curves["run_key"]))]
+    runs, curves = thin_runs(with_curves), data.curves
+    thinned = len(runs) < len(with_curves)
+    if thinned:
+        curves = curves[curves["run_key"].isin(set(runs["run_key"]))]
+    else:
+        runs = data.runs
+    inner = page.figure("loss-tokens", F.loss_curves(curves, runs, x="tokens"))
+    inner += page.figure("loss-flops", F.loss_curves(curves, runs, x="flops", envelope=env,
                                                      optima=_approach1_optima(data)))
-    inner += (f"<p>Curves are thinned for display to about {int(data.curves.groupby(['run_key', 'name']).size().max())} "
+    drawn = "" if not thinned else (
+        f"Drawn: the curves of {len(runs):,} of the {len(with_curves):,} runs (at most {MAX_RUNS_DRAWN:,}, one run of "
+        "every (N, D) before a second seed of any), so the page stays quick to open; the envelope uses them all. ")
+    inner += (f"<p>{drawn}Curves are thinned for display to about {int(curves.groupby(['run_key', 'name']).size().max())} "
               "log-spaced points each, always keeping each curve's minimum. The dashed black line is the "
               "approach-1 envelope: the lowest loss any run reached within each FLOP budget; crosses mark the "
               "optima approach 1 fitted its frontier to.</p>")
     return section("curves", "Training curves", inner)
+
+
+def drawn_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a figure of one marker per run draws: :func:`thin_runs` at :data:`MAX_POINTS_DRAWN`."""
+    return thin_runs(runs, MAX_POINTS_DRAWN)
+
+
+def thinned_note(runs: pd.DataFrame) -> str:
+    """What :func:`drawn_points` left out of this section's figures, in words ("" when nothing)."""
+    if len(runs) <= MAX_POINTS_DRAWN:
+        return ""
+    return (f'<p class="small">Drawn: markers for {MAX_POINTS_DRAWN:,} of the {len(runs):,} runs (one run of every '
+            "(N, D) before a second seed of any); the fits use them all.</p>")
 
 
 def _approach1_optima(data: ReportData) -> pd.DataFrame | None:
@@ -370,7 +402,8 @@ def _approach1_optima(data: ReportData) -> pd.DataFrame | None:
 
 
 def _isoflop(data: ReportData, page: Page) -> str:
-    inner = page.figure("isoflop", F.isoflop_profiles(data.runs, data.fits.get("approach2")))
+    inner = page.figure("isoflop", F.isoflop_profiles(drawn_points(data.runs), data.fits.get("approach2")))
+    inner += thinned_note(data.runs)
     if "approach2" not in data.fits:
         inner += missing("Approach 2 is not fitted, so no parabolas are drawn.")
     else:
@@ -382,7 +415,8 @@ def _isoflop(data: ReportData, page: Page) -> str:
 
 def _frontiers(data: ReportData, page: Page) -> str:
     target = next_budget(data)
-    inner = page.figure("frontiers", F.frontiers(data.fits, runs=data.completed, target=target))
+    inner = page.figure("frontiers", F.frontiers(data.fits, runs=drawn_points(data.completed), target=target))
+    inner += thinned_note(data.completed)
     inner += _exponents(data)
     return section("frontiers", "Frontiers", inner)
 
@@ -408,8 +442,9 @@ def _parametric(data: ReportData, page: Page) -> str:
     if law is None:
         inner += missing("Approach 3 (parametric L(N, D)) is not fitted, so there is no contour.")
     else:
-        inner += page.figure("contour", F.parametric_contour(law, data.completed))
-    inner += page.figure("residuals", F.residuals(data.fits, data.runs))
+        inner += page.figure("contour", F.parametric_contour(law, drawn_points(data.completed)))
+    inner += page.figure("residuals", F.residuals(data.fits, drawn_points(data.runs)))
+    inner += thinned_note(data.runs)
     bt = fitview.backtest_frame(data.fits)
     inner += page.figure("backtest", F.backtest(bt))
     if bt.attrs.get("notes"):
@@ -430,6 +465,11 @@ def _health(data: ReportData, page: Page) -> str:
         )
         inner = ('<h3>Failures</h3><table id="failures"><thead><tr><th>run</th><th>name</th><th>status</th>'
                  f'<th class="num">attempts</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>')
-    inner += page.figure("events", F.run_events(data.events, r))
-    inner += page.figure("throughput", F.throughput(data.perf, r))
+    events = data.events
+    if events is not None and len(events) > MAX_EVENTS_DRAWN:
+        events = thin_events(events, HEALTH_EVENTS)
+        inner += (f"<p>Drawn: {len(events):,} of the {len(data.events):,} events (at most {MAX_EVENTS_DRAWN:,}: every "
+                  "spike, rollback, retry, resume, skip or failure first).</p>")
+    inner += page.figure("events", F.run_events(events, r))
+    inner += page.figure("throughput", F.throughput(data.perf, drawn_points(r)))
     return section("health", "Run health", inner)
