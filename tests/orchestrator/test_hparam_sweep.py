@@ -89,6 +89,10 @@ def test_the_groups_are_stored_and_their_best_runs_sit_at_the_known_optimum(swep
     with connect(url) as res:
         runs = res.runs(sweep="sim-hparams")
     assert len(runs) == 54 and set(runs["status"]) == {"completed"}
+    from scaling.orchestrator.status import sweep_status
+
+    spent = sweep_status(url, "sim-hparams")  # the compute spent counts every run of every group
+    assert spent["flops_spent"] == pytest.approx(runs["C"].sum()) and spent["flops_remaining"] == 0
     assert runs["hparam_group"].notna().all() and runs["hparam_group"].nunique() == 6
     for _, group in runs.groupby("hparam_group"):
         best = group.loc[group["final_loss"].idxmin()]
