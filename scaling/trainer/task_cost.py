@@ -81,5 +81,5 @@ def cost_note(evals: "EvalsSpec", rows: list[dict[str, Any]]) -> list[str]:
     names = ([vocab.NEXT_LINE] if evals.next_line is not None else []) + [t.name or "" for t in evals.tasks]
     seconds = sum(r.get("task_eval_seconds", 0.0) for r in rows)
     return [f"task scoring ({', '.join(names)}) at every evaluation and each run's end: {flops:.3g} FLOPs, "
-            f"{100 * flops / training:.2g}% of training (about {seconds:.0f}s of the estimate); "
+            f"{100 * flops / training:.2g}% of training (about {seconds:.2g}s of the estimate); "
             "the plan's `evals:` section chooses them (next_line: false turns the built-in task off)"]
