@@ -44,7 +44,8 @@ def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss against learning rate") -> go.Figure:
-    """One panel per group: final loss against lr, one curve per batch, the fitted optimum marked."""
+    """One panel per group: final loss against lr, one curve per batch, the near-optimal settings ringed
+    and the fitted optimum marked."""
     labels = assign_groups(runs)
     groups = [g for g in fit.groups][:MAX_PANELS]
     cols = min(4, max(1, len(groups)))
@@ -54,6 +55,7 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
     batches = sorted({float(b) for b in runs.loc[labels.notna(), "batch"].dropna()})
     colors = size_colors(batches)
     shown: set[float] = set()
+    shown_extra: set[str] = set()
     traces, where = [], []  # added in one call: plotly validates each add_trace on its own (slow)
     for i, g in enumerate(groups):
         cell = (i // cols + 1, i % cols + 1)
@@ -66,6 +68,16 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
                 hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
             where.append(cell)
             shown.add(float(b))
+        if g.near.get("n"):  # the near-optimal settings, ringed (DeepSeek LLM draw the region so)
+            ref = min(g.loss["value"], float(mean["loss"].min()))
+            near = mean[mean["loss"] <= ref * (1 + fit.near_fraction)]
+            traces.append(go.Scatter(
+                x=near["lr"], y=near["loss"], mode="markers", name=f"within {100 * fit.near_fraction:.2g}% of L*",
+                legendgroup="near", showlegend="near" not in shown_extra,
+                marker=dict(symbol="circle-open", size=14, color="#d62728", line=dict(width=2)),
+                hovertemplate="near-optimal: lr %{x:.3g}, loss %{y:.4f}<extra></extra>"))
+            where.append(cell)
+            shown_extra.add("near")
         if g.used:
             traces.append(go.Scatter(
                 x=[g.lr["value"]], y=[g.loss["value"]], mode="markers", showlegend=i == 0, name="fitted optimum",

@@ -44,6 +44,7 @@ def test_a_sweep_with_groups_gets_the_section_with_its_figures_and_next_run(db: 
     figures = {div: json.loads(text) for div, text in page.figures}
     curves = [t for t in figures["fig-hparam-loss-lr"]["data"] if t.get("mode") == "lines+markers"]
     assert len(curves) == 9 * 3  # one curve per batch in each of the nine groups' panels
+    assert any(str(t.get("name", "")).startswith("within 0.25% of L*") for t in figures["fig-hparam-loss-lr"]["data"])
     bands = [t for t in figures["fig-hparam-laws"]["data"] if t.get("fill") == "toself"]
     assert bands  # the fitted laws are drawn with their 95% bands
 
