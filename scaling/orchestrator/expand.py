@@ -45,7 +45,6 @@ from scaling.trainer.resolve import (
     NoLayoutError,
     PlacementError,
     Resolution,
-    data_vocab,
     decide_data,
     decide_precision,
     resolve,
@@ -142,7 +141,7 @@ def shared(plan: Plan, source: Optional[YamlSource] = None, host: Host = Host())
     plan = plan.model_copy(update={"train": plan.train.model_copy(update={"precision": res.precision})})
     if host.data:
         try:
-            vocab, data = data_vocab(plan.data), decide_data(plan.data)
+            data, vocab = decide_data(plan.data)
         except UserError as exc:
             raise _data_error(source, exc) from None
         plan = plan.with_data_vocab(vocab, source).model_copy(update={"data": data})

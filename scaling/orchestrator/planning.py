@@ -21,14 +21,7 @@ from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.trainer.spec import HPARAM_GROUP_TAG
 from scaling.trainer.task_cost import cost_note, cost_row
-from scaling.trainer.resolve import (  # noqa: F401  (re-exported: the planner's constants)
-    CPU_PEAK_FRACTION,
-    CPU_STEP_SECONDS,
-    GPU_STEP_SECONDS,
-    GPU_THROUGHPUT_FLOPS,
-    overheads,
-    worker_rate,
-)
+from scaling.trainer.resolve import overheads, worker_rate
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
@@ -233,8 +226,8 @@ def render_groups(summary: dict[str, Any]) -> Any:
         return None
     runs = sum(g["runs"] for g in groups)
     plural = "s" if len(groups) > 1 else ""
-    table = Table(title=f"{len(groups)} hyperparameter group{plural}: {runs} runs, {sum(g['C'] for g in groups):.3g} FLOPs, "
-                        f"est. {_duration(sum(g['est_seconds'] for g in groups))} serial")
+    cost = f"{sum(g['C'] for g in groups):.3g} FLOPs, est. {_duration(sum(g['est_seconds'] for g in groups))} serial"
+    table = Table(title=f"{len(groups)} hyperparameter group{plural}: {runs} runs, {cost}")
     for col in ("group", "runs", "lr", "batch", "beta2", "C", "est."):
         table.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
     values = lambda vs, f: ", ".join(format(v, f) for v in vs)  # noqa: E731

@@ -139,16 +139,6 @@ def load_corpus(data: "DataSpec") -> Corpus:
     return _load(data.source, data.path, data.dtype, data.val_fraction, data.tokenizer)
 
 
-def tokenizer_vocab_size(data: "DataSpec", *, progress: Optional[bool] = None) -> Optional[int]:
-    """The vocabulary a model needs for ``data`` when a tokenizer defines it (preparing the
-    tokens if they are not prepared yet), else None."""
-    if data.tokenizer is None:
-        return None
-    from scaling.trainer.prepare import prepare
-
-    return prepare(data, progress=progress).vocab_size
-
-
 @functools.lru_cache(maxsize=4)
 def _load(source: str, path_: str | None, dtype: str, val_fraction: float, tokenizer: Any = None) -> Corpus:
     details: dict[str, Any] = {}

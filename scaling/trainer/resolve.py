@@ -3,7 +3,7 @@
 Every decision a request leaves open is made here, once, with the reason `scaling plan` prints:
 the precision (:func:`decide_precision`), the layout (strategy, tp, pp, pipeline schedule and
 micro-batch: :func:`decide_layout`, the search of :mod:`scaling.layout`), the data's fingerprint
-and the tokenizer's vocabulary (:func:`decide_data`, :func:`data_vocab`) and the rate a worker
+and the tokenizer's vocabulary (:func:`decide_data`) and the rate a worker
 computes at (:func:`worker_rate`). :func:`resolve` applies them to one request; the sweep's
 expansion, ``scaling train`` and the trainer's strategy all go through these functions, and
 ``scaling.trainer.train`` refuses a request (:func:`unresolved_problem`).
@@ -217,21 +217,16 @@ def overheads(gpus_per_worker: float) -> tuple[float, float]:
     return CPU_STEP_SECONDS, CPU_LAYER_SECONDS
 
 
-def data_vocab(data: DataSpec) -> Optional[int]:
-    """The tokenizer's vocabulary (its tokens prepared once), or None for byte-level or token-file data."""
-    from scaling.trainer.data import tokenizer_vocab_size
-
-    return tokenizer_vocab_size(data)
-
-
-def decide_data(data: DataSpec) -> DataSpec:
-    """``data`` with its fingerprint (part of the key) and its unique tokens measured from the corpus."""
+def decide_data(data: DataSpec) -> tuple[DataSpec, Optional[int]]:
+    """``data`` with its fingerprint (part of the key) and unique tokens measured from the corpus,
+    and the tokenizer's vocabulary (None for byte-level or token-file data). The corpus is read
+    (a tokenizer's tokens prepared) once per process: ``resolve_data`` checks each run against it."""
     from scaling.trainer.data import load_corpus
 
     corpus = load_corpus(data)
-    if data.fingerprint == corpus.fingerprint and data.unique_tokens == corpus.unique_tokens:
-        return data
-    return data.model_copy(update={"fingerprint": corpus.fingerprint, "unique_tokens": corpus.unique_tokens})
+    if data.fingerprint != corpus.fingerprint or data.unique_tokens != corpus.unique_tokens:
+        data = data.model_copy(update={"fingerprint": corpus.fingerprint, "unique_tokens": corpus.unique_tokens})
+    return data, corpus.vocab_size
 
 
 def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:

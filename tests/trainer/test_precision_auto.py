@@ -171,7 +171,8 @@ def test_expansion_resolves_auto_and_stores_the_resolved_spec(rates, sqlite_url:
 def test_the_planner_times_runs_at_the_probed_rate_of_the_resolved_precision(rates) -> None:
     from scaling.orchestrator.expand import expand
     from scaling.orchestrator.plan import Plan
-    from scaling.orchestrator.planning import CPU_PEAK_FRACTION, summarize
+    from scaling.orchestrator.planning import summarize
+    from scaling.trainer.resolve import CPU_PEAK_FRACTION
 
     rates(bf16=0.9 * GFLOP, fp32=70 * GFLOP)
     fast = summarize(expand(Plan.from_dict(_plan(None))))

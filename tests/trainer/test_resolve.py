@@ -1,0 +1,81 @@
+"""The resolver: a RunRequest (may say auto) becomes a concrete RunSpec, every decision made once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from scaling.errors import ResourceError, SpecError
+from scaling.trainer.resolve import OFFLINE, Host, NoLayoutError, resolve
+from scaling.trainer.spec import RunRequest, RunSpec
+
+FOUR_WAY: dict = {
+    "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32},
+    "tokens": 32 * 2 * 10,
+    "batch_tokens": 32 * 2,  # two sequences: too few for four data-parallel workers
+    "execution": {"workers": 4, "device": "cpu"},
+}
+
+
+def test_a_resolved_request_is_a_concrete_spec_that_resolves_to_itself(make_request) -> None:
+    done = resolve(make_request(), Host(data=True))
+    spec = done.spec
+    assert type(spec) is RunSpec and spec.precision in ("bf16", "fp32") and spec.precision == done.precision.precision
+    assert spec.data.fingerprint is not None and spec.data.unique_tokens
+    assert spec.execution.strategy == "single" and done.choice is not None and done.memory_gib > 0
+    again = resolve(spec, Host(data=True))
+    assert again.spec == spec and again.spec.key == spec.key and again.precision.reason == "as requested"
+
+
+def test_a_request_waits_for_its_layout_which_the_resolver_picks() -> None:
+    """Four workers cannot share two sequences as data-parallel ranks: a RunSpec refuses that, a
+    request under ``strategy: auto`` leaves it to the layout search (tensor or pipeline ranks)."""
+    with pytest.raises(SpecError, match="cannot feed 4 workers"):
+        RunSpec.from_dict({**FOUR_WAY, "precision": "fp32"})
+    request = RunRequest.from_dict(FOUR_WAY)
+    assert request.placement_pending() and request.precision == "auto"
+    spec = resolve(request, OFFLINE).spec
+    ex = spec.execution
+    assert type(spec) is RunSpec and spec.precision == "fp32"  # not probed: the larger estimate on a CPU
+    assert ex.dp * ex.tp * ex.pp == 4 and ex.dp <= 2 and ex.strategy != "auto"
+    assert spec.key == request.model_copy(update={"precision": "fp32"}).key  # the layout is not in the key
+
+
+def test_the_trainer_strategy_is_the_resolvers() -> None:
+    """``strategy: auto`` at train time asks the same search as the planner: one decision."""
+    from scaling.trainer.parallel import resolve_strategy
+
+    fields = {"model": {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024}, "precision": "bf16",
+              "tokens": 1024 * 8 * 10, "batch_tokens": 1024 * 8}
+    seen = set()
+    for gib in (2.6, 2.0, 1.7, 1.55):  # ddp, zero1, zero2 and zero3 fit in turn (1.5 to 2.5 GiB)
+        execution = {"workers": 4, "device_memory_gib": gib, "micro_batch_size": 1, "tp": 1, "pp": 1,
+                     "pp_schedule": "1f1b", "device": "cpu"}
+        planned = resolve(RunRequest.from_dict({**fields, "execution": execution}), OFFLINE).spec
+        trained = resolve_strategy(RunSpec.from_dict({**fields, "execution": {**execution, "strategy": "auto"}}), 4)
+        assert planned.execution.strategy == trained
+        seen.add(trained)
+    assert len(seen) > 1
+
+
+def test_a_run_no_layout_fits_is_refused_in_one_line() -> None:
+    request = RunRequest.from_dict({**FOUR_WAY, "execution": {"device": "cpu", "device_memory_gib": 0.0001}})
+    with pytest.raises(NoLayoutError) as exc:
+        resolve(request, OFFLINE)
+    assert isinstance(exc.value, ResourceError) and "\n" not in str(exc.value)
+    assert "model 2x32 needs an estimated" in str(exc.value) and "execution.device_memory_gib" in str(exc.value)
+
+
+def test_sizing_a_stored_plan_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "from scaling.orchestrator.expand import size_run\n"
+        "plan = {'name': 's', 'model': {'context': 64}, 'train': {'batch_tokens': 1024},"
+        " 'grid': [{'models': [1e4], 'tokens': [1e6]}]}\n"
+        "out = size_run(plan, 4e4, 1e6, 2.4e11)\n"
+        "assert out['strategy'] == 'single' and out['memory_gib'] > 0, out\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
