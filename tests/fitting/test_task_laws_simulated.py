@@ -1,0 +1,83 @@
+"""Downstream task laws on a sweep of the simulated trainer: its task metrics, fitted, find its task law.
+
+A plan whose ``simulate`` section gives a task (bits per byte of Chinchilla form, accuracy a sigmoid
+of it, binomial noise) is expanded, registered and each run trained by the real simulated trainer
+into a real SQLite database (as ``scaling sweep`` does, without Ray). The task's two steps are then
+read back from the database and fitted; the fit must recover the simulator's law and predict a
+larger run within its interval.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+TASK = dict(name="sim_task", E=0.5, A=5.0, B=20.0, alpha=0.3, beta=0.3, chance=0.25, slope=10.0, midpoint=0.95,
+            items=4000)
+PLAN = {
+    "name": "sim-tasks",
+    "simulate": {"law": {"E": 1.5, "A": 40.0, "B": 60.0, "alpha": 0.3, "beta": 0.3}, "noise": 0.002, "seed": 0,
+                 "tasks": [TASK]},
+    "model": {"vocab_size": 256, "context": 64},
+    "train": {"batch_tokens": 256},
+    "grid": [{"compute": [C], "models": [{"n_layer": 2, "d_model": d, "n_head": 2} for d in (16, 24, 32, 48, 64)]}
+             for C in (3e11, 1e12, 3e12)],
+}
+
+
+def true_bpb(N, D):
+    return TASK["E"] + TASK["A"] / np.power(N, TASK["alpha"]) + TASK["B"] / np.power(D, TASK["beta"])
+
+
+def true_acc(bpb):
+    return TASK["chance"] + (1 - TASK["chance"]) / (1 + np.exp(TASK["slope"] * (bpb - TASK["midpoint"])))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from scaling.db import Store
+    from scaling.db.lifecycle import Lifecycle
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.sweep import register
+    from scaling.trainer import train
+
+    folder = tmp_path_factory.mktemp("sim-tasks")
+    path = folder / "plan.yaml"
+    path.write_text(yaml.safe_dump({**PLAN, "runs_dir": str(folder / "runs")}, sort_keys=False))
+    url = f"sqlite:///{folder / 'results.db'}"
+    plan, source = load_plan(path)
+    expansion = expand(plan, source)
+    with Store(url) as store:
+        register(store, plan, expansion)
+        runs = Lifecycle(store, plan.name)
+        for run in expansion.runs:
+            attempt = runs.claim(run.key).attempt
+            result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
+            runs.complete(run.key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
+        runs.close()
+    return url
+
+
+def test_the_simulators_task_law_is_recovered_from_its_metrics(sweep: str) -> None:
+    from scaling.fitting.tasks import fit_tasks_sweep
+
+    fits = fit_tasks_sweep(sweep, "sim-tasks", n_bootstrap=30, grid="coarse")
+    law = fits.laws[TASK["name"]]
+    assert law.loss_source == "bpb" and law.accuracy == "acc"
+    ev = law.evals
+    assert ev["final"].sum() == 15 and len(ev) > 15  # every checkpoint's evaluation is a step-2 point
+    sig = law.curves["sigmoid"].params_
+    # the simulator's acc = chance + (1 - chance) / (1 + exp(slope (bpb - midpoint))): OLMo's form with
+    # a = 1 - chance, b = chance, k = -slope, L0 = midpoint
+    assert sig["k"] == pytest.approx(-TASK["slope"], rel=0.2) and sig["L0"] == pytest.approx(TASK["midpoint"], abs=0.03)
+    assert sig["b"] == pytest.approx(TASK["chance"], abs=0.05)
+    N = float(ev["N"].max()) * 3
+    D = float(ev["D"].max()) * 3
+    p = law.predict_interval(N, D)
+    assert p["task_loss"]["lo"] * 0.99 <= float(true_bpb(N, D)) <= p["task_loss"]["hi"] * 1.01
+    iv = p["sigmoid"]
+    assert iv["lo"] - 0.01 <= float(true_acc(true_bpb(N, D))) <= iv["hi"] + 0.01
