@@ -107,7 +107,8 @@ class HparamsPlan(_Strict):
     """A grid block's hyperparameter sweep: values per field, or factors of the field's rule."""
 
     lr: Optional[Sweep] = Field(default=None, description="learning rates, or factors of rules.lr")
-    batch_tokens: Optional[Sweep] = Field(default=None, description="batches in tokens, or factors of rules.batch_tokens")
+    batch_tokens: Optional[Sweep] = Field(default=None,
+                                          description="batches in tokens, or factors of rules.batch_tokens")
     beta2: Optional[Sweep] = Field(default=None, description="AdamW beta2 values")
 
     @model_validator(mode="before")
@@ -188,7 +189,8 @@ class Combination:
 
     def label(self, fields: Iterable[str]) -> str:
         """The swept fields' values, for a run's name (``lr=0.003,batch=4096``)."""
-        shown = {"lr": f"lr={self.lr:.4g}", "batch_tokens": f"batch={self.batch_tokens}", "beta2": f"beta2={self.beta2:g}"}
+        shown = {"lr": f"lr={self.lr:.4g}", "batch_tokens": f"batch={self.batch_tokens}",
+                 "beta2": f"beta2={self.beta2:g}"}
         return ",".join(shown[f] for f in fields)
 
 
@@ -253,11 +255,8 @@ def common_tokens(D: float, batches: Iterable[int]) -> int:
 
 
 def group_label(shape: Shape, D: float) -> str:
-    """The group of a point's runs: its shape (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``.
-
-    D is the point's own (the plan's), not a run's whole batches, so the runs of different batches
-    share it.
-    """
+    """The group of a point's runs: its shape (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``
+    (D made whole batches of every combination by :func:`common_tokens`, which every run trains)."""
     return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"
 
 

@@ -47,8 +47,9 @@ def _columns(url: str) -> tuple[str, set[str], int]:
 
 def grouped(lr: float, batch: int = 8192, **optimizer: float) -> dict:
     """The record of one combination of the group's point (a real RunSpec's)."""
-    spec = RunSpec(model={"n_layer": 2, "d_model": 64, "n_head": 2}, tokens=65536, batch_tokens=batch,  # type: ignore[arg-type]
-                   optimizer={"lr": lr, **optimizer}, tags={HPARAM_GROUP_TAG: GROUP})  # type: ignore[arg-type]
+    spec = RunSpec.model_validate({"model": {"n_layer": 2, "d_model": 64, "n_head": 2}, "tokens": 65536,
+                                   "batch_tokens": batch, "optimizer": {"lr": lr, **optimizer},
+                                   "tags": {HPARAM_GROUP_TAG: GROUP}})
     return spec.record()
 
 
