@@ -236,18 +236,18 @@ def _fixed_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: O
     return out
 
 
-def transferred(plan: Plan, source: Optional[YamlSource] = None) -> Plan:
+def transferred(plan: Plan, source: Optional[YamlSource] = None, db: Optional[str] = None) -> Plan:
     """``plan`` with each ``{fitted: SWEEP}`` rule written out as the law fitted on that sweep's
     hyperparameter groups (`scaling.orchestrator.transfer`); unchanged without one. The sweep is read
-    from the rule's ``db``, else the plan's database. PlanError at the rule's line when nothing can
-    be transferred."""
+    from the rule's ``db``, else the sweep's own database (``db``: ``--db``, else the plan's ``db:``,
+    ``$SCALING_DB``, ./scaling.db). PlanError at the rule's line when nothing can be transferred."""
     from scaling.db import resolve_url
 
     wanted: dict[tuple[str, str], list[str]] = {}
     for name in LAWS:
         rule = getattr(plan.rules, name)
         if isinstance(rule, FittedRule):
-            wanted.setdefault((resolve_url(cli=rule.db, plan=plan.db), rule.fitted), []).append(name)
+            wanted.setdefault((resolve_url(cli=rule.db or db, plan=plan.db), rule.fitted), []).append(name)
     if not wanted:
         return plan
     rules: dict[str, str] = {}
@@ -455,15 +455,17 @@ def ordered(runs: list[PlannedRun]) -> list[PlannedRun]:
     return sorted(runs, key=lambda r: (r.budget or r.spec.flops, r.spec.n_params, r.spec.tokens, r.spec.seed))
 
 
-def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True) -> Expansion:
+def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True,
+           db: Optional[str] = None) -> Expansion:
     """All runs of ``plan`` as `PlannedRun`s (smallest compute first), with notes on dropped ones.
 
     The stages in order (see the module's docstring). ``resolve=False`` asks nothing of this
     machine (no probe, no corpus read): ``auto`` precision takes the larger memory estimate and
-    the data keeps no fingerprint.
+    the data keeps no fingerprint. ``db`` is the database the sweep is recorded in when a command
+    names one (``--db``): a ``{fitted: SWEEP}`` rule reads its sweep there unless it names its own.
     """
     host = Host() if resolve else OFFLINE
-    facts = shared(transferred(plan, source), source, host)
+    facts = shared(transferred(plan, source, db), source, host)
     points, dropped = grid_points(facts.plan, source)
     points = hparam_points(facts.plan, points, source)
     requests, duplicates = run_requests(facts.plan, points, source)

@@ -149,7 +149,7 @@ def run_sweep(
     from scaling.db import resolve_url
 
     plan, source = (plan, None) if isinstance(plan, Plan) else load_plan(plan)
-    expansion = expand(plan, source)
+    expansion = expand(plan, source, db=db)
     url = resolve_url(cli=db, plan=plan.db)
     refuse_in_memory(url)
     if address and is_sqlite(url):

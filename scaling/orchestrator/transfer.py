@@ -25,10 +25,10 @@ LAWS = {"lr": "lr_ND", "batch_tokens": "batch_D"}
 
 class FittedRule(StrictModel):
     """``{fitted: SWEEP}``: the law fitted over that sweep's hyperparameter groups (read from ``db``,
-    by default the plan's database)."""
+    by default the database the plan's own sweep is recorded in)."""
 
     fitted: str = Field(description="the sweep whose hyperparameter groups the law is fitted on")
-    db: Optional[str] = Field(default=None, description="its database (default: the plan's)")
+    db: Optional[str] = Field(default=None, description="its database (default: the plan's sweep's own)")
 
     @field_validator("fitted")
     @classmethod

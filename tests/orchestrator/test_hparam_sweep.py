@@ -108,9 +108,9 @@ def test_the_top_budget_takes_lr_and_batch_from_the_laws_fitted_on_the_groups(sw
     from scaling.orchestrator.sweep import run_sweep
 
     url, folder = swept
-    top = copy(TOP, folder, db=url)
+    top = copy(TOP, folder)  # its fitted rules read sweep sim-hparams from the database the sweep is given
     plan, source = load_plan(top)
-    runs = expand(plan, source).runs
+    runs = expand(plan, source, db=url).runs
     assert len(runs) == 5 and len({r.spec.tags[HPARAM_GROUP_TAG] for r in runs}) == 1
     centre = sorted(runs, key=lambda r: r.spec.optimizer.lr)[2].spec  # factor 1: the transferred run
     lr_opt, b_opt = truth(centre.n_params, centre.trained_tokens)
@@ -118,7 +118,7 @@ def test_the_top_budget_takes_lr_and_batch_from_the_laws_fitted_on_the_groups(sw
     assert abs(math.log(centre.batch_tokens / b_opt)) < math.log(1.25)
     assert " * N ** " in centre.tags["rule.lr"] and " * D ** " in centre.tags["rule.batch_tokens"]
 
-    result = run_sweep(top, fit=False, report=False, echo=lambda _: None)  # trained through Ray
+    result = run_sweep(top, db=url, fit=False, report=False, echo=lambda _: None)  # trained through Ray
     assert result.outcome is not None and len(result.outcome.completed) == 5
     with connect(url) as res:
         stored = res.runs(sweep="sim-hparams-top").set_index("run_key")
