@@ -213,6 +213,11 @@ def recommend(
         from scaling.fitting.tasks import fit_tasks_sweep
 
         tasks = fit_tasks_sweep(url, summary.sweep, k=k, n_bootstrap=n_bootstrap, seed=seed)
+    elif tasks is None and csv is not None:  # the file's task columns, read in the same conventions
+        from scaling.fitting.data import from_csv
+        from scaling.fitting.tasks import fit_tasks_csv
+
+        tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=n_bootstrap, seed=seed)
     if tasks:
         from scaling.fitting.tasks import predict_for_recommendation
 
