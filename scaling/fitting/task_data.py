@@ -144,7 +144,8 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
         frame["task"] = task
         for kind in TASK_KINDS:
             col = task_cols.get((task, kind))
-            frame[kind] = np.nan if col is None else _task_values(df[col], col, kind, where, err=col.lower().startswith("err_"))
+            is_err = col is not None and col.lower().startswith("err_")
+            frame[kind] = np.nan if col is None else _task_values(df[col], col, kind, where, err=is_err)
         frame = frame[frame["usable"] & frame[list(TASK_KINDS)].notna().any(axis=1)]
         if not len(frame):
             raise FitError(f"{where}task {task!r} has no measured value in any row")

@@ -107,7 +107,8 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
         for form, curve in law.curves.items():
             fig.add_trace(go.Scatter(x=grid, y=curve.predict(grid), mode="lines",
                                      name=curve.label + ("" if curve.reliable() else " (unreliable)"),
-                                     line=dict(color=COLORS.get(form, "#555"), dash=None if curve.reliable() else "dot")))
+                                     line=dict(color=COLORS.get(form, "#555"),
+                                               dash=None if curve.reliable() else "dot")))
     fig.update_layout(title=f"{law.task}: {law.accuracy} against {law.loss_label} (step 2)", template="plotly_white",
                       height=380, xaxis=dict(title=law.loss_label), yaxis=dict(title=law.accuracy),
                       legend=dict(orientation="h", y=-0.25))
@@ -159,7 +160,8 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
             figures.append(page.figure(f"task-{i}-loss", accuracy_vs_loss(law, prediction)))
     head = "".join(f"<th>{e(f)} at the next budget</th>" for f in FORMS)
     table = (f'<table id="task-predictions"><thead><tr><th>task</th><th>predicted</th>{head}'
-             "<th>backtest mean |error| (percentage points)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+             "<th>backtest mean |error| (percentage points)</th></tr></thead><tbody>" + "".join(rows)
+             + "</tbody></table>")
     intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
              "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
              f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {e(how)}</p>")

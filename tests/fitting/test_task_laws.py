@@ -42,7 +42,8 @@ def simulated(seed: int = 0, budgets=(1e17, 3e17, 1e18, 3e18, 1e19), step2=STEP2
             D = C / (6 * N)
             for f in (0.25, 0.5, 0.75, 1.0):
                 L = task_loss(N, D * f) * math.exp(rng.normal(0, 0.005))
-                rows.append(dict(run_key=f"{C:.0e}-{N:.4g}", N=N, D=D * f, C=6 * N * D * f, tokens=D * f, final=f == 1.0,
+                rows.append(dict(run_key=f"{C:.0e}-{N:.4g}", N=N, D=D * f, C=6 * N * D * f, tokens=D * f,
+                                 final=f == 1.0,
                                  task="sim", acc=accuracy(L, step2) + rng.normal(0, 0.005), acc_norm=np.nan, bpb=L,
                                  loss=np.nan))
     return pd.DataFrame(rows)
@@ -68,7 +69,8 @@ def test_the_two_steps_find_the_simulated_truth_and_the_chain_predicts_beyond_it
     iv = pred["sigmoid"]
     assert iv["lo"] <= iv["value"] <= iv["hi"]
     assert iv["lo"] - 0.01 <= truth <= iv["hi"] + 0.01 and abs(iv["value"] - truth) < 0.02
-    assert pred["task_loss"]["lo"] <= float(task_loss(N, D)) * 1.01 and pred["task_loss"]["hi"] >= float(task_loss(N, D)) * 0.99
+    true_L = float(task_loss(N, D))
+    assert pred["task_loss"]["lo"] <= true_L * 1.01 and pred["task_loss"]["hi"] >= true_L * 0.99
     bt = law.backtest
     assert bt["sigmoid_mean_abs_error"] < 0.02 and len(bt["held_out"]) == 5
     frame = fitted.frame(N, D)

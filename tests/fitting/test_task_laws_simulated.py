@@ -9,8 +9,6 @@ larger run within its interval.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import yaml
