@@ -137,14 +137,11 @@ class TaskLaw:
         """Predicted accuracy at (N, D) by ``form``."""
         return self.curves[form].predict(self.task_loss(N, D))
 
-    def _step1_replicates(self, N: float, D: float) -> np.ndarray:
-        return law_replicates(self.step1, N, D)
-
     def predict_interval(self, N: float, D: float) -> dict[str, Any]:
         """Task loss and each form's accuracy at (N, D), with 95% intervals through both steps."""
         N, D = float(N), float(D)
         L = float(np.asarray(self.task_loss(N, D)))
-        L_reps = self._step1_replicates(N, D)
+        L_reps = law_replicates(self.step1, N, D)
         step1_ok = self.step1.reliable()
         out: dict[str, Any] = {"N": N, "D": D, "C": self.step1.k_ * N * D, "notes": []}
         iv = summarise(L_reps, L, log=True)
@@ -165,6 +162,11 @@ class TaskLaw:
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):
             out["notes"].append(f"step 2 extrapolates: the predicted {self.loss_label} {L:.4g} lies outside the "
                                 f"evaluated ones ({lo:.4g} to {hi:.4g})")
+        c_max = (getattr(self.step1, "c_range_", None) or (math.nan, math.nan))[1]
+        if out["C"] > c_max * (1 + 1e-9):
+            out["notes"].append(f"a factor {out['C'] / c_max:.3g} beyond the largest fitted budget in compute: the "
+                                "intervals hold the two fits' parameter uncertainty, not their error in extrapolating "
+                                "(the backtest measures that)")
         return out
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
