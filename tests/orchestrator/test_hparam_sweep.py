@@ -40,17 +40,14 @@ def truth(N: float, D: float) -> tuple[float, float]:
     return law["lr_c"] * N ** law["lr_a"] * D ** law["lr_b"], law["batch_d"] * D ** law["batch_e"]
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """The small budgets of the simulated example, each run registered, claimed, trained and completed."""
+def train_all(plan_path: Path, url: str, folder: Path) -> None:
+    """Every run of the plan registered, claimed, trained (simulated) and completed, as a sweep does."""
     from scaling.db import Store
     from scaling.db.lifecycle import Lifecycle
     from scaling.orchestrator.sweep import register
     from scaling.trainer import train
 
-    folder = tmp_path_factory.mktemp("hparams")
-    url = f"sqlite:///{folder / 'results.db'}"
-    plan, source = load_plan(copy(SMALL, folder))
+    plan, source = load_plan(plan_path)
     expansion = expand(plan, source)
     with Store(url) as store:
         register(store, plan, expansion)
@@ -60,6 +57,14 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
             result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
             runs.complete(run.key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
         runs.close()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The small budgets of the simulated example, swept in this process."""
+    folder = tmp_path_factory.mktemp("hparams")
+    url = f"sqlite:///{folder / 'results.db'}"
+    train_all(copy(SMALL, folder), url, folder)
     return url, folder
 
 
@@ -127,6 +132,20 @@ def test_the_top_budget_takes_lr_and_batch_from_the_laws_fitted_on_the_groups(sw
     assert stored["hparam_group"].eq(centre.tags[HPARAM_GROUP_TAG]).all()
     assert stored["final_loss"].idxmin() == centre.key  # the transferred run is the group's best
     assert kept["rules"]["lr"] == centre.tags["rule.lr"]  # the plan stored says what was trained
+
+
+def test_nothing_is_transferred_from_a_flagged_law(tmp_path: Path) -> None:
+    """One budget's groups: ln N and ln D move together, so lr*(N, D) is flagged and the plan refused."""
+    from scaling.errors import PlanError
+
+    url = f"sqlite:///{tmp_path / 'one-budget.db'}"
+    grid = yaml.safe_load(SMALL.read_text())["grid"]
+    grid[0].update(compute=[3.0e11], hparams={"lr": grid[0]["hparams"]["lr"]})  # 3 groups of 3 learning rates
+    train_all(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
+    plan, source = load_plan(copy(TOP, tmp_path))
+    with pytest.raises(PlanError, match=r"sim-hparams-top\.yaml:\d+: rules\.lr: .*lr\* = c N\^a D\^b is flagged .*"
+                                        r"nothing is transferred"):
+        expand(plan, source, db=url)
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
