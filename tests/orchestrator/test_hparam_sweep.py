@@ -87,6 +87,26 @@ def test_each_point_trains_once_per_combination_as_one_group() -> None:
         assert sorted({s.batch_tokens for s in specs}) == [256, 512, 1024]
 
 
+def test_the_stage_multiplies_only_the_points_of_blocks_with_hparams(tmp_path: Path) -> None:
+    from scaling.orchestrator.expand import grid_points, hparam_points
+
+    grid = yaml.safe_load(SMALL.read_text())["grid"]
+    grid.append({"compute": [3.0e11], "models": [{"n_layer": 2, "d_model": 64, "n_head": 4}]})  # no hparams
+    plan, source = load_plan(copy(SMALL, tmp_path, grid=grid, seeds=[0, 1]))
+    points, _ = grid_points(plan, source)
+    out = hparam_points(plan, points, source)
+    plain = [p for p in points if p.block == 1]
+    assert [p for p in out if p.block == 1] == plain and len(plain) == 2  # one point per seed, as they were
+    swept = [p for p in out if p.block == 0]
+    assert len(swept) == 2 * 3 * 2 * 9  # budgets x models x seeds x combinations
+    for p in swept:
+        assert p.overrides["optimizer"] == {"beta2": plan.train.optimizer.beta2}
+        assert p.overrides["name"].endswith(f"/s{p.seed}/lr={p.lr:.4g},batch={p.batch}")
+        assert p.tokens % 1024 == 0 and p.tags[HPARAM_GROUP_TAG].endswith(f" D={p.tokens:.6g}")
+    # the seeds of a point are one group: its runs differ in lr, batch and seed only
+    assert len({p.tags[HPARAM_GROUP_TAG] for p in swept}) == 6
+
+
 def test_the_groups_are_stored_and_their_best_runs_sit_at_the_known_optimum(swept: tuple[str, Path]) -> None:
     from scaling.db import connect
 
