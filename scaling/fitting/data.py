@@ -213,6 +213,8 @@ def from_frame(
     df = df.set_axis(cols, axis=1)
     _refuse_ambiguous(cols, where)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
+    if picked["lr"] is None and picked["batch"] is None:  # beta2 or a group alone: descriptions, as before
+        picked["beta2"] = picked["group"] = None
     units = loss_units or "nats"
     if picked["loss"] is None:
         for unit, names in LOSS_UNIT_ALIASES.items():
@@ -328,7 +330,7 @@ def from_frame(
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
     hparam_runs = None
-    if picked["lr"] is not None or picked["batch"] is not None or picked["group"] is not None:
+    if picked["lr"] is not None or picked["batch"] is not None:
         out, hparam_runs, hp_notes = _hparam_points(out, df, picked, keep, hparams, where, label)
         notes.extend(hp_notes)
     data = prepare(
@@ -369,9 +371,6 @@ def _hparam_points(out: pd.DataFrame, df: pd.DataFrame, picked: dict[str, str | 
             raise FitError(f"{where}column {col!r}, {label(i)}: empty group label (with a group column, every row "
                            "names its group)")
         runs["group"] = [str(v).strip() for v in text]
-        if "lr" not in runs and "batch" not in runs:
-            raise FitError(f"{where}column {col!r} groups runs by hyperparameters, but there is no lr or batch "
-                           f"column (one of {', '.join(ALIASES['lr'] + ALIASES['batch'])})")
         sizes = runs.groupby("group").size()
         if (sizes < 2).any():
             g = str(sizes[sizes < 2].index[0])

@@ -215,3 +215,11 @@ def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
     lr = h.recommend(1e9, 2e10)["lr"]
     assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
     assert api.hparams(hp_db, "plain") is None
+
+
+def test_a_group_or_beta2_column_without_lr_or_batch_stays_a_description(sweep_csv: Path, tmp_path: Path) -> None:
+    d = pd.read_csv(sweep_csv).drop(columns=["lr_peak", "batch_size_tokens"])
+    path = tmp_path / "described.csv"
+    d.assign(group="a", beta2=0.95).to_csv(path, index=False)
+    data = from_csv(path)
+    assert data.hparam_runs is None and data.hparam_mode is None and "hparams" not in data.conventions()
