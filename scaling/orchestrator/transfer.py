@@ -11,7 +11,7 @@ plan is refused in one line saying why.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import Field, field_validator
 
@@ -37,11 +37,6 @@ class FittedRule(StrictModel):
         if problem:
             raise ValueError(problem)
         return value
-
-
-def is_fitted(rule: Any) -> bool:
-    """A rule given as ``{fitted: ...}`` (before the plan is expanded)."""
-    return isinstance(rule, FittedRule) or (isinstance(rule, dict) and "fitted" in rule)
 
 
 def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_convention: str) -> dict[str, str]:
