@@ -215,6 +215,9 @@ def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
     lr = h.recommend(1e9, 2e10)["lr"]
     assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
     assert api.hparams(hp_db, "plain") is None
+    fitted = api.fit(hp_db, "hp", law="kaplan", bootstrap=20)
+    assert fitted.hparams is not None and len(fitted.hparams.groups) == 9
+    assert api.fit(hp_db, "plain", law="kaplan", bootstrap=0).hparams is None
 
 
 def test_a_group_or_beta2_column_without_lr_or_batch_stays_a_description(sweep_csv: Path, tmp_path: Path) -> None:
