@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from scaling import vocab
 from scaling.trainer.next_line import CHOICES, line_limit, passage_limit
-from scaling.trainer.tasks import load_task
+from scaling.trainer.tasks import TaskFile, load_task
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
@@ -44,11 +44,24 @@ def tokens_per_evaluation(spec: "RunSpec") -> int:
     if spec.evals.next_line is not None:
         ctx = spec.model.context
         total += spec.evals.next_line.count(spec.eval_tokens) * CHOICES * min(window, passage_limit(ctx) + line_limit(ctx))
-    for task in spec.evals.tasks:
-        for item in load_task(task).items:  # bytes bound tokens for byte-level BPE tokenizers
-            ctx = len(item.context.encode())
-            total += sum(min(window, ctx + len((task.delimiter + c).encode())) for c in item.choices)
-    return total
+    return total + sum(file_tokens(task, window) for task in spec.evals.tasks)
+
+
+def file_tokens(task: TaskFile, window: int) -> int:
+    """A task file's tokens per evaluation at most, its sequences cut to ``window`` (bytes bound the
+    tokens of a byte-level BPE); counted once per file version and context, not once per run."""
+    loaded = load_task(task)  # cached per file version
+    key = (loaded.sha256, loaded.delimiter, len(loaded.items), window)
+    if key not in _FILE_TOKENS:
+        total = 0
+        for item in loaded.items:
+            ctx = len(item.context.encode("utf-8", "surrogateescape"))
+            total += sum(min(window, ctx + len((loaded.delimiter + c).encode())) for c in item.choices)
+        _FILE_TOKENS[key] = total
+    return _FILE_TOKENS[key]
+
+
+_FILE_TOKENS: dict[tuple[str, str, int, int], int] = {}
 
 
 def eval_cost(spec: "RunSpec") -> EvalCost:
