@@ -372,17 +372,23 @@ class Plan(_Strict):
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
             if problem:
                 raise PlanError(f"{where(source, ('train', 'batch_tokens'))}: {problem}")
-        if self.simulate is None:  # task files are read and checked before anything trains
-            try:
-                check_tasks(self.evals, self.data, self.model.context)
-            except UserError as exc:
-                raise PlanError(f"{where(source, ('evals',))}: {exc}") from None
         runs = self.run_count()
         if runs > MAX_RUNS:
             raise PlanError(
                 f"{where(source, ('grid',))}: the grid has {runs:,} runs (models x values x hparams x {len(self.seeds)} seed(s)), "
                 f"more than {MAX_RUNS:,}; split it into several plans"
             )
+
+    def check_task_files(self, source: Optional[YamlSource] = None) -> None:
+        """Read and check the task files ``evals`` names (`scaling.trainer.tasks.check_tasks`): a bad
+        line is one PlanError naming the file and line. Done when a plan file is loaded, not in
+        validation: a plan stored with its sweep is validated again where its files may be absent."""
+        if self.simulate is not None:
+            return
+        try:
+            check_tasks(self.evals, self.data, self.model.context)
+        except UserError as exc:
+            raise PlanError(f"{where(source, ('evals',))}: {exc}") from None
 
     def block_resources(self, block: int) -> ResourcesPlan:
         """The resources of grid block ``block``: the plan's, with the block's own fields over them."""
@@ -444,6 +450,8 @@ def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError
 
 
 def load_plan(path: str | Path) -> tuple[Plan, YamlSource]:
-    """Read, parse (safely) and validate a plan file."""
+    """Read, parse (safely) and validate a plan file, and read the task files it names."""
     source = YamlSource.from_path(path)
-    return Plan.from_dict(source.data, source), source
+    plan = Plan.from_dict(source.data, source)
+    plan.check_task_files(source)  # before anything trains or is written
+    return plan, source
