@@ -65,9 +65,11 @@ def train_adhoc(
     from scaling.errors import DatabaseError
     from scaling.trainer.resolve import local_host, resolve
     from scaling.trainer.rundir import owner_problem
+    from scaling.trainer.tasks import check_tasks
 
     resolved = resolve(spec, local_host(spec))  # precision, data and layout before the key: it carries them
     spec, precision = resolved.spec, resolved.precision
+    check_tasks(spec.evals, spec.data, spec.model.context)  # task files, before anything is written
     if precision.warning:
         print(f"warning: {precision.warning}", file=sys.stderr)
     key = spec.key

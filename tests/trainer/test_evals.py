@@ -113,6 +113,13 @@ def test_a_plan_refuses_a_bad_task_file_before_anything_runs(tmp_path: Path) -> 
         load_plan(plan)
     out = run_main("plan", str(plan))
     assert out.code == 2 and "bad.jsonl:2: gold 5" in out.err and len(out.err.strip().splitlines()) == 1
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"model: {{n_layer: 1, d_model: 16, n_head: 2, context: 32}}\ntokens: 2560\nbatch_tokens: 256\n"
+                    f"precision: fp32\nevals: {{tasks: [{{path: {bad}}}]}}\n")
+    db, folder = tmp_path / "t.db", tmp_path / "run"
+    out = run_main("train", str(spec), "--db", f"sqlite:///{db}", "--run-dir", str(folder))
+    assert out.code == 2 and "bad.jsonl:2: gold 5" in out.err and len(out.err.strip().splitlines()) == 1
+    assert not db.exists() and not folder.exists()  # nothing registered, no folder made
     long = _write(tmp_path / "long.jsonl", [json.dumps({"context": "a", "choices": ["x" * 300, "y"], "gold": 0})])
     plan.write_text(f"name: t\nevals:\n  tasks: [{{path: {long}}}]\ngrid:\n  - tokens: [8192]\n    models: [{{N: 1000}}]\n")
     with pytest.raises(PlanError, match=r"long.jsonl:1: a choice of 301 bytes does not fit the model's context of 256"):
