@@ -1,140 +1,289 @@
-"""Trainer throughput against the simplest hand-written PyTorch loop, and the CPU's MFU.
+"""The trainer's own overhead: ``scaling train`` against a plain nanoGPT-style loop of the same model.
 
-Both train the same model (``scaling.trainer.model``) on the same corpus, batch and precision.
-The trainer runs its real step (data pure in seed+cursor, LR schedule, autocast, accumulation
-hooks, spike check, clipping, scaler, metrics bookkeeping; no database); the plain loop is
-nanoGPT's: random windows, forward, cross-entropy, backward, clip, AdamW. Runs alternate in one
-process so drifts in machine load hit both; the ratio of median tokens/s is printed. First it
-prints this machine's probed matmul rates in bf16 and fp32 (what ``precision: auto`` decides
-on) and the precision the run resolves to.
+Both train the same model (``scaling.trainer.model``) on the same bytes (one ``.bin`` token
+file, memory-mapped by both), batch and optimizer (AdamW, clipping at 1.0), each as a whole
+process as a user runs it: ``scaling train SPEC --db sqlite:///...`` (database, data check,
+precision, step-0 and final checkpoints, metrics every step, spike checks) against a script that
+imports torch and the model, takes random windows, steps, prints the loss each step, evaluates
+once and saves once (what nanoGPT's ``train.py`` does). Runs alternate, so a drift in machine
+load hits every variant alike; medians of wall time are compared, and two ratios are printed:
 
-    python benchmarks/bench_trainer.py [--threads 1] [--precision auto] [--rounds 10] [--steps 3]
+- ``scaling train`` in fp32 / the plain loop in fp32 (the trainer's overhead; target <= 1.0);
+- ``scaling train`` with ``precision: auto`` / the plain loop in fp32 (what a user gets: bf16 where
+  the CPU has native bf16 matmuls, which ``auto`` probes for).
+
+One-step runs of the trainer and the loop give the start-up difference, and (long - one-step) /
+(steps - 1) the per-step time of each. ``--in-process`` instead times the trainer's step and the
+plain loop's step alternately inside one process (no start-up, no database).
+
+    python benchmarks/bench_trainer.py [--d-model 128 --context 128 --batch 16 --steps 300] [--rounds 5]
+    python benchmarks/bench_trainer.py --d-model 512 --context 256 --steps 20 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-import torch
-import torch.nn.functional as F
-
-from scaling.trainer.data import load_corpus
-from scaling.trainer.loop import Trainer
-from scaling.trainer.mfu import peak_flops
-from scaling.trainer.model import build_model
-from scaling.trainer.optim import param_groups
-from scaling.trainer.precision import autocast, cpu_rate
-from scaling.trainer.resolve import Host, resolve
-from scaling.trainer.spec import RunRequest, RunSpec
+PLAIN = "--plain-process"
 
 
-class PlainLoop:
-    """The simplest loop (nanoGPT-style) for ``spec``'s model, batch and precision."""
+# -- the plain loop, as its own process ------------------------------------------------------------
+def plain_process(config: dict[str, Any]) -> None:
+    """nanoGPT's train.py, reduced to what the comparison needs: the same model, data and optimizer."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
 
-    def __init__(self, spec: RunSpec) -> None:
-        self.spec = spec
-        self.device = torch.device("cpu")
-        self.data = torch.from_numpy(load_corpus(spec.data).train.astype("int64"))
-        self.model = build_model(spec.shape, spec.seed)
-        self.opt = torch.optim.AdamW(param_groups(self.model, 0.1), lr=spec.optimizer.lr, betas=(0.9, 0.95))
-        self.gen = torch.Generator().manual_seed(0)
-        self.tokens_per_step = spec.sequences_per_batch * spec.model.context
+    from scaling.accounting import Shape
+    from scaling.trainer.model import build_model
+    from scaling.trainer.optim import param_groups
 
-    def step_once(self) -> None:
-        ctx, batch = self.spec.model.context, self.spec.sequences_per_batch
-        ix = torch.randint(len(self.data) - ctx - 1, (batch,), generator=self.gen)
-        x = torch.stack([self.data[j : j + ctx] for j in ix])
-        y = torch.stack([self.data[j + 1 : j + 1 + ctx] for j in ix])
-        with autocast(self.spec.precision, self.device):
-            logits = self.model(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+    torch.set_num_threads(config["threads"])
+    ctx, batch = config["context"], config["batch"]
+    data = np.memmap(config["bin"], dtype=np.uint16, mode="r")
+    n_train = int(len(data) * (1 - config["val_fraction"]))
+    train, val = data[:n_train], data[n_train:]
+    model = build_model(Shape(config["layers"], config["d_model"], config["heads"], config["vocab"], ctx), config["seed"])
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=config["lr"], betas=(0.9, 0.95))
+    half = config["precision"] == "bf16"
+    gen = torch.Generator().manual_seed(0)
+
+    def get_batch(split: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        ix = torch.randint(len(split) - ctx - 1, (batch,), generator=gen)
+        x = torch.stack([torch.from_numpy(split[i : i + ctx].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(split[i + 1 : i + 1 + ctx].astype(np.int64)) for i in ix])
+        return x, y
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
+            logits = model(x)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+
+    model.train()
+    for step in range(config["steps"]):
+        x, y = get_batch(train)
+        loss = loss_of(x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print(f"iter {step}: loss {loss.item():.4f}")
+    model.eval()
+    with torch.no_grad():
+        losses = [loss_of(*get_batch(val)).item() for _ in range(max(1, config["eval_tokens"] // (ctx * batch)))]
+    print(f"val loss {sum(losses) / len(losses):.4f}")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, Path(config["out"]) / "ckpt.pt")
 
 
-def timed(loop: object, steps: int) -> tuple[float, float]:
-    """(tokens per wall second, tokens per CPU second) over ``steps`` steps of ``loop``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        loop.step_once()  # type: ignore[attr-defined]
-    tokens = steps * loop.tokens_per_step  # type: ignore[attr-defined]
-    return tokens / (time.perf_counter() - wall), tokens / (time.process_time() - cpu)
+# -- the comparison ---------------------------------------------------------------------------------
+def write_tokens(path: Path) -> tuple[int, float]:
+    """The builtin corpus's token stream as a nanoGPT-style uint16 ``.bin``; (vocabulary, val fraction)."""
+    import numpy as np
+
+    from scaling.trainer.data import load_corpus
+    from scaling.trainer.spec import DataSpec
+
+    data = DataSpec()
+    corpus = load_corpus(data)
+    np.asarray(corpus.tokens, dtype=np.uint16).tofile(path)
+    return int(corpus.vocab_size or 256), data.val_fraction
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
-    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per loop per round")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=10)
-    args = ap.parse_args()
+def spec_file(path: Path, args: argparse.Namespace, bin_path: Path, precision: str, steps: int) -> Path:
+    import yaml
+
+    tokens = args.batch * args.context
+    spec = {
+        "model": {"n_layer": args.layers, "d_model": args.d_model, "n_head": args.heads, "context": args.context},
+        "data": {"source": "tokens", "path": str(bin_path), "dtype": "uint16"},
+        "batch_tokens": tokens,
+        "tokens": tokens * steps,
+        "precision": precision,
+        "eval_tokens": args.eval_tokens,
+        "execution": {"device": "cpu", "threads": args.threads, "eval_interval": steps, "checkpoint_interval": steps},
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_once(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one process."""
+    t0, c0 = time.perf_counter(), os.times()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall, c1 = time.perf_counter() - t0, os.times()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{proc.stderr[-3000:]}")
+    return wall, (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+
+
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def process_comparison(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench_trainer_"))
+    bin_path = tmp / "train.bin"
+    vocab, val_fraction = write_tokens(bin_path)
+    scaling_cmd = [sys.executable, "-c", "from scaling.cli import main; main()", "train"]
+    variants: dict[str, Any] = {}
+    for steps in (1, args.steps):
+        for precision in ("fp32", "auto"):
+            spec = spec_file(tmp / f"{precision}{steps}.yaml", args, bin_path, precision, steps)
+            variants[f"trainer {precision} x{steps}"] = lambda n, s=spec: scaling_cmd + [
+                str(s), "--db", f"sqlite:///{tmp / f'db{n}.db'}", "--run-dir", str(tmp / f"run{n}")]
+        config = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "context": args.context,
+                  "batch": args.batch, "vocab": vocab, "bin": str(bin_path), "val_fraction": val_fraction,
+                  "steps": steps, "threads": args.threads, "lr": 6e-4, "seed": 0, "precision": "fp32",
+                  "eval_tokens": args.eval_tokens}
+        variants[f"plain fp32 x{steps}"] = lambda n, c=config: [sys.executable, __file__, PLAIN, json.dumps(
+            {**c, "out": str(tmp / f"run{n}")})]
+    names = list(variants)
+    walls: dict[str, list[float]] = {k: [] for k in names}
+    cpus: dict[str, list[float]] = {k: [] for k in names}
+    print(f"model {args.layers}x{args.d_model}, context {args.context}, batch {args.batch}, {args.steps} steps, "
+          f"{args.threads} thread(s); CPU bf16: {cpu_has_bf16()}", flush=True)
+    n = 0
+    for r in range(args.rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            n += 1
+            (tmp / f"run{n}").mkdir()
+            wall, cpu = run_once(variants[name](n))
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+        print(f"round {r + 1} (load {load_average()}): "
+              + ", ".join(f"{k} {walls[k][-1]:.1f}s ({cpus[k][-1]:.1f} CPU)" for k in names), flush=True)
+    for label, series in (("CPU", cpus), ("wall", walls)):
+        med = {k: statistics.median(v) for k, v in series.items()}
+        ratios(label, med, args.steps)
+
+
+def ratios(label: str, med: dict[str, float], steps: int) -> None:
+    """The ratios and the start-up and per-step split, from medians of ``label`` (CPU or wall) seconds."""
+    long, one = f"x{steps}", "x1"
+    print(f"\nmedian {label} s: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
+    fp32 = med[f"trainer fp32 {long}"] / med[f"plain fp32 {long}"]
+    auto = med[f"trainer auto {long}"] / med[f"plain fp32 {long}"]
+    print(f"{label}: ratio scaling train fp32 / plain fp32 = {fp32:.3f} (target <= 1.0)")
+    print(f"{label}: ratio scaling train auto / plain fp32 = {auto:.3f} (auto's gain kept where < 1)")
+    if steps > 1:
+        start = med[f"trainer fp32 {one}"] - med[f"plain fp32 {one}"]
+        per_t = (med[f"trainer fp32 {long}"] - med[f"trainer fp32 {one}"]) / (steps - 1)
+        per_p = (med[f"plain fp32 {long}"] - med[f"plain fp32 {one}"]) / (steps - 1)
+        print(f"{label}: one-step run: trainer {med[f'trainer fp32 {one}']:.2f}s, plain {med[f'plain fp32 {one}']:.2f}s "
+              f"(start-up difference {start:+.2f}s); per step: trainer {1e3 * per_t:.1f} ms, plain {1e3 * per_p:.1f} ms "
+              f"(ratio {per_t / per_p:.3f})")
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+# -- in one process -----------------------------------------------------------------------------------
+def in_process(args: argparse.Namespace) -> None:
+    """The trainer's step against the plain loop's, alternately in this process (no start-up, no database)."""
+    import torch
+    import torch.nn.functional as F
+
+    from scaling.trainer.data import load_corpus
+    from scaling.trainer.loop import Trainer
+    from scaling.trainer.model import build_model
+    from scaling.trainer.optim import param_groups
+    from scaling.trainer.precision import autocast
+    from scaling.trainer.resolve import local_host, resolve
+    from scaling.trainer.spec import RunRequest
+
+    class PlainLoop:
+        def __init__(self, spec: Any) -> None:
+            self.spec = spec
+            self.data = torch.from_numpy(load_corpus(spec.data).train.astype("int64"))
+            self.model = build_model(spec.shape, spec.seed)
+            self.opt = torch.optim.AdamW(param_groups(self.model, 0.1), lr=spec.optimizer.lr, betas=(0.9, 0.95))
+            self.gen = torch.Generator().manual_seed(0)
+            self.tokens_per_step = spec.sequences_per_batch * spec.model.context
+
+        def step_once(self) -> None:
+            ctx, batch = self.spec.model.context, self.spec.sequences_per_batch
+            ix = torch.randint(len(self.data) - ctx - 1, (batch,), generator=self.gen)
+            x = torch.stack([self.data[j : j + ctx] for j in ix])
+            y = torch.stack([self.data[j + 1 : j + 1 + ctx] for j in ix])
+            with autocast(self.spec.precision, torch.device("cpu")):
+                logits = self.model(x)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def timed(loop: Any, steps: int) -> float:
+        wall = time.perf_counter()
+        for _ in range(steps):
+            loop.step_once()
+        return steps * loop.tokens_per_step / (time.perf_counter() - wall)
 
     torch.set_num_threads(args.threads)
-    total = args.warmup + args.steps * args.rounds
-    request = RunRequest.from_dict(
-        {
-            "model": {"n_layer": args.layers, "d_model": args.d_model, "n_head": args.heads, "context": args.context},
-            "batch_tokens": args.batch * args.context,
-            "tokens": args.batch * args.context * (total + 1),  # never reaches the final eval
-            "precision": args.precision,
-            "eval_tokens": args.context,
-            "execution": {
-                "threads": args.threads, "device": "cpu", "eval_interval": 10**6, "checkpoint_interval": 10**6,
-            },
-        }
-    )
-    for threads in sorted({1, args.threads}):  # auto decides on one core's rates
-        rates = {p: cpu_rate(p, threads) for p in ("bf16", "fp32")}
-        print(
-            f"matmul probe on this CPU at {threads} thread(s): bf16 {rates['bf16'] / 1e9:.3g} GFLOP/s, "
-            f"fp32 {rates['fp32'] / 1e9:.3g} GFLOP/s (bf16/fp32 = {rates['bf16'] / rates['fp32']:.3g})"
-        )
-    resolved = resolve(request, Host(data=False))
-    spec, resolution = resolved.spec, resolved.precision
-    print(f"precision {args.precision} -> {spec.precision} ({resolution.reason})")
-    if resolution.warning:
-        print(f"warning: {resolution.warning}")
+    total = 2 + args.steps * args.rounds
+    request = RunRequest.from_dict({
+        "model": {"n_layer": args.layers, "d_model": args.d_model, "n_head": args.heads, "context": args.context},
+        "batch_tokens": args.batch * args.context, "tokens": args.batch * args.context * (total + 1),
+        "precision": args.precision, "eval_tokens": args.context,
+        "execution": {"threads": args.threads, "device": "cpu", "eval_interval": 10**6, "checkpoint_interval": 10**6},
+    })
+    resolved = resolve(request, local_host(request))
+    spec = resolved.spec
+    print(f"precision {args.precision} -> {spec.precision} ({resolved.precision.reason})")
     run_dir = tempfile.TemporaryDirectory()
     trainer = Trainer(spec, None, run_dir.name)
-    trainer.start()  # step-0 checkpoint and data event, as train() does before its first step
+    trainer.start()
     trainer.par.module.train()
     plain = PlainLoop(spec)
     for loop in (trainer, plain):
-        timed(loop, args.warmup)
-    ours, base, ours_cpu, base_cpu = [], [], [], []
+        timed(loop, 2)
+    ours, base = [], []
     for r in range(args.rounds):
-        # Alternate which goes first so a drift in machine load favours neither.
-        order = [(trainer, ours, ours_cpu), (plain, base, base_cpu)]
-        for loop, wall_list, cpu_list in order if r % 2 == 0 else order[::-1]:
-            wall, cpu = timed(loop, args.steps)
-            wall_list.append(wall)
-            cpu_list.append(cpu)
+        order = [(trainer, ours), (plain, base)]
+        for loop, out in order if r % 2 == 0 else order[::-1]:
+            out.append(timed(loop, args.steps))
         print(f"round {r + 1}: trainer {ours[-1]:,.0f} tok/s, plain loop {base[-1]:,.0f} tok/s")
     run_dir.cleanup()
-    plain = base
-    t, p = statistics.median(ours), statistics.median(plain)
-    fpt = spec.shape.flops_per_token("6N_attention")
-    peak = peak_flops(torch.device("cpu"), spec.precision, args.threads)
-    print(
-        f"model {spec.shape.params_total:,} params, {args.batch}x{args.context} tokens/step, {spec.precision}, "
-        f"{args.threads} thread(s)"
-    )
+    t, p = statistics.median(ours), statistics.median(base)
     print(f"median tokens/s: trainer {t:,.0f}, plain {p:,.0f}; ratio trainer/plain = {t / p:.3f} (target >= 0.95)")
-    tc, pc = statistics.median(ours_cpu), statistics.median(base_cpu)
-    print(f"per CPU-second (insensitive to other load): trainer {tc:,.0f}, plain {pc:,.0f}; ratio = {tc / pc:.3f}")
-    print(f"MFU on this CPU: trainer {t * fpt / peak:.1%}, plain {p * fpt / peak:.1%} (peak {peak / 1e9:.1f} GFLOP/s by matmul probe)")
-    print(f"MFU per CPU-second (what a dedicated core would reach): trainer {tc * fpt / peak:.1%}, plain {pc * fpt / peak:.1%}")
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == PLAIN:
+        plain_process(json.loads(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per step")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens of the one evaluation")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--in-process", action="store_true", help="time steps inside one process instead")
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="--in-process only")
+    args = ap.parse_args()
+    if args.in_process:
+        in_process(args)
+    else:
+        process_comparison(args)
 
 
 if __name__ == "__main__":
