@@ -49,6 +49,9 @@ NEAR_FRACTION = 0.0025
 MAX_FAILED = 0.2
 #: A law's variable must span at least this factor across the groups to identify its exponent.
 MIN_SPAN = 2.0
+#: An exponent whose 95% interval is wider than this is not determined by the groups (lr* or B* would
+#: be uncertain by more than a factor 100 across a tenfold range of its variable).
+MAX_EXPONENT_WIDTH = 2.0
 #: |correlation| of ln N and ln D across the groups above which a and b are not told apart.
 MAX_CORRELATION = 0.98
 #: Published laws, for comparison (their data, conventions and units, not ours).
@@ -417,7 +420,15 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
                 iv = summarise(np.exp(reps[:, 0]) if reps is not None else [], float(np.exp(theta[0])), log=True)
         else:
             iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
-        params[pname] = withheld(iv, "the law is flagged: " + doubts[0]) if doubts else iv
+            width = iv["hi"] - iv["lo"] if iv.get("kind") == "percentile" else math.nan
+            if width > MAX_EXPONENT_WIDTH:
+                doubts.append(f"{pname}'s 95% interval [{iv['lo']:.3g}, {iv['hi']:.3g}] is wider than "
+                              f"{MAX_EXPONENT_WIDTH:g}: the groups do not determine it")
+        params[pname] = iv
+    if n_bootstrap >= 2 and failed > n_bootstrap / 2:
+        doubts.append(f"{failed} of {n_bootstrap} bootstrap resamples of the groups could not identify the law")
+    if doubts:
+        params = {p_: withheld(iv, "the law is flagged: " + doubts[0]) for p_, iv in params.items()}
     notes = [f"fitted over {len(used)} groups"]
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap resamples could not identify the law (left out)")
