@@ -226,3 +226,16 @@ def test_a_group_or_beta2_column_without_lr_or_batch_stays_a_description(sweep_c
     d.assign(group="a", beta2=0.95).to_csv(path, index=False)
     data = from_csv(path)
     assert data.hparam_runs is None and data.hparam_mode is None and "hparams" not in data.conventions()
+
+
+def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
+    from scaling.fitting.hparams import GroupOptimum, fit_law
+
+    def group(C: float, lr: float) -> GroupOptimum:
+        iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
+        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", {"value": 3.0}, iv, {"value": 1e5})
+
+    groups = [group(C, lr) for C, lr in ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))]
+    law = fit_law("lr_C", groups, 200)
+    assert not law.reliable and all(iv["kind"] == "unreliable" for iv in law.params.values())
+    assert "wider than 2" in " ".join(law.doubts) or "could not identify" in " ".join(law.doubts)
