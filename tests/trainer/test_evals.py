@@ -130,6 +130,24 @@ def test_a_plan_refuses_a_bad_task_file_before_anything_runs(tmp_path: Path) -> 
         load_plan(plan)
 
 
+def test_scaling_plan_shows_what_scoring_the_tasks_costs(tmp_path: Path) -> None:
+    from cli_run import run_main
+
+    qa = _write(tmp_path / "qa.jsonl", [json.dumps(d) for d in GOOD])
+    plan = tmp_path / "plan.yaml"
+    body = ("name: t\nmodel: {{context: 64}}\ntrain: {{precision: fp32, batch_tokens: 1024, eval_interval: 10}}\n{evals}"
+            "resources: {{throughput_flops: 1.0e+9}}\ngrid:\n  - tokens: [102400]\n    models: [{{n_layer: 1, d_model: 16, n_head: 2}}]\n")
+    plan.write_text(body.format(evals=f"evals: {{tasks: [{{path: {qa}}}]}}\n"))
+    out = run_main("plan", str(plan), "--format", "json")
+    summary = json.loads(out.out)
+    run = summary["runs"][0]
+    assert out.code == 0 and run["task_eval_fraction"] > 0 and run["task_eval_flops"] == summary["totals"]["task_eval_flops"]
+    assert any(n.startswith("task scoring (next_line, qa)") for n in summary["notes"])
+    plan.write_text(body.format(evals="evals: {next_line: false}\n"))
+    summary = json.loads(run_main("plan", str(plan), "--format", "json").out)
+    assert summary["totals"]["task_eval_flops"] == 0 and not any("task scoring" in n for n in summary["notes"])
+
+
 # -- the built-in task ------------------------------------------------------------------------------
 HELD_OUT = b"".join(b"    line %d: value = compute(%d) + offset\n" % (i, i * 7) for i in range(400))
 
