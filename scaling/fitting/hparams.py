@@ -703,19 +703,31 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def whole_sequences(tokens: float, run: dict[str, Any]) -> int:
+    """A batch of ``tokens`` rounded to whole sequences of the run's context (a plan refuses any other)."""
+    shape = run.get("shape") if isinstance(run.get("shape"), dict) else {}
+    context = shape.get("context")
+    if isinstance(context, int) and context > 0:
+        return int(max(1, round(tokens / context)) * context)
+    return int(round(tokens))
+
+
 def apply_to_run(fit: HparamFit | None, run: dict[str, Any] | None, N: float, D: float, C: float,
                  flagged_point: bool, run_source: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """The lr and batch for the recommended (N, D), written into the concrete ``run`` where the laws allow.
 
     Returns (the laws' recommendation or None without groups, a note). A value from a flagged law,
     or for an (N, D) that a flagged loss law chose, is shown without an interval and not used:
-    the run keeps the plan's own lr or batch, and the note says so.
+    the run keeps the plan's own lr or batch, and the note says so. With a concrete run, lr* is for
+    the parameters its shape really has, and the batch is rounded to whole sequences of its context.
     """
     if fit is None:
         if run is None:
             return None, None
         return None, f"lr and batch of the concrete run come from {run_source or 'the plan'}: the sweep has no " \
                      "hyperparameter groups to fit them from"
+    if run is not None and isinstance(run.get("n_params"), (int, float)) and run["n_params"] > 0:
+        N = float(run["n_params"])
     rec = fit.recommend(N, D, C)
     if flagged_point:
         for q in ("lr", "batch"):
@@ -730,7 +742,7 @@ def apply_to_run(fit: HparamFit | None, run: dict[str, Any] | None, N: float, D:
         if iv is None or iv.get("kind") == "unreliable":
             kept.append(q)
             continue
-        run[key] = float(iv["value"]) if q == "lr" else int(round(float(iv["value"])))
+        run[key] = float(iv["value"]) if q == "lr" else whole_sequences(float(iv["value"]), run)
         run[f"{key}_interval"] = [_bound(iv, "lo"), _bound(iv, "hi")]
     if kept:
         return rec, (f"{' and '.join(kept)} of the concrete run come from {run_source or 'the plan'}: the "

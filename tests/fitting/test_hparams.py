@@ -195,6 +195,9 @@ def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_bat
     assert h is not None and set(h) >= {"lr", "batch", "lr_why", "batch_why"}
     if h["lr"]["kind"] != "unreliable":
         assert rec.run["lr"] == pytest.approx(h["lr"]["value"]) and "lr =" in rec.table()
+        assert h["N"] == rec.run["n_params"]  # lr* for the parameters the run's shape really has
+    if h["batch"]["kind"] != "unreliable":  # a whole number of sequences, as a plan requires
+        assert rec.run["batch_tokens"] % rec.run["shape"]["context"] == 0
     assert "hyperparameters for N =" in rec.table()
 
 
