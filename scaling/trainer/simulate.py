@@ -157,7 +157,8 @@ def simulate(
         store.log_metrics(spec.key, rows, sweep=sweep)
         store.log_event(spec.key, steps, vocab.SIMULATED,
                         {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
-                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty},
+                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty,
+                         **({"tasks": [t.model_dump() for t in sim.tasks]} if sim.tasks else {})},
                         sweep=sweep)
     return TrainResult(
         key=spec.key,

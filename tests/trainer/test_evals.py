@@ -264,6 +264,8 @@ def test_simulated_task_metrics_follow_their_law(sqlite_url: str) -> None:
     assert bpb[last] == pytest.approx(want_bpb, rel=1e-9)
     assert acc[last] == pytest.approx(0.25 + 0.75 / (1 + math.exp(4.0 * (want_bpb - 1.2))), abs=0.01)
     assert (np.diff(bpb.to_numpy()) < 0).all()
+    event = connect(sqlite_url).events(run_keys=[tasked.key], kinds=[vocab.SIMULATED])["detail"].iloc[0]
+    assert event["tasks"][0]["midpoint"] == 1.2  # the truth a fit of the task laws can be checked against
 
 
 def test_metric_names_outside_the_vocabulary_are_refused(db_url: str) -> None:
