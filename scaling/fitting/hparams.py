@@ -245,7 +245,6 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
                    f"({num(math.exp(opt[i, 0] + (x0 if i == 0 else y0)), 3)})")
             return result("no minimum", why, *as_run(why))
     # residual bootstrap (the design is the grid, so it is kept; residuals scaled for the fitted df)
-    reps = None
     n = len(loss)
     if n_bootstrap >= 2 and n > p:
         resid = (loss - X @ beta) * math.sqrt(n / (n - p))
