@@ -143,7 +143,7 @@ class GroupOptimum:
 def _settings(g: pd.DataFrame) -> pd.DataFrame:
     """Mean loss per distinct (lr, batch, beta2) setting, and its number of runs."""
     keys = [c for c in ("lr", "batch", "beta2") if c in g]
-    s = g.groupby(keys, sort=True)["loss"].agg(["mean", "size"]).reset_index()
+    s = g.groupby(keys, sort=True, dropna=False)["loss"].agg(["mean", "size"]).reset_index()
     return s.rename(columns={"mean": "loss", "size": "n"})
 
 
