@@ -650,7 +650,7 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
             c = s.loc[centre_setting(s)]
             chosen = g[np.isclose(g["lr"], c["lr"]) & np.isclose(g["batch"], c["batch"])]
             if "beta2" in g and g["beta2"].notna().any():
-                chosen = chosen[np.isclose(chosen["beta2"], c["beta2"])] if "beta2" in c else chosen
+                chosen = chosen[np.isclose(chosen["beta2"], c["beta2"], equal_nan=True)] if "beta2" in c else chosen
             loss = float(chosen["loss"].mean())
         row = {c: first[c] for c in other}
         row.update(N=float(g["N"].median()), D=float(g["D"].median()), C=float(g["C"].median()), loss=float(loss))
