@@ -592,11 +592,15 @@ def fit_hparams(runs: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0, *,
     ``runs``: one row per completed run with :data:`RUN_COLUMNS` (``beta2`` and ``group`` optional).
     """
     runs = as_float(runs)
+    lost = int((~np.isfinite(runs["loss"])).sum())
+    runs = runs[np.isfinite(runs["loss"])].reset_index(drop=True)  # a run without a final loss says nothing
     labels = assign_groups(runs)
     if not labels.notna().any():
         return None
     check_runs(runs[labels.notna()])
     fit = HparamFit(groups=[], near_fraction=near_fraction)
+    if lost:
+        fit.notes.append(f"{lost} run(s) without a finite final loss left out")
     for i, (label, g) in enumerate(runs[labels.notna()].groupby(labels[labels.notna()], sort=False)):
         fit.groups.append(fit_group(g, str(label), n_bootstrap=n_bootstrap, seed=seed + i, near_fraction=near_fraction))
     fit.groups.sort(key=lambda g: (g.N, g.D))
