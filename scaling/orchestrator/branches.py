@@ -35,7 +35,7 @@ TRUNK = "trunk"
 BRANCH = "branch"
 
 
-#: Builds a finished spec (placed, data resolved) from a plan's run: the expansion's own steps.
+#: Builds one run's request from a plan's run (the expansion's `run_requests` stage); the resolver places it.
 Finish = Callable[..., RunSpec]
 
 
@@ -62,8 +62,8 @@ def expand_model(
     """The trunk and the branches of one model and seed (trunk first).
 
     ``hyper(N, D, C)`` gives (lr, batch) from the plan's rules; ``finish(shape, D, lr, batch, seed,
-    loc, model_index, **fields)`` builds, places and resolves one spec as the expansion does for
-    every run.
+    loc, model_index, **fields)`` builds one run's request as the expansion does for every run
+    (the resolver places it later; its key, which a branch names as its parent, is already final).
     """
     block = plan.grid[block_index]
     branches: BranchesPlan = block.branches  # type: ignore[assignment]

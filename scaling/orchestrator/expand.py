@@ -13,7 +13,8 @@ calls:
    Then :func:`hparam_points` multiplies each point of a block with ``hparams`` into its lr /
    batch / beta2 combinations, the runs of a point one group (`scaling.orchestrator.hparam_groups`).
 3. :func:`run_requests` - each point as a :class:`~scaling.trainer.spec.RunRequest` (cooldown
-   branches: a trunk and its branches, `scaling.orchestrator.branches`), duplicates listed once.
+   branches: a trunk and its branches, `scaling.orchestrator.branches`), then :func:`merged`:
+   each key once.
 4. :func:`placed` - each request resolved (`scaling.trainer.resolve.resolve`): the fastest layout
    that fits, validated in full as a RunSpec.
 5. :func:`ordered` - smallest compute first, an IsoFLOP budget's runs together; then the adaptive
@@ -297,39 +298,44 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
 
 # -- stage 3 ------------------------------------------------------------------------------------
 def run_requests(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> tuple[list[Requested], list[str]]:
-    """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once.
-
-    A run two blocks list is kept once; when both list it as a trunk with different branch points,
-    it keeps the checkpoints of all of them.
-    """
-    runs: dict[str, Requested] = {}
-    notes: list[str] = []
-
-    def add(point: GridPoint, request: RunRequest) -> RunRequest:
-        kept = runs.get(request.key)
-        if kept is None:
-            runs[request.key] = Requested(request, point.block, point.model, point.kind, point.budget)
-            return request
-        old = kept.request.execution.keep_steps
-        steps = tuple(sorted(set(old) | set(request.execution.keep_steps)))
-        if steps != old:  # one trunk serves the branch points of two blocks
-            execution = kept.request.execution.model_copy(update={"keep_steps": steps})
-            runs[request.key] = replace(kept, request=kept.request.model_copy(update={"execution": execution}))
-        else:
-            notes.append(f"duplicate run {request.key} (grid.{point.block}) listed once")
-        return runs[request.key].request
-
+    """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once (:func:`merged`)."""
+    built: list[Requested] = []
     for point in points:
         if point.kind == "branches":
-            def build(shape: Shape, D: float, lr: float, batch: int, seed: int, loc: tuple[Any, ...], m: int,
-                      _point: GridPoint = point, **lineage: Any) -> RunSpec:
-                p = replace(_point, tokens=D, lr=lr, batch=batch, loc=loc)
-                return add(p, point_request(plan, p, source, **lineage))
-
-            branches.expand_model(plan, point.block, point.model, point.shape, point.seed, source,
-                                  lambda N, D, C: _hyper(plan, N, D, C, source), build)
+            built += _branch_requests(plan, point, source)
         else:
-            add(point, point_request(plan, point, source))
+            built.append(Requested(point_request(plan, point, source), point.block, point.model, point.kind, point.budget))
+    return merged(built)
+
+
+def _branch_requests(plan: Plan, point: GridPoint, source: Optional[YamlSource]) -> list[Requested]:
+    """A ``branches`` point's trunk and branches (`scaling.orchestrator.branches` decides their D and lineage)."""
+
+    def build(shape: Shape, D: float, lr: float, batch: int, seed: int, loc: tuple[Any, ...], m: int,
+              **lineage: Any) -> RunSpec:
+        return point_request(plan, replace(point, tokens=D, lr=lr, batch=batch, loc=loc), source, **lineage)
+
+    specs = branches.expand_model(plan, point.block, point.model, point.shape, point.seed, source,
+                                  lambda N, D, C: _hyper(plan, N, D, C, source), build)
+    return [Requested(spec, point.block, point.model, point.kind, point.budget) for spec in specs]  # type: ignore[arg-type]
+
+
+def merged(requested: list[Requested]) -> tuple[list[Requested], list[str]]:
+    """Each key once, where it first appears, with a note for each repeat. A trunk two blocks list
+    with different branch points keeps the checkpoints of all of them (its key does not change)."""
+    runs: dict[str, Requested] = {}
+    notes: list[str] = []
+    for r in requested:
+        kept = runs.setdefault(r.request.key, r)
+        if kept is r:
+            continue
+        old = kept.request.execution.keep_steps
+        steps = tuple(sorted(set(old) | set(r.request.execution.keep_steps)))
+        if steps != old:  # one trunk serves the branch points of two blocks
+            execution = kept.request.execution.model_copy(update={"keep_steps": steps})
+            runs[r.request.key] = replace(kept, request=kept.request.model_copy(update={"execution": execution}))
+        else:
+            notes.append(f"duplicate run {r.request.key} (grid.{r.block}) listed once")
     return list(runs.values()), notes
 
 
