@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from scaling import layout
 from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
 from scaling.errors import ResourceError, SpecError
-from scaling.trainer.spec import DataSpec, ExecutionSpec, RunRequest, RunSpec, precision_problem
+from scaling.trainer.spec import DataSpec, ExecutionSpec, RunSpec, precision_problem
 
 #: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
 #: ~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32), when the plan sets no ``throughput_flops``.
@@ -346,6 +346,7 @@ def resolve(request: RunSpec, host: Host = Host()) -> Resolved:
                        what=f"model {shape.n_layer}x{shape.d_model}", limit_name=named)
         except ResourceError as exc:
             raise NoLayoutError(str(exc), choice) from None
+        raise NoLayoutError(f"model {shape.n_layer}x{shape.d_model} fits no layout of {ex.workers} worker(s)", choice)
     problem = precision_problem(chosen.precision, best.layout.tp, best.layout.dp)
     if problem and request.precision == "auto":
         raise SpecError(f"precision: auto chose {chosen.precision} ({chosen.reason}), but {problem}")
@@ -358,7 +359,7 @@ def resolve(request: RunSpec, host: Host = Host()) -> Resolved:
 
 def unresolved_problem(spec: RunSpec) -> Optional[str]:
     """Why ``spec`` cannot be trained as it is (a request with decisions left), or None."""
-    if isinstance(spec, RunRequest):
+    if not spec.concrete:
         return ("a run request (it may leave precision, layout or data to decide) is not trained as it is: "
                 "resolve it first (scaling.trainer.resolve.resolve)")
     return None

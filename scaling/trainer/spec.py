@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import (
     Field,
@@ -532,13 +532,18 @@ class RunSpec(Recipe):
             raise ValueError(problem)
         return value
 
+    #: Nothing left to decide (False for a RunRequest): what ``scaling.trainer.train`` accepts.
+    concrete: ClassVar[bool] = True
+
     def placement_pending(self) -> bool:
-        """Whether the checks that depend on the placement wait for the resolver (never for a RunSpec)."""
-        return False
+        """Whether the checks that depend on the placement wait for the resolver: a request's
+        layout under ``strategy: auto`` on several workers (never a RunSpec's)."""
+        ex = self.execution
+        return not self.concrete and ex.strategy == "auto" and ex.workers > 1
 
     @model_validator(mode="after")
     def _concrete(self) -> "RunSpec":
-        if self.simulate is None and self.precision == "auto" and not isinstance(self, RunRequest):
+        if self.simulate is None and self.precision == "auto" and self.concrete:
             raise ValueError("precision: auto is decided by the resolver (scaling.trainer.resolve.resolve); "
                              "a run spec names bf16, fp16 or fp32")
         return self
@@ -723,8 +728,5 @@ class RunRequest(RunSpec):
     its data need not be fingerprinted yet. ``scaling.trainer.resolve.resolve(request, host)``
     decides each of these once and returns the :class:`RunSpec` the trainer accepts."""
 
+    concrete: ClassVar[bool] = False
     precision: PrecisionChoice = "auto"
-
-    def placement_pending(self) -> bool:
-        ex = self.execution
-        return ex.strategy == "auto" and ex.workers > 1
