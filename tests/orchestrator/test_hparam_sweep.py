@@ -71,7 +71,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 def test_each_point_trains_once_per_combination_as_one_group() -> None:
     plan, source = load_plan(SMALL)
     runs = expand(plan, source).runs
-    assert len(runs) == plan.run_count() == 2 * 3 * 9
+    assert len(runs) == plan.run_count() == 6 * 9
     assert len({r.key for r in runs}) == len(runs) and len({r.spec.name for r in runs}) == len(runs)
     groups: dict[str, list[Any]] = {}
     for r in runs:
@@ -91,14 +91,15 @@ def test_the_stage_multiplies_only_the_points_of_blocks_with_hparams(tmp_path: P
     from scaling.orchestrator.expand import grid_points, hparam_points
 
     grid = yaml.safe_load(SMALL.read_text())["grid"]
+    last = len(grid)
     grid.append({"compute": [3.0e11], "models": [{"n_layer": 2, "d_model": 64, "n_head": 4}]})  # no hparams
     plan, source = load_plan(copy(SMALL, tmp_path, grid=grid, seeds=[0, 1]))
     points, _ = grid_points(plan, source)
     out = hparam_points(plan, points, source)
-    plain = [p for p in points if p.block == 1]
-    assert [p for p in out if p.block == 1] == plain and len(plain) == 2  # one point per seed, as they were
-    swept = [p for p in out if p.block == 0]
-    assert len(swept) == 2 * 3 * 2 * 9  # budgets x models x seeds x combinations
+    plain = [p for p in points if p.block == last]
+    assert [p for p in out if p.block == last] == plain and len(plain) == 2  # one point per seed, as they were
+    swept = [p for p in out if p.block != last]
+    assert len(swept) == 6 * 2 * 9  # points x seeds x combinations
     for p in swept:
         assert p.overrides["optimizer"] == {"beta2": plan.train.optimizer.beta2}
         assert p.overrides["name"].endswith(f"/s{p.seed}/lr={p.lr:.4g},batch={p.batch}")
