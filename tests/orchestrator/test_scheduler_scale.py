@@ -25,7 +25,7 @@ from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator.scheduler import RunState, Scheduler
 from scaling.orchestrator.sweep import register
-from scaling.trainer.spec import RunSpec
+from scaling.trainer.spec import RunRequest, RunSpec
 
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
 SIZES = [1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10]
@@ -35,17 +35,18 @@ def test_a_spec_computes_its_key_once_and_keeps_the_stored_keys(monkeypatch: pyt
     calls = []
     original = RunSpec.key_fields
     monkeypatch.setattr(RunSpec, "key_fields", lambda self: calls.append(1) or original(self))
-    spec = RunSpec(model={"n_layer": 2, "d_model": 64, "n_head": 2}, tokens=65536, batch_tokens=8192)
+    # A request keeps the spec defaults older keys were computed with (precision auto) and keys alike.
+    spec = RunRequest(model={"n_layer": 2, "d_model": 64, "n_head": 2}, tokens=65536, batch_tokens=8192)
     assert {spec.key for _ in range(1000)} == {"6897d5a9e3062b8e"}  # the key stored databases hold
     assert len(calls) == 1
     # A copy with other fields has its own key (the cached one is not carried over) ...
     other = spec.model_copy(update={"seed": 1})
-    assert other.key == RunSpec.model_validate({**spec.model_dump(), "seed": 1}).key != spec.key
+    assert other.key == RunRequest.model_validate({**spec.model_dump(), "seed": 1}).key != spec.key
     # ... a copy of the same fields, a pickled or a deep-copied spec keep the same.
     assert spec.model_copy().key == copy.deepcopy(spec).key == pickle.loads(pickle.dumps(spec)).key == spec.key
     # Not part of what is stored or sent to a worker, and no part of equality.
     assert "key" not in spec.model_dump() and "key" not in spec.model_dump_json()
-    assert spec == RunSpec.model_validate_json(spec.model_dump_json())
+    assert spec == RunRequest.model_validate_json(spec.model_dump_json())
 
 
 def _scheduler(tmp_path: Path, url: str, runs: int, monkeypatch: pytest.MonkeyPatch) -> Scheduler:
