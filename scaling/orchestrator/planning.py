@@ -21,14 +21,7 @@ from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.trainer.spec import HPARAM_GROUP_TAG
 from scaling.trainer.task_cost import cost_note, cost_row
-from scaling.trainer.resolve import (  # noqa: F401  (re-exported: the planner's constants)
-    CPU_PEAK_FRACTION,
-    CPU_STEP_SECONDS,
-    GPU_STEP_SECONDS,
-    GPU_THROUGHPUT_FLOPS,
-    overheads,
-    worker_rate,
-)
+from scaling.trainer.resolve import overheads, worker_rate
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
