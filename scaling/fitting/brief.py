@@ -54,6 +54,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
             span = (f"; their 95% intervals together reach [{num(rec.across_laws['lo'])}, {num(rec.across_laws['hi'])}]"
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
+        lines.extend(_task_line(task, p) for task, p in rec.tasks.items())
     for kind, why in rec.unreliable.items():
         lines.append(f"left out: {_name(kind)}: unreliable: {short_reason(why)}")
     for kind, why in (skipped or {}).items():
@@ -65,6 +66,20 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         elif not note.startswith(("the choice", "no law is reliable")):  # said by the left-out lines above
             lines.append(f"note: {note}")
     return lines
+
+
+def _task_line(task: str, prediction: dict[str, Any]) -> str:
+    """A task's predicted accuracy at the recommended run, by the headline form of step 2 (the full
+    table, every form with its notes: ``scaling recommend``)."""
+    from scaling.fitting.api import interval_text
+    from scaling.fitting.tasks import FORMS
+
+    form = next((f for f in FORMS if f in prediction), None)
+    if form is None:
+        return f"  {task}: no accuracy predicted"
+    iv = prediction[form]
+    why = f" ({iv['note']})" if iv.get("kind") == "unreliable" and iv.get("note") else ""
+    return f"  {task} accuracy predicted: {num(iv['value'])} {interval_text(iv)}{why}"
 
 
 def short_reason(text: str, limit: int = REASON_CHARS) -> str:

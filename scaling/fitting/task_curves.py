@@ -112,8 +112,9 @@ class AccuracyCurve:
             return np.where(np.isfinite(J), J, 0.0)
 
         try:
-            r = least_squares(resid, x0, jac=jac, bounds=(self.lower_, self.upper_), method="trf", x_scale="jac",
-                              max_nfev=max_nfev)
+            with np.errstate(all="ignore"):  # scipy's own steps may overflow on a far start: a failed start, not a warning
+                r = least_squares(resid, x0, jac=jac, bounds=(self.lower_, self.upper_), method="trf", x_scale="jac",
+                                  max_nfev=max_nfev)
         except (ValueError, np.linalg.LinAlgError):
             return None
         cost = float(np.sum(resid(r.x) ** 2))

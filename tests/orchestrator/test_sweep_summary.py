@@ -14,6 +14,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("shared
 REPO = Path(__file__).resolve().parents[2]
 #: A law whose optima sit inside the example grid's budgets (as the byte-level models' do).
 LAW = {"E": 1.5, "A": 40.0, "B": 200.0, "alpha": 0.35, "beta": 0.35}
+#: The built-in task as the trainer scores it, simulated: its own loss law, accuracy a sigmoid of it.
+TASK = {"name": "next_line", "E": 1.2, "A": 40.0, "B": 200.0, "alpha": 0.35, "beta": 0.35, "slope": 3.0,
+        "midpoint": 2.5, "items": 1000}
 
 
 def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
@@ -21,7 +24,7 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     from scaling.fitting.api import SHORT
 
     plan = yaml.safe_load((REPO / "examples" / "plan.yaml").read_text())
-    plan.update(runs_dir=str(tmp_path / "runs"), simulate={"law": LAW, "noise": 0.01, "seed": 0},
+    plan.update(runs_dir=str(tmp_path / "runs"), simulate={"law": LAW, "noise": 0.01, "seed": 0, "tasks": [TASK]},
                 resources={"workers": 1, "cpus_per_worker": 1, "num_cpus": 2})
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
@@ -42,7 +45,12 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     first_left = end.index(left[0])
     assert all(line.startswith("  ") for line in end[1:first_left])  # a few lines, then the left-out ones
     assert first_left <= 7
+    # the built-in task every run is scored on: its accuracy predicted at the recommended run
+    assert any(line.startswith("  next_line accuracy predicted: ") for line in end[1:first_left])
     tail = end[first_left + len(left):]
+    # the example sweeps no hyperparameters: one note says where the run's lr and batch come from
+    assert tail[0].startswith("note: lr and batch of the concrete run come from ") and "no hyperparameter groups" in tail[0]
+    tail = tail[1:]
     assert tail[0].startswith("every law's parameters, intervals and notes: scaling fit --db ")
     assert tail[1].startswith("every law at this budget, and the runs worth adding: scaling recommend --db ")
     assert tail[2].startswith("report: ") and Path(tail[2].removeprefix("report: ")).is_file()
