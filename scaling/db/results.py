@@ -8,10 +8,9 @@ reads a million rows in about a second.
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
-import pandas as pd
 from sqlalchemy import Select, func, select
 
 from scaling.db.database import AmbiguousRunError, Database
@@ -20,6 +19,9 @@ from scaling.db.conflicts import refuse_changed_points
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep
 from scaling.errors import NotFoundError, mask_url
 from scaling.vocab import RUNNING, STATUSES
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: one run's row (a trainer's) needs none
+    import pandas as pd
 
 T = TypeVar("T")
 
@@ -121,6 +123,8 @@ class Results(Database):
 
     def sweeps(self) -> pd.DataFrame:
         """One row per sweep: name, created_at, conventions, run counts by status, plan."""
+        import pandas as pd
+
         counts = (
             select(Run.sweep_id, Run.status, func.count().label("n")).group_by(Run.sweep_id, Run.status).subquery()
         )
@@ -156,6 +160,8 @@ class Results(Database):
         ``spec=False`` leaves the ``spec`` column empty (None): decoding every run's spec is most
         of the time a large sweep takes to read, and a summary does not need it.
         """
+        import pandas as pd
+
         q = (_RUNS if spec else _RUNS_WITHOUT_SPEC).order_by(Run.sweep_id, Run.id)
         if sweep is not None:
             q = q.where(Run.sweep_id == self._id_of_sweep(sweep))
@@ -193,6 +199,8 @@ class Results(Database):
         ``wide=True`` pivots to one column per metric name, indexed by (run_key, step, tokens,
         flops). ``sweep`` restricts to one sweep (a key may be in several).
         """
+        import pandas as pd
+
         q = select(Metric.run_id, Metric.step, Metric.tokens, Metric.flops, Metric.name_id, Metric.value).order_by(
             Metric.run_id, Metric.step, Metric.name_id
         )
@@ -252,6 +260,8 @@ class Results(Database):
 
         For summaries (throughput, MFU per run) without reading every step's row.
         """
+        import pandas as pd
+
         q = select(
             Metric.run_id, Metric.name_id, func.count(Metric.value), func.avg(Metric.value),
             func.min(Metric.value), func.max(Metric.value),
@@ -270,6 +280,8 @@ class Results(Database):
 
         One row per (run, name) comes back however long the runs are (a live progress display).
         """
+        import pandas as pd
+
         last = select(Metric.run_id, Metric.name_id, func.max(Metric.step).label("step")).group_by(
             Metric.run_id, Metric.name_id
         )
@@ -290,6 +302,8 @@ class Results(Database):
         self, sweep: Optional[str] = None, run_keys: Optional[Iterable[str]] = None, kinds: Optional[Iterable[str]] = None
     ) -> pd.DataFrame:
         """Events ``run_key, sweep, step, kind, detail, created_at`` in the order they happened."""
+        import pandas as pd
+
         q = (
             select(Run.key, Sweep.name, Event.step, Event.kind, Event.detail, Event.created_at)
             .join(Event.run)
@@ -309,6 +323,8 @@ class Results(Database):
 
     def fits(self, sweep: Optional[str] = None, law: Optional[str] = None, method: Optional[str] = None) -> pd.DataFrame:
         """Stored fits ``id, sweep, law, method, result (dict), fingerprint, created_at``, oldest first."""
+        import pandas as pd
+
         q = (
             select(Fit.id, Sweep.name, Fit.law, Fit.method, Fit.result, Fit.fingerprint, Fit.created_at)
             .join(Fit.sweep)
@@ -384,6 +400,8 @@ def _lookup(ids: np.ndarray, mapping: dict[int, str]) -> pd.Series:
     Through an Arrow dictionary array when pyarrow is there (pandas' own string storage): the
     strings are copied in C, ten times faster than building a million-element object array.
     """
+    import pandas as pd
+
     keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
     position = np.full(int(keys.max(initial=0)) + 1, -1, dtype=np.int32)
     position[keys] = np.arange(len(keys), dtype=np.int32)
