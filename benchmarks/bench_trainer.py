@@ -5,7 +5,8 @@ file, memory-mapped by both), batch and optimizer (AdamW, clipping at 1.0), each
 process as a user runs it: ``scaling train SPEC --db sqlite:///...`` (database, data check,
 precision, step-0 and final checkpoints, metrics every step, spike checks) against a script that
 imports torch and the model, takes random windows, steps, prints the loss each step, evaluates
-once and saves once (what nanoGPT's ``train.py`` does). Runs alternate, so a drift in machine
+once and saves once (what nanoGPT's ``train.py`` does). The trainer's runs share one database
+(created before the first, as a user's runs share theirs), each in a sweep of its own. Runs alternate, so a drift in machine
 load hits every variant alike; medians of wall time are compared, and two ratios are printed:
 
 - ``scaling train`` in fp32 / the plain loop in fp32 (the trainer's overhead; target <= 1.0);
@@ -134,12 +135,18 @@ def process_comparison(args: argparse.Namespace) -> None:
     bin_path = tmp / "train.bin"
     vocab, val_fraction = write_tokens(bin_path)
     scaling_cmd = [sys.executable, "-c", "from scaling.cli import main; main()", "train"]
+    # One database for every run, as a user's runs share theirs (its schema is made once, here);
+    # each run is recorded in a sweep of its own, so none finds its key already completed.
+    url = f"sqlite:///{tmp / 'bench.db'}"
+    from scaling.db import Store
+
+    Store(url).close()
     variants: dict[str, Any] = {}
     for steps in (1, args.steps):
         for precision in ("fp32", "auto"):
             spec = spec_file(tmp / f"{precision}{steps}.yaml", args, bin_path, precision, steps)
             variants[f"trainer {precision} x{steps}"] = lambda n, s=spec: scaling_cmd + [
-                str(s), "--db", f"sqlite:///{tmp / f'db{n}.db'}", "--run-dir", str(tmp / f"run{n}")]
+                str(s), "--db", url, "--sweep", f"run{n}", "--run-dir", str(tmp / f"run{n}")]
         config = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "context": args.context,
                   "batch": args.batch, "vocab": vocab, "bin": str(bin_path), "val_fraction": val_fraction,
                   "steps": steps, "threads": args.threads, "lr": 6e-4, "seed": 0, "precision": "fp32",
