@@ -169,7 +169,7 @@ def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool)
         what = f"{'an error rate' if err else 'an accuracy'} must lie in [0, 1] (a fraction, not a percentage)"
     if bad.any() or np.isinf(v).any():
         i = int(np.flatnonzero(bad | np.isinf(v))[0])
-        raise FitError(f"{where}column {name!r}, data row {i + 1}: {v[i]!r}: {what}")
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: {float(v[i])!r}: {what}")
     return 1.0 - v if err else v
 
 

@@ -432,6 +432,6 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
             if form in p:
                 iv = p[form]
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
-                out.append(f"  {task} [{form}]: {num(iv['value'], 3)} {interval_text(iv)}{why}")
+                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv)}{why}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))
     return out

@@ -394,7 +394,14 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
     except ValidationError as exc:  # a value the trainer refuses
         err = exc.errors()[0]
         detail = str(err["msg"]).removeprefix("Value error, ")
-        at = ("grid", point.block, "models", point.model) if err["loc"][:1] == ("model",) else point.loc
+        field, swept = (str(err["loc"][-1]) if err["loc"] else ""), plan.grid[point.block].hparams
+        if err["loc"][:1] == ("model",):
+            at = ("grid", point.block, "models", point.model)
+        else:  # a run's own value (lr, batch, beta2): say which, and point at the sweep that made it
+            at = ("grid", point.block, "hparams", field) if swept is not None and field in swept.fields else point.loc
+            value = err.get("input")
+            shown = format(value, ".4g") if isinstance(value, float) else repr(value)[:60]
+            detail = f"{'.'.join(map(str, err['loc']))} {shown}: {detail}"
         raise PlanError(f"{where(source, at)}: {detail}") from None
 
 

@@ -29,6 +29,9 @@ RULED = ("lr", "batch_tokens")
 MAX_VALUES = 1000
 #: How far a point's D may move to be whole batches of every batch it is trained with.
 MAX_ROUNDING = 0.05
+#: Largest factor of a rule (and smallest, its inverse): beyond it a learning rate or batch is no
+#: longer a number a run can take.
+MAX_FACTOR = 1e6
 
 
 class HparamValueError(ValueError):
@@ -54,7 +57,8 @@ class Factors(_Strict):
     @field_validator("factors", mode="before")
     @classmethod
     def _usable(cls, value: Any) -> Any:
-        return _numbers(value, lambda v: v > 0, "a factor must be positive", "factors: ")
+        return _numbers(value, lambda v: 1 / MAX_FACTOR <= v <= MAX_FACTOR,
+                        f"a factor must lie between {1 / MAX_FACTOR:g} and {MAX_FACTOR:g}", "factors: ")
 
 
 def _number(value: Any) -> float:

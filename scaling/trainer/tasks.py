@@ -229,7 +229,18 @@ def parse_item(text: str, where: str) -> Item:
         raise SpecError(f"{where}: `gold` must be the index of the correct choice (an integer)")
     if not 0 <= gold < len(choices):
         raise SpecError(f"{where}: gold {gold} is out of range for {len(choices)} choices (0 to {len(choices) - 1})")
+    if not all(s.isascii() or _is_utf8(s) for s in (few_shot, context, *choices)):
+        raise SpecError(f"{where}: a string holds a lone surrogate escape (\\ud800 to \\udfff), which is not text")
     return Item(context=few_shot + context, choices=tuple(choices), gold=gold, where=where)
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (JSON's ``\\ud800`` escapes decode to lone surrogates, which do not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def text_encoding_problem(data: "DataLike") -> Optional[str]:
