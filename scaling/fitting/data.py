@@ -213,7 +213,7 @@ def from_frame(
     df = df.set_axis(cols, axis=1)
     _refuse_ambiguous(cols, where)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
-    if picked["lr"] is None and picked["batch"] is None:  # beta2 or a group alone: descriptions, as before
+    if picked["lr"] is None and picked["batch"] is None:  # beta2 or a group alone: descriptions, not groups
         picked["beta2"] = picked["group"] = None
     units = loss_units or "nats"
     if picked["loss"] is None:

@@ -259,7 +259,7 @@ class SimulatedLaw(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_absent_hparams(self, handler: Any) -> Any:
-        # A law without the term serializes as before it existed, so simulated runs keep their keys.
+        # A law without the term serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and self.hparams is None:
             out.pop("hparams", None)
@@ -310,7 +310,7 @@ class SimulateSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_absent_tasks(self, handler: Any) -> Any:
-        # A simulation without tasks serializes as before tasks existed, so its runs keep their keys.
+        # A simulation without tasks serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and not self.tasks:
             out.pop("tasks", None)
