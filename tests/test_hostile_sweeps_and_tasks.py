@@ -74,3 +74,16 @@ def test_a_predicted_accuracy_is_printed_to_the_digits_of_its_interval() -> None
     iv = {"value": 0.53349, "lo": 0.5334, "hi": 0.54, "kind": "percentile"}
     lines = task_lines({"hellaswag": {"N": 1e6, "D": 2e7, "sigmoid": iv}})
     assert "hellaswag [sigmoid]: 0.5335 [0.5334, 0.54]" in lines[1]
+
+
+# -- {fitted: SWEEP} rules read the database the command names ----------------------------------------
+def test_scaling_plan_reads_a_fitted_rule_from_the_database_db_names(tmp_path: Path) -> None:
+    from tests.cli_run import run_main
+
+    top = yaml.safe_load((EXAMPLE.parent / "sim-hparams-top.yaml").read_text())
+    top["runs_dir"] = str(tmp_path / "runs")
+    (tmp_path / "top.yaml").write_text(yaml.safe_dump(top, sort_keys=False))
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    got = run_main("plan", str(tmp_path / "top.yaml"), "--db", url)
+    assert got.code == 2 and f"no results database at {url}" in got.err, got
+    assert "Traceback" not in got.err and not (tmp_path / "elsewhere.db").exists()

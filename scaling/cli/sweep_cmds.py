@@ -17,6 +17,7 @@ PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_defau
 @app.command("plan")
 def plan_cmd(
     plan: PlanArg,
+    db: DbOption = None,
     format: FormatOption = "table",
     explain: Annotated[
         Optional[str],
@@ -34,7 +35,7 @@ def plan_cmd(
     from scaling.orchestrator.planning import explain as explain_run
     from scaling.orchestrator.planning import find_run, plan_summary, render_groups, render_table, to_json
 
-    summary = plan_summary(plan)
+    summary = plan_summary(plan, db=db)  # db: where a `{fitted: SWEEP}` rule reads its sweep, as `scaling sweep`
     if explain is not None:
         lines = explain_run(summary, explain)
         if format == "json":  # the run's row of the plan, which holds every figure the lines show

@@ -117,10 +117,11 @@ def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
     return min(n, r.max_concurrent) if r.max_concurrent else n
 
 
-def plan_summary(path: str | Path) -> dict[str, Any]:
-    """The resolved runs of the plan at ``path`` and its totals; raises PlanError/ResourceError."""
+def plan_summary(path: str | Path, db: Optional[str] = None) -> dict[str, Any]:
+    """The resolved runs of the plan at ``path`` and its totals; raises PlanError/ResourceError.
+    ``db``: the database a ``{fitted: SWEEP}`` rule reads its sweep from (``--db``; see :func:`expand`)."""
     plan, source = load_plan(path)
-    expansion = expand(plan, source)
+    expansion = expand(plan, source, db=db)
     return summarize(expansion)
 
 
