@@ -87,3 +87,17 @@ def test_scaling_plan_reads_a_fitted_rule_from_the_database_db_names(tmp_path: P
     got = run_main("plan", str(tmp_path / "top.yaml"), "--db", url)
     assert got.code == 2 and f"no results database at {url}" in got.err, got
     assert "Traceback" not in got.err and not (tmp_path / "elsewhere.db").exists()
+
+
+# -- scaling export's output folder ---------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["empty", "nowhere"])
+def test_an_export_folder_that_is_a_link_is_refused_naming_it(tmp_path: Path, target: str) -> None:
+    from scaling.errors import UserError
+    from scaling.trainer.export import check_output
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / target)
+    with pytest.raises(UserError, match=r"--hf .*link is a symbolic link"):
+        check_output(tmp_path / "link")
+    check_output(tmp_path / "empty")  # an empty folder, or a new one, is fine
+    check_output(tmp_path / "new")

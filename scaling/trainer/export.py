@@ -203,7 +203,10 @@ def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
 
 
 def check_output(out: Path) -> None:
-    """Refuse an output that is a file or a folder with something in it (nothing is overwritten)."""
+    """Refuse an output that is a file, a link or a folder with something in it (nothing is overwritten;
+    the finished folder is renamed into place, which a link would not survive)."""
+    if out.is_symlink():
+        raise UserError(f"--hf {out} is a symbolic link: give a new or empty folder (the link's target, say)")
     if out.exists() and not out.is_dir():
         raise UserError(f"--hf {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
