@@ -14,8 +14,10 @@ tokens, through the model the run trains (no second copy of the weights). On sev
 every rank takes part, as in the held-out loss: each data-parallel rank scores every dp-th
 batch (ranks of a tensor-parallel group the same ones; every rank runs as many forward passes,
 so sharded models gather their weights in step) and the per-sequence scores are summed over
-the data-parallel group; the main rank records them. Pipeline-parallel runs are not scored:
-no rank holds the whole model, and the pipeline's evaluation sums losses, not sequences.
+the data-parallel group; the main rank records them. A pipeline-parallel run scores through its
+schedule's evaluation: batches of at most one share's rows, padded to the stages' fixed shape,
+the continuation's tokens the only targets; the last stage's per-row losses are summed over the
+ranks whose losses add up (:attr:`Pipeline.loss_group`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from scaling import vocab
 from scaling.errors import SpecError
 from scaling.trainer import next_line
 from scaling.trainer.data import Corpus
+from scaling.trainer.pipeline import IGNORE, Pipeline
 from scaling.trainer.precision import autocast
 from scaling.trainer.runtime import Runtime
 from scaling.trainer.spec import RunSpec
@@ -81,13 +84,14 @@ def encode(task: Task, encoder: Encoder, context: int) -> Encoded:
     return Encoded(task, sequences, np.asarray(cont), np.asarray(nbytes), np.asarray(owner), np.asarray(gold))
 
 
-def batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def batches(lengths: Sequence[int], max_tokens: int, max_rows: Optional[int] = None) -> list[list[int]]:
     """Sequence indices grouped longest first, each group's padded size (count x longest) at most
-    ``max_tokens`` (a longer sequence goes alone)."""
+    ``max_tokens`` (a longer sequence goes alone), and at most ``max_rows`` sequences when given."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     out: list[list[int]] = []
     for i in order:
-        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+        if (out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens
+                and (max_rows is None or len(out[-1]) < max_rows)):
             out[-1].append(i)
         else:
             out.append([i])
@@ -109,6 +113,18 @@ def continuation_logprobs(model: Callable[[torch.Tensor], torch.Tensor], sequenc
     logits = model(ids[:, :-1]).float()
     logp = F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.where(mask, logp.double(), 0.0).sum(dim=1)
+
+
+def pipeline_logprobs(pipe: Pipeline, sequences: Sequence[np.ndarray], continuation: Sequence[int]) -> torch.Tensor:
+    """:func:`continuation_logprobs` through a pipeline: the rows padded to its (share, context)
+    shape, each continuation's tokens the only targets; zeros on ranks without the last stage."""
+    x = torch.zeros(pipe.share, pipe.spec.model.context, dtype=torch.long)
+    y = torch.full_like(x, IGNORE)
+    for r, (seq, c) in enumerate(zip(sequences, continuation)):
+        n = len(seq) - 1  # inputs; the target of position p is seq[p + 1]
+        x[r, :n] = torch.from_numpy(seq[:-1])
+        y[r, n - c : n] = torch.from_numpy(seq[n - c + 1 :])
+    return -pipe.row_losses(x, y)[: len(sequences)]
 
 
 def task_metrics(enc: Encoded, scores: np.ndarray) -> dict[str, float]:
@@ -136,15 +152,20 @@ def batch_tokens(micro: int, context: int, vocab_size: int) -> int:
 def score(model: Any, enc: Encoded, rt: Runtime, *, max_tokens: int, precision: str,
           group: Any = None) -> np.ndarray:
     """Each sequence's continuation log-likelihood; collective over ranks when distributed (see the module)."""
-    groups = batches([len(s) for s in enc.sequences], max_tokens)
+    pipe = model if isinstance(model, Pipeline) else None
+    groups = batches([len(s) for s in enc.sequences], max_tokens, pipe.share if pipe is not None else None)
     out = torch.zeros(len(enc.sequences), dtype=torch.float64, device=rt.device)
     dp, rank = rt.dp, rt.dp_rank
     rounds = math.ceil(len(groups) / dp)
     for r in range(rounds):
         k = r * dp + rank
         idx = groups[k] if k < len(groups) else groups[0]  # a rank with no batch left repeats one, unrecorded
-        with autocast(precision, rt.device):
-            got = continuation_logprobs(model, [enc.sequences[i] for i in idx], enc.continuation[idx], rt.device)
+        seqs, cont = [enc.sequences[i] for i in idx], enc.continuation[idx]
+        if pipe is not None:  # the schedule casts as it trains
+            got = pipeline_logprobs(pipe, seqs, cont).to(rt.device)
+        else:
+            with autocast(precision, rt.device):
+                got = continuation_logprobs(model, seqs, cont, rt.device)
         if k < len(groups):
             out[torch.as_tensor(idx, device=rt.device)] = got
     return rt.sum(out, group).cpu().numpy()
@@ -164,12 +185,14 @@ class TaskEvaluator:
         return self.notes
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, rt: Runtime, group: Any = None) -> dict[str, float]:
-        """``task/<task>/<kind>`` of every task, scored with ``model`` (in eval mode meanwhile)."""
+    def evaluate(self, model: torch.nn.Module | Pipeline, rt: Runtime, group: Any = None) -> dict[str, float]:
+        """``task/<task>/<kind>`` of every task, scored with ``model`` (in eval mode meanwhile): the
+        trained module, or a pipeline with ``group`` its loss group."""
         if not self.tasks:
             return {}
-        was_training = model.training
-        model.eval()
+        net = model.model if isinstance(model, Pipeline) else model
+        was_training = net.training
+        net.eval()
         try:
             out: dict[str, float] = {}
             for enc in self.tasks:
@@ -178,7 +201,7 @@ class TaskEvaluator:
                     out[vocab.task_metric(enc.task.name, kind)] = value
             return out
         finally:
-            model.train(was_training)
+            net.train(was_training)
 
 
 def encoder_for(spec: RunSpec) -> tuple[Optional[Encoder], Optional[Callable[[np.ndarray], bytes]]]:
@@ -206,10 +229,6 @@ def build_evaluator(spec: RunSpec, corpus: Corpus, micro: int) -> Optional[TaskE
     context = spec.model.context
     files = check_tasks(evals, spec.data, context)
     notes: dict[str, Any] = {}
-    if spec.execution.pp > 1:
-        reason = "not scored: pipeline-parallel runs hold no whole model on any rank"
-        return TaskEvaluator([], {t.name: reason for t in files} | ({vocab.NEXT_LINE: reason} if evals.next_line else {}),
-                             0, spec.precision)
     encoder, to_bytes = encoder_for(spec)
     tasks: list[Task] = list(files)
     if evals.next_line is not None:

@@ -598,7 +598,8 @@ class Trainer:
         """Downstream tasks at an evaluation (`scaling.trainer.evals`), scored by the model being trained."""
         if self.tasks is None:
             return
-        for name, value in self.tasks.evaluate(self.par.model, self.rt, self.par.group).items():
+        scorer, group = (self.par, self.par.loss_group) if self.pipelined else (self.par.model, self.par.group)
+        for name, value in self.tasks.evaluate(scorer, self.rt, group).items():
             self.rec.metric(step, step * self.tokens_per_step, name, value)
 
     def step_once(self) -> None:

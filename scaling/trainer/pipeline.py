@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -124,6 +124,7 @@ class Pipeline:
     loss_group: Any = None
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
+    _rows: Optional[list[torch.Tensor]] = field(default=None, init=False)  # per-row losses while scoring
 
     # -- where this rank sits -------------------------------------------------------------------
     @property
@@ -165,6 +166,10 @@ class Pipeline:
         logits = logits.float()
         if self._logit_scale != 1.0:
             logits = logits * self._logit_scale
+        if self._rows is not None:  # scoring: each row's summed loss, micro-batches in order
+            per = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=IGNORE)
+            self._rows.append(per.view(targets.shape).sum(dim=1).detach())
+            return per.sum()
         total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum", ignore_index=IGNORE)
         return total * self._weight
 
@@ -224,6 +229,24 @@ class Pipeline:
                 total += torch.stack(losses).double().sum()
                 count += float((y != IGNORE).sum())
         return total, count
+
+    @property
+    def share(self) -> int:
+        """Sequences of one data-parallel rank's share of a batch: the rows the stages' shapes expect."""
+        return self.spec.sequences_per_batch // self.dp
+
+    @torch.no_grad()
+    def row_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's summed token loss (nats, float64) of ``(x, y)``, a share of ``(share, context)``
+        tokens, through the schedule's evaluation: the last stage's figures, zeros on other stages."""
+        dev = self.rt.device
+        self._weight, self._logit_scale, self._rows = 1.0, 1.0, []
+        try:
+            self._run(x.to(dev), y.to(dev), [], train=False)
+            rows = torch.cat(self._rows) if self._rows else torch.zeros(len(x), device=dev)
+        finally:
+            self._rows = None
+        return rows.double()
 
     # -- the hooks Parallel has ----------------------------------------------------------------------
     def build_optimizer(self, param_groups: Iterable[dict[str, Any]], optimizer_class: type = torch.optim.AdamW,

@@ -38,12 +38,17 @@ def evaluation_steps(spec: "RunSpec") -> int:
 
 
 def tokens_per_evaluation(spec: "RunSpec") -> int:
-    """Tokens the run's tasks send forward at one evaluation, at most (one sequence per choice)."""
+    """Tokens the run's tasks send forward at one evaluation, at most (one sequence per choice; a
+    pipeline pads every sequence to its stages' shape, a whole context)."""
     window = spec.model.context + 1
+    padded = spec.execution.pp > 1
     total = 0
     if spec.evals.next_line is not None:
         ctx = spec.model.context
-        total += spec.evals.next_line.count(spec.eval_tokens) * CHOICES * min(window, passage_limit(ctx) + line_limit(ctx))
+        per = window if padded else min(window, passage_limit(ctx) + line_limit(ctx))
+        total += spec.evals.next_line.count(spec.eval_tokens) * CHOICES * per
+    if padded:
+        return total + sum(window * sum(len(item.choices) for item in load_task(task).items) for task in spec.evals.tasks)
     return total + sum(file_tokens(task, window) for task in spec.evals.tasks)
 
 
@@ -65,8 +70,8 @@ _FILE_TOKENS: dict[tuple[str, str, int, int], int] = {}
 
 
 def eval_cost(spec: "RunSpec") -> EvalCost:
-    """The cost of scoring ``spec``'s tasks (none for a simulated or pipeline-parallel run)."""
-    if spec.simulate is not None or spec.execution.pp > 1 or not spec.evals.enabled:
+    """The cost of scoring ``spec``'s tasks (none for a simulated run)."""
+    if spec.simulate is not None or not spec.evals.enabled:
         return EvalCost(0, 0, 0.0, 0.0)
     shape = spec.shape
     per_token = shape.flops_per_token("6N_attention", "total")  # forward + backward

@@ -239,6 +239,9 @@ def test_the_default_cost_is_a_small_share_of_training() -> None:
     cost = eval_cost(spec)
     assert cost.evaluations == 10 and cost.tokens == 256 * 4 * 72
     assert 0 < cost.fraction < 0.1
+    # a pipeline scores its tasks too, each sequence padded to a whole context
+    piped = spec.model_copy(update={"execution": spec.execution.model_copy(update={"workers": 2, "pp": 2})})
+    assert eval_cost(piped).tokens == 256 * 4 * (spec.model.context + 1)
 
 
 def test_simulated_task_metrics_follow_their_law(sqlite_url: str) -> None:
