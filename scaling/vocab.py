@@ -83,6 +83,11 @@ def metric_problem(name: str) -> str | None:
             return None
     return f"metric {name!r} is not in scaling.vocab (METRICS, or task/<task>/<{'|'.join(TASK_KINDS)}>)"
 
+# -- run tags ---------------------------------------------------------------------------------
+#: The tag of a run spec naming its hyperparameter group (the runs of one point of a plan's
+#: ``hparams:`` sweep); stored as the runs table's ``hparam_group`` and read by the fits.
+HPARAM_GROUP_TAG = "hparam_group"
+
 # -- events -----------------------------------------------------------------------------------
 LOSS_SPIKE = "loss_spike"
 ROLLBACK = "rollback"

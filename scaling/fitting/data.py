@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
+from scaling.vocab import COMPLETED
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.task_columns import is_task_column
 
@@ -583,17 +584,9 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
         info = _sweep_info(res, sweep)
-        every = res.runs(sweep=sweep)  # read once: the trunks to leave out are found among all of them
-        runs = every[every["status"] == names.COMPLETED]
-        if len(runs) and "parent_key" in runs:
-            runs = runs[~runs["run_key"].isin(set(every["parent_key"].dropna()))]
-        if runs is None or len(runs) == 0:
+        runs = fitted_runs(res.runs(sweep=sweep))  # read once: the trunks to leave out are found among all of them
+        if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-        runs = runs.copy()
-        loss = pd.to_numeric(runs.get("final_loss"), errors="coerce")
-        if "final_train_loss" in runs:
-            loss = loss.fillna(pd.to_numeric(runs["final_train_loss"], errors="coerce"))
-        runs["loss"] = loss
         params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
@@ -635,6 +628,22 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
+
+
+def fitted_runs(every: pd.DataFrame) -> pd.DataFrame:
+    """The runs of a sweep's listing (``Results.runs()``) that its fits use, with a ``loss`` column:
+    the completed ones except trunks of cooldown branches (a trunk never cooled down), their loss the
+    final held-out loss, else the final training loss. Every fit of a sweep reads its runs through
+    this (the loss laws, the hyperparameter laws, a rule transferred from them, the report)."""
+    runs = every[every["status"] == COMPLETED]
+    if len(runs) and "parent_key" in every:
+        runs = runs[~runs["run_key"].isin(set(every["parent_key"].dropna()))]
+    runs = runs.copy()
+    loss = pd.to_numeric(runs["final_loss"], errors="coerce") if "final_loss" in runs else pd.Series(np.nan, index=runs.index)
+    if "final_train_loss" in runs:
+        loss = loss.fillna(pd.to_numeric(runs["final_train_loss"], errors="coerce"))
+    runs["loss"] = loss
+    return runs
 
 
 def loss_curves(m: pd.DataFrame | None, runs: pd.DataFrame, train: str, evaluation: str, epoch: str) -> pd.DataFrame | None:

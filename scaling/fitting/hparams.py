@@ -33,11 +33,10 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fmt import num
+from scaling.vocab import HPARAM_GROUP_TAG
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
-#: The run spec's tag naming its group (``scaling.trainer.spec.HPARAM_GROUP_TAG``, written by a plan's ``hparams:``).
-GROUP_TAG = "hparam_group"
 #: Ways to reduce a group to the one loss the loss laws are fitted on.
 MODES = ("tuned", "fixed")
 #: Grid steps either side of the best run that the quadratic is fitted to.
@@ -698,7 +697,8 @@ def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
     out["batch"] = [number(s.get("batch_tokens")) for s in specs]
     out["beta2"] = [number(optim(s).get("beta2")) for s in specs]
     tags = [s.get("tags") if isinstance(s.get("tags"), dict) else {} for s in specs]
-    labels = [t.get(GROUP_TAG) if isinstance(t.get(GROUP_TAG), str) and t.get(GROUP_TAG) else None for t in tags]
+    labels = [t.get(HPARAM_GROUP_TAG) if isinstance(t.get(HPARAM_GROUP_TAG), str) and t.get(HPARAM_GROUP_TAG) else None
+              for t in tags]
     if "hparam_group" in runs:  # a column of the runs listing, where the database has one
         labels = [c if isinstance(c, str) and c else t for c, t in zip(runs["hparam_group"], labels)]
     if any(label is not None for label in labels):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData
+from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData, fitted_runs
 from scaling.fitting.tabular import parse_numbers
 from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, parse_column, parse_metric,
                                           task_name_problem)
@@ -61,11 +61,9 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
 
     k = data.flops_per_param_token if data is not None else SIX
     with db.connect(url) as res:
-        runs = res.runs(sweep=sweep, status="completed")
-        if runs is None or not len(runs):
+        runs = fitted_runs(res.runs(sweep=sweep))  # the runs the loss laws use (no trunk of a branch)
+        if not len(runs):
             return TaskData(empty(), k, f"sweep {sweep!r}")
-        if "parent_key" in runs:  # a trunk that branches never cooled down: not a point (as data.from_db)
-            runs = runs[~runs["run_key"].isin(set(res.runs(sweep=sweep)["parent_key"].dropna()))]
         summary = res.metric_summary(sweep=sweep, run_keys=list(runs["run_key"]))
         wanted = sorted(n for n in summary["name"].unique() if parse_metric(str(n)) is not None)
         if not wanted:

@@ -50,7 +50,8 @@ from scaling.trainer.resolve import (
     decide_precision,
     resolve,
 )
-from scaling.trainer.spec import HPARAM_GROUP_TAG, ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
+from scaling.trainer.spec import ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
+from scaling.vocab import HPARAM_GROUP_TAG
 
 
 @dataclass(frozen=True)

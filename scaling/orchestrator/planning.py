@@ -19,7 +19,7 @@ from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
-from scaling.trainer.spec import HPARAM_GROUP_TAG
+from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.trainer.task_cost import cost_note, cost_row
 from scaling.trainer.resolve import overheads, worker_rate
 

@@ -46,15 +46,15 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
     be read, counts N in another convention, has no groups, or its law is not fitted or flagged.
     """
     from scaling.db import connect
+    from scaling.fitting.data import fitted_runs
     from scaling.fitting.hparams import fit_hparams, runs_frame
-    from scaling.vocab import COMPLETED
 
     try:
         with connect(url) as res:
             conventions = res.sweeps().set_index("sweep")
             if sweep not in conventions.index:
                 raise PlanError(f"the database has no sweep {sweep!r} to take the law from (train it first)")
-            runs = res.runs(sweep=sweep, status=COMPLETED)
+            runs = fitted_runs(res.runs(sweep=sweep))
     except PlanError:
         raise
     except UserError as exc:
@@ -63,7 +63,7 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
     if theirs != params_convention:
         raise PlanError(f"sweep {sweep!r} counts N as {theirs!r}, this plan as {params_convention!r}: its law would "
                         "size these runs wrongly")
-    fit = fit_hparams(runs_frame(runs.rename(columns={"final_loss": "loss"})))
+    fit = fit_hparams(runs_frame(runs))
     if fit is None:
         raise PlanError(f"sweep {sweep!r} has no completed hyperparameter groups to fit a law on")
     out: dict[str, str] = {}

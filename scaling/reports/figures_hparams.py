@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
+from scaling.fitting.data import fitted_runs
 from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num
@@ -33,14 +34,10 @@ REPORT_BOOTSTRAP = 200
 
 
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Completed runs with loss (final eval loss, else train loss), lr, batch, beta2 and group."""
-    r = runs.copy()
-    loss = pd.to_numeric(r.get("final_loss"), errors="coerce")
-    if "final_train_loss" in r:
-        loss = loss.fillna(pd.to_numeric(r["final_train_loss"], errors="coerce"))
-    r["loss"] = loss
-    r = r[np.isfinite(r["loss"].astype(float))]
-    return runs_frame(r)
+    """The runs the fits use (:func:`scaling.fitting.data.fitted_runs`) with a finite loss, and their
+    lr, batch, beta2 and group."""
+    r = fitted_runs(runs)
+    return runs_frame(r[np.isfinite(r["loss"].astype(float))])
 
 
 def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss against learning rate") -> go.Figure:

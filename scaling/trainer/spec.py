@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from scaling import safe_yaml
+from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import StrictModel
 from scaling.accounting import (
     FlopsConvention,
@@ -56,8 +57,6 @@ MAX_DEVICE_MEMORY_GIB = 65536.0
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 #: The largest step number the database stores (the metrics' step column is a 32-bit integer).
 MAX_STEP = 2**31 - 1
-#: The tag naming a run's hyperparameter group (the runs of one point of an lr / batch / beta2 sweep).
-HPARAM_GROUP_TAG = "hparam_group"
 
 
 class _Frozen(StrictModel):

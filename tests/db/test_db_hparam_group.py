@@ -12,7 +12,8 @@ from scaling.db.engine import make_engine
 from scaling.db.migrate import upgrade_database
 from scaling.db.schema import HEAD, alembic_config, current_revision
 from scaling.errors import PlanError
-from scaling.trainer.spec import HPARAM_GROUP_TAG, RunSpec
+from scaling.trainer.spec import RunSpec
+from scaling.vocab import HPARAM_GROUP_TAG
 
 from db_helpers import records
 

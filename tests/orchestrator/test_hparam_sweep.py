@@ -19,7 +19,7 @@ import yaml
 from scaling.cli import main
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
-from scaling.trainer.spec import HPARAM_GROUP_TAG
+from scaling.vocab import HPARAM_GROUP_TAG
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SMALL, TOP = EXAMPLES / "sim-hparams.yaml", EXAMPLES / "sim-hparams-top.yaml"
