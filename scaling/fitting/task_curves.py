@@ -37,6 +37,8 @@ class AccuracyCurve:
     form: ClassVar[str] = ""
     label: ClassVar[str] = ""
     param_names: ClassVar[tuple[str, ...]] = ()
+    #: Parameters the data must determine: one pinned at its bound flags the form.
+    must_be_free: ClassVar[tuple[str, ...]] = ()
 
     # -- the form, on the optimiser's vector and on a parameter dict ---------------------------
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
@@ -197,10 +199,13 @@ class AccuracyCurve:
         ivs = self.intervals()
         if self.reliable():
             return ivs
-        return {n: withheld(iv, "the form is flagged unreliable: " + self.doubts()[0]) for n, iv in ivs.items()}
+        why = "the form is flagged unreliable: " + self.doubts()[0].removeprefix("unreliable: ")
+        return {n: withheld(iv, why) for n, iv in ivs.items()}
 
     def doubts(self) -> list[str]:
-        return [t for t in self.notes_ if t.startswith("unreliable")]
+        pinned = [f"unreliable: {n} is pinned at its {self.pinned_[n]}: the data do not determine it"
+                  for n in self.must_be_free if n in self.pinned_]
+        return [t for t in self.notes_ if t.startswith("unreliable")] + pinned
 
     def reliable(self) -> bool:
         return not self.doubts()
@@ -240,6 +245,7 @@ class Sigmoid(AccuracyCurve):
     form = "sigmoid"
     label = "sigmoid (Bhagia et al. 2024)"
     param_names = ("a", "k", "L0", "b")
+    must_be_free = ("k",)  # a slope at its bound: a step the data cannot resolve (a ceiling a = 1 is a fact)
 
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
@@ -285,6 +291,7 @@ class ExpError(AccuracyCurve):
     form = "exp"
     label = "exponential error (Gadre et al. 2024)"
     param_names = ("eps", "k", "gamma")
+    must_be_free = ("gamma",)
 
     # The optimiser works on (eps, ln k, gamma): k spans many decades as gamma moves.
     def _params(self, x: np.ndarray) -> dict[str, float]:

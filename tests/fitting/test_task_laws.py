@@ -159,3 +159,19 @@ def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_a
     iv = p["task_loss"]
     assert iv["lo"] <= iv["value"] <= iv["hi"] and abs(iv["value"] / frontier_loss(N, C) - 1) < 0.01
     assert p["sigmoid"]["lo"] <= p["sigmoid"]["value"] <= p["sigmoid"]["hi"]
+
+
+def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> None:
+    """Accuracy that jumps between two evaluations: the slope runs to its bound, so the form is
+    flagged and none of its parameters gets an interval (a ceiling a = 1 alone flags nothing)."""
+    from scaling.fitting.task_curves import Sigmoid
+
+    rng = np.random.default_rng(0)
+    L = np.linspace(2.0, 3.0, 40)
+    acc = np.where(L < 2.5, 0.8, 0.3) + rng.normal(0, 0.005, L.size)
+    curve = Sigmoid().fit(L, acc, np.repeat(np.arange(10), 4)).bootstrap(30)
+    assert "k" in curve.pinned_
+    assert any("k is pinned" in d for d in curve.doubts()) and not curve.reliable()
+    shown = curve.reported_intervals()
+    assert shown["k"]["kind"] == "pinned" and all(shown[n]["kind"] == "unreliable" for n in ("a", "L0", "b"))
+    assert all("unreliable: unreliable" not in shown[n]["note"] for n in ("a", "L0", "b"))
