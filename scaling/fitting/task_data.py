@@ -53,6 +53,17 @@ def empty() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object if c in ("run_key", "task") else float) for c in COLUMNS})
 
 
+def best_of_groups(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with each hyperparameter group (``hparam_group``) reduced to its lowest-loss run: a
+    point's task law follows its tuned run, not the average of its learning rates and batches."""
+    if "hparam_group" not in runs or runs["hparam_group"].isna().all():
+        return runs
+    grouped = runs["hparam_group"].notna()
+    ranked = runs[grouped].assign(_order=pd.to_numeric(runs.loc[grouped, "loss"], errors="coerce").fillna(np.inf))
+    best = ranked.sort_values("_order", kind="stable").drop_duplicates("hparam_group").drop(columns="_order")
+    return pd.concat([runs[~grouped], best]).sort_index()
+
+
 # -- from the database ------------------------------------------------------------------------------
 def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
     """The task metrics of ``sweep``'s completed runs (every evaluation step); empty without any."""
@@ -61,7 +72,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
 
     k = data.flops_per_param_token if data is not None else SIX
     with db.connect(url) as res:
-        runs = fitted_runs(res.runs(sweep=sweep))  # the runs the loss laws use (no trunk of a branch)
+        runs = best_of_groups(fitted_runs(res.runs(sweep=sweep)))  # the runs the loss laws use
         if not len(runs):
             return TaskData(empty(), k, f"sweep {sweep!r}")
         summary = res.metric_summary(sweep=sweep, run_keys=list(runs["run_key"]))

@@ -175,3 +175,14 @@ def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> N
     shown = curve.reported_intervals()
     assert shown["k"]["kind"] == "pinned" and all(shown[n]["kind"] == "unreliable" for n in ("a", "L0", "b"))
     assert all("unreliable: unreliable" not in shown[n]["note"] for n in ("a", "L0", "b"))
+
+
+def test_a_hyperparameter_group_gives_the_task_law_its_tuned_run_only() -> None:
+    import pandas as pd
+
+    from scaling.fitting.task_data import best_of_groups
+
+    runs = pd.DataFrame({"run_key": list("abcdef"), "hparam_group": ["g1", "g1", "g1", "g2", "g2", None],
+                         "loss": [3.1, 2.9, np.nan, 4.0, 3.5, 5.0]})
+    assert best_of_groups(runs)["run_key"].tolist() == ["b", "e", "f"]
+    assert best_of_groups(runs.drop(columns="hparam_group"))["run_key"].tolist() == list("abcdef")
