@@ -135,9 +135,11 @@ def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
 
 # -- whole runs through scaling.trainer.train ------------------------------------------------------
 def run_spec(strategy: str, precision: str = "fp32", workers: int = 2, **over: Any) -> Any:
-    """A tiny run of ten steps that reports after every step (eval_interval 1)."""
+    """A tiny run of ten steps that reports after every step (eval_interval 1); tasks are scored
+    only where ``evals`` asks (test_evals_ranks)."""
     from scaling.trainer.spec import RunSpec
 
+    over.setdefault("evals", {"next_line": False})
     execution = {"workers": workers, "strategy": strategy, "threads": 1, "eval_interval": 1,
                  "checkpoint_interval": 100, **over.pop("execution", {})}
     return RunSpec.from_dict(

@@ -17,7 +17,7 @@ def _scores(rank: int, world: int, run_dir: str) -> list[dict[str, float]]:
 
     out = []
     for layout in LAYOUTS:
-        trainer = Trainer(run_spec(layout["strategy"], execution=layout), None, run_dir)
+        trainer = Trainer(run_spec(layout["strategy"], execution=layout, evals={}), None, run_dir)
         out.append(trainer.tasks.evaluate(trainer.par.model, trainer.rt, trainer.par.group))
     return out
 
@@ -26,7 +26,7 @@ def test_every_layout_scores_what_one_process_scores() -> None:
     from scaling.trainer.loop import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        single = Trainer(run_spec("single", workers=1), None, tmp)
+        single = Trainer(run_spec("single", workers=1, evals={}), None, tmp)
         want = single.tasks.evaluate(single.par.model, single.rt, single.par.group)
         ranks = spawn(_scores, 2, tmp, tmp)
     assert set(want) == {"task/next_line/acc", "task/next_line/acc_norm", "task/next_line/bpb"}
@@ -46,7 +46,7 @@ def _pipeline_scores(rank: int, world: int, run_dir: str) -> list[dict[str, floa
 
     out = []
     for layout in PIPELINES:
-        trainer = Trainer(run_spec(layout["strategy"], workers=4, execution=layout), None, run_dir)
+        trainer = Trainer(run_spec(layout["strategy"], workers=4, execution=layout, evals={}), None, run_dir)
         out.append(trainer.tasks.evaluate(trainer.par, trainer.rt, trainer.par.loss_group))
     return out
 
@@ -55,7 +55,7 @@ def test_a_pipeline_scores_what_one_process_scores() -> None:
     from scaling.trainer.loop import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        single = Trainer(run_spec("single", workers=1), None, tmp)
+        single = Trainer(run_spec("single", workers=1, evals={}), None, tmp)
         want = single.tasks.evaluate(single.par.model, single.rt, single.par.group)
         ranks = spawn(_pipeline_scores, 4, tmp, tmp)
     assert set(want) == {"task/next_line/acc", "task/next_line/acc_norm", "task/next_line/bpb"}

@@ -53,12 +53,14 @@ MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "vocab_size": 256, "context":
 
 def spec(workers: int = 1, pp: int = 1, schedule: str = "1f1b", strategy: str = "auto", precision: str = "fp32",
          **execution: Any) -> RunSpec:
-    """A ten-step run of 8 sequences per batch that reports after every step."""
+    """A ten-step run of 8 sequences per batch that reports after every step (tasks are not scored:
+    test_evals_ranks does that)."""
     return RunSpec.from_dict({
         "model": MODEL,
         "tokens": 32 * 8 * 10,
         "batch_tokens": 32 * 8,
         "eval_tokens": 32 * 4,
+        "evals": {"next_line": False},
         "optimizer": {"lr": 3e-3},
         "precision": precision,
         "execution": {"workers": workers, "pp": pp, "pp_schedule": schedule, "strategy": strategy,
