@@ -131,8 +131,8 @@ class Recommendation:
         if self.hparams is not None:
             from scaling.fitting.hparams import ivtext
 
-            def shown(iv: dict[str, Any] | None) -> str:  # a withheld value says why in its reason, once
-                return _num(iv["value"]) if iv is not None and iv.get("kind") == "unreliable" else ivtext(iv)
+            def shown(iv: dict[str, Any] | None) -> str:  # a withheld value is not printed (its reason says why)
+                return "none" if iv is None or iv.get("kind") == "unreliable" else ivtext(iv)
 
             h = self.hparams
             con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {shown(h['lr'])} "

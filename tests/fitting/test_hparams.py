@@ -201,6 +201,19 @@ def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_bat
     assert "hyperparameters for N =" in rec.table()
 
 
+def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -> None:
+    """As in the report: a value the laws withhold is not printed, only why."""
+    from scaling.fitting.intervals import withheld
+
+    rec = recommend(url=hp_db, summary=fit_sweep(hp_db, "hp", "kaplan", 30, save=False), next_runs=False)
+    h = rec.hparams
+    h["lr"] = withheld({"value": 0.0123456}, "the law is flagged: test")
+    h["lr_why"] = "not recommended: lr* = c N^a D^b is flagged (test)"
+    line = next(x for x in rec.table().splitlines() if x.startswith("hyperparameters for N"))
+    assert "lr = none (not recommended: lr* = c N^a D^b is flagged (test))" in line
+    assert "0.0123" not in line
+
+
 def test_a_sweep_without_groups_keeps_the_plans_rules_and_says_so(hp_db: str) -> None:
     summary = fit_sweep(hp_db, "plain", "kaplan", 0, save=False)
     assert summary.hparams is None and not any("hyperparameters" in n for n in summary.notes)
