@@ -191,9 +191,9 @@ def fit_data(data: FitData, law: str = "all", n_bootstrap: int = 200, seed: int 
             if len(kinds) == 1:
                 raise
             summary.skipped[kind] = " ".join(str(exc).split())
-    if not summary.laws:
-        raise FitError("no law could be fitted: " + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
     summary.hparams = hparam_fit(data, n_bootstrap, seed)
+    if not summary.laws and summary.hparams is None:  # hyperparameter groups alone are still an answer
+        raise FitError("no law could be fitted: " + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
     return summary
 
 
@@ -297,8 +297,8 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
         if close is not None:
             close()
         stored_fits.close()
-    if not summary.laws:
+    summary.hparams = hparam_fit(data, n_bootstrap, seed)
+    if not summary.laws and summary.hparams is None:  # hyperparameter groups alone are still an answer
         raise FitError(f"sweep {sweep!r}: no law could be fitted: "
                        + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
-    summary.hparams = hparam_fit(data, n_bootstrap, seed)
     return summary

@@ -184,6 +184,9 @@ def recommend(
             plan = plan if plan is not None else _plan_of(url, summary.sweep)
         else:
             raise FitError("recommend needs a sweep (database) or a CSV file")
+    if not summary.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
+        raise FitError("no loss law could be fitted, so there is no N* to recommend: "
+                       + "; ".join(f"{kind}: {why}" for kind, why in summary.skipped.items()))
     points = _data_of(summary)
     c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:

@@ -214,6 +214,17 @@ def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -
     assert "0.0123" not in line
 
 
+def test_fit_shows_the_groups_when_no_loss_law_can_be_fitted(hp_db: str) -> None:
+    """One model size: no loss law, but the groups' optima are still the answer (exit 0)."""
+    code, out, err = run_cli("fit", "--db", hp_db, "--sweep", "tagged", "--bootstrap", "20")
+    assert code == 0, err
+    assert "Kaplan: not fitted" in out and "Hyperparameter groups: 3" in out and "2x32x2 D=" in out
+    code, out, err = run_cli("recommend", "--db", hp_db, "--sweep", "tagged", "--bootstrap", "20")
+    assert code == 2 and "no loss law could be fitted, so there is no N* to recommend" in err
+    code, out, err = run_cli("fit", "--db", hp_db, "--sweep", "plain", "--law", "kaplan", "--bootstrap", "0")
+    assert code == 0  # a sweep without groups is fitted as before
+
+
 def test_a_sweep_without_groups_keeps_the_plans_rules_and_says_so(hp_db: str) -> None:
     summary = fit_sweep(hp_db, "plain", "kaplan", 0, save=False)
     assert summary.hparams is None and not any("hyperparameters" in n for n in summary.notes)
