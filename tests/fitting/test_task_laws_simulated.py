@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
+from in_process_sweep import train_plan
 
 TASK = dict(name="sim_task", E=0.5, A=5.0, B=20.0, alpha=0.3, beta=0.3, chance=0.25, slope=10.0, midpoint=0.95,
             items=4000)
@@ -36,27 +37,11 @@ def true_acc(bpb):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from scaling.db import Store
-    from scaling.db.lifecycle import Lifecycle
-    from scaling.orchestrator.expand import expand
-    from scaling.orchestrator.plan import load_plan
-    from scaling.orchestrator.sweep import register
-    from scaling.trainer import train
-
     folder = tmp_path_factory.mktemp("sim-tasks")
     path = folder / "plan.yaml"
     path.write_text(yaml.safe_dump({**PLAN, "runs_dir": str(folder / "runs")}, sort_keys=False))
     url = f"sqlite:///{folder / 'results.db'}"
-    plan, source = load_plan(path)
-    expansion = expand(plan, source)
-    with Store(url) as store:
-        register(store, plan, expansion)
-        runs = Lifecycle(store, plan.name)
-        for run in expansion.runs:
-            attempt = runs.claim(run.key).attempt
-            result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
-            runs.complete(run.key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
-        runs.close()
+    train_plan(path, url, folder)
     return url
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from in_process_sweep import train_plan
 from scaling.cli import main
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
@@ -40,31 +41,12 @@ def truth(N: float, D: float) -> tuple[float, float]:
     return law["lr_c"] * N ** law["lr_a"] * D ** law["lr_b"], law["batch_d"] * D ** law["batch_e"]
 
 
-def train_all(plan_path: Path, url: str, folder: Path) -> None:
-    """Every run of the plan registered, claimed, trained (simulated) and completed, as a sweep does."""
-    from scaling.db import Store
-    from scaling.db.lifecycle import Lifecycle
-    from scaling.orchestrator.sweep import register
-    from scaling.trainer import train
-
-    plan, source = load_plan(plan_path)
-    expansion = expand(plan, source)
-    with Store(url) as store:
-        register(store, plan, expansion)
-        runs = Lifecycle(store, plan.name)
-        for run in expansion.runs:
-            attempt = runs.claim(run.key).attempt
-            result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
-            runs.complete(run.key, final_train_loss=result.final_train_loss, final_eval_loss=result.final_eval_loss)
-        runs.close()
-
-
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """The small budgets of the simulated example, swept in this process."""
     folder = tmp_path_factory.mktemp("hparams")
     url = f"sqlite:///{folder / 'results.db'}"
-    train_all(copy(SMALL, folder), url, folder)
+    train_plan(copy(SMALL, folder), url, folder)
     return url, folder
 
 
@@ -162,7 +144,7 @@ def test_nothing_is_transferred_from_a_flagged_law(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'one-budget.db'}"
     grid = yaml.safe_load(SMALL.read_text())["grid"]
     grid[0].update(compute=[3.0e11], hparams={"lr": grid[0]["hparams"]["lr"]})  # 3 groups of 3 learning rates
-    train_all(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
+    train_plan(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
     plan, source = load_plan(copy(TOP, tmp_path))
     with pytest.raises(PlanError, match=r"sim-hparams-top\.yaml:\d+: rules\.lr: .*lr\* = c N\^a D\^b is flagged .*"
                                         r"nothing is transferred"):
