@@ -595,12 +595,18 @@ class Trainer:
                 self.report(step, metrics, str(saved) if saved is not None else None)
 
     def _score_tasks(self, step: int) -> None:
-        """Downstream tasks at an evaluation (`scaling.trainer.evals`), scored by the model being trained."""
-        if self.tasks is None:
-            return
-        scorer, group = (self.par, self.par.loss_group) if self.pipelined else (self.par.model, self.par.group)
-        for name, value in self.tasks.evaluate(scorer, self.rt, group).items():
+        """Downstream tasks at an evaluation, recorded as metrics."""
+        for name, value in self.task_scores().items():
             self.rec.metric(step, step * self.tokens_per_step, name, value)
+
+    def task_scores(self) -> dict[str, float]:
+        """The run's tasks scored by the model being trained (`scaling.trainer.evals`); collective over
+        the ranks. A pipeline scores through its schedule, summed over its last stage's tensor column;
+        any other layout through its model over its data-parallel group."""
+        if self.tasks is None:
+            return {}
+        scorer, group = (self.par, self.par.loss_group) if self.pipelined else (self.par.model, self.par.group)
+        return self.tasks.evaluate(scorer, self.rt, group)
 
     def step_once(self) -> None:
         """One optimizer step and what follows it (eval, checkpoint, report) — for benchmarks."""
