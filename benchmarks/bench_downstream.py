@@ -56,7 +56,7 @@ def measure(fields: dict[str, Any], rounds: int, steps: int, threads: int) -> di
                 trainer.step_once()  # a training step (no evaluation or checkpoint falls in these)
             step_s.append((time.perf_counter() - t0) / steps)
             t0 = time.perf_counter()
-            trainer.tasks.evaluate(trainer.par.model, trainer.rt, trainer.par.group)
+            trainer.task_scores()
             task_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             trainer.evaluate()
@@ -82,12 +82,12 @@ def above_chance(steps: int, threads: int) -> None:
         trainer = Trainer(spec, None, tmp)
         assert trainer.tasks is not None
         acc = "task/next_line/acc"
-        before = trainer.tasks.evaluate(trainer.par.model, trainer.rt)[acc]
+        before = trainer.task_scores()[acc]
         trainer.start()
         trainer.par.module.train()
         while trainer.step < trainer.total_steps - 1:  # the last step would evaluate and save
             trainer.step_once()
-        after = trainer.tasks.evaluate(trainer.par.model, trainer.rt)[acc]
+        after = trainer.task_scores()[acc]
         loss = trainer.evaluate()
     se = (0.25 * 0.75 / 256) ** 0.5
     print(f"next_line, 256 items: accuracy {before:.3f} untrained, {after:.3f} after {trainer.step} steps "
