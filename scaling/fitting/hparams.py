@@ -378,14 +378,16 @@ def _identification(name: str, X: dict[str, np.ndarray], n: int, p: int) -> list
 def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, seed: int = 0) -> PowerLaw:
     """OLS in logs of one of :data:`LAWS` over the used groups, with the two-level bootstrap."""
     response, variables, form = LAWS[name]
-    used = [g for g in groups if g.used]
+    usable = [g for g in groups if g.used]
+    # a group that did not vary this hyperparameter says nothing of its optimum
+    used = [g for g in usable if (g.lr if response == "lr" else g.batch).get("kind") != "pinned"]
+    if usable and not used:
+        raise FitError(f"{form}: the {'learning rate' if response == 'lr' else 'batch'} was not varied in any group")
     p = 1 + len(variables)
     if len(used) < p:
         raise FitError(f"{form}: {len(used)} usable group(s) for {p} parameters")
     y = np.log([g.lr["value"] if response == "lr" else g.batch["value"] for g in used])
     logs = {v: np.log([getattr(g, v) for g in used]) for v in variables}
-    if response == "batch" and all(g.batch.get("kind") == "pinned" for g in used):
-        raise FitError(f"{form}: the batch was not varied in any group")
     X = np.column_stack([np.ones(len(used))] + [logs[v] for v in variables])
     if any(np.ptp(logs[v]) == 0 for v in variables):
         same = [v for v in variables if np.ptp(logs[v]) == 0]

@@ -255,6 +255,26 @@ def test_a_group_or_beta2_column_without_lr_or_batch_stays_a_description(sweep_c
     assert data.hparam_runs is None and data.hparam_mode is None and "hparams" not in data.conventions()
 
 
+def test_a_group_that_did_not_vary_the_batch_is_left_out_of_the_batch_law() -> None:
+    """Its batch is the plan's, not an optimum: counted, it would pull B*(D) to that value."""
+    from scaling.fitting.hparams import GroupOptimum, fit_law
+
+    def group(D: float, batch: dict) -> GroupOptimum:
+        lr = {"value": 1e-3, "kind": "percentile", "lo": 9e-4, "hi": 1.1e-3}
+        return GroupOptimum("g", 1e8, D, 6e8 * D, 9, 9, "fitted", "", {"value": 3.0}, lr, batch)
+
+    def varied(D: float) -> dict:
+        b = 10 * D ** 0.5
+        return {"value": b, "kind": "percentile", "lo": b / 1.1, "hi": b * 1.1}
+
+    groups = [group(D, varied(D)) for D in (1e9, 2e9, 4e9, 8e9, 1.6e10)]
+    groups += [group(D, {"value": 1e6, "kind": "pinned"}) for D in (1e9, 1.6e10)]
+    law = fit_law("batch_D", groups, 0)
+    assert law.n_groups == 5 and law.params["e"]["value"] == pytest.approx(0.5)
+    with pytest.raises(FitError, match="batch was not varied in any group"):
+        fit_law("batch_D", groups[5:], 0)
+
+
 def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
     from scaling.fitting.hparams import GroupOptimum, fit_law
 
