@@ -146,7 +146,7 @@ def test_nothing_is_transferred_from_a_flagged_law(tmp_path: Path) -> None:
     grid[0].update(compute=[3.0e11], hparams={"lr": grid[0]["hparams"]["lr"]})  # 3 groups of 3 learning rates
     train_plan(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
     plan, source = load_plan(copy(TOP, tmp_path))
-    with pytest.raises(PlanError, match=r"sim-hparams-top\.yaml:\d+: rules\.lr: .*lr\* = c N\^a D\^b is flagged .*"
+    with pytest.raises(PlanError, match=r"sim-hparams-top\.yaml:\d+: rules\.lr: .*lr\* = c N\^a D\^b of sweep .sim-hparams. is flagged .*"
                                         r"nothing is transferred"):
         expand(plan, source, db=url)
 
