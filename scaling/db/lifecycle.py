@@ -10,7 +10,6 @@ recorder; a driver holding runs in other processes heartbeats them here.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
@@ -63,6 +62,10 @@ class Lifecycle:
         """Running runs of the sweep whose heartbeat is stale → interrupted (claimable); their keys."""
         return self.store.recover_stale(self.stale_after_s, sweep=self.sweep)
 
+    def remember_runs(self) -> None:
+        """Look up every run of the sweep at once, for a process that will claim and complete each."""
+        self.store.remember_runs(self.sweep)
+
     def claim(self, key: str) -> Claim:
         """Mark ``key`` running for this process and return its attempt, or the row that refused it."""
         attempt = self.store.claim(key, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
@@ -84,13 +87,8 @@ class Lifecycle:
 
         A run another claimant completed meanwhile (it took the run over) keeps that claimant's result.
         """
-        row = self.row(key)
-        if row.get("status") == vocab.COMPLETED:
-            return row.get("final_loss")
-        self.store.finish(key, vocab.COMPLETED, final_train_loss=final_train_loss, final_eval_loss=final_eval_loss,
-                          sweep=self.sweep)
-        stored = _stored_float(final_eval_loss)  # as finish() stores it
-        return stored if stored is not None else row.get("final_loss")
+        return self.store.complete(key, final_train_loss=final_train_loss, final_eval_loss=final_eval_loss,
+                                   sweep=self.sweep)
 
     def fail(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None) -> None:
         """Mark ``key`` failed with ``error``, and record the failure (counted against retries)."""
@@ -131,11 +129,3 @@ class Lifecycle:
             self._reader.close()
             self._reader = None
 
-
-def _stored_float(value: Any) -> Optional[float]:
-    """A loss as the database stores it: a finite float, else None."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None

@@ -92,6 +92,12 @@ class Store(Database):
         assert tuple(compiled.positiontup or ()) == _UPSERT_ORDER, compiled.positiontup
         return str(compiled)
 
+    def remember_runs(self, sweep: str) -> None:
+        """Look up the row ids of every run of ``sweep`` at once, for a process (a scheduler) that will
+        write to each of them: one query instead of one per run."""
+        ids = self._read(lambda c: c.execute(select(Run.key, Run.id).join(Run.sweep).where(Sweep.name == sweep)).all())
+        self._ids.update({(sweep, k): i for k, i in ids})
+
     def _resolve(self, conn: Connection, key: str, sweep: Optional[str], *, required: bool = True) -> Optional[int]:
         cached = self._ids.get((sweep, key))
         if cached is not None:
@@ -262,6 +268,35 @@ class Store(Database):
         if final_eval_loss is not None:
             values["final_eval_loss"] = _float_or_none(final_eval_loss)
         self._write(lambda c: c.execute(update(Run).where(Run.id == self._resolve(c, key, sweep)).values(**values)))
+
+    def complete(
+        self,
+        key: str,
+        *,
+        final_train_loss: Optional[float] = None,
+        final_eval_loss: Optional[float] = None,
+        sweep: Optional[str] = None,
+    ) -> Optional[float]:
+        """Mark a run completed with its final losses unless it already is (another claimant took it
+        over and finished first: its result stands); returns the final eval loss as stored. One
+        transaction, so the check and the write cannot be split by another claimant."""
+
+        def tx(conn: Connection) -> Optional[float]:
+            rid = self._resolve(conn, key, sweep)
+            run = conn.execute(
+                select(Run.status, Run.final_eval_loss).where(Run.id == rid).with_for_update()
+            ).one()
+            if run.status == vocab.COMPLETED:
+                return run.final_eval_loss
+            values: dict[str, Any] = {"status": vocab.COMPLETED, "finished_at": utcnow(), "error": None}
+            if final_train_loss is not None:
+                values["final_train_loss"] = _float_or_none(final_train_loss)
+            if final_eval_loss is not None:
+                values["final_eval_loss"] = _float_or_none(final_eval_loss)
+            conn.execute(update(Run).where(Run.id == rid).values(**values))
+            return values.get("final_eval_loss", run.final_eval_loss)
+
+        return self._write(tx)
 
     def mark_interrupted(
         self, keys: Iterable[str], *, sweep: Optional[str] = None, reason: str = "interrupted by the user"

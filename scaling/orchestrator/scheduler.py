@@ -158,6 +158,7 @@ class Scheduler:
     # -- start ------------------------------------------------------------------------------
     def _prepare(self) -> None:
         """Mark completed runs, count earlier failures, and recover runs whose claimant died."""
+        self.lifecycle.remember_runs()
         recovered = set(self.lifecycle.recover_stale() or ())
         rows, failures = self._rows_and_failures()
         for s in self.states:
