@@ -38,7 +38,7 @@ from scaling.orchestrator import branches
 from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
 from scaling.orchestrator.transfer import LAWS, FittedRule, law_expressions
-from scaling.orchestrator.yamlsource import YamlSource, where
+from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.resolve import (
     OFFLINE,
     SIMULATED,
@@ -152,10 +152,7 @@ def shared(plan: Plan, source: Optional[YamlSource] = None, host: Host = Host())
 
 def _data_error(source: Optional[YamlSource], exc: UserError) -> PlanError:
     """The data section's error at its line, its field named once (the message may name it already)."""
-    place, msg = where(source, ("data",)), str(exc)
-    if msg.startswith("data"):
-        place = place.removesuffix(": data")
-    return PlanError(f"{place}: {msg}")
+    return PlanError(located(source, ("data",), str(exc)))
 
 
 # -- stage 2 ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.hparam_groups import HparamsPlan
 from scaling.orchestrator.transfer import FittedRule
-from scaling.orchestrator.yamlsource import YamlSource, where
+from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.tasks import EvalsSpec, check_tasks
 from scaling.trainer.resolve import Host
 from scaling.trainer.spec import (
@@ -388,7 +388,7 @@ class Plan(_Strict):
         try:
             check_tasks(self.evals, self.data, self.model.context)
         except UserError as exc:
-            raise PlanError(f"{where(source, ('evals',))}: {exc}") from None
+            raise PlanError(located(source, ("evals",), str(exc))) from None
 
     def block_resources(self, block: int) -> ResourcesPlan:
         """The resources of grid block ``block``: the plan's, with the block's own fields over them."""

@@ -54,6 +54,14 @@ class YamlSource:
         return None
 
 
+def located(source: Optional["YamlSource"], loc: Sequence[Any], message: str) -> str:
+    """``file:line: field.path: message``, the field left out where the message names it already."""
+    place, field = where(source, loc), ".".join(str(p) for p in loc)
+    if field and message.startswith(field):
+        place = place.removesuffix(f": {field}")
+    return f"{place}: {message}"
+
+
 def where(source: Optional["YamlSource"], loc: Sequence[Any]) -> str:
     """``file:line: field.path`` of ``loc`` in the plan file (no line where the file does not spell it)."""
     name = source.name if source is not None else "plan"

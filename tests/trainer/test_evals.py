@@ -128,6 +128,11 @@ def test_a_plan_refuses_a_bad_task_file_before_anything_runs(tmp_path: Path) -> 
                     "grid:\n  - tokens: [8192]\n    models: [{N: 1000}]\n")
     with pytest.raises(PlanError, match="has no tokenizer to encode a task's text"):
         load_plan(plan)
+    plan.write_text(f"name: t\nevals:\n  tasks: [{{path: {tmp_path / 'none.jsonl'}}}]\ngrid:\n  - tokens: [8192]\n"
+                    "    models: [{N: 1000}]\n")
+    with pytest.raises(PlanError, match=r"plan.yaml:\d+: evals.tasks: task \(JSON Lines\) file not found") as got:
+        load_plan(plan)
+    assert "evals: evals" not in str(got.value)
 
 
 def test_scaling_plan_shows_what_scoring_the_tasks_costs(tmp_path: Path) -> None:
