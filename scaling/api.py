@@ -117,7 +117,8 @@ class Fit:
 
         rows = [{"law": kind, "parameter": name, "value": e.value, "lo": e.lo, "hi": e.hi, "se": e.se,
                  "withheld": e.withheld} for kind, law in self.laws.items() for name, e in law.params.items()]
-        return pd.DataFrame(rows).set_index(["law", "parameter"])
+        columns = ["law", "parameter", "value", "lo", "hi", "se", "withheld"]  # no law fitted: no rows, same columns
+        return pd.DataFrame(rows, columns=columns).set_index(["law", "parameter"])
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,16 @@ def test_fit_shows_the_groups_when_no_loss_law_can_be_fitted(hp_db: str) -> None
     assert code == 0  # a sweep without groups is fitted as before
 
 
+def test_the_notebook_fit_of_groups_without_a_loss_law_is_an_empty_frame(hp_db: str) -> None:
+    import scaling
+
+    fit = scaling.fit(hp_db, "tagged", bootstrap=20)
+    assert fit.laws == {} and fit.hparams is not None and len(fit.hparams.groups) == 3
+    frame = fit.to_frame()
+    assert frame.empty and list(frame.index.names) == ["law", "parameter"]
+    assert {"value", "lo", "hi", "se", "withheld"} <= set(frame.columns)
+
+
 def test_a_sweep_without_groups_keeps_the_plans_rules_and_says_so(hp_db: str) -> None:
     summary = fit_sweep(hp_db, "plain", "kaplan", 0, save=False)
     assert summary.hparams is None and not any("hyperparameters" in n for n in summary.notes)
