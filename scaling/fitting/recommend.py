@@ -135,8 +135,9 @@ class Recommendation:
                 return "none" if iv is None or iv.get("kind") == "unreliable" else ivtext(iv)
 
             h = self.hparams
+            batch = shown(h["batch"])
             con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {shown(h['lr'])} "
-                      f"({h['lr_why']}); batch = {shown(h['batch'])} tokens ({h['batch_why']})")
+                      f"({h['lr_why']}); batch = {batch}{'' if batch == 'none' else ' tokens'} ({h['batch_why']})")
         for note in self.notes:
             con.print(f"note: {note}")
         return buf.getvalue().rstrip() + "\n"

@@ -209,9 +209,13 @@ def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -
     h = rec.hparams
     h["lr"] = withheld({"value": 0.0123456}, "the law is flagged: test")
     h["lr_why"] = "not recommended: lr* = c N^a D^b is flagged (test)"
-    line = next(x for x in rec.table().splitlines() if x.startswith("hyperparameters for N"))
+    h["batch"] = withheld({"value": 98765.0}, "the law is flagged: test")
+    h["batch_why"] = "not recommended: B* = d D^e is flagged (test)"
+    text = " ".join(rec.table().split())  # the line may wrap
+    line = text[text.index("hyperparameters for N"):]
     assert "lr = none (not recommended: lr* = c N^a D^b is flagged (test))" in line
-    assert "0.0123" not in line
+    assert "batch = none (not recommended: B* = d D^e is flagged (test))" in line  # not "none tokens"
+    assert "0.0123" not in line and "9.88e+04" not in line
 
 
 def test_fit_shows_the_groups_when_no_loss_law_can_be_fitted(hp_db: str) -> None:
