@@ -365,7 +365,7 @@ def _identification(name: str, X: dict[str, np.ndarray], n: int, p: int) -> list
     for var, v in X.items():
         factor = math.exp(float(np.ptp(v)))
         if factor < MIN_SPAN * (1 - 1e-3):  # a span of 2 rounded to whole batches is still 2
-            doubts.append(f"{var} spans a factor {factor:.3g} across the groups (less than {MIN_SPAN:g}): its "
+            doubts.append(f"{var} spans a factor {factor:.4g} across the groups (less than {MIN_SPAN:g}): its "
                           "exponent is not identified")
     if {"N", "D"} <= set(X) and all(np.ptp(X[v]) > 0 for v in ("N", "D")):
         r = float(np.corrcoef(X["N"], X["D"])[0, 1])

@@ -300,3 +300,13 @@ def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
     law = fit_law("lr_C", groups, 200)
     assert not law.reliable and all(iv["kind"] == "unreliable" for iv in law.params.values())
     assert "wider than 2" in " ".join(law.doubts) or "could not identify" in " ".join(law.doubts)
+
+
+def test_a_span_just_short_of_the_minimum_is_not_printed_as_the_minimum() -> None:
+    """A span flagged as less than MIN_SPAN is printed with the digits that show it is less."""
+    from scaling.fitting.hparams import MIN_SPAN, _identification
+
+    doubts = _identification("batch_D", {"D": np.log([1e9, 1.5e9, 1e9 * MIN_SPAN * 0.9983])}, 5, 2)
+    assert len(doubts) == 1 and f"spans a factor {MIN_SPAN:g} " not in doubts[0], doubts
+    assert "spans a factor 1.997 " in doubts[0], doubts
+    assert _identification("batch_D", {"D": np.log([1e9, 1e9 * MIN_SPAN * 0.9995])}, 5, 2) == []
