@@ -29,7 +29,7 @@ import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.api import SHORT, FitSummary, fit_csv, fit_data, fit_sweep
+from scaling.fitting.api import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
 from scaling.fitting.base import check_budget, jsonable
 from scaling.fitting.data import FitData, prepare
 
@@ -187,7 +187,7 @@ def recommend(
             raise FitError("recommend needs a sweep (database) or a CSV file")
     if not summary.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
-                       + "; ".join(f"{kind}: {why}" for kind, why in summary.skipped.items()))
+                       + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in summary.skipped.items()))
     points = _data_of(summary)
     c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:
