@@ -747,8 +747,12 @@ def apply_to_run(fit: HparamFit | None, run: dict[str, Any] | None, N: float, D:
         if iv is None or iv.get("kind") == "unreliable":
             kept.append(q)
             continue
-        run[key] = float(iv["value"]) if q == "lr" else whole_sequences(float(iv["value"]), run)
-        run[f"{key}_interval"] = [_bound(iv, "lo"), _bound(iv, "hi")]
+        bounds = [_bound(iv, "lo"), _bound(iv, "hi")]
+        if q == "lr":
+            run[key], run[f"{key}_interval"] = float(iv["value"]), bounds
+        else:  # the bounds rounded as the batch is (monotone), so the interval still holds the run's batch
+            run[key] = whole_sequences(float(iv["value"]), run)
+            run[f"{key}_interval"] = [whole_sequences(b, run) if math.isfinite(b) else b for b in bounds]
     if kept:
         return rec, (f"{' and '.join(kept)} of the concrete run come from {run_source or 'the plan'}: the "
                      "hyperparameter laws give no recommendation for it (see above)")

@@ -289,6 +289,21 @@ def test_a_group_that_did_not_vary_the_batch_is_left_out_of_the_batch_law() -> N
         fit_law("batch_D", groups[5:], 0)
 
 
+def test_the_concrete_runs_batch_lies_in_its_interval_after_rounding_to_whole_sequences() -> None:
+    """B* = 200 tokens [~150, ~210] with a context of 128: the run trains 256 tokens, so its interval
+    is rounded the same way ([128, 256]), never left as [150, 210] beside a batch of 256."""
+    from scaling.fitting.hparams import HparamFit, PowerLaw, apply_to_run
+
+    reps = np.column_stack([np.log(np.linspace(150, 210, 400)), np.zeros(400)])  # B* = d D^0, d in [150, 210]
+    law = PowerLaw("batch_D", "B* = d D^e", "batch", ("D",), {}, 5, replicates=reps,
+                   theta=np.array([math.log(200.0), 0.0]))
+    run = {"shape": {"context": 128}, "n_params": 1e6}
+    rec, _ = apply_to_run(HparamFit(groups=[], laws={"batch_D": law}), run, 1e6, 2e7, 1.2e14, False, "the plan")
+    assert rec["batch"]["lo"] < 200 < rec["batch"]["hi"] < 256
+    lo, hi = run["batch_tokens_interval"]
+    assert run["batch_tokens"] == 256 and lo <= 256 <= hi and (lo, hi) == (128, 256)
+
+
 def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
     from scaling.fitting.hparams import GroupOptimum, fit_law
 
