@@ -26,6 +26,7 @@ def write_plan(path: Path, name: str, runs_dir: Path, grid: list[dict[str, Any]]
         },
         "resources": {"num_cpus": 2},
         "retries": 1,
+        "evals": {"next_line": False},  # tasks are not these tests' subject (tests/trainer/test_evals.py)
         "grid": grid,
     }
     plan.update(extra)

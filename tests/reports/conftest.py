@@ -187,6 +187,7 @@ train:
 resources: {{workers: 1, cpus_per_worker: 1, num_cpus: 2}}
 retries: 0
 seeds: [0]
+evals: {{next_line: false}}
 grid:
   - compute: [3.0e+8, 1.0e+9]
     models:

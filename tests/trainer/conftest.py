@@ -30,6 +30,7 @@ TINY: dict[str, Any] = {
     "eval_tokens": 32 * 16,
     "optimizer": {"lr": 3e-3},
     "execution": {"eval_interval": 8, "checkpoint_interval": 4, "threads": 1},
+    "evals": {"next_line": False},  # tasks are test_evals.py's subject, not every run's
 }
 
 

@@ -222,7 +222,7 @@ def test_contexts_are_cut_from_the_left_and_long_choices_refused() -> None:
 # -- what runs write ---------------------------------------------------------------------------------
 def test_a_short_real_run_records_its_task_metrics(make_spec, registered, tmp_path: Path) -> None:
     path = _write(tmp_path / "qa.jsonl", [json.dumps(d) for d in GOOD])
-    spec = make_spec(evals={"tasks": [{"path": path}]})
+    spec = make_spec(evals={"next_line": True, "tasks": [{"path": path}]})
     url = registered(spec)
     train(spec, url, tmp_path / "run")
     res = connect(url)
