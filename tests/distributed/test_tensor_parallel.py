@@ -22,7 +22,6 @@ from _workers import (
     reference_grads,
     run_spec,
     spawn,
-    sweep_one_parallel_run,
     tiny_spec,
     train_each,
     train_worker,
@@ -256,19 +255,8 @@ def test_tp_alone_takes_any_strategy_and_shares_the_batch_over_dp_only() -> None
     assert tiny_spec("ddp", workers=2, tp=2).execution.dp == 1  # nothing to replicate: allowed
 
 
-# -- through `scaling sweep` on Ray Train --------------------------------------------------------
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@pytest.mark.usefixtures("shared_ray")
-def test_a_tp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
-    """``resources: {workers: 2, tp: 2}``: Ray Train starts two workers, the trainer builds the mesh
-    from the spec, and the stored losses are those of the same run on one process."""
-    got = sweep_one_parallel_run(tmp_path, sqlite_url, "tp", {"workers": 2, "tp": 2, "cpus_per_worker": 1})
-    assert got["execution"]["tp"] == 2 and got["execution"]["workers"] == 2
-    ref = got["reference"]
-    assert [got["stored"][s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)
+# -- through `scaling sweep` on Ray Train: tests/distributed/test_pipeline.py trains a tp2 x pp2 plan,
+# and tests/orchestrator/test_sweep.py a data-parallel one, each against one process ----------------
 
 
 def test_a_plan_under_auto_places_tp_with_dp_on_fsdp2() -> None:
