@@ -262,11 +262,7 @@ class Store(Database):
         """End the current attempt as completed, failed or interrupted, with its final losses."""
         if status not in vocab.FINAL:
             raise ValueError(f"finish status must be one of {', '.join(vocab.FINAL)}, not {status!r}")
-        values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "error": error}
-        if final_train_loss is not None:
-            values["final_train_loss"] = _float_or_none(final_train_loss)
-        if final_eval_loss is not None:
-            values["final_eval_loss"] = _float_or_none(final_eval_loss)
+        values = _final_values(status, final_train_loss, final_eval_loss, error)
         self._write(lambda c: c.execute(update(Run).where(Run.id == self._resolve(c, key, sweep)).values(**values)))
 
     def complete(
@@ -288,11 +284,7 @@ class Store(Database):
             ).one()
             if run.status == vocab.COMPLETED:
                 return run.final_eval_loss
-            values: dict[str, Any] = {"status": vocab.COMPLETED, "finished_at": utcnow(), "error": None}
-            if final_train_loss is not None:
-                values["final_train_loss"] = _float_or_none(final_train_loss)
-            if final_eval_loss is not None:
-                values["final_eval_loss"] = _float_or_none(final_eval_loss)
+            values = _final_values(vocab.COMPLETED, final_train_loss, final_eval_loss, None)
             conn.execute(update(Run).where(Run.id == rid).values(**values))
             return values.get("final_eval_loss", run.final_eval_loss)
 
@@ -477,6 +469,16 @@ def _run_values(sweep_id: int, rec: dict[str, Any], now: datetime) -> dict[str, 
 def _pg_array(values: Iterable[Any]) -> str:
     """A PostgreSQL array literal of ints/floats (None → NULL; str(float) round-trips exactly)."""
     return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+
+
+def _final_values(status: str, final_train_loss: Any, final_eval_loss: Any, error: Optional[str]) -> dict[str, Any]:
+    """The columns an attempt's end writes: status, time, error, and the losses given (non-finite: NULL)."""
+    values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "error": error}
+    if final_train_loss is not None:
+        values["final_train_loss"] = _float_or_none(final_train_loss)
+    if final_eval_loss is not None:
+        values["final_eval_loss"] = _float_or_none(final_eval_loss)
+    return values
 
 
 def _float_or_none(x: Any) -> Optional[float]:
