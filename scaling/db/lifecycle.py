@@ -68,11 +68,19 @@ class Lifecycle:
 
     def claim(self, key: str) -> Claim:
         """Mark ``key`` running for this process and return its attempt, or the row that refused it."""
-        attempt = self.store.claim(key, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
-        if attempt is not None:
-            return Claim(attempt)
-        row = self.row(key)
-        return Claim(None, row.get("status"), row.get("host"), row.get("final_loss"))
+        return self.claim_many([key])[key]
+
+    def claim_many(self, keys: list[str]) -> dict[str, Claim]:
+        """:meth:`claim` for several runs in one transaction (rows of refused ones read after)."""
+        attempts = self.store.claim_many(keys, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
+        claims = {}
+        for key in keys:
+            if attempts[key] is not None:
+                claims[key] = Claim(attempts[key])
+            else:
+                row = self.row(key)
+                claims[key] = Claim(None, row.get("status"), row.get("host"), row.get("final_loss"))
+        return claims
 
     # -- while training ----------------------------------------------------------------------
     def heartbeat(self, keys: Iterable[str]) -> None:
@@ -89,6 +97,10 @@ class Lifecycle:
         """
         return self.store.complete(key, final_train_loss=final_train_loss, final_eval_loss=final_eval_loss,
                                    sweep=self.sweep)
+
+    def complete_many(self, losses: dict[str, tuple[Optional[float], Optional[float]]]) -> dict[str, Optional[float]]:
+        """:meth:`complete` for several runs (key: final train and eval loss) in one transaction."""
+        return self.store.complete_many(losses, sweep=self.sweep)
 
     def fail(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None) -> None:
         """Mark ``key`` failed with ``error``, and record the failure (counted against retries)."""

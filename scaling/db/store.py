@@ -206,44 +206,55 @@ class Store(Database):
         live claimant. One transaction: ``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE``
         on PostgreSQL, so one of several racing claimants wins.
         """
+        return self.claim_many([key], host, sweep=sweep, stale_after_s=stale_after_s)[key]
+
+    def claim_many(
+        self, keys: Sequence[str], host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None
+    ) -> dict[str, Optional[int]]:
+        """:meth:`claim` for each of ``keys`` in one transaction (a scheduler starting several runs
+        at once pays for one); each key's attempt number, or None where refused."""
         timeout = self.stale_after_s if stale_after_s is None else float(stale_after_s)
 
-        def tx(conn: Connection) -> Optional[int]:
-            rid = self._resolve(conn, key, sweep)
-            run = conn.execute(
-                select(Run.status, Run.attempts, Run.heartbeat_at, Run.host).where(Run.id == rid).with_for_update()
-            ).one()
+        def tx(conn: Connection) -> dict[str, Optional[int]]:
             now = utcnow()
-            if run.status == vocab.COMPLETED:
-                return None
-            if run.status == vocab.RUNNING:
-                fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - timedelta(seconds=timeout)
-                gone = claimant_is_dead(run.host)
-                if fresh and not gone:
-                    return None
-                why = "its claimant process is gone" if gone else "its heartbeat is stale"
-                self._event(conn, rid, None, vocab.STALE_RECOVERED, _stale_detail(run, timeout, "claim", why), now)
-            elif run.status not in vocab.CLAIMABLE:
-                return None
-            attempt = run.attempts + 1
-            conn.execute(
-                update(Run)
-                .where(Run.id == rid)
-                .values(
-                    status=vocab.RUNNING,
-                    attempts=attempt,
-                    host=host,
-                    heartbeat_at=now,
-                    started_at=now,
-                    finished_at=None,
-                    error=None,
-                    final_train_loss=None,
-                    final_eval_loss=None,
-                )
-            )
-            return attempt
+            rids = sorted((self._resolve(conn, key, sweep), key) for key in keys)  # rows locked in one order
+            return {key: self._claim_row(conn, rid, host, timeout, now) for rid, key in rids}
 
         return self._write(tx)
+
+    def _claim_row(self, conn: Connection, rid: int, host: str, timeout: float, now: datetime) -> Optional[int]:
+        """Claim run ``rid`` inside the caller's transaction; its new attempt number, or None."""
+        run = conn.execute(
+            select(Run.status, Run.attempts, Run.heartbeat_at, Run.host).where(Run.id == rid).with_for_update()
+        ).one()
+        if run.status == vocab.COMPLETED:
+            return None
+        if run.status == vocab.RUNNING:
+            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - timedelta(seconds=timeout)
+            gone = claimant_is_dead(run.host)
+            if fresh and not gone:
+                return None
+            why = "its claimant process is gone" if gone else "its heartbeat is stale"
+            self._event(conn, rid, None, vocab.STALE_RECOVERED, _stale_detail(run, timeout, "claim", why), now)
+        elif run.status not in vocab.CLAIMABLE:
+            return None
+        attempt = run.attempts + 1
+        conn.execute(
+            update(Run)
+            .where(Run.id == rid)
+            .values(
+                status=vocab.RUNNING,
+                attempts=attempt,
+                host=host,
+                heartbeat_at=now,
+                started_at=now,
+                finished_at=None,
+                error=None,
+                final_train_loss=None,
+                final_eval_loss=None,
+            )
+        )
+        return attempt
 
     def heartbeat(self, key: str, *, sweep: Optional[str] = None) -> None:
         """Record that the run's claimant is alive (call well within ``stale_after_s``)."""
@@ -276,17 +287,28 @@ class Store(Database):
         """Mark a run completed with its final losses unless it already is (another claimant took it
         over and finished first: its result stands); returns the final eval loss as stored. One
         transaction, so the check and the write cannot be split by another claimant."""
+        return self.complete_many({key: (final_train_loss, final_eval_loss)}, sweep=sweep)[key]
 
-        def tx(conn: Connection) -> Optional[float]:
-            rid = self._resolve(conn, key, sweep)
-            run = conn.execute(
-                select(Run.status, Run.final_eval_loss).where(Run.id == rid).with_for_update()
-            ).one()
-            if run.status == vocab.COMPLETED:
-                return run.final_eval_loss
-            values = _final_values(vocab.COMPLETED, final_train_loss, final_eval_loss, None)
-            conn.execute(update(Run).where(Run.id == rid).values(**values))
-            return values.get("final_eval_loss", run.final_eval_loss)
+    def complete_many(
+        self, losses: dict[str, tuple[Optional[float], Optional[float]]], *, sweep: Optional[str] = None
+    ) -> dict[str, Optional[float]]:
+        """:meth:`complete` for each key of ``losses`` (its final train and eval loss) in one
+        transaction; each run's final eval loss as stored."""
+
+        def tx(conn: Connection) -> dict[str, Optional[float]]:
+            stored = {}
+            for rid, key in sorted((self._resolve(conn, key, sweep), key) for key in losses):  # one lock order
+                final_train_loss, final_eval_loss = losses[key]
+                run = conn.execute(
+                    select(Run.status, Run.final_eval_loss).where(Run.id == rid).with_for_update()
+                ).one()
+                if run.status == vocab.COMPLETED:
+                    stored[key] = run.final_eval_loss
+                    continue
+                values = _final_values(vocab.COMPLETED, final_train_loss, final_eval_loss, None)
+                conn.execute(update(Run).where(Run.id == rid).values(**values))
+                stored[key] = values.get("final_eval_loss", run.final_eval_loss)
+            return stored
 
         return self._write(tx)
 
@@ -348,54 +370,80 @@ class Store(Database):
         return self._write(tx)
 
     # -- metrics and events ------------------------------------------------------------------
-    def log_metrics(self, key: str, rows: Iterable[Sequence[Any]], *, sweep: Optional[str] = None) -> int:
+    def log_metrics(
+        self, key: str, rows: Iterable[Sequence[Any]], *, sweep: Optional[str] = None,
+        events: Sequence[tuple[Optional[int], str, Any]] = (),
+    ) -> int:
         """Write rows of ``(step, tokens, flops, name, value)`` in one transaction; return the count.
 
         Idempotent on (run, step, name): a repeated row (e.g. after a resume) overwrites the old
         one through the dialect's ``INSERT ... ON CONFLICT DO UPDATE``, sent as one executemany
         (SQLite) or one multi-row statement (PostgreSQL). Within a batch the last row for a
-        (step, name) wins. NaN values are stored as NULL (read back as NaN).
+        (step, name) wins. NaN values are stored as NULL (read back as NaN). ``events`` (step,
+        kind, detail), as :meth:`log_event` takes them, are written in the same transaction.
         """
-        latest: dict[tuple[int, str], tuple[int, float, Optional[float]]] = {}
-        for step, tokens, flops, name, value in rows:
-            v = None if value is None else float(value)
-            latest[(int(step), str(name))] = (int(tokens), float(flops), None if v is None or v != v else v)
-        if not latest:
+        return self.log_runs([(key, rows, events)], sweep=sweep)
+
+    def log_runs(
+        self,
+        runs: Sequence[tuple[str, Iterable[Sequence[Any]], Sequence[tuple[Optional[int], str, Any]]]],
+        *,
+        sweep: Optional[str] = None,
+    ) -> int:
+        """:meth:`log_metrics` for several runs, each (key, rows, events), in one transaction (the
+        simulated runs of one task); returns the rows written."""
+        entries = []
+        for key, rows, events in runs:
+            latest: dict[tuple[int, str], tuple[int, float, Optional[float]]] = {}
+            for step, tokens, flops, name, value in rows:
+                v = None if value is None else float(value)
+                latest[(int(step), str(name))] = (int(tokens), float(flops), None if v is None or v != v else v)
+            checked = [_checked_event(step, kind, detail) for step, kind, detail in events]
+            if latest or checked:
+                entries.append((key, latest, checked))
+        if not entries:
             return 0
-        rid = self._ids.get((sweep, key))
-        if rid is None:
-            rid = self._read(lambda c: self._resolve(c, key, sweep))
-        wanted = {n for _, n in latest}
+        wanted = {n for _, latest, _ in entries for _, n in latest}
         for name in wanted - self._name_ids.keys():  # a name written before was checked then
             problem = vocab.metric_problem(name)
             if problem:
                 raise ValueError(problem)
 
         def tx(conn: Connection) -> dict[str, int]:
-            ids = self._metric_name_ids(conn, wanted)
-            if self._upsert_sql is not None:  # SQLite: the compiled upsert, straight to the driver
-                conn.exec_driver_sql(
-                    self._upsert_sql, [(rid, s, ids[n], t, f, v) for (s, n), (t, f, v) in latest.items()]
-                )
-            else:  # PostgreSQL: one INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO UPDATE
-                (steps, names_), values = zip(*latest.keys()), list(latest.values())
-                tokens, flops, vals = zip(*values)
-                conn.execute(
-                    self._upsert,
-                    {
-                        "run_id": _pg_array([rid] * len(values)),
-                        "step": _pg_array(steps),
-                        "name_id": _pg_array([ids[n] for n in names_]),
-                        "tokens": _pg_array(tokens),
-                        "flops": _pg_array(flops),
-                        "value": _pg_array(vals),
-                    },
-                )
+            ids = self._metric_name_ids(conn, wanted) if wanted else {}
+            now = utcnow()
+            for key, latest, events in entries:
+                rid = self._resolve(conn, key, sweep)
+                for step, kind, detail in events:
+                    self._event(conn, rid, step, kind, detail, now)
+                if latest:
+                    self._upsert_metrics(conn, rid, latest, ids)
             return ids
 
         # Cache name ids only once committed: a rolled-back attempt must not leave ids behind.
         self._name_ids.update(self._write(tx))
-        return len(latest)
+        return sum(len(latest) for _, latest, _ in entries)
+
+    def _upsert_metrics(self, conn: Connection, rid: int, latest: dict[tuple[int, str], tuple[int, float, Optional[float]]],
+                        ids: dict[str, int]) -> None:
+        """One run's rows, keyed (step, name), in one statement."""
+        if self._upsert_sql is not None:  # SQLite: the compiled upsert, straight to the driver
+            conn.exec_driver_sql(self._upsert_sql, [(rid, s, ids[n], t, f, v) for (s, n), (t, f, v) in latest.items()])
+            return
+        # PostgreSQL: one INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO UPDATE
+        (steps, names_), values = zip(*latest.keys()), list(latest.values())
+        tokens, flops, vals = zip(*values)
+        conn.execute(
+            self._upsert,
+            {
+                "run_id": _pg_array([rid] * len(values)),
+                "step": _pg_array(steps),
+                "name_id": _pg_array([ids[n] for n in names_]),
+                "tokens": _pg_array(tokens),
+                "flops": _pg_array(flops),
+                "value": _pg_array(vals),
+            },
+        )
 
     def _metric_name_ids(self, conn: Connection, wanted: set[str]) -> dict[str, int]:
         """Ids of ``wanted`` metric names, inserting the new ones (race-safe: ON CONFLICT DO NOTHING)."""
@@ -415,9 +463,7 @@ class Store(Database):
         self, key: str, step: Optional[int], kind: str, detail: Any = None, *, sweep: Optional[str] = None
     ) -> None:
         """Record an event (a kind from :mod:`scaling.vocab`); ``detail`` a str or JSON-able dict."""
-        if not kind:
-            raise ValueError("an event needs a kind")
-        detail = check_json(detail, "event detail")
+        step, kind, detail = _checked_event(step, kind, detail)
         self._write(lambda c: self._event(c, self._resolve(c, key, sweep), step, kind, detail, utcnow()))
 
     @staticmethod
@@ -479,6 +525,13 @@ def _final_values(status: str, final_train_loss: Any, final_eval_loss: Any, erro
     if final_eval_loss is not None:
         values["final_eval_loss"] = _float_or_none(final_eval_loss)
     return values
+
+
+def _checked_event(step: Optional[int], kind: str, detail: Any) -> tuple[Optional[int], str, Any]:
+    """An event's fields as stored, or ValueError: a kind is required, the detail must be JSON."""
+    if not kind:
+        raise ValueError("an event needs a kind")
+    return step, kind, check_json(detail, "event detail")
 
 
 def _float_or_none(x: Any) -> Optional[float]:

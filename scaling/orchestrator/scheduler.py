@@ -25,6 +25,9 @@ from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITIN
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
+#: Simulated runs one task takes at most: each writes a few rows in a millisecond, so a task per
+#: run would spend its time in Ray and in transactions (one claim, write and completion per task).
+SIMULATED_PER_TASK = 32
 #: Seconds the cluster's size is taken as known before Ray is asked again.
 CAPACITY_REFRESH_S = 1.0
 
@@ -60,6 +63,12 @@ def capacity_error(run: PlannedRun, cpus: float, gpus: float | None = None, wher
     has = f"{cpus:g} CPUs" + (f" and {gpus:g} GPUs" if gpus is not None else "")
     return (f"run {run.key} needs {need} ({run.spec.execution.workers} workers) but {where} has {has}; "
             "lower resources.workers or cpus_per_worker")
+
+
+def _packable(run: PlannedRun) -> bool:
+    """Whether a run may share a task with others: a simulated single-worker run (no branch)."""
+    spec = run.spec
+    return spec.simulate is not None and spec.execution.workers == 1 and spec.branch is None
 
 
 class Scheduler:
@@ -99,7 +108,8 @@ class Scheduler:
         self.lifecycle = Lifecycle(store, sweep, stale_after_s=stale_after_s)  # claims, heartbeats, outcomes
         self.host = self.lifecycle.claimant
         self.started = time.monotonic()
-        self._in_flight: dict[Any, RunState] = {}  # ObjectRef -> state
+        self._in_flight: dict[Any, list[RunState]] = {}  # ObjectRef -> the runs of its task
+        self._remote_simulated: Any = None
         self._remote_single: Any = None
         self._remote_multi: Any = None
         self._reserving: dict[str, tuple[RunState, Any, Any]] = {}  # key -> (state, group, ready ref)
@@ -222,6 +232,10 @@ class Scheduler:
         return run.ranks_per_node or run.spec.execution.workers
 
     # -- the loop's steps ---------------------------------------------------------------------
+    def _running(self) -> list[RunState]:
+        """The runs of every task in flight."""
+        return [s for states in self._in_flight.values() for s in states]
+
     def _work_left(self) -> bool:
         return bool(self._in_flight) or self.tally.count(*PENDING_STATES) > 0
 
@@ -240,20 +254,28 @@ class Scheduler:
 
         A multi-worker run first reserves its workers' bundles in a placement group; once Ray
         says they are free the group is released and the run's TorchTrainer starts at once, so
-        Ray Train never waits (and times out) for CPUs another run holds.
+        Ray Train never waits (and times out) for CPUs another run holds. Simulated runs are
+        packed, up to :data:`SIMULATED_PER_TASK`, into one task holding one run's resources.
         """
         self._finish_reservations()
         if not self.tally.count(QUEUED):
             return
         cpus, gpus = self._cluster_capacity()
-        busy = list(self._in_flight.values()) + [r[0] for r in self._reserving.values()]
-        used_cpu = sum(run_needs(s.run)[0] for s in busy)
-        used_gpu = sum(run_needs(s.run)[1] for s in busy)
+        tasks = [states[0] for states in self._in_flight.values()] + [r[0] for r in self._reserving.values()]
+        used_cpu = sum(run_needs(s.run)[0] for s in tasks)
+        used_gpu = sum(run_needs(s.run)[1] for s in tasks)
+        running = sum(len(states) for states in self._in_flight.values()) + len(self._reserving)
+        starting: list[list[RunState]] = []  # tasks of single-worker runs, claimed together below
+        pack: Optional[list[RunState]] = None  # the task simulated runs are being packed into
         for s in self.tally.queued():
-            if self.max_concurrent is not None and len(busy) >= self.max_concurrent:
-                return
+            if self.max_concurrent is not None and running >= self.max_concurrent:
+                break
+            if pack is not None and len(pack) < SIMULATED_PER_TASK and _packable(s.run):
+                pack.append(s)  # rides in a task already counted in the ledger
+                running += 1
+                continue
             if used_cpu + self._min_cpus > cpus + 1e-9 or used_gpu + self._min_gpus > gpus + 1e-9:
-                return  # no run of the sweep fits what is left
+                break  # no run of the sweep fits what is left
             need_cpu, need_gpu = run_needs(s.run)
             if used_cpu + need_cpu > cpus + 1e-9 or used_gpu + need_gpu > gpus + 1e-9:
                 continue  # a smaller run later in the queue may still fit
@@ -261,11 +283,13 @@ class Scheduler:
                 continue
             if s.run.spec.execution.workers > 1:
                 self._reserve(s)
-            elif not self._launch(s):
-                continue
-            busy.append(s)
+            else:
+                starting.append([s])
+                pack = starting[-1] if _packable(s.run) else None
+            running += 1
             used_cpu += need_cpu
             used_gpu += need_gpu
+        self._launch(starting)
 
     def _dependency_ready(self, s: RunState) -> bool:
         """Whether a queued branch may start now; retrains its trunk or fails the branch when it must.
@@ -320,7 +344,7 @@ class Scheduler:
                 s.rank_nodes = placement.rank_nodes(placement.bundle_nodes(pg), s.rank_sizes)
             remove_placement_group(pg)
             s.state = QUEUED
-            self._launch(s)
+            self._launch([[s]])
 
     def _release_reservations(self) -> None:
         from ray.util.placement_group import remove_placement_group
@@ -330,24 +354,40 @@ class Scheduler:
             s.state = QUEUED
         self._reserving.clear()
 
-    def _launch(self, s: RunState) -> bool:
-        run_dir = self.run_dir(s.key)
-        try:  # before the claim: a run is never left running for want of its folder
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
-        claim = self.lifecycle.claim(s.key)
-        if claim.attempt is None:
-            if claim.completed:
-                s.state, s.skipped = vocab.COMPLETED, True
+    def _launch(self, tasks: list[list[RunState]]) -> None:
+        """Claim the runs of ``tasks`` in one transaction and submit each task's claimed runs; a
+        refused run is skipped (completed elsewhere) or waits (another claimant holds it)."""
+        states = [s for task in tasks for s in task]
+        if not states:
+            return
+        for s in states:  # before the claim: a run is never left running for want of its folder
+            try:
+                self.run_dir(s.key).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"cannot create the run folder {self.run_dir(s.key)}: {exc.strerror or exc}") from None
+        claims = self.lifecycle.claim_many([s.key for s in states])
+        for task in tasks:
+            claimed = []
+            for s in task:
+                claim = claims[s.key]
+                if claim.attempt is not None:
+                    s.attempt = claim.attempt
+                    claimed.append(s)
+                elif claim.completed:
+                    s.state, s.skipped = vocab.COMPLETED, True
+                else:
+                    s.state = WAITING
+            if not claimed:
+                continue
+            if _packable(claimed[0].run):
+                ref = self._submit_simulated(claimed)
             else:
-                s.state = WAITING
-            return False
-        ref = self._submit(s.run.spec, str(run_dir), claim.attempt, s.rank_nodes)
-        s.state, s.attempt, s.started_at, s.first_seen = vocab.RUNNING, claim.attempt, time.monotonic(), None
-        s.launched_at = time.time()
-        self._in_flight[ref] = s
-        return True
+                ref = self._submit(claimed[0].run.spec, str(self.run_dir(claimed[0].key)), claimed[0].attempt,
+                                   claimed[0].rank_nodes)
+            for s in claimed:
+                s.state, s.started_at, s.first_seen = vocab.RUNNING, time.monotonic(), None
+                s.launched_at = time.time()
+            self._in_flight[ref] = claimed
 
     def _submit(self, spec: Any, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
         import ray
@@ -369,6 +409,19 @@ class Scheduler:
             spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries, self.sweep, os.getcwd(), rank_nodes
         )
 
+    def _submit_simulated(self, states: list[RunState]) -> Any:
+        """One task simulating ``states`` (see :func:`tasks.simulate_batch`)."""
+        import ray
+
+        from scaling.orchestrator import tasks
+
+        if self._remote_simulated is None:
+            self._remote_simulated = ray.remote(max_retries=0)(tasks.simulate_batch)
+        e = states[0].run.spec.execution
+        fn = self._remote_simulated.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
+        return fn.remote([s.run.spec.model_dump_json() for s in states], [s.attempt for s in states],
+                         self.store_url, self.sweep)
+
     def _collect(self, timeout: float) -> None:
         import ray
 
@@ -379,12 +432,14 @@ class Scheduler:
         ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
         if ready and rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        returned: list[tuple[RunState, Any]] = []
         for ref in ready:
-            s = self._in_flight.pop(ref)
+            states = self._in_flight.pop(ref)
             try:
                 result = ray.get(ref)
             except ray.exceptions.RayTaskError as exc:
-                self._failed(s, _error_line(exc))
+                for s in states:
+                    self._failed(s, _error_line(exc))
             except (
                 ray.exceptions.WorkerCrashedError,
                 ray.exceptions.NodeDiedError,
@@ -395,21 +450,36 @@ class Scheduler:
                 ray.exceptions.TaskCancelledError,
                 ray.exceptions.TaskUnschedulableError,
             ) as exc:
-                self._lost(s, _error_line(exc))
+                for s in states:
+                    self._lost(s, _error_line(exc))
             else:
-                self._completed(s, result)
-            self._notify()
+                # A simulated task returns a result or an error line per run; any other, its run's result.
+                for s, out in zip(states, result if isinstance(result, list) else [result]):
+                    if isinstance(out, str):
+                        self._failed(s, out)
+                    else:
+                        returned.append((s, out))
+        self._completed(returned)
+        self._notify()
 
     # -- outcomes -------------------------------------------------------------------------------
-    def _completed(self, s: RunState, result: Any) -> None:
-        if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
-            # Scheduling overhead: waiting for a worker and importing, then reporting back.
-            s.overhead_s = (result["task_started"] - s.launched_at) + (time.time() - result["task_ended"])
-        losses = result if isinstance(result, dict) else {}
-        s.eval_loss = self.lifecycle.complete(s.key, final_train_loss=losses.get("final_train_loss"),
-                                              final_eval_loss=losses.get("final_eval_loss"))
-        s.state = vocab.COMPLETED
-        s.step = s.steps
+    def _completed(self, returned: list[tuple[RunState, Any]]) -> None:
+        """Mark the runs that returned completed, in one transaction."""
+        if not returned:
+            return
+        now = time.time()
+        losses = {}
+        for s, result in returned:
+            if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
+                # Scheduling overhead: waiting for a worker and importing, then reporting back.
+                s.overhead_s = (result["task_started"] - s.launched_at) + (now - result["task_ended"])
+            out = result if isinstance(result, dict) else {}
+            losses[s.key] = (out.get("final_train_loss"), out.get("final_eval_loss"))
+        stored = self.lifecycle.complete_many(losses)
+        for s, _ in returned:
+            s.eval_loss = stored[s.key]
+            s.state = vocab.COMPLETED
+            s.step = s.steps
 
     def _failed(self, s: RunState, error: str) -> None:
         s.failures += 1
@@ -440,18 +510,20 @@ class Scheduler:
     def _interrupt_all(self, why: str) -> None:
         import ray
 
-        for ref, s in list(self._in_flight.items()):
+        for ref in list(self._in_flight):
             try:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or its worker is gone: nothing to cancel
                 pass
+        running = self._running()
+        for s in running:
             s.state = vocab.INTERRUPTED
-        self.lifecycle.release([s.key for s in self._in_flight.values()], why)
+        self.lifecycle.release([s.key for s in running], why)
         self._in_flight.clear()
 
     # -- periodic -----------------------------------------------------------------------------
     def _heartbeats(self) -> None:
-        self.lifecycle.heartbeat(s.key for s in self._in_flight.values())
+        self.lifecycle.heartbeat(s.key for s in self._running())
 
     def _recover_waiting(self) -> None:
         for s in self.tally.runs(WAITING):
@@ -467,9 +539,8 @@ class Scheduler:
     def _read_progress(self) -> None:
         from scaling.orchestrator.display import read_progress
 
-        running = list(self._in_flight.values())
         try:
-            read_progress(self._results(), running, self.sweep)
+            read_progress(self._results(), self._running(), self.sweep)
         except Exception:  # progress is cosmetic: a busy database must not stop the sweep
             return
 

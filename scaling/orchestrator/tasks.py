@@ -37,6 +37,20 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
     return _timed(out, started)
 
 
+def simulate_batch(spec_jsons: list[str], attempts: list[int], store_url: str, sweep: str) -> list[Any]:
+    """Simulate several runs in one task and one transaction; per run, its result as a dict or the
+    line of the error that stopped it (see :func:`scaling.trainer.simulate.simulate_many`)."""
+    import time
+
+    from scaling.trainer.simulate import simulate_many
+    from scaling.trainer.spec import RunSpec
+
+    started = time.time()
+    runs = [(RunSpec.model_validate_json(s), a) for s, a in zip(spec_jsons, attempts)]
+    out = simulate_many(runs, store_url, sweep=sweep)
+    return [o if isinstance(o, str) else _timed(_plain(o), started) for o in out]
+
+
 class SingleRunTask:
     """:func:`train_single` (or ``fn``) as a Ray task whose ``.options(num_gpus=...)`` picks the
     remote function: a task holding a GPU runs in a fresh worker process (``max_calls=1``).

@@ -127,6 +127,37 @@ def simulate(
     sweep: Optional[str] = None,
 ) -> TrainResult:
     """Write the simulated run's metrics and event to ``store_url``; returns its result."""
+    rows, event, result = simulated_run(spec, attempt, run_dir)
+    if store_url is not None:
+        # One transaction for the rows and the event: a sweep of thousands of runs pays for one each.
+        _store(store_url).log_metrics(spec.key, rows, sweep=sweep, events=[event])
+    return result
+
+
+def simulate_many(
+    runs: list[tuple[RunSpec, int]], store_url: str, *, sweep: Optional[str] = None
+) -> list[TrainResult | str]:
+    """Simulate several runs, each (spec, attempt), writing all their rows and events in one
+    transaction (what a scheduler packs into one task); each run's result, or the one-line error
+    that stopped it (a failed write stops them all)."""
+    outputs: list[TrainResult | str] = []
+    writes = []
+    for spec, attempt in runs:
+        try:
+            rows, event, result = simulated_run(spec, attempt)
+        except Exception as exc:  # noqa: BLE001 - one run's error is its own, the others go on
+            outputs.append(f"{type(exc).__name__}: {exc}")
+            continue
+        writes.append((spec.key, rows, [event]))
+        outputs.append(result)
+    _store(store_url).log_runs(writes, sweep=sweep)
+    return outputs
+
+
+def simulated_run(
+    spec: RunSpec, attempt: Optional[int], run_dir: str | Path = ""
+) -> tuple[list[tuple[int, int, float, str, float]], tuple[int, str, dict], TrainResult]:
+    """The run's metric rows, its ``simulated`` event (step, kind, detail) and its result."""
     sim = spec.simulate
     if sim is None:
         raise ValueError("simulate() needs a spec with a simulate section")
@@ -150,24 +181,18 @@ def simulate(
     rows += [(int(s), int(t), float(per_token * t), vocab.EVAL_LOSS, float(v))
              for s, t, v in zip(eval_steps, seen(eval_steps), evals)]
     rows += task_rows(spec, eval_steps, seen(eval_steps))
-    final_eval = float(evals[-1])
-    final_train = float(train[-1])
-    if store_url is not None:
-        store = _store(store_url)
-        store.log_metrics(spec.key, rows, sweep=sweep)
-        store.log_event(spec.key, steps, vocab.SIMULATED,
-                        {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
-                         "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty,
-                         **({"tasks": [t.model_dump() for t in sim.tasks]} if sim.tasks else {})},
-                        sweep=sweep)
-    return TrainResult(
+    detail = {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
+              "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty,
+              **({"tasks": [t.model_dump() for t in sim.tasks]} if sim.tasks else {})}
+    result = TrainResult(
         key=spec.key,
         status=vocab.COMPLETED,
         steps=steps,
         tokens=D,
         flops=spec.flops,
-        final_train_loss=final_train,
-        final_eval_loss=final_eval,
+        final_train_loss=float(train[-1]),
+        final_eval_loss=float(evals[-1]),
         run_dir=str(run_dir),
         data={"simulated": True},
     )
+    return rows, (steps, vocab.SIMULATED, detail), result

@@ -65,6 +65,6 @@ def test_a_run_folder_that_cannot_be_made_leaves_its_run_unclaimed(tmp_path: Pat
         (tmp_path / "runs").mkdir()
         (tmp_path / "runs" / "rd").write_text("not a folder")
         with pytest.raises(UserError, match="cannot create the run folder"):
-            sched._launch(sched.states[0])
+            sched._launch([[s] for s in sched.states])
     with connect(sqlite_url) as res:
         assert set(res.runs(sweep="rd")["status"]) == {vocab.PENDING}

@@ -155,3 +155,31 @@ def test_approach3_recovers_the_simulated_law(sqlite_url: str, tmp_path: Path) -
     C = 1e22
     iv = law.optimal_interval(C)["N"]
     assert iv["lo"] <= float(chinchilla_optimal_N(C, LAW, law.k_)) <= iv["hi"]
+
+
+def test_runs_packed_in_one_task_are_written_together_and_fail_alone(sqlite_url: str) -> None:
+    """A scheduler's task of simulated runs: every good run's rows and event, the same as one run
+    alone writes; a run that cannot be simulated comes back as its error line, the others unharmed."""
+    from scaling.db import Store, connect
+    from scaling.orchestrator.tasks import simulate_batch
+    from scaling.trainer.simulate import simulate
+
+    good = [sim_spec(1e8, 2e9), sim_spec(3e8, 6e9)]
+    bad = good[0].model_copy(update={"simulate": None, "seed": 7})  # no law to draw from
+    with Store(sqlite_url) as store:
+        store.register("pack", [s.record() for s in (good[0], bad, good[1])])
+        store.register("alone", [good[0].record()])
+    out = simulate_batch([s.model_dump_json() for s in (good[0], bad, good[1])], [1, 1, 2], sqlite_url, "pack")
+    assert out[1] == "ValueError: simulate() needs a spec with a simulate section"
+    assert [o["key"] for o in (out[0], out[2])] == [good[0].key, good[1].key]
+    alone = simulate(good[0], sqlite_url, attempt=1, sweep="alone")
+    assert out[0]["final_eval_loss"] == alone.final_eval_loss
+    with connect(sqlite_url) as res:
+        packed = res.metrics(sweep="pack").sort_values(["run_key", "name", "step"])
+        single = res.metrics(sweep="alone").sort_values(["run_key", "name", "step"])
+        events = res.events(sweep="pack", kinds=[vocab.SIMULATED])
+    assert set(packed["run_key"]) == {good[0].key, good[1].key}  # nothing for the run that failed
+    first = packed[packed["run_key"] == good[0].key]
+    assert np.array_equal(first["value"].to_numpy(), single["value"].to_numpy())
+    assert sorted(events["run_key"]) == sorted(s.key for s in good)
+    assert sorted(d["attempt"] for d in events["detail"]) == [1, 2]
