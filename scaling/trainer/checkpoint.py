@@ -376,6 +376,8 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         dcp.load(state, storage_reader=reader, planner=_weights_only_planner(), no_dist=not _distributed())
     if has_optim:
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_dcp_options())
+        for group in opt.param_groups:  # the kernel is this process's choice, not the writer's
+            group["fused"], group["foreach"] = opt.defaults.get("fused"), opt.defaults.get("foreach")
     else:
         set_model_state_dict(model, state["model"], options=_dcp_options())
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1

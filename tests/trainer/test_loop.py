@@ -171,3 +171,15 @@ def test_the_data_event_records_the_attention_kernel(make_spec, registered, tmp_
     ev = connect(url).events(run_keys=[spec.key])
     (data,) = [d for k, d in zip(ev["kind"], ev["detail"]) if k == names.DATA]
     assert data["attention"] == "sdpa"  # flash-attn runs on GPUs only
+
+
+def test_one_cpu_process_steps_with_the_fused_adamw(make_spec, tmp_path: Path) -> None:
+    """One process takes AdamW's fused kernel, on the CPU too (one kernel for every tensor); a run
+    resumed from a checkpoint of a replicated run keeps it (tests/distributed/test_checkpoint_reshard.py,
+    world size 2 to 1: the kernel is this process's choice, not a setting the checkpoint carries)."""
+    from scaling.trainer.loop import Trainer
+
+    trainer = Trainer(make_spec(precision="fp32"), None, tmp_path)
+    assert trainer.optimizer.defaults["fused"] and all(g["fused"] for g in trainer.optimizer.param_groups)
+    result = trainer.fit()
+    assert result.status == names.COMPLETED and math.isfinite(result.final_eval_loss)
