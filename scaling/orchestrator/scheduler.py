@@ -366,28 +366,38 @@ class Scheduler:
             except OSError as exc:
                 raise UserError(f"cannot create the run folder {self.run_dir(s.key)}: {exc.strerror or exc}") from None
         claims = self.lifecycle.claim_many([s.key for s in states])
-        for task in tasks:
-            claimed = []
-            for s in task:
-                claim = claims[s.key]
-                if claim.attempt is not None:
-                    s.attempt = claim.attempt
-                    claimed.append(s)
-                elif claim.completed:
-                    s.state, s.skipped = vocab.COMPLETED, True
-                else:
-                    s.state = WAITING
-            if not claimed:
-                continue
-            if _packable(claimed[0].run):
-                ref = self._submit_simulated(claimed)
+        unsubmitted = {s.key for s in states if claims[s.key].attempt is not None}
+        try:
+            for task in tasks:
+                self._start_task(task, claims)
+                unsubmitted -= {s.key for s in task}
+        except BaseException:  # claimed but never sent: not left running by a driver that stops
+            self.lifecycle.release(sorted(unsubmitted), "the sweep stopped before the run started")
+            raise
+
+    def _start_task(self, task: list[RunState], claims: dict[str, Any]) -> None:
+        """Submit the runs of ``task`` that were claimed; mark the others skipped or waiting."""
+        claimed = []
+        for s in task:
+            claim = claims[s.key]
+            if claim.attempt is not None:
+                s.attempt = claim.attempt
+                claimed.append(s)
+            elif claim.completed:
+                s.state, s.skipped = vocab.COMPLETED, True
             else:
-                ref = self._submit(claimed[0].run.spec, str(self.run_dir(claimed[0].key)), claimed[0].attempt,
-                                   claimed[0].rank_nodes)
-            for s in claimed:
-                s.state, s.started_at, s.first_seen = vocab.RUNNING, time.monotonic(), None
-                s.launched_at = time.time()
-            self._in_flight[ref] = claimed
+                s.state = WAITING
+        if not claimed:
+            return
+        first = claimed[0]
+        if _packable(first.run):
+            ref = self._submit_simulated(claimed)
+        else:
+            ref = self._submit(first.run.spec, str(self.run_dir(first.key)), first.attempt, first.rank_nodes)
+        for s in claimed:
+            s.state, s.started_at, s.first_seen = vocab.RUNNING, time.monotonic(), None
+            s.launched_at = time.time()
+        self._in_flight[ref] = claimed
 
     def _submit(self, spec: Any, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
         import ray

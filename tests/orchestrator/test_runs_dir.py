@@ -68,3 +68,35 @@ def test_a_run_folder_that_cannot_be_made_leaves_its_run_unclaimed(tmp_path: Pat
             sched._launch([[s] for s in sched.states])
     with connect(sqlite_url) as res:
         assert set(res.runs(sweep="rd")["status"]) == {vocab.PENDING}
+
+
+def test_runs_claimed_together_but_never_submitted_are_not_left_running(tmp_path: Path, sqlite_url: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs admitted together are claimed in one transaction; when submitting one of them fails
+    (a fault of Ray's that cannot be caused here, so ``_submit`` raises in its place), the runs
+    not yet sent are released, and the one sent is left to the stop that follows (in flight)."""
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.scheduler import Scheduler
+    from scaling.orchestrator.sweep import register
+
+    plan, source = load_plan(write_plan(tmp_path / "p.yaml", "sub", tmp_path / "runs", GRID))
+    exp = expand(plan, source)
+    sent = []
+
+    def submit(spec, *args, **kwargs):
+        if sent:
+            raise RuntimeError("the Ray cluster went away")
+        sent.append(spec.key)
+        return "ref"
+
+    with Store(sqlite_url) as store:
+        register(store, plan, exp)
+        sched = Scheduler(exp.runs, store, sqlite_url, "sub", tmp_path / "runs", retries=0)
+        monkeypatch.setattr(sched, "_submit", submit)
+        with pytest.raises(RuntimeError, match="went away"):
+            sched._launch([[s] for s in sched.states])
+        assert [s.key for s in sched._running()] == sent
+    with connect(sqlite_url) as res:
+        status = dict(zip(res.runs(sweep="sub")["run_key"], res.runs(sweep="sub")["status"]))
+    assert status == {s.key: vocab.RUNNING if s.key in sent else vocab.INTERRUPTED for s in sched.states}
