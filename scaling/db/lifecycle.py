@@ -85,8 +85,7 @@ class Lifecycle:
     # -- while training ----------------------------------------------------------------------
     def heartbeat(self, keys: Iterable[str]) -> None:
         """Record that the claimant of each of ``keys`` is alive."""
-        for key in keys:
-            self.store.heartbeat(key, sweep=self.sweep)
+        self.store.heartbeat_many(keys, sweep=self.sweep)
 
     # -- after an attempt --------------------------------------------------------------------
     def complete(self, key: str, *, final_train_loss: Optional[float] = None,

@@ -258,7 +258,19 @@ class Store(Database):
 
     def heartbeat(self, key: str, *, sweep: Optional[str] = None) -> None:
         """Record that the run's claimant is alive (call well within ``stale_after_s``)."""
-        self._write(lambda c: c.execute(update(Run).where(Run.id == self._resolve(c, key, sweep)).values(heartbeat_at=utcnow())))
+        self.heartbeat_many([key], sweep=sweep)
+
+    def heartbeat_many(self, keys: Iterable[str], *, sweep: Optional[str] = None) -> None:
+        """:meth:`heartbeat` for each of ``keys`` in one transaction (a scheduler's runs in flight)."""
+        keys = list(keys)
+        if not keys:
+            return
+
+        def tx(conn: Connection) -> None:
+            rids = sorted(self._resolve(conn, key, sweep) for key in keys)  # rows locked in one order
+            conn.execute(update(Run).where(Run.id.in_(rids)).values(heartbeat_at=utcnow()))
+
+        self._write(tx)
 
     def finish(
         self,

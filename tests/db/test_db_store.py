@@ -200,3 +200,23 @@ def test_store_pickles_as_its_url(sqlite_url: str) -> None:
         clone.register("s", records(1))
         assert connect(sqlite_url).latest_sweep() == "s"
         clone.close()
+
+
+def test_claims_completions_and_heartbeats_of_several_runs_in_one_call(db_url: str) -> None:
+    """What a scheduler does for the runs it admits or collects together: one transaction each,
+    with every run decided on its own (a completed or live run refused, another's result kept)."""
+    recs = records(4)
+    k0, k1, k2, k3 = (r["key"] for r in recs)
+    with Store(db_url) as store, connect(db_url) as res:
+        store.register("s", recs)
+        assert store.claim(k1, "live-host") == 1
+        store.heartbeat(k1)
+        store.finish(k2, vocab.COMPLETED, final_eval_loss=2.5)
+        assert store.claim_many([k3, k2, k1, k0], "h") == {k0: 1, k1: None, k2: None, k3: 1}
+        time.sleep(0.3)
+        store.heartbeat_many([k0, k1])
+        assert store.recover_stale(0.2) == [k3]  # the one left without a heartbeat
+        assert store.complete_many({k0: (3.0, 3.1), k2: (9.0, 9.9)}) == {k0: 3.1, k2: 2.5}
+        rows = {k: res.run(k) for k in (k0, k1, k2, k3)}
+        assert [rows[k]["status"] for k in (k0, k1, k2, k3)] == ["completed", "running", "completed", "interrupted"]  # type: ignore[index]
+        assert rows[k1]["host"] == "live-host" and rows[k2]["final_loss"] == 2.5  # type: ignore[index]
