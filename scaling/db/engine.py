@@ -171,9 +171,17 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+#: PostgreSQL's deadlock_detected and serialization_failure: the transaction was rolled back and may run again.
+_PG_TRANSIENT = {"40P01", "40001"}
+
+
 def is_locked(exc: BaseException) -> bool:
-    """True for SQLite's transient "database is locked" / "database is busy"."""
-    text = str(getattr(exc, "orig", exc)).lower()
+    """True for a transient lock conflict: SQLite's "database is locked" / "database is busy", or
+    PostgreSQL's deadlock or serialization failure (its victim transaction is rolled back)."""
+    orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlstate", None) in _PG_TRANSIENT:
+        return True
+    text = str(orig).lower()
     return "database is locked" in text or "database is busy" in text or "database table is locked" in text
 
 
@@ -191,7 +199,7 @@ def _retry_locked(fn: Callable[[], T], budget_s: float = LOCKED_RETRY_S) -> T:
 
 
 def retrying(fn: Callable[[], T], url: str, what: str = "use") -> T:
-    """Run ``fn`` (one whole transaction), retrying it while SQLite says "locked".
+    """Run ``fn`` (one whole transaction), retrying it while the database says "locked" (see :func:`is_locked`).
 
     A failure the user can act on (unreachable, unopenable, read-only or damaged database)
     becomes one :class:`DatabaseError` line naming the masked URL; anything else (integrity or

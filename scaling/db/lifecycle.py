@@ -74,12 +74,16 @@ class Lifecycle:
         """:meth:`claim` for several runs in one transaction (rows of refused ones read after)."""
         attempts = self.store.claim_many(keys, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
         claims = {}
-        for key in keys:
-            if attempts[key] is not None:
-                claims[key] = Claim(attempts[key])
-            else:
-                row = self.row(key)
-                claims[key] = Claim(None, row.get("status"), row.get("host"), row.get("final_loss"))
+        try:
+            for key in keys:
+                if attempts[key] is not None:
+                    claims[key] = Claim(attempts[key])
+                else:
+                    row = self.row(key)
+                    claims[key] = Claim(None, row.get("status"), row.get("host"), row.get("final_loss"))
+        except BaseException:  # the claims are committed: none may stay running for a caller that never sees them
+            self.release([k for k, a in attempts.items() if a is not None], "the claimant stopped before the run started")
+            raise
         return claims
 
     # -- while training ----------------------------------------------------------------------

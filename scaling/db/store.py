@@ -267,7 +267,10 @@ class Store(Database):
             return
 
         def tx(conn: Connection) -> None:
-            rids = sorted(self._resolve(conn, key, sweep) for key in keys)  # rows locked in one order
+            rids = sorted(self._resolve(conn, key, sweep) for key in keys)
+            # Rows locked in id order first, as every multi-run write here does (no deadlock between
+            # two drivers on PostgreSQL; an UPDATE alone would lock them in the table's order).
+            conn.execute(select(Run.id).where(Run.id.in_(rids)).order_by(Run.id).with_for_update()).all()
             conn.execute(update(Run).where(Run.id.in_(rids)).values(heartbeat_at=utcnow()))
 
         self._write(tx)
@@ -333,10 +336,8 @@ class Store(Database):
         def tx(conn: Connection) -> list[str]:
             now = utcnow()
             done = []
-            for key in keys:
-                rid = self._resolve(conn, key, sweep, required=False)
-                if rid is None:
-                    continue
+            found = [(self._resolve(conn, key, sweep, required=False), key) for key in keys]
+            for rid, key in sorted((rid, key) for rid, key in found if rid is not None):  # one lock order
                 res = conn.execute(
                     update(Run)
                     .where(Run.id == rid, Run.status == vocab.RUNNING)
@@ -345,7 +346,7 @@ class Store(Database):
                 if res.rowcount:
                     self._event(conn, rid, None, vocab.INTERRUPTED, reason, now)
                     done.append(key)
-            return done
+            return [key for key in keys if key in set(done)]  # in the caller's order
 
         return self._write(tx)
 
@@ -424,8 +425,9 @@ class Store(Database):
         def tx(conn: Connection) -> dict[str, int]:
             ids = self._metric_name_ids(conn, wanted) if wanted else {}
             now = utcnow()
-            for key, latest, events in entries:
-                rid = self._resolve(conn, key, sweep)
+            # Runs in id order: the rows' foreign keys lock each run, in the order other writers use.
+            for rid, (key, latest, events) in sorted(((self._resolve(conn, e[0], sweep), e) for e in entries),
+                                                     key=lambda pair: pair[0]):
                 for step, kind, detail in events:
                     self._event(conn, rid, step, kind, detail, now)
                 if latest:

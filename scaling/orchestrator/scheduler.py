@@ -270,7 +270,8 @@ class Scheduler:
         for s in self.tally.queued():
             if self.max_concurrent is not None and running >= self.max_concurrent:
                 break
-            if pack is not None and len(pack) < SIMULATED_PER_TASK and _packable(s.run):
+            if (pack is not None and len(pack) < SIMULATED_PER_TASK and _packable(s.run)
+                    and run_needs(s.run) == run_needs(pack[0].run)):
                 pack.append(s)  # rides in a task already counted in the ledger
                 running += 1
                 continue
@@ -438,7 +439,7 @@ class Scheduler:
         if not self._in_flight:
             time.sleep(timeout)
             return
-        # Back as soon as one run is done (not when all are), then take every other one done by now.
+        # Back as soon as one task is done (not when all are), then take every other one done by now.
         ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
         if ready and rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
@@ -525,7 +526,9 @@ class Scheduler:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or its worker is gone: nothing to cancel
                 pass
-        running = self._running()
+        # Every run this driver holds: those of tasks in flight, and those of tasks collected
+        # whose outcome was not written yet (an error or Ctrl-C between the two).
+        running = list(self.tally.runs(vocab.RUNNING))
         for s in running:
             s.state = vocab.INTERRUPTED
         self.lifecycle.release([s.key for s in running], why)

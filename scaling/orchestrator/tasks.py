@@ -1,4 +1,5 @@
-"""What a Ray worker executes for one run. Kept apart from the scheduler so workers import little.
+"""What a Ray worker executes for one run (or for a pack of simulated runs). Kept apart from the
+scheduler so workers import little.
 
 Single-worker runs call `scaling.trainer.train` directly inside a Ray task: no Ray Train
 worker group, no controller, so a small run pays only for the task (CPU workers are reused;

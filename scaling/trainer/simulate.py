@@ -139,19 +139,36 @@ def simulate_many(
 ) -> list[TrainResult | str]:
     """Simulate several runs, each (spec, attempt), writing all their rows and events in one
     transaction (what a scheduler packs into one task); each run's result, or the one-line error
-    that stopped it (a failed write stops them all)."""
-    outputs: list[TrainResult | str] = []
-    writes = []
-    for spec, attempt in runs:
+    that stopped it. When the shared write fails, each run is written on its own, so an error is
+    pinned on the run it belongs to."""
+    from scaling.errors import SpecError
+    from scaling.trainer.resolve import unresolved_problem
+
+    outputs: dict[int, TrainResult | str] = {}
+    writes: dict[int, tuple] = {}
+    for i, (spec, attempt) in enumerate(runs):
         try:
-            rows, event, result = simulated_run(spec, attempt)
+            problem = unresolved_problem(spec)  # as train() checks
+            if problem:
+                raise SpecError(problem)
+            rows, event, outputs[i] = simulated_run(spec, attempt)
+            writes[i] = (spec.key, rows, [event])
         except Exception as exc:  # noqa: BLE001 - one run's error is its own, the others go on
-            outputs.append(f"{type(exc).__name__}: {exc}")
-            continue
-        writes.append((spec.key, rows, [event]))
-        outputs.append(result)
-    _store(store_url).log_runs(writes, sweep=sweep)
-    return outputs
+            outputs[i] = _error_line(exc)
+    store = _store(store_url)
+    try:
+        store.log_runs(list(writes.values()), sweep=sweep)
+    except Exception:  # noqa: BLE001 - find which run it was: write them one by one
+        for i, write in writes.items():
+            try:
+                store.log_runs([write], sweep=sweep)
+            except Exception as exc:  # noqa: BLE001
+                outputs[i] = _error_line(exc)
+    return [outputs[i] for i in range(len(runs))]
+
+
+def _error_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
 
 
 def simulated_run(

@@ -189,3 +189,40 @@ def test_reads_while_a_writer_adds_new_metric_names(db_url: str) -> None:
         assert proc.exitcode == 0
         assert len(res.metrics()) == 1 + 150 * 20
     assert reads >= 1
+
+
+def test_a_postgresql_deadlock_counts_as_a_lock_conflict_to_retry(postgres_url: str) -> None:
+    """Two transactions that lock two runs in opposite orders: PostgreSQL kills one (deadlock_detected,
+    40P01) and rolls it back; the store's retry takes that as it takes SQLite's "locked", so the
+    write is tried again instead of stopping the sweep. (Every multi-run write of the store locks
+    rows in id order, so two drivers never do this to each other.)"""
+    from sqlalchemy import create_engine, text
+
+    from scaling.db.engine import is_locked
+
+    recs = records(2)
+    with Store(postgres_url) as store:
+        store.register("s", recs)
+    engine = create_engine(postgres_url)
+    with engine.connect() as conn:
+        ids = [conn.execute(text("SELECT id FROM runs WHERE key = :k"), {"k": r["key"]}).scalar_one() for r in recs]
+    both_hold_one = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def lock(first: int, second: int) -> None:
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("SELECT id FROM runs WHERE id = :i FOR UPDATE"), {"i": first})
+                both_hold_one.wait(timeout=10)
+                conn.execute(text("SELECT id FROM runs WHERE id = :i FOR UPDATE"), {"i": second})
+        except Exception as exc:  # noqa: BLE001 - the deadlock's victim
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lock, args=order) for order in (ids, ids[::-1])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    engine.dispose()
+    assert len(errors) == 1 and "deadlock" in str(errors[0]).lower()
+    assert is_locked(errors[0])

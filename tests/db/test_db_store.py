@@ -220,3 +220,23 @@ def test_claims_completions_and_heartbeats_of_several_runs_in_one_call(db_url: s
         rows = {k: res.run(k) for k in (k0, k1, k2, k3)}
         assert [rows[k]["status"] for k in (k0, k1, k2, k3)] == ["completed", "running", "completed", "interrupted"]  # type: ignore[index]
         assert rows[k1]["host"] == "live-host" and rows[k2]["final_loss"] == 2.5  # type: ignore[index]
+
+
+def test_claims_committed_are_released_when_the_claimant_stops_before_seeing_them(sqlite_url: str,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Lifecycle.claim_many` commits the claims, then reads the rows of the refused runs; Ctrl-C
+    there (raised in its place: the instant cannot be hit by hand) releases the claims it made."""
+    from scaling.db.lifecycle import Lifecycle
+
+    recs = records(3)
+    k0, k1, k2 = (r["key"] for r in recs)
+    with Store(sqlite_url) as store:
+        store.register("s", recs)
+        store.finish(k1, vocab.COMPLETED, final_eval_loss=2.0)
+        lifecycle = Lifecycle(store, "s")
+        monkeypatch.setattr(lifecycle, "row", lambda key: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            lifecycle.claim_many([k0, k1, k2])
+        lifecycle.close()
+    with connect(sqlite_url) as res:
+        assert [res.run(k)["status"] for k in (k0, k1, k2)] == ["interrupted", "completed", "interrupted"]  # type: ignore[index]

@@ -128,3 +128,19 @@ def test_the_live_table_shows_running_runs_first_and_is_bounded(tmp_path: Path, 
     assert len(lines) == 30  # bounded whatever the sweep's size
     assert all(k in "".join(lines[:2]) for k in running) and "queued" in lines[2]
     assert "2 running" in out.getvalue() and "98 queued" in out.getvalue()
+
+
+def test_a_stop_releases_runs_collected_but_not_yet_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's runs leave the in-flight table when it is collected and are completed after: a stop
+    between the two (an error or Ctrl-C) must still leave none of them running in the database."""
+    sched = _scheduler(tmp_path, f"sqlite:///{tmp_path / 'r.db'}", 100, monkeypatch)
+    sched._prepare()
+    sched._admit()
+    collected = [s for states in sched._in_flight.values() for s in states]
+    assert len(collected) == 2 * scheduler.SIMULATED_PER_TASK  # two CPUs, a pack each
+    sched._in_flight.clear()  # collected; their outcome not written yet
+    sched._stop("the sweep stopped: a database error")
+    with connect(sched.store_url) as results:
+        status = results.runs(sweep=sched.sweep).set_index("run_key")["status"]
+    assert set(status[[s.key for s in collected]]) == {vocab.INTERRUPTED}
+    assert set(status.drop([s.key for s in collected])) == {vocab.PENDING}

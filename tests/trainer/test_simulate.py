@@ -183,3 +183,20 @@ def test_runs_packed_in_one_task_are_written_together_and_fail_alone(sqlite_url:
     assert np.array_equal(first["value"].to_numpy(), single["value"].to_numpy())
     assert sorted(events["run_key"]) == sorted(s.key for s in good)
     assert sorted(d["attempt"] for d in events["detail"]) == [1, 2]
+
+
+def test_a_packed_write_that_fails_is_pinned_on_its_run(sqlite_url: str) -> None:
+    """One run of a pack the database does not know (its write fails): the pack's shared write
+    fails, each run is then written on its own, and only that run comes back as an error."""
+    from scaling.db import Store, connect
+    from scaling.trainer.simulate import simulate_many
+
+    known, unknown = sim_spec(1e8, 2e9), sim_spec(3e8, 6e9)
+    with Store(sqlite_url) as store:
+        store.register("pack", [known.record()])
+    out = simulate_many([(unknown, 1), (known, 1)], sqlite_url, sweep="pack")
+    assert isinstance(out[0], str) and out[0].startswith("NotFoundError: run ") and unknown.key in out[0]
+    assert out[1].key == known.key
+    with connect(sqlite_url) as res:
+        assert set(res.metrics(sweep="pack")["run_key"]) == {known.key}
+        assert list(res.events(sweep="pack", kinds=[vocab.SIMULATED])["run_key"]) == [known.key]
