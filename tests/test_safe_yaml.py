@@ -112,3 +112,13 @@ def test_a_repeated_key_is_refused_in_every_yaml_file(text: str, field: str, lin
                     "tokens: 20000\ntokens: 40000\n")
     got = run_main("train", str(spec), "--dry-run")
     assert got.code == 2 and "tokens: duplicate key" in got.err and len(got.err.strip().splitlines()) == 1
+
+
+def test_a_located_message_names_its_field_once_and_keeps_it_before_a_longer_word() -> None:
+    from scaling.orchestrator.yamlsource import located
+
+    source = YamlSource("name: x\ndata:\n  source: text\n", "plan.yaml")
+    assert located(source, ("data",), "data.path: no such file") == "plan.yaml:2: data.path: no such file"
+    assert located(source, ("data",), "data: no path") == "plan.yaml:2: data: no path"
+    # A message that only begins with the same letters does not name the field: keep it.
+    assert located(source, ("data",), "dataset too small") == "plan.yaml:2: data: dataset too small"

@@ -57,8 +57,8 @@ class YamlSource:
 def located(source: Optional["YamlSource"], loc: Sequence[Any], message: str) -> str:
     """``file:line: field.path: message``, the field left out where the message names it already."""
     place, field = where(source, loc), ".".join(str(p) for p in loc)
-    if field and message.startswith(field):
-        place = place.removesuffix(f": {field}")
+    if field and (message == field or message.startswith((f"{field}.", f"{field}:", f"{field} "))):
+        place = place.removesuffix(f": {field}")  # the message names the field (not merely a longer word)
     return f"{place}: {message}"
 
 
