@@ -346,7 +346,8 @@ class Store(Database):
                 if res.rowcount:
                     self._event(conn, rid, None, vocab.INTERRUPTED, reason, now)
                     done.append(key)
-            return [key for key in keys if key in set(done)]  # in the caller's order
+            released = set(done)
+            return [key for key in keys if key in released]  # in the caller's order
 
         return self._write(tx)
 
