@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -32,6 +33,8 @@ CACHE_FORMAT = 1
 #: The most bytes a cache entry may have (an entry is about 300 bytes plus the path).
 MAX_ENTRY_BYTES = 8192
 _BLOCK = 1 << 24  # bytes read at once: a multiple of every token size
+#: Shards hashed at once (sha256 releases the GIL: several shards use several cores, up to the disk's speed).
+HASH_THREADS = 8
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -134,17 +137,26 @@ def _changed(shard: Shard) -> SpecError:
 
 
 def shard_digests(shards: Sequence[Shard], *, progress: Optional[bool] = None) -> list[Digest]:
-    """Each shard's digest, from the cache or read once (a rich progress bar on stderr while reading,
-    when ``progress`` or, if None, when stderr is a terminal); what is read is cached."""
+    """Each shard's digest, from the cache or read once, several shards at a time (a rich progress
+    bar on stderr while reading, when ``progress`` or, if None, when stderr is a terminal); what is
+    read is cached."""
     found = [cached(s) for s in shards]
     todo = [i for i, d in enumerate(found) if d is None]
     if not todo:
         return [d for d in found if d is not None]
     show = sys.stderr.isatty() if progress is None else progress
-    with progress_bar(show) as bar:
+    with progress_bar(show) as bar, ThreadPoolExecutor(min(len(todo), HASH_THREADS, os.cpu_count() or 1)) as pool:
         task = bar.add_task(f"hashing {len(todo):,} shard(s)", total=sum(shards[i].size for i in todo))
-        for i in todo:
+
+        def one(i: int) -> None:
             digest = measure(shards[i], lambda n: bar.advance(task, n))
             _store(shards[i], digest)
             found[i] = digest
+
+        try:
+            for future in [pool.submit(one, i) for i in todo]:
+                future.result()  # the first shard refused raises here
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # shards not yet started are not read
+            raise
     return [d for d in found if d is not None]

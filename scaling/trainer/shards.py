@@ -176,6 +176,26 @@ def _llmc_header(head: bytes, path: Path, where: str) -> tuple[int, int, str]:
     return LLMC_HEADER_BYTES, count, found
 
 
+def shard_dtype(kind: ShardFormat, dtype: str) -> str:
+    """The dtype a shard of ``kind`` stores ``dtype`` tokens as (llm.c's headers know uint16 and uint32 only)."""
+    return "uint16" if kind == "llmc" and dtype == "uint8" else dtype
+
+
+def write_header(fh: Any, kind: ShardFormat, dtype: str, n_tokens: int) -> None:
+    """Write the header a shard of ``kind`` with ``n_tokens`` tokens of ``dtype`` starts with (none for bin)."""
+    if kind == "npy":
+        from numpy.lib import format as npy
+
+        npy.write_array_header_1_0(fh, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": (n_tokens,)})
+    elif kind == "llmc":
+        (version,) = [key for key, value in LLMC_VERSIONS.items() if value == dtype]
+        if n_tokens >= 2**31:
+            raise SpecError(f"an llm.c shard holds fewer than 2**31 tokens, not {n_tokens:,}")
+        header = np.zeros(LLMC_HEADER_BYTES // 4, dtype="<i4")
+        header[:3] = (version[0], version[1], n_tokens)
+        fh.write(header.tobytes())
+
+
 class ShardMaps:
     """The shards of one stream, each memory-mapped on first use; the least recently used map is
     dropped past :data:`MAX_OPEN_SHARDS` (a view handed out keeps its own map alive)."""
