@@ -1,4 +1,4 @@
-"""The training data: a byte-level corpus, a held-out split, and batches as a pure function.
+"""The training data: a corpus (bytes, tokenized text or token shards), a held-out split, and batches as a pure function.
 
 Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.prepare`) and
 ``tokens``; the batch at a cursor is a pure function of ``(seed, cursor)``. Sources, split,
