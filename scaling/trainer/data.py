@@ -1,4 +1,4 @@
-"""The training data: a corpus (bytes, tokenized text or token shards), a held-out split, and batches as a pure function.
+"""The training data: a corpus (bytes, text or token shards), a held-out split, batches as a pure function.
 
 Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.prepare`) and
 ``tokens``; the batch at a cursor is a pure function of ``(seed, cursor)``. Sources, split,
@@ -224,7 +224,8 @@ def _token_corpus(path_: str | tuple[str, ...], val_path: str | tuple[str, ...] 
     sha256 and reading (train then held-out), and distinct tokens are not counted (a full read).
     """
     train = [read_shard(p, dtype, fmt, "data.path") for p in shard_paths(path_, "data.path")]
-    held = [read_shard(p, dtype, fmt, "data.val_path") for p in shard_paths(val_path, "data.val_path")] if val_path else []
+    held_paths = shard_paths(val_path, "data.val_path") if val_path else []
+    held = [read_shard(p, dtype, fmt, "data.val_path") for p in held_paths]
     overlap = {s.path.resolve() for s in train} & {s.path.resolve() for s in held}
     if overlap:
         raise SpecError(f"data.val_path: {min(overlap)} is both a training and a held-out shard")

@@ -154,7 +154,8 @@ def _bad_case(case: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
         with open(bad, "r+b") as fh:
             fh.seek(4)
             fh.write(np.int32(3).tobytes())  # version 3 under GPT-2's magic
-        return {"path": [str(folder / "good.bin"), str(bad)]}, f"{bad} has a wrong llmc header: magic 20240520 version 3"
+        expected = f"{bad} has a wrong llmc header: magic 20240520 version 3"
+        return {"path": [str(folder / "good.bin"), str(bad)]}, expected
     if case == "npy-header":
         bad = folder / "bad.npy"
         bad.write_bytes(b"\x93NUMPY\x01\x00" + b"\xff" * 40)
@@ -170,7 +171,8 @@ def _bad_case(case: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> tuple
     if case == "dtype":
         bad = folder / "bad.npy"
         np.save(bad, good.astype(np.uint32))
-        return {"path": [str(folder / "good.bin"), str(bad)]}, f"{bad} holds uint32 tokens (npy header) but data.dtype is uint16"
+        expected = f"{bad} holds uint32 tokens (npy header) but data.dtype is uint16"
+        return {"path": [str(folder / "good.bin"), str(bad)]}, expected
     if case == "vocab":
         _write(bad, np.full(100, 300, dtype=np.uint16), "bin")
         return {"path": str(folder / "*.bin")}, f"model.vocab_size: 256 is too small for token id 300 in {bad}"
