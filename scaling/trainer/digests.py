@@ -86,7 +86,7 @@ def _store(shard: Shard, digest: Digest) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entry))
+        tmp.write_bytes(json.dumps(entry).encode())
         os.replace(tmp, path)
     except OSError:
         pass  # an unwritable cache costs a re-read next time, nothing else
