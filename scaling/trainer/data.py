@@ -76,7 +76,7 @@ class Corpus:
     fingerprint: str
     source: str
     files: tuple[str, ...] = ()
-    distinct_tokens: Optional[int] = 0  # None: not counted (a sharded corpus; it would cost a full read)
+    distinct_tokens: Optional[int] = 0  # None: not counted (token files: it would cost a full read)
     max_token: int = 0
     max_tokens: tuple[tuple[str, int], ...] = ()  # each token file and its largest token id
     vocab_size: Optional[int] = None  # the tokenizer's vocabulary (None: bytes or a token file)
@@ -219,9 +219,9 @@ def _token_corpus(path_: str | tuple[str, ...], val_path: str | tuple[str, ...] 
                   fmt: Optional[ShardFormat], val_fraction: float) -> Corpus:
     """Token shards as one stream (`scaling.trainer.shards`), fingerprinted from cached per-shard digests.
 
-    One raw file without ``val_path`` is the corpus it always was: its memmap, the file's sha256 as
-    the fingerprint, its distinct tokens counted. Otherwise the fingerprint hashes every shard's
-    sha256 and reading (train then held-out), and distinct tokens are not counted (a full read).
+    One raw file without ``val_path`` is the corpus it always was: its memmap and the file's sha256
+    as the fingerprint. Otherwise the fingerprint hashes every shard's sha256 and reading (train
+    then held-out). Distinct tokens are not counted: that would read the whole corpus at every start.
     """
     train = [read_shard(p, dtype, fmt, "data.path") for p in shard_paths(path_, "data.path")]
     held_paths = shard_paths(val_path, "data.val_path") if val_path else []
@@ -238,18 +238,15 @@ def _token_corpus(path_: str | tuple[str, ...], val_path: str | tuple[str, ...] 
         raise SpecError(f"data.path: the shards hold only {total} tokens; a corpus needs at least 4")
     details: dict[str, Any] = {"shards": len(train), "val_shards": len(held),
                                "formats": sorted({s.kind for s in shards})}
+    n_train = sum(s.n_tokens for s in train) if held else _split(total, val_fraction)
     if len(shards) == 1 and train[0].kind == "bin":
         tokens: Any = train[0].open()
-        n_train = _split(total, val_fraction)
-        distinct, _ = _scan(tokens, n_train)
         fingerprint = digests[0].sha256
     else:
         tokens = TokenStream(ShardMaps(shards))
-        n_train = sum(s.n_tokens for s in train) if held else _split(total, val_fraction)
-        distinct = None
         fingerprint = shards_fingerprint(train, held, digests)
     return Corpus(tokens=tokens, n_train=n_train, fingerprint=fingerprint, source="tokens",
-                  files=tuple(str(s.path) for s in shards), distinct_tokens=distinct, max_token=max_token,
+                  files=tuple(str(s.path) for s in shards), distinct_tokens=None, max_token=max_token,
                   max_tokens=max_tokens, details=details)
 
 

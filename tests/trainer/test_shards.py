@@ -60,7 +60,7 @@ def test_one_token_file_keeps_its_key_and_batches(make_spec, tmp_path: Path) -> 
         "fingerprint": hashlib.sha256(path.read_bytes()).hexdigest(), "unique_tokens": 19000,
     }
     corpus = load_corpus(spec.data)
-    assert isinstance(corpus.tokens, np.memmap) and corpus.distinct_tokens == 19000
+    assert isinstance(corpus.tokens, np.memmap) and corpus.max_token == 49998
     batches = Batches(corpus, 32, 8, seed=0)
     assert [int(batches.get(k)[0].sum()) for k in (0, 1, 100)] == [6421600, 6451520, 6437136]
     assert batches.get(0)[0][0, :6].tolist() == [29541, 37460, 45379, 3298, 11217, 19136]
