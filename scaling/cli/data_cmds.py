@@ -1,4 +1,5 @@
-"""`scaling data prepare`: tokenize a text corpus once into the cache every run memory-maps."""
+"""`scaling data prepare`: tokenize a text corpus once into the cache every run memory-maps, or
+write a corpus as token shards (`scaling.trainer.reshard`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ SHARD_FORMATS = ("npy", "bin", "llmc")
 
 data_app = typer.Typer(
     name="data",
-    help="Prepare training data (tokenize text once; every run and sweep reuses it).",
+    help="Prepare training data (tokenize text once; every run and sweep reuses it; write token shards).",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -58,7 +59,8 @@ def _option_error(exc: "ValidationError") -> str:
 def prepare(
     file: Annotated[
         Optional[Path],
-        typer.Argument(help="A plan or run spec whose `data` section names text and a tokenizer.", show_default=False),
+        typer.Argument(help="A plan or run spec whose `data` section names text and a tokenizer "
+                       "(any data, with --shard-tokens).", show_default=False),
     ] = None,
     path: Annotated[
         Optional[str], typer.Option("--path", help="Text file, folder or glob (instead of a plan).", show_default=False)
