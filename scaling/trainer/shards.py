@@ -152,7 +152,9 @@ def _npy_header(fh: Any, path: Path, where: str) -> tuple[int, int, str]:
         else:
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not one numpy writes for this")
     except (ValueError, EOFError, SyntaxError, TypeError) as exc:
-        raise SpecError(f"{where}: {path} has a wrong npy header ({' '.join(str(exc).split())[:200]})") from None
+        why = " ".join(str(exc).split())[:200]
+        raise SpecError(f"{where}: {path} has a wrong npy header ({why}); a raw token file named .npy, as OLMo "
+                        "writes them, is read with data.format: bin") from None
     found = _NPY_TOKEN_DTYPES.get(dt.str) if not dt.hasobject else None
     if found is None:
         raise SpecError(f"{where}: {path} holds {dt.str} values, not tokens (little-endian uint8, uint16 or uint32)")
