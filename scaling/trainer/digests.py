@@ -115,7 +115,7 @@ def measure(shard: Shard, advance: Callable[[int], Any] = lambda n: None) -> Dig
                 raise _changed(shard)
             stat = os.fstat(fh.fileno())
     except OSError as exc:
-        raise SpecError(f"data.path: {shard.path}: cannot read: {exc.strerror or exc}") from None
+        raise SpecError(f"data: {shard.path}: cannot read: {exc.strerror or exc}") from None
     if (stat.st_size, stat.st_mtime_ns) != (shard.size, shard.mtime_ns):
         raise _changed(shard)
     return Digest(digest.hexdigest(), top)
@@ -132,7 +132,7 @@ def _read_exact(fh: Any, into: memoryview, shard: Shard) -> memoryview:
 
 
 def _changed(shard: Shard) -> SpecError:
-    return SpecError(f"data.path: {shard.path} changed while it was read (its size or mtime moved); "
+    return SpecError(f"data: {shard.path} changed while it was read (its size or mtime moved); "
                      "plan again when it is complete")
 
 
