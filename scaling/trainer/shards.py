@@ -208,6 +208,11 @@ class ShardMaps:
         self.dtype = np.dtype(self.shards[0].dtype)
         self._open: OrderedDict[int, np.memmap] = OrderedDict()
 
+    @property
+    def mapped(self) -> int:
+        """Shards memory-mapped now (at most :data:`MAX_OPEN_SHARDS`)."""
+        return len(self._open)
+
     def map(self, i: int) -> np.memmap:
         found = self._open.get(i)
         if found is None:

@@ -215,3 +215,26 @@ def test_data_prepare_writes_shards_that_read_back_as_the_corpus(kind: str, tmp_
     assert back.n_train == source.n_train and np.array_equal(np.asarray(back.tokens), np.asarray(source.tokens))
     again = run_main("data", "prepare", "--path", str(text), "--shard-tokens", "4000", "--out", str(out))
     assert again.code == 2 and "is not an empty folder" in again.err and again.err.count("\n") == 1
+
+
+def test_a_stream_keeps_few_maps_open_and_reads_across_boundaries(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(shards, "MAX_OPEN_SHARDS", 2)
+    tokens = _stream(5000)
+    paths = [_write(tmp_path / f"p{i}.bin", part, "bin") for i, part in enumerate(np.array_split(tokens, 5))]
+    maps = shards.ShardMaps([shards.read_shard(p, "uint16", None, "data.path") for p in paths])
+    stream = shards.TokenStream(maps)
+    for lo in range(0, 5000 - 700, 333):  # windows across one or more boundaries
+        assert np.array_equal(np.asarray(stream[lo : lo + 700]), tokens[lo : lo + 700])
+        assert maps.mapped <= 2
+    assert stream[-1] == tokens[-1] and stream[1000:3000][5] == tokens[1005] and len(stream[4990:9999]) == 10
+
+
+def test_a_shard_that_changes_while_it_is_hashed_is_refused(tmp_path: Path) -> None:
+    from scaling.errors import SpecError
+
+    path = _write(tmp_path / "s.bin", _stream(4000), "bin")
+    shard = shards.read_shard(path, "uint16", None, "data.path")
+    with open(path, "ab") as fh:
+        fh.write(b"\x00\x00")
+    with pytest.raises(SpecError, match="changed while it was read"):
+        digests.measure(shard)
