@@ -105,13 +105,16 @@ def _csv(tmp_path: Path, extra: dict | None = None, name: str = "ladder.csv") ->
 
 
 def test_fit_csv_reads_task_columns_and_prints_both_steps(tmp_path: Path) -> None:
-    code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "10",
-                             "--format", "json")
+    # every evaluation a row (columns run and tokens): the loss laws fit the final ones, step 2 all
+    code, out, err = run_cli("fit", "--csv", str(_checkpoints_csv(tmp_path)), "--law", "approach3", "--bootstrap",
+                             "10", "--format", "json")
     assert code == 0, err
     d = json.loads(out)
     law = d["tasks"]["laws"]["sim"]
     assert law["loss_source"] == "bpb" and set(law["step2"]) == {"sigmoid", "exp"}
-    assert d["laws"]["approach3"]["n_points"] == 15  # the task columns did not keep any point apart
+    assert d["laws"]["approach3"]["n_points"] == 15  # neither task columns nor checkpoints kept any point apart
+    assert law["step2"]["sigmoid"]["n_points"] == 60 and law["step2"]["sigmoid"]["n_runs"] == 15
+    assert any("45 intermediate evaluation(s) of 15 runs" in n for n in d["tasks"]["notes"])
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -186,3 +189,68 @@ def test_a_hyperparameter_group_gives_the_task_law_its_tuned_run_only() -> None:
                          "loss": [3.1, 2.9, np.nan, 4.0, 3.5, 5.0]})
     assert best_of_groups(runs)["run_key"].tolist() == ["b", "e", "f"]
     assert best_of_groups(runs.drop(columns="hparam_group"))["run_key"].tolist() == list("abcdef")
+
+
+# -- a CSV with intermediate evaluations (columns run and tokens) -------------------------------------
+def _checkpoints_csv(tmp_path: Path, edit=None, name: str = "checkpoints.csv") -> Path:
+    """The simulated ladder with every evaluation a row: run, N, D (the run's total), tokens (seen by then)."""
+    ev = simulated(budgets=(1e17, 1e18, 1e19))
+    df = pd.DataFrame({"run": ev["run_key"], "N": ev["N"], "D": ev.groupby("run_key")["D"].transform("max"),
+                       "tokens": ev["tokens"], "loss": 2.0 + ev["bpb"], "acc_sim": ev["acc"], "bpb_sim": ev["bpb"]})
+    if edit is not None:
+        df = edit(df)
+    p = tmp_path / name
+    df.to_csv(p, index=False)
+    return p
+
+
+def test_intermediate_evaluations_are_read_as_a_sweeps_checkpoints_and_the_loss_laws_see_final_rows(
+        tmp_path: Path) -> None:
+    """What ``scaling fit --csv``, ``scaling.tasks(csv=...)`` and ``scaling recommend --csv`` read (from_csv and
+    tasks_from_csv): the loss points of the final rows alone, and every evaluation for step 2 as from_db
+    gives a sweep's (D and C spent by then, final on the last)."""
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv
+
+    every, finals = _checkpoints_csv(tmp_path), _csv(tmp_path)
+    data, data_finals = from_csv(every), from_csv(finals)
+    cols = ["N", "D", "C", "loss"]
+    pd.testing.assert_frame_equal(data.points[cols].reset_index(drop=True),
+                                  data_finals.points[cols].reset_index(drop=True))
+    td = tasks_from_csv(str(every), data)
+    truth = simulated(budgets=(1e17, 1e18, 1e19))
+    got = td.evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    want = truth.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    assert (got["run_key"] == want["run_key"]).all() and (got["final"] == want["final"]).all()
+    for c in ("N", "D", "C", "tokens", "acc", "bpb"):
+        np.testing.assert_allclose(got[c].to_numpy(float), want[c].to_numpy(float), rtol=1e-9)
+    fits = fit_tasks(td, n_bootstrap=10, grid="coarse", run_backtest=False)
+    curve = fits.laws["sim"].curves["sigmoid"]
+    assert curve.n_points_ == 60 and curve.n_groups_ == 15  # the bootstrap resamples the 15 runs
+
+
+def _twice(df: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([df, df.iloc[[1]]], ignore_index=True)
+
+
+@pytest.mark.parametrize("edit, row, message", [
+    (lambda df: df.assign(D=np.where(df.index == 2, df["D"] * 2, df["D"])), "data row 3: ", "the same on every row"),
+    (lambda df: df.assign(tokens=np.where(df.index == 5, df["D"] * 1.5, df["tokens"])), "data row 6: ",
+     "above the run's total D"),
+    (_twice, "data row 61: ", "is given twice at tokens"),
+    (lambda df: df.drop(columns="D"), "", "needs the run's total tokens in a column 'D'"),
+])
+def test_bad_intermediate_evaluations_are_refused_naming_the_row(tmp_path: Path, edit, row: str, message: str) -> None:
+    code, out, err = run_cli("fit", "--csv", str(_checkpoints_csv(tmp_path, edit)), "--law", "approach3",
+                             "--bootstrap", "0")
+    assert code == 2 and row in err and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_more_than_a_million_evaluations_are_refused(tmp_path: Path) -> None:
+    from scaling.fitting.task_evaluations import MAX_ROWS
+
+    p = tmp_path / "huge.csv"
+    p.write_text("run,N,D,tokens,loss\n" + "r,1e8,2e9,1e9,3\n" * (MAX_ROWS + 1))
+    code, _, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0")
+    assert code == 2 and "1,000,001 rows, more than the 1,000,000" in err and len(err.strip().splitlines()) == 1
