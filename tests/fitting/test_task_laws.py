@@ -254,3 +254,39 @@ def test_more_than_a_million_evaluations_are_refused(tmp_path: Path) -> None:
     p.write_text("run,N,D,tokens,loss\n" + "r,1e8,2e9,1e9,3\n" * (MAX_ROWS + 1))
     code, _, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0")
     assert code == 2 and "1,000,001 rows, more than the 1,000,000" in err and len(err.strip().splitlines()) == 1
+
+
+# -- accuracies are probabilities ---------------------------------------------------------------------
+def test_a_ladder_whose_unconstrained_fits_overshoot_1_predicts_only_between_chance_and_1() -> None:
+    """Accuracy rising to a ceiling of 1 with noise: Gadre et al.'s form fitted without bounds predicts more
+    than 1 at the targets (checked here), so does the sigmoid near a task loss of 0. The fitted forms,
+    their bootstrap replicates and the chained intervals stay in [chance, 1] at every task loss."""
+    from scipy.optimize import least_squares
+
+    from scaling.fitting.task_curves import CURVES
+
+    chance = 0.25
+    ev = simulated(seed=2, step2=dict(a=0.75, k=-5.0, L0=1.2, b=chance))
+    ev["acc"] = (ev["acc"] + np.random.default_rng(12).normal(0, 0.02, len(ev))).clip(0, 1)
+    targets = [(1e9, 2e10), (1e10, 2e11)]  # 10x and 100x past the largest budget in N
+    raw = least_squares(lambda p: 1 - p[0] + p[1] * np.exp(-p[2] * ev["bpb"]) - ev["acc"], [1.0, 3.0, 1.3]).x
+    assert 1 - raw[0] + raw[1] * np.exp(-raw[2] * task_loss(*targets[1])) > 1.05  # the unconstrained form overshoots
+
+    law = fit_tasks(TaskData(ev, 6.0, "near 1", chance={"sim": chance}), n_bootstrap=40, grid="coarse",
+                    run_backtest=False).laws["sim"]
+    assert law.chance == chance
+    L = np.concatenate([np.linspace(0.0, 5.0, 201), [50.0]])
+    for form, curve in law.curves.items():
+        assert set(curve.params_) == set(CURVES[form].param_names)
+        assert ((curve.predict(L) >= chance) & (curve.predict(L) <= 1.0)).all(), form
+        np.testing.assert_allclose(type(curve).from_dict(curve.to_dict()).predict(L), curve.predict(L), rtol=1e-12)
+        rows = curve.replicate_rows()
+        ok = rows[np.isfinite(rows).all(axis=1)]
+        reps = np.array([curve.accuracy_of(ok, np.full(len(ok), x)) for x in L])
+        assert ((reps >= chance - 1e-12) & (reps <= 1.0 + 1e-12)).all(), form
+        for N, D in targets:
+            iv = law.predict_interval(N, D)[form]
+            assert all(chance <= iv[q] <= 1.0 for q in ("value", "lo", "hi") if math.isfinite(iv.get(q, math.nan)))
+    exp = law.curves["exp"]
+    assert "k" in exp.pinned_ and "accuracy 1 at the task loss floor" in exp.pinned_["k"]  # the bound it runs into
+    assert exp.reported_intervals()["k"]["kind"] == "pinned" and "k" in law.to_dict()["step2"]["exp"]["pinned"]
