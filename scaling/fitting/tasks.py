@@ -455,6 +455,10 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
         for form in FORMS:
             if form in p:
                 iv = p[form]
+                if any(math.isfinite(v) and not 0.0 <= v <= 1.0 for v in (iv.get(q, math.nan) for q in
+                                                                          ("value", "lo", "hi"))):
+                    out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
+                    continue
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
                 out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv)}{why}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))

@@ -45,7 +45,9 @@ def _store(url: str, sweep: str, with_tasks: bool, seed: int = 0) -> None:
                     acc = 0.6 / (1 + math.exp(6.0 * (bpb - 1.1))) + 0.25 + rng.normal(0, 0.004)
                     metrics += [(step, t, 6 * N * t, metric_name(TASK, "bpb"), bpb),
                                 (step, t, 6 * N * t, metric_name(TASK, "acc"), acc)]
-            store.log_metrics(key, metrics)
+            # the data event a run scoring a four-choice task file records (its chance level 0.25)
+            events = [(0, names.DATA, {"tasks": {TASK: {"items": 100, "chance": 0.25}}})] if with_tasks else []
+            store.log_metrics(key, metrics, events=events)
             store.finish(key, "completed", final_eval_loss=loss, final_train_loss=loss)
 
 
@@ -104,3 +106,35 @@ def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
         if r["kind"] == "percentile":
             assert r["lo"] <= r["value"] <= r["hi"]
     assert task_differences(db_url, ["plain", "ladder"], exponent_difference) == ([], [])
+
+
+def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:
+    from scaling.fitting.tasks import fit_tasks, task_lines, tasks_from_db
+    from scaling.reports.figures_tasks import (accuracy_interval, accuracy_vs_compute, accuracy_vs_loss,
+                                               frontier_prediction)
+
+    td = tasks_from_db(db_url, "ladder")
+    assert td.chance == {TASK: 0.25}
+    law = fit_tasks(td, n_bootstrap=20, grid="coarse", run_backtest=False).laws[TASK]
+    frontier = frontier_prediction(law, lambda C: 0.1 * C ** 0.5, 6.0, 1e17, 1e22)
+    C = 1e22
+    prediction = law.predict_interval(0.1 * C ** 0.5, C / (0.6 * C ** 0.5))
+    for fig in (accuracy_vs_compute(law, frontier, prediction), accuracy_vs_loss(law, prediction)):
+        assert tuple(fig.layout.yaxis.range) == (0, 1)
+        dashed = [s for s in fig.layout.shapes if s.line.dash == "dash"]
+        assert len(dashed) == 1 and dashed[0].y0 == dashed[0].y1 == 0.25
+        for trace in fig.data:
+            y = np.asarray(trace.y, dtype=float)
+            assert ((y[np.isfinite(y)] >= 0) & (y[np.isfinite(y)] <= 1)).all(), trace.name
+    # The bounded fits cannot produce an accuracy outside [0, 1]: the report's own check is given one by hand.
+    impossible = {"value": 1.05, "lo": 0.528, "hi": 1.21, "kind": "percentile"}
+    bad = {**prediction, "sigmoid": impossible}
+    bad_frontier = {"sigmoid": {"C": np.array([1e20, 1e21]), "value": np.array([0.9, 1.3]),
+                                "lo": np.array([0.8, 1.1]), "hi": np.array([1.0, 1.6])}}
+    fig = accuracy_vs_compute(law, bad_frontier, bad)
+    drawn = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data])
+    assert not (drawn[np.isfinite(drawn)] > 1).any()
+    shown = accuracy_interval(impossible)
+    assert "1.05" not in shown and "1.21" not in shown and "outside [0, 1]" in shown
+    lines = "\n".join(task_lines({TASK: bad}))
+    assert "1.05" not in lines and "not shown (outside [0, 1]" in lines
