@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, jsonable
+from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
@@ -41,6 +41,11 @@ FORMS = tuple(CURVES)
 #: A predicted task loss this far outside the evaluated ones (as a fraction of their range) is an
 #: extrapolation of step 2, said in the prediction's notes.
 STEP2_REACH = 0.1
+#: A chained accuracy whose step 1 is flagged (a parameter not determined on its own) still gets its
+#: interval when the paired bootstrap determines it at the asked point: at least MIN_OK_FRACTION of
+#: the replicates give a finite accuracy, the interval is a percentile one (it holds its estimate) and
+#: it is at most this wide, in accuracy. Step 1's doubts then stay in the prediction's notes.
+DETERMINED_WIDTH = 0.2
 
 __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
 
@@ -121,6 +126,13 @@ def law_replicates(law: Law, N: float, D: float) -> np.ndarray:
     return out
 
 
+def determined(iv: dict[str, Any], reps: np.ndarray) -> bool:
+    """Whether the paired bootstrap pins down one chained accuracy (see :data:`DETERMINED_WIDTH`)."""
+    finite = int(np.isfinite(reps).sum())
+    return (reps.size > 0 and finite >= MIN_OK_FRACTION * reps.size and iv.get("kind") == "percentile"
+            and iv["hi"] - iv["lo"] <= DETERMINED_WIDTH)
+
+
 @dataclass
 class TaskLaw:
     """One task's two steps, fitted; :meth:`predict_interval` chains them."""
@@ -176,7 +188,14 @@ class TaskLaw:
                 reps = curve.accuracy_of(rows[:m], L_reps[:m])
             iv = summarise(reps, point)
             doubts = self.doubts(form)
-            out[form] = withheld(iv, doubts[0]) if doubts else iv
+            if doubts and not curve.doubts() and determined(iv, reps):
+                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].removeprefix('unreliable: ')})"
+                                    f", but the paired bootstrap of both steps determines the accuracy at this point: "
+                                    f"its interval is given")
+                iv = {**iv, "determined_at_point": True}
+            elif doubts:
+                iv = withheld(iv, doubts[0])
+            out[form] = iv
         lo, hi = next(iter(self.curves.values())).loss_range_ if self.curves else (math.nan, math.nan)
         reach = STEP2_REACH * (hi - lo)
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):

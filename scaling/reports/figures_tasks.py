@@ -98,7 +98,7 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
     for form, curve in (frontier or {}).items():
         color = COLORS.get(form, "#555")
         reliable = law.reliable(form)
-        if reliable and np.isfinite(curve["lo"]).any():
+        if np.isfinite(curve["lo"]).any():  # where the paired bootstrap gives an interval (see TaskLaw.predict_interval)
             fig.add_trace(go.Scatter(x=np.concatenate([curve["C"], curve["C"][::-1]]),
                                      y=probabilities(np.concatenate([curve["hi"], curve["lo"][::-1]])), fill="toself",
                                      fillcolor=with_alpha(color, 0.15), line=dict(width=0), hoverinfo="skip",
@@ -109,8 +109,9 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
     if prediction is not None:
         for form in law.curves:
             iv = prediction.get(form)
-            if not iv or not law.reliable(form) or not 0.0 <= iv["value"] <= 1.0:  # a flagged chain's value is
-                continue  # in the table, marked; no star
+            shown = law.reliable(form) or iv.get("determined_at_point") if iv else False
+            if not shown or not 0.0 <= iv["value"] <= 1.0:  # a flagged chain's value is in the table, marked
+                continue
             lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
             err = None
             if 0.0 <= lo <= 1.0 and 0.0 <= hi <= 1.0:

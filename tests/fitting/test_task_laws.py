@@ -290,3 +290,20 @@ def test_a_ladder_whose_unconstrained_fits_overshoot_1_predicts_only_between_cha
     exp = law.curves["exp"]
     assert "k" in exp.pinned_ and "accuracy 1 at the task loss floor" in exp.pinned_["k"]  # the bound it runs into
     assert exp.reported_intervals()["k"]["kind"] == "pinned" and "k" in law.to_dict()["step2"]["exp"]["pinned"]
+
+
+def test_a_flagged_step_1_still_gives_the_chain_its_interval_where_the_bootstrap_determines_it() -> None:
+    """Two budgets: step 1's E and A are not determined on their own (the law is flagged, its parameters
+    shown without intervals), yet the paired bootstrap of both steps pins the accuracy at the asked point;
+    the interval is given, holds the truth, and the prediction's notes keep step 1's doubts."""
+    law = fit_tasks(TaskData(simulated(budgets=(1e17, 1e18)), 6.0, "two budgets"), n_bootstrap=40, grid="coarse",
+                    run_backtest=False).laws["sim"]
+    assert not law.step1.reliable() and not law.reliable("sigmoid") and law.curves["sigmoid"].reliable()
+    assert all(iv["kind"] in ("unreliable", "pinned") for iv in law.step1.reported_intervals().values())
+    N, D = 1e9, 2e10
+    p = law.predict_interval(N, D)
+    iv = p["sigmoid"]
+    assert iv["kind"] == "percentile" and iv["determined_at_point"] and iv["hi"] - iv["lo"] <= 0.2
+    assert iv["lo"] <= float(accuracy(task_loss(N, D))) <= iv["hi"]
+    assert any(n.startswith("sigmoid: step 1 is flagged (the data do not determine") for n in p["notes"])
+    assert p["task_loss"]["kind"] == "unreliable"  # step 1's own prediction keeps its flag
