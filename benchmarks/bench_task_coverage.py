@@ -10,7 +10,7 @@ expected accuracy at 10x and 100x the largest budget (N ~ C^0.5 as the ladder's 
 Printed per target and form: how many predictions carry an interval, how many of those cover
 the true expected accuracy, the median interval width and the mean absolute error of the value.
 
-    python benchmarks/bench_task_coverage.py [--draws 40] [--bootstrap 100] [--seed 0]
+    python benchmarks/bench_task_coverage.py [--draws 40] [--bootstrap 100] [--seed 0] [--misses] [--finals-only]
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--bootstrap", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--misses", action="store_true", help="list the intervals that miss the truth")
+    ap.add_argument("--finals-only", action="store_true",
+                    help="fit step 2 on each run's final evaluation only (the same draws, checkpoints left out)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     results = []
@@ -82,6 +85,8 @@ def main() -> None:
     for i in range(args.draws):
         t = draw(rng)
         ev = ladder(t, rng)
+        if args.finals_only:
+            ev = ev[ev["final"]].reset_index(drop=True)
         fits = fit_tasks(TaskData(ev, 6.0, f"draw {i}", chance={"sim": t["chance"]}), n_bootstrap=args.bootstrap,
                          seed=i, grid="coarse", run_backtest=False)
         law = fits.laws.get("sim")
@@ -98,21 +103,36 @@ def main() -> None:
                 lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
                 has = math.isfinite(lo) and math.isfinite(hi)
                 results.append(dict(draw=i, target=name, form=form, kind=iv.get("kind", ""), value=iv["value"],
-                                    truth=truth, interval=has, covered=has and lo <= truth <= hi,
+                                    truth=truth, interval=has, covered=has and lo <= truth <= hi, lo=lo, hi=hi,
+                                    at_point=bool(iv.get("determined_at_point")), step1_reliable=law.step1.reliable(),
                                     width=hi - lo if has else math.nan, inside=0.0 <= iv["value"] <= 1.0
                                     and iv["value"] >= t["chance"] - 1e-12))
     df = pd.DataFrame(results)
     seconds = time.perf_counter() - t0
-    print(f"{args.draws} simulated ladders, {args.bootstrap} bootstrap replicates, {seconds:.0f} s")
-    print("| target | form | with an interval | covered (of those) | median width | mean abs error | "
-          "values in [chance, 1] |")
+    print(f"{args.draws} simulated ladders (seed {args.seed}, "
+          f"{'final evaluations only' if args.finals_only else f'{len(FRACTIONS)} evaluations per run'}), "
+          f"{args.bootstrap} bootstrap replicates, {seconds:.0f} s")
+    print("Intervals: 'reliable chains' are those of chains with neither step flagged; 'also determined at the "
+          "point' adds those whose step 1 is flagged but whose paired bootstrap determines the accuracy "
+          "(scaling.fitting.tasks.DETERMINED_WIDTH).")
+    print("| target | form | reliable chains: with an interval, covered | also determined at the point: with an "
+          "interval, covered | median width | mean abs error | values in [chance, 1] |")
     print("|---|---|---|---|---|---|---|")
     fitted = df[df["form"] != "-"]
-    for (target, form), g in fitted.groupby(["target", "form"], sort=False):
+
+    def share(g: pd.DataFrame) -> str:
         n_iv = int(g["interval"].sum())
         cov = f"{int(g['covered'].sum())}/{n_iv} ({100 * g['covered'].sum() / n_iv:.0f}%)" if n_iv else "-"
-        print(f"| {target} | {form} | {n_iv}/{len(g)} | {cov} | {np.nanmedian(g['width']):.3f} | "
+        return f"{n_iv}/{len(g)}, {cov}"
+
+    for (target, form), g in fitted.groupby(["target", "form"], sort=False):
+        before = g.assign(interval=g["interval"] & ~g["at_point"], covered=g["covered"] & ~g["at_point"])
+        print(f"| {target} | {form} | {share(before)} | {share(g)} | {np.nanmedian(g['width']):.3f} | "
               f"{100 * np.mean(np.abs(g['value'] - g['truth'])):.2f} points | {int(g['inside'].sum())}/{len(g)} |")
+    if args.misses:
+        missed = fitted[fitted["interval"] & ~fitted["covered"]]
+        print(missed[["draw", "target", "form", "truth", "value", "lo", "hi", "at_point", "step1_reliable"]]
+              .to_string(index=False))
     print(f"not fitted: {int((df['form'] == '-').sum())}")
     kinds = fitted.groupby(["target", "form", "kind"], sort=False).size()
     print("interval kinds:", ", ".join(f"{t} {f} {k or 'none'}: {n}" for (t, f, k), n in kinds.items()))
