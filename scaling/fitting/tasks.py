@@ -10,8 +10,11 @@ ladder's sigmoid and Gadre et al.'s exponential error), fitted to every evaluati
 The chained prediction at (N, D) evaluates step 2 at step 1's task loss, replicate by replicate:
 the two bootstraps are drawn independently (step 1 resamples final points, step 2 whole runs) and
 paired by index, so the 95% interval carries both steps' parameter uncertainty. A chain whose
-either step is flagged unreliable keeps its value, marked, without an interval. The backtest holds
-out the largest budget as :mod:`scaling.fitting.backtest` does for the loss laws.
+step 2 is flagged unreliable keeps its value, marked, without an interval; one whose step 1 alone is
+flagged keeps its interval where the paired bootstrap determines the accuracy at the asked point
+(:func:`determined`), with step 1's doubts in its notes. Step 2's forms are bounded to [chance, 1]
+(:mod:`scaling.fitting.task_curves`). The backtest holds out the largest budget as
+:mod:`scaling.fitting.backtest` does for the loss laws.
 """
 
 from __future__ import annotations
