@@ -125,10 +125,23 @@ def test_fit_csv_reads_task_columns_and_prints_both_steps(tmp_path: Path) -> Non
     ({"task/sim/acc": 0.5}, "both give acc of task 'sim'"),
     ({"acc_<script>": 0.5}, "task name"),
     ({"acc_sim": "lots"}, "cannot read 'lots'"),
+    ({"chance_sim": 1.5}, "a chance level is a fraction in [0, 1)"),
+    ({"chance_other": 0.25}, "a task with no accuracy column"),
+    ({"chance_sim": [0.25] * 14 + [0.5]}, "a task has one chance level"),
 ])
 def test_bad_task_columns_are_refused_in_one_line(tmp_path: Path, extra: dict, message: str) -> None:
     code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path, extra)), "--law", "approach3", "--bootstrap", "0")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv
+
+    p = _csv(tmp_path, {"chance_sim": 0.25})
+    data = from_csv(p)
+    assert tasks_from_csv(str(p), data).chance == {"sim": 0.25}
+    assert not any("chance" in c for c in data.points.columns)  # not a description of the run
 
 
 def test_an_unknown_task_name_is_refused(tmp_path: Path) -> None:
