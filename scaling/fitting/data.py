@@ -171,8 +171,10 @@ def _refuse_ambiguous(columns: list[str], where: str) -> None:
             wanted |= {n.lower() for unit in LOSS_UNIT_ALIASES.values() for n in unit}
         hits = [c for c in columns if c.lower().strip() in wanted]
         if len(hits) > 1:
+            evaluations = (" (or, for evaluations during a run, name each row's run in a column 'run': tokens is "
+                           "then the tokens seen at that evaluation)" if key == "D" else "")
             raise FitError(f"{where}columns {', '.join(repr(c) for c in hits)} all give {key}: keep one "
-                           "(or rename the others) so that it is clear which is meant")
+                           f"(or rename the others) so that it is clear which is meant{evaluations}")
 
 
 def from_frame(

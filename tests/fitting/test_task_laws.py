@@ -252,6 +252,7 @@ def _twice(df: pd.DataFrame) -> pd.DataFrame:
      "above the run's total D"),
     (_twice, "data row 61: ", "is given twice at tokens"),
     (lambda df: df.drop(columns="D"), "", "needs the run's total tokens in a column 'D'"),
+    (lambda df: df.drop(columns="run"), "columns 'D', 'tokens' all give D", "name each row's run in a column 'run'"),
 ])
 def test_bad_intermediate_evaluations_are_refused_naming_the_row(tmp_path: Path, edit, row: str, message: str) -> None:
     code, out, err = run_cli("fit", "--csv", str(_checkpoints_csv(tmp_path, edit)), "--law", "approach3",
