@@ -68,6 +68,25 @@ def test_task_metrics_are_read_back_with_every_checkpoint(db_url: str) -> None:
     assert tasks_from_db(db_url, "plain").tasks() == []
 
 
+def test_a_csv_of_the_sweeps_evaluations_reads_back_as_the_sweep(db_url: str, tmp_path: Path) -> None:
+    """The CSV path (columns run and tokens) gives step 2 the same evaluations as the sweep's database."""
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv, tasks_from_db
+
+    swept = tasks_from_db(db_url, "ladder").evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    total = swept.groupby("run_key")["D"].transform("max")
+    path = tmp_path / "ladder.csv"
+    swept.assign(run=swept["run_key"], D=total, **{f"acc_{TASK}": swept["acc"], f"bpb_{TASK}": swept["bpb"],
+                                                   f"chance_{TASK}": 0.25})[
+        ["run", "N", "D", "tokens", "loss", f"acc_{TASK}", f"bpb_{TASK}", f"chance_{TASK}"]].to_csv(path, index=False)
+    read = tasks_from_csv(str(path), from_csv(path))
+    got = read.evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    assert (got["run_key"] == swept["run_key"]).all() and (got["final"] == swept["final"]).all()
+    for c in ("N", "D", "C", "tokens", "acc", "bpb", "loss"):
+        np.testing.assert_allclose(got[c].to_numpy(float), swept[c].to_numpy(float), rtol=1e-12, err_msg=c)
+    assert read.chance == tasks_from_db(db_url, "ladder").chance == {TASK: 0.25}
+
+
 def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) -> None:
     from scaling.fitting import recommend
 
