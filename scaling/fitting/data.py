@@ -215,7 +215,7 @@ def from_frame(
                        f"(use one of {', '.join(PARAMS_CONVENTIONS)})")
     if loss_units is not None and loss_units not in LOSS_UNITS:
         raise FitError(f"unknown loss units {loss_units!r} (use one of {', '.join(LOSS_UNITS)})")
-    evaluations = split_evaluations(df, where, label)  # a run's checkpoints: the loss laws read its final row
+    evaluations = split_evaluations(df, where, label, ALIASES["N"])  # a run's checkpoints: the loss laws read its final row
     if evaluations is not None:
         df, label = evaluations.finals, evaluations.label_of(label)
     cols = [str(c) for c in df.columns]

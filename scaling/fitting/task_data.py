@@ -184,7 +184,7 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
         raise FitError(f"{where}column {chance_cols[unknown[0]]!r} gives the chance level of {unknown[0]!r}, a task "
                        "with no accuracy column")
     chance = {t: _chance(df[c], c, where) for t, c in chance_cols.items()}
-    evaluations = split_evaluations(df, where)
+    evaluations = split_evaluations(df, where, n_names=ALIASES["N"])
     if evaluations is not None:  # tokens is the evaluation's, not another name of the run's D
         cols = [c for c in cols if c.lower().strip() not in (RUN_COLUMN, TOKENS_COLUMN)]
     base = _base_columns(df, cols, data, where)

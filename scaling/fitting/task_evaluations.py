@@ -50,8 +50,11 @@ def _column(cols: list[str], name: str) -> str | None:
     return next((c for c in cols if c.lower().strip() == name.lower()), None)
 
 
-def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], str] | None = None) -> Evaluations | None:
+def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], str] | None = None,
+                      n_names: tuple[str, ...] = ()) -> Evaluations | None:
     """The rows of ``df`` as evaluations of named runs, or None without a ``run`` column.
+
+    ``n_names``: the names of the parameter-count column (checked the same on a run's rows).
 
     Refused in one line naming the row: more than :data:`MAX_ROWS` rows, a run without a name, a
     run whose N or D changes between rows, tokens above the run's D, one run given twice at the
@@ -93,7 +96,7 @@ def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], 
     D = numbers(total_col, blank_ok=False)
     tokens = D.copy() if tok_col is None else numbers(tok_col, blank_ok=True)
     tokens = np.where(np.isnan(tokens), D, tokens)
-    n_col = next((c for n in ("N", "params", "n_params", "Model Size", "parameters") if (c := _column(cols, n))), None)
+    n_col = next((c for n in n_names if (c := _column(cols, n)) is not None), None)
     N = parse_numbers(df[n_col]).values if n_col is not None else None
 
     frame = pd.DataFrame({"run": run, "D": D, "tokens": tokens, "row": np.arange(len(df))})

@@ -248,6 +248,7 @@ def _twice(df: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize("edit, row, message", [
     (lambda df: df.assign(D=np.where(df.index == 2, df["D"] * 2, df["D"])), "data row 3: ", "the same on every row"),
+    (lambda df: df.assign(N=np.where(df.index == 6, df["N"] * 2, df["N"])), "data row 7: run ", "has N = "),
     (lambda df: df.assign(tokens=np.where(df.index == 5, df["D"] * 1.5, df["tokens"])), "data row 6: ",
      "above the run's total D"),
     (_twice, "data row 61: ", "is given twice at tokens"),
