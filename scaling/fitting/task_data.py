@@ -89,7 +89,8 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
         if len(tasks) > MAX_TASKS:
             raise FitError(f"sweep {sweep!r} has {len(tasks)} tasks, more than the {MAX_TASKS} fitted at once")
         m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
-        events = res.events(sweep=sweep, run_keys=list(runs["run_key"]), kinds=[names.DATA, names.SIMULATED])
+        events = res.events(sweep=sweep, kinds=[names.DATA, names.SIMULATED])
+        events = events[events["run_key"].isin(set(runs["run_key"]))]
     return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
 
 
