@@ -35,7 +35,7 @@ from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, lo
 from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
-from scaling.trainer.optim import lr_at, param_groups
+from scaling.trainer.optim import NullGradients, lr_at, param_groups
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
@@ -218,6 +218,7 @@ class Trainer:
         self.par = build_parallel_model(spec, self.rt)
         self.pipelined = spec.execution.pp > 1
         self.optimizer = build_optimizer(spec, self.par, self.rt)
+        self.null_gradients = NullGradients(self.par.model)
         self.fp16 = uses_loss_scaling(spec.precision)
         self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
         self.faults = faults.injector(spec.faults, self.attempt, self.rt,
@@ -401,6 +402,7 @@ class Trainer:
         if self.faults is not None:
             self.faults.after_backward(self.step, self.par.model)
         self.scaler.unscale_(self.optimizer)
+        self.null_gradients()
         norm = self.par.clip_grad_norm(spec.grad_clip)
         if self.fp16:
             self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
