@@ -21,22 +21,30 @@ EMBEDDING_NAMES: tuple[str, ...] = ("wte", "wpe")
 
 
 def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups: matrices decay; norms, biases and embeddings do not.
+    """AdamW's groups: matrices decay; norms, biases and embeddings do not. Each group holds one
+    kind of tensor: plain tensors, or DTensors of one device mesh.
 
     Decaying gains and biases only pulls them toward zero for no regularizing benefit, and the
     embeddings are lookups (GPT-2/nanoGPT/Megatron practice). Names are matched by fragment so
-    wrappers' prefixes (``module.``, ``_orig_mod.``) do not matter.
+    wrappers' prefixes (``module.``, ``_orig_mod.``) do not matter. Tensor parallelism leaves
+    norms and embeddings plain beside DTensor biases; the foreach and fused kernels take one
+    kind per call ("got mixed torch.Tensor and DTensor"), hence one kind per group.
     """
-    decay, no_decay = [], []
+    groups: dict[tuple[bool, Any], list[Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         is_embedding = any(part in EMBEDDING_NAMES for part in name.split("."))
-        (decay if p.ndim >= 2 and not is_embedding else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+        decays = p.ndim >= 2 and not is_embedding
+        groups.setdefault((decays, _kind(p)), []).append(p)
+    ordered = sorted(groups.items(), key=lambda item: (not item[0][0], item[0][1] is not None))
+    return [{"params": params, "weight_decay": weight_decay if decays else 0.0}
+            for (decays, _), params in ordered]
+
+
+def _kind(p: Any) -> Any:
+    """None for a plain tensor, the device mesh for a DTensor (its hash names the mesh)."""
+    return getattr(p, "device_mesh", None)
 
 
 class NullGradients:
