@@ -77,7 +77,7 @@ def _trainer(tmp_path, name: str, fused: bool, monkeypatch: pytest.MonkeyPatch):
         "tokens": 32 * 8 * 30, "batch_tokens": 32 * 8, "eval_tokens": 32 * 4, "evals": {"next_line": False},
         "optimizer": {"lr": 3e-3}, "precision": "fp32",
         "execution": {"threads": 1, "eval_interval": 1000, "checkpoint_interval": 1000, "log_interval": 1000}})
-    monkeypatch.setattr(loop, "fused_optimizer", lambda rt: fused)
+    monkeypatch.setattr(loop, "fused_optimizer", lambda *_: fused)
     trainer = loop.Trainer(spec, None, tmp_path / name)
     trainer.start()
     return trainer

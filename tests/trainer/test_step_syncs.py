@@ -43,7 +43,7 @@ def test_a_quiet_step_reads_only_the_previous_steps_loss(make_spec, tmp_path: Pa
     after its own forward and backward are queued. Without it the norm is read once more to
     decide the skip. Before, every step read its own loss, then its norm, then synchronized."""
     # The fused kernel runs on the CPU too: the GPU path's choice is made here.
-    monkeypatch.setattr(loop, "fused_optimizer", lambda rt: fused)
+    monkeypatch.setattr(loop, "fused_optimizer", lambda *_: fused)
     spec = make_spec(execution={"log_interval": 8, "eval_interval": 8, "checkpoint_interval": 8})
     trainer = loop.Trainer(spec, None, tmp_path)
     trainer.start()
@@ -65,7 +65,7 @@ def test_fused_and_plain_steps_skip_and_train_alike(make_spec, tmp_path: Path, m
     does, and changes no accepted step: both paths reach the same losses."""
     results = {}
     for fused in (True, False):
-        monkeypatch.setattr(loop, "fused_optimizer", lambda rt, f=fused: f)
+        monkeypatch.setattr(loop, "fused_optimizer", lambda *_, f=fused: f)
         spec = make_spec(tokens=32 * 8 * 8, precision="fp32", faults={"overflow_steps": [5]})
         results[fused] = loop.Trainer(spec, None, tmp_path / str(fused)).fit()
     assert results[True].overflow_skips == results[False].overflow_skips == 1
