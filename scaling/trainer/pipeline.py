@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from scaling.trainer.model import GPT, build_meta_model, init_materialized, materialize
-from scaling.trainer.precision import DTYPES, autocast
+from scaling.trainer.precision import autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
 
@@ -403,7 +403,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     # torchtitan's order: stages built on the meta device, split over "tp" and sharded over "dp",
     # then only this rank's part allocated and initialized: no rank ever holds the whole model.
     full = build_meta_model(spec.shape)
-    boundary = DTYPES[spec.precision] if spec.precision in DTYPES else torch.float32
+    boundary = torch.float32  # the residual stream crosses stages as it flows in one process: FP32
     modules = []
     for s in stages_of_rank(pp_rank, pp, chunks):
         module = StageModule(full, split[s], first=s == 0, last=s == n_stages - 1, boundary_dtype=boundary)
