@@ -378,9 +378,27 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_dcp_options())
         for group in opt.param_groups:  # the kernel is this process's choice, not the writer's
             group["fused"], group["foreach"] = opt.defaults.get("fused"), opt.defaults.get("foreach")
+        place_steps(opt)
     else:
         set_model_state_dict(model, state["model"], options=_dcp_options())
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1
+
+
+def place_steps(optimizer: torch.optim.Optimizer) -> None:
+    """Put each parameter's Adam ``step`` where this optimizer's kernel reads it: on the
+    parameter's device for the fused or capturable kernels, on the CPU otherwise.
+
+    ``load_state_dict`` places it by the *loaded* group's flags, the writer's: a fused CUDA run's
+    checkpoint resumed by a per-tensor or foreach AdamW would keep ``step`` on the GPU, and that
+    kernel reads it with ``.item()``, one device sync per parameter per step."""
+    for group in optimizer.param_groups:
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            step = state.get("step") if state else None
+            if isinstance(step, torch.Tensor):
+                device = _local(p).device if on_device else torch.device("cpu")
+                state["step"] = step.to(device=device, dtype=torch.float32)
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:

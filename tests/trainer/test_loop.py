@@ -183,3 +183,22 @@ def test_one_cpu_process_steps_with_the_fused_adamw(make_spec, tmp_path: Path) -
     assert trainer.optimizer.defaults["fused"] and all(g["fused"] for g in trainer.optimizer.param_groups)
     result = trainer.fit()
     assert result.status == names.COMPLETED and math.isfinite(result.final_eval_loss)
+
+
+def test_adam_steps_are_restored_where_this_process_kernel_reads_them() -> None:
+    """``place_steps`` puts each ``step`` on the parameter's device for a fused or capturable group
+    and on the CPU otherwise, whatever the writer's kernel was. The meta device stands in for a GPU
+    (the CPU cannot hold two devices): a fused group's CPU ``step`` moves to it; a per-tensor
+    group's stays on the CPU, where that kernel reads it without a device sync."""
+    import torch
+
+    from scaling.trainer.checkpoint import place_steps
+
+    on_gpu, on_cpu = torch.nn.Parameter(torch.empty(3, device="meta")), torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.AdamW([{"params": [on_gpu]}, {"params": [on_cpu]}])
+    opt.param_groups[0]["fused"] = True  # the kernel this process chose for that group
+    for p in (on_gpu, on_cpu):
+        opt.state[p] = {"step": torch.tensor(7.0, dtype=torch.float64)}
+    place_steps(opt)
+    assert opt.state[on_gpu]["step"].device.type == "meta" and opt.state[on_gpu]["step"].dtype == torch.float32
+    assert opt.state[on_cpu]["step"].device.type == "cpu" and float(opt.state[on_cpu]["step"]) == 7.0
