@@ -105,6 +105,16 @@ def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
     return par
 
 
+def worker_threads(spec: RunSpec) -> int:
+    """Torch's CPU threads: ``execution.threads``, or every core reserved for the worker when FSDP2
+    offloads its shards, so the optimizer step on the CPU (AdamW's fused CPU kernel, parallel over
+    its threads) does not run on one core while the GPU waits."""
+    ex = spec.execution
+    if ex.cpu_offload:
+        return max(ex.threads, int(ex.cpus_per_worker))
+    return ex.threads
+
+
 def fused_optimizer(rt: Runtime, strategy: str, fp16: bool) -> bool:
     """Whether AdamW runs fused: on CUDA or the CPU, for every layout but ZeRO-1 and fp16 under
     FSDP2. One kernel
@@ -209,7 +219,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.attempt = attempt or 1
         self.report = report
-        torch.set_num_threads(spec.execution.threads)
+        torch.set_num_threads(worker_threads(spec))
         self.rt = Runtime.current(spec.execution.device, spec.execution.tp, spec.execution.pp)
         problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)  # decided by trainer.resolve
         if problem:

@@ -100,3 +100,31 @@ def test_the_optimizer_kernel_does_not_steer_the_trajectory(tmp_path, monkeypatc
     for block in fused.par.model.blocks:  # the key part of each key bias never moved from zero
         key = block.attn.qkv.bias.detach().view(-1, 3, block.attn.head_dim)[:, 1]
         assert torch.count_nonzero(key) == 0
+
+
+@pytest.mark.parametrize("execution", [
+    {"workers": 1},
+    {"workers": 2, "strategy": "ddp"},
+    {"workers": 2, "strategy": "zero1"},
+    {"workers": 4, "strategy": "zero3", "pp": 2},
+    {"workers": 2, "strategy": "zero3", "tp": 2},
+])
+def test_cpu_offload_is_refused_in_one_line_where_it_does_nothing(execution: dict) -> None:
+    """Only FSDP2 (zero2, zero3 over several data-parallel ranks, no pipeline) has shards to offload."""
+    from pydantic import ValidationError
+
+    from scaling.trainer.spec import ExecutionSpec
+
+    with pytest.raises(ValidationError, match="cpu_offload takes effect only under strategy zero2 or zero3"):
+        ExecutionSpec(**execution, cpu_offload=True)
+    ExecutionSpec(workers=2, strategy="zero3", cpu_offload=True)  # what it is for
+
+
+def test_offloading_workers_step_on_every_reserved_core(make_spec) -> None:
+    from scaling.trainer.loop import worker_threads
+
+    spec = make_spec()
+    offload = spec.execution.model_copy(update={"workers": 2, "strategy": "zero3", "cpu_offload": True,
+                                                "cpus_per_worker": 6, "threads": 1})
+    assert worker_threads(spec.model_copy(update={"execution": offload})) == 6
+    assert worker_threads(spec) == spec.execution.threads
