@@ -321,10 +321,8 @@ class Trainer:
         branch = self.spec.branch
         assert branch is not None
         path = lineage.parent_checkpoint(self.run_dir, branch)
-        problem = None
-        if self.rt.is_main:
-            problem = checkpoint.verify(path) if path.is_dir() else "it does not exist"
-        problem = self.rt.broadcast_object(problem)
+        exists = self.rt.broadcast_object(path.is_dir() if self.rt.is_main else None)
+        problem = checkpoint.verify(path, self.rt) if exists else "it does not exist"
         meta: dict[str, Any] = {}
         if problem is None:
             try:
