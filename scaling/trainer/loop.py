@@ -152,13 +152,35 @@ def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str
 
 @dataclass
 class PendingStep:
-    """A step taken whose loss and gradient norm are still on the device."""
+    """A step taken whose loss and gradient norm are still on their way to the host.
+
+    On a GPU they are copied into pinned host memory without blocking as soon as the norm is
+    known, and an event marks the copy: reading them one step later waits for that step's
+    work only, not for the next step's forward and backward queued behind it."""
 
     index: int  # the step's number (0 for the first)
     cursor: int  # the batch it trained on
-    loss: torch.Tensor
-    norm: torch.Tensor
+    values: torch.Tensor  # (loss, norm): a host copy once ``ready`` has passed
+    ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
+
+    @classmethod
+    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
+        both = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device)])
+        if both.device.type != "cuda":
+            return cls(index, cursor, both, None, lr)
+        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+        host.copy_(both, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(index, cursor, host, ready, lr)
+
+    def read(self) -> tuple[float, float]:
+        """(loss, norm) on the host, waiting for this step's copy only."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        loss, norm = self.values.tolist()
+        return loss, norm
 
 
 class StepTimer:
@@ -417,19 +439,18 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         self.null_gradients()
         norm = self.par.clip_grad_norm(spec.grad_clip)
+        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr)  # on its way to the host
         if self.fp16:
             self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
             self.scaler.update()
         else:
             self._step_if_finite(norm)
         self.optimizer.zero_grad(set_to_none=True)
-        self.pending = PendingStep(index=self.step, cursor=self.cursor, loss=loss, norm=norm, lr=lr)
         self.step += 1
         self.cursor += 1
         self.timer.stop(self.tokens_per_step)
-        if self._settles_now() and self._settle():
-            if self.step % spec.execution.log_interval == 0 or self.step == self.total_steps:
-                self._log_step()
+        if self._settles_now():
+            self._settle()
 
     def _step_if_finite(self, norm: torch.Tensor) -> None:
         """The optimizer step, skipped when the gradient norm is not finite: decided on the device
@@ -445,17 +466,19 @@ class Trainer:
             self.optimizer.step()
 
     def _settles_now(self) -> bool:
-        """Whether the step just taken is logged, evaluated, checkpointed or the last one."""
+        """Whether the step just taken is evaluated, checkpointed or the last one (a logged step is
+        logged when it settles, one step later like any other)."""
         ex, step = self.spec.execution, self.step
-        return (step % ex.log_interval == 0 or step % ex.eval_interval == 0 or step % ex.checkpoint_interval == 0
+        return (step % ex.eval_interval == 0 or step % ex.checkpoint_interval == 0
                 or step in ex.keep_steps or step == self.total_steps)
 
     def _settle(self) -> bool:
-        """Read the pending step's loss and norm; accept it, or roll back on a spike (False)."""
+        """Read the pending step's loss and norm; accept it (and log it when it is a logged step),
+        or roll back on a spike (False)."""
         p = self.pending
         assert p is not None
         self.pending = None
-        loss, norm = torch.stack([p.loss.float(), p.norm.detach().float().to(p.loss.device)]).tolist()
+        loss, norm = p.read()
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)
             if not self.spec.spike.enabled:
@@ -472,18 +495,22 @@ class Trainer:
         self.window.append(loss)
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
+        step = p.index + 1
+        if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
+            self._log_step(step, p.cursor + 1)
         return True
 
-    def _log_step(self) -> None:
+    def _log_step(self, step: int, cursor: int) -> None:
+        """Record step ``step``'s metrics (settled), ``cursor`` being the next batch after it."""
         loss, lr, norm = self.settled
-        step, tokens = self.step, self.step * self.tokens_per_step
+        tokens = step * self.tokens_per_step
         rec = self.rec
         rec.metric(step, tokens, names.TRAIN_LOSS, loss)
         rec.metric(step, tokens, names.LEARNING_RATE, lr)
         rec.metric(step, tokens, names.GRAD_NORM, norm)
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
-        rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(self.cursor))
+        rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(cursor))
         tokens_timed, seconds = self.timer.take()
         if seconds > 0:
             tps = tokens_timed / seconds

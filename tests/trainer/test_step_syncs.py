@@ -70,3 +70,25 @@ def test_fused_and_plain_steps_skip_and_train_alike(make_spec, tmp_path: Path, m
         results[fused] = loop.Trainer(spec, None, tmp_path / str(fused)).fit()
     assert results[True].overflow_skips == results[False].overflow_skips == 1
     assert results[True].final_train_loss == pytest.approx(results[False].final_train_loss, rel=1e-4)
+
+
+def test_a_logged_step_is_read_and_recorded_one_step_later(make_spec, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``log_interval: 1`` every step logs, yet none reads its own loss: step k's loss and norm
+    are read (from the host copy made when its norm was known) and recorded during step k + 1,
+    after that step's forward and backward are queued; evaluated and checkpointed steps settle at
+    once. Before, a logged step read its own values as soon as it was taken."""
+    monkeypatch.setattr(loop, "fused_optimizer", lambda *_: True)
+    spec = make_spec(execution={"log_interval": 1, "eval_interval": 8, "checkpoint_interval": 8})
+    trainer = loop.Trainer(spec, None, tmp_path)
+    trainer.start()
+    logged: list[int] = []
+    monkeypatch.setattr(trainer, "_log_step", lambda step, cursor: logged.append(step))
+    calls = _count_reads(monkeypatch)
+    for step in range(1, 8):
+        before = len(calls)
+        trainer.step_once()
+        assert trainer.pending is not None and trainer.pending.index == step - 1  # its own values still pending
+        assert logged == list(range(1, step)) and len(calls) - before == (step > 1)
+    trainer.step_once()  # step 8 evaluates and checkpoints: it settles at once
+    assert trainer.pending is None and logged == list(range(1, 9))
