@@ -34,7 +34,7 @@ from scaling.trainer.result import TrainResult
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
-from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
+from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
 from scaling.trainer.optim import NullGradients, lr_at, param_groups
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
@@ -84,25 +84,41 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
                    eval_rows=eval_windows(corpus, spec.model.context, spec.eval_tokens))
 
 
-def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
-    """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process)."""
+def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Any:
+    """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process).
+
+    ``initialize=False`` allocates the weights without drawing them, for a run about to load a
+    checkpoint over them (replaying every draw of a large model costs minutes per rank); the
+    returned object's ``init_weights`` then gives them the seed's values if nothing is loaded."""
     ex = spec.execution
     if ex.pp > 1:
         from scaling.trainer.pipeline import build_pipeline
 
-        return build_pipeline(spec, rt)
+        return build_pipeline(spec, rt, initialize=initialize)
+
+    def init(model: torch.nn.Module) -> None:
+        init_materialized(model, spec.shape, spec.seed)
+
     if rt.distributed:  # built on the meta device, sharded, then materialized: no rank holds it all
         from scaling.trainer.parallel import parallelize
 
         par: Any = parallelize(build_meta_model(spec.shape), spec, None, device=rt.device,
-                               init=lambda m: init_materialized(m, spec.shape, spec.seed))
+                               init=init if initialize else _later)
+    elif initialize:
+        par = Single(build_model(spec.shape, spec.seed).to(rt.device))
     else:
-        model = build_model(spec.shape, spec.seed).to(rt.device)
-        model.activation_checkpointing = ex.activation_checkpointing
+        model = build_meta_model(spec.shape)
+        materialize(model, rt.device)
         par = Single(model)
+    par.model.activation_checkpointing = ex.activation_checkpointing
+    par.init_weights = None if initialize else (lambda: init(par.model))
     if ex.compile:
         par.module = torch.compile(par.module)
     return par
+
+
+def _later(model: torch.nn.Module) -> None:
+    """No initialization at build time: ``init_weights`` runs it if no checkpoint is loaded."""
 
 
 def worker_threads(spec: RunSpec) -> int:
@@ -252,7 +268,9 @@ class Trainer:
         self.total_steps = spec.steps
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
-        self.par = build_parallel_model(spec, self.rt)
+        # A run resuming from a checkpoint loads its weights: drawing them first would be wasted.
+        resuming = self.rt.broadcast_object(checkpoint.latest(self.run_dir) is not None if self.rt.is_main else None)
+        self.par = build_parallel_model(spec, self.rt, initialize=not resuming)
         self.pipelined = spec.execution.pp > 1
         self.optimizer = build_optimizer(spec, self.par, self.rt)
         self.null_gradients = NullGradients(self.par.model)
@@ -592,6 +610,9 @@ class Trainer:
     def start(self) -> None:
         """Resume from the newest checkpoint, or branch, or write the first one; record the data event."""
         found = self._load()
+        if found is None and self.par.init_weights is not None:  # no checkpoint loaded after all
+            self.par.init_weights()
+        self.par.init_weights = None
         if found is not None:
             path, _ = found
             self.resumed_from = self.step

@@ -116,6 +116,8 @@ class Parallel:
     mesh: Any = None
     group: Any = None
     tp: int = 1
+    #: Draws the seed's weights when the model was built without them (None: it was not).
+    init_weights: Optional[Callable[[], None]] = None
 
     @property
     def is_fsdp(self) -> bool:
