@@ -438,12 +438,6 @@ class ExecutionSpec(Placement, LoopSettings):
         return None
 
     @model_validator(mode="after")
-    def _compile_takes_effect(self) -> "ExecutionSpec":
-        if self.compile and self.pp > 1:
-            raise ValueError(f"execution.compile is not applied to pipeline stages (pp={self.pp}): drop it or use pp: 1")
-        return self
-
-    @model_validator(mode="after")
     def _multi_worker_reserves_its_gpus(self) -> "ExecutionSpec":
         problem = self.ray_gpu_problem() if self.workers > 1 else None  # several workers always run through Ray
         if problem:

@@ -128,14 +128,3 @@ def test_offloading_workers_step_on_every_reserved_core(make_spec) -> None:
                                                 "cpus_per_worker": 6, "threads": 1})
     assert worker_threads(spec.model_copy(update={"execution": offload})) == 6
     assert worker_threads(spec) == spec.execution.threads
-
-
-def test_compile_is_refused_in_one_line_for_pipelines() -> None:
-    """The pipeline's stages are not compiled: asking for it is refused, not silently skipped."""
-    from pydantic import ValidationError
-
-    from scaling.trainer.spec import ExecutionSpec
-
-    with pytest.raises(ValidationError, match="compile is not applied to pipeline stages"):
-        ExecutionSpec(workers=2, pp=2, compile=True)
-    ExecutionSpec(workers=2, compile=True)
