@@ -128,3 +128,16 @@ def test_offloading_workers_step_on_every_reserved_core(make_spec) -> None:
                                                 "cpus_per_worker": 6, "threads": 1})
     assert worker_threads(spec.model_copy(update={"execution": offload})) == 6
     assert worker_threads(spec) == spec.execution.threads
+
+
+@pytest.mark.parametrize("strategy,fp16,fused", [
+    ("single", False, True), ("ddp", False, True), ("zero2", False, True), ("zero3", False, True),
+    ("zero1", False, False),  # the device-side skip cannot reach ZeroRedundancyOptimizer's inner optimizer
+    ("zero3", True, False),  # ShardedGradScaler's found-inf flag has a shape the fused kernel refuses
+    ("ddp", True, True),
+])
+def test_adamw_is_fused_wherever_its_groups_allow(strategy: str, fp16: bool, fused: bool) -> None:
+    from scaling.trainer.loop import fused_optimizer
+    from scaling.trainer.runtime import Runtime
+
+    assert fused_optimizer(Runtime.current("cpu"), strategy, fp16) is fused
