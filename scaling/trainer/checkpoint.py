@@ -120,7 +120,8 @@ def restore_rng(saved: Any, rt: Runtime) -> str | None:
 # -- the manifest: every file's size and sha256 ----------------------------------------------
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The sha256 of the file at ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -149,7 +150,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _entry(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return {"size": path.stat().st_size, "sha256": sha256_of(path)}
 
 
 def write_manifest(path: Path, step: int, known: dict[str, dict[str, Any]] | None = None) -> None:
@@ -224,7 +225,7 @@ def _file_problem(path: Path, name: str, entry: Any) -> str | None:
     size = p.stat().st_size
     if size != entry.get("size"):
         return f"{name} has {size} bytes, the manifest says {entry.get('size')} (truncated?)"
-    if _sha256(p) != entry.get("sha256"):
+    if sha256_of(p) != entry.get("sha256"):
         return f"{name} does not match its sha256 in the manifest"
     return None
 

@@ -55,7 +55,7 @@ def test_checkpoint_resumes_at_another_world_size(before: int, after: int, tmp_p
 
 def _hashing_worker(rank: int, world: int, run_dir: str) -> dict:
     """Save one checkpoint of a zero3 model and verify it, then verify it with one shard changed;
-    which files this rank hashed in each phase (``_sha256`` wrapped, not replaced)."""
+    which files this rank hashed in each phase (``sha256_of`` wrapped, not replaced)."""
     import torch
 
     from scaling.trainer.parallel import parallelize
@@ -65,8 +65,8 @@ def _hashing_worker(rank: int, world: int, run_dir: str) -> dict:
     from _workers import build_model
 
     hashed: list[str] = []
-    real = checkpoint._sha256
-    checkpoint._sha256 = lambda path: (hashed.append(path.name), real(path))[1]
+    real = checkpoint.sha256_of
+    checkpoint.sha256_of = lambda path: (hashed.append(path.name), real(path))[1]
     spec = RunSpec.model_validate_json(_spec("zero3", world))
     rt = Runtime.current("cpu")
     par = parallelize(build_model(spec), spec)
