@@ -442,13 +442,14 @@ def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> li
     their gradient backward (v model chunks per rank under the interleaved schedule, 1
     otherwise). The first rank runs stages 0, pp, ..., (v-1)*pp: it sends forward from each of
     its v stages and receives forward into the v - 1 that are not the first, and the reverse
-    backward. With sequence parallelism the boundary tensor is already split over the tensor
-    ranks (/tp). The first and last stage all-reduce the tied embedding's gradient (vocab*h)
-    once per step.
+    backward. The residual stream crosses in FP32 whatever the compute precision (it stays FP32
+    inside a stage too, as under autocast on one process). With sequence parallelism the
+    boundary tensor is already split over the tensor ranks (/tp). The first and last stage
+    all-reduce the tied embedding's gradient (vocab*h) once per step.
     """
     if layout.pp == 1:
         return []
-    act = compute_bytes(precision) * layout.micro_batch * shape.context * shape.d_model
+    act = compute_bytes("fp32") * layout.micro_batch * shape.context * shape.d_model
     if layout.sequence_parallel:
         act /= layout.tp
     v = layout.chunks

@@ -1,25 +1,88 @@
-"""The prepared GPU check runs end to end on the CPU (its dry run): every check prints one line
-and none fails."""
+"""The prepared GPU check without a GPU: its dry run (the steps and the wheels that travel with the
+checkout), ``scaling train`` where Ray and plotly cannot be imported (the lent machine's image has
+neither), and the rehearsal of every step on the CPU."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+STEP_NAMES = ["CUDA tests", "bf16 gpt d32 x 2", "bf16 llama", "fp16 loss scaling", "stop and resume vs uninterrupted",
+              "two ranks on one device over gloo, tp2", "two ranks on one device over gloo, zero3",
+              "peak memory vs memory_per_rank", "compile on vs off"]
+WHEELS = ["pydantic-2.0-py3-none-any.whl", "pydantic_core-2.0-cp312-cp312-manylinux2014_x86_64.whl",
+          "annotated_types-0.7-py3-none-any.whl", "typing_inspection-0.4-py3-none-any.whl",
+          "typing_extensions-4.12-py3-none-any.whl", "sqlalchemy-2.0-cp312-cp312-manylinux2014_x86_64.whl",
+          "alembic-1.13-py3-none-any.whl", "mako-1.3-py3-none-any.whl", "markupsafe-3.0-cp312-cp312-manylinux2014_x86_64.whl"]
+
+
+def _blocking(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python cannot import ray or plotly (a finder first on sys.meta_path)."""
+    site = tmp_path / "block"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Blocker:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('ray', 'plotly'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked)', name=name)\n"
+        "sys.meta_path.insert(0, Blocker())\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "PYTHON": sys.executable}
+
+
+def _dry_run(wheels: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "SCALING_GPU_WHEELS": str(wheels), "PYTHON": sys.executable}, timeout=60)
+
+
+def test_the_dry_run_lists_the_steps_and_checks_the_wheels(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    proc = _dry_run(wheels)
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines[:7]] == [f"step {i}" for i in range(1, 8)], lines
+    assert proc.returncode == 1 and lines[-1].startswith("FAIL wheels: wheels missing") and "gpu-wheels.sh" in lines[-1]
+    for name in WHEELS:
+        (wheels / name).write_bytes(b"x" * 1000)
+    proc = _dry_run(wheels)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1].startswith("PASS wheels: 9"), proc.stdout
+    with open(wheels / WHEELS[0], "wb") as fh:  # sparse: 41 MiB on paper, nothing on disk
+        fh.truncate(41 * 2**20)
+    proc = _dry_run(wheels)
+    assert proc.returncode == 1 and "over 40 MiB" in proc.stdout.strip().splitlines()[-1], proc.stdout
+
+
+def test_scaling_train_runs_without_ray_or_plotly(tmp_path: Path) -> None:
+    """The trainer and ``scaling train`` import neither (the GPU machine's image lacks both)."""
+    spec = {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 32}, "precision": "fp32",
+            "tokens": 32 * 8 * 3, "batch_tokens": 32 * 8, "eval_tokens": 32 * 4, "evals": {"next_line": False},
+            "execution": {"device": "cpu", "threads": 1, "eval_interval": 3, "checkpoint_interval": 3}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = _blocking(tmp_path)
+    blocked = subprocess.run([sys.executable, "-c", "import ray"], env=env, capture_output=True, text=True)
+    assert blocked.returncode != 0 and "(blocked)" in blocked.stderr  # the finder works
+    proc = subprocess.run([sys.executable, "-c", "from scaling.cli import main; main()", "train",
+                           str(tmp_path / "spec.json"), "--db", f"sqlite:///{tmp_path / 'runs.db'}",
+                           "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "completed, 3 steps" in proc.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.ray  # its sweep starts a Ray of its own, in a subprocess
-def test_the_gpu_check_passes_its_own_dry_run() -> None:
-    proc = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
-    lines = proc.stdout.strip().splitlines()
+def test_the_gpu_check_rehearses_its_steps_on_the_cpu_without_ray_or_plotly(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    proc = subprocess.run(["bash", "scripts/gpu-check.sh", "--cpu", "--summary", str(summary)], cwd=ROOT,
+                          capture_output=True, text=True, env=_blocking(tmp_path), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    names = [line.split(":", 1)[0].split(" ", 1)[1].strip() for line in lines]
-    assert names == ["bf16 flash_attn", "bf16 sdpa", "fp16 loss scaling", "resume from a checkpoint",
-                     "two-run sweep through Ray", "GPU-only tests"], lines
-    assert all(line.split()[0] in ("PASS", "SKIP") for line in lines), lines
-    assert "tokens/s" in lines[1] and "MFU" in lines[1]
+    lines = [line for line in proc.stdout.strip().splitlines() if line.split(" ", 1)[0] in ("PASS", "SKIP", "FAIL")]
+    assert [line.split(":", 1)[0].split(" ", 1)[1].strip() for line in lines] == STEP_NAMES, lines
+    assert [line.split()[0] for line in lines] == ["SKIP", "PASS", "SKIP", "PASS", "PASS", "PASS", "PASS", "SKIP",
+                                                   "SKIP"], lines
+    recorded = json.loads(summary.read_text())
+    assert recorded["device"] == "cpu" and [s["step"] for s in recorded["steps"]] == STEP_NAMES

@@ -120,7 +120,8 @@ def restore_rng(saved: Any, rt: Runtime) -> str | None:
 # -- the manifest: every file's size and sha256 ----------------------------------------------
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The sha256 of the file at ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -148,14 +149,54 @@ def _read_json(path: Path) -> Any:
         raise CorruptCheckpoint(f"{path.name} is not readable JSON: {exc}") from None
 
 
-def write_manifest(path: Path, step: int) -> None:
-    """Record the size and sha256 of every file in the checkpoint folder ``path`` (last write)."""
-    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(path.iterdir()) if p.is_file()}
+def _entry(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "sha256": sha256_of(path)}
+
+
+def write_manifest(path: Path, step: int, known: dict[str, dict[str, Any]] | None = None) -> None:
+    """Record the size and sha256 of every file in the checkpoint folder ``path`` (last write);
+    ``known`` holds entries already hashed (by the ranks that wrote those files)."""
+    known = known or {}
+    files = {p.name: known.get(p.name) or _entry(p) for p in sorted(path.iterdir()) if p.is_file()}
     _write_json_atomically(path / MANIFEST_FILE, {"format": MANIFEST_FORMAT, "step": step, "files": files})
 
 
-def verify(path: Path) -> str | None:
-    """What is wrong with the checkpoint at ``path`` (None: every file matches its manifest)."""
+def hash_shares(path: Path, rt: Runtime) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file now in ``path`` (but DCP's pickle), each rank hashing its share of them (the
+    i-th file, sorted by name, on rank i % world) and the entries gathered on every rank
+    (collective). Rank 0 alone would read every shard while the others wait in a barrier."""
+    listing = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != _DCP_PICKLE)  # the pickle goes
+    names = rt.broadcast_object(listing if rt.is_main else None)
+    mine = {name: _entry(path / name) for name in names[rt.rank :: rt.world_size]}
+    merged: dict[str, dict[str, Any]] = {}
+    for part in rt.gather_object(mine):
+        merged.update(part)
+    return merged
+
+
+def verify(path: Path, rt: Runtime | None = None) -> str | None:
+    """What is wrong with the checkpoint at ``path`` (None: every file matches its manifest).
+
+    With a distributed ``rt`` every rank calls it: rank 0 reads the manifest, each rank checks
+    its share of the files, and every rank gets the same answer."""
+    distributed = rt is not None and rt.distributed
+    listed: dict[str, Any] | str | None = None
+    if not distributed or rt.is_main:  # type: ignore[union-attr]
+        listed = _listed_files(path)
+    if distributed:
+        listed = rt.broadcast_object(listed)  # type: ignore[union-attr]
+    if isinstance(listed, str) or listed is None:
+        return listed
+    names = sorted(listed)
+    share = names[rt.rank :: rt.world_size] if distributed else names  # type: ignore[union-attr]
+    problem = next((p for p in (_file_problem(path, name, listed[name]) for name in share) if p), None)
+    if distributed:
+        problem = next((p for p in rt.gather_object(problem) if p), None)  # type: ignore[union-attr]
+    return problem
+
+
+def _listed_files(path: Path) -> dict[str, Any] | str:
+    """The manifest's files of the checkpoint at ``path``, or what is wrong with the manifest."""
     manifest_path = path / MANIFEST_FILE
     if not manifest_path.is_file():
         return "no manifest.json (incomplete or not written by this version)"
@@ -174,15 +215,18 @@ def verify(path: Path) -> str | None:
     extra = sorted(present - set(files))
     if extra:
         return f"files not in the manifest: {', '.join(extra[:5])}"
-    for name, entry in files.items():
-        p = path / name
-        if not isinstance(entry, dict) or not p.is_file():
-            return f"{name} is missing"
-        size = p.stat().st_size
-        if size != entry.get("size"):
-            return f"{name} has {size} bytes, the manifest says {entry.get('size')} (truncated?)"
-        if _sha256(p) != entry.get("sha256"):
-            return f"{name} does not match its sha256 in the manifest"
+    return files
+
+
+def _file_problem(path: Path, name: str, entry: Any) -> str | None:
+    p = path / name
+    if not isinstance(entry, dict) or not p.is_file():
+        return f"{name} is missing"
+    size = p.stat().st_size
+    if size != entry.get("size"):
+        return f"{name} has {size} bytes, the manifest says {entry.get('size')} (truncated?)"
+    if sha256_of(p) != entry.get("sha256"):
+        return f"{name} does not match its sha256 in the manifest"
     return None
 
 
@@ -378,9 +422,27 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_dcp_options())
         for group in opt.param_groups:  # the kernel is this process's choice, not the writer's
             group["fused"], group["foreach"] = opt.defaults.get("fused"), opt.defaults.get("foreach")
+        place_steps(opt)
     else:
         set_model_state_dict(model, state["model"], options=_dcp_options())
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1
+
+
+def place_steps(optimizer: torch.optim.Optimizer) -> None:
+    """Put each parameter's Adam ``step`` where this optimizer's kernel reads it: on the
+    parameter's device for the fused or capturable kernels, on the CPU otherwise.
+
+    ``load_state_dict`` places it by the *loaded* group's flags, the writer's: a fused CUDA run's
+    checkpoint resumed by a per-tensor or foreach AdamW would keep ``step`` on the GPU, and that
+    kernel reads it with ``.item()``, one device sync per parameter per step."""
+    for group in optimizer.param_groups:
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            step = state.get("step") if state else None
+            if isinstance(step, torch.Tensor):
+                device = _local(p).device if on_device else torch.device("cpu")
+                state["step"] = step.to(device=device, dtype=torch.float32)
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:
@@ -438,6 +500,7 @@ def save(
     rt.barrier()
     metadata = save_sharded(tmp, model, optimizer)
     rngs = rt.gather_object(_cpu_rng(rt.device))
+    shards = hash_shares(tmp, rt)  # the shards DCP wrote, each rank hashing its share
     if rt.is_main:
         _write_json_atomically(tmp / METADATA_FILE, metadata_to_json(metadata))
         (tmp / _DCP_PICKLE).unlink(missing_ok=True)
@@ -449,7 +512,7 @@ def save(
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        write_manifest(tmp, step)
+        write_manifest(tmp, step, known=shards)
         if final.exists():  # the same step again (after a rollback): replace it
             old = root / f".{final.name}.old{os.getpid()}"
             os.replace(final, old)
@@ -532,7 +595,7 @@ def load_latest(
     before = _Snapshot(model, optimizer, scaler) if candidates else None
     for name in reversed(candidates):
         path = Path(name)
-        problem = rt.broadcast_object(verify(path) if rt.is_main else None)
+        problem = verify(path, rt)
         meta: dict[str, Any] | None = None
         if problem is None:
             try:

@@ -34,8 +34,8 @@ from scaling.trainer.result import TrainResult
 from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
-from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized
-from scaling.trainer.optim import lr_at, param_groups
+from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
+from scaling.trainer.optim import NullGradients, lr_at, param_groups
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
@@ -84,39 +84,70 @@ def build_data(spec: RunSpec, rt: Runtime) -> RunData:
                    eval_rows=eval_windows(corpus, spec.model.context, spec.eval_tokens))
 
 
-def build_parallel_model(spec: RunSpec, rt: Runtime) -> Any:
-    """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process)."""
+def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Any:
+    """The model on this rank's device, wrapped for the run's strategy (``Single`` on one process).
+
+    ``initialize=False`` allocates the weights without drawing them, for a run about to load a
+    checkpoint over them (replaying every draw of a large model costs minutes per rank); the
+    returned object's ``init_weights`` then gives them the seed's values if nothing is loaded."""
     ex = spec.execution
     if ex.pp > 1:
         from scaling.trainer.pipeline import build_pipeline
 
-        return build_pipeline(spec, rt)
+        return build_pipeline(spec, rt, initialize=initialize)
+
+    def init(model: torch.nn.Module) -> None:
+        init_materialized(model, spec.shape, spec.seed)
+
     if rt.distributed:  # built on the meta device, sharded, then materialized: no rank holds it all
         from scaling.trainer.parallel import parallelize
 
         par: Any = parallelize(build_meta_model(spec.shape), spec, None, device=rt.device,
-                               init=lambda m: init_materialized(m, spec.shape, spec.seed))
+                               init=init if initialize else _later)
+    elif initialize:
+        par = Single(build_model(spec.shape, spec.seed).to(rt.device))
     else:
-        model = build_model(spec.shape, spec.seed).to(rt.device)
-        model.activation_checkpointing = ex.activation_checkpointing
+        model = build_meta_model(spec.shape)
+        materialize(model, rt.device)
         par = Single(model)
+    par.model.activation_checkpointing = ex.activation_checkpointing
+    par.init_weights = None if initialize else (lambda: init(par.model))
     if ex.compile:
         par.module = torch.compile(par.module)
     return par
 
 
-def fused_optimizer(rt: Runtime) -> bool:
-    """Whether AdamW runs fused: on one process, CUDA or CPU. One kernel updates every tensor (on
-    the CPU a 4 x d 128 model's step takes 0.9 ms instead of 4.9 ms per tensor), and it skips a
-    step with non-finite gradients itself, so the loop need not read the norm first. Sharded and
-    replicated optimizers keep torch's default."""
-    return rt.device.type in ("cuda", "cpu") and not rt.distributed
+def _later(model: torch.nn.Module) -> None:
+    """No initialization at build time: ``init_weights`` runs it if no checkpoint is loaded."""
+
+
+def worker_threads(spec: RunSpec) -> int:
+    """Torch's CPU threads: ``execution.threads``, or every core reserved for the worker when FSDP2
+    offloads its shards, so the optimizer step on the CPU (AdamW's fused CPU kernel, parallel over
+    its threads) does not run on one core while the GPU waits."""
+    ex = spec.execution
+    if ex.cpu_offload:
+        return max(ex.threads, int(ex.cpus_per_worker))
+    return ex.threads
+
+
+def fused_optimizer(rt: Runtime, strategy: str, fp16: bool) -> bool:
+    """Whether AdamW runs fused: on CUDA or the CPU, for every layout but ZeRO-1 and fp16 under
+    FSDP2. One kernel
+    updates every tensor of a group (on the CPU a 4 x d 128 model's step takes 0.9 ms instead of
+    4.9 ms per tensor), and it skips a step with non-finite gradients itself, so the loop need not
+    read the norm first. Each parameter group holds one kind of tensor (plain, or DTensors of one
+    mesh: :func:`scaling.trainer.optim.param_groups`), which the fused kernel needs. ZeRO-1's
+    ZeroRedundancyOptimizer steps an inner optimizer the loop's skip on the device cannot reach;
+    FSDP2's ShardedGradScaler hands the fused kernel a found-inf flag of shape [1], which it refuses."""
+    sharded_fp16 = fp16 and strategy in ("zero2", "zero3")
+    return rt.device.type in ("cuda", "cpu") and strategy != "zero1" and not sharded_fp16
 
 
 def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimizer:
     """AdamW over the model's parameter groups (fused where :func:`fused_optimizer` says)."""
     opt = spec.optimizer
-    fused = fused_optimizer(rt)
+    fused = fused_optimizer(rt, par.strategy, uses_loss_scaling(spec.precision))
     return par.build_optimizer(
         param_groups(par.model, opt.weight_decay),
         lr=opt.lr,
@@ -137,13 +168,35 @@ def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str
 
 @dataclass
 class PendingStep:
-    """A step taken whose loss and gradient norm are still on the device."""
+    """A step taken whose loss and gradient norm are still on their way to the host.
+
+    On a GPU they are copied into pinned host memory without blocking as soon as the norm is
+    known, and an event marks the copy: reading them one step later waits for that step's
+    work only, not for the next step's forward and backward queued behind it."""
 
     index: int  # the step's number (0 for the first)
     cursor: int  # the batch it trained on
-    loss: torch.Tensor
-    norm: torch.Tensor
+    values: torch.Tensor  # (loss, norm): a host copy once ``ready`` has passed
+    ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
+
+    @classmethod
+    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
+        both = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device)])
+        if both.device.type != "cuda":
+            return cls(index, cursor, both, None, lr)
+        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+        host.copy_(both, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(index, cursor, host, ready, lr)
+
+    def read(self) -> tuple[float, float]:
+        """(loss, norm) on the host, waiting for this step's copy only."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        loss, norm = self.values.tolist()
+        return loss, norm
 
 
 class StepTimer:
@@ -204,7 +257,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.attempt = attempt or 1
         self.report = report
-        torch.set_num_threads(spec.execution.threads)
+        torch.set_num_threads(worker_threads(spec))
         self.rt = Runtime.current(spec.execution.device, spec.execution.tp, spec.execution.pp)
         problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)  # decided by trainer.resolve
         if problem:
@@ -215,9 +268,12 @@ class Trainer:
         self.total_steps = spec.steps
         self.tokens_per_step = spec.sequences_per_batch * spec.model.context
 
-        self.par = build_parallel_model(spec, self.rt)
+        # A run resuming from a checkpoint loads its weights: drawing them first would be wasted.
+        resuming = self.rt.broadcast_object(checkpoint.latest(self.run_dir) is not None if self.rt.is_main else None)
+        self.par = build_parallel_model(spec, self.rt, initialize=not resuming)
         self.pipelined = spec.execution.pp > 1
         self.optimizer = build_optimizer(spec, self.par, self.rt)
+        self.null_gradients = NullGradients(self.par.model)
         self.fp16 = uses_loss_scaling(spec.precision)
         self.scaler = self.par.grad_scaler(self.fp16, self.rt.device.type)
         self.faults = faults.injector(spec.faults, self.attempt, self.rt,
@@ -305,10 +361,8 @@ class Trainer:
         branch = self.spec.branch
         assert branch is not None
         path = lineage.parent_checkpoint(self.run_dir, branch)
-        problem = None
-        if self.rt.is_main:
-            problem = checkpoint.verify(path) if path.is_dir() else "it does not exist"
-        problem = self.rt.broadcast_object(problem)
+        exists = self.rt.broadcast_object(path.is_dir() if self.rt.is_main else None)
+        problem = checkpoint.verify(path, self.rt) if exists else "it does not exist"
         meta: dict[str, Any] = {}
         if problem is None:
             try:
@@ -401,20 +455,20 @@ class Trainer:
         if self.faults is not None:
             self.faults.after_backward(self.step, self.par.model)
         self.scaler.unscale_(self.optimizer)
+        self.null_gradients()
         norm = self.par.clip_grad_norm(spec.grad_clip)
+        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr)  # on its way to the host
         if self.fp16:
             self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
             self.scaler.update()
         else:
             self._step_if_finite(norm)
         self.optimizer.zero_grad(set_to_none=True)
-        self.pending = PendingStep(index=self.step, cursor=self.cursor, loss=loss, norm=norm, lr=lr)
         self.step += 1
         self.cursor += 1
         self.timer.stop(self.tokens_per_step)
-        if self._settles_now() and self._settle():
-            if self.step % spec.execution.log_interval == 0 or self.step == self.total_steps:
-                self._log_step()
+        if self._settles_now():
+            self._settle()
 
     def _step_if_finite(self, norm: torch.Tensor) -> None:
         """The optimizer step, skipped when the gradient norm is not finite: decided on the device
@@ -430,17 +484,19 @@ class Trainer:
             self.optimizer.step()
 
     def _settles_now(self) -> bool:
-        """Whether the step just taken is logged, evaluated, checkpointed or the last one."""
+        """Whether the step just taken is evaluated, checkpointed or the last one (a logged step is
+        logged when it settles, one step later like any other)."""
         ex, step = self.spec.execution, self.step
-        return (step % ex.log_interval == 0 or step % ex.eval_interval == 0 or step % ex.checkpoint_interval == 0
+        return (step % ex.eval_interval == 0 or step % ex.checkpoint_interval == 0
                 or step in ex.keep_steps or step == self.total_steps)
 
     def _settle(self) -> bool:
-        """Read the pending step's loss and norm; accept it, or roll back on a spike (False)."""
+        """Read the pending step's loss and norm; accept it (and log it when it is a logged step),
+        or roll back on a spike (False)."""
         p = self.pending
         assert p is not None
         self.pending = None
-        loss, norm = torch.stack([p.loss.float(), p.norm.detach().float().to(p.loss.device)]).tolist()
+        loss, norm = p.read()
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)
             if not self.spec.spike.enabled:
@@ -457,18 +513,22 @@ class Trainer:
         self.window.append(loss)
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
+        step = p.index + 1
+        if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
+            self._log_step(step, p.cursor + 1)
         return True
 
-    def _log_step(self) -> None:
+    def _log_step(self, step: int, cursor: int) -> None:
+        """Record step ``step``'s metrics (settled), ``cursor`` being the next batch after it."""
         loss, lr, norm = self.settled
-        step, tokens = self.step, self.step * self.tokens_per_step
+        tokens = step * self.tokens_per_step
         rec = self.rec
         rec.metric(step, tokens, names.TRAIN_LOSS, loss)
         rec.metric(step, tokens, names.LEARNING_RATE, lr)
         rec.metric(step, tokens, names.GRAD_NORM, norm)
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
-        rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(self.cursor))
+        rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(cursor))
         tokens_timed, seconds = self.timer.take()
         if seconds > 0:
             tps = tokens_timed / seconds
@@ -550,6 +610,9 @@ class Trainer:
     def start(self) -> None:
         """Resume from the newest checkpoint, or branch, or write the first one; record the data event."""
         found = self._load()
+        if found is None and self.par.init_weights is not None:  # no checkpoint loaded after all
+            self.par.init_weights()
+        self.par.init_weights = None
         if found is not None:
             path, _ = found
             self.resumed_from = self.step

@@ -116,6 +116,8 @@ class Parallel:
     mesh: Any = None
     group: Any = None
     tp: int = 1
+    #: Draws the seed's weights when the model was built without them (None: it was not).
+    init_weights: Optional[Callable[[], None]] = None
 
     @property
     def is_fsdp(self) -> bool:
@@ -304,6 +306,10 @@ def parallelize(
     problem = tp_strategy_problem(name, tp, dp)
     if problem:
         raise SpecError(f"execution.strategy: {problem}")
+    if spec.execution.cpu_offload and name not in FSDP_STRATEGIES:  # auto chose a strategy that cannot offload
+        from scaling.trainer.spec import offload_problem
+
+        raise SpecError(offload_problem(True, name, dp, spec.execution.pp) or "")
     group = dp_mesh.get_group()
     if hasattr(model, "activation_checkpointing"):  # the model recomputes each block itself
         model.activation_checkpointing = spec.execution.activation_checkpointing

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from scaling.trainer.model import GPT, build_meta_model, init_materialized, materialize
-from scaling.trainer.precision import DTYPES, autocast
+from scaling.trainer.precision import autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
 
@@ -125,6 +125,8 @@ class Pipeline:
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
     _rows: Optional[list[torch.Tensor]] = field(default=None, init=False)  # per-row losses while scoring
+    #: Draws the seed's weights when the pipeline was built without them (None: it was not).
+    init_weights: Optional[Callable[[], None]] = field(default=None, init=False)
 
     # -- where this rank sits -------------------------------------------------------------------
     @property
@@ -372,7 +374,8 @@ def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:
                process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
 
 
-def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, device: torch.device) -> None:
+def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, device: torch.device,
+                        initialize: bool = True) -> Optional[Callable[[], None]]:
     """Allocate this rank's stages on ``device`` and give them ``build_model(shape, seed)``'s weights.
 
     The stages share their submodules with ``full``, the meta-device model: only what this rank
@@ -384,11 +387,19 @@ def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, de
     # A rank with the embedding but not the head replaced ``wte.weight`` alone: tie the head to
     # it again, so the head's init (the tied weight's last draw) reaches the embedding.
     full.lm_head.weight = full.wte.weight
-    init_materialized(full, spec.shape, spec.seed)
+
+    def init() -> None:
+        init_materialized(full, spec.shape, spec.seed)
+
+    if not initialize:
+        return init  # drawn later only if no checkpoint is loaded over the weights
+    init()
+    return None
 
 
-def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
-    """This rank's stages of ``spec``'s model, wrapped for its data-parallel strategy, and the schedule."""
+def build_pipeline(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Pipeline:
+    """This rank's stages of ``spec``'s model, wrapped for its data-parallel strategy, and the schedule
+    (``initialize=False``: weights allocated, drawn by ``init_weights()``; see ``build_parallel_model``)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     ex = spec.execution
@@ -403,7 +414,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     # torchtitan's order: stages built on the meta device, split over "tp" and sharded over "dp",
     # then only this rank's part allocated and initialized: no rank ever holds the whole model.
     full = build_meta_model(spec.shape)
-    boundary = DTYPES[spec.precision] if spec.precision in DTYPES else torch.float32
+    boundary = torch.float32  # the residual stream crosses stages as it flows in one process: FP32
     modules = []
     for s in stages_of_rank(pp_rank, pp, chunks):
         module = StageModule(full, split[s], first=s == 0, last=s == n_stages - 1, boundary_dtype=boundary)
@@ -423,7 +434,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     if strategy in ("zero2", "zero3"):
         for m in modules:
             _shard(m, spec, strategy, dp_mesh)
-    _materialize_stages(full, modules, spec, rt.device)
+    init_weights = _materialize_stages(full, modules, spec, rt.device, initialize)
     del full
     wrapped = [_replicate(m, strategy, dp_mesh) for m in modules]  # DDP broadcasts: after the init
     pp_group = mesh["pp"].get_group()
@@ -437,4 +448,5 @@ def build_pipeline(spec: RunSpec, rt: Runtime) -> Pipeline:
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[ex.pp_schedule]
     target = stages if chunks > 1 else stages[0]
     pipe.schedule = kind(target, n_microbatches=m, loss_fn=pipe._loss, scale_grads=False)
+    pipe.init_weights = init_weights
     return pipe

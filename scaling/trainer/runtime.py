@@ -174,6 +174,7 @@ class Single:
     is_fsdp = False
     group = None  # no data-parallel group to sum losses over
     loss_group = None
+    init_weights = None  # see scaling.trainer.loop.build_parallel_model
 
     def __init__(self, model: nn.Module) -> None:
         self.module = model

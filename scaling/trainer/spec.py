@@ -382,6 +382,19 @@ class LoopSettings(_Frozen):
     compile: bool = False
 
 
+def offload_problem(cpu_offload: bool, strategy: str, dp: int, pp: int) -> Optional[str]:
+    """Why ``cpu_offload`` would do nothing in this layout (None: it takes effect, or is off).
+
+    Offload moves FSDP2's parameter and optimizer shards to the CPU: only zero2 and zero3 over
+    several data-parallel ranks have them, and pipeline stages are sharded without it."""
+    if not cpu_offload:
+        return None
+    if pp > 1 or dp == 1 or strategy in ("single", "ddp", "zero1"):
+        return (f"execution.cpu_offload takes effect only under strategy zero2 or zero3 on several data-parallel "
+                f"ranks without pipelining, not strategy {strategy} with dp={dp}, pp={pp}: drop it or change the layout")
+    return None
+
+
 class Placement(_Frozen):
     """Where a run executes and how its work is split. Not in the key.
 
@@ -412,6 +425,13 @@ class Placement(_Frozen):
                 f"workers ({self.workers}) must be a multiple of tp*pp ({self.tp}*{self.pp}): "
                 "workers = dp*tp*pp"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _offload_takes_effect(self) -> "Placement":
+        problem = offload_problem(self.cpu_offload, self.strategy, self.dp, self.pp)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

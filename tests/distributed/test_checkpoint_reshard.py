@@ -51,3 +51,50 @@ def test_checkpoint_resumes_at_another_world_size(before: int, after: int, tmp_p
         got = trajectory(out)
         assert [step for step, _ in got] == list(range(5, 11)), s
         assert [v for _, v in got] == pytest.approx([ref[step] for step, _ in got], rel=FP32_RTOL, abs=0), s
+
+
+def _hashing_worker(rank: int, world: int, run_dir: str) -> dict:
+    """Save one checkpoint of a zero3 model and verify it, then verify it with one shard changed;
+    which files this rank hashed in each phase (``sha256_of`` wrapped, not replaced)."""
+    import torch
+
+    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.runtime import Runtime
+    from scaling.trainer.spec import RunSpec
+
+    from _workers import build_model
+
+    hashed: list[str] = []
+    real = checkpoint.sha256_of
+    checkpoint.sha256_of = lambda path: (hashed.append(path.name), real(path))[1]
+    spec = RunSpec.model_validate_json(_spec("zero3", world))
+    rt = Runtime.current("cpu")
+    par = parallelize(build_model(spec), spec)
+    opt = torch.optim.AdamW(par.model.parameters())
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    path = checkpoint.save(run_dir, 4, model=par.model, optimizer=opt, scaler=scaler, meta={}, keep=2, rt=rt)
+    saved, hashed[:] = list(hashed), []
+    intact = checkpoint.verify(path, rt)
+    verified, hashed[:] = list(hashed), []
+    rt.barrier()
+    if rank == 1:  # a shard only rank 0 read back at save time is changed by the other rank
+        victim = sorted(p for p in path.iterdir() if p.suffix == ".distcp")[-1]
+        data = bytearray(victim.read_bytes())
+        data[-1] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    rt.barrier()
+    return {"saved": saved, "verified": verified, "intact": intact, "broken": checkpoint.verify(path, rt)}
+
+
+def test_each_rank_hashes_its_share_of_the_checkpoint(tmp_path) -> None:
+    """Saving and verifying hash every file exactly once over the world, on every rank a share;
+    a changed shard is found whichever rank reads it, and every rank gets the same answer."""
+    outs = spawn(_hashing_worker, 2, str(tmp_path), str(tmp_path / "run"))
+    path = checkpoint.latest(str(tmp_path / "run"))
+    files = {p.name for p in path.iterdir()} - {checkpoint.MANIFEST_FILE}
+    for phase in ("saved", "verified"):
+        names = [n for out in outs for n in out[phase]]
+        assert sorted(names) == sorted(files), phase  # each file once, over both ranks
+        assert all(out[phase] for out in outs), phase  # and both ranks took part
+    assert [out["intact"] for out in outs] == [None, None]
+    assert outs[0]["broken"] == outs[1]["broken"] and "does not match its sha256" in outs[0]["broken"]

@@ -42,7 +42,10 @@ LAYOUTS = [("tp2", 2, {"tp": 2}), ("tp2xdp2", 4, {"tp": 2, "strategy": "zero3"})
 
 def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.Tensor], float, float]:
     """This rank's data-parallel share of the global batch, one backward: full grads, the global
-    norm, and the global norm after clipping to half of it."""
+    norm, and the global norm after clipping to half of it. Then AdamW steps over the trainer's
+    parameter groups with the foreach and the fused kernel forced (CUDA's choices; the CPU's
+    default per-tensor loop takes plain tensors and DTensors mixed, those kernels do not)."""
+    from scaling.trainer.optim import param_groups
     from scaling.trainer.parallel import parallelize
     from scaling.trainer.runtime import Runtime
 
@@ -54,7 +57,10 @@ def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.
     loss_of(par.module, x[rows], y[rows], spec.precision).backward()
     grads, norm = par.full_grads(), float(par.clip_grad_norm(0.0))
     par.clip_grad_norm(norm / 2)
-    return grads, norm, float(par.clip_grad_norm(0.0))
+    clipped = float(par.clip_grad_norm(0.0))
+    for kernel in ({"foreach": True}, {"fused": True}):
+        torch.optim.AdamW(param_groups(par.model, 0.1), lr=1e-3, **kernel).step()
+    return grads, norm, clipped
 
 
 @pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])

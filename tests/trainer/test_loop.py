@@ -183,3 +183,60 @@ def test_one_cpu_process_steps_with_the_fused_adamw(make_spec, tmp_path: Path) -
     assert trainer.optimizer.defaults["fused"] and all(g["fused"] for g in trainer.optimizer.param_groups)
     result = trainer.fit()
     assert result.status == names.COMPLETED and math.isfinite(result.final_eval_loss)
+
+
+def test_adam_steps_are_restored_where_this_process_kernel_reads_them() -> None:
+    """``place_steps`` puts each ``step`` on the parameter's device for a fused or capturable group
+    and on the CPU otherwise, whatever the writer's kernel was. The meta device stands in for a GPU
+    (the CPU cannot hold two devices): a fused group's CPU ``step`` moves to it; a per-tensor
+    group's stays on the CPU, where that kernel reads it without a device sync."""
+    import torch
+
+    from scaling.trainer.checkpoint import place_steps
+
+    on_gpu, on_cpu = torch.nn.Parameter(torch.empty(3, device="meta")), torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.AdamW([{"params": [on_gpu]}, {"params": [on_cpu]}])
+    opt.param_groups[0]["fused"] = True  # the kernel this process chose for that group
+    for p in (on_gpu, on_cpu):
+        opt.state[p] = {"step": torch.tensor(7.0, dtype=torch.float64)}
+    place_steps(opt)
+    assert opt.state[on_gpu]["step"].device.type == "meta" and opt.state[on_gpu]["step"].dtype == torch.float32
+    assert opt.state[on_cpu]["step"].device.type == "cpu" and float(opt.state[on_cpu]["step"]) == 7.0
+
+
+def test_a_resuming_run_loads_its_weights_without_drawing_them_first(make_spec, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with a checkpoint to resume from allocates its weights without replaying the seed's
+    draws (minutes per rank for a large model): the checkpoint's weights arrive with no draw at all.
+    When no checkpoint loads after all (the only one is corrupt), the seed's weights are drawn
+    then, equal to one fresh process's."""
+    from scaling.trainer import loop
+    from scaling.trainer.model import build_model
+
+    spec = make_spec(tokens=32 * 8 * 4, precision="fp32")
+    finished = loop.Trainer(spec, None, tmp_path / "run")
+    finished.fit()
+    draws: list[str] = []
+    monkeypatch.setattr(loop, "init_materialized", lambda *a: draws.append("init_materialized"))
+    monkeypatch.setattr(loop, "build_model", lambda *a: draws.append("build_model"))
+    resumed = loop.Trainer(spec, None, tmp_path / "run")
+    resumed.start()
+    assert draws == [] and resumed.resumed_from == 4
+    for (name, a), b in zip(finished.par.model.named_parameters(), resumed.par.model.parameters()):
+        assert torch.equal(a, b), name
+
+    monkeypatch.undo()
+    (latest,) = checkpoint.checkpoints(tmp_path / "run")[-1:]
+    for older in checkpoint.checkpoints(tmp_path / "run")[:-1]:
+        import shutil
+
+        shutil.rmtree(older)
+    shard = next(latest.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-1])  # the only checkpoint no longer verifies
+    fresh = loop.Trainer(spec, None, tmp_path / "run")
+    assert fresh.par.init_weights is not None  # a checkpoint was there: nothing drawn at build
+    fresh.start()
+    assert fresh.resumed_from is None and fresh.par.init_weights is None
+    expected = build_model(spec.shape, spec.seed)
+    for (name, a), b in zip(expected.named_parameters(), fresh.par.model.parameters()):
+        assert torch.equal(a, b), name

@@ -43,7 +43,7 @@ def test_a_quiet_step_reads_only_the_previous_steps_loss(make_spec, tmp_path: Pa
     after its own forward and backward are queued. Without it the norm is read once more to
     decide the skip. Before, every step read its own loss, then its norm, then synchronized."""
     # The fused kernel runs on the CPU too: the GPU path's choice is made here.
-    monkeypatch.setattr(loop, "fused_optimizer", lambda rt: fused)
+    monkeypatch.setattr(loop, "fused_optimizer", lambda *_: fused)
     spec = make_spec(execution={"log_interval": 8, "eval_interval": 8, "checkpoint_interval": 8})
     trainer = loop.Trainer(spec, None, tmp_path)
     trainer.start()
@@ -65,8 +65,28 @@ def test_fused_and_plain_steps_skip_and_train_alike(make_spec, tmp_path: Path, m
     does, and changes no accepted step: both paths reach the same losses."""
     results = {}
     for fused in (True, False):
-        monkeypatch.setattr(loop, "fused_optimizer", lambda rt, f=fused: f)
+        monkeypatch.setattr(loop, "fused_optimizer", lambda *_, f=fused: f)
         spec = make_spec(tokens=32 * 8 * 8, precision="fp32", faults={"overflow_steps": [5]})
         results[fused] = loop.Trainer(spec, None, tmp_path / str(fused)).fit()
     assert results[True].overflow_skips == results[False].overflow_skips == 1
     assert results[True].final_train_loss == pytest.approx(results[False].final_train_loss, rel=1e-4)
+
+
+def test_a_logged_step_is_read_and_recorded_one_step_later(make_spec, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``log_interval: 1`` every step logs, yet none reads its own loss: step k's loss and norm
+    are read (from the host copy made when its norm was known) and recorded during step k + 1,
+    after that step's forward and backward are queued; evaluated and checkpointed steps settle at
+    once. Before, a logged step read its own values as soon as it was taken."""
+    monkeypatch.setattr(loop, "fused_optimizer", lambda *_: True)
+    spec = make_spec(execution={"log_interval": 1, "eval_interval": 8, "checkpoint_interval": 8})
+    trainer = loop.Trainer(spec, None, tmp_path)
+    trainer.start()
+    calls = _count_reads(monkeypatch)
+    for step in range(1, 8):
+        before = len(calls)
+        trainer.step_once()
+        assert trainer.pending is not None and trainer.pending.index == step - 1  # its own values still pending
+        assert len(trainer.window) == step - 1 and len(calls) - before == (step > 1)  # the steps before it settled
+    trainer.step_once()  # step 8 evaluates and checkpoints: it settles at once
+    assert trainer.pending is None and len(trainer.window) == 8
