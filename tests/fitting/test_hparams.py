@@ -255,6 +255,9 @@ def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
     assert len(h.groups_frame()) == 9 and {"law", "parameter", "value", "lo", "hi"} <= set(h.laws_frame().columns)
     lr = h.recommend(1e9, 2e10)["lr"]
     assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
+    for N, D in ((-1, 1e9), (0, 0), (math.nan, 1e9), (1e9, math.inf)):  # refused in words, not a math error
+        with pytest.raises(FitError, match=r"recommend: [ND] must be a positive, finite number"):
+            h.recommend(N, D)
     assert api.hparams(hp_db, "plain") is None
     fitted = api.fit(hp_db, "hp", law="kaplan", bootstrap=20)
     assert fitted.hparams is not None and len(fitted.hparams.groups) == 9
