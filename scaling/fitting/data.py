@@ -412,15 +412,35 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
 
 def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
              params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
-             r_star: float = R_STAR_DATA, hparams: str = "tuned") -> FitData:
-    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`)."""
+             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
+    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+
+    A row identical in every column to an earlier one is a copy, not another run (counted, it
+    would double its group's runs and narrow every interval): refused, or with
+    ``drop_duplicates`` dropped and counted in a warning.
+    """
     df, sep = read_csv(path)
     if len(df) == 0:
         raise FitError(f"{path}: no data rows below the header")
+    copies = df.duplicated(keep="first").to_numpy()
+    dropped = int(copies.sum())
+    if dropped and not drop_duplicates:
+        i = int(np.flatnonzero(copies)[0])
+        same = df.iloc[:i].eq(df.iloc[i]) | (df.iloc[:i].isna() & df.iloc[i].isna())
+        j = int(np.flatnonzero(same.all(axis=1).to_numpy())[0])
+        raise FitError(f"{path}: data row {i + 1} is identical to data row {j + 1} ({dropped} such copies in all): "
+                       "a copy is not another run; remove the copies or pass --drop-duplicates")
+    kept = np.flatnonzero(~copies)  # file positions of the rows read, so messages name the file's rows
+    if dropped:
+        df = df[~copies].reset_index(drop=True)
     data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
                       source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
-                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {i + 1}",
+                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {kept[i] + 1}",
                       hparams=hparams)
+    if dropped:
+        message = f"dropped {dropped} of {dropped + len(df)} rows identical to an earlier row (--drop-duplicates)"
+        data.warnings.insert(0, message)
+        data.notes.insert(0, f"warning: {message}")
     if sep != ",":
         data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
                           + (" with decimal commas" if sep == ";" else ""))

@@ -328,3 +328,17 @@ def test_a_span_just_short_of_the_minimum_is_not_printed_as_the_minimum() -> Non
     assert len(doubts) == 1 and f"spans a factor {MIN_SPAN:g} " not in doubts[0], doubts
     assert "spans a factor 1.997 " in doubts[0], doubts
     assert _identification("batch_D", {"D": np.log([1e9, 1e9 * MIN_SPAN * 0.9995])}, 5, 2) == []
+
+
+def test_a_csv_with_copied_rows_is_refused_or_deduplicated_on_request(sweep_csv: Path, tmp_path: Path) -> None:
+    """A copy of every row would double each group's runs and narrow its interval, silently."""
+    twice = tmp_path / "twice.csv"
+    text = sweep_csv.read_text()
+    twice.write_text(text + text.split("\n", 1)[1])
+    n = len(pd.read_csv(sweep_csv))
+    code, out, err = run_cli("fit", "--csv", str(twice), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"data row {n + 1} is identical to data row 1 ({n} such copies in all)" in err and "--drop-duplicates" in err
+    deduplicated = from_csv(twice, drop_duplicates=True)
+    assert len(deduplicated.hparam_runs) == len(from_csv(sweep_csv).hparam_runs) == 9 * 15
+    assert f"dropped {n} of {2 * n} rows identical to an earlier row" in deduplicated.warnings[0]
