@@ -342,3 +342,28 @@ def test_a_csv_with_copied_rows_is_refused_or_deduplicated_on_request(sweep_csv:
     deduplicated = from_csv(twice, drop_duplicates=True)
     assert len(deduplicated.hparam_runs) == len(from_csv(sweep_csv).hparam_runs) == 9 * 15
     assert f"dropped {n} of {2 * n} rows identical to an earlier row" in deduplicated.warnings[0]
+
+
+@pytest.mark.parametrize("beta2, allowed", [(0.0, True), (0.95, True), (1.0, False), (1.5, False), (-0.1, False)])
+def test_beta2_is_checked_by_one_rule_in_a_plan_and_a_csv(beta2: float, allowed: bool, sweep_csv: Path,
+                                                          tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from scaling.orchestrator.hparam_groups import HparamsPlan
+
+    path = tmp_path / "beta2.csv"
+    d = pd.read_csv(sweep_csv)
+    d.assign(beta2=np.where(np.arange(len(d)) == 4, beta2, 0.95)).to_csv(path, index=False)
+    code, _, err = run_cli("fit", "--csv", str(path), "--law", "kaplan", "--bootstrap", "0")
+    try:
+        HparamsPlan.model_validate({"beta2": [beta2, 0.9]})
+        plan_ok = True
+    except ValidationError as exc:
+        plan_ok = False
+        assert "beta2 must be at least 0 and less than 1" in str(exc)
+    assert plan_ok is allowed
+    if allowed:
+        assert code == 0, err
+    else:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"data row 5, beta2={beta2!r}" in err and "beta2 must be at least 0 and less than 1" in err
