@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
+from scaling.naming import printable_problem
 from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
@@ -381,6 +382,11 @@ def _hparam_points(out: pd.DataFrame, df: pd.DataFrame, picked: dict[str, str | 
             raise FitError(f"{where}column {col!r}, {label(i)}: empty group label (with a group column, every row "
                            "names its group)")
         runs["group"] = [str(v).strip() for v in text]
+        for i, g in enumerate(runs["group"]):  # a label is printed in tables: no newline or terminal escape
+            problem = printable_problem(g)
+            if problem is not None:
+                raise FitError(f"{where}column {col!r}, {label(int(np.flatnonzero(keep)[i]))}: the group label "
+                               f"{problem}")
         sizes = runs.groupby("group").size()
         if (sizes < 2).any():
             g = str(sizes[sizes < 2].index[0])

@@ -367,3 +367,17 @@ def test_beta2_is_checked_by_one_rule_in_a_plan_and_a_csv(beta2: float, allowed:
     else:
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert f"data row 5, beta2={beta2!r}" in err and "beta2 must be at least 0 and less than 1" in err
+
+
+@pytest.mark.parametrize("odd", ["\u202e", "\n", "\x1b[31m"])
+def test_a_group_label_with_a_control_character_is_refused_at_its_row(odd: str, sweep_csv: Path, tmp_path: Path) -> None:
+    """It would reach the terminal in the groups table: a right-to-left override, a split row, a colour."""
+    d = pd.read_csv(sweep_csv)
+    labels = d.groupby(["N", "D"]).ngroup().map(lambda g: f"g{g}").to_numpy(object)
+    labels[labels == labels[3]] = f"ev{odd}il"
+    path = tmp_path / "labels.csv"
+    d.assign(group=labels).to_csv(path, index=False)
+    code, out, err = run_cli("fit", "--csv", str(path), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "column 'group', data row 1: the group label" in err and "contains control characters" in err
+    assert odd not in err.strip()
