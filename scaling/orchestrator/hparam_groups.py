@@ -94,8 +94,21 @@ def _numbers(value: Any, ok: Any, why: str, what: str = "") -> tuple[float, ...]
             raise ValueError(f"{what}item {i} is {item}: {why}")
         if number in out:
             raise ValueError(f"{what}{item} is listed twice")
+        same = next((j for j, earlier in enumerate(out) if _digits(earlier) == _digits(number)), None)
+        if same is not None:
+            raise ValueError(f"{what}items {same} and {i} ({value[same]} and {item}) are equal to {SIGNIFICANT} "
+                             "significant digits: the runs would differ by rounding alone, and print alike")
         out.append(number)
     return tuple(out)
+
+
+#: Values of one swept field must differ within this many significant digits (what `scaling plan` prints).
+SIGNIFICANT = 6
+
+
+def _digits(number: float) -> str:
+    """``number`` to :data:`SIGNIFICANT` significant digits, as text (equal text: indistinguishable values)."""
+    return f"{number:.{SIGNIFICANT}g}"
 
 
 Sweep = Union[tuple[float, ...], Factors]

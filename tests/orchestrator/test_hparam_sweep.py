@@ -8,6 +8,8 @@ budget is a real sweep through Ray."""
 
 from __future__ import annotations
 
+import io
+
 import math
 import sys
 from pathlib import Path
@@ -178,6 +180,37 @@ def test_scaling_plan_shows_the_groups_and_their_cost(capsys: pytest.CaptureFixt
     assert "6 hyperparameter groups" in out and groups[0]["group"] in out
 
 
+def test_a_plan_of_100000_runs_prints_a_summary_with_values_told_apart() -> None:
+    """Every run and group of a plan at the bound, printed whole, is 18 MB of table; the ends are
+    listed, with what lies between counted and spanned, and each lr to 6 significant digits."""
+    from rich.console import Console
+
+    from scaling.orchestrator.hparam_groups import group_rows
+    from scaling.orchestrator.planning import render_groups, render_table
+
+    lrs = [1e-4 * 1.0005 ** i for i in range(20)]  # neighbours 0.05% apart: alike at 3 digits
+    runs = [{"key": f"{i:016x}", "N": 10_000 + i // 20, "shape": "2x16/2h", "D": 1e6 + i, "C": 6e10 + i,
+             "C_own": 6e10 + i, "tokens_per_param": 100.0, "epochs": None, "lr": lrs[i % 20], "batch_tokens": 512,
+             "beta2": 0.95, "strategy": "single", "workers": 1, "memory_gib": 0.1, "est_seconds": 0.0,
+             "hparam_group": f"g{i // 20}"} for i in range(100_000)]
+    summary = {"sweep": "big", "runs": runs, "groups": group_rows(runs), "notes": [],
+               "conventions": {"params": "non_embedding", "flops": "6N"},
+               "precision": {"resolved": "fp32", "reason": "simulated"},
+               "totals": {"runs": len(runs), "C": 6e15, "tokens": 1e11, "max_memory_gib": 0.1,
+                          "est_seconds_serial": 0.0, "concurrent_runs": 2, "est_seconds_wall": 0.0,
+                          "throughput_flops_per_worker": None, "task_eval_flops": 0.0}}
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(render_table(summary))
+    console.print(render_groups(summary))
+    text = console.export_text()
+    assert len(text.splitlines()) < 200
+    words = " ".join(text.split())
+    assert "listed: the first and last 30 of 100,000 runs (N 10,000 to 14,999; D 1e+06 to 1.1e+06; " in words
+    assert "99,940 runs not listed" in words and "4,960 groups not listed" in words
+    assert "0.0001, 0.00010005, 0.0001001 … 0.000100853, 0.000100904, 0.000100954 (20 values)" in text
+    assert "0.000100904" in text and "0.00010005 " in text  # the runs' own lr column, 6 digits
+
+
 def bad(**change: Any) -> str:
     """The small example with one grid block's hparams (or another field) changed."""
     data = yaml.safe_load(SMALL.read_text())
@@ -206,6 +239,8 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("more runs than the plan's bound", bad(hparams={"lr": [1e-5 * (i + 1) for i in range(1000)],
                                                      "beta2": [0.5 + 0.004 * i for i in range(100)]}),
      ["grid", "hparams", "more than 100,000"]),
+    ("learning rates equal to 6 digits", bad(hparams={"lr": [0.01, 0.0100000000001]}),
+     ["grid.0.hparams.lr", "items 0 and 1 (0.01 and 0.0100000000001) are equal to 6 significant digits"]),
     ("a transfer from a sweep the database lacks", bad(rules={"lr": {"fitted": "nowhere"}}),
      ["rules.lr", "'nowhere'"]),
 ]
