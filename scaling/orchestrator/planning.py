@@ -117,11 +117,11 @@ def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
     return min(n, r.max_concurrent) if r.max_concurrent else n
 
 
-def plan_summary(path: str | Path, db: Optional[str] = None) -> dict[str, Any]:
+def plan_summary(path: str | Path, db: Optional[str] = None, refresh_transfer: bool = False) -> dict[str, Any]:
     """The resolved runs of the plan at ``path`` and its totals; raises PlanError/ResourceError.
     ``db``: the database a ``{fitted: SWEEP}`` rule reads its sweep from (``--db``; see :func:`expand`)."""
     plan, source = load_plan(path)
-    expansion = expand(plan, source, db=db)
+    expansion = expand(plan, source, db=db, refresh_transfer=refresh_transfer)
     return summarize(expansion)
 
 

@@ -144,12 +144,13 @@ def run_sweep(
     heartbeat_s: float = 5.0,
     display: Any = None,
     echo: Callable[[str], None] = print,
+    refresh_transfer: bool = False,
 ) -> SweepResult:
     """Train every run of the plan (a `Plan` or a plan file) not completed yet; see the module docstring."""
     from scaling.db import resolve_url
 
     plan, source = (plan, None) if isinstance(plan, Plan) else load_plan(plan)
-    expansion = expand(plan, source, db=db)
+    expansion = expand(plan, source, db=db, refresh_transfer=refresh_transfer)
     url = resolve_url(cli=db, plan=plan.db)
     refuse_in_memory(url)
     if address and is_sqlite(url):
@@ -174,7 +175,7 @@ def run_sweep(
         if address:
             check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
         store = Store(url)
-        register(store, plan, expansion)
+        register(store, plan, expansion, replace_plan=refresh_transfer)
     started_ray = start_ray(address, plan.resources.num_cpus)
 
     def schedule(runs: list[Any]) -> SweepOutcome:
@@ -238,8 +239,9 @@ def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
             raise DatabaseError(problem)
 
 
-def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
-    """Register the sweep (with its plan and conventions) and its runs; returns the new keys."""
+def register(store: Any, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
+    """Register the sweep (with its plan and conventions) and its runs; returns the new keys.
+    ``replace_plan``: the stored plan becomes this one (a transferred law refitted on request)."""
     return Lifecycle(store, plan.name).register(
         [r.spec.record() for r in expansion.runs],
         # the plan's db: URL may hold a password; its vocabulary (a tokenizer's) and rules (a fitted
@@ -249,6 +251,7 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
         one_per_point=True,
+        replace_plan=replace_plan,
     )
 
 

@@ -153,6 +153,38 @@ def test_nothing_is_transferred_from_a_flagged_law(tmp_path: Path) -> None:
         expand(plan, source, db=url)
 
 
+def test_a_transferred_law_is_frozen_when_the_sweep_is_registered_until_refreshed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source sweep gains a budget after the target was registered: a re-run of the target keeps
+    the law it was sized by (and says so); --refresh-transfer refits and records the new one."""
+    from scaling.db import connect
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("SCALING_DB", url)  # the in-process sweep reads the fitted rule's sweep here
+    small = copy(SMALL, tmp_path)
+    train_plan(small, url, tmp_path)
+    top = copy(TOP, tmp_path)
+    plan, source = load_plan(top)
+    first = expand(plan, source, db=url)
+    assert not any("frozen" in n for n in first.notes)
+    train_plan(top, url, tmp_path)  # registered: its plan records the law written out
+    grid = yaml.safe_load(SMALL.read_text())["grid"]
+    grid[0]["compute"] = [3.0e11, 6.0e11, 1.2e12]  # the source sweep gains a budget: its law moves
+    train_plan(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
+
+    again = expand(plan, source, db=url)
+    assert [r.key for r in again.runs] == [r.key for r in first.runs]
+    assert any("rules lr, batch_tokens: the laws transferred from sweep 'sim-hparams' when sweep 'sim-hparams-top' "
+               "was first registered (frozen" in n and "--refresh-transfer" in n for n in again.notes)
+    refreshed = expand(plan, source, db=url, refresh_transfer=True)
+    assert {r.key for r in refreshed.runs}.isdisjoint(r.key for r in first.runs)
+    code, out, err = _cli(["plan", str(top), "--db", url], capsys, monkeypatch)
+    assert code == 0 and "(frozen: lr = " in " ".join(out.split()), err
+    with connect(url) as res:  # nothing refreshed is recorded by a plan
+        kept = res.sweep_info("sim-hparams-top")["plan"]["rules"]
+    assert kept["lr"] == first.runs[0].spec.tags["rule.lr"]
+
+
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["scaling", *argv])
     try:
