@@ -24,7 +24,7 @@ from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.orphans import reap_orphaned_agents
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
-from scaling.orchestrator.signals import uninterrupted
+from scaling.orchestrator.signals import deferred_interrupts, uninterrupted
 from scaling.trainer.rundir import checked_folder, owner_problem
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
@@ -176,7 +176,6 @@ def run_sweep(
             check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
         store = Store(url)
         register(store, plan, expansion, replace_plan=refresh_transfer)
-    started_ray = start_ray(address, plan.resources.num_cpus)
 
     def schedule(runs: list[Any]) -> SweepOutcome:
         return Scheduler(
@@ -198,8 +197,11 @@ def run_sweep(
     def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _terminate)
+    started_ray = False
     try:
+        with deferred_interrupts():  # Ray fully up (and shut down below) or not started: never half-way
+            started_ray = start_ray(address, plan.resources.num_cpus)
+        signal.signal(signal.SIGTERM, _terminate)
         if plan.adaptive is not None:
             from scaling.orchestrator.adaptive import run_adaptive
 
@@ -209,11 +211,11 @@ def run_sweep(
         else:
             outcome = schedule(expansion.runs)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        if started_ray:  # a Ray the caller started stays up for its next sweep
-            import ray
+        with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
+            signal.signal(signal.SIGTERM, previous)
+            if started_ray:  # a Ray the caller started stays up for its next sweep
+                import ray
 
-            with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
                 ray.shutdown()
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
