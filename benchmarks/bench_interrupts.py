@@ -3,7 +3,7 @@
 Run by hand: ``python benchmarks/bench_interrupts.py [--tries 20] [--runs 3000] [--max-delay 10]``.
 Each try starts ``scaling sweep`` on a simulated plan of ``--runs`` runs (10 sizes x runs/10 token
 counts) in a fresh database, in its own process group as a terminal would, sends SIGINT to the
-group after a random delay in [0, --max-delay] s (expansion, registration, Ray's start, the
+group after a random delay in [--min-delay, --max-delay] s (expansion, registration, Ray's start, the
 scheduler and the clean-up all get hit), and records the exit code and whether any run was left
 `running`. Prints the tally; exits 1 when any try ended otherwise than 130 (or 0, finished first).
 """
@@ -45,7 +45,7 @@ grid:
 """
 
 
-def one(folder: Path, delay: float) -> tuple[int, int]:
+def one(folder: Path, delay: float) -> tuple[int, int, str]:
     plan = folder / "plan.yaml"
     db = folder / "results.db"
     proc = subprocess.Popen([SCALING, "sweep", str(plan), "--db", f"sqlite:///{db}", "--no-fit", "--no-report"],
@@ -56,21 +56,24 @@ def one(folder: Path, delay: float) -> tuple[int, int]:
     except ProcessLookupError:
         pass
     try:
-        code = proc.wait(timeout=120)
+        _, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.wait()
+        _, err = proc.communicate()
+    code = proc.returncode
     running = 0
     if db.exists():
         with sqlite3.connect(db) as con:
             running = con.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]
-    return code, running
+    return code, running, err.decode(errors="replace").strip().splitlines()[-1:] and \
+        err.decode(errors="replace").strip().splitlines()[-1] or ""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3000)
+    ap.add_argument("--min-delay", type=float, default=0.0)
     ap.add_argument("--max-delay", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -81,13 +84,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "plan.yaml").write_text(plan_text(folder, args.runs))
-            delay = rng.uniform(0, args.max_delay)
-            code, running = one(folder, delay)
+            delay = rng.uniform(args.min_delay, args.max_delay)
+            code, running, last = one(folder, delay)
         codes[code] += 1
         ok = code in (130, 0) and running == 0
         bad += not ok
         print(f"try {i}: SIGINT after {delay:.2f} s: exit {code}, {running} run(s) left running"
-              + ("" if ok else "  <-- BAD"), flush=True)
+              + ("" if ok else f"  <-- BAD (last line: {last[:200]})"), flush=True)
     print(f"{args.tries} tries: exit codes {dict(codes)}; {bad} bad")
     sys.exit(1 if bad else 0)
 

@@ -71,3 +71,27 @@ grid:
     assert events == ["started", "shut down"]
     assert signal.getsignal(signal.SIGTERM) is sigterm
     assert set(connect(sqlite_url).runs(sweep="starting")["status"]) == {"pending"}
+
+
+def test_ctrl_c_inside_a_models_serializer_stays_an_interrupt() -> None:
+    """pydantic wraps whatever a custom serializer raises (the run spec's data section has one); a
+    Ctrl-C landing there (a real SIGINT) must reach the CLI as KeyboardInterrupt, not a traceback."""
+    from pydantic import model_serializer
+
+    from scaling.schema import StrictModel
+
+    class Section(StrictModel):
+        x: int = 1
+
+        @model_serializer(mode="wrap")
+        def interrupted(self, handler: object) -> object:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            return handler(self)  # type: ignore[operator]
+
+    class Spec(StrictModel):
+        section: Section = Section()
+
+    for dump in (lambda: Spec().model_dump(mode="json"), lambda: Spec().model_dump_json()):
+        with pytest.raises(KeyboardInterrupt):
+            dump()
