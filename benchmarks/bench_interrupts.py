@@ -64,7 +64,10 @@ def one(folder: Path, delay: float) -> tuple[int, int, str]:
     running = 0
     if db.exists():
         with sqlite3.connect(db) as con:
-            running = con.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]
+            try:
+                running = con.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]
+            except sqlite3.OperationalError:  # interrupted before the schema was written: nothing registered
+                running = 0
     return code, running, err.decode(errors="replace").strip().splitlines()[-1:] and \
         err.decode(errors="replace").strip().splitlines()[-1] or ""
 

@@ -95,3 +95,24 @@ def test_ctrl_c_inside_a_models_serializer_stays_an_interrupt() -> None:
     for dump in (lambda: Spec().model_dump(mode="json"), lambda: Spec().model_dump_json()):
         with pytest.raises(KeyboardInterrupt):
             dump()
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130() -> None:
+    """A real SIGINT, sent at a fixed point of the CLI's imports (when its command modules load)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'scaling.cli.sweep_cmds':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from scaling.cli import main\n"
+        "main(['--help'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
