@@ -197,7 +197,10 @@ def next_run_values(data: Any, fit: HparamFit) -> str:
     N = rec.per_law[rec.chosen]["N"]["value"]
     k = float(getattr(laws[rec.chosen], "k_", None) or 6.0)
     D = target / (k * N)
-    h = fit.recommend(N, D, target)
+    try:
+        h = fit.recommend(N, D, target)
+    except UserError as exc:
+        return missing(f"No recommended lr and batch: {exc}.")
     if rec.chosen in rec.unreliable:
         return missing("No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable, "
                        "so no run is recommended to give them for.")
