@@ -20,6 +20,8 @@ from scaling.fmt import num
 #: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
 REASON_CHARS = 110
 REASON_SLACK = 20
+#: The note saying the concrete run's lr or batch fell back on the plan; the run line says it per value.
+_RUN_SOURCE_NOTE = re.compile(r"^(lr|batch|lr and batch) of the concrete run come from ")
 #: Advice that closes some fit notes; "left out" already says it.
 _ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
 
@@ -47,7 +49,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
             lines.append("  (95% intervals" + ("; widened for extrapolating past the largest fitted budget by the "
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
-            lines.append(f"  as a run ({rec.run_source}): {_run(rec.run)}")
+            lines.append(f"  as a run: {run_line(rec.run, rec.run_source, rec.hparams)}")
         lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
         if rec.agreement:
             a = rec.agreement
@@ -63,23 +65,32 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         left_out = re.match(r"(.+?) is left out: (.*)$", note)
         if left_out:
             lines.append(f"left out: {left_out.group(1)}: {short_reason(left_out.group(2))}")
+        elif _RUN_SOURCE_NOTE.search(note):
+            continue  # the run line names where its lr and batch come from (and no run line: no run to speak of)
         elif not note.startswith(("the choice", "no law is reliable")):  # said by the left-out lines above
             lines.append(f"note: {note}")
     return lines
 
 
 def _task_line(task: str, prediction: dict[str, Any]) -> str:
-    """A task's predicted accuracy at the recommended run, by the headline form of step 2 (the full
-    table, every form with its notes: ``scaling recommend``)."""
-    from scaling.fitting.api import interval_text
+    """A task's predicted accuracy at the recommended run by the headline form of step 2, with its
+    95% interval or why it has none (the full table, every form with its notes: ``scaling recommend``)."""
     from scaling.fitting.tasks import FORMS
 
     form = next((f for f in FORMS if f in prediction), None)
     if form is None:
         return f"  {task}: no accuracy predicted"
     iv = prediction[form]
-    why = f" ({iv['note']})" if iv.get("kind") == "unreliable" and iv.get("note") else ""
-    return f"  {task} accuracy predicted: {num(iv['value'])} {interval_text(iv)}{why}"
+    value = iv.get("value")
+    if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # an accuracy outside [0, 1] is no prediction
+        return f"  {task}: no accuracy predicted: the {form} chain gives a value outside [0, 1], not an accuracy"
+    head = f"  {task} accuracy {num(value)}, by the {form} chain"
+    ends = _ends(iv)
+    if ends is not None:
+        return f"{head}: 95% interval [{num(max(ends[0], 0.0))}, {num(min(ends[1], 1.0))}]"
+    if iv.get("kind") == "unreliable":
+        return f"{head}, no interval: {short_reason(iv.get('note') or 'its law is unreliable')}"
+    return f"{head}{_iv(iv).removeprefix(num(value))}"
 
 
 def short_reason(text: str, limit: int = REASON_CHARS) -> str:
@@ -116,14 +127,32 @@ def _iv(iv: dict[str, Any]) -> str:
     return f"{value} (no interval" + (f": {why})" if why else ")")
 
 
-def _run(run: dict[str, Any]) -> str:
+def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any] | None = None) -> str:
+    """The concrete run on one line, each value with where it comes from: the shape from
+    ``run_source`` (the plan's rules or the defaults); lr and batch from the fitted lr* and B* laws
+    where they set them (the run then carries ``lr_interval``/``batch_tokens_interval``), else from
+    ``run_source`` with the reason the laws give none (``hparams``: what they recommended, None for a
+    sweep without hyperparameter groups)."""
+    source = run_source or "the plan"
     shape = run.get("shape") or {}
-    parts = [", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)]
-    parts.append(f"N = {num(run.get('n_params'))}")
-    if run.get("lr") is not None:
-        parts.append(f"lr {num(run['lr'])}")
-    if run.get("batch_tokens") is not None:
-        parts.append(f"batch {num(run['batch_tokens'])} tokens")
+    dims = ", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)
+    parts = [f"{dims} (shape from {source})" if dims else "", f"N = {num(run.get('n_params'))}"]
+    for q, key, law, unit in (("lr", "lr", "lr*", ""), ("batch", "batch_tokens", "B*", " tokens")):
+        if run.get(key) is None:
+            continue
+        value = f"{q} {num(run[key])}{unit}"
+        bounds = run.get(f"{key}_interval")
+        if bounds is not None:
+            lo, hi = (float(b) for b in bounds)
+            span = f" [{num(lo)}, {num(hi)}]" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
+            parts.append(f"{value}{span} (from the fitted {law} law)")
+            continue
+        if hparams is None:  # no hyperparameter groups, so no lr* or B* law
+            reason = ": the sweep has no hyperparameter groups to fit it from"
+        else:
+            why = hparams.get(f"{q}_why")
+            reason = f": the {law} law gives none ({short_reason(why, 60)})" if why else ""
+        parts.append(f"{value} (from {source}{reason})")
     if run.get("memory_gib") is not None:
         parts.append(f"{num(run['memory_gib'])} GiB per worker")
     if run.get("strategy"):

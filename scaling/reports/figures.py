@@ -549,17 +549,30 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
 
 
 # -- run health ----------------------------------------------------------------------------------
+#: The events the run-health figure draws: what went wrong or was recovered from. Ordinary events
+#: (the corpus a run read, a simulated run's law, a branch start, an adaptive decision) are not drawn.
+PROBLEM_EVENTS = frozenset({names.LOSS_SPIKE, names.ROLLBACK, names.RETRY, names.RESUME, names.FAILURE,
+                            names.STALE_RECOVERED, names.OVERFLOW_SKIP, names.INTERRUPTED,
+                            names.CHECKPOINT_CORRUPT, names.TRUNK_RETRAIN})
+
+#: What the run-health figure says when no run recorded a problem event.
+NO_PROBLEMS = "No spikes, rollbacks or retries: no run recorded a problem event."
+
+
 def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss spikes, rollbacks and retries") -> go.Figure:
-    """Every event of every run: step on x, run on y, one marker symbol per kind."""
+    """Every problem event (:data:`PROBLEM_EVENTS`) of every run: step on x, run on y, one marker symbol per kind."""
     runs = _runs(runs)
+    if events is not None and not events.empty:
+        events = events[events["kind"].isin(PROBLEM_EVENTS)]
     if events is None or events.empty:
-        return empty_figure(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
+        return empty_figure(title, NO_PROBLEMS)
     r = runs.set_index("run_key")
     labels = {k: run_label(row) + f" [{escape(k)}]" for k, row in r.iterrows()}
     symbols = {
         names.LOSS_SPIKE: "triangle-up", names.ROLLBACK: "triangle-down", names.RETRY: "square",
         names.RESUME: "circle", names.FAILURE: "x", names.STALE_RECOVERED: "diamond",
-        names.OVERFLOW_SKIP: "cross", names.INTERRUPTED: "hexagon",
+        names.OVERFLOW_SKIP: "cross", names.INTERRUPTED: "hexagon", names.CHECKPOINT_CORRUPT: "star",
+        names.TRUNK_RETRAIN: "triangle-right",
     }
     fig = go.Figure()
     for kind, g in events.groupby("kind", sort=True):
@@ -611,5 +624,9 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
 
 
 def _short(detail: Any, limit: int = 160) -> str:
-    text = detail if isinstance(detail, str) else ("" if detail is None else str(detail))
+    """An event's detail on one line: a mapping as "key value, ..." (never a Python dict's repr)."""
+    if isinstance(detail, dict):
+        text = ", ".join(f"{k} {num(v, 4) if isinstance(v, float) else v}" for k, v in detail.items())
+    else:
+        text = detail if isinstance(detail, str) else ("" if detail is None else str(detail))
     return text if len(text) <= limit else text[: limit - 1] + "…"
