@@ -320,18 +320,25 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
 
 
 # -- frontiers -----------------------------------------------------------------------------------
+#: The colour of a law its fit notes flag: drawn, but not beside the chosen one as its equal.
+UNRELIABLE_COLOR = "#b0b0b0"
+
+
 def frontiers(
     fits: dict[str, Any],
     *,
     runs: pd.DataFrame | None = None,
     target: float | None = None,
     title: str = "Compute-optimal frontiers",
+    unreliable: Iterable[str] = (),
 ) -> go.Figure:
     """N_opt and D_opt against C for every fitted method, with 95% bands, points and D = 20N.
 
     ``fits`` maps method names to fitted laws (or their stored dicts); ``target`` is the budget
-    of the recommended next run, marked with a star on every method's line.
+    of the recommended next run, marked with a star on every method's line. The methods in
+    ``unreliable`` (flagged by their fit notes) are drawn thin, grey and dotted, without a band.
     """
+    unreliable = set(unreliable)
     runs = _runs(runs) if runs is not None else None
     views = [v for v in (fitview.frontier(m, law) for m, law in fits.items()) if v is not None]
     if not views:
@@ -340,10 +347,12 @@ def frontiers(
     grid = np.logspace(math.log10(lo_c), math.log10(hi_c), 60)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("N_opt(C)", "D_opt(C)"), horizontal_spacing=0.1)
     for v in views:
-        color = METHOD_COLORS.get(v.kind, "#9467bd")
+        flagged = v.method in unreliable or v.kind in unreliable
+        color = UNRELIABLE_COLOR if flagged else METHOD_COLORS.get(v.kind, "#9467bd")
+        name = escape(v.label) + (" (unreliable)" if flagged else "")
         curve = v.curve(grid)
         for col, key in ((1, "N"), (2, "D")):
-            band = v.band(grid, key)
+            band = None if flagged else v.band(grid, key)
             if band is not None:
                 lo, hi = band
                 fig.add_trace(
@@ -356,8 +365,8 @@ def frontiers(
                 )
             fig.add_trace(
                 go.Scatter(
-                    x=grid, y=curve[key], mode="lines", name=escape(v.label), legendgroup=v.method,
-                    showlegend=col == 1, line=dict(color=color, width=2),
+                    x=grid, y=curve[key], mode="lines", name=name, legendgroup=v.method,
+                    showlegend=col == 1, line=dict(color=color, width=1, dash="dot") if flagged else dict(color=color, width=2),
                     hovertemplate=f"{escape(v.label)}<br>C %{{x:.3g}}: {key}_opt %{{y:.3g}}<extra></extra>",
                 ),
                 row=1, col=col,
@@ -376,7 +385,8 @@ def frontiers(
                 fig.add_trace(
                     go.Scatter(
                         x=[target], y=at[key], mode="markers", legendgroup=v.method, showlegend=False,
-                        marker=dict(symbol="star", size=14, color=color, line=dict(color="black", width=1)),
+                        marker=dict(symbol="star", size=9 if flagged else 14, color=color,
+                                    line=dict(color="black", width=0 if flagged else 1)),
                         hovertemplate=f"{escape(v.label)} at the recommended budget: {key} %{{y:.3g}}<extra></extra>",
                     ),
                     row=1, col=col,
