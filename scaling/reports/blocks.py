@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,6 +59,11 @@ class Page:
 def section(sid: str, title: str, inner: str) -> str:
     """A titled ``<section>``; ``inner`` is already HTML."""
     return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
+
+
+def prose(text: Any) -> str:
+    """User-facing text as HTML: escaped, with its `backticked` commands set as code (not raw Markdown)."""
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", e(text))
 
 
 def missing(text: str) -> str:

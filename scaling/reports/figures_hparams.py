@@ -239,11 +239,11 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
         answer(none, none)
         return missing("No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable, "
                        "so no run is recommended to give them for.")
-    page_values = [interval(h[q]) if h[q] is not None and h[q].get("kind") != "unreliable" else
-                   f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q in ("lr", "batch")]
+    page_values = [interval(h[q], fmt=fmt) if h[q] is not None and h[q].get("kind") != "unreliable" else
+                   f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
     answer(*page_values, title=f"lr: {h['lr_why']}; batch: {h['batch_why']}")
-    return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {num(N, 3)}, '
-            f"D = {num(D, 3)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
+    return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {size(N)}, '
+            f"D = {size(D)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
             f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")
 
 

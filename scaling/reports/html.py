@@ -31,7 +31,7 @@ from scaling.fmt import size
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
-from scaling.reports.blocks import Answer, Page, interval, kv, missing, section
+from scaling.reports.blocks import Answer, Page, interval, kv, missing, prose, section
 from scaling.reports.data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
@@ -222,7 +222,7 @@ def _limits(data: ReportData) -> str:
     notes = limit_notes(data)
     if not notes:
         return ""
-    items = "".join(f'<li tabindex="0" title="{e(n)}">{e(n)}</li>' for n in notes)
+    items = "".join(f'<li tabindex="0" title="{e(n.replace("`", ""))}">{prose(n)}</li>' for n in notes)
     return f'<div class="notes limits" id="notes"><strong>{e(LIMITS_TITLE)}</strong><ul>{items}</ul></div>'
 
 
@@ -493,11 +493,11 @@ def _exponents(data: ReportData) -> str:
         except Exception:
             continue
         ivs = {k: v for k, v in ivs.items() if isinstance(v, dict)}
-        if ivs and all(v.get("kind") == "unreliable" for v in ivs.values()):  # said once for the law
-            cells = (", ".join(f"{e(k)} = {_num(v.get('value'), 4)}" for k, v in ivs.items())
-                     + ' <span class="ci">(no intervals: law unreliable)</span>')
-        else:
-            cells = ", ".join(f"{e(k)} = {interval(v, 4)}" for k, v in ivs.items())
+        unreliable = any(v.get("kind") == "unreliable" for v in ivs.values())  # said once for the law, not per parameter
+        cells = ", ".join(f"{e(k)} = {_num(v.get('value'), 4) if v.get('kind') == 'unreliable' else interval(v, 4)}"
+                          for k, v in ivs.items())
+        if unreliable:
+            cells += ' <span class="ci">(no intervals: law unreliable)</span>'
         rows.append(f"<tr><td>{e(fitview.label_of(method, law))}</td><td>{cells}</td></tr>")
     if not rows:
         return ""

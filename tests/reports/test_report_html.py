@@ -136,6 +136,11 @@ def test_fit_modes(sweeps, tmp_path: Path) -> None:
         write_report(url, "typical", tmp_path / "x.html", fit="memory", store_fits=True)
 
 
+def _headline(text: str) -> str:
+    """The answer block of a report's HTML: from the headline to the table of laws."""
+    return re.search(r'<div class="headline">(.*?)<table id="recommendations">', text, re.S).group(1)
+
+
 def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
     from scaling.reports.data import ReportData
     from scaling.reports.fitview import LABELS
@@ -146,15 +151,15 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     rec = recommend_for(data, next_budget(data))
     assert rec is not None and rec.chosen is not None
     assert rec.chosen not in rec.unreliable and not data.fits[rec.chosen].doubts()
-    headline = re.search(r'<div class="headline">(.*?)</div>', render(data), re.S).group(1)
+    headline = _headline(render(data))
     assert LABELS[rec.chosen] in headline and "Why this law" in headline and "narrowest 95% interval" in headline
     # The same law, once its notes say the data cannot pin it down, is no longer followed.
     first = rec.chosen
     data.fits[first].notes_.append("unreliable: the data do not determine A (its 95% bootstrap interval spans 9 orders)")
     text = render(data)
-    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    headline = _headline(text)
     assert LABELS[first] not in headline
-    row = re.search(rf"<tr><td>{re.escape(LABELS[first])}</td>.*?</tr>", text, re.S).group(0)
+    row = re.search(rf'<tr class="unreliable"><td>{re.escape(LABELS[first])}</td>.*?</tr>', text, re.S).group(0)
     assert "left out: unreliable" in row and 'class="ci"' not in row  # no interval for an unreliable law
     # its reason, in the notes under the answer
     notes = re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
@@ -171,9 +176,10 @@ def test_no_reliable_law_recommends_nothing(sweeps) -> None:
     for law in data.fits.values():
         law.notes_.append("unreliable: the data do not determine E (its 95% bootstrap interval spans 8 orders)")
     text = render(data)
-    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    headline = _headline(text)
     assert "nothing is recommended" in headline and "without intervals" in headline
-    assert 'class="ci"' not in headline and "Recommended by" not in headline
+    assert not re.search(r"\[[^\]]*,[^\]]*\]", headline) and "recommended by" not in headline  # no interval
+    assert "no interval: no law is reliable" in headline
     table = re.search(r'<table id="recommendations">(.*?)</table>', text, re.S).group(1)
     assert 'class="ci"' not in table and table.count("left out: unreliable") == len(data.fits)
 
@@ -192,7 +198,7 @@ def test_the_answer_comes_first(sweeps) -> None:
                                             'id="notes"', 'id="sweep-facts"', '<section id="runs">')]
     assert order == sorted(order), order
     assert text.count('id="notes"') == 1 and "a note about the data" in text
-    assert "Recommended by " in re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    assert "recommended by " in _headline(text)
 
 
 
