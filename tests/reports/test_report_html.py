@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 import report_synth as S
 from report_synth import HOSTILE, HOSTILE_TAG
+from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError
 from scaling.reports import write_report
 from scaling.reports.blocks import script_json
@@ -216,3 +218,70 @@ def test_a_report_stores_fits_only_when_asked(tmp_path: Path) -> None:
     assert len(stored) >= 2 and stored["law"].notna().all()
     write_report(url, "own", tmp_path / "again.html", store_fits=True)  # same data: the stored fits are reused
     assert len(connect(url).fits(sweep="own")) == len(stored)
+
+
+def _cells(text: str) -> dict[str, str]:
+    """The first screen's numbers: label -> value, as text."""
+    grid = re.search(r'<dl class="answer-grid" id="answer">(.*?)</dl>', text, re.S).group(1)
+    return {html.unescape(re.sub(r"<[^>]+>", "", label)): html.unescape(re.sub(r"<[^>]+>", "", value))
+            for label, value in re.findall(r"<dt>(.*?)</dt><dd[^>]*>(.*?)</dd>", grid, re.S)}
+
+
+def test_the_first_screen_answers_every_question_with_an_interval_or_why_none(answer_report) -> None:
+    """A sweep with hyperparameter groups and a task: the answer block holds N*, D*, the loss with its unit,
+    lr, batch and the task's accuracy, each with its 95% interval or why none, each linked to its section;
+    the navigation bar links the Hyperparameters and Downstream sections."""
+    from report_synth import ANSWER_TASK
+
+    _, path = answer_report
+    text = path.read_text()
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+    assert '<a href="#hparams">Hyperparameters</a>' in nav and '<a href="#tasks">Downstream tasks</a>' in nav
+    cells = _cells(text)
+    assert list(cells)[:3] == ["N* (parameters)", "D* (tokens)", "predicted loss (nats per token)"], cells
+    assert {"learning rate", "batch (tokens)", f"{ANSWER_TASK} accuracy"} <= set(cells), cells
+    for label, value in cells.items():
+        assert re.search(r"\[[^\]]+, [^\]]+\]", value) or "no interval" in value or "none: " in value, (label, value)
+    for label in ("N* (parameters)", "D* (tokens)", "learning rate", "batch (tokens)"):
+        assert "[" in cells[label], (label, cells[label])  # this sweep determines them
+    assert re.match(r"\d[\d.]*[KMBT] \[", cells["N* (parameters)"]) and "e+" not in cells["D* (tokens)"]
+    accuracy = cells[f"{ANSWER_TASK} accuracy"]
+    assert all(0 <= float(x) <= 1 for x in re.findall(r"\d+\.\d+|\d+", accuracy.split("(")[0])), accuracy
+    grid = re.search(r'<dl class="answer-grid" id="answer">(.*?)</dl>', text, re.S).group(1)
+    assert {'href="#hparams"', 'href="#tasks"', 'href="#frontiers"'} <= set(re.findall(r'href="#\w+"', grid))
+    # the sweep's facts: created in UTC to the second; the task section shows commands as code, each note once
+    created = re.search(r"<th>created</th><td>(.*?)</td>", text).group(1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", created), created
+    tasks = re.search(r'<section id="tasks">(.*?)</section>', text, re.S).group(1)
+    assert "`" not in tasks and "<code>scaling fit</code>" in tasks
+    notes = re.findall(r"<li>(.*?)</li>", tasks)
+    assert notes and len(notes) == len(set(notes)), notes
+    assert "`" not in re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
+
+
+def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) -> None:
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    data.runs["spec"] = [{**(s or {}), "simulate": {"law": {"E": 2.5}}} for s in data.runs["spec"].map(as_dict)]
+    text = render(data)
+    hardware = re.search(r"<th>hardware</th><td>(.*?)</td>", text).group(1)
+    assert "simulated" in hardware and "device" not in hardware and "precision" not in hardware
+    assert "fig-throughput" not in _figure_data(text) and "No throughput: every run is simulated" in text
+    events = _figure_data(text)["fig-events"]
+    assert all(t["name"] in ("loss_spike", "rollback", "retry") for t in events["data"] if t.get("x"))
+
+
+def test_an_unreliable_law_says_so_once_in_the_parameters_table(sweeps) -> None:
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    for law in data.fits.values():
+        law.notes_.append("unreliable: the data do not determine E (its 95% bootstrap interval spans 8 orders)")
+    table = re.search(r'<table id="parameters">(.*?)</table>', render(data), re.S).group(1)
+    rows = re.findall(r"<tr><td>.*?</tr>", table, re.S)
+    assert rows and all(row.count("law unreliable") == 1 for row in rows), rows
