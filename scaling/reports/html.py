@@ -345,7 +345,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
-        extra.append(f"Across the reliable laws N* lies in [{_num(rec.across_laws['lo'])}, {_num(rec.across_laws['hi'])}]: "
+        extra.append(f"Across the reliable laws N* lies in [{size(rec.across_laws['lo'])}, {size(rec.across_laws['hi'])}]: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
