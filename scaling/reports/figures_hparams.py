@@ -71,9 +71,9 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
         mean = sub.groupby(["batch", "lr"], sort=True)["loss"].mean().reset_index()
         for b, curve in mean.groupby("batch"):
             traces.append(go.Scatter(
-                x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {num(b, 3)}",
+                x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {size(b)}",
                 legendgroup=f"b{b}", showlegend=float(b) not in shown, line=dict(color=colors.get(float(b))),
-                hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
+                hovertemplate=f"batch {size(b)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
             where.append(cell)
             shown.add(float(b))
         if g.near.get("n"):  # the near-optimal settings, ringed (DeepSeek LLM draw the region so)
