@@ -285,3 +285,23 @@ def test_an_unreliable_law_says_so_once_in_the_parameters_table(sweeps) -> None:
     table = re.search(r'<table id="parameters">(.*?)</table>', render(data), re.S).group(1)
     rows = re.findall(r"<tr><td>.*?</tr>", table, re.S)
     assert rows and all(row.count("law unreliable") == 1 for row in rows), rows
+
+
+def test_the_first_screen_never_shows_an_accuracy_outside_0_1(answer_report) -> None:
+    """A chain whose prediction (or an end of its interval) leaves [0, 1] is passed over, and with no other
+    chain the first screen says why there is no accuracy instead of printing one."""
+    from report_synth import ANSWER_TASK
+    from scaling.fitting.tasks import fit_tasks, tasks_from_db
+    from scaling.reports.figures_tasks import headline_accuracy
+
+    url, _ = answer_report
+    law = fit_tasks(tasks_from_db(url, "answer"), n_bootstrap=10, grid="coarse").laws[ANSWER_TASK]
+    p = law.predict_interval(2e9, 4e10)
+    forms = [f for f in p if f in law.curves]
+    assert forms
+    shown = headline_accuracy(law, p)
+    assert "[" in shown or "no interval" in shown, shown
+    over = {**p, **{f: {**p[f], "value": 1.05, "lo": 0.98, "hi": 1.21} for f in forms}}
+    text = headline_accuracy(law, over)
+    assert "1.05" not in text and "1.21" not in text and "none: no chain predicts an accuracy within [0, 1]" in text
+    assert "none: no reliable law recommends a run" in headline_accuracy(law, None)
