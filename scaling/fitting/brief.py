@@ -14,16 +14,11 @@ from typing import Any
 
 from scaling.fitting.api import SHORT
 from scaling.fitting.recommend import Recommendation
+from scaling.fitting.wording import run_line, short_reason
 from scaling.fmt import num
 
-#: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
-#: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
-REASON_CHARS = 110
-REASON_SLACK = 20
 #: The note saying the concrete run's lr or batch fell back on the plan; the run line says it per value.
 _RUN_SOURCE_NOTE = re.compile(r"^(lr|batch|lr and batch) of the concrete run come from ")
-#: Advice that closes some fit notes; "left out" already says it.
-_ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
 
 
 def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
@@ -93,16 +88,6 @@ def _task_line(task: str, prediction: dict[str, Any]) -> str:
     return f"{head}{_iv(iv).removeprefix(num(value))}"
 
 
-def short_reason(text: str, limit: int = REASON_CHARS) -> str:
-    """A fit note on one line: no "unreliable:" prefix, no closing advice, cut at a word near ``limit``."""
-    text = " ".join(str(text).split()).removeprefix("unreliable: ")
-    text = _ADVICE.sub("", text)
-    if len(text) <= limit + REASON_SLACK:
-        return text
-    cut = text.rfind(" ", 0, limit)
-    return text[: cut if cut > limit // 2 else limit].rstrip(" ,;:(") + " …"
-
-
 def _name(kind: str) -> str:
     return SHORT.get(kind, kind)
 
@@ -125,36 +110,3 @@ def _iv(iv: dict[str, Any]) -> str:
     why = {"pinned": f"pinned: {iv.get('pinned')}", "biased": "bootstrap biased",
            "no spread": "replicates do not vary", "unreliable": "law unreliable"}.get(iv.get("kind") or "", "")
     return f"{value} (no interval" + (f": {why})" if why else ")")
-
-
-def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any] | None = None) -> str:
-    """The concrete run on one line, each value with where it comes from: the shape from
-    ``run_source`` (the plan's rules or the defaults); lr and batch from the fitted lr* and B* laws
-    where they set them (the run then carries ``lr_interval``/``batch_tokens_interval``), else from
-    ``run_source`` with the reason the laws give none (``hparams``: what they recommended, None for a
-    sweep without hyperparameter groups)."""
-    source = run_source or "the plan"
-    shape = run.get("shape") or {}
-    dims = ", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)
-    parts = [f"{dims} (shape from {source})" if dims else "", f"N = {num(run.get('n_params'))}"]
-    for q, key, law, unit in (("lr", "lr", "lr*", ""), ("batch", "batch_tokens", "B*", " tokens")):
-        if run.get(key) is None:
-            continue
-        value = f"{q} {num(run[key])}{unit}"
-        bounds = run.get(f"{key}_interval")
-        if bounds is not None:
-            lo, hi = (float(b) for b in bounds)
-            span = f" [{num(lo)}, {num(hi)}]" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
-            parts.append(f"{value}{span} (from the fitted {law} law)")
-            continue
-        if hparams is None:  # no hyperparameter groups, so no lr* or B* law
-            reason = ": the sweep has no hyperparameter groups to fit it from"
-        else:
-            why = hparams.get(f"{q}_why")
-            reason = f": the {law} law gives none ({short_reason(why, 60)})" if why else ""
-        parts.append(f"{value} (from {source}{reason})")
-    if run.get("memory_gib") is not None:
-        parts.append(f"{num(run['memory_gib'])} GiB per worker")
-    if run.get("strategy"):
-        parts.append(f"strategy {run['strategy']}")
-    return ", ".join(p for p in parts if p)

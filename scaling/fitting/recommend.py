@@ -112,7 +112,7 @@ class Recommendation:
             con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {_num(c['N'])}, "
                       f"D* = {_num(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
-            from scaling.fitting.brief import run_line
+            from scaling.fitting.wording import run_line
 
             con.print(f"concrete run: {run_line(self.run, self.run_source, self.hparams)}")
         if self.next_runs:
