@@ -39,6 +39,7 @@ def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any
     shape = run.get("shape") or {}
     dims = ", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)
     parts = [f"{dims} (shape from {source})" if dims else "", f"N = {num(run.get('n_params'))}"]
+    fallback: list[tuple[str, str]] = []  # (value, why the laws give none): from run_source
     for q, key, law, unit in (("lr", "lr", "lr*", ""), ("batch", "batch_tokens", "B*", " tokens")):
         if run.get(key) is None:
             continue
@@ -48,13 +49,16 @@ def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any
             lo, hi = (float(b) for b in bounds)
             span = f" [{num(lo)}, {num(hi)}]" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
             parts.append(f"{value}{span} (from the fitted {law} law)")
-            continue
-        if hparams is None:  # no hyperparameter groups, so no lr* or B* law
-            reason = ": the sweep has no hyperparameter groups to fit it from"
+        elif hparams is None:  # no hyperparameter groups, so no lr* or B* law
+            fallback.append((value, "the sweep has no hyperparameter groups to fit {it} from"))
         else:
             why = hparams.get(f"{q}_why")
-            reason = f": the {law} law gives none ({short_reason(why, 60)})" if why else ""
-        parts.append(f"{value} (from {source}{reason})")
+            fallback.append((value, f"the {law} law gives none ({short_reason(why, 60)})" if why else ""))
+    if len(fallback) == 2 and fallback[0][1] == fallback[1][1]:  # one reason for both: said once
+        why = fallback[0][1].format(it="them")
+        parts.append(f"{fallback[0][0]}, {fallback[1][0]} (both from {source}" + (f": {why})" if why else ")"))
+    else:
+        parts += [f"{value} (from {source}" + (f": {why.format(it='it')})" if why else ")") for value, why in fallback]
     if run.get("memory_gib") is not None:
         parts.append(f"{num(run['memory_gib'])} GiB per worker")
     if run.get("strategy"):

@@ -48,8 +48,8 @@ def test_the_recommendation_comes_first_and_each_left_out_law_gets_one_line() ->
     assert lines[1] == "  N* = 2.55e+04 [1.28e+04, 5.1e+04], D* = 1.96e+06 [9.8e+05, 3.92e+06] tokens, loss 3.76 [3.38, 4.14]"
     assert "widened" in lines[2]  # the chosen law's intervals carry its extrapolation error: said so
     assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 2.55e+04")
-    assert "lr 0.03 (from the plan's rules: the sweep has no hyperparameter groups to fit it from)" in lines[3]
-    assert "batch 256 tokens (from the plan's rules: the sweep has no hyperparameter groups" in lines[3]
+    assert ("lr 0.03, batch 256 tokens (both from the plan's rules: the sweep has no hyperparameter groups to fit them "
+            "from)") in lines[3]
     assert lines[4].startswith("  why this law: the narrowest 95% interval on N*")  # its name is not repeated
     assert "agree on N* within a factor 1.16" in lines[5] and "[8.93e+03, 5.35e+04]" in lines[5]
     left = [line for line in lines if line.startswith("left out: ")]

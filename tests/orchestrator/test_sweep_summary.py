@@ -49,7 +49,7 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     assert any(line.startswith("  next_line accuracy ") and "by the sigmoid chain" in line for line in end[1:first_left])
     # the example sweeps no hyperparameters: the run line says where its lr and batch come from, and why
     run = next(line for line in end[1:first_left] if line.startswith("  as a run: "))
-    assert "(shape from the plan's rules)" in run and "(from the plan's rules: the sweep has no hyperparameter groups" in run
+    assert "(shape from the plan's rules)" in run and "(both from the plan's rules: the sweep has no hyperparameter groups" in run
     tail = end[first_left + len(left):]
     assert tail[0].startswith("every law's parameters, intervals and notes: scaling fit --db ")
     assert tail[1].startswith("every law at this budget, and the runs worth adding: scaling recommend --db ")
