@@ -10,7 +10,6 @@ evaluation and each fitted form. A form flagged unreliable draws its curve but n
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Callable
 
 import numpy as np
@@ -20,7 +19,7 @@ from scaling.errors import UserError
 from scaling.fitting.tasks import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
-from scaling.reports.blocks import interval, missing, section
+from scaling.reports.blocks import interval, missing, prose, section
 from scaling.reports.data import REPORT_BOOTSTRAP
 from scaling.reports.figures import with_alpha
 
@@ -168,7 +167,7 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
              + "</tbody></table>")
     intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
              "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
-             f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {_code(e(how))}</p>")
+             f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {prose(how)}</p>")
     if chosen is None:
         intro += missing("No prediction at the next budget: no reliable law recommends a run.")
     # step 1's doubts are each form's: listed once per task
@@ -198,11 +197,6 @@ def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -
         return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed, grid="coarse"), how)
 
     return build
-
-
-def _code(text: str) -> str:
-    """Escaped text with its `backticked` commands set as code."""
-    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", text)
 
 
 def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:
