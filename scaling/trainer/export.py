@@ -321,6 +321,10 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     key = row["run_key"]
     folder = run_folder(row, run_dir)
     path, step = newest_checkpoint(folder, key)
+    model_fields = (row.get("spec") or {}).get("model")
+    family = model_fields.get("family", "gpt2") if isinstance(model_fields, dict) else "gpt2"
+    if family != "gpt2":
+        raise UserError(f"run {key} is a {family} model: the export writes GPT-2 folders only")
     shape = Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
                   int(row["context"]))
     tok, tokenizer = hf_tokenizer(row)
