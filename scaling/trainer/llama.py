@@ -18,7 +18,10 @@ is given, so the same code runs on one process and on a tensor rank.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -43,8 +46,28 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos + rotated * sin).to(x.dtype)
 
 
+class SumGradOver(torch.autograd.Function):
+    """Identity forward; the gradient summed over ``group`` in backward (Megatron's "copy to the
+    tensor-parallel region"). The qk-norm weights are replicated on every tensor rank but each
+    rank normalizes only its own heads, so each holds part of their gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
 class Attention(nn.Module):
-    """Causal self-attention with RoPE and grouped-query heads; separate q, k, v and o matrices."""
+    """Causal self-attention with RoPE and grouped-query heads; separate q, k, v and o matrices.
+
+    ``tp_group`` is the tensor-parallel group once the block is split (set by
+    ``scaling.trainer.tensor_parallel``), over which the qk-norm weights' gradients are summed."""
 
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
@@ -57,6 +80,13 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.tp_group: Any = None
+
+    def head_norm(self, norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        weight = norm.weight
+        if self.tp_group is not None:
+            weight = SumGradOver.apply(weight, self.tp_group)
+        return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -65,7 +95,7 @@ class Attention(nn.Module):
         k = self.k(x).view(b, t, -1, hs)
         v = self.v(x).view(b, t, -1, hs)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.head_norm(self.q_norm, q), self.head_norm(self.k_norm, k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         cos, sin = rope_angles(t, hs, self.theta, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

@@ -127,7 +127,7 @@ class Pipeline:
     _weight: float = field(default=1.0, init=False)
     _logit_scale: float = field(default=1.0, init=False)
     _rows: Optional[list[torch.Tensor]] = field(default=None, init=False)  # per-row losses while scoring
-    _z_sum: Optional[torch.Tensor] = field(default=None, init=False)  # the z-loss while a step trains
+    _z_calls: Optional[list[torch.Tensor]] = field(default=None, init=False)  # each loss call's z-loss while a step trains
     #: This rank's part of the last step's mean z-loss (zero without a z-loss or off the last stage).
     z_part: Optional[torch.Tensor] = field(default=None, init=False)
 
@@ -177,9 +177,9 @@ class Pipeline:
             return per.sum()
         total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum", ignore_index=IGNORE)
         coefficient = self.spec.model.z_loss
-        if coefficient and self._z_sum is not None:  # training: the z-loss joins the gradient, not the loss
+        if coefficient and self._z_calls is not None:  # training: the z-loss joins the gradient, not the loss
             z = coefficient * torch.logsumexp(logits, dim=-1).pow(2).sum()
-            self._z_sum = self._z_sum + z.detach() * self._weight
+            self._z_calls.append(z.detach() * self._weight)
             total = total + z
         return total * self._weight
 
@@ -200,11 +200,15 @@ class Pipeline:
         self._weight = self.dp / (spec.sequences_per_batch * spec.model.context)
         self._logit_scale = logit_scale
         losses: list[torch.Tensor] = []
-        self._z_sum = torch.zeros((), device=self.rt.device)
+        self._z_calls = []
         try:
             self._run(x, y, losses, train=True)
+            # The schedule's first step also calls the loss once on placeholder outputs to infer the
+            # backward's shapes; only the last len(losses) calls are the micro-batches'.
+            counted = self._z_calls[len(self._z_calls) - len(losses):] if losses else []
+            self.z_part = torch.stack(counted).sum() / self.dp if counted else torch.zeros((), device=self.rt.device)
         finally:
-            self.z_part, self._z_sum = self._z_sum / self.dp, None
+            self._z_calls = None
         self._sync_tied_grad()
         if not losses:
             return torch.zeros((), device=self.rt.device)

@@ -17,17 +17,12 @@ if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torc
     from torch import nn
 
 
-def block_plan(family: str = "gpt2", qk_norm: bool = False) -> dict[str, Any]:
-    """The parallel style of each layer of one block of ``family`` split over the tensor ranks, by
-    its name inside the block.
-
-    With ``qk_norm`` the query and key norms see only the local heads: their weights become
-    replicated DTensors whose input is sharded over the heads (dim 2 of (B, T, h, hs)), so the
-    partial gradients of the ranks' heads are summed as the weight is used by all of them."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+def block_plan(family: str = "gpt2") -> dict[str, Any]:
+    """The parallel style of each linear layer of one block of ``family``, by its name inside the block."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     if family == "llama":
-        plan: dict[str, Any] = {
+        return {
             "attn.q": ColwiseParallel(),
             "attn.k": ColwiseParallel(),
             "attn.v": ColwiseParallel(),
@@ -36,10 +31,6 @@ def block_plan(family: str = "gpt2", qk_norm: bool = False) -> dict[str, Any]:
             "mlp.up": ColwiseParallel(),
             "mlp.down": RowwiseParallel(),
         }
-        if qk_norm:
-            plan["attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
-            plan["attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
-        return plan
     return {
         "attn.qkv": ColwiseParallel(),
         "attn.proj": RowwiseParallel(),
@@ -73,8 +64,11 @@ def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Mod
         problem = shape_problem(cfg, tp, 1)
         if problem:
             raise SpecError(f"execution: {problem}")
-    plan = block_plan(cfg.family, cfg.qk_norm) if cfg is not None else block_plan()
+    plan = block_plan(cfg.family if cfg is not None else "gpt2")
     for block in blocks:
         parallelize_module(block, tp_mesh, plan)
+        for module in block.modules():  # layers that sum a replicated weight's gradient over the heads' ranks
+            if hasattr(module, "tp_group"):
+                module.tp_group = tp_mesh.get_group()
         for name in {style.split(".")[0] for style in plan}:  # attn, mlp
             block.get_submodule(name).register_forward_pre_hook(_compute_dtype_input)
