@@ -103,8 +103,9 @@ class FamilySpec(_Frozen):
             out.pop(name, None)
         if shape is not None:
             out.update(shape.family_fields())
-        elif self.family != "gpt2":  # a plan's model section: no shape yet, its set fields as given
-            out.update(self.model_dump(include=set(self.family_kwargs()), exclude_defaults=True), family=self.family)
+        elif self.family != "gpt2":  # a plan's model section: no shape yet, the fields set off their defaults
+            fields = type(self).model_fields
+            out.update({name: value for name, value in self.family_kwargs().items() if value != fields[name].default})
         if self.z_loss:
             out["z_loss"] = self.z_loss
         return out

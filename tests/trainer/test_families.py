@@ -134,3 +134,21 @@ def test_scaling_plan_prints_the_published_llama_counts(vocab: int, context: int
     out = run_main("plan", str(path))
     assert out.code == 0, out.err
     assert total in out.out and "llama" in out.out
+
+
+def test_a_llama_plan_expands_into_llama_runs_and_serializes() -> None:
+    """The plan's model section keeps its llama fields through a dump (the sweep stores the plan),
+    a point's own n_kv_head and ffn override it, and a target N becomes a llama shape."""
+    from scaling.orchestrator.plan import ModelPlan, ModelPoint
+
+    section = ModelPlan(family="llama", n_kv_head=1, z_loss=1e-4, head_size=16, aspect_ratio=16, context=32)
+    dumped = section.model_dump(mode="json")
+    assert dumped["family"] == "llama" and dumped["n_kv_head"] == 1 and "qk_norm" not in dumped
+    assert ModelPlan.model_validate(dumped) == section
+    assert "family" not in ModelPlan().model_dump(mode="json")  # a gpt2 plan dumps as before
+    explicit = ModelPoint(n_layer=2, d_model=64, n_head=4, n_kv_head=2, ffn=96).shape(section, "non_embedding")
+    assert (explicit.family, explicit.kv_heads, explicit.hidden) == ("llama", 2, 96)
+    sized = ModelPoint(N=1e5).shape(section, "non_embedding")
+    assert sized.family == "llama" and sized.kv_heads == 1 and sized.head_dim == 16
+    with pytest.raises(ValueError, match="z_loss: only for family 'llama'"):
+        ModelPlan(z_loss=1e-4)
