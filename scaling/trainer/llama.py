@@ -83,10 +83,11 @@ class Attention(nn.Module):
         self.tp_group: Any = None
 
     def head_norm(self, norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm of each head in FP32 (under autocast q and k arrive in 16 bits, the weight in 32)."""
         weight = norm.weight
         if self.tp_group is not None:
             weight = SumGradOver.apply(weight, self.tp_group)
-        return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
+        return F.rms_norm(x.float(), norm.normalized_shape, weight.float(), norm.eps).to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
