@@ -199,19 +199,24 @@ def test_gradients_match_single_process(layout: str, tmp_path) -> None:
 
 # -- ten-step trajectories through the real loop -----------------------------------------------
 
-_REFERENCE: dict[tuple[str, str], list[tuple[int, float]]] = {}
+_REFERENCE: dict[tuple[str, str], dict[str, Any]] = {}
 #: The llama run of the trajectories adds a z-loss: it must join the gradient on the last stage
 #: and stay out of the reported train loss, as on one process.
 LLAMA_Z = {**LLAMA, "z_loss": 1e-3}
 FAMILIES = {"gpt2": MODEL, "llama": LLAMA_Z}
 
 
-def reference(precision: str, family: str = "gpt2") -> list[tuple[int, float]]:
+def reference_run(precision: str, family: str = "gpt2") -> dict[str, Any]:
+    """The single process's run (its reports and result), trained once per precision and family."""
     if (precision, family) not in _REFERENCE:
         with tempfile.TemporaryDirectory() as tmp:
-            _REFERENCE[precision, family] = trajectory(
-                train_worker(0, 1, spec(precision=precision, model=FAMILIES[family]).to_json(), tmp))
+            _REFERENCE[precision, family] = train_worker(
+                0, 1, spec(precision=precision, model=FAMILIES[family]).to_json(), tmp)
     return _REFERENCE[precision, family]
+
+
+def reference(precision: str, family: str = "gpt2") -> list[tuple[int, float]]:
+    return trajectory(reference_run(precision, family))
 
 
 def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -249,15 +254,8 @@ def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
             train_reference_eval(precision, family), rel=rtol), what
 
 
-_EVAL: dict[tuple[str, str], float] = {}
-
-
 def train_reference_eval(precision: str, family: str = "gpt2") -> float:
-    if (precision, family) not in _EVAL:
-        with tempfile.TemporaryDirectory() as tmp:
-            _EVAL[precision, family] = train_worker(
-                0, 1, spec(precision=precision, model=FAMILIES[family]).to_json(), tmp)["result"]["final_eval_loss"]
-    return _EVAL[precision, family]
+    return reference_run(precision, family)["result"]["final_eval_loss"]
 
 
 # -- checkpoints: saved at pp2, resumed on one process ------------------------------------------
