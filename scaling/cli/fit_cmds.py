@@ -18,7 +18,8 @@ CsvOption = Annotated[
     typer.Option("--csv", help="CSV of measurements (columns N|params|n_params|Model Size, D|tokens, "
                  "C|flops|compute|Training FLOP, loss; optional lr|learning_rate|lr_peak, "
                  "batch_tokens|batch_size_tokens|batch, beta2 and group, which make the runs of one (N, D) "
-                 "that differ in them a hyperparameter group) instead of a sweep.", show_default=False),
+                 "that differ in them a hyperparameter group; run and tokens make rows a run's evaluations, "
+                 "the one at tokens = D its final) instead of a sweep.", show_default=False),
 ]
 #: The most bootstrap replicates a command takes (approach 3 refits every one: hours beyond this).
 MAX_BOOTSTRAP = 10_000

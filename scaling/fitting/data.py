@@ -21,6 +21,7 @@ from scaling.errors import FitError, NotFoundError
 from scaling.vocab import COMPLETED
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.task_columns import is_task_column
+from scaling.fitting.task_evaluations import split_evaluations
 
 #: CSV column aliases (case-insensitive), first match wins.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -170,8 +171,10 @@ def _refuse_ambiguous(columns: list[str], where: str) -> None:
             wanted |= {n.lower() for unit in LOSS_UNIT_ALIASES.values() for n in unit}
         hits = [c for c in columns if c.lower().strip() in wanted]
         if len(hits) > 1:
+            evaluations = (" (or, for evaluations during a run, name each row's run in a column 'run': tokens is "
+                           "then the tokens seen at that evaluation)" if key == "D" else "")
             raise FitError(f"{where}columns {', '.join(repr(c) for c in hits)} all give {key}: keep one "
-                           "(or rename the others) so that it is clear which is meant")
+                           f"(or rename the others) so that it is clear which is meant{evaluations}")
 
 
 def from_frame(
@@ -197,7 +200,9 @@ def from_frame(
     dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
     al.'s effective data per row, with R*_D = ``r_star``. Columns of lr and batch make the rows
     of one (N, D) that differ in them a group (:mod:`scaling.fitting.hparams`); ``hparams``:
-    the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``).
+    the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``). A ``run``
+    column makes rows evaluations of named runs: only each run's final one is read here
+    (:mod:`scaling.fitting.task_evaluations`).
     """
     from scaling.accounting import PARAMS_CONVENTIONS
 
@@ -210,6 +215,9 @@ def from_frame(
                        f"(use one of {', '.join(PARAMS_CONVENTIONS)})")
     if loss_units is not None and loss_units not in LOSS_UNITS:
         raise FitError(f"unknown loss units {loss_units!r} (use one of {', '.join(LOSS_UNITS)})")
+    evaluations = split_evaluations(df, where, label, ALIASES["N"])  # a run's checkpoints: the loss laws read its final row
+    if evaluations is not None:
+        df, label = evaluations.finals, evaluations.label_of(label)
     cols = [str(c) for c in df.columns]
     df = df.set_axis(cols, axis=1)
     _refuse_ambiguous(cols, where)

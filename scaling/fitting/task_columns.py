@@ -14,10 +14,13 @@ from scaling.vocab import TASK_KINDS, TASK_PREFIX, task_metric, task_name_proble
 
 #: Column prefixes a CSV may use instead of ``task/<task>/<kind>``; ``err`` is 1 - accuracy.
 COLUMN_KINDS = ("acc_norm", "acc", "bpb", "err")
+#: Column prefix of a task's chance level (``chance_<task>``: the accuracy of guessing, e.g. 0.25 for four
+#: choices), one value for the task; step 2's predictions do not fall below it.
+CHANCE_PREFIX = "chance_"
 #: Most tasks read from one source: every task is a fit with a bootstrap.
 MAX_TASKS = 64
 
-__all__ = ["COLUMN_KINDS", "MAX_TASKS", "TASK_KINDS", "TASK_PREFIX", "is_task_column", "metric_name", "parse_column",
+__all__ = ["CHANCE_PREFIX", "COLUMN_KINDS", "MAX_TASKS", "chance_column", "TASK_KINDS", "TASK_PREFIX", "is_task_column", "metric_name", "parse_column",
            "parse_metric", "task_name_problem"]
 
 
@@ -51,6 +54,14 @@ def parse_column(column: str) -> tuple[str, str] | None:
     return None
 
 
+def chance_column(column: str) -> str | None:
+    """The task whose chance level the CSV column gives (``chance_<task>``), or None."""
+    name = column.strip()
+    if name.lower().startswith(CHANCE_PREFIX) and len(name) > len(CHANCE_PREFIX):
+        return name[len(CHANCE_PREFIX):]
+    return None
+
+
 def is_task_column(column: str) -> bool:
-    """Whether a CSV column holds a task measurement (so is not a description of the run)."""
-    return parse_column(column) is not None
+    """Whether a CSV column holds a task measurement or a task's chance level (so is not a description of the run)."""
+    return parse_column(column) is not None or chance_column(column) is not None

@@ -7,6 +7,14 @@ checkpoints included: each is one more (loss, accuracy) pair on the same curve):
   k < 0 when accuracy falls as the loss rises. b is the floor (chance), a + b the ceiling.
 - ``exp`` (Gadre et al. 2024): Err(L) = eps - k exp(-gamma L), i.e. acc = 1 - eps + k exp(-gamma L).
 
+Accuracies are probabilities: each form is parameterised so that every prediction lies in
+[chance, 1] for every task loss, not clipped afterwards. The sigmoid lies between b and a + b at
+every loss, so b >= chance and a + b <= 1 (a = u (1 - b), u in (0, 1]). The exponential form falls
+from 1 - eps + k exp(-gamma L_min) at the lowest loss L_min it is asked at to 1 - eps as the loss
+grows, so eps <= 1 - chance and k <= eps exp(gamma L_min) (k = eps exp(gamma L_min + w), w <= 0);
+it is evaluated at max(L, L_min). L_min is the floor the fit is given: 0 by default (then k <= eps <= 1),
+in a chained prediction the lowest task loss step 1 predicts (its E; see ``tasks.task_loss_floor``).
+
 The bootstrap resamples whole runs (a run's checkpoints are not independent draws) and refits
 from the full-data optimum; intervals and what they may claim come from
 :mod:`scaling.fitting.intervals`, the same rules as the loss laws.
@@ -39,6 +47,9 @@ class AccuracyCurve:
     param_names: ClassVar[tuple[str, ...]] = ()
     #: Parameters the data must determine: one pinned at its bound flags the form.
     must_be_free: ClassVar[tuple[str, ...]] = ()
+    #: The task's chance level and the lowest task loss predictions are asked at (see :meth:`fit`).
+    chance_: float = 0.0
+    floor_: float = 0.0
 
     # -- the form, on the optimiser's vector and on a parameter dict ---------------------------
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
@@ -63,8 +74,18 @@ class AccuracyCurve:
         return np.array([p[n] for n in self.param_names], float)
 
     # -- fitting ---------------------------------------------------------------------------------
-    def fit(self, loss: Any, acc: Any, groups: Any = None) -> "AccuracyCurve":
-        """Fit accuracy ``acc`` against task loss ``loss``; ``groups`` (run keys) for the bootstrap."""
+    def fit(self, loss: Any, acc: Any, groups: Any = None, *, chance: float = 0.0,
+            floor: float = 0.0) -> "AccuracyCurve":
+        """Fit accuracy ``acc`` against task loss ``loss``; ``groups`` (run keys) for the bootstrap.
+
+        ``chance``: the task's chance level, below which no prediction falls; ``floor``: the lowest task
+        loss a prediction is asked at (below it the form holds its value there).
+        """
+        if not (0.0 <= chance < 1.0):
+            raise FitError(f"a chance level lies in [0, 1), got {chance!r}")
+        if not (math.isfinite(floor) and floor >= 0.0):
+            raise FitError(f"the task loss floor must be finite and non-negative, got {floor!r}")
+        self.chance_, self.floor_ = float(chance), float(floor)
         L = np.asarray(loss, float)
         y = np.asarray(acc, float)
         ok = np.isfinite(L) & np.isfinite(y)
@@ -124,15 +145,20 @@ class AccuracyCurve:
 
     def _pinned(self) -> dict[str, str]:
         out = {}
-        low, high = self._params(self.lower_), self._params(self.upper_)
-        for i, name in enumerate(self.param_names):
+        for i in range(len(self.x_)):
             lo, hi, v = self.lower_[i], self.upper_[i], self.x_[i]
             span = hi - lo
             if v - lo <= AT_BOUND * span:
-                out[name] = f"lower bound {low[name]:.4g}"
+                out.update([self._bound_text(i, "lower")])
             elif hi - v <= AT_BOUND * span:
-                out[name] = f"upper bound {high[name]:.4g}"
+                out.update([self._bound_text(i, "upper")])
         return out
+
+    def _bound_text(self, i: int, side: str) -> tuple[str, str]:
+        """(parameter, "lower bound 0.25") for coordinate ``i`` of the optimiser's vector at its ``side`` bound."""
+        name = self.param_names[i]
+        bound = self._params(self.lower_ if side == "lower" else self.upper_)[name]
+        return name, f"{side} bound {bound:.4g}"
 
     def _check_fit(self) -> None:
         """Form-specific notes on what the data do not determine (after fit and after bootstrap)."""
@@ -215,7 +241,7 @@ class AccuracyCurve:
             "form": self.form, "label": self.label, "params": self.params_, "intervals": self.reported_intervals(),
             "reliable": self.reliable(), "notes": self.notes_, "pinned": self.pinned_,
             "residual_sd": self.residual_sd_, "loss_range": list(self.loss_range_), "n_points": self.n_points_,
-            "n_runs": self.n_groups_,
+            "n_runs": self.n_groups_, "chance": self.chance_, "loss_floor": self.floor_,
             "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
         })
 
@@ -225,6 +251,8 @@ class AccuracyCurve:
         if sub is None:
             raise FitError(f"unknown accuracy form {d.get('form')!r} (known: {', '.join(CURVES)})")
         c = sub()
+        c.chance_ = float(d.get("chance") or 0.0)
+        c.floor_ = float(d.get("loss_floor") or 0.0)
         c.params_ = {k: float(v) for k, v in d["params"].items()}
         c.x_ = c._vector(c.params_)
         c.notes_ = list(d.get("notes") or [])
@@ -240,37 +268,60 @@ class AccuracyCurve:
 
 
 class Sigmoid(AccuracyCurve):
-    """acc(L) = a / (1 + exp(-k (L - L0))) + b (Bhagia et al. 2024, the OLMo ladder's step 2)."""
+    """acc(L) = a / (1 + exp(-k (L - L0))) + b (Bhagia et al. 2024, the OLMo ladder's step 2).
+
+    The optimiser works on (u, k, L0, b) with a = u (1 - b): b in [chance, 1) and u in (0, 1] keep the
+    floor at or above chance and the ceiling a + b at or below 1.
+    """
 
     form = "sigmoid"
     label = "sigmoid (Bhagia et al. 2024)"
     param_names = ("a", "k", "L0", "b")
-    must_be_free = ("k",)  # a slope at its bound: a step the data cannot resolve (a ceiling a = 1 is a fact)
+    must_be_free = ("k",)  # a slope at its bound: a step the data cannot resolve (a ceiling a + b = 1 is a fact)
+
+    def _params(self, x: np.ndarray) -> dict[str, float]:
+        u, k, L0, b = (float(v) for v in x)
+        return {"a": u * (1.0 - b), "k": k, "L0": L0, "b": b}
+
+    def _vector(self, p: dict[str, float]) -> np.ndarray:
+        room = 1.0 - p["b"]
+        return np.array([p["a"] / room if room > 0 else 1.0, p["k"], p["L0"], p["b"]], float)
 
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return p["a"] / (1.0 + np.exp(-p["k"] * (L - p["L0"]))) + p["b"]
 
     def _jacobian(self, x: np.ndarray, L: np.ndarray) -> np.ndarray:
-        a, k, L0, _ = x
+        u, k, L0, b = x
+        a = u * (1.0 - b)
         with np.errstate(over="ignore"):
             s = 1.0 / (1.0 + np.exp(-k * (L - L0)))
         ds = a * s * (1.0 - s)
-        return np.stack([s, ds * (L - L0), -ds * k, np.ones_like(L)], axis=1)
+        return np.stack([(1.0 - b) * s, ds * (L - L0), -ds * k, 1.0 - u * s], axis=1)
 
     def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         R = float(np.ptp(L))
         kmax = 200.0 / R
-        return (np.array([1e-6, -kmax, L.min() - 5 * R, 0.0]), np.array([1.0, kmax, L.max() + 5 * R, 1.0]))
+        top = 1.0 - 1e-6
+        return (np.array([1e-6, -kmax, L.min() - 5 * R, self.chance_]),
+                np.array([1.0, kmax, L.max() + 5 * R, max(top, self.chance_ + 1e-9)]))
+
+    def _bound_text(self, i: int, side: str) -> tuple[str, str]:
+        if i == 0 and side == "upper":
+            return "a", "upper bound 1 - b (the ceiling a + b is 1)"
+        if i == 3 and side == "lower" and self.chance_ > 0:
+            return "b", f"lower bound {self.chance_:.4g} (chance)"
+        return super()._bound_text(i, side)
 
     def _starts(self, L: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
         R = float(np.ptp(L))
         lo, hi = float(y.min()), float(y.max())
+        b = min(max(lo - 0.02, self.chance_), 0.99)
         out = []
         for k in (-4.0 / R, -12.0 / R):  # accuracy falls as the loss rises; the optimiser may still cross 0
             for q in (0.25, 0.75):
                 for a in (max(hi - lo, 0.05) * 1.2, max(1.0 - lo, 0.05)):
-                    out.append(np.array([min(a, 1.0), k, float(np.quantile(L, q)), max(lo - 0.02, 0.0)]))
+                    out.append(self._vector({"a": min(a, 1.0 - b), "k": k, "L0": float(np.quantile(L, q)), "b": b}))
         return out
 
     def _check_fit(self) -> None:
@@ -286,41 +337,61 @@ class Sigmoid(AccuracyCurve):
 
 
 class ExpError(AccuracyCurve):
-    """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, eq. 5); accuracy is 1 - Err."""
+    """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, eq. 5); accuracy is 1 - Err.
+
+    Evaluated at max(L, floor). The optimiser works on (eps, w, gamma) with k = eps exp(gamma floor + w):
+    w <= 0 keeps the error at the floor, eps - k exp(-gamma floor), at or above 0, and eps <= 1 - chance
+    keeps the error as the loss grows, eps, at or below 1 - chance. (The log of k also follows k across
+    the many decades it spans as gamma moves.)
+    """
 
     form = "exp"
     label = "exponential error (Gadre et al. 2024)"
     param_names = ("eps", "k", "gamma")
     must_be_free = ("gamma",)
 
-    # The optimiser works on (eps, ln k, gamma): k spans many decades as gamma moves.
     def _params(self, x: np.ndarray) -> dict[str, float]:
-        return {"eps": float(x[0]), "k": math.exp(min(float(x[1]), 700.0)), "gamma": float(x[2])}
+        eps, w, gamma = (float(v) for v in x)
+        return {"eps": eps, "k": eps * math.exp(min(gamma * self.floor_ + w, 700.0)), "gamma": gamma}
 
     def _vector(self, p: dict[str, float]) -> np.ndarray:
-        return np.array([p["eps"], math.log(max(p["k"], 1e-300)), p["gamma"]], float)
+        eps = max(p["eps"], 1e-300)
+        return np.array([p["eps"], math.log(max(p["k"], 1e-300)) - math.log(eps) - p["gamma"] * self.floor_,
+                         p["gamma"]], float)
 
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
-            return 1.0 - (p["eps"] - p["k"] * np.exp(-p["gamma"] * L))
+            return 1.0 - (p["eps"] - p["k"] * np.exp(-p["gamma"] * np.maximum(L, self.floor_)))
 
     def _jacobian(self, x: np.ndarray, L: np.ndarray) -> np.ndarray:
-        _, log_k, gamma = x
+        eps, w, gamma = x
+        gap = self.floor_ - np.maximum(L, self.floor_)  # <= 0
         with np.errstate(over="ignore"):
-            t = np.exp(log_k - gamma * L)
-        return np.stack([-np.ones_like(L), t, -L * t], axis=1)
+            t = np.exp(w + gamma * gap)
+        return np.stack([t - 1.0, eps * t, eps * t * gap], axis=1)
 
     def _bounds(self, L: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         gmax = 50.0 / max(float(np.abs(L).max()), 1e-9)
-        return np.array([0.0, -50.0, 1e-6]), np.array([2.0, 700.0, gmax])
+        return np.array([1e-9, -700.0, 1e-6]), np.array([1.0 - self.chance_, 0.0, gmax])
+
+    def _bound_text(self, i: int, side: str) -> tuple[str, str]:
+        if i == 1 and side == "upper":
+            return "k", (f"upper bound eps exp(gamma {self.floor_:.4g}) (accuracy 1 at the task loss floor "
+                         f"{self.floor_:.4g})")
+        if i == 1:
+            return "k", "lower bound 0"
+        if i == 0 and side == "upper" and self.chance_ > 0:
+            return "eps", f"upper bound {1.0 - self.chance_:.4g} (1 - chance)"
+        return super()._bound_text(i, side)
 
     def _starts(self, L: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
         err = 1.0 - y
         out = []
-        eps = min(float(err.max()) + 0.05, 1.5)
+        eps = min(float(err.max()) + 0.05, 1.0 - self.chance_)
         for gamma in (0.3, 1.0, 3.0):
             k = max(float(np.mean((eps - err) * np.exp(gamma * L))), 1e-6)
-            out.append(np.array([eps, math.log(k), gamma]))
+            k = min(k, 0.9 * eps * math.exp(min(gamma * self.floor_, 700.0)))
+            out.append(self._vector({"eps": eps, "k": k, "gamma": gamma}))
         return out
 
     def _check_fit(self) -> None:

@@ -4,7 +4,10 @@
 final, task, acc, acc_norm, bpb, loss``. ``final`` marks a run's last evaluation (the (N, D)
 point step 1 fits); every row is an evaluation step 2 fits. ``loss`` is the run's own loss at
 that evaluation, the task loss of a task that reports no bits per byte (Gadre et al. relate
-error to the validation loss, not to a task loss).
+error to the validation loss, not to a task loss). ``D`` and ``C`` of an evaluation are the tokens
+and compute spent up to it, the same from a sweep and from a CSV with intermediate evaluations
+(:mod:`scaling.fitting.task_evaluations`). ``TaskData.chance`` holds each task's chance level
+where it is known (the mean of 1 / choices over a task file's items, a CSV's ``chance_<task>``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData, fitted_runs
 from scaling.fitting.tabular import parse_numbers
-from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, parse_column, parse_metric,
-                                          task_name_problem)
+from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
+                                          parse_metric, task_name_problem)
+from scaling.fitting.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, split_evaluations
 
 COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
 
@@ -31,6 +35,7 @@ class TaskData:
     flops_per_param_token: float = SIX
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    chance: dict[str, float] = field(default_factory=dict)
 
     def tasks(self) -> list[str]:
         return sorted(self.evals["task"].unique().tolist()) if len(self.evals) else []
@@ -46,7 +51,8 @@ class TaskData:
         if unknown:
             raise FitError(f"{self.source}: no task {unknown[0]!r} (tasks: {', '.join(self.tasks()[:20]) or 'none'})")
         return TaskData(self.evals[self.evals["task"].isin(tasks)].reset_index(drop=True),
-                        self.flops_per_param_token, self.source, list(self.notes))
+                        self.flops_per_param_token, self.source, list(self.notes),
+                        {t: c for t, c in self.chance.items() if t in tasks})
 
 
 def empty() -> pd.DataFrame:
@@ -83,7 +89,27 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
         if len(tasks) > MAX_TASKS:
             raise FitError(f"sweep {sweep!r} has {len(tasks)} tasks, more than the {MAX_TASKS} fitted at once")
         m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
-    return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}")
+        events = res.events(sweep=sweep, kinds=[names.DATA, names.SIMULATED])
+        events = events[events["run_key"].isin(set(runs["run_key"]))]
+    return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
+
+
+def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]:
+    """Each task's chance level as the runs recorded it: the ``data`` event's ``tasks`` (a task file's
+    mean 1 / choices) or the ``simulated`` event's task laws; a task whose runs disagree gets none."""
+    seen: dict[str, set[float]] = {}
+    for detail in events["detail"] if len(events) else []:
+        got = detail.get("tasks") if isinstance(detail, dict) else None
+        if isinstance(got, dict):
+            pairs = [(name, v.get("chance")) for name, v in got.items() if isinstance(v, dict)]
+        elif isinstance(got, list):
+            pairs = [(v.get("name"), v.get("chance")) for v in got if isinstance(v, dict)]
+        else:
+            continue
+        for name, c in pairs:
+            if name in tasks and isinstance(c, (int, float)) and 0.0 <= float(c) < 1.0:
+                seen.setdefault(str(name), set()).add(round(float(c), 9))
+    return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
 
 def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -115,17 +141,25 @@ def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 # -- from a CSV's columns ---------------------------------------------------------------------------
 def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> TaskData:
-    """The task columns of a measurements table (one row = one run's final evaluation).
+    """The task columns of a measurements table (one row = one evaluation; by default a run's final one).
 
     Columns ``task/<task>/<kind>``, ``<kind>_<task>`` (kind acc, acc_norm, bpb) or ``err_<task>``
     (1 - accuracy). Accuracies and errors must lie in [0, 1], bits per byte be positive; an empty
-    cell means the task was not measured on that row. N, D, C and loss are read from the same
-    columns :func:`scaling.fitting.data.from_frame` reads, in ``data``'s conventions.
+    cell means the task was not measured on that row. ``chance_<task>``: the task's chance level,
+    one value in [0, 1). With columns ``run`` and ``tokens`` a run's rows are its evaluations
+    (:mod:`scaling.fitting.task_evaluations`): the one at ``tokens`` = ``D`` is final, the others
+    are checkpoints, fitted by step 2 only. N, D, C and loss are read from the same columns
+    :func:`scaling.fitting.data.from_frame` reads, in ``data``'s conventions.
     """
     where = f"{source}: " if source else ""
     cols = [str(c) for c in df.columns]
+    df = df.set_axis(cols, axis=1)
     task_cols: dict[tuple[str, str], str] = {}
+    chance_cols: dict[str, str] = {}
     for c in cols:
+        if (task := chance_column(c)) is not None:
+            chance_cols[task] = c
+            continue
         parsed = parse_column(c)
         if parsed is None:
             continue
@@ -146,7 +180,29 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
     if len(tasks) > MAX_TASKS:
         raise FitError(f"{where}{len(tasks)} tasks, more than the {MAX_TASKS} fitted at once: keep the columns of "
                        "the tasks you want (or name them with --task)")
+    unknown = sorted(set(chance_cols) - set(tasks))
+    if unknown:
+        raise FitError(f"{where}column {chance_cols[unknown[0]]!r} gives the chance level of {unknown[0]!r}, a task "
+                       "with no accuracy column")
+    chance = {t: _chance(df[c], c, where) for t, c in chance_cols.items()}
+    evaluations = split_evaluations(df, where, n_names=ALIASES["N"])
+    if evaluations is not None:  # tokens is the evaluation's, not another name of the run's D
+        cols = [c for c in cols if c.lower().strip() not in (RUN_COLUMN, TOKENS_COLUMN)]
     base = _base_columns(df, cols, data, where)
+    notes = []
+    if evaluations is not None:
+        k = data.flops_per_param_token
+        base["run_key"] = evaluations.run
+        base["tokens"] = evaluations.tokens
+        base["final"] = evaluations.final
+        base["C"] = np.where(evaluations.final, base["C"], k * base["N"] * evaluations.tokens)
+        base["D"] = evaluations.tokens
+        n_mid = int((~evaluations.final).sum())
+        notes.append(f"{n_mid} intermediate evaluation(s) of {len(set(evaluations.run))} runs (column 'run'): "
+                     "step 2 fits them, step 1 and the loss laws the final ones")
+        if evaluations.runs_without_final:
+            notes.append(f"{evaluations.runs_without_final} run(s) without a final evaluation (no row at tokens = D): "
+                         "step 2 fits their checkpoints, step 1 and the loss laws do not see them")
     rows = []
     for task in tasks:
         frame = base.copy()
@@ -160,7 +216,26 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
             raise FitError(f"{where}task {task!r} has no measured value in any row")
         rows.append(frame)
     evals = pd.concat(rows, ignore_index=True)[list(COLUMNS)]
-    return TaskData(evals, data.flops_per_param_token, source)
+    return TaskData(evals, data.flops_per_param_token, source, notes, chance)
+
+
+def _chance(col: pd.Series, name: str, where: str) -> float:
+    """A task's chance level: one value in [0, 1) on every row that gives one."""
+    parsed = parse_numbers(col)
+    v = parsed.values
+    bad = parsed.unreadable | (np.isfinite(v) & ~((v >= 0) & (v < 1))) | np.isinf(v)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: {str(col.iloc[i])[:40]!r}: a chance level is a "
+                       "fraction in [0, 1) (0.25 for four choices)")
+    given = np.flatnonzero(np.isfinite(v))
+    if not given.size:
+        raise FitError(f"{where}column {name!r} gives no chance level in any row")
+    other = given[~np.isclose(v[given], v[given[0]], rtol=1e-9, atol=1e-12)]
+    if other.size:
+        raise FitError(f"{where}column {name!r}, data row {other[0] + 1}: {v[other[0]]:.6g} differs from "
+                       f"{v[given[0]]:.6g} at data row {given[0] + 1}: a task has one chance level")
+    return float(v[given[0]])
 
 
 def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool) -> np.ndarray:

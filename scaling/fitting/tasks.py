@@ -10,8 +10,11 @@ ladder's sigmoid and Gadre et al.'s exponential error), fitted to every evaluati
 The chained prediction at (N, D) evaluates step 2 at step 1's task loss, replicate by replicate:
 the two bootstraps are drawn independently (step 1 resamples final points, step 2 whole runs) and
 paired by index, so the 95% interval carries both steps' parameter uncertainty. A chain whose
-either step is flagged unreliable keeps its value, marked, without an interval. The backtest holds
-out the largest budget as :mod:`scaling.fitting.backtest` does for the loss laws.
+step 2 is flagged unreliable keeps its value, marked, without an interval; one whose step 1 alone is
+flagged keeps its interval where the paired bootstrap determines the accuracy at the asked point
+(:func:`determined`), with step 1's doubts in its notes. Step 2's forms are bounded to [chance, 1]
+(:mod:`scaling.fitting.task_curves`). The backtest holds out the largest budget as
+:mod:`scaling.fitting.backtest` does for the loss laws.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, jsonable
+from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
@@ -41,6 +44,15 @@ FORMS = tuple(CURVES)
 #: A predicted task loss this far outside the evaluated ones (as a fraction of their range) is an
 #: extrapolation of step 2, said in the prediction's notes.
 STEP2_REACH = 0.1
+#: A chained accuracy whose step 1 is flagged (a parameter not determined on its own) still gets its
+#: interval when the paired bootstrap determines it at the asked point: at least MIN_OK_FRACTION of
+#: the replicates give a finite accuracy, the interval is a percentile one (it holds its estimate) and
+#: it is at most this wide, in accuracy. Step 1's doubts then stay in the prediction's notes.
+DETERMINED_WIDTH = 0.2
+#: The step-2 forms the at-point rule applies to: those whose coverage bench_task_coverage measured at
+#: 90% or more. The exponential form's intervals covered a sigmoid truth in about one draw in ten, so a
+#: chain of it whose step 1 is flagged stays without an interval.
+AT_POINT_FORMS = ("sigmoid",)
 
 __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
 
@@ -88,6 +100,25 @@ def fit_step1(points: Any, *, grid: str = "epoch", n_bootstrap: int = 200, seed:
     return law
 
 
+#: (N, D) far beyond any run: step 1's prediction there is the lowest task loss it can give.
+FAR = 1e30
+
+
+def task_loss_floor(step1: Law) -> float:
+    """The lowest task loss step 1 predicts for any (N, D) (its E for the Chinchilla form), >= 0.
+
+    Step 2's forms are bounded to [chance, 1] at every task loss down to it and hold their value there
+    below it: no model reaches a lower task loss by step 1, and a replicate of step 1 that does is
+    evaluated at the floor.
+    """
+    try:
+        with np.errstate(all="ignore"):
+            value = float(np.asarray(step1.predict(FAR, FAR)))
+    except (FitError, ValueError, ArithmeticError):
+        return 0.0
+    return max(value, 0.0) if math.isfinite(value) else 0.0
+
+
 def law_replicates(law: Law, N: float, D: float) -> np.ndarray:
     """``law``'s prediction at (N, D) under each of its usable bootstrap replicates (empty without any)."""
     cols = [law.replicate_values(n) for n in law.param_names]
@@ -102,6 +133,13 @@ def law_replicates(law: Law, N: float, D: float) -> np.ndarray:
     return out
 
 
+def determined(iv: dict[str, Any], reps: np.ndarray) -> bool:
+    """Whether the paired bootstrap pins down one chained accuracy (see :data:`DETERMINED_WIDTH`)."""
+    finite = int(np.isfinite(reps).sum())
+    return (reps.size > 0 and finite >= MIN_OK_FRACTION * reps.size and iv.get("kind") == "percentile"
+            and iv["hi"] - iv["lo"] <= DETERMINED_WIDTH)
+
+
 @dataclass
 class TaskLaw:
     """One task's two steps, fitted; :meth:`predict_interval` chains them."""
@@ -114,6 +152,7 @@ class TaskLaw:
     skipped: dict[str, str] = field(default_factory=dict)  # step-2 forms that could not be fitted, and why
     backtest: dict[str, Any] | None = None
     evals: pd.DataFrame | None = None  # x (task loss), y (accuracy), final, C of every evaluation (figures)
+    chance: float | None = None  # the task's chance level when known: no prediction falls below it
 
     @property
     def loss_label(self) -> str:
@@ -156,7 +195,14 @@ class TaskLaw:
                 reps = curve.accuracy_of(rows[:m], L_reps[:m])
             iv = summarise(reps, point)
             doubts = self.doubts(form)
-            out[form] = withheld(iv, doubts[0]) if doubts else iv
+            if doubts and form in AT_POINT_FORMS and not curve.doubts() and determined(iv, reps):
+                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].removeprefix('unreliable: ')})"
+                                    f", but the paired bootstrap of both steps determines the accuracy at this point: "
+                                    f"its interval is given")
+                iv = {**iv, "determined_at_point": True}
+            elif doubts:
+                iv = withheld(iv, doubts[0])
+            out[form] = iv
         lo, hi = next(iter(self.curves.values())).loss_range_ if self.curves else (math.nan, math.nan)
         reach = STEP2_REACH * (hi - lo)
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):
@@ -178,6 +224,7 @@ class TaskLaw:
             for c in curves.values():
                 c.pop("replicates", None)
         return jsonable({"task": self.task, "accuracy": self.accuracy, "loss_source": self.loss_source,
+                         "chance": self.chance,
                          "step1": step1, "step2": curves, "skipped": self.skipped, "backtest": self.backtest,
                          "reliable": {f: self.reliable(f) for f in self.curves}})
 
@@ -197,11 +244,13 @@ def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str
 
 def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
              grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
-             step1: Law | None = None) -> TaskLaw:
+             step1: Law | None = None, chance: float | None = None) -> TaskLaw:
     """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.task_data.COLUMNS`).
 
     ``step1``: an already fitted step 1 of the same task loss (shared by tasks measured on the run's
-    own loss). Raises :class:`FitError` when step 1 or every step-2 form cannot be fitted.
+    own loss). ``chance``: the task's chance level, when known. Step 2's forms are bounded to [chance, 1]
+    at every task loss down to :func:`task_loss_floor` of step 1. Raises :class:`FitError` when step 1
+    or every step-2 form cannot be fitted.
     """
     ev, acc, source = _rows_for(rows, accuracy)
     finals = ev[ev["final"].astype(bool)]
@@ -210,9 +259,10 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
                           seed=seed)
     curves: dict[str, AccuracyCurve] = {}
     skipped: dict[str, str] = {}
+    floor = task_loss_floor(step1)
     for form in forms:
         try:
-            curve = CURVES[form]().fit(ev["x"], ev["y"], ev["run_key"])
+            curve = CURVES[form]().fit(ev["x"], ev["y"], ev["run_key"], chance=chance or 0.0, floor=floor)
             if n_bootstrap:
                 curve.bootstrap(n_bootstrap, seed + 1)
             curves[form] = curve
@@ -221,7 +271,7 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     if not curves:
         raise FitError("step 2: " + "; ".join(f"{f}: {r}" for f, r in skipped.items()))
     law = TaskLaw(task, acc, source, step1, curves, skipped,
-                  evals=ev[["run_key", "x", "y", "final", "C", "N", "D"]].reset_index(drop=True))
+                  evals=ev[["run_key", "x", "y", "final", "C", "N", "D"]].reset_index(drop=True), chance=chance)
     if run_backtest:
         law.backtest = backtest_task(law, ev, grid=grid, k=k)
     return law
@@ -252,7 +302,7 @@ def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: flo
             kept = train[train["final"].astype(bool)]
             step1 = ChinchillaIsoFLOP().fit(_step1_points(kept, f"task {law.task!r}", k))
         refit = fit_task(train, law.task, accuracy=law.accuracy, n_bootstrap=0, grid=grid, k=k, run_backtest=False,
-                         forms=tuple(law.curves), step1=step1)
+                         forms=tuple(law.curves), step1=step1, chance=law.chance)
     except FitError as exc:
         return {"error": " ".join(str(exc).split())}
     test = finals[held]
@@ -364,7 +414,7 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
             runs = frozenset(rows.loc[rows["final"].astype(bool), "run_key"])
             law = fit_task(rows, task, accuracy=accuracy, n_bootstrap=n_bootstrap, seed=seed, grid=grid,
                            k=data.flops_per_param_token, run_backtest=run_backtest,
-                           step1=None if own else shared.get(runs))
+                           step1=None if own else shared.get(runs), chance=data.chance.get(task))
             if not own:
                 shared[runs] = law.step1
             out.laws[task] = law
@@ -431,6 +481,10 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
         for form in FORMS:
             if form in p:
                 iv = p[form]
+                if any(math.isfinite(v) and not 0.0 <= v <= 1.0 for v in (iv.get(q, math.nan) for q in
+                                                                          ("value", "lo", "hi"))):
+                    out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
+                    continue
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
                 out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv)}{why}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))

@@ -15,6 +15,7 @@ silently) and infinite or NaN numbers. A validation problem becomes one
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -45,6 +46,7 @@ from scaling.trainer.spec import (
     Seed,
     SequenceSpec,
     SimulateSpec,
+    path_entries,
 )
 
 Rule = Union[float, str, FittedRule, dict[str, Any]]
@@ -340,8 +342,11 @@ class Plan(_Strict):
         if data.source == "builtin":
             if data.path:
                 raise ValueError("path is only used with source 'text' or 'tokens'")
-        elif not glob.glob(data.path or ""):
-            raise ValueError(f"no file matches path {data.path!r}")
+        else:
+            for field in ("path", "val_path"):
+                for entry in path_entries(getattr(data, field)):
+                    if not glob.glob(os.path.expanduser(entry)):
+                        raise ValueError(f"no file matches {field} {entry!r}")
         return data
 
     @field_validator("seeds")

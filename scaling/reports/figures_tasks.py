@@ -5,6 +5,10 @@ the report is unchanged. Per task: accuracy against compute with the chained pre
 the recommended law's compute-optimal frontier and its 95% band (both steps' bootstrap), the
 prediction at the next budget marked; and step 2 (accuracy against task loss) with every
 evaluation and each fitted form. A form flagged unreliable draws its curve but no band.
+
+Accuracies are probabilities: their axes run from 0 to 1 with the task's chance level dashed where
+it is known, and a value outside [0, 1] is neither drawn nor printed (the fits bound their forms to
+[chance, 1]; this is the report's own check).
 """
 
 from __future__ import annotations
@@ -30,6 +34,34 @@ MAX_TASK_FIGURES = 8
 #: Budgets drawn along the frontier.
 FRONTIER_POINTS = 24
 COLORS = {"sigmoid": "#d62728", "exp": "#2ca02c"}
+#: What an accuracy axis shows.
+ACCURACY_RANGE = (0.0, 1.0)
+
+
+def probabilities(values: Any) -> np.ndarray:
+    """``values`` as floats with anything outside [0, 1] made NaN (not drawn)."""
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where((v >= 0.0) & (v <= 1.0), v, np.nan)
+
+
+def accuracy_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
+    """A predicted accuracy with its interval as :func:`scaling.reports.blocks.interval` shows it, or why it is
+    not shown when the value or an end of its interval lies outside [0, 1]."""
+    if not iv:
+        return "-"
+    ends = [iv.get(q) for q in ("value", "lo", "hi")]
+    if any(v is not None and math.isfinite(v) and not 0.0 <= v <= 1.0 for v in ends):
+        return '<span class="ci">(not shown: outside [0, 1], not an accuracy)</span>'
+    return interval(iv, digits)
+
+
+def _accuracy_axis(fig: go.Figure, law: TaskLaw) -> None:
+    """The y axis on [0, 1] and, where the task's chance level is known, a dashed line at it."""
+    fig.update_yaxes(range=list(ACCURACY_RANGE), title=law.accuracy)
+    if law.chance is not None and 0.0 <= law.chance <= 1.0:
+        fig.add_hline(y=law.chance, line=dict(dash="dash", color="#7f7f7f", width=1),
+                      annotation_text=f"chance {law.chance:.3g}", annotation_position="bottom right")
 
 
 def frontier_prediction(law: TaskLaw, optimal: Callable[[float], float], k: float, c_lo: float,
@@ -59,35 +91,37 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
         for final, name, opacity in ((False, "earlier checkpoints", 0.3), (True, "final evaluations", 1.0)):
             rows = ev[ev["final"].astype(bool) == final]
             if len(rows):
-                fig.add_trace(go.Scatter(x=rows["C"], y=rows["y"], mode="markers", name=name, opacity=opacity,
+                fig.add_trace(go.Scatter(x=rows["C"], y=probabilities(rows["y"]), mode="markers", name=name,
+                                         opacity=opacity,
                                          marker=dict(color="#1f77b4", size=7 if final else 5),
                                          hovertemplate="C %{x:.3g}<br>accuracy %{y:.3g}<extra></extra>"))
     for form, curve in (frontier or {}).items():
         color = COLORS.get(form, "#555")
         reliable = law.reliable(form)
-        if reliable and np.isfinite(curve["lo"]).any():
+        if np.isfinite(curve["lo"]).any():  # where the paired bootstrap gives an interval (see TaskLaw.predict_interval)
             fig.add_trace(go.Scatter(x=np.concatenate([curve["C"], curve["C"][::-1]]),
-                                     y=np.concatenate([curve["hi"], curve["lo"][::-1]]), fill="toself",
+                                     y=probabilities(np.concatenate([curve["hi"], curve["lo"][::-1]])), fill="toself",
                                      fillcolor=with_alpha(color, 0.15), line=dict(width=0), hoverinfo="skip",
                                      name=f"{form}: 95% band", showlegend=True))
-        fig.add_trace(go.Scatter(x=curve["C"], y=curve["value"], mode="lines",
+        fig.add_trace(go.Scatter(x=curve["C"], y=probabilities(curve["value"]), mode="lines",
                                  name=f"{form} chain" + ("" if reliable else " (unreliable)"),
                                  line=dict(color=color, dash=None if reliable else "dot")))
     if prediction is not None:
         for form in law.curves:
             iv = prediction.get(form)
-            if not iv or not law.reliable(form):  # a flagged chain's value is in the table, marked; no star
+            shown = law.reliable(form) or iv.get("determined_at_point") if iv else False
+            if not shown or not 0.0 <= iv["value"] <= 1.0:  # a flagged chain's value is in the table, marked
                 continue
             lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
             err = None
-            if math.isfinite(lo) and math.isfinite(hi):
+            if 0.0 <= lo <= 1.0 and 0.0 <= hi <= 1.0:
                 err = dict(type="data", symmetric=False, array=[hi - iv["value"]], arrayminus=[iv["value"] - lo])
             fig.add_trace(go.Scatter(x=[prediction["C"]], y=[iv["value"]], mode="markers", error_y=err,
                                      name=f"prediction at the next budget ({form})",
                                      marker=dict(symbol="star", size=13, color=COLORS.get(form, "#555"))))
     fig.update_layout(title=f"{law.task}: {law.accuracy} against compute", template="plotly_white", height=420,
-                      xaxis=dict(type="log", title="compute C (FLOPs)"), yaxis=dict(title=law.accuracy),
-                      legend=dict(orientation="h", y=-0.25))
+                      xaxis=dict(type="log", title="compute C (FLOPs)"), legend=dict(orientation="h", y=-0.25))
+    _accuracy_axis(fig, law)
     return fig
 
 
@@ -99,19 +133,19 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
     if prediction is not None and math.isfinite(prediction["task_loss"]["value"]):
         xs.append(prediction["task_loss"]["value"])
     if ev is not None and len(ev):
-        fig.add_trace(go.Scatter(x=ev["x"], y=ev["y"], mode="markers", name="evaluations",
+        fig.add_trace(go.Scatter(x=ev["x"], y=probabilities(ev["y"]), mode="markers", name="evaluations",
                                  marker=dict(color="#1f77b4", size=6, opacity=0.7),
                                  hovertemplate=f"{law.loss_label} %{{x:.4g}}<br>accuracy %{{y:.3g}}<extra></extra>"))
     if xs:
         grid = np.linspace(min(xs), max(xs), 200)
         for form, curve in law.curves.items():
-            fig.add_trace(go.Scatter(x=grid, y=curve.predict(grid), mode="lines",
+            fig.add_trace(go.Scatter(x=grid, y=probabilities(curve.predict(grid)), mode="lines",
                                      name=curve.label + ("" if curve.reliable() else " (unreliable)"),
                                      line=dict(color=COLORS.get(form, "#555"),
                                                dash=None if curve.reliable() else "dot")))
     fig.update_layout(title=f"{law.task}: {law.accuracy} against {law.loss_label} (step 2)", template="plotly_white",
-                      height=380, xaxis=dict(title=law.loss_label), yaxis=dict(title=law.accuracy),
-                      legend=dict(orientation="h", y=-0.25))
+                      height=380, xaxis=dict(title=law.loss_label), legend=dict(orientation="h", y=-0.25))
+    _accuracy_axis(fig, law)
     return fig
 
 
@@ -148,7 +182,7 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
             ev = law.evals
             c_lo = float(ev["C"].min()) if ev is not None and len(ev) else target / 100
             frontier = frontier_prediction(law, lambda C: float(np.asarray(flaw.optimal(C)[0])), k, c_lo, target)
-        cells = "".join(f"<td>{interval(prediction[f]) if prediction else '-'}</td>" for f in FORMS)
+        cells = "".join(f"<td>{accuracy_interval(prediction.get(f)) if prediction else '-'}</td>" for f in FORMS)
         bt = law.backtest or {}
         back = ("-" if not bt or bt.get("error") else
                 ", ".join(f"{f} {num(100 * bt[f'{f}_mean_abs_error'], 3)}" for f in law.curves

@@ -1,4 +1,4 @@
-"""The training data: a byte-level corpus, a held-out split, and batches as a pure function.
+"""The training data: a corpus (bytes, text or token shards), a held-out split, batches as a pure function.
 
 Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.prepare`) and
 ``tokens``; the batch at a cursor is a pure function of ``(seed, cursor)``. Sources, split,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import sys
 import sysconfig
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.userfiles import input_file
-from scaling.trainer.files import file_sha256, read_corpus, text_files
+from scaling.trainer.digests import Digest, shard_digests
+from scaling.trainer.files import read_corpus, text_files
+from scaling.trainer.shards import Shard, ShardFormat, ShardMaps, TokenStream, read_shard, shard_paths
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
@@ -69,22 +71,23 @@ _SEPARATOR = b"\n\n"  # between files: a document boundary the model can learn
 class Corpus:
     """A tokenized corpus with its split and the facts recorded with the run."""
 
-    tokens: np.ndarray  # the whole stream (uint8, uint16 or uint32, possibly a memmap)
+    tokens: Any  # the whole stream (uint8, uint16 or uint32): an array, a memmap or a TokenStream
     n_train: int  # tokens [0, n_train) train; [n_train, len) validation
     fingerprint: str
     source: str
     files: tuple[str, ...] = ()
-    distinct_tokens: int = 0
+    distinct_tokens: Optional[int] = 0  # None: not counted (token files: it would cost a full read)
     max_token: int = 0
+    max_tokens: tuple[tuple[str, int], ...] = ()  # each token file and its largest token id
     vocab_size: Optional[int] = None  # the tokenizer's vocabulary (None: bytes or a token file)
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def train(self) -> np.ndarray:
+    def train(self) -> Any:
         return self.tokens[: self.n_train]
 
     @property
-    def val(self) -> np.ndarray:
+    def val(self) -> Any:
         return self.tokens[self.n_train :]
 
     @property
@@ -94,7 +97,7 @@ class Corpus:
 
     def describe(self) -> dict[str, Any]:
         """What the run records about its data (the `data` event's detail)."""
-        return {
+        out = {
             "source": self.source,
             "fingerprint": self.fingerprint,
             "unique_tokens": self.unique_tokens,
@@ -105,6 +108,9 @@ class Corpus:
             "files": len(self.files),
             **self.details,
         }
+        if self.distinct_tokens is None:
+            out.pop("distinct_tokens")
+        return out
 
 
 def _sha256(buf: memoryview | bytes) -> str:
@@ -136,11 +142,12 @@ def load_corpus(data: "DataSpec") -> Corpus:
 
     Cached per process on what selects the bytes (not on the fingerprint the spec carries).
     """
-    return _load(data.source, data.path, data.dtype, data.val_fraction, data.tokenizer)
+    return _load(data.source, data.path, data.dtype, data.val_fraction, data.tokenizer, data.val_path, data.format)
 
 
 @functools.lru_cache(maxsize=4)
-def _load(source: str, path_: str | None, dtype: str, val_fraction: float, tokenizer: Any = None) -> Corpus:
+def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_fraction: float, tokenizer: Any = None,
+          val_path: str | tuple[str, ...] | None = None, fmt: Optional[ShardFormat] = None) -> Corpus:
     details: dict[str, Any] = {}
     files: tuple[str, ...] = ()
     n_train: Optional[int] = None
@@ -164,7 +171,7 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
             "sha256": prepared.tokenizer_sha256, "prepared": str(prepared.folder),
         }
     elif source == "text":
-        assert path_ is not None
+        assert isinstance(path_, str)
         paths = text_files(path_)
         raw = _SEPARATOR.join(raw for _, raw in read_corpus(paths))
         files = tuple(str(p) for p in paths)
@@ -172,20 +179,28 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
         fingerprint = _sha256(raw)
     else:  # tokens
         assert path_ is not None
-        path, size = input_file(path_, "token", error=SpecError, where="data.path")
-        itemsize = np.dtype(dtype).itemsize
-        if size % itemsize:
-            raise SpecError(f"data.path: {path} is not a whole number of {dtype} tokens")
-        if size < 4 * itemsize:  # an empty file cannot even be mapped
-            raise SpecError(f"data.path: {path} holds only {size // itemsize} tokens; a corpus needs at least 4")
-        tokens = np.memmap(path, dtype=dtype, mode="r")
-        fingerprint = file_sha256(path)
-        files = (str(path),)
+        return _token_corpus(path_, val_path, dtype, fmt, val_fraction)
     if len(tokens) < 4:
         raise SpecError(f"data: corpus has only {len(tokens)} tokens")
     if n_train is None:
         n_train = _split(len(tokens), val_fraction)
-    # In chunks: bincount and max would otherwise copy a multi-GB memmap as int64.
+    distinct, max_token = _scan(tokens, n_train)
+    return Corpus(
+        tokens=tokens,
+        n_train=n_train,
+        fingerprint=fingerprint,
+        source=source,
+        files=files,
+        distinct_tokens=distinct,
+        max_token=max_token,
+        vocab_size=vocab_size,
+        details=details,
+    )
+
+
+def _scan(tokens: np.ndarray, n_train: int) -> tuple[int, int]:
+    """(distinct token ids in the training split, largest id in the stream): one read, in chunks
+    (bincount and max would otherwise copy a multi-GB memmap as int64)."""
     counts = np.zeros(1, dtype=np.int64)
     max_token = 0
     for lo in range(0, len(tokens), _CHUNK):
@@ -197,17 +212,50 @@ def _load(source: str, path_: str | None, dtype: str, val_fraction: float, token
             if len(c) > len(counts):
                 counts = np.pad(counts, (0, len(c) - len(counts)))
             counts[: len(c)] += c
-    return Corpus(
-        tokens=tokens,
-        n_train=n_train,
-        fingerprint=fingerprint,
-        source=source,
-        files=files,
-        distinct_tokens=int(np.count_nonzero(counts)),
-        max_token=max_token,
-        vocab_size=vocab_size,
-        details=details,
-    )
+    return int(np.count_nonzero(counts)), max_token
+
+
+def _token_corpus(path_: str | tuple[str, ...], val_path: str | tuple[str, ...] | None, dtype: str,
+                  fmt: Optional[ShardFormat], val_fraction: float) -> Corpus:
+    """Token shards as one stream (`scaling.trainer.shards`), fingerprinted from cached per-shard digests.
+
+    One raw file without ``val_path`` is the corpus it always was: its memmap and the file's sha256
+    as the fingerprint. Otherwise the fingerprint hashes every shard's sha256 and reading (train
+    then held-out). Distinct tokens are not counted: that would read the whole corpus at every start.
+    """
+    train = [read_shard(p, dtype, fmt, "data.path") for p in shard_paths(path_, "data.path")]
+    held_paths = shard_paths(val_path, "data.val_path") if val_path else []
+    held = [read_shard(p, dtype, fmt, "data.val_path") for p in held_paths]
+    overlap = {s.path.resolve() for s in train} & {s.path.resolve() for s in held}
+    if overlap:
+        raise SpecError(f"data.val_path: {min(overlap)} is both a training and a held-out shard")
+    shards = train + held
+    digests = shard_digests(shards)
+    max_tokens = tuple((str(s.path), d.max_token) for s, d in zip(shards, digests))
+    max_token = max(m for _, m in max_tokens)
+    total = sum(s.n_tokens for s in shards)
+    if total < 4:
+        raise SpecError(f"data.path: the shards hold only {total} tokens; a corpus needs at least 4")
+    details: dict[str, Any] = {"shards": len(train), "val_shards": len(held),
+                               "formats": sorted({s.kind for s in shards})}
+    n_train = sum(s.n_tokens for s in train) if held else _split(total, val_fraction)
+    if len(shards) == 1 and train[0].kind == "bin":
+        tokens: Any = train[0].open()
+        fingerprint = digests[0].sha256
+    else:
+        tokens = TokenStream(ShardMaps(shards))
+        fingerprint = shards_fingerprint(train, held, digests)
+    return Corpus(tokens=tokens, n_train=n_train, fingerprint=fingerprint, source="tokens",
+                  files=tuple(str(s.path) for s in shards), distinct_tokens=None, max_token=max_token,
+                  max_tokens=max_tokens, details=details)
+
+
+def shards_fingerprint(train: list[Shard], held: list[Shard], digests: list[Digest]) -> str:
+    """The fingerprint of a sharded corpus: sha256 over each shard's sha256 and how it is read, in
+    stream order, training shards then held-out ones (names and folders do not count)."""
+    rows = [[d.sha256, s.kind, s.dtype, s.offset, s.n_tokens] for s, d in zip(train + held, digests)]
+    doc = {"format": "shards-1", "train": rows[: len(train)], "val": rows[len(train) :]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def resolve_data(spec: "RunSpec") -> "RunSpec":
@@ -245,10 +293,11 @@ def check_corpus(spec: "RunSpec", corpus: Corpus) -> None:
             f"model.vocab_size: {spec.model.vocab_size} disagrees with the tokenizer's {corpus.vocab_size} tokens; "
             f"leave vocab_size out (it is taken from the tokenizer) or set it to {corpus.vocab_size}"
         )
-    if corpus.max_token >= spec.model.vocab_size:
-        raise SpecError(
-            f"model.vocab_size: {spec.model.vocab_size} is too small for token id {corpus.max_token} in the data"
-        )
+    vocab = spec.model.vocab_size
+    if corpus.max_token >= vocab:
+        where = next((f" in {name}" for name, top in corpus.max_tokens if top >= vocab), " in the data")
+        top = next((top for _, top in corpus.max_tokens if top >= vocab), corpus.max_token)
+        raise SpecError(f"model.vocab_size: {vocab} is too small for token id {top}{where}")
     ctx = spec.model.context
     if corpus.n_train < 2 * ctx + 1:
         raise SpecError(f"data: the training split ({corpus.n_train} tokens) is shorter than two contexts of {ctx}")

@@ -14,7 +14,6 @@ import shutil
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -25,6 +24,7 @@ from scaling.errors import SpecError
 from scaling.trainer import tokenizer as hf
 from scaling.trainer.cache import cache_dir
 from scaling.trainer.files import file_sha256, read_corpus, text_files
+from scaling.trainer.progress import progress_bar
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import DataSpec
@@ -158,7 +158,7 @@ def _build(
 ) -> None:
     tok_spec = data.tokenizer
     assert tok_spec is not None
-    with _progress(show) as bar:
+    with progress_bar(show) as bar:
         cut = split_text(text, data.val_fraction)
         train_text, val_text = text[:cut], text[cut:]
         if not train_text or not val_text:
@@ -286,14 +286,3 @@ def _read(folder: Path, identity: str) -> Optional[Prepared]:
     except (OSError, ValueError, KeyError, TypeError, SpecError):
         return None
 
-
-@contextmanager
-def _progress(show: bool) -> Iterator[Any]:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=not show, transient=True,
-    ) as bar:
-        yield bar

@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
     Field,
@@ -44,6 +44,7 @@ from scaling.accounting import (
 from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import SpecError
 from scaling.naming import printable_problem
+from scaling.trainer.shards import MAX_SHARDS, ShardFormat
 from scaling.trainer.tasks import EvalsSpec
 
 
@@ -165,13 +166,28 @@ class TokenizerSpec(_Frozen):
         return self
 
 
+#: ``data.path`` / ``data.val_path``: a file or glob, or (``source: tokens``) a list of them.
+PathOrShards = Optional[Union[str, Annotated[tuple[str, ...], Field(min_length=1, max_length=MAX_SHARDS)]]]
+_DEFAULT_VAL_FRACTION = 0.05
+
+
+def path_entries(value: "str | tuple[str, ...] | None") -> tuple[str, ...]:
+    """The files or globs a ``data.path`` or ``data.val_path`` names, in order."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 class DataSpec(_Frozen):
     """Where the tokens come from.
 
     ``builtin``: the Python standard library's own sources (present wherever Python is, nothing
     downloaded); ``text``: a user's text file(s), folder or glob (``.gz``/``.xz`` read
     decompressed), byte-tokenized, or with ``tokenizer`` tokenized by a Hugging Face tokenizer;
-    ``tokens``: a pre-tokenized binary file (uint8/uint16/uint32 memory map, nanoGPT-style).
+    ``tokens``: pre-tokenized shards read as one stream, each memory-mapped: a file, a glob or a
+    list of files and globs, raw (uint8/uint16/uint32, nanoGPT-style), ``.npy`` or llm.c ``.bin``
+    (``format``; ``scaling.trainer.shards``). ``val_path`` names held-out shards (else the last
+    ``val_fraction`` of the stream is held out).
     ``fingerprint`` (sha256 of the token stream, and of the tokenizer when there is one) and
     ``unique_tokens`` (U: tokens in the training split, the "unique data" of the data-constrained
     law) are filled in by ``scaling.trainer.data.resolve_data``; the fingerprint is part of the
@@ -179,10 +195,13 @@ class DataSpec(_Frozen):
     """
 
     source: Literal["builtin", "text", "tokens"] = "builtin"
-    path: Optional[str] = None
+    path: PathOrShards = None
     dtype: Literal["uint8", "uint16", "uint32"] = "uint16"
+    format: Optional[ShardFormat] = Field(
+        default=None, description="token shards' format: bin (raw), npy or llmc; detected per file when absent")
+    val_path: PathOrShards = Field(default=None, description="held-out token shards (source tokens)")
     tokenizer: Optional[TokenizerSpec] = None
-    val_fraction: float = Field(default=0.05, gt=0, lt=0.5)
+    val_fraction: float = Field(default=_DEFAULT_VAL_FRACTION, gt=0, lt=0.5)
     fingerprint: Optional[str] = None
     unique_tokens: Optional[int] = Field(default=None, gt=0)
 
@@ -192,14 +211,24 @@ class DataSpec(_Frozen):
             raise ValueError(f"data.path is required for source {self.source!r}")
         if self.tokenizer is not None and self.source != "text":
             raise ValueError(f"data.tokenizer needs source 'text' (source {self.source!r} is already tokens)")
+        if self.source != "tokens":
+            if not isinstance(self.path, (str, type(None))):
+                raise ValueError(f"data.path: a list of shards needs source 'tokens' (source {self.source!r})")
+            for name in ("val_path", "format"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"data.{name} needs source 'tokens' (source {self.source!r})")
+        if self.val_path is not None and self.val_fraction != _DEFAULT_VAL_FRACTION:
+            raise ValueError("data.val_fraction: the held-out split is val_path's shards; leave val_fraction out")
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_absent_tokenizer(self, handler: Any) -> Any:
-        # Byte-level data serializes as it did before tokenizers existed, so its run keys stay.
+    def _omit_absent_fields(self, handler: Any) -> Any:
+        # Fields added later serialize only when set, so the run keys of older data stay.
         out = handler(self)
-        if isinstance(out, dict) and self.tokenizer is None:
-            out.pop("tokenizer", None)
+        if isinstance(out, dict):
+            for name in ("tokenizer", "format", "val_path"):
+                if getattr(self, name) is None:
+                    out.pop(name, None)
         return out
 
 

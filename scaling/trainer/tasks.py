@@ -139,8 +139,10 @@ class Task:
     sha256: str  # of the items (the file's bytes for a task file)
 
     def describe(self) -> dict[str, Any]:
-        """What a run records about the task (its data event)."""
-        return {"items": len(self.items), "source": self.source, "sha256": self.sha256}
+        """What a run records about the task (its data event); ``chance`` is the accuracy of guessing
+        (the mean of 1 / choices), below which the task laws predict no accuracy."""
+        chance = sum(1.0 / len(i.choices) for i in self.items) / len(self.items) if self.items else None
+        return {"items": len(self.items), "source": self.source, "sha256": self.sha256, "chance": chance}
 
 
 def items_sha256(items: tuple[Item, ...], delimiter: str) -> str:

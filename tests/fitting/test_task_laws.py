@@ -105,13 +105,16 @@ def _csv(tmp_path: Path, extra: dict | None = None, name: str = "ladder.csv") ->
 
 
 def test_fit_csv_reads_task_columns_and_prints_both_steps(tmp_path: Path) -> None:
-    code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "10",
-                             "--format", "json")
+    # every evaluation a row (columns run and tokens): the loss laws fit the final ones, step 2 all
+    code, out, err = run_cli("fit", "--csv", str(_checkpoints_csv(tmp_path)), "--law", "approach3", "--bootstrap",
+                             "10", "--format", "json")
     assert code == 0, err
     d = json.loads(out)
     law = d["tasks"]["laws"]["sim"]
     assert law["loss_source"] == "bpb" and set(law["step2"]) == {"sigmoid", "exp"}
-    assert d["laws"]["approach3"]["n_points"] == 15  # the task columns did not keep any point apart
+    assert d["laws"]["approach3"]["n_points"] == 15  # neither task columns nor checkpoints kept any point apart
+    assert law["step2"]["sigmoid"]["n_points"] == 60 and law["step2"]["sigmoid"]["n_runs"] == 15
+    assert any("45 intermediate evaluation(s) of 15 runs" in n for n in d["tasks"]["notes"])
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -122,10 +125,23 @@ def test_fit_csv_reads_task_columns_and_prints_both_steps(tmp_path: Path) -> Non
     ({"task/sim/acc": 0.5}, "both give acc of task 'sim'"),
     ({"acc_<script>": 0.5}, "task name"),
     ({"acc_sim": "lots"}, "cannot read 'lots'"),
+    ({"chance_sim": 1.5}, "a chance level is a fraction in [0, 1)"),
+    ({"chance_other": 0.25}, "a task with no accuracy column"),
+    ({"chance_sim": [0.25] * 14 + [0.5]}, "a task has one chance level"),
 ])
 def test_bad_task_columns_are_refused_in_one_line(tmp_path: Path, extra: dict, message: str) -> None:
     code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path, extra)), "--law", "approach3", "--bootstrap", "0")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv
+
+    p = _csv(tmp_path, {"chance_sim": 0.25})
+    data = from_csv(p)
+    assert tasks_from_csv(str(p), data).chance == {"sim": 0.25}
+    assert not any("chance" in c for c in data.points.columns)  # not a description of the run
 
 
 def test_an_unknown_task_name_is_refused(tmp_path: Path) -> None:
@@ -186,3 +202,123 @@ def test_a_hyperparameter_group_gives_the_task_law_its_tuned_run_only() -> None:
                          "loss": [3.1, 2.9, np.nan, 4.0, 3.5, 5.0]})
     assert best_of_groups(runs)["run_key"].tolist() == ["b", "e", "f"]
     assert best_of_groups(runs.drop(columns="hparam_group"))["run_key"].tolist() == list("abcdef")
+
+
+# -- a CSV with intermediate evaluations (columns run and tokens) -------------------------------------
+def _checkpoints_csv(tmp_path: Path, edit=None, name: str = "checkpoints.csv") -> Path:
+    """The simulated ladder with every evaluation a row: run, N, D (the run's total), tokens (seen by then)."""
+    ev = simulated(budgets=(1e17, 1e18, 1e19))
+    df = pd.DataFrame({"run": ev["run_key"], "N": ev["N"], "D": ev.groupby("run_key")["D"].transform("max"),
+                       "tokens": ev["tokens"], "loss": 2.0 + ev["bpb"], "acc_sim": ev["acc"], "bpb_sim": ev["bpb"]})
+    if edit is not None:
+        df = edit(df)
+    p = tmp_path / name
+    df.to_csv(p, index=False)
+    return p
+
+
+def test_intermediate_evaluations_are_read_as_a_sweeps_checkpoints_and_the_loss_laws_see_final_rows(
+        tmp_path: Path) -> None:
+    """What ``scaling fit --csv``, ``scaling.tasks(csv=...)`` and ``scaling recommend --csv`` read (from_csv and
+    tasks_from_csv): the loss points of the final rows alone, and every evaluation for step 2 as from_db
+    gives a sweep's (D and C spent by then, final on the last)."""
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv
+
+    every, finals = _checkpoints_csv(tmp_path), _csv(tmp_path)
+    data, data_finals = from_csv(every), from_csv(finals)
+    cols = ["N", "D", "C", "loss"]
+    pd.testing.assert_frame_equal(data.points[cols].reset_index(drop=True),
+                                  data_finals.points[cols].reset_index(drop=True))
+    td = tasks_from_csv(str(every), data)
+    truth = simulated(budgets=(1e17, 1e18, 1e19))
+    got = td.evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    want = truth.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    assert (got["run_key"] == want["run_key"]).all() and (got["final"] == want["final"]).all()
+    for c in ("N", "D", "C", "tokens", "acc", "bpb"):
+        np.testing.assert_allclose(got[c].to_numpy(float), want[c].to_numpy(float), rtol=1e-9)
+    fits = fit_tasks(td, n_bootstrap=10, grid="coarse", run_backtest=False)
+    curve = fits.laws["sim"].curves["sigmoid"]
+    assert curve.n_points_ == 60 and curve.n_groups_ == 15  # the bootstrap resamples the 15 runs
+
+
+def _twice(df: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([df, df.iloc[[1]]], ignore_index=True)
+
+
+@pytest.mark.parametrize("edit, row, message", [
+    (lambda df: df.assign(D=np.where(df.index == 2, df["D"] * 2, df["D"])), "data row 3: ", "the same on every row"),
+    (lambda df: df.assign(N=np.where(df.index == 6, df["N"] * 2, df["N"])), "data row 7: run ", "has N = "),
+    (lambda df: df.assign(tokens=np.where(df.index == 5, df["D"] * 1.5, df["tokens"])), "data row 6: ",
+     "above the run's total D"),
+    (_twice, "data row 61: ", "is given twice at tokens"),
+    (lambda df: df.drop(columns="D"), "", "needs the run's total tokens in a column 'D'"),
+    (lambda df: df.drop(columns="run"), "columns 'D', 'tokens' all give D", "name each row's run in a column 'run'"),
+])
+def test_bad_intermediate_evaluations_are_refused_naming_the_row(tmp_path: Path, edit, row: str, message: str) -> None:
+    code, out, err = run_cli("fit", "--csv", str(_checkpoints_csv(tmp_path, edit)), "--law", "approach3",
+                             "--bootstrap", "0")
+    assert code == 2 and row in err and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_more_than_a_million_evaluations_are_refused(tmp_path: Path) -> None:
+    from scaling.fitting.task_evaluations import MAX_ROWS
+
+    p = tmp_path / "huge.csv"
+    p.write_text("run,N,D,tokens,loss\n" + "r,1e8,2e9,1e9,3\n" * (MAX_ROWS + 1))
+    code, _, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0")
+    assert code == 2 and "1,000,001 rows, more than the 1,000,000" in err and len(err.strip().splitlines()) == 1
+
+
+# -- accuracies are probabilities ---------------------------------------------------------------------
+def test_a_ladder_whose_unconstrained_fits_overshoot_1_predicts_only_between_chance_and_1() -> None:
+    """Accuracy rising to a ceiling of 1 with noise: Gadre et al.'s form fitted without bounds predicts more
+    than 1 at the targets (checked here), so does the sigmoid near a task loss of 0. The fitted forms,
+    their bootstrap replicates and the chained intervals stay in [chance, 1] at every task loss."""
+    from scipy.optimize import least_squares
+
+    from scaling.fitting.task_curves import CURVES
+
+    chance = 0.25
+    ev = simulated(seed=2, step2=dict(a=0.75, k=-5.0, L0=1.2, b=chance))
+    ev["acc"] = (ev["acc"] + np.random.default_rng(12).normal(0, 0.02, len(ev))).clip(0, 1)
+    targets = [(1e9, 2e10), (1e10, 2e11)]  # 10x and 100x past the largest budget in N
+    raw = least_squares(lambda p: 1 - p[0] + p[1] * np.exp(-p[2] * ev["bpb"]) - ev["acc"], [1.0, 3.0, 1.3]).x
+    assert 1 - raw[0] + raw[1] * np.exp(-raw[2] * task_loss(*targets[1])) > 1.05  # the unconstrained form overshoots
+
+    law = fit_tasks(TaskData(ev, 6.0, "near 1", chance={"sim": chance}), n_bootstrap=40, grid="coarse",
+                    run_backtest=False).laws["sim"]
+    assert law.chance == chance
+    L = np.concatenate([np.linspace(0.0, 5.0, 201), [50.0]])
+    for form, curve in law.curves.items():
+        assert set(curve.params_) == set(CURVES[form].param_names)
+        assert ((curve.predict(L) >= chance) & (curve.predict(L) <= 1.0)).all(), form
+        np.testing.assert_allclose(type(curve).from_dict(curve.to_dict()).predict(L), curve.predict(L), rtol=1e-12)
+        rows = curve.replicate_rows()
+        ok = rows[np.isfinite(rows).all(axis=1)]
+        reps = np.array([curve.accuracy_of(ok, np.full(len(ok), x)) for x in L])
+        assert ((reps >= chance - 1e-12) & (reps <= 1.0 + 1e-12)).all(), form
+        for N, D in targets:
+            iv = law.predict_interval(N, D)[form]
+            assert all(chance <= iv[q] <= 1.0 for q in ("value", "lo", "hi") if math.isfinite(iv.get(q, math.nan)))
+    exp = law.curves["exp"]
+    assert "k" in exp.pinned_ and "accuracy 1 at the task loss floor" in exp.pinned_["k"]  # the bound it runs into
+    assert exp.reported_intervals()["k"]["kind"] == "pinned" and "k" in law.to_dict()["step2"]["exp"]["pinned"]
+
+
+def test_a_flagged_step_1_still_gives_the_chain_its_interval_where_the_bootstrap_determines_it() -> None:
+    """Two budgets: step 1's E and A are not determined on their own (the law is flagged, its parameters
+    shown without intervals), yet the paired bootstrap of both steps pins the accuracy at the asked point;
+    the interval is given, holds the truth, and the prediction's notes keep step 1's doubts."""
+    law = fit_tasks(TaskData(simulated(budgets=(1e17, 1e18)), 6.0, "two budgets"), n_bootstrap=40, grid="coarse",
+                    run_backtest=False).laws["sim"]
+    assert not law.step1.reliable() and not law.reliable("sigmoid") and law.curves["sigmoid"].reliable()
+    assert all(iv["kind"] in ("unreliable", "pinned") for iv in law.step1.reported_intervals().values())
+    N, D = 1e9, 2e10
+    p = law.predict_interval(N, D)
+    iv = p["sigmoid"]
+    assert iv["kind"] == "percentile" and iv["determined_at_point"] and iv["hi"] - iv["lo"] <= 0.2
+    assert iv["lo"] <= float(accuracy(task_loss(N, D))) <= iv["hi"]
+    assert any(n.startswith("sigmoid: step 1 is flagged (the data do not determine") for n in p["notes"])
+    assert p["task_loss"]["kind"] == "unreliable"  # step 1's own prediction keeps its flag

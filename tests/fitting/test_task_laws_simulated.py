@@ -51,6 +51,7 @@ def test_the_simulators_task_law_is_recovered_from_its_metrics(sweep: str) -> No
     fits = fit_tasks_sweep(sweep, "sim-tasks", n_bootstrap=30, grid="coarse")
     law = fits.laws[TASK["name"]]
     assert law.loss_source == "bpb" and law.accuracy == "acc"
+    assert law.chance == TASK["chance"]  # the simulated event's truth: no prediction falls below it
     ev = law.evals
     assert ev["final"].sum() == 15 and len(ev) > 15  # every checkpoint's evaluation is a step-2 point
     sig = law.curves["sigmoid"].params_
@@ -64,3 +65,4 @@ def test_the_simulators_task_law_is_recovered_from_its_metrics(sweep: str) -> No
     assert p["task_loss"]["lo"] * 0.99 <= float(true_bpb(N, D)) <= p["task_loss"]["hi"] * 1.01
     iv = p["sigmoid"]
     assert iv["lo"] - 0.01 <= float(true_acc(true_bpb(N, D))) <= iv["hi"] + 0.01
+    assert TASK["chance"] <= min(iv["lo"], p["exp"]["value"]) and max(iv["hi"], p["exp"]["value"]) <= 1.0

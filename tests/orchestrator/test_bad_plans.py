@@ -62,6 +62,11 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("missing data path", GOOD.replace("source: builtin", "source: text\n  path: /nonexistent/*.txt"),
      ["data", "no file matches"]),
     ("data path missing for text", GOOD.replace("source: builtin", "source: text"), ["data", "path is required"]),
+    ("a held-out shard that matches nothing", GOOD.replace("source: builtin", f"source: tokens\n  path: [{__file__}]\n"
+                                                           "  val_path: /nonexistent/val_*.npy"),
+     ["data", "no file matches val_path"]),
+    ("a list of shards for text", GOOD.replace("source: builtin", f"source: text\n  path: [{__file__}]"),
+     ["data", "needs source 'tokens'"]),
     ("missing name", GOOD.replace("name: bad-plans\n", ""), ["name", "required"]),
     ("bad name", GOOD.replace("name: bad-plans", "name: 'my sweep/x'"), ["name", "directory", ":1:"]),
     ("unsafe rule", GOOD + "rules:\n  lr: \"__import__('os').system('true')\"\n", ["rules.lr", ":18:"]),

@@ -45,7 +45,9 @@ def _store(url: str, sweep: str, with_tasks: bool, seed: int = 0) -> None:
                     acc = 0.6 / (1 + math.exp(6.0 * (bpb - 1.1))) + 0.25 + rng.normal(0, 0.004)
                     metrics += [(step, t, 6 * N * t, metric_name(TASK, "bpb"), bpb),
                                 (step, t, 6 * N * t, metric_name(TASK, "acc"), acc)]
-            store.log_metrics(key, metrics)
+            # the data event a run scoring a four-choice task file records (its chance level 0.25)
+            events = [(0, names.DATA, {"tasks": {TASK: {"items": 100, "chance": 0.25}}})] if with_tasks else []
+            store.log_metrics(key, metrics, events=events)
             store.finish(key, "completed", final_eval_loss=loss, final_train_loss=loss)
 
 
@@ -64,6 +66,25 @@ def test_task_metrics_are_read_back_with_every_checkpoint(db_url: str) -> None:
     assert td.tasks() == [TASK] and len(td.evals) == 48 and int(td.evals["final"].sum()) == 12
     assert td.evals[["acc", "bpb", "loss"]].notna().all().all()
     assert tasks_from_db(db_url, "plain").tasks() == []
+
+
+def test_a_csv_of_the_sweeps_evaluations_reads_back_as_the_sweep(db_url: str, tmp_path: Path) -> None:
+    """The CSV path (columns run and tokens) gives step 2 the same evaluations as the sweep's database."""
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv, tasks_from_db
+
+    swept = tasks_from_db(db_url, "ladder").evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    total = swept.groupby("run_key")["D"].transform("max")
+    path = tmp_path / "ladder.csv"
+    swept.assign(run=swept["run_key"], D=total, **{f"acc_{TASK}": swept["acc"], f"bpb_{TASK}": swept["bpb"],
+                                                   f"chance_{TASK}": 0.25})[
+        ["run", "N", "D", "tokens", "loss", f"acc_{TASK}", f"bpb_{TASK}", f"chance_{TASK}"]].to_csv(path, index=False)
+    read = tasks_from_csv(str(path), from_csv(path))
+    got = read.evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
+    assert (got["run_key"] == swept["run_key"]).all() and (got["final"] == swept["final"]).all()
+    for c in ("N", "D", "C", "tokens", "acc", "bpb", "loss"):
+        np.testing.assert_allclose(got[c].to_numpy(float), swept[c].to_numpy(float), rtol=1e-12, err_msg=c)
+    assert read.chance == tasks_from_db(db_url, "ladder").chance == {TASK: 0.25}
 
 
 def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) -> None:
@@ -104,3 +125,35 @@ def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
         if r["kind"] == "percentile":
             assert r["lo"] <= r["value"] <= r["hi"]
     assert task_differences(db_url, ["plain", "ladder"], exponent_difference) == ([], [])
+
+
+def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:
+    from scaling.fitting.tasks import fit_tasks, task_lines, tasks_from_db
+    from scaling.reports.figures_tasks import (accuracy_interval, accuracy_vs_compute, accuracy_vs_loss,
+                                               frontier_prediction)
+
+    td = tasks_from_db(db_url, "ladder")
+    assert td.chance == {TASK: 0.25}
+    law = fit_tasks(td, n_bootstrap=20, grid="coarse", run_backtest=False).laws[TASK]
+    frontier = frontier_prediction(law, lambda C: 0.1 * C ** 0.5, 6.0, 1e17, 1e22)
+    C = 1e22
+    prediction = law.predict_interval(0.1 * C ** 0.5, C / (0.6 * C ** 0.5))
+    for fig in (accuracy_vs_compute(law, frontier, prediction), accuracy_vs_loss(law, prediction)):
+        assert tuple(fig.layout.yaxis.range) == (0, 1)
+        dashed = [s for s in fig.layout.shapes if s.line.dash == "dash"]
+        assert len(dashed) == 1 and dashed[0].y0 == dashed[0].y1 == 0.25
+        for trace in fig.data:
+            y = np.asarray(trace.y, dtype=float)
+            assert ((y[np.isfinite(y)] >= 0) & (y[np.isfinite(y)] <= 1)).all(), trace.name
+    # The bounded fits cannot produce an accuracy outside [0, 1]: the report's own check is given one by hand.
+    impossible = {"value": 1.05, "lo": 0.528, "hi": 1.21, "kind": "percentile"}
+    bad = {**prediction, "sigmoid": impossible}
+    bad_frontier = {"sigmoid": {"C": np.array([1e20, 1e21]), "value": np.array([0.9, 1.3]),
+                                "lo": np.array([0.8, 1.1]), "hi": np.array([1.0, 1.6])}}
+    fig = accuracy_vs_compute(law, bad_frontier, bad)
+    drawn = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data])
+    assert not (drawn[np.isfinite(drawn)] > 1).any()
+    shown = accuracy_interval(impossible)
+    assert "1.05" not in shown and "1.21" not in shown and "outside [0, 1]" in shown
+    lines = "\n".join(task_lines({TASK: bad}))
+    assert "1.05" not in lines and "not shown (outside [0, 1]" in lines

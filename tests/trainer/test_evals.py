@@ -14,6 +14,7 @@ import torch
 from scaling import vocab
 from scaling.db import Store, connect
 from scaling.errors import PlanError, SpecError
+from scaling.fitting.task_data import chance_of_events
 from scaling.trainer import next_line, train
 from scaling.trainer.evals import Encoded, TaskEvaluator, batches, continuation_logprobs, encode, score, task_metrics
 from scaling.trainer.runtime import Runtime
@@ -234,6 +235,9 @@ def test_a_short_real_run_records_its_task_metrics(make_spec, registered, tmp_pa
             assert got["value"].between(0, 1).all() if kind != "bpb" else (got["value"] > 0).all()
     detail = res.events(run_keys=[spec.key], kinds=[vocab.DATA])["detail"].iloc[0]
     assert detail["tasks"]["qa"]["items"] == 3 and detail["tasks"]["next_line"]["items"] == 16
+    assert detail["tasks"]["qa"]["chance"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 2) / 3)  # the task laws' floor
+    events = res.events(run_keys=[spec.key], kinds=[vocab.DATA])
+    assert chance_of_events(events, ["qa"]) == {"qa": pytest.approx(4 / 9)}  # read back for the task laws
     assert evaluation_steps(spec) == 3 and 0 < eval_cost(spec).fraction
     off = make_spec(evals={"next_line": False})
     assert eval_cost(off).fraction == 0.0 and off.key == spec.key  # tasks are not part of the key
