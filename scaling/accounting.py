@@ -272,6 +272,14 @@ FAMILIES: tuple[str, ...] = ("gpt2", "llama")
 LLAMA_ONLY: dict[str, object] = {
     "n_kv_head": None, "ffn": None, "tie_embeddings": None, "qk_norm": False, "rope_theta": 10000.0, "norm_eps": 1e-5,
 }
+def family_fields(model: object) -> dict[str, object]:
+    """The :class:`Shape` family fields a serialized model section (a run spec's ``model``) states;
+    none for anything else (a gpt2 section states none: they are left out at their defaults)."""
+    if not isinstance(model, dict):
+        return {}
+    return {name: model[name] for name in ("family", *LLAMA_ONLY) if name in model}
+
+
 #: Llama's SwiGLU hidden width is rounded up to a multiple of this (Meta's ``multiple_of``).
 FFN_MULTIPLE = 256
 
