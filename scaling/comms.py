@@ -8,6 +8,7 @@ The model and its sources: docs/reference/internals.md ("Communication model").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -277,8 +278,9 @@ class ParallelLayout:
 
     def check(self, shape: Shape) -> None:
         """Raise ValueError when ``shape`` cannot be split this way (heads, MLP, layers)."""
-        if shape.n_head % self.tp or (4 * shape.d_model) % self.tp:
-            raise ValueError(f"tp={self.tp} must divide n_head ({shape.n_head}) and 4*d_model ({4 * shape.d_model})")
+        problem = shape.tp_problem(self.tp)
+        if problem:
+            raise ValueError(problem)
         if shape.n_layer % (self.pp * self.chunks):
             raise ValueError(f"pp*chunks={self.pp * self.chunks} must divide n_layer ({shape.n_layer})")
 
@@ -302,12 +304,12 @@ def bubble_fraction(pp: int, micro_batches: int, schedule: Schedule = "1f1b", ch
 def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
     """One block's parameters on one tensor rank: matrices and column biases split, the rest kept.
 
-    Two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
+    gpt2: two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
     replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
+    llama: the RMSNorms are replicated, every matrix is split.
     """
-    h = shape.d_model
-    split = 12 * h * h + 7 * h
-    replicated = shape.params_per_layer - split
+    replicated = shape.layer_replicated_params
+    split = shape.params_per_layer - replicated
     return split // tp + replicated
 
 
@@ -315,19 +317,18 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
     """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
 
     Blocks are split evenly over stages; the embeddings (and positions) sit on the first
-    stage, the final norm and a copy of the tied embedding for the output on the last.
-    Equal to ``shape.params_total`` for tp = pp = 1.
+    stage, the final norm and the output layer (an untied one, or a copy of the tied
+    embedding) on the last. Equal to ``shape.params_total`` for tp = pp = 1.
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
-    h = shape.d_model
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
     if stage == 0:
-        n += shape.params_embedding
+        n += shape.params_input_embedding
     if stage == pp - 1:
-        n += 2 * h  # final LayerNorm
-        if pp > 1:
-            n += shape.vocab_size * h  # the output layer's copy of the tied embedding
+        n += shape.params_final_norm + shape.params_output
+        if pp > 1 and shape.tied:
+            n += shape.vocab_size * shape.d_model  # the output layer's copy of the tied embedding
     return n
 
 
@@ -590,7 +591,7 @@ def memory_per_rank(
         # unsharded gradients, both in the compute dtype, until every micro-batch is done.
         buffers = 2.0 * params * compute_bytes(precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
-        per_block = Shape(1, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
+        per_block = dataclasses.replace(shape, n_layer=1)
         one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
         buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
     return MemoryEstimate.with_margin(

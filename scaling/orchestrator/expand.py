@@ -373,7 +373,7 @@ def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int
         device=res.device,
     )
     values: dict[str, Any] = dict(
-        **recipe, model=shape.as_dict(), tokens=round(D), data=plan.data,
+        **recipe, model=plan.model.family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
     )

@@ -47,6 +47,15 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
+def shape_label(shape: Any) -> str:
+    """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width."""
+    label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
+    if shape.family == "gpt2":
+        return label
+    kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
+    return f"{label}{kv} {shape.family} ffn {shape.hidden}"
+
+
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
     """Tokens in the training corpus, when the data has been resolved."""
     return run.spec.data.unique_tokens
@@ -60,7 +69,10 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "key": spec.key,
         "N": spec.n_params,
         "N_total": shape.params_total,
-        "shape": f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h",
+        "N_non_embedding": shape.params_non_embedding,
+        "N_embedding": shape.params_embedding,
+        "family": shape.family,
+        "shape": shape_label(shape),
         "n_layer": shape.n_layer,
         "d_model": shape.d_model,
         "n_head": shape.n_head,
@@ -195,7 +207,7 @@ def render_table(summary: dict[str, Any]) -> Any:
             "`scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
-    columns = ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
+    columns = ("key", "N", "N total", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
                "compute", "comm", "bubble", "est.", "why")
     for col in columns:
         table.add_column(col, justify="left" if col in ("key", "shape", "layout", "why") else "right",
@@ -209,6 +221,7 @@ def render_table(summary: dict[str, Any]) -> Any:
         table.add_row(
             r["key"],
             f"{r['N']:,}",
+            f"{r['N_total']:,}",
             r["shape"],
             f"{r['D']:.3g}",
             f"{r['C']:.3g}",
@@ -300,7 +313,9 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     """
     r = find_run(summary, key)
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
-             f"{r['workers']} worker(s), {r['precision']}"]
+             f"{r['workers']} worker(s), {r['precision']}",
+             f"parameters: {r['N_total']:,} in all, {r['N_non_embedding']:,} outside the embeddings, "
+             f"{r['N_embedding']:,} in the embedding matrices"]
     if "layout" not in r:
         return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]
     groups = ", ".join(f"{g} {_duration(s)}" for g, s in r["comm_seconds_by_group"].items() if s > 0) or "none"

@@ -361,6 +361,10 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     row = find_run(url, run, sweep)
     key = row["run_key"]
     folder = run_folder(row, run_dir)
+    model_fields = (row.get("spec") or {}).get("model")
+    family = model_fields.get("family", "gpt2") if isinstance(model_fields, dict) else "gpt2"
+    if family != "gpt2":
+        raise UserError(f"run {key} is a {family} model: the export writes GPT-2 folders only")
     snapshot = _snapshot_folder(folder, key)
     try:
         path, step = newest_checkpoint(folder, key, snapshot)
