@@ -30,7 +30,7 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.api import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
-from scaling.fitting.base import check_budget, jsonable
+from scaling.fitting.base import MIN_OK_FRACTION, UNDETERMINED, check_budget, jsonable
 from scaling.fitting.data import FitData, prepare
 
 #: The default budget, as a multiple of the largest measured run's compute.
@@ -41,6 +41,15 @@ CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: Bootstrap replicates per candidate in the heuristic.
 CANDIDATE_BOOTSTRAP = 100
+#: A law whose only doubts are about its parameters (:data:`PARAMETER_DOUBTS`) still recommends when its
+#: bootstrap determines what ``recommend`` is asked, N*, D* and the loss at the budget: at least
+#: MIN_OK_FRACTION of the drawn replicates give a finite, positive optimum, each reported interval (model
+#: error of the backtest included) is a percentile one holding its estimate, and spans at most these
+#: factors (hi / lo). Its parameter doubts then stay in the recommendation's notes.
+AT_BUDGET_SPAN = {"N": 10.0, "D": 10.0, "loss": 1.15}
+#: The notes that doubt a law's parameters (not identified, pinned, a near-singular Fisher information),
+#: as opposed to its design (too few points or budgets) or its plausibility, which stay verdicts.
+PARAMETER_DOUBTS = (UNDETERMINED, "unreliable: the Fisher information", "unreliable: E is pinned")
 #: Sizes a run from a sweep's stored plan: (plan, N, D, C) -> shape, n_params, lr, batch_tokens,
 #: memory_gib, strategy.
 SizeRun = Callable[[dict[str, Any], float, float, float], dict[str, Any]]
@@ -253,6 +262,44 @@ def _width(iv: dict[str, Any]) -> float:
     return math.log(hi / lo)
 
 
+def parameter_doubt(note: str) -> bool:
+    """Whether a law's note doubts its parameters alone (see :data:`PARAMETER_DOUBTS`)."""
+    return note.startswith(PARAMETER_DOUBTS) or (note.startswith("unreliable: ") and " is pinned at its " in note)
+
+
+def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
+    """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
+
+    ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
+    backtest: its error is what widens the intervals for extrapolating (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
+    """
+    other = [d for d in law.doubts() if not parameter_doubt(d)]
+    if other:
+        return other[0]
+    c_max = (getattr(law, "c_range_", None) or (math.nan, math.nan))[1]
+    rates = getattr(law, "extrapolation_", None) or {}
+    if not compute <= c_max * (1 + 1e-9) and not all(math.isfinite(rates.get(q) or math.nan) for q in ("N", "loss")):
+        return "no backtest sizes its error beyond the fitted budgets"
+    reps = law.optimal_replicates(compute)
+    if not reps[0].size:
+        return "no usable bootstrap"
+    ok = np.logical_and.reduce([np.isfinite(r) & (r > 0) for r in reps])
+    if ok.sum() < MIN_OK_FRACTION * ok.size:
+        return f"only {int(ok.sum())} of {ok.size} bootstrap replicates give a finite optimum at this budget"
+    for q in ("N", "D", "loss"):
+        if iv[q].get("kind") != "percentile":
+            return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].get('note', iv[q].get('kind'))})"
+        span = iv[q]["hi"] / iv[q]["lo"]
+        if not span <= AT_BUDGET_SPAN[q]:
+            return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
+                    f"{AT_BUDGET_SPAN[q]:g})")
+    return None
+
+
+def _doubt_text(note: str) -> str:
+    return note.removeprefix("unreliable: ").split(": do not trust this law")[0]
+
+
 def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
     """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
 
@@ -281,7 +328,14 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
         doubts = laws[kind].doubts() if hasattr(laws[kind], "doubts") else []
-        if doubts:
+        if not doubts:
+            continue
+        if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
+            rec.per_law[kind] = {**rec.per_law[kind], "determined_at_budget": True, "doubts": doubts}
+            rec.notes.append(f"{SHORT.get(kind, kind)}: {'; '.join(_doubt_text(d) for d in doubts)}; "
+                             "but its bootstrap determines N*, D* and the loss at this budget, so it may recommend "
+                             "(its parameters stay without intervals in the fit)")
+        else:
             rec.unreliable[kind] = doubts[0]
     trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
 
