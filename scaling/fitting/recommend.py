@@ -97,8 +97,10 @@ class Recommendation:
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
             unreliable = kind in self.unreliable
-            mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else " (chosen)" if kind == self.chosen
-                    else " (unreliable)" if unreliable else "")
+            at_budget = ", determined at this budget" if r.get("determined_at_budget") else ""
+            mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else f" (chosen{at_budget})"
+                    if kind == self.chosen else " (unreliable)" if unreliable else f" ({at_budget[2:]})" if at_budget
+                    else "")
             cells = [SHORT.get(kind, kind) + mark]
             for q in ("N", "D", "loss"):
                 iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
