@@ -338,7 +338,7 @@ def test_the_ladder_recipe_fits_step_1_under_its_bounds(tmp_path: Path) -> None:
     finals = fits.laws["sim"].evals.query("final")
     pred = step1.predict(finals["N"].to_numpy(float), finals["D"].to_numpy(float))
     assert np.max(np.abs(pred / finals["x"].to_numpy(float) - 1)) < 0.03
-    code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "0",
+    code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach2", "--bootstrap", "0",
                              "--step1-recipe", "ladder", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["tasks"]["laws"]["sim"]["step1"]["settings"]["recipe"] == "ladder"
