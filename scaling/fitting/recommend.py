@@ -3,7 +3,10 @@
 For a budget C (default :data:`NEXT_BUDGET_FACTOR` times the largest run), each fitted law gives
 N*, D* and its predicted loss with bootstrap intervals; their spread says how far the methods
 agree. The recommendation follows the best-determined law (:func:`compare_laws`): among the laws
-no note calls unreliable, the one with the narrowest 95% interval on N*; it says which and why.
+allowed to recommend, the one with the narrowest 95% interval on N*; it says which and why. A law is
+allowed when no note calls it unreliable, or when its only doubts are about its parameters and its
+bootstrap determines what is asked, N*, D* and the loss at the budget (:func:`undetermined_at_budget`):
+the doubts then stay in the recommendation's notes.
 With a sweep, the plan's own rules turn that N* into a concrete run (shape, learning rate, batch,
 memory and strategy on the plan's device) through the sizing function the caller passes (the
 command line passes ``scaling.orchestrator.expand.size_run``; the fits never import the
@@ -306,7 +309,9 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
 
     The law followed is the best-determined one: among laws no note calls unreliable
-    (:meth:`~scaling.fitting.base.Law.doubts`) and with an interval on N*, the narrowest 95%
+    (:meth:`~scaling.fitting.base.Law.doubts`), or whose doubts are about parameters only and whose
+    bootstrap determines N*, D* and the loss at ``compute`` (:func:`undetermined_at_budget`; those
+    doubts become notes), and with an interval on N*, the narrowest 95%
     interval on N* (in ln units). When every law is unreliable, the narrowest interval overall is
     shown, saying that no law is reliable. ``laws`` maps a kind (``approach2``...) to a fitted law;
     ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
