@@ -70,6 +70,9 @@ class Recommendation:
     chosen_reason: str = ""
     #: Laws left out of the choice and the consensus, with the first note that says why.
     unreliable: dict[str, str] = field(default_factory=dict)
+    #: Laws whose notes doubt their parameters but whose bootstrap determines N*, D* and the loss at
+    #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
+    determined_at_budget: dict[str, str] = field(default_factory=dict)
     #: N* across the reliable laws: the lowest lower and highest upper end of their 95% intervals.
     across_laws: dict[str, float] = field(default_factory=dict)
     agreement: dict[str, float] = field(default_factory=dict)
@@ -100,7 +103,7 @@ class Recommendation:
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
             unreliable = kind in self.unreliable
-            at_budget = ", determined at this budget" if r.get("determined_at_budget") else ""
+            at_budget = ", determined at this budget" if kind in self.determined_at_budget else ""
             mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else f" (chosen{at_budget})"
                     if kind == self.chosen else " (unreliable)" if unreliable else f" ({at_budget[2:]})" if at_budget
                     else "")
@@ -338,8 +341,8 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         if not doubts:
             continue
         if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
-            rec.per_law[kind] = {**rec.per_law[kind], "determined_at_budget": True, "doubts": doubts}
-            rec.notes.append(f"{SHORT.get(kind, kind)}: {'; '.join(_doubt_text(d) for d in doubts)}; "
+            rec.determined_at_budget[kind] = "; ".join(_doubt_text(d) for d in doubts)
+            rec.notes.append(f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
                              "but its bootstrap determines N*, D* and the loss at this budget, so it may recommend "
                              "(its parameters stay without intervals in the fit)")
         else:
