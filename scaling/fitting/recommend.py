@@ -361,6 +361,8 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
                              "from end to end)" + (f" among the laws the data determine (also: "
                              f"{', '.join(name(o) for o in others)})" if others else
                              ", the only law the data determine with an interval"))
+        if rec.chosen in rec.determined_at_budget:
+            rec.chosen_reason += " (at this budget, not in its parameters: see the notes)"
     elif trusted:
         rec.chosen = trusted[0]
         rec.chosen_reason = f"{name(rec.chosen)}: the only reliable law, though it has no bootstrap interval"
