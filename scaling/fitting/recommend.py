@@ -279,7 +279,8 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
 
     ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
-    backtest: its error is what widens the intervals for extrapolating (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
+    backtest: its error is what widens the intervals for extrapolating
+    (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
     """
     other = [d for d in law.doubts() if not parameter_doubt(d)]
     if other:

@@ -5,8 +5,8 @@ Each draw is a data set from a random Chinchilla (or Kaplan) law near published 
 every method, among the draws its notes do not call unreliable, the interval must cover the
 true N* in at least 90% of them, and among every draw allowed to recommend (with the flagged
 ones the at-budget rule of :mod:`scaling.fitting.recommend` admits) too; and the flag must fire on
-at least 90% of draws shaped like the example sweep (12 points: three budgets over a decade, four sizes each, 2% noise), which cannot
-determine approach 3. Draw counts are sized for a few minutes on two shared cores;
+at least 90% of draws shaped like the example sweep (12 points: three budgets over a decade, four
+sizes each, 2% noise), which cannot determine approach 3. Draw counts are sized for a few minutes on two shared cores;
 ``benchmarks/bench_coverage.py`` runs the study at 200+ draws per method with a larger bootstrap.
 """
 
