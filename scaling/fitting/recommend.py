@@ -287,9 +287,9 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
         return other[0]
     c_max = (getattr(law, "c_range_", None) or (math.nan, math.nan))[1]
     rates = getattr(law, "extrapolation_", None) or {}
-    if not compute <= c_max * (1 + 1e-9) and not all(math.isfinite(rates.get(q) or math.nan) for q in ("N", "loss")):
+    if not compute <= c_max * (1 + 1e-9) and not all(_finite(rates.get(q)) for q in ("N", "loss")):
         return "no backtest sizes its error beyond the fitted budgets"
-    reps = law.optimal_replicates(compute)
+    reps = law.optimal_replicates(compute) if hasattr(law, "optimal_replicates") else (np.array([]),)
     if not reps[0].size:
         return "no usable bootstrap"
     ok = np.logical_and.reduce([np.isfinite(r) & (r > 0) for r in reps])
@@ -303,6 +303,10 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
             return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
                     f"{AT_BUDGET_SPAN[q]:g})")
     return None
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 def _doubt_text(note: str) -> str:
