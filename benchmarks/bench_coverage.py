@@ -6,8 +6,11 @@ this one run:
 1. for each method, over ``--draws`` synthetic data sets from random laws near published ones
    (:func:`scaling.fitting.synthetic.coverage_study`): the share flagged unreliable, and among the
    rest the coverage of the true N* at ten times the largest budget by the reported interval and,
-   as the baseline, by the parameters' bootstrap interval alone;
-2. the share of example-shaped (12-point) draws on which approach 3 is flagged;
+   as the baseline, by the parameters' bootstrap interval alone; then the flagged draws the
+   at-budget rule (:func:`scaling.fitting.recommend.undetermined_at_budget`) lets recommend, and the
+   coverage of every draw allowed to recommend;
+2. the share of example-shaped (12-point) draws on which approach 3 is flagged, and those of them
+   the at-budget rule lets recommend;
 3. on every published set in tests/data (Porian et al. 2024's ten IsoFLOP sets, Epoch AI's
    Chinchilla points), the largest budget held out: how many held-out losses each law's
    prediction interval covers, against the bootstrap-only interval.
@@ -52,15 +55,20 @@ def main() -> None:
     if designs:
         print(f"N* at 10x the largest budget, {args.draws} draws per method, {args.bootstrap} bootstrap replicates")
     for design in designs:
-        if design == "underdetermined":
-            r = coverage_study("underdetermined", args.draws, n_bootstrap=args.bootstrap, seed=6000, run_backtest=False)
+        t = time.perf_counter()
+        if design == "underdetermined":  # with the backtest, so that the at-budget rule can be judged on them
+            r = coverage_study("underdetermined", args.draws, n_bootstrap=args.bootstrap, seed=6000)
             print(f"  12-point example-shaped draws: approach 3 flagged on {100 * r['flagged']:.1f}%", flush=True)
         else:
-            t = time.perf_counter()
             r = coverage_study(design, args.draws, n_bootstrap=args.bootstrap, seed=5000)
             print(f"  {design:10s} flagged {100 * r['flagged']:5.1f}%  coverage {100 * r['coverage']:5.1f}% of "
-                  f"{r['kept']} kept (bootstrap only: {100 * r['coverage_bootstrap_only']:5.1f}%)  median ln width "
-                  f"{r['median_ln_width']:.2f}  [{time.perf_counter() - t:.0f} s]", flush=True)
+                  f"{r['kept']} kept (bootstrap only: {100 * r['coverage_bootstrap_only']:5.1f}%; loss at N*: "
+                  f"{100 * r['coverage_loss']:5.1f}%)  median ln width {r['median_ln_width']:.2f}", flush=True)
+        n_all = r["kept"] + r["added_at_budget"]
+        print(f"  {'':10s} at-budget rule: {r['added_at_budget']} flagged draws may recommend, N* covered in "
+              f"{r['added_covered']}, loss in {r['added_covered_loss']}; all {n_all} allowed: N* coverage "
+              f"{100 * r['coverage_at_budget']:5.1f}%, loss {100 * r['coverage_loss_at_budget']:5.1f}%  "
+              f"[{time.perf_counter() - t:.0f} s]", flush=True)
 
     if args.skip_published:
         return

@@ -8,7 +8,7 @@ exponential form and the OLMo sigmoid. The authors' method (their notebook's los
 points and error law on six) is redone on the same data and printed alongside; their published
 relative errors are in tests/data/README.md.
 
-    python benchmarks/bench_task_laws.py [--bootstrap 200] [--grid epoch]
+    python benchmarks/bench_task_laws.py [--bootstrap 200] [--grid epoch] [--recipe grid|ladder]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--grid", default="epoch")
+    ap.add_argument("--recipe", default="grid", help="step 1's search: grid, or ladder (OLMo's recipe)")
     args = ap.parse_args()
     rpj = pd.read_csv(DATA)
     ev = pd.DataFrame({"run_key": rpj.name, "N": rpj.N.astype(float), "D": rpj.D.astype(float),
@@ -42,7 +43,7 @@ def main() -> None:
                        "acc": 1 - rpj.err_avg17, "acc_norm": np.nan, "bpb": np.nan, "loss": rpj.loss})
     small = rpj.model.isin(SMALL).to_numpy()
     t0 = time.perf_counter()
-    step1 = ChinchillaParametric(grid=args.grid).fit(prepare(ev[small][["N", "D", "C", "loss"]]))
+    step1 = ChinchillaParametric(grid=args.grid, recipe=args.recipe).fit(prepare(ev[small][["N", "D", "C", "loss"]]))
     step1.bootstrap(args.bootstrap, 0)
     with_1b = small | ((rpj.model == "open_lm_1b") & (rpj.M_tokens_per_param == 20)).to_numpy()
     law = fit_task(ev[with_1b], "avg17", step1=step1, n_bootstrap=args.bootstrap, run_backtest=False)

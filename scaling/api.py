@@ -356,21 +356,25 @@ class Tasks:
 
 
 def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-          task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0) -> Tasks:
-    """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns."""
+          task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0, step1_recipe: str = "grid") -> Tasks:
+    """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns.
+
+    ``step1_recipe``: how step 1's Chinchilla form is searched, ``grid`` or ``ladder`` (OLMo's model-ladder
+    recipe; see docs/downstream.md).
+    """
     from scaling.fitting.tasks import fit_tasks_csv, fit_tasks_sweep
 
     if csv is not None:
         from scaling.fitting.data import from_csv
 
-        fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed)
+        fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
     else:
         from scaling.db import connect as open_results, resolve_url
 
         url = resolve_url(cli=db)
         with open_results(url) as res:
             sweep = res.sweep_name(sweep)
-        fits = fit_tasks_sweep(url, sweep, tasks=task, n_bootstrap=bootstrap, seed=seed)
+        fits = fit_tasks_sweep(url, sweep, tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
     params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
                   **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
                      for f, c in law.curves.items()}}

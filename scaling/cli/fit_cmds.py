@@ -122,6 +122,11 @@ def fit(
                                           "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
                                           "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
     ] = None,
+    step1_recipe: Annotated[
+        str, typer.Option("--step1-recipe", help="Downstream tasks: how step 1's Chinchilla form is searched: grid "
+                          "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
+                          "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
+    ] = "grid",
     hparams: Annotated[
         str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
                           "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
@@ -147,6 +152,10 @@ def fit(
         raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
+    from scaling.fitting.tasks import STEP1_RECIPES
+
+    if step1_recipe not in STEP1_RECIPES:
+        raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
     _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
                     "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
                     "--unique-tokens": unique_tokens is not None})
@@ -166,7 +175,7 @@ def fit(
 
         task_data = tasks_from_csv(str(csv), data, tasks=task)  # a bad task column is refused before any fit
         summary = fit_data(data, law, bootstrap, seed)
-        tasks = fit_tasks(task_data, n_bootstrap=bootstrap, seed=seed)
+        tasks = fit_tasks(task_data, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
     else:
         if (r_star is not None or r_star_n is not None) and not effective_data:
             raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
@@ -178,7 +187,7 @@ def fit(
         from scaling.fitting.tasks import fit_tasks_sweep
 
         tasks = fit_tasks_sweep(resolve_url(db), str(summary.sweep), tasks=task, n_bootstrap=bootstrap, seed=seed,
-                                k=float(summary.conventions.get("flops_per_param_token") or 6.0))
+                                k=float(summary.conventions.get("flops_per_param_token") or 6.0), recipe=step1_recipe)
     if fmt == "json":
         typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
     else:

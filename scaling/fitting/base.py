@@ -337,6 +337,18 @@ class Law:
             out[q] = widen_log(out[q], half, why)
         return out
 
+    def optimal_replicates(self, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """N*, D* and predicted loss at budget C under every drawn bootstrap replicate, NaN where its refit
+        failed (empty without usable replicates): the distribution :meth:`optimal_interval` summarises."""
+        self._check()
+        if self.replicates_ is None or self.bootstrap_unavailable():
+            return np.array([]), np.array([]), np.array([])
+        reps = {name: np.asarray(self.replicates_, float)[:, i] for i, name in enumerate(self.param_names)}
+        with np.errstate(all="ignore"):
+            out = self._optimal(reps, np.asarray(float(C)))
+        n = len(self.replicates_)
+        return tuple(np.broadcast_to(np.asarray(v, float), (n,)).copy() for v in out)  # type: ignore[return-value]
+
     def predict_interval(self, N: Any, D: Any) -> list[dict[str, Any]]:
         """Predicted loss of each (N, D) with a 95% interval for a measured loss there.
 

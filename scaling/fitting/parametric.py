@@ -49,6 +49,17 @@ SMALL_GRID: dict[str, list[float]] = {
 }
 GRIDS = {"epoch": EPOCH_GRID, "coarse": COARSE_GRID, "small": SMALL_GRID}
 ORDER = ("a", "b", "e", "alpha", "beta")  # the optimiser's parameter vector
+#: How the optimum is searched: ``grid`` (the starts of ``grid``, the best polished; Epoch AI's
+#: recipe) or ``ladder`` (the step-1 recipe of OLMo's model ladder, Bhagia et al. 2024: one start,
+#: every parameter >= 0, scipy's L-BFGS-B, bootstrap refits under the same bounds).
+RECIPES = ("grid", "ladder")
+#: The ladder's start, (a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1), in :data:`ORDER` (e = log E = 0).
+LADDER_START = (3.0, 6.0, 0.0, 0.1, 0.2)
+#: The ladder's bounds in :data:`ORDER`: a, b, alpha, beta >= 0 (so A, B >= 1); E = exp(e) > 0 needs none.
+LADDER_BOUNDS = ((0.0, None), (0.0, None), (None, None), (0.0, None), (0.0, None))
+#: What a ladder bound means for the reported parameter, by position in :data:`ORDER`.
+LADDER_PINNED = {0: ("A", "lower bound 1 (a = log A >= 0)"), 1: ("B", "lower bound 1 (b = log B >= 0)"),
+                 3: ("alpha", "lower bound 0"), 4: ("beta", "lower bound 0")}
 #: Grid starts still this many times worse than the best after 100 iterations are stopped
 #: (see :func:`scaling.fitting.optim.batch_lbfgs`); the best few are polished regardless.
 PRUNE_FACTOR = 10.0
@@ -145,6 +156,7 @@ class ChinchillaParametric(Law):
     delta : Huber threshold on the log-loss residual (Hoffmann et al. use 1e-3).
     grid : ``"epoch"`` (4,500 starts), ``"coarse"`` (432) or ``"small"`` (72, for many repeated fits).
     n_polish : how many of the best distinct grid optima scipy's L-BFGS-B refines.
+    recipe : ``"grid"`` (the grid of starts) or ``"ladder"`` (OLMo's step-1 recipe; see :data:`RECIPES`).
 
     Attributes
     ----------
@@ -161,13 +173,19 @@ class ChinchillaParametric(Law):
     scale_names = ("E", "A", "B")
     exponent_names = ("alpha", "beta")
 
-    def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5):
+    def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5, recipe: str = "grid"):
+        if recipe not in RECIPES:
+            raise FitError(f"unknown recipe {recipe!r} for the Chinchilla form (use one of {', '.join(RECIPES)})")
         self.delta = delta
         self.grid = grid
         self.n_polish = n_polish
+        self.recipe = recipe
 
     def get_settings(self) -> dict[str, Any]:
-        return {"delta": self.delta, "grid": self.grid, "n_polish": self.n_polish}
+        out: dict[str, Any] = {"delta": self.delta, "grid": self.grid, "n_polish": self.n_polish}
+        if self.recipe != "grid":  # stored fits of the default recipe keep their settings
+            out["recipe"] = self.recipe
+        return out
 
     # -- fitting -------------------------------------------------------------------------------
     def _validate(self, data: FitData) -> None:
@@ -212,6 +230,8 @@ class ChinchillaParametric(Law):
                                "is not determined by these points")
 
     def _minimise(self, obj: HuberLogObjective) -> np.ndarray:
+        if self.recipe == "ladder":
+            return self._ladder_fit(obj)
         starts = start_grid(self.grid)
         grid_obj = obj
         if obj.n_points > GRID_POINTS:
@@ -223,6 +243,26 @@ class ChinchillaParametric(Law):
         self.n_starts_ = int(len(starts))
         self.grid_result_ = res
         return self._polish(obj, res.x, res.fun)
+
+    def _ladder_fit(self, obj: HuberLogObjective) -> np.ndarray:
+        """OLMo's ladder recipe: L-BFGS-B from its one start under its bounds; a bound reached is pinned."""
+        self.n_starts_ = 1
+        x = self._bounded(obj.single, np.asarray(LADDER_START))
+        if x is None:
+            raise FitError("approach 3 (ladder recipe): L-BFGS-B from the ladder's start found no finite optimum")
+        for i, (name, bound) in LADDER_PINNED.items():
+            if x[i] <= LADDER_BOUNDS[i][0] + 1e-8:
+                self.pinned_[name] = bound
+                self.notes_.append(f"unreliable: {name} is pinned at its {bound}: the data do not determine it "
+                                   "within the ladder recipe's bounds")
+        return x
+
+    @staticmethod
+    def _bounded(f: Any, x0: np.ndarray) -> np.ndarray | None:
+        """scipy's L-BFGS-B under the ladder's bounds from ``x0``, with scipy's default tolerances as the
+        ladder's code uses them; None without a finite optimum."""
+        r = minimize(f, x0, jac=True, method="L-BFGS-B", bounds=LADDER_BOUNDS, options={"maxiter": 1_000_000})
+        return np.asarray(r.x, float) if np.isfinite(r.fun) else None
 
     def _polish(self, obj: HuberLogObjective, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:
         """Refine the best distinct grid optima with scipy's L-BFGS-B; keep the lowest.
@@ -266,8 +306,15 @@ class ChinchillaParametric(Law):
         Returns the optimiser's vectors (n, 5), NaN where a refit failed.
         """
         b = len(idx)
-        chunk = max(1, max_batch(b) // 2)  # the weights are one more (replicates, points) array
         out = np.full((n, 5), np.nan)
+        if self.recipe == "ladder":  # each refit under the ladder's bounds, as the fit
+            sub = full.subset(idx, multinomial_counts(draws, b, n, rng))
+            for r in range(n):
+                x = self._bounded(lambda v, r=r: sub.single(v, r), np.asarray(start, float))
+                if x is not None:
+                    out[r] = x
+            return out
+        chunk = max(1, max_batch(b) // 2)  # the weights are one more (replicates, points) array
         for lo in range(0, n, chunk):
             k = min(chunk, n - lo)
             counts = multinomial_counts(draws, b, k, rng)
@@ -280,6 +327,8 @@ class ChinchillaParametric(Law):
         """Bag of little bootstraps (:mod:`scaling.fitting.resample`), recentred in the optimiser's log parameters."""
 
         def fit_subset(idx: np.ndarray) -> np.ndarray | None:
+            if self.recipe == "ladder":
+                return self._bounded(full.subset(idx).single, self.theta_)
             r = minimize(full.subset(idx).single, self.theta_, jac=True, method="L-BFGS-B",
                          options={"ftol": 1e-14, "gtol": 1e-12, "maxiter": 500})
             return r.x if np.isfinite(r.fun) else None

@@ -3,7 +3,10 @@
 For a budget C (default :data:`NEXT_BUDGET_FACTOR` times the largest run), each fitted law gives
 N*, D* and its predicted loss with bootstrap intervals; their spread says how far the methods
 agree. The recommendation follows the best-determined law (:func:`compare_laws`): among the laws
-no note calls unreliable, the one with the narrowest 95% interval on N*; it says which and why.
+allowed to recommend, the one with the narrowest 95% interval on N*; it says which and why. A law is
+allowed when no note calls it unreliable, or when its only doubts are about its parameters and its
+bootstrap determines what is asked, N*, D* and the loss at the budget (:func:`undetermined_at_budget`):
+the doubts then stay in the recommendation's notes.
 With a sweep, the plan's own rules turn that N* into a concrete run (shape, learning rate, batch,
 memory and strategy on the plan's device) through the sizing function the caller passes (the
 command line passes ``scaling.orchestrator.expand.size_run``; the fits never import the
@@ -30,7 +33,7 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.api import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
-from scaling.fitting.base import check_budget, jsonable
+from scaling.fitting.base import MIN_OK_FRACTION, UNDETERMINED, check_budget, jsonable
 from scaling.fitting.data import FitData, prepare
 
 #: The default budget, as a multiple of the largest measured run's compute.
@@ -41,6 +44,15 @@ CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: Bootstrap replicates per candidate in the heuristic.
 CANDIDATE_BOOTSTRAP = 100
+#: A law whose only doubts are about its parameters (:data:`PARAMETER_DOUBTS`) still recommends when its
+#: bootstrap determines what ``recommend`` is asked, N*, D* and the loss at the budget: at least
+#: MIN_OK_FRACTION of the drawn replicates give a finite, positive optimum, each reported interval (model
+#: error of the backtest included) is a percentile one holding its estimate, and spans at most these
+#: factors (hi / lo). Its parameter doubts then stay in the recommendation's notes.
+AT_BUDGET_SPAN = {"N": 10.0, "D": 10.0, "loss": 1.15}
+#: The notes that doubt a law's parameters (not identified, pinned, a near-singular Fisher information),
+#: as opposed to its design (too few points or budgets) or its plausibility, which stay verdicts.
+PARAMETER_DOUBTS = (UNDETERMINED, "unreliable: the Fisher information", "unreliable: E is pinned")
 #: Sizes a run from a sweep's stored plan: (plan, N, D, C) -> shape, n_params, lr, batch_tokens,
 #: memory_gib, strategy.
 SizeRun = Callable[[dict[str, Any], float, float, float], dict[str, Any]]
@@ -58,6 +70,9 @@ class Recommendation:
     chosen_reason: str = ""
     #: Laws left out of the choice and the consensus, with the first note that says why.
     unreliable: dict[str, str] = field(default_factory=dict)
+    #: Laws whose notes doubt their parameters but whose bootstrap determines N*, D* and the loss at
+    #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
+    determined_at_budget: dict[str, str] = field(default_factory=dict)
     #: N* across the reliable laws: the lowest lower and highest upper end of their 95% intervals.
     across_laws: dict[str, float] = field(default_factory=dict)
     agreement: dict[str, float] = field(default_factory=dict)
@@ -88,8 +103,10 @@ class Recommendation:
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
         for kind, r in self.per_law.items():
             unreliable = kind in self.unreliable
-            mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else " (chosen)" if kind == self.chosen
-                    else " (unreliable)" if unreliable else "")
+            at_budget = ", determined at this budget" if kind in self.determined_at_budget else ""
+            mark = (" (chosen, unreliable)" if kind == self.chosen and unreliable else f" (chosen{at_budget})"
+                    if kind == self.chosen else " (unreliable)" if unreliable else f" ({at_budget[2:]})" if at_budget
+                    else "")
             cells = [SHORT.get(kind, kind) + mark]
             for q in ("N", "D", "loss"):
                 iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
@@ -252,11 +269,56 @@ def _width(iv: dict[str, Any]) -> float:
     return math.log(hi / lo)
 
 
+def parameter_doubt(note: str) -> bool:
+    """Whether a law's note doubts its parameters alone (see :data:`PARAMETER_DOUBTS`)."""
+    return note.startswith(PARAMETER_DOUBTS) or (note.startswith("unreliable: ") and " is pinned at its " in note)
+
+
+def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
+    """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
+
+    ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
+    backtest: its error is what widens the intervals for extrapolating
+    (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
+    """
+    other = [d for d in law.doubts() if not parameter_doubt(d)]
+    if other:
+        return other[0]
+    c_max = (getattr(law, "c_range_", None) or (math.nan, math.nan))[1]
+    rates = getattr(law, "extrapolation_", None) or {}
+    if not compute <= c_max * (1 + 1e-9) and not all(_finite(rates.get(q)) for q in ("N", "loss")):
+        return "no backtest sizes its error beyond the fitted budgets"
+    reps = law.optimal_replicates(compute) if hasattr(law, "optimal_replicates") else (np.array([]),)
+    if not reps[0].size:
+        return "no usable bootstrap"
+    ok = np.logical_and.reduce([np.isfinite(r) & (r > 0) for r in reps])
+    if ok.sum() < MIN_OK_FRACTION * ok.size:
+        return f"only {int(ok.sum())} of {ok.size} bootstrap replicates give a finite optimum at this budget"
+    for q in ("N", "D", "loss"):
+        if iv[q].get("kind") != "percentile":
+            return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].get('note', iv[q].get('kind'))})"
+        span = iv[q]["hi"] / iv[q]["lo"]
+        if not span <= AT_BUDGET_SPAN[q]:
+            return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
+                    f"{AT_BUDGET_SPAN[q]:g})")
+    return None
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _doubt_text(note: str) -> str:
+    return note.removeprefix("unreliable: ").split(": do not trust this law")[0]
+
+
 def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
     """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
 
     The law followed is the best-determined one: among laws no note calls unreliable
-    (:meth:`~scaling.fitting.base.Law.doubts`) and with an interval on N*, the narrowest 95%
+    (:meth:`~scaling.fitting.base.Law.doubts`), or whose doubts are about parameters only and whose
+    bootstrap determines N*, D* and the loss at ``compute`` (:func:`undetermined_at_budget`; those
+    doubts become notes), and with an interval on N*, the narrowest 95%
     interval on N* (in ln units). When every law is unreliable, the narrowest interval overall is
     shown, saying that no law is reliable. ``laws`` maps a kind (``approach2``...) to a fitted law;
     ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
@@ -280,7 +342,14 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
         doubts = laws[kind].doubts() if hasattr(laws[kind], "doubts") else []
-        if doubts:
+        if not doubts:
+            continue
+        if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
+            rec.determined_at_budget[kind] = "; ".join(_doubt_text(d) for d in doubts)
+            rec.notes.append(f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
+                             "but its bootstrap determines N*, D* and the loss at this budget, so it may recommend "
+                             "(its parameters stay without intervals in the fit)")
+        else:
             rec.unreliable[kind] = doubts[0]
     trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
 
@@ -296,6 +365,8 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
                              "from end to end)" + (f" among the laws the data determine (also: "
                              f"{', '.join(name(o) for o in others)})" if others else
                              ", the only law the data determine with an interval"))
+        if rec.chosen in rec.determined_at_budget:
+            rec.chosen_reason += " (at this budget, not in its parameters: see the notes)"
     elif trusted:
         rec.chosen = trusted[0]
         rec.chosen_reason = f"{name(rec.chosen)}: the only reliable law, though it has no bootstrap interval"

@@ -146,19 +146,31 @@ def true_optimal_N(kind: str, t: dict[str, float], C: float, k: float = SIX) -> 
     return float(chinchilla_optimal_N(C, t, k))
 
 
+def true_optimal_loss(kind: str, t: dict[str, float], C: float, k: float = SIX) -> float:
+    """The truth's loss at its own compute-optimal point at budget C."""
+    N = true_optimal_N(kind, t, C, k)
+    D = C / (k * N)
+    return float(kaplan_loss(N, D, t) if kind == "kaplan" else chinchilla_loss(N, D, t))
+
+
 def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0,
                    factor: float = 10.0, run_backtest: bool = True) -> dict[str, float]:
     """Fit ``draws`` data sets of ``design`` as ``scaling fit`` does (bootstrap and backtest) and score N*.
 
     Returns the fraction of draws flagged unreliable, and among the rest the fraction whose
     reported 95% interval on N* at ``factor`` times the largest budget covers the truth (and,
-    for contrast, the fraction the parameters' bootstrap interval alone covers).
+    for contrast, the fraction the parameters' bootstrap interval alone covers), and of the true
+    loss there. ``added_at_budget`` counts the flagged draws that may still recommend by the
+    at-budget rule (:func:`scaling.fitting.recommend.undetermined_at_budget`), ``added_covered`` how
+    many of them cover N*, and ``coverage_at_budget`` the coverage of every draw allowed to recommend.
     Without ``run_backtest`` the intervals carry no model-error term (enough to count flags).
     """
     from scaling.fitting.api import fit_data
+    from scaling.fitting.recommend import undetermined_at_budget
 
     settings = {"approach3": {"grid": "small"}}
-    covered = covered_param = flagged = fitted = 0
+    covered = covered_param = covered_loss = flagged = fitted = 0
+    added = added_covered = added_covered_loss = 0
     widths = []
     for i in range(draws):
         data, t, kind = draw(design, seed + i)
@@ -169,19 +181,35 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
             flagged += 1
             continue
         fitted += 1
+        C = factor * float(data.points["C"].max())
+        ivs = law.optimal_interval(C)
+        iv, iv_loss = ivs["N"], ivs["loss"]
+        truth = true_optimal_N(kind, t, C, law.k_)
+        truth_loss = true_optimal_loss(kind, t, C, law.k_)
+        hit = bool(iv["lo"] <= truth <= iv["hi"])
+        hit_loss = bool(iv_loss["lo"] <= truth_loss <= iv_loss["hi"])
         if law.doubts():
             flagged += 1
+            if undetermined_at_budget(law, ivs, C) is None:
+                added += 1
+                added_covered += hit
+                added_covered_loss += hit_loss
             continue
-        C = factor * float(data.points["C"].max())
-        iv = law.optimal_interval(C)["N"]
-        truth = true_optimal_N(kind, t, C, law.k_)
-        covered += bool(iv["lo"] <= truth <= iv["hi"])
+        covered += hit
+        covered_loss += hit_loss
         covered_param += bool(iv.get("lo_param", iv["lo"]) <= truth <= iv.get("hi_param", iv["hi"]))
         widths.append(float(np.log(iv["hi"] / iv["lo"])))
     kept = draws - flagged
-    return {"draws": draws, "flagged": flagged / draws, "kept": kept, "coverage": covered / kept if kept else float("nan"),
-            "coverage_bootstrap_only": covered_param / kept if kept else float("nan"),
-            "median_ln_width": float(np.nanmedian(widths)) if widths else float("nan")}
+
+    def share(k: int, n: int) -> float:
+        return k / n if n else float("nan")
+
+    return {"draws": draws, "flagged": flagged / draws, "kept": kept, "coverage": share(covered, kept),
+            "coverage_bootstrap_only": share(covered_param, kept), "coverage_loss": share(covered_loss, kept),
+            "median_ln_width": float(np.nanmedian(widths)) if widths else float("nan"),
+            "added_at_budget": added, "added_covered": added_covered, "added_covered_loss": added_covered_loss,
+            "coverage_at_budget": share(covered + added_covered, kept + added),
+            "coverage_loss_at_budget": share(covered_loss + added_covered_loss, kept + added)}
 
 
 def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approach2", "approach3"),

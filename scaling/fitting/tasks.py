@@ -33,7 +33,7 @@ from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
-from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fitting.parametric import RECIPES, ChinchillaParametric
 from scaling.fitting.task_curves import CURVES, AccuracyCurve
 from scaling.fitting.task_data import TaskData
 from scaling.fitting.task_data import from_db as tasks_from_db
@@ -53,6 +53,9 @@ DETERMINED_WIDTH = 0.2
 #: 90% or more. The exponential form's intervals covered a sigmoid truth in about one draw in ten, so a
 #: chain of it whose step 1 is flagged stays without an interval.
 AT_POINT_FORMS = ("sigmoid",)
+#: How step 1's Chinchilla form is searched: ``grid`` (Epoch AI's grid of starts, the default) or
+#: ``ladder`` (OLMo's model-ladder recipe: one start, every parameter >= 0, L-BFGS-B); see docs/downstream.md.
+STEP1_RECIPES = RECIPES
 
 __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
 
@@ -67,17 +70,18 @@ def _step1_points(rows: pd.DataFrame, source: str, k: float) -> Any:
 FRONTIER_NOTE = "step 1 is the task loss along the compute-optimal frontier"
 
 
-def fit_step1(points: Any, *, grid: str = "epoch", n_bootstrap: int = 200, seed: int = 0) -> Law:
+def fit_step1(points: Any, *, grid: str = "epoch", n_bootstrap: int = 200, seed: int = 0, recipe: str = "grid") -> Law:
     """Task loss from (N, D): the Chinchilla form, or, where that fit fails or is flagged and the runs form
     an IsoFLOP ladder, the task loss of compute along the frontier (approach 2 on the task loss: each
     budget's parabola in ln N and power laws across budgets), which then says so in its notes.
 
     Returns the Chinchilla fit, flagged, when neither is usable (its flags then withhold every interval);
-    raises :class:`FitError` when neither can be fitted at all.
+    raises :class:`FitError` when neither can be fitted at all. ``recipe``: how the Chinchilla form is
+    searched (:data:`STEP1_RECIPES`).
     """
     law: Law | None = None
     try:
-        law = ChinchillaParametric(grid=grid).fit(points)
+        law = ChinchillaParametric(grid=grid, recipe=recipe).fit(points)
         if n_bootstrap:
             law.bootstrap(n_bootstrap, seed)
         if law.reliable():
@@ -244,11 +248,12 @@ def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str
 
 def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
              grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
-             step1: Law | None = None, chance: float | None = None) -> TaskLaw:
+             step1: Law | None = None, chance: float | None = None, recipe: str = "grid") -> TaskLaw:
     """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.task_data.COLUMNS`).
 
     ``step1``: an already fitted step 1 of the same task loss (shared by tasks measured on the run's
-    own loss). ``chance``: the task's chance level, when known. Step 2's forms are bounded to [chance, 1]
+    own loss). ``chance``: the task's chance level, when known. ``recipe``: step 1's search
+    (:data:`STEP1_RECIPES`). Step 2's forms are bounded to [chance, 1]
     at every task loss down to :func:`task_loss_floor` of step 1. Raises :class:`FitError` when step 1
     or every step-2 form cannot be fitted.
     """
@@ -256,7 +261,7 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     finals = ev[ev["final"].astype(bool)]
     if step1 is None:
         step1 = fit_step1(_step1_points(finals, f"task {task!r} ({source})", k), grid=grid, n_bootstrap=n_bootstrap,
-                          seed=seed)
+                          seed=seed, recipe=recipe)
     curves: dict[str, AccuracyCurve] = {}
     skipped: dict[str, str] = {}
     floor = task_loss_floor(step1)
@@ -273,11 +278,12 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     law = TaskLaw(task, acc, source, step1, curves, skipped,
                   evals=ev[["run_key", "x", "y", "final", "C", "N", "D"]].reset_index(drop=True), chance=chance)
     if run_backtest:
-        law.backtest = backtest_task(law, ev, grid=grid, k=k)
+        law.backtest = backtest_task(law, ev, grid=grid, k=k, recipe=recipe)
     return law
 
 
-def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: float = SIX) -> dict[str, Any]:
+def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: float = SIX,
+                  recipe: str = "grid") -> dict[str, Any]:
     """Refit both steps without the largest budget's runs; the error of each form on them.
 
     Held out: the runs of the largest budget (final points grouped within 5% in C) when it has at
@@ -302,7 +308,7 @@ def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: flo
             kept = train[train["final"].astype(bool)]
             step1 = ChinchillaIsoFLOP().fit(_step1_points(kept, f"task {law.task!r}", k))
         refit = fit_task(train, law.task, accuracy=law.accuracy, n_bootstrap=0, grid=grid, k=k, run_backtest=False,
-                         forms=tuple(law.curves), step1=step1, chance=law.chance)
+                         forms=tuple(law.curves), step1=step1, chance=law.chance, recipe=recipe)
     except FitError as exc:
         return {"error": " ".join(str(exc).split())}
     test = finals[held]
@@ -397,13 +403,16 @@ class TaskFits:
 
 
 def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str = "acc", n_bootstrap: int = 200,
-              seed: int = 0, grid: str = "epoch", run_backtest: bool = True) -> TaskFits:
+              seed: int = 0, grid: str = "epoch", run_backtest: bool = True, recipe: str = "grid") -> TaskFits:
     """Fit every task of ``data`` (or ``tasks``); a task that cannot be fitted is skipped with its reason.
 
-    Tasks measured on the run's own loss (no bits per byte) share one step-1 fit.
+    Tasks measured on the run's own loss (no bits per byte) share one step-1 fit. ``recipe``: how step 1's
+    Chinchilla form is searched (:data:`STEP1_RECIPES`; ``ladder`` is OLMo's model-ladder recipe).
     """
     if accuracy not in ("acc", "acc_norm"):
         raise FitError(f"unknown accuracy {accuracy!r} (use acc or acc_norm)")
+    if recipe not in STEP1_RECIPES:
+        raise FitError(f"unknown step-1 recipe {recipe!r} (use one of {', '.join(STEP1_RECIPES)})")
     data = data.only(tasks)
     out = TaskFits(source=data.source, notes=list(data.notes))
     shared: dict[frozenset, Law] = {}  # step 1 on the runs' own loss, by the runs it fits
@@ -414,7 +423,7 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
             runs = frozenset(rows.loc[rows["final"].astype(bool), "run_key"])
             law = fit_task(rows, task, accuracy=accuracy, n_bootstrap=n_bootstrap, seed=seed, grid=grid,
                            k=data.flops_per_param_token, run_backtest=run_backtest,
-                           step1=None if own else shared.get(runs), chance=data.chance.get(task))
+                           step1=None if own else shared.get(runs), chance=data.chance.get(task), recipe=recipe)
             if not own:
                 shared[runs] = law.step1
             out.laws[task] = law
@@ -436,13 +445,14 @@ def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> T
 
 
 def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
-                  grid: str = "epoch") -> TaskFits:
+                  grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), fitted."""
-    return fit_tasks(tasks_from_csv(path, data, tasks=tasks), n_bootstrap=n_bootstrap, seed=seed, grid=grid)
+    return fit_tasks(tasks_from_csv(path, data, tasks=tasks), n_bootstrap=n_bootstrap, seed=seed, grid=grid,
+                     recipe=recipe)
 
 
 def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,
-                    seed: int = 0, grid: str = "epoch") -> TaskFits:
+                    seed: int = 0, grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task metrics of ``sweep``'s completed runs, fitted (empty when the runs evaluated no task)."""
     from scaling.fitting.data import FitData
 
@@ -450,7 +460,7 @@ def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | 
     td = tasks_from_db(url, sweep, probe)
     if tasks and not td.tasks():
         raise FitError(f"sweep {sweep!r}: --task given but its runs evaluated no task")
-    return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid)
+    return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid, recipe=recipe)
 
 
 def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tuple[dict[str, dict[str, Any]], str]:

@@ -327,6 +327,8 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         unreliable = kind in rec.unreliable  # its reason is in the notes under the table
         status = ("chosen" if kind == rec.chosen and not unreliable else
                   "left out: unreliable" if unreliable else "reliable")
+        if kind in rec.determined_at_budget:  # a flagged law is never used silently
+            status += f" (determined at this budget, though {rec.determined_at_budget[kind]})"
 
         def cell(iv: dict, digits: int = 3, fmt: Any = _num) -> str:
             return fmt(iv["value"], digits) if unreliable else interval(iv, digits, fmt=fmt)

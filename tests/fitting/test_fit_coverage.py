@@ -3,9 +3,10 @@
 Each draw is a data set from a random Chinchilla (or Kaplan) law near published ones, fitted as
 ``scaling fit`` fits it (bootstrap, then the backtest that sizes the extrapolation term). For
 every method, among the draws its notes do not call unreliable, the interval must cover the
-true N* in at least 90% of them; and the flag must fire on at least 90% of draws shaped like the
-example sweep (12 points: three budgets over a decade, four sizes each, 2% noise), which cannot
-determine approach 3. Draw counts are sized for a few minutes on two shared cores;
+true N* in at least 90% of them, and among every draw allowed to recommend (with the flagged
+ones the at-budget rule of :mod:`scaling.fitting.recommend` admits) too; and the flag must fire on
+at least 90% of draws shaped like the example sweep (12 points: three budgets over a decade, four
+sizes each, 2% noise), which cannot determine approach 3. Draw counts are sized for a few minutes on two shared cores;
 ``benchmarks/bench_coverage.py`` runs the study at 200+ draws per method with a larger bootstrap.
 """
 
@@ -25,6 +26,8 @@ def test_n_star_interval_covers_the_truth_for_every_reliable_method(design: str,
     result = coverage_study(design, draws, n_bootstrap=n_boot, seed=1000)
     assert result["kept"] >= 0.5 * draws, result  # the flag is not a way out of the study
     assert result["coverage"] >= 0.90, result
+    # the flagged draws the at-budget rule lets recommend keep it too
+    assert result["coverage_at_budget"] >= 0.90, result
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, FitSummary,
 from scaling.fitting import synthetic as S
 from scaling.fitting.api import interval_text
 from scaling.fitting.intervals import summarise
-from scaling.fitting.recommend import compare_laws, recommend
+from scaling.fitting.recommend import AT_BUDGET_SPAN, compare_laws, recommend, undetermined_at_budget
 
 
 def _underdetermined(seed: int = 0, n_boot: int = 50) -> ChinchillaParametric:
@@ -105,6 +105,55 @@ def test_recommend_follows_the_best_determined_reliable_law_and_says_why() -> No
     assert "approach3" in rec.unreliable and "do not determine" in rec.unreliable["approach3"]
     text = rec.table()
     assert "recommended: Chinchilla 2 (IsoFLOP)" in text and "left out: Chinchilla 3 (parametric)" in text
+
+
+def _e_unidentified() -> ChinchillaParametric:
+    """IsoFLOP slices of a law whose E is small beside the loss (0.05) at 1% noise: E is not determined."""
+    pts = S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 5), n_sizes=7, span=1.5, noise=0.01, seed=3,
+                           t={**S.TRUTH, "E": 0.05})
+    return fit_data(from_frame(pts), "approach3", n_bootstrap=50, seed=0,
+                    settings={"approach3": {"grid": "small"}}).laws["approach3"]
+
+
+def test_a_law_whose_parameters_are_in_doubt_recommends_where_its_bootstrap_determines_the_budget() -> None:
+    law = _e_unidentified()
+    assert law.doubts() and all("do not determine E" in d for d in law.doubts()), law.notes_
+    C = 10 * law.c_range_[1]
+    rec = recommend(C, summary=FitSummary(source="s", fingerprint="x", n_points=35, conventions={},
+                                          laws={"approach3": law}), next_runs=False)
+    assert rec.chosen == "approach3" and not rec.unreliable
+    r = rec.per_law["approach3"]
+    assert "do not determine E" in rec.determined_at_budget["approach3"]
+    for q in ("N", "D", "loss"):  # intervals holding their estimates, within the stated spans
+        assert r[q]["kind"] == "percentile" and r[q]["lo"] <= r[q]["value"] <= r[q]["hi"]
+        assert r[q]["hi"] / r[q]["lo"] <= AT_BUDGET_SPAN[q]
+    note = next(n for n in rec.notes if n.startswith("Chinchilla 3"))
+    assert "do not determine E" in note and "determines N*, D* and the loss at this budget" in note
+    text = rec.table()
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("Chinchilla 3"))
+    assert "determined at this budget" in row and "[" in row, row
+    assert "(chosen, unreliable)" not in text
+    assert law.reported_intervals()["E"]["kind"] == "unreliable"  # the fit still shows no interval on E
+
+
+def test_a_law_whose_distribution_at_the_budget_is_wide_still_does_not_recommend() -> None:
+    law = _underdetermined(seed=6001)
+    C = 10 * law.c_range_[1]
+    iv = law.optimal_interval(C)
+    assert iv["N"]["hi"] / iv["N"]["lo"] > AT_BUDGET_SPAN["N"]
+    why = undetermined_at_budget(law, iv, C)
+    assert why is not None and "95% interval of N at this budget spans a factor" in why
+    rec = compare_laws({"approach3": law}, C)
+    assert "approach3" in rec.unreliable and not rec.determined_at_budget
+    assert "(chosen, unreliable)" in rec.table()
+
+
+def test_design_doubts_stay_verdicts_whatever_the_distribution_at_the_budget() -> None:
+    """Too few budgets is no doubt about a parameter: the at-budget rule does not lift it."""
+    law = _isoflop(np.array([1e19, 1e20]))
+    C = 1e21
+    assert undetermined_at_budget(law, law.optimal_interval(C), C) == law.doubts()[0]
+    assert "approach2" in compare_laws({"approach2": law}, C).unreliable
 
 
 # -- 2. pinned parameters ----------------------------------------------------------------------

@@ -322,3 +322,29 @@ def test_a_flagged_step_1_still_gives_the_chain_its_interval_where_the_bootstrap
     assert iv["lo"] <= float(accuracy(task_loss(N, D))) <= iv["hi"]
     assert any(n.startswith("sigmoid: step 1 is flagged (the data do not determine") for n in p["notes"])
     assert p["task_loss"]["kind"] == "unreliable"  # step 1's own prediction keeps its flag
+
+
+def test_the_ladder_recipe_fits_step_1_under_its_bounds(tmp_path: Path) -> None:
+    """OLMo's step-1 recipe (one start, parameters >= 0, L-BFGS-B): its fit and every bootstrap refit keep
+    A, B >= 1 and alpha, beta >= 0, and it describes the task losses it was fitted to."""
+    fits = fit_tasks(TaskData(simulated(budgets=(1e17, 1e18, 1e19)), 6.0, "simulated"), n_bootstrap=12,
+                     recipe="ladder", run_backtest=False)
+    step1 = fits.laws["sim"].step1
+    assert step1.get_settings()["recipe"] == "ladder" and step1.n_starts_ == 1
+    p = step1.params_
+    assert p["A"] >= 1 and p["B"] >= 1 and p["alpha"] >= 0 and p["beta"] >= 0 and p["E"] > 0
+    reps = step1.replicates_[np.isfinite(step1.replicates_).all(axis=1)]
+    assert len(reps) >= 6 and (reps[:, 1:3] >= 1 - 1e-9).all() and (reps[:, 3:] >= -1e-9).all()
+    finals = fits.laws["sim"].evals.query("final")
+    pred = step1.predict(finals["N"].to_numpy(float), finals["D"].to_numpy(float))
+    assert np.max(np.abs(pred / finals["x"].to_numpy(float) - 1)) < 0.03
+    code, out, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach2", "--bootstrap", "0",
+                             "--step1-recipe", "ladder", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["tasks"]["laws"]["sim"]["step1"]["settings"]["recipe"] == "ladder"
+
+
+def test_an_unknown_step1_recipe_is_refused_in_one_line(tmp_path: Path) -> None:
+    code, _, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "0",
+                           "--step1-recipe", "olmo")
+    assert code == 2 and "--step1-recipe must be one of grid, ladder" in err and len(err.strip().splitlines()) == 1
