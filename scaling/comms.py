@@ -331,6 +331,25 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
     return n
 
 
+def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    """Of :func:`params_per_rank`, those autocast computes with in the compute dtype: the blocks'
+    linear layers, weights and biases (two LayerNorms, 4h, per block are not).
+
+    The rest (LayerNorms, embeddings and the tied output layer, which is the token embedding)
+    autocast uses in FP32, so FSDP2 gathers them in FP32
+    (:func:`scaling.trainer.parallel.shard_as_autocast`).
+    """
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
+    return (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - 4 * shape.d_model)
+
+
+def gather_bytes(precision: Precision) -> int:
+    """Bytes per value in which FSDP2 gathers the parameters autocast casts: 2 under bf16; 4
+    under fp16 (gathered in FP32, autocast and loss scaling alone) and fp32."""
+    return 2 if precision == "bf16" else 4
+
+
 # -- traffic ------------------------------------------------------------------------------
 
 
@@ -362,7 +381,7 @@ def dp_traffic(
     dp: int,
     precision: Precision,
     micro_batches: int = 1,
-    regathered: int | None = None,
+    kept: int = 0,
     layout: Layout = "torch",
 ) -> list[Traffic]:
     """Data-parallel collectives of one step for a rank holding ``params`` parameters.
@@ -373,18 +392,17 @@ def dp_traffic(
     volume); ZeRO-3 all-gathers parameters in forward and again in backward (1.5x DDP).
     ``layout="torch"`` counts what this trainer issues: DDP and ZeRO-1 all-reduce FP32
     gradients, and ZeroRedundancyOptimizer then broadcasts each updated FP32 parameter from its
-    owner; ZeRO-2/3 (FSDP2) all-gather compute-dtype parameters every micro-batch forward, ZeRO-3
-    again in backward (``regathered`` parameters: all of them by default, as the trainer reshards
-    every unit, the root included), and reduce-scatter FP32 gradients.
+    owner; ZeRO-2/3 (FSDP2) all-gather the parameters every micro-batch forward, ZeRO-3 again in
+    backward (the trainer reshards every unit, the root included), and reduce-scatter FP32
+    gradients. They gather what autocast casts in :func:`gather_bytes` and the ``kept`` others
+    (norms, embeddings; :func:`cast_params_per_rank`) in FP32, as autocast computes with them.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (use one of {STRATEGIES})")
     if dp == 1 or strategy == "single":
         return []
     weight_b, grad_b, _ = STATE_BYTES[layout][precision]
-    gather_b = compute_bytes(precision) if layout == "torch" else weight_b
     m = micro_batches
-    again = params if regathered is None else regathered
     if layout == "zero":
         if strategy == "ddp":
             return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
@@ -393,7 +411,7 @@ def dp_traffic(
             return out + [Traffic("dp", "all_gather", dp, weight_b * params, 1, "updated parameters")]
         return out + [
             Traffic("dp", "all_gather", dp, weight_b * params, m, "parameters, forward"),
-            Traffic("dp", "all_gather", dp, weight_b * again, m, "parameters, backward"),
+            Traffic("dp", "all_gather", dp, weight_b * params, m, "parameters, backward"),
         ]
     if strategy == "ddp":
         return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
@@ -402,12 +420,13 @@ def dp_traffic(
             Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients"),
             Traffic("dp", "broadcast", dp, weight_b * params, 1, "updated parameters from their owners"),
         ]
+    gathered = gather_bytes(precision) * (params - kept) + 4 * kept
     out = [
-        Traffic("dp", "all_gather", dp, gather_b * params, m, "parameters, forward"),
+        Traffic("dp", "all_gather", dp, gathered, m, "parameters, forward"),
         Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients"),
     ]
     if strategy == "zero3":
-        out.append(Traffic("dp", "all_gather", dp, gather_b * again, m, "parameters, backward"))
+        out.append(Traffic("dp", "all_gather", dp, gathered, m, "parameters, backward"))
     return out
 
 
@@ -474,7 +493,8 @@ def step_traffic(
     """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
-    traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, layout=mem_layout)
+    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, kept, mem_layout)
     return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)
 
 
