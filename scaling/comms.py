@@ -21,7 +21,7 @@ from scaling.accounting import (
     Shape,
     Strategy,
     compute_bytes,
-    fsdp_buffer_bytes,
+    gather_bytes,
     model_state_bytes,
 )
 
@@ -344,10 +344,9 @@ def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0)
     return (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - 4 * shape.d_model)
 
 
-def gather_bytes(precision: Precision) -> int:
-    """Bytes per value in which FSDP2 gathers the parameters autocast casts: 2 under bf16; 4
-    under fp16 (gathered in FP32, autocast and loss scaling alone) and fp32."""
-    return 2 if precision == "bf16" else 4
+def gathered_bytes(params: int, kept: int, precision: Precision) -> float:
+    """Bytes of ``params`` parameters as FSDP2 gathers them, ``kept`` of them (norms, embeddings) in FP32."""
+    return float(gather_bytes(precision) * (params - kept) + 4 * kept)
 
 
 # -- traffic ------------------------------------------------------------------------------
@@ -420,7 +419,7 @@ def dp_traffic(
             Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients"),
             Traffic("dp", "broadcast", dp, weight_b * params, 1, "updated parameters from their owners"),
         ]
-    gathered = gather_bytes(precision) * (params - kept) + 4 * kept
+    gathered = gathered_bytes(params, kept, precision)
     out = [
         Traffic("dp", "all_gather", dp, gathered, m, "parameters, forward"),
         Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients"),
@@ -593,7 +592,11 @@ def memory_per_rank(
     """
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
+    if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
+        # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see dp_traffic)
+        weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
     scale = 2.0 if precision == "fp32" else 1.0
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute)
@@ -607,12 +610,13 @@ def memory_per_rank(
     if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
         # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the
         # step: after its first backward a stage keeps its parameters gathered and accumulates
-        # unsharded gradients, both in the compute dtype, until every micro-batch is done.
-        buffers = 2.0 * params * compute_bytes(precision)
+        # unsharded gradients, both in the dtype they are gathered in, until every micro-batch is done.
+        buffers = 2.0 * gathered_bytes(params, kept, precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
-        per_block = Shape(1, shape.d_model, shape.n_head, shape.vocab_size, shape.context)
-        one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
-        buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
+        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block
+        block = block_params_per_tp_rank(shape, t)
+        one_block = gathered_bytes(block, 4 * shape.d_model, precision)  # its two LayerNorms in FP32
+        buffers = one_block * (3 if layout.strategy == "zero3" else 1)
     return MemoryEstimate.with_margin(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
         activations=acts, buffers=buffers, margin=margin,

@@ -221,6 +221,8 @@ def test_memory_without_tp_pp_is_state_activations_and_buffers_by_hand(strategy:
     scale = 2 if precision == "fp32" else 1
     acts = scale * (L * 2 * s * b * h + layer if recompute == "full" else L * layer) + 8 * s * b * v
     state = model_state_bytes(TINY.params_total, precision, strategy, 4)  # type: ignore[arg-type]
+    if strategy == "zero2" and precision == "bf16":  # its gathered norms and embeddings are FP32: 2 bytes more
+        state = (state[0] + 2 * (TINY.params_embedding + 2 * h + L * 4 * h), *state[1:])
     buffers = fsdp_buffer_bytes(TINY, precision, strategy, 4)  # type: ignore[arg-type]
     assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == pytest.approx(state)
     assert est.activations_bytes == pytest.approx(acts) and est.buffers_bytes == pytest.approx(buffers)
