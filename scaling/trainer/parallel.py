@@ -256,34 +256,26 @@ def _owns_parameters(module: nn.Module) -> bool:
     return next(module.parameters(recurse=False), None) is not None
 
 
-def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str, *, reshard: bool, **kwargs: Any) -> None:
+def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str, *, reshard: bool,
+                      **kwargs: Any) -> None:
     """FSDP2 over ``model`` in place, with units whose gathered parameters are what autocast computes with.
 
     Each block is one unit of its linear layers (gathered in the compute dtype) and one of its
     other parameter-holding modules, its norms (gathered in FP32); the root unit holds what is
-    left (embeddings, final norm, a tied output layer) in FP32, since an embedding lookup is not
-    autocast and returns FP32 rows; an untied linear layer outside the blocks is a unit of its
-    own in the compute dtype. So a ZeRO-2/3 run computes what one process does under autocast,
-    at the cost of gathering norms and embeddings in FP32 (see :func:`scaling.comms.dp_traffic`).
-    ``kwargs`` go to every ``fully_shard`` (``mesh``, ``offload_policy``).
+    left (embeddings, final norm, the tied output layer) in FP32, since an embedding lookup is
+    not autocast and returns FP32 rows. So a ZeRO-2/3 run computes what one process does under
+    autocast, at the cost of gathering norms and embeddings in FP32 (see
+    :func:`scaling.comms.dp_traffic`). ``kwargs`` go to every ``fully_shard`` (``mesh``,
+    ``offload_policy``).
     """
     from torch.distributed.fsdp import fully_shard
 
     cast, kept = mixed_precision_policy(precision), mixed_precision_policy(precision, cast=False)
-    inside: set[int] = set()
     for block in blocks:
         norms = [m for m in block.modules() if _owns_parameters(m) and not isinstance(m, AUTOCAST_CAST_MODULES)]
         if norms and cast != kept:
             fully_shard(norms, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
         fully_shard(block, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
-        inside.update(id(m) for m in block.modules())
-    if cast != kept:
-        outside = [m for m in model.modules() if id(m) not in inside]
-        held = {id(p) for m in outside if not isinstance(m, AUTOCAST_CAST_MODULES) for p in m.parameters(recurse=False)}
-        for m in outside:
-            if isinstance(m, AUTOCAST_CAST_MODULES) and _owns_parameters(m) and m is not model \
-                    and not any(id(p) in held for p in m.parameters(recurse=False)):
-                fully_shard(m, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
     fully_shard(model, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
 
 
@@ -388,7 +380,8 @@ def parallelize(
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if spec.execution.cpu_offload else OffloadPolicy()
     )
-    shard_as_autocast(model, find_blocks(model), spec.precision, reshard=reshard, mesh=dp_mesh, offload_policy=offload)
+    shard_as_autocast(model, find_blocks(model), spec.precision, reshard=reshard, mesh=dp_mesh,
+                      offload_policy=offload)
     materialized(torch.device("cpu") if spec.execution.cpu_offload else device)
     return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
