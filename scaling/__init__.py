@@ -36,3 +36,8 @@ def __getattr__(name: str) -> Any:
 
         return vocab
     raise AttributeError(f"module 'scaling' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API names too (they load on first use), so a notebook's tab completion offers them."""
+    return sorted({*globals(), *__all__})

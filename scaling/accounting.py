@@ -28,44 +28,157 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class Shape:
-    """The shape of a GPT-style decoder."""
+    """The shape of a decoder of one family (:data:`FAMILIES`).
+
+    ``gpt2``: learned positions, LayerNorm, a GELU MLP of 4*d_model, biases, tied embeddings; the
+    Llama-family fields must keep their defaults. ``llama``: RoPE (``rope_theta``), RMSNorm
+    (``norm_eps``), a SwiGLU MLP of ``ffn`` hidden units (default :func:`llama_ffn`), no biases,
+    ``n_kv_head`` key/value heads (grouped-query attention; default ``n_head``), untied embeddings
+    unless ``tie_embeddings``, and with ``qk_norm`` an RMSNorm over each query and key head.
+    ``None`` fields are resolved to the family's default on construction.
+    """
 
     n_layer: int
     d_model: int
     n_head: int
     vocab_size: int = 256
     context: int = 256
+    family: str = "gpt2"
+    n_kv_head: int | None = None
+    ffn: int | None = None
+    tie_embeddings: bool | None = None
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "d_model", "n_head", "vocab_size", "context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r} (use one of {', '.join(FAMILIES)})")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
+        if self.family == "gpt2":
+            fixed = {**LLAMA_ONLY, "n_kv_head": self.n_head, "ffn": 4 * self.d_model, "tie_embeddings": True}
+            given = [name for name, value in fixed.items() if getattr(self, name) not in (None, value)]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only for family 'llama' (gpt2 has its fixed architecture)")
+        defaults = {"n_kv_head": self.n_head, "ffn": llama_ffn(self.d_model) if self.family == "llama" else 4 * self.d_model,
+                    "tie_embeddings": self.family == "gpt2"}
+        for name, default in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        kv = self.kv_heads
+        if kv < 1 or self.n_head % kv:
+            raise ValueError(f"n_kv_head ({kv}) must divide n_head ({self.n_head})")
+        if self.hidden < 1:
+            raise ValueError(f"ffn must be positive, got {self.hidden}")
+        if self.family == "llama" and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size, got d_model/n_head = {self.head_dim}")
+        if not (self.rope_theta > 1 and math.isfinite(self.rope_theta)):
+            raise ValueError(f"rope_theta must be a finite number above 1, got {self.rope_theta}")
+        if not (0 < self.norm_eps < 1):
+            raise ValueError(f"norm_eps must be between 0 and 1, got {self.norm_eps}")
+
+    # -- resolved fields (typed, never None after construction) ---------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def hidden(self) -> int:
+        """The MLP's hidden width (4*d_model for gpt2, ``ffn`` for llama)."""
+        return self.ffn if self.ffn is not None else 4 * self.d_model
+
+    @property
+    def tied(self) -> bool:
+        return bool(self.tie_embeddings) if self.tie_embeddings is not None else self.family == "gpt2"
 
     # -- parameters ---------------------------------------------------------------------
     @property
-    def params_per_layer(self) -> int:
-        """One block: two LayerNorms (4d), QKV (3d^2+3d), out-proj (d^2+d), MLP (8d^2+5d)."""
+    def layer_matmul_params(self) -> int:
+        """The weight matrices of one block: attention's q, k, v and output, and the MLP's."""
         d = self.d_model
-        return 12 * d * d + 13 * d
+        kv = self.kv_heads * self.head_dim
+        attention = 2 * d * d + 2 * d * kv
+        mlp = (3 if self.family == "llama" else 2) * d * self.hidden
+        return attention + mlp
+
+    @property
+    def layer_vector_params(self) -> int:
+        """One block's parameters that are not matrices: norms (and gpt2's biases)."""
+        d = self.d_model
+        if self.family == "gpt2":  # two LayerNorms (4d), biases of QKV (3d), out-proj (d), MLP (4d + d)
+            return 13 * d
+        return 2 * d + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def layer_norm_params(self) -> int:
+        """One block's norm parameters (autocast computes with them in FP32): gpt2's two
+        LayerNorms (4d), llama's RMSNorms (2d, and two head-wide ones with qk_norm)."""
+        if self.family == "gpt2":
+            return 4 * self.d_model
+        return self.layer_vector_params
+
+    @property
+    def layer_replicated_params(self) -> int:
+        """One block's parameters every tensor-parallel rank holds whole: the norms, and gpt2's
+        row-parallel output biases (column-parallel biases are split with their matrix)."""
+        d = self.d_model
+        if self.family == "gpt2":
+            return 4 * d + 2 * d
+        return self.layer_vector_params
+
+    @property
+    def params_per_layer(self) -> int:
+        """One block. gpt2: two LayerNorms (4d), QKV (3d^2+3d), out-proj (d^2+d), MLP (8d^2+5d).
+        llama: two RMSNorms (2d), q and o (2d^2), k and v (2 d kv_heads head_dim), SwiGLU (3 d ffn),
+        with qk_norm two head-wide RMSNorms."""
+        return self.layer_matmul_params + self.layer_vector_params
+
+    @property
+    def params_final_norm(self) -> int:
+        return 2 * self.d_model if self.family == "gpt2" else self.d_model
+
+    @property
+    def params_input_embedding(self) -> int:
+        """The token embedding, and gpt2's learned positions."""
+        positions = self.context if self.family == "gpt2" else 0
+        return (self.vocab_size + positions) * self.d_model
+
+    @property
+    def params_output(self) -> int:
+        """The output layer's own parameters: none when tied to the token embedding."""
+        return 0 if self.tied else self.vocab_size * self.d_model
 
     @property
     def params_non_embedding(self) -> int:
-        """Kaplan's N: every parameter except the token and position embeddings.
+        """Kaplan's N: every parameter except the embedding matrices.
 
-        The output layer is tied to the token embedding, so it adds nothing here.
+        The token embedding, gpt2's positions and an untied output layer are embedding
+        matrices (a tied output layer is the token embedding), so N is the blocks and the final norm.
         """
-        return self.n_layer * self.params_per_layer + 2 * self.d_model  # + final LayerNorm
+        return self.n_layer * self.params_per_layer + self.params_final_norm
 
     @property
     def params_embedding(self) -> int:
-        """Token embedding (shared with the output layer) and learned positions."""
-        return (self.vocab_size + self.context) * self.d_model
+        """Token embedding (shared with a tied output layer), gpt2's positions and an untied output layer."""
+        return self.params_input_embedding + self.params_output
 
     @property
     def params_total(self) -> int:
         return self.params_non_embedding + self.params_embedding
+
+    @property
+    def params_matmul(self) -> int:
+        """The parameters a token multiplies by: every block's matrices and the output layer
+        (tied or not). Embedding lookups, norms and biases are not matrix multiplications."""
+        return self.n_layer * self.layer_matmul_params + self.vocab_size * self.d_model
 
     def params(self, convention: ParamsConvention = "non_embedding") -> int:
         """Parameter count in a sweep's convention."""
@@ -75,23 +188,41 @@ class Shape:
             return self.params_total
         raise ValueError(f"unknown params convention {convention!r} (use one of {PARAMS_CONVENTIONS})")
 
+    def tp_problem(self, tp: int) -> str | None:
+        """Why this shape's heads and MLP cannot be split over ``tp`` tensor ranks, or None."""
+        if self.n_head % tp:
+            return f"tp={tp} does not divide n_head ({self.n_head})"
+        if self.kv_heads % tp:
+            return f"tp={tp} does not divide n_kv_head ({self.kv_heads})"
+        if self.hidden % tp:
+            what = "4*d_model" if self.family == "gpt2" else "ffn"
+            return f"tp={tp} does not divide {what} ({self.hidden})"
+        return None
+
     # -- FLOPs ----------------------------------------------------------------------------
     def forward_flops_per_token_attention(self) -> float:
         """Forward FLOPs per token as Hoffmann et al. (2022, Appendix F) count them.
 
         Embeddings, QKV/out projections, attention logits and the reduction over values with the
-        full (not causally halved) context, softmax, the MLP and the final logits.
+        full (not causally halved) context, softmax, the MLP and the final logits. For llama the
+        projections have the kv heads' width and the MLP its three SwiGLU matrices.
         """
         d, L, s, v, h = self.d_model, self.n_layer, self.context, self.vocab_size, self.n_head
         embeddings = 2 * v * d
-        qkv = 2 * 3 * d * d
+        qkv = 2 * d * (d + 2 * self.kv_heads * self.head_dim)
         logits_attn = 2 * s * d
         softmax = 3 * h * s
         reduction = 2 * s * d
         projection = 2 * d * d
-        mlp = 2 * (2 * d * 4 * d)
+        mlp = 2 * (3 if self.family == "llama" else 2) * d * self.hidden
         final_logits = 2 * d * v
         return embeddings + L * (qkv + logits_attn + softmax + reduction + projection + mlp) + final_logits
+
+    def model_flops_per_token(self) -> float:
+        """Training FLOPs per token for MFU, as PaLM (Chowdhery et al. 2022, App. B) and nanoGPT
+        count them: 6 per matmul parameter (:attr:`params_matmul`, the output layer included, no
+        embedding lookup) plus 12 L H Q T for attention's two matmuls over the full context."""
+        return 6.0 * self.params_matmul + 12.0 * self.n_layer * self.n_head * self.head_dim * self.context
 
     def flops_per_token(
         self, flops: FlopsConvention = "6N", params: ParamsConvention = "non_embedding"
@@ -112,14 +243,60 @@ class Shape:
         """C for training on ``tokens`` tokens."""
         return self.flops_per_token(flops, params) * tokens
 
-    def as_dict(self) -> dict[str, int]:
+    def family_fields(self) -> dict[str, object]:
+        """The fields of a llama shape that differ from the family's defaults (none for gpt2), so a
+        gpt2 shape's dictionary, and every key hashed from it, is what it was before families."""
+        if self.family == "gpt2":
+            return {}
+        out: dict[str, object] = {"family": self.family}
+        if self.kv_heads != self.n_head:
+            out["n_kv_head"] = self.kv_heads
+        if self.hidden != llama_ffn(self.d_model):
+            out["ffn"] = self.hidden
+        if self.tied:
+            out["tie_embeddings"] = True
+        if self.qk_norm:
+            out["qk_norm"] = True
+        if self.rope_theta != LLAMA_ONLY["rope_theta"]:
+            out["rope_theta"] = self.rope_theta
+        if self.norm_eps != LLAMA_ONLY["norm_eps"]:
+            out["norm_eps"] = self.norm_eps
+        return out
+
+    def as_dict(self) -> dict[str, object]:
         return {
             "n_layer": self.n_layer,
             "d_model": self.d_model,
             "n_head": self.n_head,
             "vocab_size": self.vocab_size,
             "context": self.context,
+            **self.family_fields(),
         }
+
+
+#: The model families (``scaling.trainer.model`` builds gpt2, ``scaling.trainer.llama`` llama).
+FAMILIES: tuple[str, ...] = ("gpt2", "llama")
+#: The Llama-family fields and their defaults (None: resolved from the shape); gpt2 keeps them so.
+LLAMA_ONLY: dict[str, object] = {
+    "n_kv_head": None, "ffn": None, "tie_embeddings": None, "qk_norm": False, "rope_theta": 10000.0, "norm_eps": 1e-5,
+}
+def family_fields(model: object) -> dict[str, object]:
+    """The :class:`Shape` family fields a serialized model section (a run spec's ``model``) states;
+    none for anything else (a gpt2 section states none: they are left out at their defaults)."""
+    if not isinstance(model, dict):
+        return {}
+    return {name: model[name] for name in ("family", *LLAMA_ONLY) if name in model}
+
+
+#: Llama's SwiGLU hidden width is rounded up to a multiple of this (Meta's ``multiple_of``).
+FFN_MULTIPLE = 256
+
+
+def llama_ffn(d_model: int, multiple_of: int = FFN_MULTIPLE) -> int:
+    """Llama's (and torchtitan's) default SwiGLU width: int(2 * 4d / 3) rounded up to a multiple of
+    ``multiple_of``, which keeps the parameters of a 4d GELU MLP (11,008 at d = 4,096)."""
+    hidden = int(2 * (4 * d_model) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
 @dataclass(frozen=True)
@@ -135,19 +312,28 @@ class ShapePolicy:
     head_size: int = 64
     vocab_size: int = 256
     context: int = 256
+    family: str = "gpt2"
+    n_kv_head: int | None = None
+    ffn: int | None = None
+    tie_embeddings: bool | None = None
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         if self.aspect_ratio <= 0 or self.head_size < 1 or self.vocab_size < 1 or self.context < 1:
             raise ValueError("aspect_ratio, head_size, vocab_size and context must be positive")
+        # The family's own checks, on a shape with one head per kv head (any width would do).
+        kv = self.n_kv_head or 1
+        Shape(1, self.head_size * kv, kv, self.vocab_size, self.context, **{**self._family(), "ffn": self.ffn or None})
+
+    def _family(self) -> dict[str, object]:
+        return {"family": self.family, "n_kv_head": self.n_kv_head, "ffn": self.ffn, "tie_embeddings": self.tie_embeddings,
+                "qk_norm": self.qk_norm, "rope_theta": self.rope_theta, "norm_eps": self.norm_eps}
 
     def _shape(self, n_layer: int, d_model: int) -> Shape:
-        return Shape(
-            n_layer=n_layer,
-            d_model=d_model,
-            n_head=d_model // self.head_size,
-            vocab_size=self.vocab_size,
-            context=self.context,
-        )
+        return Shape(n_layer, d_model, d_model // self.head_size, self.vocab_size, self.context,
+                     **self._family())  # type: ignore[arg-type]
 
     def shape_for(self, target: float, convention: ParamsConvention = "non_embedding") -> Shape:
         """The shape of this policy whose parameter count (in ``convention``) is nearest ``target``.
@@ -166,13 +352,18 @@ class ShapePolicy:
             ideal_d = r * n_layer
             centre = max(1, round(ideal_d / hs))
             for mult in range(max(1, centre - 2), centre + 3):
-                shape = self._shape(n_layer, mult * hs)
+                try:
+                    shape = self._shape(n_layer, mult * hs)
+                except ValueError:  # e.g. n_kv_head does not divide this width's heads
+                    continue
                 # Prefer the nearest count; break ties by staying near the aspect ratio.
                 err = abs(math.log(shape.params(convention) / target))
                 err += 1e-3 * abs(math.log(shape.d_model / (r * n_layer)))
                 if err < best_err:
                     best, best_err = shape, err
-        assert best is not None
+        if best is None:
+            raise ValueError(f"no shape near N={target:.3g} with head_size {hs} has heads that n_kv_head "
+                             f"({self.n_kv_head}) divides")
         return best
 
 
@@ -325,8 +516,7 @@ def model_state_bytes(
 def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, workers: int) -> float:
     """Transient unsharded state of FSDP (zero2/zero3), which the ZeRO formulas leave out.
 
-    The trainer shards each transformer block as one FSDP unit (its two LayerNorms, 4h, as a
-    second one). In backward, ZeRO-3 holds the current block's gathered parameters and its
+    The trainer shards each transformer block as one FSDP unit (its norms as a second one). In backward, ZeRO-3 holds the current block's gathered parameters and its
     unsharded gradients (before the reduce-scatter) while it prefetches the next block's
     parameters: two blocks of parameters and one of gradients, each in the dtype it is gathered
     in (:func:`gather_bytes`; the norms in FP32). ZeRO-2 keeps every block gathered anyway, so
@@ -335,7 +525,7 @@ def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, wo
     """
     if strategy not in ("zero2", "zero3") or workers < 2:
         return 0.0
-    norms = 4 * shape.d_model
+    norms = shape.layer_norm_params
     block = (shape.params_per_layer - norms) * gather_bytes(precision) + norms * 4
     if strategy == "zero2":  # parameters stay gathered (counted in the state): one block of gradients
         return float(block)

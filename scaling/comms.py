@@ -277,8 +277,9 @@ class ParallelLayout:
 
     def check(self, shape: Shape) -> None:
         """Raise ValueError when ``shape`` cannot be split this way (heads, MLP, layers)."""
-        if shape.n_head % self.tp or (4 * shape.d_model) % self.tp:
-            raise ValueError(f"tp={self.tp} must divide n_head ({shape.n_head}) and 4*d_model ({4 * shape.d_model})")
+        problem = shape.tp_problem(self.tp)
+        if problem:
+            raise ValueError(problem)
         if shape.n_layer % (self.pp * self.chunks):
             raise ValueError(f"pp*chunks={self.pp * self.chunks} must divide n_layer ({shape.n_layer})")
 
@@ -302,12 +303,12 @@ def bubble_fraction(pp: int, micro_batches: int, schedule: Schedule = "1f1b", ch
 def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
     """One block's parameters on one tensor rank: matrices and column biases split, the rest kept.
 
-    Two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
+    gpt2: two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
     replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
+    llama: the RMSNorms are replicated, every matrix is split.
     """
-    h = shape.d_model
-    split = 12 * h * h + 7 * h
-    replicated = shape.params_per_layer - split
+    replicated = shape.layer_replicated_params
+    split = shape.params_per_layer - replicated
     return split // tp + replicated
 
 
@@ -315,33 +316,31 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
     """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
 
     Blocks are split evenly over stages; the embeddings (and positions) sit on the first
-    stage, the final norm and a copy of the tied embedding for the output on the last.
-    Equal to ``shape.params_total`` for tp = pp = 1.
+    stage, the final norm and the output layer (an untied one, or a copy of the tied
+    embedding) on the last. Equal to ``shape.params_total`` for tp = pp = 1.
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
-    h = shape.d_model
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
     if stage == 0:
-        n += shape.params_embedding
+        n += shape.params_input_embedding
     if stage == pp - 1:
-        n += 2 * h  # final LayerNorm
-        if pp > 1:
-            n += shape.vocab_size * h  # the output layer's copy of the tied embedding
+        n += shape.params_final_norm + shape.params_output
+        if pp > 1 and shape.tied:
+            n += shape.vocab_size * shape.d_model  # the output layer's copy of the tied embedding
     return n
 
 
 def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
-    """Of :func:`params_per_rank`, those autocast computes with in the compute dtype: the blocks'
-    linear layers, weights and biases (two LayerNorms, 4h, per block are not).
+    """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the blocks' linear
+    layers, weights and biases, which autocast casts (the blocks' norms it does not).
 
-    The rest (LayerNorms, embeddings and the tied output layer, which is the token embedding)
-    autocast uses in FP32, so FSDP2 gathers them in FP32
+    The rest (norms, embeddings and the output layer, in the root unit) FSDP2 gathers in FP32
     (:func:`scaling.trainer.parallel.shard_as_autocast`).
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
-    return (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - 4 * shape.d_model)
+    return (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
 
 
 def gathered_bytes(params: int, kept: int, precision: Precision) -> float:
@@ -613,9 +612,8 @@ def memory_per_rank(
         # unsharded gradients, both in the dtype they are gathered in, until every micro-batch is done.
         buffers = 2.0 * gathered_bytes(params, kept, precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
-        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block
-        block = block_params_per_tp_rank(shape, t)
-        one_block = gathered_bytes(block, 4 * shape.d_model, precision)  # its two LayerNorms in FP32
+        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block (its norms in FP32)
+        one_block = gathered_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision)
         buffers = one_block * (3 if layout.strategy == "zero3" else 1)
     return MemoryEstimate.with_margin(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,

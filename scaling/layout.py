@@ -260,10 +260,9 @@ def _strategies(req: Request, dp: int, tp: int, pp: int) -> tuple[str, ...]:
 
 def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:
     """Why ``shape`` cannot be split into tp tensor ranks and pp stages (of ``chunks`` each), or None."""
-    if shape.n_head % tp:
-        return f"tp={tp} does not divide n_head ({shape.n_head})"
-    if (4 * shape.d_model) % tp:
-        return f"tp={tp} does not divide 4*d_model ({4 * shape.d_model})"
+    problem = shape.tp_problem(tp)
+    if problem:
+        return problem
     if shape.n_layer % (pp * chunks):
         stages = f"pp={pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         return f"{stages} does not divide n_layer ({shape.n_layer})"

@@ -7,10 +7,13 @@ accepted: YAML 1.1 reads an unquoted ``1e18`` as a string, and plans write budge
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Iterator
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic_core import PydanticSerializationError
 
 
 def _numeric(annotation: Any) -> bool:
@@ -44,3 +47,24 @@ class StrictModel(BaseModel):
         if field is not None and _has_bool(value) and _numeric(field.annotation):
             raise ValueError(f"expected a number, not {str(value).lower()} (YAML reads true/false/yes/no as booleans)")
         return value
+
+    # pydantic wraps any exception a custom serializer raises, Ctrl-C's KeyboardInterrupt included,
+    # in a PydanticSerializationError; a Ctrl-C landing there must stay an interrupt (exit 130).
+    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        with interrupts_unwrapped():
+            return super().model_dump(*args, **kwargs)
+
+    def model_dump_json(self, *args: Any, **kwargs: Any) -> str:
+        with interrupts_unwrapped():
+            return super().model_dump_json(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def interrupts_unwrapped() -> Iterator[None]:
+    """Re-raise a KeyboardInterrupt that pydantic's serializer wrapped as a PydanticSerializationError."""
+    try:
+        yield
+    except PydanticSerializationError as exc:
+        if "KeyboardInterrupt" in str(exc):
+            raise KeyboardInterrupt from None
+        raise

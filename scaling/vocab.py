@@ -24,6 +24,7 @@ TRAIN_LOSS = "train/loss"
 EVAL_LOSS = "eval/loss"
 LEARNING_RATE = "train/lr"
 GRAD_NORM = "train/grad_norm"
+Z_LOSS = "train/z_loss"  # the z-loss term alone (models with a z_loss coefficient)
 LOSS_SCALE = "train/loss_scale"  # fp16 only
 TOKENS_PER_SECOND = "perf/tokens_per_s"
 MFU = "perf/mfu"
@@ -34,6 +35,7 @@ METRICS: tuple[str, ...] = (
     EVAL_LOSS,
     LEARNING_RATE,
     GRAD_NORM,
+    Z_LOSS,
     LOSS_SCALE,
     TOKENS_PER_SECOND,
     MFU,

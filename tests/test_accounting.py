@@ -158,3 +158,87 @@ def test_micro_batch_size_is_the_largest_forward_pass(batch: int, world: int, re
     parts = [micro_batches(batch, world, share, requested) for share in shares]
     assert len({len(p) for p in parts}) == 1, "every rank runs as many micro-batches"
     assert max(c for p in parts for _, c in p) == expected
+
+
+# -- the Llama family ----------------------------------------------------------------------
+
+LLAMA2_7B = Shape(32, 4096, 32, 32000, 4096, family="llama", ffn=11008)
+LLAMA3_8B = Shape(32, 4096, 32, 128256, 8192, family="llama", n_kv_head=8, ffn=14336, rope_theta=500000.0)
+
+
+def test_published_llama_counts() -> None:
+    """Meta's published totals: Llama 2 7B 6,738,415,616 (its default ffn is the 11,008 given);
+    Llama 3 8B 8,030,261,248 with 8 kv heads; both untied, so the output layer is an embedding matrix."""
+    assert LLAMA2_7B.params_total == 6_738_415_616
+    assert Shape(32, 4096, 32, 32000, 4096, family="llama").ffn == 11008  # int(2 * 4d / 3) up to 256
+    assert LLAMA2_7B.params_embedding == 2 * 32000 * 4096
+    assert LLAMA2_7B.params_non_embedding == 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 4096
+    assert LLAMA3_8B.params_total == 8_030_261_248
+    assert LLAMA3_8B.params_total - LLAMA3_8B.params_embedding == LLAMA3_8B.params_non_embedding
+    assert GPT2_SMALL.params_total == 124_439_808  # unchanged by the families
+
+
+@pytest.mark.parametrize("shape", [
+    Shape(2, 64, 4, 256, 32, family="llama"),
+    Shape(2, 64, 4, 256, 32, family="llama", n_kv_head=1, ffn=96, qk_norm=True),
+    Shape(3, 96, 6, 1000, 77, family="llama", n_kv_head=2, tie_embeddings=True),
+])
+def test_llama_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
+    torch = pytest.importorskip("torch")
+    from scaling.trainer.model import build_meta_model
+
+    model = build_meta_model(shape)
+    params = dict(model.named_parameters())  # a tied head appears once
+    embedding = params["wte.weight"].numel() + (0 if shape.tied else params["lm_head.weight"].numel())
+    total = sum(p.numel() for p in params.values())
+    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert (total, total - embedding, embedding) == (
+        shape.params_total, shape.params_non_embedding, shape.params_embedding)
+    assert matmul == shape.params_matmul  # every Linear, the output layer included (tied or not)
+
+
+def test_model_flops_per_token_is_palms_count() -> None:
+    """6 per matmul parameter (no embedding lookup) + 12 L H Q T, for both families."""
+    gpt = Shape(2, 64, 4, 256, 32)
+    assert gpt.params_matmul == 2 * 12 * 64 * 64 + 256 * 64  # the tied output layer counts, the lookup not
+    assert gpt.model_flops_per_token() == 6 * gpt.params_matmul + 12 * 2 * 4 * 16 * 32
+    # GPT-2 small as nanoGPT's estimate_mfu counts it (6N with N = non-embedding-position params, + 12LHQT),
+    # less the norms and biases, which are no matmuls: 6 * (85,056,000 - 12 * 13 * 768 - 2 * 768 + 50257 * 768).
+    small = GPT2_SMALL.model_flops_per_token()
+    assert small == 6 * (12 * 12 * 768**2 + 50257 * 768) + 12 * 12 * 12 * 64 * 1024
+    llama = Shape(2, 64, 4, 256, 32, family="llama", n_kv_head=2, ffn=160)
+    per_layer = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 160  # q, o; k, v of 2 kv heads; gate, up, down
+    assert llama.model_flops_per_token() == 6 * (2 * per_layer + 256 * 64) + 12 * 2 * 4 * 16 * 32
+    # Chinchilla's count (the 6N_attention convention) follows the family's matrices too.
+    forward = 2 * 256 * 64 + 2 * (2 * 64 * (64 + 2 * 32) + 2 * 32 * 64 + 3 * 4 * 32 + 2 * 32 * 64 + 2 * 64 * 64
+                                  + 2 * 3 * 64 * 160) + 2 * 64 * 256
+    assert llama.flops_per_token("6N_attention") == 3 * forward
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"family": "llama", "n_kv_head": 3}, r"n_kv_head \(3\) must divide n_head \(4\)"),
+    ({"n_kv_head": 2}, r"n_kv_head: only for family 'llama'"),
+    ({"qk_norm": True}, r"qk_norm: only for family 'llama'"),
+    ({"family": "mamba"}, r"unknown family 'mamba'"),
+    ({"family": "llama", "rope_theta": 0.5}, "rope_theta must be a finite number above 1"),
+    ({"family": "llama", "d_model": 60}, r"RoPE needs an even head size, got d_model/n_head = 15"),
+])
+def test_family_fields_are_checked(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Shape(**{"n_layer": 2, "d_model": 64, "n_head": 4, **fields})
+
+
+def test_kv_heads_must_split_over_tp() -> None:
+    shape = Shape(2, 64, 4, family="llama", n_kv_head=1)
+    assert shape.tp_problem(2) == "tp=2 does not divide n_kv_head (1)"
+    assert Shape(2, 64, 4, family="llama", n_kv_head=2).tp_problem(2) is None
+
+
+def test_the_shape_policy_sizes_both_families() -> None:
+    for family in ({}, {"family": "llama", "n_kv_head": 2}):
+        policy = ShapePolicy(aspect_ratio=32, head_size=32, **family)  # type: ignore[arg-type]
+        for target in (1e5, 1e6, 1e7):
+            shape = policy.shape_for(target)
+            assert shape.family == family.get("family", "gpt2")
+            assert shape.head_dim == 32 and shape.n_head % shape.kv_heads == 0
+            assert abs(math.log(shape.params_non_embedding / target)) < 0.35

@@ -81,10 +81,16 @@ def test_import_scaling_stays_light() -> None:
     """The top level names the API but imports it on first use: fitting and reports stay torch- and Ray-free."""
     code = ("import sys, scaling, scaling.fitting, scaling.reports; "
             "print(sorted(m for m in ('torch', 'ray', 'scaling.api') if m in sys.modules)); "
+            "print(' '.join(dir(scaling))); print('scaling.api' in sys.modules); "
             "scaling.Estimate; print('scaling.api' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout
+    lines = out.stdout.split("\n")
+    assert lines[0] == "[]" and lines[2:4] == ["False", "True"], out.stdout
+    # dir() lists the lazily loaded API (a notebook's tab completion), without importing it
+    import scaling
+
+    assert set(scaling.__all__) <= set(lines[1].split()) and {"fit", "recommend", "report"} <= set(dir(scaling))
 
 
 def test_the_explore_notebook_uses_only_the_top_level() -> None:

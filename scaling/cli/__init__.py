@@ -9,13 +9,17 @@ from __future__ import annotations
 import importlib
 import sys
 
-import typer
+try:  # Ctrl-C while the command line loads (a second or so): the same one line and exit as during a command
+    import typer
 
-from scaling.cli.common import app
-from scaling.errors import UserError
+    from scaling.cli.common import app
+    from scaling.errors import UserError
 
-# Register the command modules (each adds its commands to `app`).
-from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds, compare_cmds, data_cmds, export_cmds  # noqa: E402,F401
+    # Register the command modules (each adds its commands to `app`).
+    from scaling.cli import db_cmds, train_cmds, sweep_cmds, fit_cmds, report_cmds, compare_cmds, data_cmds, export_cmds  # noqa: E402,F401
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -51,3 +51,5 @@ def export(
     typer.echo(f"run {done.run_key} (sweep {done.sweep}), step {done.step} -> {done.folder}: GPT2LMHeadModel "
                f"with {done.tokenizer}; largest logit difference from ours {done.max_logit_diff:.2g}")
     typer.echo(f"files: {', '.join(done.files)}")
+    if done.note:
+        typer.echo(f"note: {done.note}", err=True)

@@ -40,6 +40,10 @@ DropInvalidOption = Annotated[
     bool, typer.Option("--drop-invalid", help="CSV: drop (and count) rows with a missing, unreadable, "
                        "non-positive or non-finite value instead of refusing the file.")
 ]
+DropDuplicatesOption = Annotated[
+    bool, typer.Option("--drop-duplicates", help="CSV: drop (and count) rows identical to an earlier row instead of "
+                       "refusing the file (a copied row is not another run).")
+]
 
 
 def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
@@ -91,6 +95,7 @@ def fit(
     params: ParamsOption = "non_embedding",
     loss_units: LossUnitsOption = None,
     drop_invalid: DropInvalidOption = False,
+    drop_duplicates: DropDuplicatesOption = False,
     unique_tokens: Annotated[
         Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
                                       "et al.'s effective data D' instead of D (repeated data). A U column gives "
@@ -143,14 +148,16 @@ def fit(
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
     _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                    "--drop-invalid": drop_invalid, "--unique-tokens": unique_tokens is not None})
+                    "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+                    "--unique-tokens": unique_tokens is not None})
     fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
     fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
     if csv is not None:
         if effective_data:
             raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
         data = _read_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                         drop_invalid=drop_invalid, unique_tokens=unique_tokens, r_star=fixed_r, hparams=hparams)
+                         drop_invalid=drop_invalid, drop_duplicates=drop_duplicates, unique_tokens=unique_tokens,
+                         r_star=fixed_r, hparams=hparams)
         if fit_r or r_star_n is not None:
             from scaling.fitting.effective import fit_effective
 
@@ -203,6 +210,7 @@ def recommend(
     params: ParamsOption = "non_embedding",
     loss_units: LossUnitsOption = None,
     drop_invalid: DropInvalidOption = False,
+    drop_duplicates: DropDuplicatesOption = False,
 ) -> None:
     """The compute-optimal run at a budget: N*, D*, loss with intervals from every method.
 
@@ -214,13 +222,15 @@ def recommend(
 
     check_format(fmt)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
-                    "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid})
+                    "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
+                    "--drop-duplicates": drop_duplicates})
     if csv is not None and sweep is not None:
         from scaling.errors import UserError
 
         raise UserError("give either --sweep or --csv, not both")
     data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
-                                               loss_units=loss_units, drop_invalid=drop_invalid)
+                                               loss_units=loss_units, drop_invalid=drop_invalid,
+                                               drop_duplicates=drop_duplicates)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
         from scaling.db import resolve_url
         from scaling.fitting.inference import recommend_inference

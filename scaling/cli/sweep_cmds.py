@@ -14,6 +14,10 @@ from scaling.errors import mask_data, mask_text
 PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_default=False)]
 
 
+REFRESH_HELP = ("A rule `{fitted: SWEEP}` keeps the law recorded when this sweep was first registered; this refits "
+                "it on SWEEP as it is now (and records the new law).")
+
+
 @app.command("plan")
 def plan_cmd(
     plan: PlanArg,
@@ -23,6 +27,7 @@ def plan_cmd(
         Optional[str],
         typer.Option("--explain", help="Why this run (a key or a unique prefix) got its layout.", show_default=False),
     ] = None,
+    refresh_transfer: Annotated[bool, typer.Option("--refresh-transfer", help=REFRESH_HELP)] = False,
 ) -> None:
     """Show the runs a plan resolves to (key, N, shape, D, C, layout, memory per rank, compute,
     communication and bubble time, why); writes nothing.
@@ -35,7 +40,7 @@ def plan_cmd(
     from scaling.orchestrator.planning import explain as explain_run
     from scaling.orchestrator.planning import find_run, plan_summary, render_groups, render_table, to_json
 
-    summary = plan_summary(plan, db=db)  # db: where a `{fitted: SWEEP}` rule reads its sweep, as `scaling sweep`
+    summary = plan_summary(plan, db=db, refresh_transfer=refresh_transfer)  # db: where a `{fitted: SWEEP}` rule reads its sweep, as `scaling sweep`
     if explain is not None:
         lines = explain_run(summary, explain)
         if format == "json":  # the run's row of the plan, which holds every figure the lines show
@@ -79,6 +84,7 @@ def sweep_cmd(
         float, typer.Option("--stale-after", min=0.5, help="Seconds without heartbeat before a `running` run "
                             "left by a dead orchestrator is taken over.")
     ] = 60.0,
+    refresh_transfer: Annotated[bool, typer.Option("--refresh-transfer", help=REFRESH_HELP)] = False,
 ) -> None:
     """Train every run of the plan not yet completed, on Ray, with a live display.
 
@@ -96,14 +102,15 @@ def sweep_cmd(
     # soft_wrap: a long line (a path, a reason) stays one line when piped, for grep and scripts
     echo = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     if dry_run:
-        result = run_sweep(plan, db=db, address=address, max_concurrent=max_concurrent, dry_run=True, echo=echo)
+        result = run_sweep(plan, db=db, address=address, max_concurrent=max_concurrent, dry_run=True, echo=echo,
+                           refresh_transfer=refresh_transfer)
         todo = result.would_run or []
         echo(f"dry run: sweep {result.sweep}: {len(todo)} run(s) to train: {' '.join(todo) if todo else '-'}")
         return
     with SweepDisplay(console) as display:
         result = run_sweep(
             plan, db=db, address=address, max_concurrent=max_concurrent, fit=not no_fit, report=not no_report,
-            stale_after_s=stale_after, display=display, echo=echo,
+            stale_after_s=stale_after, display=display, echo=echo, refresh_transfer=refresh_transfer,
         )
     out = result.outcome
     assert out is not None

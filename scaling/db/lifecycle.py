@@ -53,10 +53,11 @@ class Lifecycle:
 
     # -- before training ---------------------------------------------------------------------
     def register(self, records: Iterable[dict[str, Any]], *, params_convention: str, flops_convention: str,
-                 plan: Any = None, one_per_point: bool = False) -> list[str]:
+                 plan: Any = None, one_per_point: bool = False, replace_plan: bool = False) -> list[str]:
         """Pending rows for the records (``RunSpec.record()``) the sweep lacks; returns their keys."""
         return self.store.register(self.sweep, records, plan=plan, params_convention=params_convention,
-                                   flops_convention=flops_convention, one_per_point=one_per_point)
+                                   flops_convention=flops_convention, one_per_point=one_per_point,
+                                   replace_plan=replace_plan)
 
     def recover_stale(self) -> list[str]:
         """Running runs of the sweep whose heartbeat is stale → interrupted (claimable); their keys."""

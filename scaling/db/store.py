@@ -132,6 +132,7 @@ class Store(Database):
         params_convention: str = "non_embedding",
         flops_convention: str = "6N",
         one_per_point: bool = False,
+        replace_plan: bool = False,
     ) -> list[str]:
         """Create ``sweep`` if new and a pending run per record whose key it lacks; return the new keys.
 
@@ -143,6 +144,8 @@ class Store(Database):
         different ones raises :class:`~scaling.errors.PlanError`. With ``one_per_point`` (a plan's
         sweep), a new run on a point the sweep holds under another key raises it too
         (:mod:`scaling.db.conflicts`); ad-hoc runs, such as an lr probe of one model, may share one.
+        The plan is stored when the sweep is created and kept after, unless ``replace_plan`` (a law
+        transferred from another sweep, refitted on request).
         """
         if not sweep or not str(sweep).strip():
             raise PlanError("a sweep needs a non-empty name")
@@ -178,7 +181,7 @@ class Store(Database):
                         f"sweep {sweep!r} counts N as {row.params_convention!r} and C as {row.flops_convention!r}; "
                         f"this plan says {params_convention!r} and {flops_convention!r}: use another sweep name"
                     )
-                if row.plan is None and plan_json is not None:
+                if plan_json is not None and (row.plan is None or replace_plan):
                     conn.execute(update(Sweep).where(Sweep.id == sid).values(plan=plan_json))
             existing = set(conn.scalars(select(Run.key).where(Run.sweep_id == sid)))
             new = [k for k in recs if k not in existing]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from scaling.errors import FitError, UserError
-from scaling.fitting.base import Law, jsonable
+from scaling.fitting.base import NUMERICAL_FAILURES, Law, jsonable
 from scaling.fitting.data import FitData, group_budgets
 
 
@@ -52,16 +52,23 @@ def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:
 
 
 def backtest(law: Law, data: FitData) -> dict[str, Any]:
-    """Refit a copy of ``law`` without the largest-compute runs; returns (and stores) the scores."""
-    from scaling.fitting.isoflop import ChinchillaIsoFLOP
+    """Refit a copy of ``law`` without the largest-compute runs; returns (and stores) the scores.
 
+    A refit the held-in data cannot support, or a score that fails numerically, is recorded as the
+    backtest's ``error``, never raised: the full fit stands without it."""
     try:
-        train, held = split(data)
-        refit = type(law)(**law.get_settings()).fit(train)
-    except UserError as exc:
-        result: dict[str, Any] = {"error": " ".join(str(exc).split())}
+        return _scores(law, data)
+    except (UserError, *NUMERICAL_FAILURES) as exc:
+        result: dict[str, Any] = {"error": " ".join(str(exc).split()) or type(exc).__name__}
         law.backtest_ = result
         return result
+
+
+def _scores(law: Law, data: FitData) -> dict[str, Any]:
+    from scaling.fitting.isoflop import ChinchillaIsoFLOP
+
+    train, held = split(data)
+    refit = type(law)(**law.get_settings()).fit(train)
     pts = data.points[held]
     pred = refit.predict(pts["N"].to_numpy(), pts["D"].to_numpy())
     rel = (pred - pts["loss"].to_numpy()) / pts["loss"].to_numpy()
@@ -76,11 +83,12 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
         "max_abs_rel_error": float(np.max(np.abs(rel))),
         "N_opt": None,
     }
-    slice_ = ChinchillaIsoFLOP()._one_budget(
-        pts["N"].to_numpy()[np.argsort(pts["N"].to_numpy())],
-        pts["loss"].to_numpy()[np.argsort(pts["N"].to_numpy())],
-        pts["C"].to_numpy(),
-    )
+    # An optimum is measured only where the held-out runs are one IsoFLOP slice (one budget), not
+    # the top decile of compute spread over several budgets.
+    order = np.argsort(pts["N"].to_numpy(), kind="stable")
+    one_budget = np.unique(group_budgets(pts["C"].to_numpy())).size == 1
+    slice_ = ChinchillaIsoFLOP()._one_budget(pts["N"].to_numpy()[order], pts["loss"].to_numpy()[order],
+                                             pts["C"].to_numpy()[order]) if one_budget else {"status": "several budgets"}
     if slice_["status"] == "used":
         n_pred = float(np.asarray(refit.optimal(slice_["C"])[0]))
         result["N_opt"] = {"C": slice_["C"], "observed": slice_["N_opt"], "predicted": n_pred,

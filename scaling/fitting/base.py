@@ -10,7 +10,8 @@ replicate rows: nothing but the parameters needs storing to redraw a fit later.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from contextlib import contextmanager
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import pandas as pd
@@ -58,6 +59,22 @@ def coverage_reasons(n_budgets: int, C: np.ndarray, why_few: str) -> list[str]:
     if C.size and float(C.max() / C.min()) < MIN_C_SPAN:
         reasons.append(f"the FLOP values span only a factor {float(C.max() / C.min()):.3g} (less than {MIN_C_SPAN:g})")
     return reasons
+
+
+#: What numpy, scipy and float arithmetic raise when data defeat a computation (a singular or
+#: non-converging least-squares problem, an overflow, a domain error): the data's fault, not a bug.
+NUMERICAL_FAILURES = (np.linalg.LinAlgError, FloatingPointError, ZeroDivisionError, OverflowError, ValueError)
+
+
+@contextmanager
+def numerical_failure_is_fit_error(what: str) -> Iterator[None]:
+    """Turn a numerical failure inside ``what`` into a :class:`FitError` naming it, so it is skipped
+    with its reason like any other fit the data cannot support, never a traceback."""
+    try:
+        yield
+    except NUMERICAL_FAILURES as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise FitError(f"{what} failed numerically on these data ({detail})") from exc
 
 
 class NotFittedError(RuntimeError):
@@ -114,7 +131,8 @@ class Law:
         self.plot_ = None  # stored figure data belongs to a restored fit, not this one
         self.backtest_ = None
         self.notes_: list[str] = list(fd.notes)
-        self._fit(fd)
+        with numerical_failure_is_fit_error(f"{self.law} {self.method}"):
+            self._fit(fd)
         self.data_ = fd
         with np.errstate(all="ignore"):
             pts = fd.points
@@ -146,7 +164,8 @@ class Law:
         if n < 2:
             raise FitError("the bootstrap needs at least 2 replicates")
         rng = np.random.default_rng(seed)
-        reps = np.asarray(self._bootstrap(self.data_, int(n), rng), dtype=float)
+        with numerical_failure_is_fit_error(f"the bootstrap of {self.law} {self.method}"):
+            reps = np.asarray(self._bootstrap(self.data_, int(n), rng), dtype=float)
         self.replicates_ = reps
         ok = np.isfinite(reps).all(axis=1)
         self.bootstrap_info_ = {"n": int(n), "seed": int(seed), "failed": int((~ok).sum())}

@@ -14,14 +14,11 @@ from typing import Any
 
 from scaling.fitting.api import SHORT
 from scaling.fitting.recommend import Recommendation
+from scaling.fitting.wording import run_line, short_reason
 from scaling.fmt import num
 
-#: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
-#: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
-REASON_CHARS = 110
-REASON_SLACK = 20
-#: Advice that closes some fit notes; "left out" already says it.
-_ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
+#: The note saying the concrete run's lr or batch fell back on the plan; the run line says it per value.
+_RUN_SOURCE_NOTE = re.compile(r"^(lr|batch|lr and batch) of the concrete run come from ")
 
 
 def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
@@ -47,7 +44,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
             lines.append("  (95% intervals" + ("; widened for extrapolating past the largest fitted budget by the "
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
-            lines.append(f"  as a run ({rec.run_source}): {_run(rec.run)}")
+            lines.append(f"  as a run: {run_line(rec.run, rec.run_source, rec.hparams)}")
         lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
         if rec.agreement:
             a = rec.agreement
@@ -63,33 +60,32 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         left_out = re.match(r"(.+?) is left out: (.*)$", note)
         if left_out:
             lines.append(f"left out: {left_out.group(1)}: {short_reason(left_out.group(2))}")
+        elif _RUN_SOURCE_NOTE.search(note):
+            continue  # the run line names where its lr and batch come from (and no run line: no run to speak of)
         elif not note.startswith(("the choice", "no law is reliable")):  # said by the left-out lines above
             lines.append(f"note: {note}")
     return lines
 
 
 def _task_line(task: str, prediction: dict[str, Any]) -> str:
-    """A task's predicted accuracy at the recommended run, by the headline form of step 2 (the full
-    table, every form with its notes: ``scaling recommend``)."""
-    from scaling.fitting.api import interval_text
+    """A task's predicted accuracy at the recommended run by the headline form of step 2, with its
+    95% interval or why it has none (the full table, every form with its notes: ``scaling recommend``)."""
     from scaling.fitting.tasks import FORMS
 
     form = next((f for f in FORMS if f in prediction), None)
     if form is None:
         return f"  {task}: no accuracy predicted"
     iv = prediction[form]
-    why = f" ({iv['note']})" if iv.get("kind") == "unreliable" and iv.get("note") else ""
-    return f"  {task} accuracy predicted: {num(iv['value'])} {interval_text(iv)}{why}"
-
-
-def short_reason(text: str, limit: int = REASON_CHARS) -> str:
-    """A fit note on one line: no "unreliable:" prefix, no closing advice, cut at a word near ``limit``."""
-    text = " ".join(str(text).split()).removeprefix("unreliable: ")
-    text = _ADVICE.sub("", text)
-    if len(text) <= limit + REASON_SLACK:
-        return text
-    cut = text.rfind(" ", 0, limit)
-    return text[: cut if cut > limit // 2 else limit].rstrip(" ,;:(") + " …"
+    value = iv.get("value")
+    if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # an accuracy outside [0, 1] is no prediction
+        return f"  {task}: no accuracy predicted: the {form} chain gives a value outside [0, 1], not an accuracy"
+    head = f"  {task} accuracy {num(value)}, by the {form} chain"
+    ends = _ends(iv)
+    if ends is not None:
+        return f"{head}: 95% interval [{num(max(ends[0], 0.0))}, {num(min(ends[1], 1.0))}]"
+    if iv.get("kind") == "unreliable":
+        return f"{head}, no interval: {short_reason(iv.get('note') or 'its law is unreliable')}"
+    return f"{head}{_iv(iv).removeprefix(num(value))}"
 
 
 def _name(kind: str) -> str:
@@ -114,18 +110,3 @@ def _iv(iv: dict[str, Any]) -> str:
     why = {"pinned": f"pinned: {iv.get('pinned')}", "biased": "bootstrap biased",
            "no spread": "replicates do not vary", "unreliable": "law unreliable"}.get(iv.get("kind") or "", "")
     return f"{value} (no interval" + (f": {why})" if why else ")")
-
-
-def _run(run: dict[str, Any]) -> str:
-    shape = run.get("shape") or {}
-    parts = [", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)]
-    parts.append(f"N = {num(run.get('n_params'))}")
-    if run.get("lr") is not None:
-        parts.append(f"lr {num(run['lr'])}")
-    if run.get("batch_tokens") is not None:
-        parts.append(f"batch {num(run['batch_tokens'])} tokens")
-    if run.get("memory_gib") is not None:
-        parts.append(f"{num(run['memory_gib'])} GiB per worker")
-    if run.get("strategy"):
-        parts.append(f"strategy {run['strategy']}")
-    return ", ".join(p for p in parts if p)

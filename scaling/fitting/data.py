@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
+from scaling.naming import printable_problem
+from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.task_columns import is_task_column
@@ -265,9 +267,17 @@ def from_frame(
             return f"{col}={float(v[i])!r}"
 
         with np.errstate(invalid="ignore"):
-            invalid = ~np.isfinite(v) | (v <= 0)
-            outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
-        if outside.any() and not parsed.unreadable.any() and not invalid.any():
+            if key == "beta2":  # the plan's rule, not "positive": 0 is a valid beta2, 1.5 is not
+                allowed, why = HPARAM_CHECKS["beta2"]
+                outside = np.isfinite(v) & ~np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v])
+                invalid = ~np.isfinite(v) & ~parsed.unreadable
+                if outside.any() and not parsed.unreadable.any():
+                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible beta2 (first: {label(i)}, "
+                            f"beta2={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such rows)", number)
+            else:
+                invalid = ~np.isfinite(v) | (v <= 0)
+                outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
+        if key != "beta2" and outside.any() and not parsed.unreadable.any() and not invalid.any():
             problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
                     f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
                     "--drop-invalid drops such rows)", number)
@@ -380,6 +390,11 @@ def _hparam_points(out: pd.DataFrame, df: pd.DataFrame, picked: dict[str, str | 
             raise FitError(f"{where}column {col!r}, {label(i)}: empty group label (with a group column, every row "
                            "names its group)")
         runs["group"] = [str(v).strip() for v in text]
+        for i, g in enumerate(runs["group"]):  # a label is printed in tables: no newline or terminal escape
+            problem = printable_problem(g)
+            if problem is not None:
+                raise FitError(f"{where}column {col!r}, {label(int(np.flatnonzero(keep)[i]))}: the group label "
+                               f"{problem}")
         sizes = runs.groupby("group").size()
         if (sizes < 2).any():
             g = str(sizes[sizes < 2].index[0])
@@ -420,15 +435,35 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
 
 def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
              params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
-             r_star: float = R_STAR_DATA, hparams: str = "tuned") -> FitData:
-    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`)."""
+             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
+    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+
+    A row identical in every column to an earlier one is a copy, not another run (counted, it
+    would double its group's runs and narrow every interval): refused, or with
+    ``drop_duplicates`` dropped and counted in a warning.
+    """
     df, sep = read_csv(path)
     if len(df) == 0:
         raise FitError(f"{path}: no data rows below the header")
+    copies = df.duplicated(keep="first").to_numpy()
+    dropped = int(copies.sum())
+    if dropped and not drop_duplicates:
+        i = int(np.flatnonzero(copies)[0])
+        same = df.iloc[:i].eq(df.iloc[i]) | (df.iloc[:i].isna() & df.iloc[i].isna())
+        j = int(np.flatnonzero(same.all(axis=1).to_numpy())[0])
+        raise FitError(f"{path}: data row {i + 1} is identical to data row {j + 1} ({dropped} such copies in all): "
+                       "a copy is not another run; remove the copies or pass --drop-duplicates")
+    kept = np.flatnonzero(~copies)  # file positions of the rows read, so messages name the file's rows
+    if dropped:
+        df = df[~copies].reset_index(drop=True)
     data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
                       source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
-                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {i + 1}",
+                      drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {kept[i] + 1}",
                       hparams=hparams)
+    if dropped:
+        message = f"dropped {dropped} of {dropped + len(df)} rows identical to an earlier row (--drop-duplicates)"
+        data.warnings.insert(0, message)
+        data.notes.insert(0, f"warning: {message}")
     if sep != ",":
         data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
                           + (" with decimal commas" if sep == ";" else ""))

@@ -10,6 +10,7 @@ L_opt(C) + curv * (log N - log N_opt(C))^2, the IsoFLOP parabola with the median
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,22 @@ from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
 
 
-def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares (c2, c1, c0) of y = c2 x^2 + c1 x + c0, with x centred for conditioning."""
+def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """Least-squares (c2, c1, c0) of y = c2 x^2 + c1 x + c0, with x centred for conditioning.
+
+    None when the points cannot determine a parabola: fewer than three distinct x, or x so close
+    together (or y so wild) that the least-squares problem is rank-deficient or does not converge.
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()) or np.unique(x).size < 3:
+        return None
     xm = x.mean()
-    c2, c1, c0 = np.polyfit(x - xm, y, 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", np.exceptions.RankWarning)
+            c2, c1, c0 = np.polyfit(x - xm, y, 2)
+    except (np.linalg.LinAlgError, np.exceptions.RankWarning):
+        return None
     # Undo the centring: c2 (x - xm)^2 + c1 (x - xm) + c0.
     return np.array([c2, c1 - 2 * c2 * xm, c2 * xm * xm - c1 * xm + c0])
 

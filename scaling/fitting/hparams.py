@@ -500,8 +500,12 @@ class HparamFit:
         """lr and batch for a run of (N, D, C) from Step Law's forms, each with its interval, or why none.
 
         ``lr``/``batch`` are interval dicts (``kind`` ``unreliable`` for a flagged law) or None when
-        the law is not fitted; ``why`` says where each came from or why it is withheld.
+        the law is not fitted; ``why`` says where each came from or why it is withheld. A
+        non-positive or non-finite N, D or C is refused (FitError): no law extends to it.
         """
+        for what, value, unit in (("N", N, "parameters"), ("D", D, "tokens"), ("C", C, "FLOPs")):
+            if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value) and value > 0):
+                raise FitError(f"recommend: {what} must be a positive, finite number of {unit}, got {value!r}")
         out: dict[str, Any] = {"N": N, "D": D, "C": C}
         for q, name in (("lr", "lr_ND"), ("batch", "batch_D")):
             law = self.laws.get(name)

@@ -72,18 +72,24 @@ class ChinchillaIsoFLOP(FrontierLaw):
     def _one_budget(self, N: np.ndarray, L: np.ndarray, C: np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {"C": float(np.exp(np.mean(np.log(C)))), "N": N.tolist(), "loss": L.tolist(),
                                "window": [], "coef": None, "N_opt": None, "loss_opt": None}
-        if len(np.unique(N)) < 3:
-            out["status"] = f"too few sizes ({len(np.unique(N))} < 3)"
+        sizes = np.unique(N)
+        if len(sizes) < 3:
+            out["status"] = f"too few sizes ({len(sizes)} < 3)"
             return out
-        i = int(np.argmin(L))
-        if i == 0 or i == len(N) - 1:
-            out["status"] = "lowest loss at the " + ("smallest" if i == 0 else "largest") + " size (edge)"
+        best = int(np.searchsorted(sizes, N[int(np.argmin(L))]))
+        if best == 0 or best == len(sizes) - 1:
+            out["status"] = "lowest loss at the " + ("smallest" if best == 0 else "largest") + " size (edge)"
             return out
-        w = min(self.window, len(N))
-        lo = min(max(0, i - w // 2), len(N) - w)
-        win = np.arange(lo, lo + w)
+        # The window is the `window` distinct sizes nearest the best one, with every point of each:
+        # repeated sizes (seeds, or tokens differing within the budget's tolerance) count once.
+        w = min(self.window, len(sizes))
+        lo = min(max(0, best - w // 2), len(sizes) - w)
+        win = np.flatnonzero((N >= sizes[lo]) & (N <= sizes[lo + w - 1]))
         coef = parabola(np.log(N[win]), L[win])
         out["window"] = win.tolist()
+        if coef is None:
+            out["status"] = "parabola cannot be fitted (sizes too close together to tell apart)"
+            return out
         out["coef"] = coef.tolist()
         if not coef[0] > 0:
             out["status"] = "parabola opens downward"

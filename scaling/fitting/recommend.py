@@ -112,10 +112,9 @@ class Recommendation:
             con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {_num(c['N'])}, "
                       f"D* = {_num(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
-            r = self.run
-            con.print(f"concrete run ({self.run_source}): shape {r.get('shape')}, N = {_num(r.get('n_params'))}, "
-                      f"lr = {_num(r.get('lr'))}, batch = {_num(r.get('batch_tokens'))} tokens, "
-                      f"memory = {_num(r.get('memory_gib'))} GiB per worker, strategy = {r.get('strategy')}")
+            from scaling.fitting.wording import run_line
+
+            con.print(f"concrete run: {run_line(self.run, self.run_source, self.hparams)}")
         if self.next_runs:
             con.print("runs that would narrow approach 3's interval on N* most (see `scaling.fitting.recommend` for the "
                       "heuristic):")

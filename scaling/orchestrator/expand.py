@@ -37,7 +37,7 @@ from scaling.layout import Decision
 from scaling.orchestrator import branches
 from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
-from scaling.orchestrator.transfer import LAWS, FittedRule, law_expressions
+from scaling.orchestrator.transfer import LAWS, FittedRule, frozen_expressions, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.resolve import (
     OFFLINE,
@@ -235,11 +235,14 @@ def _fixed_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: O
     return out
 
 
-def transferred(plan: Plan, source: Optional[YamlSource] = None, db: Optional[str] = None) -> Plan:
+def transferred(plan: Plan, source: Optional[YamlSource] = None, db: Optional[str] = None,
+                refresh: bool = False) -> tuple[Plan, list[str]]:
     """``plan`` with each ``{fitted: SWEEP}`` rule written out as the law fitted on that sweep's
-    hyperparameter groups (`scaling.orchestrator.transfer`); unchanged without one. The sweep is read
-    from the rule's ``db``, else the sweep's own database (``db``: ``--db``, else the plan's ``db:``,
-    ``$SCALING_DB``, ./scaling.db). PlanError at the rule's line when nothing can be transferred."""
+    hyperparameter groups (`scaling.orchestrator.transfer`), and notes; unchanged without one. The
+    sweep is read from the rule's ``db``, else the sweep's own database (``db``: ``--db``, else the
+    plan's ``db:``, ``$SCALING_DB``, ./scaling.db). A plan whose sweep is registered already keeps the
+    law recorded then (frozen), unless ``refresh``. PlanError at the rule's line when nothing can be
+    transferred."""
     from scaling.db import resolve_url
 
     wanted: dict[tuple[str, str], list[str]] = {}
@@ -248,14 +251,29 @@ def transferred(plan: Plan, source: Optional[YamlSource] = None, db: Optional[st
         if isinstance(rule, FittedRule):
             wanted.setdefault((resolve_url(cli=rule.db or db, plan=plan.db), rule.fitted), []).append(name)
     if not wanted:
-        return plan
+        return plan, []
+    frozen = {} if refresh else frozen_expressions(resolve_url(cli=db, plan=plan.db), plan.name)
     rules: dict[str, str] = {}
+    notes: list[str] = []
     for (url, sweep), names in wanted.items():
+        kept = [n for n in names if n in frozen]
+        if kept:
+            rules.update({n: frozen[n] for n in kept})
+            notes.append(f"rules {', '.join(kept)}: the law{'s' if len(kept) > 1 else ''} transferred from sweep "
+                         f"{sweep!r} when sweep {plan.name!r} was first registered (frozen: "
+                         f"{'; '.join(f'{n} = {frozen[n]}' for n in kept)}); --refresh-transfer refits on {sweep!r} "
+                         "as it is now")
+        fresh = tuple(n for n in names if n not in frozen)
+        if not fresh:
+            continue
         try:
-            rules.update(law_expressions(url, sweep, tuple(names), plan.conventions.params))
+            rules.update(law_expressions(url, sweep, fresh, plan.conventions.params))
         except UserError as exc:
-            raise PlanError(f"{where(source, ('rules', names[0]))}: {exc}") from None
-    return plan.model_copy(update={"rules": plan.rules.model_copy(update=rules)})
+            raise PlanError(f"{where(source, ('rules', fresh[0]))}: {exc}") from None
+        if refresh:
+            notes.append(f"rules {', '.join(fresh)}: refitted on sweep {sweep!r} as it is now (--refresh-transfer); "
+                         "the new law is recorded with this sweep")
+    return plan.model_copy(update={"rules": plan.rules.model_copy(update=rules)}), notes
 
 
 def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> list[GridPoint]:
@@ -355,7 +373,7 @@ def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int
         device=res.device,
     )
     values: dict[str, Any] = dict(
-        **recipe, model=shape.as_dict(), tokens=round(D), data=plan.data,
+        **recipe, model=plan.model.family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
     )
@@ -467,22 +485,24 @@ def ordered(runs: list[PlannedRun]) -> list[PlannedRun]:
 
 
 def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = True,
-           db: Optional[str] = None) -> Expansion:
+           db: Optional[str] = None, refresh_transfer: bool = False) -> Expansion:
     """All runs of ``plan`` as `PlannedRun`s (smallest compute first), with notes on dropped ones.
 
     The stages in order (see the module's docstring). ``resolve=False`` asks nothing of this
     machine (no probe, no corpus read): ``auto`` precision takes the larger memory estimate and
     the data keeps no fingerprint. ``db`` is the database the sweep is recorded in when a command
-    names one (``--db``): a ``{fitted: SWEEP}`` rule reads its sweep there unless it names its own.
+    names one (``--db``): a ``{fitted: SWEEP}`` rule reads its sweep there unless it names its own;
+    ``refresh_transfer`` refits such a law although the sweep recorded one (:func:`transferred`).
     """
     host = Host() if resolve else OFFLINE
-    facts = shared(transferred(plan, source, db), source, host)
+    plan, transfer_notes = transferred(plan, source, db, refresh_transfer)
+    facts = shared(plan, source, host)
     points, dropped = grid_points(facts.plan, source)
     points = hparam_points(facts.plan, points, source)
     requests, duplicates = run_requests(facts.plan, points, source)
     runs = ordered(placed(facts.plan, requests, source, host))
     _check_adaptive_budget(facts.plan, runs, source)
-    return Expansion(facts.plan, runs, [*facts.notes, *dropped, *duplicates], facts.precision.reason)
+    return Expansion(facts.plan, runs, [*transfer_notes, *facts.notes, *dropped, *duplicates], facts.precision.reason)
 
 
 def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[YamlSource]) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scaling.accounting import Shape
+from scaling.rules import HPARAM_CHECKS
 from scaling.schema import StrictModel
 
 #: The hyperparameters a block may sweep, each a field of the run spec (so each changes the key).
@@ -93,16 +94,22 @@ def _numbers(value: Any, ok: Any, why: str, what: str = "") -> tuple[float, ...]
             raise ValueError(f"{what}item {i} is {item}: {why}")
         if number in out:
             raise ValueError(f"{what}{item} is listed twice")
+        same = next((j for j, earlier in enumerate(out) if _digits(earlier) == _digits(number)), None)
+        if same is not None:
+            raise ValueError(f"{what}items {same} and {i} ({value[same]} and {item}) are equal to {SIGNIFICANT} "
+                             "significant digits: the runs would differ by rounding alone, and print alike")
         out.append(number)
     return tuple(out)
 
 
-#: Each field's allowed values (the run spec's bounds: `scaling.trainer.spec.OptimizerSpec`, Recipe).
-_CHECKS = {
-    "lr": (lambda v: 0 < v <= 100, "a learning rate must be positive (and at most 100)"),
-    "batch_tokens": (lambda v: v > 0 and v == int(v), "a batch must be a positive whole number of tokens"),
-    "beta2": (lambda v: 0 <= v < 1, "beta2 must be at least 0 and less than 1"),
-}
+#: Values of one swept field must differ within this many significant digits (what `scaling plan` prints).
+SIGNIFICANT = 6
+
+
+def _digits(number: float) -> str:
+    """``number`` to :data:`SIGNIFICANT` significant digits, as text (equal text: indistinguishable values)."""
+    return f"{number:.{SIGNIFICANT}g}"
+
 
 Sweep = Union[tuple[float, ...], Factors]
 
@@ -149,7 +156,7 @@ class HparamsPlan(_Strict):
                 elif err["type"] == "literal_error":
                     msg = "factors are taken of the plan's rule: write from: rule"
                 raise ValueError(f"{where}: {msg}" if where and not msg.startswith(where) else msg) from None
-        ok, why = _CHECKS[field]
+        ok, why = HPARAM_CHECKS[field]
         return _numbers(value, ok, why)
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
@@ -37,6 +37,7 @@ from scaling.trainer.resolve import Host
 from scaling.trainer.spec import (
     Conventions,
     DataSpec,
+    FamilySpec,
     FaultSpec,
     LoopSettings,
     MAX_WORKERS,
@@ -65,14 +66,24 @@ class _Strict(StrictModel):
     """The plan's own sections (the others are the run spec's): as strict as the spec's."""
 
 
-class ModelPlan(SequenceSpec):
-    """How a target size N becomes a shape (`scaling.accounting.ShapePolicy`)."""
+class ModelPlan(SequenceSpec, FamilySpec):
+    """How a target size N becomes a shape (`scaling.accounting.ShapePolicy`), of which family."""
 
     aspect_ratio: float = Field(default=64.0, gt=0, description="d_model / n_layer")
     head_size: int = Field(default=64, gt=0, description="d_model / n_head")
 
+    @model_validator(mode="after")
+    def _family_fields_valid(self) -> "ModelPlan":
+        self.policy()  # the family's fields, checked once (a llama field on gpt2, a bad epsilon)
+        return self
+
     def policy(self) -> ShapePolicy:
-        return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context)
+        return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context, **self.family_kwargs())
+
+    @model_serializer(mode="wrap")
+    def _omit_family_defaults(self, handler: Any) -> Any:
+        out = handler(self)
+        return self.family_dump(out, None) if isinstance(out, dict) else out
 
 
 class TrainPlan(Recipe, LoopSettings):
@@ -209,6 +220,8 @@ class ModelPoint(_Strict):
     n_layer: Optional[int] = Field(default=None, gt=0)
     d_model: Optional[int] = Field(default=None, gt=0)
     n_head: Optional[int] = Field(default=None, gt=0)
+    n_kv_head: Optional[int] = Field(default=None, gt=0, description="this shape's key/value heads (llama)")
+    ffn: Optional[int] = Field(default=None, gt=0, description="this shape's SwiGLU width (llama)")
 
     @model_validator(mode="before")
     @classmethod
@@ -220,7 +233,7 @@ class ModelPoint(_Strict):
     @model_validator(mode="after")
     def _one_form(self) -> "ModelPoint":
         shape_fields = (self.n_layer, self.d_model, self.n_head)
-        if self.N is not None and any(f is not None for f in shape_fields):
+        if self.N is not None and any(f is not None for f in (*shape_fields, self.n_kv_head, self.ffn)):
             raise ValueError("give either N or a shape (n_layer, d_model, n_head), not both")
         if self.N is None and any(f is None for f in shape_fields):
             raise ValueError("a shape needs n_layer, d_model and n_head")
@@ -229,9 +242,12 @@ class ModelPoint(_Strict):
         return self
 
     def shape(self, model: ModelPlan, convention: str) -> Shape:
+        """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
         if self.N is not None:
             return model.policy().shape_for(self.N, convention)  # type: ignore[arg-type]
-        return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context)  # type: ignore[arg-type]
+        family = model.family_kwargs()
+        family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
+        return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]
 
 
 class GridBlock(_Strict):

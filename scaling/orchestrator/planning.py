@@ -47,6 +47,15 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
+def shape_label(shape: Any) -> str:
+    """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width."""
+    label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
+    if shape.family == "gpt2":
+        return label
+    kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
+    return f"{label}{kv} {shape.family} ffn {shape.hidden}"
+
+
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
     """Tokens in the training corpus, when the data has been resolved."""
     return run.spec.data.unique_tokens
@@ -60,7 +69,10 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "key": spec.key,
         "N": spec.n_params,
         "N_total": shape.params_total,
-        "shape": f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h",
+        "N_non_embedding": shape.params_non_embedding,
+        "N_embedding": shape.params_embedding,
+        "family": shape.family,
+        "shape": shape_label(shape),
         "n_layer": shape.n_layer,
         "d_model": shape.d_model,
         "n_head": shape.n_head,
@@ -117,11 +129,11 @@ def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
     return min(n, r.max_concurrent) if r.max_concurrent else n
 
 
-def plan_summary(path: str | Path, db: Optional[str] = None) -> dict[str, Any]:
+def plan_summary(path: str | Path, db: Optional[str] = None, refresh_transfer: bool = False) -> dict[str, Any]:
     """The resolved runs of the plan at ``path`` and its totals; raises PlanError/ResourceError.
     ``db``: the database a ``{fitted: SWEEP}`` rule reads its sweep from (``--db``; see :func:`expand`)."""
     plan, source = load_plan(path)
-    expansion = expand(plan, source, db=db)
+    expansion = expand(plan, source, db=db, refresh_transfer=refresh_transfer)
     return summarize(expansion)
 
 
@@ -176,11 +188,16 @@ def render_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = summary["totals"]
+    runs = summary["runs"]
+    listed = ""
+    if len(runs) > MAX_TABLE_RUNS:
+        listed = (f"listed: the first and last {MAX_TABLE_RUNS // 2} of {len(runs):,} runs ({_ranges(runs)}; "
+                  "`--format json` lists every run); ")
     table = Table(
         title=f"sweep {summary['sweep']}: {t['runs']} runs "
         f"(N: {summary['conventions']['params']}, C: {summary['conventions']['flops']})",
         caption=(
-            f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
+            listed + f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
             f"{t['concurrent_runs']} at once "
             + (f"(at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker; "
@@ -190,23 +207,27 @@ def render_table(summary: dict[str, Any]) -> Any:
             "`scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
-    columns = ("key", "N", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
+    columns = ("key", "N", "N total", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
                "compute", "comm", "bubble", "est.", "why")
     for col in columns:
         table.add_column(col, justify="left" if col in ("key", "shape", "layout", "why") else "right",
                          overflow="fold", max_width=44 if col == "why" else None)
-    for r in summary["runs"]:
+    shown, hidden = _ends(runs, MAX_TABLE_RUNS)
+    for i, r in enumerate(shown):
+        if hidden and i == len(shown) // 2:
+            table.add_row("…", *[""] * (len(columns) - 2), f"{hidden:,} runs not listed")
         layout = r.get("layout") or (f"{r['strategy']}" + (f" x{r['workers']}" if r["workers"] > 1 else ""))
         times = [_duration(r[k]) if k in r else "-" for k in ("compute_seconds", "comm_seconds", "bubble_seconds")]
         table.add_row(
             r["key"],
             f"{r['N']:,}",
+            f"{r['N_total']:,}",
             r["shape"],
             f"{r['D']:.3g}",
             f"{r['C']:.3g}",
             f"{r['tokens_per_param']:.3g}",
             "-" if r["epochs"] is None else f"{r['epochs']:.2f}",
-            f"{r['lr']:.3g}",
+            f"{r['lr']:.6g}",
             f"{r['batch_tokens']:,}",
             layout,
             f"{r['memory_gib']:.3g}",
@@ -231,11 +252,46 @@ def render_groups(summary: dict[str, Any]) -> Any:
     table = Table(title=f"{len(groups)} hyperparameter group{plural}: {runs} runs, {cost}")
     for col in ("group", "runs", "lr", "batch", "beta2", "C", "est."):
         table.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
-    values = lambda vs, f: ", ".join(format(v, f) for v in vs)  # noqa: E731
-    for g in groups:
-        table.add_row(g["group"], str(g["runs"]), values(g["lr"], ".3g"), values(g["batch_tokens"], ","),
-                      values(g["beta2"], "g"), f"{g['C']:.3g}", _duration(g["est_seconds"]))
+    shown, hidden = _ends(groups, MAX_TABLE_GROUPS)
+    for i, g in enumerate(shown):
+        if hidden and i == len(shown) // 2:
+            table.add_row(f"… {hidden:,} groups not listed", "", "", "", "", "", "")
+        table.add_row(g["group"], str(g["runs"]), _values(g["lr"], ".6g"), _values(g["batch_tokens"], ","),
+                      _values(g["beta2"], ".6g"), f"{g['C']:.3g}", _duration(g["est_seconds"]))
     return table
+
+
+#: Rows of `scaling plan`'s tables beyond which only the first and last half are listed.
+MAX_TABLE_RUNS = 60
+MAX_TABLE_GROUPS = 40
+#: Values of one group's field listed in full up to this many; beyond, the ends and the count.
+MAX_LISTED_VALUES = 8
+
+
+def _ends(rows: list[Any], limit: int) -> tuple[list[Any], int]:
+    """The first and last ``limit // 2`` of ``rows`` and how many lie between, or all and 0."""
+    if len(rows) <= limit:
+        return rows, 0
+    half = limit // 2
+    return rows[:half] + rows[-half:], len(rows) - 2 * half
+
+
+def _values(values: list[float], spec: str) -> str:
+    """A group's values of one field, each to 6 significant digits (values closer are refused), all
+    of them or, for a long list, the three smallest and largest and the count."""
+    text = [format(v, spec) for v in values]
+    if len(text) <= MAX_LISTED_VALUES:
+        return ", ".join(text)
+    return f"{', '.join(text[:3])} … {', '.join(text[-3:])} ({len(text)} values)"
+
+
+def _ranges(runs: list[dict[str, Any]]) -> str:
+    """The span of the runs' N, D, C and lr, for the line that stands in for the runs not listed."""
+    def span(key: str, spec: str) -> str:
+        vals = [r[key] for r in runs]
+        return f"{key} {format(min(vals), spec)} to {format(max(vals), spec)}"
+
+    return "; ".join((span("N", ","), span("D", ".3g"), span("C", ".3g"), span("lr", ".6g")))
 
 
 def find_run(summary: dict[str, Any], key: str) -> dict[str, Any]:
@@ -257,7 +313,9 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     """
     r = find_run(summary, key)
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
-             f"{r['workers']} worker(s), {r['precision']}"]
+             f"{r['workers']} worker(s), {r['precision']}",
+             f"parameters: {r['N_total']:,} in all, {r['N_non_embedding']:,} outside the embeddings, "
+             f"{r['N_embedding']:,} in the embedding matrices"]
     if "layout" not in r:
         return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]
     groups = ", ".join(f"{g} {_duration(s)}" for g, s in r["comm_seconds_by_group"].items() if s > 0) or "none"

@@ -52,6 +52,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "sweep": name,
         "runs": int(len(runs)),
         "counts": counts,
+        "stale": stale_running(runs),
         "flops_total": total,
         "flops_spent": spent,
         "flops_remaining": max(0.0, total - spent),
@@ -61,6 +62,38 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "trunks": len(trunks),
         "failures": failures,
     }
+
+
+def stale_running(runs: Any, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
+    """The running runs whose heartbeat is older than the timeout a claimant takes them over after
+    (``HEARTBEAT_TIMEOUT_S``): no live driver is running them. Their number and how long since the
+    newest of their heartbeats, in seconds; None when every running run has a fresh heartbeat."""
+    import pandas as pd
+
+    from scaling.db import HEARTBEAT_TIMEOUT_S
+
+    timeout = HEARTBEAT_TIMEOUT_S if timeout_s is None else timeout_s
+    running = runs[runs["status"] == vocab.RUNNING]
+    if running.empty:
+        return None
+    beats = pd.to_datetime(running["heartbeat_at"], utc=True, errors="coerce")
+    age = (pd.Timestamp.now(tz="UTC") - beats).dt.total_seconds()
+    stale = age.isna() | (age > timeout)
+    if not stale.any():
+        return None
+    known = age[stale].dropna()
+    return {"runs": int(stale.sum()), "running": int(len(running)),
+            "since_s": float(known.min()) if len(known) else None}
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
 
 
 def _int(v: Any) -> Optional[int]:
@@ -78,6 +111,13 @@ def render_status(status: dict[str, Any]) -> Any:
     head = Table.grid(padding=(0, 2))
     head.add_row("sweep", status["sweep"])
     head.add_row("runs", f"{status['runs']} ({counts})")
+    stale = status.get("stale")
+    if stale:
+        which = f"{stale['runs']} running" if stale["runs"] == stale["running"] else \
+            f"{stale['runs']} of {stale['running']} running"
+        since = "no heartbeat recorded" if stale["since_s"] is None else \
+            f"heartbeats stale for {_duration(stale['since_s'])}"
+        head.add_row("stale", f"{which}, {since}: no live driver; re-run the sweep to recover them")
     pct = 100 * status["flops_spent"] / max(status["flops_total"], 1e-30)
     head.add_row("compute", f"{status['flops_spent']:.3g} of {status['flops_total']:.3g} FLOPs spent ({pct:.0f}%), "
                  f"{status['flops_remaining']:.3g} remaining")

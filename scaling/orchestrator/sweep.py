@@ -24,7 +24,7 @@ from scaling.orchestrator.expand import Expansion, expand
 from scaling.orchestrator.orphans import reap_orphaned_agents
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
-from scaling.orchestrator.signals import uninterrupted
+from scaling.orchestrator.signals import deferred_interrupts, uninterrupted
 from scaling.trainer.rundir import checked_folder, owner_problem
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
@@ -144,12 +144,13 @@ def run_sweep(
     heartbeat_s: float = 5.0,
     display: Any = None,
     echo: Callable[[str], None] = print,
+    refresh_transfer: bool = False,
 ) -> SweepResult:
     """Train every run of the plan (a `Plan` or a plan file) not completed yet; see the module docstring."""
     from scaling.db import resolve_url
 
     plan, source = (plan, None) if isinstance(plan, Plan) else load_plan(plan)
-    expansion = expand(plan, source, db=db)
+    expansion = expand(plan, source, db=db, refresh_transfer=refresh_transfer)
     url = resolve_url(cli=db, plan=plan.db)
     refuse_in_memory(url)
     if address and is_sqlite(url):
@@ -174,8 +175,7 @@ def run_sweep(
         if address:
             check_address(address)  # before anything is registered: a cluster it cannot reach writes nothing
         store = Store(url)
-        register(store, plan, expansion)
-    started_ray = start_ray(address, plan.resources.num_cpus)
+        register(store, plan, expansion, replace_plan=refresh_transfer)
 
     def schedule(runs: list[Any]) -> SweepOutcome:
         return Scheduler(
@@ -197,8 +197,11 @@ def run_sweep(
     def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _terminate)
+    started_ray = False
     try:
+        with deferred_interrupts():  # Ray fully up (and shut down below) or not started: never half-way
+            started_ray = start_ray(address, plan.resources.num_cpus)
+        signal.signal(signal.SIGTERM, _terminate)
         if plan.adaptive is not None:
             from scaling.orchestrator.adaptive import run_adaptive
 
@@ -208,11 +211,11 @@ def run_sweep(
         else:
             outcome = schedule(expansion.runs)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        if started_ray:  # a Ray the caller started stays up for its next sweep
-            import ray
+        with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
+            signal.signal(signal.SIGTERM, previous)
+            if started_ray:  # a Ray the caller started stays up for its next sweep
+                import ray
 
-            with uninterrupted():  # Ray's shutdown, too, finishes whatever Ctrl-C comes next
                 ray.shutdown()
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
@@ -238,8 +241,9 @@ def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
             raise DatabaseError(problem)
 
 
-def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
-    """Register the sweep (with its plan and conventions) and its runs; returns the new keys."""
+def register(store: Any, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
+    """Register the sweep (with its plan and conventions) and its runs; returns the new keys.
+    ``replace_plan``: the stored plan becomes this one (a transferred law refitted on request)."""
     return Lifecycle(store, plan.name).register(
         [r.spec.record() for r in expansion.runs],
         # the plan's db: URL may hold a password; its vocabulary (a tokenizer's) and rules (a fitted
@@ -249,6 +253,7 @@ def register(store: Any, plan: Plan, expansion: Expansion) -> list[str]:
         params_convention=plan.conventions.params,
         flops_convention=plan.conventions.flops,
         one_per_point=True,
+        replace_plan=replace_plan,
     )
 
 

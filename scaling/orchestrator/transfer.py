@@ -7,6 +7,11 @@ N and D with the fitted values, so every run's tags record the law it was sized 
 sweep around it, and the plan stored with the sweep says what was trained. A law the groups do not
 determine (flagged), a sweep without groups, or one counting N another way transfers nothing: the
 plan is refused in one line saying why.
+
+The law is frozen when the sweep is first registered: the plan stored with it holds the rule
+written out, and a re-run of the plan reads that (:func:`frozen_expressions`), so a source sweep
+that gains runs later does not move this sweep's learning rates under it. ``--refresh-transfer``
+refits the law on the source sweep as it is now and records the new one.
 """
 
 from __future__ import annotations
@@ -79,3 +84,25 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
         out[field] = (f"{p['c']!r} * N ** {p['a']!r} * D ** {p['b']!r}" if field == "lr"
                       else f"{p['d']!r} * D ** {p['e']!r}")
     return out
+
+
+def frozen_expressions(url: str, sweep: str) -> dict[str, str]:
+    """The rules (``lr``, ``batch_tokens``) written out when ``sweep`` was first registered in the
+    database at ``url``, from the plan stored with it; empty when it is not registered (or no database yet)."""
+    from scaling.db import connect
+    from scaling.db.engine import is_sqlite, sqlite_path
+
+    path = sqlite_path(url)
+    if is_sqlite(url) and (path is None or not path.is_file() or path.stat().st_size == 0):
+        return {}  # no database yet: opening it would create one
+    try:
+        with connect(url) as res:
+            if sweep not in set(res.sweeps()["sweep"]):
+                return {}
+            stored = res.sweep_info(sweep).get("plan")
+    except UserError:
+        return {}  # a database it cannot read is refused where the sweep opens it
+    rules = stored.get("rules") if isinstance(stored, dict) else None
+    if not isinstance(rules, dict):
+        return {}
+    return {name: rules[name] for name in LAWS if isinstance(rules.get(name), str)}

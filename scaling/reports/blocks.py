@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from scaling.fmt import escape as e
 from scaling.fmt import num
@@ -19,11 +21,29 @@ def script_json(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One number of the report's first screen, given by the section that computes it: ``label`` (text),
+    ``value`` (HTML: the value with its interval, or why there is none) and the section it links to."""
+
+    label: str
+    value: str
+    href: str
+    title: str = ""
+
+
 class Page:
-    """Collects the figures of one page; each gets a div id and goes into one JSON block."""
+    """Collects the figures of one page (each gets a div id and goes into one JSON block) and the
+    numbers its sections give for the first screen (:meth:`answer`)."""
 
     def __init__(self) -> None:
         self.figures: list[tuple[str, str]] = []
+        self.answers: list[Answer] = []
+
+    def answer(self, label: str, value: str, href: str, title: str = "") -> None:
+        """Put ``value`` (HTML) under ``label`` on the first screen, linked to ``href`` (a section's anchor);
+        ``title``: the whole reason on hover, where ``value`` gives it shortened."""
+        self.answers.append(Answer(label, value, href, title))
 
     def figure(self, fig_id: str, fig: Any) -> str:
         """The div for ``fig`` (its JSON is emitted once, in :meth:`figures_json`)."""
@@ -41,6 +61,11 @@ def section(sid: str, title: str, inner: str) -> str:
     return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
 
 
+def prose(text: Any) -> str:
+    """User-facing text as HTML: escaped, with its `backticked` commands set as code (not raw Markdown)."""
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", e(text))
+
+
 def missing(text: str) -> str:
     """A paragraph saying what is not there (escaped)."""
     return f'<p class="missing">{e(text)}</p>'
@@ -52,9 +77,10 @@ def kv(rows: list[tuple[str, str]]) -> str:
     return f'<table class="kv">{body}</table>'
 
 
-def interval(d: dict[str, float], digits: int = 3) -> str:
-    """A value with its 95% interval, or with why it has none (pinned, biased, no spread, unreliable)."""
-    v = num(d.get("value"), digits)
+def interval(d: dict[str, float], digits: int = 3, fmt: Callable[..., str] = num) -> str:
+    """A value with its 95% interval, or with why it has none (pinned, biased, no spread, unreliable);
+    ``fmt(x, digits)`` writes each number (e.g. :func:`scaling.fmt.size` for counts)."""
+    v = fmt(d.get("value"), digits)
     if d.get("kind") == "pinned":
         return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
     if d.get("kind") in ("biased", "no spread", "unreliable"):
@@ -65,4 +91,4 @@ def interval(d: dict[str, float], digits: int = 3) -> str:
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return v
     mark = "*" if d.get("widened") else ""
-    return f"{v} <span class=\"ci\">[{num(lo, digits)}, {num(hi, digits)}]{mark}</span>"
+    return f"{v} <span class=\"ci\">[{fmt(lo, digits)}, {fmt(hi, digits)}]{mark}</span>"

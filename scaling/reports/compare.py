@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape
+from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape, family_fields
 from scaling.db import connect
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import Law, fit_data, from_db
@@ -179,7 +179,8 @@ def _completed(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def convert_runs(runs: pd.DataFrame, source: dict[str, str], target: dict[str, str], sweep: str) -> pd.DataFrame:
-    """``runs`` with N and C recounted in the ``target`` conventions from each run's stored shape.
+    """``runs`` with N and C recounted in the ``target`` conventions from each run's stored shape
+    (its columns, and the family fields of its stored spec's model section).
 
     Exact: the shape gives both parameter counts and both FLOP counts. Refused (one line) when the
     sweep's conventions are not ones this version counts, when a run has no shape, or when a run's
@@ -193,7 +194,9 @@ def convert_runs(runs: pd.DataFrame, source: dict[str, str], target: dict[str, s
     cols = ("n_layer", "d_model", "n_head", "vocab_size", "context")
     for i, row in runs.iterrows():
         try:
-            shape = Shape(*(int(row[c]) for c in cols))
+            spec = row.get("spec")
+            family = family_fields(spec.get("model")) if isinstance(spec, dict) else {}
+            shape = Shape(*(int(row[c]) for c in cols), **family)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             raise CompareError(f"sweep {sweep!r}: run {row['run_key']} has no stored shape, so its N and C cannot be "
                                f"converted to N = {target['params']}, C = {target['flops']}") from None

@@ -320,18 +320,25 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
 
 
 # -- frontiers -----------------------------------------------------------------------------------
+#: The colour of a law its fit notes flag: drawn, but not beside the chosen one as its equal.
+UNRELIABLE_COLOR = "#b0b0b0"
+
+
 def frontiers(
     fits: dict[str, Any],
     *,
     runs: pd.DataFrame | None = None,
     target: float | None = None,
     title: str = "Compute-optimal frontiers",
+    unreliable: Iterable[str] = (),
 ) -> go.Figure:
     """N_opt and D_opt against C for every fitted method, with 95% bands, points and D = 20N.
 
     ``fits`` maps method names to fitted laws (or their stored dicts); ``target`` is the budget
-    of the recommended next run, marked with a star on every method's line.
+    of the recommended next run, marked with a star on every method's line. The methods in
+    ``unreliable`` (flagged by their fit notes) are drawn thin, grey and dotted, without a band.
     """
+    unreliable = set(unreliable)
     runs = _runs(runs) if runs is not None else None
     views = [v for v in (fitview.frontier(m, law) for m, law in fits.items()) if v is not None]
     if not views:
@@ -340,10 +347,12 @@ def frontiers(
     grid = np.logspace(math.log10(lo_c), math.log10(hi_c), 60)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("N_opt(C)", "D_opt(C)"), horizontal_spacing=0.1)
     for v in views:
-        color = METHOD_COLORS.get(v.kind, "#9467bd")
+        flagged = v.method in unreliable or v.kind in unreliable
+        color = UNRELIABLE_COLOR if flagged else METHOD_COLORS.get(v.kind, "#9467bd")
+        name = escape(v.label) + (" (unreliable)" if flagged else "")
         curve = v.curve(grid)
         for col, key in ((1, "N"), (2, "D")):
-            band = v.band(grid, key)
+            band = None if flagged else v.band(grid, key)
             if band is not None:
                 lo, hi = band
                 fig.add_trace(
@@ -356,8 +365,8 @@ def frontiers(
                 )
             fig.add_trace(
                 go.Scatter(
-                    x=grid, y=curve[key], mode="lines", name=escape(v.label), legendgroup=v.method,
-                    showlegend=col == 1, line=dict(color=color, width=2),
+                    x=grid, y=curve[key], mode="lines", name=name, legendgroup=v.method,
+                    showlegend=col == 1, line=dict(color=color, width=1, dash="dot") if flagged else dict(color=color, width=2),
                     hovertemplate=f"{escape(v.label)}<br>C %{{x:.3g}}: {key}_opt %{{y:.3g}}<extra></extra>",
                 ),
                 row=1, col=col,
@@ -376,7 +385,8 @@ def frontiers(
                 fig.add_trace(
                     go.Scatter(
                         x=[target], y=at[key], mode="markers", legendgroup=v.method, showlegend=False,
-                        marker=dict(symbol="star", size=14, color=color, line=dict(color="black", width=1)),
+                        marker=dict(symbol="star", size=9 if flagged else 14, color=color,
+                                    line=dict(color="black", width=0 if flagged else 1)),
                         hovertemplate=f"{escape(v.label)} at the recommended budget: {key} %{{y:.3g}}<extra></extra>",
                     ),
                     row=1, col=col,
@@ -549,17 +559,30 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
 
 
 # -- run health ----------------------------------------------------------------------------------
+#: The events the run-health figure draws: what went wrong or was recovered from. Ordinary events
+#: (the corpus a run read, a simulated run's law, a branch start, an adaptive decision) are not drawn.
+PROBLEM_EVENTS = frozenset({names.LOSS_SPIKE, names.ROLLBACK, names.RETRY, names.RESUME, names.FAILURE,
+                            names.STALE_RECOVERED, names.OVERFLOW_SKIP, names.INTERRUPTED,
+                            names.CHECKPOINT_CORRUPT, names.TRUNK_RETRAIN})
+
+#: What the run-health figure says when no run recorded a problem event.
+NO_PROBLEMS = "No spikes, rollbacks or retries: no run recorded a problem event."
+
+
 def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss spikes, rollbacks and retries") -> go.Figure:
-    """Every event of every run: step on x, run on y, one marker symbol per kind."""
+    """Every problem event (:data:`PROBLEM_EVENTS`) of every run: step on x, run on y, one marker symbol per kind."""
     runs = _runs(runs)
+    if events is not None and not events.empty:
+        events = events[events["kind"].isin(PROBLEM_EVENTS)]
     if events is None or events.empty:
-        return empty_figure(title, "No events: no loss spikes, rollbacks, retries or failures were recorded.")
+        return empty_figure(title, NO_PROBLEMS)
     r = runs.set_index("run_key")
     labels = {k: run_label(row) + f" [{escape(k)}]" for k, row in r.iterrows()}
     symbols = {
         names.LOSS_SPIKE: "triangle-up", names.ROLLBACK: "triangle-down", names.RETRY: "square",
         names.RESUME: "circle", names.FAILURE: "x", names.STALE_RECOVERED: "diamond",
-        names.OVERFLOW_SKIP: "cross", names.INTERRUPTED: "hexagon",
+        names.OVERFLOW_SKIP: "cross", names.INTERRUPTED: "hexagon", names.CHECKPOINT_CORRUPT: "star",
+        names.TRUNK_RETRAIN: "triangle-right",
     }
     fig = go.Figure()
     for kind, g in events.groupby("kind", sort=True):
@@ -611,5 +634,9 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
 
 
 def _short(detail: Any, limit: int = 160) -> str:
-    text = detail if isinstance(detail, str) else ("" if detail is None else str(detail))
+    """An event's detail on one line: a mapping as "key value, ..." (never a Python dict's repr)."""
+    if isinstance(detail, dict):
+        text = ", ".join(f"{k} {num(v, 4) if isinstance(v, float) else v}" for k, v in detail.items())
+    else:
+        text = detail if isinstance(detail, str) else ("" if detail is None else str(detail))
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -9,6 +9,7 @@ can draw them from its own frames.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from scaling.errors import UserError
 from scaling.fitting.data import fitted_runs
 from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
-from scaling.fmt import num
+from scaling.fmt import num, size
 from scaling.reports import fitview
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.figures import TEMPLATE, size_colors, with_alpha
@@ -31,6 +32,16 @@ SECTION_ID = "hparams"
 MAX_PANELS = 24
 #: Bootstrap replicates of the report's hyperparameter fit (it takes well under a second).
 REPORT_BOOTSTRAP = 200
+#: The axis titles of the loss-against-lr panels.
+LR_AXIS = "learning rate (peak)"
+LOSS_AXIS = "final loss (nats per token)"
+#: A size in a group's label ("D=1.99885e+06"), rewritten as 2.0M.
+_SIZE_IN_LABEL = re.compile(r"\b([ND])=([0-9][0-9.]*(?:[eE][+-]?[0-9]+)?)")
+
+
+def group_title(label: str) -> str:
+    """A group's label with its sizes written as counts: "2x16x2 D=1.99885e+06" reads "2x16x2 D=2.0M"."""
+    return _SIZE_IN_LABEL.sub(lambda m: f"{m.group(1)}={size(float(m.group(2)), 2)}", label)
 
 
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +58,7 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
     groups = [g for g in fit.groups][:MAX_PANELS]
     cols = min(4, max(1, len(groups)))
     rows = math.ceil(len(groups) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[e(g.label) for g in groups],
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[e(group_title(g.label)) for g in groups],
                         horizontal_spacing=0.06, vertical_spacing=min(0.12, 0.5 / max(rows, 1)))
     batches = sorted({float(b) for b in runs.loc[labels.notna(), "batch"].dropna()})
     colors = size_colors(batches)
@@ -60,9 +71,9 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
         mean = sub.groupby(["batch", "lr"], sort=True)["loss"].mean().reset_index()
         for b, curve in mean.groupby("batch"):
             traces.append(go.Scatter(
-                x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {num(b, 3)}",
+                x=curve["lr"], y=curve["loss"], mode="lines+markers", name=f"batch {size(b)}",
                 legendgroup=f"b{b}", showlegend=float(b) not in shown, line=dict(color=colors.get(float(b))),
-                hovertemplate=f"batch {num(b, 3)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
+                hovertemplate=f"batch {size(b)}: lr %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>"))
             where.append(cell)
             shown.add(float(b))
         if g.near.get("n"):  # the near-optimal settings, ringed (DeepSeek LLM draw the region so)
@@ -84,6 +95,10 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
     if traces:
         fig.add_traces(traces, rows=[r for r, _ in where], cols=[c for _, c in where])
     fig.update_xaxes(type="log")
+    for c in range(1, cols + 1):  # the x title under the bottom panel of each column, y left of each row
+        fig.update_xaxes(title_text=LR_AXIS, row=rows, col=c)
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text=LOSS_AXIS, row=r, col=1)
     fig.update_layout(title=e(title), template=TEMPLATE, height=max(320, 260 * rows), legend=dict(title="batch (tokens)"))
     return fig
 
@@ -114,7 +129,7 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
     if fit.laws.get("batch_D") is not None:
         _band(fig, fit.laws["batch_D"], grid, {}, "#444444", "batch", col=2)
     fig.update_xaxes(type="log", title="D (tokens)")
-    fig.update_yaxes(type="log", title="lr*", row=1, col=1)
+    fig.update_yaxes(type="log", title="lr* (peak learning rate)", row=1, col=1)
     fig.update_yaxes(type="log", title="B* (tokens)", row=1, col=2)
     fig.update_layout(title=e(title), template=TEMPLATE, height=440, legend=dict(title="model size"))
     return fig
@@ -154,17 +169,29 @@ def _translucent(color: str, a: float) -> str:
 def groups_table(fit: HparamFit) -> str:
     rows = []
     for g in fit.groups:
-        near = "–" if not g.near else (
-            f"{g.near['n']} of {g.near['of']} settings: lr {num(g.near['lr_lo'], 3)}–{num(g.near['lr_hi'], 3)}, "
-            f"batch {num(g.near['batch_lo'], 3)}–{num(g.near['batch_hi'], 3)}" if g.near["n"] else
-            f"no setting measured within it (of {g.near['of']})")
-        rows.append(f"<tr><td>{e(g.label)}</td><td class=\"num\">{g.n_runs}</td><td class=\"num\">{interval(g.loss, 4)}</td>"
+        rows.append(f"<tr><td>{e(group_title(g.label))}</td><td class=\"num\">{g.n_runs}</td><td class=\"num\">{interval(g.loss, 4)}</td>"
                     f"<td class=\"num\">{interval(g.lr)}</td><td class=\"num\">{interval(g.batch)}</td>"
-                    f"<td>{e(near)}</td><td>{'used' if g.used else e('left out: ' + g.message)}</td></tr>")
+                    f"<td>{e(near_text(g.near))}</td><td>{'used' if g.used else e('left out: ' + g.message)}</td></tr>")
     return ('<table id="hparam-groups"><thead><tr><th>group</th><th class="num">runs</th><th class="num">L*</th>'
             '<th class="num">lr*</th><th class="num">B* (tokens)</th>'
             f'<th>near-optimal (within {100 * fit.near_fraction:.2g}% of L*)</th><th>status</th></tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def near_text(near: dict[str, Any]) -> str:
+    """The near-optimal region of a group in words: its settings' lr and batch ranges, or "best run only"."""
+    if not near:
+        return "–"
+    if not near.get("n"):
+        return f"no setting measured within it (of {near['of']})"
+    if near["n"] == 1:
+        return f"best run only (lr {num(near['lr_lo'], 3)}, batch {num(near['batch_lo'], 3)}; of {near['of']} settings)"
+
+    def span(lo: float, hi: float) -> str:
+        return num(lo, 3) if num(lo, 3) == num(hi, 3) else f"{num(lo, 3)}–{num(hi, 3)}"
+
+    return (f"{near['n']} of {near['of']} settings: lr {span(near['lr_lo'], near['lr_hi'])}, "
+            f"batch {span(near['batch_lo'], near['batch_hi'])}")
 
 
 def laws_table(fit: HparamFit) -> str:
@@ -179,8 +206,15 @@ def laws_table(fit: HparamFit) -> str:
             f"<th>published, for comparison</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def next_run_values(data: Any, fit: HparamFit) -> str:
-    """The lr and batch the laws give for the run the headline recommends (10x the largest run)."""
+def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
+    """The lr and batch the laws give for the run the headline recommends (10x the largest run); each
+    (or why there is none) also given to ``page`` for the first screen (:meth:`scaling.reports.blocks.Page.answer`)."""
+
+    def answer(lr: str, batch: str, title: str = "") -> None:
+        if page is not None and hasattr(page, "answer"):
+            page.answer("learning rate", lr, f"#{SECTION_ID}", title)
+            page.answer("batch (tokens)", batch, f"#{SECTION_ID}", title)
+
     from scaling.fitting.recommend import compare_laws, default_budget
 
     done = data.completed
@@ -193,16 +227,26 @@ def next_run_values(data: Any, fit: HparamFit) -> str:
     except UserError:
         rec = None
     if rec is None or rec.chosen is None:
+        none = '<span class="ci">none: no loss law gives N* at the next budget</span>'
+        answer(none, none)
         return missing("No recommended run to give an lr and batch for: no loss law gives N* at the next budget.")
     N = rec.per_law[rec.chosen]["N"]["value"]
     k = float(getattr(laws[rec.chosen], "k_", None) or 6.0)
     D = target / (k * N)
-    h = fit.recommend(N, D, target)
+    try:
+        h = fit.recommend(N, D, target)
+    except UserError as exc:
+        return missing(f"No recommended lr and batch: {exc}.")
     if rec.chosen in rec.unreliable:
+        none = '<span class="ci">none: no run is recommended (no loss law is reliable)</span>'
+        answer(none, none)
         return missing("No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable, "
                        "so no run is recommended to give them for.")
-    return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {num(N, 3)}, '
-            f"D = {num(D, 3)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
+    page_values = [interval(h[q], fmt=fmt) if h[q] is not None and h[q].get("kind") != "unreliable" else
+                   f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
+    answer(*page_values, title=f"lr: {h['lr_why']}; batch: {h['batch_why']}")
+    return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {size(N)}, '
+            f"D = {size(D)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
             f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")
 
 
@@ -226,7 +270,7 @@ def hparams_section(data: Any, page: Any) -> str:
         return ""
     mode = next((n for n in data.notes if str(n).startswith("hyperparameters: ")), None)
     inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
-    inner += next_run_values(data, fit)
+    inner += next_run_values(data, fit, page)
     inner += page.figure("hparam-loss-lr", loss_against_lr(hp, fit))
     inner += page.figure("hparam-laws", law_bands(fit))
     inner += "<h3>Each group's optimum</h3>" + groups_table(fit)

@@ -23,7 +23,7 @@ from scaling.errors import UserError
 from scaling.fitting.tasks import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
-from scaling.reports.blocks import interval, missing, section
+from scaling.reports.blocks import interval, missing, prose, section
 from scaling.reports.data import REPORT_BOOTSTRAP
 from scaling.reports.figures import with_alpha
 
@@ -192,16 +192,20 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
         if i < MAX_TASK_FIGURES:
             figures.append(page.figure(f"task-{i}-compute", accuracy_vs_compute(law, frontier, prediction)))
             figures.append(page.figure(f"task-{i}-loss", accuracy_vs_loss(law, prediction)))
+        if hasattr(page, "answer"):  # the report's first screen shows each task's accuracy too
+            page.answer(f"{task} accuracy" if law.accuracy == "acc" else f"{task} {law.accuracy}",
+                        headline_accuracy(law, prediction), f"#{SECTION_ID}")
     head = "".join(f"<th>{e(f)} at the next budget</th>" for f in FORMS)
     table = (f'<table id="task-predictions"><thead><tr><th>task</th><th>predicted</th>{head}'
              "<th>backtest mean |error| (percentage points)</th></tr></thead><tbody>" + "".join(rows)
              + "</tbody></table>")
     intro = ("<p>Accuracy at the next budget (10× the largest run) on the recommended law's compute-optimal run: "
              "step 1 predicts the task loss from (N, D), step 2 the accuracy from it; 95% intervals carry both "
-             f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {e(how)}</p>")
+             f"steps' bootstrap. A form flagged unreliable shows its value without an interval. {prose(how)}</p>")
     if chosen is None:
         intro += missing("No prediction at the next budget: no reliable law recommends a run.")
-    notes = [f"{t}: {d}" for t, law in fits.laws.items() for f in law.curves for d in law.doubts(f)]
+    # step 1's doubts are each form's: listed once per task
+    notes = list(dict.fromkeys(f"{t}: {d}" for t, law in fits.laws.items() for f in law.curves for d in law.doubts(f)))
     notes += [f"{t}: not fitted: {why}" for t, why in fits.skipped.items()]
     if len(fits.laws) > MAX_TASK_FIGURES:
         notes.append(f"figures for the first {MAX_TASK_FIGURES} of {len(fits.laws)} tasks")
@@ -227,3 +231,22 @@ def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -
         return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed, grid="coarse"), how)
 
     return build
+
+
+def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:
+    """A task's predicted accuracy for the report's first screen (HTML): the first reliable form's value
+    with its 95% interval, else a flagged form's value saying it has none, else why there is none.
+    A value or interval end outside [0, 1] is no accuracy: that form is passed over."""
+    if prediction is None:
+        return '<span class="ci">none: no reliable law recommends a run</span>'
+    forms = [f for f in FORMS if f in law.curves and prediction.get(f)]
+    for form in sorted(forms, key=lambda f: not law.reliable(f)):
+        iv = prediction[form]
+        ends = [iv.get(q) for q in ("value", "lo", "hi")]
+        if any(v is not None and math.isfinite(v) and not 0.0 <= v <= 1.0 for v in ends) or not (
+                iv.get("value") is not None and math.isfinite(iv["value"])):
+            continue
+        if law.reliable(form):
+            return f'{interval(iv)} <span class="ci">({e(form)} chain)</span>'
+        return f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable)</span>'
+    return '<span class="ci">none: no chain predicts an accuracy within [0, 1]</span>'

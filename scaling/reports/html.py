@@ -9,8 +9,10 @@ script element or open a comment in it.
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import string
 from datetime import datetime, timezone
 from importlib import resources
@@ -25,10 +27,11 @@ from scaling.fitting.api import SHORT
 from scaling.fitting.data import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
+from scaling.fmt import size
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
-from scaling.reports.blocks import Page, interval, kv, missing, section
+from scaling.reports.blocks import Answer, Page, interval, kv, missing, prose, section
 from scaling.reports.data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
@@ -46,9 +49,13 @@ SECTIONS = (
     ("health", "Run health"),
 )
 
-#: Event kinds the run-health figure keeps first when it must thin its markers.
-HEALTH_EVENTS = frozenset({names.LOSS_SPIKE, names.ROLLBACK, names.RETRY, names.RESUME, names.FAILURE,
-                           names.STALE_RECOVERED, names.OVERFLOW_SKIP, names.INTERRUPTED})
+#: Event kinds the run-health figure keeps first when it must thin its markers (the ones it draws).
+HEALTH_EVENTS = F.PROBLEM_EVENTS
+
+#: The unit of every loss the report shows (cross-entropy with the natural log).
+LOSS_UNIT = "nats per token"
+#: A section's opening, as :func:`scaling.reports.blocks.section` writes it: its id and title.
+_SECTION_HEAD = re.compile(r'<section id="([^"]+)"><h2>([^<]*)</h2>')
 
 #: The heading of the notes under the answer.
 LIMITS_TITLE = "What the data cannot determine"
@@ -84,23 +91,32 @@ def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Ex
 def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
     """The report as one HTML string."""
     page = Page()
-    body = "\n".join(
-        [
-            _summary(data, page),
-            _runs_table(data),
-            _curves(data, page),
-            _isoflop(data, page),
-            _frontiers(data, page),
-            _parametric(data, page),
-            _health(data, page),
-            adaptive_section(data, page),
-            hparams_section(data, page),
-            *(extra(data, page) for extra in extras),
-        ]
-    )
+    # the sections below the summary first: those that compute an answer (lr, batch, each task's
+    # accuracy) give it to the page, and the summary's first screen shows them all (:func:`_headline`)
+    parts = [
+        _runs_table(data),
+        _curves(data, page),
+        _isoflop(data, page),
+        _frontiers(data, page),
+        _parametric(data, page),
+        _health(data, page),
+        adaptive_section(data, page),
+        hparams_section(data, page),
+        *(extra(data, page) for extra in extras),
+    ]
+    body = "\n".join([_summary(data, page), *parts])
     title = f"Scaling report: {data.sweep}" if data.sweep else "Scaling report"
     # the notes follow the answer inside the summary (:func:`_limits`), not above it
-    return render_page(title=title, sections=SECTIONS, body=body, page=page, source=data.source)
+    return render_page(title=title, sections=[*SECTIONS, *optional_sections(parts)], body=body, page=page,
+                       source=data.source)
+
+
+def optional_sections(parts: Sequence[str]) -> list[tuple[str, str]]:
+    """(id, title) of each section in ``parts`` beyond the standard ones (hyperparameters, downstream
+    tasks, ...), in page order, for the navigation bar."""
+    standard = {sid for sid, _ in SECTIONS}
+    found = [m.groups() for part in parts for m in _SECTION_HEAD.finditer(part)]
+    return [(sid, html.unescape(title)) for sid, title in found if sid not in standard]
 
 
 def render_page(*, title: str, sections: Sequence[tuple[str, str]], body: str, page: "Page",
@@ -143,7 +159,7 @@ def _summary(data: ReportData, page: Page) -> str:
     done = data.completed
     rows: list[tuple[str, str]] = [("sweep", e(data.sweep or "–"))]
     if info.get("created_at") or info.get("created"):
-        rows.append(("created", e(info.get("created_at") or info.get("created"))))
+        rows.append(("created", e(utc_text(info.get("created_at") or info.get("created")))))
     conv_p = info.get("params_convention")
     conv_f = info.get("flops_convention")
     if conv_p or conv_f:
@@ -153,20 +169,41 @@ def _summary(data: ReportData, page: Page) -> str:
     planned = float(r["C"].sum()) if len(r) else 0.0
     rows.append(("compute", e(f"{_num(spent)} FLOPs spent on completed runs, of {_num(planned)} planned")))
     if len(r):
-        rows.append(("model sizes", e(f"N from {_num(r['N'].min())} to {_num(r['N'].max())}; "
-                                      f"D from {_num(r['D'].min())} to {_num(r['D'].max())} tokens; "
+        rows.append(("model sizes", e(f"N from {size(r['N'].min())} to {size(r['N'].max())} parameters; "
+                                      f"D from {size(r['D'].min())} to {size(r['D'].max())} tokens; "
                                       f"{r['N'].nunique()} sizes, {len(set(group_budgets(r['C'].to_numpy(float))))} budgets")))
     data_line, hw_line = _data_and_hardware(r)
     rows.append(("data", e(data_line)))
-    rows.append(("hardware", e(hw_line)))
+    rows.append(("hardware", e(hw_line) if not _simulated(r) else
+                 e("none: every run is simulated (losses drawn from a known law, nothing trained)")))
     # the answer first, then what the data cannot determine, then the sweep it comes from
-    inner = _headline(data) + _limits(data) + '<h3 id="sweep-facts">The sweep</h3>' + kv(rows)
+    inner = _headline(data, page) + _limits(data) + '<h3 id="sweep-facts">The sweep</h3>' + kv(rows)
     plan = info.get("plan")
     if plan:
         # masked again: a plan stored by an earlier version may hold its db: password
         text = mask_data(plan) if isinstance(plan, str) else json.dumps(mask_data(plan), indent=2, default=str)
         inner += f"<details><summary>Plan as submitted</summary><pre>{e(text)}</pre></details>"
     return section("summary", "Summary", inner)
+
+
+def utc_text(value: Any) -> str:
+    """A stored time as UTC to the second ("2026-12-05 03:24:26 UTC"); a naive time is UTC (as the database stores it)."""
+    try:
+        t = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if pd.isna(t):
+        return str(value)
+    t = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _simulated(runs: pd.DataFrame) -> bool:
+    """Whether every run of ``runs`` is simulated (its spec has a ``simulate`` section): no hardware, no throughput."""
+    if runs.empty or "spec" not in runs:
+        return False
+    specs = [as_dict(x) for x in runs["spec"]]
+    return bool(specs) and all(s and s.get("simulate") for s in specs)
 
 
 def limit_notes(data: ReportData) -> list[str]:
@@ -185,7 +222,7 @@ def _limits(data: ReportData) -> str:
     notes = limit_notes(data)
     if not notes:
         return ""
-    items = "".join(f'<li tabindex="0" title="{e(n)}">{e(n)}</li>' for n in notes)
+    items = "".join(f'<li tabindex="0" title="{e(n.replace("`", ""))}">{prose(n)}</li>' for n in notes)
     return f'<div class="notes limits" id="notes"><strong>{e(LIMITS_TITLE)}</strong><ul>{items}</ul></div>'
 
 
@@ -248,7 +285,14 @@ def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
              "unreliable": rec.unreliable.get(kind), **iv} for kind, iv in rec.per_law.items()]
 
 
-def _headline(data: ReportData) -> str:
+def _headline(data: ReportData, page: Page | None = None) -> str:
+    """The answer as one block: the next budget; N*, D*, the loss, and what the other sections give
+    for that run (lr, batch, each task's accuracy: ``page.answers``), each with its 95% interval or why
+    none, each linked to its section; then why this law; then every law's numbers in a table."""
+    answers = list(page.answers) if page is not None else []
+    if not any(a.href == "#hparams" for a in answers):  # no section fitted lr* or B*
+        plan = '<span class="ci">set by the plan: the sweep has no hyperparameter groups to fit it from</span>'
+        answers[:0] = [Answer("learning rate", plan, "#sweep-facts"), Answer("batch (tokens)", plan, "#sweep-facts")]
     target = next_budget(data)
     if target is None:
         return missing("No recommendation: no run has completed yet.")
@@ -260,17 +304,23 @@ def _headline(data: ReportData) -> str:
                         "interval on N* or is reliable.")
     best = rec.per_law[rec.chosen]
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
+    budget = f"<strong>Next budget C = {_num(target)} FLOPs</strong> (10× the largest run)"
     if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
-        head = (f'<div class="headline"><span class="answer"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-                f"(10× the largest run): no law is reliable, so nothing is recommended.</span> "
-                f'<span class="why">{e(label)}, the best determined, gives N* = {_num(best["N"]["value"])}, '
-                f"D* = {_num(best['D']['value'])} tokens, predicted loss {_num(best['loss']['value'], 4)}, without "
-                f"intervals: {e(rec.chosen_reason)}.</span></div>")
+        none = '<span class="ci">(no interval: no law is reliable)</span>'
+        sizes = [Answer("N* (parameters)", f"{size(best['N']['value'])} {none}", "#frontiers"),
+                 Answer("D* (tokens)", f"{size(best['D']['value'])} {none}", "#frontiers"),
+                 Answer(f"loss ({LOSS_UNIT})", f"{_num(best['loss']['value'], 4)} {none}", "#parametric")]
+        head = (f'<div class="headline"><span class="answer">{budget}: no law is reliable, so nothing is '
+                f"recommended.</span>{_answer_grid(sizes + answers)}"
+                f'<span class="why">The values are those of {e(label)}, the best determined, without intervals: '
+                f"{e(rec.chosen_reason)}.</span></div>")
     else:
-        head = (f'<div class="headline"><span class="answer"><strong>Next budget C = {_num(target)} FLOPs</strong> '
-                f"(10× the largest run): N* = {interval(best['N'])}, D* = {interval(best['D'])} tokens, "
-                f"predicted loss {interval(best['loss'], 4)}</span> "
-                f'<span class="why">Recommended by {e(label)}; 95% intervals in brackets. '
+        sizes = [Answer("N* (parameters)", interval(best["N"], fmt=size), "#frontiers"),
+                 Answer("D* (tokens)", interval(best["D"], fmt=size), "#frontiers"),
+                 Answer(f"predicted loss ({LOSS_UNIT})", interval(best["loss"], 4), "#parametric")]
+        head = (f'<div class="headline"><span class="answer">{budget}, recommended by {e(label)}:</span>'
+                f"{_answer_grid(sizes + answers)}"
+                f'<span class="why">95% intervals in brackets. '
                 f"Why this law: {e(rec.chosen_reason.removeprefix(SHORT.get(rec.chosen, '') + ': '))}.</span></div>")
     rows = []
     for kind, r in rec.per_law.items():
@@ -278,27 +328,38 @@ def _headline(data: ReportData) -> str:
         status = ("chosen" if kind == rec.chosen and not unreliable else
                   "left out: unreliable" if unreliable else "reliable")
 
-        def cell(iv: dict, digits: int = 3) -> str:
-            return _num(iv["value"], digits) if unreliable else interval(iv, digits)
+        def cell(iv: dict, digits: int = 3, fmt: Any = _num) -> str:
+            return fmt(iv["value"], digits) if unreliable else interval(iv, digits, fmt=fmt)
 
         ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
-        rows.append(f"<tr><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
-                    f"<td class=\"num\">{cell(r['N'])}</td><td class=\"num\">{cell(r['D'])}</td>"
+        row_class = ' class="unreliable"' if unreliable else ""
+        rows.append(f"<tr{row_class}><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
+                    f"<td class=\"num\">{cell(r['N'], fmt=size)}</td><td class=\"num\">{cell(r['D'], fmt=size)}</td>"
                     f"<td class=\"num\">{_num(ratio)}</td><td class=\"num\">{cell(r['loss'], 4)}</td>"
                     f"<td>{e(status)}</td></tr>")
     table = ('<table id="recommendations"><thead><tr><th>method</th><th class="num">N*</th><th class="num">D*</th>'
-             '<th class="num">D*/N*</th><th class="num">loss</th><th>status</th></tr></thead>'
+             f'<th class="num">D*/N*</th><th class="num">loss ({LOSS_UNIT})</th><th>status</th></tr></thead>'
              f"<tbody>{''.join(rows)}</tbody></table>")
     extra = []
     if any(iv.get("widened") for r in rec.per_law.values() for iv in r.values()):
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
-        extra.append(f"Across the reliable laws N* lies in [{_num(rec.across_laws['lo'])}, {_num(rec.across_laws['hi'])}]: "
+        extra.append(f"Across the reliable laws N* lies in [{size(rec.across_laws['lo'])}, {size(rec.across_laws['hi'])}]: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
     return head + table + (f'<p class="small">{" ".join(e(x) for x in extra)}</p>' if extra else "")
+
+
+def _answer_grid(answers: Sequence[Answer]) -> str:
+    """The first screen's numbers side by side, each label a link to the section it comes from."""
+    cells = []
+    for a in answers:
+        hover = f' title="{e(a.title)}"' if a.title else ""
+        cells.append(f'<div class="cell"><dt><a href="{e(a.href)}">{e(a.label)}</a></dt><dd{hover}>{a.value}</dd></div>')
+    cells = "".join(cells)
+    return f'<dl class="answer-grid" id="answer">{cells}</dl>'
 
 
 # -- runs table -------------------------------------------------------------------------------
@@ -324,7 +385,7 @@ def _runs_table(data: ReportData) -> str:
             f"<td><code>{e(key)}</code></td>",
             f"<td>{e(row['name'])}</td>",
             f"<td>{e(row['tags'])}</td>",
-            _numcell(row["N"]), f"<td>{e(row['shape'])}</td>", _numcell(row["D"]), _numcell(row["C"]),
+            _numcell(row["N"], fmt=size), f"<td>{e(row['shape'])}</td>", _numcell(row["D"], fmt=size), _numcell(row["C"]),
             _numcell(row["tokens_per_param"]), _numcell(row["final_train_loss"], 4), _numcell(row["final_loss"], 4),
             f'<td class="status-{e(row["status"])}">{e(row["status"])}</td>',
             _numcell(attempts, 3), _numcell(spikes), _numcell(rollbacks), _numcell(retries),
@@ -338,14 +399,14 @@ def _runs_table(data: ReportData) -> str:
     return section("runs", "Runs", f"<p>Click a column to sort.{shown}</p>" + table)
 
 
-def _numcell(x: Any, digits: int = 3) -> str:
+def _numcell(x: Any, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
     try:
         f = float(x)
     except (TypeError, ValueError):
         return '<td class="num" data-v="">–</td>'
     if not math.isfinite(f):
         return '<td class="num" data-v="">–</td>'
-    return f'<td class="num" data-v="{f!r}">{_num(f, digits)}</td>'
+    return f'<td class="num" data-v="{f!r}">{fmt(f, digits)}</td>'
 
 
 # -- figures sections -------------------------------------------------------------------------
@@ -415,7 +476,10 @@ def _isoflop(data: ReportData, page: Page) -> str:
 
 def _frontiers(data: ReportData, page: Page) -> str:
     target = next_budget(data)
-    inner = page.figure("frontiers", F.frontiers(data.fits, runs=drawn_points(data.completed), target=target))
+    rec = recommend_for(data, target) if target is not None else None
+    unreliable = set(rec.unreliable) if rec is not None else set()
+    inner = page.figure("frontiers", F.frontiers(data.fits, runs=drawn_points(data.completed), target=target,
+                                                 unreliable=unreliable))
     inner += thinned_note(data.completed)
     inner += _exponents(data)
     return section("frontiers", "Frontiers", inner)
@@ -428,7 +492,12 @@ def _exponents(data: ReportData) -> str:
             ivs = law.reported_intervals()
         except Exception:
             continue
-        cells = ", ".join(f"{e(k)} = {interval(v, 4)}" for k, v in ivs.items() if isinstance(v, dict))
+        ivs = {k: v for k, v in ivs.items() if isinstance(v, dict)}
+        unreliable = any(v.get("kind") == "unreliable" for v in ivs.values())  # said once for the law, not per parameter
+        cells = ", ".join(f"{e(k)} = {_num(v.get('value'), 4) if v.get('kind') == 'unreliable' else interval(v, 4)}"
+                          for k, v in ivs.items())
+        if unreliable:
+            cells += ' <span class="ci">(no intervals: law unreliable)</span>'
         rows.append(f"<tr><td>{e(fitview.label_of(method, law))}</td><td>{cells}</td></tr>")
     if not rows:
         return ""
@@ -471,5 +540,8 @@ def _health(data: ReportData, page: Page) -> str:
         inner += (f"<p>Drawn: {len(events):,} of the {len(data.events):,} events (at most {MAX_EVENTS_DRAWN:,}: every "
                   "spike, rollback, retry, resume, skip or failure first).</p>")
     inner += page.figure("events", F.run_events(events, r))
-    inner += page.figure("throughput", F.throughput(data.perf, drawn_points(r)))
+    if _simulated(r):  # nothing ran on hardware: no throughput to draw
+        inner += '<p class="small" id="no-throughput">No throughput: every run is simulated.</p>'
+    else:
+        inner += page.figure("throughput", F.throughput(data.perf, drawn_points(r)))
     return section("health", "Run health", inner)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -55,6 +56,8 @@ class Exported:
     tokenizer: str
     #: The largest absolute difference between our logits and the exported model's on the check.
     max_logit_diff: float
+    #: Why the checkpoint exported may not be the run's last (it is still training), else None.
+    note: Optional[str] = None
 
 
 def require_transformers() -> Any:
@@ -173,8 +176,16 @@ def run_folder(row: dict[str, Any], run_dir: Optional[str | Path] = None) -> Pat
     return folder
 
 
-def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
-    """The newest checkpoint in ``folder`` that verifies and belongs to run ``key``, and its step."""
+def newest_checkpoint(folder: Path, key: str, snapshot: Path) -> tuple[Path, int]:
+    """The newest checkpoint in ``folder`` that verifies and belongs to run ``key``, linked (or copied)
+    into the empty folder ``snapshot``, and its step.
+
+    A run still training writes a checkpoint under a temporary name and renames it into place, and
+    deletes older ones after a new one: a folder listed here may vanish while it is read. So each
+    candidate's files are first linked into ``snapshot`` (a link keeps a file its checkpoint folder
+    loses) and only the snapshot is verified and loaded; a candidate that vanishes gives way to the
+    next newest.
+    """
     import torch
 
     from scaling.trainer import checkpoint
@@ -185,10 +196,17 @@ def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
                             "reached its first checkpoint)")
     problems = []
     for path in reversed(found):
-        problem = checkpoint.verify(path)
+        copy = snapshot / path.name
+        shutil.rmtree(copy, ignore_errors=True)
+        try:
+            _link_files(path, copy)
+        except OSError as exc:  # removed (pruned by the trainer) or unreadable while listed
+            problems.append(f"{path.name}: {exc.strerror or exc}")
+            continue
+        problem = checkpoint.verify(copy)
         if problem is None:
             try:
-                state = torch.load(path / checkpoint.STATE_FILE, map_location="cpu", weights_only=True)
+                state = torch.load(copy / checkpoint.STATE_FILE, map_location="cpu", weights_only=True)
             except Exception:  # noqa: BLE001 - torch raises many types for a file that is not ours
                 state = None
             meta = state.get("meta") if isinstance(state, dict) else None
@@ -197,9 +215,32 @@ def newest_checkpoint(folder: Path, key: str) -> tuple[Path, int]:
             elif meta.get("key") != key:
                 raise UserError(f"{folder} holds checkpoints of run {meta.get('key')}, not {key}: wrong --run-dir?")
             else:
-                return path, meta["step"]
+                return copy, meta["step"]
         problems.append(f"{path.name}: {problem}")
     raise UserError(f"run {key}: no intact checkpoint in {folder} ({'; '.join(problems[:3])})")
+
+
+def _snapshot_folder(folder: Path, key: str) -> Path:
+    """A new, empty, hidden folder for :func:`newest_checkpoint`'s snapshot: beside the checkpoints (same
+    file system, so files are linked, not copied), else in the system's temporary folder."""
+    from scaling.trainer.lineage import checkpoint_root
+
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".export-{key[:8]}-", dir=checkpoint_root(folder)))
+    except OSError:  # a run folder this user may read but not write
+        return Path(tempfile.mkdtemp(prefix=f"scaling-export-{key[:8]}-"))
+
+
+def _link_files(src: Path, dst: Path) -> None:
+    """Every file of the checkpoint folder ``src`` hard-linked into the new folder ``dst`` (copied where
+    links are not possible: another file system)."""
+    dst.mkdir()
+    for p in src.iterdir():
+        if p.is_file():
+            try:
+                os.link(p, dst / p.name)
+            except OSError:
+                shutil.copy2(p, dst / p.name)  # raises in turn when the file is gone
 
 
 def check_output(out: Path) -> None:
@@ -320,11 +361,19 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     row = find_run(url, run, sweep)
     key = row["run_key"]
     folder = run_folder(row, run_dir)
-    path, step = newest_checkpoint(folder, key)
-    shape = Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
-                  int(row["context"]))
-    tok, tokenizer = hf_tokenizer(row)
-    ours = load_ours(path, shape)
+    model_fields = (row.get("spec") or {}).get("model")
+    family = model_fields.get("family", "gpt2") if isinstance(model_fields, dict) else "gpt2"
+    if family != "gpt2":
+        raise UserError(f"run {key} is a {family} model: the export writes GPT-2 folders only")
+    snapshot = _snapshot_folder(folder, key)
+    try:
+        path, step = newest_checkpoint(folder, key, snapshot)
+        shape = Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
+                      int(row["context"]))
+        tok, tokenizer = hf_tokenizer(row)
+        ours = load_ours(path, shape)
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
     model = to_gpt2(ours)
     diff, scale = logit_difference(ours, model)
     del ours
@@ -351,5 +400,9 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+    note = None
+    if row.get("status") == "running":
+        note = (f"run {key} is still training: exported its newest complete checkpoint (step {step}); "
+                "export again when it finishes for the final weights")
     return Exported(run_key=key, sweep=row["sweep"], step=step, folder=out, files=files, tokenizer=tokenizer,
-                    max_logit_diff=diff)
+                    max_logit_diff=diff, note=note)

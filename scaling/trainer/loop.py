@@ -179,6 +179,7 @@ class PendingStep:
     values: torch.Tensor  # (loss, norm): a host copy once ``ready`` has passed
     ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
+    z_loss: Optional[torch.Tensor] = None  # the batch's mean z-loss when the model has one
 
     @classmethod
     def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
@@ -292,12 +293,14 @@ class Trainer:
         self.data_detail: dict[str, Any] = {}
 
         # Accounting and logging.
-        self.model_flops_per_token = spec.shape.flops_per_token("6N_attention")
+        self.model_flops_per_token = spec.shape.model_flops_per_token()  # PaLM's count
         self.peak = peak_flops(self.rt.device, spec.precision, spec.execution.threads)
         self.rec, self._own_store = build_recorder(spec, self.key, self.rt, store_url, store, sweep)
         self.timer = StepTimer(self.rt.device)
         self.pending: Optional[PendingStep] = None  # the last step, its loss and norm not yet read
         self.settled: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # its loss, lr, norm once read
+        self.z_weighted = torch.zeros((), device=self.rt.device)  # this rank's share of the batch's z-loss
+        self.settled_z = math.nan
 
     # -- state ------------------------------------------------------------------------------
     def _meta(self) -> dict[str, Any]:
@@ -386,11 +389,17 @@ class Trainer:
         self.rec.event(self.step, names.CHECKPOINT_CORRUPT, {"checkpoint": path.name, "problem": problem})
 
     # -- one step -----------------------------------------------------------------------------
-    def _loss(self, logits: torch.Tensor, targets: torch.Tensor, logit_scale: float = 1.0) -> torch.Tensor:
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor, logit_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cross-entropy, z-loss) of one micro-batch, both means over its tokens; the z-loss
+        (PaLM: the coefficient times (log Z)^2 of each token's softmax) is 0 without one."""
         logits = logits.float()
         if logit_scale != 1.0:
             logits = logits * logit_scale
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        ce = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        coefficient = self.spec.model.z_loss
+        if not coefficient:
+            return ce, torch.zeros((), device=ce.device)
+        return ce, coefficient * torch.logsumexp(logits, dim=-1).pow(2).mean()
 
     def _forward_backward(self) -> torch.Tensor:
         """Accumulate this rank's share of the batch at ``self.cursor``.
@@ -403,6 +412,7 @@ class Trainer:
         spec, dev = self.spec, self.rt.device
         batch, world = spec.sequences_per_batch, self.rt.dp
         weighted = torch.zeros((), device=dev)
+        self.z_weighted = torch.zeros((), device=dev)
         poisoned = self.faults is not None and self.faults.poisons(self.cursor)
         if self.pipelined:  # the schedule splits the share into its micro-batches itself
             share = sum(count for _, count in self.data.parts)
@@ -410,7 +420,9 @@ class Trainer:
             scale = 1.0
             if poisoned:
                 y, scale = self.faults.poison(y, self.cursor)
-            return self.par.step(x.to(dev), y.to(dev), scale)
+            loss = self.par.step(x.to(dev), y.to(dev), scale)
+            self.z_weighted = self.par.z_part
+            return loss
         for i, (offset, count) in enumerate(self.data.parts):
             x, y = self.data.batches.get(self.cursor, self.data.first + offset, max(count, 1))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
@@ -419,10 +431,11 @@ class Trainer:
                 y, scale = self.faults.poison(y, self.cursor)
             last = i == len(self.data.parts) - 1
             with self.par.no_sync(not last), autocast(spec.precision, dev):
-                loss = self._loss(self.par.module(x), y, scale)
+                loss, z = self._loss(self.par.module(x), y, scale)
             weight = count / batch  # an empty part (count 0) runs with weight 0, see micro_batches
-            self.scaler.scale(loss * (weight * world)).backward()
-            weighted += loss.detach() * weight
+            self.scaler.scale((loss + z) * (weight * world)).backward()
+            weighted += loss.detach() * weight  # the train loss is the cross-entropy alone
+            self.z_weighted += z.detach() * weight
         return weighted
 
     def _is_spike(self, loss: float) -> bool:
@@ -464,6 +477,8 @@ class Trainer:
         else:
             self._step_if_finite(norm)
         self.optimizer.zero_grad(set_to_none=True)
+        if spec.model.z_loss:
+            self.pending.z_loss = self.rt.sum(self.z_weighted, self.par.loss_group)
         self.step += 1
         self.cursor += 1
         self.timer.stop(self.tokens_per_step)
@@ -513,6 +528,7 @@ class Trainer:
         self.window.append(loss)
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
+        self.settled_z = float(p.z_loss) if p.z_loss is not None else math.nan
         step = p.index + 1
         if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
             self._log_step(step, p.cursor + 1)
@@ -526,6 +542,8 @@ class Trainer:
         rec.metric(step, tokens, names.TRAIN_LOSS, loss)
         rec.metric(step, tokens, names.LEARNING_RATE, lr)
         rec.metric(step, tokens, names.GRAD_NORM, norm)
+        if self.spec.model.z_loss:
+            rec.metric(step, tokens, names.Z_LOSS, self.settled_z)
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
         rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(cursor))

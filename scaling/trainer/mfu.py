@@ -1,8 +1,8 @@
 """Model FLOPs utilization: achieved model FLOPs per second over the device's peak.
 
-The model FLOPs per token come from :mod:`scaling.accounting` (Chinchilla's count with
-attention and the output layer, times 3 for forward + backward; PaLM's MFU, Chowdhery et al.
-2022, App. B, counts the same terms). Peaks: ``$SCALING_PEAK_FLOPS`` when set (FLOP/s per
+The model FLOPs per token come from :mod:`scaling.accounting` (``Shape.model_flops_per_token``:
+PaLM's count, Chowdhery et al. 2022, App. B, as nanoGPT's ``estimate_mfu`` makes it: 6 per matmul
+parameter, the output layer included and no embedding lookup, plus 12 L H Q T for attention). Peaks: ``$SCALING_PEAK_FLOPS`` when set (FLOP/s per
 device); a table of dense tensor-core peaks for known GPUs; for the CPU a peak measured once by
 a matmul probe at the run's thread count and dtype, cached in
 ``$SCALING_CACHE_DIR`` (default ``~/.cache/scaling``)/``peak_flops.json``.

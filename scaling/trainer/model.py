@@ -1,14 +1,14 @@
-"""A GPT-2-style decoder: architecture only.
+"""A GPT-2-style decoder, and the builders of both model families: architecture only.
 
 Pre-LayerNorm blocks, learned absolute positions, a GELU MLP of 4*d_model, causal
 self-attention and tied input/output embeddings, with biases everywhere, exactly the model
-that ``scaling.accounting.Shape`` counts. Precision, sharding, compilation and the loss live
-elsewhere (``loop.py`` / ``parallel.py``): the model returns logits.
+that ``scaling.accounting.Shape`` counts for family ``gpt2``. Precision, sharding, compilation
+and the loss live elsewhere (``loop.py`` / ``parallel.py``): the model returns logits.
 
-Attention uses flash-attn's kernel when it is installed, the tensors are on an Ampere or newer
-GPU in bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports), else PyTorch's
-``scaled_dot_product_attention`` (:func:`attention_kernel` decides; ``SCALING_ATTENTION=sdpa``
-forces SDPA, to compare the two).
+:func:`build_model`, :func:`build_meta_model`, :func:`init_ops` and :func:`init_materialized`
+take either family (``shape.family``): ``gpt2`` is :class:`GPT`, ``llama`` is
+:class:`scaling.trainer.llama.Llama`. Attention's kernel (flash-attn or SDPA) is
+:mod:`scaling.trainer.attention`'s, shared by both.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import os
 from typing import Callable, Iterator
 
 import torch
@@ -25,57 +24,14 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from scaling.accounting import Shape
-
-try:  # optional: only on CUDA machines where it was installed (the `gpu` extra)
-    from flash_attn import flash_attn_func as _flash_attn_func
-except ImportError:  # pragma: no cover - depends on the machine
-    _flash_attn_func = None
-
-
-def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Plain causal attention on (B, h, T, hs) tensors: the reference the fast kernels must match."""
-    t = q.size(-2)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
-
-
-#: The widest head flash-attn 2's kernels take.
-FLASH_MAX_HEAD_DIM = 256
-#: Set to ``sdpa`` to use PyTorch's attention even where flash-attn would run.
-ATTENTION_ENV = "SCALING_ATTENTION"
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-def attention_kernel(head_dim: int, device: torch.device, dtype: torch.dtype, *,
-                     capability: tuple[int, int] | None = None, flash_installed: bool | None = None) -> str:
-    """``flash_attn`` or ``sdpa``: which kernel attention on ``device`` in ``dtype`` runs.
-
-    flash-attn 2 needs a GPU of compute capability 8.0 or more (Ampere), half precision and
-    heads of at most :data:`FLASH_MAX_HEAD_DIM`. ``capability`` and ``flash_installed``
-    default to this machine's."""
-    if flash_installed is None:
-        flash_installed = _flash_attn_func is not None
-    if (not flash_installed or device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16)
-            or head_dim > FLASH_MAX_HEAD_DIM or os.environ.get(ATTENTION_ENV) == "sdpa"):
-        return "sdpa"
-    if capability is None:
-        capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
-    return "flash_attn" if capability >= (8, 0) else "sdpa"
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention on (B, h, T, hs) tensors with the fastest kernel available."""
-    if q.is_cuda and attention_kernel(q.size(-1), q.device, q.dtype) == "flash_attn":
-        # flash-attn wants (B, T, h, hs).
-        out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
-        return out.transpose(1, 2)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+from scaling.trainer.llama import Llama
+from scaling.trainer.attention import (  # noqa: F401  (the kernel's names, also importable from here)
+    ATTENTION_ENV,
+    FLASH_MAX_HEAD_DIM,
+    attention_kernel,
+    causal_attention,
+    masked_softmax_attention,
+)
 
 
 class CausalSelfAttention(nn.Module):
@@ -130,8 +86,13 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """The decoder. ``forward(idx)`` maps (B, T) token ids to (B, T, vocab) logits."""
 
+    #: The projections into the residual stream, whose init is scaled by 1/sqrt(2 n_layer).
+    residual_projections: tuple[str, ...] = ("attn.proj", "mlp.proj")
+
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
+        if cfg.family != "gpt2":
+            raise ValueError(f"GPT builds family 'gpt2', not {cfg.family!r}")
         self.cfg = cfg
         #: Recompute each block in the backward pass (trades compute for activation memory).
         self.activation_checkpointing = False
@@ -172,8 +133,10 @@ class GPT(nn.Module):
 InitOp = Callable[[torch.Tensor], object]
 
 
-def init_ops(model: GPT) -> Iterator[tuple[str, InitOp]]:
-    """GPT-2's init as (parameter name, in-place op), in the order the ops draw random numbers.
+def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
+    """GPT-2's init as (parameter name, in-place op), in the order the ops draw random numbers,
+    for either family: every matrix and embedding N(0, 0.02), biases 0, norms 1, the residual
+    projections N(0, 0.02 / sqrt(2 n_layer)).
 
     A tied parameter appears under each of its names (the output layer's draw is the last)."""
     for prefix, module in model.named_modules():
@@ -187,27 +150,42 @@ def init_ops(model: GPT) -> Iterator[tuple[str, InitOp]]:
         elif isinstance(module, nn.LayerNorm):
             yield name + "weight", nn.init.ones_
             yield name + "bias", nn.init.zeros_
+        elif isinstance(module, nn.RMSNorm):
+            yield name + "weight", nn.init.ones_
     residual_std = 0.02 / math.sqrt(2 * model.cfg.n_layer)
     for i in range(len(model.blocks)):
-        for proj in ("attn.proj", "mlp.proj"):
+        for proj in model.residual_projections:
             yield f"blocks.{i}.{proj}.weight", functools.partial(nn.init.normal_, mean=0.0, std=residual_std)
 
 
-def build_model(shape: Shape, seed: int) -> GPT:
+Decoder = GPT | Llama
+
+
+def new_model(shape: Shape) -> Decoder:
+    """The model of ``shape``'s family, initialized by :func:`init_ops` from the current generator."""
+    if shape.family == "llama":
+        model = Llama(shape)
+        for name, init in init_ops(model):
+            init(model.get_parameter(name))
+        return model
+    return GPT(shape)
+
+
+def build_model(shape: Shape, seed: int) -> Decoder:
     """The model of ``shape`` with its initial weights a pure function of ``seed``."""
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return GPT(shape)
+        return new_model(shape)
     finally:
         torch.random.set_rng_state(generator_state)
 
 
-def build_meta_model(shape: Shape) -> GPT:
+def build_meta_model(shape: Shape) -> Decoder:
     """The model of ``shape`` on the meta device: shapes only, to shard before any memory is
     allocated; :func:`init_materialized` then gives it :func:`build_model`'s weights."""
     with torch.device("meta"):
-        return GPT(shape)
+        return new_model(shape)
 
 
 def materialize(model: nn.Module, device: torch.device) -> None:

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from scaling.trainer.model import GPT, build_meta_model, init_materialized, materialize
-from scaling.trainer.precision import autocast
+from scaling.trainer.model import Decoder, build_meta_model, init_materialized, materialize
+from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
 
@@ -46,23 +46,23 @@ def stages_of_rank(pp_rank: int, pp: int, chunks: int) -> list[int]:
 
 
 class StageModule(nn.Module):
-    """Blocks ``blocks`` of a GPT, with the embeddings on the first stage and norm + head on the last.
+    """Blocks ``blocks`` of a decoder (either family), with the embeddings on the first stage and
+    norm + head on the last (which holds the token embedding too when the head is tied to it).
 
     Parameter names are the unsplit model's (the blocks sit in a ModuleDict keyed by their
     index). The forward maps token ids (first stage) or the residual stream (others) to the
     residual stream (cast to ``boundary_dtype``) or, on the last stage, logits.
     """
 
-    def __init__(self, model: GPT, blocks: range, first: bool, last: bool, boundary_dtype: torch.dtype) -> None:
+    def __init__(self, model: Decoder, blocks: range, first: bool, last: bool, boundary_dtype: torch.dtype) -> None:
         super().__init__()
         self.first, self.last = first, last
         self.context = model.cfg.context
         self.boundary_dtype = boundary_dtype
         self.activation_checkpointing = False
-        if first or last:
+        if first or (last and model.cfg.tied):
             self.wte = model.wte  # the last stage's output layer is tied to it
-        if first:
-            self.wpe = model.wpe
+        self.wpe = model.wpe if first and isinstance(getattr(model, "wpe", None), nn.Embedding) else None
         self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in blocks})
         if last:
             self.ln_f = model.ln_f
@@ -72,7 +72,9 @@ class StageModule(nn.Module):
         if self.first:
             if x.size(1) > self.context:
                 raise ValueError(f"sequence of {x.size(1)} tokens exceeds the context of {self.context}")
-            x = self.wte(x) + self.wpe(torch.arange(x.size(1), device=x.device))
+            x = self.wte(x)
+            if self.wpe is not None:  # learned positions (gpt2); llama's RoPE is inside attention
+                x = x + self.wpe(torch.arange(x.size(1), device=x.device))
         for block in self.blocks.values():
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)
@@ -94,7 +96,7 @@ class RankModel(nn.Module):
         super().__init__()
         for name in ("wte", "wpe"):
             for stage in stages:
-                if hasattr(stage, name):
+                if getattr(stage, name, None) is not None:
                     setattr(self, name, getattr(stage, name))
                     break
         self.blocks = nn.ModuleDict({k: v for stage in stages for k, v in stage.blocks.items()})
@@ -127,6 +129,9 @@ class Pipeline:
     _rows: Optional[list[torch.Tensor]] = field(default=None, init=False)  # per-row losses while scoring
     #: Draws the seed's weights when the pipeline was built without them (None: it was not).
     init_weights: Optional[Callable[[], None]] = field(default=None, init=False)
+    _z_calls: Optional[list[torch.Tensor]] = field(default=None, init=False)  # each loss call's z-loss while a step trains
+    #: This rank's part of the last step's mean z-loss (zero without a z-loss or off the last stage).
+    z_part: Optional[torch.Tensor] = field(default=None, init=False)
 
     # -- where this rank sits -------------------------------------------------------------------
     @property
@@ -173,6 +178,11 @@ class Pipeline:
             self._rows.append(per.view(targets.shape).sum(dim=1).detach())
             return per.sum()
         total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum", ignore_index=IGNORE)
+        coefficient = self.spec.model.z_loss
+        if coefficient and self._z_calls is not None:  # training: the z-loss joins the gradient, not the loss
+            z = coefficient * torch.logsumexp(logits, dim=-1).pow(2).sum()
+            self._z_calls.append(z.detach() * self._weight)
+            total = total + z
         return total * self._weight
 
     def _run(self, x: torch.Tensor, y: torch.Tensor, losses: list[torch.Tensor], train: bool) -> None:
@@ -192,11 +202,19 @@ class Pipeline:
         self._weight = self.dp / (spec.sequences_per_batch * spec.model.context)
         self._logit_scale = logit_scale
         losses: list[torch.Tensor] = []
-        self._run(x, y, losses, train=True)
+        self._z_calls = []
+        try:
+            self._run(x, y, losses, train=True)
+            # The schedule's first step also calls the loss once on placeholder outputs to infer the
+            # backward's shapes; only the last len(losses) calls are the micro-batches'.
+            counted = self._z_calls[len(self._z_calls) - len(losses):] if losses else []
+            self.z_part = torch.stack(counted).sum() / self.dp if counted else torch.zeros((), device=self.rt.device)
+        finally:
+            self._z_calls = None
         self._sync_tied_grad()
         if not losses:
             return torch.zeros((), device=self.rt.device)
-        return torch.stack([t.detach() for t in losses]).sum() / self.dp
+        return torch.stack([t.detach() for t in losses]).sum() / self.dp - self.z_part
 
     def _sync_tied_grad(self) -> None:
         """All-reduce the tied embedding's gradient between the first and the last stage."""
@@ -370,7 +388,7 @@ def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:
                process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
 
 
-def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, device: torch.device,
+def _materialize_stages(full: Decoder, modules: list[StageModule], spec: RunSpec, device: torch.device,
                         initialize: bool = True) -> Optional[Callable[[], None]]:
     """Allocate this rank's stages on ``device`` and give them ``build_model(shape, seed)``'s weights.
 
@@ -382,7 +400,8 @@ def _materialize_stages(full: GPT, modules: list[StageModule], spec: RunSpec, de
         materialize(module, device)
     # A rank with the embedding but not the head replaced ``wte.weight`` alone: tie the head to
     # it again, so the head's init (the tied weight's last draw) reaches the embedding.
-    full.lm_head.weight = full.wte.weight
+    if spec.shape.tied:
+        full.lm_head.weight = full.wte.weight
 
     def init() -> None:
         init_materialized(full, spec.shape, spec.seed)
@@ -439,7 +458,7 @@ def build_pipeline(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Pi
     m = pipeline_micro_batches(spec.sequences_per_batch, dp, ex.micro_batch_size)
     pipe = Pipeline(spec=spec, rt=rt, mesh=mesh, stage_modules=modules, stages=stages, schedule=None,
                     model=modules[0] if chunks == 1 else RankModel(modules), strategy=strategy,
-                    micro_batches=m, tied_group=_tied_group(mesh, pp, rt.rank),
+                    micro_batches=m, tied_group=_tied_group(mesh, pp, rt.rank) if spec.shape.tied else None,
                     group=dp_mesh.get_group(), loss_group=_loss_group(mesh, rt.rank))
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}[ex.pp_schedule]
     target = stages if chunks > 1 else stages[0]

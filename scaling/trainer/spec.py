@@ -71,8 +71,49 @@ class SequenceSpec(_Frozen):
     context: int = Field(default=256, gt=0)
 
 
-class ModelSpec(SequenceSpec):
-    """Model shape, vocabulary and context length."""
+class FamilySpec(_Frozen):
+    """The model family and the Llama family's fields (`scaling.accounting.Shape` checks them).
+
+    A field at its family's default is left out when serialized, so a gpt2 model serializes, and
+    its run key hashes, exactly as before families existed; ``z_loss`` (PaLM's auxiliary loss on
+    the log of the softmax normalizer, times this coefficient) is a training loss, not a shape field.
+    """
+
+    family: Literal["gpt2", "llama"] = "gpt2"
+    n_kv_head: Optional[int] = Field(default=None, gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
+    ffn: Optional[int] = Field(default=None, gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
+    tie_embeddings: Optional[bool] = Field(default=None, description="tie the output layer to the token embedding (llama; default false)")
+    qk_norm: bool = Field(default=False, description="RMSNorm on each query and key head (llama)")
+    rope_theta: float = Field(default=10000.0, gt=1, description="RoPE base (llama)")
+    norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="RMSNorm epsilon (llama)")
+    z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the z-loss (log Z)^2 (llama)")
+
+    def family_kwargs(self) -> dict[str, Any]:
+        """The family fields `scaling.accounting.Shape` takes."""
+        return {name: getattr(self, name) for name in
+                ("family", "n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps")}
+
+    @model_validator(mode="after")
+    def _z_loss_family(self) -> "FamilySpec":
+        if self.z_loss and self.family != "llama":
+            raise ValueError("z_loss: only for family 'llama' (gpt2 has its fixed architecture)")
+        return self
+
+    def family_dump(self, out: dict[str, Any], shape: Optional[Shape]) -> dict[str, Any]:
+        for name in (*self.family_kwargs(), "z_loss"):
+            out.pop(name, None)
+        if shape is not None:
+            out.update(shape.family_fields())
+        elif self.family != "gpt2":  # a plan's model section: no shape yet, the fields set off their defaults
+            fields = type(self).model_fields
+            out.update({name: value for name, value in self.family_kwargs().items() if value != fields[name].default})
+        if self.z_loss:
+            out["z_loss"] = self.z_loss
+        return out
+
+
+class ModelSpec(SequenceSpec, FamilySpec):
+    """Model shape, vocabulary and context length, and the family's fields."""
 
     n_layer: int = Field(gt=0)
     d_model: int = Field(gt=0)
@@ -87,7 +128,12 @@ class ModelSpec(SequenceSpec):
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context)
+        return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context, **self.family_kwargs())
+
+    @model_serializer(mode="wrap")
+    def _omit_family_defaults(self, handler: Any) -> Any:
+        out = handler(self)
+        return self.family_dump(out, self.shape) if isinstance(out, dict) else out
 
 
 class TokenizerSpec(_Frozen):

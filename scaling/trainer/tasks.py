@@ -210,6 +210,8 @@ def parse_item(text: str, where: str) -> Item:
         raise SpecError(f"{where}: not a JSON object ({' '.join(str(exc).split())[:120]})") from None
     if not isinstance(doc, dict):
         raise SpecError(f"{where}: expected a JSON object with context, choices and gold, got {type(doc).__name__}")
+    if "context" in doc and "query" in doc:
+        raise SpecError(f"{where}: both `context` and `query` are given; give one (they name the same field)")
     context = doc.get("context", doc.get("query"))
     if not isinstance(context, str):
         raise SpecError(f"{where}: `context` (or `query`) must be a string")
@@ -226,6 +228,12 @@ def parse_item(text: str, where: str) -> Item:
     empty = next((i for i, c in enumerate(choices) if not c), None)
     if empty is not None:
         raise SpecError(f"{where}: choice {empty} is empty")
+    first = {}
+    for i, c in enumerate(choices):
+        if c in first:
+            raise SpecError(f"{where}: choices {first[c]} and {i} are identical ({c[:40]!r}): the model cannot "
+                            "tell them apart, so which one is gold is ambiguous")
+        first[c] = i
     gold = doc.get("gold")
     if not isinstance(gold, int) or isinstance(gold, bool):
         raise SpecError(f"{where}: `gold` must be the index of the correct choice (an integer)")

@@ -1,7 +1,8 @@
 """Tensor parallelism (Megatron's column/row split) with PyTorch's ``parallelize_module``.
 
-QKV and the MLP's first matrix split by columns, the output projections by rows; embeddings,
-the final norm and the tied head replicated. Why, and the dtype of what is all-reduced:
+gpt2: QKV and the MLP's first matrix split by columns, the output projections by rows; llama:
+q, k, v and SwiGLU's gate and up by columns, o and down by rows. Embeddings, the norms and the
+head replicated. Why, and the dtype of what is all-reduced:
 docs/reference/modules.md.
 """
 
@@ -16,10 +17,20 @@ if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torc
     from torch import nn
 
 
-def block_plan() -> dict[str, Any]:
-    """The parallel style of each linear layer of one block, by its name inside the block."""
+def block_plan(family: str = "gpt2") -> dict[str, Any]:
+    """The parallel style of each linear layer of one block of ``family``, by its name inside the block."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+    if family == "llama":
+        return {
+            "attn.q": ColwiseParallel(),
+            "attn.k": ColwiseParallel(),
+            "attn.v": ColwiseParallel(),
+            "attn.o": RowwiseParallel(),
+            "mlp.gate": ColwiseParallel(),
+            "mlp.up": ColwiseParallel(),
+            "mlp.down": RowwiseParallel(),
+        }
     return {
         "attn.qkv": ColwiseParallel(),
         "attn.proj": RowwiseParallel(),
@@ -53,7 +64,11 @@ def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Mod
         problem = shape_problem(cfg, tp, 1)
         if problem:
             raise SpecError(f"execution: {problem}")
+    plan = block_plan(cfg.family if cfg is not None else "gpt2")
     for block in blocks:
-        parallelize_module(block, tp_mesh, block_plan())
-        for name in {style.split(".")[0] for style in block_plan()}:  # attn, mlp
+        parallelize_module(block, tp_mesh, plan)
+        for module in block.modules():  # layers that sum a replicated weight's gradient over the heads' ranks
+            if hasattr(module, "tp_group"):
+                module.tp_group = tp_mesh.get_group()
+        for name in {style.split(".")[0] for style in plan}:  # attn, mlp
             block.get_submodule(name).register_forward_pre_hook(_compute_dtype_input)

@@ -42,3 +42,27 @@ def test_runs_without_their_specs_read_the_same_rows(sqlite_url: str) -> None:
     assert full.drop(columns=["spec"]).equals(lean.drop(columns=["spec"]))
     status = sweep_status(sqlite_url, "listing")
     assert status["counts"] == {"completed": 1, "failed": 1, "pending": 1} and status["runs"] == 3
+
+
+def test_status_shows_running_runs_whose_driver_is_gone(sqlite_url: str) -> None:
+    """A killed driver leaves its runs `running`; their heartbeats (3 min old here, as after the kill)
+    say nothing runs them."""
+    import sqlite3
+    from datetime import datetime, timedelta, timezone
+
+    from rich.console import Console
+
+    from scaling.orchestrator.status import render_status
+
+    keys = _fill(sqlite_url)
+    with Store(sqlite_url) as store:
+        store.claim(keys[2], "host-a")
+    assert sweep_status(sqlite_url, "listing")["stale"] is None  # a fresh heartbeat: someone runs it
+    old = (datetime.now(timezone.utc) - timedelta(minutes=3)).replace(tzinfo=None)
+    with sqlite3.connect(sqlite_url.split("///", 1)[1]) as db:
+        db.execute("UPDATE runs SET heartbeat_at = ? WHERE key = ?", (old.isoformat(sep=" "), keys[2]))
+    status = sweep_status(sqlite_url, "listing")
+    assert status["stale"]["runs"] == 1 and 170 < status["stale"]["since_s"] < 300
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(render_status(status))
+    assert "1 running, heartbeats stale for 3 min: no live driver; re-run the sweep to recover them" in console.export_text()

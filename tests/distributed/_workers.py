@@ -53,12 +53,17 @@ def _entry(rank: int, world: int, init: str, tmp: str, fn: Callable[..., Any], a
 
 
 # -- model and data shared by the workers and the single-process reference --------------------
-def tiny_spec(strategy: str = "ddp", precision: str = "fp32", **execution: Any) -> Any:
+#: The tiny model's llama counterpart: grouped-query attention (2 kv heads for 4 query heads) with qk-norm.
+TINY_LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "vocab_size": 256, "context": 16,
+              "family": "llama", "qk_norm": True}
+
+
+def tiny_spec(strategy: str = "ddp", precision: str = "fp32", model: Any = None, **execution: Any) -> Any:
     from scaling.trainer.spec import RunSpec
 
     return RunSpec.from_dict(
         {
-            "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 256, "context": 16},
+            "model": model or {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 256, "context": 16},
             "tokens": 64 * 10,
             "batch_tokens": 64,
             "precision": precision,

@@ -51,14 +51,18 @@ BF16_RTOL = 2.0**-9
 BF16_WHOLE_RTOL = 5e-5
 
 MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "vocab_size": 256, "context": 32}
+#: The Llama family's counterpart: grouped-query attention (2 kv heads for 4 query heads, split
+#: over tp2), a head-wide qk-norm, its own (untied) output layer on the last stage.
+LLAMA = {"n_layer": 4, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "vocab_size": 256, "context": 32,
+         "family": "llama", "qk_norm": True}
 
 
 def spec(workers: int = 1, pp: int = 1, schedule: str = "1f1b", strategy: str = "auto", precision: str = "fp32",
-         **execution: Any) -> RunSpec:
+         model: dict = MODEL, **execution: Any) -> RunSpec:
     """A ten-step run of 8 sequences per batch that reports after every step (tasks are not scored:
     test_evals_ranks does that)."""
     return RunSpec.from_dict({
-        "model": MODEL,
+        "model": model,
         "tokens": 32 * 8 * 10,
         "batch_tokens": 32 * 8,
         "eval_tokens": 32 * 4,
@@ -150,8 +154,8 @@ GRAD_CASES = {"pp2": [spec(2, 2, sch) for sch in SCHEDULES],
               "pp2xdp2": [spec(4, 2, "1f1b", st) for st in ("zero3", "ddp", "zero2")],
               # stages whose blocks are split over tp; the tied embedding synced per tensor column
               "tp2xpp2": [spec(4, 2, sch, tp=2) for sch in ("1f1b", "interleaved_1f1b")],
-              # all three: FSDP2 over dp of stages whose blocks are split over tp (8 processes)
-              "tp2xpp2xdp2": [spec(8, 2, "1f1b", "zero3", tp=2)]}
+              # all three: FSDP2 over dp of stages whose blocks are split over tp (8 processes), both families
+              "tp2xpp2xdp2": [spec(8, 2, "1f1b", "zero3", tp=2), spec(8, 2, "1f1b", "zero3", model=LLAMA, tp=2)]}
 
 
 @pytest.mark.parametrize("layout", list(GRAD_CASES))
@@ -161,10 +165,11 @@ def test_gradients_match_single_process(layout: str, tmp_path) -> None:
     torch.set_num_threads(1)
     cases = GRAD_CASES[layout]
     world = cases[0].execution.workers
-    ref, ref_norm, ref_loss = reference_grads(cases[0])
+    refs = {s.shape: reference_grads(s) for s in cases}
     outs = spawn(grads_worker, world, str(tmp_path), cases)
     for i, s in enumerate(cases):
-        what = f"{s.execution.pp_schedule} on {world} ranks ({s.execution.strategy}, tp{s.execution.tp})"
+        ref, ref_norm, ref_loss = refs[s.shape]
+        what = f"{s.shape.family} {s.execution.pp_schedule} on {world} ranks ({s.execution.strategy}, tp{s.execution.tp})"
         seen: set[str] = set()
         for rank in range(world):
             got = outs[rank][i]
@@ -197,14 +202,24 @@ def test_gradients_match_single_process(layout: str, tmp_path) -> None:
 
 # -- ten-step trajectories through the real loop -----------------------------------------------
 
-_REFERENCE: dict[str, list[tuple[int, float]]] = {}
+_REFERENCE: dict[tuple[str, str], dict[str, Any]] = {}
+#: The llama run of the trajectories adds a z-loss: it must join the gradient on the last stage
+#: and stay out of the reported train loss, as on one process.
+LLAMA_Z = {**LLAMA, "z_loss": 1e-3}
+FAMILIES = {"gpt2": MODEL, "llama": LLAMA_Z}
 
 
-def reference(precision: str) -> list[tuple[int, float]]:
-    if precision not in _REFERENCE:
+def reference_run(precision: str, family: str = "gpt2") -> dict[str, Any]:
+    """The single process's run (its reports and result), trained once per precision and family."""
+    if (precision, family) not in _REFERENCE:
         with tempfile.TemporaryDirectory() as tmp:
-            _REFERENCE[precision] = trajectory(train_worker(0, 1, spec(precision=precision).to_json(), tmp))
-    return _REFERENCE[precision]
+            _REFERENCE[precision, family] = train_worker(
+                0, 1, spec(precision=precision, model=FAMILIES[family]).to_json(), tmp)
+    return _REFERENCE[precision, family]
+
+
+def reference(precision: str, family: str = "gpt2") -> list[tuple[int, float]]:
+    return trajectory(reference_run(precision, family))
 
 
 def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -214,7 +229,7 @@ def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[
 TRAJECTORY_CASES = {
     "pp2": (2, 1, [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES]),
     "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")]),
-    "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")]),
+    "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")] + [("1f1b", "auto", "fp32", "llama")]),
 }
 
 
@@ -223,11 +238,13 @@ TRAJECTORY_CASES = {
 def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
     """Ten steps through ``scaling.trainer.train``: every rank reports the single process's losses."""
     world, tp, cases = TRAJECTORY_CASES[layout]
-    runs = [(spec(world, 2, sch, strat, p, tp=tp).to_json(), str(tmp_path / f"{sch}-{p}")) for sch, strat, p in cases]
+    cases = [(*case, "gpt2")[:4] for case in cases]
+    runs = [(spec(world, 2, sch, strat, p, model=FAMILIES[fam], tp=tp).to_json(), str(tmp_path / f"{sch}-{p}-{fam}"))
+            for sch, strat, p, fam in cases]
     outs = spawn(train_each, world, str(tmp_path), runs)
-    for i, (sch, strat, precision) in enumerate(cases):
-        what = f"{layout} {sch} {strat} {precision}"
-        ref = reference(precision)
+    for i, (sch, strat, precision, family) in enumerate(cases):
+        what = f"{layout} {sch} {strat} {precision} {family}"
+        ref = reference(precision, family)
         rank0 = outs[0][i]
         assert rank0["result"]["steps"] == 10, what
         for rank in range(1, world):
@@ -238,17 +255,11 @@ def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
         rtol = FP32_RTOL if precision == "fp32" else BF16_WHOLE_RTOL if whole else BF16_RTOL
         assert list(losses) == pytest.approx([v for _, v in ref], rel=rtol, abs=0), what
         assert rank0["result"]["final_eval_loss"] == pytest.approx(
-            train_reference_eval(precision), rel=rtol), what
+            train_reference_eval(precision, family), rel=rtol), what
 
 
-_EVAL: dict[str, float] = {}
-
-
-def train_reference_eval(precision: str) -> float:
-    if precision not in _EVAL:
-        with tempfile.TemporaryDirectory() as tmp:
-            _EVAL[precision] = train_worker(0, 1, spec(precision=precision).to_json(), tmp)["result"]["final_eval_loss"]
-    return _EVAL[precision]
+def train_reference_eval(precision: str, family: str = "gpt2") -> float:
+    return reference_run(precision, family)["result"]["final_eval_loss"]
 
 
 # -- checkpoints: saved at pp2, resumed on one process ------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from _workers import (
+    TINY_LLAMA,
     build_model,
     global_batch,
     loss_of,
@@ -38,6 +39,8 @@ BF16_RTOL = 2.0**-9  # test_trajectory.py's bf16 tolerance (half a bf16 ulp)
 
 #: (name, workers, execution settings) of the layouts under test.
 LAYOUTS = [("tp2", 2, {"tp": 2}), ("tp2xdp2", 4, {"tp": 2, "strategy": "zero3"})]
+#: The gradient test also holds a llama (GQA, qk-norm, untied head) to one process on tp2 x dp2.
+GRAD_LAYOUTS = LAYOUTS + [("llama-tp2xdp2", 4, {"tp": 2, "strategy": "zero3", "model": TINY_LLAMA})]
 
 
 def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.Tensor], float, float]:
@@ -63,10 +66,11 @@ def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.
     return grads, norm, clipped
 
 
-@pytest.mark.parametrize("name,workers,execution", LAYOUTS, ids=[n for n, _, _ in LAYOUTS])
+@pytest.mark.parametrize("name,workers,execution", GRAD_LAYOUTS, ids=[n for n, _, _ in GRAD_LAYOUTS])
 def test_gradients_and_their_norm_match_single_process(name: str, workers: int, execution: dict, tmp_path) -> None:
     torch.set_num_threads(1)
-    spec = tiny_spec(execution.get("strategy", "auto"), workers=workers, tp=execution["tp"])
+    spec = tiny_spec(execution.get("strategy", "auto"), model=execution.get("model"), workers=workers,
+                     tp=execution["tp"])
     ref = reference_grads(spec)
     ref_norm = float(torch.nn.utils.get_total_norm(list(ref.values())))
     for rank, (grads, norm, clipped) in enumerate(spawn(_tp_grads_worker, workers, str(tmp_path), spec)):

@@ -23,15 +23,20 @@ FP32_RTOL = 1e-5
 #: parameter gathered in bf16 (the residual stream bf16) zero2/zero3 were at 2.9e-4, which fails.
 BF16_RTOL = 5e-5
 
-_REFERENCE: dict[str, list[tuple[int, float]]] = {}
+_REFERENCE: dict[tuple[str, bool], list[tuple[int, float]]] = {}
+#: A llama (grouped-query attention, qk-norm, untied head, a z-loss) on context 32.
+LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "context": 32, "family": "llama",
+         "qk_norm": True, "z_loss": 1e-3}
 
 
-def reference(precision: str) -> list[tuple[int, float]]:
-    """The single-process trajectory (computed once per precision, in this process)."""
-    if precision not in _REFERENCE:
+def reference(precision: str, llama: bool = False) -> list[tuple[int, float]]:
+    """The single-process trajectory (computed once per precision and family, in this process)."""
+    if (precision, llama) not in _REFERENCE:
+        over = {"model": LLAMA} if llama else {}
         with tempfile.TemporaryDirectory() as tmp:
-            _REFERENCE[precision] = trajectory(train_worker(0, 1, run_spec("single", precision, workers=1).to_json(), tmp))
-    return _REFERENCE[precision]
+            _REFERENCE[precision, llama] = trajectory(
+                train_worker(0, 1, run_spec("single", precision, workers=1, **over).to_json(), tmp))
+    return _REFERENCE[precision, llama]
 
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
@@ -43,12 +48,18 @@ def test_two_workers_track_the_single_process_losses(precision: str, tmp_path) -
     ref = reference(precision)
     assert [s for s, _ in ref] == list(range(1, 11))
     runs = [(run_spec(s, precision, execution={"micro_batch_size": 2}).to_json(), str(tmp_path / s)) for s in STRATEGIES]
-    outs = spawn(train_each, 2, str(tmp_path), runs)  # both ranks train the four strategies in turn
+    names = STRATEGIES
+    if precision == "fp32":  # and a llama under ZeRO-3 (its z-loss in the gradient, not in the reported loss)
+        runs.append((run_spec("zero3", precision, execution={"micro_batch_size": 2}, model=LLAMA).to_json(),
+                     str(tmp_path / "llama")))
+        names = (*STRATEGIES, "llama zero3")
+    outs = spawn(train_each, 2, str(tmp_path), runs)  # both ranks train the runs in turn
     rtol = FP32_RTOL if precision == "fp32" else BF16_RTOL
-    for i, strategy in enumerate(STRATEGIES):
+    for i, strategy in enumerate(names):
+        expected = reference(precision, llama=strategy.startswith("llama"))
         rank0, rank1 = outs[0][i], outs[1][i]
         assert trajectory(rank0) == trajectory(rank1), strategy  # every rank reports the same mean loss
         assert rank0["result"]["steps"] == 10, strategy
         steps, losses = zip(*trajectory(rank0))
-        assert list(steps) == [s for s, _ in ref], strategy
-        assert list(losses) == pytest.approx([v for _, v in ref], rel=rtol, abs=0), strategy
+        assert list(steps) == [s for s, _ in expected], strategy
+        assert list(losses) == pytest.approx([v for _, v in expected], rel=rtol, abs=0), strategy

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from scaling.fitting.brief import REASON_CHARS, brief, short_reason
+from scaling.fitting.brief import brief
+from scaling.fitting.wording import REASON_CHARS, short_reason
 from scaling.fitting.recommend import Recommendation
 
 LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "
@@ -46,7 +47,9 @@ def test_the_recommendation_comes_first_and_each_left_out_law_gets_one_line() ->
     assert lines[0] == "recommended next run at C = 3e+11 FLOPs (10x the largest run), from Chinchilla 2 (IsoFLOP):"
     assert lines[1] == "  N* = 2.55e+04 [1.28e+04, 5.1e+04], D* = 1.96e+06 [9.8e+05, 3.92e+06] tokens, loss 3.76 [3.38, 4.14]"
     assert "widened" in lines[2]  # the chosen law's intervals carry its extrapolation error: said so
-    assert lines[3].startswith("  as a run (the plan's rules): n_layer 2, d_model 32, n_head 4")
+    assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 2.55e+04")
+    assert ("lr 0.03, batch 256 tokens (both from the plan's rules: the sweep has no hyperparameter groups to fit them "
+            "from)") in lines[3]
     assert lines[4].startswith("  why this law: the narrowest 95% interval on N*")  # its name is not repeated
     assert "agree on N* within a factor 1.16" in lines[5] and "[8.93e+03, 5.35e+04]" in lines[5]
     left = [line for line in lines if line.startswith("left out: ")]
@@ -91,3 +94,31 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
     assert not any("95% intervals" in line for line in lines)
     assert "left out: Kaplan: it gives no compute-optimal point here (overflow)" in lines
     assert lines[-1] == "note: the plan's rules could not size the run (no shape); used the defaults"
+
+
+def test_each_value_of_the_run_says_where_it_comes_from_and_no_note_points_at_nothing() -> None:
+    """lr from the fitted lr* law is said to be so (not "the plan's rules"); a batch the B* law withheld says
+    why it is the plan's; the note that points at a hyperparameter line the brief does not print is not printed."""
+    run = {"shape": {"n_layer": 1, "d_model": 192, "n_head": 3}, "n_params": 6.66e5, "lr": 0.00525,
+           "lr_interval": [0.00504, 0.00568], "batch_tokens": 512, "memory_gib": 0.02, "strategy": "single"}
+    hparams = {"lr": _iv(0.00525, 0.00504, 0.00568), "lr_why": "from lr* = c N^a D^b over 12 groups",
+               "batch": None, "batch_why": "B* = d D^e not fitted: no groups"}
+    note = "batch of the concrete run come from the plan's rules: the hyperparameter laws give no recommendation for it (see above)"
+    lines = brief(_rec(run=run, hparams=hparams, notes=[note]))
+    run_line = next(line for line in lines if line.startswith("  as a run: "))
+    assert "lr 0.00525 [0.00504, 0.00568] (from the fitted lr* law)" in run_line
+    assert "batch 512 tokens (from the plan's rules: the B* law gives none (B* = d D^e not fitted: no groups))" in run_line
+    assert not any("see above" in line or line.startswith("note: ") for line in lines), lines
+
+
+def test_a_task_line_says_its_chain_and_interval_or_why_not_and_never_shows_an_impossible_accuracy() -> None:
+    tasks = {"hellaswag": {"sigmoid": _iv(0.774, 0.316, 0.939, kind="percentile")},
+             "next_line": {"sigmoid": _iv(0.251, kind="unreliable", note="step 1 (task loss from N, D): unreliable: "
+                                          "the data do not determine E")},
+             "arc": {"sigmoid": _iv(1.05, 0.528, 1.21, kind="percentile")}}
+    lines = brief(_rec(tasks=tasks))
+    assert "  hellaswag accuracy 0.774, by the sigmoid chain: 95% interval [0.316, 0.939]" in lines
+    assert ("  next_line accuracy 0.251, by the sigmoid chain, no interval: step 1 (task loss from N, D): unreliable: "
+            "the data do not determine E") in lines
+    assert "  arc: no accuracy predicted: the sigmoid chain gives a value outside [0, 1], not an accuracy" in lines
+    assert not any("none: law unreliable" in line or "1.05" in line or "1.21" in line for line in lines), lines

@@ -255,6 +255,9 @@ def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
     assert len(h.groups_frame()) == 9 and {"law", "parameter", "value", "lo", "hi"} <= set(h.laws_frame().columns)
     lr = h.recommend(1e9, 2e10)["lr"]
     assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
+    for N, D in ((-1, 1e9), (0, 0), (math.nan, 1e9), (1e9, math.inf)):  # refused in words, not a math error
+        with pytest.raises(FitError, match=r"recommend: [ND] must be a positive, finite number"):
+            h.recommend(N, D)
     assert api.hparams(hp_db, "plain") is None
     fitted = api.fit(hp_db, "hp", law="kaplan", bootstrap=20)
     assert fitted.hparams is not None and len(fitted.hparams.groups) == 9
@@ -325,3 +328,56 @@ def test_a_span_just_short_of_the_minimum_is_not_printed_as_the_minimum() -> Non
     assert len(doubts) == 1 and f"spans a factor {MIN_SPAN:g} " not in doubts[0], doubts
     assert "spans a factor 1.997 " in doubts[0], doubts
     assert _identification("batch_D", {"D": np.log([1e9, 1e9 * MIN_SPAN * 0.9995])}, 5, 2) == []
+
+
+def test_a_csv_with_copied_rows_is_refused_or_deduplicated_on_request(sweep_csv: Path, tmp_path: Path) -> None:
+    """A copy of every row would double each group's runs and narrow its interval, silently."""
+    twice = tmp_path / "twice.csv"
+    text = sweep_csv.read_text()
+    twice.write_text(text + text.split("\n", 1)[1])
+    n = len(pd.read_csv(sweep_csv))
+    code, out, err = run_cli("fit", "--csv", str(twice), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"data row {n + 1} is identical to data row 1 ({n} such copies in all)" in err and "--drop-duplicates" in err
+    deduplicated = from_csv(twice, drop_duplicates=True)
+    assert len(deduplicated.hparam_runs) == len(from_csv(sweep_csv).hparam_runs) == 9 * 15
+    assert f"dropped {n} of {2 * n} rows identical to an earlier row" in deduplicated.warnings[0]
+
+
+@pytest.mark.parametrize("beta2, allowed", [(0.0, True), (0.95, True), (1.0, False), (1.5, False), (-0.1, False)])
+def test_beta2_is_checked_by_one_rule_in_a_plan_and_a_csv(beta2: float, allowed: bool, sweep_csv: Path,
+                                                          tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from scaling.orchestrator.hparam_groups import HparamsPlan
+
+    path = tmp_path / "beta2.csv"
+    d = pd.read_csv(sweep_csv)
+    d.assign(beta2=np.where(np.arange(len(d)) == 4, beta2, 0.95)).to_csv(path, index=False)
+    code, _, err = run_cli("fit", "--csv", str(path), "--law", "kaplan", "--bootstrap", "0")
+    try:
+        HparamsPlan.model_validate({"beta2": [beta2, 0.9]})
+        plan_ok = True
+    except ValidationError as exc:
+        plan_ok = False
+        assert "beta2 must be at least 0 and less than 1" in str(exc)
+    assert plan_ok is allowed
+    if allowed:
+        assert code == 0, err
+    else:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"data row 5, beta2={beta2!r}" in err and "beta2 must be at least 0 and less than 1" in err
+
+
+@pytest.mark.parametrize("odd", ["\u202e", "\n", "\x1b[31m"])
+def test_a_group_label_with_a_control_character_is_refused_at_its_row(odd: str, sweep_csv: Path, tmp_path: Path) -> None:
+    """It would reach the terminal in the groups table: a right-to-left override, a split row, a colour."""
+    d = pd.read_csv(sweep_csv)
+    labels = d.groupby(["N", "D"]).ngroup().map(lambda g: f"g{g}").to_numpy(object)
+    labels[labels == labels[3]] = f"ev{odd}il"
+    path = tmp_path / "labels.csv"
+    d.assign(group=labels).to_csv(path, index=False)
+    code, out, err = run_cli("fit", "--csv", str(path), "--law", "kaplan", "--bootstrap", "0")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "column 'group', data row 1: the group label" in err and "contains control characters" in err
+    assert odd not in err.strip()

@@ -75,6 +75,8 @@ def test_the_stored_form_reloads_to_the_same_sweep() -> None:
     ({"lr": [0, 1e-3]}, "item 0 is 0: a learning rate must be positive"),
     ({"lr": [1e-3, -1e-3]}, "item 1 is -0.001"),
     ({"lr": [1e-3, 1e-3]}, "listed twice"),
+    ({"lr": [0.01, 0.0100000000001]}, "items 0 and 1 (0.01 and 0.0100000000001) are equal to 6 significant digits"),
+    ({"lr": {"from": "rule", "factors": [1, 3, 1.0000001]}}, "factors: items 0 and 2"),
     ({"lr": [True, 1e-3]}, "True is not a number"),
     ({"lr": "1e-3"}, "expected a list of values"),
     ({"batch_tokens": [512.5, 1024]}, "whole number of tokens"),

@@ -8,6 +8,8 @@ budget is a real sweep through Ray."""
 
 from __future__ import annotations
 
+import io
+
 import math
 import sys
 from pathlib import Path
@@ -151,6 +153,38 @@ def test_nothing_is_transferred_from_a_flagged_law(tmp_path: Path) -> None:
         expand(plan, source, db=url)
 
 
+def test_a_transferred_law_is_frozen_when_the_sweep_is_registered_until_refreshed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source sweep gains a budget after the target was registered: a re-run of the target keeps
+    the law it was sized by (and says so); --refresh-transfer refits and records the new one."""
+    from scaling.db import connect
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("SCALING_DB", url)  # the in-process sweep reads the fitted rule's sweep here
+    small = copy(SMALL, tmp_path)
+    train_plan(small, url, tmp_path)
+    top = copy(TOP, tmp_path)
+    plan, source = load_plan(top)
+    first = expand(plan, source, db=url)
+    assert not any("frozen" in n for n in first.notes)
+    train_plan(top, url, tmp_path)  # registered: its plan records the law written out
+    grid = yaml.safe_load(SMALL.read_text())["grid"]
+    grid[0]["compute"] = [3.0e11, 6.0e11, 1.2e12]  # the source sweep gains a budget: its law moves
+    train_plan(copy(SMALL, tmp_path, grid=grid), url, tmp_path)
+
+    again = expand(plan, source, db=url)
+    assert [r.key for r in again.runs] == [r.key for r in first.runs]
+    assert any("rules lr, batch_tokens: the laws transferred from sweep 'sim-hparams' when sweep 'sim-hparams-top' "
+               "was first registered (frozen" in n and "--refresh-transfer" in n for n in again.notes)
+    refreshed = expand(plan, source, db=url, refresh_transfer=True)
+    assert {r.key for r in refreshed.runs}.isdisjoint(r.key for r in first.runs)
+    code, out, err = _cli(["plan", str(top), "--db", url], capsys, monkeypatch)
+    assert code == 0 and "(frozen: lr = " in " ".join(out.split()), err
+    with connect(url) as res:  # nothing refreshed is recorded by a plan
+        kept = res.sweep_info("sim-hparams-top")["plan"]["rules"]
+    assert kept["lr"] == first.runs[0].spec.tags["rule.lr"]
+
+
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["scaling", *argv])
     try:
@@ -176,6 +210,37 @@ def test_scaling_plan_shows_the_groups_and_their_cost(capsys: pytest.CaptureFixt
     code, out, err = _cli(["plan", str(SMALL)], capsys, monkeypatch)
     assert code == 0, err
     assert "6 hyperparameter groups" in out and groups[0]["group"] in out
+
+
+def test_a_plan_of_100000_runs_prints_a_summary_with_values_told_apart() -> None:
+    """Every run and group of a plan at the bound, printed whole, is 18 MB of table; the ends are
+    listed, with what lies between counted and spanned, and each lr to 6 significant digits."""
+    from rich.console import Console
+
+    from scaling.orchestrator.hparam_groups import group_rows
+    from scaling.orchestrator.planning import render_groups, render_table
+
+    lrs = [1e-4 * 1.0005 ** i for i in range(20)]  # neighbours 0.05% apart: alike at 3 digits
+    runs = [{"key": f"{i:016x}", "N": 10_000 + i // 20, "shape": "2x16/2h", "D": 1e6 + i, "C": 6e10 + i,
+             "C_own": 6e10 + i, "tokens_per_param": 100.0, "epochs": None, "lr": lrs[i % 20], "batch_tokens": 512,
+             "beta2": 0.95, "strategy": "single", "workers": 1, "memory_gib": 0.1, "est_seconds": 0.0,
+             "hparam_group": f"g{i // 20}"} for i in range(100_000)]
+    summary = {"sweep": "big", "runs": runs, "groups": group_rows(runs), "notes": [],
+               "conventions": {"params": "non_embedding", "flops": "6N"},
+               "precision": {"resolved": "fp32", "reason": "simulated"},
+               "totals": {"runs": len(runs), "C": 6e15, "tokens": 1e11, "max_memory_gib": 0.1,
+                          "est_seconds_serial": 0.0, "concurrent_runs": 2, "est_seconds_wall": 0.0,
+                          "throughput_flops_per_worker": None, "task_eval_flops": 0.0}}
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(render_table(summary))
+    console.print(render_groups(summary))
+    text = console.export_text()
+    assert len(text.splitlines()) < 200
+    words = " ".join(text.split())
+    assert "listed: the first and last 30 of 100,000 runs (N 10,000 to 14,999; D 1e+06 to 1.1e+06; " in words
+    assert "99,940 runs not listed" in words and "4,960 groups not listed" in words
+    assert "0.0001, 0.00010005, 0.0001001 … 0.000100853, 0.000100904, 0.000100954 (20 values)" in text
+    assert "0.000100904" in text and "0.00010005 " in text  # the runs' own lr column, 6 digits
 
 
 def bad(**change: Any) -> str:
@@ -206,6 +271,8 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("more runs than the plan's bound", bad(hparams={"lr": [1e-5 * (i + 1) for i in range(1000)],
                                                      "beta2": [0.5 + 0.004 * i for i in range(100)]}),
      ["grid", "hparams", "more than 100,000"]),
+    ("learning rates equal to 6 digits", bad(hparams={"lr": [0.01, 0.0100000000001]}),
+     ["grid.0.hparams.lr", "items 0 and 1 (0.01 and 0.0100000000001) are equal to 6 significant digits"]),
     ("a transfer from a sweep the database lacks", bad(rules={"lr": {"fitted": "nowhere"}}),
      ["rules.lr", "'nowhere'"]),
 ]

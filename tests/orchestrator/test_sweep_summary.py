@@ -46,11 +46,11 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     assert all(line.startswith("  ") for line in end[1:first_left])  # a few lines, then the left-out ones
     assert first_left <= 7
     # the built-in task every run is scored on: its accuracy predicted at the recommended run
-    assert any(line.startswith("  next_line accuracy predicted: ") for line in end[1:first_left])
+    assert any(line.startswith("  next_line accuracy ") and "by the sigmoid chain" in line for line in end[1:first_left])
+    # the example sweeps no hyperparameters: the run line says where its lr and batch come from, and why
+    run = next(line for line in end[1:first_left] if line.startswith("  as a run: "))
+    assert "(shape from the plan's rules)" in run and "(both from the plan's rules: the sweep has no hyperparameter groups" in run
     tail = end[first_left + len(left):]
-    # the example sweeps no hyperparameters: one note says where the run's lr and batch come from
-    assert tail[0].startswith("note: lr and batch of the concrete run come from ") and "no hyperparameter groups" in tail[0]
-    tail = tail[1:]
     assert tail[0].startswith("every law's parameters, intervals and notes: scaling fit --db ")
     assert tail[1].startswith("every law at this budget, and the runs worth adding: scaling recommend --db ")
     assert tail[2].startswith("report: ") and Path(tail[2].removeprefix("report: ")).is_file()

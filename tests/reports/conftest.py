@@ -80,6 +80,18 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, S.S
     return out
 
 
+@pytest.fixture(scope="session")
+def answer_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """(database URL, report path) of :func:`report_synth.build_answer_sweep`: hyperparameter groups and a
+    task, so the first screen has N*, D*, loss, lr, batch and an accuracy. Written once (its fits take seconds)."""
+    from scaling.reports import write_report
+
+    tmp = tmp_path_factory.mktemp("report-answer")
+    url = _sqlite(tmp, "answer")
+    S.build_answer_sweep(url)
+    return url, write_report(url, "answer", tmp / "answer.html", fit="memory")
+
+
 @dataclass
 class PageReport:
     """What a page did when loaded: console messages, page errors, dialogs, figures drawn."""

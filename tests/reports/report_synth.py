@@ -161,3 +161,31 @@ def _train(store: Store, s: SweepSpec, spec: RunSpec, i: int, rng: np.random.Gen
         return
     final_eval = float(true_loss(N, D, s.truth) * (1 + 0.003 * rng.standard_normal()))
     store.finish(key, "completed", final_train_loss=float(train[-1]), final_eval_loss=final_eval, sweep=sweep)
+
+
+#: The downstream task of :func:`build_answer_sweep`.
+ANSWER_TASK = "arc_sim"
+
+
+def build_answer_sweep(url: str, sweep: str = "answer", seed: int = 3) -> list[str]:
+    """A sweep whose report's first screen has every answer: hyperparameter groups (lr and batch varied
+    at 12 (N, D) points, :mod:`scaling.fitting.hparams_synthetic`) whose runs were also scored on a
+    task at four evaluations (task loss from its own law, accuracy a sigmoid of it). Returns the keys."""
+    from scaling.fitting import hparams_synthetic as HS
+    from scaling.fitting.task_columns import metric_name
+
+    rng = np.random.default_rng(seed)
+    runs = HS.sweep(HS.HparamTruth(), rng, sizes=(5e7, 1e8, 2e8, 4e8), tokens_per_param=(10, 20, 40), n_lr=3,
+                    n_batch=3, noise=0.001)
+    keys = HS.store_sweep(url, runs, sweep)
+    with Store(url) as store:
+        for key, row in zip(keys, runs.itertuples(index=False)):
+            rows = []
+            for step, f in enumerate((0.25, 0.5, 0.75, 1.0), start=1):
+                t = row.D * f
+                bpb = (0.6 + 40 / row.N ** 0.3 + 300 / t ** 0.32) * math.exp(rng.normal(0, 0.004))
+                acc = 0.6 / (1 + math.exp(6.0 * (bpb - 1.1))) + 0.25 + rng.normal(0, 0.004)
+                rows += [(step, t, 6 * row.N * t, metric_name(ANSWER_TASK, "bpb"), bpb),
+                         (step, t, 6 * row.N * t, metric_name(ANSWER_TASK, "acc"), acc)]
+            store.log_metrics(key, rows)
+    return keys

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import report_synth as S
@@ -204,6 +205,23 @@ def test_convert_runs_keeps_what_is_already_in_the_target(db: str) -> None:
     same = {"params": "non_embedding", "flops": "6N"}
     out = convert_runs(runs, same, same, "base")
     assert np.allclose(out["N"], runs["N"]) and np.allclose(out["C"], runs["C"], rtol=1e-12)
+
+
+def test_convert_runs_recounts_a_llama_run_by_its_family() -> None:
+    """A llama run's stored spec names its family fields: its N and C are recounted for that
+    model, not for a gpt2 of the same columns (which would be refused as not exact)."""
+    from scaling.accounting import Shape
+
+    model = {"n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "context": 32, "family": "llama",
+             "n_kv_head": 1, "ffn": 96}
+    shape = Shape(2, 64, 4, 256, 32, family="llama", n_kv_head=1, ffn=96)
+    D = 1e6
+    runs = pd.DataFrame([{"run_key": "k", "n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "context": 32,
+                          "D": D, "N": float(shape.params_non_embedding), "C": shape.training_flops(D),
+                          "spec": {"model": model}}])
+    out = convert_runs(runs, {"params": "non_embedding", "flops": "6N"}, {"params": "total", "flops": "6N_attention"}, "l")
+    assert out.at[0, "N"] == shape.params_total
+    assert out.at[0, "C"] == pytest.approx(shape.training_flops(D, "6N_attention", "total"), rel=1e-12)
 
 
 def test_library_writes_the_page(db: str, tmp_path: Path) -> None:

@@ -87,3 +87,37 @@ def test_many_sizes_share_a_legend_entry_per_size_range() -> None:
         lo, hi = (float(v) for v in label.removeprefix("N ").split("–"))
         assert lo * 0.99 <= s <= hi * 1.01, (s, label)
     assert F.size_groups([1e5, 2e5]) == {1e5: "N=1e+05", 2e5: "N=2e+05"}
+
+
+def test_run_health_draws_problem_events_only_and_says_so_when_there_are_none() -> None:
+    """The corpus event at step 0 and a simulated run's law are no problems: not drawn; a spike is, with its
+    detail in words (never a Python dict)."""
+    runs, _ = _frames(2, 10)
+    ordinary = pd.DataFrame({"run_key": ["k0", "k1", "k0"], "step": [0, 0, 9],
+                             "kind": [names.DATA, names.DATA, names.SIMULATED],
+                             "detail": [{"fingerprint": "ab12"}, {"fingerprint": "ab12"}, {"law": {"E": 2.5}}]})
+    fig = F.run_events(ordinary, runs)
+    assert [t for t in fig.data if len(t.x)] == [] and fig.layout.annotations[0].text == F.NO_PROBLEMS
+    assert F.NO_PROBLEMS.startswith("No spikes, rollbacks or retries")
+    spike = pd.DataFrame({"run_key": ["k1"], "step": [7], "kind": [names.LOSS_SPIKE],
+                          "detail": [{"loss": 5.25, "threshold": 4.0}]})
+    fig = F.run_events(pd.concat([ordinary, spike], ignore_index=True), runs)
+    assert [t.name for t in fig.data] == [names.LOSS_SPIKE] and list(fig.data[0].x) == [7]
+    assert list(fig.data[0].text) == ["loss 5.25, threshold 4"]
+
+
+def test_unreliable_laws_are_drawn_grey_and_thin_without_a_band() -> None:
+    from report_synth import true_loss
+    from scaling.fitting import fit_data
+    from scaling.fitting.data import from_frame
+
+    Ns, Ds = np.meshgrid(np.geomspace(2e4, 2e6, 5), np.geomspace(2e6, 2e8, 5))
+    N, D = Ns.ravel(), Ds.ravel()
+    data = from_frame(pd.DataFrame({"N": N, "D": D, "loss": true_loss(N, D)}))
+    laws = fit_data(data, "approach3", n_bootstrap=4).laws
+    drawn = {t.line.color for t in F.frontiers(laws, target=1e16).data if t.mode == "lines" and t.legendgroup != "d20"}
+    grey = F.frontiers(laws, target=1e16, unreliable={"approach3"})
+    lines = [t for t in grey.data if t.mode == "lines" and t.legendgroup != "d20"]
+    assert F.UNRELIABLE_COLOR not in drawn
+    assert lines and all(t.line.color == F.UNRELIABLE_COLOR and t.line.width == 1 and t.line.dash == "dot" for t in lines)
+    assert not [t for t in grey.data if t.fill == "toself"] and "(unreliable)" in lines[0].name

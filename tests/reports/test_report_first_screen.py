@@ -26,6 +26,12 @@ BOXES = """() => Object.fromEntries(['.headline', '#recommendations', '#notes', 
     const r = el.getBoundingClientRect();
     return [sel, {top: r.top, bottom: r.bottom, text: el.innerText}];
 }))"""
+#: Each answer of the first screen (label, value, its box) and the navigation bar's links.
+ANSWERS = """() => ({cells: Array.from(document.querySelectorAll('#answer .cell')).map(c => {
+    const r = c.getBoundingClientRect();
+    return {label: c.querySelector('dt').innerText, value: c.querySelector('dd').innerText, top: r.top,
+            bottom: r.bottom, right: r.right};
+}), nav: Array.from(document.querySelectorAll('nav a')).map(a => a.innerText), width: window.innerWidth})"""
 
 
 def _artifacts() -> Path:
@@ -44,7 +50,8 @@ def _first_screen(name: str) -> Any:
         shot = _artifacts() / f"{name}.png"
         page.screenshot(path=str(shot), full_page=False)
         print(f"first screen: {shot}")
-        return {"boxes": boxes, "height": page.evaluate("() => window.innerHeight"), "shot": shot}
+        return {"boxes": boxes, "height": page.evaluate("() => window.innerHeight"), "shot": shot,
+                "answers": page.evaluate(ANSWERS)}
     return act
 
 
@@ -60,14 +67,37 @@ def _check_answer_above_the_fold(result: dict[str, Any]) -> dict[str, Any]:
     return boxes
 
 
-def test_recommendation_is_on_the_first_screen(sweeps, browser, tmp_path: Path) -> None:
+def test_recommendation_is_on_the_first_screen(sweeps, answer_report, browser, tmp_path: Path) -> None:
+    """The answer in one block on a laptop's first screen: N*, D*, the loss (with its unit), lr, batch and each
+    task's accuracy, each with its interval or why none; the navigation bar links their sections."""
+    from report_synth import ANSWER_TASK
+
     url, _ = sweeps["typical"]
     data = ReportData.load(url, "typical", fit="memory")
     page = browser.open(write_report_data(data, tmp_path / "typical.html"), "typical-first",
                         actions=_first_screen("first-screen-typical"))
     assert page.console_errors == [] and page.dialogs == []
     boxes = _check_answer_above_the_fold(page.result)
-    assert "N* =" in boxes[".headline"]["text"] and "Recommended by" in boxes[".headline"]["text"]
+    assert "N* (parameters)" in boxes[".headline"]["text"] and "recommended by" in boxes[".headline"]["text"]
+    # a sweep without groups: lr and batch on the first screen too, saying where they come from
+    cells = {c["label"]: c["value"] for c in page.result["answers"]["cells"]}
+    assert "no hyperparameter groups" in cells["learning rate"] and "no hyperparameter groups" in cells["batch (tokens)"]
+
+    # a sweep with hyperparameter groups and a task: every answer visible without scrolling
+    _, path = answer_report
+    page = browser.open(path, "answer-first", actions=_first_screen("first-screen-answer"))
+    assert page.console_errors == [] and page.dialogs == []
+    _check_answer_above_the_fold(page.result)
+    answers = page.result["answers"]
+    cells = {c["label"]: c for c in answers["cells"]}
+    wanted = ["N* (parameters)", "D* (tokens)", "predicted loss (nats per token)", "learning rate", "batch (tokens)",
+              f"{ANSWER_TASK} accuracy"]
+    assert set(wanted) <= set(cells), list(cells)
+    for label in wanted:
+        c = cells[label]
+        assert 0 <= c["top"] < c["bottom"] <= page.result["height"] and c["right"] <= answers["width"], c
+        assert "[" in c["value"] or "no interval" in c["value"] or "none: " in c["value"], c
+    assert {"Hyperparameters", "Downstream tasks"} <= set(answers["nav"]), answers["nav"]
 
 
 def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Path) -> None:

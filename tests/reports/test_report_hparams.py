@@ -53,3 +53,28 @@ def test_a_sweep_without_groups_has_no_section(db: str) -> None:
     data = report_data(db, "plain")
     assert hparams_section(data, Page()) == ""
     assert 'id="hparams"' not in render(data)
+
+
+def test_panels_have_axis_titles_with_units_and_sizes_as_counts(db: str) -> None:
+    from scaling.reports.figures_hparams import LOSS_AXIS, LR_AXIS, group_title, hparam_runs, loss_against_lr
+
+    data = report_data(db, "grid")
+    hp = hparam_runs(data.completed)
+    fig = loss_against_lr(hp, fit_sweep(db, "grid", "kaplan", 4, save=False).hparams)
+    layout = fig.to_plotly_json()["layout"]
+    titles = [a["text"] for a in layout["annotations"]]
+    assert titles and not any("e+" in t for t in titles), titles  # D=2.0M, not D=1.99885e+06
+    x_titles = {v.get("title", {}).get("text") for k, v in layout.items() if k.startswith("xaxis")}
+    y_titles = {v.get("title", {}).get("text") for k, v in layout.items() if k.startswith("yaxis")}
+    assert LR_AXIS in x_titles and LOSS_AXIS in y_titles and "nats per token" in LOSS_AXIS
+    assert group_title("2x16x2 D=1.99885e+06") == "2x16x2 D=2.0M"
+    assert group_title("N=2.16e+04, D=4.3e+05") == "N=22K, D=430K"
+
+
+def test_a_near_optimal_region_of_one_run_says_best_run_only() -> None:
+    from scaling.reports.figures_hparams import near_text
+
+    one = {"n": 1, "of": 9, "lr_lo": 0.0148, "lr_hi": 0.0148, "batch_lo": 512.0, "batch_hi": 512.0}
+    assert near_text(one) == "best run only (lr 0.0148, batch 512; of 9 settings)"
+    some = {**one, "n": 3, "lr_hi": 0.03}
+    assert near_text(some) == "3 of 9 settings: lr 0.0148–0.03, batch 512"  # no "512–512"

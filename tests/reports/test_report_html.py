@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 import report_synth as S
 from report_synth import HOSTILE, HOSTILE_TAG
+from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError
 from scaling.reports import write_report
 from scaling.reports.blocks import script_json
@@ -136,6 +138,11 @@ def test_fit_modes(sweeps, tmp_path: Path) -> None:
         write_report(url, "typical", tmp_path / "x.html", fit="memory", store_fits=True)
 
 
+def _headline(text: str) -> str:
+    """The answer block of a report's HTML: from the headline to the table of laws."""
+    return re.search(r'<div class="headline">(.*?)<table id="recommendations">', text, re.S).group(1)
+
+
 def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
     from scaling.reports.data import ReportData
     from scaling.reports.fitview import LABELS
@@ -146,15 +153,15 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     rec = recommend_for(data, next_budget(data))
     assert rec is not None and rec.chosen is not None
     assert rec.chosen not in rec.unreliable and not data.fits[rec.chosen].doubts()
-    headline = re.search(r'<div class="headline">(.*?)</div>', render(data), re.S).group(1)
+    headline = _headline(render(data))
     assert LABELS[rec.chosen] in headline and "Why this law" in headline and "narrowest 95% interval" in headline
     # The same law, once its notes say the data cannot pin it down, is no longer followed.
     first = rec.chosen
     data.fits[first].notes_.append("unreliable: the data do not determine A (its 95% bootstrap interval spans 9 orders)")
     text = render(data)
-    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    headline = _headline(text)
     assert LABELS[first] not in headline
-    row = re.search(rf"<tr><td>{re.escape(LABELS[first])}</td>.*?</tr>", text, re.S).group(0)
+    row = re.search(rf'<tr class="unreliable"><td>{re.escape(LABELS[first])}</td>.*?</tr>', text, re.S).group(0)
     assert "left out: unreliable" in row and 'class="ci"' not in row  # no interval for an unreliable law
     # its reason, in the notes under the answer
     notes = re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
@@ -171,9 +178,10 @@ def test_no_reliable_law_recommends_nothing(sweeps) -> None:
     for law in data.fits.values():
         law.notes_.append("unreliable: the data do not determine E (its 95% bootstrap interval spans 8 orders)")
     text = render(data)
-    headline = re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    headline = _headline(text)
     assert "nothing is recommended" in headline and "without intervals" in headline
-    assert 'class="ci"' not in headline and "Recommended by" not in headline
+    assert not re.search(r"\[[^\]]*,[^\]]*\]", headline) and "recommended by" not in headline  # no interval
+    assert "no interval: no law is reliable" in headline
     table = re.search(r'<table id="recommendations">(.*?)</table>', text, re.S).group(1)
     assert 'class="ci"' not in table and table.count("left out: unreliable") == len(data.fits)
 
@@ -192,7 +200,7 @@ def test_the_answer_comes_first(sweeps) -> None:
                                             'id="notes"', 'id="sweep-facts"', '<section id="runs">')]
     assert order == sorted(order), order
     assert text.count('id="notes"') == 1 and "a note about the data" in text
-    assert "Recommended by " in re.search(r'<div class="headline">(.*?)</div>', text, re.S).group(1)
+    assert "recommended by " in _headline(text)
 
 
 
@@ -210,3 +218,90 @@ def test_a_report_stores_fits_only_when_asked(tmp_path: Path) -> None:
     assert len(stored) >= 2 and stored["law"].notna().all()
     write_report(url, "own", tmp_path / "again.html", store_fits=True)  # same data: the stored fits are reused
     assert len(connect(url).fits(sweep="own")) == len(stored)
+
+
+def _cells(text: str) -> dict[str, str]:
+    """The first screen's numbers: label -> value, as text."""
+    grid = re.search(r'<dl class="answer-grid" id="answer">(.*?)</dl>', text, re.S).group(1)
+    return {html.unescape(re.sub(r"<[^>]+>", "", label)): html.unescape(re.sub(r"<[^>]+>", "", value))
+            for label, value in re.findall(r"<dt>(.*?)</dt><dd[^>]*>(.*?)</dd>", grid, re.S)}
+
+
+def test_the_first_screen_answers_every_question_with_an_interval_or_why_none(answer_report) -> None:
+    """A sweep with hyperparameter groups and a task: the answer block holds N*, D*, the loss with its unit,
+    lr, batch and the task's accuracy, each with its 95% interval or why none, each linked to its section;
+    the navigation bar links the Hyperparameters and Downstream sections."""
+    from report_synth import ANSWER_TASK
+
+    _, path = answer_report
+    text = path.read_text()
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+    assert '<a href="#hparams">Hyperparameters</a>' in nav and '<a href="#tasks">Downstream tasks</a>' in nav
+    cells = _cells(text)
+    assert list(cells)[:3] == ["N* (parameters)", "D* (tokens)", "predicted loss (nats per token)"], cells
+    assert {"learning rate", "batch (tokens)", f"{ANSWER_TASK} accuracy"} <= set(cells), cells
+    for label, value in cells.items():
+        assert re.search(r"\[[^\]]+, [^\]]+\]", value) or "no interval" in value or "none: " in value, (label, value)
+    for label in ("N* (parameters)", "D* (tokens)", "learning rate", "batch (tokens)"):
+        assert "[" in cells[label], (label, cells[label])  # this sweep determines them
+    assert re.match(r"\d[\d.]*[KMBT] \[", cells["N* (parameters)"]) and "e+" not in cells["D* (tokens)"]
+    accuracy = cells[f"{ANSWER_TASK} accuracy"]
+    assert all(0 <= float(x) <= 1 for x in re.findall(r"\d+\.\d+|\d+", accuracy.split("(")[0])), accuracy
+    grid = re.search(r'<dl class="answer-grid" id="answer">(.*?)</dl>', text, re.S).group(1)
+    assert {'href="#hparams"', 'href="#tasks"', 'href="#frontiers"'} <= set(re.findall(r'href="#\w+"', grid))
+    # the sweep's facts: created in UTC to the second; the task section shows commands as code, each note once
+    created = re.search(r"<th>created</th><td>(.*?)</td>", text).group(1)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", created), created
+    tasks = re.search(r'<section id="tasks">(.*?)</section>', text, re.S).group(1)
+    assert "`" not in tasks and "<code>scaling fit</code>" in tasks
+    notes = re.findall(r"<li>(.*?)</li>", tasks)
+    assert notes and len(notes) == len(set(notes)), notes
+    assert "`" not in re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
+
+
+def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) -> None:
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    data.runs["spec"] = [{**(s or {}), "simulate": {"law": {"E": 2.5}}} for s in data.runs["spec"].map(as_dict)]
+    text = render(data)
+    hardware = re.search(r"<th>hardware</th><td>(.*?)</td>", text).group(1)
+    assert "simulated" in hardware and "device" not in hardware and "precision" not in hardware
+    assert "fig-throughput" not in _figure_data(text) and "No throughput: every run is simulated" in text
+    events = _figure_data(text)["fig-events"]
+    assert all(t["name"] in ("loss_spike", "rollback", "retry") for t in events["data"] if t.get("x"))
+
+
+def test_an_unreliable_law_says_so_once_in_the_parameters_table(sweeps) -> None:
+    from scaling.reports.data import ReportData
+    from scaling.reports.html import render
+
+    url, _ = sweeps["typical"]
+    data = ReportData.load(url, "typical", fit="memory")
+    for law in data.fits.values():
+        law.notes_.append("unreliable: the data do not determine E (its 95% bootstrap interval spans 8 orders)")
+    table = re.search(r'<table id="parameters">(.*?)</table>', render(data), re.S).group(1)
+    rows = re.findall(r"<tr><td>.*?</tr>", table, re.S)
+    assert rows and all(row.count("law unreliable") == 1 for row in rows), rows
+
+
+def test_the_first_screen_never_shows_an_accuracy_outside_0_1(answer_report) -> None:
+    """A chain whose prediction (or an end of its interval) leaves [0, 1] is passed over, and with no other
+    chain the first screen says why there is no accuracy instead of printing one."""
+    from report_synth import ANSWER_TASK
+    from scaling.fitting.tasks import fit_tasks, tasks_from_db
+    from scaling.reports.figures_tasks import headline_accuracy
+
+    url, _ = answer_report
+    law = fit_tasks(tasks_from_db(url, "answer"), n_bootstrap=10, grid="coarse").laws[ANSWER_TASK]
+    p = law.predict_interval(2e9, 4e10)
+    forms = [f for f in p if f in law.curves]
+    assert forms
+    shown = headline_accuracy(law, p)
+    assert "[" in shown or "no interval" in shown, shown
+    over = {**p, **{f: {**p[f], "value": 1.05, "lo": 0.98, "hi": 1.21} for f in forms}}
+    text = headline_accuracy(law, over)
+    assert "1.05" not in text and "1.21" not in text and "none: no chain predicts an accuracy within [0, 1]" in text
+    assert "none: no reliable law recommends a run" in headline_accuracy(law, None)

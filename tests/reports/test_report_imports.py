@@ -97,6 +97,8 @@ call(F.empty_figure, "a figure", "nothing to draw")
 call(F.run_label, runs.iloc[0])
 call(F.with_alpha, "#1f77b4", 0.3)
 call(H.render_page, title="page", sections=(), body="", page=B.Page())
+call(H.optional_sections, ['<section id="tasks"><h2>Downstream tasks</h2></section>'])
+call(H.utc_text, "2026-12-05 03:24:26.414379")
 
 # -- comparison: the sweep and a twin of it (its runs registered again under another name) -------
 import shutil

@@ -58,6 +58,9 @@ BAD = [
     ('{"choices": ["x", "y"], "gold": 0}', "`context` (or `query`) must be a string"),
     ('{"context": "a", "choices": ["x", "y"], "gold": 0, "few_shot": 3}', "`few_shot` must be a string"),
     ('{"context": "a", "choices": ["x", "y"], "gold": NaN}', "not a JSON object"),
+    ('{"context": "a", "choices": ["x", "x"], "gold": 0}', "choices 0 and 1 are identical ('x')"),
+    ('{"context": "a", "choices": ["x", "y", "z", "y"], "gold": 0}', "choices 1 and 3 are identical ('y')"),
+    ('{"context": "a", "query": "b", "choices": ["x", "y"], "gold": 0}', "both `context` and `query` are given"),
 ]
 
 

@@ -162,6 +162,39 @@ def test_bad_inputs_are_one_line_and_write_nothing(trained: dict[str, Any], tmp_
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full", "runs"]
 
 
+def test_a_run_still_training_is_exported_from_a_snapshot_of_its_newest_checkpoint(
+        trained: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer deletes a checkpoint folder (a newer one written, the older pruned) while an export
+    reads it. That timing cannot be caused on demand, so the deletion is made at the moment it hurts:
+    right after the newest checkpoint verifies (a fault injected into the real verify, and said so)."""
+    import shutil
+    import sqlite3
+
+    from scaling.trainer import checkpoint
+
+    root = tmp_path / "live"
+    shutil.copytree(trained["root"] / "scaling_runs", root / "scaling_runs")
+    shutil.copy(trained["root"] / "results.db", root / "results.db")
+    with sqlite3.connect(root / "results.db") as db:
+        db.execute("UPDATE runs SET status = 'running' WHERE key = ?", (trained["key"],))
+    folder = root / "scaling_runs" / "adhoc" / trained["key"]
+    newest = checkpoint.latest(folder)
+    real_verify = checkpoint.verify
+
+    def verify_then_pruned(path: Path) -> str | None:
+        problem = real_verify(path)
+        shutil.rmtree(newest, ignore_errors=True)  # what the trainer's pruning does to a listed checkpoint
+        return problem
+
+    monkeypatch.setattr(checkpoint, "verify", verify_then_pruned)
+    monkeypatch.chdir(root)
+    got = run_main("export", trained["key"], "--hf", str(tmp_path / "hf"), "--db", f"sqlite:///{root / 'results.db'}")
+    assert got.code == 0, got
+    assert f"step 12 -> {tmp_path / 'hf'}" in got.out and "Traceback" not in got.err
+    assert f"run {trained['key']} is still training: exported its newest complete checkpoint (step 12)" in got.err
+    assert not newest.exists() and not any(p.name.startswith(".export") for p in newest.parent.iterdir())
+
+
 def test_importing_scaling_does_not_import_transformers() -> None:
     code = ("import sys, scaling, scaling.cli, scaling.trainer.export, scaling.cli.export_cmds; "
             "assert 'transformers' not in sys.modules")
