@@ -160,7 +160,8 @@ def test_pipeline_traffic() -> None:
     shape = Shape(n_layer=8, d_model=64, n_head=4, vocab_size=256, context=32)
     traffic = step_traffic(shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2), "bf16")
     p2p = [t for t in traffic if t.kind == "send_recv"]
-    assert sum(t.bytes_per_step for t in p2p) == 2 * 6 * (2 * 2 * 32 * 64)  # fwd + bwd, m micro-batches
+    # fwd + bwd, m micro-batches, of the FP32 residual stream (4 bytes) whatever the compute precision
+    assert sum(t.bytes_per_step for t in p2p) == 2 * 6 * (4 * 2 * 32 * 64)
     inter = step_traffic(
         shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2, schedule="interleaved", chunks=2), "bf16"
     )
