@@ -261,21 +261,30 @@ def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str,
     """FSDP2 over ``model`` in place, with units whose gathered parameters are what autocast computes with.
 
     Each block is one unit of its linear layers (gathered in the compute dtype) and one of its
-    other parameter-holding modules, its norms (gathered in FP32); the root unit holds what is
-    left (embeddings, final norm, the tied output layer) in FP32, since an embedding lookup is
-    not autocast and returns FP32 rows. So a ZeRO-2/3 run computes what one process does under
-    autocast, at the cost of gathering norms and embeddings in FP32 (see
-    :func:`scaling.comms.dp_traffic`). ``kwargs`` go to every ``fully_shard`` (``mesh``,
-    ``offload_policy``).
+    other parameter-holding modules, its norms (gathered in FP32). An untied output layer is a
+    unit of its own in the compute dtype; the root unit holds what is left (embeddings, final
+    norm, a tied output layer) in FP32, since an embedding lookup is not autocast and returns
+    FP32 rows. So a ZeRO-2/3 run computes what one process does under autocast, at the cost of
+    gathering norms and embeddings in FP32 (see :func:`scaling.comms.dp_traffic`). ``kwargs`` go
+    to every ``fully_shard`` (``mesh``, ``offload_policy``).
     """
     from torch.distributed.fsdp import fully_shard
 
     cast, kept = mixed_precision_policy(precision), mixed_precision_policy(precision, cast=False)
+    inside: set[int] = set()
     for block in blocks:
         norms = [m for m in block.modules() if _owns_parameters(m) and not isinstance(m, AUTOCAST_CAST_MODULES)]
         if norms and cast != kept:
             fully_shard(norms, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
         fully_shard(block, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
+        inside.update(id(m) for m in block.modules())
+    if cast != kept:
+        rest = [m for m in model.modules() if id(m) not in inside and m is not model]
+        uncast = {id(p) for m in rest if not isinstance(m, AUTOCAST_CAST_MODULES) for p in m.parameters(recurse=False)}
+        for m in rest:  # an untied output layer: a tied one is the embedding, which stays FP32
+            params = list(m.parameters(recurse=False))
+            if isinstance(m, AUTOCAST_CAST_MODULES) and params and not any(id(p) in uncast for p in params):
+                fully_shard(m, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
     fully_shard(model, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
 
 

@@ -140,15 +140,19 @@ def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
 
 def forward_dtypes(module: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]:
     """Per submodule of ``module`` (by name), the dtypes of its input, its own parameters as its
-    forward sees them, and its output, in one bf16 autocast forward of ``x``."""
+    forward sees them (as it starts: FSDP2 may reshard a unit as it ends) and its output, in one
+    bf16 autocast forward of ``x``."""
+    params: dict[str, tuple] = {}
     seen: dict[str, tuple] = {}
     handles = []
     for name, sub in module.named_modules():
-        def hook(m: torch.nn.Module, args: tuple, out: Any, _name: str = name) -> None:
-            params = tuple(p.dtype for p in m.parameters(recurse=False))
+        def before(m: torch.nn.Module, args: tuple, _name: str = name) -> None:
+            params[_name] = tuple(p.dtype for p in m.parameters(recurse=False))
+
+        def after(m: torch.nn.Module, args: tuple, out: Any, _name: str = name) -> None:
             first = args[0] if args else None
-            seen[_name] = (getattr(first, "dtype", None), params, getattr(out, "dtype", None))
-        handles.append(sub.register_forward_hook(hook))
+            seen[_name] = (getattr(first, "dtype", None), params[_name], getattr(out, "dtype", None))
+        handles += [sub.register_forward_pre_hook(before), sub.register_forward_hook(after)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         module(x)
     for h in handles:
@@ -156,13 +160,13 @@ def forward_dtypes(module: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]
     return seen
 
 
-def forward_dtypes_worker(rank: int, world: int, strategies: list[str]) -> dict[str, dict[str, tuple]]:
-    """:func:`forward_dtypes` of the tiny bf16 model wrapped for each strategy."""
+def forward_dtypes_worker(rank: int, world: int, strategies: list[str], model: Any = None) -> dict[str, dict[str, tuple]]:
+    """:func:`forward_dtypes` of the tiny bf16 model (``model``: :func:`tiny_spec`'s) wrapped for each strategy."""
     from scaling.trainer.parallel import parallelize
 
     out = {}
     for strategy in strategies:
-        spec = tiny_spec(strategy, "bf16")
+        spec = tiny_spec(strategy, "bf16", model)
         par = parallelize(build_model(spec), spec)
         out[strategy] = forward_dtypes(par.model, global_batch(spec)[0][:2])
     return out

@@ -23,20 +23,28 @@ def test_gradients_match_single_process(strategy: str, tmp_path) -> None:
             torch.testing.assert_close(g, ref[name], rtol=1e-5, atol=1e-7, msg=f"rank {rank} {name}")
 
 
-def test_zero2_and_zero3_in_bf16_compute_in_the_dtypes_of_autocast(tmp_path) -> None:
+#: A llama with everything autocast treats differently: RMSNorms (qk-norm too), no positions, an untied head.
+LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "vocab_size": 256, "context": 16,
+         "family": "llama", "qk_norm": True}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_zero2_and_zero3_in_bf16_compute_in_the_dtypes_of_autocast(family: str, tmp_path) -> None:
     """Every module of a ZeRO-2/3 bf16 forward takes and returns the dtypes it does on one process
     under autocast: embeddings return FP32 rows, norms and the residual stream between blocks stay
     FP32, linear layers return bf16. The linear layers' parameters arrive gathered in bf16 (the
     cast autocast makes anyway: half the all-gather), the others in FP32."""
-    spec = tiny_spec("single", "bf16")
+    llama = LLAMA if family == "llama" else None
+    spec = tiny_spec("single", "bf16", llama)
     model = build_model(spec)
     single = forward_dtypes(model, global_batch(spec)[0][:2])
-    # The output layer is the token embedding (tied): gathered in FP32 with it, cast by autocast.
-    cast = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)} - {"lm_head"}
+    cast = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    if spec.shape.tied:  # the output layer is the token embedding: gathered in FP32 with it, cast by autocast
+        cast.discard("lm_head")
     assert single["wte"][2] == single["blocks.0"][0] == single["blocks.0.ln_1"][2] == torch.float32
-    assert single["blocks.0.attn.qkv"][2] == torch.bfloat16
+    assert single["lm_head"][2] == torch.bfloat16
     strategies = ["zero2", "zero3"]
-    for rank, by_strategy in enumerate(spawn(forward_dtypes_worker, 2, str(tmp_path), strategies)):
+    for rank, by_strategy in enumerate(spawn(forward_dtypes_worker, 2, str(tmp_path), strategies, llama)):
         for strategy in strategies:
             seen = by_strategy[strategy]
             assert seen.keys() == single.keys()
