@@ -332,15 +332,18 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
 
 
 def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
-    """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the blocks' linear
-    layers, weights and biases, which autocast casts (the blocks' norms it does not).
+    """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the linear layers,
+    weights and biases, which autocast casts: the blocks' and an untied output layer.
 
-    The rest (norms, embeddings and the output layer, in the root unit) FSDP2 gathers in FP32
-    (:func:`scaling.trainer.parallel.shard_as_autocast`).
+    The rest (norms, embeddings, a tied output layer, which is the token embedding) FSDP2
+    gathers in FP32 (:func:`scaling.trainer.parallel.shard_as_autocast`).
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
-    return (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
+    n = (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
+    if stage == pp - 1 and not shape.tied:
+        n += shape.params_output
+    return n
 
 
 def gathered_bytes(params: int, kept: int, precision: Precision) -> float:
