@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _workers import (build_model, forward_dtypes, forward_dtypes_worker, global_batch, grads_worker, reference_grads,
+from _workers import (TINY_LLAMA, build_model, forward_dtypes, forward_dtypes_worker, global_batch, grads_worker, reference_grads,
                       spawn, tiny_spec)
 
 
@@ -23,18 +23,13 @@ def test_gradients_match_single_process(strategy: str, tmp_path) -> None:
             torch.testing.assert_close(g, ref[name], rtol=1e-5, atol=1e-7, msg=f"rank {rank} {name}")
 
 
-#: A llama with everything autocast treats differently: RMSNorms (qk-norm too), no positions, an untied head.
-LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "vocab_size": 256, "context": 16,
-         "family": "llama", "qk_norm": True}
-
-
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_zero2_and_zero3_in_bf16_compute_in_the_dtypes_of_autocast(family: str, tmp_path) -> None:
     """Every module of a ZeRO-2/3 bf16 forward takes and returns the dtypes it does on one process
     under autocast: embeddings return FP32 rows, norms and the residual stream between blocks stay
     FP32, linear layers return bf16. The linear layers' parameters arrive gathered in bf16 (the
     cast autocast makes anyway: half the all-gather), the others in FP32."""
-    llama = LLAMA if family == "llama" else None
+    llama = TINY_LLAMA if family == "llama" else None  # RMSNorms (qk-norm too), no positions, an untied head
     spec = tiny_spec("single", "bf16", llama)
     model = build_model(spec)
     single = forward_dtypes(model, global_batch(spec)[0][:2])
