@@ -516,10 +516,11 @@ def model_state_bytes(
 def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, workers: int) -> float:
     """Transient unsharded state of FSDP (zero2/zero3), which the ZeRO formulas leave out.
 
-    The trainer shards each transformer block as one FSDP unit (its norms as a second one). In backward, ZeRO-3 holds the current block's gathered parameters and its
-    unsharded gradients (before the reduce-scatter) while it prefetches the next block's
-    parameters: two blocks of parameters and one of gradients, each in the dtype it is gathered
-    in (:func:`gather_bytes`; the norms in FP32). ZeRO-2 keeps every block gathered anyway, so
+    The trainer shards each transformer block as one FSDP unit (its norms as a second one). In
+    backward, ZeRO-3 holds the current block's gathered parameters and its unsharded gradients
+    (before the reduce-scatter) while it prefetches the next block's parameters: two blocks of
+    parameters and one of gradients, each in the dtype it is gathered in (:func:`gather_bytes`;
+    the norms in FP32). ZeRO-2 keeps every block gathered anyway, so
     only one block of unsharded gradients is added. Negligible for deep models, but a quarter of
     the model state of a 4-layer one. Zero for one worker and for DDP/ZeRO-1.
     """

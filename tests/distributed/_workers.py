@@ -160,7 +160,8 @@ def forward_dtypes(module: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]
     return seen
 
 
-def forward_dtypes_worker(rank: int, world: int, strategies: list[str], model: Any = None) -> dict[str, dict[str, tuple]]:
+def forward_dtypes_worker(rank: int, world: int, strategies: list[str],
+                          model: Any = None) -> dict[str, dict[str, tuple]]:
     """:func:`forward_dtypes` of the tiny bf16 model (``model``: :func:`tiny_spec`'s) wrapped for each strategy."""
     from scaling.trainer.parallel import parallelize
 

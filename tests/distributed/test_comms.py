@@ -343,7 +343,8 @@ def _traffic_worker(rank: int, world: int) -> dict:
     out = {}
     for strategy, precision, micro_batches, family in CASES:
         spec = RunSpec.from_dict({
-            "model": TINY_LLAMA if family == "llama" else TINY.as_dict(), "tokens": 64 * 10, "batch_tokens": 64, "precision": precision,
+            "model": TINY_LLAMA if family == "llama" else TINY.as_dict(), "tokens": 64 * 10, "batch_tokens": 64,
+            "precision": precision,
             "execution": {"workers": world, "strategy": strategy},
         })
         torch.manual_seed(0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _workers import (TINY_LLAMA, build_model, forward_dtypes, forward_dtypes_worker, global_batch, grads_worker, reference_grads,
-                      spawn, tiny_spec)
+from _workers import (TINY_LLAMA, build_model, forward_dtypes, forward_dtypes_worker, global_batch, grads_worker,
+                      reference_grads, spawn, tiny_spec)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3", "zero3+offload"])
