@@ -118,6 +118,14 @@ class Shape:
         return 2 * d + (2 * self.head_dim if self.qk_norm else 0)
 
     @property
+    def layer_norm_params(self) -> int:
+        """One block's norm parameters (autocast computes with them in FP32): gpt2's two
+        LayerNorms (4d), llama's RMSNorms (2d, and two head-wide ones with qk_norm)."""
+        if self.family == "gpt2":
+            return 4 * self.d_model
+        return self.layer_vector_params
+
+    @property
     def layer_replicated_params(self) -> int:
         """One block's parameters every tensor-parallel rank holds whole: the norms, and gpt2's
         row-parallel output biases (column-parallel biases are split with their matrix)."""
@@ -424,8 +432,16 @@ Layout = Literal["zero", "torch"]
 
 
 def compute_bytes(precision: Precision) -> int:
-    """Bytes of one value in the compute dtype (what FSDP gathers parameters in)."""
+    """Bytes of one value in the compute dtype (activations; what autocast casts matmul inputs to)."""
     return 4 if precision == "fp32" else 2
+
+
+def gather_bytes(precision: Precision) -> int:
+    """Bytes per value in which this trainer's FSDP2 gathers the parameters autocast casts (the
+    linear layers): 2 under bf16; 4 under fp16 (gathered in FP32: autocast and loss scaling
+    alone) and fp32. Norms and embeddings are gathered in FP32 whatever the precision, as
+    autocast computes with them (``scaling.trainer.parallel.shard_as_autocast``)."""
+    return 2 if precision == "bf16" else 4
 
 
 @dataclass(frozen=True)
@@ -472,8 +488,9 @@ def model_state_bytes(
     precision: DDP 16Φ; ZeRO-1 4Φ + 12Φ/N_d; ZeRO-2 2Φ + 14Φ/N_d; ZeRO-3 16Φ/N_d.
     ``layout="torch"`` (the default: what this trainer allocates) keeps FP32 weights and gradients
     under autocast: DDP 16Φ; ZeRO-1 (ZeroRedundancyOptimizer) 8Φ + 8Φ/N_d; ZeRO-2 (FSDP2 without
-    resharding after forward) 16Φ/N_d plus the gathered compute-dtype copy of every parameter held
-    from forward to backward; ZeRO-3 (FSDP2) 16Φ/N_d.
+    resharding after forward) 16Φ/N_d plus the gathered copy of every parameter held from forward
+    to backward, in :func:`gather_bytes` (norms and embeddings, gathered in FP32, add 2 bytes each
+    under bf16: ``scaling.comms.memory_per_rank`` knows which they are); ZeRO-3 (FSDP2) 16Φ/N_d.
     """
     if layout not in STATE_BYTES:
         raise ValueError(f"unknown memory layout {layout!r} (use 'zero' or 'torch')")
@@ -491,7 +508,7 @@ def model_state_bytes(
         return w, g, o / n
     if strategy == "zero2":
         if layout == "torch" and n > 1:
-            return w / n + compute_bytes(precision) * params, g / n, o / n
+            return w / n + gather_bytes(precision) * params, g / n, o / n
         return w, g / n, o / n
     return w / n, g / n, o / n  # zero3
 
@@ -499,19 +516,21 @@ def model_state_bytes(
 def fsdp_buffer_bytes(shape: Shape, precision: Precision, strategy: Strategy, workers: int) -> float:
     """Transient unsharded state of FSDP (zero2/zero3), which the ZeRO formulas leave out.
 
-    The trainer shards each transformer block as one FSDP unit. In backward, ZeRO-3 holds the
-    current block's gathered parameters and its unsharded gradients (before the reduce-scatter)
-    while it prefetches the next block's parameters: two blocks of parameters and one of
-    gradients, in the compute dtype (2 bytes under bf16/fp16, 4 under fp32). ZeRO-2 keeps every
-    block gathered anyway, so only one block of unsharded gradients is added. Negligible for deep models, but a
-    quarter of the model state of a 4-layer one. Zero for one worker and for DDP/ZeRO-1.
+    The trainer shards each transformer block as one FSDP unit (its norms as a second one). In
+    backward, ZeRO-3 holds the current block's gathered parameters and its unsharded gradients
+    (before the reduce-scatter) while it prefetches the next block's parameters: two blocks of
+    parameters and one of gradients, each in the dtype it is gathered in (:func:`gather_bytes`;
+    the norms in FP32). ZeRO-2 keeps every block gathered anyway, so
+    only one block of unsharded gradients is added. Negligible for deep models, but a quarter of
+    the model state of a 4-layer one. Zero for one worker and for DDP/ZeRO-1.
     """
     if strategy not in ("zero2", "zero3") or workers < 2:
         return 0.0
-    b = compute_bytes(precision)
+    norms = shape.layer_norm_params
+    block = (shape.params_per_layer - norms) * gather_bytes(precision) + norms * 4
     if strategy == "zero2":  # parameters stay gathered (counted in the state): one block of gradients
-        return shape.params_per_layer * b
-    return shape.params_per_layer * (2 * b + b)
+        return float(block)
+    return float(3 * block)
 
 
 #: No single accelerator or host offers one worker more than this; a plan that does not state

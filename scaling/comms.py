@@ -8,7 +8,6 @@ The model and its sources: docs/reference/internals.md ("Communication model").
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -22,7 +21,7 @@ from scaling.accounting import (
     Shape,
     Strategy,
     compute_bytes,
-    fsdp_buffer_bytes,
+    gather_bytes,
     model_state_bytes,
 )
 
@@ -332,6 +331,26 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
     return n
 
 
+def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the linear layers,
+    weights and biases, which autocast casts: the blocks' and an untied output layer.
+
+    The rest (norms, embeddings, a tied output layer, which is the token embedding) FSDP2
+    gathers in FP32 (:func:`scaling.trainer.parallel.shard_as_autocast`).
+    """
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
+    n = (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
+    if stage == pp - 1 and not shape.tied:
+        n += shape.params_output
+    return n
+
+
+def gathered_bytes(params: int, kept: int, precision: Precision) -> float:
+    """Bytes of ``params`` parameters as FSDP2 gathers them, ``kept`` of them (norms, embeddings) in FP32."""
+    return float(gather_bytes(precision) * (params - kept) + 4 * kept)
+
+
 # -- traffic ------------------------------------------------------------------------------
 
 
@@ -363,7 +382,7 @@ def dp_traffic(
     dp: int,
     precision: Precision,
     micro_batches: int = 1,
-    regathered: int | None = None,
+    kept: int = 0,
     layout: Layout = "torch",
 ) -> list[Traffic]:
     """Data-parallel collectives of one step for a rank holding ``params`` parameters.
@@ -374,18 +393,17 @@ def dp_traffic(
     volume); ZeRO-3 all-gathers parameters in forward and again in backward (1.5x DDP).
     ``layout="torch"`` counts what this trainer issues: DDP and ZeRO-1 all-reduce FP32
     gradients, and ZeroRedundancyOptimizer then broadcasts each updated FP32 parameter from its
-    owner; ZeRO-2/3 (FSDP2) all-gather compute-dtype parameters every micro-batch forward, ZeRO-3
-    again in backward (``regathered`` parameters: all of them by default, as the trainer reshards
-    every unit, the root included), and reduce-scatter FP32 gradients.
+    owner; ZeRO-2/3 (FSDP2) all-gather the parameters every micro-batch forward, ZeRO-3 again in
+    backward (the trainer reshards every unit, the root included), and reduce-scatter FP32
+    gradients. They gather what autocast casts in :func:`gather_bytes` and the ``kept`` others
+    (norms, embeddings; :func:`cast_params_per_rank`) in FP32, as autocast computes with them.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (use one of {STRATEGIES})")
     if dp == 1 or strategy == "single":
         return []
     weight_b, grad_b, _ = STATE_BYTES[layout][precision]
-    gather_b = compute_bytes(precision) if layout == "torch" else weight_b
     m = micro_batches
-    again = params if regathered is None else regathered
     if layout == "zero":
         if strategy == "ddp":
             return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
@@ -394,7 +412,7 @@ def dp_traffic(
             return out + [Traffic("dp", "all_gather", dp, weight_b * params, 1, "updated parameters")]
         return out + [
             Traffic("dp", "all_gather", dp, weight_b * params, m, "parameters, forward"),
-            Traffic("dp", "all_gather", dp, weight_b * again, m, "parameters, backward"),
+            Traffic("dp", "all_gather", dp, weight_b * params, m, "parameters, backward"),
         ]
     if strategy == "ddp":
         return [Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients")]
@@ -403,12 +421,13 @@ def dp_traffic(
             Traffic("dp", "all_reduce", dp, grad_b * params, 1, "gradients"),
             Traffic("dp", "broadcast", dp, weight_b * params, 1, "updated parameters from their owners"),
         ]
+    gathered = gathered_bytes(params, kept, precision)
     out = [
-        Traffic("dp", "all_gather", dp, gather_b * params, m, "parameters, forward"),
+        Traffic("dp", "all_gather", dp, gathered, m, "parameters, forward"),
         Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients"),
     ]
     if strategy == "zero3":
-        out.append(Traffic("dp", "all_gather", dp, gather_b * again, m, "parameters, backward"))
+        out.append(Traffic("dp", "all_gather", dp, gathered, m, "parameters, backward"))
     return out
 
 
@@ -475,7 +494,8 @@ def step_traffic(
     """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
-    traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, layout=mem_layout)
+    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, kept, mem_layout)
     return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)
 
 
@@ -574,7 +594,11 @@ def memory_per_rank(
     """
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
+    if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
+        # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see dp_traffic)
+        weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
     scale = 2.0 if precision == "fp32" else 1.0
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute)
@@ -588,12 +612,12 @@ def memory_per_rank(
     if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
         # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the
         # step: after its first backward a stage keeps its parameters gathered and accumulates
-        # unsharded gradients, both in the compute dtype, until every micro-batch is done.
-        buffers = 2.0 * params * compute_bytes(precision)
+        # unsharded gradients, both in the dtype they are gathered in, until every micro-batch is done.
+        buffers = 2.0 * gathered_bytes(params, kept, precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
-        per_block = dataclasses.replace(shape, n_layer=1)
-        one_block = fsdp_buffer_bytes(per_block, precision, layout.strategy, layout.dp)
-        buffers = one_block * block_params_per_tp_rank(shape, t) / shape.params_per_layer
+        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block (its norms in FP32)
+        one_block = gathered_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision)
+        buffers = one_block * (3 if layout.strategy == "zero3" else 1)
     return MemoryEstimate.with_margin(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
         activations=acts, buffers=buffers, margin=margin,

@@ -229,18 +229,63 @@ def global_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), 2.0)
 
 
-def mixed_precision_policy(precision: str) -> Any:
-    """FSDP2's policy: bf16 compute copies of the parameters, gradients reduced in FP32.
+#: Modules whose parameters autocast hands to its kernels in the compute dtype (``F.linear``
+#: casts weight and bias). Every other parameter (norms, embeddings) stays FP32 under autocast.
+AUTOCAST_CAST_MODULES: tuple[type[nn.Module], ...] = (nn.Linear,)
 
-    The sharded parameters (the optimizer's master weights) stay FP32, matching the
-    mixed-precision Adam recipe the accounting assumes. fp16 stays on autocast + loss scaling
+
+def mixed_precision_policy(precision: str, *, cast: bool = True) -> Any:
+    """FSDP2's policy for one unit: the dtype its parameters are gathered in, gradients reduced in FP32.
+
+    ``cast``: the unit's parameters are ones autocast casts (:data:`AUTOCAST_CAST_MODULES`), so
+    under bf16 they are gathered in bf16, which halves the all-gather and computes exactly what
+    autocast computes; otherwise they are gathered in FP32, as autocast uses them. The unit's
+    inputs are never cast, so the residual stream stays FP32 as on one process. The sharded
+    parameters (the optimizer's master weights) stay FP32, matching the mixed-precision Adam
+    recipe the accounting assumes. fp16 gathers in FP32 and relies on autocast and loss scaling
     only, so the scaler sees FP32 gradients as in the single-process loop.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if precision == "bf16":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    return MixedPrecisionPolicy()
+    if precision == "bf16" and cast:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    return MixedPrecisionPolicy(cast_forward_inputs=False)
+
+
+def _owns_parameters(module: nn.Module) -> bool:
+    return next(module.parameters(recurse=False), None) is not None
+
+
+def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str, *, reshard: bool,
+                      **kwargs: Any) -> None:
+    """FSDP2 over ``model`` in place, with units whose gathered parameters are what autocast computes with.
+
+    Each block is one unit of its linear layers (gathered in the compute dtype) and one of its
+    other parameter-holding modules, its norms (gathered in FP32). An untied output layer is a
+    unit of its own in the compute dtype; the root unit holds what is left (embeddings, final
+    norm, a tied output layer) in FP32, since an embedding lookup is not autocast and returns
+    FP32 rows. So a ZeRO-2/3 run computes what one process does under autocast, at the cost of
+    gathering norms and embeddings in FP32 (see :func:`scaling.comms.dp_traffic`). ``kwargs`` go
+    to every ``fully_shard`` (``mesh``, ``offload_policy``).
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    cast, kept = mixed_precision_policy(precision), mixed_precision_policy(precision, cast=False)
+    inside: set[int] = set()
+    for block in blocks:
+        norms = [m for m in block.modules() if _owns_parameters(m) and not isinstance(m, AUTOCAST_CAST_MODULES)]
+        if norms and cast != kept:
+            fully_shard(norms, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
+        fully_shard(block, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
+        inside.update(id(m) for m in block.modules())
+    if cast != kept:
+        rest = [m for m in model.modules() if id(m) not in inside and m is not model]
+        uncast = {id(p) for m in rest if not isinstance(m, AUTOCAST_CAST_MODULES) for p in m.parameters(recurse=False)}
+        for m in rest:  # an untied output layer: a tied one is the embedding, which stays FP32
+            params = list(m.parameters(recurse=False))
+            if isinstance(m, AUTOCAST_CAST_MODULES) and params and not any(id(p) in uncast for p in params):
+                fully_shard(m, reshard_after_forward=reshard, mp_policy=cast, **kwargs)
+    fully_shard(model, reshard_after_forward=reshard, mp_policy=kept, **kwargs)
 
 
 def parallelize(
@@ -338,18 +383,14 @@ def parallelize(
         )
         return Parallel(module=ddp, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
     reshard = name == "zero3"
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if spec.execution.cpu_offload else OffloadPolicy()
     )
-    kwargs = dict(mesh=dp_mesh, mp_policy=mixed_precision_policy(spec.precision), offload_policy=offload)
-    for block in find_blocks(model):
-        fully_shard(block, reshard_after_forward=reshard, **kwargs)
-    # The root holds embeddings, final norm and the tied output layer. Its parameters are
-    # needed again at once by backward, so keeping them gathered after forward costs nothing.
-    fully_shard(model, reshard_after_forward=False if not reshard else True, **kwargs)
+    shard_as_autocast(model, find_blocks(model), spec.precision, reshard=reshard, mesh=dp_mesh,
+                      offload_policy=offload)
     materialized(torch.device("cpu") if spec.execution.cpu_offload else device)
     return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 

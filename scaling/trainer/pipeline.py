@@ -369,16 +369,12 @@ def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
 
 
 def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> None:
-    """FSDP2 over the "dp" mesh dim for ``zero2``/``zero3`` (per block, then the stage), in place;
-    on the meta device, so each rank later allocates only its shard."""
-    from torch.distributed.fsdp import fully_shard
+    """FSDP2 over the "dp" mesh dim for ``zero2``/``zero3`` (per block, then the stage, with the
+    units of :func:`~scaling.trainer.parallel.shard_as_autocast`), in place; on the meta device,
+    so each rank later allocates only its shard."""
+    from scaling.trainer.parallel import shard_as_autocast
 
-    from scaling.trainer.parallel import mixed_precision_policy
-
-    reshard = strategy == "zero3"
-    for block in stage.blocks.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
-    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mixed_precision_policy(spec.precision))
+    shard_as_autocast(stage, list(stage.blocks.values()), spec.precision, reshard=strategy == "zero3", mesh=dp_mesh)
 
 
 def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:

@@ -138,6 +138,41 @@ def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
     return par.full_grads()
 
 
+def forward_dtypes(module: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]:
+    """Per submodule of ``module`` (by name), the dtypes of its input, its own parameters as its
+    forward sees them (as it starts: FSDP2 may reshard a unit as it ends) and its output, in one
+    bf16 autocast forward of ``x``."""
+    params: dict[str, tuple] = {}
+    seen: dict[str, tuple] = {}
+    handles = []
+    for name, sub in module.named_modules():
+        def before(m: torch.nn.Module, args: tuple, _name: str = name) -> None:
+            params[_name] = tuple(p.dtype for p in m.parameters(recurse=False))
+
+        def after(m: torch.nn.Module, args: tuple, out: Any, _name: str = name) -> None:
+            first = args[0] if args else None
+            seen[_name] = (getattr(first, "dtype", None), params[_name], getattr(out, "dtype", None))
+        handles += [sub.register_forward_pre_hook(before), sub.register_forward_hook(after)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        module(x)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+def forward_dtypes_worker(rank: int, world: int, strategies: list[str],
+                          model: Any = None) -> dict[str, dict[str, tuple]]:
+    """:func:`forward_dtypes` of the tiny bf16 model (``model``: :func:`tiny_spec`'s) wrapped for each strategy."""
+    from scaling.trainer.parallel import parallelize
+
+    out = {}
+    for strategy in strategies:
+        spec = tiny_spec(strategy, "bf16", model)
+        par = parallelize(build_model(spec), spec)
+        out[strategy] = forward_dtypes(par.model, global_batch(spec)[0][:2])
+    return out
+
+
 # -- whole runs through scaling.trainer.train ------------------------------------------------------
 def run_spec(strategy: str, precision: str = "fp32", workers: int = 2, **over: Any) -> Any:
     """A tiny run of ten steps that reports after every step (eval_interval 1); tasks are scored

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from _workers import spawn
+from _workers import TINY_LLAMA, spawn
 
 from scaling.accounting import Shape, model_state_bytes
 from scaling.comms import (
@@ -160,7 +160,8 @@ def test_pipeline_traffic() -> None:
     shape = Shape(n_layer=8, d_model=64, n_head=4, vocab_size=256, context=32)
     traffic = step_traffic(shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2), "bf16")
     p2p = [t for t in traffic if t.kind == "send_recv"]
-    assert sum(t.bytes_per_step for t in p2p) == 2 * 6 * (2 * 2 * 32 * 64)  # fwd + bwd, m micro-batches
+    # fwd + bwd, m micro-batches, of the FP32 residual stream (4 bytes) whatever the compute precision
+    assert sum(t.bytes_per_step for t in p2p) == 2 * 6 * (4 * 2 * 32 * 64)
     inter = step_traffic(
         shape, ParallelLayout(pp=4, micro_batches=6, micro_batch=2, schedule="interleaved", chunks=2), "bf16"
     )
@@ -221,6 +222,8 @@ def test_memory_without_tp_pp_is_state_activations_and_buffers_by_hand(strategy:
     scale = 2 if precision == "fp32" else 1
     acts = scale * (L * 2 * s * b * h + layer if recompute == "full" else L * layer) + 8 * s * b * v
     state = model_state_bytes(TINY.params_total, precision, strategy, 4)  # type: ignore[arg-type]
+    if strategy == "zero2" and precision == "bf16":  # its gathered norms and embeddings are FP32: 2 bytes more
+        state = (state[0] + 2 * (TINY.params_embedding + 2 * h + L * 4 * h), *state[1:])
     buffers = fsdp_buffer_bytes(TINY, precision, strategy, 4)  # type: ignore[arg-type]
     assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == pytest.approx(state)
     assert est.activations_bytes == pytest.approx(acts) and est.buffers_bytes == pytest.approx(buffers)
@@ -322,8 +325,10 @@ class CountingCollectives:
             setattr(dist, name, real)
 
 
-CASES = [("ddp", "fp32", 1), ("ddp", "bf16", 2), ("zero1", "fp32", 1), ("zero2", "bf16", 2),
-         ("zero3", "fp32", 1), ("zero3", "bf16", 2)]
+#: (strategy, precision, micro-batches, family): a llama's RMSNorms and untied head under bf16 ZeRO-3 too.
+CASES = [("ddp", "fp32", 1, "gpt2"), ("ddp", "bf16", 2, "gpt2"), ("zero1", "fp32", 1, "gpt2"),
+         ("zero2", "bf16", 2, "gpt2"), ("zero3", "fp32", 1, "gpt2"), ("zero3", "bf16", 2, "gpt2"),
+         ("zero3", "bf16", 1, "llama")]
 
 
 def _traffic_worker(rank: int, world: int) -> dict:
@@ -336,9 +341,10 @@ def _traffic_worker(rank: int, world: int) -> dict:
     from scaling.trainer.spec import RunSpec
 
     out = {}
-    for strategy, precision, micro_batches in CASES:
+    for strategy, precision, micro_batches, family in CASES:
         spec = RunSpec.from_dict({
-            "model": TINY.as_dict(), "tokens": 64 * 10, "batch_tokens": 64, "precision": precision,
+            "model": TINY_LLAMA if family == "llama" else TINY.as_dict(), "tokens": 64 * 10, "batch_tokens": 64,
+            "precision": precision,
             "execution": {"workers": world, "strategy": strategy},
         })
         torch.manual_seed(0)
@@ -360,7 +366,7 @@ def _traffic_worker(rank: int, world: int) -> dict:
                     loss.backward()
             opt.step()
         dist.barrier()
-        out[(strategy, precision, micro_batches)] = dict(counter.calls)
+        out[(strategy, precision, micro_batches, family)] = dict(counter.calls)
     return out
 
 
@@ -371,8 +377,9 @@ def wire(tmp_path_factory) -> list[dict]:
     return spawn(_traffic_worker, 2, str(tmp_path_factory.mktemp("wire")))
 
 
-@pytest.mark.parametrize("strategy,precision,micro_batches", CASES)
-def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, micro_batches: int, wire) -> None:
+@pytest.mark.parametrize("strategy,precision,micro_batches,family", CASES)
+def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, micro_batches: int, family: str,
+                                                  wire) -> None:
     """Per collective kind, the bytes handed to torch.distributed in one step equal the model's payload.
 
     Exact: DDP's buckets are views of the gradients without padding, and FSDP2 pads each
@@ -381,10 +388,11 @@ def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, 
     """
     layout = ParallelLayout(dp=2, strategy=strategy, micro_batches=micro_batches, micro_batch=2)  # type: ignore[arg-type]
     expected: dict[str, float] = defaultdict(float)
-    for t in step_traffic(TINY, layout, precision):  # type: ignore[arg-type]
+    shape = Shape(**TINY_LLAMA) if family == "llama" else TINY
+    for t in step_traffic(shape, layout, precision):  # type: ignore[arg-type]
         expected[t.kind] += t.bytes_per_step
     for rank, by_case in enumerate(wire):
-        calls = by_case[(strategy, precision, micro_batches)]
+        calls = by_case[(strategy, precision, micro_batches, family)]
         measured = {kind: float(sum(sizes)) for kind, sizes in calls.items()}
         assert measured == dict(expected), f"rank {rank}: {calls}"
 

@@ -16,13 +16,12 @@ from _workers import run_spec, spawn, train_each, train_worker, trajectory
 #: fp32: the strategies change only the order of reductions (all-reduce / reduce-scatter of
 #: gradients, micro-batch accumulation), so the losses agree to a few fp32 ulps; measured ~2e-7.
 FP32_RTOL = 1e-5
-#: bf16: DDP and ZeRO-1 compute exactly what the single process computes under autocast, but
-#: FSDP2's MixedPrecisionPolicy keeps bf16 copies of *every* parameter (LayerNorm gains,
-#: embeddings), so the residual stream is bf16 where autocast keeps it fp32. Each such rounding
-#: is at most half a bf16 ulp, 2**-9 (8-bit significand); the loss, a mean over 256 tokens,
-#: averages them, so over ten steps it must stay within one such half-ulp of the reference.
-#: Measured: 2e-5 (ddp, zero1) and 4e-4 (zero2, zero3).
-BF16_RTOL = 2.0**-9
+#: bf16: every strategy computes what the single process computes under autocast (FSDP2 gathers
+#: the linear layers in bf16, the cast autocast makes, and norms and embeddings in FP32, with the
+#: residual stream FP32), so only the order of reductions and the micro-batch split of the bf16
+#: matmuls differ. Measured: 2.5e-5 (ddp), 2.2e-5 (zero1), 1.5e-5 (zero2, zero3); with every
+#: parameter gathered in bf16 (the residual stream bf16) zero2/zero3 were at 2.9e-4, which fails.
+BF16_RTOL = 5e-5
 
 _REFERENCE: dict[tuple[str, bool], list[tuple[int, float]]] = {}
 #: A llama (grouped-query attention, qk-norm, untied head, a z-loss) on context 32.
