@@ -433,14 +433,13 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
     return []
 
 
-def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
-             params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
-             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
-    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+def csv_rows(path: str | Path, *, drop_duplicates: bool = False) -> tuple[pd.DataFrame, str, np.ndarray, int]:
+    """The data rows of the CSV at ``path``, each once: (rows, separator, the file positions of the
+    rows kept, copies dropped). The one reader of a CSV's rows, so the loss fits and the task
+    columns (`scaling.fitting.tasks.tasks_from_csv`) see the same rows.
 
-    A row identical in every column to an earlier one is a copy, not another run (counted, it
-    would double its group's runs and narrow every interval): refused, or with
-    ``drop_duplicates`` dropped and counted in a warning.
+    A row identical in every column to an earlier one is a copy, not another run: FitError naming
+    both rows, or with ``drop_duplicates`` dropped (and counted).
     """
     df, sep = read_csv(path)
     if len(df) == 0:
@@ -456,6 +455,19 @@ def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: f
     kept = np.flatnonzero(~copies)  # file positions of the rows read, so messages name the file's rows
     if dropped:
         df = df[~copies].reset_index(drop=True)
+    return df, sep, kept, dropped
+
+
+def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
+             params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
+             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
+    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+
+    A row identical in every column to an earlier one is a copy, not another run (counted, it
+    would double its group's runs and narrow every interval): refused, or with
+    ``drop_duplicates`` dropped and counted in a warning.
+    """
+    df, sep, kept, dropped = csv_rows(path, drop_duplicates=drop_duplicates)
     data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
                       source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
                       drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {kept[i] + 1}",
