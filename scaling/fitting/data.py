@@ -267,17 +267,22 @@ def from_frame(
             return f"{col}={float(v[i])!r}"
 
         with np.errstate(invalid="ignore"):
-            if key == "beta2":  # the plan's rule, not "positive": 0 is a valid beta2, 1.5 is not
-                allowed, why = HPARAM_CHECKS["beta2"]
-                outside = np.isfinite(v) & ~np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v])
-                invalid = ~np.isfinite(v) & ~parsed.unreadable
+            if key in ("beta2", "lr"):  # the plan's rule: 0 is a valid beta2 (1.5 is not), an lr above 100 is not
+                allowed, why = HPARAM_CHECKS[key]
+                ruled = np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v], dtype=bool)
+                if key == "lr":  # a missing or non-positive lr is named as the other columns' are
+                    invalid = ~np.isfinite(v) | (v <= 0)
+                else:
+                    invalid = ~np.isfinite(v) & ~parsed.unreadable
+                outside = np.isfinite(v) & ~invalid & ~ruled
                 if outside.any() and not parsed.unreadable.any():
-                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible beta2 (first: {label(i)}, "
-                            f"beta2={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such rows)", number)
+                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible {name} (first: "
+                            f"{label(i)}, {name}={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such "
+                            "rows)", number)
             else:
                 invalid = ~np.isfinite(v) | (v <= 0)
                 outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
-        if key != "beta2" and outside.any() and not parsed.unreadable.any() and not invalid.any():
+        if key not in ("beta2", "lr") and outside.any() and not parsed.unreadable.any() and not invalid.any():
             problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
                     f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
                     "--drop-invalid drops such rows)", number)
