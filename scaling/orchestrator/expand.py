@@ -316,11 +316,13 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
 def run_requests(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> tuple[list[Requested], list[str]]:
     """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once (:func:`merged`)."""
     built: list[Requested] = []
+    executions = [_block_execution(plan, b) for b in range(len(plan.grid))]  # once per block
     for point in points:
         if point.kind == "branches":
             built += _branch_requests(plan, point, source)
         else:
-            built.append(Requested(point_request(plan, point, source), point.block, point.model, point.kind, point.budget))
+            request = point_request(plan, point, source, execution=executions[point.block])
+            built.append(Requested(request, point.block, point.model, point.kind, point.budget))
     return merged(built)
 
 
@@ -356,28 +358,45 @@ def merged(requested: list[Requested]) -> tuple[list[Requested], list[str]]:
 
 
 def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
-                resources: Optional[ResourcesPlan] = None, **fields: Any) -> RunRequest:
+                resources: Optional[ResourcesPlan] = None, base_execution: Optional[ExecutionSpec] = None,
+                **fields: Any) -> RunRequest:
     """One run as the plan asks for it: its shared sections with the run's shape, D, lr, batch and seed.
 
     ``resources`` replaces the plan's (a grid block's: :meth:`Plan.block_resources`); ``fields``
     adds or replaces RunSpec fields (faults, name, tags, a schedule, a branch). Only the placement
     fields the plan sets are set on the request, so the resolver searches the others under
-    ``strategy: auto``. Raises pydantic's ValidationError for a value the spec refuses.
+    ``strategy: auto``. ``base_execution``: :func:`execution_section` of ``resources``, when the
+    caller has it (it is the same for every run of a block). Raises pydantic's ValidationError for
+    a value the spec refuses.
     """
-    res = resources or plan.resources
     recipe = {name: getattr(plan.train, name) for name in Recipe.model_fields}
     recipe.update(optimizer={**plan.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
-    execution = ExecutionSpec(
-        **{name: getattr(plan.train, name) for name in LoopSettings.model_fields},
-        **{name: getattr(res, name) for name in Placement.model_fields if name in res.model_fields_set},
-        device=res.device,
-    )
+    execution = base_execution or execution_section(plan, resources or plan.resources)
     values: dict[str, Any] = dict(
         **recipe, model=shape.as_dict(), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
     )
     return RunRequest.model_validate(_merged(values, fields))
+
+
+def execution_section(plan: Plan, res: ResourcesPlan) -> ExecutionSpec:
+    """The execution section of a run placed by ``res``: the plan's loop settings and the placement
+    fields ``res`` sets (the resolver searches the others under ``strategy: auto``)."""
+    return ExecutionSpec(
+        **{name: getattr(plan.train, name) for name in LoopSettings.model_fields},
+        **{name: getattr(res, name) for name in Placement.model_fields if name in res.model_fields_set},
+        device=res.device,
+    )
+
+
+def _block_execution(plan: Plan, block: int) -> Optional[ExecutionSpec]:
+    """:func:`execution_section` of grid block ``block``, or None where it is refused (each run's
+    request then refuses it at the run's line, as :func:`point_request` words it)."""
+    try:
+        return execution_section(plan, plan.block_resources(block))
+    except ValidationError:
+        return None
 
 
 def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,8 +411,10 @@ def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = None, *,
                   schedule: Any = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
-                  name: Optional[str] = None, tags: Optional[dict[str, str]] = None) -> RunRequest:
-    """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line."""
+                  name: Optional[str] = None, tags: Optional[dict[str, str]] = None,
+                  execution: Optional[ExecutionSpec] = None) -> RunRequest:
+    """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line.
+    ``execution``: the block's :func:`execution_section`, when the caller has it."""
     conv = plan.conventions
     fields: dict[str, Any] = {
         "faults": plan.grid[point.block].faults,
@@ -406,7 +427,7 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
         fields.update(branch=branch, execution={"keep_steps": tuple(keep_steps)})
     try:
         return run_request(plan, point.shape, point.tokens, point.lr, point.batch, point.seed,
-                           plan.block_resources(point.block), **_merged(fields, point.overrides))
+                           plan.block_resources(point.block), execution, **_merged(fields, point.overrides))
     except ValidationError as exc:  # a value the trainer refuses
         err = exc.errors()[0]
         detail = str(err["msg"]).removeprefix("Value error, ")
