@@ -117,7 +117,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("fingerprint set by hand", GOOD.replace("source: builtin", "source: builtin\n  fingerprint: abc"),
      ["data", "measured from the data"]),
     ("grid past the run limit", GOOD.replace("[6000, 30000]", "[" + ", ".join(str(6000 + i) for i in range(400)) + "]")
-     .replace("compute: [1.0e+12]", "tokens: [" + ", ".join(str(1_000_000 + i) for i in range(300)) + "]"),
+     .replace("compute: [1.0e+12]", "tokens: [" + ", ".join(str(1_000_000 + 10 * i) for i in range(300)) + "]"),
      ["grid", "120,000 runs", "100,000"]),  # 400 x 300: within the plan file's size cap
     ("branch tokens past the database's integers",
      GOOD.replace("compute: [1.0e+12]", "branches: {tokens: [1.0e+6, 1.0e+30]}"),
