@@ -267,17 +267,22 @@ def from_frame(
             return f"{col}={float(v[i])!r}"
 
         with np.errstate(invalid="ignore"):
-            if key == "beta2":  # the plan's rule, not "positive": 0 is a valid beta2, 1.5 is not
-                allowed, why = HPARAM_CHECKS["beta2"]
-                outside = np.isfinite(v) & ~np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v])
-                invalid = ~np.isfinite(v) & ~parsed.unreadable
+            if key in ("beta2", "lr"):  # the plan's rule: 0 is a valid beta2 (1.5 is not), an lr above 100 is not
+                allowed, why = HPARAM_CHECKS[key]
+                ruled = np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v], dtype=bool)
+                if key == "lr":  # a missing or non-positive lr is named as the other columns' are
+                    invalid = ~np.isfinite(v) | (v <= 0)
+                else:
+                    invalid = ~np.isfinite(v) & ~parsed.unreadable
+                outside = np.isfinite(v) & ~invalid & ~ruled
                 if outside.any() and not parsed.unreadable.any():
-                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible beta2 (first: {label(i)}, "
-                            f"beta2={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such rows)", number)
+                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible {name} (first: "
+                            f"{label(i)}, {name}={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such "
+                            "rows)", number)
             else:
                 invalid = ~np.isfinite(v) | (v <= 0)
                 outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
-        if key != "beta2" and outside.any() and not parsed.unreadable.any() and not invalid.any():
+        if key not in ("beta2", "lr") and outside.any() and not parsed.unreadable.any() and not invalid.any():
             problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
                     f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
                     "--drop-invalid drops such rows)", number)
@@ -433,14 +438,13 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
     return []
 
 
-def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
-             params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
-             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
-    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+def csv_rows(path: str | Path, *, drop_duplicates: bool = False) -> tuple[pd.DataFrame, str, np.ndarray, int]:
+    """The data rows of the CSV at ``path``, each once: (rows, separator, the file positions of the
+    rows kept, copies dropped). The one reader of a CSV's rows, so the loss fits and the task
+    columns (`scaling.fitting.tasks.tasks_from_csv`) see the same rows.
 
-    A row identical in every column to an earlier one is a copy, not another run (counted, it
-    would double its group's runs and narrow every interval): refused, or with
-    ``drop_duplicates`` dropped and counted in a warning.
+    A row identical in every column to an earlier one is a copy, not another run: FitError naming
+    both rows, or with ``drop_duplicates`` dropped (and counted).
     """
     df, sep = read_csv(path)
     if len(df) == 0:
@@ -456,6 +460,19 @@ def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: f
     kept = np.flatnonzero(~copies)  # file positions of the rows read, so messages name the file's rows
     if dropped:
         df = df[~copies].reset_index(drop=True)
+    return df, sep, kept, dropped
+
+
+def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: float | None = None,
+             params_convention: str = "non_embedding", loss_units: str | None = None, drop_invalid: bool = False,
+             r_star: float = R_STAR_DATA, hparams: str = "tuned", drop_duplicates: bool = False) -> FitData:
+    """Read a CSV of measurements (column aliases in :data:`ALIASES`; see :func:`from_frame`).
+
+    A row identical in every column to an earlier one is a copy, not another run (counted, it
+    would double its group's runs and narrow every interval): refused, or with
+    ``drop_duplicates`` dropped and counted in a warning.
+    """
+    df, sep, kept, dropped = csv_rows(path, drop_duplicates=drop_duplicates)
     data = from_frame(df, flops_convention=flops_convention, params_convention=params_convention,
                       source=str(path), unique_tokens=unique_tokens, loss_units=loss_units,
                       drop_invalid=drop_invalid, r_star=r_star, row_label=lambda i: f"data row {kept[i] + 1}",

@@ -433,10 +433,14 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
 
 
 def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> TaskData:
-    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects."""
-    from scaling.fitting.tabular import read_csv
+    """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects.
 
-    df, _ = read_csv(path)
+    The rows are those ``data`` was fitted on (`scaling.fitting.data.csv_rows`): a copy of an
+    earlier row is left out, as ``--drop-duplicates`` left it out of ``data`` (without it the copy
+    was refused before the tasks are read)."""
+    from scaling.fitting.data import csv_rows
+
+    df, _, _, _ = csv_rows(path, drop_duplicates=True)
     td = tasks_from_frame(df, data, source=str(path))
     if tasks and not td.tasks():
         raise FitError(f"{path}: --task given but the file has no task columns (task/<task>/acc, acc_<task>, "

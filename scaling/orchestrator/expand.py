@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from scaling.accounting import Shape, check_fits
 from scaling.errors import PlanError, ResourceError, UserError
 from scaling.layout import Decision
+from scaling.naming import printable_problem
 from scaling.orchestrator import branches
 from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
 from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
@@ -50,7 +51,7 @@ from scaling.trainer.resolve import (
     decide_precision,
     resolve,
 )
-from scaling.trainer.spec import ExecutionSpec, LoopSettings, Placement, Recipe, RunRequest, RunSpec
+from scaling.trainer.spec import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe, RunRequest, RunSpec
 from scaling.vocab import HPARAM_GROUP_TAG
 
 
@@ -121,13 +122,19 @@ class GridPoint:
 
 @dataclass(frozen=True)
 class Requested:
-    """Stage 3's output: one run as a request, with the grid facts it keeps."""
+    """Stage 3's output: one run as a request, with the grid facts it keeps.
+
+    ``template``: the request of a run of the same hyperparameter group that differs from this one
+    only in its optimizer's lr and beta2 and its name, none of which the spec's checks across fields
+    or the resolver read: this run is its validated copy and is placed as it is (:func:`placed`).
+    """
 
     request: RunRequest
     block: int
     model: int
     kind: str
     budget: Optional[float]
+    template: Optional[RunRequest] = None
 
 
 # -- stage 1 ------------------------------------------------------------------------------------
@@ -316,12 +323,47 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
 def run_requests(plan: Plan, points: list[GridPoint], source: Optional[YamlSource] = None) -> tuple[list[Requested], list[str]]:
     """Each point as a RunRequest (a ``branches`` point as its trunk and branches), each key once (:func:`merged`)."""
     built: list[Requested] = []
+    executions = [_block_execution(plan, b) for b in range(len(plan.grid))]  # once per block
+    templates: dict[tuple[Any, ...], RunRequest] = {}
     for point in points:
         if point.kind == "branches":
             built += _branch_requests(plan, point, source)
-        else:
-            built.append(Requested(point_request(plan, point, source), point.block, point.model, point.kind, point.budget))
+            continue
+        shared_by = _template_key(point)
+        template = templates.get(shared_by) if shared_by is not None else None
+        request = _derived(template, point) if template is not None else None
+        if request is None:
+            template = None
+            request = point_request(plan, point, source, execution=executions[point.block])
+            if shared_by is not None:
+                templates.setdefault(shared_by, request)
+        built.append(Requested(request, point.block, point.model, point.kind, point.budget, template))
     return merged(built)
+
+
+def _template_key(point: GridPoint) -> Optional[tuple[Any, ...]]:
+    """What a hyperparameter group's run shares with the runs it may be derived from: everything
+    but its lr, beta2 and name (None for a point that is not a group's run)."""
+    if HPARAM_GROUP_TAG not in point.tags:
+        return None
+    rest = {k: v for k, v in point.overrides.items() if k not in ("optimizer", "name")}
+    optimizer = {k: v for k, v in point.overrides.get("optimizer", {}).items() if k != "beta2"}
+    return (point.block, point.model, point.kind, point.shape, point.seed, point.loc, point.tokens, point.budget,
+            point.batch, repr(sorted(point.tags.items())), repr(sorted(rest.items())), repr(sorted(optimizer.items())))
+
+
+def _derived(template: RunRequest, point: GridPoint) -> Optional[RunRequest]:
+    """``template`` with ``point``'s lr, beta2 and name, each validated (the checks across fields
+    read none of them); None where one is refused, so the point's own request words the error."""
+    name = point.overrides.get("name")
+    if not isinstance(name, str) or printable_problem(name):
+        return None
+    values = {**template.optimizer.model_dump(), "lr": point.lr, **point.overrides.get("optimizer", {})}
+    try:
+        optimizer = OptimizerSpec.model_validate(values)
+    except ValidationError:
+        return None
+    return template.model_copy(update={"optimizer": optimizer, "name": name})
 
 
 def _branch_requests(plan: Plan, point: GridPoint, source: Optional[YamlSource]) -> list[Requested]:
@@ -356,28 +398,45 @@ def merged(requested: list[Requested]) -> tuple[list[Requested], list[str]]:
 
 
 def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
-                resources: Optional[ResourcesPlan] = None, **fields: Any) -> RunRequest:
+                resources: Optional[ResourcesPlan] = None, base_execution: Optional[ExecutionSpec] = None,
+                **fields: Any) -> RunRequest:
     """One run as the plan asks for it: its shared sections with the run's shape, D, lr, batch and seed.
 
     ``resources`` replaces the plan's (a grid block's: :meth:`Plan.block_resources`); ``fields``
     adds or replaces RunSpec fields (faults, name, tags, a schedule, a branch). Only the placement
     fields the plan sets are set on the request, so the resolver searches the others under
-    ``strategy: auto``. Raises pydantic's ValidationError for a value the spec refuses.
+    ``strategy: auto``. ``base_execution``: :func:`execution_section` of ``resources``, when the
+    caller has it (it is the same for every run of a block). Raises pydantic's ValidationError for
+    a value the spec refuses.
     """
-    res = resources or plan.resources
     recipe = {name: getattr(plan.train, name) for name in Recipe.model_fields}
     recipe.update(optimizer={**plan.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
-    execution = ExecutionSpec(
-        **{name: getattr(plan.train, name) for name in LoopSettings.model_fields},
-        **{name: getattr(res, name) for name in Placement.model_fields if name in res.model_fields_set},
-        device=res.device,
-    )
+    execution = base_execution or execution_section(plan, resources or plan.resources)
     values: dict[str, Any] = dict(
         **recipe, model=plan.model.family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
     )
     return RunRequest.model_validate(_merged(values, fields))
+
+
+def execution_section(plan: Plan, res: ResourcesPlan) -> ExecutionSpec:
+    """The execution section of a run placed by ``res``: the plan's loop settings and the placement
+    fields ``res`` sets (the resolver searches the others under ``strategy: auto``)."""
+    return ExecutionSpec(
+        **{name: getattr(plan.train, name) for name in LoopSettings.model_fields},
+        **{name: getattr(res, name) for name in Placement.model_fields if name in res.model_fields_set},
+        device=res.device,
+    )
+
+
+def _block_execution(plan: Plan, block: int) -> Optional[ExecutionSpec]:
+    """:func:`execution_section` of grid block ``block``, or None where it is refused (each run's
+    request then refuses it at the run's line, as :func:`point_request` words it)."""
+    try:
+        return execution_section(plan, plan.block_resources(block))
+    except ValidationError:
+        return None
 
 
 def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,8 +451,10 @@ def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = None, *,
                   schedule: Any = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
-                  name: Optional[str] = None, tags: Optional[dict[str, str]] = None) -> RunRequest:
-    """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line."""
+                  name: Optional[str] = None, tags: Optional[dict[str, str]] = None,
+                  execution: Optional[ExecutionSpec] = None) -> RunRequest:
+    """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line.
+    ``execution``: the block's :func:`execution_section`, when the caller has it."""
     conv = plan.conventions
     fields: dict[str, Any] = {
         "faults": plan.grid[point.block].faults,
@@ -406,7 +467,7 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
         fields.update(branch=branch, execution={"keep_steps": tuple(keep_steps)})
     try:
         return run_request(plan, point.shape, point.tokens, point.lr, point.batch, point.seed,
-                           plan.block_resources(point.block), **_merged(fields, point.overrides))
+                           plan.block_resources(point.block), execution, **_merged(fields, point.overrides))
     except ValidationError as exc:  # a value the trainer refuses
         err = exc.errors()[0]
         detail = str(err["msg"]).removeprefix("Value error, ")
@@ -437,28 +498,41 @@ def placed(plan: Plan, requests: list[Requested], source: Optional[YamlSource] =
     memory under no layout.
     """
     out: list[PlannedRun] = []
+    resolved: dict[int, PlannedRun] = {}  # by the request's id: a group's template is placed once
     for r in requests:
-        b, spec = r.block, r.request
-        on = block_host(plan, b, host)
-        try:
-            done = resolve(spec, on)
-        except NoLayoutError as exc:
-            raise _no_layout(plan, r, exc, source) from None
-        except PlacementError as exc:
-            raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
-                            f"{exc.label}: {exc}") from None
-        except UserError as exc:  # the corpus does not suit the run (its vocabulary, its context)
-            raise _data_error(source, exc) from None
-        if done.choice is None:  # simulated: nothing is trained, no layout, no memory
-            out.append(PlannedRun(done.spec, b, r.kind, r.budget, 0.0, "single"))
-            continue
-        best = done.choice.best
-        assert best is not None  # resolve raises when nothing fits
-        ex = done.spec.execution
-        out.append(PlannedRun(done.spec, b, r.kind, r.budget, best.memory.total_gib, best.strategy,
-                              done.choice.decision(),
-                              on.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers).gpus_per_node))
+        base = r.template or r.request  # a derived run is placed as its template is
+        run = resolved.get(id(base))
+        if run is None:
+            run = resolved[id(base)] = _placed_one(plan, r, base, source, host)
+        if base is not r.request:  # the placement reads nothing a derived run changes
+            spec = run.spec.model_copy(update={"optimizer": r.request.optimizer, "name": r.request.name})
+            if "key" in r.request.__dict__:  # computed by merged: the placement (execution) is not in the key
+                spec.__dict__["key"] = r.request.key
+            run = replace(run, spec=spec)
+        out.append(run)
     return out
+
+
+def _placed_one(plan: Plan, r: Requested, spec: RunRequest, source: Optional[YamlSource], host: Host) -> PlannedRun:
+    """``spec`` (``r``'s request or its template) resolved on its block's host (:func:`placed`)."""
+    b = r.block
+    on = block_host(plan, b, host)
+    try:
+        done = resolve(spec, on)
+    except NoLayoutError as exc:
+        raise _no_layout(plan, r, exc, source) from None
+    except PlacementError as exc:
+        raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
+                        f"{exc.label}: {exc}") from None
+    except UserError as exc:  # the corpus does not suit the run (its vocabulary, its context)
+        raise _data_error(source, exc) from None
+    if done.choice is None:  # simulated: nothing is trained, no layout, no memory
+        return PlannedRun(done.spec, b, r.kind, r.budget, 0.0, "single")
+    best = done.choice.best
+    assert best is not None  # resolve raises when nothing fits
+    ex = done.spec.execution
+    return PlannedRun(done.spec, b, r.kind, r.budget, best.memory.total_gib, best.strategy, done.choice.decision(),
+                      on.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers).gpus_per_node)
 
 
 def _no_layout(plan: Plan, r: Requested, exc: NoLayoutError, source: Optional[YamlSource]) -> UserError:

@@ -92,14 +92,27 @@ def _numbers(value: Any, ok: Any, why: str, what: str = "") -> tuple[float, ...]
             raise ValueError(f"{what}item {i}: {exc}") from None
         if not ok(number):
             raise ValueError(f"{what}item {i} is {item}: {why}")
-        if number in out:
-            raise ValueError(f"{what}{item} is listed twice")
-        same = next((j for j, earlier in enumerate(out) if _digits(earlier) == _digits(number)), None)
-        if same is not None:
-            raise ValueError(f"{what}items {same} and {i} ({value[same]} and {item}) are equal to {SIGNIFICANT} "
-                             "significant digits: the runs would differ by rounding alone, and print alike")
         out.append(number)
+    problem = coincidence_problem(value, out)
+    if problem:
+        raise ValueError(f"{what}{problem}")
     return tuple(out)
+
+
+def coincidence_problem(items: Any, values: list[float]) -> Optional[str]:
+    """Why two of ``values`` (``items`` as written) cannot both be swept: one listed twice, or two
+    equal to :data:`SIGNIFICANT` significant digits (they would differ by rounding alone and print
+    alike); None when every value is its own. A grid's tokens and budgets follow the same rule."""
+    seen: dict[str, int] = {}
+    for i, number in enumerate(values):
+        j = seen.setdefault(_digits(number), i)
+        if j == i:
+            continue
+        if values[j] == number:
+            return f"{items[i]} is listed twice"
+        return (f"items {j} and {i} ({items[j]} and {items[i]}) are equal to {SIGNIFICANT} significant digits: "
+                "the runs would differ by rounding alone, and print alike")
+    return None
 
 
 #: Values of one swept field must differ within this many significant digits (what `scaling plan` prints).

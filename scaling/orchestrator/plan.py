@@ -29,7 +29,7 @@ from scaling.errors import PlanError, UserError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
-from scaling.orchestrator.hparam_groups import HparamsPlan
+from scaling.orchestrator.hparam_groups import HparamsPlan, coincidence_problem
 from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.tasks import EvalsSpec, check_tasks
@@ -270,6 +270,9 @@ class GridBlock(_Strict):
         for v in values or ():
             if not v > 0:
                 raise ValueError(f"values must be positive, got {v}")
+        problem = coincidence_problem(values, list(values)) if values else None
+        if problem:
+            raise ValueError(problem)
         return values
 
     @property

@@ -312,8 +312,16 @@ def placed_execution(spec: RunSpec, best: layout.Candidate) -> ExecutionSpec:
 
 
 def _concrete(spec: RunSpec, execution: ExecutionSpec) -> RunSpec:
-    """``spec`` with ``execution`` as a RunSpec, validated in full (the placed layout included)."""
-    return RunSpec.model_validate({**spec.model_dump(), "execution": execution.model_dump()})
+    """``spec`` with ``execution`` as a RunSpec, validated in full (the placed layout included).
+
+    The request's sections are validated models already and go in as they are (pydantic keeps a
+    model instance of the field's class); the execution, changed by the placement, is validated
+    again, and so are the run's own fields and every check across them."""
+    fields = {name: getattr(spec, name) for name in RunSpec.model_fields}
+    placed = RunSpec.model_validate({**fields, "execution": execution.model_dump()})
+    if "key" in spec.__dict__:  # the execution is not in the key: the key computed already holds
+        placed.__dict__["key"] = spec.__dict__["key"]
+    return placed
 
 
 def resolve(request: RunSpec, host: Host = Host()) -> Resolved:

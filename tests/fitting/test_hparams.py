@@ -344,29 +344,37 @@ def test_a_csv_with_copied_rows_is_refused_or_deduplicated_on_request(sweep_csv:
     assert f"dropped {n} of {2 * n} rows identical to an earlier row" in deduplicated.warnings[0]
 
 
-@pytest.mark.parametrize("beta2, allowed", [(0.0, True), (0.95, True), (1.0, False), (1.5, False), (-0.1, False)])
-def test_beta2_is_checked_by_one_rule_in_a_plan_and_a_csv(beta2: float, allowed: bool, sweep_csv: Path,
-                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize("field, value, allowed", [
+    ("beta2", 0.0, True), ("beta2", 0.95, True), ("beta2", 1.0, False), ("beta2", 1.5, False), ("beta2", -0.1, False),
+    ("lr", 100.0, True), ("lr", 150.0, False),
+])
+def test_hparams_are_checked_by_one_rule_in_a_plan_and_a_csv(field: str, value: float, allowed: bool,
+                                                              sweep_csv: Path, tmp_path: Path) -> None:
+    """beta2 and lr: the plan's rule (scaling.rules.HPARAM_CHECKS) decides for a CSV's rows too."""
     from pydantic import ValidationError
 
     from scaling.orchestrator.hparam_groups import HparamsPlan
+    from scaling.rules import HPARAM_CHECKS
 
-    path = tmp_path / "beta2.csv"
+    path = tmp_path / f"{field}.csv"
     d = pd.read_csv(sweep_csv)
-    d.assign(beta2=np.where(np.arange(len(d)) == 4, beta2, 0.95)).to_csv(path, index=False)
+    column = "lr_peak" if field == "lr" else field
+    other = d[column] if column in d else 0.95
+    d.assign(**{column: np.where(np.arange(len(d)) == 4, value, other)}).to_csv(path, index=False)
     code, _, err = run_cli("fit", "--csv", str(path), "--law", "kaplan", "--bootstrap", "0")
+    why = HPARAM_CHECKS[field][1]
     try:
-        HparamsPlan.model_validate({"beta2": [beta2, 0.9]})
+        HparamsPlan.model_validate({field: [value, 0.9 if field == "beta2" else 0.01]})
         plan_ok = True
     except ValidationError as exc:
         plan_ok = False
-        assert "beta2 must be at least 0 and less than 1" in str(exc)
+        assert why in str(exc)
     assert plan_ok is allowed
     if allowed:
         assert code == 0, err
     else:
         assert code == 2 and len(err.strip().splitlines()) == 1, err
-        assert f"data row 5, beta2={beta2!r}" in err and "beta2 must be at least 0 and less than 1" in err
+        assert f"data row 5, {field}={value!r}" in err and why in err
 
 
 @pytest.mark.parametrize("odd", ["\u202e", "\n", "\x1b[31m"])

@@ -144,6 +144,22 @@ def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
     assert not any("chance" in c for c in data.points.columns)  # not a description of the run
 
 
+def test_the_task_columns_see_the_rows_the_loss_fit_kept_after_drop_duplicates(tmp_path: Path) -> None:
+    """A copied row left out by --drop-duplicates is not another evaluation of the tasks either."""
+    from scaling.fitting.data import from_csv
+    from scaling.fitting.tasks import tasks_from_csv
+
+    once = _csv(tmp_path)
+    twice = tmp_path / "twice.csv"
+    text = once.read_text()
+    twice.write_text(text + text.split("\n", 1)[1])
+    data = from_csv(twice, drop_duplicates=True)
+    got = tasks_from_csv(str(twice), data).evals
+    want = tasks_from_csv(str(once), from_csv(once)).evals
+    assert len(got) == len(want) == len(data.points) == 15
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+
+
 def test_an_unknown_task_name_is_refused(tmp_path: Path) -> None:
     code, _, err = run_cli("fit", "--csv", str(_csv(tmp_path)), "--law", "approach3", "--bootstrap", "0",
                            "--task", "nope")

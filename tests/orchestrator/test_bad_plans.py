@@ -41,6 +41,10 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("wrong type", GOOD.replace("batch_tokens: 2048", "batch_tokens: lots"), ["train.batch_tokens", ":10:"]),
     ("negative model size", GOOD.replace("[6000, 30000]", "[-6000, 30000]"), ["grid.0.models.0", ":15:"]),
     ("zero tokens", GOOD.replace("compute: [1.0e+12]", "tokens: [0]"), ["grid.0.tokens", "positive"]),
+    ("tokens equal to 6 digits", GOOD.replace("compute: [1.0e+12]", "tokens: [1.0e+6, 1.0000001e+6]"),
+     ["grid.0.tokens", "items 0 and 1", "equal to 6 significant digits"]),
+    ("budgets equal to 6 digits", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12, 1.0000000001e+12]"),
+     ["grid.0.compute", "equal to 6 significant digits"]),
     ("empty grid", GOOD.split("grid:")[0] + "grid: []\n", ["grid", "at least 1"]),
     ("no grid at all", GOOD.split("grid:")[0], ["grid", "required"]),
     ("empty models", GOOD.replace("[6000, 30000]", "[]"), ["grid.0.models", ":15:"]),
@@ -113,7 +117,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("fingerprint set by hand", GOOD.replace("source: builtin", "source: builtin\n  fingerprint: abc"),
      ["data", "measured from the data"]),
     ("grid past the run limit", GOOD.replace("[6000, 30000]", "[" + ", ".join(str(6000 + i) for i in range(400)) + "]")
-     .replace("compute: [1.0e+12]", "tokens: [" + ", ".join(str(1_000_000 + i) for i in range(300)) + "]"),
+     .replace("compute: [1.0e+12]", "tokens: [" + ", ".join(str(1_000_000 + 10 * i) for i in range(300)) + "]"),
      ["grid", "120,000 runs", "100,000"]),  # 400 x 300: within the plan file's size cap
     ("branch tokens past the database's integers",
      GOOD.replace("compute: [1.0e+12]", "branches: {tokens: [1.0e+6, 1.0e+30]}"),

@@ -172,6 +172,6 @@ def test_grid_size_is_counted_before_expanding() -> None:
 
     plan = _plan(grid=[{"models": [1e4, 2e4], "tokens": [1e6, 2e6, 3e6]}], seeds=[0, 1])
     assert plan.run_count() == 12
-    huge = [{"models": [1e4 + i for i in range(100)], "tokens": [1e6 + i for i in range(10_000)]}]
+    huge = [{"models": [1e4 + i for i in range(100)], "tokens": [1e6 + 1000 * i for i in range(10_000)]}]
     with pytest.raises(PlanError, match=r"grid: the grid has 1,000,000 runs .* more than 100,000"):
         _plan(grid=huge)

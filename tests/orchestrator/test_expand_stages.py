@@ -118,3 +118,34 @@ def test_a_branches_point_becomes_a_trunk_and_its_branches() -> None:
     trunk, *branches = [r.request for r in requests]
     assert trunk.branch is None and trunk.execution.keep_steps
     assert [b.branch.parent for b in branches] == [trunk.key] * 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("example, keys_digest", [
+    ("sim-hparams.yaml", "6072b646a34f6cfb"),  # the sha256 of its keys, one a line, as first stored
+    ("cpu-hparams.yaml", "7f9245c53df7f192"),
+])
+def test_a_groups_runs_derived_from_one_validated_run_are_the_runs_validated_one_by_one(
+        example: str, keys_digest: str) -> None:
+    """A hyperparameter group's runs that differ in lr, beta2 and name alone are copies of one
+    validated, placed run (`scaling plan` at 100,000 runs): each equals its own request validated and
+    resolved on its own, field for field and key for key, and the keys are those stored before."""
+    import hashlib
+    from pathlib import Path
+
+    from scaling.orchestrator.expand import hparam_points, point_request
+    from scaling.orchestrator.plan import load_plan
+    from scaling.trainer.resolve import resolve
+
+    plan, source = load_plan(Path(__file__).resolve().parents[2] / "examples" / example)
+    facts = shared(plan, source, OFFLINE)
+    points = hparam_points(facts.plan, grid_points(facts.plan, source)[0], source)
+    requests, _ = run_requests(facts.plan, points, source)
+    assert len(requests) == len(points) and sum(r.template is not None for r in requests) > len(points) / 2
+    derived = placed(facts.plan, requests, source, OFFLINE)
+    own = [resolve(point_request(facts.plan, p, source), facts.plan.block_resources(p.block).host(
+        probe=OFFLINE.probe, data=False)) for p in points]
+    assert [r.spec.model_dump() for r in derived] == [o.spec.model_dump() for o in own]
+    assert [r.key for r in derived] == [RunSpec.model_validate(o.spec.model_dump()).key for o in own]
+    assert [r.memory_gib for r in derived] == [o.choice.best.memory.total_gib if o.choice else 0.0 for o in own]
+    keys = [r.key for r in expand(plan, source, resolve=False).runs]
+    assert hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16] == keys_digest
