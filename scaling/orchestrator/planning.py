@@ -168,6 +168,7 @@ def attention_notes(expansion: Expansion) -> list[str]:
     (`scaling.trainer.attention`); nothing for a simulated plan, whose runs train no model."""
     if expansion.plan.simulate is not None or not expansion.runs:
         return []
+    from scaling.trainer.attention import planned_attention
     from scaling.trainer.resolve import device_kind
 
     cases: dict[tuple[int, str, str, bool], int] = {}
@@ -176,21 +177,9 @@ def attention_notes(expansion: Expansion) -> list[str]:
         case = (spec.shape.d_model // spec.shape.n_head, device_kind(spec.execution), spec.precision,
                 spec.execution.compile)
         cases[case] = cases.get(case, 0) + 1
-    return [_attention_line(*case, runs) for case, runs in sorted(cases.items())]
-
-
-def _attention_line(head_dim: int, device: str, precision: str, compiled: bool, runs: int) -> str:
-    import torch
-
-    from scaling.trainer.attention import attention_choice
-    from scaling.trainer.precision import DTYPES
-
-    dtype = DTYPES.get(precision, torch.float32)
-    which = f"attention for {runs} run(s) (head dim {head_dim}, {device}, {precision}{', compiled' if compiled else ''})"
-    if device == "cuda" and not torch.cuda.is_available():
-        return f"{which}: not known here, this machine has no GPU to ask (flash_attn where the workers' GPUs take it, else sdpa)"
-    kernel, why = attention_choice(head_dim, torch.device(device), dtype, compiled=compiled)
-    return f"{which}: {kernel} ({why})"
+    return [f"attention for {runs} run(s) (head dim {head_dim}, {device}, {precision}{', compiled' if compiled else ''}): "
+            + planned_attention(head_dim, device, precision, compiled)
+            for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
 def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:

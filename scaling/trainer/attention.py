@@ -117,6 +117,16 @@ def attention_kernel(head_dim: int, device: torch.device, dtype: torch.dtype, *,
     return attention_choice(head_dim, device, dtype, compiled=compiled, capability=capability, flash_version=version)[0]
 
 
+def planned_attention(head_dim: int, device: str, precision: str, compiled: bool) -> str:
+    """``KERNEL (why)``: the kernel a run on ``device`` (cpu | cuda) in ``precision`` gets on
+    this machine (`scaling plan` prints it), or why this machine cannot tell."""
+    if device == "cuda" and not torch.cuda.is_available():
+        return "not known here, this machine has no GPU to ask (flash_attn where the workers' GPUs take it, else sdpa)"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    kernel, why = attention_choice(head_dim, torch.device(device), dtype, compiled=compiled)
+    return f"{kernel} ({why})"
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention on (B, h, T, hs) queries and (B, h_kv, T, hs) keys and values (h_kv
     divides h; each group of h / h_kv query heads shares one key/value head) with the fastest
