@@ -148,7 +148,8 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
         "groups": group_rows(rows),  # each hyperparameter group's runs, values and cost
-        "notes": expansion.notes + attention_notes(expansion) + _adaptive_note(plan, sum(r["C_own"] for r in rows)) + cost_note(plan.evals, rows),
+        "notes": (expansion.notes + attention_notes(expansion) + _adaptive_note(plan, sum(r["C_own"] for r in rows))
+                  + cost_note(plan.evals, rows)),
         "totals": {
             "runs": len(rows),
             "C": sum(r["C_own"] for r in rows),  # compute trained, a shared trunk counted once
@@ -177,8 +178,8 @@ def attention_notes(expansion: Expansion) -> list[str]:
         case = (spec.shape.d_model // spec.shape.n_head, device_kind(spec.execution), spec.precision,
                 spec.execution.compile)
         cases[case] = cases.get(case, 0) + 1
-    return [f"attention for {runs} run(s) (head dim {head_dim}, {device}, {precision}{', compiled' if compiled else ''}): "
-            + planned_attention(head_dim, device, precision, compiled)
+    return [f"attention for {runs} run(s) (head dim {head_dim}, {device}, {precision}"
+            f"{', compiled' if compiled else ''}): " + planned_attention(head_dim, device, precision, compiled)
             for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
