@@ -228,7 +228,9 @@ def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[
 
 TRAJECTORY_CASES = {
     "pp2": (2, 1, [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES]),
-    "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")]),
+    # ddp: DDP's reducer, armed by the schedule before the last backward only, must survive the
+    # first step's shape inference (its buckets are rebuilt at the second step)
+    "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")] + [("1f1b", "ddp", "fp32")]),
     "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")] + [("1f1b", "auto", "fp32", "llama")]),
 }
 
