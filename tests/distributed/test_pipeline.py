@@ -241,8 +241,8 @@ def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
     """Ten steps through ``scaling.trainer.train``: every rank reports the single process's losses."""
     world, tp, cases = TRAJECTORY_CASES[layout]
     cases = [(*case, "gpt2")[:4] for case in cases]
-    runs = [(spec(world, 2, sch, strat, p, model=FAMILIES[fam], tp=tp).to_json(), str(tmp_path / f"{sch}-{p}-{fam}"))
-            for sch, strat, p, fam in cases]
+    runs = [(spec(world, 2, sch, strat, p, model=FAMILIES[fam], tp=tp).to_json(),
+             str(tmp_path / f"{sch}-{strat}-{p}-{fam}")) for sch, strat, p, fam in cases]
     outs = spawn(train_each, world, str(tmp_path), runs)
     for i, (sch, strat, precision, family) in enumerate(cases):
         what = f"{layout} {sch} {strat} {precision} {family}"
