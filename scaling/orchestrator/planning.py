@@ -148,7 +148,8 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
         "precision": {"resolved": plan.train.precision, "reason": expansion.precision_reason},
         "runs": rows,
         "groups": group_rows(rows),  # each hyperparameter group's runs, values and cost
-        "notes": expansion.notes + _adaptive_note(plan, sum(r["C_own"] for r in rows)) + cost_note(plan.evals, rows),
+        "notes": (expansion.notes + attention_notes(expansion) + _adaptive_note(plan, sum(r["C_own"] for r in rows))
+                  + cost_note(plan.evals, rows)),
         "totals": {
             "runs": len(rows),
             "C": sum(r["C_own"] for r in rows),  # compute trained, a shared trunk counted once
@@ -161,6 +162,25 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
             "task_eval_flops": sum(r["task_eval_flops"] for r in rows),  # scoring the plan's tasks
         },
     }
+
+
+def attention_notes(expansion: Expansion) -> list[str]:
+    """One line per distinct attention kernel choice the plan's runs get on this machine, and why
+    (`scaling.trainer.attention`); nothing for a simulated plan, whose runs train no model."""
+    if expansion.plan.simulate is not None or not expansion.runs:
+        return []
+    from scaling.trainer.attention import planned_attention
+    from scaling.trainer.resolve import device_kind
+
+    cases: dict[tuple[int, str, str, bool], int] = {}
+    for run in expansion.runs:
+        spec = run.spec
+        case = (spec.shape.d_model // spec.shape.n_head, device_kind(spec.execution), spec.precision,
+                spec.execution.compile)
+        cases[case] = cases.get(case, 0) + 1
+    return [f"attention for {runs} run(s) (head dim {head_dim}, {device}, {precision}"
+            f"{', compiled' if compiled else ''}): " + planned_attention(head_dim, device, precision, compiled)
+            for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
 def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:

@@ -1,9 +1,12 @@
 """Causal attention kernels both model families share: flash-attn's where it runs, else SDPA.
 
 flash-attn's kernel runs when it is installed, the tensors are on an Ampere or newer GPU in
-bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports), else PyTorch's
-``scaled_dot_product_attention`` (:func:`attention_kernel` decides; ``SCALING_ATTENTION=sdpa``
-forces SDPA, to compare the two). Grouped-query attention (fewer key/value heads than query
+bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports; heads wider than 192 only
+on sm80 or sm90, the GPUs its backward kernels for them are built for), and, under
+``torch.compile``, flash-attn is 2.7 or newer (older releases are no custom op, and the compiled
+graph breaks at every layer); else PyTorch's ``scaled_dot_product_attention``
+(:func:`attention_choice` decides and says why; ``SCALING_ATTENTION=sdpa`` forces SDPA, to
+compare the two). Grouped-query attention (fewer key/value heads than query
 heads) goes to flash-attn as it is and to SDPA with ``enable_gqa``.
 """
 
@@ -12,14 +15,17 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 
 import torch
 import torch.nn.functional as F
 
 try:  # optional: only on CUDA machines where it was installed (the `gpu` extra)
+    from flash_attn import __version__ as _flash_attn_version
     from flash_attn import flash_attn_func as _flash_attn_func
 except ImportError:  # pragma: no cover - depends on the machine
     _flash_attn_func = None
+    _flash_attn_version = None
 
 
 def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -33,6 +39,12 @@ def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
 
 #: The widest head flash-attn 2's kernels take.
 FLASH_MAX_HEAD_DIM = 256
+#: Heads wider than this need flash-attn's sm80/sm90 backward kernels.
+FLASH_WIDE_HEAD_DIM = 192
+#: The GPUs (compute capability) flash-attn 2 builds its backward for heads wider than 192 for.
+FLASH_WIDE_HEAD_CAPABILITIES = ((8, 0), (9, 0))
+#: The first flash-attn release registered as a torch custom op (traced whole by ``torch.compile``).
+FLASH_COMPILE_VERSION = (2, 7)
 #: Set to ``sdpa`` to use PyTorch's attention even where flash-attn would run.
 ATTENTION_ENV = "SCALING_ATTENTION"
 
@@ -42,28 +54,85 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-def attention_kernel(head_dim: int, device: torch.device, dtype: torch.dtype, *,
-                     capability: tuple[int, int] | None = None, flash_installed: bool | None = None) -> str:
-    """``flash_attn`` or ``sdpa``: which kernel attention on ``device`` in ``dtype`` runs.
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"2.6.3.post1"`` -> ``(2, 6, 3)``: the leading numeric parts of a release string."""
+    parts = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.group() != part:
+            break
+    return tuple(parts)
 
-    flash-attn 2 needs a GPU of compute capability 8.0 or more (Ampere), half precision and
-    heads of at most :data:`FLASH_MAX_HEAD_DIM`. ``capability`` and ``flash_installed``
-    default to this machine's."""
-    if flash_installed is None:
-        flash_installed = _flash_attn_func is not None
-    if (not flash_installed or device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16)
-            or head_dim > FLASH_MAX_HEAD_DIM or os.environ.get(ATTENTION_ENV) == "sdpa"):
-        return "sdpa"
+
+def attention_choice(head_dim: int, device: torch.device, dtype: torch.dtype, *, compiled: bool = False,
+                     capability: tuple[int, int] | None = None,
+                     flash_version: str | None | bool = True) -> tuple[str, str]:
+    """(``flash_attn`` or ``sdpa``, why): which kernel attention on ``device`` in ``dtype`` runs.
+
+    ``compiled``: the forward runs under ``torch.compile``. ``capability`` defaults to this
+    machine's GPU; ``flash_version`` to the installed flash-attn's release (``None``: not
+    installed)."""
+    if flash_version is True:
+        flash_version = _flash_attn_version if _flash_attn_func is not None else None
+    if os.environ.get(ATTENTION_ENV) == "sdpa":
+        return "sdpa", f"{ATTENTION_ENV}=sdpa forces it"
+    if flash_version is None:
+        return "sdpa", "flash-attn is not installed"
+    if device.type != "cuda":
+        return "sdpa", f"flash-attn runs on CUDA only, not {device.type}"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return "sdpa", f"flash-attn takes bf16/fp16, not {str(dtype).removeprefix('torch.')}"
+    if head_dim > FLASH_MAX_HEAD_DIM:
+        return "sdpa", f"head dim {head_dim} is wider than flash-attn's {FLASH_MAX_HEAD_DIM}"
     if capability is None:
         capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
-    return "flash_attn" if capability >= (8, 0) else "sdpa"
+    sm = f"sm{capability[0]}{capability[1]}"
+    if capability < (8, 0):
+        return "sdpa", f"flash-attn 2 needs sm80 or newer, this GPU is {sm}"
+    if head_dim > FLASH_WIDE_HEAD_DIM and tuple(capability) not in FLASH_WIDE_HEAD_CAPABILITIES:
+        return "sdpa", (f"head dim {head_dim} > {FLASH_WIDE_HEAD_DIM}: flash-attn's backward for it is built "
+                        f"for sm80/sm90 only, this GPU is {sm}")
+    if compiled and version_tuple(flash_version) < FLASH_COMPILE_VERSION:
+        return "sdpa", (f"flash-attn {flash_version} is older than 2.7 and breaks the compiled graph "
+                        "at every layer (compile is on)")
+    return "flash_attn", f"flash-attn {flash_version} on {sm}, head dim {head_dim}, {str(dtype).removeprefix('torch.')}"
+
+
+def attention_kernel(head_dim: int, device: torch.device, dtype: torch.dtype, *, compiled: bool = False,
+                     capability: tuple[int, int] | None = None, flash_installed: bool | None = None,
+                     flash_version: str | None = None) -> str:
+    """``flash_attn`` or ``sdpa`` (:func:`attention_choice` without the why). ``flash_installed``
+    False says flash-attn is absent; ``flash_version`` gives the installed release (default:
+    this machine's, or a current one where ``flash_installed`` alone is given)."""
+    version: str | None | bool = True
+    if flash_installed is False:
+        version = None
+    elif flash_version is not None:
+        version = flash_version
+    elif flash_installed:
+        version = _flash_attn_version or "2.7"
+    return attention_choice(head_dim, device, dtype, compiled=compiled, capability=capability, flash_version=version)[0]
+
+
+def planned_attention(head_dim: int, device: str, precision: str, compiled: bool) -> str:
+    """``KERNEL (why)``: the kernel a run on ``device`` (cpu | cuda) in ``precision`` gets on
+    this machine (`scaling plan` prints it), or why this machine cannot tell."""
+    if device == "cuda" and not torch.cuda.is_available():
+        return "not known here, this machine has no GPU to ask (flash_attn where the workers' GPUs take it, else sdpa)"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    kernel, why = attention_choice(head_dim, torch.device(device), dtype, compiled=compiled)
+    return f"{kernel} ({why})"
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention on (B, h, T, hs) queries and (B, h_kv, T, hs) keys and values (h_kv
     divides h; each group of h / h_kv query heads shares one key/value head) with the fastest
     kernel available."""
-    if q.is_cuda and attention_kernel(q.size(-1), q.device, q.dtype) == "flash_attn":
+    compiled = torch.compiler.is_compiling()
+    if q.is_cuda and attention_kernel(q.size(-1), q.device, q.dtype, compiled=compiled) == "flash_attn":
         # flash-attn wants (B, T, h, hs), and takes fewer key/value heads as they are.
         out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         return out.transpose(1, 2)

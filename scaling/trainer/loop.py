@@ -654,7 +654,7 @@ class Trainer:
         """The attention kernel this run's forward passes use (see :func:`model.attention_kernel`)."""
         shape = self.spec.shape
         dtype = DTYPES[self.spec.precision] if self.spec.precision != "fp32" else torch.float32
-        return attention_kernel(shape.d_model // shape.n_head, self.rt.device, dtype)
+        return attention_kernel(shape.d_model // shape.n_head, self.rt.device, dtype, compiled=self.spec.execution.compile)
 
     def _after_step(self) -> None:
         ex = self.spec.execution

@@ -384,8 +384,14 @@ def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dev = next(stage.parameters()).device
-    return DDP(stage, device_ids=[dev.index] if dev.type == "cuda" else None,
-               process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
+    ddp = DDP(stage, device_ids=[dev.index] if dev.type == "cuda" else None,
+              process_group=dp_mesh.get_group(), gradient_as_bucket_view=True)
+    # The schedule arms DDP's reducer itself, right before each step's last backward. A forward
+    # outside ``no_sync`` would arm it too: the schedule's first step infers the stages' shapes
+    # with such a forward, so a micro-batch's backward would also be reduced and DDP would record
+    # the gradients' order twice, then fail rebuilding its buckets at the next step.
+    ddp.require_backward_grad_sync = False
+    return ddp
 
 
 def _materialize_stages(full: Decoder, modules: list[StageModule], spec: RunSpec, device: torch.device,

@@ -228,7 +228,9 @@ def train_each(rank: int, world: int, runs: list[tuple[str, str]]) -> list[dict[
 
 TRAJECTORY_CASES = {
     "pp2": (2, 1, [(sch, "auto", p) for p in ("fp32", "bf16") for sch in SCHEDULES]),
-    "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")]),
+    # ddp: DDP's reducer, armed by the schedule before the last backward only, must survive the
+    # first step's shape inference (its buckets are rebuilt at the second step)
+    "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")] + [("1f1b", "ddp", "fp32")]),
     "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")] + [("1f1b", "auto", "fp32", "llama")]),
 }
 
@@ -239,8 +241,8 @@ def test_trajectories_match_single_process(layout: str, tmp_path) -> None:
     """Ten steps through ``scaling.trainer.train``: every rank reports the single process's losses."""
     world, tp, cases = TRAJECTORY_CASES[layout]
     cases = [(*case, "gpt2")[:4] for case in cases]
-    runs = [(spec(world, 2, sch, strat, p, model=FAMILIES[fam], tp=tp).to_json(), str(tmp_path / f"{sch}-{p}-{fam}"))
-            for sch, strat, p, fam in cases]
+    runs = [(spec(world, 2, sch, strat, p, model=FAMILIES[fam], tp=tp).to_json(),
+             str(tmp_path / f"{sch}-{strat}-{p}-{fam}")) for sch, strat, p, fam in cases]
     outs = spawn(train_each, world, str(tmp_path), runs)
     for i, (sch, strat, precision, family) in enumerate(cases):
         what = f"{layout} {sch} {strat} {precision} {family}"

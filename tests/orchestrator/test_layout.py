@@ -119,6 +119,24 @@ def test_scaling_plan_prints_layouts_and_explains_a_run(cluster_plan: dict[str, 
     assert code == 0 and d["run"]["key"] == key and d["explanation"][0].startswith(f"run {key}")
 
 
+def test_scaling_plan_says_which_attention_kernel_the_runs_get(cluster_plan: dict[str, Any], tmp_path: Path) -> None:
+    """One note per distinct (head dim, device, precision, compile): the kernel and why."""
+    from scaling.orchestrator.planning import plan_summary
+
+    (line,) = [n for n in cluster_plan["notes"] if n.startswith("attention for ")]
+    assert line.startswith(f"attention for {len(cluster_plan['runs'])} run(s) (head dim 128, cuda, bf16): ")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: t\nmodel: {context: 64}\ntrain: {precision: fp32, batch_tokens: 1024, compile: true}\n"
+                    "resources: {throughput_flops: 1.0e+9}\ngrid:\n  - tokens: [102400]\n"
+                    "    models: [{n_layer: 1, d_model: 16, n_head: 2}, {n_layer: 1, d_model: 32, n_head: 2}, "
+                    "{n_layer: 2, d_model: 32, n_head: 2}]\n")
+    lines = [n for n in plan_summary(plan)["notes"] if n.startswith("attention for ")]
+    assert [line.split(":")[0] for line in lines] == [
+        f"attention for {runs} run(s) (head dim {hd}, {dev}, fp32, compiled)"
+        for runs, hd, dev in ((1, 8, lines[0].split(", ")[1]), (2, 16, lines[1].split(", ")[1]))]
+    assert all(": sdpa (" in line for line in lines)  # fp32 never takes flash-attn, whatever the machine
+
+
 # -- refusals -------------------------------------------------------------------------------------
 
 

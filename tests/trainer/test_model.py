@@ -72,7 +72,9 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 
 
 def test_flash_attention_runs_only_where_its_kernels_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    """flash-attn 2 needs Ampere or newer, half precision and heads of at most 256; else SDPA."""
+    """flash-attn 2 needs Ampere or newer, half precision, heads of at most 256 (over 192 on sm80/sm90
+    only) and, compiled, release 2.7 or newer; else SDPA."""
+    from scaling.trainer.attention import attention_choice
     from scaling.trainer.model import ATTENTION_ENV, attention_kernel
 
     monkeypatch.delenv(ATTENTION_ENV, raising=False)
@@ -85,5 +87,17 @@ def test_flash_attention_runs_only_where_its_kernels_do(monkeypatch: pytest.Monk
     assert attention_kernel(128, gpu, torch.float32, **ampere) == "sdpa"
     assert attention_kernel(128, gpu, torch.bfloat16, capability=(9, 0), flash_installed=False) == "sdpa"
     assert attention_kernel(128, torch.device("cpu"), torch.bfloat16, **ampere) == "sdpa"
+    # heads wider than 192: flash-attn's backward for them is built for sm80 and sm90 only
+    for sm, kernel in (((8, 0), "flash_attn"), ((9, 0), "flash_attn"), ((8, 6), "sdpa"), ((8, 9), "sdpa")):
+        assert attention_kernel(224, gpu, torch.bfloat16, capability=sm, flash_installed=True) == kernel, sm
+        assert attention_kernel(192, gpu, torch.bfloat16, capability=sm, flash_installed=True) == "flash_attn", sm
+    # under torch.compile, flash-attn before 2.7 (no custom op) would break the graph at every layer
+    for version, kernel in (("2.6.3", "sdpa"), ("2.5.9.post1", "sdpa"), ("2.7.0", "flash_attn"), ("2.8.3", "flash_attn")):
+        assert attention_kernel(128, gpu, torch.bfloat16, capability=(8, 0), flash_version=version, compiled=True) == kernel
+        assert attention_kernel(128, gpu, torch.bfloat16, capability=(8, 0), flash_version=version) == "flash_attn"
+    kernel, why = attention_choice(224, gpu, torch.bfloat16, capability=(8, 6), flash_version="2.8.3")
+    assert kernel == "sdpa" and "sm86" in why and "sm80/sm90" in why
+    kernel, why = attention_choice(64, gpu, torch.float16, compiled=True, capability=(9, 0), flash_version="2.6.3")
+    assert kernel == "sdpa" and "2.6.3" in why and "compile" in why
     monkeypatch.setenv(ATTENTION_ENV, "sdpa")
     assert attention_kernel(128, gpu, torch.bfloat16, **ampere) == "sdpa"  # forced, to compare the two
