@@ -259,7 +259,11 @@ def test_intermediate_evaluations_are_read_as_a_sweeps_checkpoints_and_the_loss_
 
 
 def _twice(df: pd.DataFrame) -> pd.DataFrame:
-    return pd.concat([df, df.iloc[[1]]], ignore_index=True)
+    """Row 1's run and tokens again, with another measurement (an identical row is refused as a copy)."""
+    again = df.iloc[[1]].copy()
+    number = again.select_dtypes("number").columns.difference(["N", "D", "tokens"])[0]
+    again[number] = again[number] * 1.01
+    return pd.concat([df, again], ignore_index=True)
 
 
 @pytest.mark.parametrize("edit, row, message", [
@@ -282,7 +286,7 @@ def test_more_than_a_million_evaluations_are_refused(tmp_path: Path) -> None:
     from scaling.fitting.task_evaluations import MAX_ROWS
 
     p = tmp_path / "huge.csv"
-    p.write_text("run,N,D,tokens,loss\n" + "r,1e8,2e9,1e9,3\n" * (MAX_ROWS + 1))
+    p.write_text("run,N,D,tokens,loss\n" + "".join(f"r,1e8,2e9,{1 + i},3\n" for i in range(MAX_ROWS + 1)))
     code, _, err = run_cli("fit", "--csv", str(p), "--law", "approach3", "--bootstrap", "0")
     assert code == 2 and "1,000,001 rows, more than the 1,000,000" in err and len(err.strip().splitlines()) == 1
 

@@ -206,6 +206,8 @@ def test_loads_that_all_fail_leave_the_model_as_built(make_spec, registered, tmp
         _forge_manifest(path)
     trainer = Trainer(spec, url, tmp_path / "run", attempt=2)
     model = trainer.par.model
+    if trainer.par.init_weights is not None:  # a resuming trainer draws its weights only if nothing loads
+        trainer.par.init_weights()
     built = {k: v.clone() for k, v in model.state_dict().items()}
     problems: list[str] = []
     found = checkpoint.load_latest(tmp_path / "run", model=model, optimizer=trainer.optimizer,
