@@ -2,7 +2,9 @@
 
 Each draw is a ladder of its own: a task loss (bits per byte) of Chinchilla form with parameters
 drawn at random, an accuracy that is a sigmoid of it (chance level, ceiling, slope and transition
-drawn at random; the transition lies between the ladder's losses and the targets'), measured on
+drawn at random; the transition lies between the ladder's losses and the targets') or, with
+``--truth exp``, Gadre et al.'s exponential error (falling from the ceiling at the task loss's floor
+E to chance, its rate gamma drawn at random), measured on
 an IsoFLOP ladder (5 budgets 1e17-1e19 FLOPs x 5 sizes) with 8 evaluations per run (the last one
 final), bits per byte with 0.5% log-normal noise and accuracy as a binomial share of 1,000 items.
 Both steps are fitted (``fit_tasks``, the task's chance level known) and the chain predicts the
@@ -10,7 +12,8 @@ expected accuracy at 10x and 100x the largest budget (N ~ C^0.5 as the ladder's 
 Printed per target and form: how many predictions carry an interval, how many of those cover
 the true expected accuracy, the median interval width and the mean absolute error of the value.
 
-    python benchmarks/bench_task_coverage.py [--draws 40] [--bootstrap 100] [--seed 0] [--misses] [--finals-only]
+    python benchmarks/bench_task_coverage.py [--draws 40] [--bootstrap 100] [--seed 0] [--truth sigmoid|exp]
+                                             [--misses] [--finals-only]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,8 +39,8 @@ def middle_N(C: float) -> float:
     return 1.1e8 * (C / 1e18) ** 0.5
 
 
-def draw(rng: np.random.Generator) -> dict[str, float]:
-    """A task's truth: step 1's parameters and the sigmoid's."""
+def draw(rng: np.random.Generator, truth: str = "sigmoid") -> dict[str, float]:
+    """A task's truth: step 1's parameters and step 2's (a sigmoid, or an exponential error)."""
     t = dict(E=rng.uniform(0.4, 0.9), A=math.exp(rng.uniform(math.log(20), math.log(100))),
              B=math.exp(rng.uniform(math.log(100), math.log(1000))), alpha=rng.uniform(0.25, 0.4),
              beta=rng.uniform(0.25, 0.4))
@@ -46,6 +50,8 @@ def draw(rng: np.random.Generator) -> dict[str, float]:
     lo = bpb(t, middle_N(TARGETS["100x"]), TARGETS["100x"] / (6 * middle_N(TARGETS["100x"])))
     hi = bpb(t, 2e7 * (BUDGETS[0] / 1e18) ** 0.5, BUDGETS[0] / (6 * 2e7 * (BUDGETS[0] / 1e18) ** 0.5))
     t["L0"] = rng.uniform(lo, lo + 0.7 * (hi - lo))
+    t["gamma"] = rng.uniform(1.0, 4.0)  # drawn in both cases, so that a seed gives the same step 1 either way
+    t["truth"] = truth
     return t
 
 
@@ -53,7 +59,9 @@ def bpb(t: dict[str, float], N: float, D: float) -> float:
     return t["E"] + t["A"] / N ** t["alpha"] + t["B"] / D ** t["beta"]
 
 
-def accuracy(t: dict[str, float], L: float) -> float:
+def accuracy(t: dict[str, Any], L: float) -> float:
+    if t["truth"] == "exp":  # 1 - Err, Err = eps - k exp(-gamma L): the ceiling at L = E, chance as L grows
+        return t["chance"] + (t["ceiling"] - t["chance"]) * math.exp(-t["gamma"] * (L - t["E"]))
     return t["chance"] + (t["ceiling"] - t["chance"]) / (1 + math.exp(t["slope"] * (L - t["L0"])))
 
 
@@ -75,6 +83,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--bootstrap", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--truth", choices=("sigmoid", "exp"), default="sigmoid", help="step 2's true form")
     ap.add_argument("--misses", action="store_true", help="list the intervals that miss the truth")
     ap.add_argument("--finals-only", action="store_true",
                     help="fit step 2 on each run's final evaluation only (the same draws, checkpoints left out)")
@@ -83,7 +92,7 @@ def main() -> None:
     results = []
     t0 = time.perf_counter()
     for i in range(args.draws):
-        t = draw(rng)
+        t = draw(rng, args.truth)
         ev = ladder(t, rng)
         if args.finals_only:
             ev = ev[ev["final"]].reset_index(drop=True)
@@ -105,19 +114,20 @@ def main() -> None:
                 results.append(dict(draw=i, target=name, form=form, kind=iv.get("kind", ""), value=iv["value"],
                                     truth=truth, interval=has, covered=has and lo <= truth <= hi, lo=lo, hi=hi,
                                     at_point=bool(iv.get("determined_at_point")), step1_reliable=law.step1.reliable(),
+                                    spread=bool(iv.get("form_spread")),
                                     width=hi - lo if has else math.nan, inside=0.0 <= iv["value"] <= 1.0
                                     and iv["value"] >= t["chance"] - 1e-12))
     df = pd.DataFrame(results)
     seconds = time.perf_counter() - t0
-    print(f"{args.draws} simulated ladders (seed {args.seed}, "
+    print(f"{args.draws} simulated ladders (seed {args.seed}, {args.truth} truths, "
           f"{'final evaluations only' if args.finals_only else f'{len(FRACTIONS)} evaluations per run'}), "
           f"{args.bootstrap} bootstrap replicates, {seconds:.0f} s")
     print("Intervals: 'reliable chains' are those of chains with neither step flagged; 'also determined at the "
           "point' adds those whose step 1 is flagged but whose paired bootstrap determines the accuracy "
           "(scaling.fitting.tasks.DETERMINED_WIDTH).")
     print("| target | form | reliable chains: with an interval, covered | also determined at the point: with an "
-          "interval, covered | median width | mean abs error | values in [chance, 1] |")
-    print("|---|---|---|---|---|---|---|")
+          "interval, covered | widened by the other form | median width | mean abs error | values in [chance, 1] |")
+    print("|---|---|---|---|---|---|---|---|")
     fitted = df[df["form"] != "-"]
 
     def share(g: pd.DataFrame) -> str:
@@ -127,7 +137,7 @@ def main() -> None:
 
     for (target, form), g in fitted.groupby(["target", "form"], sort=False):
         before = g.assign(interval=g["interval"] & ~g["at_point"], covered=g["covered"] & ~g["at_point"])
-        print(f"| {target} | {form} | {share(before)} | {share(g)} | {np.nanmedian(g['width']):.3f} | "
+        print(f"| {target} | {form} | {share(before)} | {share(g)} | {int(g['spread'].sum())} | {np.nanmedian(g['width']):.3f} | "
               f"{100 * np.mean(np.abs(g['value'] - g['truth'])):.2f} points | {int(g['inside'].sum())}/{len(g)} |")
     if args.misses:
         missed = fitted[fitted["interval"] & ~fitted["covered"]]

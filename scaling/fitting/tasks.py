@@ -12,7 +12,10 @@ the two bootstraps are drawn independently (step 1 resamples final points, step 
 paired by index, so the 95% interval carries both steps' parameter uncertainty. A chain whose
 step 2 is flagged unreliable keeps its value, marked, without an interval; one whose step 1 alone is
 flagged keeps its interval where the paired bootstrap determines the accuracy at the asked point
-(:func:`determined`), with step 1's doubts in its notes. Step 2's forms are bounded to [chance, 1]
+(:func:`determined`), with step 1's doubts in its notes. A form that fits the evaluations clearly
+worse than the other is flagged (:meth:`TaskLaw.misfit`); forms that fit them about as well share
+one interval holding both their predictions, since the data cannot say which holds beyond them
+(:meth:`TaskLaw.predict_interval`). Step 2's forms are bounded to [chance, 1]
 (:mod:`scaling.fitting.task_curves`). The backtest holds out the largest budget as
 :mod:`scaling.fitting.backtest` does for the loss laws.
 """
@@ -49,10 +52,11 @@ STEP2_REACH = 0.1
 #: the replicates give a finite accuracy, the interval is a percentile one (it holds its estimate) and
 #: it is at most this wide, in accuracy. Step 1's doubts then stay in the prediction's notes.
 DETERMINED_WIDTH = 0.2
-#: The step-2 forms the at-point rule applies to: those whose coverage bench_task_coverage measured at
-#: 90% or more. The exponential form's intervals covered a sigmoid truth in about one draw in ten, so a
-#: chain of it whose step 1 is flagged stays without an interval.
-AT_POINT_FORMS = ("sigmoid",)
+#: A step-2 form whose residuals are more than this factor above the best form's on the same evaluations
+#: does not fit them: flagged, its value shown without an interval. On simulated ladders a form that
+#: matches the truth fits within a few percent of the other form; a wrong one reaches 1.4-3.5x
+#: (benchmarks/bench_task_coverage.py, docs/downstream.md).
+MISFIT_RATIO = 1.2
 #: How step 1's Chinchilla form is searched: ``grid`` (Epoch AI's grid of starts, the default) or
 #: ``ladder`` (OLMo's model-ladder recipe: one start, every parameter >= 0, L-BFGS-B); see docs/downstream.md.
 STEP1_RECIPES = RECIPES
@@ -168,7 +172,23 @@ class TaskLaw:
         curve = self.curves.get(form)
         if curve is None:
             return out + [f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}"]
-        return out + [f"step 2 ({curve.label}): {d}" for d in curve.doubts()]
+        return out + [f"step 2 ({curve.label}): {d}" for d in curve.doubts() + self.misfit(form)]
+
+    def misfit(self, form: str) -> list[str]:
+        """Whether ``form`` fits the evaluations clearly worse than another form (see :data:`MISFIT_RATIO`)."""
+        sd = {f: c.residual_sd_ for f, c in self.curves.items() if math.isfinite(c.residual_sd_)}
+        if form not in sd or len(sd) < 2:
+            return []
+        best = min(sd, key=sd.get)
+        ratio = sd[form] / sd[best] if sd[best] > 0 else math.inf
+        if ratio <= MISFIT_RATIO:
+            return []
+        return [f"unreliable: its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
+                f"{self.curves[best].label} (SD {sd[best]:.3g}) on the same evaluations: the form does not fit them"]
+
+    def admissible(self) -> list[str]:
+        """The fitted forms that fit the evaluations about as well as the best one."""
+        return [f for f in self.curves if not self.misfit(f)]
 
     def reliable(self, form: str = FORMS[0]) -> bool:
         return not self.doubts(form)
@@ -199,7 +219,8 @@ class TaskLaw:
                 reps = curve.accuracy_of(rows[:m], L_reps[:m])
             iv = summarise(reps, point)
             doubts = self.doubts(form)
-            if doubts and form in AT_POINT_FORMS and not curve.doubts() and determined(iv, reps):
+            step1_only = not step1_ok and not curve.doubts() and not self.misfit(form)
+            if doubts and step1_only and determined(iv, reps):
                 out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].removeprefix('unreliable: ')})"
                                     f", but the paired bootstrap of both steps determines the accuracy at this point: "
                                     f"its interval is given")
@@ -207,6 +228,7 @@ class TaskLaw:
             elif doubts:
                 iv = withheld(iv, doubts[0])
             out[form] = iv
+        self._hold_form_spread(out)
         lo, hi = next(iter(self.curves.values())).loss_range_ if self.curves else (math.nan, math.nan)
         reach = STEP2_REACH * (hi - lo)
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):
@@ -218,6 +240,29 @@ class TaskLaw:
                                 "intervals hold the two fits' parameter uncertainty, not their error in extrapolating "
                                 "(the backtest measures that)")
         return out
+
+    def _hold_form_spread(self, out: dict[str, Any]) -> None:
+        """Widen each interval to the other admissible forms' predictions and intervals.
+
+        Forms that fit the evaluations equally well may still part beyond the data; which one holds is
+        then not known, and an interval of one form alone would claim it is (on simulated ladders the
+        wrong form's own intervals covered the truth about one time in ten).
+        """
+        forms = [f for f in self.admissible() if f in out]
+        if len(forms) < 2:
+            return
+        ends = [v for f in forms for v in (out[f]["value"], out[f].get("lo", math.nan), out[f].get("hi", math.nan))
+                if math.isfinite(v)]
+        if not ends:
+            return
+        lo, hi = min(ends), max(ends)
+        widened = [f for f in forms if out[f].get("kind") == "percentile" and (out[f]["lo"] > lo or out[f]["hi"] < hi)]
+        for f in widened:
+            out[f] = {**out[f], "lo": lo, "hi": hi, "form_spread": True}
+        if widened:
+            out["notes"].append(f"{', '.join(widened)}: the interval is widened to [{lo:.3g}, {hi:.3g}] to hold the "
+                                f"predictions of {' and '.join(forms)}, which fit the evaluations about as well and "
+                                "part here")
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         step1 = self.step1.to_dict()

@@ -19,7 +19,7 @@ import pytest
 
 from cli_run import run_cli
 from scaling.fitting.task_data import TaskData
-from scaling.fitting.tasks import fit_tasks
+from scaling.fitting.tasks import MISFIT_RATIO, fit_tasks
 
 STEP1 = dict(E=0.6, A=40.0, B=300.0, alpha=0.30, beta=0.32)
 STEP2 = dict(a=0.6, k=-6.0, L0=1.1, b=0.25)
@@ -34,7 +34,12 @@ def accuracy(L, s=STEP2):
     return s["a"] / (1.0 + np.exp(-s["k"] * (L - s["L0"]))) + s["b"]
 
 
-def simulated(seed: int = 0, budgets=(1e17, 3e17, 1e18, 3e18, 1e19), step2=STEP2) -> pd.DataFrame:
+def exp_accuracy(L, eps=0.75, k=2.0, gamma=2.0):
+    """Gadre et al.'s exponential error, 1 - (eps - k exp(-gamma L)): 0.85 at the floor E, 0.25 as L grows."""
+    return 1.0 - (eps - k * np.exp(-gamma * L))
+
+
+def simulated(seed: int = 0, budgets=(1e17, 3e17, 1e18, 3e18, 1e19), step2=STEP2, form=accuracy) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for C in budgets:
@@ -44,7 +49,8 @@ def simulated(seed: int = 0, budgets=(1e17, 3e17, 1e18, 3e18, 1e19), step2=STEP2
                 L = task_loss(N, D * f) * math.exp(rng.normal(0, 0.005))
                 rows.append(dict(run_key=f"{C:.0e}-{N:.4g}", N=N, D=D * f, C=6 * N * D * f, tokens=D * f,
                                  final=f == 1.0,
-                                 task="sim", acc=accuracy(L, step2) + rng.normal(0, 0.005), acc_norm=np.nan, bpb=L,
+                                 task="sim", acc=(accuracy(L, step2) if form is accuracy else form(L))
+                                 + rng.normal(0, 0.005), acc_norm=np.nan, bpb=L,
                                  loss=np.nan))
     return pd.DataFrame(rows)
 
@@ -89,6 +95,37 @@ def test_a_sigmoid_whose_transition_the_data_never_reach_is_flagged_and_predicts
     assert iv["kind"] == "unreliable" and math.isnan(iv["lo"]) and math.isnan(iv["hi"])
     assert all(v["kind"] == "unreliable" for v in law.curves["sigmoid"].reported_intervals().values()
                if v.get("kind") != "pinned")
+
+
+def test_a_form_that_fits_the_evaluations_worse_than_the_other_is_flagged_and_gets_no_interval(fitted) -> None:
+    """A sigmoid truth bending to chance: the exponential form cannot follow it, fits with residuals well
+    above the sigmoid's, and its confident intervals would miss; it is flagged, its value shown bare."""
+    law = fitted.laws["sim"]
+    sd = {f: c.residual_sd_ for f, c in law.curves.items()}
+    assert sd["exp"] > MISFIT_RATIO * sd["sigmoid"]
+    assert law.misfit("exp") and not law.misfit("sigmoid") and law.admissible() == ["sigmoid"]
+    assert not law.reliable("exp") and law.reliable("sigmoid")
+    assert any("x those of the sigmoid" in d for d in law.doubts("exp"))
+    p = law.predict_interval(1e9, 2e10)
+    assert p["exp"]["kind"] == "unreliable" and math.isnan(p["exp"]["lo"])
+    assert p["sigmoid"]["kind"] == "percentile" and not p["sigmoid"].get("form_spread")
+
+
+def test_forms_that_fit_equally_well_share_an_interval_holding_both_predictions() -> None:
+    """An exponential truth: the sigmoid fits it as well over the measured losses, yet the two part beyond
+    them; which holds is not known, so each form's interval holds both forms' predictions."""
+    law = fit_tasks(TaskData(simulated(form=exp_accuracy), 6.0, "exp truth"), n_bootstrap=40, grid="coarse",
+                    run_backtest=False).laws["sim"]
+    assert law.admissible() == ["sigmoid", "exp"] and law.reliable("exp") and law.reliable("sigmoid")
+    N, D = 1e9, 2e10
+    p = law.predict_interval(N, D)
+    lo, hi = p["sigmoid"]["lo"], p["sigmoid"]["hi"]
+    assert (p["exp"]["lo"], p["exp"]["hi"]) == (lo, hi)
+    for form in ("sigmoid", "exp"):
+        assert lo <= p[form]["value"] <= hi
+    assert lo <= float(exp_accuracy(task_loss(N, D))) <= hi
+    if p["sigmoid"].get("form_spread") or p["exp"].get("form_spread"):
+        assert any("to hold the predictions of sigmoid and exp" in n for n in p["notes"])
 
 
 # -- a CSV's task columns -----------------------------------------------------------------------------
