@@ -39,7 +39,9 @@ def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
 
 #: The widest head flash-attn 2's kernels take.
 FLASH_MAX_HEAD_DIM = 256
-#: Heads wider than this need flash-attn's sm80/sm90 backward kernels.
+#: Heads wider than this need flash-attn's sm80/sm90 backward kernels. Its README: "Head dim > 192
+#: backward requires A100/A800 or H100/H800"; it adds that head dim 256 works on consumer GPUs
+#: without dropout from 2.5.5, which this gate leaves to SDPA (one rule for every release).
 FLASH_WIDE_HEAD_DIM = 192
 #: The GPUs (compute capability) flash-attn 2 builds its backward for heads wider than 192 for.
 FLASH_WIDE_HEAD_CAPABILITIES = ((8, 0), (9, 0))
