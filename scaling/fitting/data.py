@@ -644,11 +644,11 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
         info = _sweep_info(res, sweep)
-        runs = fitted_runs(res.runs(sweep=sweep))  # read once: the trunks to leave out are found among all of them
+        runs = fitted_runs(res.runs(sweep=sweep, spec=False))  # read once: the trunks to leave out are found among all of them
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-        params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
-        flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
+        params_conv = str(info.get("params_convention") or "non_embedding")
+        flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
         if effective_data:
             per_run = _unique_tokens(runs)
@@ -747,26 +747,9 @@ def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
     return dict(info)
 
 
-def _spec_field(runs: pd.DataFrame, name: str) -> Any:
-    if "spec" not in runs or not len(runs):
-        return None
-    from scaling.db.jsonvalues import as_dict
-
-    return as_dict(runs["spec"].iloc[0]).get(name)
-
-
 def _unique_tokens(runs: pd.DataFrame) -> pd.Series:
-    """Each run's ``spec.data.unique_tokens`` (NaN where a run has none or it is not a positive number)."""
-    from scaling.db.jsonvalues import as_dict
-
-    def one(spec: Any) -> float:
-        data = as_dict(spec).get("data")
-        value = data.get("unique_tokens") if isinstance(data, dict) else None
-        try:
-            u = float(value)
-        except (TypeError, ValueError):
-            return math.nan
-        return u if u > 0 and math.isfinite(u) else math.nan
-
-    specs = runs["spec"] if "spec" in runs else pd.Series([None] * len(runs), index=runs.index)
-    return specs.map(one).astype(float)
+    """Each run's ``unique_tokens`` column (its spec's ``data.unique_tokens``; NaN where it has none)."""
+    if "unique_tokens" not in runs:
+        return pd.Series(math.nan, index=runs.index, dtype=float)
+    u = pd.to_numeric(runs["unique_tokens"], errors="coerce").astype(float)
+    return u.where(np.isfinite(u) & (u > 0))

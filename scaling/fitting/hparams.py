@@ -17,7 +17,7 @@ another) is flagged: its values are shown, no interval, and nothing is recommend
 
 The loss laws of a sweep with groups are fitted on each group's L* (:func:`tuned_points`),
 or on one fixed setting per group (the centre of its grid) when asked. Everything here takes
-DataFrames and returns dataclasses; :func:`runs_frame` reads lr, batch and beta2 from run specs.
+DataFrames and returns dataclasses; :func:`runs_frame` takes lr, batch and beta2 from a runs listing's columns.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fmt import num
-from scaling.vocab import HPARAM_GROUP_TAG
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
@@ -680,35 +679,23 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's runs listing (``Results.runs()``, with ``loss``) with each run's lr, batch, beta2
-    and group: ``spec.optimizer.lr`` (or ``spec.optim.lr``), ``spec.batch_tokens``, the optimizer's
-    ``beta2``, and the group the plan gave it (the spec's ``tags.hparam_group``, or an ``hparam_group``
-    column of the listing)."""
-    from scaling.db.jsonvalues import as_dict
-
+    """A sweep's runs listing (``Results.runs()``, with ``loss``) with the columns a hyperparameter fit
+    reads: ``lr``, ``batch`` (the row's ``batch_tokens``), ``beta2`` and ``group`` (its ``hparam_group``,
+    present when some run has one); NaN where the listing has no such value."""
     out = runs.copy()
-    specs = [as_dict(s) for s in (runs["spec"] if "spec" in runs else [None] * len(runs))]
 
-    def optim(s: dict[str, Any]) -> dict[str, Any]:
-        o = s.get("optimizer") or s.get("optim")
-        return o if isinstance(o, dict) else {}
+    def column(name: str) -> pd.Series:
+        if name not in runs:
+            return pd.Series(math.nan, index=runs.index, dtype=float)
+        return pd.to_numeric(runs[name], errors="coerce").astype(float)
 
-    def number(x: Any) -> float:
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return math.nan
-
-    out["lr"] = [number(optim(s).get("lr")) for s in specs]
-    out["batch"] = [number(s.get("batch_tokens")) for s in specs]
-    out["beta2"] = [number(optim(s).get("beta2")) for s in specs]
-    tags = [s.get("tags") if isinstance(s.get("tags"), dict) else {} for s in specs]
-    labels = [t.get(HPARAM_GROUP_TAG) if isinstance(t.get(HPARAM_GROUP_TAG), str) and t.get(HPARAM_GROUP_TAG) else None
-              for t in tags]
-    if "hparam_group" in runs:  # a column of the runs listing, where the database has one
-        labels = [c if isinstance(c, str) and c else t for c, t in zip(runs["hparam_group"], labels)]
-    if any(label is not None for label in labels):
-        out["group"] = pd.Series(labels, index=out.index, dtype=object)
+    out["lr"] = column("lr")
+    out["batch"] = column("batch_tokens")
+    out["beta2"] = column("beta2")
+    if "hparam_group" in runs:
+        labels = [g if isinstance(g, str) and g else None for g in runs["hparam_group"]]
+        if any(label is not None for label in labels):
+            out["group"] = pd.Series(labels, index=out.index, dtype=object)
     return out
 
 

@@ -78,7 +78,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
 
     k = data.flops_per_param_token if data is not None else SIX
     with db.connect(url) as res:
-        runs = best_of_groups(fitted_runs(res.runs(sweep=sweep)))  # the runs the loss laws use
+        runs = best_of_groups(fitted_runs(res.runs(sweep=sweep, spec=False)))  # the runs the loss laws use
         if not len(runs):
             return TaskData(empty(), k, f"sweep {sweep!r}")
         summary = res.metric_summary(sweep=sweep, run_keys=list(runs["run_key"]))
