@@ -32,6 +32,7 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.points import DIGITS, point_keys, rounded
 from scaling.fmt import num
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
@@ -61,14 +62,6 @@ PUBLISHED = {
 }
 
 
-def _sig(x: Any) -> np.ndarray:
-    """Values rounded to 6 significant digits, so one point's N and D compare equal across runs."""
-    v = np.asarray(x, dtype=float)
-    with np.errstate(all="ignore"):
-        scale = 10.0 ** (5 - np.floor(np.log10(np.abs(v))))
-        return np.where(np.isfinite(scale) & (v != 0), np.round(v * scale) / scale, v)
-
-
 def point_label(N: float, D: float) -> str:
     return f"N={num(N, 3)}, D={num(D, 3)}"
 
@@ -80,7 +73,12 @@ def assign_groups(runs: pd.DataFrame) -> pd.Series:
     without one, every (N, D) point whose runs differ in lr, batch or beta2 is a group.
     """
     r = runs.reset_index(drop=True)
-    point = pd.Series([point_label(n, d) for n, d in zip(_sig(r["N"]), _sig(r["D"]))])
+    same = point_keys(r, ["N", "D"])
+    keys = list(zip(same["N"], same["D"]))
+    names = {k: point_label(*k) for k in dict.fromkeys(keys)}
+    if len(set(names.values())) < len(names):  # distinct points that print alike at 3 digits
+        names = {k: f"N={num(k[0], DIGITS)}, D={num(k[1], DIGITS)}" for k in names}
+    point = pd.Series([names[k] for k in keys], dtype=object)
     if "group" in r and r["group"].notna().any():
         label = r["group"].where(r["group"].notna(), None)
         out = label.astype(object)
@@ -169,8 +167,8 @@ def _optimum(beta: np.ndarray, two_d: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _grid_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    grid = np.unique(_sig(values))
-    return grid, np.searchsorted(grid, _sig(values))
+    grid = np.unique(rounded(values))
+    return grid, np.searchsorted(grid, rounded(values))
 
 
 def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int = 0,
@@ -219,7 +217,7 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     keep = np.ones(len(g), bool)
     for dim in varied:
         grid, idx = _grid_index(g[dim].to_numpy(float))
-        centre = int(np.searchsorted(grid, _sig(best_d[dim])))
+        centre = int(np.searchsorted(grid, rounded(best_d[dim])))
         keep &= np.abs(idx - centre) <= window
     w = g[keep]
     two_d = len(varied) == 2
