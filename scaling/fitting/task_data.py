@@ -92,7 +92,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
         m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
         events = res.events(sweep=sweep, kinds=[names.DATA, names.SIMULATED])
         events = events[events["run_key"].isin(set(runs["run_key"]))]
-    return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
+    return TaskData(_tidy(m, runs, k), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
 
 
 def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]:
@@ -113,8 +113,9 @@ def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]
     return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
 
-def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss."""
+def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = SIX) -> pd.DataFrame:
+    """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss;
+    an evaluation's C is the compute spent up to it, k N tokens (k: the FLOP convention's C / (N D))."""
     if m is None or not len(m):
         return empty()
     m = m.drop_duplicates(["run_key", "step", "name"], keep="last")
@@ -135,8 +136,7 @@ def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     wide["D"] = wide["tokens"].astype(float)
     last = wide.groupby("run_key")["step"].transform("max")
     wide["final"] = wide["step"] == last
-    # C of an evaluation is the compute spent up to it (6 N tokens); the run's final C for the last one
-    wide["C"] = SIX * wide["N"] * wide["D"]
+    wide["C"] = k * wide["N"] * wide["D"]
     return wide[list(COLUMNS)].reset_index(drop=True)
 
 
