@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Optional
+
+from scaling.vocab import HPARAM_GROUP_TAG
 
 
 def json_safe(value: Any) -> Any:
@@ -40,3 +42,35 @@ def as_dict(value: Any) -> dict[str, Any]:
             return {}
         return out if isinstance(out, dict) else {}
     return {}
+
+
+def _number(value: Any) -> Optional[float]:
+    """A finite number (not a boolean, not text), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> Optional[int]:
+    """A positive whole number (``2e10`` counts), else None."""
+    x = _number(value)
+    return int(x) if x is not None and x > 0 and x.is_integer() else None
+
+
+def run_settings(spec: Any, hparam_group: Optional[str] = None) -> dict[str, Any]:
+    """The columns of a run's row that its spec decides and the fits read: ``lr``, ``beta2``
+    (``optimizer``), ``batch_tokens``, ``unique_tokens`` (``data``) and ``hparam_group`` (given, else
+    the spec's ``tags.hparam_group``); None where the spec gives no usable value."""
+    s = as_dict(spec)
+    optimizer = s.get("optimizer") if isinstance(s.get("optimizer"), dict) else {}
+    data = s.get("data") if isinstance(s.get("data"), dict) else {}
+    tags = s.get("tags") if isinstance(s.get("tags"), dict) else {}
+    tagged = tags.get(HPARAM_GROUP_TAG)
+    group = hparam_group if hparam_group else (tagged if isinstance(tagged, str) and tagged else None)
+    return {
+        "lr": _number(optimizer.get("lr")),
+        "batch_tokens": _count(s.get("batch_tokens")),
+        "beta2": _number(optimizer.get("beta2")),
+        "unique_tokens": _count(data.get("unique_tokens")),
+        "hparam_group": None if group is None else str(group),
+    }

@@ -110,6 +110,13 @@ class Run(Base):
     # The runs of one point of a hyperparameter sweep (one per lr, batch and beta2 combination) share
     # this label (the point's shape and tokens); None for a run of no such sweep. Revision 0004.
     hparam_group: Mapped[Optional[str]] = mapped_column(String(200), nullable=True)
+    # The run's training settings the fits read, as typed columns written at registration from its
+    # spec (revision 0005): AdamW's peak lr and beta2, the global batch in tokens, and the corpus's
+    # unique tokens U (tokens in the training split); None where the spec does not give one.
+    lr: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    batch_tokens: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    beta2: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    unique_tokens: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
 
     sweep: Mapped[Sweep] = relationship()
 

@@ -29,6 +29,7 @@ RUN_COLUMNS = [
     "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
     "seed", "status", "attempts", "final_loss", "final_train_loss", "error", "host", "heartbeat_at",
     "started_at", "finished_at", "created_at", "spec", "parent_key", "trunk_tokens", "hparam_group",
+    "lr", "batch_tokens", "beta2", "unique_tokens",
 ]  # fmt: skip
 METRIC_COLUMNS = ["run_key", "step", "tokens", "flops", "name", "value"]
 EVENT_COLUMNS = ["run_key", "sweep", "step", "kind", "detail", "created_at"]
@@ -386,6 +387,10 @@ def _run_row(run: Any) -> dict[str, Any]:
         "parent_key": run.parent_key,
         "trunk_tokens": int(run.trunk_tokens or 0),
         "hparam_group": run.hparam_group,
+        "lr": run.lr,
+        "batch_tokens": run.batch_tokens,
+        "beta2": run.beta2,
+        "unique_tokens": run.unique_tokens,
     }
 
 

@@ -23,7 +23,7 @@ from scaling import vocab
 from scaling.db.claimant import claimant_is_dead
 from scaling.db.conflicts import refuse_changed_points
 from scaling.db.database import AmbiguousRunError, Database
-from scaling.db.jsonvalues import check_json
+from scaling.db.jsonvalues import check_json, run_settings
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep, utcnow
 from scaling.errors import NotFoundError, PlanError, mask_url
 
@@ -523,7 +523,7 @@ def _run_values(sweep_id: int, rec: dict[str, Any], now: datetime) -> dict[str, 
         "spec": check_json(rec["spec"], "record spec"),
         "parent_key": None if rec.get("parent_key") is None else str(rec["parent_key"]),
         "trunk_tokens": int(rec.get("trunk_tokens") or 0),
-        "hparam_group": None if rec.get("hparam_group") is None else str(rec["hparam_group"]),
+        **run_settings(rec["spec"], None if rec.get("hparam_group") is None else str(rec["hparam_group"])),
         "status": vocab.PENDING,
         "attempts": 0,
         "created_at": now,

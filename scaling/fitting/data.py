@@ -21,6 +21,7 @@ from scaling.errors import FitError, NotFoundError
 from scaling.naming import printable_problem
 from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
+from scaling.fitting.points import point_keys
 from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.task_columns import is_task_column
 from scaling.fitting.task_evaluations import split_evaluations
@@ -104,6 +105,9 @@ class FitData:
     #: (scaling.fitting.hparams); ``points`` then hold one row per group, as ``hparam_mode`` says.
     hparam_runs: pd.DataFrame | None = None
     hparam_mode: str | None = None
+    #: How a table's rows were read (:func:`from_frame`), so its task columns are read alike.
+    loss_units: str | None = None
+    drop_invalid: bool = False
 
     def conventions(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -179,37 +183,31 @@ def _refuse_ambiguous(columns: list[str], where: str) -> None:
                            f"(or rename the others) so that it is clear which is meant{evaluations}")
 
 
-def from_frame(
-    df: pd.DataFrame,
-    *,
-    flops_convention: str = "6N",
-    params_convention: str = "non_embedding",
-    source: str = "frame",
-    unique_tokens: float | None = None,
-    curves: pd.DataFrame | None = None,
-    loss_units: str | None = None,
-    drop_invalid: bool = False,
-    r_star: float = R_STAR_DATA,
-    row_label: Callable[[int], str] | None = None,
-    hparams: str = "tuned",
-) -> FitData:
-    """Map aliased columns to N, D, C, loss (and U), check and convert them, then :func:`prepare`.
+# -- reading a table's rows, one step at a time ------------------------------------------------------
+@dataclass(frozen=True)
+class Columns:
+    """Which column gives each quantity of :data:`ALIASES` (None: none does) and the loss's unit."""
 
-    ``flops_convention``: ``6N`` (C = 6ND; a C column that disagrees is warned about), or
-    ``given`` / ``6N_attention`` (C as the data give it; k in C = k N D is their median ratio).
-    ``loss_units``: nats (default), bits or perplexity; a ppl/bits column implies its unit.
-    ``drop_invalid``: rows with a missing, unreadable, non-positive or non-finite value are
-    dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
-    al.'s effective data per row, with R*_D = ``r_star``. Columns of lr and batch make the rows
-    of one (N, D) that differ in them a group (:mod:`scaling.fitting.hparams`); ``hparams``:
-    the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``). A ``run``
-    column makes rows evaluations of named runs: only each run's final one is read here
-    (:mod:`scaling.fitting.task_evaluations`).
-    """
+    picked: dict[str, str | None]
+    loss_units: str
+
+
+@dataclass
+class Rows:
+    """A table's rows as numbers: ``values`` (the kept rows; N, D, C, loss in nats, and any of
+    unique_tokens, lr, batch, beta2 the table gives), which rows were kept, and what was noticed."""
+
+    values: pd.DataFrame
+    keep: np.ndarray
+    columns: Columns
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_options(flops_convention: str, params_convention: str, loss_units: str | None) -> None:
+    """Refuse an unknown FLOP convention, parameter convention or loss unit."""
     from scaling.accounting import PARAMS_CONVENTIONS
 
-    where = f"{source}: " if source else ""
-    label = row_label or (lambda i: f"row {i}")
     if flops_convention not in FLOPS_CHOICES:
         raise FitError(f"unknown FLOP convention {flops_convention!r} (use one of {', '.join(FLOPS_CHOICES)})")
     if params_convention not in PARAMS_CONVENTIONS:
@@ -217,11 +215,11 @@ def from_frame(
                        f"(use one of {', '.join(PARAMS_CONVENTIONS)})")
     if loss_units is not None and loss_units not in LOSS_UNITS:
         raise FitError(f"unknown loss units {loss_units!r} (use one of {', '.join(LOSS_UNITS)})")
-    evaluations = split_evaluations(df, where, label, ALIASES["N"])  # a run's checkpoints: the loss laws read its final row
-    if evaluations is not None:
-        df, label = evaluations.finals, evaluations.label_of(label)
-    cols = [str(c) for c in df.columns]
-    df = df.set_axis(cols, axis=1)
+
+
+def choose_columns(cols: list[str], where: str = "", loss_units: str | None = None) -> Columns:
+    """The column of each quantity (aliases in :data:`ALIASES`, case-insensitive): two columns for one
+    quantity, or no N, no loss, or neither D nor C, is refused in one line."""
     _refuse_ambiguous(cols, where)
     picked = {key: _pick(cols, names) for key, names in ALIASES.items()}
     if picked["lr"] is None and picked["batch"] is None:  # beta2 or a group alone: descriptions, not groups
@@ -239,12 +237,38 @@ def from_frame(
         if len(cols) == 1 and any(d in cols[0] for d in ";\t|,"):
             hint = " (one column whose name holds a delimiter: is the file separated by something else?)"
         raise FitError(f"{where}{missing}; columns found: {found or 'none'}{hint}")
-    if unique_tokens is not None and picked["unique_tokens"] is not None:
-        raise FitError(f"{where}give the unique tokens either as column {picked['unique_tokens']!r} or as "
-                       "--unique-tokens, not both")
+    return Columns(picked, units)
 
-    notes: list[str] = []
-    warnings: list[str] = []
+
+def _column_problems(key: str, v: np.ndarray, unreadable: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """(invalid: missing, non-finite or non-positive; outside: a readable value the quantity cannot
+    take; why it cannot) for one numeric column."""
+    with np.errstate(invalid="ignore"):
+        if key in ("beta2", "lr"):  # the plan's rule: 0 is a valid beta2 (1.5 is not), an lr above 100 is not
+            allowed, why = HPARAM_CHECKS[key]
+            ruled = np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v], dtype=bool)
+            if key == "lr":  # a missing or non-positive lr is named as the other columns' are
+                invalid = ~np.isfinite(v) | (v <= 0)
+            else:
+                invalid = ~np.isfinite(v) & ~unreadable
+            return invalid, np.isfinite(v) & ~invalid & ~ruled, why
+        invalid = ~np.isfinite(v) | (v <= 0)
+        return invalid, ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0])), \
+            f"outside {VALUE_RANGE[0]:g} to {VALUE_RANGE[1]:g}"
+
+
+def check_values(df: pd.DataFrame, columns: Columns, *, where: str = "", label: Callable[[int], str] | None = None,
+                 drop_invalid: bool = False, blank_loss: np.ndarray | None = None
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Each numeric quantity's values parsed (:func:`~scaling.fitting.tabular.parse_numbers`) and checked.
+
+    A missing, unreadable, non-positive or non-finite value, one outside :data:`VALUE_RANGE`, or an lr
+    or beta2 the plan's rule refuses (:data:`scaling.rules.HPARAM_CHECKS`) is refused in one line
+    naming its row, or with ``drop_invalid`` its row is dropped and counted. ``blank_loss``: rows whose
+    loss may be empty (kept, NaN). Returns (values of every row, rows kept, warnings).
+    """
+    label = label or (lambda i: f"row {i}")
+    picked = columns.picked
     numeric = [k for k in ("N", "D", "C", "loss", "unique_tokens", "lr", "batch", "beta2") if picked[k] is not None]
     values: dict[str, np.ndarray] = {}
     bad_rows = np.zeros(len(df), bool)
@@ -266,26 +290,17 @@ def from_frame(
         def number(i: int) -> str:
             return f"{col}={float(v[i])!r}"
 
-        with np.errstate(invalid="ignore"):
-            if key in ("beta2", "lr"):  # the plan's rule: 0 is a valid beta2 (1.5 is not), an lr above 100 is not
-                allowed, why = HPARAM_CHECKS[key]
-                ruled = np.array([bool(allowed(float(x))) if math.isfinite(x) else True for x in v], dtype=bool)
-                if key == "lr":  # a missing or non-positive lr is named as the other columns' are
-                    invalid = ~np.isfinite(v) | (v <= 0)
-                else:
-                    invalid = ~np.isfinite(v) & ~parsed.unreadable
-                outside = np.isfinite(v) & ~invalid & ~ruled
-                if outside.any() and not parsed.unreadable.any():
-                    problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible {name} (first: "
-                            f"{label(i)}, {name}={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such "
-                            "rows)", number)
+        invalid, outside, why = _column_problems(key, v, parsed.unreadable)
+        if key == "loss" and blank_loss is not None:
+            invalid &= ~(blank_loss & np.isnan(v) & ~parsed.unreadable)
+        if outside.any() and not parsed.unreadable.any() and (key in ("beta2", "lr") or not invalid.any()):
+            if key in ("beta2", "lr"):
+                problem(outside, lambda i: f"{int(outside.sum())} point(s) with an impossible {name} (first: "
+                        f"{label(i)}, {name}={float(v[i])!r}; column {col!r}): {why} (--drop-invalid drops such "
+                        "rows)", number)
             else:
-                invalid = ~np.isfinite(v) | (v <= 0)
-                outside = ~invalid & ((v > VALUE_RANGE[1]) | (v < VALUE_RANGE[0]))
-        if key not in ("beta2", "lr") and outside.any() and not parsed.unreadable.any() and not invalid.any():
-            problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} outside {VALUE_RANGE[0]:g} to "
-                    f"{VALUE_RANGE[1]:g} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
-                    "--drop-invalid drops such rows)", number)
+                problem(outside, lambda i: f"{int(outside.sum())} point(s) with {name} {why} (first: {label(i)}, "
+                        f"{name}={float(v[i])!r}; column {col!r}; --drop-invalid drops such rows)", number)
         invalid |= outside
         if parsed.unreadable.any():
             def cell(i: int) -> str:
@@ -300,14 +315,22 @@ def from_frame(
                     "--drop-invalid drops such rows)", number)
         bad_rows |= invalid
     keep = ~bad_rows
+    warnings: list[str] = []
     if bad_rows.any():
         i, what = min(first_problem.values())
         warnings.append(f"dropped {int(bad_rows.sum())} of {len(df)} rows with a missing, unreadable, out-of-range, "
                         f"non-positive or non-finite value (first: {label(i)}, {what})")
         if not keep.any():
             raise FitError(f"{where}no valid rows left to fit: every one of the {len(df)} rows has an invalid value")
-    out = pd.DataFrame({k: v[keep] for k, v in values.items()})
+    return values, keep, warnings
 
+
+def convert_units(out: pd.DataFrame, columns: Columns, where: str = "") -> tuple[list[str], list[str]]:
+    """The loss in nats (from bits or perplexity, in place); warnings for an N that looks like it is
+    in millions and a loss that looks like perplexity or bits. Returns (notes, warnings)."""
+    picked, units = columns.picked, columns.loss_units
+    notes: list[str] = []
+    warnings: list[str] = []
     if float(out["N"].max()) < N_IN_UNITS:
         warnings.append(f"column {picked['N']!r}: the largest N is {float(out['N'].max()):.4g} parameters: if N is "
                         "in millions or billions, write it out (4e8, 400M)")
@@ -320,15 +343,25 @@ def from_frame(
             raise FitError(f"{where}perplexity below 1 in column {picked['loss']!r}: these are not perplexities")
         out["loss"] = np.log(out["loss"])
         notes.append(f"loss column {picked['loss']!r} is perplexity: fitted as its logarithm (loss in nats)")
-        if not (out["loss"] > 0).all():
+        if not (out["loss"].isna() | (out["loss"] > 0)).all():
             raise FitError(f"{where}a perplexity of exactly 1 is a loss of 0, which no power law with E > 0 fits")
     top = float(out["loss"].max())
     if top > PERPLEXITY_LIKE:
         warnings.append(f"loss reaches {top:.4g}, above what a loss in nats is (< ~{PERPLEXITY_LIKE:g}): if the "
                         "column is perplexity, pass --loss-units perplexity")
-    if units == "nats" and any(t in picked["loss"].lower() for t in ("bit", "bpb", "bpc")):
+    if units == "nats" and any(t in str(picked["loss"]).lower() for t in ("bit", "bpb", "bpc")):
         warnings.append(f"loss column {picked['loss']!r} looks like bits: pass --loss-units bits to convert to nats")
+    return notes, warnings
 
+
+def apply_conventions(out: pd.DataFrame, columns: Columns, *, flops_convention: str = "6N",
+                      params_convention: str = "non_embedding", where: str = "",
+                      source: str = "frame") -> tuple[list[str], list[str]]:
+    """D or C derived from the other where the table lacks one (C = 6ND; only under the 6N convention),
+    and a given C checked against the convention, in place. Returns (notes, warnings)."""
+    picked = columns.picked
+    notes: list[str] = []
+    warnings: list[str] = []
     k = SIX if flops_convention == "6N" else None
     if "D" not in out:
         if k is None:
@@ -340,11 +373,74 @@ def from_frame(
                            f"(--flops {flops_convention} needs a FLOPs column)")
         out["C"] = k * out["N"] * out["D"]
     elif picked["D"] is not None:
-        warnings.extend(_flops_warnings(out, flops_convention, picked["C"]))
+        warnings.extend(_flops_warnings(out, flops_convention, str(picked["C"])))
     if params_convention == "non_embedding" and flops_convention == "6N" and source != "frame":
         notes.append("conventions assumed: N counts non-embedding parameters and C = 6ND "
                      "(--params total, --flops given if the data differ)")
+    return notes, warnings
 
+
+def read_rows(df: pd.DataFrame, *, flops_convention: str = "6N", params_convention: str = "non_embedding",
+              loss_units: str | None = None, drop_invalid: bool = False, where: str = "", source: str = "frame",
+              label: Callable[[int], str] | None = None, blank_loss: np.ndarray | None = None) -> Rows:
+    """A table's N, D, C and loss (and U, lr, batch, beta2): :func:`choose_columns`, :func:`check_values`,
+    :func:`convert_units`, :func:`apply_conventions`. The one reading of a measurements table's
+    numbers, shared by the loss fits (:func:`from_frame`) and the task columns
+    (:func:`scaling.fitting.task_data.from_frame`)."""
+    check_options(flops_convention, params_convention, loss_units)
+    columns = choose_columns([str(c) for c in df.columns], where, loss_units)
+    values, keep, warnings = check_values(df, columns, where=where, label=label, drop_invalid=drop_invalid,
+                                          blank_loss=blank_loss)
+    out = pd.DataFrame({k: v[keep] for k, v in values.items()})
+    notes, more = convert_units(out, columns, where)
+    warnings += more
+    conv_notes, more = apply_conventions(out, columns, flops_convention=flops_convention,
+                                         params_convention=params_convention, where=where, source=source)
+    return Rows(out, keep, columns, notes + conv_notes, warnings + more)
+
+
+def from_frame(
+    df: pd.DataFrame,
+    *,
+    flops_convention: str = "6N",
+    params_convention: str = "non_embedding",
+    source: str = "frame",
+    unique_tokens: float | None = None,
+    curves: pd.DataFrame | None = None,
+    loss_units: str | None = None,
+    drop_invalid: bool = False,
+    r_star: float = R_STAR_DATA,
+    row_label: Callable[[int], str] | None = None,
+    hparams: str = "tuned",
+) -> FitData:
+    """Map aliased columns to N, D, C, loss (and U), check and convert them (:func:`read_rows`), then :func:`prepare`.
+
+    ``flops_convention``: ``6N`` (C = 6ND; a C column that disagrees is warned about), or
+    ``given`` / ``6N_attention`` (C as the data give it; k in C = k N D is their median ratio).
+    ``loss_units``: nats (default), bits or perplexity; a ppl/bits column implies its unit.
+    ``drop_invalid``: rows with a missing, unreadable, non-positive or non-finite value are
+    dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
+    al.'s effective data per row, with R*_D = ``r_star``. Columns of lr and batch make the rows
+    of one (N, D) that differ in them a group (:mod:`scaling.fitting.hparams`); ``hparams``:
+    the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``). A ``run``
+    column makes rows evaluations of named runs: only each run's final one is read here
+    (:mod:`scaling.fitting.task_evaluations`).
+    """
+    where = f"{source}: " if source else ""
+    label = row_label or (lambda i: f"row {i}")
+    check_options(flops_convention, params_convention, loss_units)
+    evaluations = split_evaluations(df, where, label, ALIASES["N"])  # a run's checkpoints: the loss laws read its final row
+    if evaluations is not None:
+        df, label = evaluations.finals, evaluations.label_of(label)
+    cols = [str(c) for c in df.columns]
+    df = df.set_axis(cols, axis=1)
+    picked = choose_columns(cols, where, loss_units).picked
+    if unique_tokens is not None and picked["unique_tokens"] is not None:
+        raise FitError(f"{where}give the unique tokens either as column {picked['unique_tokens']!r} or as "
+                       "--unique-tokens, not both")
+    rows = read_rows(df, flops_convention=flops_convention, params_convention=params_convention,
+                     loss_units=loss_units, drop_invalid=drop_invalid, where=where, source=source, label=label)
+    out, keep = rows.values, rows.keep
     if picked["seed"] is not None:
         out["seed"] = df[picked["seed"]].to_numpy()[keep]
     if picked["unique_tokens"] is not None:
@@ -353,6 +449,7 @@ def from_frame(
     extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE and not is_task_column(c)]
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
+    notes = list(rows.notes)
     hparam_runs = None
     if picked["lr"] is not None or picked["batch"] is not None:
         out, hparam_runs, hp_notes = _hparam_points(out, df, picked, keep, hparams, where, label)
@@ -367,8 +464,9 @@ def from_frame(
         r_star=r_star,
         unique_tokens_column=picked["unique_tokens"],
     )
-    data.notes[:0] = [f"warning: {w}" for w in warnings] + notes
-    data.warnings[:0] = warnings
+    data.notes[:0] = [f"warning: {w}" for w in rows.warnings] + notes
+    data.warnings[:0] = rows.warnings
+    data.loss_units, data.drop_invalid = loss_units, drop_invalid
     if hparam_runs is not None:
         data.hparam_runs, data.hparam_mode = hparam_runs, hparams
     return data
@@ -487,15 +585,6 @@ def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: f
     return data
 
 
-def _sig(v: pd.Series) -> pd.Series:
-    """Values rounded to 9 significant digits, so 1e9 and 1.0000000001e9 group together."""
-    x = v.to_numpy(dtype=float)
-    with np.errstate(all="ignore"):
-        scale = 10.0 ** (8 - np.floor(np.log10(np.abs(x))))
-        r = np.where(np.isfinite(scale) & (x != 0), np.round(x * scale) / scale, x)
-    return pd.Series(r, index=v.index)
-
-
 def prepare(
     df: pd.DataFrame,
     *,
@@ -529,8 +618,8 @@ def prepare(
     value_cols = ["N", "D", "C", "loss"] + (["U"] if has_u else [])
     work = df[value_cols].astype(float).reset_index(drop=True)
     extras = [c for c in df.columns if str(c).startswith("extra:")]
-    keys = [_sig(work["N"]), _sig(work["D"]), _sig(work["C"])] + ([_sig(work["U"])] if has_u else [])
-    keys = [k.rename(f"_k{i}") for i, k in enumerate(keys)]
+    same = point_keys(work, ["N", "D", "C"] + (["U"] if has_u else []))
+    keys = [same[c].rename(f"_k{i}") for i, c in enumerate(same.columns)]
     keys += [df[c].reset_index(drop=True).astype(str).rename(c) for c in extras]
     grouped = work.groupby(keys, sort=True, dropna=False)
     points = pd.DataFrame(
@@ -644,11 +733,11 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
         info = _sweep_info(res, sweep)
-        runs = fitted_runs(res.runs(sweep=sweep))  # read once: the trunks to leave out are found among all of them
+        runs = fitted_runs(res.runs(sweep=sweep, spec=False))  # read once: the trunks to leave out are found among all of them
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-        params_conv = str(info.get("params_convention") or _spec_field(runs, "params_convention") or "non_embedding")
-        flops_conv = str(info.get("flops_convention") or _spec_field(runs, "flops_convention") or "6N")
+        params_conv = str(info.get("params_convention") or "non_embedding")
+        flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
         if effective_data:
             per_run = _unique_tokens(runs)
@@ -747,26 +836,9 @@ def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
     return dict(info)
 
 
-def _spec_field(runs: pd.DataFrame, name: str) -> Any:
-    if "spec" not in runs or not len(runs):
-        return None
-    from scaling.db.jsonvalues import as_dict
-
-    return as_dict(runs["spec"].iloc[0]).get(name)
-
-
 def _unique_tokens(runs: pd.DataFrame) -> pd.Series:
-    """Each run's ``spec.data.unique_tokens`` (NaN where a run has none or it is not a positive number)."""
-    from scaling.db.jsonvalues import as_dict
-
-    def one(spec: Any) -> float:
-        data = as_dict(spec).get("data")
-        value = data.get("unique_tokens") if isinstance(data, dict) else None
-        try:
-            u = float(value)
-        except (TypeError, ValueError):
-            return math.nan
-        return u if u > 0 and math.isfinite(u) else math.nan
-
-    specs = runs["spec"] if "spec" in runs else pd.Series([None] * len(runs), index=runs.index)
-    return specs.map(one).astype(float)
+    """Each run's ``unique_tokens`` column (its spec's ``data.unique_tokens``; NaN where it has none)."""
+    if "unique_tokens" not in runs:
+        return pd.Series(math.nan, index=runs.index, dtype=float)
+    u = pd.to_numeric(runs["unique_tokens"], errors="coerce").astype(float)
+    return u.where(np.isfinite(u) & (u > 0))

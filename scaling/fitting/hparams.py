@@ -17,7 +17,7 @@ another) is flagged: its values are shown, no interval, and nothing is recommend
 
 The loss laws of a sweep with groups are fitted on each group's L* (:func:`tuned_points`),
 or on one fixed setting per group (the centre of its grid) when asked. Everything here takes
-DataFrames and returns dataclasses; :func:`runs_frame` reads lr, batch and beta2 from run specs.
+DataFrames and returns dataclasses; :func:`runs_frame` takes lr, batch and beta2 from a runs listing's columns.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.points import DIGITS, point_keys, rounded
 from scaling.fmt import num
-from scaling.vocab import HPARAM_GROUP_TAG
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
@@ -62,14 +62,6 @@ PUBLISHED = {
 }
 
 
-def _sig(x: Any) -> np.ndarray:
-    """Values rounded to 6 significant digits, so one point's N and D compare equal across runs."""
-    v = np.asarray(x, dtype=float)
-    with np.errstate(all="ignore"):
-        scale = 10.0 ** (5 - np.floor(np.log10(np.abs(v))))
-        return np.where(np.isfinite(scale) & (v != 0), np.round(v * scale) / scale, v)
-
-
 def point_label(N: float, D: float) -> str:
     return f"N={num(N, 3)}, D={num(D, 3)}"
 
@@ -81,7 +73,12 @@ def assign_groups(runs: pd.DataFrame) -> pd.Series:
     without one, every (N, D) point whose runs differ in lr, batch or beta2 is a group.
     """
     r = runs.reset_index(drop=True)
-    point = pd.Series([point_label(n, d) for n, d in zip(_sig(r["N"]), _sig(r["D"]))])
+    same = point_keys(r, ["N", "D"])
+    keys = list(zip(same["N"], same["D"]))
+    names = {k: point_label(*k) for k in dict.fromkeys(keys)}
+    if len(set(names.values())) < len(names):  # distinct points that print alike at 3 digits
+        names = {k: f"N={num(k[0], DIGITS)}, D={num(k[1], DIGITS)}" for k in names}
+    point = pd.Series([names[k] for k in keys], dtype=object)
     if "group" in r and r["group"].notna().any():
         label = r["group"].where(r["group"].notna(), None)
         out = label.astype(object)
@@ -170,8 +167,8 @@ def _optimum(beta: np.ndarray, two_d: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _grid_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    grid = np.unique(_sig(values))
-    return grid, np.searchsorted(grid, _sig(values))
+    grid = np.unique(rounded(values))
+    return grid, np.searchsorted(grid, rounded(values))
 
 
 def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int = 0,
@@ -220,7 +217,7 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     keep = np.ones(len(g), bool)
     for dim in varied:
         grid, idx = _grid_index(g[dim].to_numpy(float))
-        centre = int(np.searchsorted(grid, _sig(best_d[dim])))
+        centre = int(np.searchsorted(grid, rounded(best_d[dim])))
         keep &= np.abs(idx - centre) <= window
     w = g[keep]
     two_d = len(varied) == 2
@@ -680,35 +677,23 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's runs listing (``Results.runs()``, with ``loss``) with each run's lr, batch, beta2
-    and group: ``spec.optimizer.lr`` (or ``spec.optim.lr``), ``spec.batch_tokens``, the optimizer's
-    ``beta2``, and the group the plan gave it (the spec's ``tags.hparam_group``, or an ``hparam_group``
-    column of the listing)."""
-    from scaling.db.jsonvalues import as_dict
-
+    """A sweep's runs listing (``Results.runs()``, with ``loss``) with the columns a hyperparameter fit
+    reads: ``lr``, ``batch`` (the row's ``batch_tokens``), ``beta2`` and ``group`` (its ``hparam_group``,
+    present when some run has one); NaN where the listing has no such value."""
     out = runs.copy()
-    specs = [as_dict(s) for s in (runs["spec"] if "spec" in runs else [None] * len(runs))]
 
-    def optim(s: dict[str, Any]) -> dict[str, Any]:
-        o = s.get("optimizer") or s.get("optim")
-        return o if isinstance(o, dict) else {}
+    def column(name: str) -> pd.Series:
+        if name not in runs:
+            return pd.Series(math.nan, index=runs.index, dtype=float)
+        return pd.to_numeric(runs[name], errors="coerce").astype(float)
 
-    def number(x: Any) -> float:
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return math.nan
-
-    out["lr"] = [number(optim(s).get("lr")) for s in specs]
-    out["batch"] = [number(s.get("batch_tokens")) for s in specs]
-    out["beta2"] = [number(optim(s).get("beta2")) for s in specs]
-    tags = [s.get("tags") if isinstance(s.get("tags"), dict) else {} for s in specs]
-    labels = [t.get(HPARAM_GROUP_TAG) if isinstance(t.get(HPARAM_GROUP_TAG), str) and t.get(HPARAM_GROUP_TAG) else None
-              for t in tags]
-    if "hparam_group" in runs:  # a column of the runs listing, where the database has one
-        labels = [c if isinstance(c, str) and c else t for c, t in zip(runs["hparam_group"], labels)]
-    if any(label is not None for label in labels):
-        out["group"] = pd.Series(labels, index=out.index, dtype=object)
+    out["lr"] = column("lr")
+    out["batch"] = column("batch_tokens")
+    out["beta2"] = column("beta2")
+    if "hparam_group" in runs:
+        labels = [g if isinstance(g, str) and g else None for g in runs["hparam_group"]]
+        if any(label is not None for label in labels):
+            out["group"] = pd.Series(labels, index=out.index, dtype=object)
     return out
 
 

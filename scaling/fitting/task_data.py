@@ -12,17 +12,18 @@ where it is known (the mean of 1 / choices over a task file's items, a CSV's ``c
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.data import ALIASES, LOSS_UNIT_ALIASES, SIX, FitData, fitted_runs
+from scaling.fitting.data import ALIASES, SIX, FitData, fitted_runs, read_rows
 from scaling.fitting.tabular import parse_numbers
 from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
                                           parse_metric, task_name_problem)
-from scaling.fitting.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, split_evaluations
+from scaling.fitting.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, Evaluations, split_evaluations
 
 COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
 
@@ -78,7 +79,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
 
     k = data.flops_per_param_token if data is not None else SIX
     with db.connect(url) as res:
-        runs = best_of_groups(fitted_runs(res.runs(sweep=sweep)))  # the runs the loss laws use
+        runs = best_of_groups(fitted_runs(res.runs(sweep=sweep, spec=False)))  # the runs the loss laws use
         if not len(runs):
             return TaskData(empty(), k, f"sweep {sweep!r}")
         summary = res.metric_summary(sweep=sweep, run_keys=list(runs["run_key"]))
@@ -91,7 +92,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
         m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
         events = res.events(sweep=sweep, kinds=[names.DATA, names.SIMULATED])
         events = events[events["run_key"].isin(set(runs["run_key"]))]
-    return TaskData(_tidy(m, runs), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
+    return TaskData(_tidy(m, runs, k), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
 
 
 def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]:
@@ -112,8 +113,9 @@ def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]
     return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
 
-def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss."""
+def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = SIX) -> pd.DataFrame:
+    """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss;
+    an evaluation's C is the compute spent up to it, k N tokens (k: the FLOP convention's C / (N D))."""
     if m is None or not len(m):
         return empty()
     m = m.drop_duplicates(["run_key", "step", "name"], keep="last")
@@ -134,13 +136,13 @@ def _tidy(m: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     wide["D"] = wide["tokens"].astype(float)
     last = wide.groupby("run_key")["step"].transform("max")
     wide["final"] = wide["step"] == last
-    # C of an evaluation is the compute spent up to it (6 N tokens); the run's final C for the last one
-    wide["C"] = SIX * wide["N"] * wide["D"]
+    wide["C"] = k * wide["N"] * wide["D"]
     return wide[list(COLUMNS)].reset_index(drop=True)
 
 
 # -- from a CSV's columns ---------------------------------------------------------------------------
-def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> TaskData:
+def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
+               row_label: Callable[[int], str] | None = None) -> TaskData:
     """The task columns of a measurements table (one row = one evaluation; by default a run's final one).
 
     Columns ``task/<task>/<kind>``, ``<kind>_<task>`` (kind acc, acc_norm, bpb) or ``err_<task>``
@@ -148,8 +150,10 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
     cell means the task was not measured on that row. ``chance_<task>``: the task's chance level,
     one value in [0, 1). With columns ``run`` and ``tokens`` a run's rows are its evaluations
     (:mod:`scaling.fitting.task_evaluations`): the one at ``tokens`` = ``D`` is final, the others
-    are checkpoints, fitted by step 2 only. N, D, C and loss are read from the same columns
-    :func:`scaling.fitting.data.from_frame` reads, in ``data``'s conventions.
+    are checkpoints, fitted by step 2 only. N, D, C and loss are read as
+    :func:`scaling.fitting.data.from_frame` reads them (:func:`scaling.fitting.data.read_rows`: the same
+    columns, checks, loss units and FLOP convention, those ``data`` was read with). ``row_label``
+    names a row in messages (``data row <i + 1>`` by default).
     """
     where = f"{source}: " if source else ""
     cols = [str(c) for c in df.columns]
@@ -185,10 +189,11 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame") -> Tas
         raise FitError(f"{where}column {chance_cols[unknown[0]]!r} gives the chance level of {unknown[0]!r}, a task "
                        "with no accuracy column")
     chance = {t: _chance(df[c], c, where) for t, c in chance_cols.items()}
-    evaluations = split_evaluations(df, where, n_names=ALIASES["N"])
+    label = row_label or (lambda i: f"data row {i + 1}")
+    evaluations = split_evaluations(df, where, label, n_names=ALIASES["N"])
     if evaluations is not None:  # tokens is the evaluation's, not another name of the run's D
         cols = [c for c in cols if c.lower().strip() not in (RUN_COLUMN, TOKENS_COLUMN)]
-    base = _base_columns(df, cols, data, where)
+    base = _base_columns(df, cols, data, where, label, evaluations)
     notes = []
     if evaluations is not None:
         k = data.flops_per_param_token
@@ -257,33 +262,21 @@ def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool)
     return 1.0 - v if err else v
 
 
-def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str) -> pd.DataFrame:
-    """Per row: N, D, C and the loss in nats, from the columns the loss fit reads."""
-    lower = {c.lower().strip(): c for c in cols}
+def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str, label: Callable[[int], str],
+                  evaluations: Evaluations | None) -> pd.DataFrame:
+    """Per row: N, D, C and the loss in nats, read as the loss fit reads them (:func:`~scaling.fitting.data.read_rows`:
+    the same columns, checks, units and FLOP convention, from ``data``); a row the loss fit drops
+    (``--drop-invalid``) is not usable. An intermediate evaluation may leave its loss empty."""
+    rows = read_rows(df[cols], flops_convention=data.flops_convention, params_convention=data.params_convention,
+                     loss_units=data.loss_units, drop_invalid=data.drop_invalid, where=where, label=label,
+                     blank_loss=None if evaluations is None else ~evaluations.final)
 
-    def pick(names: tuple[str, ...]) -> str | None:
-        return next((lower[n.lower()] for n in names if n.lower() in lower), None)
+    def every_row(name: str) -> np.ndarray:
+        out = np.full(len(df), np.nan)
+        out[rows.keep] = rows.values[name].to_numpy(float)
+        return out
 
-    def values(col: str | None) -> np.ndarray:
-        return np.full(len(df), np.nan) if col is None else parse_numbers(df[col]).values
-
-    N = values(pick(ALIASES["N"]))
-    D = values(pick(ALIASES["D"]))
-    C = values(pick(ALIASES["C"]))
-    k = data.flops_per_param_token
-    D = np.where(np.isfinite(D), D, C / (k * N))
-    C = np.where(np.isfinite(C), C, k * N * D)
-    loss_col = pick(ALIASES["loss"])
-    loss = values(loss_col)
-    if loss_col is None:
-        for unit, names in LOSS_UNIT_ALIASES.items():
-            if (col := pick(names)) is not None:
-                loss = values(col)
-                loss = loss * math.log(2.0) if unit == "bits" else np.log(loss)
-                break
-    ok = np.isfinite(N) & (N > 0) & np.isfinite(D) & (D > 0)
-    if not ok.any():
-        raise FitError(f"{where}no row has a usable N and D for the task columns")
-    return pd.DataFrame({"run_key": [f"row {i + 1}" for i in range(len(df))], "N": N, "D": D, "C": C,
-                         "tokens": D, "final": True, "loss": loss, "usable": ok})
-
+    D = every_row("D")
+    return pd.DataFrame({"run_key": [f"row {i + 1}" for i in range(len(df))], "N": every_row("N"), "D": D,
+                         "C": every_row("C"), "tokens": D, "final": True, "loss": every_row("loss"),
+                         "usable": rows.keep})

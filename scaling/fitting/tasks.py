@@ -485,8 +485,8 @@ def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> T
     was refused before the tasks are read)."""
     from scaling.fitting.data import csv_rows
 
-    df, _, _, _ = csv_rows(path, drop_duplicates=True)
-    td = tasks_from_frame(df, data, source=str(path))
+    df, _, kept, _ = csv_rows(path, drop_duplicates=True)
+    td = tasks_from_frame(df, data, source=str(path), row_label=lambda i: f"data row {kept[i] + 1}")
     if tasks and not td.tasks():
         raise FitError(f"{path}: --task given but the file has no task columns (task/<task>/acc, acc_<task>, "
                        "bpb_<task> or err_<task>)")

@@ -59,7 +59,7 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
             conventions = res.sweeps().set_index("sweep")
             if sweep not in conventions.index:
                 raise PlanError(f"the database has no sweep {sweep!r} to take the law from (train it first)")
-            runs = fitted_runs(res.runs(sweep=sweep))
+            runs = fitted_runs(res.runs(sweep=sweep, spec=False))
     except PlanError:
         raise
     except UserError as exc:
