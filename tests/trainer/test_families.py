@@ -151,7 +151,7 @@ def test_the_family_example_plans_are_one_ladder_in_two_families() -> None:
     assert sections[0] == sections[1] and (gpt2.model.family, llama.model.family) == ("gpt2", "llama")
     points = [[(p.budget, p.shape.n_layer, p.shape.d_model, p.shape.n_head, p.shape.family) for p in grid_points(plan)[0]]
               for plan in (gpt2, llama)]
-    assert [p[:4] for p in points[0]] == [p[:4] for p in points[1]] and len(points[0]) == 12
+    assert [p[:4] for p in points[0]] == [p[:4] for p in points[1]] and len(points[0]) == 13
     assert {p[4] for p in points[0]} == {"gpt2"} and {p[4] for p in points[1]} == {"llama"}
 
 
