@@ -15,8 +15,9 @@ def export(
     run: Annotated[str, typer.Argument(help="The run: its key or a unique prefix of it.", show_default=False)],
     hf: Annotated[
         Path,
-        typer.Option("--hf", help="Write a Hugging Face transformers model folder (GPT2LMHeadModel: config.json, "
-                     "model.safetensors, the tokenizer if the run has one) here; a new or empty folder.",
+        typer.Option("--hf", help="Write a Hugging Face transformers model folder (GPT2LMHeadModel, or LlamaForCausalLM "
+                     "for a llama run: config.json, model.safetensors, the tokenizer if the run has one) here; a "
+                     "new or empty folder.",
                      show_default=False),
     ],
     db: DbOption = None,
@@ -48,7 +49,7 @@ def export(
     except ImportError:
         pass
     done = export_hf(resolve_url(db), run, hf, sweep=sweep, run_dir=run_dir)
-    typer.echo(f"run {done.run_key} (sweep {done.sweep}), step {done.step} -> {done.folder}: GPT2LMHeadModel "
+    typer.echo(f"run {done.run_key} (sweep {done.sweep}), step {done.step} -> {done.folder}: {done.architecture} "
                f"with {done.tokenizer}; largest logit difference from ours {done.max_logit_diff:.2g}")
     typer.echo(f"files: {', '.join(done.files)}")
     if done.note:

@@ -1,17 +1,25 @@
 """A run's checkpoint as a Hugging Face ``transformers`` model folder, for downstream evaluation.
 
-Our GPT is GPT-2's architecture exactly: pre-LayerNorm blocks (eps 1e-5), learned absolute
+A ``gpt2`` run is GPT-2's architecture exactly: pre-LayerNorm blocks (eps 1e-5), learned absolute
 positions, a tanh-approximated GELU MLP of 4 * d_model, biases on every linear layer but the
 output one, attention scaled by 1/sqrt(head_dim) and an output layer tied to the token
-embedding. So the export is a ``GPT2LMHeadModel`` (``config.json``, ``model.safetensors``) and,
-where the run has a Hugging Face tokenizer, that tokenizer (``tokenizer.json`` and its config):
-lm-evaluation-harness or any tool that loads a folder with ``from_pretrained`` evaluates it.
+embedding. So its export is a ``GPT2LMHeadModel``. A ``llama`` run (``scaling.trainer.llama``) is
+a ``LlamaForCausalLM``: RMSNorm, RoPE, SwiGLU, no biases, its key/value heads kept (grouped-query
+attention) and its output layer tied or not as trained; with ``qk_norm`` (an RMSNorm over each
+query and key head before RoPE, which Llama lacks) it is a ``Qwen3ForCausalLM``, the same decoder
+with exactly that norm. Each folder holds ``config.json`` and ``model.safetensors`` and, where the
+run has a tokenizer, that tokenizer (``tokenizer.json`` and its config): lm-evaluation-harness or
+any tool that loads a folder with ``from_pretrained`` evaluates it.
 
-Two layouts differ and are converted: GPT-2's ``Conv1D`` stores a weight as (in, out), ours
-(nn.Linear) as (out, in); GPT-2's fused QKV holds all queries, then all keys, then all values,
-ours interleaves them head by head (``model.CausalSelfAttention``). Before anything is written the
-exported model's logits are compared with ours on the same tokens, so a ``transformers`` that
-computed GPT-2 differently would be refused, not exported.
+GPT-2's layouts differ from ours and are converted: its ``Conv1D`` stores a weight as (in, out),
+ours (nn.Linear) as (out, in); its fused QKV holds all queries, then all keys, then all values,
+ours interleaves them head by head (``model.CausalSelfAttention``). Llama's need nothing but
+names: our RoPE rotates the two halves of each head (``rotate_half``) as Hugging Face's does, so
+the query and key rows keep their order (the permutation of Meta's ``convert_llama_weights_to_hf``
+is for checkpoints that rotate interleaved pairs). Before anything is written the exported model's
+logits are compared with ours on the same tokens, so a ``transformers`` that computed the model
+differently (or a model ours computes otherwise, e.g. a parametrization that scales its output)
+is refused, not exported.
 
 ``transformers`` is an optional extra (``pip install 'scaling[hf]'``), imported here only when an
 export runs.
@@ -26,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from scaling.accounting import Shape
+from scaling.accounting import Shape, family_fields
 from scaling.errors import NotFoundError, UserError, mask_url
 
 if TYPE_CHECKING:
     import torch
 
-    from scaling.trainer.model import GPT
+    from scaling.trainer.model import Decoder
 
 #: What `pip` installs for an export.
 HF_EXTRA = "pip install 'scaling[hf]' (transformers and safetensors)"
@@ -52,6 +60,8 @@ class Exported:
     step: int
     folder: Path
     files: tuple[str, ...]
+    #: The ``transformers`` class written (``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...).
+    architecture: str
     #: What tokenizer was written (or why none was).
     tokenizer: str
     #: The largest absolute difference between our logits and the exported model's on the check.
@@ -125,6 +135,51 @@ def gpt2_state_dict(ours: Mapping[str, "torch.Tensor"], shape: Shape) -> dict[st
             out[dst + f"{norm}.weight"] = ours[src + f"{norm}.weight"]
             out[dst + f"{norm}.bias"] = ours[src + f"{norm}.bias"]
     out["lm_head.weight"] = out["transformer.wte.weight"]  # tied
+    return out
+
+
+def llama_config(shape: Shape) -> dict[str, Any]:
+    """``LlamaConfig``'s fields for a ``llama`` ``shape`` (``Qwen3Config``'s with ``qk_norm``)."""
+    config: dict[str, Any] = {
+        "vocab_size": shape.vocab_size,
+        "hidden_size": shape.d_model,
+        "intermediate_size": shape.hidden,
+        "num_hidden_layers": shape.n_layer,
+        "num_attention_heads": shape.n_head,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": shape.context,
+        "rms_norm_eps": shape.norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": shape.rope_theta},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": shape.tied,
+        # Llama's own ids (1, 2) name no token of our vocabularies
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
+    if shape.qk_norm:
+        config.update(use_sliding_window=False)
+    else:
+        config.update(mlp_bias=False, pretraining_tp=1)
+    return config
+
+
+def llama_state_dict(ours: Mapping[str, "torch.Tensor"], shape: Shape) -> dict[str, "torch.Tensor"]:
+    """Our Llama's weights (names of ``llama.Llama``) under ``LlamaForCausalLM``'s (and
+    ``Qwen3ForCausalLM``'s) names; the layouts are the same (nn.Linear's, RoPE on halves)."""
+    out = {"model.embed_tokens.weight": ours["wte.weight"], "model.norm.weight": ours["ln_f.weight"],
+           "lm_head.weight": ours["lm_head.weight"]}  # the embedding itself when tied
+    names = {"attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj",
+             "attn.o": "self_attn.o_proj", "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj",
+             "mlp.down": "mlp.down_proj", "ln_1": "input_layernorm", "ln_2": "post_attention_layernorm"}
+    if shape.qk_norm:
+        names.update({"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"})
+    for i in range(shape.n_layer):
+        for src, dst in names.items():
+            out[f"model.layers.{i}.{dst}.weight"] = ours[f"blocks.{i}.{src}.weight"]
     return out
 
 
@@ -257,7 +312,7 @@ def check_output(out: Path) -> None:
 # -- the models -----------------------------------------------------------------------------------
 
 
-def load_ours(path: Path, shape: Shape) -> "GPT":
+def load_ours(path: Path, shape: Shape) -> "Decoder":
     """Our model of ``shape`` with the weights of the checkpoint at ``path``, on the CPU, in eval mode."""
     import torch
 
@@ -273,7 +328,7 @@ def load_ours(path: Path, shape: Shape) -> "GPT":
     return model.eval()
 
 
-def to_gpt2(model: "GPT") -> Any:
+def to_gpt2(model: "Decoder") -> Any:
     """A ``GPT2LMHeadModel`` with ``model``'s weights (fp32, eval mode)."""
     transformers = require_transformers()
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_config(model.cfg)))
@@ -282,7 +337,37 @@ def to_gpt2(model: "GPT") -> Any:
     return hf.eval()
 
 
-def logit_difference(ours: "GPT", hf: Any, seed: int = 0) -> tuple[float, float]:
+def to_llama(model: "Decoder") -> Any:
+    """A ``LlamaForCausalLM`` (``Qwen3ForCausalLM`` with qk-norm) with ``model``'s weights (fp32, eval mode)."""
+    transformers = require_transformers()
+    shape = model.cfg
+    if shape.qk_norm:
+        config, causal_lm = transformers.Qwen3Config(**llama_config(shape)), transformers.Qwen3ForCausalLM
+    else:
+        config, causal_lm = transformers.LlamaConfig(**llama_config(shape)), transformers.LlamaForCausalLM
+    hf = causal_lm(config).float()
+    hf.load_state_dict(llama_state_dict(model.state_dict(), shape), strict=True)
+    if shape.tied:
+        hf.tie_weights()
+    return hf.eval()
+
+
+def to_hf(model: "Decoder") -> Any:
+    """The ``transformers`` model of ``model``'s family with its weights."""
+    return to_llama(model) if model.cfg.family == "llama" else to_gpt2(model)
+
+
+def run_shape(row: Mapping[str, Any]) -> Shape:
+    """The run's shape: its stored columns and the family fields of its spec's model section."""
+    model_fields = (row.get("spec") or {}).get("model")
+    try:
+        return Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
+                     int(row["context"]), **family_fields(model_fields))  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"run {row['run_key']}: its stored model section is not a shape this version builds ({exc})") from None
+
+
+def logit_difference(ours: "Decoder", hf: Any, seed: int = 0) -> tuple[float, float]:
     """(largest |difference|, largest |logit|) of the two models' logits on the same random tokens."""
     import torch
 
@@ -349,7 +434,8 @@ def hf_tokenizer(row: dict[str, Any]) -> tuple[Any, str]:
 
 def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = None,
               run_dir: Optional[str | Path] = None) -> Exported:
-    """Write run ``run``'s newest intact checkpoint to the folder ``out`` as a ``GPT2LMHeadModel``.
+    """Write run ``run``'s newest intact checkpoint to the folder ``out`` as a ``transformers`` model of
+    its family (:func:`to_hf`).
 
     Everything is checked first (the extra installed, ``out`` new or empty, the run, its folder,
     checkpoint and tokenizer, the logits of the converted model); the folder is written under a
@@ -361,25 +447,21 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     row = find_run(url, run, sweep)
     key = row["run_key"]
     folder = run_folder(row, run_dir)
-    model_fields = (row.get("spec") or {}).get("model")
-    family = model_fields.get("family", "gpt2") if isinstance(model_fields, dict) else "gpt2"
-    if family != "gpt2":
-        raise UserError(f"run {key} is a {family} model: the export writes GPT-2 folders only")
+    shape = run_shape(row)
     snapshot = _snapshot_folder(folder, key)
     try:
         path, step = newest_checkpoint(folder, key, snapshot)
-        shape = Shape(int(row["n_layer"]), int(row["d_model"]), int(row["n_head"]), int(row["vocab_size"]),
-                      int(row["context"]))
         tok, tokenizer = hf_tokenizer(row)
         ours = load_ours(path, shape)
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
-    model = to_gpt2(ours)
+    model = to_hf(ours)
+    architecture = type(model).__name__
     diff, scale = logit_difference(ours, model)
     del ours
     if not diff <= CHECK_RTOL * max(1.0, scale):
-        raise UserError(f"transformers {transformers.__version__}'s GPT-2 gives logits up to {diff:.3g} away from "
-                        f"ours (largest logit {scale:.3g}): not exported")
+        raise UserError(f"transformers {transformers.__version__}'s {architecture} gives logits up to {diff:.3g} away "
+                        f"from ours (largest logit {scale:.3g}): not exported")
 
     from scaling.trainer.rundir import checked_folder
 
@@ -404,5 +486,5 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     if row.get("status") == "running":
         note = (f"run {key} is still training: exported its newest complete checkpoint (step {step}); "
                 "export again when it finishes for the final weights")
-    return Exported(run_key=key, sweep=row["sweep"], step=step, folder=out, files=files, tokenizer=tokenizer,
-                    max_logit_diff=diff, note=note)
+    return Exported(run_key=key, sweep=row["sweep"], step=step, folder=out, files=files, architecture=architecture,
+                    tokenizer=tokenizer, max_logit_diff=diff, note=note)

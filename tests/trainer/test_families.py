@@ -136,6 +136,25 @@ def test_scaling_plan_prints_the_published_llama_counts(vocab: int, context: int
     assert total in out.out and "llama" in out.out
 
 
+def test_the_family_example_plans_are_one_ladder_in_two_families() -> None:
+    """examples/families-{gpt2,llama}.yaml (compared in docs/guides/compare.md) differ only in their
+    name and model family: the same data, recipe and budgets, each point the same depth, width and heads."""
+    from scaling.orchestrator.expand import grid_points
+    from scaling.orchestrator.plan import load_plan
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    (gpt2, _), (llama, _) = (load_plan(examples / f"families-{f}.yaml") for f in ("gpt2", "llama"))
+    assert (gpt2.name, llama.name) == ("families-gpt2", "families-llama")
+    skip = {"name", "model", "grid"}
+    assert gpt2.model_dump(exclude=skip) == llama.model_dump(exclude=skip)
+    sections = [{k: v for k, v in plan.model.model_dump().items() if k != "family"} for plan in (gpt2, llama)]
+    assert sections[0] == sections[1] and (gpt2.model.family, llama.model.family) == ("gpt2", "llama")
+    points = [[(p.budget, p.shape.n_layer, p.shape.d_model, p.shape.n_head, p.shape.family) for p in grid_points(plan)[0]]
+              for plan in (gpt2, llama)]
+    assert [p[:4] for p in points[0]] == [p[:4] for p in points[1]] and len(points[0]) == 13
+    assert {p[4] for p in points[0]} == {"gpt2"} and {p[4] for p in points[1]} == {"llama"}
+
+
 def test_a_llama_plan_expands_into_llama_runs_and_serializes() -> None:
     """The plan's model section keeps its llama fields through a dump (the sweep stores the plan),
     a point's own n_kv_head and ffn override it, and a target N becomes a llama shape."""
