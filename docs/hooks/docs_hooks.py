@@ -4,7 +4,8 @@
   ``typer utils docs`` generator (mkdocs-click lists no options for typer >= 0.2x, whose click is
   vendored and fails mkdocs-click's ``isinstance(param, click.Option)``).
 * ``<!-- schema: dotted.path.Model -->`` becomes that pydantic model's JSON schema, one table
-  per section.
+  per section (each field's description is the model's own), each followed by its YAML example
+  from ``docs/hooks/plan_examples.yaml``.
 * Sphinx roles in docstrings (``:class:`~x.Y```), which mkdocstrings leaves as text, become code.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parents[2]
 _MARK = "<!-- schema: "
+_EXAMPLES = Path(__file__).with_name("plan_examples.yaml")
 _CLI = "<!-- cli -->"
 
 
@@ -54,7 +56,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             dotted = line[len(_MARK):].rstrip()[:-3].strip()
             module, _, name = dotted.rpartition(".")
             model = getattr(importlib.import_module(module), name)
-            out.append(render_schema(model.model_json_schema(), name.lower()))
+            out.append(render_schema(model.model_json_schema(), name.lower(), examples()))
         else:
             out.append(line)
     return "\n".join(out) + "\n"
@@ -68,8 +70,15 @@ def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
     return _ROLE.sub("<code>", html)
 
 
-def render_schema(schema: dict, prefix: str) -> str:
-    """One section per model, the root first, then the others in the order they are reached."""
+def examples() -> dict[str, str]:
+    """Each section's YAML example, by model name."""
+    import yaml
+
+    return yaml.safe_load(_EXAMPLES.read_text())
+
+
+def sections(schema: dict) -> list[tuple[str, dict]]:
+    """(name, body) of each model of ``schema``: the root first, then the others in the order they are reached."""
     defs = schema.get("$defs", {})
     order = [schema.get("title", "root")]
     bodies = {order[0]: schema}
@@ -80,9 +89,14 @@ def render_schema(schema: dict, prefix: str) -> str:
                 bodies[ref] = defs[ref]
                 order.append(ref)
                 queue.append(defs[ref])
+    return [(name, bodies[name]) for name in order]
+
+
+def render_schema(schema: dict, prefix: str, examples: dict[str, str] | None = None) -> str:
+    """One section per model, the root first: a table of its fields, then its YAML example."""
+    examples = examples or {}
     parts = []
-    for name in order:
-        body = bodies[name]
+    for name, body in sections(schema):
         parts.append(f"### `{name}` {{ #{prefix}-{name.lower()} }}\n")
         if body.get("description"):
             parts.append(_cell(body["description"]) + "\n")
@@ -103,6 +117,8 @@ def render_schema(schema: dict, prefix: str) -> str:
                 f"| `{field}` | {_type(spec, prefix)} | {default} | {_constraints(spec)} | "
                 f"{_cell(spec.get('description', ''))} |")
         parts.append("")
+        if name in examples:
+            parts.append(f"Example:\n\n```yaml\n{examples[name].rstrip()}\n```\n")
     return "\n".join(parts)
 
 

@@ -92,6 +92,16 @@ def answer_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return url, write_report(url, "answer", tmp / "answer.html", fit="memory")
 
 
+#: Scrolls to each figure in turn (a figure is drawn when it nears the viewport), then back to the top.
+SCROLL_TO_EACH_FIGURE = """async () => {
+    for (const d of document.querySelectorAll('.figure')) {
+        d.scrollIntoView();
+        await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r())));
+    }
+    window.scrollTo(0, 0);
+}"""
+
+
 @dataclass
 class PageReport:
     """What a page did when loaded: console messages, page errors, dialogs, figures drawn."""
@@ -138,6 +148,7 @@ class Browser:
         page.on("dialog", on_dialog)
         try:
             page.goto(path.resolve().as_uri(), wait_until="load")
+            page.evaluate(SCROLL_TO_EACH_FIGURE)  # figures are drawn as they near the viewport
             page.wait_for_function(
                 "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))",
                 timeout=60_000,
