@@ -210,8 +210,7 @@ def load_plan(path: str | Path) -> "Plan":
         path: the plan's YAML file.
 
     Returns:
-        The validated :class:`~scaling.orchestrator.plan.Plan` (frozen; ``plan.model_copy(update=...)``
-        makes a variant).
+        The validated ``Plan`` (frozen; ``plan.model_copy(update=...)`` makes a variant).
 
     Raises:
         PlanError: the file is not a valid plan; the message names the field and line.
@@ -243,8 +242,8 @@ def run_sweep(plan: "str | Path | Plan", *, db: Optional[str] = None, address: O
         echo: where progress lines go.
 
     Returns:
-        A :class:`~scaling.orchestrator.sweep.SweepResult`: the sweep's name, its runs' outcome
-        (completed, failed), and the report's path when one was written.
+        A ``SweepResult`` with the sweep's name, its runs' outcome (completed, failed), and the report's
+            path when one was written.
 
     Example:
         ```python
@@ -266,7 +265,7 @@ def connect(db: Optional[str] = None) -> "Results":
         db: database URL or SQLite path (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
 
     Returns:
-        A :class:`~scaling.db.results.Results`, also a context manager that closes the connection.
+        A ``Results``, also a context manager that closes the connection.
 
     Example:
         ```python
@@ -297,8 +296,8 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         seed: seed of the bootstrap.
 
     Returns:
-        A :class:`Fit`: each law's parameters as :class:`Estimate` values, whether the data determine
-        it (``reliable``), the laws not fitted and why, and ``table()`` / ``to_frame()``.
+        A ``Fit`` with each law's parameters as ``Estimate`` values, whether the data determine it
+            (``reliable``), the laws not fitted and why, and ``table()`` / ``to_frame()``.
 
     Example:
         ```python
@@ -332,8 +331,8 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         seed: seed of the bootstrap.
 
     Returns:
-        An :class:`Advice`: N*, D* and the predicted loss with their intervals, the law chosen and
-        why, the laws left out, and (from a sweep) the concrete run, lr and batch.
+        An ``Advice`` with N*, D* and the predicted loss with their intervals, the law chosen and why,
+            the laws left out, and (from a sweep) the concrete run, lr and batch.
 
     Example:
         ```python
@@ -400,8 +399,8 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         seed: seed of the bootstrap.
 
     Returns:
-        :class:`Hparams` (each group's L*, lr*, B* and the laws lr*(N, D), B*(D) over them), or
-        None when no two runs differ only in lr, batch or beta2.
+        ``Hparams`` (each group's L*, lr*, B* and the laws lr*(N, D), B*(D) over them), or None when
+            no two runs differ only in lr, batch or beta2.
 
     Example:
         ```python
@@ -516,8 +515,8 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             model-ladder recipe; see docs/downstream.md).
 
     Returns:
-        :class:`Tasks`: per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)
-        parameters, the tasks not fitted and why, and ``predict(N, D)``.
+        ``Tasks`` with, per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)
+            parameters, the tasks not fitted and why, and ``predict(N, D)``.
 
     Example:
         ```python

@@ -37,7 +37,6 @@ GALLERY = (
     ("fig-loss-flops", "Training curves against FLOPs, smoothed, with approach 1's lower envelope"),
     ("fig-contour", "The parametric fit L(N, D) (approach 3) as a contour, with the runs on it"),
     ("fig-hparam-loss-lr", "Hyperparameter bowls: each group's loss against learning rate, its fitted optimum"),
-    ("fig-hparam-laws", "The fitted lr*(N, D) and B*(D) laws with their bands"),
     ("fig-task-0-compute", "A downstream task's chain: accuracy against compute along the frontier"),
     ("fig-task-0-loss", "The same task: accuracy against its task loss (the sigmoid of step 2)"),
 )
@@ -120,8 +119,8 @@ def gallery_markdown(page_url: str) -> str:
                      f"<figcaption>{caption}</figcaption></figure>")
     runs = len(result.outcome.completed)
     plan_text = _GALLERY_PLAN.read_text().rstrip()
-    return (f'Drawn at this site\'s build from a simulated sweep of {runs} runs (its plan is below); '
-            '<a href="gallery/report.html">the whole report</a> is one file.\n\n'
+    return (f'The sweep behind these figures: {runs} simulated runs (its plan is at the bottom of the page); '
+            '<a href="gallery/report.html">its whole report</a> is one file.\n\n'
             '<div class="gallery">\n' + "\n".join(cells) + "\n</div>\n\n"
             '??? note "The gallery\'s plan (`docs/hooks/gallery_plan.yaml`)"\n\n    ```yaml\n'
             + "\n".join("    " + line for line in plan_text.splitlines()) + "\n    ```\n")
