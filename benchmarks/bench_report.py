@@ -12,8 +12,9 @@ Two sweeps:
 
 "First screen": from navigation start in headless Chromium (laptop viewport 1280 x 720) to the first
 contentful paint done and every figure inside the viewport drawn (``data-rendered``), measured in
-the page at each animation frame; the figures below it are drawn as they scroll into view. Also printed: first contentful paint, the load event, and
-the time to draw every figure when the page is scrolled to each in turn.
+the page at each animation frame; the figures below it are drawn as they scroll into view. Also
+printed: first contentful paint, the load event, and the time to draw every figure when the page
+is scrolled to each in turn.
 
     python benchmarks/bench_report.py [--db PATH] [--out PATH] [--synthetic] [--docs]
 
@@ -143,8 +144,8 @@ def chromium_times(path: Path) -> dict[str, float]:
                                    const n = performance.getEntriesByType('navigation')[0];
                                    return {fcp: p ? p.startTime / 1000 : NaN, load: n.loadEventEnd / 1000}; }""")
         t1 = time.perf_counter()
-        page.evaluate("""async () => { for (const d of document.querySelectorAll('.figure')) {
-                           d.scrollIntoView(); await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r()))); } }""")
+        page.evaluate("""async () => { for (const d of document.querySelectorAll('.figure')) { d.scrollIntoView();
+                           await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r()))); } }""")
         page.wait_for_function(ALL_DRAWN, timeout=300_000, polling=50)
         scrolled = time.perf_counter() - t1
         figures = page.evaluate("document.querySelectorAll('.figure').length")
