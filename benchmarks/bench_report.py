@@ -16,7 +16,7 @@ the page at each animation frame; the figures below it are drawn as they scroll 
 printed: first contentful paint, the load event, and the time to draw every figure when the page
 is scrolled to each in turn.
 
-    python benchmarks/bench_report.py [--db PATH] [--out PATH] [--synthetic] [--docs]
+    python benchmarks/bench_report.py [--db PATH] [--out PATH] [--synthetic] [--docs] [--baseline CHECKOUT]
 
 ``--docs`` writes the figures, dated, into docs/benchmarks.md (between its ``bench_report`` markers).
 The databases are built once and kept (``--db``).
@@ -188,18 +188,37 @@ def simulated(args: argparse.Namespace) -> dict[str, str]:
         results.append(r)
         firsts.append(r["first_screen"])
     w, f = statistics.median(writes), statistics.median(firsts)
-    last = results[-1]
+    last = {key: statistics.median(r[key] for r in results) for key in results[-1]}  # medians of the loads
     load = load_average()
     print(f"report written: {', '.join(f'{s:.2f}' for s in writes)} s (median {w:.2f} s), {size / 1e6:.2f} MB -> {out}")
     print(f"first screen in headless Chromium: {', '.join(f'{s:.2f}' for s in firsts)} s (median {f:.2f} s); "
-          f"first contentful paint {last['fcp']:.2f} s, load event {last['load']:.2f} s; "
-          f"all {last['figures']} figures drawn by scrolling to each: {last['all_scrolled']:.2f} s")
+          f"medians: first contentful paint {last['fcp']:.2f} s, load event {last['load']:.2f} s; "
+          f"all {last['figures']:.0f} figures drawn by scrolling to each: {last['all_scrolled']:.2f} s")
+    base = None
+    if args.baseline:
+        base = baseline(Path(args.baseline), url, out.with_name(out.stem + "-baseline.html"))
+        print(f"baseline {args.baseline}: written in {base['write']:.2f} s; first screen {base['first_screen']:.2f} s, "
+              f"first contentful paint {base['fcp']:.2f} s, load event {base['load']:.2f} s")
     print(f"load average while measuring: {load}")
     print(f"targets: written < {WRITE_S:.0f} s: {'met' if w < WRITE_S else 'NOT met'}; "
           f"first screen < {FIRST_SCREEN_S:.0f} s: {'met' if f < FIRST_SCREEN_S else 'NOT met'}")
     return {"runs": f"{len(runs):,}", "write": f"{w:.2f}", "size": f"{size / 1e6:.1f}", "first": f"{f:.2f}",
             "fcp": f"{last['fcp']:.2f}", "load": f"{last['load']:.2f}", "scrolled": f"{last['all_scrolled']:.1f}",
-            "figures": str(last["figures"]), "loadavg": load}
+            "figures": f"{last['figures']:.0f}", "loadavg": load,
+            "baseline": "" if base is None else (
+                f"| (baseline: a checkout of `{Path(args.baseline).name}`, one write and one load) | | {base['write']:.2f} s | | "
+                f"{base['first_screen']:.2f} s | {base['fcp']:.2f} s | {base['load']:.2f} s | {base['all_scrolled']:.1f} s | |\n")}
+
+
+def baseline(checkout: Path, url: str, out: Path) -> dict[str, float]:
+    """The same report written by another checkout's code (a fresh process), and opened the same way."""
+    import subprocess
+
+    code = ("import sys, time; from scaling.reports import write_report; t = time.perf_counter(); "
+            f"write_report({url!r}, {SIM_SWEEP!r}, {str(out)!r}); print(time.perf_counter() - t)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(checkout.resolve())})
+    return {"write": float(proc.stdout.split()[-1]), **chromium_times(out)}
 
 
 def synthetic(args: argparse.Namespace) -> None:
@@ -253,7 +272,7 @@ def write_docs(row: dict[str, str]) -> None:
     body = (f"\n| measured | runs | written | size | first screen | first paint | load event | all {row['figures']} figures (scrolled) | load average |\n"
             "|---|---|---|---|---|---|---|---|---|\n"
             f"| {date.today().isoformat()} | {row['runs']} | {row['write']} s | {row['size']} MB | {row['first']} s | "
-            f"{row['fcp']} s | {row['load']} s | {row['scrolled']} s | {row['loadavg']} |\n")
+            f"{row['fcp']} s | {row['load']} s | {row['scrolled']} s | {row['loadavg']} |\n" + row["baseline"])
     head, rest = text.split(start, 1)
     doc.write_text(head + start + body + end + rest.split(end, 1)[1])
     print(f"written into {doc}")
@@ -265,6 +284,8 @@ def main() -> None:
     ap.add_argument("--out", help="the report file")
     ap.add_argument("--synthetic", action="store_true", help="the 500 x 2,000-step synthetic sweep instead")
     ap.add_argument("--repeat", type=int, default=3, help="simulated sweep: writes and browser loads timed")
+    ap.add_argument("--baseline", metavar="CHECKOUT", help="simulated sweep: also write and open the report with "
+                    "another checkout's code (e.g. the main branch), once, in the same run")
     ap.add_argument("--docs", action="store_true", help="write the simulated sweep's figures into docs/benchmarks.md")
     args = ap.parse_args()
     if args.synthetic:
