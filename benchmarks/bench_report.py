@@ -211,13 +211,15 @@ def simulated(args: argparse.Namespace) -> dict[str, str]:
 
 
 def baseline(checkout: Path, url: str, out: Path) -> dict[str, float]:
-    """The same report written by another checkout's code (a fresh process), and opened the same way."""
+    """The same report written by another checkout's code (a fresh process in that checkout, so ``import
+    scaling`` is its own; the write's time includes the imports the first report of a process makes), and
+    opened the same way."""
     import subprocess
 
     code = ("import sys, time; from scaling.reports import write_report; t = time.perf_counter(); "
             f"write_report({url!r}, {SIM_SWEEP!r}, {str(out)!r}); print(time.perf_counter() - t)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(checkout.resolve())})
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout.resolve())})
     return {"write": float(proc.stdout.split()[-1]), **chromium_times(out)}
 
 
