@@ -290,7 +290,8 @@ def read_series(url: str, sweep: str, tmp: Path) -> None:
 
 
 def chromium_load(path: Path) -> float:
-    """Seconds from opening ``path`` in headless Chromium to every figure drawn (``data-rendered``)."""
+    """Seconds from opening ``path`` in headless Chromium to every figure drawn (``data-rendered``), scrolling to
+    each in turn (a figure is drawn as it nears the viewport)."""
     from playwright.sync_api import sync_playwright
 
     exe = os.environ.get("SCALING_CHROMIUM") or "/usr/bin/chromium"
@@ -299,6 +300,8 @@ def chromium_load(path: Path) -> float:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         t0 = time.perf_counter()
         page.goto(path.resolve().as_uri(), wait_until="load", timeout=600_000)
+        page.evaluate("""async () => { for (const d of document.querySelectorAll('.figure')) {
+                           d.scrollIntoView(); await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r()))); } }""")
         page.wait_for_function(
             "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))",
             timeout=600_000,

@@ -204,7 +204,25 @@ class Hparams:
 
 
 def load_plan(path: str | Path) -> "Plan":
-    """Read and validate a plan file (a bad plan raises :class:`~scaling.errors.PlanError` naming the line)."""
+    """Read and validate a plan file (a bad plan raises :class:`~scaling.errors.PlanError` naming the line).
+
+    Args:
+        path: the plan's YAML file.
+
+    Returns:
+        The validated ``Plan`` (frozen; ``plan.model_copy(update=...)`` makes a variant).
+
+    Raises:
+        PlanError: the file is not a valid plan; the message names the field and line.
+
+    Example:
+        ```python
+        import scaling
+
+        plan = scaling.load_plan("examples/plan.yaml")
+        print(plan.name, len(plan.grid), plan.train.batch_tokens)   # example 3 256
+        ```
+    """
     from scaling.orchestrator.plan import load_plan as load
 
     return load(path)[0]
@@ -213,14 +231,52 @@ def load_plan(path: str | Path) -> "Plan":
 def run_sweep(plan: "str | Path | Plan", *, db: Optional[str] = None, address: Optional[str] = None,
               fit: bool = True, report: bool = True, echo: Callable[[str], None] = print) -> "SweepResult":
     """Train every run of ``plan`` not completed yet, then fit and report. A Ray already started in this
-    process (``ray.init``) is joined and left running; a local one started here is shut down at the end."""
+    process (``ray.init``) is joined and left running; a local one started here is shut down at the end.
+
+    Args:
+        plan: a plan file or a :class:`~scaling.orchestrator.plan.Plan` from :func:`load_plan`.
+        db: database URL (default: the plan's ``db``, ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        address: a Ray cluster to join (``ray://host:10001`` or ``auto``); default a local Ray.
+        fit: fit the laws after the last run and store them.
+        report: write the sweep's HTML report after the fit.
+        echo: where progress lines go.
+
+    Returns:
+        A ``SweepResult`` with the sweep's name, its runs' outcome (completed, failed), and the report's
+            path when one was written.
+
+    Example:
+        ```python
+        import scaling
+
+        result = scaling.run_sweep("examples/plan.yaml", db="sqlite:///scaling.db")
+        print(result.outcome.completed)   # the keys of the runs trained (or already done)
+        ```
+    """
     from scaling.orchestrator.sweep import run_sweep as run
 
     return run(plan, db=db, address=address, fit=fit, report=report, echo=echo)
 
 
 def connect(db: Optional[str] = None) -> "Results":
-    """The results database for reading (``runs()``, ``metrics()``, ``events()``... as DataFrames)."""
+    """The results database for reading (``runs()``, ``metrics()``, ``events()``... as DataFrames).
+
+    Args:
+        db: database URL or SQLite path (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+
+    Returns:
+        A ``Results``, also a context manager that closes the connection.
+
+    Example:
+        ```python
+        import scaling
+
+        with scaling.connect("sqlite:///scaling.db") as res:
+            runs = res.runs(sweep="example")           # one row per run: N, D, C, status, final loss
+            curves = res.metrics(sweep="example", names=["train/loss"])
+        runs[["N", "D", "final_loss"]].head()
+        ```
+    """
     from scaling.db import connect as open_results, resolve_url
 
     return open_results(resolve_url(cli=db))
@@ -228,7 +284,32 @@ def connect(db: Optional[str] = None) -> "Results":
 
 def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None, law: str = "all",
         bootstrap: int = 200, seed: int = 0) -> Fit:
-    """Fit a sweep (the latest in ``db`` unless named) or a CSV of measurements."""
+    """Fit a sweep (the latest in ``db`` unless named) or a CSV of measurements.
+
+    Args:
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep to fit (default: the latest).
+        csv: a CSV with columns N, D and loss (C optional) to fit instead of a sweep.
+        law: ``all``, ``chinchilla`` (its three approaches), or one of ``kaplan``, ``approach1``,
+            ``approach2``, ``approach3``.
+        bootstrap: bootstrap replicates behind each 95% interval.
+        seed: seed of the bootstrap.
+
+    Returns:
+        A ``Fit`` with each law's parameters as ``Estimate`` values, whether the data determine it
+            (``reliable``), the laws not fitted and why, and ``table()`` / ``to_frame()``.
+
+    Example:
+        ```python
+        import scaling
+
+        fit = scaling.fit(csv="chinchilla.csv")          # or fit(db=..., sweep=...)
+        print(fit.table())
+        law = fit.laws["approach3"]
+        print(law.params["alpha"], law.reliable)      # e.g. 0.34 [0.31, 0.37] True
+        fit.to_frame()                                # one row per (law, parameter)
+        ```
+    """
     from scaling.db import resolve_url
     from scaling.fitting import fit_csv, fit_sweep
 
@@ -239,7 +320,29 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
 
 def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, sweep: Optional[str] = None,
               csv: Optional[str] = None, bootstrap: int = 200, seed: int = 0) -> Advice:
-    """The compute-optimal run at ``compute`` FLOPs (default: ten times the largest run), as ``scaling recommend``."""
+    """The compute-optimal run at ``compute`` FLOPs (default: ten times the largest run), as ``scaling recommend``.
+
+    Args:
+        compute: the budget C in FLOPs (default: ten times the sweep's largest run).
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep whose laws advise (default: the latest).
+        csv: a CSV of measurements (N, D, loss) instead of a sweep.
+        bootstrap: bootstrap replicates behind each 95% interval.
+        seed: seed of the bootstrap.
+
+    Returns:
+        An ``Advice`` with N*, D* and the predicted loss with their intervals, the law chosen and why,
+            the laws left out, and (from a sweep) the concrete run, lr and batch.
+
+    Example:
+        ```python
+        import scaling
+
+        advice = scaling.recommend(1e21, db="sqlite:///scaling.db")
+        print(advice.law, advice.N, advice.D)     # approach3 1.1e+09 [8.9e+08, 1.4e+09] ...
+        print(advice.table())                     # every law side by side
+        ```
+    """
     from scaling.fitting import recommend as advise
 
     if csv is not None:
@@ -254,7 +357,28 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
 
 
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
-    """Write the sweep's self-contained HTML report; returns its path."""
+    """Write the sweep's self-contained HTML report; returns its path.
+
+    The file opens without a network (plotly.js inlined); its figures are drawn as they scroll
+    into view.
+
+    Args:
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep to report (default: the latest).
+        path: the HTML file to write (parent folders are created).
+
+    Returns:
+        The path written.
+
+    Example:
+        ```python
+        import scaling
+
+        path = scaling.report(db="sqlite:///scaling.db", sweep="example", path="report.html")
+        from IPython.display import IFrame
+        IFrame(str(path), width="100%", height=600)   # or open it in a browser
+        ```
+    """
     from scaling.db import resolve_url
     from scaling.reports import write_report
 
@@ -265,7 +389,28 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
 def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
             bootstrap: int = 200, seed: int = 0) -> Optional[Hparams]:
     """The hyperparameter groups of a sweep (or a CSV with lr / batch columns): each group's optimum
-    and the lr / batch laws; None when the runs form no group. Fits no loss law."""
+    and the lr / batch laws; None when the runs form no group. Fits no loss law.
+
+    Args:
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep (default: the latest).
+        csv: a CSV with columns N, D, loss and lr and / or batch instead of a sweep.
+        bootstrap: bootstrap replicates behind each 95% interval.
+        seed: seed of the bootstrap.
+
+    Returns:
+        ``Hparams`` (each group's L*, lr*, B* and the laws lr*(N, D), B*(D) over them), or None when
+            no two runs differ only in lr, batch or beta2.
+
+    Example:
+        ```python
+        import scaling
+
+        hp = scaling.hparams(db="sqlite:///scaling.db", sweep="sim-hparams")
+        hp.groups_frame()                        # one row per group
+        print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
+        ```
+    """
     from scaling.fitting.data import from_csv, from_db
     from scaling.fitting.api import hparam_fit
 
@@ -359,8 +504,28 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
           task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0, step1_recipe: str = "grid") -> Tasks:
     """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns.
 
-    ``step1_recipe``: how step 1's Chinchilla form is searched, ``grid`` or ``ladder`` (OLMo's model-ladder
-    recipe; see docs/downstream.md).
+    Args:
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep (default: the latest).
+        csv: a CSV with N, D and task columns instead of a sweep.
+        task: the tasks to fit (default: every task recorded).
+        bootstrap: bootstrap replicates behind each 95% interval.
+        seed: seed of the bootstrap.
+        step1_recipe: how step 1's Chinchilla form is searched, ``grid`` or ``ladder`` (OLMo's
+            model-ladder recipe; see docs/downstream.md).
+
+    Returns:
+        ``Tasks`` with, per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)
+            parameters, the tasks not fitted and why, and ``predict(N, D)``.
+
+    Example:
+        ```python
+        import scaling
+
+        tasks = scaling.tasks(db="sqlite:///scaling.db")
+        for p in tasks.predict(N=1e9, D=2e10):
+            print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
+        ```
     """
     from scaling.fitting.tasks import fit_tasks_csv, fit_tasks_sweep
 

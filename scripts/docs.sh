@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 VPY=.venv/bin/python
-if ! "$VPY" -c 'import mkdocs, material, mkdocstrings, mkdocstrings_handlers.python' 2>/dev/null; then
+if ! "$VPY" -c 'import mkdocs, material, mkdocstrings, mkdocstrings_handlers.python, mkdocs_jupyter' 2>/dev/null; then
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VPY" -m pip install -q -e ".[docs]"
 fi
 out=${1:-}

@@ -1,4 +1,6 @@
-"""Check a built site: every CLI command and option, and every plan and spec field, is in it.
+"""Check a built site: every CLI command and option, and every plan and spec field, is in it, each
+field with a description; the gallery's figures are there; no page loads anything (a font, a
+script, a style sheet) from another host.
 
 Usage: python docs/hooks/check_site.py SITE_DIR (run by scripts/docs.sh after the build).
 """
@@ -21,6 +23,10 @@ from scaling.trainer.spec import RunSpec
 
 def page_text(path: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def page_text_of(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
 def cli_names() -> list[str]:
@@ -55,6 +61,21 @@ def field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[st
     return names
 
 
+#: A script, style sheet, font or frame fetched from another host when a page opens.
+EXTERNAL = re.compile(r"""<(?:script|link|iframe|img)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.I)
+
+
+def external_requests(site: Path) -> list[str]:
+    """'page: tag' for every element of a built page that loads something from another host."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(errors="replace")
+        for m in EXTERNAL.finditer(text):
+            tag = text[m.start():m.start() + 160].split(">")[0]
+            found.append(f"{page.relative_to(site)}: {tag}>")
+    return found
+
+
 def main(site: Path) -> int:
     cli = page_text(site / "reference" / "cli" / "index.html")
     rows = set(re.findall(r"<td><code>([A-Za-z_0-9]+)</code></td>", (site / "reference" / "plan" / "index.html").read_text()))
@@ -62,6 +83,15 @@ def main(site: Path) -> int:
                 if (name.rsplit(" ", 1)[-1] if " -" in name else name) not in cli]
     problems += [f"plan schema reference lacks the field {name!r}"
                  for name in sorted(field_names(Plan) | field_names(RunSpec)) if name not in rows]
+    plan_page = (site / "reference" / "plan" / "index.html").read_text()
+    for row in plan_page.split("<tr>")[1:]:
+        cells = re.findall(r"<td>(.*?)</td>", row.split("</tr>", 1)[0], re.S)
+        if len(cells) == 5 and not cells[4].strip():
+            problems.append(f"plan schema reference: the field {page_text_of(cells[0])!r} has no description")
+    gallery = site / "gallery" / "gallery"
+    problems += [f"the figure gallery lacks {name}" for name in ("plotly.min.js", "report.html", "fig-isoflop.html")
+                 if not (gallery / name).is_file()]
+    problems += [f"loads from another host: {line}" for line in external_requests(site)]
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

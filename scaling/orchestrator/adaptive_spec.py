@@ -24,13 +24,14 @@ class AdaptiveTarget(_Strict):
     """When N* is known well enough: the 95% interval of ``quantity`` at ``at_compute`` spans at most
     a factor ``interval_ratio`` (upper / lower end), from a fit no note calls unreliable."""
 
-    law: Literal["approach2", "approach3"] = "approach2"
-    quantity: Literal["N_opt"] = "N_opt"
+    law: Literal["approach2", "approach3"] = Field(default="approach2", description="the law whose N* must be known")
+    quantity: Literal["N_opt"] = Field(default="N_opt", description="what must be known (N*)")
     at_compute: float = Field(gt=0, description="FLOPs at which N* must be known")
     interval_ratio: float = Field(gt=1, description="upper / lower end of the 95% interval")
     # reported: the interval the fit reports (bootstrap, widened beyond the data by the backtest's
     # model error); bootstrap: the parameters' bootstrap interval alone.
-    interval: Literal["reported", "bootstrap"] = "reported"
+    interval: Literal["reported", "bootstrap"] = Field(default="reported",
+                                                       description="reported: the fit's reported interval; bootstrap: the parameters' bootstrap alone")
 
 
 class AdaptivePlan(_Strict):
@@ -43,7 +44,7 @@ class AdaptivePlan(_Strict):
     within ``max_compute``.
     """
 
-    target: AdaptiveTarget
+    target: AdaptiveTarget = Field(description="when N* is known well enough")
     max_compute: float = Field(gt=0, description="FLOPs the whole sweep may spend, its grid included")
     batch: int = Field(default=5, ge=3, le=25, description="model sizes per added slice")
     span: float = Field(default=1.0, gt=0, le=3, description="ln of the factor between the smallest size and N*")

@@ -16,7 +16,7 @@ class BranchesPlan(StrictModel):
 
     tokens: list[float] = Field(min_length=1, description="D of each branch")
     cooldown_fraction: float = Field(default=0.2, gt=0, lt=1, description="share of a branch's steps that decay")
-    shape: Literal["linear", "1-sqrt"] = "linear"
+    shape: Literal["linear", "1-sqrt"] = Field(default="linear", description="how the cooldown falls: linear or 1-sqrt")
 
     @field_validator("tokens")
     @classmethod

@@ -94,7 +94,7 @@ class ClusterPlan(_Strict):
     """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
     and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
 
-    nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True)
+    nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="machines in the cluster")
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_WORKERS, strict=True,
                                description="ranks per node (GPUs, or CPU workers)")
     intra: str = Field(default="nvlink", description="link between ranks of one node")
@@ -159,13 +159,15 @@ class ResourcesPlan(Placement):
 class BlockResources(_Strict):
     """A grid block's own placement (e.g. more workers for its larger models): overrides ``resources``."""
 
-    workers: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
-    strategy: Optional[StrategyChoice] = None
-    tp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
-    pp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True)
-    pp_schedule: Optional[Literal["gpipe", "1f1b", "interleaved_1f1b"]] = None
-    micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True)
-    activation_checkpointing: Optional[bool] = None
+    workers: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True, description="workers per run")
+    strategy: Optional[StrategyChoice] = Field(default=None, description="how workers split a run")
+    tp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True, description="tensor-parallel degree")
+    pp: Optional[int] = Field(default=None, gt=0, le=MAX_WORKERS, strict=True, description="pipeline stages")
+    pp_schedule: Optional[Literal["gpipe", "1f1b", "interleaved_1f1b"]] = Field(default=None,
+                                                                                description="pipeline schedule")
+    micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True, description="sequences per forward pass")
+    activation_checkpointing: Optional[bool] = Field(default=None,
+                                                     description="recompute activations in the backward pass")
 
     def over(self, resources: ResourcesPlan) -> ResourcesPlan:
         """``resources`` with this block's fields set (validated as one resources section)."""
@@ -177,8 +179,10 @@ class RulesPlan(_Strict):
     """Hyperparameters that follow the run's size: numbers, expressions of N, D, C, power laws, or the
     law fitted on another sweep's hyperparameter groups (``{fitted: SWEEP}``, `scaling.orchestrator.transfer`)."""
 
-    lr: Optional[Rule] = None
-    batch_tokens: Optional[Rule] = None
+    lr: Optional[Rule] = Field(default=None,
+                               description="the learning rate: a number, an expression of N, D, C, a power law or {fitted: SWEEP}")
+    batch_tokens: Optional[Rule] = Field(default=None,
+                                         description="the batch in tokens: a number, an expression of N, D, C, a power law or {fitted: SWEEP}")
 
     @field_validator("lr", "batch_tokens")
     @classmethod
@@ -196,10 +200,12 @@ class RulesPlan(_Strict):
 class Bounds(_Strict):
     """IsoFLOP runs whose D falls outside these bounds are dropped, with a note."""
 
-    min_tokens: Optional[float] = Field(default=None, gt=0)
-    max_tokens: Optional[float] = Field(default=None, gt=0)
-    min_tokens_per_param: Optional[float] = Field(default=None, gt=0)
-    max_tokens_per_param: Optional[float] = Field(default=None, gt=0)
+    min_tokens: Optional[float] = Field(default=None, gt=0, description="drop runs with fewer tokens")
+    max_tokens: Optional[float] = Field(default=None, gt=0, description="drop runs with more tokens")
+    min_tokens_per_param: Optional[float] = Field(default=None, gt=0,
+                                                  description="drop runs with fewer tokens per parameter")
+    max_tokens_per_param: Optional[float] = Field(default=None, gt=0,
+                                                  description="drop runs with more tokens per parameter")
 
     def violation(self, D: float, N: float) -> Optional[str]:
         if self.min_tokens is not None and D < self.min_tokens:
@@ -216,10 +222,11 @@ class Bounds(_Strict):
 class ModelPoint(_Strict):
     """One model of the grid: a target size N (a number) or an explicit shape."""
 
-    N: Optional[float] = Field(default=None, gt=0)
-    n_layer: Optional[int] = Field(default=None, gt=0)
-    d_model: Optional[int] = Field(default=None, gt=0)
-    n_head: Optional[int] = Field(default=None, gt=0)
+    N: Optional[float] = Field(default=None, gt=0,
+                               description="a target size (the model section turns it into a shape)")
+    n_layer: Optional[int] = Field(default=None, gt=0, description="transformer blocks")
+    d_model: Optional[int] = Field(default=None, gt=0, description="residual stream width")
+    n_head: Optional[int] = Field(default=None, gt=0, description="attention heads")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="this shape's key/value heads (llama)")
     ffn: Optional[int] = Field(default=None, gt=0, description="this shape's SwiGLU width (llama)")
 
@@ -254,15 +261,18 @@ class GridBlock(_Strict):
     """``models`` times one of: ``tokens`` (D), ``tokens_per_param`` (D = k N), ``compute`` (IsoFLOP)
     or ``branches`` (cooldown branches of one trunk per model, `scaling.orchestrator.branches`)."""
 
-    models: list[ModelPoint] = Field(min_length=1)
-    tokens: Optional[list[float]] = Field(default=None, min_length=1)
-    tokens_per_param: Optional[list[float]] = Field(default=None, min_length=1)
-    compute: Optional[list[float]] = Field(default=None, min_length=1)
-    branches: Optional[BranchesPlan] = None
-    bounds: Bounds = Bounds()
-    resources: Optional[BlockResources] = None  # this block's placement, over the plan's resources
-    faults: FaultSpec = FaultSpec()  # injected faults, only for tests of the recovery paths
-    hparams: Optional[HparamsPlan] = None  # each point once per lr / batch / beta2 combination (hparam_groups)
+    models: list[ModelPoint] = Field(min_length=1, description="the block's models: sizes N or shapes")
+    tokens: Optional[list[float]] = Field(default=None, min_length=1, description="training tokens D of each run")
+    tokens_per_param: Optional[list[float]] = Field(default=None, min_length=1, description="D = k N for each k")
+    compute: Optional[list[float]] = Field(default=None, min_length=1,
+                                           description="IsoFLOP budgets C (D = C / (6N) per model)")
+    branches: Optional[BranchesPlan] = Field(default=None, description="cooldown branches of one trunk per model")
+    bounds: Bounds = Field(default=Bounds(), description="runs whose D falls outside are dropped")
+    resources: Optional[BlockResources] = Field(default=None,
+                                                description="this block's placement, over the plan's resources")
+    faults: FaultSpec = Field(default=FaultSpec(), description="injected faults, only for tests of the recovery paths")
+    hparams: Optional[HparamsPlan] = Field(default=None,
+                                           description="each point once per lr / batch / beta2 combination")
 
     @field_validator("tokens", "tokens_per_param", "compute")
     @classmethod
@@ -313,21 +323,24 @@ class Plan(_Strict):
     the resolver decide the rest.
     """
 
-    name: str
-    db: Optional[str] = None
-    runs_dir: str = "./scaling_runs"
-    data: DataSpec = DataSpec()
-    model: ModelPlan = ModelPlan()
-    conventions: Conventions = Conventions()
-    train: TrainPlan = TrainPlan()
-    resources: ResourcesPlan = ResourcesPlan()
-    rules: RulesPlan = RulesPlan()
+    name: str = Field(description="the sweep's name (its runs' folder and its rows in the database)")
+    db: Optional[str] = Field(default=None, description="database URL (default: sqlite:///scaling.db, or --db)")
+    runs_dir: str = Field(default="./scaling_runs",
+                          description="where each run's folder (checkpoints, logs) is written")
+    data: DataSpec = Field(default=DataSpec(), description="where the tokens come from")
+    model: ModelPlan = Field(default=ModelPlan(), description="how a size N becomes a shape")
+    conventions: Conventions = Field(default=Conventions(), description="what N and C count")
+    train: TrainPlan = Field(default=TrainPlan(), description="the training recipe every run shares")
+    resources: ResourcesPlan = Field(default=ResourcesPlan(), description="where and how runs execute")
+    rules: RulesPlan = Field(default=RulesPlan(), description="hyperparameters that follow a run's size")
     retries: int = Field(default=1, ge=0, le=100, description="extra attempts after a run fails")
-    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
-    grid: list[GridBlock] = Field(min_length=1)
-    simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training (scaling.trainer.simulate)
-    adaptive: Optional[AdaptivePlan] = None  # add slices until N* is known (scaling.orchestrator.adaptive)
-    evals: EvalsSpec = EvalsSpec()  # tasks every run is scored on as it trains (scaling.trainer.evals)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description="each run once per seed")
+    grid: list[GridBlock] = Field(min_length=1,
+                                  description="the runs: blocks of models times tokens, compute or branches")
+    simulate: Optional[SimulateSpec] = Field(default=None, description="losses from a known law instead of training")
+    adaptive: Optional[AdaptivePlan] = Field(default=None,
+                                             description="add IsoFLOP slices until N* is known well enough")
+    evals: EvalsSpec = Field(default=EvalsSpec(), description="tasks every run is scored on as it trains")
 
     @field_validator("name")
     @classmethod

@@ -1,7 +1,10 @@
 """One self-contained HTML report of a sweep: plotly.js inlined once, every figure as JSON.
 
 The file opens without a network (a researcher can mail it or put it on a share): plotly.js is
-one inline script, each figure is a ``<div>`` filled by ``Plotly.newPlot`` from one JSON block.
+inlined once (as text, run when the first figure is drawn), each figure is a ``<div>`` filled by
+``Plotly.newPlot`` from one JSON block when it comes within a screen of the viewport (all of them
+before printing), so a large sweep's first screen waits neither for plotly.js nor for the figures
+below it.
 Every string that came from a user (sweep, run names, tags, errors, the plan) is HTML-escaped,
 and the JSON block has ``<``, ``>`` and ``&`` written as ``\\u003c`` etc., so no text can end the
 script element or open a comment in it.

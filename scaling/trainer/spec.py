@@ -67,8 +67,8 @@ class _Frozen(StrictModel):
 class SequenceSpec(_Frozen):
     """Vocabulary and context length: shared by a run's shape and a plan's shape policy."""
 
-    vocab_size: int = Field(default=256, gt=0)
-    context: int = Field(default=256, gt=0)
+    vocab_size: int = Field(default=256, gt=0, description="tokens in the vocabulary")
+    context: int = Field(default=256, gt=0, description="sequence length in tokens")
 
 
 class FamilySpec(_Frozen):
@@ -79,7 +79,8 @@ class FamilySpec(_Frozen):
     the log of the softmax normalizer, times this coefficient) is a training loss, not a shape field.
     """
 
-    family: Literal["gpt2", "llama"] = "gpt2"
+    family: Literal["gpt2", "llama"] = Field(default="gpt2",
+                                             description="the architecture: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU)")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
     ffn: Optional[int] = Field(default=None, gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
     tie_embeddings: Optional[bool] = Field(default=None, description="tie the output layer to the token embedding (llama; default false)")
@@ -115,9 +116,9 @@ class FamilySpec(_Frozen):
 class ModelSpec(SequenceSpec, FamilySpec):
     """Model shape, vocabulary and context length, and the family's fields."""
 
-    n_layer: int = Field(gt=0)
-    d_model: int = Field(gt=0)
-    n_head: int = Field(gt=0)
+    n_layer: int = Field(gt=0, description="transformer blocks")
+    d_model: int = Field(gt=0, description="residual stream width")
+    n_head: int = Field(gt=0, description="attention heads (they divide d_model)")
 
     @model_validator(mode="after")
     def _valid_shape(self) -> "ModelSpec":
@@ -145,8 +146,9 @@ class TokenizerSpec(_Frozen):
     cache folder (``scaling data prepare``, or the first run) and memory-mapped by every run.
     """
 
-    path: Optional[str] = None
-    train: Optional[Literal["bpe"]] = None
+    path: Optional[str] = Field(default=None, description="a Hugging Face tokenizer.json")
+    train: Optional[Literal["bpe"]] = Field(default=None,
+                                            description="bpe: train a byte-level BPE on the training split")
     vocab_size: Optional[int] = Field(default=None, ge=257, le=1 << 20, description="tokens of a trained BPE")
     min_frequency: Optional[int] = Field(default=None, ge=1, description="a trained BPE's least pair count to merge")
 
@@ -194,16 +196,23 @@ class DataSpec(_Frozen):
     run's key.
     """
 
-    source: Literal["builtin", "text", "tokens"] = "builtin"
-    path: PathOrShards = None
-    dtype: Literal["uint8", "uint16", "uint32"] = "uint16"
+    source: Literal["builtin", "text", "tokens"] = Field(default="builtin",
+                                                         description="builtin (the Python library's sources), text (your files) or tokens (pre-tokenized shards)")
+    path: PathOrShards = Field(default=None,
+                               description="a file, folder or glob (text), or token shards: a file, glob or list of them (tokens)")
+    dtype: Literal["uint8", "uint16", "uint32"] = Field(default="uint16",
+                                                        description="token width of raw shards (source tokens)")
     format: Optional[ShardFormat] = Field(
         default=None, description="token shards' format: bin (raw), npy or llmc; detected per file when absent")
     val_path: PathOrShards = Field(default=None, description="held-out token shards (source tokens)")
-    tokenizer: Optional[TokenizerSpec] = None
-    val_fraction: float = Field(default=_DEFAULT_VAL_FRACTION, gt=0, lt=0.5)
-    fingerprint: Optional[str] = None
-    unique_tokens: Optional[int] = Field(default=None, gt=0)
+    tokenizer: Optional[TokenizerSpec] = Field(default=None,
+                                               description="a Hugging Face tokenizer for source text (default: bytes)")
+    val_fraction: float = Field(default=_DEFAULT_VAL_FRACTION, gt=0, lt=0.5,
+                                description="share of the token stream held out for evaluation (its end)")
+    fingerprint: Optional[str] = Field(default=None,
+                                       description="sha256 of the token stream (filled in when the data are resolved; part of the key)")
+    unique_tokens: Optional[int] = Field(default=None, gt=0,
+                                         description="tokens in the training split (filled in when the data are resolved)")
 
     @model_validator(mode="after")
     def _path_when_needed(self) -> "DataSpec":
@@ -236,24 +245,28 @@ class OptimizerSpec(_Frozen):
     """AdamW (no weight decay on norms, biases and embeddings)."""
 
     lr: float = Field(default=1e-3, gt=0, le=100.0, description="AdamW's peak step size (above 100 every step overflows)")
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.95, ge=0, lt=1)
-    eps: float = Field(default=1e-8, gt=0)
-    weight_decay: float = Field(default=0.1, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="AdamW's first-moment decay")
+    beta2: float = Field(default=0.95, ge=0, lt=1, description="AdamW's second-moment decay")
+    eps: float = Field(default=1e-8, gt=0, description="AdamW's denominator term")
+    weight_decay: float = Field(default=0.1, ge=0,
+                                description="decoupled weight decay (not on norms, biases, embeddings)")
 
 
 class ScheduleSpec(_Frozen):
     """Learning-rate schedule: linear warmup, then cosine / warmup-stable-decay / constant."""
 
-    kind: Literal["cosine", "wsd", "constant"] = "cosine"
-    warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
+    kind: Literal["cosine", "wsd", "constant"] = Field(default="cosine",
+                                                       description="after warmup: cosine decay, wsd (warmup-stable-decay) or constant")
+    warmup_fraction: float = Field(default=0.05, ge=0, lt=1, description="share of steps warming up linearly")
     # A fixed warmup length in steps, over warmup_fraction: runs of different lengths (a trunk and
     # the runs it stands for) then warm up alike.
-    warmup_steps: Optional[int] = Field(default=None, ge=0)
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    decay_fraction: float = Field(default=0.2, gt=0, le=1)  # wsd: the final share of steps that decays
+    warmup_steps: Optional[int] = Field(default=None, ge=0,
+                                        description="a fixed warmup length in steps, over warmup_fraction (runs of different lengths warm up alike)")
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="final learning rate / peak")
+    decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: the final share of steps that decays")
     # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
-    decay_shape: Literal["linear", "1-sqrt"] = "linear"
+    decay_shape: Literal["linear", "1-sqrt"] = Field(default="linear",
+                                                     description="wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024)")
 
 
 def warmup_steps(total_steps: int, schedule: ScheduleSpec) -> int:
@@ -277,18 +290,19 @@ class BranchSpec(_Frozen):
     is the branch's sibling (``<runs_dir>/<sweep>/<parent>``).
     """
 
-    parent: str = Field(min_length=16, max_length=16, pattern=r"^[0-9a-f]+$")
+    parent: str = Field(min_length=16, max_length=16, pattern=r"^[0-9a-f]+$", description="the trunk run's key")
     from_step: int = Field(gt=0, description="the trunk's step (its checkpoint) the branch starts from")
 
 
 class SpikeSpec(_Frozen):
     """Loss-spike protection: roll back when loss > factor * mean(last window) or non-finite."""
 
-    enabled: bool = True
-    factor: float = Field(default=4.0, gt=1)
-    window: int = Field(default=100, gt=0)
-    max_rollbacks: int = Field(default=5, ge=0)
-    lr_scale_on_rollback: float = Field(default=1.0, gt=0, le=1)
+    enabled: bool = Field(default=True, description="roll back on a loss spike")
+    factor: float = Field(default=4.0, gt=1, description="a spike: loss above factor times the recent mean")
+    window: int = Field(default=100, gt=0, description="steps in the recent mean")
+    max_rollbacks: int = Field(default=5, ge=0, description="rollbacks before the run fails")
+    lr_scale_on_rollback: float = Field(default=1.0, gt=0, le=1,
+                                        description="learning rate multiplied by this after each rollback")
 
 
 class FaultSpec(_Frozen):
@@ -296,12 +310,15 @@ class FaultSpec(_Frozen):
 
     # The batches at these data cursors are corrupted (loss spike). The cursor equals the step
     # until a batch is skipped, and a skipped bad batch never returns.
-    poison_steps: tuple[int, ...] = ()
-    overflow_steps: tuple[int, ...] = ()  # these steps produce inf gradients (fp16 scaler test)
-    raise_at_step: Optional[int] = None  # raise an error when this step starts
-    raise_attempts: int = Field(default=1_000_000, ge=0)  # ... only on the first this many attempts
-    kill_at_step: Optional[int] = None  # SIGKILL the process (rank 1 if distributed) at this step
-    kill_attempts: int = Field(default=1, ge=0)  # ... only on the first this many attempts
+    poison_steps: tuple[int, ...] = Field(default=(),
+                                          description="data cursors whose batches are corrupted (a loss spike); for tests")
+    overflow_steps: tuple[int, ...] = Field(default=(),
+                                            description="steps that produce inf gradients (fp16 scaler test)")
+    raise_at_step: Optional[int] = Field(default=None, description="raise an error when this step starts")
+    raise_attempts: int = Field(default=1_000_000, ge=0, description="raise only on the first this many attempts")
+    kill_at_step: Optional[int] = Field(default=None,
+                                        description="SIGKILL the process (rank 1 if distributed) at this step")
+    kill_attempts: int = Field(default=1, ge=0, description="kill only on the first this many attempts")
 
 
 class SimulatedHparams(_Frozen):
@@ -311,11 +328,11 @@ class SimulatedHparams(_Frozen):
 
     k_lr: float = Field(ge=0, le=10, description="loss per (ln lr - ln lr*)^2")
     lr_c: float = Field(gt=0, le=1e6, description="lr* = lr_c N^lr_a D^lr_b")
-    lr_a: float = Field(default=0.0, ge=-2, le=2)
-    lr_b: float = Field(default=0.0, ge=-2, le=2)
+    lr_a: float = Field(default=0.0, ge=-2, le=2, description="exponent of N in lr*")
+    lr_b: float = Field(default=0.0, ge=-2, le=2, description="exponent of D in lr*")
     k_batch: float = Field(default=0.0, ge=0, le=10, description="loss per (ln B - ln B*)^2")
     batch_d: float = Field(default=1.0, gt=0, le=1e12, description="B* = batch_d D^batch_e tokens")
-    batch_e: float = Field(default=0.0, ge=-2, le=2)
+    batch_e: float = Field(default=0.0, ge=-2, le=2, description="exponent of D in B*")
 
 
 class SimulatedLaw(_Frozen):
@@ -324,12 +341,13 @@ class SimulatedLaw(_Frozen):
 
     # Bounded so that every loss the law gives is a finite float: E is nats per token (ln of a
     # million-token vocabulary is 14), A and B reach 1e30 only with exponents near 2.
-    E: float = Field(ge=0, le=100)
-    A: float = Field(gt=0, le=1e30)
-    B: float = Field(gt=0, le=1e30)
-    alpha: float = Field(gt=0, le=2)
-    beta: float = Field(gt=0, le=2)
-    hparams: Optional[SimulatedHparams] = None
+    E: float = Field(ge=0, le=100, description="irreducible loss (nats per token)")
+    A: float = Field(gt=0, le=1e30, description="coefficient of the N term")
+    B: float = Field(gt=0, le=1e30, description="coefficient of the D term")
+    alpha: float = Field(gt=0, le=2, description="exponent of N")
+    beta: float = Field(gt=0, le=2, description="exponent of D")
+    hparams: Optional[SimulatedHparams] = Field(default=None,
+                                                description="a learning-rate and batch penalty with a known optimum")
 
     @model_serializer(mode="wrap")
     def _omit_absent_hparams(self, handler: Any) -> Any:
@@ -347,11 +365,11 @@ class SimulatedTask(_Frozen):
     (the two steps of Bhagia et al. 2024), observed on ``items`` items (binomial noise)."""
 
     name: str = Field(default="next_line", description="the task (its metrics: task/NAME/acc and task/NAME/bpb)")
-    E: float = Field(ge=0, le=100)
-    A: float = Field(gt=0, le=1e30)
-    B: float = Field(gt=0, le=1e30)
-    alpha: float = Field(gt=0, le=2)
-    beta: float = Field(gt=0, le=2)
+    E: float = Field(ge=0, le=100, description="irreducible task loss (bits per byte)")
+    A: float = Field(gt=0, le=1e30, description="coefficient of the N term")
+    B: float = Field(gt=0, le=1e30, description="coefficient of the D term")
+    alpha: float = Field(gt=0, le=2, description="exponent of N")
+    beta: float = Field(gt=0, le=2, description="exponent of D")
     chance: float = Field(default=0.25, ge=0, lt=1, description="accuracy of a guess")
     slope: float = Field(gt=0, le=1000, description="steepness of the sigmoid, per bit per byte")
     midpoint: float = Field(ge=0, le=100, description="bpb where accuracy is halfway from chance to 1")
@@ -376,9 +394,9 @@ class SimulateSpec(_Frozen):
     torch, so sweeps, adaptive loops and fits can be tested at any scale.
     """
 
-    law: SimulatedLaw
+    law: SimulatedLaw = Field(description="the law the losses are drawn from")
     noise: float = Field(default=0.005, ge=0, le=0.5, description="SD of ln(loss) per measured value")
-    seed: Seed = 0
+    seed: Seed = Field(default=0, description="seed of the noise (with the run's key)")
     points: int = Field(default=50, ge=2, le=1000, description="train-loss rows per run")
     tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
 
@@ -394,8 +412,10 @@ class SimulateSpec(_Frozen):
 class Conventions(_Frozen):
     """What N and C mean: a run's ``params_convention`` and ``flops_convention``, a plan's ``conventions``."""
 
-    params: ParamsConvention = "non_embedding"
-    flops: FlopsConvention = "6N"
+    params: ParamsConvention = Field(default="non_embedding",
+                                     description="what N counts: non_embedding (Kaplan) or total (Chinchilla) parameters")
+    flops: FlopsConvention = Field(default="6N",
+                                   description="what C counts: 6N or 6N plus attention FLOPs per token, times D")
 
 
 class Recipe(_Frozen):
@@ -404,13 +424,13 @@ class Recipe(_Frozen):
     A plan's ``train`` section holds these fields (its rules may set lr and batch_tokens per run).
     """
 
-    precision: PrecisionChoice = "auto"  # auto: decided per machine by trainer.resolve
-    optimizer: OptimizerSpec = OptimizerSpec()
-    schedule: ScheduleSpec = ScheduleSpec()
+    precision: PrecisionChoice = Field(default="auto", description="fp32, bf16, fp16 or auto (decided per machine)")
+    optimizer: OptimizerSpec = Field(default=OptimizerSpec(), description="AdamW's settings")
+    schedule: ScheduleSpec = Field(default=ScheduleSpec(), description="the learning-rate schedule")
     # A whole number of sequences (scaling.accounting.batch_problem says why one is refused).
     batch_tokens: int = Field(default=8192, gt=0, description="global batch size in tokens")
-    grad_clip: float = Field(default=1.0, ge=0)
-    spike: SpikeSpec = SpikeSpec()
+    grad_clip: float = Field(default=1.0, ge=0, description="gradient norm clip (0: none)")
+    spike: SpikeSpec = Field(default=SpikeSpec(), description="loss-spike rollback")
     eval_tokens: int = Field(default=65536, gt=0, description="held-out tokens per evaluation")
 
 
@@ -422,10 +442,10 @@ class LoopSettings(_Frozen):
 
     eval_interval: int = Field(default=100, gt=0, description="steps")
     checkpoint_interval: int = Field(default=100, gt=0, description="steps")
-    keep_checkpoints: int = Field(default=2, gt=0)
+    keep_checkpoints: int = Field(default=2, gt=0, description="most recent checkpoints kept per run")
     log_interval: int = Field(default=1, gt=0, description="steps between metric rows")
     threads: int = Field(default=1, gt=0, le=1024, description="torch threads per worker")
-    compile: bool = False
+    compile: bool = Field(default=False, description="torch.compile the model")
 
 
 def offload_problem(cpu_offload: bool, strategy: str, dp: int, pp: int) -> Optional[str]:
@@ -449,18 +469,20 @@ class Placement(_Frozen):
 
     # Counts are strict integers: YAML's `true` or '8' is a mistake, not one worker or eight.
     workers: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="workers per run")
-    strategy: StrategyChoice = "auto"
+    strategy: StrategyChoice = Field(default="auto",
+                                     description="how workers split a run: auto (the least sharding that fits), single, ddp, zero1, zero2 or zero3")
     tp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="tensor-parallel degree")
     pp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="pipeline stages")
-    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
-    cpu_offload: bool = False
-    cpus_per_worker: float = Field(default=1, gt=0, le=1024)
-    gpus_per_worker: float = Field(default=0, ge=0, le=64)
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field(default="1f1b",
+                                                                      description="pipeline schedule when pp > 1")
+    cpu_offload: bool = Field(default=False, description="FSDP2 shards on the CPU (zero2 / zero3 only)")
+    cpus_per_worker: float = Field(default=1, gt=0, le=1024, description="CPUs Ray reserves per worker")
+    gpus_per_worker: float = Field(default=0, ge=0, le=64, description="GPUs Ray reserves per worker (0: CPU)")
     # Sequences per forward pass at most (None: a worker's whole share). A share is split into
     # equally many micro-batches on every worker, their sizes differing by at most one
     # (scaling.accounting.micro_batches).
     micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True, description="sequences per worker")
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     device_memory_gib: Optional[float] = Field(default=None, gt=0, le=MAX_DEVICE_MEMORY_GIB,
                                                description="for planning and `auto`")
 
@@ -498,7 +520,7 @@ class Placement(_Frozen):
 class ExecutionSpec(Placement, LoopSettings):
     """How a run executes. Not part of the key: it must not change the result's meaning."""
 
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto, cpu or cuda")
     # Steps whose checkpoints are written and never rotated away: a trunk's branch points.
     keep_steps: tuple[int, ...] = Field(default=(), description="checkpoints kept whatever keep_checkpoints says")
 
@@ -596,20 +618,21 @@ class RunSpec(Recipe):
     ``scaling.trainer.resolve.resolve`` turns one into a RunSpec.
     """
 
-    precision: PrecisionChoice = "fp32"  # refused as auto unless simulated (_concrete)
-    model: ModelSpec
+    precision: PrecisionChoice = Field(default="fp32", description="fp32, bf16 or fp16 (auto only on a simulated run)")
+    model: ModelSpec = Field(description="the model's shape")
     tokens: int = Field(gt=0, description="D: training tokens")
-    data: DataSpec = DataSpec()
-    params_convention: ParamsConvention = Conventions().params
-    flops_convention: FlopsConvention = Conventions().flops
-    seed: Seed = 0
-    faults: FaultSpec = FaultSpec()
-    branch: Optional[BranchSpec] = None  # a cooldown branch of another run (its trunk)
-    simulate: Optional[SimulateSpec] = None  # losses from a known law instead of training
-    execution: ExecutionSpec = ExecutionSpec()
-    name: Optional[str] = None  # a display name; not part of the key
-    tags: dict[str, str] = Field(default_factory=dict)  # free-form labels; not part of the key
-    evals: EvalsSpec = EvalsSpec()  # tasks scored as the run trains (scaling.trainer.evals); not part of the key
+    data: DataSpec = Field(default=DataSpec(), description="where the tokens come from")
+    params_convention: ParamsConvention = Field(default=Conventions().params, description="what N counts")
+    flops_convention: FlopsConvention = Field(default=Conventions().flops, description="what C counts")
+    seed: Seed = Field(default=0, description="the run's seed (weights and data order)")
+    faults: FaultSpec = Field(default=FaultSpec(), description="injected faults, for tests of the recovery paths")
+    branch: Optional[BranchSpec] = Field(default=None, description="a cooldown branch of another run (its trunk)")
+    simulate: Optional[SimulateSpec] = Field(default=None, description="losses from a known law instead of training")
+    execution: ExecutionSpec = Field(default=ExecutionSpec(),
+                                     description="where and how the run executes (not part of the key)")
+    name: Optional[str] = Field(default=None, description="a display name (not part of the key)")
+    tags: dict[str, str] = Field(default_factory=dict, description="free-form labels (not part of the key)")
+    evals: EvalsSpec = Field(default=EvalsSpec(), description="tasks scored as the run trains (not part of the key)")
 
     @field_validator("tokens")
     @classmethod

@@ -92,6 +92,20 @@ def answer_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return url, write_report(url, "answer", tmp / "answer.html", fit="memory")
 
 
+#: Scrolls to each figure in turn (a figure is drawn when it nears the viewport), then back to the top.
+SCROLL_TO_EACH_FIGURE = """async () => {
+    for (const d of document.querySelectorAll('.figure')) {
+        d.scrollIntoView();
+        await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r())));
+    }
+    window.scrollTo(0, 0);
+}"""
+
+
+#: True once every figure of the page is drawn.
+ALL_DRAWN = "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))"
+
+
 @dataclass
 class PageReport:
     """What a page did when loaded: console messages, page errors, dialogs, figures drawn."""
@@ -123,9 +137,10 @@ class Browser:
             viewport={"width": 1400, "height": 1000}, offline=True,
         )
 
-    def open(self, path: Path, shot_name: str, actions: Callable[[Any], Any] | None = None) -> PageReport:
-        """Load ``path``, wait for every figure, record what happened; ``actions(page)`` runs last
-        and its result is kept in ``PageReport.result``."""
+    def open(self, path: Path, shot_name: str, actions: Callable[[Any], Any] | None = None, *,
+             draw_all: bool = True) -> PageReport:
+        """Load ``path``, scroll to every figure and wait for each to be drawn (``draw_all=False``: neither),
+        record what happened; ``actions(page)`` runs last and its result is kept in ``PageReport.result``."""
         rep = PageReport()
         page = self._ctx.new_page()
         page.on("console", lambda m: rep.console.append((m.type, m.text)))
@@ -138,10 +153,9 @@ class Browser:
         page.on("dialog", on_dialog)
         try:
             page.goto(path.resolve().as_uri(), wait_until="load")
-            page.wait_for_function(
-                "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))",
-                timeout=60_000,
-            )
+            if draw_all:
+                page.evaluate(SCROLL_TO_EACH_FIGURE)  # figures are drawn as they near the viewport
+                page.wait_for_function(ALL_DRAWN, timeout=60_000)
             rep.figures = page.evaluate(
                 """() => Object.fromEntries(Array.from(document.querySelectorAll('.figure')).map(d => [d.id,
                      d.querySelector('svg.main-svg') ? d.querySelectorAll(

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.browser
 
 #: figures every report has (each is drawn even when it only says what is missing)
 ALWAYS = {"fig-isoflop", "fig-frontiers", "fig-residuals", "fig-backtest", "fig-events", "fig-throughput"}
+ALL_DRAWN = "Array.from(document.querySelectorAll('.figure')).every(d => d.hasAttribute('data-rendered'))"
 
 
 def _check_clean(page) -> None:
@@ -83,3 +84,27 @@ def test_sweep_with_nothing_finished(sweeps, browser, tmp_path: Path) -> None:
     _check_clean(page)
     assert "No loss curves recorded yet." in page.text
     assert ALWAYS <= set(page.figures)
+
+
+def test_figures_are_drawn_as_they_near_the_viewport(sweeps, browser, tmp_path: Path) -> None:
+    """At the top of a report only the figures within a screen of the viewport are drawn; scrolling to
+    one draws it, and "draw every figure" (as printing does) draws the rest."""
+    url, _ = sweeps["typical"]
+    drawn = "() => Array.from(document.querySelectorAll('.figure[data-rendered]')).map(d => d.id)"
+
+    def act(page) -> dict[str, list[str]]:
+        page.wait_for_function("document.querySelector('.figure[data-rendered]') !== null", timeout=60_000)
+        at_top = page.evaluate(drawn)
+        page.evaluate("() => document.getElementById('fig-events').scrollIntoView()")
+        page.wait_for_function("document.getElementById('fig-events').hasAttribute('data-rendered')", timeout=60_000)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.click("#draw-all")
+        page.wait_for_function(ALL_DRAWN, timeout=60_000)
+        return {"at_top": at_top, "all": page.evaluate(drawn)}
+
+    page = browser.open(write_report(url, None, tmp_path / "lazy.html"), "lazy", actions=act, draw_all=False)
+    assert page.console_errors == [] and page.dialogs == []
+    at_top, every = page.result["at_top"], page.result["all"]
+    assert "fig-loss-tokens" in at_top, at_top  # the first section with figures, within a screen of the top
+    assert not {"fig-events", "fig-throughput"} & set(at_top), at_top  # the last section's: not yet
+    assert ALWAYS | {"fig-loss-tokens", "fig-loss-flops"} <= set(every)
