@@ -75,6 +75,8 @@ def sources(new: str) -> tuple[str, ...]:
 
 #: Statuses a claim takes without asking (a running row is taken only from a dead claimant).
 CLAIMABLE: tuple[str, ...] = tuple(s for s in sources(vocab.RUNNING) if s != vocab.RUNNING)
+#: How an attempt can end: the statuses a running row may move to but running.
+ENDINGS: tuple[str, ...] = tuple(s for s in vocab.STATUSES if s in TRANSITIONS[vocab.RUNNING] - {vocab.RUNNING})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from scaling.db.claimant import claimant_is_dead
 from scaling.db.conflicts import refuse_changed_points
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.jsonvalues import check_json
-from scaling.db.lifecycle import CLAIMABLE, sources
+from scaling.db.lifecycle import CLAIMABLE, ENDINGS, sources
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep, utcnow
 from scaling.errors import NotFoundError, PlanError, mask_url
 
@@ -293,6 +293,8 @@ class Store(Database):
     ) -> bool:
         """End the current attempt as ``status`` (completed, failed or interrupted), with its final
         losses; only where the row's status is one of ``from_states`` (None: any). Whether it was."""
+        if status not in ENDINGS:
+            raise ValueError(f"finish status must be one of {', '.join(ENDINGS)}, not {status!r}")
         values = _final_values(status, final_train_loss, final_eval_loss, error)
 
         def tx(conn: Connection) -> bool:
