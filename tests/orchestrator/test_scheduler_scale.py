@@ -26,6 +26,7 @@ from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator import scheduler
 from scaling.orchestrator.scheduler import RunState, Scheduler
 from scaling.orchestrator.sweep import register
+from scaling.orchestrator.tasks import RunOutcome
 from scaling.trainer.spec import RunRequest, RunSpec
 
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
@@ -79,7 +80,7 @@ def _drive(sched: Scheduler, display: SweepDisplay) -> None:
         display.update(sched)  # each run is seen running, however many a task packs
         ref, states = next(iter(sched._in_flight.items()))
         del sched._in_flight[ref]
-        sched._completed([(s, {"final_train_loss": 3.0, "final_eval_loss": 3.1}) for s in states])
+        sched._completed([(s, RunOutcome(s.key, final_train_loss=3.0, final_eval_loss=3.1)) for s in states])
         display.update(sched)
 
 
