@@ -24,7 +24,6 @@ from scaling.db.claimant import claimant_id
 
 if TYPE_CHECKING:
     from scaling.db.results import Results
-    from scaling.db.store import Store
 
 # A run's states in a sweep's driver before it is claimed (never stored); once claimed, or found
 # done, its state there is one of the database's statuses.
@@ -95,14 +94,15 @@ class Claim:
 
 
 class Lifecycle:
-    """The runs of ``sweep`` in ``store``, moved by this process (the claimant ``host:pid``).
+    """The runs of ``sweep`` in ``store`` (a :class:`~scaling.db.store.Store`, which imports this
+    module for its table), moved by this process (the claimant ``host:pid``).
 
     ``stale_after_s``: how old a running run's heartbeat must be before this claimant takes it
     over (None: the store's). Reads (a refused claim's row) go through one connection, opened on
     first use; :meth:`close` closes it.
     """
 
-    def __init__(self, store: "Store", sweep: str, *, stale_after_s: Optional[float] = None) -> None:
+    def __init__(self, store: Any, sweep: str, *, stale_after_s: Optional[float] = None) -> None:
         self.store = store
         self.sweep = sweep
         self.claimant = claimant_id()
