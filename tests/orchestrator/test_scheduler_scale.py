@@ -20,6 +20,7 @@ import yaml
 
 from scaling import vocab
 from scaling.db import Store, connect
+from scaling.db.lifecycle import RESERVING, IllegalTransition
 from scaling.orchestrator.display import SweepDisplay, render
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
@@ -139,6 +140,12 @@ def test_a_stop_releases_runs_collected_but_not_yet_recorded(tmp_path: Path, mon
     sched._admit()
     collected = [s for states in sched._in_flight.values() for s in states]
     assert len(collected) == 2 * scheduler.SIMULATED_PER_TASK  # two CPUs, a pack each
+    queued = next(sched.tally.queued())
+    counts = sched.tally.counts()
+    for s, illegal in [(collected[0], vocab.PENDING), (queued, vocab.INTERRUPTED), (queued, RESERVING + "!")]:
+        with pytest.raises(IllegalTransition):  # a change the run state machine does not allow
+            s.state = illegal
+    assert sched.tally.counts() == counts and collected[0].state == vocab.RUNNING
     sched._in_flight.clear()  # collected; their outcome not written yet
     sched._stop("the sweep stopped: a database error")
     with connect(sched.store_url) as results:
