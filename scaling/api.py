@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
+#: The notebook API; ``scaling`` exports exactly these names (read from this list, see scaling/__init__.py).
+__all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "report", "hparams", "tasks",
+           "Estimate", "FittedLaw", "Fit", "Advice", "HparamGroup", "Hparams", "Tasks", "TaskPrediction"]
+
 
 @dataclass(frozen=True)
 class Estimate:

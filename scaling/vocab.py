@@ -7,8 +7,7 @@ them, fitting and reports read them. This module imports nothing, so any part ma
 from __future__ import annotations
 
 # -- run statuses -----------------------------------------------------------------------------
-# A run is claimable when pending, failed or interrupted (or running with a dead claimant); a
-# completed run is never claimed again.
+# Which status a run may move to from which: scaling.db.lifecycle.TRANSITIONS.
 PENDING = "pending"
 RUNNING = "running"
 COMPLETED = "completed"
@@ -16,8 +15,6 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"  # stopped before its last step; also the event that records it
 
 STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED)
-CLAIMABLE: tuple[str, ...] = (PENDING, FAILED, INTERRUPTED)
-FINAL: tuple[str, ...] = (COMPLETED, FAILED, INTERRUPTED)  # how an attempt can end
 
 # -- metrics (one row per run, step and name) -------------------------------------------------
 TRAIN_LOSS = "train/loss"

@@ -21,5 +21,7 @@ export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
 bash scripts/docs.sh   # the documentation site builds strictly, every command and plan field in it
 # Two workers (this machine's cores), each test file whole on one worker, one shared Ray per worker
-# (tests/conftest.py). The slowest tests, for keeping CI short.
-.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"
+# (tests/conftest.py). The slowest tests, for keeping CI short. A worker that crashes ends the run
+# (its test named, failed): xdist's replacement of a crashed worker under --dist loadgroup can wait
+# forever for work it never sends (pytest-xdist 3.8).
+.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist loadgroup --max-worker-restart 0 --durations=30 "$@"

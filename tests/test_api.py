@@ -93,6 +93,18 @@ def test_import_scaling_stays_light() -> None:
     assert set(scaling.__all__) <= set(lines[1].split()) and {"fit", "recommend", "report"} <= set(dir(scaling))
 
 
+def test_the_top_level_exports_exactly_the_api() -> None:
+    """``scaling`` exports every name of ``scaling.api.__all__`` (each defined there), and nothing else of it."""
+    import scaling
+    import scaling.api as api
+
+    assert all(hasattr(api, name) for name in api.__all__) and len(set(api.__all__)) == len(api.__all__)
+    assert set(scaling.__all__) == {*api.__all__, "__version__", "figures", "vocab"}
+    assert scaling.hparams is api.hparams and scaling.Hparams is api.Hparams
+    public = {n for n in vars(api) if not n.startswith("_") and getattr(vars(api)[n], "__module__", None) == api.__name__}
+    assert public <= set(api.__all__), f"public in scaling.api but not exported: {sorted(public - set(api.__all__))}"
+
+
 def test_the_explore_notebook_uses_only_the_top_level() -> None:
     """examples/explore.ipynb imports ``scaling`` and nothing below it (it runs in tests/reports)."""
     import ast

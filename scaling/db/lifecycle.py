@@ -6,6 +6,12 @@ claimed, taken over, retried and counted alike whichever started it: both claim 
 event (which a sweep counts against its retries), and a refused claim tells a completed run from
 one a live claimant holds. While a run trains, its own process heartbeats through the trainer's
 recorder; a driver holding runs in other processes heartbeats them here.
+
+Which state a run may move to from which is one table, :data:`TRANSITIONS`: the rows of the
+database change only along it (the :class:`~scaling.db.store.Store` writes a step to the rows in
+a state the table allows it from, and leaves a row another claimant moved on), and so do the
+states a sweep's driver keeps for its runs in memory (:func:`check_transition` raises on any
+other change).
 """
 
 from __future__ import annotations
@@ -18,7 +24,58 @@ from scaling.db.claimant import claimant_id
 
 if TYPE_CHECKING:
     from scaling.db.results import Results
-    from scaling.db.store import Store
+
+# A run's states in a sweep's driver before it is claimed (never stored); once claimed, or found
+# done, its state there is one of the database's statuses.
+QUEUED = "queued"  # to launch when resources allow
+RESERVING = "reserving"  # a multi-worker run waiting for its placement group
+WAITING = "waiting"  # another live claimant holds it; retaken if that claimant dies
+
+#: The run state machine: from each state, the states a run may move to.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    # A run's row (vocab.STATUSES):
+    vocab.PENDING: frozenset({vocab.RUNNING,  # claimed
+                              vocab.FAILED}),  # a branch that cannot start
+    vocab.RUNNING: frozenset({vocab.RUNNING,  # taken over: its claimant is gone or its heartbeat stale
+                              vocab.COMPLETED, vocab.FAILED, vocab.INTERRUPTED,  # how an attempt ends
+                              QUEUED}),  # (driver) retried after a failure, or resumed after a lost worker
+    vocab.FAILED: frozenset({vocab.RUNNING,  # retried
+                             vocab.FAILED,  # a branch that still cannot start
+                             vocab.COMPLETED}),  # an attempt that ended after another claimant failed its row
+    vocab.INTERRUPTED: frozenset({vocab.RUNNING,  # resumed
+                                  vocab.FAILED,  # lost too often, or a branch that cannot start
+                                  vocab.COMPLETED}),  # an attempt that ended after its row was released as stale
+    vocab.COMPLETED: frozenset({vocab.INTERRUPTED,  # a trunk trained again for a branch's missing checkpoint
+                                QUEUED}),  # (driver) the same
+    # A sweep's driver, before a claim:
+    QUEUED: frozenset({RESERVING, vocab.RUNNING, WAITING,
+                       vocab.COMPLETED,  # completed already (before the sweep, or by another claimant)
+                       vocab.FAILED}),  # out of retries before the sweep, or a branch that cannot start
+    RESERVING: frozenset({QUEUED}),  # its workers are free (launched at once), or the sweep stops
+    WAITING: frozenset({QUEUED, vocab.COMPLETED}),  # its claimant died or it completed
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A change of a run's state that :data:`TRANSITIONS` does not allow (a defect, not bad input)."""
+
+
+def check_transition(old: str, new: str) -> str:
+    """``new`` if a run may move from ``old`` to it; raises :class:`IllegalTransition` otherwise."""
+    if new not in TRANSITIONS.get(old, ()):
+        raise IllegalTransition(f"a run cannot move from {old!r} to {new!r}")
+    return new
+
+
+def sources(new: str) -> tuple[str, ...]:
+    """The stored statuses a run's row may move to ``new`` from (the rows a write to ``new`` touches)."""
+    return tuple(s for s in vocab.STATUSES if new in TRANSITIONS[s])
+
+
+#: Statuses a claim takes without asking (a running row is taken only from a dead claimant).
+CLAIMABLE: tuple[str, ...] = tuple(s for s in sources(vocab.RUNNING) if s != vocab.RUNNING)
+#: How an attempt can end: the statuses a running row may move to but running.
+ENDINGS: tuple[str, ...] = tuple(s for s in vocab.STATUSES if s in TRANSITIONS[vocab.RUNNING] - {vocab.RUNNING})
 
 
 @dataclass(frozen=True)
@@ -37,14 +94,15 @@ class Claim:
 
 
 class Lifecycle:
-    """The runs of ``sweep`` in ``store``, moved by this process (the claimant ``host:pid``).
+    """The runs of ``sweep`` in ``store`` (a :class:`~scaling.db.store.Store`, which imports this
+    module for its table), moved by this process (the claimant ``host:pid``).
 
     ``stale_after_s``: how old a running run's heartbeat must be before this claimant takes it
     over (None: the store's). Reads (a refused claim's row) go through one connection, opened on
     first use; :meth:`close` closes it.
     """
 
-    def __init__(self, store: "Store", sweep: str, *, stale_after_s: Optional[float] = None) -> None:
+    def __init__(self, store: Any, sweep: str, *, stale_after_s: Optional[float] = None) -> None:
         self.store = store
         self.sweep = sweep
         self.claimant = claimant_id()
@@ -73,7 +131,8 @@ class Lifecycle:
 
     def claim_many(self, keys: list[str]) -> dict[str, Claim]:
         """:meth:`claim` for several runs in one transaction (rows of refused ones read after)."""
-        attempts = self.store.claim_many(keys, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s)
+        attempts = self.store.claim_many(keys, self.claimant, sweep=self.sweep, stale_after_s=self.stale_after_s,
+                                         claimable=CLAIMABLE)
         claims = {}
         try:
             for key in keys:
@@ -99,24 +158,43 @@ class Lifecycle:
 
         A run another claimant completed meanwhile (it took the run over) keeps that claimant's result.
         """
-        return self.store.complete(key, final_train_loss=final_train_loss, final_eval_loss=final_eval_loss,
-                                   sweep=self.sweep)
+        return self.complete_many({key: (final_train_loss, final_eval_loss)})[key]
 
     def complete_many(self, losses: dict[str, tuple[Optional[float], Optional[float]]]) -> dict[str, Optional[float]]:
         """:meth:`complete` for several runs (key: final train and eval loss) in one transaction."""
-        return self.store.complete_many(losses, sweep=self.sweep)
+        return self.store.complete_many(losses, sweep=self.sweep, from_states=sources(vocab.COMPLETED))
 
-    def fail(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None) -> None:
-        """Mark ``key`` failed with ``error``, and record the failure (counted against retries)."""
-        self.store.finish(key, vocab.FAILED, error=error, sweep=self.sweep)
+    def fail(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None) -> bool:
+        """Mark ``key`` failed with ``error``, and record the failure (counted against retries).
+
+        False, and nothing written, where the row may not fail (another claimant completed it).
+        """
+        if not self.store.finish(key, vocab.FAILED, error=error, sweep=self.sweep, from_states=sources(vocab.FAILED)):
+            return False
         self.event(key, step, vocab.FAILURE, error, attempt=attempt)
+        return True
 
     def interrupt(self, key: str, error: str, *, step: Optional[int] = None, attempt: Optional[int] = None,
-                  kind: str = vocab.INTERRUPTED, message: Optional[str] = None) -> None:
-        """Mark ``key`` interrupted (claimable again, resumed from its checkpoint) with a ``kind`` event
-        saying why (``message``, else ``error``)."""
-        self.store.finish(key, vocab.INTERRUPTED, error=error, sweep=self.sweep)
-        self.event(key, step, kind, message or error, attempt=attempt)
+                  message: Optional[str] = None) -> bool:
+        """Mark running ``key`` interrupted (claimable again, resumed from its checkpoint) with an
+        ``interrupted`` event saying why (``message``, else ``error``). False, and nothing written,
+        where the row is not running (it ended meanwhile)."""
+        return self._finish(key, vocab.RUNNING, vocab.INTERRUPTED, error, step, attempt, vocab.INTERRUPTED,
+                            message or error)
+
+    def retrain(self, key: str, reason: str, *, step: int, message: str) -> bool:
+        """A completed trunk → interrupted (trained again past ``step``), with a ``trunk_retrain`` event."""
+        return self._finish(key, vocab.COMPLETED, vocab.INTERRUPTED, f"retrained: {reason}", step, None,
+                            vocab.TRUNK_RETRAIN, message)
+
+    def _finish(self, key: str, old: str, new: str, error: str, step: Optional[int], attempt: Optional[int],
+                kind: str, message: str) -> bool:
+        """Move ``key`` from ``old`` to ``new`` with a ``kind`` event, if its row is in ``old``."""
+        check_transition(old, new)
+        if not self.store.finish(key, new, error=error, sweep=self.sweep, from_states=(old,)):
+            return False
+        self.event(key, step, kind, message, attempt=attempt)
+        return True
 
     def release(self, keys: Iterable[str], reason: str) -> list[str]:
         """Those of ``keys`` still running → interrupted, each with an event giving ``reason``."""

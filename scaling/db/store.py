@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Collection, Iterable, Optional, Sequence
 
 from sqlalchemy import BigInteger, Connection, Float, Integer, Text, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -24,6 +24,7 @@ from scaling.db.claimant import claimant_is_dead
 from scaling.db.conflicts import refuse_changed_points
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.jsonvalues import check_json, run_settings
+from scaling.db.lifecycle import CLAIMABLE, ENDINGS, sources
 from scaling.db.models import Event, Fit, Metric, MetricName, Run, Sweep, utcnow
 from scaling.errors import NotFoundError, PlanError, mask_url
 
@@ -212,26 +213,27 @@ class Store(Database):
         return self.claim_many([key], host, sweep=sweep, stale_after_s=stale_after_s)[key]
 
     def claim_many(
-        self, keys: Sequence[str], host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None
+        self, keys: Sequence[str], host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None,
+        claimable: Collection[str] = CLAIMABLE,
     ) -> dict[str, Optional[int]]:
         """:meth:`claim` for each of ``keys`` in one transaction (a scheduler starting several runs
-        at once pays for one); each key's attempt number, or None where refused."""
+        at once pays for one); each key's attempt number, or None where refused. ``claimable``: the
+        statuses a claim takes (a running row is taken only from a dead claimant)."""
         timeout = self.stale_after_s if stale_after_s is None else float(stale_after_s)
 
         def tx(conn: Connection) -> dict[str, Optional[int]]:
             now = utcnow()
             rids = sorted((self._resolve(conn, key, sweep), key) for key in keys)  # rows locked in one order
-            return {key: self._claim_row(conn, rid, host, timeout, now) for rid, key in rids}
+            return {key: self._claim_row(conn, rid, host, timeout, now, claimable) for rid, key in rids}
 
         return self._write(tx)
 
-    def _claim_row(self, conn: Connection, rid: int, host: str, timeout: float, now: datetime) -> Optional[int]:
+    def _claim_row(self, conn: Connection, rid: int, host: str, timeout: float, now: datetime,
+                   claimable: Collection[str]) -> Optional[int]:
         """Claim run ``rid`` inside the caller's transaction; its new attempt number, or None."""
         run = conn.execute(
             select(Run.status, Run.attempts, Run.heartbeat_at, Run.host).where(Run.id == rid).with_for_update()
         ).one()
-        if run.status == vocab.COMPLETED:
-            return None
         if run.status == vocab.RUNNING:
             fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - timedelta(seconds=timeout)
             gone = claimant_is_dead(run.host)
@@ -239,7 +241,7 @@ class Store(Database):
                 return None
             why = "its claimant process is gone" if gone else "its heartbeat is stale"
             self._event(conn, rid, None, vocab.STALE_RECOVERED, _stale_detail(run, timeout, "claim", why), now)
-        elif run.status not in vocab.CLAIMABLE:
+        elif run.status not in claimable:
             return None
         attempt = run.attempts + 1
         conn.execute(
@@ -287,12 +289,21 @@ class Store(Database):
         final_eval_loss: Optional[float] = None,
         error: Optional[str] = None,
         sweep: Optional[str] = None,
-    ) -> None:
-        """End the current attempt as completed, failed or interrupted, with its final losses."""
-        if status not in vocab.FINAL:
-            raise ValueError(f"finish status must be one of {', '.join(vocab.FINAL)}, not {status!r}")
+        from_states: Optional[Collection[str]] = None,
+    ) -> bool:
+        """End the current attempt as ``status`` (completed, failed or interrupted), with its final
+        losses; only where the row's status is one of ``from_states`` (None: any). Whether it was."""
+        if status not in ENDINGS:
+            raise ValueError(f"finish status must be one of {', '.join(ENDINGS)}, not {status!r}")
         values = _final_values(status, final_train_loss, final_eval_loss, error)
-        self._write(lambda c: c.execute(update(Run).where(Run.id == self._resolve(c, key, sweep)).values(**values)))
+
+        def tx(conn: Connection) -> bool:
+            q = update(Run).where(Run.id == self._resolve(conn, key, sweep))
+            if from_states is not None:
+                q = q.where(Run.status.in_(list(from_states)))
+            return bool(conn.execute(q.values(**values)).rowcount)
+
+        return self._write(tx)
 
     def complete(
         self,
@@ -308,10 +319,11 @@ class Store(Database):
         return self.complete_many({key: (final_train_loss, final_eval_loss)}, sweep=sweep)[key]
 
     def complete_many(
-        self, losses: dict[str, tuple[Optional[float], Optional[float]]], *, sweep: Optional[str] = None
+        self, losses: dict[str, tuple[Optional[float], Optional[float]]], *, sweep: Optional[str] = None,
+        from_states: Collection[str] = sources(vocab.COMPLETED),
     ) -> dict[str, Optional[float]]:
         """:meth:`complete` for each key of ``losses`` (its final train and eval loss) in one
-        transaction; each run's final eval loss as stored."""
+        transaction, each run whose status is one of ``from_states``; each run's final eval loss as stored."""
 
         def tx(conn: Connection) -> dict[str, Optional[float]]:
             stored = {}
@@ -320,7 +332,7 @@ class Store(Database):
                 run = conn.execute(
                     select(Run.status, Run.final_eval_loss).where(Run.id == rid).with_for_update()
                 ).one()
-                if run.status == vocab.COMPLETED:
+                if run.status not in from_states:  # completed by another claimant: its result stands
                     stored[key] = run.final_eval_loss
                     continue
                 values = _final_values(vocab.COMPLETED, final_train_loss, final_eval_loss, None)

@@ -18,7 +18,8 @@ the trunk is recorded as their parent, so compute is counted once.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
 
 from scaling.errors import PlanError
 from scaling.orchestrator.branches_spec import BranchesPlan
@@ -35,8 +36,22 @@ TRUNK = "trunk"
 BRANCH = "branch"
 
 
-#: Builds one run's request from a plan's run (the expansion's `run_requests` stage); the resolver places it.
-Finish = Callable[..., RunSpec]
+@dataclass(frozen=True)
+class BranchRun:
+    """One run of a model's trunk and branches, as the expansion turns it into a request: its
+    tokens, where the plan lists it, and the fields that make it the trunk or a branch."""
+
+    D: float
+    loc: tuple[Any, ...]
+    fields: dict[str, Any]  # schedule, keep_steps, name, tags
+    from_step: Optional[int] = None  # a branch: the trunk's step it starts from (None: the trunk)
+
+    def lineage(self, trunk_key: str) -> dict[str, Any]:
+        """A branch's fields, naming its trunk by ``trunk_key``."""
+        assert self.from_step is not None, "the trunk has no parent"
+        tags = dict(self.fields["tags"])
+        tags = {"role": tags.pop("role"), "parent": trunk_key, **tags}
+        return {**self.fields, "tags": tags, "branch": {"parent": trunk_key, "from_step": self.from_step}}
 
 
 def cooldown_schedule(plan: "Plan", branches: BranchesPlan) -> ScheduleSpec:
@@ -49,29 +64,29 @@ def trunk_schedule(plan: "Plan") -> ScheduleSpec:
     return plan.train.schedule.model_copy(update={"kind": "constant"})
 
 
+def rules_point(plan: "Plan", block_index: int, shape: "Shape") -> tuple[float, float, float]:
+    """(N, D, C) at which the plan's rules give a model's trunk and branches their learning rate and
+    batch (they share the trunk's steps): the largest branch's D."""
+    conv = plan.conventions
+    largest = max(plan.grid[block_index].branches.tokens)  # type: ignore[union-attr]
+    return shape.params(conv.params), largest, shape.flops_per_token(conv.flops, conv.params) * largest
+
+
 def expand_model(
     plan: "Plan",
     block_index: int,
-    model_index: int,
     shape: "Shape",
     seed: int,
+    lr: float,
+    batch: int,
     source: Optional["YamlSource"],
-    hyper: Callable[[float, float, float], tuple[float, int]],
-    finish: Finish,
-) -> list[RunSpec]:
-    """The trunk and the branches of one model and seed (trunk first).
-
-    ``hyper(N, D, C)`` gives (lr, batch) from the plan's rules; ``finish(shape, D, lr, batch, seed,
-    loc, model_index, **fields)`` builds one run's request as the expansion does for every run
-    (the resolver places it later; its key, which a branch names as its parent, is already final).
-    """
+) -> list[BranchRun]:
+    """The trunk and the branches of one model and seed (trunk first), at the ``lr`` and ``batch``
+    the plan's rules give at :func:`rules_point`. The expansion builds the trunk's request first: a
+    branch names it by its key (:meth:`BranchRun.lineage`)."""
     block = plan.grid[block_index]
     branches: BranchesPlan = block.branches  # type: ignore[assignment]
-    conv = plan.conventions
-    N = shape.params(conv.params)
-    fpt = shape.flops_per_token(conv.flops, conv.params)
-    largest = max(branches.tokens)
-    lr, batch = hyper(N, largest, fpt * largest)
+    N = shape.params(plan.conventions.params)
     cooldown = cooldown_schedule(plan, branches)
     points: list[tuple[int, float, int]] = []  # (index, D, branch point)
     for j, D in enumerate(branches.tokens):
@@ -105,22 +120,15 @@ def expand_model(
                 f"or a smaller train.schedule.warmup_fraction"
             )
     keep = tuple(sorted({p[2] for p in points}))
-    trunk_loc = ("grid", block_index, "branches")
-    trunk = finish(
-        shape, trunk_steps * batch, lr, batch, seed, trunk_loc, model_index,
-        schedule=trunk_sched, keep_steps=keep,
-        name=f"{plan.name}/N{N:.3g}/trunk{trunk_steps * batch:.3g}/s{seed}",
-        tags={"role": TRUNK, "branch_points": ",".join(str(k) for k in keep)},
-    )
-    specs = [trunk]
-    for j, D, start in points:
-        specs.append(finish(
-            shape, D, lr, batch, seed, ("grid", block_index, "branches", "tokens", j), model_index,
-            schedule=cooldown, branch={"parent": trunk.key, "from_step": start},
-            name=f"{plan.name}/N{N:.3g}/D{D:.3g}/s{seed}",
-            tags={"role": BRANCH, "parent": trunk.key, "branch_point": str(start)},
-        ))
-    return specs
+    trunk = BranchRun(trunk_steps * batch, ("grid", block_index, "branches"), {
+        "schedule": trunk_sched, "keep_steps": keep,
+        "name": f"{plan.name}/N{N:.3g}/trunk{trunk_steps * batch:.3g}/s{seed}",
+        "tags": {"role": TRUNK, "branch_points": ",".join(str(k) for k in keep)},
+    })
+    return [trunk, *(BranchRun(D, ("grid", block_index, "branches", "tokens", j), {
+        "schedule": cooldown, "name": f"{plan.name}/N{N:.3g}/D{D:.3g}/s{seed}",
+        "tags": {"role": BRANCH, "branch_point": str(start)},
+    }, from_step=start) for j, D, start in points)]
 
 
 def role(spec: RunSpec) -> Optional[str]:
@@ -129,8 +137,3 @@ def role(spec: RunSpec) -> Optional[str]:
         return BRANCH
     return TRUNK if spec.execution.keep_steps else None
 
-
-def plan_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split a branch run's extra fields into RunSpec fields and execution fields."""
-    execution = {k: fields.pop(k) for k in ("keep_steps",) if k in fields}
-    return fields, execution

@@ -367,15 +367,17 @@ def _derived(template: RunRequest, point: GridPoint) -> Optional[RunRequest]:
 
 
 def _branch_requests(plan: Plan, point: GridPoint, source: Optional[YamlSource]) -> list[Requested]:
-    """A ``branches`` point's trunk and branches (`scaling.orchestrator.branches` decides their D and lineage)."""
+    """A ``branches`` point's trunk and branches (`scaling.orchestrator.branches` decides their D and
+    lineage), the trunk's request first: each branch names it by its key."""
+    lr, batch = _hyper(plan, *branches.rules_point(plan, point.block, point.shape), source)
 
-    def build(shape: Shape, D: float, lr: float, batch: int, seed: int, loc: tuple[Any, ...], m: int,
-              **lineage: Any) -> RunSpec:
-        return point_request(plan, replace(point, tokens=D, lr=lr, batch=batch, loc=loc), source, **lineage)
+    def request(run: branches.BranchRun, fields: dict[str, Any]) -> RunRequest:
+        return point_request(plan, replace(point, tokens=run.D, lr=lr, batch=batch, loc=run.loc), source, **fields)
 
-    specs = branches.expand_model(plan, point.block, point.model, point.shape, point.seed, source,
-                                  lambda N, D, C: _hyper(plan, N, D, C, source), build)
-    return [Requested(spec, point.block, point.model, point.kind, point.budget) for spec in specs]  # type: ignore[arg-type]
+    trunk_run, *branch_runs = branches.expand_model(plan, point.block, point.shape, point.seed, lr, batch, source)
+    trunk = request(trunk_run, trunk_run.fields)
+    requests = [trunk, *(request(run, run.lineage(trunk.key)) for run in branch_runs)]
+    return [Requested(r, point.block, point.model, point.kind, point.budget) for r in requests]
 
 
 def merged(requested: list[Requested]) -> tuple[list[Requested], list[str]]:

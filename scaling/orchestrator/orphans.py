@@ -1,15 +1,19 @@
-"""Reap the processes a killed local Ray left behind.
+"""Reap the processes a killed local Ray left behind, and only those.
 
 Ray starts its GCS and raylet to die with their parent, but the raylet's own children (the
 dashboard and runtime-env agents, idle and running workers) are reparented when a sweep is
 killed with SIGKILL, and may keep running, and writing metrics, for a while. Each of them is
-named ``ray::...`` and, while its node is alive, is a child of a ``raylet``: one of ours whose
-parent is anything else belongs to no node and is stopped before a new local Ray starts.
+named ``ray::...`` and carries the pid of the raylet that started it in ``RAY_RAYLET_PID`` (Ray's
+own processes read it to follow their raylet). One whose raylet is gone belongs to no node and is
+stopped before a new local Ray starts. Another live Ray's processes are never touched, even one
+that is no raylet's child (a task's own subprocess keeps the task's name): on a machine shared by
+several sweeps, or test workers, each with its own Ray, stopping them would break that Ray.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import psutil
 
@@ -17,14 +21,49 @@ import psutil
 GRACE_S = 3.0
 #: The agents' scripts, for the moment before an agent renames itself ``ray::...``.
 AGENT_SCRIPTS = ("ray/dashboard/agent.py", "ray/_private/runtime_env/agent/main.py")
+#: The variable in which Ray gives each process it starts its raylet's pid.
+RAYLET_PID_PREFIX = b"RAY_RAYLET_PID="
 
 
 def _is_ray_child(name: str, cmdline: list[str]) -> bool:
     return name.startswith("ray::") or any(arg.endswith(AGENT_SCRIPTS) for arg in cmdline[:3])
 
 
+def raylet_pid_of(proc: psutil.Process) -> Optional[int]:
+    """The pid of the raylet that started ``proc``, or None where its environment does not say.
+
+    Read from ``/proc`` directly: a process that renames itself with a long title overwrites the
+    start of its environment block, which then no longer parses as one (psutil's ``environ()``
+    returns nothing); the variable itself, further on, is still there.
+    """
+    path = f"/proc/{proc.pid}/environ"
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            entries = f.read().split(b"\0")
+    else:  # no /proc (macOS): what psutil can read
+        entries = [f"{k}={v}".encode() for k, v in proc.environ().items()]
+    for entry in entries:
+        if entry.startswith(RAYLET_PID_PREFIX):
+            value = entry[len(RAYLET_PID_PREFIX):]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def raylet_alive(pid: int, child: psutil.Process) -> bool:
+    """Whether ``pid`` is still the raylet that started ``child`` (not exited, not a reused pid)."""
+    try:
+        raylet = psutil.Process(pid)
+        return (raylet.name() == "raylet" and raylet.status() != psutil.STATUS_ZOMBIE
+                and raylet.create_time() <= child.create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False  # (AccessDenied: another user's process under that pid, so not our raylet)
+
+
 def orphaned_ray_processes() -> list[psutil.Process]:
-    """This user's ``ray::`` processes whose parent is not a raylet."""
+    """This user's ``ray::`` processes whose raylet has exited.
+
+    One whose raylet cannot be told (no ``RAY_RAYLET_PID``) is left alone: it may be anyone's.
+    """
     uid = os.getuid()
     found = []
     for proc in psutil.process_iter(["name", "uids", "cmdline", "status"]):
@@ -35,16 +74,16 @@ def orphaned_ray_processes() -> list[psutil.Process]:
                 continue
             if not _is_ray_child(proc.info["name"] or "", proc.info["cmdline"] or []):
                 continue
-            parent = proc.parent()
-            if parent is None or parent.name() != "raylet":
+            raylet = raylet_pid_of(proc)
+            if raylet is not None and not raylet_alive(raylet, proc):
                 found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
     return found
 
 
 def reap_orphaned_agents() -> int:
-    """Stop every orphaned ``ray::`` process of this user; returns how many there were."""
+    """Stop every ``ray::`` process of this user whose raylet has exited; returns how many there were."""
     orphans = orphaned_ray_processes()
     for proc in orphans:
         try:

@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling import vocab
 from scaling.db.claimant import claimant_is_dead
@@ -22,6 +22,9 @@ from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import PlannedRun
 from scaling.orchestrator.signals import uninterrupted
 from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, RunState, Tally
+
+if TYPE_CHECKING:
+    from scaling.orchestrator.tasks import RunOutcome
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
@@ -320,8 +323,8 @@ class Scheduler:
 
         self._retrained.add(trunk.key)
         moved = set_aside_after(self.run_dir(trunk.key), step)
-        self.lifecycle.interrupt(trunk.key, f"retrained: {reason}", step=step, kind=vocab.TRUNK_RETRAIN,
-                                 message=f"{reason}; set aside {len(moved)} later checkpoint(s)")
+        self.lifecycle.retrain(trunk.key, reason, step=step,
+                               message=f"{reason}; set aside {len(moved)} later checkpoint(s)")
         trunk.state, trunk.skipped, trunk.step = QUEUED, False, 0
 
     def _reserve(self, s: RunState) -> None:
@@ -443,7 +446,7 @@ class Scheduler:
         ready, rest = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
         if ready and rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-        returned: list[tuple[RunState, Any]] = []
+        returned: list[tuple[RunState, "RunOutcome"]] = []
         for ref in ready:
             states = self._in_flight.pop(ref)
             try:
@@ -464,28 +467,27 @@ class Scheduler:
                 for s in states:
                     self._lost(s, _error_line(exc))
             else:
-                # A simulated task returns a result or an error line per run; any other, its run's result.
+                # A simulated task returns an outcome per run; any other, its run's outcome.
                 for s, out in zip(states, result if isinstance(result, list) else [result]):
-                    if isinstance(out, str):
-                        self._failed(s, out)
+                    if out.error is not None:
+                        self._failed(s, out.error)
                     else:
                         returned.append((s, out))
         self._completed(returned)
         self._notify()
 
     # -- outcomes -------------------------------------------------------------------------------
-    def _completed(self, returned: list[tuple[RunState, Any]]) -> None:
+    def _completed(self, returned: list[tuple[RunState, "RunOutcome"]]) -> None:
         """Mark the runs that returned completed, in one transaction."""
         if not returned:
             return
         now = time.time()
         losses = {}
-        for s, result in returned:
-            if isinstance(result, dict) and "task_started" in result and s.launched_at is not None:
+        for s, out in returned:
+            if out.task_started is not None and out.task_ended is not None and s.launched_at is not None:
                 # Scheduling overhead: waiting for a worker and importing, then reporting back.
-                s.overhead_s = (result["task_started"] - s.launched_at) + (now - result["task_ended"])
-            out = result if isinstance(result, dict) else {}
-            losses[s.key] = (out.get("final_train_loss"), out.get("final_eval_loss"))
+                s.overhead_s = (out.task_started - s.launched_at) + (now - out.task_ended)
+            losses[s.key] = (out.final_train_loss, out.final_eval_loss)
         stored = self.lifecycle.complete_many(losses)
         for s, _ in returned:
             s.eval_loss = stored[s.key]

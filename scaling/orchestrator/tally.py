@@ -14,15 +14,11 @@ from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from scaling import vocab
+from scaling.db.lifecycle import QUEUED, RESERVING, WAITING, check_transition
 
 if TYPE_CHECKING:
     from scaling.orchestrator.expand import PlannedRun
 
-# A run's state in the driver before it is launched; once launched (or found done) its state is
-# one of the database's run statuses (vocab.RUNNING, COMPLETED, FAILED, INTERRUPTED).
-QUEUED = "queued"  # to launch when resources allow
-RESERVING = "reserving"  # a multi-worker run waiting for its placement group
-WAITING = "waiting"  # another live claimant holds it; retaken if that claimant dies
 #: States whose runs still have work to do.
 PENDING_STATES = (QUEUED, RESERVING, WAITING)
 
@@ -94,7 +90,8 @@ class RunState:
     """What the driver knows about one run of the sweep.
 
     ``state`` is QUEUED, RESERVING, WAITING, or the run status it has reached; each change is
-    recorded in the scheduler's :class:`~scaling.orchestrator.tally.Tally`.
+    one that :data:`scaling.db.lifecycle.TRANSITIONS` allows (any other raises), and is recorded
+    in the scheduler's :class:`~scaling.orchestrator.tally.Tally`.
     """
 
     run: "PlannedRun"
@@ -129,8 +126,11 @@ class RunState:
 
     @state.setter
     def state(self, value: str) -> None:
-        old, self.current = self.current, value
-        if self.tally is not None and old != value:
+        old = self.current
+        if old == value:
+            return
+        self.current = check_transition(old, value)
+        if self.tally is not None:
             self.tally.moved(self, old, value)
 
     @property

@@ -9,11 +9,35 @@ Multi-worker runs go through Ray Train (`orchestrator/multiworker.py`).
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 
-def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str, cwd: str = "") -> Any:
-    """Train one single-worker run in this process; returns what the trainer returns.
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a task reports for one of its runs: the final losses of an attempt that ended, or the
+    line of the error that stopped it; and when the task's own work started and ended (wall clock),
+    so the driver can tell its scheduling overhead. A task that raises reports nothing: Ray's error
+    stands for every run of the task."""
+
+    key: str
+    final_train_loss: Optional[float] = None
+    final_eval_loss: Optional[float] = None
+    error: Optional[str] = None
+    task_started: Optional[float] = None
+    task_ended: Optional[float] = None
+
+    @classmethod
+    def of(cls, result: Any, started: float) -> "RunOutcome":
+        """The outcome of a trainer's result (a ``TrainResult``, or Ray Train's dict of its fields)."""
+        get = result.get if isinstance(result, dict) else lambda name: getattr(result, name)
+        return cls(key=get("key"), final_train_loss=get("final_train_loss"), final_eval_loss=get("final_eval_loss"),
+                   task_started=started, task_ended=time.time())
+
+
+def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, sweep: str, cwd: str = "") -> RunOutcome:
+    """Train one single-worker run in this process; returns its outcome.
 
     ``cwd`` is the driver's working directory: a plan's relative data path means the same file
     here (on a cluster the path must exist on every node).
@@ -25,8 +49,6 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
     from scaling.trainer import train
     from scaling.trainer.spec import RunSpec
 
-    import time
-
     started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
     problem = spec.execution.ray_gpu_problem()
@@ -34,22 +56,20 @@ def train_single(spec_json: str, store_url: str, run_dir: str, attempt: int, swe
         from scaling.errors import SpecError
 
         raise SpecError(problem)
-    out = _plain(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep))
-    return _timed(out, started)
+    return RunOutcome.of(train(spec, store_url, run_dir, attempt=attempt, sweep=sweep), started)
 
 
-def simulate_batch(spec_jsons: list[str], attempts: list[int], store_url: str, sweep: str) -> list[Any]:
-    """Simulate several runs in one task and one transaction; per run, its result as a dict or the
-    line of the error that stopped it (see :func:`scaling.trainer.simulate.simulate_many`)."""
-    import time
-
+def simulate_batch(spec_jsons: list[str], attempts: list[int], store_url: str, sweep: str) -> list[RunOutcome]:
+    """Simulate several runs in one task and one transaction; per run, its outcome: its result, or
+    the line of the error that stopped it (see :func:`scaling.trainer.simulate.simulate_many`)."""
     from scaling.trainer.simulate import simulate_many
     from scaling.trainer.spec import RunSpec
 
     started = time.time()
     runs = [(RunSpec.model_validate_json(s), a) for s, a in zip(spec_jsons, attempts)]
     out = simulate_many(runs, store_url, sweep=sweep)
-    return [o if isinstance(o, str) else _timed(_plain(o), started) for o in out]
+    return [RunOutcome(key=spec.key, error=o, task_started=started, task_ended=time.time()) if isinstance(o, str)
+            else RunOutcome.of(o, started) for (spec, _), o in zip(runs, out)]
 
 
 class SingleRunTask:
@@ -75,7 +95,7 @@ class SingleRunTask:
 def train_multi(
     spec_json: str, store_url: str, run_dir: str, attempt: int, max_failures: int, sweep: str, cwd: str = "",
     rank_nodes: Optional[list[str]] = None,
-) -> Any:
+) -> RunOutcome:
     """Run a multi-worker run through Ray Train (blocks until the TorchTrainer finishes).
 
     ``rank_nodes``: the node of each rank of a tensor- or pipeline-parallel run (see
@@ -87,32 +107,8 @@ def train_multi(
     from scaling.orchestrator.multiworker import run_multiworker
     from scaling.trainer.spec import RunSpec
 
-    import time
-
     started = time.time()
     spec = RunSpec.model_validate_json(spec_json)
-    out = _plain(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt, sweep=sweep,
-                                 rank_nodes=rank_nodes))
-    return _timed(out, started)
+    return RunOutcome.of(run_multiworker(spec, store_url, run_dir, max_failures=max_failures, attempt=attempt,
+                                         sweep=sweep, rank_nodes=rank_nodes), started)
 
-
-def _timed(out: Any, started: float) -> Any:
-    """Add when the task's own work started and ended, so the driver can tell its overhead."""
-    import time
-
-    if isinstance(out, dict):
-        out = {**out, "task_started": started, "task_ended": time.time()}
-    return out
-
-
-def _plain(result: Any) -> Any:
-    """A picklable summary of the trainer's result (a dict, a dataclass or None)."""
-    if result is None or isinstance(result, (dict, int, float, str)):
-        return result
-    if hasattr(result, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(result)
-    if hasattr(result, "model_dump"):
-        return result.model_dump()
-    return {"result": repr(result)}

@@ -44,13 +44,6 @@ def default_backend(device: torch.device | str, cpu_offload: bool = False) -> st
     return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
 
 
-def default_mesh(device: torch.device | str) -> "dist.device_mesh.DeviceMesh":
-    """A 1-D data-parallel mesh over the whole (initialized) world."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return init_device_mesh(torch.device(device).type, (dist.get_world_size(),), mesh_dim_names=("dp",))
-
-
 def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "cpu") -> str:
     """The concrete strategy for ``spec`` on ``world_size`` workers.
 

@@ -4,11 +4,13 @@ claimant, and a run another claimant completed keeps that claimant's result."""
 
 from __future__ import annotations
 
+import pytest
 from db_helpers import records
 
 from scaling import vocab
 from scaling.db import Store, claimant_id, connect
-from scaling.db.lifecycle import Lifecycle
+from scaling.db.lifecycle import (CLAIMABLE, QUEUED, RESERVING, TRANSITIONS, WAITING, IllegalTransition,
+                                   Lifecycle, check_transition, sources)
 
 
 def test_one_run_through_its_attempts(sqlite_url: str) -> None:
@@ -41,3 +43,40 @@ def test_one_run_through_its_attempts(sqlite_url: str) -> None:
     failure = events[events["kind"] == vocab.FAILURE]["detail"].tolist()
     assert failure == [{"message": "ValueError: boom", "attempt": 1, "host": claimant_id()}]
     assert vocab.INTERRUPTED in set(events["kind"])
+
+
+def test_one_table_of_transitions() -> None:
+    """Every state a run can be in, in the database or a sweep's driver, is in the table, and only
+    its moves are allowed: a completed run is never claimed or failed, and nothing returns to pending."""
+    states = set(vocab.STATUSES) | {QUEUED, RESERVING, WAITING}
+    assert set(TRANSITIONS) == states and set().union(*TRANSITIONS.values()) <= states - {vocab.PENDING}
+    assert CLAIMABLE == (vocab.PENDING, vocab.FAILED, vocab.INTERRUPTED)
+    assert vocab.COMPLETED not in sources(vocab.FAILED) + sources(vocab.RUNNING)
+    assert check_transition(QUEUED, RESERVING) == RESERVING
+    for old, new in [(vocab.COMPLETED, vocab.RUNNING), (vocab.COMPLETED, vocab.FAILED), (RESERVING, vocab.RUNNING),
+                     (vocab.FAILED, QUEUED), (vocab.PENDING, vocab.COMPLETED), (QUEUED, vocab.INTERRUPTED)]:
+        with pytest.raises(IllegalTransition, match=f"from '{old}' to '{new}'"):
+            check_transition(old, new)
+
+
+def test_a_completed_row_is_not_failed_or_interrupted_by_a_late_claimant(sqlite_url: str) -> None:
+    """A claimant whose run another claimant took over and completed reports a failure or a stop
+    afterwards: the row keeps the completed result and no failure is counted; only a trunk's
+    retraining moves a completed run on."""
+    rec = records(1)[0]
+    key = rec["key"]
+    with Store(sqlite_url) as store:
+        runs = Lifecycle(store, "late")
+        runs.register([rec], params_convention="non_embedding", flops_convention="6N")
+        assert runs.claim(key).attempt == 1
+        assert runs.complete(key, final_train_loss=3.5, final_eval_loss=3.25) == 3.25
+        assert runs.fail(key, "ValueError: too late", attempt=1) is False
+        assert runs.interrupt(key, "lost: node died", attempt=1) is False
+        assert runs.row(key)["status"] == vocab.COMPLETED and runs.row(key)["final_loss"] == 3.25
+        assert runs.retrain(key, "a branch's checkpoint is missing", step=4, message="set aside 1") is True
+        assert runs.row(key)["status"] == vocab.INTERRUPTED
+        assert runs.claim(key).attempt == 2
+        runs.close()
+    with connect(sqlite_url) as res:
+        kinds = list(res.events(sweep="late")["kind"])
+    assert vocab.FAILURE not in kinds and kinds.count(vocab.TRUNK_RETRAIN) == 1

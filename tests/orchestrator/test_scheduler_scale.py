@@ -20,12 +20,14 @@ import yaml
 
 from scaling import vocab
 from scaling.db import Store, connect
+from scaling.db.lifecycle import RESERVING, IllegalTransition
 from scaling.orchestrator.display import SweepDisplay, render
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator import scheduler
 from scaling.orchestrator.scheduler import RunState, Scheduler
 from scaling.orchestrator.sweep import register
+from scaling.orchestrator.tasks import RunOutcome
 from scaling.trainer.spec import RunRequest, RunSpec
 
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
@@ -79,7 +81,7 @@ def _drive(sched: Scheduler, display: SweepDisplay) -> None:
         display.update(sched)  # each run is seen running, however many a task packs
         ref, states = next(iter(sched._in_flight.items()))
         del sched._in_flight[ref]
-        sched._completed([(s, {"final_train_loss": 3.0, "final_eval_loss": 3.1}) for s in states])
+        sched._completed([(s, RunOutcome(s.key, final_train_loss=3.0, final_eval_loss=3.1)) for s in states])
         display.update(sched)
 
 
@@ -138,6 +140,12 @@ def test_a_stop_releases_runs_collected_but_not_yet_recorded(tmp_path: Path, mon
     sched._admit()
     collected = [s for states in sched._in_flight.values() for s in states]
     assert len(collected) == 2 * scheduler.SIMULATED_PER_TASK  # two CPUs, a pack each
+    queued = next(sched.tally.queued())
+    counts = sched.tally.counts()
+    for s, illegal in [(collected[0], vocab.PENDING), (queued, vocab.INTERRUPTED), (queued, RESERVING + "!")]:
+        with pytest.raises(IllegalTransition):  # a change the run state machine does not allow
+            s.state = illegal
+    assert sched.tally.counts() == counts and collected[0].state == vocab.RUNNING
     sched._in_flight.clear()  # collected; their outcome not written yet
     sched._stop("the sweep stopped: a database error")
     with connect(sched.store_url) as results:

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from scaling import vocab as names
-from scaling.orchestrator.orphans import orphaned_ray_processes
+from scaling.orchestrator.orphans import orphaned_ray_processes, reap_orphaned_agents
 from orch_helpers import assert_consistent, shape, write_plan
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
@@ -161,6 +161,31 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
     assert "running" not in set(runs["status"])
     if sig == signal.SIGKILL:  # the rerun's local Ray reaped what the killed one left behind
         assert orphans and not [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_reaping_spares_a_live_rays_processes() -> None:
+    """Only a killed Ray's processes are reaped: one of a live Ray that is no raylet's child (a
+    task's own subprocess keeps the task's ``ray::`` name) is left running, as is the live Ray
+    (under pytest-xdist the other worker's Ray, or this one's, lives beside a killed sweep's)."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def fork_a_child() -> int:
+        pid = os.fork()
+        if pid == 0:  # the child: named as its task, no raylet's child, alive until killed
+            time.sleep(300)
+            os._exit(0)
+        return pid
+
+    child = psutil.Process(ray.get(fork_a_child.remote()))
+    try:
+        assert child.name().startswith("ray::") and child.parent().name() != "raylet"
+        assert child not in orphaned_ray_processes()
+        reap_orphaned_agents()
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE, "a live Ray's process was reaped"
+        assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1  # the live Ray still runs tasks
+    finally:
+        child.kill()
 
 
 def _raylet_of(pid: int) -> bool:

@@ -170,10 +170,10 @@ def test_runs_packed_in_one_task_are_written_together_and_fail_alone(sqlite_url:
         store.register("pack", [s.record() for s in (good[0], bad, good[1])])
         store.register("alone", [good[0].record()])
     out = simulate_batch([s.model_dump_json() for s in (good[0], bad, good[1])], [1, 1, 2], sqlite_url, "pack")
-    assert out[1] == "ValueError: simulate() needs a spec with a simulate section"
-    assert [o["key"] for o in (out[0], out[2])] == [good[0].key, good[1].key]
+    assert out[1].error == "ValueError: simulate() needs a spec with a simulate section" and out[1].key == bad.key
+    assert [(o.key, o.error) for o in (out[0], out[2])] == [(good[0].key, None), (good[1].key, None)]
     alone = simulate(good[0], sqlite_url, attempt=1, sweep="alone")
-    assert out[0]["final_eval_loss"] == alone.final_eval_loss
+    assert out[0].final_eval_loss == alone.final_eval_loss
     with connect(sqlite_url) as res:
         packed = res.metrics(sweep="pack").sort_values(["run_key", "name", "step"])
         single = res.metrics(sweep="alone").sort_values(["run_key", "name", "step"])
