@@ -365,6 +365,9 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     family = model_fields.get("family", "gpt2") if isinstance(model_fields, dict) else "gpt2"
     if family != "gpt2":
         raise UserError(f"run {key} is a {family} model: the export writes GPT-2 folders only")
+    if isinstance(model_fields, dict) and model_fields.get("parametrization", "standard") != "standard":
+        raise UserError(f"run {key} is a μP model: its output multiplier and 1/head_dim attention have no "
+                        "place in a Hugging Face GPT-2 folder")
     snapshot = _snapshot_folder(folder, key)
     try:
         path, step = newest_checkpoint(folder, key, snapshot)
