@@ -25,11 +25,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-WIDTHS = (32, 64, 128, 256)
-LRS = (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+WIDTHS = (32, 64, 128)
+LRS = (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 CONTEXT = 64
 BATCH = 512  # tokens: 8 sequences
-STEPS = (100, 200)  # two token budgets, so that lr*'s exponents of N and D are told apart
+STEPS = (200, 400)  # two token budgets, so that lr*'s exponents of N and D are told apart
 PARAMETRIZATIONS = ("standard", "mup")
 
 
@@ -150,8 +150,12 @@ def main() -> None:
             if s == STEPS[0] or (p == "mup" and w != WIDTHS[-1])]
     jobs.sort(key=lambda j: -j[1] * j[1] * j[2])  # longest first
     start = time.perf_counter()
+    rows = []
     with ProcessPoolExecutor(args.workers) as pool:
-        rows = list(pool.map(train_one, jobs))
+        for row in pool.map(train_one, jobs):
+            rows.append(row)
+            print(f"{len(rows)}/{len(jobs)} {row['group']} lr={row['lr']:g} loss={row['loss']:.4f} "
+                  f"{row['seconds']:.0f} s", flush=True)
     wall = time.perf_counter() - start
     import pandas as pd
 

@@ -192,5 +192,9 @@ def test_grid_blocks_vary_the_family_and_the_parametrization() -> None:
     assert [m.get("family", "gpt2") for m in models] == ["gpt2", "gpt2", "llama"]
     assert [m.get("parametrization") for m in models] == [None, "mup", "mup"]
     assert models[2]["base_width"] == 32
+    from scaling.orchestrator.planning import shape_label
+
+    labels = [shape_label(r.spec.shape) for r in sorted(expand(plan).runs, key=lambda r: r.block)]
+    assert labels[:2] == ["2x64/4h", "2x64/4h mup base 32"] and labels[2].endswith("llama ffn 256 mup base 32")
     with pytest.raises(PlanError, match=r"^plan: grid\.0\.model: base_width: only with parametrization mup$"):
         _plan(grid=[{"models": [1e4], "tokens": [1e6], "model": {"base_width": 32}}])
