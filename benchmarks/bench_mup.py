@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 WIDTHS = (32, 64, 128)
-LRS = (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+LRS = (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 CONTEXT = 64
 BATCH = 512  # tokens: 8 sequences
 STEPS = (200, 400)  # two token budgets, so that lr*'s exponents of N and D are told apart
@@ -136,6 +136,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--fit-only", action="store_true", help="fit and draw the runs.csv already in --out")
+    parser.add_argument("--resume", action="store_true", help="keep the runs of --out's runs.csv, train the rest")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fit_only:
@@ -149,18 +150,24 @@ def main() -> None:
     jobs = [(p, w, s, lr) for s in STEPS for p in PARAMETRIZATIONS for w in WIDTHS for lr in LRS
             if s == STEPS[0] or (p == "mup" and w != WIDTHS[-1])]
     jobs.sort(key=lambda j: -j[1] * j[1] * j[2])  # longest first
+    rows: list[dict[str, Any]] = []
+    if args.resume and (args.out / "runs.csv").exists():
+        import pandas as pd
+
+        rows = pd.read_csv(args.out / "runs.csv").to_dict("records")
+        done = {(r["parametrization"], r["width"], r["D"] // BATCH, r["lr"]) for r in rows}
+        jobs = [j for j in jobs if j not in done]
     start = time.perf_counter()
-    rows = []
     with ProcessPoolExecutor(args.workers) as pool:
         for row in pool.map(train_one, jobs):
             rows.append(row)
-            print(f"{len(rows)}/{len(jobs)} {row['group']} lr={row['lr']:g} loss={row['loss']:.4f} "
+            print(f"{len(rows)} {row['group']} lr={row['lr']:g} loss={row['loss']:.4f} "
                   f"{row['seconds']:.0f} s", flush=True)
     wall = time.perf_counter() - start
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(args.out / "runs.csv", index=False)
-    report(args.out, rows, wall)
+    report(args.out, rows, wall)  # wall: this invocation's
 
 
 def report(out: Path, rows: list[dict[str, Any]], wall: float | None) -> None:
