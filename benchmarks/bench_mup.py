@@ -146,9 +146,9 @@ def main() -> None:
         report(args.out, rows, None)
         return
     os.environ.setdefault("SCALING_PEAK_FLOPS", "1e11")  # MFU without the matmul probe
-    # The standard runs at the first budget only; μP's at both, its widest width at the first only.
+    # The standard runs at the first budget only; μP's at both.
     jobs = [(p, w, s, lr) for s in STEPS for p in PARAMETRIZATIONS for w in WIDTHS for lr in LRS
-            if s == STEPS[0] or (p == "mup" and w != WIDTHS[-1])]
+            if s == STEPS[0] or p == "mup"]
     jobs.sort(key=lambda j: -j[1] * j[1] * j[2])  # longest first
     rows: list[dict[str, Any]] = []
     if args.resume and (args.out / "runs.csv").exists():
