@@ -36,6 +36,10 @@ class Shape:
     ``n_kv_head`` key/value heads (grouped-query attention; default ``n_head``), untied embeddings
     unless ``tie_embeddings``, and with ``qk_norm`` an RMSNorm over each query and key head.
     ``None`` fields are resolved to the family's default on construction.
+
+    ``parametrization`` (either family): ``standard``, or ``mup`` (Yang et al. 2022) relative to a
+    proxy of width ``base_width``: it changes the initialization, the output layer's multiplier,
+    the attention's scale and the learning rates (:attr:`width_mult`), never a count.
     """
 
     n_layer: int
@@ -50,8 +54,13 @@ class Shape:
     qk_norm: bool = False
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    parametrization: str = "standard"
+    base_width: int | None = None
 
     def __post_init__(self) -> None:
+        problem = parametrization_problem(self.parametrization, self.base_width)
+        if problem:
+            raise ValueError(problem)
         for name in ("n_layer", "d_model", "n_head", "vocab_size", "context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -98,6 +107,22 @@ class Shape:
     @property
     def tied(self) -> bool:
         return bool(self.tie_embeddings) if self.tie_embeddings is not None else self.family == "gpt2"
+
+    @property
+    def width_mult(self) -> float:
+        """μP's width multiplier m = d_model / base_width (1 under the standard parametrization)."""
+        return self.d_model / self.base_width if self.parametrization == "mup" and self.base_width else 1.0
+
+    @property
+    def attention_scale(self) -> float | None:
+        """What attention's logits q.k are multiplied by under μP, 1/head_dim; None for the
+        standard 1/sqrt(head_dim) (the attention kernels' default)."""
+        return 1.0 / self.head_dim if self.parametrization == "mup" else None
+
+    @property
+    def output_mult(self) -> float | None:
+        """μP's multiplier 1/m on the output layer's input (``mup``'s ``MuReadout``); None for standard."""
+        return 1.0 / self.width_mult if self.parametrization == "mup" else None
 
     # -- parameters ---------------------------------------------------------------------
     @property
@@ -244,10 +269,14 @@ class Shape:
         return self.flops_per_token(flops, params) * tokens
 
     def family_fields(self) -> dict[str, object]:
-        """The fields of a llama shape that differ from the family's defaults (none for gpt2), so a
-        gpt2 shape's dictionary, and every key hashed from it, is what it was before families."""
+        """The fields of a llama shape that differ from the family's defaults (none for gpt2), and
+        the parametrization unless standard, so a standard gpt2 shape's dictionary, and every key
+        hashed from it, is what it was before families."""
+        mup: dict[str, object] = {}
+        if self.parametrization != "standard":
+            mup = {"parametrization": self.parametrization, "base_width": self.base_width}
         if self.family == "gpt2":
-            return {}
+            return mup
         out: dict[str, object] = {"family": self.family}
         if self.kv_heads != self.n_head:
             out["n_kv_head"] = self.kv_heads
@@ -261,7 +290,7 @@ class Shape:
             out["rope_theta"] = self.rope_theta
         if self.norm_eps != LLAMA_ONLY["norm_eps"]:
             out["norm_eps"] = self.norm_eps
-        return out
+        return {**out, **mup}
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -276,6 +305,23 @@ class Shape:
 
 #: The model families (``scaling.trainer.model`` builds gpt2, ``scaling.trainer.llama`` llama).
 FAMILIES: tuple[str, ...] = ("gpt2", "llama")
+#: How a model's initialization and learning rates depend on its width (``mup``: Yang et al. 2022).
+PARAMETRIZATIONS: tuple[str, ...] = ("standard", "mup")
+
+
+def parametrization_problem(parametrization: str, base_width: int | None) -> str | None:
+    """Why ``parametrization`` with ``base_width`` is no parametrization, or None: μP needs the
+    proxy's width (its d_model), and only μP has one."""
+    if parametrization not in PARAMETRIZATIONS:
+        return f"unknown parametrization {parametrization!r} (use one of {', '.join(PARAMETRIZATIONS)})"
+    if base_width is not None and base_width < 1:
+        return f"base_width must be positive, got {base_width}"
+    if parametrization == "mup" and base_width is None:
+        return "parametrization mup needs base_width (the d_model of the proxy its learning rates were tuned on)"
+    if parametrization == "standard" and base_width is not None:
+        return "base_width: only with parametrization mup"
+    return None
+
 #: The Llama-family fields and their defaults (None: resolved from the shape); gpt2 keeps them so.
 LLAMA_ONLY: dict[str, object] = {
     "n_kv_head": None, "ffn": None, "tie_embeddings": None, "qk_norm": False, "rope_theta": 10000.0, "norm_eps": 1e-5,
@@ -319,6 +365,8 @@ class ShapePolicy:
     qk_norm: bool = False
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    parametrization: str = "standard"
+    base_width: int | None = None
 
     def __post_init__(self) -> None:
         if self.aspect_ratio <= 0 or self.head_size < 1 or self.vocab_size < 1 or self.context < 1:
@@ -329,7 +377,8 @@ class ShapePolicy:
 
     def _family(self) -> dict[str, object]:
         return {"family": self.family, "n_kv_head": self.n_kv_head, "ffn": self.ffn, "tie_embeddings": self.tie_embeddings,
-                "qk_norm": self.qk_norm, "rope_theta": self.rope_theta, "norm_eps": self.norm_eps}
+                "qk_norm": self.qk_norm, "rope_theta": self.rope_theta, "norm_eps": self.norm_eps,
+                "parametrization": self.parametrization, "base_width": self.base_width}
 
     def _shape(self, n_layer: int, d_model: int) -> Shape:
         return Shape(n_layer, d_model, d_model // self.head_size, self.vocab_size, self.context,

@@ -37,7 +37,7 @@ from scaling.layout import Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
 from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
-from scaling.orchestrator.plan import Plan, ResourcesPlan, RuleValueError
+from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError
 from scaling.orchestrator.transfer import LAWS, FittedRule, frozen_expressions, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.resolve import (
@@ -176,7 +176,7 @@ def grid_points(plan: Plan, source: Optional[YamlSource] = None) -> tuple[list[G
         shapes: list[tuple[int, Shape]] = []
         for m, model in enumerate(block.models):
             try:
-                shapes.append((m, model.shape(plan.model, conv.params)))
+                shapes.append((m, model.shape(plan.block_model(b), conv.params)))
             except ValueError as exc:
                 raise PlanError(f"{where(source, ('grid', b, 'models', m))}: {exc}") from None
         kind = block.kind
@@ -401,21 +401,22 @@ def merged(requested: list[Requested]) -> tuple[list[Requested], list[str]]:
 
 def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int, seed: int = 0,
                 resources: Optional[ResourcesPlan] = None, base_execution: Optional[ExecutionSpec] = None,
-                **fields: Any) -> RunRequest:
+                model: Optional[ModelPlan] = None, **fields: Any) -> RunRequest:
     """One run as the plan asks for it: its shared sections with the run's shape, D, lr, batch and seed.
 
     ``resources`` replaces the plan's (a grid block's: :meth:`Plan.block_resources`); ``fields``
     adds or replaces RunSpec fields (faults, name, tags, a schedule, a branch). Only the placement
     fields the plan sets are set on the request, so the resolver searches the others under
     ``strategy: auto``. ``base_execution``: :func:`execution_section` of ``resources``, when the
-    caller has it (it is the same for every run of a block). Raises pydantic's ValidationError for
+    caller has it (it is the same for every run of a block). ``model``: the model section of the
+    run's grid block (:meth:`Plan.block_model`; default the plan's). Raises pydantic's ValidationError for
     a value the spec refuses.
     """
     recipe = {name: getattr(plan.train, name) for name in Recipe.model_fields}
     recipe.update(optimizer={**plan.train.optimizer.model_dump(), "lr": lr}, batch_tokens=batch_tokens)
     execution = base_execution or execution_section(plan, resources or plan.resources)
     values: dict[str, Any] = dict(
-        **recipe, model=plan.model.family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
+        **recipe, model=(model or plan.model).family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
     )
@@ -469,7 +470,8 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
         fields.update(branch=branch, execution={"keep_steps": tuple(keep_steps)})
     try:
         return run_request(plan, point.shape, point.tokens, point.lr, point.batch, point.seed,
-                           plan.block_resources(point.block), execution, **_merged(fields, point.overrides))
+                           plan.block_resources(point.block), execution, plan.block_model(point.block),
+                           **_merged(fields, point.overrides))
     except ValidationError as exc:  # a value the trainer refuses
         err = exc.errors()[0]
         detail = str(err["msg"]).removeprefix("Value error, ")

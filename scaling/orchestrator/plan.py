@@ -86,6 +86,33 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
 
+#: The model section's fields that belong to one family (the Llama family's, and the z-loss).
+FAMILY_ONLY_FIELDS = ("n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps", "z_loss")
+
+
+class BlockModel(_Strict):
+    """A grid block's own family and parametrization, over the plan's ``model`` section, so one
+    plan compares families, or standard against μP, block by block. A block of another family
+    than the plan's takes that family's defaults for the family's fields (the plan's are its
+    family's); a block whose parametrization is ``standard`` leaves the plan's ``base_width``."""
+
+    family: Optional[Literal["gpt2", "llama"]] = Field(default=None, description="this block's family (default the plan's)")
+    parametrization: Optional[Literal["standard", "mup"]] = Field(
+        default=None, description="this block's parametrization (default the plan's)")
+    base_width: Optional[int] = Field(default=None, gt=0, description="mup: the d_model of the proxy")
+
+    def over(self, model: ModelPlan) -> ModelPlan:
+        """``model`` with this block's fields over it (ValidationError for a combination it refuses)."""
+        values = dict(model)
+        if self.family is not None and self.family != model.family:
+            for name in FAMILY_ONLY_FIELDS:
+                values.pop(name)
+        if self.parametrization == "standard":
+            values.pop("base_width")
+        values.update({name: getattr(self, name) for name in self.model_fields_set})
+        return ModelPlan.model_validate(values)
+
+
 class TrainPlan(Recipe, LoopSettings):
     """The training recipe shared by every run (rules may set lr and batch_tokens per run)."""
 
@@ -273,6 +300,8 @@ class GridBlock(_Strict):
     faults: FaultSpec = Field(default=FaultSpec(), description="injected faults, only for tests of the recovery paths")
     hparams: Optional[HparamsPlan] = Field(default=None,
                                            description="each point once per lr / batch / beta2 combination")
+    model: Optional[BlockModel] = Field(default=None, description="this block's family and parametrization, "
+                                        "over the plan's model section")
 
     @field_validator("tokens", "tokens_per_param", "compute")
     @classmethod
@@ -389,6 +418,12 @@ class Plan(_Strict):
     def _cross_checks(self, source: Optional[YamlSource]) -> None:
         """Rules that span sections (pydantic validates each section alone)."""
         for b, block in enumerate(self.grid):
+            try:
+                self.block_model(b)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                raise PlanError(f"{where(source, ('grid', b, 'model'))}: {msg}") from None
             for field in block.hparams.factor_fields() if block.hparams is not None else ():
                 if getattr(self.rules, field) is None:
                     raise PlanError(f"{where(source, ('grid', b, 'hparams', field))}: factors multiply the plan's rule "
@@ -426,6 +461,12 @@ class Plan(_Strict):
             check_tasks(self.evals, self.data, self.model.context)
         except UserError as exc:
             raise PlanError(located(source, ("evals",), str(exc))) from None
+
+    def block_model(self, block: int) -> ModelPlan:
+        """The model section of grid block ``block``: the plan's, with the block's family and
+        parametrization over it (:class:`BlockModel`)."""
+        own = self.grid[block].model
+        return self.model if own is None else own.over(self.model)
 
     def block_resources(self, block: int) -> ResourcesPlan:
         """The resources of grid block ``block``: the plan's, with the block's own fields over them."""

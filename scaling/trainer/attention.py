@@ -28,10 +28,12 @@ except ImportError:  # pragma: no cover - depends on the machine
     _flash_attn_version = None
 
 
-def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Plain causal attention on (B, h, T, hs) tensors: the reference the fast kernels must match."""
+def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             scale: float | None = None) -> torch.Tensor:
+    """Plain causal attention on (B, h, T, hs) tensors: the reference the fast kernels must match.
+    ``scale`` multiplies the logits (default 1/sqrt(hs))."""
     t = q.size(-2)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
     mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
@@ -129,15 +131,16 @@ def planned_attention(head_dim: int, device: str, precision: str, compiled: bool
     return f"{kernel} ({why})"
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """Causal attention on (B, h, T, hs) queries and (B, h_kv, T, hs) keys and values (h_kv
     divides h; each group of h / h_kv query heads shares one key/value head) with the fastest
-    kernel available."""
+    kernel available. ``scale`` multiplies the logits (default 1/sqrt(hs); μP's is 1/hs)."""
     compiled = torch.compiler.is_compiling()
     if q.is_cuda and attention_kernel(q.size(-1), q.device, q.dtype, compiled=compiled) == "flash_attn":
         # flash-attn wants (B, T, h, hs), and takes fewer key/value heads as they are.
-        out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True,
+                               softmax_scale=scale)
         return out.transpose(1, 2)
     if k.size(1) != q.size(1):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)

@@ -448,6 +448,10 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
     key = row["run_key"]
     folder = run_folder(row, run_dir)
     shape = run_shape(row)
+    model_fields = (row.get("spec") or {}).get("model")
+    if isinstance(model_fields, dict) and model_fields.get("parametrization", "standard") != "standard":
+        raise UserError(f"run {key} is a μP model: its output multiplier and 1/head_dim attention have no "
+                        "place in a Hugging Face folder")
     snapshot = _snapshot_folder(folder, key)
     try:
         path, step = newest_checkpoint(folder, key, snapshot)

@@ -72,6 +72,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.head_dim = cfg.head_dim
+        self.scale = cfg.attention_scale
         self.theta = cfg.rope_theta
         kv_width = cfg.kv_heads * cfg.head_dim
         self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
@@ -100,7 +101,7 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         cos, sin = rope_angles(t, hs, self.theta, x.device)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = causal_attention(q, k, v)
+        y = causal_attention(q, k, v, self.scale)
         return self.o(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -128,6 +129,14 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
+
+
+def readout(lm_head: nn.Module, x: torch.Tensor, cfg: Shape) -> torch.Tensor:
+    """The logits of either family's final hidden state ``x``; under μP its input times 1/m, as
+    ``mup``'s ``MuReadout`` does (the output layer keeps its width-independent init and learning rate)."""
+    if cfg.output_mult is not None:
+        x = x * cfg.output_mult
+    return lm_head(x)
 
 
 class Llama(nn.Module):
@@ -164,4 +173,4 @@ class Llama(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return readout(self.lm_head, self.ln_f(x), self.cfg)

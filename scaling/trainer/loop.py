@@ -35,7 +35,7 @@ from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, lo
 from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
-from scaling.trainer.optim import NullGradients, lr_at, param_groups
+from scaling.trainer.optim import NullGradients, lr_at, param_groups, set_lr
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
@@ -149,7 +149,7 @@ def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimiz
     opt = spec.optimizer
     fused = fused_optimizer(rt, par.strategy, uses_loss_scaling(spec.precision))
     return par.build_optimizer(
-        param_groups(par.model, opt.weight_decay),
+        param_groups(par.model, opt.weight_decay, spec.model.shape.width_mult),
         lr=opt.lr,
         betas=(opt.beta1, opt.beta2),
         eps=opt.eps,
@@ -458,8 +458,7 @@ class Trainer:
             self.faults.at_step_start(self.step)
         self.timer.start()
         lr = lr_at(self.step, self.total_steps, spec.optimizer.lr, spec.schedule) * self.lr_scale
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         loss = self.rt.sum(self._forward_backward(), self.par.loss_group)
         if self.pending is not None and not self._settle():
             self.optimizer.zero_grad(set_to_none=True)  # rolled back: this step's gradients are void

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from scaling.accounting import Shape
-from scaling.trainer.llama import Llama
+from scaling.trainer.llama import Llama, readout
 from scaling.trainer.attention import (  # noqa: F401  (the kernel's names, also importable from here)
     ATTENTION_ENV,
     FLASH_MAX_HEAD_DIM,
@@ -47,6 +47,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
         self.head_dim = cfg.d_model // cfg.n_head
+        self.scale = cfg.attention_scale
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -55,7 +56,7 @@ class CausalSelfAttention(nn.Module):
         qkv = self.qkv(x)
         heads = qkv.size(-1) // (3 * self.head_dim)  # local heads under tensor parallelism
         q, k, v = qkv.view(b, t, heads, 3, self.head_dim).unbind(dim=3)
-        y = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        y = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.scale)
         return self.proj(y.transpose(1, 2).reshape(b, t, heads * self.head_dim))
 
 
@@ -120,7 +121,7 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return readout(self.lm_head, self.ln_f(x), self.cfg)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters counted once (the tied head is the token embedding)."""
@@ -131,6 +132,8 @@ class GPT(nn.Module):
 
 
 InitOp = Callable[[torch.Tensor], object]
+#: The output layer, which μP treats as a vector-like layer (init and learning rate kept).
+OUTPUT_LAYER = "lm_head"
 
 
 def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
@@ -138,11 +141,16 @@ def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
     for either family: every matrix and embedding N(0, 0.02), biases 0, norms 1, the residual
     projections N(0, 0.02 / sqrt(2 n_layer)).
 
+    Under μP the hidden matrices (every linear layer but the output layer) draw with their std
+    divided by sqrt(m) (``mup.init.normal_``): variance 1/fan_in, GPT-2's at the base width.
+
     A tied parameter appears under each of its names (the output layer's draw is the last)."""
+    hidden_std = 0.02 / math.sqrt(model.cfg.width_mult)
     for prefix, module in model.named_modules():
         name = f"{prefix}." if prefix else ""
         if isinstance(module, nn.Linear):
-            yield name + "weight", functools.partial(nn.init.normal_, mean=0.0, std=0.02)
+            std = 0.02 if prefix.rsplit(".", 1)[-1] == OUTPUT_LAYER else hidden_std
+            yield name + "weight", functools.partial(nn.init.normal_, mean=0.0, std=std)
             if module.bias is not None:
                 yield name + "bias", nn.init.zeros_
         elif isinstance(module, nn.Embedding):
@@ -152,7 +160,7 @@ def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
             yield name + "bias", nn.init.zeros_
         elif isinstance(module, nn.RMSNorm):
             yield name + "weight", nn.init.ones_
-    residual_std = 0.02 / math.sqrt(2 * model.cfg.n_layer)
+    residual_std = hidden_std / math.sqrt(2 * model.cfg.n_layer)
     for i in range(len(model.blocks)):
         for proj in model.residual_projections:
             yield f"blocks.{i}.{proj}.weight", functools.partial(nn.init.normal_, mean=0.0, std=residual_std)

@@ -14,13 +14,16 @@ from scaling.trainer.spec import ScheduleSpec, decay_start, warmup_steps
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["EMBEDDING_NAMES", "NullGradients", "ScheduleSpec", "decay_start", "lr_at", "param_groups", "warmup_steps"]
+__all__ = ["EMBEDDING_NAMES", "NullGradients", "OUTPUT_NAME", "ScheduleSpec", "decay_start", "lr_at", "param_groups",
+           "set_lr", "warmup_steps"]
 
 #: Parameter-name fragments of the embeddings (the tied output layer is the token embedding).
 EMBEDDING_NAMES: tuple[str, ...] = ("wte", "wpe")
+#: The untied output layer's name fragment: a matrix that decays, but no hidden matrix under μP.
+OUTPUT_NAME = "lm_head"
 
 
-def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]]:
+def param_groups(model: "nn.Module", weight_decay: float, width_mult: float = 1.0) -> list[dict[str, Any]]:
     """AdamW's groups: matrices decay; norms, biases and embeddings do not. Each group holds one
     kind of tensor: plain tensors, or DTensors of one device mesh.
 
@@ -29,17 +32,37 @@ def param_groups(model: "nn.Module", weight_decay: float) -> list[dict[str, Any]
     wrappers' prefixes (``module.``, ``_orig_mod.``) do not matter. Tensor parallelism leaves
     norms and embeddings plain beside DTensor biases; the foreach and fused kernels take one
     kind per call ("got mixed torch.Tensor and DTensor"), hence one kind per group.
+
+    ``width_mult`` (μP's m, ``Shape.width_mult``) other than 1 gives the hidden matrices (every
+    matrix but the embeddings and the output layer) the learning rate lr/m and the weight decay
+    wd*m, so their decay per step lr*wd is the base model's (``mup``'s ``MuAdamW``). Each group's
+    ``lr_mult`` is what the schedule's learning rate is multiplied by (:func:`set_lr`).
     """
-    groups: dict[tuple[bool, Any], list[Any]] = {}
+    groups: dict[tuple[bool, bool, Any], list[Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        is_embedding = any(part in EMBEDDING_NAMES for part in name.split("."))
+        parts = name.split(".")
+        is_embedding = any(part in EMBEDDING_NAMES for part in parts)
         decays = p.ndim >= 2 and not is_embedding
-        groups.setdefault((decays, _kind(p)), []).append(p)
-    ordered = sorted(groups.items(), key=lambda item: (not item[0][0], item[0][1] is not None))
-    return [{"params": params, "weight_decay": weight_decay if decays else 0.0}
-            for (decays, _), params in ordered]
+        hidden = decays and OUTPUT_NAME not in parts and width_mult != 1.0
+        groups.setdefault((decays, hidden, _kind(p)), []).append(p)
+    ordered = sorted(groups.items(), key=lambda item: (not item[0][0], not item[0][1], item[0][2] is not None))
+    out = []
+    for (decays, hidden, _), params in ordered:
+        group: dict[str, Any] = {"params": params, "weight_decay": weight_decay if decays else 0.0}
+        if width_mult != 1.0:
+            group["lr_mult"] = 1.0 / width_mult if hidden else 1.0
+            group["weight_decay"] *= width_mult if hidden else 1.0
+        out.append(group)
+    return out
+
+
+def set_lr(optimizer: Any, lr: float) -> None:
+    """Set the schedule's learning rate ``lr`` on every group, times the group's ``lr_mult`` (μP)."""
+    for group in optimizer.param_groups:
+        mult = group.get("lr_mult")
+        group["lr"] = lr if mult is None else lr * mult
 
 
 def _kind(p: Any) -> Any:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from scaling.trainer.model import Decoder, build_meta_model, init_materialized, materialize
+from scaling.trainer.model import Decoder, build_meta_model, init_materialized, materialize, readout
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
@@ -58,6 +58,7 @@ class StageModule(nn.Module):
         super().__init__()
         self.first, self.last = first, last
         self.context = model.cfg.context
+        self.cfg = model.cfg
         self.boundary_dtype = boundary_dtype
         self.activation_checkpointing = False
         if first or (last and model.cfg.tied):
@@ -81,7 +82,7 @@ class StageModule(nn.Module):
             else:
                 x = block(x)
         if self.last:
-            return self.lm_head(self.ln_f(x))
+            return readout(self.lm_head, self.ln_f(x), self.cfg)
         return x.to(self.boundary_dtype)
 
 

@@ -72,7 +72,8 @@ class SequenceSpec(_Frozen):
 
 
 class FamilySpec(_Frozen):
-    """The model family and the Llama family's fields (`scaling.accounting.Shape` checks them).
+    """The model family, the Llama family's fields and the parametrization (standard or μP, with
+    μP's ``base_width``); `scaling.accounting.Shape` checks them.
 
     A field at its family's default is left out when serialized, so a gpt2 model serializes, and
     its run key hashes, exactly as before families existed; ``z_loss`` (PaLM's auxiliary loss on
@@ -88,11 +89,16 @@ class FamilySpec(_Frozen):
     rope_theta: float = Field(default=10000.0, gt=1, description="RoPE base (llama)")
     norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="RMSNorm epsilon (llama)")
     z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the z-loss (log Z)^2 (llama)")
+    parametrization: Literal["standard", "mup"] = Field(
+        default="standard", description="standard, or mup (Yang et al. 2022: hyperparameters transfer across width)")
+    base_width: Optional[int] = Field(
+        default=None, gt=0, description="mup: the d_model of the proxy the hyperparameters were tuned on")
 
     def family_kwargs(self) -> dict[str, Any]:
         """The family fields `scaling.accounting.Shape` takes."""
         return {name: getattr(self, name) for name in
-                ("family", "n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps")}
+                ("family", "n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps",
+                 "parametrization", "base_width")}
 
     @model_validator(mode="after")
     def _z_loss_family(self) -> "FamilySpec":
@@ -105,7 +111,7 @@ class FamilySpec(_Frozen):
             out.pop(name, None)
         if shape is not None:
             out.update(shape.family_fields())
-        elif self.family != "gpt2":  # a plan's model section: no shape yet, the fields set off their defaults
+        else:  # a plan's model section: no shape yet, the fields set off their defaults
             fields = type(self).model_fields
             out.update({name: value for name, value in self.family_kwargs().items() if value != fields[name].default})
         if self.z_loss:

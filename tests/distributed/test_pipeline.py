@@ -206,7 +206,8 @@ _REFERENCE: dict[tuple[str, str], dict[str, Any]] = {}
 #: The llama run of the trajectories adds a z-loss: it must join the gradient on the last stage
 #: and stay out of the reported train loss, as on one process.
 LLAMA_Z = {**LLAMA, "z_loss": 1e-3}
-FAMILIES = {"gpt2": MODEL, "llama": LLAMA_Z}
+#: μP on the llama: per-group rates on DTensors (tp) and the output multiplier on the last stage (pp).
+FAMILIES = {"gpt2": MODEL, "llama": LLAMA_Z, "llama-mup": {**LLAMA_Z, "parametrization": "mup", "base_width": 8}}
 
 
 def reference_run(precision: str, family: str = "gpt2") -> dict[str, Any]:
@@ -231,7 +232,8 @@ TRAJECTORY_CASES = {
     # ddp: DDP's reducer, armed by the schedule before the last backward only, must survive the
     # first step's shape inference (its buckets are rebuilt at the second step)
     "pp2xdp2": (4, 1, [("1f1b", "zero3", p) for p in ("fp32", "bf16")] + [("1f1b", "ddp", "fp32")]),
-    "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")] + [("1f1b", "auto", "fp32", "llama")]),
+    "tp2xpp2": (4, 2, [("1f1b", "auto", p) for p in ("fp32", "bf16")]
+                + [("1f1b", "auto", "fp32", "llama"), ("1f1b", "auto", "fp32", "llama-mup")]),
 }
 
 

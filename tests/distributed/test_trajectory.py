@@ -23,20 +23,23 @@ FP32_RTOL = 1e-5
 #: parameter gathered in bf16 (the residual stream bf16) zero2/zero3 were at 2.9e-4, which fails.
 BF16_RTOL = 5e-5
 
-_REFERENCE: dict[tuple[str, bool], list[tuple[int, float]]] = {}
+_REFERENCE: dict[tuple[str, str], list[tuple[int, float]]] = {}
 #: A llama (grouped-query attention, qk-norm, untied head, a z-loss) on context 32.
 LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 64, "context": 32, "family": "llama",
          "qk_norm": True, "z_loss": 1e-3}
+#: The default gpt2 under μP at m = 4 (hidden matrices at lr/4 in their own parameter groups).
+MUP = {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32, "parametrization": "mup", "base_width": 8}
+MODELS = {"llama": LLAMA, "mup": MUP}
 
 
-def reference(precision: str, llama: bool = False) -> list[tuple[int, float]]:
-    """The single-process trajectory (computed once per precision and family, in this process)."""
-    if (precision, llama) not in _REFERENCE:
-        over = {"model": LLAMA} if llama else {}
+def reference(precision: str, model: str = "") -> list[tuple[int, float]]:
+    """The single-process trajectory (computed once per precision and model, in this process)."""
+    if (precision, model) not in _REFERENCE:
+        over = {"model": MODELS[model]} if model else {}
         with tempfile.TemporaryDirectory() as tmp:
-            _REFERENCE[precision, llama] = trajectory(
+            _REFERENCE[precision, model] = trajectory(
                 train_worker(0, 1, run_spec("single", precision, workers=1, **over).to_json(), tmp))
-    return _REFERENCE[precision, llama]
+    return _REFERENCE[precision, model]
 
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
@@ -49,14 +52,16 @@ def test_two_workers_track_the_single_process_losses(precision: str, tmp_path) -
     assert [s for s, _ in ref] == list(range(1, 11))
     runs = [(run_spec(s, precision, execution={"micro_batch_size": 2}).to_json(), str(tmp_path / s)) for s in STRATEGIES]
     names = STRATEGIES
-    if precision == "fp32":  # and a llama under ZeRO-3 (its z-loss in the gradient, not in the reported loss)
-        runs.append((run_spec("zero3", precision, execution={"micro_batch_size": 2}, model=LLAMA).to_json(),
-                     str(tmp_path / "llama")))
-        names = (*STRATEGIES, "llama zero3")
+    if precision == "fp32":  # and a llama under ZeRO-3 (its z-loss in the gradient, not in the reported loss),
+        # and μP under ZeRO-1 and ZeRO-3 (the per-group rates through ZeroRedundancyOptimizer and FSDP2)
+        extra = (("llama", "zero3"), ("mup", "zero1"), ("mup", "zero3"))
+        runs += [(run_spec(s, precision, execution={"micro_batch_size": 2}, model=MODELS[m]).to_json(),
+                  str(tmp_path / f"{m}-{s}")) for m, s in extra]
+        names = (*STRATEGIES, *(f"{m} {s}" for m, s in extra))
     outs = spawn(train_each, 2, str(tmp_path), runs)  # both ranks train the runs in turn
     rtol = FP32_RTOL if precision == "fp32" else BF16_RTOL
     for i, strategy in enumerate(names):
-        expected = reference(precision, llama=strategy.startswith("llama"))
+        expected = reference(precision, strategy.split()[0] if " " in strategy else "")
         rank0, rank1 = outs[0][i], outs[1][i]
         assert trajectory(rank0) == trajectory(rank1), strategy  # every rank reports the same mean loss
         assert rank0["result"]["steps"] == 10, strategy

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from scaling.errors import PlanError
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.planning import plan_summary
@@ -175,3 +176,25 @@ def test_grid_size_is_counted_before_expanding() -> None:
     huge = [{"models": [1e4 + i for i in range(100)], "tokens": [1e6 + 1000 * i for i in range(10_000)]}]
     with pytest.raises(PlanError, match=r"grid: the grid has 1,000,000 runs .* more than 100,000"):
         _plan(grid=huge)
+
+
+def test_grid_blocks_vary_the_family_and_the_parametrization() -> None:
+    """One plan: a standard gpt2 block, a μP block and a llama block (which drops the plan's μP
+    width only when it says standard); each run's model section is its block's, keyed apart."""
+    plan = _plan(
+        model={"aspect_ratio": 16, "head_size": 16, "context": 64, "parametrization": "mup", "base_width": 32},
+        grid=[
+            {"models": [{"n_layer": 2, "d_model": 64, "n_head": 4}], "tokens": [1e6], "model": {"parametrization": "standard"}},
+            {"models": [{"n_layer": 2, "d_model": 64, "n_head": 4}], "tokens": [1e6]},
+            {"models": [{"n_layer": 2, "d_model": 64, "n_head": 4}], "tokens": [1e6], "model": {"family": "llama"}},
+        ])
+    models = [r.spec.model.model_dump(mode="json") for r in sorted(expand(plan).runs, key=lambda r: r.block)]
+    assert [m.get("family", "gpt2") for m in models] == ["gpt2", "gpt2", "llama"]
+    assert [m.get("parametrization") for m in models] == [None, "mup", "mup"]
+    assert models[2]["base_width"] == 32
+    from scaling.orchestrator.planning import shape_label
+
+    labels = [shape_label(r.spec.shape) for r in sorted(expand(plan).runs, key=lambda r: r.block)]
+    assert labels[:2] == ["2x64/4h", "2x64/4h mup base 32"] and labels[2].endswith("llama ffn 256 mup base 32")
+    with pytest.raises(PlanError, match=r"^plan: grid\.0\.model: base_width: only with parametrization mup$"):
+        _plan(grid=[{"models": [1e4], "tokens": [1e6], "model": {"base_width": 32}}])
