@@ -559,7 +559,7 @@ def layer_activation_bytes(
     token, with c the compute dtype's bytes (:func:`compute_bytes`):
 
     * each norm: its input, the FP32 residual stream (4h; autocast adds the 16-bit branch outputs
-      to the FP32 embedding); on the CPU llama's composite RMSNorm also its normalized input (4h;
+      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's composite RMSNorm also its normalized input (4h;
       CUDA's fused one keeps only the input); and its output as the next linear layers keep it:
       under autocast one c-byte copy per layer that reads it (gpt2: one, the fused QKV and the first
       MLP matrix; llama: three for q, k, v and two for gate and up), in FP32 the output itself (4h);
@@ -587,7 +587,7 @@ def layer_activation_bytes(
     llama = shape.family == "llama"
 
     def norm(readers: int) -> float:
-        kept = 4.0 * h * (2 if llama and device == "cpu" else 1)
+        kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
         return kept + (c * h * readers if autocast else 4.0 * h)
 
     whole = norm(3 if llama else 1) + norm(2 if llama else 1)
@@ -615,18 +615,21 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     tokens = shape.context * micro_batch
     h = shape.d_model
     c = compute_bytes(precision)
-    norm = 4.0 * h * (2 if shape.family == "llama" and device == "cpu" else 1) + (c * h if precision != "fp32" else 4.0 * h)
+    llama = shape.family == "llama"
+    norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
+    norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES[precision] * shape.vocab_size)
 
 
 def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:
-    """The 16-bit copies of the weights autocast makes in forward, which the linear layers keep
-    for backward: the first stage's matrices and biases, and the output layer on the one stage
-    of an unpipelined run. None in FP32, nor where FSDP2 gathers them in bf16 already."""
+    """The 16-bit copies of the weight matrices autocast makes in forward, which the linear layers
+    keep for backward (the biases' copies they do not keep): the first stage's blocks (their
+    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. None in
+    FP32, nor where FSDP2 gathers the matrices in bf16 already."""
     if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
         return 0.0
-    params = cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
-    if layout.pp == 1 and shape.tied:
+    params = (shape.n_layer // layout.pp) * (shape.layer_matmul_params // layout.tp)
+    if layout.pp == 1:
         params += shape.vocab_size * shape.d_model
     return float(compute_bytes(precision) * params)
 

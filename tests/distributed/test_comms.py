@@ -189,21 +189,21 @@ def test_params_per_rank() -> None:
 
 
 def test_block_activations_split_over_tensor_and_sequence_parallel_ranks() -> None:
-    """gpt2 in bf16 keeps 36h + 4a bytes a token (Korthikanti's 34h + 5as for Megatron's block with
-    dropout and math attention): 12h in the norms' inputs and their 16-bit copies, which stay whole
-    on every tensor rank, and 24h + 4a in attention and the MLP, which split."""
+    """gpt2 in bf16 keeps 36h + 16 + 4a bytes a token (Korthikanti's 34h + 5as for Megatron's block
+    with dropout and math attention): 12h + 16 in the norms' inputs, statistics and 16-bit copies,
+    which stay whole on every tensor rank, and 24h + 4a in attention and the MLP, which split."""
     shape = Shape(n_layer=4, d_model=64, n_head=4, vocab_size=256, context=32)
     s, b, h, a, t = 32, 2, 64, 4, 4
     sb = s * b
-    assert layer_activation_bytes(shape, b) == sb * (36 * h + 4 * a)
-    assert layer_activation_bytes(shape, b, t) == sb * (12 * h + (24 * h + 4 * a) / t)
-    assert layer_activation_bytes(shape, b, t, True) == sb * (36 * h + 4 * a) / t
-    assert layer_activation_bytes(shape, b, t, True, "selective") == sb * (36 * h + 4 * a) / t  # no scores to drop
+    assert layer_activation_bytes(shape, b) == sb * (36 * h + 16 + 4 * a)
+    assert layer_activation_bytes(shape, b, t) == sb * (12 * h + 16 + (24 * h + 4 * a) / t)
+    assert layer_activation_bytes(shape, b, t, True) == sb * (36 * h + 16 + 4 * a) / t
+    assert layer_activation_bytes(shape, b, t, True, "selective") == sb * (36 * h + 16 + 4 * a) / t  # no scores to drop
     assert layer_activation_bytes(shape, b, 1, False, "full") == 4 * sb * h  # the FP32 residual
-    assert layer_activation_bytes(shape, b, precision="fp32") == sb * (64 * h + 4 * a)
+    assert layer_activation_bytes(shape, b, precision="fp32") == sb * (64 * h + 16 + 4 * a)
     math = layer_activation_bytes(shape, b, attention="math")
-    assert math == sb * (36 * h + 6 * a * s)
-    assert layer_activation_bytes(shape, b, t, True, "selective", attention="math") == sb * 36 * h / t
+    assert math == sb * (36 * h + 16 + 6 * a * s)
+    assert layer_activation_bytes(shape, b, t, True, "selective", attention="math") == sb * (36 * h + 16) / t
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
@@ -225,14 +225,14 @@ def test_fused_attention_keeps_no_scores_and_math_attention_does(family: str, pr
 def test_llama_blocks_keep_its_swiglu_its_three_casts_and_narrower_keys_and_values() -> None:
     """llama in bf16 on CUDA, by hand: norms 4h + 3 x 2h and 4h + 2 x 2h, q and the output 2h each,
     k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a, RoPE's angles 8 s head_dim; the
-    CPU's RMSNorm keeps its normalized input too (4h per norm)."""
+    CPU's RMSNorm keeps its normalized input too (4h per norm); each norm's 1/rms is 4 bytes."""
     shape = Shape(2, 256, 4, 256, 512, family="llama", n_kv_head=2)
     h, kv, f, a, s, hd, b = 256, 128, 768, 4, 512, 64, 3
-    cuda = s * b * (10 * h + 8 * h + 4 * h + 4 * kv + 8 * f + 4 * a) + 8 * s * hd
+    cuda = s * b * (10 * h + 8 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 8 * s * hd
     assert layer_activation_bytes(shape, b) == cuda
     assert layer_activation_bytes(shape, b, device="cpu") == cuda + s * b * 8 * h
-    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 8 * s * hd
-    fp32 = s * b * (8 * h + 8 * h + 8 * h + 8 * kv + 16 * f + 4 * a) + 8 * s * hd
+    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 8 * s * hd
+    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * kv + 16 * f + 4 * a) + 8 * s * hd
     assert layer_activation_bytes(shape, b, precision="fp32") == fp32
 
 
@@ -265,15 +265,15 @@ def test_memory_without_tp_pp_is_state_activations_and_buffers_by_hand(strategy:
     est = memory_per_rank(TINY, layout, precision)  # type: ignore[arg-type]
     s, b, h, a, L, v = TINY.context, 3, TINY.d_model, TINY.n_head, TINY.n_layer, TINY.vocab_size
     c = 2 if precision == "bf16" else 4
-    layer = s * b * ((36 if precision == "bf16" else 64) * h + 4 * a)
-    loss = s * b * (4 * h + c * h + LOGIT_BYTES[precision] * v)  # the final norm, the logits
+    layer = s * b * ((36 if precision == "bf16" else 64) * h + 16 + 4 * a)  # 16: the LayerNorms' mean and 1/std
+    loss = s * b * (4 * h + 8 + c * h + LOGIT_BYTES[precision] * v)  # the final norm, the logits
     acts = (L * 4 * s * b * h + layer if recompute == "full" else L * layer) + loss
     state = model_state_bytes(TINY.params_total, precision, strategy, 4)  # type: ignore[arg-type]
     if strategy == "zero2" and precision == "bf16":  # its gathered norms and embeddings are FP32: 2 bytes more
         state = (state[0] + 2 * (TINY.params_embedding + 2 * h + L * 4 * h), *state[1:])
     buffers = fsdp_buffer_bytes(TINY, precision, strategy, 4)  # type: ignore[arg-type]
-    if precision == "bf16" and strategy in ("ddp", "zero1"):  # autocast's copies of the matrices and biases
-        buffers += 2 * (L * (TINY.params_per_layer - 4 * h) + v * h)
+    if precision == "bf16" and strategy in ("ddp", "zero1"):  # autocast's copies of the matrices
+        buffers += 2 * (L * 12 * h * h + v * h)
     assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == pytest.approx(state)
     assert est.activations_bytes == pytest.approx(acts) and est.buffers_bytes == pytest.approx(buffers)
     assert est.total_bytes == pytest.approx(1.1 * (sum(state) + acts + buffers))
@@ -289,7 +289,7 @@ def test_memory_with_tp_and_pp() -> None:
         params, "bf16", "zero1", 2
     )
     # 1F1B: p micro-batches of L/p blocks on the first stage, sequence-parallel (/tp).
-    per_layer = 128 * 2 * (36 * 256 + 4 * 8) / 2
+    per_layer = 128 * 2 * (36 * 256 + 16 + 4 * 8) / 2
     assert est.activations_bytes == pytest.approx(4 * 2 * per_layer)
     gpipe = memory_per_rank(shape, ParallelLayout(dp=2, tp=2, pp=4, strategy="zero1", micro_batches=8,
                                                   micro_batch=2, sequence_parallel=True, schedule="gpipe"))
