@@ -53,9 +53,9 @@ AttentionMemory = Literal["fused", "math"]
 ATTENTION_MEMORY: tuple[str, ...] = ("fused", "math")
 #: Where the kernels run, as far as memory goes: the CPU's RMSNorm keeps more for backward.
 MemoryDevice = Literal["cuda", "cpu"]
-#: Bytes per logit at the step's peak, the backward of the FP32 log-softmax (see
-#: :func:`loss_activation_bytes`), measured by ``benchmarks/bench_memory.py``.
-LOGIT_BYTES: dict[str, float] = {"bf16": 14.0, "fp16": 14.0, "fp32": 12.0}
+#: Bytes per logit at the step's peak, the backward of the FP32 log-softmax in any precision
+#: (see :func:`loss_activation_bytes`; measured by ``benchmarks/bench_memory.py``).
+LOGIT_BYTES = 12.0
 
 
 # -- collectives ------------------------------------------------------------------------
@@ -607,10 +607,11 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
                           device: MemoryDevice = "cuda") -> float:
     """Bytes the last stage holds above its blocks at the step's peak, the start of backward.
 
-    The final norm as a block's norm keeps it (one reader, the output layer), and per logit:
-    the log-softmax cross-entropy keeps (FP32) while its backward holds the gradient coming in
-    and the one going out, 12 bytes, to which autocast adds the 16-bit logits' gradient
-    (:data:`LOGIT_BYTES`).
+    The final norm as a block's norm keeps it (one reader, the output layer), and per logit
+    :data:`LOGIT_BYTES`: the FP32 log-softmax the cross-entropy keeps, and in its backward the
+    gradient coming in and the one going out, 4 bytes each. (The forward's 16-bit logits, their
+    FP32 copy and the log-softmax, 10 bytes under autocast, are gone by then; a z-loss, whose
+    log-sum-exp keeps the FP32 logits, would add 4.)
     """
     tokens = shape.context * micro_batch
     h = shape.d_model
@@ -618,7 +619,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     llama = shape.family == "llama"
     norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
-    return tokens * (norm + LOGIT_BYTES[precision] * shape.vocab_size)
+    return tokens * (norm + LOGIT_BYTES * shape.vocab_size)
 
 
 def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:

@@ -21,7 +21,6 @@ from _workers import TINY_LLAMA, spawn
 from scaling.accounting import FAMILIES, Shape, model_state_bytes
 from scaling.comms import (
     LINKS,
-    LOGIT_BYTES,
     Cluster,
     Link,
     ParallelLayout,
@@ -266,7 +265,7 @@ def test_memory_without_tp_pp_is_state_activations_and_buffers_by_hand(strategy:
     s, b, h, a, L, v = TINY.context, 3, TINY.d_model, TINY.n_head, TINY.n_layer, TINY.vocab_size
     c = 2 if precision == "bf16" else 4
     layer = s * b * ((36 if precision == "bf16" else 64) * h + 16 + 4 * a)  # 16: the LayerNorms' mean and 1/std
-    loss = s * b * (4 * h + 8 + c * h + LOGIT_BYTES[precision] * v)  # the final norm, the logits
+    loss = s * b * (4 * h + 8 + c * h + 12 * v)  # the final norm, the logits
     acts = (L * 4 * s * b * h + layer if recompute == "full" else L * layer) + loss
     state = model_state_bytes(TINY.params_total, precision, strategy, 4)  # type: ignore[arg-type]
     if strategy == "zero2" and precision == "bf16":  # its gathered norms and embeddings are FP32: 2 bytes more
