@@ -21,8 +21,9 @@ The estimate is ``memory_per_rank`` of the single-worker layout with the CPU's k
 (``device="cpu"``: SDPA's CPU flash kernel, which the header confirms, and the CPU's composite
 RMSNorm) and no margin (the margin is for allocator slack, which live bytes do not include).
 Target: within 10% of the peak, whole and in what the step adds to the weights and AdamW's
-state ("acts": activations, gradients and autocast's weight copies). The ``math`` column is the estimate with attention's s x s scores (Korthikanti et al.'s
-5as/h, the term the fused kernels never hold), for comparison.
+state ("acts": activations, gradients and autocast's weight copies). The ``math`` column is the
+estimate with attention's s x s scores (Korthikanti et al.'s 5as/h, the term the fused kernels
+never hold), for comparison.
 """
 
 from __future__ import annotations

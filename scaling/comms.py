@@ -559,8 +559,9 @@ def layer_activation_bytes(
     token, with c the compute dtype's bytes (:func:`compute_bytes`):
 
     * each norm: its input, the FP32 residual stream (4h; autocast adds the 16-bit branch outputs
-      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's composite RMSNorm also its normalized input (4h;
-      CUDA's fused one keeps only the input); and its output as the next linear layers keep it:
+      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
+      composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
+      and its output as the next linear layers keep it:
       under autocast one c-byte copy per layer that reads it (gpt2: one, the fused QKV and the first
       MLP matrix; llama: three for q, k, v and two for gate and up), in FP32 the output itself (4h);
     * attention: q, k and v (c(h + 2 kv)) and the output, which the output projection takes as it
@@ -625,7 +626,8 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
 def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:
     """The 16-bit copies of the weight matrices autocast makes in forward, which the linear layers
     keep for backward (the biases' copies they do not keep): the first stage's blocks (their
-    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. None in
+    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. Under full
+    recomputation too: autocast caches every copy until its context exits, after the loss. None in
     FP32, nor where FSDP2 gathers the matrices in bf16 already."""
     if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
         return 0.0
