@@ -504,7 +504,7 @@ class MemoryEstimate:
     optimizer_bytes: float
     activations_bytes: float
     margin_bytes: float
-    buffers_bytes: float = 0.0  # FSDP (zero2/zero3): gathered parameters and unsharded gradients
+    buffers_bytes: float = 0.0  # FSDP (zero2/zero3): gathered parameters and unsharded gradients; autocast's weight copies
 
     @property
     def model_state_bytes(self) -> float:

@@ -17,6 +17,7 @@ from scaling.comms import (
     LINKS,
     TRAINER_SCHEDULES,
     Cluster,
+    MemoryDevice,
     ParallelLayout,
     Traffic,
     bubble_fraction,
@@ -93,6 +94,7 @@ class Request:
     schedule: Optional[str] = None
     strategy: Optional[str] = None
     micro_batch_size: Optional[int] = None
+    device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (comms.layer_activation_bytes)
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,7 @@ def lower_bound(req: Request, layout: ParallelLayout) -> float:
 def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
     """Memory per rank and step time of one layout (no communication time when it does not fit:
     an infeasible layout is never timed against the others)."""
-    memory = memory_per_rank(req.shape, layout, req.precision)
+    memory = memory_per_rank(req.shape, layout, req.precision, device=req.device)
     fits = memory.total_bytes <= req.memory_limit_bytes
     compute, bubble = _compute_and_bubble(req, layout)
     comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}

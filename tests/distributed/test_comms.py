@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from _workers import TINY_LLAMA, spawn
 
-from scaling.accounting import Shape, model_state_bytes
+from scaling.accounting import FAMILIES, Shape, model_state_bytes
 from scaling.comms import (
     LINKS,
     Cluster,
@@ -187,15 +187,60 @@ def test_params_per_rank() -> None:
     assert params_per_rank(big, 8, 4, stage=1) == pytest.approx(big.params_total / 32, rel=0.01)
 
 
-def test_korthikanti_activations() -> None:
+def test_block_activations_split_over_tensor_and_sequence_parallel_ranks() -> None:
+    """gpt2 in bf16 keeps 36h + 16 + 4a bytes a token (Korthikanti's 34h + 5as for Megatron's block
+    with dropout and math attention): 12h + 16 in the norms' inputs, statistics and 16-bit copies,
+    which stay whole on every tensor rank, and 24h + 4a in attention and the MLP, which split."""
     shape = Shape(n_layer=4, d_model=64, n_head=4, vocab_size=256, context=32)
     s, b, h, a, t = 32, 2, 64, 4, 4
-    sbh = s * b * h
-    assert layer_activation_bytes(shape, b) == sbh * (34 + 5 * a * s / h)
-    assert layer_activation_bytes(shape, b, t) == sbh * (10 + 24 / t + 5 * a * s / (h * t))
-    assert layer_activation_bytes(shape, b, t, True) == sbh * (34 + 5 * a * s / h) / t
-    assert layer_activation_bytes(shape, b, t, True, "selective") == sbh * 34 / t
-    assert layer_activation_bytes(shape, b, 1, False, "full") == 2 * sbh
+    sb = s * b
+    assert layer_activation_bytes(shape, b) == sb * (36 * h + 16 + 4 * a)
+    assert layer_activation_bytes(shape, b, t) == sb * (12 * h + 16 + (24 * h + 4 * a) / t)
+    assert layer_activation_bytes(shape, b, t, True) == sb * (36 * h + 16 + 4 * a) / t
+    assert layer_activation_bytes(shape, b, t, True, "selective") == sb * (36 * h + 16 + 4 * a) / t  # no scores to drop
+    assert layer_activation_bytes(shape, b, 1, False, "full") == 4 * sb * h  # the FP32 residual
+    assert layer_activation_bytes(shape, b, precision="fp32") == sb * (64 * h + 16 + 4 * a)
+    math = layer_activation_bytes(shape, b, attention="math")
+    assert math == sb * (36 * h + 16 + 6 * a * s)
+    assert layer_activation_bytes(shape, b, t, True, "selective", attention="math") == sb * (36 * h + 16) / t
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fused_attention_keeps_no_scores_and_math_attention_does(family: str, precision: str) -> None:
+    """Per token, a block under flash-attn or SDPA keeps the same bytes at any context; under math
+    attention the FP32 softmax (and, in 16 bits, its copy) add (4 + 2) a s, or 4 a s in FP32."""
+    def per_token(context: int, attention: str) -> float:
+        shape = Shape(2, 256, 4, 256, context, family=family)
+        rope = 8 * context * shape.head_dim if family == "llama" else 0  # RoPE's angles, per position
+        return (layer_activation_bytes(shape, 1, precision=precision, attention=attention) - rope) / context  # type: ignore[arg-type]
+
+    assert per_token(2048, "fused") == per_token(256, "fused")
+    scores = 6 if precision == "bf16" else 4
+    assert per_token(2048, "math") - per_token(2048, "fused") == pytest.approx(4 * (scores * 2048 - 4))
+    assert per_token(2048, "math") - per_token(256, "math") == 4 * scores * (2048 - 256)
+
+
+def test_llama_blocks_keep_its_swiglu_its_three_casts_and_narrower_keys_and_values() -> None:
+    """llama in bf16 on CUDA, by hand: norms 4h + 3 x 2h and 4h + 2 x 2h, q and the output 2h each,
+    k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a, RoPE's angles 8 s head_dim; the
+    CPU's RMSNorm keeps its normalized input too (4h per norm); each norm's 1/rms is 4 bytes."""
+    shape = Shape(2, 256, 4, 256, 512, family="llama", n_kv_head=2)
+    h, kv, f, a, s, hd, b = 256, 128, 768, 4, 512, 64, 3
+    cuda = s * b * (10 * h + 8 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 8 * s * hd
+    assert layer_activation_bytes(shape, b) == cuda
+    assert layer_activation_bytes(shape, b, device="cpu") == cuda + s * b * 8 * h
+    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 8 * s * hd
+    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * kv + 16 * f + 4 * a) + 8 * s * hd
+    assert layer_activation_bytes(shape, b, precision="fp32") == fp32
+
+
+def test_memory_model_at_the_issue_shape() -> None:
+    """d 2,048, 16 heads, context 2,048 in bf16: gpt2 keeps 36 sbh a block (Korthikanti counts 114)."""
+    shape = Shape(24, 2048, 16, 50257, 2048)
+    sbh = 2048 * 2048
+    assert layer_activation_bytes(shape, 1) / sbh == pytest.approx(36, abs=0.05)
+    assert layer_activation_bytes(shape, 1, attention="math") / sbh == pytest.approx(36 + 6 * 16, abs=0.05)
 
 
 def test_in_flight_micro_batches() -> None:
@@ -218,13 +263,16 @@ def test_memory_without_tp_pp_is_state_activations_and_buffers_by_hand(strategy:
     layout = ParallelLayout(dp=4, strategy=strategy, micro_batch=3, recompute=recompute)
     est = memory_per_rank(TINY, layout, precision)  # type: ignore[arg-type]
     s, b, h, a, L, v = TINY.context, 3, TINY.d_model, TINY.n_head, TINY.n_layer, TINY.vocab_size
-    layer = s * b * h * (34 + 5 * a * s / h)
-    scale = 2 if precision == "fp32" else 1
-    acts = scale * (L * 2 * s * b * h + layer if recompute == "full" else L * layer) + 8 * s * b * v
+    c = 2 if precision == "bf16" else 4
+    layer = s * b * ((36 if precision == "bf16" else 64) * h + 16 + 4 * a)  # 16: the LayerNorms' mean and 1/std
+    loss = s * b * (4 * h + 8 + c * h + 12 * v)  # the final norm, the logits
+    acts = (L * 4 * s * b * h + layer if recompute == "full" else L * layer) + loss
     state = model_state_bytes(TINY.params_total, precision, strategy, 4)  # type: ignore[arg-type]
     if strategy == "zero2" and precision == "bf16":  # its gathered norms and embeddings are FP32: 2 bytes more
         state = (state[0] + 2 * (TINY.params_embedding + 2 * h + L * 4 * h), *state[1:])
     buffers = fsdp_buffer_bytes(TINY, precision, strategy, 4)  # type: ignore[arg-type]
+    if precision == "bf16" and strategy in ("ddp", "zero1"):  # autocast's copies of the matrices
+        buffers += 2 * (L * 12 * h * h + v * h)
     assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == pytest.approx(state)
     assert est.activations_bytes == pytest.approx(acts) and est.buffers_bytes == pytest.approx(buffers)
     assert est.total_bytes == pytest.approx(1.1 * (sum(state) + acts + buffers))
@@ -240,7 +288,7 @@ def test_memory_with_tp_and_pp() -> None:
         params, "bf16", "zero1", 2
     )
     # 1F1B: p micro-batches of L/p blocks on the first stage, sequence-parallel (/tp).
-    per_layer = 128 * 2 * 256 * (34 + 5 * 8 * 128 / 256) / 2
+    per_layer = 128 * 2 * (36 * 256 + 16 + 4 * 8) / 2
     assert est.activations_bytes == pytest.approx(4 * 2 * per_layer)
     gpipe = memory_per_rank(shape, ParallelLayout(dp=2, tp=2, pp=4, strategy="zero1", micro_batches=8,
                                                   micro_batch=2, sequence_parallel=True, schedule="gpipe"))

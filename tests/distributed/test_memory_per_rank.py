@@ -19,7 +19,7 @@ import torch
 
 from _workers import dp_share, loss_of, spawn, state_bytes
 from scaling.accounting import Shape
-from scaling.comms import TRAINER_SCHEDULES, ParallelLayout, memory_per_rank
+from scaling.comms import TRAINER_SCHEDULES, ParallelLayout, layer_activation_bytes, memory_per_rank
 from scaling.trainer.spec import RunSpec
 
 SHAPE = {"n_layer": 4, "d_model": 128, "n_head": 4, "vocab_size": 256, "context": 64}
@@ -130,3 +130,32 @@ def test_peak_memory_per_rank_is_within_a_quarter_of_the_estimate(tmp_path) -> N
             state = est.weights_bytes + est.gradients_bytes + est.optimizer_bytes
             for rank, got in enumerate(ranks):
                 assert got["state"] == pytest.approx(state, rel=0.01), (name, rank)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_block_keeps_what_the_model_counts(family: str, precision: str) -> None:
+    """What one real block saves for backward (distinct storages, parameters aside) is
+    ``layer_activation_bytes`` on the CPU, plus autocast's 16-bit copies of its matrices."""
+    from scaling.trainer.model import build_model
+
+    extra = {"n_kv_head": 2} if family == "llama" else {}
+    shape = Shape(1, 64, 4, 256, 48, family=family, **extra)
+    model = build_model(shape, 0)
+    block, b = model.blocks[0], 2
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(b, shape.context, shape.d_model, requires_grad=True)  # the FP32 residual stream
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        with torch.autocast("cpu", dtype=dtype, enabled=precision == "bf16"):
+            block(x)
+    copies = 2 * shape.layer_matmul_params if precision == "bf16" else 0
+    expected = layer_activation_bytes(shape, b, precision=precision, device="cpu") + copies  # type: ignore[arg-type]
+    assert sum(saved.values()) == pytest.approx(expected, rel=0.001), (saved, expected)
