@@ -690,6 +690,15 @@ class RunSpec(Recipe):
             raise ValueError("simulate: injected faults need a real training loop")
         return self
 
+    @model_validator(mode="after")
+    def _strategy_placed(self) -> "RunSpec":
+        """After the layout's own checks, so a layout that cannot run is named first."""
+        if self.concrete and self.execution.strategy == "auto" and self.execution.workers > 1:
+            # One worker has nothing to decide (it trains `single`); several get the resolver's layout.
+            raise ValueError("execution.strategy: auto is decided by the resolver (scaling.trainer.resolve.resolve); "
+                             "a run spec on several workers names single, ddp, zero1, zero2 or zero3")
+        return self
+
     @property
     def conventions(self) -> Conventions:
         return Conventions(params=self.params_convention, flops=self.flops_convention)
