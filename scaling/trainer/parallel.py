@@ -51,7 +51,7 @@ def default_mesh(device: torch.device | str) -> "dist.device_mesh.DeviceMesh":
 
 def applied_strategy(spec: Any, dp: int) -> str:
     """The strategy ``spec`` runs over ``dp`` data-parallel ranks: ``single`` on one, else the
-    strategy the resolver placed (`scaling.trainer.resolve`; a RunSpec on several workers never
+    strategy the resolver placed (`scaling.trainer.resolve`; a RunSpec on several data-parallel ranks never
     says ``auto``). Raises :class:`SpecError` for one that cannot run there."""
     if dp == 1:
         return "single"  # one data-parallel rank: nothing to replicate or shard over
@@ -290,7 +290,7 @@ def parallelize(
     spec: the run's :class:`~scaling.trainer.spec.RunSpec`.
     mesh: a ``("pp", "dp", "tp")`` mesh from :func:`scaling.trainer.runtime.build_mesh` (built
         from ``spec.execution`` when None), or a 1-D data-parallel ``DeviceMesh``.
-    strategy: overrides the spec's strategy (the resolver's: a RunSpec on several workers names one).
+    strategy: overrides the spec's strategy (the resolver's: a RunSpec on several data-parallel ranks names one).
     blocks: how to find the FSDP units; defaults to :func:`transformer_blocks`.
     device: this rank's device (default: where the model's parameters are, or the current GPU).
     init: for a model on the meta device, what initializes it once materialized (see

@@ -410,7 +410,7 @@ def _materialize_stages(full: Decoder, modules: list[StageModule], spec: RunSpec
         full.lm_head.weight = full.wte.weight
 
     def init() -> None:
-        init_materialized(full, spec.shape, spec.seed)
+        init_materialized(full, spec.shape, spec.seed, device)  # drawn on the run's device
 
     if not initialize:
         return init  # drawn later only if no checkpoint is loaded over the weights

@@ -693,10 +693,10 @@ class RunSpec(Recipe):
     @model_validator(mode="after")
     def _strategy_placed(self) -> "RunSpec":
         """After the layout's own checks, so a layout that cannot run is named first."""
-        if self.concrete and self.execution.strategy == "auto" and self.execution.workers > 1:
-            # One worker has nothing to decide (it trains `single`); several get the resolver's layout.
+        if self.concrete and self.execution.strategy == "auto" and self.execution.dp > 1:
+            # One data-parallel rank has nothing to decide (it runs `single`); several get the resolver's.
             raise ValueError("execution.strategy: auto is decided by the resolver (scaling.trainer.resolve.resolve); "
-                             "a run spec on several workers names single, ddp, zero1, zero2 or zero3")
+                             "a run spec on several data-parallel ranks names ddp, zero1, zero2 or zero3")
         return self
 
     @property

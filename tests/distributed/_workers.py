@@ -59,7 +59,7 @@ TINY_LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 6
 
 
 def placed_spec(fields: dict[str, Any]) -> Any:
-    """The RunSpec of ``fields``; a multi-worker ``strategy: auto`` is given the resolver's choice with
+    """The RunSpec of ``fields``; ``strategy: auto`` on several data-parallel ranks is given the resolver's choice with
     tp, pp, schedule and micro-batch as stated (:func:`scaling.trainer.resolve.decide_strategy`),
     since a RunSpec names its strategy."""
     from scaling.accounting import GIB, MAX_DEVICE_GIB
@@ -67,9 +67,9 @@ def placed_spec(fields: dict[str, Any]) -> Any:
     from scaling.trainer.spec import RunRequest, RunSpec
 
     execution = fields.get("execution", {})
-    if execution.get("strategy", "auto") == "auto" and execution.get("workers", 1) > 1:
-        request = RunRequest.from_dict(fields)
-        memory = (execution.get("device_memory_gib") or MAX_DEVICE_GIB) * GIB
+    request = RunRequest.from_dict(fields)
+    if request.execution.strategy == "auto" and request.execution.dp > 1:
+        memory = (request.execution.device_memory_gib or MAX_DEVICE_GIB) * GIB
         best = decide_strategy(request, request.execution.workers, memory)
         assert best is not None, "no strategy fits"
         fields = {**fields, "execution": {**execution, "strategy": best.strategy}}
