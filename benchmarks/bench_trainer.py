@@ -5,13 +5,21 @@ file, memory-mapped by both), batch and optimizer (AdamW, clipping at 1.0), each
 process as a user runs it: ``scaling train SPEC --db sqlite:///...`` (database, data check,
 precision, step-0 and final checkpoints, metrics every step, spike checks) against a script that
 imports torch and the model, takes random windows, steps, prints the loss each step, evaluates
-once and saves once (what nanoGPT's ``train.py`` does). The trainer's runs share one database
+once and saves once (what nanoGPT's ``train.py`` does). With ``--nanogpt PATH`` (a checkout of
+karpathy/nanoGPT) nanoGPT's own ``train.py`` runs too, from a copy of its three files in a
+temporary folder (the checkout is only read), on the same bytes split as the plain loop splits
+them (``data/bench/{train,val}.bin``, ``meta.pkl`` naming the vocabulary), at the same shape,
+batch and optimizer, in fp32 without ``compile``, with biases; it evaluates ``eval_iters=1``
+batch of each split at step 0 and at its last step (where it saves), and otherwise differs as
+its model does (exact GELU, split q/k/v, loss inside the model, foreach AdamW on the CPU). Every
+process runs with ``OMP_NUM_THREADS`` set to ``--threads``. The trainer's runs share one database
 (created before the first, as a user's runs share theirs), each in a sweep of its own. Runs alternate, so a drift in machine
 load hits every variant alike; medians of wall time are compared, and two ratios are printed:
 
 - ``scaling train`` in fp32 / the plain loop in fp32 (the trainer's overhead; target <= 1.0);
 - ``scaling train`` with ``precision: auto`` / the plain loop in fp32 (what a user gets: bf16 where
-  the CPU has native bf16 matmuls, which ``auto`` probes for).
+  the CPU has native bf16 matmuls, which ``auto`` probes for);
+- the same two against nanoGPT's ``train.py`` in fp32, with ``--nanogpt``.
 
 One-step runs of the trainer and the loop give the start-up difference, and (long - one-step) /
 (steps - 1) the per-step time of each. ``--in-process`` instead times the trainer's step and the
@@ -19,6 +27,7 @@ plain loop's step alternately inside one process (no start-up, no database).
 
     python benchmarks/bench_trainer.py [--d-model 128 --context 128 --batch 16 --steps 300] [--rounds 5]
     python benchmarks/bench_trainer.py --d-model 512 --context 256 --steps 20 --rounds 3
+    python benchmarks/bench_trainer.py --nanogpt ~/src/nanoGPT [--rounds 5]
 """
 
 from __future__ import annotations
@@ -99,6 +108,38 @@ def write_tokens(path: Path) -> tuple[int, float]:
     return int(corpus.vocab_size or 256), data.val_fraction
 
 
+def nanogpt_folder(checkout: Path, tmp: Path, bin_path: Path, vocab: int, val_fraction: float) -> Path:
+    """A folder to run nanoGPT's ``train.py`` in: its three files copied from ``checkout``, and
+    ``data/bench`` holding the bytes of ``bin_path`` split as the plain loop splits them."""
+    import pickle
+    import shutil
+
+    import numpy as np
+
+    folder = tmp / "nanogpt"
+    (folder / "data" / "bench").mkdir(parents=True)
+    for name in ("train.py", "model.py", "configurator.py"):
+        if not (checkout / name).is_file():
+            raise SystemExit(f"--nanogpt {checkout}: no {name} there (not a nanoGPT checkout)")
+        shutil.copy(checkout / name, folder / name)
+    tokens = np.fromfile(bin_path, dtype=np.uint16)
+    n_train = int(len(tokens) * (1 - val_fraction))
+    tokens[:n_train].tofile(folder / "data" / "bench" / "train.bin")
+    tokens[n_train:].tofile(folder / "data" / "bench" / "val.bin")
+    with open(folder / "data" / "bench" / "meta.pkl", "wb") as fh:  # nanoGPT reads its vocabulary here
+        pickle.dump({"vocab_size": vocab}, fh)
+    return folder
+
+
+def nanogpt_args(args: argparse.Namespace, steps: int, out: Path) -> list[str]:
+    """``train.py``'s overrides for ``steps`` optimizer steps (it runs ``max_iters + 1``)."""
+    last = max(steps - 1, 1)
+    return ["--dataset=bench", "--device=cpu", "--dtype=float32", "--compile=False", f"--n_layer={args.layers}",
+            f"--n_embd={args.d_model}", f"--n_head={args.heads}", f"--block_size={args.context}",
+            f"--batch_size={args.batch}", "--gradient_accumulation_steps=1", f"--max_iters={steps - 1}",
+            f"--eval_interval={last}", "--eval_iters=1", "--bias=True", "--dropout=0.0", f"--out_dir={out}"]
+
+
 def spec_file(path: Path, args: argparse.Namespace, bin_path: Path, precision: str, steps: int) -> Path:
     import yaml
 
@@ -116,10 +157,11 @@ def spec_file(path: Path, args: argparse.Namespace, bin_path: Path, precision: s
     return path
 
 
-def run_once(cmd: list[str]) -> tuple[float, float]:
+def run_once(cmd: list[str], threads: int, cwd: Path | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one process."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     t0, c0 = time.perf_counter(), os.times()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     wall, c1 = time.perf_counter() - t0, os.times()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{proc.stderr[-3000:]}")
@@ -154,6 +196,9 @@ def process_comparison(args: argparse.Namespace) -> None:
     from scaling.db import Store
 
     Store(url).close()
+    nanogpt = None
+    if args.nanogpt is not None:
+        nanogpt = nanogpt_folder(Path(args.nanogpt).expanduser(), tmp, bin_path, vocab, val_fraction)
     variants: dict[str, Any] = {}
     for steps in (1, args.steps):
         for precision in ("fp32", "auto"):
@@ -166,6 +211,9 @@ def process_comparison(args: argparse.Namespace) -> None:
                   "eval_tokens": args.eval_tokens}
         variants[f"plain fp32 x{steps}"] = lambda n, c=config: [sys.executable, __file__, PLAIN, json.dumps(
             {**c, "out": str(tmp / f"run{n}")})]
+        if nanogpt is not None:
+            variants[f"nanogpt fp32 x{steps}"] = lambda n, s=steps: [sys.executable, "train.py"] + nanogpt_args(
+                args, s, tmp / f"run{n}")
     names = list(variants)
     walls: dict[str, list[float]] = {k: [] for k in names}
     cpus: dict[str, list[float]] = {k: [] for k in names}
@@ -177,7 +225,7 @@ def process_comparison(args: argparse.Namespace) -> None:
         for name in order:
             n += 1
             (tmp / f"run{n}").mkdir()
-            wall, cpu = run_once(variants[name](n))
+            wall, cpu = run_once(variants[name](n), args.threads, nanogpt if name.startswith("nanogpt") else None)
             walls[name].append(wall)
             cpus[name].append(cpu)
         print(f"round {r + 1} (load {load_average()}): "
@@ -188,20 +236,24 @@ def process_comparison(args: argparse.Namespace) -> None:
 
 
 def ratios(label: str, med: dict[str, float], steps: int) -> None:
-    """The ratios and the start-up and per-step split, from medians of ``label`` (CPU or wall) seconds."""
+    """The ratios and the start-up and per-step split, from medians of ``label`` (CPU or wall) seconds,
+    against the plain loop and, where it ran, nanoGPT's ``train.py``."""
     long, one = f"x{steps}", "x1"
     print(f"\nmedian {label} s: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
-    fp32 = med[f"trainer fp32 {long}"] / med[f"plain fp32 {long}"]
-    auto = med[f"trainer auto {long}"] / med[f"plain fp32 {long}"]
-    print(f"{label}: ratio scaling train fp32 / plain fp32 = {fp32:.3f} (target <= 1.0)")
-    print(f"{label}: ratio scaling train auto / plain fp32 = {auto:.3f} (auto's gain kept where < 1)")
-    if steps > 1:
-        start = med[f"trainer fp32 {one}"] - med[f"plain fp32 {one}"]
-        per_t = (med[f"trainer fp32 {long}"] - med[f"trainer fp32 {one}"]) / (steps - 1)
-        per_p = (med[f"plain fp32 {long}"] - med[f"plain fp32 {one}"]) / (steps - 1)
-        print(f"{label}: one-step run: trainer {med[f'trainer fp32 {one}']:.2f}s, plain {med[f'plain fp32 {one}']:.2f}s "
-              f"(start-up difference {start:+.2f}s); per step: trainer {1e3 * per_t:.1f} ms, plain {1e3 * per_p:.1f} ms "
-              f"(ratio {per_t / per_p:.3f})")
+    for base in ("plain", "nanogpt"):
+        if f"{base} fp32 {long}" not in med:
+            continue
+        fp32 = med[f"trainer fp32 {long}"] / med[f"{base} fp32 {long}"]
+        auto = med[f"trainer auto {long}"] / med[f"{base} fp32 {long}"]
+        print(f"{label}: ratio scaling train fp32 / {base} fp32 = {fp32:.3f} (target <= 1.0)")
+        print(f"{label}: ratio scaling train auto / {base} fp32 = {auto:.3f} (auto's gain kept where < 1)")
+        if steps > 1:
+            start = med[f"trainer fp32 {one}"] - med[f"{base} fp32 {one}"]
+            per_t = (med[f"trainer fp32 {long}"] - med[f"trainer fp32 {one}"]) / (steps - 1)
+            per_b = (med[f"{base} fp32 {long}"] - med[f"{base} fp32 {one}"]) / (steps - 1)
+            print(f"{label}: one-step run: trainer {med[f'trainer fp32 {one}']:.2f}s, {base} {med[f'{base} fp32 {one}']:.2f}s "
+                  f"(start-up difference {start:+.2f}s, target <= +0.5s); per step: trainer {1e3 * per_t:.1f} ms, "
+                  f"{base} {1e3 * per_b:.1f} ms (ratio {per_t / per_b:.3f})")
 
 
 def cpu_has_bf16() -> bool:
@@ -297,6 +349,7 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens of the one evaluation")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--nanogpt", metavar="PATH", help="a nanoGPT checkout: time its train.py too (the checkout is only read)")
     ap.add_argument("--in-process", action="store_true", help="time steps inside one process instead")
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="--in-process only")
     args = ap.parse_args()

@@ -33,12 +33,12 @@ def _data_of(file: Path) -> "DataSpec":
     from scaling import safe_yaml
     from scaling.errors import SpecError
     from scaling.orchestrator.plan import load_plan
-    from scaling.trainer.spec import RunSpec
+    from scaling.trainer.spec import RunRequest
 
     parsed, _ = safe_yaml.parse(safe_yaml.read_text(file, SpecError, "plan"), str(file), SpecError)
     if isinstance(parsed, dict) and "grid" in parsed:
         return load_plan(file)[0].data
-    return RunSpec.from_yaml(file).data
+    return RunRequest.from_yaml(file).data  # a spec file may leave precision and layout to the resolver
 
 
 def _option_error(exc: "ValidationError") -> str:

@@ -97,7 +97,7 @@ def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True)
         return build_pipeline(spec, rt, initialize=initialize)
 
     def init(model: torch.nn.Module) -> None:
-        init_materialized(model, spec.shape, spec.seed)
+        init_materialized(model, spec.shape, spec.seed, rt.device)  # drawn on the run's device
 
     if rt.distributed:  # built on the meta device, sharded, then materialized: no rank holds it all
         from scaling.trainer.parallel import parallelize
@@ -105,7 +105,7 @@ def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True)
         par: Any = parallelize(build_meta_model(spec.shape), spec, None, device=rt.device,
                                init=init if initialize else _later)
     elif initialize:
-        par = Single(build_model(spec.shape, spec.seed).to(rt.device))
+        par = Single(build_model(spec.shape, spec.seed, rt.device))
     else:
         model = build_meta_model(spec.shape)
         materialize(model, rt.device)

@@ -15,9 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scaling.accounting import GIB
-from scaling.errors import ResourceError, SpecError
-from scaling.trainer.probe import device_memory_bytes
+from scaling.errors import SpecError
 from scaling.trainer.runtime import build_mesh
 
 STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
@@ -44,35 +42,19 @@ def default_backend(device: torch.device | str, cpu_offload: bool = False) -> st
     return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
 
 
-def resolve_strategy(spec: Any, world_size: int, device: torch.device | str = "cpu") -> str:
-    """The concrete strategy for ``spec`` on ``world_size`` workers.
-
-    ``single`` on one data-parallel rank; ``auto`` takes the layout search's fastest strategy that
-    fits this device (`scaling.trainer.resolve.decide_strategy`), or raises
-    :class:`ResourceError` when none does.
-    """
-    strategy = spec.execution.strategy
-    tp, pp = spec.execution.tp, spec.execution.pp
-    dp = world_size // (tp * pp)
+def applied_strategy(spec: Any, dp: int) -> str:
+    """The strategy ``spec`` runs over ``dp`` data-parallel ranks: ``single`` on one, else the
+    strategy the resolver placed (`scaling.trainer.resolve`; a RunSpec on several data-parallel ranks never
+    says ``auto``). Raises :class:`SpecError` for one that cannot run there."""
     if dp == 1:
         return "single"  # one data-parallel rank: nothing to replicate or shard over
-    if strategy == "single":
-        raise SpecError(f"execution.strategy: 'single' cannot run on {dp} data-parallel workers")
-    if strategy != "auto":
-        problem = tp_strategy_problem(strategy, tp, dp)
-        if problem:
-            raise SpecError(f"execution.strategy: {problem}")
-        return strategy
-    from scaling.trainer.resolve import decide_strategy  # the planner's search: one home for `auto`
-
-    budget = device_memory_bytes(spec, torch.device(device))
-    best = decide_strategy(spec, world_size, budget)
-    if best is None:
-        raise ResourceError(
-            f"model of {spec.shape.params_total:,} parameters does not fit {budget / GIB:.1f} GiB per worker with "
-            f"dp={dp}, tp={tp}, pp={pp} under any strategy (see scaling.comms.memory_per_rank)"
-        )
-    return best.strategy
+    name = spec.execution.strategy
+    if name not in STRATEGIES:
+        raise SpecError(f"execution.strategy: {name!r} is not a multi-worker strategy (use one of {STRATEGIES})")
+    problem = tp_strategy_problem(name, spec.execution.tp, dp)
+    if problem:
+        raise SpecError(f"execution.strategy: {problem}")
+    return name
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
@@ -301,7 +283,7 @@ def parallelize(
     spec: the run's :class:`~scaling.trainer.spec.RunSpec`.
     mesh: a ``("pp", "dp", "tp")`` mesh from :func:`scaling.trainer.runtime.build_mesh` (built
         from ``spec.execution`` when None), or a 1-D data-parallel ``DeviceMesh``.
-    strategy: overrides the spec's (already resolved) strategy; ``auto`` is resolved here.
+    strategy: overrides the spec's strategy (the resolver's: a RunSpec on several data-parallel ranks names one).
     blocks: how to find the FSDP units; defaults to :func:`transformer_blocks`.
     device: this rank's device (default: where the model's parameters are, or the current GPU).
     init: for a model on the meta device, what initializes it once materialized (see
@@ -334,17 +316,10 @@ def parallelize(
         mesh = build_mesh(device.type, world, tp, spec.execution.pp)
     dp_mesh, tp_mesh = _sub_meshes(mesh)
     dp = dp_mesh.size()
-    name = strategy or spec.execution.strategy
-    if dp == 1:
-        name = "single"  # one data-parallel rank: nothing to replicate or shard over
-    elif name == "auto":
-        name = resolve_strategy(spec, world, device)
-    if dp > 1 and name not in STRATEGIES:
-        raise SpecError(f"execution.strategy: {name!r} is not a multi-worker strategy (use one of {STRATEGIES})")
-    problem = tp_strategy_problem(name, tp, dp)
-    if problem:
-        raise SpecError(f"execution.strategy: {problem}")
-    if spec.execution.cpu_offload and name not in FSDP_STRATEGIES:  # auto chose a strategy that cannot offload
+    if strategy is not None:
+        spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
+    name = applied_strategy(spec, dp)
+    if spec.execution.cpu_offload and name not in FSDP_STRATEGIES:
         from scaling.trainer.spec import offload_problem
 
         raise SpecError(offload_problem(True, name, dp, spec.execution.pp) or "")

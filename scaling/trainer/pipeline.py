@@ -411,7 +411,7 @@ def _materialize_stages(full: Decoder, modules: list[StageModule], spec: RunSpec
         full.lm_head.weight = full.wte.weight
 
     def init() -> None:
-        init_materialized(full, spec.shape, spec.seed)
+        init_materialized(full, spec.shape, spec.seed, device)  # drawn on the run's device
 
     if not initialize:
         return init  # drawn later only if no checkpoint is loaded over the weights
@@ -447,11 +447,9 @@ def build_pipeline(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Pi
 
         apply_tensor_parallel(full, mesh["tp"], [b for m in modules for b in m.blocks.values()])
 
-    strategy = "single"
-    if dp > 1:
-        from scaling.trainer.parallel import resolve_strategy
+    from scaling.trainer.parallel import applied_strategy
 
-        strategy = resolve_strategy(spec, rt.world_size, rt.device)  # refuses 'single' on dp > 1
+    strategy = applied_strategy(spec, dp)  # the resolver's; refuses 'single' on dp > 1
     dp_mesh = mesh["dp"]
     if strategy in ("zero2", "zero3"):
         for m in modules:

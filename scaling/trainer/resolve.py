@@ -5,7 +5,7 @@ the precision (:func:`decide_precision`), the layout (strategy, tp, pp, pipeline
 micro-batch: :func:`decide_layout`, the search of :mod:`scaling.layout`), the data's fingerprint
 and the tokenizer's vocabulary (:func:`decide_data`) and the rate a worker
 computes at (:func:`worker_rate`). :func:`resolve` applies them to one request; the sweep's
-expansion, ``scaling train`` and the trainer's strategy all go through these functions, and
+expansion and ``scaling train`` go through these functions (the trainer applies the layout it is given), and
 ``scaling.trainer.train`` refuses a request (:func:`unresolved_problem`).
 
 Probing the machine is this module's job: torch is imported only where a probe runs, so a caller
@@ -287,8 +287,8 @@ def decide_strategy(spec: RunSpec, workers: int, memory_bytes: float) -> Optiona
     """The data-parallel strategy of ``spec`` on ``workers`` ranks of ``memory_bytes`` each, its
     tp, pp, schedule and micro-batch as given: the layout search's fastest that fits, or None.
 
-    The trainer's ``auto`` (a spec trained without the planner) asks this, so a run gets the
-    strategy the planner would give it; nothing is probed (the ranking needs no absolute rate).
+    For a caller that fixes the rest of the layout itself (the trainer applies the strategy a
+    RunSpec names and decides none); nothing is probed (the ranking needs no absolute rate).
     """
     ex = spec.execution
     request = replace(layout_request(spec, OFFLINE), workers=workers, memory_limit_bytes=memory_bytes,

@@ -719,6 +719,15 @@ class RunSpec(Recipe):
             raise ValueError("simulate: injected faults need a real training loop")
         return self
 
+    @model_validator(mode="after")
+    def _strategy_placed(self) -> "RunSpec":
+        """After the layout's own checks, so a layout that cannot run is named first."""
+        if self.concrete and self.execution.strategy == "auto" and self.execution.dp > 1:
+            # One data-parallel rank has nothing to decide (it runs `single`); several get the resolver's.
+            raise ValueError("execution.strategy: auto is decided by the resolver (scaling.trainer.resolve.resolve); "
+                             "a run spec on several data-parallel ranks names ddp, zero1, zero2 or zero3")
+        return self
+
     @property
     def conventions(self) -> Conventions:
         return Conventions(params=self.params_convention, flops=self.flops_convention)

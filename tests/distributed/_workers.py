@@ -58,10 +58,26 @@ TINY_LLAMA = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn": 6
               "family": "llama", "qk_norm": True}
 
 
-def tiny_spec(strategy: str = "ddp", precision: str = "fp32", model: Any = None, **execution: Any) -> Any:
-    from scaling.trainer.spec import RunSpec
+def placed_spec(fields: dict[str, Any]) -> Any:
+    """The RunSpec of ``fields``; ``strategy: auto`` on several data-parallel ranks is given the resolver's choice with
+    tp, pp, schedule and micro-batch as stated (:func:`scaling.trainer.resolve.decide_strategy`),
+    since a RunSpec names its strategy."""
+    from scaling.accounting import GIB, MAX_DEVICE_GIB
+    from scaling.trainer.resolve import decide_strategy
+    from scaling.trainer.spec import RunRequest, RunSpec
 
-    return RunSpec.from_dict(
+    execution = fields.get("execution", {})
+    request = RunRequest.from_dict(fields)
+    if request.execution.strategy == "auto" and request.execution.dp > 1:
+        memory = (request.execution.device_memory_gib or MAX_DEVICE_GIB) * GIB
+        best = decide_strategy(request, request.execution.workers, memory)
+        assert best is not None, "no strategy fits"
+        fields = {**fields, "execution": {**execution, "strategy": best.strategy}}
+    return RunSpec.from_dict(fields)
+
+
+def tiny_spec(strategy: str = "ddp", precision: str = "fp32", model: Any = None, **execution: Any) -> Any:
+    return placed_spec(
         {
             "model": model or {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 256, "context": 16},
             "tokens": 64 * 10,
@@ -177,12 +193,10 @@ def forward_dtypes_worker(rank: int, world: int, strategies: list[str],
 def run_spec(strategy: str, precision: str = "fp32", workers: int = 2, **over: Any) -> Any:
     """A tiny run of ten steps that reports after every step (eval_interval 1); tasks are scored
     only where ``evals`` asks (test_evals_ranks)."""
-    from scaling.trainer.spec import RunSpec
-
     over.setdefault("evals", {"next_line": False})
     execution = {"workers": workers, "strategy": strategy, "threads": 1, "eval_interval": 1,
                  "checkpoint_interval": 100, **over.pop("execution", {})}
-    return RunSpec.from_dict(
+    return placed_spec(
         {
             "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32},
             "tokens": 32 * 8 * 10,

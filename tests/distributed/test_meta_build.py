@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from _workers import build_model, meta_build_worker, spawn, tiny_spec
+from _workers import build_model, meta_build_worker, placed_spec, spawn, tiny_spec
 from scaling.trainer.spec import RunSpec
 
 
@@ -34,7 +34,7 @@ PIPE_MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "vocab_size": 256, "cont
 
 
 def pipe_spec(workers: int, schedule: str = "1f1b", strategy: str = "auto", **execution: Any) -> RunSpec:
-    return RunSpec.from_dict({
+    return placed_spec({
         "model": PIPE_MODEL, "tokens": 16 * 8 * 10, "batch_tokens": 16 * 8, "precision": "fp32",
         "execution": {"workers": workers, "pp": 2, "pp_schedule": schedule, "strategy": strategy,
                       "micro_batch_size": 2, **execution},

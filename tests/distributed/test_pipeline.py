@@ -19,6 +19,7 @@ from _workers import (
     dp_share,
     global_batch,
     loss_of,
+    placed_spec,
     spawn,
     state_bytes,
     sweep_one_parallel_run,
@@ -61,7 +62,7 @@ def spec(workers: int = 1, pp: int = 1, schedule: str = "1f1b", strategy: str = 
          model: dict = MODEL, **execution: Any) -> RunSpec:
     """A ten-step run of 8 sequences per batch that reports after every step (tasks are not scored:
     test_evals_ranks does that)."""
-    return RunSpec.from_dict({
+    return placed_spec({
         "model": model,
         "tokens": 32 * 8 * 10,
         "batch_tokens": 32 * 8,

@@ -76,3 +76,25 @@ def test_fp16_overflow_is_skipped_on_the_device(tmp_path: Path, monkeypatch: pyt
 
     result = Trainer(_spec(precision="fp16", faults={"overflow_steps": [5]}), None, tmp_path).fit()
     assert result.status == "completed" and result.overflow_skips == 1
+
+
+def test_a_gpu_run_draws_its_weights_on_the_gpu() -> None:
+    """The single process and the meta-device build (what sharded ranks replay) draw the seed's
+    weights on the GPU alike; none passes through the CPU's generator, which is left as it was."""
+    from scaling.trainer.loop import build_parallel_model
+    from scaling.trainer.model import build_model
+    from scaling.trainer.runtime import Runtime
+
+    spec = _spec(precision="bf16")
+    cpu_state = torch.random.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state()
+    single = build_model(spec.shape, spec.seed, "cuda")
+    par = build_parallel_model(spec, Runtime.current("cuda"), initialize=False)
+    par.init_weights()
+    assert torch.equal(torch.random.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), cuda_state)
+    on_cpu = build_model(spec.shape, spec.seed)
+    for name, p in single.named_parameters():
+        assert p.device.type == "cuda", name
+        assert torch.equal(p, par.model.get_parameter(name)), name
+    assert not torch.equal(single.wte.weight.cpu(), on_cpu.wte.weight)  # the GPU's own numbers
+    assert single.lm_head.weight is single.wte.weight

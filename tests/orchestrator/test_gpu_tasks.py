@@ -39,7 +39,7 @@ def test_a_multi_worker_run_takes_exactly_one_gpu_per_worker(gpus: float) -> Non
     with pytest.raises((SpecError, ValueError), match=rf"gpus_per_worker: a multi-worker run takes exactly 1 GPU per worker, not {gpus:g}"):
         RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": gpus}})
     RunSpec.from_dict({**base, "execution": {"workers": 1, "gpus_per_worker": gpus}})  # one process: packing is fine
-    RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1}})
+    RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1, "strategy": "ddp"}})
 
 
 def test_cuda_with_no_gpu_reserved_is_refused_where_ray_reserves() -> None:
@@ -54,7 +54,7 @@ def test_cuda_with_no_gpu_reserved_is_refused_where_ray_reserves() -> None:
     single = RunSpec.from_dict({**base, "execution": {"device": "cuda"}})  # `scaling train` runs it in place
     with pytest.raises(SpecError, match="reserves no GPU"):
         train_single(single.model_dump_json(), "", "/nonexistent", 1, "s")
-    placed = scaling_config(RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1}}))
+    placed = scaling_config(RunSpec.from_dict({**base, "execution": {"workers": 2, "gpus_per_worker": 1, "strategy": "ddp"}}))
     assert placed.use_gpu and placed.resources_per_worker == {"CPU": 1, "GPU": 1}
 
 

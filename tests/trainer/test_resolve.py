@@ -44,8 +44,9 @@ def test_a_request_waits_for_its_layout_which_the_resolver_picks() -> None:
 
 
 def test_the_trainer_strategy_is_the_resolvers() -> None:
-    """``strategy: auto`` at train time asks the same search as the planner: one decision."""
-    from scaling.trainer.parallel import resolve_strategy
+    """The layout is decided once, by the resolver: the trainer applies the strategy it places, and
+    a RunSpec on several data-parallel ranks cannot leave it as ``auto``."""
+    from scaling.trainer.parallel import applied_strategy
 
     fields = {"model": {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024}, "precision": "bf16",
               "tokens": 1024 * 8 * 10, "batch_tokens": 1024 * 8}
@@ -54,9 +55,10 @@ def test_the_trainer_strategy_is_the_resolvers() -> None:
         execution = {"workers": 4, "device_memory_gib": gib, "micro_batch_size": 1, "tp": 1, "pp": 1,
                      "pp_schedule": "1f1b", "device": "cpu"}
         planned = resolve(RunRequest.from_dict({**fields, "execution": execution}), OFFLINE).spec
-        trained = resolve_strategy(RunSpec.from_dict({**fields, "execution": {**execution, "strategy": "auto"}}), 4)
-        assert planned.execution.strategy == trained
-        seen.add(trained)
+        assert applied_strategy(planned, planned.execution.dp) == planned.execution.strategy
+        seen.add(planned.execution.strategy)
+        with pytest.raises(SpecError, match="auto is decided by the resolver"):
+            RunSpec.from_dict({**fields, "execution": {**execution, "strategy": "auto"}})
     assert len(seen) > 1
 
 
