@@ -103,19 +103,22 @@ def _law_view(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def snapshot(url: str, sweep: str, plan: dict[str, Any], folder: Path, n_bootstrap: int = 20) -> dict[str, Any]:
+#: Bootstrap replicates of every fit of the golden sweep (few: the comparison is about what is said).
+BOOTSTRAP = 20
+
+
+def snapshot(url: str, sweep: str, plan: dict[str, Any], folder: Path, n_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
     """The sweep's fits (loss laws, hyperparameter laws, task laws), recommendation, closing answer
     and report text, rounded, as one JSON-ready dict."""
     from scaling.fitting import fit_sweep, recommend
     from scaling.fitting.brief import brief
-    from scaling.fitting.tasks import fit_tasks_sweep
     from scaling.orchestrator.expand import size_run
     from scaling.reports import write_report
 
-    summary = fit_sweep(url, sweep, n_bootstrap=n_bootstrap)
-    tasks = fit_tasks_sweep(url, sweep, n_bootstrap=n_bootstrap, grid="coarse")
-    rec = recommend(summary=summary, tasks=tasks, plan=plan, size_run=size_run, next_runs=False)
-    report = write_report(url, sweep, str(folder / "report.html"), fit="stored")
+    summary = fit_sweep(url, sweep, n_bootstrap=n_bootstrap)  # the sweep's fits, once: loss, hparams, tasks
+    tasks = summary.tasks
+    rec = recommend(summary=summary, plan=plan, size_run=size_run, next_runs=False)
+    report = write_report(url, sweep, str(folder / "report.html"), sweep_fit=summary)
     fits = summary.to_dict()
     task_laws = tasks.to_dict()
     return rounded({

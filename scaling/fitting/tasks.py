@@ -31,6 +31,7 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
+from scaling.fitting.doubts import Doubt, DoubtKind
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.parametric import RECIPES, ChinchillaParametric
@@ -162,13 +163,13 @@ class TaskLaw:
     def loss_label(self) -> str:
         return "task bits per byte" if self.loss_source == "bpb" else "loss"
 
-    def doubts(self, form: str) -> list[str]:
-        """What says this chain cannot be trusted: step 1's doubts, then the form's."""
-        out = [f"step 1 (task loss from N, D): {d}" for d in self.step1.doubts()]
+    def doubts(self, form: str) -> list[Doubt]:
+        """What says this chain cannot be trusted: step 1's doubts, then the form's (each of its kind)."""
+        out = [Doubt(d.kind, f"step 1 (task loss from N, D): {d}") for d in self.step1.doubts()]
         curve = self.curves.get(form)
         if curve is None:
-            return out + [f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}"]
-        return out + [f"step 2 ({curve.label}): {d}" for d in curve.doubts()]
+            return out + [Doubt(DoubtKind.NOT_FITTED, f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}")]
+        return out + [Doubt(d.kind, f"step 2 ({curve.label}): {d}") for d in curve.doubts()]
 
     def reliable(self, form: str = FORMS[0]) -> bool:
         return not self.doubts(form)
@@ -365,7 +366,7 @@ class TaskFits:
         from rich.console import Console
         from rich.table import Table
 
-        from scaling.fitting.api import interval_text, se_text
+        from scaling.fmt import interval_text, se_text
         from scaling.fmt import num
 
         buf = io.StringIO()
@@ -376,10 +377,10 @@ class TaskFits:
             for col in ("step", "parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col in ("step", "parameter") else "right")
             for name, iv in law.step1.reported_intervals().items():
-                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
             for form, curve in law.curves.items():
                 for name, iv in curve.reported_intervals().items():
-                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
             con.print(t)
             bt = law.backtest or {}
             if bt.get("error"):
@@ -483,8 +484,7 @@ def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tup
 
 def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
     """Text lines of each task's predicted accuracy with its 95% interval (or why it has none)."""
-    from scaling.fitting.api import interval_text
-    from scaling.fmt import num
+    from scaling.fmt import interval_text, num
 
     if not predictions:
         return []
@@ -500,6 +500,6 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
                     out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
                     continue
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
-                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv)}{why}")  # as the bounds
+                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv, 4, value=False)}{why}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))
     return out
