@@ -90,7 +90,7 @@ class ReportData:
             data.notes.append("The sweep has no runs yet.")
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
-            data.fits, data.fit_dicts, fit_notes = ordered_fits(dict(sweep_fit.laws), summary_notes(sweep_fit))
+            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit))
         else:
             made: dict[str, Any] = {}
             data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits,
@@ -225,15 +225,15 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
     if not laws:  # nothing fitted now: show what is stored, saying so
         laws, dicts = stored_fits(results, sweep)
         if made is not None and fit == "stored":
-            made["sweep_fit"] = stored_sweep_fit(results, sweep, laws)
+            made["sweep_fit"] = _stored_sweep_fit(results, sweep, laws)
         if laws and fit != "stored":
             notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
-    return ordered_fits(laws, notes, dicts)
+    return _ordered_fits(laws, notes, dicts)
 
 
-def ordered_fits(laws: dict[str, Law], notes: list[str],
+def _ordered_fits(laws: dict[str, Law], notes: list[str],
                  dicts: dict[str, dict] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
     """The laws in report order, with a note for each kind not fitted and each law's doubts."""
     notes = list(notes)
@@ -249,7 +249,7 @@ def ordered_fits(laws: dict[str, Law], notes: list[str],
     return ordered, dicts, notes
 
 
-def stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
+def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
     """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
     (None where none is stored or it cannot be read: the report then fits its own)."""
     from scaling.fitting.api import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
@@ -291,10 +291,10 @@ def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple
     except UserError as exc:
         return {}, [f"No law could be fitted: {_one_line(exc)}"]
     made["sweep_fit"] = summary
-    return dict(summary.laws), summary_notes(summary)
+    return dict(summary.laws), _summary_notes(summary)
 
 
-def summary_notes(summary: Any) -> list[str]:
+def _summary_notes(summary: Any) -> list[str]:
     """A sweep fit's notes and the laws it could not fit, as the report lists them."""
     notes = [str(n) for n in summary.notes]
     return notes + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
