@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from scaling.fmt import Interval
+
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     import pandas as pd
 
@@ -27,43 +29,8 @@ __all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "report", "h
            "Estimate", "FittedLaw", "Fit", "Advice", "HparamGroup", "Hparams", "Tasks", "TaskPrediction"]
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A fitted or predicted quantity: its value, 95% bounds and SE where they are honest, else why not."""
-
-    value: float
-    lo: Optional[float] = None
-    hi: Optional[float] = None
-    se: Optional[float] = None
-    #: Why no interval is given (a pinned parameter, a biased bootstrap, an unreliable law...), else None.
-    withheld: Optional[str] = None
-
-    @classmethod
-    def from_interval(cls, iv: dict[str, Any]) -> "Estimate":
-        """From the fitting layer's interval dict (``value``, ``lo``, ``hi``, ``se``, ``kind``)."""
-        def finite(x: Any) -> Optional[float]:
-            return float(x) if x is not None and math.isfinite(float(x)) else None
-
-        kind = iv.get("kind")
-        lo, hi = finite(iv.get("lo")), finite(iv.get("hi"))
-        withheld = None
-        if kind in ("pinned", "biased", "no spread", "unreliable") or lo is None or hi is None:
-            from scaling.fitting.api import interval_text
-
-            withheld = iv.get("note") or (interval_text(iv) if kind else "no interval")
-            lo = hi = None
-        return cls(float(iv["value"]), lo, hi, None if withheld else finite(iv.get("se")), withheld)
-
-    @property
-    def interval(self) -> Optional[tuple[float, float]]:
-        return None if self.lo is None or self.hi is None else (self.lo, self.hi)
-
-    def __str__(self) -> str:
-        from scaling.fmt import num
-
-        if self.interval is None:
-            return f"{num(self.value, 4, '-')} ({self.withheld})" if self.withheld else num(self.value, 4, "-")
-        return f"{num(self.value, 4, '-')} [{num(self.lo, 4, '-')}, {num(self.hi, 4, '-')}]"
+#: A fitted or predicted quantity: value, 95% bounds and SE where honest, else why not (one type with the fits').
+Estimate = Interval
 
 
 @dataclass(frozen=True)
@@ -318,7 +285,7 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
     from scaling.fitting import fit_csv, fit_sweep
 
     summary = fit_csv(csv, law, bootstrap, seed) if csv is not None else \
-        fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed)
+        fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed, tasks=False)
     return _typed_fit(summary)
 
 
@@ -459,7 +426,9 @@ def _typed_advice(rec: "Recommendation") -> Advice:
 
 def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
     """An unreliable law's interval measures nothing the data determine: its value only."""
-    return {**iv, "kind": "unreliable"} if unreliable else iv
+    from scaling.fitting.intervals import withheld
+
+    return withheld(iv, "the law is flagged unreliable") if unreliable else iv
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""How numbers and user text are written in what the platform shows (reports, tables).
+"""How numbers and user text are written in what the platform shows (reports, tables), and the one
+way a value with its 95% interval (or why it has none) is written (:class:`Interval`).
 
 A torch-free leaf: imports nothing of ours, so the reports, the fitting tables and the CLI can
 all use it.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 #: what a missing or non-finite number is shown as
 MISSING = "–"
@@ -51,3 +53,112 @@ def size(x: Any, digits: int = 3, missing: str = MISSING) -> str:
         return f"{v:.0f}{suffix}"
     text = f"{v:#.{digits}g}" if suffix else f"{v:.{digits}g}"
     return text.rstrip(".") + suffix
+
+
+#: What stands in place of an interval of each kind that has none, in a few words.
+NO_INTERVAL = {"biased": "bootstrap biased", "no spread": "replicates do not vary", "unreliable": "unreliable"}
+
+
+def _finite(x: Any) -> Optional[float]:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A fitted or predicted quantity: its value, 95% bounds and SE where they are honest, else why not.
+
+    ``kind`` is the summary's claim (``percentile`` with bounds; ``pinned``, ``biased``, ``no
+    spread``, ``unreliable`` without), ``withheld`` the reason there are no bounds (None with them).
+    """
+
+    value: float
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    se: Optional[float] = None
+    #: Why no interval is given (a pinned parameter, a biased bootstrap, an unreliable law...), else None.
+    withheld: Optional[str] = None
+    kind: str = "none"
+    #: What the bounds are pinned at (kind ``pinned``).
+    pinned: Optional[str] = None
+    #: Why the bounds are wider than the bootstrap's (extrapolation), else None.
+    widened: Optional[str] = None
+
+    @classmethod
+    def of(cls, iv: "dict[str, Any] | Interval") -> "Interval":
+        """The typed view of a summary dict (``value``, ``lo``, ``hi``, ``se``, ``kind``, ``note``...)."""
+        if isinstance(iv, Interval):
+            return iv
+        kind = str(iv.get("kind") or "none")
+        lo, hi = _finite(iv.get("lo")), _finite(iv.get("hi"))
+        value = _finite(iv.get("value"))
+        withheld = None
+        if kind in NO_INTERVAL or kind == "pinned" or lo is None or hi is None:
+            withheld = iv.get("note") or (cls._reason(kind, iv.get("pinned"), iv.get("quantile"))
+                                          if kind != "none" and kind != "percentile" else "no interval")
+            lo = hi = None
+        return cls(math.nan if value is None else value, lo, hi, None if withheld else _finite(iv.get("se")),
+                   withheld, kind, iv.get("pinned"), iv.get("widened") or None)
+
+    #: The notebook API's name for :meth:`of`.
+    from_interval = of
+
+    @staticmethod
+    def _reason(kind: str, pinned: Any = None, quantile: Any = None) -> str:
+        if kind == "pinned":
+            return f"pinned: {pinned}"
+        if kind == "biased" and _finite(quantile) is not None:
+            return f"bootstrap biased (estimate at the {100 * float(quantile):.3g}% point of its replicates)"
+        return NO_INTERVAL.get(kind, "")
+
+    @property
+    def interval(self) -> Optional[tuple[float, float]]:
+        return None if self.lo is None or self.hi is None else (self.lo, self.hi)
+
+    def bounds_text(self, digits: int = 3, fmt: Callable[..., str] = num, *, mark: bool = False) -> str:
+        """What follows the value: ``[lo, hi]``, ``pinned: ...``, ``no interval: why`` or ``no interval``."""
+        if self.interval is not None:
+            return f"[{fmt(self.lo, digits)}, {fmt(self.hi, digits)}]" + ("*" if mark and self.widened else "")
+        short = self._reason(self.kind, self.pinned)
+        if self.kind == "pinned":
+            return short
+        return f"no interval: {short}" if short else "no interval"
+
+    def text(self, digits: int = 3, fmt: Callable[..., str] = num, *, value: bool = True, html_: bool = False,
+             mark: bool = False) -> str:
+        """The one way an interval is written: ``value [lo, hi]``, ``value (pinned: ...)``, ``value (no
+        interval: why)`` or ``value (no interval)``. ``value=False``: the bounds part alone (a table's
+        interval column; '-' for no interval and no reason); ``html_``: the bounds in a ``<span
+        class="ci">``; ``mark``: a ``*`` on bounds widened for extrapolation; ``fmt(x, digits)`` writes
+        each number. A value that is no number is '-', and says nothing more."""
+        if _finite(self.value) is None:
+            return "-"
+        v = fmt(self.value, digits)
+        bounds = self.bounds_text(digits, fmt, mark=mark)
+        if not value:
+            return "-" if bounds == "no interval" else bounds
+        if self.interval is None:
+            bounds = f"({bounds})"
+        if html_:
+            bounds = f'<span class="ci">{html.escape(bounds, quote=False)}</span>'
+        return f"{v} {bounds}"
+
+    def __str__(self) -> str:
+        return self.text(4)
+
+
+def interval_text(iv: "dict[str, Any] | Interval | None", digits: int = 3, fmt: Callable[..., str] = num,
+                  **how: Any) -> str:
+    """:meth:`Interval.text` of a summary dict ('-' for none)."""
+    return "-" if iv is None else Interval.of(iv).text(digits, fmt, **how)
+
+
+def se_text(iv: "dict[str, Any]") -> str:
+    """The SE cell of a summary: on the fitted scale (``(ln)`` for a log-fitted quantity); '-' where none is honest."""
+    se_log = _finite(iv.get("se_log"))
+    if se_log is not None:
+        return f"{se_log:.3g} (ln)"
+    return num(iv.get("se"), 4, "-")

@@ -89,10 +89,7 @@ def print_table(result: Any, json_path: Optional[Path] = None) -> None:
     from scaling.fmt import num
     from scaling.reports.compare import ranked, verdict_counts
 
-    def interval(x: dict[str, Any]) -> str:
-        if x.get("lo") is None or x.get("hi") is None or x["lo"] != x["lo"] or x["hi"] != x["hi"]:
-            return num(x["value"], 3) if x.get("value") == x.get("value") else "–"
-        return f"{num(x['value'], 3)} [{num(x['lo'], 3)}, {num(x['hi'], 3)}]"
+    from scaling.fmt import interval_text as interval
 
     console = Console(highlight=False)
     names = [s.name for s in result.sides][:MAX_TERMINAL_SWEEPS]

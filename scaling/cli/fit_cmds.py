@@ -183,11 +183,8 @@ def fit(
 
         summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
                             r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
-                            fit_r_star_n=fit_rn, hparams=hparams)
-        from scaling.fitting.tasks import fit_tasks_sweep
-
-        tasks = fit_tasks_sweep(resolve_url(db), str(summary.sweep), tasks=task, n_bootstrap=bootstrap, seed=seed,
-                                k=float(summary.conventions.get("flops_per_param_token") or 6.0), recipe=step1_recipe)
+                            fit_r_star_n=fit_rn, hparams=hparams, tasks=task or True, task_recipe=step1_recipe)
+        tasks = summary.tasks
     if fmt == "json":
         typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
     else:

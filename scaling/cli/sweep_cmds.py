@@ -139,8 +139,8 @@ def answer(result: Any) -> list[str]:
 
     if not isinstance(result.fit, FitSummary):
         return []
-    try:  # the fits the sweep just stored are reused: the numbers are `scaling recommend`'s
-        rec = recommend(url=result.url, sweep=result.sweep, next_runs=False, size_run=size_run)
+    try:  # the sweep's fits, as it just made them: nothing is fitted again
+        rec = recommend(summary=result.fit, url=result.url, next_runs=False, size_run=size_run)
         lines = brief(rec, budget_why=f"{NEXT_BUDGET_FACTOR:g}x the largest run", skipped=result.fit.skipped)
     except UserError as exc:
         lines = [f"no recommendation: {' '.join(str(exc).split())}"]

@@ -8,7 +8,7 @@ Torch-free and Ray-free: it needs numpy, scipy and pandas only, and the database
 from __future__ import annotations
 
 from scaling.errors import FitError
-from scaling.fitting.api import KINDS, FitSummary, fit_csv, fit_data, fit_sweep, from_dict
+from scaling.fitting.api import KINDS, FitSummary, SweepFit, fit_csv, fit_data, fit_sweep, from_dict
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, NotFittedError
 from scaling.fitting.data import FitData, effective_tokens, from_csv, from_db, from_frame
@@ -28,6 +28,7 @@ __all__ = [
     "ChinchillaParametric",
     "FitData",
     "FitSummary",
+    "SweepFit",
     "Recommendation",
     "KINDS",
     "from_dict",

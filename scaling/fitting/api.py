@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from scaling.errors import FitError, UserError
-from scaling.fmt import num
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, jsonable
 from scaling.fitting.data import R_STAR_DATA, FitData, from_csv, from_db
@@ -24,9 +24,10 @@ from scaling.fitting.hparams import MODES, HparamFit, fit_hparams
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.kaplan import KaplanLaw
 from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fmt import Interval, num, se_text
 
 #: Bumped when a change to the fitting code should invalidate stored fits.
-FIT_VERSION = 3
+FIT_VERSION = 4
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {
@@ -72,7 +73,12 @@ def _kinds(law: str) -> tuple[str, ...]:
 
 @dataclass
 class FitSummary:
-    """The outcome of fitting one data set: the fitted laws, what was skipped and why, what was reused."""
+    """The outcome of fitting one data set: the fitted laws, what was skipped and why, what was reused.
+
+    Of a sweep (:func:`fit_sweep`) it is the sweep's :data:`SweepFit`: its loss laws, hyperparameter
+    laws and downstream task laws, fitted once and handed to the recommendation, the report and the
+    closing answer, none of which fits again.
+    """
 
     source: str
     fingerprint: str
@@ -86,6 +92,9 @@ class FitSummary:
     notes: list[str] = field(default_factory=list)
     #: Each hyperparameter group's optimum and the lr / batch laws (scaling.fitting.hparams), when the data have groups.
     hparams: HparamFit | None = None
+    #: The downstream task laws (:class:`scaling.fitting.tasks.TaskFits`; empty when no run evaluated a
+    #: task); None when not fitted (a CSV's are fitted on their own).
+    tasks: Any = None
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
@@ -146,30 +155,14 @@ class FitSummary:
         return buf.getvalue().rstrip() + "\n" + hparams
 
 
-def se_text(iv: dict[str, Any]) -> str:
-    """The SE cell: on the fitted scale (``(ln)`` for a log-fitted quantity); '-' where none is honest."""
-    se_log = iv.get("se_log")
-    if se_log is not None and math.isfinite(se_log):
-        return f"{se_log:.3g} (ln)"
-    return _num(iv.get("se"))
+#: One sweep's fits: loss laws, hyperparameter laws and task laws, computed once by :func:`fit_sweep`.
+SweepFit = FitSummary
 
 
 def interval_text(iv: dict[str, Any]) -> str:
     """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread,
-    unreliable law)."""
-    kind = iv.get("kind")
-    if kind == "pinned":
-        return f"pinned: {iv.get('pinned')}"
-    if kind == "biased":
-        return f"none: bootstrap biased (estimate at the {100 * iv.get('quantile', math.nan):.3g}% point of its replicates)"
-    if kind == "no spread":
-        return "none: replicates do not vary"
-    if kind == "unreliable":
-        return "none: law unreliable"
-    lo, hi = iv.get("lo"), iv.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return "-"
-    return f"[{_num(lo)}, {_num(hi)}]"
+    unreliable law), as :meth:`scaling.fitting.intervals.Interval.text` writes it."""
+    return Interval.of(iv).text(4, value=False)
 
 
 def _num(v: float | None) -> str:
@@ -230,7 +223,7 @@ def _config_hash(law: Law, n_bootstrap: int, seed: int) -> str:
 def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
               effective_data: bool = False, save: bool = True, *, r_star: float = R_STAR_DATA,
               fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False,
-              hparams: str = "tuned") -> FitSummary:
+              hparams: str = "tuned", tasks: bool | list[str] = True, task_recipe: str = "grid") -> SweepFit:
     """Fit a sweep's completed runs, store each fit with its data fingerprint, reuse unchanged ones.
 
     ``save=False`` reuses stored fits but stores none of the new ones (a report that was not
@@ -246,7 +239,14 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
 
     ``hparams``: a sweep with hyperparameter groups has its loss laws fitted on each group's tuned
     loss (``tuned``) or on the setting at its grid's centre (``fixed``); the groups' optima and the
-    lr / batch laws are in ``summary.hparams`` (fitted each time: they take well under a second).
+    lr / batch laws are in ``summary.hparams``, stored and reused like the loss laws (the fits table's
+    law ``hparams``), keyed by the data's fingerprint and a hash of the groups' runs.
+
+    ``tasks``: the downstream task laws are fitted too (``summary.tasks``) with the same bootstrap
+    size and seed and step 1 searched by ``task_recipe`` (``True``: every task the runs evaluated; a
+    list: those tasks; ``False``: none), stored and reused (law ``tasks``) keyed by the data's
+    fingerprint and a hash of the task evaluations. A sweep whose tasks cannot be fitted keeps its
+    loss laws, with the reason among its notes, unless tasks were named.
     """
     from scaling.db import Store, connect
 
@@ -267,6 +267,12 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
                          sweep=sweep, notes=list(data.notes))
     store, stored_fits = Store(url), connect(url)
     try:
+        summary.hparams = _stored_or_fitted(
+            stored_fits, store if save else None, sweep, HPARAMS_KEY, _hparams_fingerprint(data, n_bootstrap, seed),
+            lambda: hparam_fit(data, n_bootstrap, seed), lambda h: h.to_dict(), HparamFit.from_dict)
+        if tasks is not False:
+            summary.tasks = _sweep_tasks(url, sweep, summary, None if tasks is True else list(tasks), n_bootstrap, seed,
+                                         task_recipe, stored_fits, store if save else None)
         for kind in kinds:
             cls = KINDS[kind][0]
             proto = cls()
@@ -297,8 +303,109 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
         if close is not None:
             close()
         stored_fits.close()
-    summary.hparams = hparam_fit(data, n_bootstrap, seed)
     if not summary.laws and summary.hparams is None:  # hyperparameter groups alone are still an answer
         raise FitError(f"sweep {sweep!r}: no law could be fitted: "
                        + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in summary.skipped.items()))
     return summary
+
+
+
+#: The fits table's (law, method) of a sweep's hyperparameter fit and of its task fits.
+HPARAMS_KEY = ("hparams", "groups")
+TASKS_KEY = ("tasks", "two steps")
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(jsonable(payload), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _frame_digest(frame: Any) -> str:
+    import pandas as pd
+
+    if frame is None or not len(frame):
+        return "none"
+    return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()
+                          + ",".join(map(str, frame.columns)).encode()).hexdigest()[:12]
+
+
+def _hparams_fingerprint(data: FitData, n_bootstrap: int, seed: int) -> str:
+    cfg = {"fit": "hparams", "n_bootstrap": n_bootstrap, "seed": seed, "version": FIT_VERSION}
+    return f"{data.fingerprint()}-{_frame_digest(data.hparam_runs)}-{_digest(cfg)}"
+
+
+def _stored_or_fitted(results: Any, store: Any, sweep: str, key: tuple[str, str], fingerprint: str,
+                      fit: Any, to_dict: Any, from_stored: Any) -> Any:
+    """The fit stored under ``key`` and ``fingerprint`` when readable, else ``fit()`` (stored when a
+    ``store`` is given; None is not stored)."""
+    found = results.find_fit(sweep, key[0], key[1], fingerprint)
+    if found is not None:
+        try:
+            return from_stored(found["result"])
+        except (UserError, KeyError, TypeError, ValueError, AttributeError):
+            pass  # an unreadable stored fit is refitted
+    out = fit()
+    if out is not None and store is not None:
+        store.save_fit(sweep, key[0], key[1], jsonable(to_dict(out)), fingerprint)
+    return out
+
+
+def _sweep_tasks(url: str, sweep: str, summary: FitSummary, names: list[str] | None, n_bootstrap: int, seed: int,
+                 recipe: str, results: Any, store: Any) -> Any:
+    """The sweep's task laws (empty without task metrics), stored or reused; a failure is a note unless
+    tasks were named."""
+    from scaling.fitting.tasks import TaskFits, fit_tasks, tasks_from_db
+
+    k = float(summary.conventions.get("flops_per_param_token") or 6.0)
+    try:
+        td = tasks_from_db(url, sweep, FitData(points=pd.DataFrame(), flops_per_param_token=k))
+        if names and not td.tasks():
+            raise FitError(f"sweep {sweep!r}: --task given but its runs evaluated no task")
+        if not td.tasks():
+            return fit_tasks(td, tasks=names)  # nothing evaluated: nothing to fit or store
+        cfg = {"fit": "tasks", "tasks": sorted(names or []), "n_bootstrap": n_bootstrap, "seed": seed,
+               "recipe": recipe, "k": k, "version": FIT_VERSION}
+        fingerprint = f"{summary.fingerprint}-{_frame_digest(td.evals)}-{_digest(cfg)}"
+        return _stored_or_fitted(results, store, sweep, TASKS_KEY, fingerprint,
+                                 lambda: fit_tasks(td, tasks=names, n_bootstrap=n_bootstrap, seed=seed, recipe=recipe),
+                                 stored_tasks, tasks_from_stored)
+    except UserError as exc:
+        if names:
+            raise
+        summary.notes.append(f"downstream tasks: not fitted: {' '.join(str(exc).split())}")
+        return TaskFits(source=f"sweep {sweep!r}")
+
+
+def stored_tasks(fits: Any) -> dict[str, Any]:
+    """Task fits (:class:`~scaling.fitting.tasks.TaskFits`) as the fits table stores them: each task's two
+    steps with their replicates, and its evaluations (for the figures)."""
+    out = fits.to_dict(replicates=True)
+    for task, law in fits.laws.items():
+        out["laws"][task]["evals"] = None if law.evals is None else law.evals.to_dict("list")
+    return jsonable(out)
+
+
+def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
+    """A stored frame's columns, JSON's nulls in a numeric column NaN again."""
+    out = pd.DataFrame(columns)
+    for col in out.columns:
+        if out[col].dtype == object and all(v is None or isinstance(v, (int, float)) for v in out[col]):
+            out[col] = pd.to_numeric(out[col])
+    return out
+
+
+def tasks_from_stored(d: dict[str, Any]) -> Any:
+    """:func:`stored_tasks` read back."""
+    from scaling.fitting.task_curves import AccuracyCurve
+    from scaling.fitting.tasks import TaskFits, TaskLaw
+
+    laws = {}
+    for task, t in (d.get("laws") or {}).items():
+        evals = t.get("evals")
+        laws[task] = TaskLaw(task=str(t["task"]), accuracy=str(t["accuracy"]), loss_source=str(t["loss_source"]),
+                             step1=from_dict(t["step1"]),
+                             curves={f: AccuracyCurve.from_dict(c) for f, c in (t.get("step2") or {}).items()},
+                             skipped=dict(t.get("skipped") or {}), backtest=t.get("backtest"),
+                             evals=None if evals is None else _frame(evals),
+                             chance=t.get("chance"))
+    return TaskFits(source=str(d.get("source") or ""), laws=laws, skipped=dict(d.get("skipped") or {}),
+                    notes=list(d.get("notes") or []))

@@ -18,6 +18,7 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.data import SIX, FitData, from_frame
+from scaling.fitting.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 
 #: Below this fraction of successful bootstrap replicates, intervals are reported unavailable (NaN).
@@ -30,7 +31,7 @@ MAX_DECADES = 2.0
 MAX_EXPONENT_RATIO = 10.0
 #: 95% half-width per unit of mean absolute error: 1.96 * sqrt(pi / 2).
 EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
-#: Prefix of the notes that say the data do not determine a parameter (rewritten by each bootstrap).
+#: How the doubt that the data do not determine a parameter begins (it is rewritten by each bootstrap).
 UNDETERMINED = "unreliable: the data do not determine"
 #: Fewer points than this many per fitted parameter leave too few residual degrees of freedom to
 #: test a law or measure its error: a fit of 5 parameters to 6 points reproduces almost any data.
@@ -96,8 +97,16 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(ym - slope * xm)
 
 
-class Law:
-    """Base class: subclasses define ``law``, ``method``, ``param_names`` and the pure functions."""
+def unavailable_note(why: str | None) -> str | None:
+    """The note saying why a bootstrap gives no intervals (None when it does)."""
+    return f"intervals unavailable: {why}" if why else None
+
+
+class Law(Doubtful):
+    """Base class: subclasses define ``law``, ``method``, ``param_names`` and the pure functions.
+
+    Its doubts (:class:`~scaling.fitting.doubts.Doubt`, typed) decide :meth:`reliable`; their
+    messages read among its ``notes_``."""
 
     law: ClassVar[str] = ""
     method: ClassVar[str] = ""
@@ -131,6 +140,7 @@ class Law:
         self.plot_ = None  # stored figure data belongs to a restored fit, not this one
         self.backtest_ = None
         self.notes_: list[str] = list(fd.notes)
+        self.doubts_ = []
         with numerical_failure_is_fit_error(f"{self.law} {self.method}"):
             self._fit(fd)
         self.data_ = fd
@@ -166,20 +176,21 @@ class Law:
         rng = np.random.default_rng(seed)
         with numerical_failure_is_fit_error(f"the bootstrap of {self.law} {self.method}"):
             reps = np.asarray(self._bootstrap(self.data_, int(n), rng), dtype=float)
+        before = unavailable_note((getattr(self, "bootstrap_info_", None) or {}).get("unavailable"))
         self.replicates_ = reps
         ok = np.isfinite(reps).all(axis=1)
         self.bootstrap_info_ = {"n": int(n), "seed": int(seed), "failed": int((~ok).sum())}
         notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
-        self.notes_ = [n for n in notes if not n.startswith("intervals unavailable")]  # a rerun replaces it
+        self.notes_ = [n for n in notes if n != before]  # a rerun replaces it
         why = self.bootstrap_unavailable()
         if why:
             self.bootstrap_info_["unavailable"] = why
-            self.notes_.append(f"intervals unavailable: {why}")
-        self.notes_ = [n for n in self.notes_ if not n.startswith(UNDETERMINED)]
+            self.notes_.append(unavailable_note(why))
+        self.drop_doubts(DoubtKind.UNDETERMINED)
         reasons = self.undetermined()
         if reasons:
-            self.notes_.append(f"{UNDETERMINED} {'; '.join(reasons)}: do not trust this law's parameters "
-                               "or what it extrapolates")
+            self.add_doubt(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}: do not trust this law's "
+                           "parameters or what it extrapolates")
         return self
 
     def undetermined(self) -> list[str]:
@@ -213,7 +224,7 @@ class Law:
     def _check_points(self, n_points: int, n_params: int, what: str) -> None:
         """Note a law fitted with fewer than :data:`MIN_POINTS_PER_PARAM` points per parameter as unreliable."""
         if n_points < MIN_POINTS_PER_PARAM * n_params:
-            self.notes_.append(f"unreliable: {n_points} points for the {n_params} parameters of {what} leave "
+            self.add_doubt(DoubtKind.FEW_POINTS, f"unreliable: {n_points} points for the {n_params} parameters of {what} leave "
                                f"{n_points - n_params} residual degree(s) of freedom (fewer than {MIN_POINTS_PER_PARAM} "
                                "points per parameter): too few to test the law or measure its error")
 
@@ -249,15 +260,6 @@ class Law:
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
-
-    def doubts(self) -> list[str]:
-        """The notes saying the data cannot pin this law down (implausible or unsupported estimates)."""
-        return [n for n in getattr(self, "notes_", []) if n.startswith("unreliable") or "implausible" in n
-                or "outside (0, 1)" in n]
-
-    def reliable(self) -> bool:
-        """True when no note says the data cannot pin this law down."""
-        return not self.doubts()
 
     # -- pure functions of a parameter dict (scalars or replicate arrays) -------------------
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray) -> np.ndarray:
@@ -428,6 +430,7 @@ class Law:
                 "pinned": self.pinned(),
                 "residual_sd": getattr(self, "residual_sd_", None),
                 "notes": list(self.notes_),
+                "doubts": stored(self.doubts()),
                 "bootstrap": {
                     **(self.bootstrap_info_ or {"n": 0}),
                     "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
@@ -452,7 +455,8 @@ class Law:
         law.extrapolation_ = d.get("extrapolation")
         law.residual_sd_ = float(d.get("residual_sd") or math.nan)
         law.pinned_ = {str(k): str(v) for k, v in (d.get("pinned") or {}).items()}
-        law.notes_ = list(d.get("notes", []))
+        law.doubts_ = restore(d.get("doubts"), d.get("reliable"))
+        law.notes_ = relink(list(d.get("notes", [])), law.doubts_)
         boot = d.get("bootstrap") or {}
         reps = boot.get("replicates")
         law.replicates_ = None if reps is None else np.array(reps, dtype=float).reshape(-1, len(cls.param_names))

@@ -8,11 +8,11 @@ is never the one recommended; each such law gets one line with its reason.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from scaling.fitting.api import SHORT
+from scaling.fmt import Interval
 from scaling.fitting.recommend import Recommendation
 from scaling.fitting.wording import run_line, short_reason
 from scaling.fmt import num
@@ -93,20 +93,9 @@ def _name(kind: str) -> str:
 
 
 def _ends(iv: dict[str, Any]) -> tuple[float, float] | None:
-    lo, hi = iv.get("lo"), iv.get("hi")
-    if iv.get("kind") in ("pinned", "biased", "no spread", "unreliable"):
-        return None
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return None
-    return float(lo), float(hi)
+    return Interval.of(iv).interval
 
 
 def _iv(iv: dict[str, Any]) -> str:
     """The value, then its 95% interval or what stands in its place."""
-    value = num(iv.get("value"))
-    ends = _ends(iv)
-    if ends is not None:
-        return f"{value} [{num(ends[0])}, {num(ends[1])}]"
-    why = {"pinned": f"pinned: {iv.get('pinned')}", "biased": "bootstrap biased",
-           "no spread": "replicates do not vary", "unreliable": "law unreliable"}.get(iv.get("kind") or "", "")
-    return f"{value} (no interval" + (f": {why})" if why else ")")
+    return Interval.of(iv).text()

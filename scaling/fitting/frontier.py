@@ -17,6 +17,7 @@ import numpy as np
 
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
+from scaling.fitting.doubts import DoubtKind
 
 
 def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
@@ -112,7 +113,7 @@ class FrontierLaw(Law):
             self.pinned_["E_L"] = "lower bound 0"
         a = self.params_["a"]
         if not 0.0 < a < 1.0:
-            self.notes_.append(f"a = {a:.3g} is outside (0, 1): the budgets do not locate a consistent optimum")
+            self.add_doubt(DoubtKind.IMPLAUSIBLE, f"a = {a:.3g} is outside (0, 1): the budgets do not locate a consistent optimum")
         reasons = []
         if 0.0 < a < 1.0 and not A_PLAUSIBLE[0] <= a <= A_PLAUSIBLE[1]:
             reasons.append(f"a = {a:.3g} is outside the plausible {A_PLAUSIBLE[0]:g}-{A_PLAUSIBLE[1]:g}")
@@ -126,20 +127,20 @@ class FrontierLaw(Law):
             reasons += coverage_reasons(len(C), C, "a line through the optima has no residual to test the power "
                                         "law or measure its error by")
         if reasons:
-            self.notes_.append(f"unreliable: the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
+            self.add_doubt(DoubtKind.COVERAGE, f"unreliable: the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
                                "do not trust a, b or the frontier it implies")
 
     def bootstrap(self, n: int = 200, seed: int = 0) -> "FrontierLaw":
         """As :meth:`Law.bootstrap`, and a note when a's interval reaches outside (0, 1) or alpha_L's includes 0."""
         super().bootstrap(n, seed)
-        self.notes_ = [m for m in self.notes_ if not m.startswith("unreliable: the 95% interval")]
+        self.drop_doubts(DoubtKind.WIDE_INTERVAL)
         iv = self.intervals()["a"]
         if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self.notes_.append(f"unreliable: the 95% interval of a, [{iv['lo']:.3g}, {iv['hi']:.3g}], reaches outside "
+            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of a, [{iv['lo']:.3g}, {iv['hi']:.3g}], reaches outside "
                                "(0, 1): the data do not determine how N_opt grows with C")
         iv = self.intervals()["alpha_L"]
         if self.params_["alpha_L"] > 0.0 and math.isfinite(iv["lo"]) and iv["lo"] <= 0.0:
-            self.notes_.append(f"unreliable: the 95% interval of alpha_L, [{iv['lo']:.3g}, {iv['hi']:.3g}], includes 0: "
+            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of alpha_L, [{iv['lo']:.3g}, {iv['hi']:.3g}], includes 0: "
                                "the lowest loss need not fall with compute, so the budgets show no scaling")
         return self
 

@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.doubts import Doubt, DoubtKind, restore, stored
+from scaling.fitting.intervals import interval_text, summarise, withheld
 from scaling.fitting.points import DIGITS, point_keys, rounded
 from scaling.fmt import num
 
@@ -311,7 +312,7 @@ class PowerLaw:
     params: dict[str, dict[str, Any]]
     n_groups: int
     #: Why the data do not determine the law (then no interval and no recommendation).
-    doubts: list[str] = field(default_factory=list)
+    doubts: list[Doubt] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: (R, 1 + len(variables)) replicates of (ln coef, exponents...).
     replicates: np.ndarray | None = field(default=None, repr=False)
@@ -340,6 +341,7 @@ class PowerLaw:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("replicates", "theta")}
+        d["doubts"] = stored(self.doubts)
         d["variables"] = list(self.variables)
         d["theta"] = [float(t) for t in self.theta]
         d["replicates"] = None if self.replicates is None else self.replicates.tolist()
@@ -349,26 +351,26 @@ class PowerLaw:
     def from_dict(cls, d: dict[str, Any]) -> "PowerLaw":
         reps = d.get("replicates")
         return cls(d["name"], d["form"], d["response"], tuple(d["variables"]), d["params"], int(d["n_groups"]),
-                   list(d.get("doubts", [])), list(d.get("notes", [])),
+                   restore(d.get("doubts") or []), list(d.get("notes", [])),
                    None if reps is None else np.asarray(reps, float).reshape(-1, 1 + len(d["variables"])),
                    np.asarray(d["theta"], float))
 
 
-def _identification(name: str, X: dict[str, np.ndarray], n: int, p: int) -> list[str]:
+def _identification(name: str, X: dict[str, np.ndarray], n: int, p: int) -> list[Doubt]:
     """Why the groups do not determine the law's exponents (empty when they do)."""
     doubts = []
     if n == p:
-        doubts.append(f"{n} groups for {p} parameters: exactly determined, nothing left to judge the fit by")
+        doubts.append(Doubt(DoubtKind.IDENTIFICATION, f"{n} groups for {p} parameters: exactly determined, nothing left to judge the fit by"))
     for var, v in X.items():
         factor = math.exp(float(np.ptp(v)))
         if factor < MIN_SPAN * (1 - 1e-3):  # a span of 2 rounded to whole batches is still 2
-            doubts.append(f"{var} spans a factor {factor:.4g} across the groups (less than {MIN_SPAN:g}): its "
-                          "exponent is not identified")
+            doubts.append(Doubt(DoubtKind.IDENTIFICATION, f"{var} spans a factor {factor:.4g} across the groups (less "
+                                f"than {MIN_SPAN:g}): its exponent is not identified"))
     if {"N", "D"} <= set(X) and all(np.ptp(X[v]) > 0 for v in ("N", "D")):
         r = float(np.corrcoef(X["N"], X["D"])[0, 1])
         if abs(r) > MAX_CORRELATION:
-            doubts.append(f"ln N and ln D move together across the groups (correlation {r:.3f}): a and b are not "
-                          "told apart")
+            doubts.append(Doubt(DoubtKind.IDENTIFICATION, f"ln N and ln D move together across the groups "
+                                f"(correlation {r:.3f}): a and b are not told apart"))
     return doubts
 
 
@@ -419,17 +421,23 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
             iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
             width = iv["hi"] - iv["lo"] if iv.get("kind") == "percentile" else math.nan
             if width > MAX_EXPONENT_WIDTH:
-                doubts.append(f"{pname}'s 95% interval [{iv['lo']:.3g}, {iv['hi']:.3g}] is wider than "
-                              f"{MAX_EXPONENT_WIDTH:g}: the groups do not determine it")
+                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname}'s 95% interval [{iv['lo']:.3g}, {iv['hi']:.3g}] "
+                                    f"is wider than {MAX_EXPONENT_WIDTH:g}: the groups do not determine it"))
         params[pname] = iv
     if n_bootstrap >= 2 and failed > n_bootstrap / 2:
-        doubts.append(f"{failed} of {n_bootstrap} bootstrap resamples of the groups could not identify the law")
+        doubts.append(Doubt(DoubtKind.BOOTSTRAP, f"{failed} of {n_bootstrap} bootstrap resamples of the groups could "
+                            "not identify the law"))
     if doubts:
         params = {p_: withheld(iv, "the law is flagged: " + doubts[0]) for p_, iv in params.items()}
     notes = [f"fitted over {len(used)} groups"]
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap resamples could not identify the law (left out)")
     return PowerLaw(name, form, response, variables, params, len(used), doubts, notes, reps, theta)
+
+
+def _nan_for_none(iv: dict[str, Any]) -> dict[str, Any]:
+    """A stored interval dict with JSON's null numbers as NaN again."""
+    return {k: (math.nan if v is None and k in ("value", "se", "lo", "hi", "se_log") else v) for k, v in iv.items()}
 
 
 def small_sample_factor(n: int, p: int) -> float:
@@ -470,6 +478,26 @@ class HparamFit:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     near_fraction: float = NEAR_FRACTION
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HparamFit":
+        """Rebuild from :meth:`to_dict` stored as JSON (missing numbers come back as NaN); the groups'
+        own bootstrap replicates are not stored (the laws' are)."""
+        names = {f for f in GroupOptimum.__dataclass_fields__ if f != "replicates"}
+        groups = []
+        for g in d.get("groups") or []:
+            fields = {k: v for k, v in g.items() if k in names}
+            for q in ("loss", "lr", "batch"):
+                fields[q] = _nan_for_none(fields.get(q) or {})
+            fields["varied"] = tuple(fields.get("varied") or ())
+            fields["near"] = {k: math.nan if v is None else v for k, v in (fields.get("near") or {}).items()}
+            groups.append(GroupOptimum(**fields))
+        laws = {}
+        for name, law in (d.get("laws") or {}).items():
+            law = dict(law, params={p: _nan_for_none(iv) for p, iv in (law.get("params") or {}).items()})
+            laws[name] = PowerLaw.from_dict(law)
+        return cls(groups, laws, dict(d.get("skipped") or {}), list(d.get("notes") or []),
+                   float(d.get("near_fraction") or NEAR_FRACTION))
 
     def groups_frame(self) -> pd.DataFrame:
         """One row per group: N, D, C, status, L*, lr*, B* with their bounds, the near-optimal region."""
@@ -554,17 +582,8 @@ def _bound(iv: dict[str, Any], end: str) -> float:
 
 
 def ivtext(iv: dict[str, Any] | None, digits: int = 3) -> str:
-    """A value with its 95% interval, or with why it has none."""
-    if iv is None:
-        return "-"
-    v = num(iv.get("value"), digits, "-")
-    if iv.get("kind") == "percentile":
-        return f"{v} [{num(iv['lo'], digits)}, {num(iv['hi'], digits)}]"
-    if iv.get("kind") == "pinned":
-        return f"{v} (pinned: {iv.get('pinned')})"
-    if iv.get("kind") in ("unreliable", "biased", "no spread"):
-        return f"{v} (no interval)"
-    return v
+    """A value with its 95% interval, or with why it has none ('-' for none at all)."""
+    return interval_text(iv, digits)
 
 
 def check_runs(runs: pd.DataFrame, where: str = "") -> None:

@@ -379,7 +379,7 @@ def recommend_inference(inference_tokens: float, *, compute: float | None = None
     elif csv is not None:
         summary = fit_csv(csv, "approach3", n_bootstrap, seed)
     elif url is not None:
-        summary = fit_sweep(url, sweep, "approach3", n_bootstrap, seed)
+        summary = fit_sweep(url, sweep, "approach3", n_bootstrap, seed, tasks=False)
     else:
         raise FitError("recommend needs a sweep (database) or a CSV file")
     law = summary.laws["approach3"]

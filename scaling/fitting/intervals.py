@@ -1,8 +1,10 @@
 """What a bootstrap may claim about one quantity: its SE and 95% interval, or why it has none.
 
-Each summary names its claim (``kind``: percentile, biased, pinned, no spread), and an SE that
-disagrees with its interval (heavy-tailed replicates) is dropped; the reasoning is in
-docs/fitting.md ("In detail").
+Each summary names its claim (``kind``: percentile, biased, pinned, no spread, unreliable), and an
+SE that disagrees with its interval (heavy-tailed replicates) is dropped; the reasoning is in
+docs/fitting.md ("In detail"). Summaries are stored and passed as plain dicts (JSON); an
+:class:`~scaling.fmt.Interval` is the typed view of one, and :meth:`~scaling.fmt.Interval.text` the
+one way any output writes one (terminal tables, the closing answer, the report, the notebook API).
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import norm
+
+from scaling.fmt import NO_INTERVAL, Interval, interval_text
+
+__all__ = ["LEVEL", "NO_INTERVAL", "Interval", "interval_text", "orders_of_magnitude", "summarise", "widen_log",
+           "withheld"]
 
 #: The two-sided level of every reported interval.
 LEVEL = 0.95
@@ -108,3 +115,4 @@ def widen_log(iv: dict[str, Any], half_width: float, why: str) -> dict[str, Any]
     out["lo"], out["hi"] = lo / factor, hi * factor
     out["widened"] = why
     return out
+

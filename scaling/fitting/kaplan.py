@@ -23,6 +23,7 @@ from scipy.optimize import least_squares
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
 from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
 from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
@@ -90,6 +91,7 @@ class KaplanLaw(Law):
         self.subsets_ = self._subsets(pts["N"].to_numpy(), pts["D"].to_numpy(), pts["C"].to_numpy(), pts["loss"].to_numpy())
         self._check_points(len(pts), len(JOINT_NAMES), "the joint law L(N, D)")
         self._check_coverage(pts["C"].to_numpy(float))
+        self.single_law_notes_: list[str] = []
         self._note_single_laws()
 
     def _check_coverage(self, C: np.ndarray) -> None:
@@ -100,7 +102,7 @@ class KaplanLaw(Law):
         """
         reasons = coverage_reasons(len(np.unique(group_budgets(C))), C, "on one budget N and D vary together")
         if reasons:
-            self.notes_.append(f"unreliable: the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
+            self.add_doubt(DoubtKind.COVERAGE, f"unreliable: the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
                                "do not trust N* or the frontier it implies")
 
     def _note_single_laws(self) -> None:
@@ -113,14 +115,21 @@ class KaplanLaw(Law):
         for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
             v = self.params_[name]
             if not math.isfinite(v):
-                self.notes_.append(f"not determined: L({law}): {name} could not be fitted to these runs")
+                self._single_law_note(f"not determined: L({law}): {name} could not be fitted to these runs")
             elif v <= 0:
-                self.notes_.append(f"not determined: L({law}): {name} = {v:.3g} is not positive: loss does not fall "
+                self._single_law_note(f"not determined: L({law}): {name} = {v:.3g} is not positive: loss does not fall "
                                    f"with {law.split('_')[0]} in these runs")
         a_frontier = float(self._derived(self.params_)["a_frontier"])
         if math.isfinite(a_frontier) and not 0.0 < a_frontier < 1.0:
-            self.notes_.append(f"not determined: a_frontier = alpha_C / alpha_N1 = {a_frontier:.3g} is not between 0 "
+            self._single_law_note(f"not determined: a_frontier = alpha_C / alpha_N1 = {a_frontier:.3g} is not between 0 "
                                "and 1: L(C_min) and L(N) disagree (N* comes from the joint law)")
+
+    def _single_law_note(self, note: str) -> None:
+        """A note on a single-variable law (rewritten by each bootstrap; never a doubt)."""
+        if not hasattr(self, "single_law_notes_"):
+            self.single_law_notes_ = []
+        self.single_law_notes_.append(note)
+        self.notes_.append(note)
 
     def _validate(self, data: FitData) -> None:
         pts = data.points
@@ -134,18 +143,20 @@ class KaplanLaw(Law):
     def bootstrap(self, n: int = 200, seed: int = 0) -> "KaplanLaw":
         """As :meth:`Law.bootstrap`, and a note for each single-variable law whose exponent the data leave open."""
         super().bootstrap(n, seed)
-        self.notes_ = [m for m in self.notes_ if not m.startswith("not determined: ")]
+        old = {id(m) for m in getattr(self, "single_law_notes_", [])}
+        self.notes_ = [m for m in self.notes_ if id(m) not in old]
+        self.single_law_notes_ = []
         self._note_single_laws()
         ivs = self.intervals()
         for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
             lo, hi = ivs[name]["lo"], ivs[name]["hi"]
             if self.params_[name] > 0 and math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
-                self.notes_.append(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
+                self._single_law_note(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
                                    "includes 0 (N* comes from the joint law, judged on its own parameters)")
         iv = ivs["a_frontier"]
         a_frontier = iv["value"]
         if 0.0 < a_frontier < 1.0 and math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self.notes_.append(f"not determined: the 95% interval of a_frontier, [{iv['lo']:.3g}, {iv['hi']:.3g}], "
+            self._single_law_note(f"not determined: the 95% interval of a_frontier, [{iv['lo']:.3g}, {iv['hi']:.3g}], "
                                "reaches beyond 0-1 (N* comes from the joint law)")
         return self
 
@@ -158,7 +169,7 @@ class KaplanLaw(Law):
             if v <= lo + tol or v >= hi - tol:
                 bound = f"{'lower' if v <= lo + tol else 'upper'} bound {lo if v <= lo + tol else hi:g}"
                 self.pinned_[name] = bound
-                self.notes_.append(f"unreliable: {name} is pinned at its {bound}: the data do not determine the "
+                self.add_doubt(DoubtKind.PINNED, f"unreliable: {name} is pinned at its {bound}: the data do not determine the "
                                    "joint law L(N, D)")
 
     @staticmethod

@@ -19,6 +19,7 @@ from scipy.optimize import minimize
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params
 from scaling.fitting.data import FitData
+from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.optim import batch_lbfgs, max_batch
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
 from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
@@ -212,7 +213,7 @@ class ChinchillaParametric(Law):
         for name in ("alpha", "beta"):
             v = self.params_[name]
             if not 0.0 < v < 2.0:  # published fits lie near 0.3; far outside, the data do not pin the law
-                self.notes_.append(f"{name} = {v:.3g} is implausible: the data do not pin down this law "
+                self.add_doubt(DoubtKind.IMPLAUSIBLE, f"{name} = {v:.3g} is implausible: the data do not pin down this law "
                                    f"({len(pts)} points, {pts['N'].nunique()} sizes)")
 
     def _check_identifiable(self, pts: Any) -> None:
@@ -220,12 +221,12 @@ class ChinchillaParametric(Law):
         lowest = float(pts["loss"].min())
         if self.params_["E"] < E_PINNED * lowest:
             self.pinned_["E"] = "lower bound 0"
-            self.notes_.append(f"unreliable: E is pinned at its bound 0 (fitted {self.params_['E']:.3g}): the data do not "
+            self.add_doubt(DoubtKind.PINNED, f"unreliable: E is pinned at its bound 0 (fitted {self.params_['E']:.3g}): the data do not "
                                "separate the irreducible loss from the power-law terms")
         cond = fisher_condition(self.theta_, pts["N"].to_numpy(float), pts["D"].to_numpy(float))
         self.fisher_condition_ = cond
         if "E" not in self.pinned_ and not cond <= FISHER_CONDITION_MAX:
-            self.notes_.append(f"unreliable: the Fisher information at the optimum is near-singular (condition number "
+            self.add_doubt(DoubtKind.ILL_CONDITIONED, f"unreliable: the Fisher information at the optimum is near-singular (condition number "
                                f"{cond:.3g} of the scaled Jacobian): some combination of E, A, B, alpha and beta "
                                "is not determined by these points")
 
@@ -253,7 +254,7 @@ class ChinchillaParametric(Law):
         for i, (name, bound) in LADDER_PINNED.items():
             if x[i] <= LADDER_BOUNDS[i][0] + 1e-8:
                 self.pinned_[name] = bound
-                self.notes_.append(f"unreliable: {name} is pinned at its {bound}: the data do not determine it "
+                self.add_doubt(DoubtKind.PINNED, f"unreliable: {name} is pinned at its {bound}: the data do not determine it "
                                    "within the ladder recipe's bounds")
         return x
 

@@ -33,8 +33,9 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.api import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
-from scaling.fitting.base import MIN_OK_FRACTION, UNDETERMINED, check_budget, jsonable
+from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
 from scaling.fitting.data import FitData, prepare
+from scaling.fmt import interval_text
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -44,15 +45,13 @@ CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: Bootstrap replicates per candidate in the heuristic.
 CANDIDATE_BOOTSTRAP = 100
-#: A law whose only doubts are about its parameters (:data:`PARAMETER_DOUBTS`) still recommends when its
+#: A law whose only doubts are about its parameters (:attr:`~scaling.fitting.doubts.DoubtKind.about_parameters`:
+#: not identified, pinned, a near-singular Fisher information) still recommends when its
 #: bootstrap determines what ``recommend`` is asked, N*, D* and the loss at the budget: at least
 #: MIN_OK_FRACTION of the drawn replicates give a finite, positive optimum, each reported interval (model
 #: error of the backtest included) is a percentile one holding its estimate, and spans at most these
 #: factors (hi / lo). Its parameter doubts then stay in the recommendation's notes.
 AT_BUDGET_SPAN = {"N": 10.0, "D": 10.0, "loss": 1.15}
-#: The notes that doubt a law's parameters (not identified, pinned, a near-singular Fisher information),
-#: as opposed to its design (too few points or budgets) or its plausibility, which stay verdicts.
-PARAMETER_DOUBTS = (UNDETERMINED, "unreliable: the Fisher information", "unreliable: E is pinned")
 #: Sizes a run from a sweep's stored plan: (plan, N, D, C) -> shape, n_params, lr, batch_tokens,
 #: memory_gib, strategy.
 SizeRun = Callable[[dict[str, Any], float, float, float], dict[str, Any]]
@@ -110,7 +109,7 @@ class Recommendation:
             cells = [SHORT.get(kind, kind) + mark]
             for q in ("N", "D", "loss"):
                 iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
-                cells.append(_num(iv["value"]) if unreliable else f"{_num(iv['value'])} [{_num(iv['lo'])}, {_num(iv['hi'])}]")
+                cells.append(_num(iv["value"]) if unreliable else interval_text(iv))
             t.add_row(*cells)
         con.print(t)
         if self.chosen:
@@ -145,10 +144,8 @@ class Recommendation:
             for line in task_lines(self.tasks):
                 con.print(line)
         if self.hparams is not None:
-            from scaling.fitting.hparams import ivtext
-
             def shown(iv: dict[str, Any] | None) -> str:  # a withheld value is not printed (its reason says why)
-                return "none" if iv is None or iv.get("kind") == "unreliable" else ivtext(iv)
+                return "none" if iv is None or iv.get("kind") == "unreliable" else interval_text(iv)
 
             h = self.hparams
             batch = shown(h["batch"])
@@ -180,11 +177,12 @@ def recommend(
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
 
-    Give ``url`` (and optionally ``sweep``), ``csv`` (read in the default conventions), ``data``
-    (measurements already read, e.g. a CSV in other units); or a ready ``summary`` (then ``plan``
-    may carry the sweep's plan for the concrete run). ``size_run`` turns the plan into a run.
-    ``tasks``: fitted downstream tasks (:class:`scaling.fitting.tasks.TaskFits`) whose accuracy at the
-    recommended run is predicted; a sweep's own task metrics are fitted when not given.
+    Give a sweep's fits, ``summary`` (a :data:`~scaling.fitting.api.SweepFit`: nothing is fitted
+    again; with ``url`` its plan is read for the concrete run, or ``plan`` carries it); or ``url``
+    (and optionally ``sweep``: fitted here, once), ``csv`` (read in the default conventions),
+    ``data`` (measurements already read, e.g. a CSV in other units). ``size_run`` turns the plan
+    into a run. ``tasks``: fitted downstream tasks (:class:`scaling.fitting.tasks.TaskFits`) whose
+    accuracy at the recommended run is predicted; by default the sweep fit's own, or a CSV's task columns.
     """
     if summary is None:
         if n_bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
@@ -198,9 +196,10 @@ def recommend(
             summary = fit_csv(csv, "all", n_bootstrap, seed)
         elif url is not None:
             summary = fit_sweep(url, sweep, "all", n_bootstrap, seed)
-            plan = plan if plan is not None else _plan_of(url, summary.sweep)
         else:
             raise FitError("recommend needs a sweep (database) or a CSV file")
+    if plan is None and url is not None and summary.sweep is not None:
+        plan = _plan_of(url, summary.sweep)
     if not summary.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
                        + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in summary.skipped.items()))
@@ -229,11 +228,9 @@ def recommend(
                                          float(compute), rec.chosen in rec.unreliable, rec.run_source)
         if note:
             rec.notes.append(note)
-    if tasks is None and url is not None and summary.sweep is not None:
-        from scaling.fitting.tasks import fit_tasks_sweep
-
-        tasks = fit_tasks_sweep(url, summary.sweep, k=k, n_bootstrap=n_bootstrap, seed=seed)
-    elif tasks is None and csv is not None:  # the file's task columns, read in the same conventions
+    if tasks is None:
+        tasks = summary.tasks
+    if tasks is None and csv is not None:  # the file's task columns, read in the same conventions
         from scaling.fitting.data import from_csv
         from scaling.fitting.tasks import fit_tasks_csv
 
@@ -269,11 +266,6 @@ def _width(iv: dict[str, Any]) -> float:
     return math.log(hi / lo)
 
 
-def parameter_doubt(note: str) -> bool:
-    """Whether a law's note doubts its parameters alone (see :data:`PARAMETER_DOUBTS`)."""
-    return note.startswith(PARAMETER_DOUBTS) or (note.startswith("unreliable: ") and " is pinned at its " in note)
-
-
 def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
     """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
 
@@ -281,7 +273,7 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     backtest: its error is what widens the intervals for extrapolating
     (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
     """
-    other = [d for d in law.doubts() if not parameter_doubt(d)]
+    other = [d for d in law.doubts() if not d.kind.about_parameters]
     if other:
         return other[0]
     c_max = (getattr(law, "c_range_", None) or (math.nan, math.nan))[1]

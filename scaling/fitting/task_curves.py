@@ -30,6 +30,7 @@ from scipy.optimize import least_squares
 
 from scaling.errors import FitError
 from scaling.fitting.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
+from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.intervals import summarise, withheld
 
 #: A parameter within this fraction of its bound's distance is reported as pinned there.
@@ -39,7 +40,7 @@ AT_BOUND = 1e-6
 L0_REACH = 1.0
 
 
-class AccuracyCurve:
+class AccuracyCurve(Doubtful):
     """Base of the loss -> accuracy forms: fit, bootstrap, intervals, honesty, (de)serialisation."""
 
     form: ClassVar[str] = ""
@@ -113,9 +114,10 @@ class AccuracyCurve:
         self.n_groups_ = int(len(np.unique(g)))
         self.replicates_: np.ndarray | None = None
         self.notes_: list[str] = []
+        self.doubts_ = []
         self.pinned_ = self._pinned()
         if len(L) < MIN_POINTS_PER_PARAM * n_par:
-            self.notes_.append(f"unreliable: {len(L)} evaluations for the {n_par} parameters of {self.label}: "
+            self.add_doubt(DoubtKind.FEW_POINTS, f"unreliable: {len(L)} evaluations for the {n_par} parameters of {self.label}: "
                                "too few to test the form")
         self._check_fit()
         return self
@@ -180,10 +182,10 @@ class AccuracyCurve:
             if r is not None:
                 out[i] = list(self._params(r[0]).values())
         self.replicates_ = out
-        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the bootstrap")]
+        self.drop_doubts(DoubtKind.BOOTSTRAP)
         ok = int(np.isfinite(out).all(axis=1).sum())
         if ok < MIN_OK_FRACTION * n:
-            self.notes_.append(f"unreliable: the bootstrap refitted only {ok} of {n} resamples of the runs")
+            self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: the bootstrap refitted only {ok} of {n} resamples of the runs")
         self._check_fit()
         return self
 
@@ -228,18 +230,16 @@ class AccuracyCurve:
         why = "the form is flagged unreliable: " + self.doubts()[0].removeprefix("unreliable: ")
         return {n: withheld(iv, why) for n, iv in ivs.items()}
 
-    def doubts(self) -> list[str]:
-        pinned = [f"unreliable: {n} is pinned at its {self.pinned_[n]}: the data do not determine it"
-                  for n in self.must_be_free if n in self.pinned_]
-        return [t for t in self.notes_ if t.startswith("unreliable")] + pinned
-
-    def reliable(self) -> bool:
-        return not self.doubts()
+    def doubts(self) -> list[Doubt]:
+        """Its recorded doubts, then a doubt for each parameter that must be free and is pinned."""
+        pinned = [Doubt(DoubtKind.PINNED, f"unreliable: {n} is pinned at its {self.pinned_[n]}: the data do not "
+                        "determine it") for n in self.must_be_free if n in self.pinned_]
+        return super().doubts() + pinned
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
             "form": self.form, "label": self.label, "params": self.params_, "intervals": self.reported_intervals(),
-            "reliable": self.reliable(), "notes": self.notes_, "pinned": self.pinned_,
+            "reliable": self.reliable(), "notes": self.notes_, "doubts": stored(self.doubts_), "pinned": self.pinned_,
             "residual_sd": self.residual_sd_, "loss_range": list(self.loss_range_), "n_points": self.n_points_,
             "n_runs": self.n_groups_, "chance": self.chance_, "loss_floor": self.floor_,
             "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
@@ -255,7 +255,8 @@ class AccuracyCurve:
         c.floor_ = float(d.get("loss_floor") or 0.0)
         c.params_ = {k: float(v) for k, v in d["params"].items()}
         c.x_ = c._vector(c.params_)
-        c.notes_ = list(d.get("notes") or [])
+        c.doubts_ = restore(d.get("doubts"), d.get("reliable"))
+        c.notes_ = relink(list(d.get("notes") or []), c.doubts_)
         c.pinned_ = dict(d.get("pinned") or {})
         c.residual_sd_ = float(d.get("residual_sd") or math.nan)
         c.loss_range_ = tuple(d.get("loss_range") or (math.nan, math.nan))
@@ -325,13 +326,13 @@ class Sigmoid(AccuracyCurve):
         return out
 
     def _check_fit(self) -> None:
-        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the transition")]
+        self.drop_doubts(DoubtKind.OUT_OF_RANGE)
         lo, hi = self.loss_range_
         reach = L0_REACH * (hi - lo)
         iv = self.intervals()["L0"]
         ends = [iv["value"]] + [iv[q] for q in ("lo", "hi") if math.isfinite(iv.get(q, math.nan))]
         if "L0" in self.pinned_ or any(v < lo - reach or v > hi + reach for v in ends):
-            self.notes_.append(f"unreliable: the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
+            self.add_doubt(DoubtKind.OUT_OF_RANGE, f"unreliable: the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
                                f"outside the measured task losses ({lo:.4g} to {hi:.4g}): the data do not locate the "
                                "sigmoid's transition")
 
@@ -395,11 +396,11 @@ class ExpError(AccuracyCurve):
         return out
 
     def _check_fit(self) -> None:
-        self.notes_ = [t for t in self.notes_ if not t.startswith("unreliable: the data do not determine gamma")]
+        self.drop_doubts(DoubtKind.UNDETERMINED)
         iv = self.intervals()["gamma"]
         lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
         if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
-            self.notes_.append(f"unreliable: the data do not determine gamma (its 95% bootstrap interval "
+            self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the data do not determine gamma (its 95% bootstrap interval "
                                f"[{lo:.3g}, {hi:.3g}] spans a factor {hi / lo:.3g})")
 
 

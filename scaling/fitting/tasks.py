@@ -34,6 +34,7 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.data import SIX, group_budgets, prepare
+from scaling.fitting.doubts import Doubt, DoubtKind
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.parametric import RECIPES, ChinchillaParametric
@@ -166,15 +167,15 @@ class TaskLaw:
     def loss_label(self) -> str:
         return "task bits per byte" if self.loss_source == "bpb" else "loss"
 
-    def doubts(self, form: str) -> list[str]:
-        """What says this chain cannot be trusted: step 1's doubts, then the form's."""
-        out = [f"step 1 (task loss from N, D): {d}" for d in self.step1.doubts()]
+    def doubts(self, form: str) -> list[Doubt]:
+        """What says this chain cannot be trusted: step 1's doubts, then the form's (each of its kind)."""
+        out = [Doubt(d.kind, f"step 1 (task loss from N, D): {d}") for d in self.step1.doubts()]
         curve = self.curves.get(form)
         if curve is None:
-            return out + [f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}"]
-        return out + [f"step 2 ({curve.label}): {d}" for d in curve.doubts() + self.misfit(form)]
+            return out + [Doubt(DoubtKind.NOT_FITTED, f"step 2 ({form}) not fitted: {self.skipped.get(form, 'no fit')}")]
+        return out + [Doubt(d.kind, f"step 2 ({curve.label}): {d}") for d in curve.doubts() + self.misfit(form)]
 
-    def misfit(self, form: str) -> list[str]:
+    def misfit(self, form: str) -> list[Doubt]:
         """Whether ``form`` fits the evaluations clearly worse than another form (see :data:`MISFIT_RATIO`)."""
         sd = {f: c.residual_sd_ for f, c in self.curves.items() if math.isfinite(c.residual_sd_)}
         if form not in sd or len(sd) < 2:
@@ -183,8 +184,8 @@ class TaskLaw:
         ratio = sd[form] / sd[best] if sd[best] > 0 else math.inf
         if ratio <= MISFIT_RATIO:
             return []
-        return [f"unreliable: its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
-                f"{self.curves[best].label} (SD {sd[best]:.3g}) on the same evaluations: the form does not fit them"]
+        return [Doubt(DoubtKind.MISFIT, f"unreliable: its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
+                      f"{self.curves[best].label} (SD {sd[best]:.3g}) on the same evaluations: the form does not fit them")]
 
     def admissible(self) -> list[str]:
         """The fitted forms that fit the evaluations about as well as the best one."""
@@ -410,7 +411,7 @@ class TaskFits:
         from rich.console import Console
         from rich.table import Table
 
-        from scaling.fitting.api import interval_text, se_text
+        from scaling.fmt import interval_text, se_text
         from scaling.fmt import num
 
         buf = io.StringIO()
@@ -421,10 +422,10 @@ class TaskFits:
             for col in ("step", "parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col in ("step", "parameter") else "right")
             for name, iv in law.step1.reported_intervals().items():
-                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
             for form, curve in law.curves.items():
                 for name, iv in curve.reported_intervals().items():
-                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv))
+                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
             con.print(t)
             bt = law.backtest or {}
             if bt.get("error"):
@@ -528,8 +529,7 @@ def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tup
 
 def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
     """Text lines of each task's predicted accuracy with its 95% interval (or why it has none)."""
-    from scaling.fitting.api import interval_text
-    from scaling.fmt import num
+    from scaling.fmt import interval_text, num
 
     if not predictions:
         return []
@@ -545,6 +545,6 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
                     out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
                     continue
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
-                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv)}{why}")  # as the bounds
+                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv, 4, value=False)}{why}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))
     return out

@@ -368,7 +368,8 @@ def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Op
     info: dict[str, Any] = {"n_points": int(len(points)), "c_max": float(points["C"].max()),
                             "fingerprint": data.fingerprint()}
     try:
-        summary = fitting.fit_sweep(url, sweep, law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed)
+        summary = fitting.fit_sweep(url, sweep, law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed,
+                                    tasks=False)
     except UserError as exc:
         return None, " ".join(str(exc).split()), points, info
     law = summary.laws.get(spec.target.law)

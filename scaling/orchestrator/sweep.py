@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -223,10 +224,13 @@ def run_sweep(
 
         result.fit = _as_note(echo, "fit", fit_sweep, url, plan.name)
     if report:
+        from scaling.fitting import FitSummary
         from scaling.reports import write_report
 
         path = report_path(url, plan)
-        if _as_note(echo, "report", write_report, url, plan.name, str(path)) is not _SKIPPED:
+        sweep_fit = result.fit if isinstance(result.fit, FitSummary) else None  # the report shows these fits
+        if _as_note(echo, "report", partial(write_report, sweep_fit=sweep_fit), url, plan.name,
+                    str(path)) is not _SKIPPED:
             result.report_path = str(path)
     return result
 

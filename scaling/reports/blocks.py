@@ -7,11 +7,11 @@ page, so none of them reaches into another's private helpers.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from scaling.fmt import interval_text
 from scaling.fmt import escape as e
 from scaling.fmt import num
 
@@ -80,15 +80,4 @@ def kv(rows: list[tuple[str, str]]) -> str:
 def interval(d: dict[str, float], digits: int = 3, fmt: Callable[..., str] = num) -> str:
     """A value with its 95% interval, or with why it has none (pinned, biased, no spread, unreliable);
     ``fmt(x, digits)`` writes each number (e.g. :func:`scaling.fmt.size` for counts)."""
-    v = fmt(d.get("value"), digits)
-    if d.get("kind") == "pinned":
-        return f"{v} <span class=\"ci\">(pinned: {e(d.get('pinned'))})</span>"
-    if d.get("kind") in ("biased", "no spread", "unreliable"):
-        why = {"biased": "bootstrap biased", "no spread": "replicates do not vary",
-               "unreliable": "law unreliable"}[d["kind"]]
-        return f"{v} <span class=\"ci\">(no interval: {why})</span>"
-    lo, hi = d.get("lo"), d.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return v
-    mark = "*" if d.get("widened") else ""
-    return f"{v} <span class=\"ci\">[{fmt(lo, digits)}, {fmt(hi, digits)}]{mark}</span>"
+    return interval_text(d, digits, fmt, html_=True, mark=True)

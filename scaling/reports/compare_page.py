@@ -100,7 +100,7 @@ def _differences(c: Comparison, page: Page) -> str:
     for d in listed:
         if d["kind"] == "percentile":
             verdict = "significant" if d["significant"] else "not significant"
-            cell = f"{num(d['value'], 3)} <span class=\"ci\">[{num(d['lo'], 3)}, {num(d['hi'], 3)}]</span>"
+            cell = interval(d, 3)
         else:
             verdict = "no interval"
             cell = "–" if not math.isfinite(d["value"]) else num(d["value"], 3)

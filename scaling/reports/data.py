@@ -21,6 +21,7 @@ from scaling.db import connect
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import KINDS, Law, fit_data, fit_sweep, from_db
+from scaling.fitting.base import unavailable_note
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law, kind_of
 
@@ -51,6 +52,9 @@ class ReportData:
     sweep_info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what is missing, in words
     source: str = ""  # the database URL, masked
+    #: The sweep's fits when they were handed in (scaling.fitting.api.SweepFit): its hyperparameter
+    #: and task laws are shown as fitted there instead of being fitted for the report.
+    sweep_fit: Any = None
 
     def __post_init__(self) -> None:
         self.runs = normalise_runs(self.runs)
@@ -58,11 +62,12 @@ class ReportData:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", store_fits: bool = False,
-             curve_points: int = CURVE_POINTS) -> "ReportData":
+             curve_points: int = CURVE_POINTS, sweep_fit: Any = None) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
         ``fit`` and ``store_fits`` say where the laws come from and whether new fits are stored
-        (see :func:`load_fits`); by default nothing is written to the database.
+        (see :func:`load_fits`); by default nothing is written to the database. ``sweep_fit``: the
+        sweep's fits already made (then ``fit`` is not used and nothing is fitted).
         """
         results = connect(url)
         if sweep is None:
@@ -83,7 +88,14 @@ class ReportData:
             data.events = results.events(sweep=sweep)
         else:
             data.notes.append("The sweep has no runs yet.")
-        data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits)
+        if sweep_fit is not None:
+            data.sweep_fit = sweep_fit
+            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit))
+        else:
+            made: dict[str, Any] = {}
+            data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits,
+                                                             made=made)
+            data.sweep_fit = made.get("sweep_fit")
         data.notes.extend(fit_notes)
         return data
 
@@ -187,8 +199,8 @@ REPORT_BOOTSTRAP = 100
 REPORT_SETTINGS = {"approach3": {"grid": "coarse"}}
 
 
-def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep",
-              store_fits: bool = False) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_fits: bool = False,
+              made: dict[str, Any] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
     """The fitted laws of ``sweep``, in report order, and notes on what could not be fitted.
 
     ``fit``: ``"sweep"`` fits through :func:`scaling.fitting.fit_sweep` (a fit stored for the
@@ -196,7 +208,8 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep",
     fits quickly. New fits are stored only with ``store_fits=True`` (``fit="sweep"`` only): a
     report writes nothing to the database unless asked.
     Returns (kind -> law, kind -> stored dict, notes). Never raises for a fit that cannot be made:
-    the reason becomes a note that the report prints.
+    the reason becomes a note that the report prints. ``made``: receives the sweep's whole fit
+    (``sweep_fit``: loss, hyperparameter and task laws) when ``fit="sweep"`` made one.
     """
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {FIT_MODES}, not {fit!r}")
@@ -206,23 +219,56 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep",
     dicts: dict[str, dict] = {}
     notes: list[str] = []
     if fit == "sweep":
-        laws, notes = _fit_sweep(url, sweep, store_fits)
+        laws, notes = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
     elif fit == "memory":
         laws, notes = _fit_in_memory(url, sweep)
     if not laws:  # nothing fitted now: show what is stored, saying so
         laws, dicts = stored_fits(results, sweep)
+        if made is not None and fit == "stored":
+            made["sweep_fit"] = _stored_sweep_fit(results, sweep, laws)
         if laws and fit != "stored":
             notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
+    return _ordered_fits(laws, notes, dicts)
+
+
+def _ordered_fits(laws: dict[str, Law], notes: list[str],
+                 dicts: dict[str, dict] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+    """The laws in report order, with a note for each kind not fitted and each law's doubts."""
+    notes = list(notes)
+    dicts = dict(dicts or {})
     for kind in KINDS:
         if kind not in laws and not any(LABELS[kind] in n for n in notes):
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in KINDS if k in laws}
     for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
-        doubts = law.doubts() + [n for n in law.notes_ if str(n).startswith("intervals unavailable")]
+        unavailable = unavailable_note((getattr(law, "bootstrap_info_", None) or {}).get("unavailable"))
+        doubts = law.doubts() + ([unavailable] if unavailable else [])
         notes.extend(f"{LABELS[kind]}: {n}" for n in doubts)
     return ordered, dicts, notes
+
+
+def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
+    """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
+    (None where none is stored or it cannot be read: the report then fits its own)."""
+    from scaling.fitting.api import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
+    from scaling.fitting.hparams import HparamFit
+
+    def newest(key: tuple[str, str], read: Any) -> Any:
+        rows = results.fits(sweep=sweep, law=key[0], method=key[1])
+        if not len(rows):
+            return None
+        try:
+            return read(as_dict(rows["result"].iloc[-1]))
+        except (UserError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    hparams, tasks = newest(HPARAMS_KEY, HparamFit.from_dict), newest(TASKS_KEY, tasks_from_stored)
+    if hparams is None or tasks is None:
+        return None
+    return SweepFit(source=f"sweep {sweep!r}", fingerprint="", n_points=0, conventions={}, laws=dict(laws),
+                    sweep=sweep, hparams=hparams, tasks=tasks)
 
 
 def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:
@@ -237,15 +283,21 @@ def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dic
     return laws, dicts
 
 
-def _fit_sweep(url: str, sweep: str, store: bool) -> tuple[dict[str, Law], list[str]]:
-    """:func:`scaling.fitting.fit_sweep`, storing new fits only when ``store``; failures become notes."""
+def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str]]:
+    """:func:`scaling.fitting.fit_sweep` (stored fits of the same data reused), storing new fits only when
+    ``store``; failures become notes. The whole sweep fit goes to ``made["sweep_fit"]``."""
     try:
         summary = fit_sweep(url, sweep, save=store)
     except UserError as exc:
         return {}, [f"No law could be fitted: {_one_line(exc)}"]
+    made["sweep_fit"] = summary
+    return dict(summary.laws), _summary_notes(summary)
+
+
+def _summary_notes(summary: Any) -> list[str]:
+    """A sweep fit's notes and the laws it could not fit, as the report lists them."""
     notes = [str(n) for n in summary.notes]
-    notes += [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
-    return dict(summary.laws), notes
+    return notes + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
 
 
 def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str]]:

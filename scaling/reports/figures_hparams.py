@@ -262,8 +262,9 @@ def hparams_section(data: Any, page: Any) -> str:
     if runs is None or runs.empty or "spec" not in runs or not any(as_dict(s) for s in runs["spec"]):
         return ""
     hp = hparam_runs(runs)
-    try:
-        fit = fit_hparams(hp, REPORT_BOOTSTRAP)
+    sweep_fit = getattr(data, "sweep_fit", None)
+    try:  # the sweep's own fit when the report was handed one, else one for the report
+        fit = sweep_fit.hparams if sweep_fit is not None else fit_hparams(hp, REPORT_BOOTSTRAP)
     except UserError as exc:
         return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
     if fit is None:

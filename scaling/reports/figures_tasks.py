@@ -223,6 +223,9 @@ def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -
     def build(data: Any, page: Any) -> str:
         if not data.sweep:
             return ""
+        fitted = getattr(getattr(data, "sweep_fit", None), "tasks", None)
+        if fitted is not None:  # the sweep's own task laws, handed to the report
+            return render_tasks(data, page, fitted) if fitted.laws else ""
         td = tasks_from_db(url, data.sweep)
         if not td.tasks():
             return ""

@@ -69,17 +69,19 @@ Extra = Callable[[ReportData, "Page"], str]
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Extra] = ()) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = (), sweep_fit: Any = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) fits through
     ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
     does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
+    ``sweep_fit``: the sweep's fits already made (:data:`scaling.fitting.api.SweepFit`, e.g. at the end
+    of ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing.
     """
     from scaling.reports.figures_tasks import task_section
 
-    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits)
+    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=sweep_fit)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
     return write_report_data(data, path, extras=(*extras, task_section(url)))
 

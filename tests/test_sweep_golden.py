@@ -1,0 +1,87 @@
+"""The results of one simulated sweep, compared with what they were when this file was written, and
+fitted once.
+
+A small sweep of the simulated trainer with hyperparameter groups and two downstream tasks
+(:mod:`sweep_golden`) is trained in this process; its loss, hyperparameter and task fits, the
+recommendation, the closing answer and the report's visible text are compared with
+``tests/data/sweep_golden.json`` (numbers at 4 significant figures). A change to how results are
+computed or worded shows here as a diff; a deliberate one is recorded by running this file with
+``SCALING_UPDATE_GOLDEN=1`` and reviewing the diff of the JSON.
+
+The sweep's fits (a ``SweepFit``) are made once: the recommendation, the closing answer and the
+report handed them fit nothing again (every fit counted by a spy on the fitting entry points).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sweep_golden as G
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "sweep_golden.json"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("golden")
+    url, sweep, _ = G.build(folder)
+    plan = G.plan_dict(folder)
+    return {"url": url, "sweep": sweep, "folder": folder, "plan": plan,
+            "snapshot": json.loads(json.dumps(G.snapshot(url, sweep, plan, folder)))}
+
+
+def test_a_simulated_sweeps_results_are_the_golden_ones(swept: dict[str, Any]) -> None:
+    snapshot = swept["snapshot"]
+    if os.environ.get("SCALING_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
+    golden = json.loads(GOLDEN.read_text())
+    for part in golden:  # part by part, so that a failure names what changed
+        assert snapshot.get(part) == golden[part], part
+    assert set(snapshot) == set(golden)
+
+
+@pytest.fixture
+def fits_counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many times each kind of fit runs: a loss law (or a task's step 1), an accuracy curve, a
+    hyperparameter law."""
+    from scaling.fitting import base, hparams, task_curves
+
+    counts = {"law": 0, "curve": 0, "hparam law": 0}
+
+    def counting(what: str, fn: Any) -> Any:
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            counts[what] += 1
+            return fn(*args, **kwargs)
+        return spy
+
+    monkeypatch.setattr(base.Law, "fit", counting("law", base.Law.fit))
+    monkeypatch.setattr(task_curves.AccuracyCurve, "fit", counting("curve", task_curves.AccuracyCurve.fit))
+    monkeypatch.setattr(hparams, "fit_law", counting("hparam law", hparams.fit_law))
+    return counts
+
+
+def test_a_stored_sweep_fit_is_not_fitted_again(swept: dict[str, Any], fits_counted: dict[str, int],
+                                               tmp_path: Path) -> None:
+    """Once the sweep's fits are stored (the golden snapshot stored them), fitting the sweep again, the
+    recommendation and closing answer on them, and the report on them (handed, or read back) fit nothing."""
+    from scaling.fitting import fit_sweep, recommend
+    from scaling.fitting.brief import brief
+    from scaling.orchestrator.expand import size_run
+    from scaling.reports import write_report
+
+    url, sweep = swept["url"], swept["sweep"]
+    sweep_fit = fit_sweep(url, sweep, n_bootstrap=G.BOOTSTRAP)
+    assert sorted(sweep_fit.reused) == sorted(sweep_fit.laws) and sweep_fit.hparams is not None and sweep_fit.tasks
+    rec = recommend(summary=sweep_fit, url=url, size_run=size_run, next_runs=False)  # the closing answer's call
+    assert brief(rec) and rec.tasks and rec.hparams is not None
+    handed = write_report(url, sweep, tmp_path / "handed.html", sweep_fit=sweep_fit).read_text()
+    assert "Downstream tasks" in handed and "Hyperparameters" in handed
+    assert fits_counted == {"law": 0, "curve": 0, "hparam law": 0}, "a stored or handed fit was fitted again"
+    read_back = write_report(url, sweep, tmp_path / "report.html", fit="stored")  # `scaling report --fit stored`
+    assert "Downstream tasks" in read_back.read_text() and "Hyperparameters" in read_back.read_text()
+    assert fits_counted == {"law": 0, "curve": 0, "hparam law": 0}, "`scaling report --fit stored` fitted"
