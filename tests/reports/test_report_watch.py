@@ -117,11 +117,13 @@ def _reloads(browser, path: Path, wait_s: float) -> bool:
     page = browser._ctx.new_page()
     try:
         page.goto(path.resolve().as_uri(), wait_until="load")
-        page.evaluate("() => { window.__watchMark = 1; }")
         try:
+            page.evaluate("() => { window.__watchMark = 1; }")
             page.wait_for_function("() => window.__watchMark === undefined", timeout=wait_s * 1000)
             return True
         except Exception as exc:  # playwright's TimeoutError: the page stayed as it was
+            if "Execution context was destroyed" in str(exc):
+                return True  # the loaded page navigated away under us: only its refresh tag does that
             if "Timeout" not in type(exc).__name__:
                 raise
             return False
