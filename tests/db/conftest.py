@@ -28,3 +28,9 @@ def scaling(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch)
         return subprocess.CompletedProcess(list(args), code, out.out, out.err)
 
     return run
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest) -> str:
+    """An empty database on SQLite, and on PostgreSQL where one is configured."""
+    return request.getfixturevalue(f"empty_{request.param}_url")

@@ -25,3 +25,18 @@ def mp_context():  # type: ignore[no-untyped-def]
     import multiprocessing as mp
 
     return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+
+
+def migrate(url: str, revision: str, *, down: bool = False) -> None:
+    """Upgrade (or downgrade) the database at ``url`` to the Alembic ``revision``."""
+    from alembic import command
+
+    from scaling.db.engine import make_engine
+    from scaling.db.schema import alembic_config
+
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            (command.downgrade if down else command.upgrade)(alembic_config(connection=conn), revision)
+    finally:
+        engine.dispose()

@@ -10,30 +10,14 @@ from sqlalchemy import inspect
 from scaling.db import Store, connect
 from scaling.db.engine import make_engine
 from scaling.db.migrate import upgrade_database
-from scaling.db.schema import HEAD, alembic_config, current_revision
+from scaling.db.schema import HEAD, current_revision
 from scaling.errors import PlanError
 from scaling.trainer.spec import RunSpec
 from scaling.vocab import HPARAM_GROUP_TAG
 
-from db_helpers import records
+from db_helpers import migrate, records
 
 GROUP = "2x64x2 D=6.554e+04"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue(f"empty_{request.param}_url")
-
-
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    from alembic import command
-
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            (command.downgrade if down else command.upgrade)(alembic_config(connection=conn), revision)
-    finally:
-        engine.dispose()
 
 
 def _columns(url: str) -> tuple[str, set[str], int]:
@@ -70,7 +54,7 @@ def test_models_match_the_migrated_schema(empty_url: str) -> None:
 
 
 def test_upgrade_from_0003_keeps_rows_outside_any_group_and_stores_new_groups(empty_url: str) -> None:
-    _migrate(empty_url, "0003")
+    migrate(empty_url, "0003")
     old = records(2)
     engine = make_engine(empty_url)
     try:
@@ -103,7 +87,7 @@ def test_upgrade_from_0003_keeps_rows_outside_any_group_and_stores_new_groups(em
 def test_downgrade_from_0004_drops_only_the_group_column(empty_url: str) -> None:
     with Store(empty_url) as store:
         store.register("s", [grouped(1e-3), grouped(2e-3)])
-    _migrate(empty_url, "0003", down=True)
+    migrate(empty_url, "0003", down=True)
     revision, cols, n = _columns(empty_url)
     assert revision == "0003" and "hparam_group" not in cols and {"key", "parent_key"} <= cols and n == 2
 

@@ -12,28 +12,14 @@ import sqlalchemy as sa
 from scaling.db import Store, connect
 from scaling.db.engine import make_engine
 from scaling.db.migrate import upgrade_database
-from scaling.db.schema import HEAD, alembic_config
+from scaling.db.schema import HEAD
 from scaling.fitting.hparams import runs_frame
 from scaling.trainer.spec import RunSpec
 from scaling.vocab import HPARAM_GROUP_TAG
 
+from db_helpers import migrate
+
 SETTINGS = ["lr", "batch_tokens", "beta2", "unique_tokens", "hparam_group"]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue(f"empty_{request.param}_url")
-
-
-def _migrate(url: str, revision: str, *, down: bool = False) -> None:
-    from alembic import command
-
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            (command.downgrade if down else command.upgrade)(alembic_config(connection=conn), revision)
-    finally:
-        engine.dispose()
 
 
 def _records() -> list[dict]:
@@ -55,7 +41,7 @@ def _records() -> list[dict]:
 
 
 def test_upgrade_from_0004_fills_the_columns_from_each_spec_as_registration_does(empty_url: str) -> None:
-    _migrate(empty_url, "0004")
+    migrate(empty_url, "0004")
     recs = _records()
     old = sa.table("runs", *(sa.column(c) for c in (
         "sweep_id", "key", "n_params", "n_params_total", "n_layer", "d_model", "n_head", "vocab_size", "context",
@@ -96,7 +82,7 @@ def test_upgrade_from_0004_fills_the_columns_from_each_spec_as_registration_does
     assert frame.loc[recs[0]["key"], "lr"] == 2e-3 and frame.loc[recs[1]["key"], "batch"] == 8192.0
     assert frame.loc[recs[1]["key"], "group"] == "2x64x2 D=6.554e+04" and math.isnan(frame.loc[recs[4]["key"], "lr"])
 
-    _migrate(empty_url, "0004", down=True)
+    migrate(empty_url, "0004", down=True)
     engine = make_engine(empty_url)
     try:
         cols = {c["name"] for c in sa.inspect(engine).get_columns("runs")}
