@@ -47,8 +47,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from scaling import vocab  # noqa: E402
 from scaling.db import Store  # noqa: E402
-from scaling.fitting.api import fit_data  # noqa: E402
-from scaling.fitting.data import prepare  # noqa: E402
+from scaling.fitting.sweep_fit import fit_data  # noqa: E402
+from scaling.fitting.measurements import prepare  # noqa: E402
 from scaling.fitting.synthetic import chinchilla_optimal_N, draw_truth  # noqa: E402
 from scaling.orchestrator.adaptive import measure, run_adaptive  # noqa: E402
 from scaling.orchestrator.expand import Expansion, expand  # noqa: E402

@@ -126,8 +126,8 @@ def sweep_in_process(plan_path: Path, url: str) -> float:
 
 def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
     from scaling.errors import FitError
-    from scaling.fitting.api import fit_data
-    from scaling.fitting.data import from_db
+    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting.measurements import from_db
 
     data, _ = from_db(url, name)
     out: dict[str, Any] = {}

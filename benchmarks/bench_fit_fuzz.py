@@ -25,7 +25,7 @@ from test_fit_numerics import simulated_grid  # noqa: E402
 from scaling.errors import FitError  # noqa: E402
 from scaling.fitting import fit_data, from_frame  # noqa: E402
 from scaling.fitting.recommend import recommend  # noqa: E402
-from scaling.reports.data import ReportData  # noqa: E402
+from scaling.reports.report_data import ReportData  # noqa: E402
 from scaling.reports.html import render  # noqa: E402
 
 

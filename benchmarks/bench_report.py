@@ -232,7 +232,7 @@ def synthetic(args: argparse.Namespace) -> None:
     from scaling.db import connect
     from scaling.fitting import fit_sweep
     from scaling.reports import write_report
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import write_report_data
 
     runs = connect(url).runs(sweep=SWEEP)

@@ -99,7 +99,7 @@ def write_tokens(path: Path) -> tuple[int, float]:
     """The builtin corpus's token stream as a nanoGPT-style uint16 ``.bin``; (vocabulary, val fraction)."""
     import numpy as np
 
-    from scaling.trainer.data import load_corpus
+    from scaling.trainer.corpus import load_corpus
     from scaling.trainer.spec import DataSpec
 
     data = DataSpec()
@@ -270,7 +270,7 @@ def in_process(args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
 
-    from scaling.trainer.data import load_corpus
+    from scaling.trainer.corpus import load_corpus
     from scaling.trainer.loop import Trainer
     from scaling.trainer.model import build_model
     from scaling.trainer.optim import param_groups

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db.results import Results
     from scaling.fitting import FitSummary, Law, Recommendation
     from scaling.fitting.hparams import HparamFit
-    from scaling.fitting.tasks import TaskFits
+    from scaling.fitting.task_laws import TaskFits
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
@@ -382,8 +382,8 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    from scaling.fitting.data import from_csv, from_db
-    from scaling.fitting.api import hparam_fit
+    from scaling.fitting.measurements import from_csv, from_db
+    from scaling.fitting.sweep_fit import hparam_fit
 
     if csv is not None:
         data = from_csv(csv)
@@ -405,7 +405,7 @@ def _typed_hparams(fit: "HparamFit") -> Hparams:
 
 
 def _typed_fit(summary: "FitSummary") -> Fit:
-    from scaling.fitting.api import KINDS
+    from scaling.fitting.sweep_fit import KINDS
 
     laws = {kind: FittedLaw(kind, KINDS[kind][1], law.reliable(),
                             {name: Estimate.from_interval(iv) for name, iv in law.reported_intervals().items()},
@@ -500,10 +500,10 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting.tasks import fit_tasks_csv, fit_tasks_sweep
+    from scaling.fitting.task_laws import fit_tasks_csv, fit_tasks_sweep
 
     if csv is not None:
-        from scaling.fitting.data import from_csv
+        from scaling.fitting.measurements import from_csv
 
         fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
     else:

@@ -54,7 +54,7 @@ def compare(
     from scaling.db import resolve_url
     from scaling.errors import UserError
     from scaling.reports.compare_page import compare_sweeps
-    from scaling.reports.data import FIT_MODES
+    from scaling.reports.report_data import FIT_MODES
 
     if fit not in FIT_MODES:
         raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
@@ -85,7 +85,7 @@ def print_table(result: Any, json_path: Optional[Path] = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from scaling.fitting.api import SHORT
+    from scaling.fitting.sweep_fit import SHORT
     from scaling.fmt import num
     from scaling.reports.compare import ranked, verdict_counts
 

@@ -137,7 +137,7 @@ def _write_shards(data: "DataSpec", out: Path, shard_tokens: int, kind: "ShardFo
     """Load (or prepare) ``data`` and write it as shards into ``out``; print what was written."""
     import sys
 
-    from scaling.trainer.data import load_corpus
+    from scaling.trainer.corpus import load_corpus
     from scaling.trainer.reshard import write_shards
 
     corpus = load_corpus(data)

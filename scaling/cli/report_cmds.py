@@ -57,7 +57,7 @@ def report(
     from scaling.db import resolve_url
     from scaling.errors import UserError
     from scaling.reports import write_report
-    from scaling.reports.data import FIT_MODES
+    from scaling.reports.report_data import FIT_MODES
     from scaling.reports.output import check_output
 
     if fit not in FIT_MODES:

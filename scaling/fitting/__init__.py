@@ -8,10 +8,10 @@ Torch-free and Ray-free: it needs numpy, scipy and pandas only, and the database
 from __future__ import annotations
 
 from scaling.errors import FitError
-from scaling.fitting.api import KINDS, FitSummary, SweepFit, fit_csv, fit_data, fit_sweep, from_dict
+from scaling.fitting.sweep_fit import KINDS, FitSummary, SweepFit, fit_csv, fit_data, fit_sweep, from_dict
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, NotFittedError
-from scaling.fitting.data import FitData, effective_tokens, from_csv, from_db, from_frame
+from scaling.fitting.measurements import FitData, effective_tokens, from_csv, from_db, from_frame
 from scaling.fitting.envelope import ChinchillaEnvelope
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.kaplan import KaplanLaw

@@ -23,7 +23,7 @@ import numpy as np
 
 from scaling.errors import FitError, UserError
 from scaling.fitting.base import NUMERICAL_FAILURES, Law, jsonable
-from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.measurements import FitData, group_budgets
 
 
 def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.data import SIX, FitData, from_frame
+from scaling.fitting.measurements import SIX, FitData, from_frame
 from scaling.fitting.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 

@@ -16,9 +16,9 @@ from scipy.optimize import brentq, least_squares, minimize_scalar
 from scipy.stats import chi2
 
 from scaling.errors import FitError
-from scaling.fitting.data import FitData, effective_tokens
+from scaling.fitting.measurements import FitData, effective_tokens
 
-#: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.data.R_STAR_DATA`, 15.4).
+#: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.measurements.R_STAR_DATA`, 15.4).
 R_STAR_N = 5.3
 #: The R* searched (0.5: repeats are almost worthless; 500: almost as good as new).
 R_STAR_RANGE = (0.5, 500.0)

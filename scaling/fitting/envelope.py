@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.data import FitData
+from scaling.fitting.measurements import FitData
 from scaling.fitting.frontier import FrontierLaw
 
 

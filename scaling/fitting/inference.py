@@ -19,7 +19,7 @@ from scaling.errors import FitError
 from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
 
 if TYPE_CHECKING:
-    from scaling.fitting.data import FitData
+    from scaling.fitting.measurements import FitData
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -368,7 +368,7 @@ def recommend_inference(inference_tokens: float, *, compute: float | None = None
     ``data``: measurements already read (a CSV in other units or conventions), in place of ``csv``.
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.
     """
-    from scaling.fitting.api import fit_csv, fit_data, fit_sweep
+    from scaling.fitting.sweep_fit import fit_csv, fit_data, fit_sweep
 
     if compute is not None and target_loss is not None:
         raise FitError("give either --compute or --target-loss, not both")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.measurements import FitData, group_budgets
 from scaling.fitting.frontier import FrontierLaw, parabola, vertex
 
 

@@ -22,7 +22,7 @@ from scipy.optimize import least_squares
 
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
-from scaling.fitting.data import FitData, group_budgets
+from scaling.fitting.measurements import FitData, group_budgets
 from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
 from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note

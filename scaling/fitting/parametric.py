@@ -18,7 +18,7 @@ from scipy.optimize import minimize
 
 from scaling.errors import FitError
 from scaling.fitting.base import Law, Params
-from scaling.fitting.data import FitData
+from scaling.fitting.measurements import FitData
 from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.optim import batch_lbfgs, max_batch
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts

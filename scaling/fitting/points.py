@@ -2,7 +2,7 @@
 
 Numbers written by people and computed by programs differ in their last digits (4e8 and
 400000000.00000006); rows whose values agree to :data:`DIGITS` significant digits are one point,
-whether the question is which seeds to average (:func:`scaling.fitting.data.prepare`) or which runs
+whether the question is which seeds to average (:func:`scaling.fitting.measurements.prepare`) or which runs
 form a hyperparameter group (:func:`scaling.fitting.hparams.assign_groups`).
 """
 

@@ -32,9 +32,9 @@ import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.api import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
+from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
 from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
-from scaling.fitting.data import FitData, prepare
+from scaling.fitting.measurements import FitData, prepare
 from scaling.fmt import interval_text
 
 #: The default budget, as a multiple of the largest measured run's compute.
@@ -83,7 +83,7 @@ class Recommendation:
     #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
     #: or None, with why (:meth:`scaling.fitting.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
-    #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks).
+    #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,7 +139,7 @@ class Recommendation:
                 con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
                           f"{100 * cand['reduction']:.0f}% narrower (costs {cand['cost_flops']:.3g} FLOPs)")
         if self.tasks:
-            from scaling.fitting.tasks import task_lines
+            from scaling.fitting.task_laws import task_lines
 
             for line in task_lines(self.tasks):
                 con.print(line)
@@ -177,11 +177,11 @@ def recommend(
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
 
-    Give a sweep's fits, ``summary`` (a :data:`~scaling.fitting.api.SweepFit`: nothing is fitted
+    Give a sweep's fits, ``summary`` (a :data:`~scaling.fitting.sweep_fit.SweepFit`: nothing is fitted
     again; with ``url`` its plan is read for the concrete run, or ``plan`` carries it); or ``url``
     (and optionally ``sweep``: fitted here, once), ``csv`` (read in the default conventions),
     ``data`` (measurements already read, e.g. a CSV in other units). ``size_run`` turns the plan
-    into a run. ``tasks``: fitted downstream tasks (:class:`scaling.fitting.tasks.TaskFits`) whose
+    into a run. ``tasks``: fitted downstream tasks (:class:`scaling.fitting.task_laws.TaskFits`) whose
     accuracy at the recommended run is predicted; by default the sweep fit's own, or a CSV's task columns.
     """
     if summary is None:
@@ -231,12 +231,12 @@ def recommend(
     if tasks is None:
         tasks = summary.tasks
     if tasks is None and csv is not None:  # the file's task columns, read in the same conventions
-        from scaling.fitting.data import from_csv
-        from scaling.fitting.tasks import fit_tasks_csv
+        from scaling.fitting.measurements import from_csv
+        from scaling.fitting.task_laws import fit_tasks_csv
 
         tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=n_bootstrap, seed=seed)
     if tasks:
-        from scaling.fitting.tasks import predict_for_recommendation
+        from scaling.fitting.task_laws import predict_for_recommendation
 
         rec.tasks, note = predict_for_recommendation(tasks, rec, k)
         if note:

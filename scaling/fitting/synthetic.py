@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scaling.fitting.data import SIX, FitData, prepare
+from scaling.fitting.measurements import SIX, FitData, prepare
 
 #: Close to Epoch AI's estimates on Chinchilla's data (Besiroglu et al. 2024).
 TRUTH = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
@@ -165,7 +165,7 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
     many of them cover N*, and ``coverage_at_budget`` the coverage of every draw allowed to recommend.
     Without ``run_backtest`` the intervals carry no model-error term (enough to count flags).
     """
-    from scaling.fitting.api import fit_data
+    from scaling.fitting.sweep_fit import fit_data
     from scaling.fitting.recommend import undetermined_at_budget
 
     settings = {"approach3": {"grid": "small"}}
@@ -224,7 +224,7 @@ def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approa
     beyond the data, model error included, against measurements the fit never saw.
     """
     from scaling.errors import UserError
-    from scaling.fitting.api import fit_data
+    from scaling.fitting.sweep_fit import fit_data
     from scaling.fitting.backtest import split
 
     train, held = split(data)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.data import ALIASES, SIX, FitData, fitted_runs, read_rows
+from scaling.fitting.measurements import ALIASES, SIX, FitData, fitted_runs, read_rows
 from scaling.fitting.tabular import parse_numbers
 from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
                                           parse_metric, task_name_problem)
@@ -151,7 +151,7 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
     one value in [0, 1). With columns ``run`` and ``tokens`` a run's rows are its evaluations
     (:mod:`scaling.fitting.task_evaluations`): the one at ``tokens`` = ``D`` is final, the others
     are checkpoints, fitted by step 2 only. N, D, C and loss are read as
-    :func:`scaling.fitting.data.from_frame` reads them (:func:`scaling.fitting.data.read_rows`: the same
+    :func:`scaling.fitting.measurements.from_frame` reads them (:func:`scaling.fitting.measurements.read_rows`: the same
     columns, checks, loss units and FLOP convention, those ``data`` was read with). ``row_label``
     names a row in messages (``data row <i + 1>`` by default).
     """
@@ -264,7 +264,7 @@ def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool)
 
 def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str, label: Callable[[int], str],
                   evaluations: Evaluations | None) -> pd.DataFrame:
-    """Per row: N, D, C and the loss in nats, read as the loss fit reads them (:func:`~scaling.fitting.data.read_rows`:
+    """Per row: N, D, C and the loss in nats, read as the loss fit reads them (:func:`~scaling.fitting.measurements.read_rows`:
     the same columns, checks, units and FLOP convention, from ``data``); a row the loss fit drops
     (``--drop-invalid``) is not usable. An intermediate evaluation may leave its loss empty."""
     rows = read_rows(df[cols], flops_convention=data.flops_convention, params_convention=data.params_convention,

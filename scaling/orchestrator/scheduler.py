@@ -24,7 +24,7 @@ from scaling.orchestrator.signals import uninterrupted
 from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, RunState, Tally
 
 if TYPE_CHECKING:
-    from scaling.orchestrator.tasks import RunOutcome
+    from scaling.orchestrator.worker import RunOutcome
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
@@ -406,31 +406,31 @@ class Scheduler:
     def _submit(self, spec: Any, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
         import ray
 
-        from scaling.orchestrator import tasks
+        from scaling.orchestrator import worker
 
         e = spec.execution
         if e.workers == 1:
             if self._remote_single is None:
-                self._remote_single = tasks.SingleRunTask()  # a GPU run: a fresh process each
+                self._remote_single = worker.SingleRunTask()  # a GPU run: a fresh process each
             fn = self._remote_single.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
             return fn.remote(spec.model_dump_json(), self.store_url, run_dir, attempt, self.sweep, os.getcwd())
         # Multi-worker: the TorchTrainer's controller needs no CPU of its own; its workers take
         # the resources this loop has already set aside in its ledger (see _admit), so Ray
         # Train never waits for CPUs another run holds.
         if self._remote_multi is None:
-            self._remote_multi = ray.remote(max_retries=0, num_cpus=0)(tasks.train_multi)
+            self._remote_multi = ray.remote(max_retries=0, num_cpus=0)(worker.train_multi)
         return self._remote_multi.remote(
             spec.model_dump_json(), self.store_url, run_dir, attempt, self.retries, self.sweep, os.getcwd(), rank_nodes
         )
 
     def _submit_simulated(self, states: list[RunState]) -> Any:
-        """One task simulating ``states`` (see :func:`tasks.simulate_batch`)."""
+        """One task simulating ``states`` (see :func:`worker.simulate_batch`)."""
         import ray
 
-        from scaling.orchestrator import tasks
+        from scaling.orchestrator import worker
 
         if self._remote_simulated is None:
-            self._remote_simulated = ray.remote(max_retries=0)(tasks.simulate_batch)
+            self._remote_simulated = ray.remote(max_retries=0)(worker.simulate_batch)
         e = states[0].run.spec.execution
         fn = self._remote_simulated.options(num_cpus=e.cpus_per_worker, num_gpus=e.gpus_per_worker)
         return fn.remote([s.run.spec.model_dump_json() for s in states], [s.attempt for s in states],

@@ -51,7 +51,7 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
     be read, counts N in another convention, has no groups, or its law is not fitted or flagged.
     """
     from scaling.db import connect
-    from scaling.fitting.data import fitted_runs
+    from scaling.fitting.measurements import fitted_runs
     from scaling.fitting.hparams import fit_hparams, runs_frame
 
     try:

@@ -16,9 +16,9 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
 
     ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or
     ``"memory"``; ``store_fits=True`` stores the new fits of ``fit="sweep"`` (by default a report
-    only reads the database). See :func:`scaling.reports.data.load_fits`. ``extras``: optional
+    only reads the database). See :func:`scaling.reports.report_data.load_fits`. ``extras``: optional
     sections (e.g. :func:`scaling.reports.figures_inference.inference_section`). ``sweep_fit``: the
-    sweep's fits already made (:data:`scaling.fitting.api.SweepFit`): shown as they are, nothing fitted.
+    sweep's fits already made (:data:`scaling.fitting.sweep_fit.SweepFit`): shown as they are, nothing fitted.
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write

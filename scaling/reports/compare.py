@@ -2,7 +2,7 @@
 
 Porian et al. (2024) explain the Kaplan-Chinchilla gap by running one ladder under several setups
 and comparing the fitted exponents. :func:`scaling.reports.compare_page.compare_sweeps` does that for sweeps in one database:
-each sweep's laws are loaded as the report loads them (:func:`scaling.reports.data.load_fits`),
+each sweep's laws are loaded as the report loads them (:func:`scaling.reports.report_data.load_fits`),
 every exponent is shown with its 95% bootstrap interval, and each pair of sweeps gets the
 difference of every exponent with a percentile interval of the difference. The two fits'
 bootstraps resample different runs, so their replicates are independent: every pairing of a
@@ -33,9 +33,9 @@ from scaling.db import connect
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import Law, fit_data, from_db
 from scaling.fitting.base import jsonable
-from scaling.fitting.data import prepare
+from scaling.fitting.measurements import prepare
 from scaling.fitting.intervals import summarise
-from scaling.reports.data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
+from scaling.reports.report_data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
 
 #: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
@@ -70,7 +70,7 @@ class SweepSide:
     """One sweep as compared: its runs and laws in the comparison's conventions."""
 
     name: str
-    runs: pd.DataFrame  # normalised (scaling.reports.data.normalise_runs), N and C in the shared conventions
+    runs: pd.DataFrame  # normalised (scaling.reports.report_data.normalise_runs), N and C in the shared conventions
     laws: dict[str, Law]
     conventions: dict[str, str]  # as stored with the sweep
     converted: bool = False

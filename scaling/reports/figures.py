@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from scaling.fmt import escape, num
 from scaling.reports import fitview
-from scaling.reports.data import normalise_runs, summarise_perf
+from scaling.reports.report_data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
 from scaling import vocab as names
 

@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
-from scaling.fitting.data import fitted_runs
+from scaling.fitting.measurements import fitted_runs
 from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
@@ -45,7 +45,7 @@ def group_title(label: str) -> str:
 
 
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs the fits use (:func:`scaling.fitting.data.fitted_runs`) with a finite loss, and their
+    """The runs the fits use (:func:`scaling.fitting.measurements.fitted_runs`) with a finite loss, and their
     lr, batch, beta2 and group."""
     r = fitted_runs(runs)
     return runs_frame(r[np.isfinite(r["loss"].astype(float))])

@@ -20,11 +20,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
+from scaling.fitting.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, prose, section
-from scaling.reports.data import REPORT_BOOTSTRAP
+from scaling.reports.report_data import REPORT_BOOTSTRAP
 from scaling.reports.figures import with_alpha
 
 SECTION_ID = "tasks"

@@ -4,7 +4,7 @@ Fits arrive as stored dicts (the fits table) or as live laws; :func:`as_law` tur
 law through ``scaling.fitting.from_dict``. Only the fitting package's public surface is used:
 ``optimal(C)``, ``optimal_interval(C)``, ``predict(N, D)``, ``intervals()``, and the ``plot``
 part of ``to_dict()`` (fitted points, parabolas, flagged budgets). Views only: which fits a
-report shows, and where they come from, is :mod:`scaling.reports.data`'s job.
+report shows, and where they come from, is :mod:`scaling.reports.report_data`'s job.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pandas as pd
 
 from scaling.errors import UserError
 from scaling.fitting import KINDS, Law, from_dict
-from scaling.fitting import api as fitting_api
+from scaling.fitting import sweep_fit
 from scaling.fitting.base import NotFittedError
-from scaling.fitting.data import group_budgets
+from scaling.fitting.measurements import group_budgets
 
 #: Method kinds, in the order the report lists them, with their display names (the fitting package's).
 LABELS = {kind: label for kind, (_, label) in KINDS.items()}
@@ -42,7 +42,7 @@ def as_law(obj: Any) -> Law | None:
 def kind_of(method: str | None, law: Any | None = None) -> str:
     """One of :data:`scaling.fitting.KINDS` for a law; else ``method`` (a report's fits are keyed by kind)."""
     if isinstance(law, Law):
-        return fitting_api.kind_of(law)
+        return sweep_fit.kind_of(law)
     return str(method or "law")
 
 

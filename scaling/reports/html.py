@@ -26,8 +26,8 @@ import pandas as pd
 
 from scaling import vocab as names
 from scaling.db.jsonvalues import as_dict
-from scaling.fitting.api import SHORT
-from scaling.fitting.data import group_budgets
+from scaling.fitting.sweep_fit import SHORT
+from scaling.fitting.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
 from scaling.fmt import size
@@ -35,7 +35,7 @@ from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
 from scaling.reports.blocks import Answer, Page, interval, kv, missing, prose, section
-from scaling.reports.data import ReportData
+from scaling.reports.report_data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
 from scaling.reports.figures_adaptive import adaptive_section
@@ -76,7 +76,7 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
     does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
-    ``sweep_fit``: the sweep's fits already made (:data:`scaling.fitting.api.SweepFit`, e.g. at the end
+    ``sweep_fit``: the sweep's fits already made (:data:`scaling.fitting.sweep_fit.SweepFit`, e.g. at the end
     of ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing.
     """
     from scaling.reports.figures_tasks import task_section

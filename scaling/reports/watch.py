@@ -74,7 +74,7 @@ def resolve_sweep(url: str, sweep: str | None) -> str:
 def render_to(url: str, sweep: str, path: Path, *, live: bool, interval: float, fit: str,
               extras: Sequence[Any] = (), store_fits: bool = False) -> Path:
     """Render the report of ``sweep`` and replace ``path`` with it (reloading itself if ``live``)."""
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     page = render(ReportData.load(url, sweep, fit=fit, store_fits=store_fits), extras=extras)

@@ -66,7 +66,7 @@ def train_adhoc(
     from scaling.errors import DatabaseError
     from scaling.trainer.resolve import local_host, resolve
     from scaling.trainer.rundir import owner_problem
-    from scaling.trainer.tasks import check_tasks
+    from scaling.trainer.eval_tasks import check_tasks
 
     resolved = resolve(spec, local_host(spec))  # precision, data and layout before the key: it carries them
     spec, precision = resolved.spec, resolved.precision

@@ -33,12 +33,12 @@ import torch.nn.functional as F
 from scaling import vocab
 from scaling.errors import SpecError
 from scaling.trainer import next_line
-from scaling.trainer.data import Corpus
+from scaling.trainer.corpus import Corpus
 from scaling.trainer.pipeline import IGNORE, Pipeline
 from scaling.trainer.precision import autocast
 from scaling.trainer.runtime import Runtime
 from scaling.trainer.spec import RunSpec
-from scaling.trainer.tasks import Task, check_tasks, text_encoding_problem
+from scaling.trainer.eval_tasks import Task, check_tasks, text_encoding_problem
 
 #: Tokens one scoring forward pass may hold, at least (a training micro-batch's may be more):
 #: enough that tiny models are not run a few sequences at a time ...

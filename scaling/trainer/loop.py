@@ -31,7 +31,7 @@ from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer import checkpoint, faults, lineage
 from scaling.trainer.result import TrainResult
-from scaling.trainer.data import Batches, Corpus, check_corpus, eval_windows, load_corpus
+from scaling.trainer.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
 from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize

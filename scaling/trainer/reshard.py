@@ -22,7 +22,7 @@ from scaling.trainer.progress import progress_bar
 from scaling.trainer.shards import ShardFormat, shard_dtype, write_header
 
 if TYPE_CHECKING:
-    from scaling.trainer.data import Corpus
+    from scaling.trainer.corpus import Corpus
 
 #: The most tokens in one shard (llm.c's header counts them in an int32).
 MAX_SHARD_TOKENS = 2**31 - 1

@@ -45,7 +45,7 @@ from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import SpecError
 from scaling.naming import printable_problem
 from scaling.trainer.shards import MAX_SHARDS, ShardFormat
-from scaling.trainer.tasks import EvalsSpec
+from scaling.trainer.eval_tasks import EvalsSpec
 
 
 #: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
@@ -198,7 +198,7 @@ class DataSpec(_Frozen):
     ``val_fraction`` of the stream is held out).
     ``fingerprint`` (sha256 of the token stream, and of the tokenizer when there is one) and
     ``unique_tokens`` (U: tokens in the training split, the "unique data" of the data-constrained
-    law) are filled in by ``scaling.trainer.data.resolve_data``; the fingerprint is part of the
+    law) are filled in by ``scaling.trainer.corpus.resolve_data``; the fingerprint is part of the
     run's key.
     """
 

@@ -27,7 +27,7 @@ from scaling.fitting import (
     from_frame,
 )
 from scaling.fitting import synthetic as S
-from scaling.fitting.data import prepare
+from scaling.fitting.measurements import prepare
 
 
 def _fitted() -> dict[str, object]:

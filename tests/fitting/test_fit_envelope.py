@@ -15,7 +15,7 @@ import pytest
 
 from scaling.fitting import ChinchillaEnvelope, FitSummary, KaplanLaw, from_dict, from_frame
 from scaling.fitting import synthetic as S
-from scaling.fitting.data import loss_curves
+from scaling.fitting.measurements import loss_curves
 
 
 def _few_decisive_runs() -> ChinchillaEnvelope:

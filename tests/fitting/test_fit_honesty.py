@@ -20,7 +20,7 @@ import pytest
 
 from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, FitSummary, KaplanLaw, fit_data, from_frame
 from scaling.fitting import synthetic as S
-from scaling.fitting.api import interval_text
+from scaling.fitting.sweep_fit import interval_text
 from scaling.fitting.intervals import summarise
 from scaling.fitting.recommend import AT_BUDGET_SPAN, compare_laws, recommend, undetermined_at_budget
 
@@ -360,7 +360,7 @@ def test_a_log_se_that_disagrees_with_its_interval_is_not_printed() -> None:
     iv = summarise(reps, 1.5, log=True)
     assert iv["kind"] == "percentile" and iv["lo"] < 1.5 < iv["hi"]
     assert math.isnan(iv["se_log"]) and "heavy-tailed" in iv["se_log_note"]
-    from scaling.fitting.api import se_text
+    from scaling.fitting.sweep_fit import se_text
 
     assert "(ln)" not in se_text(iv)
 

@@ -54,7 +54,7 @@ def test_dense_grid_budget_with_repeated_sizes_is_fitted_or_left_out_with_a_note
 @pytest.mark.parametrize("seed", range(4))
 def test_random_simulated_grids_never_raise_in_fit_recommend_or_report(seed: int) -> None:
     from scaling.fitting.recommend import recommend
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     rng = np.random.default_rng(seed)

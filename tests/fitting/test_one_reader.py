@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from scaling.errors import FitError
-from scaling.fitting.data import FitData, from_frame
+from scaling.fitting.measurements import FitData, from_frame
 from scaling.fitting.hparams import assign_groups
 from scaling.fitting.points import DIGITS, point_keys
 from scaling.fitting.task_data import from_frame as tasks_from_frame

@@ -19,7 +19,7 @@ import pytest
 
 from cli_run import run_cli
 from scaling.fitting.task_data import TaskData
-from scaling.fitting.tasks import MISFIT_RATIO, fit_tasks
+from scaling.fitting.task_laws import MISFIT_RATIO, fit_tasks
 
 STEP1 = dict(E=0.6, A=40.0, B=300.0, alpha=0.30, beta=0.32)
 STEP2 = dict(a=0.6, k=-6.0, L0=1.1, b=0.25)
@@ -172,8 +172,8 @@ def test_bad_task_columns_are_refused_in_one_line(tmp_path: Path, extra: dict, m
 
 
 def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
-    from scaling.fitting.data import from_csv
-    from scaling.fitting.tasks import tasks_from_csv
+    from scaling.fitting.measurements import from_csv
+    from scaling.fitting.task_laws import tasks_from_csv
 
     p = _csv(tmp_path, {"chance_sim": 0.25})
     data = from_csv(p)
@@ -183,8 +183,8 @@ def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
 
 def test_the_task_columns_see_the_rows_the_loss_fit_kept_after_drop_duplicates(tmp_path: Path) -> None:
     """A copied row left out by --drop-duplicates is not another evaluation of the tasks either."""
-    from scaling.fitting.data import from_csv
-    from scaling.fitting.tasks import tasks_from_csv
+    from scaling.fitting.measurements import from_csv
+    from scaling.fitting.task_laws import tasks_from_csv
 
     once = _csv(tmp_path)
     twice = tmp_path / "twice.csv"
@@ -207,7 +207,7 @@ def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_a
     # task loss of compute along N*(C) = 0.1 C^0.5, with a parabola in ln N about it: the (N, D) form is
     # flagged (its parameters are not determined), approach 2 on the task loss is not
     from scaling.fitting.isoflop import ChinchillaIsoFLOP
-    from scaling.fitting.tasks import FRONTIER_NOTE
+    from scaling.fitting.task_laws import FRONTIER_NOTE
 
     def frontier_loss(N, C):
         return 0.3 + 8 * C ** -0.06 + 0.08 * np.log(N / (0.1 * C ** 0.5)) ** 2
@@ -275,8 +275,8 @@ def test_intermediate_evaluations_are_read_as_a_sweeps_checkpoints_and_the_loss_
     """What ``scaling fit --csv``, ``scaling.tasks(csv=...)`` and ``scaling recommend --csv`` read (from_csv and
     tasks_from_csv): the loss points of the final rows alone, and every evaluation for step 2 as from_db
     gives a sweep's (D and C spent by then, final on the last)."""
-    from scaling.fitting.data import from_csv
-    from scaling.fitting.tasks import tasks_from_csv
+    from scaling.fitting.measurements import from_csv
+    from scaling.fitting.task_laws import tasks_from_csv
 
     every, finals = _checkpoints_csv(tmp_path), _csv(tmp_path)
     data, data_finals = from_csv(every), from_csv(finals)

@@ -147,8 +147,8 @@ def _slices(budgets: list[float], *, shift: float = 0.0, n: int = 5, noise: floa
 
 def _decide(points: pd.DataFrame, *, ratio: float, max_compute: float, spent: float, round_: int = 0,
             cost_of: Any = lambda C, sizes: C * len(sizes), **extra: Any):
-    from scaling.fitting.api import fit_data
-    from scaling.fitting.data import prepare
+    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting.measurements import prepare
     from scaling.orchestrator.adaptive import decide
     from scaling.orchestrator.adaptive_spec import AdaptivePlan
 
@@ -269,8 +269,8 @@ def test_decision_skips_slices_the_plan_cannot_train() -> None:
 
 def test_decision_says_unreliable_once() -> None:
     """A law's doubt that starts with "unreliable:" is quoted without that prefix, not doubled."""
-    from scaling.fitting.api import fit_data
-    from scaling.fitting.data import prepare
+    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting.measurements import prepare
     from scaling.orchestrator.adaptive import decide
     from scaling.orchestrator.adaptive_spec import AdaptivePlan
 

@@ -14,7 +14,7 @@ def test_a_gpu_task_never_reuses_a_worker_process(no_shared_ray: None) -> None:
     """A Ray of its own: it declares a GPU for the scheduler to hand out."""
     import os
 
-    from scaling.orchestrator.tasks import SingleRunTask
+    from scaling.orchestrator.worker import SingleRunTask
 
     def pid() -> int:  # defined here: shipped to the workers by value
         return os.getpid()
@@ -45,7 +45,7 @@ def test_a_multi_worker_run_takes_exactly_one_gpu_per_worker(gpus: float) -> Non
 def test_cuda_with_no_gpu_reserved_is_refused_where_ray_reserves() -> None:
     from scaling.errors import SpecError
     from scaling.orchestrator.multiworker import scaling_config
-    from scaling.orchestrator.tasks import train_single
+    from scaling.orchestrator.worker import train_single
     from scaling.trainer.spec import RunSpec
 
     base = {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "context": 16}, "tokens": 640, "batch_tokens": 64}

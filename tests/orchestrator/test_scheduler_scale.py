@@ -27,7 +27,7 @@ from scaling.orchestrator.plan import load_plan
 from scaling.orchestrator import scheduler
 from scaling.orchestrator.scheduler import RunState, Scheduler
 from scaling.orchestrator.sweep import register
-from scaling.orchestrator.tasks import RunOutcome
+from scaling.orchestrator.worker import RunOutcome
 from scaling.trainer.spec import RunRequest, RunSpec
 
 LAW = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}

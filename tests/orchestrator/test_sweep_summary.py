@@ -21,7 +21,7 @@ TASK = {"name": "next_line", "E": 1.2, "A": 40.0, "B": 200.0, "alpha": 0.35, "be
 
 def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     from scaling.fitting import recommend
-    from scaling.fitting.api import SHORT
+    from scaling.fitting.sweep_fit import SHORT
 
     plan = yaml.safe_load((REPO / "examples" / "plan.yaml").read_text())
     plan.update(runs_dir=str(tmp_path / "runs"), simulate={"law": LAW, "noise": 0.01, "seed": 0, "tasks": [TASK]},

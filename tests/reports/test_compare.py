@@ -200,7 +200,7 @@ def test_other_conventions_are_converted_exactly(db: str) -> None:
 
 
 def test_convert_runs_keeps_what_is_already_in_the_target(db: str) -> None:
-    from scaling.reports.data import normalise_runs
+    from scaling.reports.report_data import normalise_runs
 
     runs = normalise_runs(connect(db).runs(sweep="base"))
     same = {"params": "non_embedding", "flops": "6N"}

@@ -30,10 +30,10 @@ def _lineage(d_model: int, budgets: list[int]) -> tuple[RunSpec, list[RunSpec]]:
 
 
 def test_branches_are_points_and_trunks_are_not(sqlite_url: str) -> None:
-    from scaling.fitting.data import from_db
+    from scaling.fitting.measurements import from_db
     from scaling.fitting.parametric import ChinchillaParametric
     from scaling.reports import figures as F
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
 
     specs, trunks, branches = [], [], []
     for d in (16, 32, 48):

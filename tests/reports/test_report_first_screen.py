@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scaling.fitting.doubts import DoubtKind
-from scaling.reports.data import ReportData
+from scaling.reports.report_data import ReportData
 from scaling.reports.html import write_report_data
 
 pytestmark = pytest.mark.browser

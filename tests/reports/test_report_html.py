@@ -145,7 +145,7 @@ def _headline(text: str) -> str:
 
 
 def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.fitview import LABELS
     from scaling.reports.html import next_budget, recommend_for, render
 
@@ -178,7 +178,7 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
 
 def test_no_reliable_law_recommends_nothing(sweeps) -> None:
     """Every law flagged: the top says nothing is recommended and shows no interval anywhere in its answer."""
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     url, _ = sweeps["typical"]
@@ -197,7 +197,7 @@ def test_no_reliable_law_recommends_nothing(sweeps) -> None:
 def test_the_answer_comes_first(sweeps) -> None:
     """The summary opens with the recommendation, then what the data cannot determine, then the sweep's facts;
     no notes box stands above it."""
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     url, _ = sweeps["typical"]
@@ -268,7 +268,7 @@ def test_the_first_screen_answers_every_question_with_an_interval_or_why_none(an
 
 
 def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) -> None:
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     url, _ = sweeps["typical"]
@@ -283,7 +283,7 @@ def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) ->
 
 
 def test_an_unreliable_law_says_so_once_in_the_parameters_table(sweeps) -> None:
-    from scaling.reports.data import ReportData
+    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
     url, _ = sweeps["typical"]
@@ -299,7 +299,7 @@ def test_the_first_screen_never_shows_an_accuracy_outside_0_1(answer_report) -> 
     """A chain whose prediction (or an end of its interval) leaves [0, 1] is passed over, and with no other
     chain the first screen says why there is no accuracy instead of printing one."""
     from report_synth import ANSWER_TASK
-    from scaling.fitting.tasks import fit_tasks, tasks_from_db
+    from scaling.fitting.task_laws import fit_tasks, tasks_from_db
     from scaling.reports.figures_tasks import headline_accuracy
 
     url, _ = answer_report

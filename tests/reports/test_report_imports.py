@@ -18,7 +18,7 @@ import numpy as np
 
 import scaling.fitting as fitting
 from scaling.db import connect
-from scaling.reports import blocks as B, data as RD, downsample as DS, figures as F, fitview as V, html as H, write_report
+from scaling.reports import blocks as B, report_data as RD, downsample as DS, figures as F, fitview as V, html as H, write_report
 from scaling.reports import compare as C, compare_page as CP, figures_compare as FC
 
 url, sweep, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])

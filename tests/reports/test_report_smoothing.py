@@ -12,7 +12,7 @@ import pytest
 from scaling import vocab as names
 from scaling.reports import figures as F
 from scaling.reports import write_report
-from scaling.reports.data import normalise_runs
+from scaling.reports.report_data import normalise_runs
 
 
 def tensorboard_ema(values: list[float], weight: float) -> list[float]:

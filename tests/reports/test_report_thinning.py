@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from scaling import vocab as names
-from scaling.reports.data import ReportData
+from scaling.reports.report_data import ReportData
 from scaling.reports.downsample import MAX_RUNS_DRAWN, thin_events, thin_runs, thin_table
 from scaling.reports.html import render
 

@@ -20,7 +20,7 @@ from scaling.trainer.evals import Encoded, TaskEvaluator, batches, continuation_
 from scaling.trainer.runtime import Runtime
 from scaling.trainer.spec import RunSpec
 from scaling.trainer.task_cost import eval_cost, evaluation_steps
-from scaling.trainer.tasks import EvalsSpec, Item, Task, TaskFile, check_tasks, load_task
+from scaling.trainer.eval_tasks import EvalsSpec, Item, Task, TaskFile, check_tasks, load_task
 
 GOOD = [
     {"context": "The sky is", "choices": ["blue", "green"], "gold": 0},
@@ -74,17 +74,17 @@ def test_each_bad_line_is_one_error_naming_file_and_line(tmp_path: Path, line: s
 
 
 def test_hostile_files_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scaling.trainer import tasks
+    from scaling.trainer import eval_tasks
 
     raw = tmp_path / "raw.jsonl"
     raw.write_bytes(json.dumps(GOOD[0]).encode() + b"\n\xff\xfe\n")
     with pytest.raises(SpecError, match=r"raw.jsonl:2: not UTF-8"):
         load_task(TaskFile(path=str(raw)))
     many = _write(tmp_path / "many.jsonl", [json.dumps(GOOD[0])] * 4)
-    monkeypatch.setattr(tasks, "MAX_ITEMS", 3)
+    monkeypatch.setattr(eval_tasks, "MAX_ITEMS", 3)
     with pytest.raises(SpecError, match=r"many.jsonl:4: more than 3 items"):
         load_task(TaskFile(path=many))
-    monkeypatch.setattr(tasks, "MAX_TASK_BYTES", 64)
+    monkeypatch.setattr(eval_tasks, "MAX_TASK_BYTES", 64)
     big = _write(tmp_path / "big.jsonl", [json.dumps(GOOD[1])] * 2)
     with pytest.raises(SpecError, match="larger than a task"):
         load_task(TaskFile(path=big))

@@ -15,7 +15,7 @@ import yaml
 from scaling import vocab as names
 from scaling.db import connect
 from scaling.trainer import checkpoint, digests, shards, train
-from scaling.trainer.data import Batches, load_corpus, resolve_data
+from scaling.trainer.corpus import Batches, load_corpus, resolve_data
 from scaling.trainer.faults import InjectedFault
 from scaling.trainer.spec import DataSpec
 from cli_run import run_main
@@ -107,7 +107,7 @@ def test_val_path_holds_out_whole_shards(tmp_path: Path) -> None:
 
 def test_digests_are_cached_and_a_changed_shard_changes_the_key(
         make_spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scaling.trainer import data
+    from scaling.trainer import corpus
 
     monkeypatch.setenv("SCALING_CACHE_DIR", str(tmp_path / "cache"))
     reads: list[str] = []
@@ -121,14 +121,14 @@ def test_digests_are_cached_and_a_changed_shard_changes_the_key(
     assert sorted(reads) == ["part_000.bin", "part_001.bin", "part_002.bin"]  # a miss reads each shard once
     entries = sorted((tmp_path / "cache" / "shard-digests").glob("*.json"))
     assert len(entries) == 3
-    data._load.cache_clear()
+    corpus._load.cache_clear()
     assert resolve_data(spec).key == first.key and len(reads) == 3  # a hit reads nothing
 
     entries[0].write_text("[1, 2]")  # an entry that does not check out is a miss, re-read and replaced
     entries[1].write_text("x" * (digests.MAX_ENTRY_BYTES + 10))
     entry = json.loads(entries[2].read_text())
     entries[2].write_text(json.dumps({**entry, "max_token": -1}))
-    data._load.cache_clear()
+    corpus._load.cache_clear()
     assert resolve_data(spec).key == first.key and len(reads) == 6
 
     changed = tmp_path / "shards" / "part_001.bin"
@@ -137,7 +137,7 @@ def test_digests_are_cached_and_a_changed_shard_changes_the_key(
     _write(changed, tokens, "llmc")
     stat = changed.stat()
     os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a new mtime even on a coarse clock
-    data._load.cache_clear()
+    corpus._load.cache_clear()
     again = resolve_data(spec)
     assert reads[6:] == ["part_001.bin"]  # only the changed shard is read
     assert again.data.fingerprint != first.data.fingerprint and again.key != first.key

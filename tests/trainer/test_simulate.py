@@ -131,8 +131,8 @@ def test_simulating_imports_no_torch(tmp_path: Path) -> None:
 def test_approach3_recovers_the_simulated_law(sqlite_url: str, tmp_path: Path) -> None:
     """A 6 x 6 grid of simulated runs through the database, fitted by approach 3: the truth within its intervals."""
     from scaling.db import Store
-    from scaling.fitting.api import fit_data
-    from scaling.fitting.data import from_db
+    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting.measurements import from_db
     from scaling.trainer import train
 
     specs = [sim_spec(N, D) for N in np.geomspace(1e7, 1e10, 6) for D in np.geomspace(1e9, 1e12, 6)]
@@ -161,7 +161,7 @@ def test_runs_packed_in_one_task_are_written_together_and_fail_alone(sqlite_url:
     """A scheduler's task of simulated runs: every good run's rows and event, the same as one run
     alone writes; a run that cannot be simulated comes back as its error line, the others unharmed."""
     from scaling.db import Store, connect
-    from scaling.orchestrator.tasks import simulate_batch
+    from scaling.orchestrator.worker import simulate_batch
     from scaling.trainer.simulate import simulate
 
     good = [sim_spec(1e8, 2e9), sim_spec(3e8, 6e9)]

@@ -33,7 +33,7 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
-from scaling.fitting.data import SIX, group_budgets, prepare
+from scaling.fitting.measurements import SIX, group_budgets, prepare
 from scaling.fitting.doubts import Doubt, DoubtKind
 from scaling.fitting.intervals import summarise, withheld
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
@@ -481,10 +481,10 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
 def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> TaskData:
     """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects.
 
-    The rows are those ``data`` was fitted on (`scaling.fitting.data.csv_rows`): a copy of an
+    The rows are those ``data`` was fitted on (`scaling.fitting.measurements.csv_rows`): a copy of an
     earlier row is left out, as ``--drop-duplicates`` left it out of ``data`` (without it the copy
     was refused before the tasks are read)."""
-    from scaling.fitting.data import csv_rows
+    from scaling.fitting.measurements import csv_rows
 
     df, _, kept, _ = csv_rows(path, drop_duplicates=True)
     td = tasks_from_frame(df, data, source=str(path), row_label=lambda i: f"data row {kept[i] + 1}")
@@ -504,7 +504,7 @@ def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_boo
 def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,
                     seed: int = 0, grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task metrics of ``sweep``'s completed runs, fitted (empty when the runs evaluated no task)."""
-    from scaling.fitting.data import FitData
+    from scaling.fitting.measurements import FitData
 
     probe = FitData(points=pd.DataFrame(), flops_per_param_token=k)
     td = tasks_from_db(url, sweep, probe)

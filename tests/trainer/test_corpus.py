@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from scaling.errors import SpecError
-from scaling.trainer import data
-from scaling.trainer.data import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
+from scaling.trainer import corpus as corpus_module
+from scaling.trainer.corpus import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
 from scaling.trainer.spec import DataSpec
 
 
@@ -100,10 +100,10 @@ def test_text_glob_and_token_file_sources(tmp_path: Path, monkeypatch: pytest.Mo
     assert corpus.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
     assert corpus.distinct_tokens is None  # not counted for token files: a full read at every start
     n_train = corpus.n_train
-    whole = data._scan(ids, n_train)
+    whole = corpus_module._scan(ids, n_train)
     assert whole == (len(np.unique(ids[:n_train])), int(ids.max()))
-    monkeypatch.setattr(data, "_CHUNK", 777)  # the chunked scan agrees with the whole-array one
-    assert data._scan(ids, n_train) == whole
+    monkeypatch.setattr(corpus_module, "_CHUNK", 777)  # the chunked scan agrees with the whole-array one
+    assert corpus_module._scan(ids, n_train) == whole
     with pytest.raises(SpecError, match="no files match"):
         load_corpus(DataSpec(source="text", path=str(tmp_path / "*.none")))
 

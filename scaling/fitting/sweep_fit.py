@@ -18,7 +18,7 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fitting.backtest import backtest
 from scaling.fitting.base import Law, jsonable
-from scaling.fitting.data import R_STAR_DATA, FitData, from_csv, from_db
+from scaling.fitting.measurements import R_STAR_DATA, FitData, from_csv, from_db
 from scaling.fitting.envelope import ChinchillaEnvelope
 from scaling.fitting.hparams import MODES, HparamFit, fit_hparams
 from scaling.fitting.isoflop import ChinchillaIsoFLOP
@@ -92,7 +92,7 @@ class FitSummary:
     notes: list[str] = field(default_factory=list)
     #: Each hyperparameter group's optimum and the lr / batch laws (scaling.fitting.hparams), when the data have groups.
     hparams: HparamFit | None = None
-    #: The downstream task laws (:class:`scaling.fitting.tasks.TaskFits`; empty when no run evaluated a
+    #: The downstream task laws (:class:`scaling.fitting.task_laws.TaskFits`; empty when no run evaluated a
     #: task); None when not fitted (a CSV's are fitted on their own).
     tasks: Any = None
 
@@ -209,7 +209,7 @@ def _fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: di
 
 def fit_csv(path: str, law: str = "all", n_bootstrap: int = 200, seed: int = 0, *,
             flops_convention: str = "6N", unique_tokens: float | None = None, hparams: str = "tuned") -> FitSummary:
-    """Fit a CSV of anyone's measurements (column aliases in :data:`scaling.fitting.data.ALIASES`)."""
+    """Fit a CSV of anyone's measurements (column aliases in :data:`scaling.fitting.measurements.ALIASES`)."""
     return fit_data(from_csv(path, flops_convention=flops_convention, unique_tokens=unique_tokens, hparams=hparams),
                     law, n_bootstrap, seed)
 
@@ -353,7 +353,7 @@ def _sweep_tasks(url: str, sweep: str, summary: FitSummary, names: list[str] | N
                  recipe: str, results: Any, store: Any) -> Any:
     """The sweep's task laws (empty without task metrics), stored or reused; a failure is a note unless
     tasks were named."""
-    from scaling.fitting.tasks import TaskFits, fit_tasks, tasks_from_db
+    from scaling.fitting.task_laws import TaskFits, fit_tasks, tasks_from_db
 
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     try:
@@ -376,7 +376,7 @@ def _sweep_tasks(url: str, sweep: str, summary: FitSummary, names: list[str] | N
 
 
 def stored_tasks(fits: Any) -> dict[str, Any]:
-    """Task fits (:class:`~scaling.fitting.tasks.TaskFits`) as the fits table stores them: each task's two
+    """Task fits (:class:`~scaling.fitting.task_laws.TaskFits`) as the fits table stores them: each task's two
     steps with their replicates, and its evaluations (for the figures)."""
     out = fits.to_dict(replicates=True)
     for task, law in fits.laws.items():
@@ -396,7 +396,7 @@ def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
 def tasks_from_stored(d: dict[str, Any]) -> Any:
     """:func:`stored_tasks` read back."""
     from scaling.fitting.task_curves import AccuracyCurve
-    from scaling.fitting.tasks import TaskFits, TaskLaw
+    from scaling.fitting.task_laws import TaskFits, TaskLaw
 
     laws = {}
     for task, t in (d.get("laws") or {}).items():

@@ -52,7 +52,7 @@ class ReportData:
     sweep_info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what is missing, in words
     source: str = ""  # the database URL, masked
-    #: The sweep's fits when they were handed in (scaling.fitting.api.SweepFit): its hyperparameter
+    #: The sweep's fits when they were handed in (scaling.fitting.sweep_fit.SweepFit): its hyperparameter
     #: and task laws are shown as fitted there instead of being fitted for the report.
     sweep_fit: Any = None
 
@@ -252,7 +252,7 @@ def _ordered_fits(laws: dict[str, Law], notes: list[str],
 def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
     """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
     (None where none is stored or it cannot be read: the report then fits its own)."""
-    from scaling.fitting.api import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
+    from scaling.fitting.sweep_fit import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
     from scaling.fitting.hparams import HparamFit
 
     def newest(key: tuple[str, str], read: Any) -> Any:

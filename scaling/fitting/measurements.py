@@ -445,7 +445,7 @@ def from_frame(
         out["seed"] = df[picked["seed"]].to_numpy()[keep]
     if picked["unique_tokens"] is not None:
         out["U"] = out.pop("unique_tokens")
-    # task measurements (scaling.fitting.tasks) are results, not descriptions of the run
+    # task measurements (scaling.fitting.task_laws) are results, not descriptions of the run
     extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE and not is_task_column(c)]
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
@@ -539,7 +539,7 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
 def csv_rows(path: str | Path, *, drop_duplicates: bool = False) -> tuple[pd.DataFrame, str, np.ndarray, int]:
     """The data rows of the CSV at ``path``, each once: (rows, separator, the file positions of the
     rows kept, copies dropped). The one reader of a CSV's rows, so the loss fits and the task
-    columns (`scaling.fitting.tasks.tasks_from_csv`) see the same rows.
+    columns (`scaling.fitting.task_laws.tasks_from_csv`) see the same rows.
 
     A row identical in every column to an earlier one is a copy, not another run: FitError naming
     both rows, or with ``drop_duplicates`` dropped (and counted).
