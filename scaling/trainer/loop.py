@@ -39,7 +39,7 @@ from scaling.trainer.optim import NullGradients, lr_at, param_groups, set_lr
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
-from scaling.trainer.spec import RunSpec, precision_problem
+from scaling.trainer.spec import RunSpec
 
 ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
 
@@ -260,9 +260,6 @@ class Trainer:
         self.report = report
         torch.set_num_threads(worker_threads(spec))
         self.rt = Runtime.current(spec.execution.device, spec.execution.tp, spec.execution.pp)
-        problem = precision_problem(spec.precision, self.rt.tp, self.rt.dp)  # decided by trainer.resolve
-        if problem:
-            raise SpecError(f"precision: {problem}")
 
         self.data = build_data(spec, self.rt)
         self.tasks = build_evaluator(spec, self.data.corpus, self.data.micro)  # before anything trains
