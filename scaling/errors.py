@@ -6,6 +6,9 @@ The CLI prints a :class:`UserError` as one line on stderr and exits 2. Anything 
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 
 class UserError(Exception):
     """Something the user can fix: bad input, a missing file, an unreachable service."""
@@ -51,10 +54,33 @@ class TrainingError(UserError):
     """A run that failed for a reason stated in the spec or data (e.g. it kept spiking)."""
 
 
+# -- one line from a validation error -----------------------------------------------------
+
+
+class FieldProblem:
+    """The problem a pydantic ``ValidationError`` shows a user: the first error (an unknown field
+    first where asked: a misspelt key also makes the real one missing), its message without
+    pydantic's "Value error, " prefix (the validators name their fields). Duck-typed, so this leaf
+    imports no pydantic."""
+
+    def __init__(self, exc: Any, *, unknown_first: bool = False) -> None:
+        errors = exc.errors()
+        err = errors[0]
+        if unknown_first:
+            err = next((e for e in errors if e["type"] == "extra_forbidden"), err)
+        self.loc: tuple[Any, ...] = tuple(err["loc"])
+        self.kind: str = str(err["type"])
+        self.message: str = str(err["msg"]).removeprefix("Value error, ")
+        self.value: Any = err.get("input")
+
+    @property
+    def path(self) -> str:
+        """The field's dotted location ("" for a check across fields)."""
+        return ".".join(str(p) for p in self.loc)
+
+
 # -- masking: secrets never leave their URL ------------------------------------------------
 
-import re  # noqa: E402
-from typing import Any  # noqa: E402
 
 MASK = "***"
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*://"

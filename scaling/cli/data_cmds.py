@@ -43,16 +43,17 @@ def _data_of(file: Path) -> "DataSpec":
 
 def _option_error(exc: "ValidationError") -> str:
     """One line naming the option whose value the data section built from the options refused."""
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"]]
+    from scaling.errors import FieldProblem
+
+    problem = FieldProblem(exc)
+    loc = [str(p) for p in problem.loc]
     if "vocab_size" in loc:
         option = "--train-bpe"
     elif loc[:1] == ["tokenizer"]:
         option = "--tokenizer"
     else:
         option = {"path": "--path", "val_fraction": "--val-fraction"}.get(loc[0] if loc else "", ".".join(loc))
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{option}: {msg} (got {err.get('input')!r})"
+    return f"{option}: {problem.message} (got {problem.value!r})"
 
 
 @data_app.command("prepare")

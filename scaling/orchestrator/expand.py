@@ -32,7 +32,7 @@ from typing import Any, Mapping, Optional
 from pydantic import ValidationError
 
 from scaling.accounting import Shape, check_fits
-from scaling.errors import PlanError, ResourceError, UserError
+from scaling.errors import FieldProblem, PlanError, ResourceError, UserError
 from scaling.layout import Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
@@ -473,16 +473,16 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
                            plan.block_resources(point.block), execution, plan.block_model(point.block),
                            **_merged(fields, point.overrides))
     except ValidationError as exc:  # a value the trainer refuses
-        err = exc.errors()[0]
-        detail = str(err["msg"]).removeprefix("Value error, ")
-        field, swept = (str(err["loc"][-1]) if err["loc"] else ""), plan.grid[point.block].hparams
-        if err["loc"][:1] == ("model",):
+        problem = FieldProblem(exc)
+        detail = problem.message
+        field, swept = (str(problem.loc[-1]) if problem.loc else ""), plan.grid[point.block].hparams
+        if problem.loc[:1] == ("model",):
             at = ("grid", point.block, "models", point.model)
         else:  # a run's own value (lr, batch, beta2): say which, and point at the sweep that made it
             at = ("grid", point.block, "hparams", field) if swept is not None and field in swept.fields else point.loc
-            value = err.get("input")
+            value = problem.value
             shown = format(value, ".4g") if isinstance(value, float) else repr(value)[:60]
-            detail = f"{'.'.join(map(str, err['loc']))} {shown}: {detail}"
+            detail = f"{problem.path} {shown}: {detail}"
         raise PlanError(f"{where(source, at)}: {detail}") from None
 
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scaling.accounting import Shape
+from scaling.errors import FieldProblem
 from scaling.rules import HPARAM_CHECKS
 from scaling.schema import StrictModel
 
@@ -159,14 +160,13 @@ class HparamsPlan(_Strict):
             try:
                 return Factors.model_validate(value)
             except ValidationError as exc:
-                err = exc.errors()[0]
-                where = ".".join(str(p) for p in err["loc"])
-                msg = str(err["msg"]).removeprefix("Value error, ")
-                if err["type"] == "extra_forbidden":
+                problem = FieldProblem(exc)
+                where, msg = problem.path, problem.message
+                if problem.kind == "extra_forbidden":
                     msg = "unknown field (use from and factors)"
-                elif err["type"] == "missing":
+                elif problem.kind == "missing":
                     msg = "required field is missing (the form is {from: rule, factors: [...]})"
-                elif err["type"] == "literal_error":
+                elif problem.kind == "literal_error":
                     msg = "factors are taken of the plan's rule: write from: rule"
                 raise ValueError(f"{where}: {msg}" if where and not msg.startswith(where) else msg) from None
         ok, why = HPARAM_CHECKS[field]

@@ -25,7 +25,7 @@ from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
 from scaling.schema import StrictModel
-from scaling.errors import PlanError, UserError
+from scaling.errors import FieldProblem, PlanError, UserError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.branches_spec import BranchesPlan
@@ -421,9 +421,7 @@ class Plan(_Strict):
             try:
                 self.block_model(b)
             except ValidationError as exc:
-                err = exc.errors()[0]
-                msg = str(err["msg"]).removeprefix("Value error, ")
-                raise PlanError(f"{where(source, ('grid', b, 'model'))}: {msg}") from None
+                raise PlanError(f"{where(source, ('grid', b, 'model'))}: {FieldProblem(exc).message}") from None
             for field in block.hparams.factor_fields() if block.hparams is not None else ():
                 if getattr(self.rules, field) is None:
                     raise PlanError(f"{where(source, ('grid', b, 'hparams', field))}: factors multiply the plan's rule "
@@ -436,9 +434,8 @@ class Plan(_Strict):
             try:
                 block.resources.over(self.resources)
             except ValidationError as exc:
-                err = exc.errors()[0]
-                msg = str(err["msg"]).removeprefix("Value error, ")
-                raise PlanError(f"{where(source, ('grid', b, 'resources', *err['loc']))}: {msg}") from None
+                problem = FieldProblem(exc)
+                raise PlanError(f"{where(source, ('grid', b, 'resources', *problem.loc))}: {problem.message}") from None
         if self.rules.batch_tokens is None:  # under `auto` the layout search picks dp: checked once placed
             workers = max(r.dp if r.strategy != "auto" else 1 for r in map(self.block_resources, range(len(self.grid))))
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)
@@ -516,15 +513,13 @@ class Plan(_Strict):
 
 
 def _plan_error(exc: ValidationError, source: Optional[YamlSource]) -> PlanError:
-    errors = exc.errors()
-    # An unknown field first: a misspelt key (nam:) also makes the real one (name:) missing.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
+    problem = FieldProblem(exc, unknown_first=True)
+    msg = problem.message
+    if problem.kind == "extra_forbidden":
         msg = "unknown field (not part of the plan schema)"
-    elif err["type"] == "missing":
+    elif problem.kind == "missing":
         msg = "required field is missing"
-    return PlanError(f"{where(source, tuple(err['loc']))}: {msg}")
+    return PlanError(f"{where(source, problem.loc)}: {msg}")
 
 
 def load_plan(path: str | Path) -> tuple[Plan, YamlSource]:

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from scaling import layout
 from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
-from scaling.errors import ResourceError, SpecError
+from scaling.errors import FieldProblem, ResourceError, SpecError
 from scaling.trainer.spec import DataSpec, ExecutionSpec, RunSpec, precision_problem
 
 #: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
@@ -362,7 +362,7 @@ def resolve(request: RunSpec, host: Host = Host()) -> Resolved:
     try:
         placed = _concrete(spec, placed_execution(spec, best))
     except ValidationError as exc:
-        raise PlacementError(str(exc.errors()[0]["msg"]).removeprefix("Value error, "), best.label()) from None
+        raise PlacementError(FieldProblem(exc).message, best.label()) from None
     return Resolved(placed, chosen, choice)
 
 

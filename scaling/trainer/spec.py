@@ -42,7 +42,7 @@ from scaling.accounting import (
     micro_batch_size,
 )
 from scaling.comms import TRAINER_SCHEDULES
-from scaling.errors import SpecError
+from scaling.errors import FieldProblem, SpecError
 from scaling.naming import printable_problem
 from scaling.trainer.shards import MAX_SHARDS, ShardFormat
 from scaling.trainer.eval_tasks import EvalsSpec
@@ -841,10 +841,9 @@ class RunSpec(Recipe):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            msg = str(err["msg"]).removeprefix("Value error, ")  # validators name their fields
-            loc = ".".join(str(p) for p in err["loc"])
-            raise SpecError(f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}") from None
+            problem = FieldProblem(exc)
+            loc = problem.path
+            raise SpecError(f"{where}: {loc}: {problem.message}" if loc else f"{where}: {problem.message}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunSpec":
