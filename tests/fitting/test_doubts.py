@@ -10,6 +10,7 @@ matching the text of a note, and no class keeps its doubts as a list of messages
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from pathlib import Path
 
@@ -93,9 +94,9 @@ def test_a_hyperparameter_laws_verdict_and_stored_form_follow_its_typed_doubts()
 
 
 def test_a_hyperparameter_law_stored_with_bare_messages_loads_untrusted() -> None:
-    stored = dict(_power_law().to_dict(), doubts=["a's 95% interval is wider than 2: worded any way"])
-    back = PowerLaw.from_dict(json.loads(json.dumps(stored)))
-    assert [(d.kind, str(d)) for d in back.doubts()] == [(DoubtKind.STORED, "a's 95% interval is wider than 2: worded any way")]
+    message = "a's 95% interval is wider than 2: worded any way"
+    back = PowerLaw.from_dict(json.loads(json.dumps(dict(_power_law().to_dict(), doubts=[message]))))
+    assert [(d.kind, str(d)) for d in back.doubts()] == [(DoubtKind.STORED, message)]
     assert not back.reliable()
 
 
@@ -131,10 +132,16 @@ def _text_tests(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
+@functools.cache
+def _package() -> tuple[tuple[Path, ast.AST], ...]:
+    """Each module of the package with its syntax tree, parsed once for the checks below."""
+    return tuple((path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py")))
+
+
 def test_no_code_decides_trust_by_the_text_of_a_message() -> None:
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for line, text in _text_tests(ast.parse(path.read_text(), str(path))):
+    for path, tree in _package():
+        for line, text in _text_tests(tree):
             offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r}")
     assert not offenders, "\n".join(offenders)
 
@@ -165,8 +172,8 @@ def _untyped_verdicts(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_every_law_keeps_typed_doubts_and_one_reliable_method() -> None:
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for line, what in _untyped_verdicts(ast.parse(path.read_text(), str(path))):
+    for path, tree in _package():
+        for line, what in _untyped_verdicts(tree):
             offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
     assert not offenders, "\n".join(offenders)
 
