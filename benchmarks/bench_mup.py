@@ -79,7 +79,7 @@ def fit(rows: list[dict[str, Any]], parametrization: str) -> dict[str, Any]:
          "lr_star": g.lr, "loss_star": g.loss} for g in result.groups]}
     law = result.laws.get("lr_ND")
     if law is not None:
-        out["lr_ND"] = {"params": law.params, "doubts": law.doubts, "notes": law.notes, "groups": law.n_groups}
+        out["lr_ND"] = {"params": law.params, "doubts": law.doubts(), "notes": law.notes, "groups": law.n_groups}
     else:
         out["lr_ND_skipped"] = result.skipped.get("lr_ND")
     return out

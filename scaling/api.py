@@ -400,7 +400,7 @@ def _typed_hparams(fit: "HparamFit") -> Hparams:
                           Estimate.from_interval(g.lr), Estimate.from_interval(g.batch), dict(g.near))
               for g in fit.groups]
     laws = {name: {p: Estimate.from_interval(iv) for p, iv in law.params.items()} for name, law in fit.laws.items()}
-    flagged = {name: list(law.doubts) for name, law in fit.laws.items() if law.doubts}
+    flagged = {name: list(law.doubts()) for name, law in fit.laws.items() if not law.reliable()}
     return Hparams(groups, laws, flagged, dict(fit.skipped), list(fit.notes), fit)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.doubts import Doubt, DoubtKind, restore, stored
+from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.intervals import interval_text, summarise, withheld
 from scaling.fitting.points import DIGITS, point_keys, rounded
 from scaling.fmt import num
@@ -302,8 +302,10 @@ PARAMS: dict[str, tuple[str, ...]] = {"lr_ND": ("c", "a", "b"), "batch_D": ("d",
 
 
 @dataclass
-class PowerLaw:
-    """One hyperparameter law fitted over the groups: ``response`` = coef * prod(var^exponent)."""
+class PowerLaw(Doubtful):
+    """One hyperparameter law fitted over the groups: ``response`` = coef * prod(var^exponent).
+
+    Its typed doubts (:meth:`doubts`) decide :meth:`reliable`, as every other law's do."""
 
     name: str
     form: str
@@ -312,7 +314,7 @@ class PowerLaw:
     params: dict[str, dict[str, Any]]
     n_groups: int
     #: Why the data do not determine the law (then no interval and no recommendation).
-    doubts: list[Doubt] = field(default_factory=list)
+    doubts_: list[Doubt] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: (R, 1 + len(variables)) replicates of (ln coef, exponents...).
     replicates: np.ndarray | None = field(default=None, repr=False)
@@ -320,8 +322,13 @@ class PowerLaw:
     theta: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
 
     @property
-    def reliable(self) -> bool:
-        return not self.doubts
+    def notes_(self) -> list[str]:
+        """Its notes, where :class:`~scaling.fitting.doubts.Doubtful` writes and drops a doubt's message."""
+        return self.notes
+
+    @notes_.setter
+    def notes_(self, notes: list[str]) -> None:
+        self.notes = notes
 
     def predict(self, **values: float) -> float:
         x = np.array([1.0] + [math.log(float(values[v])) for v in self.variables])
@@ -331,8 +338,8 @@ class PowerLaw:
     def predict_interval(self, **values: float) -> dict[str, Any]:
         """The prediction at ``values`` with its 95% bootstrap interval (withheld for a flagged law)."""
         point = self.predict(**values)
-        if not self.reliable:
-            return withheld({"value": point}, "the law is flagged: " + self.doubts[0])
+        if not self.reliable():
+            return withheld({"value": point}, "the law is flagged: " + self.doubts()[0])
         if self.replicates is None or not len(self.replicates):
             return summarise([], point, log=True)
         x = np.array([1.0] + [math.log(float(values[v])) for v in self.variables])
@@ -340,8 +347,9 @@ class PowerLaw:
             return summarise(np.exp(self.replicates @ x), point, log=True)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("replicates", "theta")}
-        d["doubts"] = stored(self.doubts)
+        """JSON-ready; the doubts with their kinds (``doubts``)."""
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("doubts_", "replicates", "theta")}
+        d["doubts"] = stored(self.doubts())
         d["variables"] = list(self.variables)
         d["theta"] = [float(t) for t in self.theta]
         d["replicates"] = None if self.replicates is None else self.replicates.tolist()
@@ -349,6 +357,7 @@ class PowerLaw:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PowerLaw":
+        """Rebuild from :meth:`to_dict`; doubts stored as bare messages come back of kind ``STORED``."""
         reps = d.get("replicates")
         return cls(d["name"], d["form"], d["response"], tuple(d["variables"]), d["params"], int(d["n_groups"]),
                    restore(d.get("doubts") or []), list(d.get("notes", [])),
@@ -517,7 +526,7 @@ class HparamFit:
     def laws_frame(self) -> pd.DataFrame:
         """One row per (law, parameter): value, lo, hi, and whether the law is flagged."""
         rows = [{"law": name, "form": law.form, "parameter": p, "value": iv["value"], "lo": _bound(iv, "lo"),
-                 "hi": _bound(iv, "hi"), "flagged": "; ".join(law.doubts) or None}
+                 "hi": _bound(iv, "hi"), "flagged": "; ".join(law.doubts()) or None}
                 for name, law in self.laws.items() for p, iv in law.params.items()]
         return pd.DataFrame(rows, columns=["law", "form", "parameter", "value", "lo", "hi", "flagged"])
 
@@ -538,8 +547,8 @@ class HparamFit:
                 out[q], out[f"{q}_why"] = None, f"{LAWS[name][2]} not fitted: {self.skipped.get(name, 'no groups')}"
                 continue
             out[q] = law.predict_interval(N=N, D=D, C=C)
-            out[f"{q}_why"] = (f"from {law.form} over {law.n_groups} groups" if law.reliable else
-                               f"not recommended: {law.form} is flagged ({law.doubts[0]})")
+            out[f"{q}_why"] = (f"from {law.form} over {law.n_groups} groups" if law.reliable() else
+                               f"not recommended: {law.form} is flagged ({law.doubts()[0]})")
         return out
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
@@ -567,7 +576,7 @@ class HparamFit:
         con.print(t)
         for name, law in self.laws.items():
             cells = ", ".join(f"{p} = {ivtext(iv, 4)}" for p, iv in law.params.items())
-            con.print(f"{law.form}: {cells}" + (f"  [flagged: {'; '.join(law.doubts)}]" if law.doubts else ""))
+            con.print(f"{law.form}: {cells}" + ("" if law.reliable() else f"  [flagged: {'; '.join(law.doubts())}]"))
             con.print(f"  published, for comparison: {PUBLISHED[name]}")
         for name, why in self.skipped.items():
             con.print(f"{LAWS[name][2]}: not fitted: {why}")

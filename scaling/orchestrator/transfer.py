@@ -77,8 +77,8 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
         law = fit.laws.get(name)
         if law is None:
             raise PlanError(f"sweep {sweep!r} gives no {field} law: {fit.skipped.get(name, 'not fitted')}")
-        if not law.reliable:
-            raise PlanError(f"the law {law.form} of sweep {sweep!r} is flagged ({law.doubts[0]}): nothing is "
+        if not law.reliable():
+            raise PlanError(f"the law {law.form} of sweep {sweep!r} is flagged ({law.doubts()[0]}): nothing is "
                             "transferred from it")
         p = {k: float(v["value"]) for k, v in law.params.items()}
         out[field] = (f"{p['c']!r} * N ** {p['a']!r} * D ** {p['b']!r}" if field == "lr"

@@ -147,7 +147,7 @@ def _band(fig: go.Figure, law: Any, grid: np.ndarray, fixed: dict[str, float], c
     """The law's line over D (dashed when flagged) and, when it has one, its 95% band."""
     ivs = [law.predict_interval(D=float(D), **fixed) for D in grid]
     value = [iv["value"] for iv in ivs]
-    flagged = not law.reliable
+    flagged = not law.reliable()
     if not flagged and all(iv.get("kind") == "percentile" for iv in ivs):
         fig.add_trace(go.Scatter(x=np.concatenate([grid, grid[::-1]]),
                                  y=[iv["hi"] for iv in ivs] + [iv["lo"] for iv in ivs][::-1], fill="toself",
@@ -198,7 +198,7 @@ def laws_table(fit: HparamFit) -> str:
     rows = []
     for name, law in fit.laws.items():
         cells = ", ".join(f"{e(p)} = {interval(iv, 4)}" for p, iv in law.params.items())
-        status = "flagged: " + "; ".join(law.doubts) if law.doubts else f"{law.n_groups} groups"
+        status = f"{law.n_groups} groups" if law.reliable() else "flagged: " + "; ".join(law.doubts())
         rows.append(f"<tr><td>{e(law.form)}</td><td>{cells}</td><td>{e(status)}</td><td>{e(PUBLISHED[name])}</td></tr>")
     for name, why in fit.skipped.items():
         rows.append(f"<tr><td>{e(LAWS[name][2])}</td><td>not fitted</td><td>{e(why)}</td><td>{e(PUBLISHED[name])}</td></tr>")

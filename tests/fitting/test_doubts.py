@@ -2,13 +2,16 @@
 
 A law's, curve's or power law's doubts (:mod:`scaling.fitting.doubts`) carry a kind; its messages
 are what is printed. Rewording a message changes no verdict; a note that merely reads like a doubt
-makes no law unreliable; the kinds survive storing; and no code in the package decides anything by
-matching the text of a note (checked on the source's syntax tree).
+makes no law unreliable; the kinds survive storing; no code in the package decides anything by
+matching the text of a note, and no class keeps its doubts as a list of messages or makes
+``reliable`` a property (both checked on the source's syntax tree).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ import pytest
 from scaling.fitting import ChinchillaIsoFLOP, from_dict
 from scaling.fitting import synthetic as S
 from scaling.fitting.doubts import Doubt, DoubtKind
+from scaling.fitting.hparams import GroupOptimum, PowerLaw, fit_law
 from scaling.fitting.recommend import compare_laws
 
 PACKAGE = Path(__file__).resolve().parents[2] / "scaling"
@@ -65,6 +69,37 @@ def test_the_recommendation_tells_a_parameter_doubt_from_a_design_doubt_by_kind(
     assert "approach2" in rec.unreliable
 
 
+def _power_law() -> PowerLaw:
+    """lr*(C) over five groups whose optima scatter by 100x: its exponent is not determined."""
+    def group(C: float, lr: float) -> GroupOptimum:
+        iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
+        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", {"value": 3.0}, iv, {"value": 1e5})
+
+    pairs = ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))
+    return fit_law("lr_C", [group(C, lr) for C, lr in pairs], 200)
+
+
+def test_a_hyperparameter_laws_verdict_and_stored_form_follow_its_typed_doubts() -> None:
+    law = _power_law()
+    assert not law.reliable() and law.doubts() and all(isinstance(d, Doubt) for d in law.doubts())
+    kinds = [d.kind for d in law.doubts()]
+    back = PowerLaw.from_dict(json.loads(json.dumps(law.to_dict())))
+    assert [(d.kind, str(d)) for d in back.doubts()] == [(d.kind, str(d)) for d in law.doubts()]
+    assert not back.reliable() and back.predict_interval(C=1e19)["kind"] == "unreliable"
+    back.drop_doubts(*kinds)  # the verdict follows the kinds: without doubts the law is trusted
+    assert back.reliable() and back.predict_interval(C=1e19)["kind"] != "unreliable"
+    law.notes.append("unreliable: a note that reads like a doubt is only a note")
+    back = PowerLaw.from_dict(dict(law.to_dict(), doubts=[]))
+    assert back.reliable()
+
+
+def test_a_hyperparameter_law_stored_with_bare_messages_loads_untrusted() -> None:
+    message = "a's 95% interval is wider than 2: worded any way"
+    back = PowerLaw.from_dict(json.loads(json.dumps(dict(_power_law().to_dict(), doubts=[message]))))
+    assert [(d.kind, str(d)) for d in back.doubts()] == [(DoubtKind.STORED, message)]
+    assert not back.reliable()
+
+
 def test_a_doubt_is_its_message_and_its_kind() -> None:
     d = Doubt(DoubtKind.UNDETERMINED, "unreliable: the data do not determine A")
     assert d == "unreliable: the data do not determine A" and d.kind.about_parameters
@@ -97,12 +132,58 @@ def _text_tests(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
+@functools.cache
+def _package() -> tuple[tuple[Path, ast.AST], ...]:
+    """Each module of the package with its syntax tree, parsed once for the checks below."""
+    return tuple((path, ast.parse(path.read_text(), str(path))) for path in sorted(PACKAGE.rglob("*.py")))
+
+
 def test_no_code_decides_trust_by_the_text_of_a_message() -> None:
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for line, text in _text_tests(ast.parse(path.read_text(), str(path))):
+    for path, tree in _package():
+        for line, text in _text_tests(tree):
             offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r}")
     assert not offenders, "\n".join(offenders)
+
+
+def _untyped_verdicts(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a class makes ``reliable`` a property or keeps ``doubts`` as an attribute (a list of
+    messages) instead of the methods of :class:`~scaling.fitting.doubts.Doubtful`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if (isinstance(item, ast.FunctionDef) and item.name == "reliable"
+                        and any(isinstance(d, ast.Name) and d.id in ("property", "cached_property")
+                                or isinstance(d, ast.Attribute) and d.attr == "cached_property"
+                                for d in item.decorator_list)):
+                    found.append((item.lineno, f"{node.name}.reliable is a property"))
+                target = item.target if isinstance(item, ast.AnnAssign) else None
+                targets = [target] if target is not None else item.targets if isinstance(item, ast.Assign) else []
+                found += [(item.lineno, f"{node.name}.doubts is an attribute") for t in targets
+                          if isinstance(t, ast.Name) and t.id == "doubts"]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [(node.lineno, "self.doubts is assigned") for t in targets
+                      if isinstance(t, ast.Attribute) and t.attr == "doubts"
+                      and isinstance(t.value, ast.Name) and t.value.id == "self"]
+    return found
+
+
+def test_every_law_keeps_typed_doubts_and_one_reliable_method() -> None:
+    offenders = []
+    for path, tree in _package():
+        for line, what in _untyped_verdicts(tree):
+            offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {what}")
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("source", [
+    "class L:\n    @property\n    def reliable(self) -> bool:\n        return True",
+    "@dataclass\nclass L:\n    doubts: list[str] = field(default_factory=list)",
+    "class L:\n    def fit(self):\n        self.doubts = []"])
+def test_the_check_finds_an_untyped_verdict(source: str) -> None:
+    assert _untyped_verdicts(ast.parse(source))
 
 
 @pytest.mark.parametrize("source", ['if note.startswith("unreliable"): pass', 'ok = "implausible" in note',

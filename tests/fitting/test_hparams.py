@@ -79,7 +79,7 @@ def truth_fits() -> list[tuple[HS.HparamTruth, object]]:
 def test_the_laws_find_the_simulated_exponents(truth_fits) -> None:
     for truth, fit in truth_fits:
         lr, b = fit.laws["lr_ND"], fit.laws["batch_D"]
-        assert lr.reliable and b.reliable
+        assert lr.reliable() and b.reliable()
         for iv, true in ((lr.params["a"], truth.a), (lr.params["b"], truth.b), (b.params["e"], truth.e)):
             assert iv["lo"] <= iv["value"] <= iv["hi"]
             assert abs(iv["value"] - true) < 0.1
@@ -98,7 +98,7 @@ def test_groups_that_do_not_vary_N_leave_its_exponent_unidentified() -> None:
     assert fit.recommend(1e9, 2e10, 1.2e20)["lr"] is None
     runs["N"] = runs["N"] * (1 + 0.001 * (runs["D"] / runs["D"].max()))  # N varies by 0.1%: not a span
     flagged = fit_hparams(runs, 50).laws["lr_ND"]
-    assert not flagged.reliable and "not identified" in flagged.doubts[0]
+    assert not flagged.reliable() and "not identified" in flagged.doubts()[0]
     assert all(iv["kind"] == "unreliable" for iv in flagged.params.values())
     assert flagged.predict_interval(N=1e9, D=2e10)["kind"] == "unreliable"
 
@@ -316,8 +316,8 @@ def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
 
     groups = [group(C, lr) for C, lr in ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))]
     law = fit_law("lr_C", groups, 200)
-    assert not law.reliable and all(iv["kind"] == "unreliable" for iv in law.params.values())
-    assert "wider than 2" in " ".join(law.doubts) or "could not identify" in " ".join(law.doubts)
+    assert not law.reliable() and all(iv["kind"] == "unreliable" for iv in law.params.values())
+    assert "wider than 2" in " ".join(law.doubts()) or "could not identify" in " ".join(law.doubts())
 
 
 def test_a_span_just_short_of_the_minimum_is_not_printed_as_the_minimum() -> None:

@@ -54,7 +54,7 @@ def test_the_laws_on_step_laws_moe_runs_agree_with_the_authors_recipe_where_it_i
     fit = fit_hparams(runs(steplaw, "N_params_active"), 200)
     assert len(fit.groups) == 16 and all(g.used for g in fit.groups)  # every optimum is inside its grid
     lr, batch = fit.laws["lr_ND"], fit.laws["batch_D"]
-    assert lr.reliable and batch.reliable
+    assert lr.reliable() and batch.reliable()
     ref = authors_recipe(steplaw)
     # measured on this data (see docs/hyperparameters.md): recipe a = 0.057, b = 0.261, e = 0.435
     assert ref["a"] == pytest.approx(0.057, abs=0.03) and ref["e"] == pytest.approx(0.435, abs=0.03)
@@ -71,7 +71,7 @@ def test_the_laws_on_step_laws_moe_runs_agree_with_the_authors_recipe_where_it_i
 def test_total_parameters_that_barely_vary_leave_the_exponent_of_N_unidentified(steplaw) -> None:
     fit = fit_hparams(runs(steplaw, "N_params_total_nonembed"), 50)
     law = fit.laws["lr_ND"]
-    assert not law.reliable and "not identified" in law.doubts[0]
+    assert not law.reliable() and "not identified" in law.doubts()[0]
     assert law.predict_interval(N=2.2e9, D=1e11)["kind"] == "unreliable"
 
 
