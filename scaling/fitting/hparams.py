@@ -426,6 +426,10 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
         if j == 0:
             with np.errstate(over="ignore"):
                 iv = summarise(np.exp(reps[:, 0]) if reps is not None else [], float(np.exp(theta[0])), log=True)
+            if not 0.0 < iv["value"] < math.inf:  # e^log c beyond floating point: no number to show
+                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname} = e^{float(theta[0]):.4g} is beyond floating "
+                                    "point: the groups do not determine the law"))
+                iv = {**iv, "value": math.nan}
         else:
             iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
             width = iv["hi"] - iv["lo"] if iv.get("kind") == "percentile" else math.nan

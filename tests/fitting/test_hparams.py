@@ -100,6 +100,8 @@ def test_groups_that_do_not_vary_N_leave_its_exponent_unidentified() -> None:
     flagged = fit_hparams(runs, 50).laws["lr_ND"]
     assert not flagged.reliable() and "not identified" in flagged.doubts()[0]
     assert all(iv["kind"] == "unreliable" for iv in flagged.params.values())
+    c = flagged.params["c"]["value"]  # e^-6282 here: no number that cannot be, such as c = 0
+    assert math.isnan(c) and any("beyond floating point" in d for d in flagged.doubts())
     assert flagged.predict_interval(N=1e9, D=2e10)["kind"] == "unreliable"
 
 
