@@ -33,6 +33,13 @@ def _root(
     """Scaling-law experiments: plan a sweep, train it on Ray, fit power laws, write a report."""
 
 
+def command_group(name: str, help: str) -> typer.Typer:
+    """A group of subcommands (``scaling NAME ...``) registered on :data:`app`."""
+    group = typer.Typer(name=name, help=help, no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(group, name=name)
+    return group
+
+
 DbOption = Annotated[
     Optional[str],
     typer.Option(
