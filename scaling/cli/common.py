@@ -66,6 +66,22 @@ FormatOption = Annotated[
 ]
 
 
+FitOption = Annotated[
+    str,
+    typer.Option("--fit", help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
+                 "unchanged data); 'stored' only reads stored fits; 'memory' fits quickly."),
+]
+
+
+def check_fit(fit: str) -> None:
+    """``--fit`` of the commands that show a sweep's fits (``scaling report``, ``scaling compare``)."""
+    from scaling.errors import UserError
+    from scaling.reports.report_data import FIT_MODES
+
+    if fit not in FIT_MODES:
+        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+
+
 def check_format(fmt: str) -> None:
     """``--format`` of the commands that print a table or JSON."""
     from scaling.errors import UserError

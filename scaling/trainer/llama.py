@@ -186,7 +186,6 @@ class Llama(DecoderBase):
 
     #: The projections into the residual stream, whose init is scaled by 1/sqrt(2 n_layer).
     residual_projections: tuple[str, ...] = ("attn.o", "mlp.down")
-
     family = "llama"
 
     def __init__(self, cfg: Shape) -> None:
