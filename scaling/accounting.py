@@ -9,7 +9,7 @@ here are exact for it and are checked in the tests against a direct count of the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 ParamsConvention = Literal["non_embedding", "total"]
@@ -26,8 +26,24 @@ STRATEGIES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "zero3")
 GIB = 1024**3
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelFamily:
+    """The fields that choose a decoder's family and parametrization and tune the family's parts,
+    shared by a :class:`Shape` and a :class:`ShapePolicy` (keyword-only: they follow the sizes)."""
+
+    family: str = "gpt2"
+    n_kv_head: int | None = None
+    ffn: int | None = None
+    tie_embeddings: bool | None = None
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    parametrization: str = "standard"
+    base_width: int | None = None
+
+
 @dataclass(frozen=True)
-class Shape:
+class Shape(ModelFamily):
     """The shape of a decoder of one family (:data:`FAMILIES`).
 
     ``gpt2``: learned positions, LayerNorm, a GELU MLP of 4*d_model, biases, tied embeddings; the
@@ -47,15 +63,6 @@ class Shape:
     n_head: int
     vocab_size: int = 256
     context: int = 256
-    family: str = "gpt2"
-    n_kv_head: int | None = None
-    ffn: int | None = None
-    tie_embeddings: bool | None = None
-    qk_norm: bool = False
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    parametrization: str = "standard"
-    base_width: int | None = None
 
     def __post_init__(self) -> None:
         problem = parametrization_problem(self.parametrization, self.base_width)
@@ -346,7 +353,7 @@ def llama_ffn(d_model: int, multiple_of: int = FFN_MULTIPLE) -> int:
 
 
 @dataclass(frozen=True)
-class ShapePolicy:
+class ShapePolicy(ModelFamily):
     """How a target size becomes a shape.
 
     ``aspect_ratio`` fixes d_model / n_layer (GPT-2 small has 768/12 = 64); ``head_size`` fixes
@@ -358,15 +365,6 @@ class ShapePolicy:
     head_size: int = 64
     vocab_size: int = 256
     context: int = 256
-    family: str = "gpt2"
-    n_kv_head: int | None = None
-    ffn: int | None = None
-    tie_embeddings: bool | None = None
-    qk_norm: bool = False
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    parametrization: str = "standard"
-    base_width: int | None = None
 
     def __post_init__(self) -> None:
         if self.aspect_ratio <= 0 or self.head_size < 1 or self.vocab_size < 1 or self.context < 1:
@@ -376,9 +374,7 @@ class ShapePolicy:
         Shape(1, self.head_size * kv, kv, self.vocab_size, self.context, **{**self._family(), "ffn": self.ffn or None})
 
     def _family(self) -> dict[str, object]:
-        return {"family": self.family, "n_kv_head": self.n_kv_head, "ffn": self.ffn, "tie_embeddings": self.tie_embeddings,
-                "qk_norm": self.qk_norm, "rope_theta": self.rope_theta, "norm_eps": self.norm_eps,
-                "parametrization": self.parametrization, "base_width": self.base_width}
+        return {field.name: getattr(self, field.name) for field in fields(ModelFamily)}
 
     def _shape(self, n_layer: int, d_model: int) -> Shape:
         return Shape(n_layer, d_model, d_model // self.head_size, self.vocab_size, self.context,

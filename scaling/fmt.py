@@ -8,6 +8,7 @@ all use it.
 from __future__ import annotations
 
 import html
+import io
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -28,6 +29,25 @@ def num(x: Any, digits: int = 3, missing: str = MISSING) -> str:
 def escape(text: Any) -> str:
     """User text made safe for HTML element content, attribute values and plotly labels."""
     return html.escape("" if text is None else str(text), quote=True)
+
+
+class PlainText:
+    """A rich console that writes plain text into a string: no colour, and no markup, since the
+    names in it are the user's text. The tables the fits print and return are written with it."""
+
+    def __init__(self, width: int) -> None:
+        from rich.console import Console
+
+        self._buffer = io.StringIO()
+        self._console = Console(file=self._buffer, width=width, force_terminal=False, force_jupyter=False,
+                                color_system=None, markup=False)
+
+    def print(self, *objects: Any) -> None:
+        self._console.print(*objects)
+
+    def text(self) -> str:
+        """What was printed, ending in one newline."""
+        return self._buffer.getvalue().rstrip() + "\n"
 
 
 #: Suffixes of a count (parameters, tokens), smallest first.

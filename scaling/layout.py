@@ -449,6 +449,12 @@ def explain(choice: Choice) -> list[Reason]:
     def least(indices: list[int]) -> Candidate:
         return min((choice.candidate(i) for i in indices), key=lambda c: c.memory.total_bytes)
 
+    def if_any(pred: Callable[[ParallelLayout], bool], short: str, detail: Callable[[Candidate], str]) -> None:
+        """A reason against the fastest layout ``pred`` admits (``detail`` compares it), when one fits."""
+        alt = _best(others(pred))
+        if alt is not None:
+            out.append(Reason(short, detail(alt)))
+
     # Tensor parallelism.
     if req.tp is None and req.workers > 1:
         if lay.tp > 1:
@@ -467,12 +473,9 @@ def explain(choice: Choice) -> list[Reason]:
                     f"tp={lay.tp} {where}: the best layout with tp={alt.layout.tp} ({alt.label()}) would take "
                     f"{_seconds_against(alt.step_s, best.step_s)}"))
         else:
-            alt = _best(others(lambda x: x.tp > 1))
-            if alt is not None:
-                out.append(Reason(
-                    "tp=1: TP all-reduces cost more",
-                    f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
-                    f"for {alt.label()}) would cost more than they save ({_seconds_against(alt.step_s, best.step_s)})"))
+            if_any(lambda x: x.tp > 1, "tp=1: TP all-reduces cost more", lambda alt: (
+                f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
+                f"for {alt.label()}) would cost more than they save ({_seconds_against(alt.step_s, best.step_s)})"))
 
     # Pipeline parallelism.
     if req.pp is None and req.workers > 1:
@@ -505,12 +508,9 @@ def explain(choice: Choice) -> list[Reason]:
             else:
                 out.append(Reason(f"pp={lay.pp}", head))
         else:
-            alt = _best(others(lambda x: x.pp > 1))
-            if alt is not None:
-                out.append(Reason(
-                    "pp=1: no bubble",
-                    f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}, bubble "
-                    f"{alt.bubble_s:.3g} s) would take {_seconds_against(alt.step_s, best.step_s)}"))
+            if_any(lambda x: x.pp > 1, "pp=1: no bubble", lambda alt: (
+                f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}, bubble "
+                f"{alt.bubble_s:.3g} s) would take {_seconds_against(alt.step_s, best.step_s)}"))
 
     # The data-parallel strategy.
     if req.strategy is None and lay.dp > 1:

@@ -10,10 +10,21 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticSerializationError
+
+
+T = TypeVar("T")
+
+
+def checked(value: T, problem: str | None) -> T:
+    """``value`` when ``problem`` (what a ``*_problem`` function found wrong with it) is None; else the
+    ValueError that a validator raises and pydantic reports at the field."""
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 def _numeric(annotation: Any) -> bool:

@@ -33,6 +33,13 @@ def _root(
     """Scaling-law experiments: plan a sweep, train it on Ray, fit power laws, write a report."""
 
 
+def command_group(name: str, help: str) -> typer.Typer:
+    """A group of subcommands (``scaling NAME ...``) registered on :data:`app`."""
+    group = typer.Typer(name=name, help=help, no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(group, name=name)
+    return group
+
+
 DbOption = Annotated[
     Optional[str],
     typer.Option(
@@ -57,6 +64,22 @@ SweepOption = Annotated[
 FormatOption = Annotated[
     str, typer.Option("--format", help="Output format: table or json.")
 ]
+
+
+FitOption = Annotated[
+    str,
+    typer.Option("--fit", help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
+                 "unchanged data); 'stored' only reads stored fits; 'memory' fits quickly."),
+]
+
+
+def check_fit(fit: str) -> None:
+    """``--fit`` of the commands that show a sweep's fits (``scaling report``, ``scaling compare``)."""
+    from scaling.errors import UserError
+    from scaling.reports.report_data import FIT_MODES
+
+    if fit not in FIT_MODES:
+        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
 
 
 def check_format(fmt: str) -> None:

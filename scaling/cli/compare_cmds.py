@@ -7,7 +7,7 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 
-from scaling.cli.common import DbOption, app
+from scaling.cli.common import DbOption, FitOption, app, check_fit
 
 #: Sweeps the terminal's table of exponents shows at most (a column each).
 MAX_TERMINAL_SWEEPS = 8
@@ -26,10 +26,7 @@ def compare(
         Optional[Path], typer.Option("--json", help="Also write the comparison as JSON to this file ('-': print it "
                                      "instead of the table).", show_default=False)
     ] = None,
-    fit: Annotated[
-        str, typer.Option("--fit", help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a "
-                          "stored fit of unchanged data); 'stored' only reads stored fits; 'memory' fits quickly.")
-    ] = "sweep",
+    fit: FitOption = "sweep",
     params: Annotated[
         Optional[str], typer.Option("--params", help="Compare with N counting non_embedding or total parameters "
                                     "(default: the first sweep's convention).", show_default=False)
@@ -54,10 +51,8 @@ def compare(
     from scaling.db import resolve_url
     from scaling.errors import UserError
     from scaling.reports.compare_page import compare_sweeps
-    from scaling.reports.report_data import FIT_MODES
 
-    if fit not in FIT_MODES:
-        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    check_fit(fit)
     check_output(output, db_url=resolve_url(db))
     to_file = json_out is not None and str(json_out) != "-"
     if to_file:

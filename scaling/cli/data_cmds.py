@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from scaling.cli.common import FormatOption, app, check_format
+from scaling.cli.common import FormatOption, check_format, command_group
 
 if TYPE_CHECKING:
     from scaling.trainer.shards import ShardFormat
@@ -19,13 +19,8 @@ if TYPE_CHECKING:
 #: ``--shard-format`` values (`scaling.trainer.shards.ShardFormat`).
 SHARD_FORMATS = ("npy", "bin", "llmc")
 
-data_app = typer.Typer(
-    name="data",
-    help="Prepare training data (tokenize text once; every run and sweep reuses it; write token shards).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
-app.add_typer(data_app, name="data")
+data_app = command_group(
+    "data", "Prepare training data (tokenize text once; every run and sweep reuses it; write token shards).")
 
 
 def _data_of(file: Path) -> "DataSpec":

@@ -6,15 +6,9 @@ from typing import Annotated
 
 import typer
 
-from scaling.cli.common import DbOption, SweepOption, app
+from scaling.cli.common import DbOption, SweepOption, app, command_group
 
-db_app = typer.Typer(
-    name="db",
-    help="Manage the results database (schema migrations).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
-app.add_typer(db_app, name="db")
+db_app = command_group("db", "Manage the results database (schema migrations).")
 
 RunsFormatOption = Annotated[
     str, typer.Option("--format", help="Output format: table, json or csv.", show_default=True)

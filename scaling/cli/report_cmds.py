@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from scaling.cli.common import DbOption, SweepOption, app
+from scaling.cli.common import DbOption, FitOption, SweepOption, app, check_fit
 
 
 @app.command()
@@ -17,14 +17,7 @@ def report(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Where to write the HTML file.")
     ] = Path("report.html"),
-    fit: Annotated[
-        str,
-        typer.Option(
-            "--fit",
-            help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
-            "unchanged data); 'stored' only reads stored fits; 'memory' fits quickly for this report.",
-        ),
-    ] = "sweep",
+    fit: FitOption = "sweep",
     store_fits: Annotated[
         bool,
         typer.Option("--store-fits", help="Store the new fits of --fit sweep in the database, as `scaling fit` "
@@ -57,11 +50,9 @@ def report(
     from scaling.db import resolve_url
     from scaling.errors import UserError
     from scaling.reports import write_report
-    from scaling.reports.report_data import FIT_MODES
     from scaling.reports.output import check_output
 
-    if fit not in FIT_MODES:
-        raise UserError(f"--fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    check_fit(fit)
     if interval is not None and not watch:
         raise UserError("--interval applies to --watch only")
     if store_fits and fit != "sweep":

@@ -494,6 +494,15 @@ def check_budget(compute: float, measured: Any, what: str = "--compute") -> None
                        f"away (use {lo / MAX_EXTRAPOLATION:.3g} to {hi * MAX_EXTRAPOLATION:.3g})")
 
 
+def check_spread(points: pd.DataFrame, subject: str) -> None:
+    """Refuse ``points`` with a single model size or a single token count, which leave a law of N
+    and D undetermined; ``subject`` begins the message (``"approach 3 needs"``)."""
+    if points["N"].nunique() < 2:
+        raise FitError(f"{subject} at least two model sizes; all points have one N")
+    if points["D"].nunique() < 2:
+        raise FitError(f"{subject} at least two token counts; all points have one D")
+
+
 def as_fit_data(data: FitData | pd.DataFrame) -> FitData:
     if isinstance(data, FitData):
         return data

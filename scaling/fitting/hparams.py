@@ -22,7 +22,6 @@ DataFrames and returns dataclasses; :func:`runs_frame` takes lr, batch and beta2
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -564,11 +563,11 @@ class HparamFit:
 
     def table(self) -> str:
         """The groups and laws as text, as ``scaling fit`` prints them."""
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        con = Console(file=buf, width=130, force_terminal=False, force_jupyter=False, color_system=None, markup=False)
+        from scaling.fmt import PlainText
+
+        con = PlainText(width=130)
         used = sum(g.used for g in self.groups)
         con.print(f"Hyperparameter groups: {len(self.groups)} ({used} used by the laws)")
         t = Table(show_edge=False)
@@ -586,7 +585,7 @@ class HparamFit:
             con.print(f"{LAWS[name][2]}: not fitted: {why}")
         for note in self.notes:
             con.print(f"note: {note}")
-        return buf.getvalue().rstrip() + "\n"
+        return con.text()
 
 
 def _bound(iv: dict[str, Any], end: str) -> float:

@@ -7,7 +7,6 @@ derivation: docs/reference/modules.md.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -200,12 +199,11 @@ class InferenceRecommendation:
         return jsonable(self.__dict__)
 
     def table(self) -> str:
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        con = Console(file=buf, width=220, force_terminal=False, force_jupyter=False, color_system=None,
-                      markup=False)  # file names are the user's text, not markup
+        from scaling.fmt import PlainText
+
+        con = PlainText(width=220)
         how = (f"the loss of the compute-optimal run at C = {self.compute:.3g} FLOPs" if self.compute is not None
                else "the requested loss")
         con.print(f"Cheapest run reaching loss {self.target_loss:.4g} ({how}) and serving "
@@ -227,7 +225,7 @@ class InferenceRecommendation:
             con.print(f"training the smaller model longer saves {100 * self.saving:.1f}% of the total FLOPs")
         for note in self.notes:
             con.print(f"note: {note}")
-        return buf.getvalue().rstrip() + "\n"
+        return con.text()
 
 
 def _cell(iv: dict[str, Any]) -> str:

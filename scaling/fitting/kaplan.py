@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
+from scaling.fitting.base import Law, Params, check_spread, coverage_reasons, fit_line
 from scaling.fitting.measurements import FitData, group_budgets
 from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
@@ -133,10 +133,7 @@ class KaplanLaw(Law):
 
     def _validate(self, data: FitData) -> None:
         pts = data.points
-        if pts["N"].nunique() < 2:
-            raise FitError("the Kaplan laws need at least two model sizes; all points have one N")
-        if pts["D"].nunique() < 2:
-            raise FitError("the Kaplan laws need at least two token counts; all points have one D")
+        check_spread(pts, "the Kaplan laws need")
         if len(pts) <= 4:
             raise FitError(f"the Kaplan joint law needs more points than its 4 parameters; got {len(pts)}")
 

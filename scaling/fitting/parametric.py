@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, Params
+from scaling.fitting.base import Law, Params, check_spread
 from scaling.fitting.measurements import FitData
 from scaling.fitting.doubts import DoubtKind
 from scaling.fitting.optim import batch_lbfgs, max_batch
@@ -191,10 +191,7 @@ class ChinchillaParametric(Law):
     # -- fitting -------------------------------------------------------------------------------
     def _validate(self, data: FitData) -> None:
         pts = data.points
-        if pts["N"].nunique() < 2:
-            raise FitError("approach 3 needs at least two model sizes; all points have one N")
-        if pts["D"].nunique() < 2:
-            raise FitError("approach 3 needs at least two token counts; all points have one D")
+        check_spread(pts, "approach 3 needs")
         if len(pts) <= len(self.param_names):
             raise FitError(
                 f"approach 3 needs more points than its 5 parameters (E, A, B, alpha, beta); got {len(pts)}"

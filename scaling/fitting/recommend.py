@@ -22,7 +22,6 @@ so the reductions are optimistic in scale but comparable across candidates.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -90,12 +89,11 @@ class Recommendation:
         return jsonable(self.__dict__)
 
     def table(self) -> str:
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        con = Console(file=buf, width=150, force_terminal=False, force_jupyter=False, color_system=None,
-                      markup=False)  # file names are the user's text, not markup
+        from scaling.fmt import PlainText
+
+        con = PlainText(width=150)
         con.print(f"Compute-optimal run at C = {self.compute:.3g} FLOPs ({self.source})")
         t = Table(show_edge=False)
         for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):
@@ -153,7 +151,7 @@ class Recommendation:
                       f"({h['lr_why']}); batch = {batch}{'' if batch == 'none' else ' tokens'} ({h['batch_why']})")
         for note in self.notes:
             con.print(f"note: {note}")
-        return buf.getvalue().rstrip() + "\n"
+        return con.text()
 
 
 def _num(v: Any) -> str:

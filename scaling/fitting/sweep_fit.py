@@ -8,7 +8,6 @@ the fit's configuration (law, settings, bootstrap size and seed, :data:`FIT_VERS
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,12 +112,11 @@ class FitSummary:
 
     def table(self) -> str:
         """Every fitted parameter with its bootstrap SE and 95% interval, as text tables."""
-        from rich.console import Console
         from rich.table import Table
 
-        buf = io.StringIO()
-        console = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None,
-                          markup=False)  # file names and columns are the user's text, not markup
+        from scaling.fmt import PlainText
+
+        console = PlainText(width=110)
         head = f"{self.source}: {self.n_points} points (N in {self.conventions.get('params')} parameters, " \
                f"C = {self.conventions.get('flops_per_param_token', 6):.3g} N D)"
         console.print(head)
@@ -152,7 +150,7 @@ class FitSummary:
         for kind, reason in self.skipped.items():
             console.print(f"{KINDS[kind][1]}: not fitted: {reason}")
         hparams = "\n" + self.hparams.table() if self.hparams is not None else ""  # its own width
-        return buf.getvalue().rstrip() + "\n" + hparams
+        return console.text() + hparams
 
 
 #: One sweep's fits: loss laws, hyperparameter laws and task laws, computed once by :func:`fit_sweep`.

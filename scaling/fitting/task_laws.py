@@ -23,7 +23,6 @@ one interval holding both their predictions, since the data cannot say which hol
 from __future__ import annotations
 
 import copy
-import io
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -408,14 +407,13 @@ class TaskFits:
 
     def table(self) -> str:
         """Each task's two steps: parameters with 95% intervals (withheld where flagged), backtest, notes."""
-        from rich.console import Console
         from rich.table import Table
 
+        from scaling.fmt import PlainText
         from scaling.fmt import interval_text, se_text
         from scaling.fmt import num
 
-        buf = io.StringIO()
-        con = Console(file=buf, width=110, force_terminal=False, force_jupyter=False, color_system=None, markup=False)
+        con = PlainText(width=110)
         con.print(f"Downstream tasks ({self.source}): {len(self.laws)} fitted")
         for task, law in self.laws.items():
             t = Table(title=f"task {task}: {law.accuracy} from {law.loss_label}", title_justify="left", show_edge=False)
@@ -445,7 +443,7 @@ class TaskFits:
             con.print(f"task {task}: not fitted: {why}")
         for note in self.notes:
             con.print(f"note: {note}")
-        return buf.getvalue().rstrip() + "\n"
+        return con.text()
 
 
 def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str = "acc", n_bootstrap: int = 200,

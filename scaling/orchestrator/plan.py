@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, field_validator, model_serializer, 
 from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
-from scaling.schema import StrictModel
+from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
 from scaling.naming import name_problem
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
@@ -374,10 +374,7 @@ class Plan(_Strict):
     @field_validator("name")
     @classmethod
     def _name_is_a_directory_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return checked(value, name_problem(value))
 
     @field_validator("data")
     @classmethod

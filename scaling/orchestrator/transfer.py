@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 
 from scaling.errors import PlanError, UserError
 from scaling.naming import name_problem
-from scaling.schema import StrictModel
+from scaling.schema import StrictModel, checked
 
 #: The law of :mod:`scaling.fitting.hparams` each rule takes, and how it is written as a rule.
 LAWS = {"lr": "lr_ND", "batch_tokens": "batch_D"}
@@ -38,10 +38,7 @@ class FittedRule(StrictModel):
     @field_validator("fitted")
     @classmethod
     def _a_sweep_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return checked(value, name_problem(value))
 
 
 def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_convention: str) -> dict[str, str]:

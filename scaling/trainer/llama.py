@@ -139,7 +139,45 @@ def readout(lm_head: nn.Module, x: torch.Tensor, cfg: Shape) -> torch.Tensor:
     return lm_head(x)
 
 
-class Llama(nn.Module):
+class DecoderBase(nn.Module):
+    """What the decoders of both families share: the check of the shape's family, the token
+    embedding, the blocks (recomputed in the backward pass under activation checkpointing), the
+    final norm and the readout. A subclass sets ``family`` and builds the rest of its parts after
+    ``wte``, in the order :func:`scaling.trainer.model.init_ops` draws their initial values."""
+
+    #: The family (``Shape.family``) the subclass builds.
+    family: str
+    blocks: nn.ModuleList
+    ln_f: nn.Module
+    lm_head: nn.Linear
+
+    def __init__(self, cfg: Shape) -> None:
+        super().__init__()
+        if cfg.family != self.family:
+            raise ValueError(f"{type(self).__name__} builds family {self.family!r}, not {cfg.family!r}")
+        self.cfg = cfg
+        #: Recompute each block in the backward pass (trades compute for activation memory).
+        self.activation_checkpointing = False
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """The blocks' input for token ids ``idx`` (B, T)."""
+        return self.wte(idx)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.size(1)
+        if t > self.cfg.context:
+            raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
+        x = self.embed(idx)
+        for block in self.blocks:
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return readout(self.lm_head, self.ln_f(x), self.cfg)
+
+
+class Llama(DecoderBase):
     """The decoder. ``forward(idx)`` maps (B, T) token ids to (B, T, vocab) logits.
 
     Its parts carry the GPT's names (``wte``, ``blocks``, ``ln_f``, ``lm_head``), so pipeline
@@ -148,29 +186,12 @@ class Llama(nn.Module):
 
     #: The projections into the residual stream, whose init is scaled by 1/sqrt(2 n_layer).
     residual_projections: tuple[str, ...] = ("attn.o", "mlp.down")
+    family = "llama"
 
     def __init__(self, cfg: Shape) -> None:
-        super().__init__()
-        if cfg.family != "llama":
-            raise ValueError(f"Llama builds family 'llama', not {cfg.family!r}")
-        self.cfg = cfg
-        #: Recompute each block in the backward pass (trades compute for activation memory).
-        self.activation_checkpointing = False
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        super().__init__(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied:
             self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.size(1)
-        if t > self.cfg.context:
-            raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
-        x = self.wte(idx)
-        for block in self.blocks:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
-        return readout(self.lm_head, self.ln_f(x), self.cfg)

@@ -22,10 +22,9 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from scaling.accounting import Shape
-from scaling.trainer.llama import Llama, readout
+from scaling.trainer.llama import DecoderBase, Llama, readout
 from scaling.trainer.attention import (  # noqa: F401  (the kernel's names, also importable from here)
     ATTENTION_ENV,
     FLASH_MAX_HEAD_DIM,
@@ -85,20 +84,15 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(DecoderBase):
     """The decoder. ``forward(idx)`` maps (B, T) token ids to (B, T, vocab) logits."""
 
     #: The projections into the residual stream, whose init is scaled by 1/sqrt(2 n_layer).
     residual_projections: tuple[str, ...] = ("attn.proj", "mlp.proj")
+    family = "gpt2"
 
     def __init__(self, cfg: Shape) -> None:
-        super().__init__()
-        if cfg.family != "gpt2":
-            raise ValueError(f"GPT builds family 'gpt2', not {cfg.family!r}")
-        self.cfg = cfg
-        #: Recompute each block in the backward pass (trades compute for activation memory).
-        self.activation_checkpointing = False
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        super().__init__(cfg)
         self.wpe = nn.Embedding(cfg.context, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -111,18 +105,10 @@ class GPT(nn.Module):
         for name, init in init_ops(self):
             init(self.get_parameter(name))
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.size(1)
-        if t > self.cfg.context:
-            raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
-        return readout(self.lm_head, self.ln_f(x), self.cfg)
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token embeddings plus learned positions."""
+        pos = torch.arange(idx.size(1), device=idx.device)
+        return self.wte(idx) + self.wpe(pos)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters counted once (the tied head is the token embedding)."""

@@ -31,7 +31,7 @@ from pydantic import (
 
 from scaling import safe_yaml
 from scaling.vocab import HPARAM_GROUP_TAG
-from scaling.schema import StrictModel
+from scaling.schema import StrictModel, checked
 from scaling.accounting import (
     FlopsConvention,
     ParamsConvention,
@@ -386,10 +386,7 @@ class SimulatedTask(_Frozen):
     def _metric_safe(cls, value: str) -> str:
         from scaling.vocab import task_name_problem
 
-        problem = task_name_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return checked(value, task_name_problem(value))
 
 
 class SimulateSpec(_Frozen):
@@ -650,10 +647,7 @@ class RunSpec(Recipe):
     @field_validator("name")
     @classmethod
     def _name_printable(cls, value: Optional[str]) -> Optional[str]:
-        problem = printable_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(problem)
-        return value
+        return checked(value, printable_problem(value) if value is not None else None)
 
     #: Nothing left to decide (False for a RunRequest): what ``scaling.trainer.train`` accepts.
     concrete: ClassVar[bool] = True
