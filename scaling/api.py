@@ -314,8 +314,7 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.errors import FitError
-    from scaling.fitting import fit_csv, fit_sweep
+    from scaling.fitting import FitError, fit_csv, fit_sweep
 
     if bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
         raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
