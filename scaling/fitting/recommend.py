@@ -73,7 +73,7 @@ class RunTarget:
     C: float
     #: The N comes from a law flagged unreliable: the hyperparameter laws' values are withheld.
     flagged: bool
-    hparams: "HparamFit | None"
+    hparams: HparamFit | None
     #: Where the run's notes (how it was sized, where its lr and batch come from) sit in the notes.
     notes_at: int
     n_notes: int = 0
@@ -113,7 +113,7 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({k: v for k, v in self.__dict__.items() if k != "target"})
 
-    def with_run(self, run: dict[str, Any] | None, run_source: str | None, note: str | None = None) -> "Recommendation":
+    def with_run(self, run: dict[str, Any] | None, run_source: str | None, note: str | None = None) -> Recommendation:
         """This recommendation with ``run`` as its concrete run, sized from ``run_source`` (``note``: why
         so, if it needs saying); the hyperparameter laws applied to it again and the run's notes replaced.
 

@@ -717,8 +717,9 @@ def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]]) 
     try:
         run = size_run(dict(plan), target.N, target.D, target.C)
     except (UserError, ValueError) as exc:
+        why = " ".join(str(exc).split())
         return rec.with_run(default_run(target.N), DEFAULT_RUN_SOURCE,
-                            f"the plan's rules could not size the run ({' '.join(str(exc).split())}); used the defaults")
+                            f"the plan's rules could not size the run ({why}); used the defaults")
     return rec.with_run(run, "the plan's rules")
 
 

@@ -83,7 +83,9 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
     assert sized.run_source == "the plan's rules" and sized.run == size_run(stored, t.N, t.D, t.C)
     assert sized.run["shape"]["n_layer"] >= 1 and sized.run["n_params"] > 0 and sized.run["lr"] > 0
     assert sized.notes[t.notes_at].startswith("lr and batch of the concrete run come from the plan's rules")
-    assert sized.notes[:t.notes_at] + sized.notes[t.notes_at + 1:] == rec.notes[:t.notes_at] + rec.notes[t.notes_at + 2:]
+    # the plan's run needs no note on its sizing; the other notes stay as they were, in order
+    assert sized.notes[:t.notes_at] + sized.notes[t.notes_at + 1:] == \
+        rec.notes[:t.notes_at] + rec.notes[t.notes_at + 2:]
     assert (sized.per_law, sized.chosen, sized.next_runs) == (rec.per_law, rec.chosen, rec.next_runs)
     assert sweep_recommendation(db_url, fit, 1e20, next_runs=False).run == sized.run  # the commands' composition
     assert size_recommendation(sized, None).notes[t.notes_at] == \
