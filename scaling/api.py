@@ -314,16 +314,25 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import recommend as advise
+    from scaling.fitting import FitError, fit_csv, fit_sweep
 
-    if csv is not None:
-        rec = advise(compute, csv=csv, n_bootstrap=bootstrap, seed=seed, next_runs=False)
-    else:
+    if bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
+        raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
+                       f"not {bootstrap}")
+    if csv is not None:  # fitted here, once; the run is the sweep's alone
+        from scaling.fitting import recommend as advise
+        from scaling.fitting.measurements import from_csv
+        from scaling.fitting.task_laws import fit_tasks_csv
+
+        summary = fit_csv(csv, "all", bootstrap, seed)
+        tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=bootstrap, seed=seed)  # the file's task columns
+        rec = advise(summary, compute, next_runs=False, tasks=tasks)
+    else:  # the sweep's fits, then the run sized by the plan stored with it
         from scaling.db import resolve_url
-        from scaling.orchestrator.expand import size_run
+        from scaling.orchestrator.expand import sweep_recommendation
 
-        rec = advise(compute, url=resolve_url(cli=db), sweep=sweep, n_bootstrap=bootstrap, seed=seed,
-                     next_runs=False, size_run=size_run)
+        url = resolve_url(cli=db)
+        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, next_runs=False)
     return _typed_advice(rec)
 
 

@@ -112,12 +112,12 @@ def snapshot(url: str, sweep: str, plan: dict[str, Any], folder: Path, n_bootstr
     and report text, rounded, as one JSON-ready dict."""
     from scaling.fitting import fit_sweep, recommend
     from scaling.fitting.brief import brief
-    from scaling.orchestrator.expand import size_run
+    from scaling.orchestrator.expand import size_recommendation
     from scaling.reports import write_report
 
     summary = fit_sweep(url, sweep, n_bootstrap=n_bootstrap)  # the sweep's fits, once: loss, hparams, tasks
     tasks = summary.tasks
-    rec = recommend(summary=summary, plan=plan, size_run=size_run, next_runs=False)
+    rec = size_recommendation(recommend(summary, next_runs=False), plan)  # the run sized by the plan's rules
     report = write_report(url, sweep, str(folder / "report.html"), sweep_fit=summary)
     fits = summary.to_dict()
     task_laws = tasks.to_dict()

@@ -69,16 +69,16 @@ def test_a_stored_sweep_fit_is_not_fitted_again(swept: dict[str, Any], fits_coun
                                                tmp_path: Path) -> None:
     """Once the sweep's fits are stored (the golden snapshot stored them), fitting the sweep again, the
     recommendation and closing answer on them, and the report on them (handed, or read back) fit nothing."""
-    from scaling.fitting import fit_sweep, recommend
+    from scaling.fitting import fit_sweep
     from scaling.fitting.brief import brief
-    from scaling.orchestrator.expand import size_run
+    from scaling.orchestrator.expand import sweep_recommendation
     from scaling.reports import write_report
 
     url, sweep = swept["url"], swept["sweep"]
     sweep_fit = fit_sweep(url, sweep, n_bootstrap=G.BOOTSTRAP)
     assert sorted(sweep_fit.reused) == sorted(sweep_fit.laws) and sweep_fit.hparams is not None and sweep_fit.tasks
-    rec = recommend(summary=sweep_fit, url=url, size_run=size_run, next_runs=False)  # the closing answer's call
-    assert brief(rec) and rec.tasks and rec.hparams is not None
+    rec = sweep_recommendation(url, sweep_fit, next_runs=False)  # the closing answer's call
+    assert brief(rec) and rec.tasks and rec.hparams is not None and rec.run_source == "the plan's rules"
     handed = write_report(url, sweep, tmp_path / "handed.html", sweep_fit=sweep_fit).read_text()
     assert "Downstream tasks" in handed and "Hyperparameters" in handed
     assert fits_counted == {"law": 0, "curve": 0, "hparam law": 0}, "a stored or handed fit was fitted again"

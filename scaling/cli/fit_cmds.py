@@ -223,9 +223,6 @@ def recommend(
     With a sweep, also a concrete shape, hyperparameters and memory from the plan, and the
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
-    from scaling.fitting import recommend as do_recommend
-    from scaling.orchestrator.expand import size_run
-
     check_format(fmt)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
@@ -244,14 +241,18 @@ def recommend(
         rec = recommend_inference(inference_tokens or 0.0, compute=compute, target_loss=target_loss,
                                   url=None if csv else resolve_url(db), sweep=sweep, data=data,
                                   n_bootstrap=bootstrap, seed=seed)
-    elif data is not None:
+    elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
+        from scaling.fitting import recommend as do_recommend
+        from scaling.fitting.sweep_fit import fit_data
         from scaling.fitting.task_laws import fit_tasks_csv
 
-        rec = do_recommend(compute, data=data, n_bootstrap=bootstrap, seed=seed,
-                           tasks=fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed))
-    else:
+        tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
+        rec = do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
+    else:  # the sweep's fits, then the run sized by the plan stored with it
         from scaling.db import resolve_url
+        from scaling.fitting import fit_sweep
+        from scaling.orchestrator.expand import sweep_recommendation
 
-        rec = do_recommend(compute, url=resolve_url(db), sweep=sweep, n_bootstrap=bootstrap, seed=seed,
-                           size_run=size_run)
+        url = resolve_url(db)
+        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, seed=seed)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")

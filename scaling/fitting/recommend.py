@@ -7,10 +7,13 @@ allowed to recommend, the one with the narrowest 95% interval on N*; it says whi
 allowed when no note calls it unreliable, or when its only doubts are about its parameters and its
 bootstrap determines what is asked, N*, D* and the loss at the budget (:func:`undetermined_at_budget`):
 the doubts then stay in the recommendation's notes.
-With a sweep, the plan's own rules turn that N* into a concrete run (shape, learning rate, batch,
-memory and strategy on the plan's device) through the sizing function the caller passes (the
-command line passes ``scaling.orchestrator.expand.size_run``; the fits never import the
-orchestrator), or, without one, the default shape policy and memory model of :mod:`scaling.accounting`.
+:func:`recommend` takes a sweep's fits, fitted once (a :data:`~scaling.fitting.sweep_fit.SweepFit`),
+and a budget: it fits no loss law and reads no database or file. With a sweep, it sizes the run
+for that N* with the default shape policy and memory model of :mod:`scaling.accounting`; the plan's
+own rules (shape, learning rate, batch, memory and strategy on the plan's device) belong to the
+orchestrator, which replaces that run by the plan's
+(:func:`scaling.orchestrator.expand.size_recommendation`, through :meth:`Recommendation.with_run`):
+values flow one way, fit -> recommendation -> sized run, and the fits never import the orchestrator.
 
 Which runs would narrow the interval on N* most (a heuristic, stated with its result): for a few
 candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
@@ -23,18 +26,21 @@ so the reductions are optimistic in scale but comparable across candidates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
+from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary
 from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
-from scaling.fitting.measurements import FitData, prepare
+from scaling.fitting.measurements import prepare
 from scaling.fmt import interval_text
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.hparams import HparamFit
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -51,9 +57,25 @@ CANDIDATE_BOOTSTRAP = 100
 #: error of the backtest included) is a percentile one holding its estimate, and spans at most these
 #: factors (hi / lo). Its parameter doubts then stay in the recommendation's notes.
 AT_BUDGET_SPAN = {"N": 10.0, "D": 10.0, "loss": 1.15}
-#: Sizes a run from a sweep's stored plan: (plan, N, D, C) -> shape, n_params, lr, batch_tokens,
-#: memory_gib, strategy.
-SizeRun = Callable[[dict[str, Any], float, float, float], dict[str, Any]]
+#: Where a run sized by :func:`default_run` comes from, as the recommendation says it.
+DEFAULT_RUN_SOURCE = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16, one 80 GiB device)"
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What a recommendation's concrete run is sized for, and what :meth:`Recommendation.with_run`
+    applies again to a run sized elsewhere."""
+
+    #: The recommended N (the chosen law's N*, else the consensus), its D at the budget, the budget.
+    N: float
+    D: float
+    C: float
+    #: The N comes from a law flagged unreliable: the hyperparameter laws' values are withheld.
+    flagged: bool
+    hparams: HparamFit | None
+    #: Where the run's notes (how it was sized, where its lr and batch come from) sit in the notes.
+    notes_at: int
+    n_notes: int = 0
 
 
 @dataclass
@@ -84,9 +106,32 @@ class Recommendation:
     hparams: dict[str, Any] | None = None
     #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What the concrete run is sized for (None without an N*); not part of the answer (``to_dict``).
+    target: RunTarget | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(self.__dict__)
+        return jsonable({k: v for k, v in self.__dict__.items() if k != "target"})
+
+    def with_run(self, run: dict[str, Any] | None, run_source: str | None, note: str | None = None) -> Recommendation:
+        """This recommendation with ``run`` as its concrete run, sized from ``run_source`` (``note``: why
+        so, if it needs saying); the hyperparameter laws applied to it again and the run's notes replaced.
+
+        The orchestrator sizes a run by a plan's rules for :attr:`target` and hands it here
+        (:func:`scaling.orchestrator.expand.size_recommendation`); nothing else changes.
+        """
+        t = self.target
+        if t is None:
+            raise FitError("this recommendation has no N* to size a run for")
+        run = None if run is None else dict(run)
+        notes = [note] if note else []
+        from scaling.fitting.hparams import apply_to_run
+
+        hparams, hp_note = apply_to_run(t.hparams, run, t.N, t.D, t.C, t.flagged, run_source)
+        if hp_note:
+            notes.append(hp_note)
+        return replace(self, run=run, run_source=run_source, hparams=hparams,
+                       notes=self.notes[:t.notes_at] + notes + self.notes[t.notes_at + t.n_notes:],
+                       target=replace(t, n_notes=len(notes)))
 
     def table(self) -> str:
         from rich.table import Table
@@ -159,49 +204,28 @@ def _num(v: Any) -> str:
 
 
 def recommend(
+    fit: FitSummary,
     compute: float | None = None,
     *,
-    url: str | None = None,
-    sweep: str | None = None,
-    csv: str | None = None,
-    data: FitData | None = None,
-    n_bootstrap: int = 200,
-    seed: int = 0,
-    summary: FitSummary | None = None,
-    plan: dict[str, Any] | None = None,
     next_runs: bool = True,
-    size_run: SizeRun | None = None,
     tasks: Any = None,
+    seed: int = 0,
 ) -> Recommendation:
-    """N*, D* and loss at ``compute`` from every law; with a sweep, the concrete run too.
+    """N*, D* and loss at ``compute`` FLOPs from every law of ``fit``; of a sweep, a run sized by the defaults.
 
-    Give a sweep's fits, ``summary`` (a :data:`~scaling.fitting.sweep_fit.SweepFit`: nothing is fitted
-    again; with ``url`` its plan is read for the concrete run, or ``plan`` carries it); or ``url``
-    (and optionally ``sweep``: fitted here, once), ``csv`` (read in the default conventions),
-    ``data`` (measurements already read, e.g. a CSV in other units). ``size_run`` turns the plan
-    into a run. ``tasks``: fitted downstream tasks (:class:`scaling.fitting.task_laws.TaskFits`) whose
-    accuracy at the recommended run is predicted; by default the sweep fit's own, or a CSV's task columns.
+    ``fit`` is a :data:`~scaling.fitting.sweep_fit.SweepFit` (or any
+    :class:`~scaling.fitting.sweep_fit.FitSummary`, e.g. of a CSV): nothing is fitted again and
+    nothing is read. ``compute`` defaults to ten times the largest run. The concrete run (only
+    for a sweep's fit) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's
+    plan (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
+    (:class:`scaling.fitting.task_laws.TaskFits`) whose accuracy at the recommended run is
+    predicted; by default the fit's own. ``next_runs``: rank the runs worth adding
+    (:func:`candidate_runs`, which refits approach 3's bootstrap with predicted points, drawn with ``seed``).
     """
-    if summary is None:
-        if n_bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
-            raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
-                           f"not {n_bootstrap}")
-        if (csv is not None or data is not None) and (sweep is not None):
-            raise FitError("give either --sweep or --csv, not both")
-        if data is not None:
-            summary = fit_data(data, "all", n_bootstrap, seed)
-        elif csv is not None:
-            summary = fit_csv(csv, "all", n_bootstrap, seed)
-        elif url is not None:
-            summary = fit_sweep(url, sweep, "all", n_bootstrap, seed)
-        else:
-            raise FitError("recommend needs a sweep (database) or a CSV file")
-    if plan is None and url is not None and summary.sweep is not None:
-        plan = _plan_of(url, summary.sweep)
-    if not summary.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
+    if not fit.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
-                       + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in summary.skipped.items()))
-    points = _data_of(summary)
+                       + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in fit.skipped.items()))
+    points = _data_of(fit)
     c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:
         if not math.isfinite(c_max):
@@ -211,28 +235,19 @@ def recommend(
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
     if points is not None:
         check_budget(float(compute), points["C"])
-    k = float(summary.conventions.get("flops_per_param_token") or 6.0)
-    rec = compare_laws(summary.laws, float(compute), source=summary.source, k=k)
+    k = float(fit.conventions.get("flops_per_param_token") or 6.0)
+    rec = compare_laws(fit.laws, float(compute), source=fit.source, k=k)
     N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
-    if N_run is not None and (plan is not None or summary.sweep is not None):  # a sweep: its plan's rules, else the defaults
-        rec.run, rec.run_source, note = concrete_run(plan, N_run, float(compute) / (k * N_run), float(compute),
-                                                     size_run)
-        if note:
-            rec.notes.append(note)
     if N_run is not None:
-        from scaling.fitting.hparams import apply_to_run
-
-        rec.hparams, note = apply_to_run(summary.hparams, rec.run, N_run, float(compute) / (k * N_run),
-                                         float(compute), rec.chosen in rec.unreliable, rec.run_source)
-        if note:
-            rec.notes.append(note)
+        rec.target = RunTarget(N=N_run, D=float(compute) / (k * N_run), C=float(compute),
+                               flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
+        if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
+            rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
+                               "the run is sized with the defaults: no plan was given to size it")
+        else:
+            rec = rec.with_run(None, None)
     if tasks is None:
-        tasks = summary.tasks
-    if tasks is None and csv is not None:  # the file's task columns, read in the same conventions
-        from scaling.fitting.measurements import from_csv
-        from scaling.fitting.task_laws import fit_tasks_csv
-
-        tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=n_bootstrap, seed=seed)
+        tasks = fit.tasks
     if tasks:
         from scaling.fitting.task_laws import predict_for_recommendation
 
@@ -240,7 +255,7 @@ def recommend(
         if note:
             rec.notes.append(note)
     if next_runs:
-        law3 = summary.laws.get("approach3")
+        law3 = fit.laws.get("approach3")
         if law3 is not None and law3.doubts():
             rec.notes.append("which runs to add is judged with approach 3, whose fit notes say the data cannot pin it "
                              "down: no runs suggested")
@@ -400,45 +415,17 @@ def _data_of(summary: FitSummary) -> pd.DataFrame | None:
     return None
 
 
-def _plan_of(url: str, sweep: str | None) -> dict[str, Any] | None:
-    from scaling import db
-
-    if sweep is None:
-        return None
-    with db.connect(url) as res:
-        plan = res.sweep_info(sweep).get("plan")
-    if isinstance(plan, str):
-        import yaml
-
-        try:
-            plan = yaml.safe_load(plan)
-        except yaml.YAMLError:
-            return None
-    return plan if isinstance(plan, dict) else None
-
-
-def concrete_run(
-    plan: dict[str, Any] | None, N: float, D: float, C: float, size_run: SizeRun | None = None
-) -> tuple[dict[str, Any], str, str | None]:
-    """(run, where it came from, note): the plan's rules through ``size_run`` when both are given."""
-    note = None if plan is not None else "the sweep has no stored plan; the run is sized with the defaults"
-    if plan is not None and size_run is None:
-        note = "no sizing function for the sweep's plan was given; the run is sized with the defaults"
-    if plan is not None and size_run is not None:
-        try:
-            return dict(size_run(plan, N, D, C)), "the plan's rules", None
-        except (UserError, ValueError) as exc:
-            note = f"the plan's rules could not size the run ({' '.join(str(exc).split())}); used the defaults"
+def default_run(N: float) -> dict[str, Any]:
+    """The run of about N parameters by the defaults (:data:`DEFAULT_RUN_SOURCE`): ShapePolicy's shape
+    and the memory model on one worker; lr and batch are left to the hyperparameter laws."""
     from scaling.accounting import ShapePolicy
     from scaling.comms import estimate_memory
 
     shape = ShapePolicy().shape_for(N)
     device_gib = 80.0
     mem = estimate_memory(shape, 8, "bf16", "single", 1)  # one worker: no strategy to choose
-    run = {"shape": shape.as_dict(), "n_params": shape.params("non_embedding"), "lr": None, "batch_tokens": None,
-           "memory_gib": mem.total_gib, "strategy": "single" if mem.total_gib <= device_gib else None}
-    src = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16, one 80 GiB device)"
-    return run, src, note
+    return {"shape": shape.as_dict(), "n_params": shape.params("non_embedding"), "lr": None, "batch_tokens": None,
+            "memory_gib": mem.total_gib, "strategy": "single" if mem.total_gib <= device_gib else None}
 
 
 def candidate_runs(law: Any, compute: float, c_max: float, seed: int = 0, *,

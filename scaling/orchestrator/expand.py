@@ -27,7 +27,7 @@ a sweep cut short still covers its low budgets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from pydantic import ValidationError
 
@@ -53,6 +53,10 @@ from scaling.trainer.resolve import (
 )
 from scaling.trainer.spec import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe, RunRequest, RunSpec
 from scaling.vocab import HPARAM_GROUP_TAG
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.recommend import Recommendation
+    from scaling.fitting.sweep_fit import SweepFit
 
 
 @dataclass(frozen=True)
@@ -671,7 +675,59 @@ def suggest(plan: Plan, N: float, D: float, C: float, host: Host = OFFLINE) -> d
 def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, Any]:
     """What a plan stored with its sweep (a mapping) would train for target N, D and C.
 
-    The sizing function the command line hands to `scaling.fitting.recommend`: the fits never
-    import the orchestrator. See :func:`suggest` for the result.
+    :func:`size_recommendation` sizes a recommendation's run with it. See :func:`suggest` for the result.
     """
     return suggest(Plan.from_dict(plan), N=N, D=D, C=C)
+
+
+def stored_plan(url: str, sweep: Optional[str]) -> Optional[dict[str, Any]]:
+    """The plan stored with ``sweep`` in the database at ``url`` (a mapping), or None without one."""
+    from scaling.db import connect
+
+    if sweep is None:
+        return None
+    with connect(url) as res:
+        plan = res.sweep_info(sweep).get("plan")
+    if isinstance(plan, str):
+        import yaml
+
+        try:
+            plan = yaml.safe_load(plan)
+        except yaml.YAMLError:
+            return None
+    return plan if isinstance(plan, dict) else None
+
+
+def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]]) -> Recommendation:
+    """``rec`` with its concrete run sized by ``plan``'s rules (:func:`size_run`) for the N, D and C it
+    recommends, the hyperparameter laws applied to that run again
+    (:meth:`~scaling.fitting.recommend.Recommendation.with_run`).
+
+    Without a plan, or when its rules cannot size the run, the run is sized with the defaults and a
+    note says why. A recommendation without an N* (no law gives one) is returned as it is.
+    """
+    from scaling.fitting.recommend import DEFAULT_RUN_SOURCE, default_run
+
+    target = rec.target
+    if target is None:
+        return rec
+    if plan is None:
+        return rec.with_run(default_run(target.N), DEFAULT_RUN_SOURCE,
+                            "the sweep has no stored plan; the run is sized with the defaults")
+    try:
+        run = size_run(dict(plan), target.N, target.D, target.C)
+    except (UserError, ValueError) as exc:
+        why = " ".join(str(exc).split())
+        return rec.with_run(default_run(target.N), DEFAULT_RUN_SOURCE,
+                            f"the plan's rules could not size the run ({why}); used the defaults")
+    return rec.with_run(run, "the plan's rules")
+
+
+def sweep_recommendation(url: str, fit: SweepFit, compute: Optional[float] = None, *,
+                         next_runs: bool = True, seed: int = 0) -> Recommendation:
+    """The recommendation from a sweep's fits (:func:`scaling.fitting.recommend.recommend`: nothing is
+    fitted), its run sized by the plan stored with the sweep (:func:`size_recommendation`)."""
+    from scaling.fitting.recommend import recommend
+
+    rec = recommend(fit, compute, next_runs=next_runs, seed=seed)
+    return size_recommendation(rec, stored_plan(url, fit.sweep))

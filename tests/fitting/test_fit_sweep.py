@@ -50,29 +50,59 @@ def test_fit_sweep_stores_and_reuses(db_url: str, make_sweep) -> None:
     assert not changed.reused and changed.fingerprint != first.fingerprint
 
 
-def test_recommend_from_a_sweep_uses_the_plans_rules(db_url: str, make_sweep) -> None:
+def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(db_url: str, make_sweep,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """recommend takes the sweep's fits and a budget: every way to fit or read data refuses here. Its run is
+    the defaults'; the plan stored with the sweep sizes it in the orchestrator, which changes nothing else."""
+    from scaling.fitting import base, hparams, measurements, sweep_fit
+    from scaling.orchestrator.expand import size_recommendation, size_run, stored_plan, sweep_recommendation
+
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
     make_sweep(db_url, plan=plan)
-    from scaling.orchestrator.expand import size_run
+    fit = fit_sweep(db_url, n_bootstrap=30)
 
-    rec = recommend(1e20, url=db_url, n_bootstrap=30, size_run=size_run)
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("recommend fitted a law or read data")
+
+    for owner, name in ((sweep_fit, "fit_sweep"), (sweep_fit, "fit_data"), (sweep_fit, "fit_csv"),
+                        (measurements, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
+                        (hparams, "fit_law")):
+        monkeypatch.setattr(owner, name, refuse)
+    rec = recommend(fit, 1e20)
     assert {"approach2", "approach3"} <= set(rec.per_law)
     assert rec.agreement["N_ratio"] < 2.0
-    assert rec.run is not None and rec.run_source == "the plan's rules"
-    assert rec.run["shape"]["n_layer"] >= 1 and rec.run["n_params"] > 0
     assert rec.next_runs and rec.next_runs[0]["reduction"] > 0
     assert "Compute-optimal run at C = 1e+20" in rec.table()
+    assert rec.run is not None and rec.run_source.startswith("defaults") and rec.run["lr"] is None
+    assert rec.notes[rec.target.notes_at] == "the run is sized with the defaults: no plan was given to size it"
+
+    stored = stored_plan(db_url, fit.sweep)
+    assert stored is not None
+    sized = size_recommendation(rec, stored)
+    t = rec.target
+    assert sized.run_source == "the plan's rules" and sized.run == size_run(stored, t.N, t.D, t.C)
+    assert sized.run["shape"]["n_layer"] >= 1 and sized.run["n_params"] > 0 and sized.run["lr"] > 0
+    assert sized.notes[t.notes_at].startswith("lr and batch of the concrete run come from the plan's rules")
+    # the plan's run needs no note on its sizing; the other notes stay as they were, in order
+    assert sized.notes[:t.notes_at] + sized.notes[t.notes_at + 1:] == \
+        rec.notes[:t.notes_at] + rec.notes[t.notes_at + 2:]
+    assert (sized.per_law, sized.chosen, sized.next_runs) == (rec.per_law, rec.chosen, rec.next_runs)
+    assert sweep_recommendation(db_url, fit, 1e20, next_runs=False).run == sized.run  # the commands' composition
+    assert size_recommendation(sized, None).notes[t.notes_at] == \
+        "the sweep has no stored plan; the run is sized with the defaults"
+    broken = size_recommendation(sized, {**stored, "model": {"family": "none"}})
+    assert broken.run == rec.run and broken.notes[t.notes_at].startswith("the plan's rules could not size the run (")
 
 
 def test_recommend_never_imports_the_orchestrator_trainer_torch_or_ray(db_url: str, make_sweep) -> None:
-    """Without a sizing function the run is sized by the defaults, and nothing past db is imported."""
+    """recommend on a sweep's fits sizes its run by the defaults, and nothing past db is imported."""
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
     make_sweep(db_url, plan=plan)
     code = (
-        "import sys; from scaling.fitting import recommend\n"
-        f"rec = recommend(1e20, url={db_url!r}, n_bootstrap=10, next_runs=False)\n"
+        "import sys; from scaling.fitting import fit_sweep, recommend\n"
+        f"rec = recommend(fit_sweep({db_url!r}, n_bootstrap=10), 1e20, next_runs=False)\n"
         "assert rec.run is not None and rec.run_source.startswith('defaults'), rec.run_source\n"
-        "assert any('no sizing function' in n for n in rec.notes), rec.notes\n"
+        "assert any('no plan was given' in n for n in rec.notes), rec.notes\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray') "
         "or m.startswith(('scaling.orchestrator', 'scaling.trainer'))))"
     )

@@ -42,7 +42,7 @@ pts.to_csv(out / "points.csv", index=False)
 call(fitting.from_csv, out / "points.csv")
 call(fitting.fit_csv, str(out / "points.csv"), "approach2", n_bootstrap=0)
 call(fitting.effective_tokens, np.array([1e9, 1e10]), 1e9)
-call(fitting.recommend, 1e15, url=url, sweep=sweep, n_bootstrap=5)
+call(fitting.recommend, call(fitting.fit_sweep, url, sweep, n_bootstrap=5), 1e15)
 
 # -- reports ---------------------------------------------------------------------------------
 res = connect(url)
