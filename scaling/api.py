@@ -7,7 +7,6 @@ imported on first use so that ``import scaling`` stays light. Results are typed:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional

@@ -236,11 +236,16 @@ def recommend(
                                                drop_duplicates=drop_duplicates)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
         from scaling.db import resolve_url
+        from scaling.errors import UserError
+        from scaling.fitting import fit_sweep
         from scaling.fitting.inference import recommend_inference
+        from scaling.fitting.sweep_fit import fit_data
 
-        rec = recommend_inference(inference_tokens or 0.0, compute=compute, target_loss=target_loss,
-                                  url=None if csv else resolve_url(db), sweep=sweep, data=data,
-                                  n_bootstrap=bootstrap, seed=seed)
+        if compute is not None and target_loss is not None:  # before a fit that would be wasted
+            raise UserError("give either --compute or --target-loss, not both")
+        fit = (fit_data(data, "approach3", bootstrap, seed) if data is not None
+               else fit_sweep(resolve_url(db), sweep, "approach3", bootstrap, seed, tasks=False))
+        rec = recommend_inference(fit, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
     elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
         from scaling.fitting import recommend as do_recommend
         from scaling.fitting.sweep_fit import fit_data

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
 from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
-
-if TYPE_CHECKING:
-    from scaling.fitting.measurements import FitData
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -357,31 +354,20 @@ def _replicate_laws(law: Any) -> list[LossLaw]:
     return [LossLaw(*(float(np.asarray(reps[k])[i]) for k in ("E", "A", "B", "alpha", "beta"))) for i in range(n)]
 
 
-def recommend_inference(inference_tokens: float, *, compute: float | None = None, target_loss: float | None = None,
-                        url: str | None = None, sweep: str | None = None, csv: str | None = None,
-                        data: FitData | None = None, n_bootstrap: int = 200,
-                        seed: int = 0) -> InferenceRecommendation:
-    """Fit approach 3 to a sweep (stored and reused as ``scaling fit`` does) or a CSV, then optimise.
+def recommend_inference(fit: Any, inference_tokens: float, *, compute: float | None = None,
+                        target_loss: float | None = None) -> InferenceRecommendation:
+    """The inference-aware optimum from a sweep's or a CSV's fit (a :data:`~scaling.fitting.sweep_fit.SweepFit`
+    holding approach 3): nothing is fitted here.
 
-    ``data``: measurements already read (a CSV in other units or conventions), in place of ``csv``.
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.
     """
-    from scaling.fitting.sweep_fit import fit_csv, fit_data, fit_sweep
-
     if compute is not None and target_loss is not None:
         raise FitError("give either --compute or --target-loss, not both")
-    if (csv is not None or data is not None) and sweep is not None:
-        raise FitError("give either --sweep or --csv, not both")
-    if data is not None:
-        summary = fit_data(data, "approach3", n_bootstrap, seed)
-    elif csv is not None:
-        summary = fit_csv(csv, "approach3", n_bootstrap, seed)
-    elif url is not None:
-        summary = fit_sweep(url, sweep, "approach3", n_bootstrap, seed, tasks=False)
-    else:
-        raise FitError("recommend needs a sweep (database) or a CSV file")
-    law = summary.laws["approach3"]
+    law = fit.laws.get("approach3")
+    if law is None:
+        why = fit.skipped.get("approach3", "it was not fitted")
+        raise FitError(f"the inference-aware optimum needs approach 3, which could not be fitted: {why}")
     if compute is None and target_loss is None:
         compute = 10.0 * float(law.data_.points["C"].max())
     return recommend_for_inference(law, inference_tokens, compute=compute, target_loss=target_loss,
-                                   source=summary.source)
+                                   source=fit.source)

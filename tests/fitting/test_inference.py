@@ -15,6 +15,7 @@ import pytest
 from scaling.errors import FitError
 from scaling.fitting import ChinchillaParametric, synthetic as S
 from scaling.fitting.inference import (
+    recommend_inference,
     LossLaw,
     cheapest,
     inference_flops,
@@ -148,6 +149,19 @@ def test_cli_recommend_inference_tokens_and_target_loss(tmp_path: Path) -> None:
     out = _cli("recommend", "--csv", str(csv), "--target-loss", "1.0", "--inference-tokens", "1e12", "--bootstrap", "20")
     assert out.returncode == 2 and "unreachable" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+    out = _cli("recommend", "--csv", str(csv), "--compute", "1e21", "--target-loss", "1.0", "--inference-tokens", "1e12")
+    assert out.returncode == 2 and out.stderr.strip() == "error: give either --compute or --target-loss, not both"
+
+
+def test_the_inference_optimum_reads_a_fit_and_says_when_approach_3_is_missing(fitted_law) -> None:
+    from scaling.fitting.sweep_fit import FitSummary
+
+    fit = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={}, laws={"approach3": fitted_law})
+    assert recommend_inference(fit, 1e12, compute=1e19).optimum["N"]["value"] > 0
+    without = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={},
+                         skipped={"approach3": "every budget has fewer than 3 sizes"})
+    with pytest.raises(FitError, match="needs approach 3, which could not be fitted: every budget has fewer"):
+        recommend_inference(without, 1e12)
 
 
 def test_budgets_and_targets_far_outside_the_data_are_refused(fitted_law: ChinchillaParametric) -> None:
