@@ -35,7 +35,7 @@ from scaling.fmt import num
 from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary, fit_csv, fit_data, fit_sweep
 from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
 from scaling.fitting.measurements import FitData, prepare
-from scaling.fmt import interval_text
+from scaling.fmt import bounds, interval_text
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -115,7 +115,7 @@ class Recommendation:
         if self.chosen:
             con.print(f"recommended: {self.chosen_reason}")
         if self.across_laws:
-            con.print(f"across the reliable laws, N* lies in [{_num(self.across_laws['lo'])}, {_num(self.across_laws['hi'])}] "
+            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'])} "
                       "(the widest reach of their 95% intervals: model uncertainty between methods)")
         for kind, why in self.unreliable.items():
             con.print(f"left out: {SHORT.get(kind, kind)}: {why}")
