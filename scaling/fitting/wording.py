@@ -44,9 +44,9 @@ def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any
         if run.get(key) is None:
             continue
         value = f"{q} {num(run[key])}{unit}"
-        bounds = run.get(f"{key}_interval")
-        if bounds is not None:
-            lo, hi = (float(b) for b in bounds)
+        ends = run.get(f"{key}_interval")
+        if ends is not None:
+            lo, hi = (float(b) for b in ends)
             span = f" {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
             parts.append(f"{value}{span} (from the fitted {law} law)")
         elif hparams is None:  # no hyperparameter groups, so no lr* or B* law
