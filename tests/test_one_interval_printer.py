@@ -56,3 +56,13 @@ def test_no_module_but_fmt_writes_an_intervals_brackets() -> None:
              for path in sorted(SCALING.rglob("*.py")) if path != PRINTER
              for line, text in hand_written(path.read_text(encoding="utf-8"))]
     assert not found, "write these with scaling.fmt.bounds (or fmt.Interval):\n" + "\n".join(found)
+
+
+def test_bounds_writes_each_end_as_the_number_formatter_does() -> None:
+    from scaling.fmt import Interval, bounds, size
+
+    assert bounds(0.00504, 0.00568) == "[0.00504, 0.00568]"
+    assert bounds(1.2345e6, 2.5e7, 4) == "[1.234e+06, 2.5e+07]"
+    assert bounds(1.2345e6, 2.5e7, fmt=size) == "[1.23M, 25.0M]"
+    assert bounds(float("nan"), 1.0) == "[–, 1]"  # a missing end is shown as missing, never as "nan"
+    assert Interval(1.5, 1.0, 2.0).text() == "1.5 " + bounds(1.0, 2.0)
