@@ -1,5 +1,6 @@
 """How numbers and user text are written in what the platform shows (reports, tables), and the one
-way a value with its 95% interval (or why it has none) is written (:class:`Interval`).
+way a value with its 95% interval (or why it has none) is written (:class:`Interval`), whose
+bounds, like every ``[lo, hi]`` the platform prints, are written by :func:`bounds`.
 
 A torch-free leaf: imports nothing of ours, so the reports, the fitting tables and the CLI can
 all use it.
@@ -75,6 +76,12 @@ def size(x: Any, digits: int = 3, missing: str = MISSING) -> str:
     return text.rstrip(".") + suffix
 
 
+def bounds(lo: Any, hi: Any, digits: int = 3, fmt: Callable[..., str] = num) -> str:
+    """The one way an interval's bounds are written: ``[lo, hi]``, each bound by ``fmt(x, digits)``
+    (:func:`num`; :func:`size` for a count of parameters or tokens: ``[1.2M, 3.4M]``)."""
+    return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
 #: What stands in place of an interval of each kind that has none, in a few words.
 NO_INTERVAL = {"biased": "bootstrap biased", "no spread": "replicates do not vary", "unreliable": "unreliable"}
 
@@ -141,7 +148,7 @@ class Interval:
     def bounds_text(self, digits: int = 3, fmt: Callable[..., str] = num, *, mark: bool = False) -> str:
         """What follows the value: ``[lo, hi]``, ``pinned: ...``, ``no interval: why`` or ``no interval``."""
         if self.interval is not None:
-            return f"[{fmt(self.lo, digits)}, {fmt(self.hi, digits)}]" + ("*" if mark and self.widened else "")
+            return bounds(self.lo, self.hi, digits, fmt) + ("*" if mark and self.widened else "")
         short = self._reason(self.kind, self.pinned)
         if self.kind == "pinned":
             return short

@@ -69,11 +69,12 @@ def report(
                             f"not {inference_tokens}")
         extras.append(inference_section(inference_tokens))
     if watch:
+        from scaling.fmt import bounds
         from scaling.reports.watch import MAX_INTERVAL, MIN_INTERVAL, watch as watch_report
 
         interval = 10.0 if interval is None else interval
         if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
-            raise UserError(f"--interval must be a number of seconds in [{MIN_INTERVAL:g}, {MAX_INTERVAL:g}], "
+            raise UserError(f"--interval must be a number of seconds in {bounds(MIN_INTERVAL, MAX_INTERVAL, 6)}, "
                             f"not {interval}")
         opened: list[Path] = []
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.measurements import SIX, FitData, from_frame
 from scaling.fitting.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
@@ -212,12 +213,12 @@ class Law(Doubtful):
             if name in self.scale_names:
                 dec = orders_of_magnitude(iv)
                 if dec > MAX_DECADES:
-                    out.append(f"{name} (its 95% bootstrap interval [{iv['lo']:.3g}, {iv['hi']:.3g}] spans "
+                    out.append(f"{name} (its 95% bootstrap interval {bounds(iv['lo'], iv['hi'])} spans "
                                f"{dec:.2g} orders of magnitude)")
             elif name in self.exponent_names:
                 lo, hi = iv["lo"], iv["hi"]
                 if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
-                    out.append(f"{name} (its 95% bootstrap interval [{lo:.3g}, {hi:.3g}] spans a factor "
+                    out.append(f"{name} (its 95% bootstrap interval {bounds(lo, hi)} spans a factor "
                                f"{hi / lo:.3g})")
         return out
 

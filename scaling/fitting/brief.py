@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from scaling.fitting.sweep_fit import SHORT
-from scaling.fmt import Interval
+from scaling.fmt import Interval, bounds
 from scaling.fitting.recommend import Recommendation
 from scaling.fitting.wording import run_line, short_reason
 from scaling.fmt import num
@@ -48,7 +48,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
         if rec.agreement:
             a = rec.agreement
-            span = (f"; their 95% intervals together reach [{num(rec.across_laws['lo'])}, {num(rec.across_laws['hi'])}]"
+            span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'])}"
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
         lines.extend(_task_line(task, p) for task, p in rec.tasks.items())
@@ -82,7 +82,7 @@ def _task_line(task: str, prediction: dict[str, Any]) -> str:
     head = f"  {task} accuracy {num(value)}, by the {form} chain"
     ends = _ends(iv)
     if ends is not None:
-        return f"{head}: 95% interval [{num(max(ends[0], 0.0))}, {num(min(ends[1], 1.0))}]"
+        return f"{head}: 95% interval {bounds(max(ends[0], 0.0), min(ends[1], 1.0))}"
     if iv.get("kind") == "unreliable":
         return f"{head}, no interval: {short_reason(iv.get('note') or 'its law is unreliable')}"
     return f"{head}{_iv(iv).removeprefix(num(value))}"

@@ -16,6 +16,7 @@ from scipy.optimize import brentq, least_squares, minimize_scalar
 from scipy.stats import chi2
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.measurements import FitData, effective_tokens
 
 #: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.measurements.R_STAR_DATA`, 15.4).
@@ -63,19 +64,19 @@ class RStar:
             return f"{self.name} = {self.value:.4g} (fixed)"
         if self.status == "fitted":
             return (f"{self.name} = {self.value:.3g} fitted, 95% profile-likelihood interval "
-                    f"[{self.lo:.3g}, {self.hi:.3g}]")
+                    f"{bounds(self.lo, self.hi)}")
         if self.status == "pinned":
             end = "lower" if self.value < math.sqrt(lo * hi) else "upper"
             return (f"{self.name} is pinned at the {end} end of its "
-                    f"search range [{lo:g}, {hi:g}] (best {self.value:.3g}): the data do not determine it; "
+                    f"search range {bounds(lo, hi, 6)} (best {self.value:.3g}): the data do not determine it; "
                     "fitted at that value, with no interval")
         if self.status == "bounded":
             side = f"at least {self.lo:.3g}" if math.isfinite(self.lo) else f"at most {self.hi:.3g}"
             return (f"{self.name} is not determined: the data only show it is {side} (its 95% profile-likelihood "
-                    f"interval runs to the end of the search range [{lo:g}, {hi:g}]); fitted at its best value "
+                    f"interval runs to the end of the search range {bounds(lo, hi, 6)}); fitted at its best value "
                     f"{self.value:.3g}, with no interval")
         return (f"{self.name} is not determined: its profile likelihood is flat across the search range "
-                f"[{lo:g}, {hi:g}] (every value fits within the 95% threshold); fitted at {self.value:.3g}, "
+                f"{bounds(lo, hi, 6)} (every value fits within the 95% threshold); fitted at {self.value:.3g}, "
                 "with no interval")
 
 

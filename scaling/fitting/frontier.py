@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
 from scaling.fitting.doubts import DoubtKind
 
@@ -136,11 +137,11 @@ class FrontierLaw(Law):
         self.drop_doubts(DoubtKind.WIDE_INTERVAL)
         iv = self.intervals()["a"]
         if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of a, [{iv['lo']:.3g}, {iv['hi']:.3g}], reaches outside "
+            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of a, {bounds(iv['lo'], iv['hi'])}, reaches outside "
                                "(0, 1): the data do not determine how N_opt grows with C")
         iv = self.intervals()["alpha_L"]
         if self.params_["alpha_L"] > 0.0 and math.isfinite(iv["lo"]) and iv["lo"] <= 0.0:
-            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of alpha_L, [{iv['lo']:.3g}, {iv['hi']:.3g}], includes 0: "
+            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of alpha_L, {bounds(iv['lo'], iv['hi'])}, includes 0: "
                                "the lowest loss need not fall with compute, so the budgets show no scaling")
         return self
 

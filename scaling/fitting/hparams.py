@@ -33,7 +33,7 @@ from scaling.errors import FitError
 from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.intervals import interval_text, summarise, withheld
 from scaling.fitting.points import DIGITS, point_keys, rounded
-from scaling.fmt import num
+from scaling.fmt import bounds, num
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
@@ -433,7 +433,7 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
             iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
             width = iv["hi"] - iv["lo"] if iv.get("kind") == "percentile" else math.nan
             if width > MAX_EXPONENT_WIDTH:
-                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname}'s 95% interval [{iv['lo']:.3g}, {iv['hi']:.3g}] "
+                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname}'s 95% interval {bounds(iv['lo'], iv['hi'])} "
                                     f"is wider than {MAX_EXPONENT_WIDTH:g}: the groups do not determine it"))
         params[pname] = iv
     if n_bootstrap >= 2 and failed > n_bootstrap / 2:

@@ -16,6 +16,7 @@ from scipy.optimize import brentq
 
 from scaling.errors import FitError
 from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
+from scaling.fmt import bounds
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -228,7 +229,7 @@ class InferenceRecommendation:
 def _cell(iv: dict[str, Any]) -> str:
     v = f"{iv['value']:.3g}"
     lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    return f"{v} [{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) and math.isfinite(hi) else v
+    return f"{v} {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) else v
 
 
 def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float | None = None,

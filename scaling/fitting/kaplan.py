@@ -21,6 +21,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.base import Law, Params, check_spread, coverage_reasons, fit_line
 from scaling.fitting.measurements import FitData, group_budgets
 from scaling.fitting.doubts import DoubtKind
@@ -148,12 +149,12 @@ class KaplanLaw(Law):
         for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
             lo, hi = ivs[name]["lo"], ivs[name]["hi"]
             if self.params_[name] > 0 and math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
-                self._single_law_note(f"not determined: L({law}): the 95% interval of {name}, [{lo:.3g}, {hi:.3g}], "
+                self._single_law_note(f"not determined: L({law}): the 95% interval of {name}, {bounds(lo, hi)}, "
                                    "includes 0 (N* comes from the joint law, judged on its own parameters)")
         iv = ivs["a_frontier"]
         a_frontier = iv["value"]
         if 0.0 < a_frontier < 1.0 and math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self._single_law_note(f"not determined: the 95% interval of a_frontier, [{iv['lo']:.3g}, {iv['hi']:.3g}], "
+            self._single_law_note(f"not determined: the 95% interval of a_frontier, {bounds(iv['lo'], iv['hi'])}, "
                                "reaches beyond 0-1 (N* comes from the joint law)")
         return self
 

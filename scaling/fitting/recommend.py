@@ -37,7 +37,7 @@ from scaling.fmt import num
 from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary
 from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
 from scaling.fitting.measurements import prepare
-from scaling.fmt import interval_text
+from scaling.fmt import bounds, interval_text
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.hparams import HparamFit
@@ -158,7 +158,7 @@ class Recommendation:
         if self.chosen:
             con.print(f"recommended: {self.chosen_reason}")
         if self.across_laws:
-            con.print(f"across the reliable laws, N* lies in [{_num(self.across_laws['lo'])}, {_num(self.across_laws['hi'])}] "
+            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'])} "
                       "(the widest reach of their 95% intervals: model uncertainty between methods)")
         for kind, why in self.unreliable.items():
             con.print(f"left out: {SHORT.get(kind, kind)}: {why}")

@@ -29,6 +29,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
 from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.intervals import summarise, withheld
@@ -401,7 +402,7 @@ class ExpError(AccuracyCurve):
         lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
         if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
             self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the data do not determine gamma (its 95% bootstrap interval "
-                               f"[{lo:.3g}, {hi:.3g}] spans a factor {hi / lo:.3g})")
+                               f"{bounds(lo, hi)} spans a factor {hi / lo:.3g})")
 
 
 #: The forms by name, in report order.

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
+from scaling.fmt import bounds
 from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.measurements import SIX, group_budgets, prepare
 from scaling.fitting.doubts import Doubt, DoubtKind
@@ -260,7 +261,7 @@ class TaskLaw:
         for f in widened:
             out[f] = {**out[f], "lo": lo, "hi": hi, "form_spread": True}
         if widened:
-            out["notes"].append(f"{', '.join(widened)}: the interval is widened to [{lo:.3g}, {hi:.3g}] to hold the "
+            out["notes"].append(f"{', '.join(widened)}: the interval is widened to {bounds(lo, hi)} to hold the "
                                 f"predictions of {' and '.join(forms)}, which fit the evaluations about as well and "
                                 "part here")
 

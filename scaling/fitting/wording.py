@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from scaling.fmt import num
+from scaling.fmt import bounds, num
 
 #: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
 #: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
@@ -44,10 +44,10 @@ def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any
         if run.get(key) is None:
             continue
         value = f"{q} {num(run[key])}{unit}"
-        bounds = run.get(f"{key}_interval")
-        if bounds is not None:
-            lo, hi = (float(b) for b in bounds)
-            span = f" [{num(lo)}, {num(hi)}]" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
+        ends = run.get(f"{key}_interval")
+        if ends is not None:
+            lo, hi = (float(b) for b in ends)
+            span = f" {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
             parts.append(f"{value}{span} (from the fitted {law} law)")
         elif hparams is None:  # no hyperparameter groups, so no lr* or B* law
             fallback.append((value, "the sweep has no hyperparameter groups to fit {it} from"))

@@ -16,6 +16,7 @@ import numpy as np
 
 from scaling import vocab
 from scaling.errors import UserError
+from scaling.fmt import bounds
 from scaling.orchestrator.adaptive_spec import AdaptivePlan
 from scaling.orchestrator.expand import PlannedRun, expand
 from scaling.orchestrator.plan import GridBlock, ModelPoint, Plan
@@ -167,10 +168,10 @@ def decide(
     ratio = fit.get("ratio")
     where = f"N* at {target.at_compute:.3g} FLOPs"
     if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
-        return stop(MET, f"target met: {where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} <= "
+        return stop(MET, f"target met: {where} in {bounds(fit['lo'], fit['hi'], 4)} (ratio {ratio:.3g} <= "
                          f"{target.interval_ratio:g}) after {_flops(spent)} FLOPs")
     if ratio is not None:
-        now = f"{where} in [{fit['lo']:.4g}, {fit['hi']:.4g}] (ratio {ratio:.3g} > {target.interval_ratio:g})"
+        now = f"{where} in {bounds(fit['lo'], fit['hi'], 4)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
     elif law is None:  # not fitted, or fitted without a finite N* (then ``fit`` holds its measure)
         now = f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})"
     else:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from scaling import vocab
 from scaling.db.jsonvalues import as_dict
+from scaling.fmt import Interval
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import section
@@ -44,9 +45,10 @@ def interval_against_compute(rows: list[dict[str, Any]]) -> go.Figure:
             x=x, y=value, mode="lines+markers", name="N* (point estimate)",
             error_y=dict(type="data", symmetric=False, array=[p[1]["hi"] - p[1]["value"] for p in pts],
                          arrayminus=[p[1]["value"] - p[1]["lo"] for p in pts]),
-            customdata=[[p[1]["lo"], p[1]["hi"], p[1]["ratio"]] for p in pts],
-            hovertemplate="spent %{x:.3g} FLOPs<br>N* %{y:.4g} [%{customdata[0]:.4g}, %{customdata[1]:.4g}]"
-                          "<br>upper / lower %{customdata[2]:.3g}<extra></extra>"))
+            customdata=[[p[1]["ratio"]] for p in pts],
+            text=[Interval(p[1]["value"], p[1]["lo"], p[1]["hi"]).text(4) for p in pts],
+            hovertemplate="spent %{x:.3g} FLOPs<br>N* %{text}"
+                          "<br>upper / lower %{customdata[0]:.3g}<extra></extra>"))
     fig.update_layout(
         xaxis=dict(type="log", title="compute spent by the sweep (FLOPs)"),
         yaxis=dict(type="log", title="N* at the target budget (95% interval)"),

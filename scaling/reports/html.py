@@ -30,7 +30,7 @@ from scaling.fitting.sweep_fit import SHORT
 from scaling.fitting.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
-from scaling.fmt import size
+from scaling.fmt import bounds, size
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
@@ -352,7 +352,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
-        extra.append(f"Across the reliable laws N* lies in [{size(rec.across_laws['lo'])}, {size(rec.across_laws['hi'])}]: "
+        extra.append(f"Across the reliable laws N* lies in {bounds(rec.across_laws['lo'], rec.across_laws['hi'], fmt=size)}: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")

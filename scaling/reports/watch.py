@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from scaling import vocab
 from scaling.errors import NotFoundError, mask_url
+from scaling.fmt import bounds
 from scaling.reports.output import write_atomic
 
 #: Run statuses that mean the sweep is still going.
@@ -90,7 +91,7 @@ def watch(url: str, sweep: str | None, path: str | Path, *, interval: float = 10
     is called after each rewrite; ``store_fits`` stores each rewrite's new fits, as
     :func:`scaling.reports.write_report` does."""
     if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
-        raise ValueError(f"interval must be in [{MIN_INTERVAL:g}, {MAX_INTERVAL:g}] seconds")
+        raise ValueError(f"interval must be in {bounds(MIN_INTERVAL, MAX_INTERVAL, 6)} seconds")
     out = Path(path).expanduser().resolve()
     sweep = resolve_sweep(url, sweep)
     seen: dict[str, str] | None = None
