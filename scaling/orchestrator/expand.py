@@ -688,12 +688,12 @@ def stored_plan(url: str, sweep: Optional[str]) -> Optional[dict[str, Any]]:
         return None
     with connect(url) as res:
         plan = res.sweep_info(sweep).get("plan")
-    if isinstance(plan, str):
-        import yaml
+    if isinstance(plan, str):  # read back from the database: bounded like a user's file
+        from scaling.safe_yaml import parse
 
         try:
-            plan = yaml.safe_load(plan)
-        except yaml.YAMLError:
+            plan = parse(plan, f"the plan stored with sweep {sweep!r}", PlanError)[0]
+        except PlanError:
             return None
     return plan if isinstance(plan, dict) else None
 
