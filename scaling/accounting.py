@@ -42,6 +42,10 @@ class ModelFamily:
     base_width: int | None = None
 
 
+#: The family fields in their order, for whoever passes them on (a plan's or spec's model section).
+FAMILY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelFamily))
+
+
 @dataclass(frozen=True)
 class Shape(ModelFamily):
     """The shape of a decoder of one family (:data:`FAMILIES`).
@@ -374,7 +378,7 @@ class ShapePolicy(ModelFamily):
         Shape(1, self.head_size * kv, kv, self.vocab_size, self.context, **{**self._family(), "ffn": self.ffn or None})
 
     def _family(self) -> dict[str, object]:
-        return {field.name: getattr(self, field.name) for field in fields(ModelFamily)}
+        return {name: getattr(self, name) for name in FAMILY_FIELDS}
 
     def _shape(self, n_layer: int, d_model: int) -> Shape:
         return Shape(n_layer, d_model, d_model // self.head_size, self.vocab_size, self.context,

@@ -33,6 +33,7 @@ from scaling import safe_yaml
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import StrictModel, checked
 from scaling.accounting import (
+    FAMILY_FIELDS,
     FlopsConvention,
     ParamsConvention,
     PrecisionChoice,
@@ -96,9 +97,7 @@ class FamilySpec(_Frozen):
 
     def family_kwargs(self) -> dict[str, Any]:
         """The family fields `scaling.accounting.Shape` takes."""
-        return {name: getattr(self, name) for name in
-                ("family", "n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps",
-                 "parametrization", "base_width")}
+        return {name: getattr(self, name) for name in FAMILY_FIELDS}
 
     @model_validator(mode="after")
     def _z_loss_family(self) -> "FamilySpec":
