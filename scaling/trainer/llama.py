@@ -18,7 +18,7 @@ is given, so the same code runs on one process and on a tensor rank.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
@@ -139,6 +139,15 @@ def readout(lm_head: nn.Module, x: torch.Tensor, cfg: Shape) -> torch.Tensor:
     return lm_head(x)
 
 
+def through_blocks(module: nn.Module, blocks: Iterable[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """``x`` through ``blocks`` in order; while ``module`` trains with activation checkpointing on,
+    each block's activations are recomputed in the backward pass instead of kept."""
+    recompute = module.activation_checkpointing and module.training and torch.is_grad_enabled()
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
+    return x
+
+
 class DecoderBase(nn.Module):
     """What the decoders of both families share: the check of the shape's family, the token
     embedding, the blocks (recomputed in the backward pass under activation checkpointing), the
@@ -168,12 +177,7 @@ class DecoderBase(nn.Module):
         t = idx.size(1)
         if t > self.cfg.context:
             raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
-        x = self.embed(idx)
-        for block in self.blocks:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+        x = through_blocks(self, self.blocks, self.embed(idx))
         return readout(self.lm_head, self.ln_f(x), self.cfg)
 
 

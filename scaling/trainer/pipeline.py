@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
+from scaling.trainer.llama import through_blocks
 from scaling.trainer.model import Decoder, build_meta_model, init_materialized, materialize, readout
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
@@ -76,11 +76,7 @@ class StageModule(nn.Module):
             x = self.wte(x)
             if self.wpe is not None:  # learned positions (gpt2); llama's RoPE is inside attention
                 x = x + self.wpe(torch.arange(x.size(1), device=x.device))
-        for block in self.blocks.values():
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+        x = through_blocks(self, self.blocks.values(), x)
         if self.last:
             return readout(self.lm_head, self.ln_f(x), self.cfg)
         return x.to(self.boundary_dtype)
