@@ -29,7 +29,8 @@ GIB = 1024**3
 @dataclass(frozen=True, kw_only=True)
 class ModelFamily:
     """The fields that choose a decoder's family and parametrization and tune the family's parts,
-    shared by a :class:`Shape` and a :class:`ShapePolicy` (keyword-only: they follow the sizes)."""
+    shared by a :class:`Shape` and a :class:`ShapePolicy`. Keyword-only, so the constructors take
+    the sizes first and positionally; ``dataclasses.fields`` lists these first."""
 
     family: str = "gpt2"
     n_kv_head: int | None = None

@@ -365,9 +365,12 @@ def recommend_inference(fit: Any, inference_tokens: float, *, compute: float | N
     if compute is not None and target_loss is not None:
         raise FitError("give either --compute or --target-loss, not both")
     law = fit.laws.get("approach3")
+    if law is None and "approach3" in fit.skipped:
+        raise FitError("the inference-aware optimum needs approach 3, which could not be fitted: "
+                       + fit.skipped["approach3"])
     if law is None:
-        why = fit.skipped.get("approach3", "it was not fitted")
-        raise FitError(f"the inference-aware optimum needs approach 3, which could not be fitted: {why}")
+        raise FitError("the inference-aware optimum needs approach 3, and this fit holds none "
+                       "(fit with law 'all' or 'approach3')")
     if compute is None and target_loss is None:
         compute = 10.0 * float(law.data_.points["C"].max())
     return recommend_for_inference(law, inference_tokens, compute=compute, target_loss=target_loss,

@@ -26,7 +26,7 @@ from scaling.fitting.parametric import ChinchillaParametric
 from scaling.fmt import Interval, num, se_text
 
 #: Bumped when a change to the fitting code should invalidate stored fits.
-FIT_VERSION = 4
+FIT_VERSION = 5
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {

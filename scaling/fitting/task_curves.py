@@ -13,7 +13,7 @@ every loss, so b >= chance and a + b <= 1 (a = u (1 - b), u in (0, 1]). The expo
 from 1 - eps + k exp(-gamma L_min) at the lowest loss L_min it is asked at to 1 - eps as the loss
 grows, so eps <= 1 - chance and k <= eps exp(gamma L_min) (k = eps exp(gamma L_min + w), w <= 0);
 it is evaluated at max(L, L_min). L_min is the floor the fit is given: 0 by default (then k <= eps <= 1),
-in a chained prediction the lowest task loss step 1 predicts (its E; see ``tasks.task_loss_floor``).
+in a chained prediction the lowest task loss step 1 predicts (its E; see ``task_laws.task_loss_floor``).
 
 The bootstrap resamples whole runs (a run's checkpoints are not independent draws) and refits
 from the full-data optimum; intervals and what they may claim come from

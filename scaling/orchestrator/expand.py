@@ -681,7 +681,8 @@ def size_run(plan: dict[str, Any], N: float, D: float, C: float) -> dict[str, An
 
 
 def stored_plan(url: str, sweep: Optional[str]) -> Optional[dict[str, Any]]:
-    """The plan stored with ``sweep`` in the database at ``url`` (a mapping), or None without one."""
+    """The plan stored with ``sweep`` in the database at ``url`` (a mapping), or None without one;
+    a :class:`PlanError` where the stored text cannot be read as YAML within :mod:`scaling.safe_yaml`'s bounds."""
     from scaling.db import connect
 
     if sweep is None:
@@ -691,20 +692,18 @@ def stored_plan(url: str, sweep: Optional[str]) -> Optional[dict[str, Any]]:
     if isinstance(plan, str):  # read back from the database: bounded like a user's file
         from scaling.safe_yaml import parse
 
-        try:
-            plan = parse(plan, f"the plan stored with sweep {sweep!r}", PlanError)[0]
-        except PlanError:
-            return None
+        plan = parse(plan, f"the plan stored with sweep {sweep!r}", PlanError)[0]
     return plan if isinstance(plan, dict) else None
 
 
-def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]]) -> Recommendation:
+def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]], *,
+                        no_plan: str = "the sweep has no stored plan") -> Recommendation:
     """``rec`` with its concrete run sized by ``plan``'s rules (:func:`size_run`) for the N, D and C it
     recommends, the hyperparameter laws applied to that run again
     (:meth:`~scaling.fitting.recommend.Recommendation.with_run`).
 
-    Without a plan, or when its rules cannot size the run, the run is sized with the defaults and a
-    note says why. A recommendation without an N* (no law gives one) is returned as it is.
+    Without a plan (``no_plan`` says why), or when its rules cannot size the run, the run is sized
+    with the defaults and a note says why. A recommendation without an N* (no law gives one) is returned as it is.
     """
     from scaling.fitting.recommend import DEFAULT_RUN_SOURCE, default_run
 
@@ -713,7 +712,7 @@ def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]]) 
         return rec
     if plan is None:
         return rec.with_run(default_run(target.N), DEFAULT_RUN_SOURCE,
-                            "the sweep has no stored plan; the run is sized with the defaults")
+                            f"{no_plan}; the run is sized with the defaults")
     try:
         run = size_run(dict(plan), target.N, target.D, target.C)
     except (UserError, ValueError) as exc:
@@ -730,4 +729,7 @@ def sweep_recommendation(url: str, fit: SweepFit, compute: Optional[float] = Non
     from scaling.fitting.recommend import recommend
 
     rec = recommend(fit, compute, next_runs=next_runs, seed=seed)
-    return size_recommendation(rec, stored_plan(url, fit.sweep))
+    try:
+        return size_recommendation(rec, stored_plan(url, fit.sweep))
+    except PlanError as exc:
+        return size_recommendation(rec, None, no_plan=f"the stored plan could not be read ({exc})")

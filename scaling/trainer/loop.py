@@ -1,7 +1,7 @@
 """The training loop of one run: the standard recipe, spike protection, checkpoints, metrics.
 
 One optimizer step consumes one global batch (``spec.batch_tokens``): each rank takes its
-contiguous share of the batch's sequences (``data.Batches.shard``) and accumulates gradients
+contiguous share of the batch's sequences (``corpus.Batches.shard``) and accumulates gradients
 over micro-batches of that share, each micro-batch's mean loss divided by the number of
 micro-batches, so with gradients averaged over ranks the update equals the single-process one.
 

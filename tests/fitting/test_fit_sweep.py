@@ -92,6 +92,11 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
         "the sweep has no stored plan; the run is sized with the defaults"
     broken = size_recommendation(sized, {**stored, "model": {"family": "none"}})
     assert broken.run == rec.run and broken.notes[t.notes_at].startswith("the plan's rules could not size the run (")
+    monkeypatch.undo()  # fitting again, for a sweep whose stored plan text safe_yaml refuses
+    make_sweep(db_url, "hostile", plan="a: &x 1\nb: *x\n")
+    hostile = sweep_recommendation(db_url, fit_sweep(db_url, "hostile", n_bootstrap=30), 1e20, next_runs=False)
+    assert hostile.run_source.startswith("defaults")
+    assert hostile.notes[t.notes_at].startswith("the stored plan could not be read (the plan stored with sweep 'hostile'")
 
 
 def test_recommend_never_imports_the_orchestrator_trainer_torch_or_ray(db_url: str, make_sweep) -> None:

@@ -162,6 +162,8 @@ def test_the_inference_optimum_reads_a_fit_and_says_when_approach_3_is_missing(f
                          skipped={"approach3": "every budget has fewer than 3 sizes"})
     with pytest.raises(FitError, match="needs approach 3, which could not be fitted: every budget has fewer"):
         recommend_inference(without, 1e12)
+    with pytest.raises(FitError, match=r"this fit holds none \(fit with law 'all' or 'approach3'\)"):
+        recommend_inference(FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={}), 1e12)
 
 
 def test_budgets_and_targets_far_outside_the_data_are_refused(fitted_law: ChinchillaParametric) -> None:

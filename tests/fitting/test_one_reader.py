@@ -1,5 +1,5 @@
-"""One reader of a measurements table: the loss fits (`data.from_frame`) and the task columns
-(`task_data.from_frame`) read N, D, C and the loss through the same steps (`data.read_rows`), so the
+"""One reader of a measurements table: the loss fits (`measurements.from_frame`) and the task columns
+(`task_data.from_frame`) read N, D, C and the loss through the same steps (`measurements.read_rows`), so the
 task columns refuse what the loss fit refuses, in its words, and see the same numbers; and one
 rounding (`fitting.points`) decides that two rows are the same point, for averaging seeds and for
 hyperparameter groups alike."""
