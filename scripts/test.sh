@@ -20,8 +20,7 @@ export SCALING_TEST_POSTGRES_URL=$(bash scripts/postgres.sh start "$pgdir")
 export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
 bash scripts/docs.sh   # the documentation site builds strictly, every command and plan field in it
-# Two workers (this machine's cores), each test file whole on one worker, one shared Ray per worker
+# Two workers (this machine's cores), each test sent to whichever is free, one shared Ray per worker
 # (tests/conftest.py). The slowest tests, for keeping CI short. A worker that crashes ends the run
-# (its test named, failed): xdist's replacement of a crashed worker under --dist loadgroup can wait
-# forever for work it never sends (pytest-xdist 3.8).
-.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist loadgroup --max-worker-restart 0 --durations=30 "$@"
+# (its test named, failed) rather than being replaced mid-run.
+.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist load --max-worker-restart 0 --durations=30 "$@"

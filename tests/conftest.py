@@ -8,9 +8,8 @@
 - ``shared_ray``: the session's one local Ray, which in-process sweeps join instead of starting
   (and shutting down) their own; ``no_shared_ray`` stops it for a test that builds its own cluster.
 
-Under pytest-xdist (``-n``), every test file stays whole on one worker (tests/reports all on one),
-so module and session fixtures are built once and each worker starts at most one shared Ray; the
-files listed in ``SPLIT`` are independent cases spread over the workers.
+Under pytest-xdist (``-n 2 --dist load``) each test goes to whichever worker is free; each worker
+starts at most one shared Ray, and builds a session fixture once if it runs a test that needs it.
 """
 
 from __future__ import annotations
@@ -100,20 +99,3 @@ def no_shared_ray() -> None:
     import ray
 
     ray.shutdown()
-
-
-#: Test files whose cases are independent and heavy enough to spread over xdist workers.
-SPLIT = {"tests/fitting/test_fit_coverage.py", "tests/fitting/test_fit_synthetic.py", "tests/fitting/test_fit_fuzz.py",
-         "tests/test_fuzz_plans.py"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests for ``--dist loadgroup``: each file kept whole on one worker (tests/reports together)."""
-    root = Path(str(config.rootpath))
-    for item in items:
-        rel = Path(str(item.path)).relative_to(root).as_posix()
-        if rel.startswith("tests/reports/"):
-            item.add_marker(pytest.mark.xdist_group("reports"))  # their session-scoped sweeps are built once
-        elif rel not in SPLIT:
-            item.add_marker(pytest.mark.xdist_group(rel))
