@@ -730,6 +730,7 @@ def sweep_recommendation(url: str, fit: SweepFit, compute: Optional[float] = Non
 
     rec = recommend(fit, compute, next_runs=next_runs, seed=seed)
     try:
-        return size_recommendation(rec, stored_plan(url, fit.sweep))
+        plan = stored_plan(url, fit.sweep)
     except PlanError as exc:
         return size_recommendation(rec, None, no_plan=f"the stored plan could not be read ({exc})")
+    return size_recommendation(rec, plan)
