@@ -1,6 +1,6 @@
 """Adaptive sweeps against fixed IsoFLOP grids, over random Chinchilla laws (simulated runs).
 
-For each of ``--laws`` random laws (`scaling.fitting.synthetic.draw_truth`: exponents 0.25-0.45,
+For each of ``--laws`` random laws (`scaling.fitting.loss.synthetic.draw_truth`: exponents 0.25-0.45,
 E 1.5-2.0, A and B within a factor 2 of Epoch AI's), an adaptive plan is run in-process through
 the very loop a sweep runs (`scaling.orchestrator.adaptive.run_adaptive`: the same refits,
 ranking and decisions; only the training step calls the simulated trainer here instead of
@@ -48,8 +48,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from scaling import vocab  # noqa: E402
 from scaling.db import Store  # noqa: E402
 from scaling.fitting.sweep_fit import fit_data  # noqa: E402
-from scaling.fitting.measurements import prepare  # noqa: E402
-from scaling.fitting.synthetic import chinchilla_optimal_N, draw_truth  # noqa: E402
+from scaling.fitting.core.measurements import prepare  # noqa: E402
+from scaling.fitting.loss.synthetic import chinchilla_optimal_N, draw_truth  # noqa: E402
 from scaling.orchestrator.adaptive import measure, run_adaptive  # noqa: E402
 from scaling.orchestrator.expand import Expansion, expand  # noqa: E402
 from scaling.orchestrator.plan import Plan  # noqa: E402

@@ -4,7 +4,7 @@ Run by hand: ``python benchmarks/bench_coverage.py [--draws 200] [--bootstrap 10
 this one run:
 
 1. for each method, over ``--draws`` synthetic data sets from random laws near published ones
-   (:func:`scaling.fitting.synthetic.coverage_study`): the share flagged unreliable, and among the
+   (:func:`scaling.fitting.loss.synthetic.coverage_study`): the share flagged unreliable, and among the
    rest the coverage of the true N* at ten times the largest budget by the reported interval and,
    as the baseline, by the parameters' bootstrap interval alone; then the flagged draws the
    at-budget rule (:func:`scaling.fitting.recommend.undetermined_at_budget`) lets recommend, and the
@@ -48,8 +48,8 @@ def main() -> None:
     ap.add_argument("--skip-published", action="store_true")
     args = ap.parse_args()
 
-    from scaling.fitting.synthetic import held_out_coverage
-    from scaling.fitting.synthetic import coverage_study
+    from scaling.fitting.loss.synthetic import held_out_coverage
+    from scaling.fitting.loss.synthetic import coverage_study
 
     designs = [d for d in args.designs.split(",") if d]
     if designs:

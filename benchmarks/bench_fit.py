@@ -67,7 +67,7 @@ def main() -> None:
     from scipy.special import logsumexp
 
     from scaling.fitting import ChinchillaParametric, from_frame
-    from scaling.fitting.parametric import start_grid
+    from scaling.fitting.loss.parametric import start_grid
 
     df = pd.read_csv(ROOT / "tests" / "data" / "chinchilla_epoch" / "svg_extracted_data.csv")
     data = from_frame(df.sort_values("loss").iloc[:-5])
@@ -162,7 +162,7 @@ def _write_csv(n: int, path: Path) -> None:
     import numpy as np
     import pandas as pd
 
-    from scaling.fitting import synthetic as S
+    from scaling.fitting.loss import synthetic as S
 
     rng = np.random.default_rng(0)
     N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), n))
@@ -282,9 +282,9 @@ def kaplan_rows(rows: int, bootstrap: int, plain: int) -> None:
     import numpy as np
     import pandas as pd
 
-    import scaling.fitting.kaplan as K
+    import scaling.fitting.loss.kaplan as K
     from scaling.fitting import from_frame
-    from scaling.fitting import synthetic as S
+    from scaling.fitting.loss import synthetic as S
 
     rng = np.random.default_rng(0)
     N = np.exp(rng.uniform(np.log(1e7), np.log(1e10), rows))

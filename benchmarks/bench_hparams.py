@@ -1,11 +1,11 @@
 """Hyperparameter laws against simulated truths: coverage of the exponents, and the lr at 10x the budget.
 
 Run by hand: ``python benchmarks/bench_hparams.py [--draws 30] [--bootstrap 200] [--noise 0.002]``.
-Each draw is a random law (:func:`scaling.fitting.hparams_synthetic.random_truth`):
+Each draw is a random law (:func:`scaling.fitting.hyperparams.hparams_synthetic.random_truth`):
 L = L_chinchilla(N, D) + k_lr (ln lr - ln lr*(N, D))^2 + k_b (ln B - ln B*(D))^2, lr* = c N^a D^b,
 B* = d D^e, with multiplicative noise, on a Step-Law-like grid (4 sizes x 4 token budgets, 7
 learning rates a factor sqrt(2) apart x 5 batches a factor 2 apart, centred on a guess within
-half a step of the truth). :func:`scaling.fitting.hparams.fit_hparams` fits it; the benchmark
+half a step of the truth). :func:`scaling.fitting.hyperparams.hparams.fit_hparams` fits it; the benchmark
 counts how often the 95% intervals of a, b and e cover the truth, and compares the lr the laws
 recommend with the true lr* at the compute-optimal (N, D) of ten times the largest budget.
 """
@@ -20,8 +20,8 @@ import numpy as np
 
 
 def main() -> None:
-    from scaling.fitting import hparams_synthetic as HS
-    from scaling.fitting.hparams import fit_hparams
+    from scaling.fitting.hyperparams import hparams_synthetic as HS
+    from scaling.fitting.hyperparams.hparams import fit_hparams
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=30)

@@ -3,7 +3,7 @@
 Every (parametrization, width, D, lr) is a real run of the trainer (gpt2, 2 layers, 4 heads, the
 built-in byte corpus, context 64, 512 tokens a batch, cosine schedule, fp32); its final eval loss
 goes to a CSV. The μP runs use ``base_width`` = the narrowest width. Then, per parametrization,
-the hyperparameter laws (``scaling.fitting.hparams``: each (N, D) point's runs are a group) give
+the hyperparameter laws (``scaling.fitting.hyperparams.hparams``: each (N, D) point's runs are a group) give
 lr* = c N^a D^b: under μP the exponent a of N should be near 0, under the standard
 parametrization negative. Writes ``runs.csv``, ``summary.json`` and a hand-written SVG figure
 (loss against lr, one curve per width, one panel per parametrization) into ``--out``.
@@ -68,7 +68,7 @@ def fit(rows: list[dict[str, Any]], parametrization: str) -> dict[str, Any]:
     """Each group's optimum and the law lr* = c N^a D^b over the runs of ``parametrization``."""
     import pandas as pd
 
-    from scaling.fitting.hparams import fit_hparams
+    from scaling.fitting.hyperparams.hparams import fit_hparams
 
     runs = pd.DataFrame([r for r in rows if r["parametrization"] == parametrization])
     result = fit_hparams(runs[["N", "D", "C", "loss", "lr", "batch", "group"]], n_bootstrap=200)

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scaling.fitting.task_data import TaskData
-from scaling.fitting.task_laws import fit_tasks
+from scaling.fitting.tasks.task_data import TaskData
+from scaling.fitting.tasks.task_laws import fit_tasks
 
 BUDGETS = (1e17, 3e17, 1e18, 3e18, 1e19)
 FRACTIONS = tuple(np.arange(1, 9) / 8)  # evaluations at 1/8, 2/8, ... of a run's tokens; the last is final
@@ -124,7 +124,7 @@ def main() -> None:
           f"{args.bootstrap} bootstrap replicates, {seconds:.0f} s")
     print("Intervals: 'reliable chains' are those of chains with neither step flagged; 'also determined at the "
           "point' adds those whose step 1 is flagged but whose paired bootstrap determines the accuracy "
-          "(scaling.fitting.task_laws.DETERMINED_WIDTH).")
+          "(scaling.fitting.tasks.task_laws.DETERMINED_WIDTH).")
     print("| target | form | reliable chains: with an interval, covered | also determined at the point: with an "
           "interval, covered | widened by the other form | median width | mean abs error | values in [chance, 1] |")
     print("|---|---|---|---|---|---|---|---|")

@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO / "tests" / "fitting"))
 
 from test_task_laws_gadre import DATA, PUBLISHED, SMALL, _authors_fit  # noqa: E402
 
-from scaling.fitting.measurements import prepare  # noqa: E402
-from scaling.fitting.parametric import ChinchillaParametric  # noqa: E402
-from scaling.fitting.task_laws import fit_task  # noqa: E402
+from scaling.fitting.core.measurements import prepare  # noqa: E402
+from scaling.fitting.loss.parametric import ChinchillaParametric  # noqa: E402
+from scaling.fitting.tasks.task_laws import fit_task  # noqa: E402
 
 
 def main() -> None:

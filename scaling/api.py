@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
 
     from scaling.db.results import Results
     from scaling.fitting import FitSummary, Law, Recommendation
-    from scaling.fitting.hparams import HparamFit
-    from scaling.fitting.task_laws import TaskFits
+    from scaling.fitting.hyperparams.hparams import HparamFit
+    from scaling.fitting.tasks.task_laws import TaskFits
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
@@ -46,7 +46,7 @@ class FittedLaw:
 
     def optimal(self, compute: float) -> dict[str, Estimate]:
         """N*, D* and predicted loss at ``compute`` FLOPs; an unreliable law gives values without intervals."""
-        from scaling.fitting.intervals import withheld
+        from scaling.fitting.core.intervals import withheld
 
         ivs = self.estimator.optimal_interval(float(compute))
         if not self.reliable:
@@ -320,8 +320,8 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
                        f"not {bootstrap}")
     if csv is not None:  # fitted here, once; the run is the sweep's alone
         from scaling.fitting import recommend as advise
-        from scaling.fitting.measurements import from_csv
-        from scaling.fitting.task_laws import fit_tasks_csv
+        from scaling.fitting.core.measurements import from_csv
+        from scaling.fitting.tasks.task_laws import fit_tasks_csv
 
         summary = fit_csv(csv, "all", bootstrap, seed)
         tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=bootstrap, seed=seed)  # the file's task columns
@@ -390,7 +390,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    from scaling.fitting.measurements import from_csv, from_db
+    from scaling.fitting.core.measurements import from_csv, from_db
     from scaling.fitting.sweep_fit import hparam_fit
 
     if csv is not None:
@@ -434,7 +434,7 @@ def _typed_advice(rec: "Recommendation") -> Advice:
 
 def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
     """An unreliable law's interval measures nothing the data determine: its value only."""
-    from scaling.fitting.intervals import withheld
+    from scaling.fitting.core.intervals import withheld
 
     return withheld(iv, "the law is flagged unreliable") if unreliable else iv
 
@@ -508,10 +508,10 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting.task_laws import fit_tasks_csv, fit_tasks_sweep
+    from scaling.fitting.tasks.task_laws import fit_tasks_csv, fit_tasks_sweep
 
     if csv is not None:
-        from scaling.fitting.measurements import from_csv
+        from scaling.fitting.core.measurements import from_csv
 
         fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
     else:

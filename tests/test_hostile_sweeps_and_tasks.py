@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from scaling.errors import FitError, PlanError, SpecError
-from scaling.fitting.measurements import FitData
-from scaling.fitting.task_data import from_frame as tasks_from_frame
-from scaling.fitting.task_laws import task_lines
+from scaling.fitting.core.measurements import FitData
+from scaling.fitting.tasks.task_data import from_frame as tasks_from_frame
+from scaling.fitting.tasks.task_laws import task_lines
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.trainer.eval_tasks import parse_lines

@@ -49,7 +49,9 @@ def test_a_simulated_sweeps_results_are_the_golden_ones(swept: dict[str, Any]) -
 def fits_counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many times each kind of fit runs: a loss law (or a task's step 1), an accuracy curve, a
     hyperparameter law."""
-    from scaling.fitting import base, hparams, task_curves
+    from scaling.fitting.core import base
+    from scaling.fitting.hyperparams import hparams
+    from scaling.fitting.tasks import task_curves
 
     counts = {"law": 0, "curve": 0, "hparam law": 0}
 

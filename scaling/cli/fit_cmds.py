@@ -11,7 +11,7 @@ import typer
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 
 if TYPE_CHECKING:
-    from scaling.fitting.measurements import FitData
+    from scaling.fitting.core.measurements import FitData
 
 CsvOption = Annotated[
     Optional[Path],
@@ -57,7 +57,7 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
 
 def _read_csv(csv: Path, **options: object) -> "FitData":
     """The CSV's measurements in the given conventions; its warnings go to stderr."""
-    from scaling.fitting.measurements import from_csv
+    from scaling.fitting.core.measurements import from_csv
 
     data = from_csv(csv, **options)  # type: ignore[arg-type]
     for warning in data.warnings:
@@ -142,8 +142,8 @@ def fit(
     from scaling.errors import UserError
     from scaling.fitting import fit_sweep
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.measurements import R_STAR_DATA
-    from scaling.fitting.effective import R_STAR_N
+    from scaling.fitting.core.measurements import R_STAR_DATA
+    from scaling.fitting.loss.effective import R_STAR_N
 
     check_format(fmt)
     if hparams not in ("tuned", "fixed"):
@@ -152,7 +152,7 @@ def fit(
         raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
-    from scaling.fitting.task_laws import STEP1_RECIPES
+    from scaling.fitting.tasks.task_laws import STEP1_RECIPES
 
     if step1_recipe not in STEP1_RECIPES:
         raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
@@ -168,10 +168,10 @@ def fit(
                          drop_invalid=drop_invalid, drop_duplicates=drop_duplicates, unique_tokens=unique_tokens,
                          r_star=fixed_r, hparams=hparams)
         if fit_r or r_star_n is not None:
-            from scaling.fitting.effective import fit_effective
+            from scaling.fitting.loss.effective import fit_effective
 
             data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
-        from scaling.fitting.task_laws import fit_tasks, tasks_from_csv
+        from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_csv
 
         task_data = tasks_from_csv(str(csv), data, tasks=task)  # a bad task column is refused before any fit
         summary = fit_data(data, law, bootstrap, seed)
@@ -249,7 +249,7 @@ def recommend(
     elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
         from scaling.fitting import recommend as do_recommend
         from scaling.fitting.sweep_fit import fit_data
-        from scaling.fitting.task_laws import fit_tasks_csv
+        from scaling.fitting.tasks.task_laws import fit_tasks_csv
 
         tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
         rec = do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from scaling.errors import FitError
 from scaling.fitting.sweep_fit import KINDS, FitSummary, SweepFit, fit_csv, fit_data, fit_sweep, from_dict
-from scaling.fitting.backtest import backtest
-from scaling.fitting.base import Law, NotFittedError
-from scaling.fitting.measurements import FitData, effective_tokens, from_csv, from_db, from_frame
-from scaling.fitting.envelope import ChinchillaEnvelope
-from scaling.fitting.isoflop import ChinchillaIsoFLOP
-from scaling.fitting.kaplan import KaplanLaw
-from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fitting.core.backtest import backtest
+from scaling.fitting.core.base import Law, NotFittedError
+from scaling.fitting.core.measurements import FitData, effective_tokens, from_csv, from_db, from_frame
+from scaling.fitting.loss.envelope import ChinchillaEnvelope
+from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
+from scaling.fitting.loss.kaplan import KaplanLaw
+from scaling.fitting.loss.parametric import ChinchillaParametric
 from scaling.fitting.recommend import Recommendation, recommend
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 from scaling.fitting.sweep_fit import SHORT
 from scaling.fmt import Interval, bounds
 from scaling.fitting.recommend import Recommendation
-from scaling.fitting.wording import run_line, short_reason
+from scaling.fitting.core.wording import run_line, short_reason
 from scaling.fmt import num
 
 #: The note saying the concrete run's lr or batch fell back on the plan; the run line says it per value.
@@ -70,7 +70,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
 def _task_line(task: str, prediction: dict[str, Any]) -> str:
     """A task's predicted accuracy at the recommended run by the headline form of step 2, with its
     95% interval or why it has none (the full table, every form with its notes: ``scaling recommend``)."""
-    from scaling.fitting.task_laws import FORMS
+    from scaling.fitting.tasks.task_laws import FORMS
 
     form = next((f for f in FORMS if f in prediction), None)
     if form is None:

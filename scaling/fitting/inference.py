@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from scaling.errors import FitError
-from scaling.fitting.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
+from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
 from scaling.fmt import bounds
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.

@@ -35,12 +35,12 @@ import pandas as pd
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
 from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary
-from scaling.fitting.base import MIN_OK_FRACTION, check_budget, jsonable
-from scaling.fitting.measurements import prepare
+from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
+from scaling.fitting.core.measurements import prepare
 from scaling.fmt import bounds, interval_text
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
-    from scaling.fitting.hparams import HparamFit
+    from scaling.fitting.hyperparams.hparams import HparamFit
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -50,7 +50,7 @@ CANDIDATE_MULTIPLES = (2.0, 4.0, 8.0)
 CANDIDATE_OFFSETS = (-1.0, -0.5, 0.0, 0.5, 1.0)
 #: Bootstrap replicates per candidate in the heuristic.
 CANDIDATE_BOOTSTRAP = 100
-#: A law whose only doubts are about its parameters (:attr:`~scaling.fitting.doubts.DoubtKind.about_parameters`:
+#: A law whose only doubts are about its parameters (:attr:`~scaling.fitting.core.doubts.DoubtKind.about_parameters`:
 #: not identified, pinned, a near-singular Fisher information) still recommends when its
 #: bootstrap determines what ``recommend`` is asked, N*, D* and the loss at the budget: at least
 #: MIN_OK_FRACTION of the drawn replicates give a finite, positive optimum, each reported interval (model
@@ -102,9 +102,9 @@ class Recommendation:
     next_runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
-    #: or None, with why (:meth:`scaling.fitting.hparams.HparamFit.recommend`); None without groups.
+    #: or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
-    #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.task_laws).
+    #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What the concrete run is sized for (None without an N*); not part of the answer (``to_dict``).
     target: RunTarget | None = field(default=None, repr=False)
@@ -124,7 +124,7 @@ class Recommendation:
             raise FitError("this recommendation has no N* to size a run for")
         run = None if run is None else dict(run)
         notes = [note] if note else []
-        from scaling.fitting.hparams import apply_to_run
+        from scaling.fitting.hyperparams.hparams import apply_to_run
 
         hparams, hp_note = apply_to_run(t.hparams, run, t.N, t.D, t.C, t.flagged, run_source)
         if hp_note:
@@ -171,7 +171,7 @@ class Recommendation:
             con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {_num(c['N'])}, "
                       f"D* = {_num(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
-            from scaling.fitting.wording import run_line
+            from scaling.fitting.core.wording import run_line
 
             con.print(f"concrete run: {run_line(self.run, self.run_source, self.hparams)}")
         if self.next_runs:
@@ -182,7 +182,7 @@ class Recommendation:
                 con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
                           f"{100 * cand['reduction']:.0f}% narrower (costs {cand['cost_flops']:.3g} FLOPs)")
         if self.tasks:
-            from scaling.fitting.task_laws import task_lines
+            from scaling.fitting.tasks.task_laws import task_lines
 
             for line in task_lines(self.tasks):
                 con.print(line)
@@ -218,7 +218,7 @@ def recommend(
     nothing is read. ``compute`` defaults to ten times the largest run. The concrete run (only
     for a sweep's fit) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's
     plan (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
-    (:class:`scaling.fitting.task_laws.TaskFits`) whose accuracy at the recommended run is
+    (:class:`scaling.fitting.tasks.task_laws.TaskFits`) whose accuracy at the recommended run is
     predicted; by default the fit's own. ``next_runs``: rank the runs worth adding
     (:func:`candidate_runs`, which refits approach 3's bootstrap with predicted points, drawn with ``seed``).
     """
@@ -249,7 +249,7 @@ def recommend(
     if tasks is None:
         tasks = fit.tasks
     if tasks:
-        from scaling.fitting.task_laws import predict_for_recommendation
+        from scaling.fitting.tasks.task_laws import predict_for_recommendation
 
         rec.tasks, note = predict_for_recommendation(tasks, rec, k)
         if note:
@@ -284,7 +284,7 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
 
     ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
     backtest: its error is what widens the intervals for extrapolating
-    (:meth:`~scaling.fitting.base.Law.extrapolation_error`).
+    (:meth:`~scaling.fitting.core.base.Law.extrapolation_error`).
     """
     other = [d for d in law.doubts() if not d.kind.about_parameters]
     if other:
@@ -321,7 +321,7 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
 
     The law followed is the best-determined one: among laws no note calls unreliable
-    (:meth:`~scaling.fitting.base.Law.doubts`), or whose doubts are about parameters only and whose
+    (:meth:`~scaling.fitting.core.base.Law.doubts`), or whose doubts are about parameters only and whose
     bootstrap determines N*, D* and the loss at ``compute`` (:func:`undetermined_at_budget`; those
     doubts become notes), and with an interval on N*, the narrowest 95%
     interval on N* (in ln units). When every law is unreliable, the narrowest interval overall is
@@ -437,7 +437,7 @@ def candidate_runs(law: Any, compute: float, c_max: float, seed: int = 0, *,
     with a bootstrap (refitted from scratch: approaches 1 and 2 refit in milliseconds). Each
     candidate has ``len(offsets)`` sizes at N* of ``law`` times exp(offset).
     """
-    from scaling.fitting.parametric import ChinchillaParametric
+    from scaling.fitting.loss.parametric import ChinchillaParametric
 
     base = law.data_
     k = law.k_

@@ -15,14 +15,14 @@ from typing import Any
 import pandas as pd
 
 from scaling.errors import FitError, UserError
-from scaling.fitting.backtest import backtest
-from scaling.fitting.base import Law, jsonable
-from scaling.fitting.measurements import R_STAR_DATA, FitData, from_csv, from_db
-from scaling.fitting.envelope import ChinchillaEnvelope
-from scaling.fitting.hparams import MODES, HparamFit, fit_hparams
-from scaling.fitting.isoflop import ChinchillaIsoFLOP
-from scaling.fitting.kaplan import KaplanLaw
-from scaling.fitting.parametric import ChinchillaParametric
+from scaling.fitting.core.backtest import backtest
+from scaling.fitting.core.base import Law, jsonable
+from scaling.fitting.core.measurements import R_STAR_DATA, FitData, from_csv, from_db
+from scaling.fitting.loss.envelope import ChinchillaEnvelope
+from scaling.fitting.hyperparams.hparams import MODES, HparamFit, fit_hparams
+from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
+from scaling.fitting.loss.kaplan import KaplanLaw
+from scaling.fitting.loss.parametric import ChinchillaParametric
 from scaling.fmt import Interval, num, se_text
 
 #: Bumped when a change to the fitting code should invalidate stored fits.
@@ -89,9 +89,9 @@ class FitSummary:
     stored: dict[str, int] = field(default_factory=dict)
     sweep: str | None = None
     notes: list[str] = field(default_factory=list)
-    #: Each hyperparameter group's optimum and the lr / batch laws (scaling.fitting.hparams), when the data have groups.
+    #: Each hyperparameter group's optimum and the lr / batch laws (scaling.fitting.hyperparams.hparams), when the data have groups.
     hparams: HparamFit | None = None
-    #: The downstream task laws (:class:`scaling.fitting.task_laws.TaskFits`; empty when no run evaluated a
+    #: The downstream task laws (:class:`scaling.fitting.tasks.task_laws.TaskFits`; empty when no run evaluated a
     #: task); None when not fitted (a CSV's are fitted on their own).
     tasks: Any = None
 
@@ -159,7 +159,7 @@ SweepFit = FitSummary
 
 def interval_text(iv: dict[str, Any]) -> str:
     """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread,
-    unreliable law), as :meth:`scaling.fitting.intervals.Interval.text` writes it."""
+    unreliable law), as :meth:`scaling.fitting.core.intervals.Interval.text` writes it."""
     return Interval.of(iv).text(4, value=False)
 
 
@@ -207,7 +207,7 @@ def _fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: di
 
 def fit_csv(path: str, law: str = "all", n_bootstrap: int = 200, seed: int = 0, *,
             flops_convention: str = "6N", unique_tokens: float | None = None, hparams: str = "tuned") -> FitSummary:
-    """Fit a CSV of anyone's measurements (column aliases in :data:`scaling.fitting.measurements.ALIASES`)."""
+    """Fit a CSV of anyone's measurements (column aliases in :data:`scaling.fitting.core.measurements.ALIASES`)."""
     return fit_data(from_csv(path, flops_convention=flops_convention, unique_tokens=unique_tokens, hparams=hparams),
                     law, n_bootstrap, seed)
 
@@ -229,7 +229,7 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
 
     ``effective_data``: fit on Muennighoff et al.'s D' from the runs' unique tokens, with R*_D =
     ``r_star`` or estimated (``fit_r_star``), and excess parameters N' with R*_N = ``r_star_n`` or
-    estimated (``fit_r_star_n``), as :func:`scaling.fitting.effective.fit_effective` does for a CSV.
+    estimated (``fit_r_star_n``), as :func:`scaling.fitting.loss.effective.fit_effective` does for a CSV.
     The R*s found are part of the data's conventions, so of the fingerprint.
 
     The stored fingerprint is ``<data fingerprint>-<configuration hash>``: the same data fitted
@@ -256,7 +256,7 @@ def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap:
         raise FitError(f"unknown hyperparameter mode {hparams!r} (use one of {', '.join(MODES)})")
     data, sweep = from_db(url, sweep, effective_data=effective_data, r_star=r_star, hparams=hparams)
     if constrained:
-        from scaling.fitting.effective import fit_effective
+        from scaling.fitting.loss.effective import fit_effective
 
         data = fit_effective(data, fit_d=fit_r_star, r_star_n=r_star_n, fit_n=fit_r_star_n)
     data_fp = data.fingerprint()
@@ -351,7 +351,7 @@ def _sweep_tasks(url: str, sweep: str, summary: FitSummary, names: list[str] | N
                  recipe: str, results: Any, store: Any) -> Any:
     """The sweep's task laws (empty without task metrics), stored or reused; a failure is a note unless
     tasks were named."""
-    from scaling.fitting.task_laws import TaskFits, fit_tasks, tasks_from_db
+    from scaling.fitting.tasks.task_laws import TaskFits, fit_tasks, tasks_from_db
 
     k = float(summary.conventions.get("flops_per_param_token") or 6.0)
     try:
@@ -374,7 +374,7 @@ def _sweep_tasks(url: str, sweep: str, summary: FitSummary, names: list[str] | N
 
 
 def stored_tasks(fits: Any) -> dict[str, Any]:
-    """Task fits (:class:`~scaling.fitting.task_laws.TaskFits`) as the fits table stores them: each task's two
+    """Task fits (:class:`~scaling.fitting.tasks.task_laws.TaskFits`) as the fits table stores them: each task's two
     steps with their replicates, and its evaluations (for the figures)."""
     out = fits.to_dict(replicates=True)
     for task, law in fits.laws.items():
@@ -393,8 +393,8 @@ def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
 
 def tasks_from_stored(d: dict[str, Any]) -> Any:
     """:func:`stored_tasks` read back."""
-    from scaling.fitting.task_curves import AccuracyCurve
-    from scaling.fitting.task_laws import TaskFits, TaskLaw
+    from scaling.fitting.tasks.task_curves import AccuracyCurve
+    from scaling.fitting.tasks.task_laws import TaskFits, TaskLaw
 
     laws = {}
     for task, t in (d.get("laws") or {}).items():

@@ -48,7 +48,7 @@ class Decision:
 
     def detail(self) -> dict[str, Any]:
         """The event's JSON detail (non-finite numbers become None)."""
-        return importlib.import_module("scaling.fitting.base").jsonable(asdict(self))
+        return importlib.import_module("scaling.fitting.core.base").jsonable(asdict(self))
 
     @classmethod
     def from_detail(cls, d: dict[str, Any]) -> "Decision":
@@ -102,7 +102,7 @@ def edge_slices(points: Any, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any
 
     Each: ``C``, ``side`` ("smaller" or "larger": where the optimum lies), the slice's ``sizes``.
     """
-    from scaling.fitting.measurements import group_budgets
+    from scaling.fitting.core.measurements import group_budgets
 
     labels = group_budgets(points["C"].to_numpy(), rel_tol)
     out = []
@@ -360,7 +360,7 @@ def run_adaptive(
 def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Optional[str], Any, dict[str, Any]]:
     """(law or None, why not, the completed points, what was fitted) for this round."""
     fitting = importlib.import_module("scaling.fitting")
-    data_mod = importlib.import_module("scaling.fitting.measurements")
+    data_mod = importlib.import_module("scaling.fitting.core.measurements")
     try:
         data, _ = data_mod.from_db(url, sweep)
         points = data.points[["N", "D", "C", "loss"]]

@@ -595,7 +595,7 @@ def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[
     if grid > plan.adaptive.max_compute:
         raise PlanError(f"{where(source, ('adaptive', 'max_compute'))}: {plan.adaptive.max_compute:.3g} FLOPs is less "
                         f"than the grid's own {grid:.3g} (the budget includes the grid): raise it or shrink the grid")
-    from scaling.fitting.base import MAX_EXTRAPOLATION  # as far from the data as any fit is asked about
+    from scaling.fitting.core.base import MAX_EXTRAPOLATION  # as far from the data as any fit is asked about
 
     budgets = [r.budget or r.spec.flops for r in runs] or [plan.adaptive.target.at_compute]
     at, lo, hi = plan.adaptive.target.at_compute, min(budgets), max(budgets)

@@ -1,7 +1,7 @@
 """Learning rate and batch transferred from another sweep's fitted laws: ``rules: {lr: {fitted: SWEEP}}``.
 
 A sweep of small budgets with ``hparams`` groups gives the laws lr*(N, D) = c N^a D^b and
-B*(D) = d D^e (`scaling.fitting.hparams`, Step Law's forms). A plan whose rule names that sweep is
+B*(D) = d D^e (`scaling.fitting.hyperparams.hparams`, Step Law's forms). A plan whose rule names that sweep is
 sized by them: when the plan is expanded, the rule becomes the law written out as an expression of
 N and D with the fitted values, so every run's tags record the law it was sized by, ``factors``
 sweep around it, and the plan stored with the sweep says what was trained. A law the groups do not
@@ -24,7 +24,7 @@ from scaling.errors import PlanError, UserError
 from scaling.naming import name_problem
 from scaling.schema import StrictModel, checked
 
-#: The law of :mod:`scaling.fitting.hparams` each rule takes, and how it is written as a rule.
+#: The law of :mod:`scaling.fitting.hyperparams.hparams` each rule takes, and how it is written as a rule.
 LAWS = {"lr": "lr_ND", "batch_tokens": "batch_D"}
 
 
@@ -48,8 +48,8 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
     be read, counts N in another convention, has no groups, or its law is not fitted or flagged.
     """
     from scaling.db import connect
-    from scaling.fitting.measurements import fitted_runs
-    from scaling.fitting.hparams import fit_hparams, runs_frame
+    from scaling.fitting.core.measurements import fitted_runs
+    from scaling.fitting.hyperparams.hparams import fit_hparams, runs_frame
 
     try:
         with connect(url) as res:

@@ -32,9 +32,9 @@ from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape, fam
 from scaling.db import connect
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import Law, fit_data, from_db
-from scaling.fitting.base import jsonable
-from scaling.fitting.measurements import prepare
-from scaling.fitting.intervals import summarise
+from scaling.fitting.core.base import jsonable
+from scaling.fitting.core.measurements import prepare
+from scaling.fitting.core.intervals import summarise
 from scaling.reports.report_data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
 
@@ -57,7 +57,7 @@ MAX_PAGE_DIFFERENCES = 300
 MAX_FIGURE_DIFFERENCES = 60
 #: A difference's verdict, in the order lists of differences show them.
 VERDICTS = ("significant", "not significant", "no interval")
-#: Interval kinds that carry no interval (see :func:`scaling.fitting.intervals.summarise`).
+#: Interval kinds that carry no interval (see :func:`scaling.fitting.core.intervals.summarise`).
 NO_INTERVAL = {"pinned": "pinned at a bound", "biased": "its bootstrap is biased", "no spread": "its replicates do not vary"}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Sequence
 
-from scaling.fitting.task_laws import fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_db
 
 #: The parameters compared for each step of a task law.
 TASK_PARAMS: dict[str, tuple[str, ...]] = {"step1": ("alpha", "beta"), "sigmoid": ("k", "L0"), "exp": ("gamma",)}

@@ -1,7 +1,7 @@
 """The report's hyperparameter section: loss against lr per point, the fitted lr* and B* laws, the next run's values.
 
 Drawn only for a sweep whose runs form hyperparameter groups (runs of one (N, D) that differ in
-lr, batch or beta2; :mod:`scaling.fitting.hparams`): for any other sweep the section is empty and
+lr, batch or beta2; :mod:`scaling.fitting.hyperparams.hparams`): for any other sweep the section is empty and
 the report is as it was. The figures take the runs and a fitted :class:`HparamFit`, so a notebook
 can draw them from its own frames.
 """
@@ -19,8 +19,8 @@ from plotly.subplots import make_subplots
 
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
-from scaling.fitting.measurements import fitted_runs
-from scaling.fitting.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
+from scaling.fitting.core.measurements import fitted_runs
+from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
 from scaling.reports import fitview
@@ -45,7 +45,7 @@ def group_title(label: str) -> str:
 
 
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs the fits use (:func:`scaling.fitting.measurements.fitted_runs`) with a finite loss, and their
+    """The runs the fits use (:func:`scaling.fitting.core.measurements.fitted_runs`) with a finite loss, and their
     lr, batch, beta2 and group."""
     r = fitted_runs(runs)
     return runs_frame(r[np.isfinite(r["loss"].astype(float))])

@@ -20,7 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, prose, section

@@ -20,8 +20,8 @@ import pandas as pd
 from scaling.errors import UserError
 from scaling.fitting import KINDS, Law, from_dict
 from scaling.fitting import sweep_fit
-from scaling.fitting.base import NotFittedError
-from scaling.fitting.measurements import group_budgets
+from scaling.fitting.core.base import NotFittedError
+from scaling.fitting.core.measurements import group_budgets
 
 #: Method kinds, in the order the report lists them, with their display names (the fitting package's).
 LABELS = {kind: label for kind, (_, label) in KINDS.items()}

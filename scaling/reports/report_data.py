@@ -21,7 +21,7 @@ from scaling.db import connect
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import KINDS, Law, fit_data, fit_sweep, from_db
-from scaling.fitting.base import unavailable_note
+from scaling.fitting.core.base import unavailable_note
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law, kind_of
 
@@ -253,7 +253,7 @@ def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
     """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
     (None where none is stored or it cannot be read: the report then fits its own)."""
     from scaling.fitting.sweep_fit import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
-    from scaling.fitting.hparams import HparamFit
+    from scaling.fitting.hyperparams.hparams import HparamFit
 
     def newest(key: tuple[str, str], read: Any) -> Any:
         rows = results.fits(sweep=sweep, law=key[0], method=key[1])

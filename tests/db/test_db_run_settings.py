@@ -13,7 +13,7 @@ from scaling.db import Store, connect
 from scaling.db.engine import make_engine
 from scaling.db.migrate import upgrade_database
 from scaling.db.schema import HEAD
-from scaling.fitting.hparams import runs_frame
+from scaling.fitting.hyperparams.hparams import runs_frame
 from scaling.trainer.spec import RunSpec
 from scaling.vocab import HPARAM_GROUP_TAG
 

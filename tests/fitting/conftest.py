@@ -26,7 +26,7 @@ def store_synthetic_sweep(url: str, sweep: str = "synth", *, seed: int = 0, budg
     import numpy as np
 
     from scaling.db import Store
-    from scaling.fitting import synthetic as S
+    from scaling.fitting.loss import synthetic as S
     from scaling import vocab as names
 
     pts = S.isoflop_points(budgets=np.asarray(budgets), n_sizes=7, span=1.5, seed=seed)

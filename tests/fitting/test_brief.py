@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from scaling.fitting.brief import brief
-from scaling.fitting.wording import REASON_CHARS, short_reason
+from scaling.fitting.core.wording import REASON_CHARS, short_reason
 from scaling.fitting.recommend import Recommendation
 
 LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "

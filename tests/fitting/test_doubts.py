@@ -1,6 +1,6 @@
 """Doubts are data: whether a law is trusted follows the kinds of its doubts, never the words of a note.
 
-A law's, curve's or power law's doubts (:mod:`scaling.fitting.doubts`) carry a kind; its messages
+A law's, curve's or power law's doubts (:mod:`scaling.fitting.core.doubts`) carry a kind; its messages
 are what is printed. Rewording a message changes no verdict; a note that merely reads like a doubt
 makes no law unreliable; the kinds survive storing; no code in the package decides anything by
 matching the text of a note, and no class keeps its doubts as a list of messages or makes
@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 
 from scaling.fitting import ChinchillaIsoFLOP, from_dict
-from scaling.fitting import synthetic as S
-from scaling.fitting.doubts import Doubt, DoubtKind
-from scaling.fitting.hparams import GroupOptimum, PowerLaw, fit_law
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fitting.hyperparams.hparams import GroupOptimum, PowerLaw, fit_law
 from scaling.fitting.recommend import compare_laws
 
 PACKAGE = Path(__file__).resolve().parents[2] / "scaling"
 #: Words of the messages that say a law, curve or interval is not to be trusted.
 TRUST_WORDS = ("unreliable", "implausible", "intervals unavailable", "outside (0, 1)", "do not determine",
                "is pinned", "fisher information", "cannot pin", "not determined")
-#: The kinds of an interval (:mod:`scaling.fitting.intervals`): a field's value, not a message.
+#: The kinds of an interval (:mod:`scaling.fitting.core.intervals`): a field's value, not a message.
 INTERVAL_KINDS = ("percentile", "pinned", "biased", "no spread", "unreliable")
 
 
@@ -148,7 +148,7 @@ def test_no_code_decides_trust_by_the_text_of_a_message() -> None:
 
 def _untyped_verdicts(tree: ast.AST) -> list[tuple[int, str]]:
     """Where a class makes ``reliable`` a property or keeps ``doubts`` as an attribute (a list of
-    messages) instead of the methods of :class:`~scaling.fitting.doubts.Doubtful`."""
+    messages) instead of the methods of :class:`~scaling.fitting.core.doubts.Doubtful`."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):

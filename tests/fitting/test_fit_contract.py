@@ -13,21 +13,10 @@ import pandas as pd
 import pytest
 
 from scaling.errors import FitError, NotFoundError
-from scaling.fitting import (
-    ChinchillaEnvelope,
-    ChinchillaIsoFLOP,
-    ChinchillaParametric,
-    KaplanLaw,
-    NotFittedError,
-    backtest,
-    effective_tokens,
-    fit_data,
-    from_csv,
-    from_dict,
-    from_frame,
-)
-from scaling.fitting import synthetic as S
-from scaling.fitting.measurements import prepare
+from scaling.fitting import (ChinchillaEnvelope, ChinchillaIsoFLOP, ChinchillaParametric, KaplanLaw, NotFittedError,
+                             backtest, effective_tokens, fit_data, from_csv, from_dict, from_frame)
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.measurements import prepare
 
 
 def _fitted() -> dict[str, object]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaling.fitting.synthetic import coverage_study
+from scaling.fitting.loss.synthetic import coverage_study
 
 #: (design, draws, bootstrap replicates)
 STUDIES = [("approach2", 200, 40), ("approach1", 100, 40), ("kaplan", 60, 40), ("approach3", 60, 40)]

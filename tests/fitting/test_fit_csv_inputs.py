@@ -20,7 +20,7 @@ import pytest
 from cli_run import run_cli
 from scaling.errors import FitError
 from scaling.fitting import effective_tokens, from_csv, from_frame
-from scaling.fitting import synthetic as S
+from scaling.fitting.loss import synthetic as S
 
 
 

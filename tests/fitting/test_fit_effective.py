@@ -20,8 +20,8 @@ import pytest
 
 from cli_run import run_cli
 from scaling.fitting import effective_tokens, from_frame
-from scaling.fitting import synthetic as S
-from scaling.fitting.effective import R_STAR_N, effective_params, fit_effective, n_opt
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.loss.effective import R_STAR_N, effective_params, fit_effective, n_opt
 
 TRUTH_THETA = np.array([math.log(S.TRUTH["A"]), math.log(S.TRUTH["B"]), math.log(S.TRUTH["E"]),
                         S.TRUTH["alpha"], S.TRUTH["beta"]])

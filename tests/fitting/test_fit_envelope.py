@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from scaling.fitting import ChinchillaEnvelope, FitSummary, KaplanLaw, from_dict, from_frame
-from scaling.fitting import synthetic as S
-from scaling.fitting.measurements import loss_curves
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.measurements import loss_curves
 
 
 def _few_decisive_runs() -> ChinchillaEnvelope:
@@ -91,7 +91,7 @@ def test_curves_prefer_first_epoch_train_loss_and_fall_back_to_eval() -> None:
 
 @pytest.mark.parametrize("h", [0.0, 0.05, 0.3])
 def test_smoothing_keeps_a_straight_curve_and_its_ends(h: float) -> None:
-    from scaling.fitting.envelope import _smooth
+    from scaling.fitting.loss.envelope import _smooth
 
     lf = np.log(np.linspace(1e9, 1e10, 200))
     ll = 2.0 - 0.1 * lf

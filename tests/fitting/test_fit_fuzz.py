@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import run_cli
-from scaling.fitting import synthetic as S
+from scaling.fitting.loss import synthetic as S
 
 JUNK = ["", "nan", "NaN", "-1", "0", "inf", "-inf", "1e400", "1e-400", "abc", "10M", "1,000", "1.5B", "2 k", "1e9x",
         "🙂", "\x00", '"', "'", "1e", "--3", "0x10", "1_0", " ", "None", "TRUE", "1/2", "3,5", "9" * 400, "-0",

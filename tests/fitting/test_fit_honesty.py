@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, FitSummary, KaplanLaw, fit_data, from_frame
-from scaling.fitting import synthetic as S
+from scaling.fitting.loss import synthetic as S
 from scaling.fitting.sweep_fit import interval_text
-from scaling.fitting.intervals import summarise
+from scaling.fitting.core.intervals import summarise
 from scaling.fitting.recommend import AT_BUDGET_SPAN, compare_laws, recommend, undetermined_at_budget
 
 

@@ -18,9 +18,9 @@ import pandas as pd
 from cli_run import run_cli
 
 from scaling.fitting import ChinchillaParametric, from_frame
-from scaling.fitting import synthetic as S
-from scaling.fitting.optim import BYTES_PER_ELEMENT, batch_lbfgs, max_batch
-from scaling.fitting.parametric import BLB_THRESHOLD, GRID_POINTS, HuberLogObjective, start_grid
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.optim import BYTES_PER_ELEMENT, batch_lbfgs, max_batch
+from scaling.fitting.loss.parametric import BLB_THRESHOLD, GRID_POINTS, HuberLogObjective, start_grid
 
 
 def _points(n: int, seed: int = 0) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pytest
 
 from scaling.errors import FitError
 from scaling.fitting import ChinchillaIsoFLOP, fit_data, from_frame
-from scaling.fitting.frontier import parabola
+from scaling.fitting.loss.frontier import parabola
 
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
@@ -77,8 +77,8 @@ def test_random_simulated_grids_never_raise_in_fit_recommend_or_report(seed: int
 def test_backtest_of_a_held_out_set_with_one_size_repeated_is_scored_not_raised() -> None:
     # 63 IsoFLOP points to fit, and 11 larger-compute runs held out: nine of one size (tokens 8%
     # apart) around its lowest loss, so a window of five points around the minimum held one size.
-    from scaling.fitting import synthetic as S
-    from scaling.fitting.backtest import backtest
+    from scaling.fitting.loss import synthetic as S
+    from scaling.fitting.core.backtest import backtest
 
     train = S.isoflop_points(budgets=[1e17, 3e17, 1e18, 3e18, 1e19, 3e19, 1e20], n_sizes=9, seed=0)
     D = 4e11 * 1.08 ** np.arange(9)

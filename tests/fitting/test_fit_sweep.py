@@ -54,7 +54,9 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """recommend takes the sweep's fits and a budget: every way to fit or read data refuses here. Its run is
     the defaults'; the plan stored with the sweep sizes it in the orchestrator, which changes nothing else."""
-    from scaling.fitting import base, hparams, measurements, sweep_fit
+    from scaling.fitting.core import base, measurements
+    from scaling.fitting.hyperparams import hparams
+    from scaling.fitting import sweep_fit
     from scaling.orchestrator.expand import size_recommendation, size_run, stored_plan, sweep_recommendation
 
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())

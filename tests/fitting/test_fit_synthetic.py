@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scaling.fitting import ChinchillaEnvelope, ChinchillaIsoFLOP, ChinchillaParametric, KaplanLaw, from_frame
-from scaling.fitting import synthetic as S
+from scaling.fitting.loss import synthetic as S
 
 A_TRUE = S.TRUTH["beta"] / (S.TRUTH["alpha"] + S.TRUTH["beta"])
 REPLICATES = 50

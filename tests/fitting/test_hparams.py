@@ -1,4 +1,4 @@
-"""Hyperparameter groups and laws (scaling.fitting.hparams): the per-group quadratic optimum, edge
+"""Hyperparameter groups and laws (scaling.fitting.hyperparams.hparams): the per-group quadratic optimum, edge
 flags, the laws against a simulated truth, CSV import, recommend, and bad input on the command line."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from cli_run import run_cli
 from scaling.errors import FitError
 from scaling.fitting import fit_sweep, from_csv, recommend
-from scaling.fitting import hparams_synthetic as HS
-from scaling.fitting.hparams import fit_group, fit_hparams, tuned_points
+from scaling.fitting.hyperparams import hparams_synthetic as HS
+from scaling.fitting.hyperparams.hparams import fit_group, fit_hparams, tuned_points
 
 
 def bowl(lr_star: float = 3e-3, b_star: float = 2e5, *, lrs: np.ndarray | None = None,
@@ -205,7 +205,7 @@ def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_bat
 
 def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -> None:
     """As in the report: a value the laws withhold is not printed, only why."""
-    from scaling.fitting.intervals import withheld
+    from scaling.fitting.core.intervals import withheld
 
     rec = recommend(fit_sweep(hp_db, "hp", "kaplan", 30, save=False), next_runs=False)
     h = rec.hparams
@@ -276,7 +276,7 @@ def test_a_group_or_beta2_column_without_lr_or_batch_stays_a_description(sweep_c
 
 def test_a_group_that_did_not_vary_the_batch_is_left_out_of_the_batch_law() -> None:
     """Its batch is the plan's, not an optimum: counted, it would pull B*(D) to that value."""
-    from scaling.fitting.hparams import GroupOptimum, fit_law
+    from scaling.fitting.hyperparams.hparams import GroupOptimum, fit_law
 
     def group(D: float, batch: dict) -> GroupOptimum:
         lr = {"value": 1e-3, "kind": "percentile", "lo": 9e-4, "hi": 1.1e-3}
@@ -297,7 +297,7 @@ def test_a_group_that_did_not_vary_the_batch_is_left_out_of_the_batch_law() -> N
 def test_the_concrete_runs_batch_lies_in_its_interval_after_rounding_to_whole_sequences() -> None:
     """B* = 200 tokens [~150, ~210] with a context of 128: the run trains 256 tokens, so its interval
     is rounded the same way ([128, 256]), never left as [150, 210] beside a batch of 256."""
-    from scaling.fitting.hparams import HparamFit, PowerLaw, apply_to_run
+    from scaling.fitting.hyperparams.hparams import HparamFit, PowerLaw, apply_to_run
 
     reps = np.column_stack([np.log(np.linspace(150, 210, 400)), np.zeros(400)])  # B* = d D^0, d in [150, 210]
     law = PowerLaw("batch_D", "B* = d D^e", "batch", ("D",), {}, 5, replicates=reps,
@@ -310,7 +310,7 @@ def test_the_concrete_runs_batch_lies_in_its_interval_after_rounding_to_whole_se
 
 
 def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
-    from scaling.fitting.hparams import GroupOptimum, fit_law
+    from scaling.fitting.hyperparams.hparams import GroupOptimum, fit_law
 
     def group(C: float, lr: float) -> GroupOptimum:
         iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
@@ -324,7 +324,7 @@ def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
 
 def test_a_span_just_short_of_the_minimum_is_not_printed_as_the_minimum() -> None:
     """A span flagged as less than MIN_SPAN is printed with the digits that show it is less."""
-    from scaling.fitting.hparams import MIN_SPAN, _identification
+    from scaling.fitting.hyperparams.hparams import MIN_SPAN, _identification
 
     doubts = _identification("batch_D", {"D": np.log([1e9, 1.5e9, 1e9 * MIN_SPAN * 0.9983])}, 5, 2)
     assert len(doubts) == 1 and f"spans a factor {MIN_SPAN:g} " not in doubts[0], doubts

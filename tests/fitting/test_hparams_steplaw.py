@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from scaling.fitting import from_frame
-from scaling.fitting.hparams import fit_hparams
+from scaling.fitting.hyperparams.hparams import fit_hparams
 
 CSV = Path(__file__).resolve().parents[1] / "data" / "steplaw" / "moe_lr_bs_sweep.csv"
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from scaling.errors import FitError
-from scaling.fitting import ChinchillaParametric, synthetic as S
+from scaling.fitting import ChinchillaParametric
+from scaling.fitting.loss import synthetic as S
 from scaling.fitting.inference import (
     recommend_inference,
     LossLaw,

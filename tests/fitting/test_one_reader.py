@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from scaling.errors import FitError
-from scaling.fitting.measurements import FitData, from_frame
-from scaling.fitting.hparams import assign_groups
-from scaling.fitting.points import DIGITS, point_keys
-from scaling.fitting.task_data import from_frame as tasks_from_frame
+from scaling.fitting.core.measurements import FitData, from_frame
+from scaling.fitting.hyperparams.hparams import assign_groups
+from scaling.fitting.core.points import DIGITS, point_keys
+from scaling.fitting.tasks.task_data import from_frame as tasks_from_frame
 
 
 def ladder(**columns: object) -> pd.DataFrame:

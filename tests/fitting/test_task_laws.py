@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from cli_run import run_cli
-from scaling.fitting.task_data import TaskData
-from scaling.fitting.task_laws import MISFIT_RATIO, fit_tasks
+from scaling.fitting.tasks.task_data import TaskData
+from scaling.fitting.tasks.task_laws import MISFIT_RATIO, fit_tasks
 
 STEP1 = dict(E=0.6, A=40.0, B=300.0, alpha=0.30, beta=0.32)
 STEP2 = dict(a=0.6, k=-6.0, L0=1.1, b=0.25)
@@ -172,8 +172,8 @@ def test_bad_task_columns_are_refused_in_one_line(tmp_path: Path, extra: dict, m
 
 
 def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
-    from scaling.fitting.measurements import from_csv
-    from scaling.fitting.task_laws import tasks_from_csv
+    from scaling.fitting.core.measurements import from_csv
+    from scaling.fitting.tasks.task_laws import tasks_from_csv
 
     p = _csv(tmp_path, {"chance_sim": 0.25})
     data = from_csv(p)
@@ -183,8 +183,8 @@ def test_a_chance_column_gives_the_tasks_chance_level(tmp_path: Path) -> None:
 
 def test_the_task_columns_see_the_rows_the_loss_fit_kept_after_drop_duplicates(tmp_path: Path) -> None:
     """A copied row left out by --drop-duplicates is not another evaluation of the tasks either."""
-    from scaling.fitting.measurements import from_csv
-    from scaling.fitting.task_laws import tasks_from_csv
+    from scaling.fitting.core.measurements import from_csv
+    from scaling.fitting.tasks.task_laws import tasks_from_csv
 
     once = _csv(tmp_path)
     twice = tmp_path / "twice.csv"
@@ -206,8 +206,8 @@ def test_an_unknown_task_name_is_refused(tmp_path: Path) -> None:
 def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_along_the_frontier() -> None:
     # task loss of compute along N*(C) = 0.1 C^0.5, with a parabola in ln N about it: the (N, D) form is
     # flagged (its parameters are not determined), approach 2 on the task loss is not
-    from scaling.fitting.isoflop import ChinchillaIsoFLOP
-    from scaling.fitting.task_laws import FRONTIER_NOTE
+    from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
+    from scaling.fitting.tasks.task_laws import FRONTIER_NOTE
 
     def frontier_loss(N, C):
         return 0.3 + 8 * C ** -0.06 + 0.08 * np.log(N / (0.1 * C ** 0.5)) ** 2
@@ -233,7 +233,7 @@ def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_a
 def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> None:
     """Accuracy that jumps between two evaluations: the slope runs to its bound, so the form is
     flagged and none of its parameters gets an interval (a ceiling a = 1 alone flags nothing)."""
-    from scaling.fitting.task_curves import Sigmoid
+    from scaling.fitting.tasks.task_curves import Sigmoid
 
     rng = np.random.default_rng(0)
     L = np.linspace(2.0, 3.0, 40)
@@ -249,7 +249,7 @@ def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> N
 def test_a_hyperparameter_group_gives_the_task_law_its_tuned_run_only() -> None:
     import pandas as pd
 
-    from scaling.fitting.task_data import best_of_groups
+    from scaling.fitting.tasks.task_data import best_of_groups
 
     runs = pd.DataFrame({"run_key": list("abcdef"), "hparam_group": ["g1", "g1", "g1", "g2", "g2", None],
                          "loss": [3.1, 2.9, np.nan, 4.0, 3.5, 5.0]})
@@ -275,8 +275,8 @@ def test_intermediate_evaluations_are_read_as_a_sweeps_checkpoints_and_the_loss_
     """What ``scaling fit --csv``, ``scaling.tasks(csv=...)`` and ``scaling recommend --csv`` read (from_csv and
     tasks_from_csv): the loss points of the final rows alone, and every evaluation for step 2 as from_db
     gives a sweep's (D and C spent by then, final on the last)."""
-    from scaling.fitting.measurements import from_csv
-    from scaling.fitting.task_laws import tasks_from_csv
+    from scaling.fitting.core.measurements import from_csv
+    from scaling.fitting.tasks.task_laws import tasks_from_csv
 
     every, finals = _checkpoints_csv(tmp_path), _csv(tmp_path)
     data, data_finals = from_csv(every), from_csv(finals)
@@ -320,7 +320,7 @@ def test_bad_intermediate_evaluations_are_refused_naming_the_row(tmp_path: Path,
 
 
 def test_more_than_a_million_evaluations_are_refused(tmp_path: Path) -> None:
-    from scaling.fitting.task_evaluations import MAX_ROWS
+    from scaling.fitting.tasks.task_evaluations import MAX_ROWS
 
     p = tmp_path / "huge.csv"
     p.write_text("run,N,D,tokens,loss\n" + "".join(f"r,1e8,2e9,{1 + i},3\n" for i in range(MAX_ROWS + 1)))
@@ -335,7 +335,7 @@ def test_a_ladder_whose_unconstrained_fits_overshoot_1_predicts_only_between_cha
     their bootstrap replicates and the chained intervals stay in [chance, 1] at every task loss."""
     from scipy.optimize import least_squares
 
-    from scaling.fitting.task_curves import CURVES
+    from scaling.fitting.tasks.task_curves import CURVES
 
     chance = 0.25
     ev = simulated(seed=2, step2=dict(a=0.75, k=-5.0, L0=1.2, b=chance))

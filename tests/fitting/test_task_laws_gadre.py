@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 from scipy.optimize import curve_fit
 
-from scaling.fitting.measurements import prepare
-from scaling.fitting.parametric import ChinchillaParametric
-from scaling.fitting.task_laws import fit_task
+from scaling.fitting.core.measurements import prepare
+from scaling.fitting.loss.parametric import ChinchillaParametric
+from scaling.fitting.tasks.task_laws import fit_task
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gadre2024" / "rpj_c4_avg17.csv"
 SMALL = ("d=96_l=8_h=4", "d=512_l=8_h=4", "d=576_l=24_h=8", "d=1024_l=24_h=8")

@@ -46,7 +46,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_the_simulators_task_law_is_recovered_from_its_metrics(sweep: str) -> None:
-    from scaling.fitting.task_laws import fit_tasks_sweep
+    from scaling.fitting.tasks.task_laws import fit_tasks_sweep
 
     fits = fit_tasks_sweep(sweep, "sim-tasks", n_bootstrap=30, grid="coarse")
     law = fits.laws[TASK["name"]]

@@ -133,7 +133,7 @@ def test_adaptive_sweep_stops_when_the_budget_is_spent_and_continues_when_raised
 
 # -- the decision alone (no Ray) -------------------------------------------------------------------
 def _slices(budgets: list[float], *, shift: float = 0.0, n: int = 5, noise: float = 0.003, seed: int = 0) -> pd.DataFrame:
-    from scaling.fitting.synthetic import chinchilla_loss, chinchilla_optimal_N
+    from scaling.fitting.loss.synthetic import chinchilla_loss, chinchilla_optimal_N
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -148,7 +148,7 @@ def _slices(budgets: list[float], *, shift: float = 0.0, n: int = 5, noise: floa
 def _decide(points: pd.DataFrame, *, ratio: float, max_compute: float, spent: float, round_: int = 0,
             cost_of: Any = lambda C, sizes: C * len(sizes), **extra: Any):
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.measurements import prepare
+    from scaling.fitting.core.measurements import prepare
     from scaling.orchestrator.adaptive import decide
     from scaling.orchestrator.adaptive_spec import AdaptivePlan
 
@@ -170,7 +170,7 @@ def test_decision_met_ranked_budget_and_rounds() -> None:
     assert (ranked.action, ranked.reason) == ("add", "ranked") and len(ranked.added["sizes"]) == 5
     assert ranked.added["C"] in {c["C"] for c in ranked.candidates} and ranked.added["C"] > 3e19
     n_star = math.exp(np.mean(np.log(ranked.added["sizes"])))  # the sizes bracket the law's N* there
-    from scaling.fitting.synthetic import chinchilla_optimal_N
+    from scaling.fitting.loss.synthetic import chinchilla_optimal_N
 
     assert 0.7 < n_star / float(chinchilla_optimal_N(ranked.added["C"], LAW)) < 1.4
     best = max((c for c in ranked.candidates if c["affordable"]), key=lambda c: c["gain_per_flop"])
@@ -270,13 +270,13 @@ def test_decision_skips_slices_the_plan_cannot_train() -> None:
 def test_decision_says_unreliable_once() -> None:
     """A law's doubt that starts with "unreliable:" is quoted without that prefix, not doubled."""
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.measurements import prepare
+    from scaling.fitting.core.measurements import prepare
     from scaling.orchestrator.adaptive import decide
     from scaling.orchestrator.adaptive_spec import AdaptivePlan
 
     pts = _slices([1e18, 3e18, 1e19, 3e19])
     law = fit_data(prepare(pts), "approach2", n_bootstrap=50).laws["approach2"]
-    from scaling.fitting.doubts import DoubtKind
+    from scaling.fitting.core.doubts import DoubtKind
 
     law.add_doubt(DoubtKind.ILL_CONDITIONED, "unreliable: the Fisher information is near-singular")
     spec = AdaptivePlan.model_validate({"target": {"at_compute": 1e22, "interval_ratio": 1.0001,

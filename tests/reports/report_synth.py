@@ -169,10 +169,10 @@ ANSWER_TASK = "arc_sim"
 
 def build_answer_sweep(url: str, sweep: str = "answer", seed: int = 3) -> list[str]:
     """A sweep whose report's first screen has every answer: hyperparameter groups (lr and batch varied
-    at 12 (N, D) points, :mod:`scaling.fitting.hparams_synthetic`) whose runs were also scored on a
+    at 12 (N, D) points, :mod:`scaling.fitting.hyperparams.hparams_synthetic`) whose runs were also scored on a
     task at four evaluations (task loss from its own law, accuracy a sigmoid of it). Returns the keys."""
-    from scaling.fitting import hparams_synthetic as HS
-    from scaling.fitting.task_columns import metric_name
+    from scaling.fitting.hyperparams import hparams_synthetic as HS
+    from scaling.fitting.tasks.task_columns import metric_name
 
     rng = np.random.default_rng(seed)
     runs = HS.sweep(HS.HparamTruth(), rng, sizes=(5e7, 1e8, 2e8, 4e8), tokens_per_param=(10, 20, 40), n_lr=3,

@@ -20,7 +20,7 @@ import report_synth as S
 from cli_run import run_cli
 from scaling.db import Store, connect
 from scaling.fitting import fit_sweep, from_dict
-from scaling.fitting.doubts import DoubtKind
+from scaling.fitting.core.doubts import DoubtKind
 from scaling.reports.compare import EXPONENTS, MIN_COMPLETED_RUNS, convert_runs, exponent_difference, load_comparison
 from scaling.reports.compare_page import compare_sweeps
 

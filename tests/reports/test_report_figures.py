@@ -109,7 +109,7 @@ def test_run_health_draws_problem_events_only_and_says_so_when_there_are_none() 
 def test_unreliable_laws_are_drawn_grey_and_thin_without_a_band() -> None:
     from report_synth import true_loss
     from scaling.fitting import fit_data
-    from scaling.fitting.measurements import from_frame
+    from scaling.fitting.core.measurements import from_frame
 
     Ns, Ds = np.meshgrid(np.geomspace(2e4, 2e6, 5), np.geomspace(2e6, 2e8, 5))
     N, D = Ns.ravel(), Ds.ravel()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scaling.fitting.doubts import DoubtKind
+from scaling.fitting.core.doubts import DoubtKind
 from scaling.reports.report_data import ReportData
 from scaling.reports.html import write_report_data
 

@@ -9,7 +9,7 @@ import pytest
 
 from scaling.db import connect
 from scaling.fitting import fit_sweep
-from scaling.fitting import hparams_synthetic as HS
+from scaling.fitting.hyperparams import hparams_synthetic as HS
 from scaling.reports.report_data import ReportData
 from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.blocks import Page

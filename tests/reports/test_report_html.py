@@ -13,7 +13,7 @@ import report_synth as S
 from report_synth import HOSTILE, HOSTILE_TAG
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError
-from scaling.fitting.doubts import DoubtKind
+from scaling.fitting.core.doubts import DoubtKind
 from scaling.reports import write_report
 from scaling.reports.blocks import script_json
 from scaling.reports.html import LIMITS_TITLE, SECTIONS
@@ -299,7 +299,7 @@ def test_the_first_screen_never_shows_an_accuracy_outside_0_1(answer_report) -> 
     """A chain whose prediction (or an end of its interval) leaves [0, 1] is passed over, and with no other
     chain the first screen says why there is no accuracy instead of printing one."""
     from report_synth import ANSWER_TASK
-    from scaling.fitting.task_laws import fit_tasks, tasks_from_db
+    from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_db
     from scaling.reports.figures_tasks import headline_accuracy
 
     url, _ = answer_report

@@ -15,7 +15,7 @@ import pytest
 
 from scaling import vocab as names
 from scaling.db import Store
-from scaling.fitting.task_columns import metric_name
+from scaling.fitting.tasks.task_columns import metric_name
 
 TASK = "arc_sim"
 
@@ -60,7 +60,7 @@ def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_task_metrics_are_read_back_with_every_checkpoint(db_url: str) -> None:
-    from scaling.fitting.task_laws import tasks_from_db
+    from scaling.fitting.tasks.task_laws import tasks_from_db
 
     td = tasks_from_db(db_url, "ladder")
     assert td.tasks() == [TASK] and len(td.evals) == 48 and int(td.evals["final"].sum()) == 12
@@ -70,8 +70,8 @@ def test_task_metrics_are_read_back_with_every_checkpoint(db_url: str) -> None:
 
 def test_a_csv_of_the_sweeps_evaluations_reads_back_as_the_sweep(db_url: str, tmp_path: Path) -> None:
     """The CSV path (columns run and tokens) gives step 2 the same evaluations as the sweep's database."""
-    from scaling.fitting.measurements import from_csv
-    from scaling.fitting.task_laws import tasks_from_csv, tasks_from_db
+    from scaling.fitting.core.measurements import from_csv
+    from scaling.fitting.tasks.task_laws import tasks_from_csv, tasks_from_db
 
     swept = tasks_from_db(db_url, "ladder").evals.sort_values(["run_key", "tokens"]).reset_index(drop=True)
     total = swept.groupby("run_key")["D"].transform("max")
@@ -128,7 +128,7 @@ def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
 
 
 def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:
-    from scaling.fitting.task_laws import fit_tasks, task_lines, tasks_from_db
+    from scaling.fitting.tasks.task_laws import fit_tasks, task_lines, tasks_from_db
     from scaling.reports.figures_tasks import (accuracy_interval, accuracy_vs_compute, accuracy_vs_loss,
                                                frontier_prediction)
 

@@ -14,7 +14,7 @@ import torch
 from scaling import vocab
 from scaling.db import Store, connect
 from scaling.errors import PlanError, SpecError
-from scaling.fitting.task_data import chance_of_events
+from scaling.fitting.tasks.task_data import chance_of_events
 from scaling.trainer import next_line, train
 from scaling.trainer.evals import Encoded, TaskEvaluator, batches, continuation_logprobs, encode, score, task_metrics
 from scaling.trainer.runtime import Runtime

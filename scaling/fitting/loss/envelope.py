@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.measurements import FitData
-from scaling.fitting.frontier import FrontierLaw
+from scaling.fitting.core.measurements import FitData
+from scaling.fitting.loss.frontier import FrontierLaw
 
 
 class ChinchillaEnvelope(FrontierLaw):
@@ -30,7 +30,7 @@ class ChinchillaEnvelope(FrontierLaw):
     Attributes
     ----------
     envelope_ : per FLOP value: flops, N_opt, loss_opt, run (best run's key), N_run (its size), status.
-    params_ : as :class:`~scaling.fitting.frontier.FrontierLaw`.
+    params_ : as :class:`~scaling.fitting.loss.frontier.FrontierLaw`.
     """
 
     method = "envelope"

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from scaling.fitting.measurements import FitData, group_budgets
-from scaling.fitting.frontier import FrontierLaw, parabola, vertex
+from scaling.fitting.core.measurements import FitData, group_budgets
+from scaling.fitting.loss.frontier import FrontierLaw, parabola, vertex
 
 
 class ChinchillaIsoFLOP(FrontierLaw):

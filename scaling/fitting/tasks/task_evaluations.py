@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.tabular import parse_numbers
+from scaling.fitting.core.tabular import parse_numbers
 
 #: Column names (case-insensitive) of a run's name and of the tokens seen at an evaluation.
 RUN_COLUMN = "run"

@@ -9,8 +9,8 @@ its N_opt at that budget against the slice's own parabola.
 The errors, per unit of ln C extrapolated (from the largest fitted budget to the held-out one),
 become the law's model-error rates (``law.extrapolation_``; for N*, where the held-out runs
 measure no optimum, how far N* at their budget moves between the refit and the full fit): how fast its predictions drift from
-the truth as it extrapolates. :meth:`scaling.fitting.base.Law.optimal_interval` and
-:meth:`~scaling.fitting.base.Law.predict_interval` widen intervals beyond the fitted range by them.
+the truth as it extrapolates. :meth:`scaling.fitting.core.base.Law.optimal_interval` and
+:meth:`~scaling.fitting.core.base.Law.predict_interval` widen intervals beyond the fitted range by them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from scaling.errors import FitError, UserError
-from scaling.fitting.base import NUMERICAL_FAILURES, Law, jsonable
-from scaling.fitting.measurements import FitData, group_budgets
+from scaling.fitting.core.base import NUMERICAL_FAILURES, Law, jsonable
+from scaling.fitting.core.measurements import FitData, group_budgets
 
 
 def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:
@@ -65,7 +65,7 @@ def backtest(law: Law, data: FitData) -> dict[str, Any]:
 
 
 def _scores(law: Law, data: FitData) -> dict[str, Any]:
-    from scaling.fitting.isoflop import ChinchillaIsoFLOP
+    from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 
     train, held = split(data)
     refit = type(law)(**law.get_settings()).fit(train)

@@ -22,11 +22,11 @@ from scipy.optimize import least_squares
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.base import Law, Params, check_spread, coverage_reasons, fit_line
-from scaling.fitting.measurements import FitData, group_budgets
-from scaling.fitting.doubts import DoubtKind
-from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
-from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
+from scaling.fitting.core.base import Law, Params, check_spread, coverage_reasons, fit_line
+from scaling.fitting.core.measurements import FitData, group_budgets
+from scaling.fitting.core.doubts import DoubtKind
+from scaling.fitting.core.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
+from scaling.fitting.core.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
 #: Above this many points the joint law's starts run on a seeded random subset of this size (they
 #: only have to find the optimum's basin); the best of them is then refined on every point.
@@ -302,7 +302,7 @@ class KaplanLaw(Law):
                            rng: np.random.Generator) -> np.ndarray:
         """The bootstrap of many points: each law resampled on its own points as in :meth:`_bootstrap`,
         the joint law (and a single-variable law on more than BLB_THRESHOLD points) by a bag of
-        little bootstraps (:mod:`scaling.fitting.resample`) with weighted refits from the full fit."""
+        little bootstraps (:mod:`scaling.fitting.core.resample`) with weighted refits from the full fit."""
         names = list(self.param_names)
         out = np.full((n, len(names)), np.nan)
         for key, (X, Y) in lines.items():

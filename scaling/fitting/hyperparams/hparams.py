@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, restore, stored
-from scaling.fitting.intervals import interval_text, summarise, withheld
-from scaling.fitting.points import DIGITS, point_keys, rounded
+from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
+from scaling.fitting.core.intervals import interval_text, summarise, withheld
+from scaling.fitting.core.points import DIGITS, point_keys, rounded
 from scaling.fmt import bounds, num
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
@@ -322,7 +322,7 @@ class PowerLaw(Doubtful):
 
     @property
     def notes_(self) -> list[str]:
-        """Its notes, where :class:`~scaling.fitting.doubts.Doubtful` writes and drops a doubt's message."""
+        """Its notes, where :class:`~scaling.fitting.core.doubts.Doubtful` writes and drops a doubt's message."""
         return self.notes
 
     @notes_.setter

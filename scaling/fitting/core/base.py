@@ -18,9 +18,9 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.measurements import SIX, FitData, from_frame
-from scaling.fitting.doubts import Doubtful, DoubtKind, relink, restore, stored
-from scaling.fitting.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
+from scaling.fitting.core.measurements import SIX, FitData, from_frame
+from scaling.fitting.core.doubts import Doubtful, DoubtKind, relink, restore, stored
+from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 
 #: Below this fraction of successful bootstrap replicates, intervals are reported unavailable (NaN).
 MIN_OK_FRACTION = 0.5
@@ -106,7 +106,7 @@ def unavailable_note(why: str | None) -> str | None:
 class Law(Doubtful):
     """Base class: subclasses define ``law``, ``method``, ``param_names`` and the pure functions.
 
-    Its doubts (:class:`~scaling.fitting.doubts.Doubt`, typed) decide :meth:`reliable`; their
+    Its doubts (:class:`~scaling.fitting.core.doubts.Doubt`, typed) decide :meth:`reliable`; their
     messages read among its ``notes_``."""
 
     law: ClassVar[str] = ""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scaling.fitting.measurements import SIX, FitData, prepare
+from scaling.fitting.core.measurements import SIX, FitData, prepare
 
 #: Close to Epoch AI's estimates on Chinchilla's data (Besiroglu et al. 2024).
 TRUTH = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
@@ -216,7 +216,7 @@ def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approa
                       n_bootstrap: int = 50, seed: int = 0,
                       settings: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Hold out the largest-compute runs, fit each law as ``scaling fit`` does on the rest, and
-    count how many held-out losses fall inside :meth:`~scaling.fitting.base.Law.predict_interval`.
+    count how many held-out losses fall inside :meth:`~scaling.fitting.core.base.Law.predict_interval`.
 
     Returns, per law kind: ``covered`` and ``n`` (held-out points), ``covered_bootstrap_only`` (by
     the parameters' bootstrap interval alone, for contrast), ``median_ln_width``, ``flagged`` (its
@@ -225,7 +225,7 @@ def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approa
     """
     from scaling.errors import UserError
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.backtest import split
+    from scaling.fitting.core.backtest import split
 
     train, held = split(data)
     pts = data.points[held]

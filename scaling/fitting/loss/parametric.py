@@ -4,7 +4,7 @@ Fitted as Besiroglu et al. (Epoch AI, 2024) replicate it: parameters (a, b, e) =
 and alpha, beta; the prediction written as log-sum-exp(a - alpha log N, b - beta log D, e); the
 objective is the sum of Huber losses (delta = 1e-3) between predicted and observed log loss;
 L-BFGS from a grid of 4,500 starts, the best kept. Here every start runs at once
-(:func:`scaling.fitting.optim.batch_lbfgs` with an analytic gradient), the best few are polished
+(:func:`scaling.fitting.core.optim.batch_lbfgs` with an analytic gradient), the best few are polished
 with scipy's L-BFGS-B, and bootstrap refits run batched from the full-data optimum.
 """
 
@@ -17,12 +17,12 @@ import numpy as np
 from scipy.optimize import minimize
 
 from scaling.errors import FitError
-from scaling.fitting.base import Law, Params, check_spread
-from scaling.fitting.measurements import FitData
-from scaling.fitting.doubts import DoubtKind
-from scaling.fitting.optim import batch_lbfgs, max_batch
-from scaling.fitting.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
-from scaling.fitting.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
+from scaling.fitting.core.base import Law, Params, check_spread
+from scaling.fitting.core.measurements import FitData
+from scaling.fitting.core.doubts import DoubtKind
+from scaling.fitting.core.optim import batch_lbfgs, max_batch
+from scaling.fitting.core.resample import BLB_THRESHOLD, little_bootstraps, multinomial_counts
+from scaling.fitting.core.resample import NOTE_PREFIX as BLB_NOTE, note as blb_note
 
 #: Epoch AI's grid of starts (Besiroglu et al. 2024, Sec. 2): 5 x 5 x 5 x 6 x 6 = 4,500.
 EPOCH_GRID: dict[str, list[float]] = {
@@ -62,7 +62,7 @@ LADDER_BOUNDS = ((0.0, None), (0.0, None), (None, None), (0.0, None), (0.0, None
 LADDER_PINNED = {0: ("A", "lower bound 1 (a = log A >= 0)"), 1: ("B", "lower bound 1 (b = log B >= 0)"),
                  3: ("alpha", "lower bound 0"), 4: ("beta", "lower bound 0")}
 #: Grid starts still this many times worse than the best after 100 iterations are stopped
-#: (see :func:`scaling.fitting.optim.batch_lbfgs`); the best few are polished regardless.
+#: (see :func:`scaling.fitting.core.optim.batch_lbfgs`); the best few are polished regardless.
 PRUNE_FACTOR = 10.0
 #: Above this many points the grid of starts runs on a seeded random subset of this size (it
 #: only has to find the basin of the optimum); the best grid optima are polished on every point.
@@ -322,7 +322,7 @@ class ChinchillaParametric(Law):
         return out
 
     def _little_bootstraps(self, full: HuberLogObjective, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Bag of little bootstraps (:mod:`scaling.fitting.resample`), recentred in the optimiser's log parameters."""
+        """Bag of little bootstraps (:mod:`scaling.fitting.core.resample`), recentred in the optimiser's log parameters."""
 
         def fit_subset(idx: np.ndarray) -> np.ndarray | None:
             if self.recipe == "ladder":

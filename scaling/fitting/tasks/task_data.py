@@ -6,7 +6,7 @@ point step 1 fits); every row is an evaluation step 2 fits. ``loss`` is the run'
 that evaluation, the task loss of a task that reports no bits per byte (Gadre et al. relate
 error to the validation loss, not to a task loss). ``D`` and ``C`` of an evaluation are the tokens
 and compute spent up to it, the same from a sweep and from a CSV with intermediate evaluations
-(:mod:`scaling.fitting.task_evaluations`). ``TaskData.chance`` holds each task's chance level
+(:mod:`scaling.fitting.tasks.task_evaluations`). ``TaskData.chance`` holds each task's chance level
 where it is known (the mean of 1 / choices over a task file's items, a CSV's ``chance_<task>``).
 """
 
@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from scaling.errors import FitError
-from scaling.fitting.measurements import ALIASES, SIX, FitData, fitted_runs, read_rows
-from scaling.fitting.tabular import parse_numbers
-from scaling.fitting.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
+from scaling.fitting.core.measurements import ALIASES, SIX, FitData, fitted_runs, read_rows
+from scaling.fitting.core.tabular import parse_numbers
+from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
                                           parse_metric, task_name_problem)
-from scaling.fitting.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, Evaluations, split_evaluations
+from scaling.fitting.tasks.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, Evaluations, split_evaluations
 
 COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
 
@@ -149,9 +149,9 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
     (1 - accuracy). Accuracies and errors must lie in [0, 1], bits per byte be positive; an empty
     cell means the task was not measured on that row. ``chance_<task>``: the task's chance level,
     one value in [0, 1). With columns ``run`` and ``tokens`` a run's rows are its evaluations
-    (:mod:`scaling.fitting.task_evaluations`): the one at ``tokens`` = ``D`` is final, the others
+    (:mod:`scaling.fitting.tasks.task_evaluations`): the one at ``tokens`` = ``D`` is final, the others
     are checkpoints, fitted by step 2 only. N, D, C and loss are read as
-    :func:`scaling.fitting.measurements.from_frame` reads them (:func:`scaling.fitting.measurements.read_rows`: the same
+    :func:`scaling.fitting.core.measurements.from_frame` reads them (:func:`scaling.fitting.core.measurements.read_rows`: the same
     columns, checks, loss units and FLOP convention, those ``data`` was read with). ``row_label``
     names a row in messages (``data row <i + 1>`` by default).
     """
@@ -264,7 +264,7 @@ def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool)
 
 def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str, label: Callable[[int], str],
                   evaluations: Evaluations | None) -> pd.DataFrame:
-    """Per row: N, D, C and the loss in nats, read as the loss fit reads them (:func:`~scaling.fitting.measurements.read_rows`:
+    """Per row: N, D, C and the loss in nats, read as the loss fit reads them (:func:`~scaling.fitting.core.measurements.read_rows`:
     the same columns, checks, units and FLOP convention, from ``data``); a row the loss fit drops
     (``--drop-invalid``) is not usable. An intermediate evaluation may leave its loss empty."""
     rows = read_rows(df[cols], flops_convention=data.flops_convention, params_convention=data.params_convention,

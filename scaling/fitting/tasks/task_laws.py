@@ -2,9 +2,9 @@
 
 Step 1: the task loss (the bits per byte of the correct answer, or the run's own loss for a task
 that reports none) as a function of (N, D) in the Chinchilla form L = E + A/N^alpha + B/D^beta,
-fitted to each run's final evaluation by :class:`~scaling.fitting.parametric.ChinchillaParametric`
+fitted to each run's final evaluation by :class:`~scaling.fitting.loss.parametric.ChinchillaParametric`
 (its own parameters, the same Huber objective, grid and bootstrap as the loss law).
-Step 2: accuracy as a function of the task loss (:mod:`scaling.fitting.task_curves`: the OLMo
+Step 2: accuracy as a function of the task loss (:mod:`scaling.fitting.tasks.task_curves`: the OLMo
 ladder's sigmoid and Gadre et al.'s exponential error), fitted to every evaluation.
 
 The chained prediction at (N, D) evaluates step 2 at step 1's task loss, replicate by replicate:
@@ -16,8 +16,8 @@ flagged keeps its interval where the paired bootstrap determines the accuracy at
 worse than the other is flagged (:meth:`TaskLaw.misfit`); forms that fit them about as well share
 one interval holding both their predictions, since the data cannot say which holds beyond them
 (:meth:`TaskLaw.predict_interval`). Step 2's forms are bounded to [chance, 1]
-(:mod:`scaling.fitting.task_curves`). The backtest holds out the largest budget as
-:mod:`scaling.fitting.backtest` does for the loss laws.
+(:mod:`scaling.fitting.tasks.task_curves`). The backtest holds out the largest budget as
+:mod:`scaling.fitting.core.backtest` does for the loss laws.
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.base import MIN_OK_FRACTION, Law, jsonable
-from scaling.fitting.measurements import SIX, group_budgets, prepare
-from scaling.fitting.doubts import Doubt, DoubtKind
-from scaling.fitting.intervals import summarise, withheld
-from scaling.fitting.isoflop import ChinchillaIsoFLOP
-from scaling.fitting.parametric import RECIPES, ChinchillaParametric
-from scaling.fitting.task_curves import CURVES, AccuracyCurve
-from scaling.fitting.task_data import TaskData
-from scaling.fitting.task_data import from_db as tasks_from_db
-from scaling.fitting.task_data import from_frame as tasks_from_frame
+from scaling.fitting.core.base import MIN_OK_FRACTION, Law, jsonable
+from scaling.fitting.core.measurements import SIX, group_budgets, prepare
+from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fitting.core.intervals import summarise, withheld
+from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
+from scaling.fitting.loss.parametric import RECIPES, ChinchillaParametric
+from scaling.fitting.tasks.task_curves import CURVES, AccuracyCurve
+from scaling.fitting.tasks.task_data import TaskData
+from scaling.fitting.tasks.task_data import from_db as tasks_from_db
+from scaling.fitting.tasks.task_data import from_frame as tasks_from_frame
 
 #: Step 2's forms, in report order; the first is the headline method.
 FORMS = tuple(CURVES)
@@ -295,7 +295,7 @@ def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str
 def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
              grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
              step1: Law | None = None, chance: float | None = None, recipe: str = "grid") -> TaskLaw:
-    """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.task_data.COLUMNS`).
+    """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.tasks.task_data.COLUMNS`).
 
     ``step1``: an already fitted step 1 of the same task loss (shared by tasks measured on the run's
     own loss). ``chance``: the task's chance level, when known. ``recipe``: step 1's search
@@ -480,10 +480,10 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
 def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> TaskData:
     """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects.
 
-    The rows are those ``data`` was fitted on (`scaling.fitting.measurements.csv_rows`): a copy of an
+    The rows are those ``data`` was fitted on (`scaling.fitting.core.measurements.csv_rows`): a copy of an
     earlier row is left out, as ``--drop-duplicates`` left it out of ``data`` (without it the copy
     was refused before the tasks are read)."""
-    from scaling.fitting.measurements import csv_rows
+    from scaling.fitting.core.measurements import csv_rows
 
     df, _, kept, _ = csv_rows(path, drop_duplicates=True)
     td = tasks_from_frame(df, data, source=str(path), row_label=lambda i: f"data row {kept[i] + 1}")
@@ -503,7 +503,7 @@ def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_boo
 def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,
                     seed: int = 0, grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task metrics of ``sweep``'s completed runs, fitted (empty when the runs evaluated no task)."""
-    from scaling.fitting.measurements import FitData
+    from scaling.fitting.core.measurements import FitData
 
     probe = FitData(points=pd.DataFrame(), flops_per_param_token=k)
     td = tasks_from_db(url, sweep, probe)

@@ -17,7 +17,7 @@ in a chained prediction the lowest task loss step 1 predicts (its E; see ``task_
 
 The bootstrap resamples whole runs (a run's checkpoints are not independent draws) and refits
 from the full-data optimum; intervals and what they may claim come from
-:mod:`scaling.fitting.intervals`, the same rules as the loss laws.
+:mod:`scaling.fitting.core.intervals`, the same rules as the loss laws.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from scipy.optimize import least_squares
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
-from scaling.fitting.doubts import Doubt, Doubtful, DoubtKind, relink, restore, stored
-from scaling.fitting.intervals import summarise, withheld
+from scaling.fitting.core.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
+from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, relink, restore, stored
+from scaling.fitting.core.intervals import summarise, withheld
 
 #: A parameter within this fraction of its bound's distance is reported as pinned there.
 AT_BOUND = 1e-6
@@ -200,7 +200,7 @@ class AccuracyCurve(Doubtful):
         return {n: reps[:, i] for i, n in enumerate(self.param_names)}
 
     def replicate_values(self, name: str) -> np.ndarray | None:
-        """One parameter's successful replicates (as :meth:`scaling.fitting.base.Law.replicate_values`)."""
+        """One parameter's successful replicates (as :meth:`scaling.fitting.core.base.Law.replicate_values`)."""
         reps = self.replicate_params()
         return None if reps is None else reps[name]
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.base import Law, Params, coverage_reasons, fit_line
-from scaling.fitting.doubts import DoubtKind
+from scaling.fitting.core.base import Law, Params, coverage_reasons, fit_line
+from scaling.fitting.core.doubts import DoubtKind
 
 
 def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
@@ -104,7 +104,7 @@ class FrontierLaw(Law):
         N_opt must grow with C but slower than C (else D_opt shrinks): a outside (0, 1) is
         impossible, and outside :data:`A_PLAUSIBLE` implausible (published values lie in about
         0.45-0.9). Independently of the value, too few budgets or budgets spanning too little
-        compute (:func:`~scaling.fitting.base.coverage_reasons`), or optima decided by fewer than
+        compute (:func:`~scaling.fitting.core.base.coverage_reasons`), or optima decided by fewer than
         :data:`MIN_SIZES` distinct model sizes, cannot measure a slope, however tight its bootstrap
         interval looks.
         """

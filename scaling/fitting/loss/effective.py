@@ -17,9 +17,9 @@ from scipy.stats import chi2
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.measurements import FitData, effective_tokens
+from scaling.fitting.core.measurements import FitData, effective_tokens
 
-#: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.measurements.R_STAR_DATA`, 15.4).
+#: Muennighoff et al.'s fitted R*_N (R*_D is :data:`scaling.fitting.core.measurements.R_STAR_DATA`, 15.4).
 R_STAR_N = 5.3
 #: The R* searched (0.5: repeats are almost worthless; 500: almost as good as new).
 R_STAR_RANGE = (0.5, 500.0)
@@ -248,7 +248,7 @@ def fit_effective(data: FitData, *, fit_d: bool = False, r_star_n: float | None 
     (None: excess parameters are not modelled, N' = N, unless ``fit_n``). The returned points
     have D = D' and, with R*_N, N = N' (the raw N kept as N_raw), and a note per R*.
     """
-    from scaling.fitting.parametric import ChinchillaParametric
+    from scaling.fitting.loss.parametric import ChinchillaParametric
 
     pts = data.points
     if "D_raw" not in pts:

@@ -2,8 +2,8 @@
 
 Numbers written by people and computed by programs differ in their last digits (4e8 and
 400000000.00000006); rows whose values agree to :data:`DIGITS` significant digits are one point,
-whether the question is which seeds to average (:func:`scaling.fitting.measurements.prepare`) or which runs
-form a hyperparameter group (:func:`scaling.fitting.hparams.assign_groups`).
+whether the question is which seeds to average (:func:`scaling.fitting.core.measurements.prepare`) or which runs
+form a hyperparameter group (:func:`scaling.fitting.hyperparams.hparams.assign_groups`).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from scaling.errors import FitError, NotFoundError
 from scaling.naming import printable_problem
 from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
-from scaling.fitting.points import point_keys
-from scaling.fitting.tabular import ACCEPTED, parse_numbers, read_csv
-from scaling.fitting.task_columns import is_task_column
-from scaling.fitting.task_evaluations import split_evaluations
+from scaling.fitting.core.points import point_keys
+from scaling.fitting.core.tabular import ACCEPTED, parse_numbers, read_csv
+from scaling.fitting.tasks.task_columns import is_task_column
+from scaling.fitting.tasks.task_evaluations import split_evaluations
 
 #: CSV column aliases (case-insensitive), first match wins.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -34,7 +34,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "final_loss", "eval_loss"),
     "seed": ("seed",),
     "unique_tokens": ("unique_tokens", "U"),
-    # hyperparameters (scaling.fitting.hparams): runs of one (N, D) that differ in these form a group
+    # hyperparameters (scaling.fitting.hyperparams.hparams): runs of one (N, D) that differ in these form a group
     "lr": ("lr", "learning_rate", "lr_peak", "peak_lr"),
     "batch": ("batch_tokens", "batch_size_tokens", "batch"),
     "beta2": ("beta2", "adam_beta2"),
@@ -97,12 +97,12 @@ class FitData:
     r_star: float = R_STAR_DATA
     #: Muennighoff et al.'s R*_N used for effective parameters N' (None: not modelled, N' = N).
     r_star_n: float | None = None
-    #: Each estimated R* ("R*_D", "R*_N"): value, status and 95% profile interval (scaling.fitting.effective).
+    #: Each estimated R* ("R*_D", "R*_N"): value, status and 95% profile interval (scaling.fitting.loss.effective).
     r_star_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What the input looked wrong in (units, conventions, dropped rows): shown as warnings.
     warnings: list[str] = field(default_factory=list)
     #: The runs with lr, batch (and beta2, group) when they form hyperparameter groups
-    #: (scaling.fitting.hparams); ``points`` then hold one row per group, as ``hparam_mode`` says.
+    #: (scaling.fitting.hyperparams.hparams); ``points`` then hold one row per group, as ``hparam_mode`` says.
     hparam_runs: pd.DataFrame | None = None
     hparam_mode: str | None = None
     #: How a table's rows were read (:func:`from_frame`), so its task columns are read alike.
@@ -260,7 +260,7 @@ def _column_problems(key: str, v: np.ndarray, unreadable: np.ndarray) -> tuple[n
 def check_values(df: pd.DataFrame, columns: Columns, *, where: str = "", label: Callable[[int], str] | None = None,
                  drop_invalid: bool = False, blank_loss: np.ndarray | None = None
                  ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
-    """Each numeric quantity's values parsed (:func:`~scaling.fitting.tabular.parse_numbers`) and checked.
+    """Each numeric quantity's values parsed (:func:`~scaling.fitting.core.tabular.parse_numbers`) and checked.
 
     A missing, unreadable, non-positive or non-finite value, one outside :data:`VALUE_RANGE`, or an lr
     or beta2 the plan's rule refuses (:data:`scaling.rules.HPARAM_CHECKS`) is refused in one line
@@ -386,7 +386,7 @@ def read_rows(df: pd.DataFrame, *, flops_convention: str = "6N", params_conventi
     """A table's N, D, C and loss (and U, lr, batch, beta2): :func:`choose_columns`, :func:`check_values`,
     :func:`convert_units`, :func:`apply_conventions`. The one reading of a measurements table's
     numbers, shared by the loss fits (:func:`from_frame`) and the task columns
-    (:func:`scaling.fitting.task_data.from_frame`)."""
+    (:func:`scaling.fitting.tasks.task_data.from_frame`)."""
     check_options(flops_convention, params_convention, loss_units)
     columns = choose_columns([str(c) for c in df.columns], where, loss_units)
     values, keep, warnings = check_values(df, columns, where=where, label=label, drop_invalid=drop_invalid,
@@ -421,10 +421,10 @@ def from_frame(
     ``drop_invalid``: rows with a missing, unreadable, non-positive or non-finite value are
     dropped and counted instead of refused. A U (unique tokens) column makes D Muennighoff et
     al.'s effective data per row, with R*_D = ``r_star``. Columns of lr and batch make the rows
-    of one (N, D) that differ in them a group (:mod:`scaling.fitting.hparams`); ``hparams``:
+    of one (N, D) that differ in them a group (:mod:`scaling.fitting.hyperparams.hparams`); ``hparams``:
     the loss laws see each group's tuned loss (``tuned``) or its grid's centre (``fixed``). A ``run``
     column makes rows evaluations of named runs: only each run's final one is read here
-    (:mod:`scaling.fitting.task_evaluations`).
+    (:mod:`scaling.fitting.tasks.task_evaluations`).
     """
     where = f"{source}: " if source else ""
     label = row_label or (lambda i: f"row {i}")
@@ -445,7 +445,7 @@ def from_frame(
         out["seed"] = df[picked["seed"]].to_numpy()[keep]
     if picked["unique_tokens"] is not None:
         out["U"] = out.pop("unique_tokens")
-    # task measurements (scaling.fitting.task_laws) are results, not descriptions of the run
+    # task measurements (scaling.fitting.tasks.task_laws) are results, not descriptions of the run
     extras = [c for c in cols if c not in picked.values() and c not in LOSS_LIKE and not is_task_column(c)]
     for c in extras:
         out[f"extra:{c}"] = df[c].to_numpy()[keep]
@@ -474,12 +474,12 @@ def from_frame(
 
 def _hparam_points(out: pd.DataFrame, df: pd.DataFrame, picked: dict[str, str | None], keep: np.ndarray,
                    mode: str, where: str, label: Callable[[int], str]) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
-    """A CSV's rows with lr / batch / group columns: one row per hyperparameter group (scaling.fitting.hparams).
+    """A CSV's rows with lr / batch / group columns: one row per hyperparameter group (scaling.fitting.hyperparams.hparams).
 
     A group column must label every row, and each group needs runs that differ in lr or batch.
     Returns (rows for the loss laws, the runs for the hyperparameter fit or None without groups, notes).
     """
-    from scaling.fitting import hparams as H
+    from scaling.fitting.hyperparams import hparams as H
 
     if mode not in H.MODES:
         raise FitError(f"unknown hyperparameter mode {mode!r} (use one of {', '.join(H.MODES)})")
@@ -539,7 +539,7 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
 def csv_rows(path: str | Path, *, drop_duplicates: bool = False) -> tuple[pd.DataFrame, str, np.ndarray, int]:
     """The data rows of the CSV at ``path``, each once: (rows, separator, the file positions of the
     rows kept, copies dropped). The one reader of a CSV's rows, so the loss fits and the task
-    columns (`scaling.fitting.task_laws.tasks_from_csv`) see the same rows.
+    columns (`scaling.fitting.tasks.task_laws.tasks_from_csv`) see the same rows.
 
     A row identical in every column to an earlier one is a copy, not another run: FitError naming
     both rows, or with ``drop_duplicates`` dropped (and counted).
@@ -722,7 +722,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     that differ in U are then never averaged together).
     Runs of one (N, D) that differ in lr, batch or beta2 (or share a ``hparam_group``) are a
     hyperparameter group: one point each, its tuned loss or its grid's centre as ``hparams`` says
-    (:func:`scaling.fitting.hparams.tuned_points`).
+    (:func:`scaling.fitting.hyperparams.hparams.tuned_points`).
     """
     from scaling import db
     from scaling import vocab as names
@@ -750,7 +750,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             else:
                 runs["U"] = per_run
                 columns.append("U")
-        from scaling.fitting import hparams as H
+        from scaling.fitting.hyperparams import hparams as H
 
         hp_runs = H.runs_frame(runs)
         table, hp_notes = runs[columns], []

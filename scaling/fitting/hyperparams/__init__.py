@@ -1,0 +1,1 @@
+"""hyperparams: see docs/architecture.md."""

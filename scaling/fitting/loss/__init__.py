@@ -1,0 +1,1 @@
+"""loss: see docs/architecture.md."""

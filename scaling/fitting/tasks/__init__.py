@@ -1,0 +1,1 @@
+"""tasks: see docs/architecture.md."""
