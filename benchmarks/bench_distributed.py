@@ -136,8 +136,8 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    from scaling.trainer.model import build_model
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.families.model import build_model
+    from scaling.trainer.parallel.data_parallel import parallelize
 
     spec = _spec(**{k: cfg[k] for k in ("n_layer", "d_model", "n_head", "context", "seqs", "precision")},
                  strategy=cfg["strategy"], workers=world)
@@ -152,7 +152,7 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     if fsdp:
         # Build on the meta device, shard, then allocate only this rank's shards, as large
         # FSDP jobs do; a full model allocated first would set the RSS high-water mark.
-        from scaling.trainer.model import GPT
+        from scaling.trainer.families.model import GPT
 
         with torch.device("meta"):
             model = GPT(spec.shape)

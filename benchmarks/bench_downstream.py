@@ -26,7 +26,7 @@ import torch
 
 from scaling.trainer.loop import Trainer
 from scaling.trainer.spec import RunSpec
-from scaling.trainer.task_cost import eval_cost
+from scaling.trainer.evaluation.task_cost import eval_cost
 
 #: A run at the spec's defaults (context 256, 8,192-token batches, eval every 100 steps, 65,536
 #: eval tokens) with a 2x128 model, and the example sweep's largest model at its settings (766 steps).

@@ -76,7 +76,7 @@ def _worker(out: str, case: dict) -> None:
     torch.set_num_threads(1)
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.optim import param_groups
     from scaling.trainer.precision import autocast
 
@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("--precision", choices=("fp32", "bf16"), default=None)
     args = ap.parse_args()
     mb = 2**20
-    import scaling.trainer.model  # noqa: F401  (imported before forking, once)
+    import scaling.trainer.families.model  # noqa: F401  (imported before forking, once)
 
     print(f"torch {torch.__version__}, SDPA on this CPU: {sdpa_kernel_name()}; {MICRO_BATCHES} micro-batches per step")
     print(f"{'family':<6} {'size':<22} {'prec':<5} {'b':>2} {'peak MiB':>9} {'model':>9} {'ratio':>6} | "

@@ -45,7 +45,7 @@ def _spec(args: argparse.Namespace, schedule: str, m: int) -> Any:
 
 
 def _idle(rank: int, spec: Any, steps: int) -> list[float]:
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     pipe = build_pipeline(spec, Runtime.current("cpu"))

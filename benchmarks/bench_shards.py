@@ -1,4 +1,4 @@
-"""Hashing token shards: the digest pass (`scaling.trainer.digests`) against plain sha256.
+"""Hashing token shards: the digest pass (`scaling.trainer.data.digests`) against plain sha256.
 
 Writes ``--gib`` GiB of random uint16 tokens as ``--shards`` raw shards in a temporary folder,
 then times, alternately over ``--rounds`` rounds (so a drift in machine load hits both alike):
@@ -39,8 +39,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-shards-"))
     os.environ["SCALING_CACHE_DIR"] = str(work / "cache")
-    from scaling.trainer.digests import digests_root, shard_digests
-    from scaling.trainer.shards import read_shard
+    from scaling.trainer.data.digests import digests_root, shard_digests
+    from scaling.trainer.data.shards import read_shard
 
     try:
         rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 """The trainer's own overhead: ``scaling train`` against a plain nanoGPT-style loop of the same model.
 
-Both train the same model (``scaling.trainer.model``) on the same bytes (one ``.bin`` token
+Both train the same model (``scaling.trainer.families.model``) on the same bytes (one ``.bin`` token
 file, memory-mapped by both), batch and optimizer (AdamW, clipping at 1.0), each as a whole
 process as a user runs it: ``scaling train SPEC --db sqlite:///...`` (database, data check,
 precision, step-0 and final checkpoints, metrics every step, spike checks) against a script that
@@ -54,7 +54,7 @@ def plain_process(config: dict[str, Any]) -> None:
     import torch.nn.functional as F
 
     from scaling.accounting import Shape
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.optim import param_groups
 
     torch.set_num_threads(config["threads"])
@@ -99,7 +99,7 @@ def write_tokens(path: Path) -> tuple[int, float]:
     """The builtin corpus's token stream as a nanoGPT-style uint16 ``.bin``; (vocabulary, val fraction)."""
     import numpy as np
 
-    from scaling.trainer.corpus import load_corpus
+    from scaling.trainer.data.corpus import load_corpus
     from scaling.trainer.spec import DataSpec
 
     data = DataSpec()
@@ -270,9 +270,9 @@ def in_process(args: argparse.Namespace) -> None:
     import torch
     import torch.nn.functional as F
 
-    from scaling.trainer.corpus import load_corpus
+    from scaling.trainer.data.corpus import load_corpus
     from scaling.trainer.loop import Trainer
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.optim import param_groups
     from scaling.trainer.precision import autocast
     from scaling.trainer.resolve import local_host, resolve

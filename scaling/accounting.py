@@ -1,7 +1,7 @@
 """Shapes, parameter and FLOP counts, and memory per worker: the one home of these numbers.
 
 Torch-free on purpose: the planner, the fits and the reports use it on machines without torch.
-The model in ``scaling.trainer.model`` is a GPT-2-style decoder (pre-LayerNorm, learned absolute
+The model in ``scaling.trainer.families.model`` is a GPT-2-style decoder (pre-LayerNorm, learned absolute
 positions, GELU MLP of 4*d_model, tied input/output embeddings, biases everywhere); the counts
 here are exact for it and are checked in the tests against a direct count of the torch module.
 """
@@ -315,7 +315,7 @@ class Shape(ModelFamily):
         }
 
 
-#: The model families (``scaling.trainer.model`` builds gpt2, ``scaling.trainer.llama`` llama).
+#: The model families (``scaling.trainer.families.model`` builds gpt2, ``scaling.trainer.families.llama`` llama).
 FAMILIES: tuple[str, ...] = ("gpt2", "llama")
 #: How a model's initialization and learning rates depend on its width (``mup``: Yang et al. 2022).
 PARAMETRIZATIONS: tuple[str, ...] = ("standard", "mup")
@@ -490,7 +490,7 @@ def gather_bytes(precision: Precision) -> int:
     """Bytes per value in which this trainer's FSDP2 gathers the parameters autocast casts (the
     linear layers): 2 under bf16; 4 under fp16 (gathered in FP32: autocast and loss scaling
     alone) and fp32. Norms and embeddings are gathered in FP32 whatever the precision, as
-    autocast computes with them (``scaling.trainer.parallel.shard_as_autocast``)."""
+    autocast computes with them (``scaling.trainer.parallel.data_parallel.shard_as_autocast``)."""
     return 2 if precision == "bf16" else 4
 
 

@@ -346,7 +346,7 @@ def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0)
     weights and biases, which autocast casts: the blocks' and an untied output layer.
 
     The rest (norms, embeddings, a tied output layer, which is the token embedding) FSDP2
-    gathers in FP32 (:func:`scaling.trainer.parallel.shard_as_autocast`).
+    gathers in FP32 (:func:`scaling.trainer.parallel.data_parallel.shard_as_autocast`).
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")

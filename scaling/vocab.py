@@ -39,13 +39,13 @@ METRICS: tuple[str, ...] = (
     EPOCH,
 )
 
-# -- downstream-task metrics: task/<task>/<kind> (scaling.trainer.evals writes them) -----------------
+# -- downstream-task metrics: task/<task>/<kind> (scaling.trainer.evaluation.evals writes them) -----------------
 TASK_PREFIX = "task/"
 TASK_ACC = "acc"  # share of items whose gold choice has the highest log-likelihood
 TASK_ACC_NORM = "acc_norm"  # the same with each choice's log-likelihood divided by its bytes
 TASK_BPB = "bpb"  # the gold continuation's negative log-likelihood in bits per byte (OLMo's task loss)
 TASK_KINDS: tuple[str, ...] = (TASK_ACC, TASK_ACC_NORM, TASK_BPB)
-#: The built-in task: the true next line of a held-out passage among four (scaling.trainer.next_line).
+#: The built-in task: the true next line of a held-out passage among four (scaling.trainer.evaluation.next_line).
 NEXT_LINE = "next_line"
 #: Longest task name: the database stores metric names of at most 64 characters.
 MAX_TASK_NAME = 64 - len(TASK_PREFIX) - 1 - max(len(k) for k in TASK_KINDS)

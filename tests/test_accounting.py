@@ -29,7 +29,7 @@ def test_gpt2_small_counts() -> None:
 )
 def test_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
     torch = pytest.importorskip("torch")
-    from scaling.trainer.model import GPT
+    from scaling.trainer.families.model import GPT
 
     with torch.device("meta"):
         model = GPT(shape)
@@ -189,7 +189,7 @@ def test_published_llama_counts() -> None:
 ])
 def test_llama_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
     torch = pytest.importorskip("torch")
-    from scaling.trainer.model import build_meta_model
+    from scaling.trainer.families.model import build_meta_model
 
     model = build_meta_model(shape)
     params = dict(model.named_parameters())  # a tied head appears once

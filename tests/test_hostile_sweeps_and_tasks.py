@@ -15,7 +15,7 @@ from scaling.fitting.tasks.task_data import from_frame as tasks_from_frame
 from scaling.fitting.tasks.task_laws import task_lines
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
-from scaling.trainer.eval_tasks import parse_lines
+from scaling.trainer.evaluation.eval_tasks import parse_lines
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sim-hparams.yaml"
 GOOD = b'{"context": "a", "choices": ["b", "c"], "gold": 0}\n'

@@ -1,5 +1,5 @@
 """`scaling data prepare`: tokenize a text corpus once into the cache every run memory-maps, or
-write a corpus as token shards (`scaling.trainer.reshard`)."""
+write a corpus as token shards (`scaling.trainer.data.reshard`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from scaling.cli.common import FormatOption, check_format, command_group
 
 if TYPE_CHECKING:
-    from scaling.trainer.shards import ShardFormat
+    from scaling.trainer.data.shards import ShardFormat
     from scaling.trainer.spec import DataSpec
 
-#: ``--shard-format`` values (`scaling.trainer.shards.ShardFormat`).
+#: ``--shard-format`` values (`scaling.trainer.data.shards.ShardFormat`).
 SHARD_FORMATS = ("npy", "bin", "llmc")
 
 data_app = command_group(
@@ -133,8 +133,8 @@ def _write_shards(data: "DataSpec", out: Path, shard_tokens: int, kind: "ShardFo
     """Load (or prepare) ``data`` and write it as shards into ``out``; print what was written."""
     import sys
 
-    from scaling.trainer.corpus import load_corpus
-    from scaling.trainer.reshard import write_shards
+    from scaling.trainer.data.corpus import load_corpus
+    from scaling.trainer.data.reshard import write_shards
 
     corpus = load_corpus(data)
     written = write_shards(corpus, out, shard_tokens, kind, show=format != "json" and sys.stderr.isatty())
@@ -158,7 +158,7 @@ def _write_shards(data: "DataSpec", out: Path, shard_tokens: int, kind: "ShardFo
 
 
 def _prepare(data: "DataSpec", format: str) -> None:
-    from scaling.trainer.prepare import prepare as prepare_tokens
+    from scaling.trainer.data.prepare import prepare as prepare_tokens
 
     prepared = prepare_tokens(data, progress=None if format == "json" else True)
     facts = {

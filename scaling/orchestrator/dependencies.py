@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from scaling import vocab
-from scaling.trainer import lineage
+from scaling.trainer.checkpoints import lineage
 from scaling.trainer.spec import RunSpec
 
 READY = "ready"

@@ -98,7 +98,7 @@ def run_multiworker(
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from scaling.trainer.distributed import RESULT_KEY, failure_recorder, train_func
-    from scaling.trainer.parallel import default_backend
+    from scaling.trainer.parallel.data_parallel import default_backend
 
     os.environ.setdefault(HEALTH_CHECK_ENV, "0.1")  # effective for a Ray started after this
     if not ray.is_initialized():

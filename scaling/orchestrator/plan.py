@@ -32,7 +32,7 @@ from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.hparam_groups import HparamsPlan, coincidence_problem
 from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
-from scaling.trainer.eval_tasks import EvalsSpec, check_tasks
+from scaling.trainer.evaluation.eval_tasks import EvalsSpec, check_tasks
 from scaling.trainer.resolve import Host
 from scaling.trainer.spec import (
     Conventions,
@@ -446,7 +446,7 @@ class Plan(_Strict):
             )
 
     def check_task_files(self, source: Optional[YamlSource] = None) -> None:
-        """Read and check the task files ``evals`` names (`scaling.trainer.eval_tasks.check_tasks`): a bad
+        """Read and check the task files ``evals`` names (`scaling.trainer.evaluation.eval_tasks.check_tasks`): a bad
         line is one PlanError naming the file and line. Done when a plan file is loaded, not in
         validation: a plan stored with its sweep is validated again where its files may be absent."""
         if self.simulate is not None:

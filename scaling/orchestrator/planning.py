@@ -20,7 +20,7 @@ from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.vocab import HPARAM_GROUP_TAG
-from scaling.trainer.task_cost import cost_note, cost_row
+from scaling.trainer.evaluation.task_cost import cost_note, cost_row
 from scaling.trainer.resolve import overheads, worker_rate
 
 
@@ -96,7 +96,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "precision": spec.precision,
         "est_seconds": estimated_seconds(run, plan),
     }
-    row.update(cost_row(spec, row["est_seconds"]))  # scoring its tasks (scaling.trainer.task_cost)
+    row.update(cost_row(spec, row["est_seconds"]))  # scoring its tasks (scaling.trainer.evaluation.task_cost)
     if run.layout is not None:
         best, steps = run.layout.best, spec.steps
         lay = best.layout
@@ -168,10 +168,10 @@ def summarize(expansion: Expansion) -> dict[str, Any]:
 
 def attention_notes(expansion: Expansion) -> list[str]:
     """One line per distinct attention kernel choice the plan's runs get on this machine, and why
-    (`scaling.trainer.attention`); nothing for a simulated plan, whose runs train no model."""
+    (`scaling.trainer.families.attention`); nothing for a simulated plan, whose runs train no model."""
     if expansion.plan.simulate is not None or not expansion.runs:
         return []
-    from scaling.trainer.attention import planned_attention
+    from scaling.trainer.families.attention import planned_attention
     from scaling.trainer.resolve import device_kind
 
     cases: dict[tuple[int, str, str, bool], int] = {}

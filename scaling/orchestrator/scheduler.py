@@ -319,7 +319,7 @@ class Scheduler:
 
     def _retrain_trunk(self, trunk: RunState, step: int, reason: str) -> None:
         """Have a completed trunk pass ``step`` again: its later checkpoints are set aside."""
-        from scaling.trainer.lineage import set_aside_after
+        from scaling.trainer.checkpoints.lineage import set_aside_after
 
         self._retrained.add(trunk.key)
         moved = set_aside_after(self.run_dir(trunk.key), step)

@@ -26,7 +26,7 @@ from scaling.orchestrator.orphans import reap_orphaned_agents
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.orchestrator.signals import deferred_interrupts, uninterrupted
-from scaling.trainer.rundir import checked_folder, owner_problem
+from scaling.trainer.checkpoints.rundir import checked_folder, owner_problem
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2

@@ -63,7 +63,7 @@ def train(
         return simulate(spec, store_url, run_dir, attempt=attempt, sweep=sweep)
     if store_url is not None:  # a folder resumed into another database would leave its runs without curves
         from scaling.errors import DatabaseError
-        from scaling.trainer.rundir import owner_problem, record_owner
+        from scaling.trainer.checkpoints.rundir import owner_problem, record_owner
 
         problem = owner_problem(run_dir, store_url)
         if problem:

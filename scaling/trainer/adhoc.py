@@ -16,7 +16,7 @@ from typing import Optional
 
 from scaling.errors import UserError
 from scaling.trainer.result import TrainResult
-from scaling.trainer.rundir import checked_folder
+from scaling.trainer.checkpoints.rundir import checked_folder
 from scaling.trainer.spec import RunSpec
 
 ADHOC_SWEEP = "adhoc"
@@ -65,8 +65,8 @@ def train_adhoc(
     from scaling.trainer import train
     from scaling.errors import DatabaseError
     from scaling.trainer.resolve import local_host, resolve
-    from scaling.trainer.rundir import owner_problem
-    from scaling.trainer.eval_tasks import check_tasks
+    from scaling.trainer.checkpoints.rundir import owner_problem
+    from scaling.trainer.evaluation.eval_tasks import check_tasks
 
     resolved = resolve(spec, local_host(spec))  # precision, data and layout before the key: it carries them
     spec, precision = resolved.spec, resolved.precision

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from scaling import vocab as names
-from scaling.trainer import checkpoint
+from scaling.trainer.checkpoints import checkpoint
 
 #: The pointer file inside each checkpoint reported to Ray Train.
 POINTER_FILE = "scaling_checkpoint.json"

@@ -3,7 +3,7 @@
 A ``gpt2`` run is GPT-2's architecture exactly: pre-LayerNorm blocks (eps 1e-5), learned absolute
 positions, a tanh-approximated GELU MLP of 4 * d_model, biases on every linear layer but the
 output one, attention scaled by 1/sqrt(head_dim) and an output layer tied to the token
-embedding. So its export is a ``GPT2LMHeadModel``. A ``llama`` run (``scaling.trainer.llama``) is
+embedding. So its export is a ``GPT2LMHeadModel``. A ``llama`` run (``scaling.trainer.families.llama``) is
 a ``LlamaForCausalLM``: RMSNorm, RoPE, SwiGLU, no biases, its key/value heads kept (grouped-query
 attention) and its output layer tied or not as trained; with ``qk_norm`` (an RMSNorm over each
 query and key head before RoPE, which Llama lacks) it is a ``Qwen3ForCausalLM``, the same decoder
@@ -40,7 +40,7 @@ from scaling.errors import NotFoundError, UserError, mask_url
 if TYPE_CHECKING:
     import torch
 
-    from scaling.trainer.model import Decoder
+    from scaling.trainer.families.model import Decoder
 
 #: What `pip` installs for an export.
 HF_EXTRA = "pip install 'scaling[hf]' (transformers and safetensors)"
@@ -243,7 +243,7 @@ def newest_checkpoint(folder: Path, key: str, snapshot: Path) -> tuple[Path, int
     """
     import torch
 
-    from scaling.trainer import checkpoint
+    from scaling.trainer.checkpoints import checkpoint
 
     found = checkpoint.checkpoints(folder)
     if not found:
@@ -278,7 +278,7 @@ def newest_checkpoint(folder: Path, key: str, snapshot: Path) -> tuple[Path, int
 def _snapshot_folder(folder: Path, key: str) -> Path:
     """A new, empty, hidden folder for :func:`newest_checkpoint`'s snapshot: beside the checkpoints (same
     file system, so files are linked, not copied), else in the system's temporary folder."""
-    from scaling.trainer.lineage import checkpoint_root
+    from scaling.trainer.checkpoints.lineage import checkpoint_root
 
     try:
         return Path(tempfile.mkdtemp(prefix=f".export-{key[:8]}-", dir=checkpoint_root(folder)))
@@ -316,8 +316,8 @@ def load_ours(path: Path, shape: Shape) -> "Decoder":
     """Our model of ``shape`` with the weights of the checkpoint at ``path``, on the CPU, in eval mode."""
     import torch
 
-    from scaling.trainer import checkpoint
-    from scaling.trainer.model import build_meta_model, materialize
+    from scaling.trainer.checkpoints import checkpoint
+    from scaling.trainer.families.model import build_meta_model, materialize
 
     model = build_meta_model(shape)
     materialize(model, torch.device("cpu"))  # every weight comes from the checkpoint: no init
@@ -412,8 +412,8 @@ def hf_tokenizer(row: dict[str, Any]) -> tuple[Any, str]:
     A Hugging Face tokenizer comes from the prepared token cache (prepared again when absent); one
     whose data no longer gives the run's fingerprint is refused rather than exported beside the
     wrong model. Byte-level data gets :func:`byte_tokenizer`."""
-    from scaling.trainer import tokenizer as hf
-    from scaling.trainer.prepare import prepare
+    from scaling.trainer.data import tokenizer as hf
+    from scaling.trainer.data.prepare import prepare
     from scaling.trainer.spec import DataSpec
 
     data_fields = (row.get("spec") or {}).get("data")
@@ -467,7 +467,7 @@ def export_hf(url: str, run: str, out: str | Path, *, sweep: Optional[str] = Non
         raise UserError(f"transformers {transformers.__version__}'s {architecture} gives logits up to {diff:.3g} away "
                         f"from ours (largest logit {scale:.3g}): not exported")
 
-    from scaling.trainer.rundir import checked_folder
+    from scaling.trainer.checkpoints.rundir import checked_folder
 
     tmp = out.parent / f".{out.name}.export-{os.getpid()}"
     with checked_folder(tmp, "--hf folder") as staging:

@@ -29,12 +29,13 @@ import torch.nn.functional as F
 from scaling import vocab as names
 from scaling.accounting import micro_batches
 from scaling.errors import SpecError, TrainingError
-from scaling.trainer import checkpoint, faults, lineage
+from scaling.trainer.checkpoints import checkpoint, lineage
+from scaling.trainer import faults
 from scaling.trainer.result import TrainResult
-from scaling.trainer.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
-from scaling.trainer.evals import build_evaluator
+from scaling.trainer.data.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
+from scaling.trainer.evaluation.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
-from scaling.trainer.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
+from scaling.trainer.families.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
 from scaling.trainer.optim import NullGradients, lr_at, param_groups, set_lr
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
@@ -92,7 +93,7 @@ def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True)
     returned object's ``init_weights`` then gives them the seed's values if nothing is loaded."""
     ex = spec.execution
     if ex.pp > 1:
-        from scaling.trainer.pipeline import build_pipeline
+        from scaling.trainer.parallel.pipeline import build_pipeline
 
         return build_pipeline(spec, rt, initialize=initialize)
 
@@ -100,7 +101,7 @@ def build_parallel_model(spec: RunSpec, rt: Runtime, *, initialize: bool = True)
         init_materialized(model, spec.shape, spec.seed, rt.device)  # drawn on the run's device
 
     if rt.distributed:  # built on the meta device, sharded, then materialized: no rank holds it all
-        from scaling.trainer.parallel import parallelize
+        from scaling.trainer.parallel.data_parallel import parallelize
 
         par: Any = parallelize(build_meta_model(spec.shape), spec, None, device=rt.device,
                                init=init if initialize else _later)
@@ -679,7 +680,7 @@ class Trainer:
             self.rec.metric(step, step * self.tokens_per_step, name, value)
 
     def task_scores(self) -> dict[str, float]:
-        """The run's tasks scored by the model being trained (`scaling.trainer.evals`); collective over
+        """The run's tasks scored by the model being trained (`scaling.trainer.evaluation.evals`); collective over
         the ranks. A pipeline scores through its schedule, summed over its last stage's tensor column;
         any other layout through its model over its data-parallel group."""
         if self.tasks is None:

@@ -1,6 +1,6 @@
 """What this machine offers a run: the memory one worker may use, agreed over the ranks.
 
-The resolver (`scaling.trainer.resolve`) and the trainer's strategy (`scaling.trainer.parallel`)
+The resolver (`scaling.trainer.resolve`) and the trainer's strategy (`scaling.trainer.parallel.data_parallel`)
 both ask it; it imports torch, so torch-free planning never does.
 """
 

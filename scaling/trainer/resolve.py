@@ -221,7 +221,7 @@ def decide_data(data: DataSpec) -> tuple[DataSpec, Optional[int]]:
     """``data`` with its fingerprint (part of the key) and unique tokens measured from the corpus,
     and the tokenizer's vocabulary (None for byte-level or token-file data). The corpus is read
     (a tokenizer's tokens prepared) once per process: ``resolve_data`` checks each run against it."""
-    from scaling.trainer.corpus import load_corpus
+    from scaling.trainer.data.corpus import load_corpus
 
     corpus = load_corpus(data)
     if data.fingerprint != corpus.fingerprint or data.unique_tokens != corpus.unique_tokens:
@@ -340,7 +340,7 @@ def resolve(request: RunSpec, host: Host = Host()) -> Resolved:
     chosen = decide_precision(request.precision, device_kind(request.execution, host), probe=host.probe)
     spec = request.model_copy(update={"precision": chosen.precision})
     if host.data:
-        from scaling.trainer.corpus import resolve_data
+        from scaling.trainer.data.corpus import resolve_data
 
         spec = resolve_data(spec)
     choice = decide_layout(layout_request(spec, host))

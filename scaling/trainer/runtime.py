@@ -2,7 +2,7 @@
 
 The loop is written once for one process and for many: it asks the :class:`Runtime` whether it
 is the main rank (the only one that writes to the database) and how to share a batch, and goes
-through :func:`scaling.trainer.parallel.parallelize` only when the world has several processes.
+through :func:`scaling.trainer.parallel.data_parallel.parallelize` only when the world has several processes.
 
 Ranks form a ``pp x dp x tp`` grid (:func:`build_mesh`): tensor-parallel ranks are adjacent
 (inside one node, where Ray places consecutive ranks), data-parallel groups stride over them,
@@ -165,7 +165,7 @@ def mesh_coords(rank: int, dp: int, tp: int) -> tuple[int, int, int]:
 
 
 class Single:
-    """The single-process counterpart of :class:`scaling.trainer.parallel.Parallel`.
+    """The single-process counterpart of :class:`scaling.trainer.parallel.data_parallel.Parallel`.
 
     The same hooks (optimizer, no_sync, clipping, scaler), so the loop has no strategy branches.
     """

@@ -45,8 +45,8 @@ from scaling.accounting import (
 from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import FieldProblem, SpecError
 from scaling.naming import printable_problem
-from scaling.trainer.shards import MAX_SHARDS, ShardFormat
-from scaling.trainer.eval_tasks import EvalsSpec
+from scaling.trainer.data.shards import MAX_SHARDS, ShardFormat
+from scaling.trainer.evaluation.eval_tasks import EvalsSpec
 
 
 #: The largest integer the results database stores (SQLite INTEGER, PostgreSQL BIGINT).
@@ -193,11 +193,11 @@ class DataSpec(_Frozen):
     decompressed), byte-tokenized, or with ``tokenizer`` tokenized by a Hugging Face tokenizer;
     ``tokens``: pre-tokenized shards read as one stream, each memory-mapped: a file, a glob or a
     list of files and globs, raw (uint8/uint16/uint32, nanoGPT-style), ``.npy`` or llm.c ``.bin``
-    (``format``; ``scaling.trainer.shards``). ``val_path`` names held-out shards (else the last
+    (``format``; ``scaling.trainer.data.shards``). ``val_path`` names held-out shards (else the last
     ``val_fraction`` of the stream is held out).
     ``fingerprint`` (sha256 of the token stream, and of the tokenizer when there is one) and
     ``unique_tokens`` (U: tokens in the training split, the "unique data" of the data-constrained
-    law) are filled in by ``scaling.trainer.corpus.resolve_data``; the fingerprint is part of the
+    law) are filled in by ``scaling.trainer.data.corpus.resolve_data``; the fingerprint is part of the
     run's key.
     """
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 
 #: Imported once by the forkserver every world forks from (a threadless import: safe to fork).
-PRELOAD = ["torch", "torch.distributed", "scaling.trainer.loop", "scaling.trainer.parallel", "scaling.trainer.pipeline",
+PRELOAD = ["torch", "torch.distributed", "scaling.trainer.loop", "scaling.trainer.parallel.data_parallel", "scaling.trainer.parallel.pipeline",
            "_workers"]
 
 
@@ -89,7 +89,7 @@ def tiny_spec(strategy: str = "ddp", precision: str = "fp32", model: Any = None,
 
 
 def build_model(spec: Any) -> torch.nn.Module:
-    from scaling.trainer.model import build_model as build
+    from scaling.trainer.families.model import build_model as build
 
     return build(spec.shape, spec.seed)
 
@@ -144,7 +144,7 @@ def reference_grads(spec: Any) -> dict[str, torch.Tensor]:
 
 def grads_worker(rank: int, world: int, spec: Any) -> dict[str, torch.Tensor]:
     """Each rank backpropagates its contiguous share of the global batch under the strategy."""
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.parallel.data_parallel import parallelize
 
     par = parallelize(build_model(spec), spec)
     x, y = global_batch(spec)
@@ -179,7 +179,7 @@ def forward_dtypes(module: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple]
 def forward_dtypes_worker(rank: int, world: int, strategies: list[str],
                           model: Any = None) -> dict[str, dict[str, tuple]]:
     """:func:`forward_dtypes` of the tiny bf16 model (``model``: :func:`tiny_spec`'s) wrapped for each strategy."""
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.parallel.data_parallel import parallelize
 
     out = {}
     for strategy in strategies:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from _workers import run_spec, spawn, train_until_fault, train_worker, trajectory, until_fault_each
-from scaling.trainer import checkpoint
+from scaling.trainer.checkpoints import checkpoint
 
 FP32_RTOL = 1e-5  # see test_trajectory.py
 STRATEGIES = ("zero1", "zero3")
@@ -58,7 +58,7 @@ def _hashing_worker(rank: int, world: int, run_dir: str) -> dict:
     which files this rank hashed in each phase (``sha256_of`` wrapped, not replaced)."""
     import torch
 
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.parallel.data_parallel import parallelize
     from scaling.trainer.runtime import Runtime
     from scaling.trainer.spec import RunSpec
 

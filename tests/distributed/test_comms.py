@@ -1,6 +1,6 @@
 """The communication cost model: closed forms, agreement with the accounting, and real traffic.
 
-The last group runs the trainer's strategies (``scaling.trainer.parallel``) on two real gloo
+The last group runs the trainer's strategies (``scaling.trainer.parallel.data_parallel``) on two real gloo
 processes and counts what they hand to ``torch.distributed``: each collective function is
 wrapped by a counter that records the tensor's bytes and then calls the real collective
 (counting, not mocking: the collectives run and the step trains). DDP all-reduces its buckets
@@ -384,8 +384,8 @@ def _traffic_worker(rank: int, world: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from scaling.trainer.model import build_model
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.families.model import build_model
+    from scaling.trainer.parallel.data_parallel import parallelize
     from scaling.trainer.spec import RunSpec
 
     out = {}

@@ -70,9 +70,9 @@ def _peak_tracker() -> Any:
 def peak_worker(rank: int, world: int, layouts: list[tuple]) -> dict[str, dict[str, Any]]:
     """Per layout of this world size: the peak tensor bytes of this rank over its second step
     (the first creates AdamW's state and the stages' buffers), and its model state after it."""
-    from scaling.trainer.model import build_model
-    from scaling.trainer.parallel import parallelize
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.families.model import build_model
+    from scaling.trainer.parallel.data_parallel import parallelize
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     out = {}
@@ -137,7 +137,7 @@ def test_peak_memory_per_rank_is_within_a_quarter_of_the_estimate(tmp_path) -> N
 def test_a_block_keeps_what_the_model_counts(family: str, precision: str) -> None:
     """What one real block saves for backward (distinct storages, parameters aside) is
     ``layer_activation_bytes`` on the CPU, plus autocast's 16-bit copies of its matrices."""
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     extra = {"n_kv_head": 2} if family == "llama" else {}
     shape = Shape(1, 64, 4, 256, 48, family=family, **extra)

@@ -43,7 +43,7 @@ def pipe_spec(workers: int, schedule: str = "1f1b", strategy: str = "auto", **ex
 
 def pipeline_build_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, torch.Tensor]]:
     """Each spec's pipeline stages as this rank builds them, gathered whole (name -> full tensor)."""
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     out = []

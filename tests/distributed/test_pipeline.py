@@ -1,6 +1,6 @@
 """Pipeline parallelism on real gloo processes against one process: gradients, losses, checkpoints, wire.
 
-Every case runs ``scaling.trainer.pipeline`` in real processes (``_workers.spawn``) on the same
+Every case runs ``scaling.trainer.parallel.pipeline`` in real processes (``_workers.spawn``) on the same
 seed and global batch as a single-process reference: a 4-block model (two blocks per stage,
 or one per stage and chunk under ``interleaved_1f1b``), 8 sequences per batch in micro-batches
 of 2 (m = 4 on pp2, m = 2 per data-parallel rank on pp2 x dp2).
@@ -36,7 +36,7 @@ from scaling.comms import (
     params_per_rank,
     step_traffic,
 )
-from scaling.trainer import checkpoint
+from scaling.trainer.checkpoints import checkpoint
 from scaling.trainer.spec import RunSpec
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -80,7 +80,7 @@ def spec(workers: int = 1, pp: int = 1, schedule: str = "1f1b", strategy: str = 
 
 
 def test_blocks_split_as_evenly_as_possible() -> None:
-    from scaling.trainer.pipeline import split_blocks, stages_of_rank
+    from scaling.trainer.parallel.pipeline import split_blocks, stages_of_rank
 
     assert split_blocks(4, 2) == [range(0, 2), range(2, 4)]
     assert split_blocks(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
@@ -120,7 +120,7 @@ def test_fp16_is_refused_with_pipelining() -> None:
 
 def reference_grads(s: RunSpec) -> tuple[dict[str, torch.Tensor], float, float]:
     """One process's gradients, global gradient norm and loss on the whole global batch."""
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     model = build_model(s.shape, s.seed)
     x, y = global_batch(s)
@@ -134,7 +134,7 @@ def grads_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, 
     """One pipelined step per spec: each rank's full gradients, the loss and the global norm."""
     import torch.distributed as dist
 
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     out = []
@@ -354,7 +354,7 @@ class CountingP2P:
 def wire_worker(rank: int, world: int, specs: list[RunSpec]) -> list[dict[str, int]]:
     """Bytes each rank sent, received and all-reduced in one step (the second: the first also
     infers the stages' shapes)."""
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     out = []
@@ -408,7 +408,7 @@ def compute_order(rank: int, s: RunSpec) -> list[tuple[int, str, int]]:
     """The order in which this rank runs its stages' compute during one step: (stage index,
     ``F`` or ``B``, micro-batch), recorded around each stage's ``forward_one_chunk`` and
     ``backward_one_chunk`` (the compute of one micro-batch, loss included)."""
-    from scaling.trainer.pipeline import build_pipeline
+    from scaling.trainer.parallel.pipeline import build_pipeline
     from scaling.trainer.runtime import Runtime
 
     pipe = build_pipeline(s, Runtime.current("cpu"))

@@ -8,7 +8,7 @@ import pytest
 from scaling.accounting import GIB
 from scaling.comms import estimate_memory
 from scaling.errors import ResourceError, SpecError
-from scaling.trainer.parallel import applied_strategy, default_backend, transformer_blocks
+from scaling.trainer.parallel.data_parallel import applied_strategy, default_backend, transformer_blocks
 from scaling.trainer.resolve import OFFLINE, resolve
 from scaling.trainer.spec import RunRequest, RunSpec
 
@@ -58,7 +58,7 @@ def test_backend_follows_the_device() -> None:
 
 
 def test_each_transformer_block_is_one_fsdp_unit() -> None:
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     model = build_model(_spec(1.0).shape, 0)
     assert transformer_blocks(model) == list(model.blocks)

@@ -31,7 +31,7 @@ from _workers import (
 )
 from scaling.comms import ParallelLayout, memory_per_rank, step_traffic
 from scaling.errors import SpecError
-from scaling.trainer import checkpoint
+from scaling.trainer.checkpoints import checkpoint
 from scaling.trainer.spec import RunSpec
 
 FP32_RTOL = 1e-5  # as test_trajectory.py: only the order of reductions changes
@@ -49,7 +49,7 @@ def _tp_grads_worker(rank: int, world: int, spec: Any) -> tuple[dict[str, torch.
     parameter groups with the foreach and the fused kernel forced (CUDA's choices; the CPU's
     default per-tensor loop takes plain tensors and DTensors mixed, those kernels do not)."""
     from scaling.trainer.optim import param_groups
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.parallel.data_parallel import parallelize
     from scaling.trainer.runtime import Runtime
 
     rt = Runtime.current("cpu", spec.execution.tp)
@@ -197,7 +197,7 @@ def _wire_worker(rank: int, world: int, cases: list[tuple[int, str, str]]) -> di
     """One training step per case; each case's collectives by kind."""
     import torch.distributed as dist
 
-    from scaling.trainer.parallel import parallelize
+    from scaling.trainer.parallel.data_parallel import parallelize
 
     out = {}
     for tp, strategy, precision in cases:

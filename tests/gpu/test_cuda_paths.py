@@ -26,7 +26,7 @@ def _spec(**over):
 
 
 def test_flash_attention_matches_sdpa() -> None:
-    from scaling.trainer import model
+    from scaling.trainer.families import model
 
     if model.attention_kernel(64, torch.device("cuda"), torch.bfloat16) != "flash_attn":
         pytest.skip("flash-attn is not installed or this GPU is older than Ampere")
@@ -59,7 +59,7 @@ def test_a_quiet_step_synchronizes_once(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_checkpoints_keep_this_gpus_generator_and_restore_an_older_many_gpu_entry() -> None:
-    from scaling.trainer import checkpoint
+    from scaling.trainer.checkpoints import checkpoint
     from scaling.trainer.runtime import Runtime
 
     rt = Runtime.current("cuda")
@@ -82,7 +82,7 @@ def test_a_gpu_run_draws_its_weights_on_the_gpu() -> None:
     """The single process and the meta-device build (what sharded ranks replay) draw the seed's
     weights on the GPU alike; none passes through the CPU's generator, which is left as it was."""
     from scaling.trainer.loop import build_parallel_model
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.runtime import Runtime
 
     spec = _spec(precision="bf16")

@@ -16,7 +16,7 @@ from scaling.errors import PlanError
 from scaling.orchestrator import dependencies
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
-from scaling.trainer import lineage
+from scaling.trainer.checkpoints import lineage
 from scaling.trainer.optim import decay_start, lr_at
 from scaling.trainer.spec import ScheduleSpec
 
@@ -160,7 +160,8 @@ def _train_metrics(url: str, key: str, sweep: str):
 def test_branch_starts_from_the_trunk_checkpoint_which_rotation_keeps(tmp_path: Path, sqlite_url: str) -> None:
     from scaling.db import Store
     from scaling.errors import TrainingError
-    from scaling.trainer import checkpoint, train
+    from scaling.trainer.checkpoints import checkpoint
+    from scaling.trainer import train
 
     exp = expand(*_plan(tmp_path, {"tokens": [BATCH * 8, BATCH * 16]}, models=[shape(1, 16)],
                         train={"precision": "fp32", "batch_tokens": BATCH, "eval_interval": 1000, "eval_tokens": 2048,

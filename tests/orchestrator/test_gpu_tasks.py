@@ -74,7 +74,7 @@ def test_a_launcher_assigned_gpu_is_the_one_taken(monkeypatch: pytest.MonkeyPatc
 def test_cpu_offload_on_gpus_adds_a_cpu_backend_beside_nccl() -> None:
     """Offloaded parameters and gradients are CPU DTensors: the clip's norm all-reduces them,
     which an NCCL-only process group cannot."""
-    from scaling.trainer.parallel import default_backend
+    from scaling.trainer.parallel.data_parallel import default_backend
 
     assert default_backend("cuda", cpu_offload=True) == "cpu:gloo,cuda:nccl"
     assert default_backend("cuda") == "nccl"

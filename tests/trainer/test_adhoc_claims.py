@@ -92,7 +92,7 @@ def test_a_run_folder_is_not_resumed_into_another_database(tmp_path: Path, tiny:
 
 
 def test_the_owner_record_names_a_database_without_its_password(tmp_path: Path) -> None:
-    from scaling.trainer.rundir import database_identity, owner_problem, record_owner
+    from scaling.trainer.checkpoints.rundir import database_identity, owner_problem, record_owner
 
     pg = "postgresql+psycopg://alice:s3cr3t-pw@db.example:5432/results?sslmode=require"
     record_owner(tmp_path, pg)

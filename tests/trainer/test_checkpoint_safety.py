@@ -17,7 +17,8 @@ import torch
 
 from scaling.db import connect
 from scaling import vocab as names
-from scaling.trainer import checkpoint, train
+from scaling.trainer.checkpoints import checkpoint
+from scaling.trainer import train
 from scaling.trainer.faults import InjectedFault
 
 

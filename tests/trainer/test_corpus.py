@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from scaling.errors import SpecError
-from scaling.trainer import corpus as corpus_module
-from scaling.trainer.corpus import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
+from scaling.trainer.data import corpus as corpus_module
+from scaling.trainer.data.corpus import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
 from scaling.trainer.spec import DataSpec
 
 

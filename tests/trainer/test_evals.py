@@ -15,12 +15,13 @@ from scaling import vocab
 from scaling.db import Store, connect
 from scaling.errors import PlanError, SpecError
 from scaling.fitting.tasks.task_data import chance_of_events
-from scaling.trainer import next_line, train
-from scaling.trainer.evals import Encoded, TaskEvaluator, batches, continuation_logprobs, encode, score, task_metrics
+from scaling.trainer.evaluation import next_line
+from scaling.trainer import train
+from scaling.trainer.evaluation.evals import Encoded, TaskEvaluator, batches, continuation_logprobs, encode, score, task_metrics
 from scaling.trainer.runtime import Runtime
 from scaling.trainer.spec import RunSpec
-from scaling.trainer.task_cost import eval_cost, evaluation_steps
-from scaling.trainer.eval_tasks import EvalsSpec, Item, Task, TaskFile, check_tasks, load_task
+from scaling.trainer.evaluation.task_cost import eval_cost, evaluation_steps
+from scaling.trainer.evaluation.eval_tasks import EvalsSpec, Item, Task, TaskFile, check_tasks, load_task
 
 GOOD = [
     {"context": "The sky is", "choices": ["blue", "green"], "gold": 0},
@@ -74,7 +75,7 @@ def test_each_bad_line_is_one_error_naming_file_and_line(tmp_path: Path, line: s
 
 
 def test_hostile_files_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scaling.trainer import eval_tasks
+    from scaling.trainer.evaluation import eval_tasks
 
     raw = tmp_path / "raw.jsonl"
     raw.write_bytes(json.dumps(GOOD[0]).encode() + b"\n\xff\xfe\n")

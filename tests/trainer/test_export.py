@@ -84,8 +84,8 @@ def trained_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 def _ours(trained: dict[str, Any]) -> tuple[torch.nn.Module, Shape]:
     """The run's model as a resume would load it (model, optimizer, scaler, RNG from the last checkpoint)."""
-    from scaling.trainer import checkpoint
-    from scaling.trainer.model import build_model
+    from scaling.trainer.checkpoints import checkpoint
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.runtime import Runtime
 
     from scaling.trainer.export import run_shape
@@ -113,8 +113,8 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
     assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()  # tied, as ours
     tok = transformers.AutoTokenizer.from_pretrained(out)
     ours, shape = _ours(trained)
-    from scaling.trainer import tokenizer as ours_tok
-    from scaling.trainer.prepare import prepare
+    from scaling.trainer.data import tokenizer as ours_tok
+    from scaling.trainer.data.prepare import prepare
     from scaling.trainer.spec import DataSpec
 
     bpe = ours_tok.load(prepare(DataSpec.model_validate(trained["row"]["spec"]["data"])).tokenizer_path)
@@ -126,7 +126,7 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
     assert theirs.shape == mine.shape == (2, shape.context, shape.vocab_size)
     torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=0)
     # the trained weights, not the init: prose is likelier under them
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     with torch.no_grad():
         init = build_model(shape, trained["row"]["seed"])(idx[:1])
@@ -137,7 +137,7 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
 def test_the_mapping_keeps_heads_apart() -> None:
     """An untrained 4-head model (heads interleaved in our QKV, grouped in GPT-2's) maps exactly."""
     from scaling.trainer.export import logit_difference, to_gpt2
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     ours = build_model(Shape(2, 32, 4, 97, 16), 3).eval()
     diff, scale = logit_difference(ours, to_gpt2(ours))
@@ -167,7 +167,7 @@ def test_the_llama_export_loads_in_transformers_with_our_logits(trained_llama: d
     assert theirs.shape == mine.shape == (2, shape.context, 256)
     torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=0)
     # the trained weights, not the init: prose is likelier under them
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     with torch.no_grad():
         init = build_model(shape, trained_llama["row"]["seed"])(idx[:1])
@@ -184,7 +184,7 @@ def test_llama_variants_round_trip_through_from_pretrained(fields: dict[str, Any
     """Untrained llama shapes with random norm weights (ones would hide a norm mapped to the wrong
     place), saved and loaded back by `transformers`, give our logits."""
     from scaling.trainer.export import logit_difference, to_hf
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     shape = Shape(2, 32, 4, 97, 16, family="llama", **fields)
     ours = build_model(shape, 3).eval()
@@ -278,7 +278,7 @@ def test_a_run_still_training_is_exported_from_a_snapshot_of_its_newest_checkpoi
     import shutil
     import sqlite3
 
-    from scaling.trainer import checkpoint
+    from scaling.trainer.checkpoints import checkpoint
 
     root = tmp_path / "live"
     shutil.copytree(trained["root"] / "scaling_runs", root / "scaling_runs")

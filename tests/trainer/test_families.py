@@ -66,8 +66,8 @@ def test_bad_family_fields_are_refused_in_one_line(model: dict, execution: dict,
 
 def test_grouped_query_attention_with_rope_matches_plain_attention() -> None:
     """The kernel's GQA (SDPA's enable_gqa) equals repeating each kv head over its query group."""
-    from scaling.trainer.attention import causal_attention, masked_softmax_attention
-    from scaling.trainer.llama import apply_rope, rope_angles
+    from scaling.trainer.families.attention import causal_attention, masked_softmax_attention
+    from scaling.trainer.families.llama import apply_rope, rope_angles
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, h, 16, 8, generator=g) for h in (4, 2, 2))
@@ -84,7 +84,7 @@ def test_grouped_query_attention_with_rope_matches_plain_attention() -> None:
 
 @pytest.mark.parametrize("extra", [{"qk_norm": True}, {"tie_embeddings": True, "n_kv_head": 1}])
 def test_the_meta_build_gets_the_single_process_weights(extra: dict) -> None:
-    from scaling.trainer.model import build_meta_model, build_model, init_materialized, materialize
+    from scaling.trainer.families.model import build_meta_model, build_model, init_materialized, materialize
 
     shape = _spec({**LLAMA, **extra}).shape
     reference = build_model(shape, 7)

@@ -15,7 +15,8 @@ import torch
 from scaling import vocab as names
 from scaling.db import connect
 from scaling.errors import TrainingError
-from scaling.trainer import checkpoint, train
+from scaling.trainer.checkpoints import checkpoint
+from scaling.trainer import train
 from scaling.trainer.faults import InjectedFault
 from scaling.trainer.loop import micro_batches
 
@@ -192,7 +193,7 @@ def test_adam_steps_are_restored_where_this_process_kernel_reads_them() -> None:
     group's stays on the CPU, where that kernel reads it without a device sync."""
     import torch
 
-    from scaling.trainer.checkpoint import place_steps
+    from scaling.trainer.checkpoints.checkpoint import place_steps
 
     on_gpu, on_cpu = torch.nn.Parameter(torch.empty(3, device="meta")), torch.nn.Parameter(torch.zeros(3))
     opt = torch.optim.AdamW([{"params": [on_gpu]}, {"params": [on_cpu]}])
@@ -211,7 +212,7 @@ def test_a_resuming_run_loads_its_weights_without_drawing_them_first(make_spec, 
     When no checkpoint loads after all (the only one is corrupt), the seed's weights are drawn
     then, equal to one fresh process's."""
     from scaling.trainer import loop
-    from scaling.trainer.model import build_model
+    from scaling.trainer.families.model import build_model
 
     spec = make_spec(tokens=32 * 8 * 4, precision="fp32")
     finished = loop.Trainer(spec, None, tmp_path / "run")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scaling.accounting import Shape
-from scaling.trainer.model import GPT, build_model, causal_attention, masked_softmax_attention
+from scaling.trainer.families.model import GPT, build_model, causal_attention, masked_softmax_attention
 
 
 def _meta_model(shape: Shape) -> GPT:
@@ -74,8 +74,8 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 def test_flash_attention_runs_only_where_its_kernels_do(monkeypatch: pytest.MonkeyPatch) -> None:
     """flash-attn 2 needs Ampere or newer, half precision, heads of at most 256 (over 192 on sm80/sm90
     only) and, compiled, release 2.7 or newer; else SDPA."""
-    from scaling.trainer.attention import attention_choice
-    from scaling.trainer.model import ATTENTION_ENV, attention_kernel
+    from scaling.trainer.families.attention import attention_choice
+    from scaling.trainer.families.model import ATTENTION_ENV, attention_kernel
 
     monkeypatch.delenv(ATTENTION_ENV, raising=False)
     gpu = torch.device("cuda", 0)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from scaling.accounting import Shape
 from scaling.errors import SpecError
-from scaling.trainer.model import build_model
+from scaling.trainer.families.model import build_model
 from scaling.trainer.optim import param_groups, set_lr
 from scaling.trainer.spec import RunSpec
 

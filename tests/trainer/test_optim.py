@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from scaling.accounting import Shape
-from scaling.trainer.model import build_model
+from scaling.trainer.families.model import build_model
 from scaling.trainer.optim import lr_at, param_groups, warmup_steps
 from scaling.trainer.spec import ScheduleSpec
 

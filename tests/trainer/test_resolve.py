@@ -46,7 +46,7 @@ def test_a_request_waits_for_its_layout_which_the_resolver_picks() -> None:
 def test_the_trainer_strategy_is_the_resolvers() -> None:
     """The layout is decided once, by the resolver: the trainer applies the strategy it places, and
     a RunSpec on several data-parallel ranks cannot leave it as ``auto``."""
-    from scaling.trainer.parallel import applied_strategy
+    from scaling.trainer.parallel.data_parallel import applied_strategy
 
     fields = {"model": {"n_layer": 12, "d_model": 768, "n_head": 12, "context": 1024}, "precision": "bf16",
               "tokens": 1024 * 8 * 10, "batch_tokens": 1024 * 8}

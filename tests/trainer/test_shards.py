@@ -14,8 +14,10 @@ import yaml
 
 from scaling import vocab as names
 from scaling.db import connect
-from scaling.trainer import checkpoint, digests, shards, train
-from scaling.trainer.corpus import Batches, load_corpus, resolve_data
+from scaling.trainer.checkpoints import checkpoint
+from scaling.trainer.data import digests, shards
+from scaling.trainer import train
+from scaling.trainer.data.corpus import Batches, load_corpus, resolve_data
 from scaling.trainer.faults import InjectedFault
 from scaling.trainer.spec import DataSpec
 from cli_run import run_main
@@ -107,7 +109,7 @@ def test_val_path_holds_out_whole_shards(tmp_path: Path) -> None:
 
 def test_digests_are_cached_and_a_changed_shard_changes_the_key(
         make_spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scaling.trainer import corpus
+    from scaling.trainer.data import corpus
 
     monkeypatch.setenv("SCALING_CACHE_DIR", str(tmp_path / "cache"))
     reads: list[str] = []

@@ -22,9 +22,9 @@ import yaml
 from cli_run import run_main
 from scaling.accounting import Shape
 from scaling.errors import PlanError, SpecError
-from scaling.trainer import files, prepare as prep, tokenizer as hf
-from scaling.trainer.corpus import load_corpus, resolve_data
-from scaling.trainer.prepare import prepare
+from scaling.trainer.data import files, prepare as prep, tokenizer as hf
+from scaling.trainer.data.corpus import load_corpus, resolve_data
+from scaling.trainer.data.prepare import prepare
 from scaling.trainer.spec import DataSpec, RunSpec
 
 REPO = Path(__file__).resolve().parents[2]

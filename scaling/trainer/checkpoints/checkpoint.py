@@ -31,7 +31,7 @@ from typing import Any, Callable, Collection
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from scaling.trainer.lineage import MANIFEST_FILE, PREFIX, checkpoint_root, step_folder, step_of
+from scaling.trainer.checkpoints.lineage import MANIFEST_FILE, PREFIX, checkpoint_root, step_folder, step_of
 from scaling.trainer.runtime import Runtime
 
 STATE_FILE = "state.pt"

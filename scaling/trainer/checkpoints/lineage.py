@@ -3,7 +3,7 @@
 Torch-free, so the orchestrator can tell whether a branch is ready (its trunk's checkpoint is
 there, or it has checkpoints of its own) without importing the trainer's heavy parts.
 A checkpoint folder is renamed into place only after its manifest is written
-(`scaling.trainer.checkpoint.save`), so a folder with a manifest is complete.
+(`scaling.trainer.checkpoints.checkpoint.save`), so a folder with a manifest is complete.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The training data: a corpus (bytes, text or token shards), a held-out split, batches as a pure function.
 
-Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.prepare`) and
+Sources ``builtin``, ``text`` (optionally tokenized once, `scaling.trainer.data.prepare`) and
 ``tokens``; the batch at a cursor is a pure function of ``(seed, cursor)``. Sources, split,
 shuffling and what is recorded with a run: docs/reference/modules.md.
 """
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.trainer.digests import Digest, shard_digests
-from scaling.trainer.files import read_corpus, text_files
-from scaling.trainer.shards import Shard, ShardFormat, ShardMaps, TokenStream, read_shard, shard_paths
+from scaling.trainer.data.digests import Digest, shard_digests
+from scaling.trainer.data.files import read_corpus, text_files
+from scaling.trainer.data.shards import Shard, ShardFormat, ShardMaps, TokenStream, read_shard, shard_paths
 
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
@@ -159,7 +159,7 @@ def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_frac
         details["stdlib"] = sysconfig.get_paths()["stdlib"]
         fingerprint = _sha256(raw)
     elif source == "text" and tokenizer is not None:
-        from scaling.trainer.prepare import prepare
+        from scaling.trainer.data.prepare import prepare
         from scaling.trainer.spec import DataSpec
 
         prepared = prepare(DataSpec(source="text", path=path_, val_fraction=val_fraction, tokenizer=tokenizer))
@@ -217,7 +217,7 @@ def _scan(tokens: np.ndarray, n_train: int) -> tuple[int, int]:
 
 def _token_corpus(path_: str | tuple[str, ...], val_path: str | tuple[str, ...] | None, dtype: str,
                   fmt: Optional[ShardFormat], val_fraction: float) -> Corpus:
-    """Token shards as one stream (`scaling.trainer.shards`), fingerprinted from cached per-shard digests.
+    """Token shards as one stream (`scaling.trainer.data.shards`), fingerprinted from cached per-shard digests.
 
     One raw file without ``val_path`` is the corpus it always was: its memmap and the file's sha256
     as the fingerprint. Otherwise the fingerprint hashes every shard's sha256 and reading (train

@@ -5,7 +5,7 @@ item per line of a JSON Lines file (the documents lm-evaluation-harness's multip
 produce: ``context`` or ``query``, ``choices``, ``gold``, and an optional ``few_shot`` prefix;
 other keys are ignored). A choice is scored as the continuation ``delimiter + choice`` of the
 context, as lm-evaluation-harness's ``target_delimiter`` does. The built-in task ``next_line``
-(`scaling.trainer.next_line`) needs no file. A task file is untrusted: bounded in bytes and
+(`scaling.trainer.evaluation.next_line`) needs no file. A task file is untrusted: bounded in bytes and
 items, and every line is checked before anything trains (one line naming the file and line).
 
 Torch-free: the plan, ``scaling plan``'s cost estimate and the trainer all read it.
@@ -73,7 +73,7 @@ class TaskFile(StrictModel):
 
 
 class NextLineSpec(StrictModel):
-    """The built-in task (`scaling.trainer.next_line`): which of four 8-byte pieces truly continues a held-out line."""
+    """The built-in task (`scaling.trainer.evaluation.next_line`): which of four 8-byte pieces truly continues a held-out line."""
 
     items: Optional[int] = Field(default=None, ge=1, le=MAX_ITEMS,
                                  description=f"passages scored (default: one per {EVAL_TOKENS_PER_ITEM} eval_tokens)")

@@ -1,7 +1,7 @@
 """Pipeline parallelism: the model split into ``pp`` stages by blocks, run by a torch schedule.
 
 ``build_pipeline(spec, rt)`` returns a :class:`Pipeline`, used by the loop in place of
-:class:`~scaling.trainer.parallel.Parallel`. How stages are split, how the tied embedding stays
+:class:`~scaling.trainer.parallel.data_parallel.Parallel`. How stages are split, how the tied embedding stays
 one, how the loss is counted once and how TP composes: docs/reference/modules.md.
 """
 
@@ -17,8 +17,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from scaling.trainer.llama import through_blocks
-from scaling.trainer.model import Decoder, build_meta_model, init_materialized, materialize, readout
+from scaling.trainer.families.llama import through_blocks
+from scaling.trainer.families.model import Decoder, build_meta_model, init_materialized, materialize, readout
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
@@ -289,7 +289,7 @@ class Pipeline:
         (embeddings, norms, row-parallel biases) only where that coordinate is 0, and the last
         stage's copy of the tied embedding not at all.
         """
-        from scaling.trainer.parallel import by_layout
+        from scaling.trainer.parallel.data_parallel import by_layout
 
         named = [(n, p) for n, p in self.model.named_parameters() if p.grad is not None]
         duplicate = self.has_last and not self.has_first
@@ -367,9 +367,9 @@ def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
 
 def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> None:
     """FSDP2 over the "dp" mesh dim for ``zero2``/``zero3`` (per block, then the stage, with the
-    units of :func:`~scaling.trainer.parallel.shard_as_autocast`), in place; on the meta device,
+    units of :func:`~scaling.trainer.parallel.data_parallel.shard_as_autocast`), in place; on the meta device,
     so each rank later allocates only its shard."""
-    from scaling.trainer.parallel import shard_as_autocast
+    from scaling.trainer.parallel.data_parallel import shard_as_autocast
 
     shard_as_autocast(stage, list(stage.blocks.values()), spec.precision, reshard=strategy == "zero3", mesh=dp_mesh)
 
@@ -439,11 +439,11 @@ def build_pipeline(spec: RunSpec, rt: Runtime, *, initialize: bool = True) -> Pi
         module.activation_checkpointing = ex.activation_checkpointing
         modules.append(module)
     if tp > 1:  # Megatron's split of each block over "tp"; embeddings, norm and head stay replicated
-        from scaling.trainer.tensor_parallel import apply_tensor_parallel
+        from scaling.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(full, mesh["tp"], [b for m in modules for b in m.blocks.values()])
 
-    from scaling.trainer.parallel import applied_strategy
+    from scaling.trainer.parallel.data_parallel import applied_strategy
 
     strategy = applied_strategy(spec, dp)  # the resolver's; refuses 'single' on dp > 1
     dp_mesh = mesh["dp"]

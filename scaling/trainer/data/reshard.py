@@ -1,7 +1,7 @@
 """A corpus written out as token shards (``scaling data prepare --shard-tokens``).
 
 The training split becomes ``train_000000.EXT ...`` and the held-out split ``val_000000.EXT ...``,
-each of at most ``shard_tokens`` tokens, in one of the formats `scaling.trainer.shards` reads, so
+each of at most ``shard_tokens`` tokens, in one of the formats `scaling.trainer.data.shards` reads, so
 a plan trains on them with ``path: DIR/train_*.EXT`` and ``val_path: DIR/val_*.EXT``. The shards
 are written into a temporary folder beside ``out`` and renamed into place: an error leaves nothing.
 """
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.trainer.progress import progress_bar
-from scaling.trainer.shards import ShardFormat, shard_dtype, write_header
+from scaling.trainer.data.progress import progress_bar
+from scaling.trainer.data.shards import ShardFormat, shard_dtype, write_header
 
 if TYPE_CHECKING:
-    from scaling.trainer.corpus import Corpus
+    from scaling.trainer.data.corpus import Corpus
 
 #: The most tokens in one shard (llm.c's header counts them in an int32).
 MAX_SHARD_TOKENS = 2**31 - 1

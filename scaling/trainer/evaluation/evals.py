@@ -32,13 +32,13 @@ import torch.nn.functional as F
 
 from scaling import vocab
 from scaling.errors import SpecError
-from scaling.trainer import next_line
-from scaling.trainer.corpus import Corpus
-from scaling.trainer.pipeline import IGNORE, Pipeline
+from scaling.trainer.evaluation import next_line
+from scaling.trainer.data.corpus import Corpus
+from scaling.trainer.parallel.pipeline import IGNORE, Pipeline
 from scaling.trainer.precision import autocast
 from scaling.trainer.runtime import Runtime
 from scaling.trainer.spec import RunSpec
-from scaling.trainer.eval_tasks import Task, check_tasks, text_encoding_problem
+from scaling.trainer.evaluation.eval_tasks import Task, check_tasks, text_encoding_problem
 
 #: Tokens one scoring forward pass may hold, at least (a training micro-batch's may be more):
 #: enough that tiny models are not run a few sequences at a time ...
@@ -210,8 +210,8 @@ def encoder_for(spec: RunSpec) -> tuple[Optional[Encoder], Optional[Callable[[np
         return None, None
     if spec.data.tokenizer is None:  # bytes are the tokens
         return (lambda text: list(text.encode("utf-8", "surrogateescape"))), (lambda ids: np.asarray(ids, np.uint8).tobytes())
-    from scaling.trainer import tokenizer
-    from scaling.trainer.prepare import prepare
+    from scaling.trainer.data import tokenizer
+    from scaling.trainer.data.prepare import prepare
 
     tok = tokenizer.load(prepare(spec.data).tokenizer_path)
     return ((lambda text: tok.encode(text, add_special_tokens=False).ids),

@@ -26,8 +26,8 @@ import numpy as np
 
 from scaling.errors import SpecError
 from scaling.trainer.cache import cache_dir
-from scaling.trainer.progress import progress_bar
-from scaling.trainer.shards import Shard
+from scaling.trainer.data.progress import progress_bar
+from scaling.trainer.data.shards import Shard
 
 CACHE_FORMAT = 1
 #: The most bytes a cache entry may have (an entry is about 300 bytes plus the path).

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scaling import vocab
-from scaling.trainer.next_line import CHOICES, line_limit, passage_limit
-from scaling.trainer.eval_tasks import TaskFile, load_task
+from scaling.trainer.evaluation.next_line import CHOICES, line_limit, passage_limit
+from scaling.trainer.evaluation.eval_tasks import TaskFile, load_task
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
-    from scaling.trainer.eval_tasks import EvalsSpec
+    from scaling.trainer.evaluation.eval_tasks import EvalsSpec
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from scaling.accounting import Shape
-from scaling.trainer.attention import causal_attention
+from scaling.trainer.families.attention import causal_attention
 
 
 def rope_angles(t: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +67,7 @@ class Attention(nn.Module):
     """Causal self-attention with RoPE and grouped-query heads; separate q, k, v and o matrices.
 
     ``tp_group`` is the tensor-parallel group once the block is split (set by
-    ``scaling.trainer.tensor_parallel``), over which the qk-norm weights' gradients are summed."""
+    ``scaling.trainer.parallel.tensor_parallel``), over which the qk-norm weights' gradients are summed."""
 
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
@@ -152,7 +152,7 @@ class DecoderBase(nn.Module):
     """What the decoders of both families share: the check of the shape's family, the token
     embedding, the blocks (recomputed in the backward pass under activation checkpointing), the
     final norm and the readout. A subclass sets ``family`` and builds the rest of its parts after
-    ``wte``, in the order :func:`scaling.trainer.model.init_ops` draws their initial values."""
+    ``wte``, in the order :func:`scaling.trainer.families.model.init_ops` draws their initial values."""
 
     #: The family (``Shape.family``) the subclass builds.
     family: str

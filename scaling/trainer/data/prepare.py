@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 import numpy as np
 
 from scaling.errors import SpecError
-from scaling.trainer import tokenizer as hf
+from scaling.trainer.data import tokenizer as hf
 from scaling.trainer.cache import cache_dir
-from scaling.trainer.files import file_sha256, read_corpus, text_files
-from scaling.trainer.progress import progress_bar
+from scaling.trainer.data.files import file_sha256, read_corpus, text_files
+from scaling.trainer.data.progress import progress_bar
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import DataSpec

@@ -287,7 +287,7 @@ def parallelize(
     blocks: how to find the FSDP units; defaults to :func:`transformer_blocks`.
     device: this rank's device (default: where the model's parameters are, or the current GPU).
     init: for a model on the meta device, what initializes it once materialized (see
-        :func:`scaling.trainer.model.init_materialized`): it is sharded first (tensor
+        :func:`scaling.trainer.families.model.init_materialized`): it is sharded first (tensor
         parallelism, FSDP2), then allocated on ``device`` (the CPU under ``cpu_offload``) and
         initialized, so no rank ever holds the whole model; DDP and ZeRO-1 replicate the
         parameters and get them materialized before wrapping.
@@ -304,7 +304,7 @@ def parallelize(
 
     def materialized(target: torch.device) -> None:
         if on_meta:
-            from scaling.trainer.model import materialize
+            from scaling.trainer.families.model import materialize
 
             materialize(model, target)
             assert init is not None
@@ -328,7 +328,7 @@ def parallelize(
         model.activation_checkpointing = spec.execution.activation_checkpointing
     find_blocks = blocks or transformer_blocks
     if tp_mesh is not None and tp_mesh.size() > 1:
-        from scaling.trainer.tensor_parallel import apply_tensor_parallel
+        from scaling.trainer.parallel.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(model, tp_mesh, find_blocks(model))
     tp = tp_mesh.size() if tp_mesh is not None else 1

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from scaling import vocab
-from scaling.trainer.eval_tasks import Item, Task, items_sha256
+from scaling.trainer.evaluation.eval_tasks import Item, Task, items_sha256
 
 #: Choices per item: the true line and three others.
 CHOICES = 4

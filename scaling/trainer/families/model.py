@@ -7,8 +7,8 @@ and the loss live elsewhere (``loop.py`` / ``parallel.py``): the model returns l
 
 :func:`build_model`, :func:`build_meta_model`, :func:`init_ops` and :func:`init_materialized`
 take either family (``shape.family``): ``gpt2`` is :class:`GPT`, ``llama`` is
-:class:`scaling.trainer.llama.Llama`. Attention's kernel (flash-attn or SDPA) is
-:mod:`scaling.trainer.attention`'s, shared by both.
+:class:`scaling.trainer.families.llama.Llama`. Attention's kernel (flash-attn or SDPA) is
+:mod:`scaling.trainer.families.attention`'s, shared by both.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from scaling.accounting import Shape
-from scaling.trainer.llama import DecoderBase, Llama, readout
-from scaling.trainer.attention import (  # noqa: F401  (the kernel's names, also importable from here)
+from scaling.trainer.families.llama import DecoderBase, Llama, readout
+from scaling.trainer.families.attention import (  # noqa: F401  (the kernel's names, also importable from here)
     ATTENTION_ENV,
     FLASH_MAX_HEAD_DIM,
     attention_kernel,

@@ -1,0 +1,1 @@
+"""checkpoints: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""families: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""parallel: see docs/architecture.md."""
