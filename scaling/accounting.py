@@ -24,6 +24,9 @@ PARAMS_CONVENTIONS: tuple[str, ...] = ("non_embedding", "total")
 FLOPS_CONVENTIONS: tuple[str, ...] = ("6N", "6N_attention")
 STRATEGIES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "zero3")
 GIB = 1024**3
+# Training FLOPs per parameter per token under the 6N convention (Kaplan et al. 2020, Sec. 2.1): forward
+# 2N, backward 4N. C = k N D; every law, report and sizing rule reads k from here.
+FLOPS_PER_PARAM_TOKEN = 6.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,7 +272,7 @@ class Shape(ModelFamily):
         Backward costs twice the forward, hence the factor 3 on the forward count.
         """
         if flops == "6N":
-            return 6.0 * self.params(params)
+            return FLOPS_PER_PARAM_TOKEN * self.params(params)
         if flops == "6N_attention":
             return 3.0 * self.forward_flops_per_token_attention()
         raise ValueError(f"unknown flops convention {flops!r} (use one of {FLOPS_CONVENTIONS})")
