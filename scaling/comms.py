@@ -585,7 +585,7 @@ def layer_activation_bytes(
         raise ValueError(f"unknown attention {attention!r} (use one of {ATTENTION_MEMORY})")
     c = compute_bytes(precision)
     autocast = precision != "fp32"
-    llama = shape.family == "llama"
+    llama = shape.spec.norm == "rmsnorm"
 
     def norm(readers: int) -> float:
         kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
@@ -593,12 +593,12 @@ def layer_activation_bytes(
 
     whole = norm(3 if llama else 1) + norm(2 if llama else 1)
     kv = shape.kv_heads * shape.head_dim
-    split = c * (2 * h + 2 * kv) + (4 if llama else 2) * c * shape.hidden
+    split = c * (2 * h + 2 * kv) + c * shape.spec.mlp_activation_values(shape)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
         split += (4 + (c if autocast else 0)) * shape.n_head * s
-    rope = 8.0 * s * shape.head_dim if llama else 0.0
+    rope = 8.0 * s * shape.head_dim if shape.spec.rope else 0.0
     if sequence_parallel:
         return tokens * (whole + split) / t + rope
     return tokens * (whole + split / t) + rope
@@ -617,7 +617,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     tokens = shape.context * micro_batch
     h = shape.d_model
     c = compute_bytes(precision)
-    llama = shape.family == "llama"
+    llama = shape.spec.norm == "rmsnorm"
     norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES * shape.vocab_size)

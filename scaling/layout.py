@@ -265,6 +265,8 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     problem = shape.tp_problem(tp)
     if problem:
         return problem
+    if pp > 1 and not shape.spec.pipelines:
+        return f"pp={pp}: family {shape.family!r} has no pipeline split"
     if shape.n_layer % (pp * chunks):
         stages = f"pp={pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         return f"{stages} does not divide n_layer ({shape.n_layer})"

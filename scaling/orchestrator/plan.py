@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from scaling import layout, rules
-from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
+from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice, batch_problem
 from scaling.comms import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
@@ -86,8 +86,8 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
 
-#: The model section's fields that belong to one family (the Llama family's, and the z-loss).
-FAMILY_ONLY_FIELDS = ("n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps", "z_loss")
+#: The model section's fields that belong to some families (``scaling.families``), and the z-loss.
+FAMILY_ONLY_FIELDS = (*FIELD_DEFAULTS, "z_loss")
 
 
 class BlockModel(_Strict):
@@ -96,7 +96,8 @@ class BlockModel(_Strict):
     than the plan's takes that family's defaults for the family's fields (the plan's are its
     family's); a block whose parametrization is ``standard`` leaves the plan's ``base_width``."""
 
-    family: Optional[Literal["gpt2", "llama"]] = Field(default=None, description="this block's family (default the plan's)")
+    family: Optional[Literal[tuple(FAMILIES)]] = Field(  # type: ignore[valid-type]
+        default=None, description="this block's family (default the plan's)")
     parametrization: Optional[Literal["standard", "mup"]] = Field(
         default=None, description="this block's parametrization (default the plan's)")
     base_width: Optional[int] = Field(default=None, gt=0, description="mup: the d_model of the proxy")
@@ -104,7 +105,7 @@ class BlockModel(_Strict):
     def over(self, model: ModelPlan) -> ModelPlan:
         """``model`` with this block's fields over it (ValidationError for a combination it refuses)."""
         values = dict(model)
-        if self.family is not None and self.family != model.family:
+        if self.family not in (None, model.family):
             for name in FAMILY_ONLY_FIELDS:
                 values.pop(name)
         if self.parametrization == "standard":

@@ -48,14 +48,11 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
 
 
 def shape_label(shape: Any) -> str:
-    """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width; a μP
-    shape its base width."""
+    """``LxD/Hh`` and what the family adds (``Family.label``: a llama shape its kv heads when fewer
+    and its SwiGLU width, an MoE its experts); a μP shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
     mup = f" mup base {shape.base_width}" if shape.parametrization == "mup" else ""
-    if shape.family == "gpt2":
-        return label + mup
-    kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
-    return f"{label}{kv} {shape.family} ffn {shape.hidden}{mup}"
+    return f"{label}{shape.spec.label(shape)}{mup}"
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:

@@ -33,6 +33,7 @@ from scaling import safe_yaml
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import StrictModel, checked
 from scaling.accounting import (
+    FAMILIES,
     FAMILY_FIELDS,
     FlopsConvention,
     ParamsConvention,
@@ -81,8 +82,9 @@ class FamilySpec(_Frozen):
     the log of the softmax normalizer, times this coefficient) is a training loss, not a shape field.
     """
 
-    family: Literal["gpt2", "llama"] = Field(default="gpt2",
-                                             description="the architecture: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU)")
+    family: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
+        default="gpt2", description="the architecture: gpt2 (learned positions, LayerNorm, GELU), llama (RoPE, "
+        "RMSNorm, SwiGLU) or moe (the llama block with routed experts); scaling.families")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
     ffn: Optional[int] = Field(default=None, gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
     tie_embeddings: Optional[bool] = Field(default=None, description="tie the output layer to the token embedding (llama; default false)")
@@ -90,6 +92,18 @@ class FamilySpec(_Frozen):
     rope_theta: float = Field(default=10000.0, gt=1, description="RoPE base (llama)")
     norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="RMSNorm epsilon (llama)")
     z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the z-loss (log Z)^2 (llama)")
+    n_experts: Optional[int] = Field(default=None, gt=0, description="routed experts per MoE block (moe; default 8)")
+    top_k: Optional[int] = Field(default=None, gt=0, description="experts each token is routed to (moe; default 2)")
+    expert_ffn: Optional[int] = Field(default=None, gt=0, description="each expert's SwiGLU width (moe; default ffn)")
+    n_shared_experts: int = Field(default=0, ge=0, description="experts every token uses besides its top-k (moe)")
+    n_dense_layers: int = Field(default=0, ge=0, description="the first blocks with a dense SwiGLU of ffn (moe)")
+    router: Literal["softmax", "sigmoid"] = Field(
+        default="softmax", description="router scores: softmax over the experts or sigmoid per expert; top-k renormalized (moe)")
+    balance: Literal["aux_loss", "bias"] = Field(
+        default="aux_loss", description="load balancing: Switch's auxiliary loss, or DeepSeek-V3's bias update (moe)")
+    aux_loss: float = Field(default=0.01, ge=0, le=1, description="coefficient of the load-balancing loss (moe, balance aux_loss)")
+    router_z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the router's z-loss (moe)")
+    bias_rate: float = Field(default=1e-3, ge=0, le=1, description="step of the balancing bias update (moe, balance bias)")
     parametrization: Literal["standard", "mup"] = Field(
         default="standard", description="standard, or mup (Yang et al. 2022: hyperparameters transfer across width)")
     base_width: Optional[int] = Field(
@@ -101,8 +115,9 @@ class FamilySpec(_Frozen):
 
     @model_validator(mode="after")
     def _z_loss_family(self) -> "FamilySpec":
-        if self.z_loss and self.family != "llama":
-            raise ValueError("z_loss: only for family 'llama' (gpt2 has its fixed architecture)")
+        if self.z_loss and not FAMILIES[self.family].takes_z_loss:
+            takers = " or ".join(repr(name) for name, fam in FAMILIES.items() if fam.takes_z_loss)
+            raise ValueError(f"z_loss: only for family {takers} (not a field of {self.family!r})")
         return self
 
     def family_dump(self, out: dict[str, Any], shape: Optional[Shape]) -> dict[str, Any]:

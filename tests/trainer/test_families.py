@@ -52,8 +52,8 @@ def test_llama_fields_are_keyed_only_when_not_their_default() -> None:
 
 @pytest.mark.parametrize("model,execution,message", [
     ({**LLAMA, "n_kv_head": 3}, {}, r"spec: model: n_kv_head \(3\) must divide n_head \(4\)"),
-    ({**GPT2, "z_loss": 1e-4}, {}, r"model: z_loss: only for family 'llama'"),
-    ({**GPT2, "ffn": 128}, {}, r"model: ffn: only for family 'llama'"),
+    ({**GPT2, "z_loss": 1e-4}, {}, r"model: z_loss: only for family 'llama' or 'moe'"),
+    ({**GPT2, "ffn": 128}, {}, r"model: ffn: only for families 'llama', 'moe'"),
     ({**LLAMA, "d_model": 36}, {}, r"model: RoPE needs an even head size, got d_model/n_head = 9"),
     ({**LLAMA, "n_kv_head": 1}, {"workers": 2, "tp": 2}, r"execution: tp=2 does not divide n_kv_head \(1\)"),
 ])
@@ -169,5 +169,5 @@ def test_a_llama_plan_expands_into_llama_runs_and_serializes() -> None:
     assert (explicit.family, explicit.kv_heads, explicit.hidden) == ("llama", 2, 96)
     sized = ModelPoint(N=1e5).shape(section, "non_embedding")
     assert sized.family == "llama" and sized.kv_heads == 1 and sized.head_dim == 16
-    with pytest.raises(ValueError, match="z_loss: only for family 'llama'"):
+    with pytest.raises(ValueError, match="z_loss: only for family 'llama' or 'moe'"):
         ModelPlan(z_loss=1e-4)
