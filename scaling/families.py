@@ -85,6 +85,9 @@ class Family:
     ffn_name: ClassVar[str] = "ffn"
     #: Whether the family has a pipeline split (its blocks are alike and carry no side outputs).
     pipelines: ClassVar[bool] = True
+    #: Whether its tokens are routed: the torch module's ``RouterStats`` adds the router's loss and
+    #: records the experts' load.
+    routed: ClassVar[bool] = False
 
     # -- fields ---------------------------------------------------------------------------
     def defaults(self, shape: Any) -> dict[str, object]:
@@ -245,6 +248,7 @@ class MoE(Family):
     module: ClassVar[str] = "scaling.trainer.families.moe"
     fields: ClassVar[tuple[str, ...]] = (*LLAMA_FIELDS, *MOE_FIELDS)
     pipelines: ClassVar[bool] = False
+    routed: ClassVar[bool] = True
     residual_projections: ClassVar[tuple[str, ...]] = ("attn.o", "mlp.down", "mlp.experts.down", "mlp.shared.down")
     tp_plan: ClassVar[dict[str, str]] = {
         "attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.o": "rowwise",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
@@ -257,6 +257,12 @@ class ModelPoint(_Strict):
     n_head: Optional[int] = Field(default=None, gt=0, description="attention heads")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="this shape's key/value heads (llama)")
     ffn: Optional[int] = Field(default=None, gt=0, description="this shape's SwiGLU width (llama)")
+    n_experts: Optional[int] = Field(default=None, gt=0, description="this shape's routed experts (moe)")
+    top_k: Optional[int] = Field(default=None, gt=0, description="this shape's experts per token (moe)")
+    expert_ffn: Optional[int] = Field(default=None, gt=0, description="this shape's expert width (moe)")
+
+    #: A shape's own family fields, over the model section's.
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ("n_kv_head", "ffn", "n_experts", "top_k", "expert_ffn")
 
     @model_validator(mode="before")
     @classmethod
@@ -268,7 +274,7 @@ class ModelPoint(_Strict):
     @model_validator(mode="after")
     def _one_form(self) -> "ModelPoint":
         shape_fields = (self.n_layer, self.d_model, self.n_head)
-        if self.N is not None and any(f is not None for f in (*shape_fields, self.n_kv_head, self.ffn)):
+        if self.N is not None and any(f is not None for f in (*shape_fields, *(getattr(self, n) for n in self.OWN_FIELDS))):
             raise ValueError("give either N or a shape (n_layer, d_model, n_head), not both")
         if self.N is None and any(f is None for f in shape_fields):
             raise ValueError("a shape needs n_layer, d_model and n_head")
@@ -277,11 +283,11 @@ class ModelPoint(_Strict):
         return self
 
     def shape(self, model: ModelPlan, convention: str) -> Shape:
-        """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
+        """The point's shape in the plan's family (a shape's own fields, :attr:`OWN_FIELDS`, over the model section's)."""
         if self.N is not None:
             return model.policy().shape_for(self.N, convention)  # type: ignore[arg-type]
         family = model.family_kwargs()
-        family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
+        family.update({k: getattr(self, k) for k in self.OWN_FIELDS if getattr(self, k) is not None})
         return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -159,17 +158,14 @@ def router_state(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 @torch.no_grad()
-def update_balance_bias(model: nn.Module, load: torch.Tensor, group: Any = None) -> None:
+def update_balance_bias(model: nn.Module, load: torch.Tensor) -> None:
     """DeepSeek-V3's balancing step for ``balance: bias``: each layer's bias moves by ``bias_rate``
     toward its under-loaded experts, b_i += rate x sign(mean load - load_i), ``load`` (layers, E)
-    being the step's tokens per expert summed over the data-parallel ranks (``group``), so every
-    rank moves its biases alike."""
+    being the step's tokens per expert summed over the data-parallel ranks, so every rank moves
+    its biases alike."""
     layers = [layer for layer in moe_layers(model) if layer.cfg.balance == "bias"]
     if not layers:
         return
-    load = load.float()
-    if group is not None and dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(load, group=group)
     for layer, counts in zip(layers, load):
         step = layer.cfg.bias_rate * torch.sign(counts.mean() - counts)
         bias = layer.balance_bias
@@ -181,6 +177,58 @@ def update_balance_bias(model: nn.Module, load: torch.Tensor, group: Any = None)
 
             assert isinstance(bias, DTensor)
             local.add_(distribute_tensor(step.to(local.dtype), bias.device_mesh, bias.placements).to_local())
+
+
+class RouterStats:
+    """What the loop asks of the router of a run of this family: per micro-batch the auxiliary
+    loss to add to it (:meth:`micro_batch_loss`), per step the tokens each expert took (summed
+    over the micro-batches and the data-parallel ranks), DeepSeek-V3's bias update, and the
+    step's metrics as one tensor that travels to the host with the step's loss (:meth:`end_step`,
+    :meth:`metrics`)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.load: torch.Tensor | None = None
+        self.aux = torch.zeros(())
+
+    def micro_batch_loss(self, weight: float) -> torch.Tensor:
+        """The auxiliary loss of the forward pass just run; its share ``weight`` of the batch is
+        added to the step's mean."""
+        state = router_state(self.model)
+        assert state is not None, "a model of the moe family ran no MoE layer"
+        aux, load = state
+        self.load = load if self.load is None else self.load + load
+        self.aux = self.aux.to(aux.device) + aux.detach() * weight
+        return aux
+
+    def end_step(self, total: Any, group: Any) -> torch.Tensor:
+        """After the optimizer's step: the step's load summed over ``group`` by ``total`` (a sum
+        over ranks), the balancing biases moved, and (aux, load per layer and expert) as one tensor."""
+        assert self.load is not None
+        load = total(self.load.float(), group)
+        update_balance_bias(self.model, load)
+        aux = total(self.aux.float(), group)
+        packed = torch.cat([aux.reshape(1), load.reshape(-1)])
+        self.load, self.aux = None, torch.zeros(())
+        return packed
+
+    @staticmethod
+    def metrics(packed: list[float], n_experts: int) -> dict[str, float]:
+        """The metrics of a step's packed values (read on the host): the auxiliary loss, the
+        balance (busiest and idlest expert over the mean, extremes over the layers) and the
+        tokens of each expert summed over the layers."""
+        from scaling import vocab
+
+        aux, flat = packed[0], packed[1:]
+        layers = [flat[i:i + n_experts] for i in range(0, len(flat), n_experts)]
+        ratios = [(max(row) / mean, min(row) / mean) for row in layers if (mean := sum(row) / n_experts) > 0]
+        out = {vocab.MOE_AUX_LOSS: aux}
+        if ratios:
+            out[vocab.MOE_LOAD_MAX] = max(r[0] for r in ratios)
+            out[vocab.MOE_LOAD_MIN] = min(r[1] for r in ratios)
+        for e in range(n_experts):
+            out[vocab.expert_tokens_metric(e)] = sum(row[e] for row in layers)
+        return out
 
 
 # -- Hugging Face ---------------------------------------------------------------------------------
