@@ -315,7 +315,7 @@ def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
 
     gpt2: two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
     replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
-    llama: the RMSNorms are replicated, every matrix is split.
+    llama: the RMSNorms are replicated, every matrix is split. moe: only attention is split.
     """
     replicated = shape.layer_replicated_params
     split = shape.params_per_layer - replicated
@@ -332,6 +332,8 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> i
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
+    if pp == 1:  # every block, exactly (an MoE's dense first blocks are smaller than its largest)
+        n -= shape.n_layer * shape.params_per_layer - shape.blocks_params()
     if stage == 0:
         n += shape.params_input_embedding
     if stage == pp - 1:

@@ -310,15 +310,20 @@ class MoE(Family):
             self.layer_active_matmul_params(shape) if active else self.layer_matmul_params(shape))
         return dense + moe
 
+    def layer_replicated_params(self, shape: Any) -> int:
+        """The norms and the whole MLP: only attention is split over tensor ranks."""
+        return self.layer_vector_params(shape) + self.moe_mlp_params(shape, active=False)
+
     def tp_problem(self, shape: Any, tp: int) -> str | None:
         return None  # the experts are not split over tensor ranks (only attention is)
 
     def mlp_activation_values(self, shape: Any) -> float:
-        """Per token: the router's logits and scores (2 E), and the gate, SiLU, up and product of
-        each of its top-k and shared experts (4 expert_ffn each); the dense layers' MLP is
-        smaller or equal under the usual shapes."""
+        """Per token: the router's FP32 logits and scores (4 E values of the compute dtype's
+        size at 16 bits), the gate, SiLU, up and product of each of its top-k and shared experts
+        (4 expert_ffn each), and of each routed copy its input cast for gate and up and its
+        weighted output (3 d_model); the dense layers' MLP is smaller or equal under the usual shapes."""
         experts = shape.top_k + shape.n_shared_experts
-        return 2.0 * shape.n_experts + 4.0 * experts * shape.expert_ffn
+        return 4.0 * shape.n_experts + 4.0 * experts * shape.expert_ffn + 3.0 * shape.top_k * shape.d_model
 
 
 #: The registry: every family by name.

@@ -74,8 +74,9 @@ class SequenceSpec(_Frozen):
 
 
 class FamilySpec(_Frozen):
-    """The model family, the Llama family's fields and the parametrization (standard or μP, with
-    μP's ``base_width``); `scaling.accounting.Shape` checks them.
+    """The model family, the fields of the families that take them (``scaling.families``: llama's,
+    and moe's experts and router) and the parametrization (standard or μP, with μP's
+    ``base_width``); `scaling.accounting.Shape` checks them.
 
     A field at its family's default is left out when serialized, so a gpt2 model serializes, and
     its run key hashes, exactly as before families existed; ``z_loss`` (PaLM's auxiliary loss on

@@ -149,12 +149,17 @@ def test_the_export_computes_our_logits(extra: dict, target: str) -> None:
 
 
 def test_the_export_loads_back_with_auto_model(tmp_path: Path) -> None:
+    """Random norm weights (ones would hide a norm mapped to the wrong place), saved and loaded back."""
     from transformers import AutoModelForCausalLM
 
     from scaling.trainer.export import to_hf
     from scaling.trainer.families.model import build_model
 
     ours = build_model(Shape(2, 32, 4, 97, 16, **TINY_MOE), 5).eval()
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if ".ln_" in name or name.startswith("ln_f"):
+                p.uniform_(0.5, 1.5)
     to_hf(ours).save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).float().eval()
     idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -191,3 +196,33 @@ def test_moe_fields_belong_to_the_moe_family_and_pipelines_are_refused() -> None
         Shape(2, 32, 4, family="llama", n_experts=4)
     assert shape_problem(Shape(2, 32, 4, **TINY_MOE), 1, 2) == "pp=2: family 'moe' has no pipeline split"
     assert shape_problem(Shape(2, 32, 4, **TINY_MOE), 2, 1) is None  # attention split, experts whole
+
+
+def test_a_trained_moe_run_exports_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scaling train` then `scaling export --hf`: the checkpoint (its balancing biases included)
+    loads through the trainer's path and the folder loads with AutoModelForCausalLM, logits equal."""
+    import yaml
+    from transformers import AutoModelForCausalLM
+
+    from scaling.db import connect
+    from scaling.trainer.export import find_run, load_ours, run_shape
+    from scaling.trainer.checkpoints import checkpoint
+
+    spec = {"model": {**TINY_MOE, "n_layer": 2, "d_model": 32, "n_head": 4, "context": 32},
+            "tokens": 32 * 8 * 6, "batch_tokens": 32 * 8, "eval_tokens": 32 * 8, "optimizer": {"lr": 1e-2},
+            "execution": {"eval_interval": 6, "checkpoint_interval": 6, "threads": 1}, "evals": {"next_line": False}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.chdir(tmp_path)
+    got = run_main("train", "spec.yaml", "--db", url)
+    assert got.code == 0 and "completed, 6 steps" in got.out, got
+    (row,) = connect(url).runs(sweep="adhoc").to_dict("records")
+    got = run_main("export", row["run_key"], "--hf", str(tmp_path / "hf"), "--db", url)
+    assert got.code == 0, got.err
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").float().eval()
+    assert type(hf).__name__ == "MixtralForCausalLM" and hf.config.num_local_experts == 4
+    run_dir = tmp_path / "scaling_runs" / "adhoc" / row["run_key"]
+    ours = load_ours(checkpoint.checkpoints(run_dir)[-1], run_shape(find_run(url, row["run_key"])))
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=idx).logits, ours(idx), atol=1e-5, rtol=0)
