@@ -491,6 +491,9 @@ class Placement(_Frozen):
                                      description="how workers split a run: auto (the least sharding that fits), single, ddp, zero1, zero2 or zero3")
     tp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="tensor-parallel degree")
     pp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="pipeline stages")
+    ep: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True,
+                    description="expert-parallel degree: a routed family's experts sharded over this many "
+                    "data-parallel ranks (1: every rank holds every expert)")
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field(default="1f1b",
                                                                       description="pipeline schedule when pp > 1")
     cpu_offload: bool = Field(default=False, description="FSDP2 shards on the CPU (zero2 / zero3 only)")
@@ -700,6 +703,12 @@ class RunSpec(Recipe):
                     f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
                     "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
                 )
+        if ex.ep > 1:
+            from scaling.trainer.parallel.expert_parallel import expert_parallel_problem
+
+            problem = expert_parallel_problem(self.shape, ex.ep, ex.dp, ex.tp, ex.pp, ex.strategy)
+            if problem:
+                raise ValueError(f"execution: {problem}")
         if not unplaced:
             problem = precision_problem(self.precision, ex.tp, ex.dp)
             if problem:

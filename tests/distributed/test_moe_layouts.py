@@ -1,5 +1,6 @@
 """A tiny MoE on two gloo workers tracks the single-process loss trajectory step by step under
-DDP, ZeRO-1, ZeRO-3 and tensor parallelism (its attention split, its experts whole on each rank).
+DDP, ZeRO-1, ZeRO-3, tensor parallelism (its attention split, its experts whole on each rank) and
+expert parallelism (two experts on each rank, tokens exchanged by all-to-all).
 
 The MoE balances by DeepSeek-V3's bias, whose update reads the step's tokens per expert summed
 over the micro-batches and ranks, so every layout routes every token as the single process does;
@@ -22,7 +23,7 @@ MOE = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "context": 32, 
        "n_experts": 4, "top_k": 2, "expert_ffn": 24, "n_shared_experts": 1, "n_dense_layers": 1,
        "balance": "bias", "bias_rate": 0.01}
 LAYOUTS = {"ddp": {"strategy": "ddp"}, "zero1": {"strategy": "zero1"}, "zero3": {"strategy": "zero3"},
-           "tp2": {"strategy": "ddp", "tp": 2}}
+           "tp2": {"strategy": "ddp", "tp": 2}, "ep2": {"strategy": "ddp", "ep": 2}}
 
 
 @pytest.mark.slow

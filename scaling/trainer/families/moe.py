@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -51,13 +52,28 @@ if TYPE_CHECKING:
 class Experts(nn.Module):
     """``n_experts`` SwiGLU experts as stacked matrices (out, in per expert, nn.Linear's layout):
     ``gate`` and ``up`` (E, f, d), ``down`` (E, d, f). Empty on construction (their values are
-    ``init_ops``'s), so building one draws no random numbers."""
+    ``init_ops``'s), so building one draws no random numbers. Under expert parallelism
+    (:meth:`shard_experts`) each rank holds a slice of the experts and the routed tokens travel
+    to their experts' rank and back (``scaling.trainer.parallel.expert_parallel``)."""
 
     def __init__(self, n_experts: int, d_model: int, hidden: int) -> None:
         super().__init__()
+        self.n_experts = n_experts
         self.gate = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.up = nn.Parameter(torch.empty(n_experts, hidden, d_model))
         self.down = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        self.ep_group: Any = None
+
+    def shard_experts(self, mesh: Any) -> list[str]:
+        """Each rank of the 1-D ``mesh`` keeps its slice of the experts (DTensors sharded on dim 0);
+        the names of the parameters sharded."""
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        for name in ("gate", "up", "down"):
+            full = getattr(self, name)
+            setattr(self, name, nn.Parameter(distribute_tensor(full.data, mesh, [Shard(0)], src_data_rank=None)))
+        self.ep_group = mesh.get_group()
+        return ["gate", "up", "down"]
 
     def forward(self, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """The weighted sum of each token's experts: ``x`` (T, d), ``experts`` and ``weights`` (T, k)."""
@@ -65,14 +81,38 @@ class Experts(nn.Module):
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)  # the routed slots sorted by expert
         tokens = order // k
-        counts = torch.bincount(flat, minlength=self.gate.size(0)).tolist()
-        outputs = []
-        for e, chunk in enumerate(x[tokens].split(counts)):
-            if counts[e]:
-                hidden = F.silu(chunk @ self.gate[e].t()) * (chunk @ self.up[e].t())
-                outputs.append(hidden @ self.down[e].t())
-        routed = torch.cat(outputs) * weights.reshape(-1)[order, None].to(outputs[0].dtype)
+        counts = torch.bincount(flat, minlength=self.n_experts)
+        xs = x[tokens]
+        if self.ep_group is None:
+            sizes = counts.tolist()
+            outputs = [_swiglu(chunk, self.gate[e], self.up[e], self.down[e])
+                       for e, chunk in enumerate(xs.split(sizes)) if sizes[e]]
+            routed = torch.cat(outputs)
+        else:
+            from scaling.trainer.parallel.expert_parallel import dispatch_and_combine
+
+            scale = 1.0 / dist.get_world_size(self.ep_group)  # DDP averages the other gradients over the ranks
+            gate, up, down = (ScaleGrad.apply(p.to_local(), scale) for p in (self.gate, self.up, self.down))
+            routed = dispatch_and_combine(xs, counts, self.ep_group, lambda j, rows: _swiglu(rows, gate[j], up[j], down[j]))
+        routed = routed * weights.reshape(-1)[order, None].to(routed.dtype)
         return torch.zeros((x.size(0), x.size(1)), dtype=routed.dtype, device=x.device).index_add_(0, tokens, routed)
+
+
+def _swiglu(rows: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    return (F.silu(rows @ gate.t()) * (rows @ up.t())) @ down.t()
+
+
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient times ``scale`` in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
 
 
 class MoE(nn.Module):
