@@ -265,9 +265,10 @@ class ParallelLayout:
     recompute: Recompute = "none"
     schedule: Schedule = "1f1b"
     chunks: int = 1
+    ep: int = 1  # a routed family's experts sharded over this many data-parallel ranks
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks"):
+        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks", "ep"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.strategy not in STRATEGIES:
@@ -322,18 +323,20 @@ def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
     return split // tp + replicated
 
 
-def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: int = 1) -> int:
     """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
 
     Blocks are split evenly over stages; the embeddings (and positions) sit on the first
     stage, the final norm and the output layer (an untied one, or a copy of the tied
-    embedding) on the last. Equal to ``shape.params_total`` for tp = pp = 1.
+    embedding) on the last; under expert parallelism a rank holds 1/``ep`` of the routed experts.
+    Equal to ``shape.params_total`` for tp = pp = ep = 1.
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
     if pp == 1:  # every block, exactly (an MoE's dense first blocks are smaller than its largest)
         n -= shape.n_layer * shape.params_per_layer - shape.blocks_params()
+    n -= shape.spec.routed_expert_params(shape) * (ep - 1) // ep
     if stage == 0:
         n += shape.params_input_embedding
     if stage == pp - 1:
@@ -505,7 +508,7 @@ def step_traffic(
 ) -> list[Traffic]:
     """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, kept, mem_layout)
     return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)
@@ -681,7 +684,7 @@ def memory_per_rank(
     is its data-parallel case.
     """
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:

@@ -160,6 +160,10 @@ class Family:
     def position_params(self, shape: Any) -> int:
         return 0
 
+    def routed_expert_params(self, shape: Any) -> int:
+        """Every block's routed experts (what expert parallelism shards; none in a dense family)."""
+        return 0
+
     def tp_problem(self, shape: Any, tp: int) -> str | None:
         """Why this family's block cannot be split over ``tp`` tensor ranks beyond the heads, or None."""
         if shape.hidden % tp:
@@ -309,6 +313,9 @@ class MoE(Family):
         moe = (shape.n_layer - shape.n_dense_layers) * (
             self.layer_active_matmul_params(shape) if active else self.layer_matmul_params(shape))
         return dense + moe
+
+    def routed_expert_params(self, shape: Any) -> int:
+        return (shape.n_layer - shape.n_dense_layers) * shape.n_experts * self.expert_params(shape)
 
     def layer_replicated_params(self, shape: Any) -> int:
         """The norms and the whole MLP: only attention is split over tensor ranks."""

@@ -264,6 +264,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
         strategy=None if auto else ex.strategy,
         micro_batch_size=mbs,
+        ep=ex.ep,
         device="cuda" if ex.gpus_per_worker > 0 else "cpu",
     )
 

@@ -226,3 +226,38 @@ def test_a_trained_moe_run_exports_through_the_cli(tmp_path: Path, monkeypatch: 
     idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(hf(input_ids=idx).logits, ours(idx), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("model,execution,message", [
+    ({}, {"workers": 2, "strategy": "zero3", "ep": 2}, "ep=2 needs strategy ddp, not zero3"),
+    ({}, {"workers": 4, "strategy": "ddp", "ep": 2}, r"ep=2 must equal the data-parallel ranks \(4\)"),
+    ({"n_experts": 3}, {"workers": 2, "strategy": "ddp", "ep": 2}, r"ep=2 does not divide n_experts \(3\)"),
+    ({"family": "llama"}, {"workers": 2, "strategy": "ddp", "ep": 2}, "ep=2: family 'llama' has no experts"),
+    ({}, {"workers": 4, "strategy": "zero3", "tp": 2, "ep": 2}, "ep=2 cannot be combined with tp=2"),
+])
+def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, execution: dict, message: str) -> None:
+    from scaling.errors import SpecError
+    from scaling.trainer.spec import RunSpec
+
+    fields = {**TINY_MOE, "n_layer": 2, "d_model": 32, "n_head": 4, "context": 32, **model}
+    if fields["family"] == "llama":
+        fields = {k: v for k, v in fields.items() if k not in ("n_experts", "top_k", "expert_ffn")}
+    with pytest.raises(SpecError, match=f"execution: {message}"):
+        RunSpec.from_dict({"model": fields, "tokens": 32 * 8 * 4, "batch_tokens": 32 * 8, "precision": "fp32",
+                           "execution": execution})
+
+
+def test_the_memory_model_counts_a_rank_its_share_of_the_experts() -> None:
+    """Under ep=2 a rank holds half the routed experts (the router, shared experts, dense blocks
+    and attention whole), and DDP all-reduces only what it replicates."""
+    from scaling.comms import ParallelLayout, memory_per_rank, params_per_rank, step_traffic
+
+    shape = Shape(3, 32, 4, 97, 16, **{**TINY_MOE, "n_shared_experts": 1, "n_dense_layers": 1})
+    routed = 2 * 4 * 3 * 32 * 24  # MoE blocks x experts x an expert's three matrices
+    assert params_per_rank(shape) == shape.params_total
+    assert params_per_rank(shape, ep=2) == shape.params_total - routed // 2
+    whole, split = ParallelLayout(dp=2), ParallelLayout(dp=2, ep=2)
+    assert memory_per_rank(shape, split).weights_bytes == memory_per_rank(shape, whole).weights_bytes * (
+        params_per_rank(shape, ep=2) / shape.params_total)
+    reduced = [sum(t.bytes_per_step for t in step_traffic(shape, lay) if t.group == "dp") for lay in (whole, split)]
+    assert reduced[1] < reduced[0]
