@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from scaling.families import FAMILIES, FIELD_DEFAULTS, Family, owners  # noqa: F401  (FIELD_DEFAULTS: the family fields' defaults, read by plans)
+from scaling.families import FAMILIES, FIELD_DEFAULTS, Family, owners
 
 ParamsConvention = Literal["non_embedding", "total"]
 FlopsConvention = Literal["6N", "6N_attention"]
@@ -38,24 +38,24 @@ class ModelFamily:
     some of them (``scaling.families.Family.fields``); the others keep these defaults."""
 
     family: str = "gpt2"
-    n_kv_head: int | None = None
-    ffn: int | None = None
-    tie_embeddings: bool | None = None
-    qk_norm: bool = False
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
+    n_kv_head: int | None = FIELD_DEFAULTS["n_kv_head"]  # type: ignore[assignment]
+    ffn: int | None = FIELD_DEFAULTS["ffn"]  # type: ignore[assignment]
+    tie_embeddings: bool | None = FIELD_DEFAULTS["tie_embeddings"]  # type: ignore[assignment]
+    qk_norm: bool = FIELD_DEFAULTS["qk_norm"]  # type: ignore[assignment]
+    rope_theta: float = FIELD_DEFAULTS["rope_theta"]  # type: ignore[assignment]
+    norm_eps: float = FIELD_DEFAULTS["norm_eps"]  # type: ignore[assignment]
     parametrization: str = "standard"
     base_width: int | None = None
-    n_experts: int | None = None
-    top_k: int | None = None
-    expert_ffn: int | None = None
-    n_shared_experts: int = 0
-    n_dense_layers: int = 0
-    router: str = "softmax"
-    balance: str = "aux_loss"
-    aux_loss: float = 0.01
-    router_z_loss: float = 0.0
-    bias_rate: float = 1e-3
+    n_experts: int | None = FIELD_DEFAULTS["n_experts"]  # type: ignore[assignment]
+    top_k: int | None = FIELD_DEFAULTS["top_k"]  # type: ignore[assignment]
+    expert_ffn: int | None = FIELD_DEFAULTS["expert_ffn"]  # type: ignore[assignment]
+    n_shared_experts: int = FIELD_DEFAULTS["n_shared_experts"]  # type: ignore[assignment]
+    n_dense_layers: int = FIELD_DEFAULTS["n_dense_layers"]  # type: ignore[assignment]
+    router: str = FIELD_DEFAULTS["router"]  # type: ignore[assignment]
+    balance: str = FIELD_DEFAULTS["balance"]  # type: ignore[assignment]
+    aux_loss: float = FIELD_DEFAULTS["aux_loss"]  # type: ignore[assignment]
+    router_z_loss: float = FIELD_DEFAULTS["router_z_loss"]  # type: ignore[assignment]
+    bias_rate: float = FIELD_DEFAULTS["bias_rate"]  # type: ignore[assignment]
 
 
 #: The family fields in their order, for whoever passes them on (a plan's or spec's model section).
@@ -100,7 +100,7 @@ class Shape(ModelFamily):
             raise ValueError(f"unknown family {self.family!r} (use one of {', '.join(FAMILIES)})")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
-        fam = self.spec
+        fam = self.family_spec
         given = [name for name, value in fam.fixed(self).items() if getattr(self, name) not in (None, value)]
         if given:
             takers = sorted({owner for name in given for owner in owners(name)})
@@ -124,7 +124,7 @@ class Shape(ModelFamily):
 
     # -- resolved fields (typed, never None after construction) ---------------------------------
     @property
-    def spec(self) -> Family:
+    def family_spec(self) -> Family:
         """The family's registered record (``scaling.families.FAMILIES``)."""
         return FAMILIES[self.family]
 
@@ -166,24 +166,24 @@ class Shape(ModelFamily):
     def layer_matmul_params(self) -> int:
         """The weight matrices of one block (an MoE's largest, every expert): attention's q, k, v
         and output, and the MLP's."""
-        return self.spec.layer_matmul_params(self)
+        return self.family_spec.layer_matmul_params(self)
 
     @property
     def layer_vector_params(self) -> int:
         """One block's parameters that are not matrices: norms (and gpt2's biases)."""
-        return self.spec.layer_vector_params(self)
+        return self.family_spec.layer_vector_params(self)
 
     @property
     def layer_norm_params(self) -> int:
         """One block's norm parameters (autocast computes with them in FP32): gpt2's two
         LayerNorms (4d), llama's RMSNorms (2d, and two head-wide ones with qk_norm)."""
-        return self.spec.layer_norm_params(self)
+        return self.family_spec.layer_norm_params(self)
 
     @property
     def layer_replicated_params(self) -> int:
         """One block's parameters every tensor-parallel rank holds whole: the norms, and gpt2's
         row-parallel output biases (column-parallel biases are split with their matrix)."""
-        return self.spec.layer_replicated_params(self)
+        return self.family_spec.layer_replicated_params(self)
 
     @property
     def params_per_layer(self) -> int:
@@ -194,12 +194,12 @@ class Shape(ModelFamily):
 
     @property
     def params_final_norm(self) -> int:
-        return self.spec.final_norm_params(self)
+        return self.family_spec.final_norm_params(self)
 
     @property
     def params_input_embedding(self) -> int:
         """The token embedding, and gpt2's learned positions."""
-        return self.vocab_size * self.d_model + self.spec.position_params(self)
+        return self.vocab_size * self.d_model + self.family_spec.position_params(self)
 
     @property
     def params_output(self) -> int:
@@ -208,7 +208,7 @@ class Shape(ModelFamily):
 
     def blocks_params(self, active: bool = False) -> int:
         """Every block's parameters (only those a token uses, when ``active``)."""
-        return self.spec.blocks_matmul_params(self, active) + self.n_layer * self.layer_vector_params
+        return self.family_spec.blocks_matmul_params(self, active) + self.n_layer * self.layer_vector_params
 
     @property
     def params_non_embedding(self) -> int:
@@ -249,7 +249,7 @@ class Shape(ModelFamily):
         """The parameters a token multiplies by: the matrices of the blocks it uses (an MoE's
         active experts) and the output layer (tied or not). Embedding lookups, norms and biases
         are not matrix multiplications."""
-        return self.spec.blocks_matmul_params(self, active=True) + self.vocab_size * self.d_model
+        return self.family_spec.blocks_matmul_params(self, active=True) + self.vocab_size * self.d_model
 
     def params(self, convention: ParamsConvention = "non_embedding") -> int:
         """Parameter count in a sweep's convention: the laws' N, the active parameters (all of
@@ -266,7 +266,7 @@ class Shape(ModelFamily):
             return f"tp={tp} does not divide n_head ({self.n_head})"
         if self.kv_heads % tp:
             return f"tp={tp} does not divide n_kv_head ({self.kv_heads})"
-        return self.spec.tp_problem(self, tp)
+        return self.family_spec.tp_problem(self, tp)
 
     # -- FLOPs ----------------------------------------------------------------------------
     def forward_flops_per_token_attention(self) -> float:
@@ -282,7 +282,7 @@ class Shape(ModelFamily):
         logits_attn = 2 * s * d
         softmax = 3 * h * s
         reduction = 2 * s * d
-        matmuls = 2 * self.spec.blocks_matmul_params(self, active=True)  # q, k, v, o and the MLP
+        matmuls = 2 * self.family_spec.blocks_matmul_params(self, active=True)  # q, k, v, o and the MLP
         final_logits = 2 * d * v
         return embeddings + L * (logits_attn + softmax + reduction) + matmuls + final_logits
 
@@ -318,7 +318,7 @@ class Shape(ModelFamily):
         mup: dict[str, object] = {}
         if self.parametrization != "standard":
             mup = {"parametrization": self.parametrization, "base_width": self.base_width}
-        return {**self.spec.keyed_fields(self), **mup}
+        return {**self.family_spec.keyed_fields(self), **mup}
 
     def as_dict(self) -> dict[str, object]:
         return {

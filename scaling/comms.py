@@ -336,7 +336,7 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: 
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
     if pp == 1:  # every block, exactly (an MoE's dense first blocks are smaller than its largest)
         n -= shape.n_layer * shape.params_per_layer - shape.blocks_params()
-    n -= shape.spec.routed_expert_params(shape) * (ep - 1) // ep
+    n -= shape.family_spec.routed_expert_params(shape) * (ep - 1) // ep
     if stage == 0:
         n += shape.params_input_embedding
     if stage == pp - 1:
@@ -590,7 +590,7 @@ def layer_activation_bytes(
         raise ValueError(f"unknown attention {attention!r} (use one of {ATTENTION_MEMORY})")
     c = compute_bytes(precision)
     autocast = precision != "fp32"
-    llama = shape.spec.norm == "rmsnorm"
+    llama = shape.family_spec.norm == "rmsnorm"
 
     def norm(readers: int) -> float:
         kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
@@ -598,12 +598,12 @@ def layer_activation_bytes(
 
     whole = norm(3 if llama else 1) + norm(2 if llama else 1)
     kv = shape.kv_heads * shape.head_dim
-    split = c * (2 * h + 2 * kv) + c * shape.spec.mlp_activation_values(shape)
+    split = c * (2 * h + 2 * kv) + c * shape.family_spec.mlp_activation_values(shape)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
         split += (4 + (c if autocast else 0)) * shape.n_head * s
-    rope = 8.0 * s * shape.head_dim if shape.spec.rope else 0.0
+    rope = 8.0 * s * shape.head_dim if shape.family_spec.rope else 0.0
     if sequence_parallel:
         return tokens * (whole + split) / t + rope
     return tokens * (whole + split / t) + rope
@@ -622,7 +622,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     tokens = shape.context * micro_batch
     h = shape.d_model
     c = compute_bytes(precision)
-    llama = shape.spec.norm == "rmsnorm"
+    llama = shape.family_spec.norm == "rmsnorm"
     norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES * shape.vocab_size)

@@ -266,7 +266,7 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     problem = shape.tp_problem(tp)
     if problem:
         return problem
-    if pp > 1 and not shape.spec.pipelines:
+    if pp > 1 and not shape.family_spec.pipelines:
         return f"pp={pp}: family {shape.family!r} has no pipeline split"
     if shape.n_layer % (pp * chunks):
         stages = f"pp={pp}" + (f" x {chunks} chunks" if chunks > 1 else "")

@@ -52,7 +52,7 @@ def shape_label(shape: Any) -> str:
     and its SwiGLU width, an MoE its experts); a μP shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
     mup = f" mup base {shape.base_width}" if shape.parametrization == "mup" else ""
-    return f"{label}{shape.spec.label(shape)}{mup}"
+    return f"{label}{shape.family_spec.label(shape)}{mup}"
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:

@@ -301,7 +301,7 @@ class Trainer:
         self.settled: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # its loss, lr, norm once read
         self.z_weighted = torch.zeros((), device=self.rt.device)  # this rank's share of the batch's z-loss
         # a routed family's router: its loss added, its load recorded (and balanced)
-        self.router = family_module(spec.shape.family).RouterStats(self.par.model) if spec.shape.spec.routed else None
+        self.router = family_module(spec.shape.family).RouterStats(self.par.model) if spec.shape.family_spec.routed else None
         self.settled_routing: Optional[list[float]] = None
         self.settled_z = math.nan
 

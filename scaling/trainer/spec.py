@@ -35,6 +35,7 @@ from scaling.schema import StrictModel, checked
 from scaling.accounting import (
     FAMILIES,
     FAMILY_FIELDS,
+    FIELD_DEFAULTS,
     FlopsConvention,
     ParamsConvention,
     PrecisionChoice,
@@ -45,6 +46,7 @@ from scaling.accounting import (
 )
 from scaling.comms import TRAINER_SCHEDULES
 from scaling.errors import FieldProblem, SpecError
+from scaling.families import BALANCES, ROUTERS
 from scaling.naming import printable_problem
 from scaling.trainer.data.shards import MAX_SHARDS, ShardFormat
 from scaling.trainer.evaluation.eval_tasks import EvalsSpec
@@ -86,25 +88,25 @@ class FamilySpec(_Frozen):
     family: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
         default="gpt2", description="the architecture: gpt2 (learned positions, LayerNorm, GELU), llama (RoPE, "
         "RMSNorm, SwiGLU) or moe (the llama block with routed experts); scaling.families")
-    n_kv_head: Optional[int] = Field(default=None, gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
-    ffn: Optional[int] = Field(default=None, gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
-    tie_embeddings: Optional[bool] = Field(default=None, description="tie the output layer to the token embedding (llama; default false)")
-    qk_norm: bool = Field(default=False, description="RMSNorm on each query and key head (llama)")
-    rope_theta: float = Field(default=10000.0, gt=1, description="RoPE base (llama)")
-    norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="RMSNorm epsilon (llama)")
+    n_kv_head: Optional[int] = Field(default=FIELD_DEFAULTS["n_kv_head"], gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
+    ffn: Optional[int] = Field(default=FIELD_DEFAULTS["ffn"], gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
+    tie_embeddings: Optional[bool] = Field(default=FIELD_DEFAULTS["tie_embeddings"], description="tie the output layer to the token embedding (llama; default false)")
+    qk_norm: bool = Field(default=FIELD_DEFAULTS["qk_norm"], description="RMSNorm on each query and key head (llama)")
+    rope_theta: float = Field(default=FIELD_DEFAULTS["rope_theta"], gt=1, description="RoPE base (llama)")
+    norm_eps: float = Field(default=FIELD_DEFAULTS["norm_eps"], gt=0, lt=1, description="RMSNorm epsilon (llama)")
     z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the z-loss (log Z)^2 (llama)")
-    n_experts: Optional[int] = Field(default=None, gt=0, description="routed experts per MoE block (moe; default 8)")
-    top_k: Optional[int] = Field(default=None, gt=0, description="experts each token is routed to (moe; default 2)")
-    expert_ffn: Optional[int] = Field(default=None, gt=0, description="each expert's SwiGLU width (moe; default ffn)")
-    n_shared_experts: int = Field(default=0, ge=0, description="experts every token uses besides its top-k (moe)")
-    n_dense_layers: int = Field(default=0, ge=0, description="the first blocks with a dense SwiGLU of ffn (moe)")
-    router: Literal["softmax", "sigmoid"] = Field(
-        default="softmax", description="router scores: softmax over the experts or sigmoid per expert; top-k renormalized (moe)")
-    balance: Literal["aux_loss", "bias"] = Field(
-        default="aux_loss", description="load balancing: Switch's auxiliary loss, or DeepSeek-V3's bias update (moe)")
-    aux_loss: float = Field(default=0.01, ge=0, le=1, description="coefficient of the load-balancing loss (moe, balance aux_loss)")
-    router_z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the router's z-loss (moe)")
-    bias_rate: float = Field(default=1e-3, ge=0, le=1, description="step of the balancing bias update (moe, balance bias)")
+    n_experts: Optional[int] = Field(default=FIELD_DEFAULTS["n_experts"], gt=0, description="routed experts per MoE block (moe; default 8)")
+    top_k: Optional[int] = Field(default=FIELD_DEFAULTS["top_k"], gt=0, description="experts each token is routed to (moe; default 2)")
+    expert_ffn: Optional[int] = Field(default=FIELD_DEFAULTS["expert_ffn"], gt=0, description="each expert's SwiGLU width (moe; default ffn)")
+    n_shared_experts: int = Field(default=FIELD_DEFAULTS["n_shared_experts"], ge=0, description="experts every token uses besides its top-k (moe)")
+    n_dense_layers: int = Field(default=FIELD_DEFAULTS["n_dense_layers"], ge=0, description="the first blocks with a dense SwiGLU of ffn (moe)")
+    router: Literal[ROUTERS] = Field(  # type: ignore[valid-type]
+        default=FIELD_DEFAULTS["router"], description="router scores: softmax over the experts or sigmoid per expert; top-k renormalized (moe)")
+    balance: Literal[BALANCES] = Field(  # type: ignore[valid-type]
+        default=FIELD_DEFAULTS["balance"], description="load balancing: Switch's auxiliary loss, or DeepSeek-V3's bias update (moe)")
+    aux_loss: float = Field(default=FIELD_DEFAULTS["aux_loss"], ge=0, le=1, description="coefficient of the load-balancing loss (moe, balance aux_loss)")
+    router_z_loss: float = Field(default=FIELD_DEFAULTS["router_z_loss"], ge=0, le=1, description="coefficient of the router's z-loss (moe)")
+    bias_rate: float = Field(default=FIELD_DEFAULTS["bias_rate"], ge=0, le=1, description="step of the balancing bias update (moe, balance bias)")
     parametrization: Literal["standard", "mup"] = Field(
         default="standard", description="standard, or mup (Yang et al. 2022: hyperparameters transfer across width)")
     base_width: Optional[int] = Field(

@@ -131,7 +131,7 @@ def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
     residual_std = hidden_std / math.sqrt(2 * cfg.n_layer)
     names = dict(model.named_parameters())
     for i in range(len(model.blocks)):
-        for proj in cfg.spec.residual_projections:  # a linear layer's weight, or an expert's stacked matrices
+        for proj in cfg.family_spec.residual_projections:  # a linear layer's weight, or an expert's stacked matrices
             for name in (f"blocks.{i}.{proj}.weight", f"blocks.{i}.{proj}"):
                 if name in names:
                     yield name, functools.partial(nn.init.normal_, mean=0.0, std=residual_std)

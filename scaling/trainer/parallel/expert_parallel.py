@@ -27,7 +27,7 @@ def expert_parallel_problem(shape: Any, ep: int, dp: int, tp: int, pp: int, stra
     """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None."""
     if ep == 1:
         return None
-    if not shape.spec.routed:
+    if not shape.family_spec.routed:
         return f"ep={ep}: family {shape.family!r} has no experts"
     if tp > 1 or pp > 1:
         return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
