@@ -138,6 +138,15 @@ def init_ops(model: nn.Module) -> Iterator[tuple[str, InitOp]]:
 
 
 def initialize(model: nn.Module) -> None:
-    """Draw ``model``'s weights by :func:`init_ops` from the current generator."""
+    """Draw ``model``'s weights by :func:`init_ops` from the current generator; its buffers
+    (state such as an MoE's balancing bias) start at zero."""
     for name, init in init_ops(model):
         init(model.get_parameter(name))
+    zero_buffers(model)
+
+
+@torch.no_grad()
+def zero_buffers(model: nn.Module) -> None:
+    """Every buffer of ``model`` at zero: what a family's state starts from (drawing nothing)."""
+    for buffer in model.buffers():
+        buffer.zero_()

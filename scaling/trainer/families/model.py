@@ -23,7 +23,7 @@ from scaling.trainer.families.attention import (  # noqa: F401  (the kernel's na
     causal_attention,
     masked_softmax_attention,
 )
-from scaling.trainer.families.common import DecoderBase, family_module, init_ops, initialize, readout  # noqa: F401
+from scaling.trainer.families.common import DecoderBase, family_module, init_ops, initialize, readout, zero_buffers  # noqa: F401
 
 #: Any family's decoder.
 Decoder = DecoderBase
@@ -115,6 +115,7 @@ def init_materialized(model: nn.Module, shape: Shape, seed: int, device: torch.d
             full = torch.empty(like.shape, dtype=like.dtype, device=device)
             init(full)
             _assign(model.get_parameter(name), full)
+    zero_buffers(model)
 
 
 @torch.no_grad()

@@ -127,8 +127,8 @@ class MoE(nn.Module):
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
         self.experts = Experts(cfg.n_experts, cfg.d_model, cfg.expert_ffn)
         self.shared = SwiGLU(_shared_shape(cfg)) if cfg.n_shared_experts else None
-        #: DeepSeek-V3's selection bias (``balance: bias``); not trained by the optimizer.
-        self.balance_bias = nn.Parameter(torch.zeros(cfg.n_experts), requires_grad=False)
+        #: DeepSeek-V3's selection bias (``balance: bias``): a buffer (state, not trained), zero at first.
+        self.register_buffer("balance_bias", torch.zeros(cfg.n_experts))
         #: From the last forward pass: the auxiliary loss (balance and z-loss) and the tokens per expert.
         self.aux_loss: torch.Tensor | None = None
         self.load: torch.Tensor | None = None
@@ -207,16 +207,7 @@ def update_balance_bias(model: nn.Module, load: torch.Tensor) -> None:
     if not layers:
         return
     for layer, counts in zip(layers, load):
-        step = layer.cfg.bias_rate * torch.sign(counts.mean() - counts)
-        bias = layer.balance_bias
-        local = bias.to_local() if hasattr(bias, "to_local") else bias
-        if local.shape == step.shape:
-            local.add_(step.to(local.dtype))
-        else:  # a shard of the bias (FSDP): its own slice of the step
-            from torch.distributed.tensor import DTensor, distribute_tensor
-
-            assert isinstance(bias, DTensor)
-            local.add_(distribute_tensor(step.to(local.dtype), bias.device_mesh, bias.placements).to_local())
+        layer.balance_bias.add_(layer.cfg.bias_rate * torch.sign(counts.mean() - counts).to(layer.balance_bias.dtype))
 
 
 class RouterStats:
