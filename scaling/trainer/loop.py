@@ -467,6 +467,8 @@ class Trainer:
         loss = self.rt.sum(self._forward_backward(), self.par.loss_group)
         if self.pending is not None and not self._settle():
             self.optimizer.zero_grad(set_to_none=True)  # rolled back: this step's gradients are void
+            if self.router is not None:
+                self.router.discard()  # and the load its forward passes counted
             return
 
         if self.faults is not None:

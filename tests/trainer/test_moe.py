@@ -261,3 +261,23 @@ def test_the_memory_model_counts_a_rank_its_share_of_the_experts() -> None:
         params_per_rank(shape, ep=2) / shape.params_total)
     reduced = [sum(t.bytes_per_step for t in step_traffic(shape, lay) if t.group == "dp") for lay in (whole, split)]
     assert reduced[1] < reduced[0]
+
+
+def test_a_rolled_back_step_leaves_no_load_behind(make_spec, registered, tmp_path: Path) -> None:
+    """A spike rolls back (a poisoned batch): the void step's forward passes counted tokens per
+    expert, which no later step may report; every logged step's experts took exactly its copies."""
+    from scaling.db import connect
+    from scaling.trainer import train
+
+    model = {**TINY_MOE, "n_layer": 1, "d_model": 32, "n_head": 4, "context": 32, "balance": "bias"}
+    spec = make_spec(model=model, faults={"poison_steps": [13]}, spike={"window": 20},
+                     execution={"log_interval": 1})
+    url = registered(spec)
+    result = train(spec, url, tmp_path)
+    assert result.status == "completed" and result.rollbacks == 1
+    metrics = connect(url).metrics(run_keys=[spec.key])
+    per_step: dict[int, float] = {}
+    for name, step, value in zip(metrics["name"], metrics["step"], metrics["value"]):
+        if name.startswith(names.MOE_EXPERT_PREFIX):
+            per_step[step] = per_step.get(step, 0.0) + value
+    assert len(per_step) >= spec.steps and set(per_step.values()) == {8 * 32 * 2}  # tokens x top_k, one MoE block

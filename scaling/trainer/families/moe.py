@@ -232,6 +232,10 @@ class RouterStats:
         self.aux = self.aux.to(aux.device) + aux.detach() * weight
         return aux
 
+    def discard(self) -> None:
+        """Forget what the micro-batches of a void step (rolled back) counted."""
+        self.load, self.aux = None, torch.zeros(())
+
     def end_step(self, total: Any, group: Any) -> torch.Tensor:
         """After the optimizer's step: the step's load summed over ``group`` by ``total`` (a sum
         over ranks), the balancing biases moved, and (aux, load per layer and expert) as one tensor."""
@@ -240,7 +244,7 @@ class RouterStats:
         update_balance_bias(self.model, load)
         aux = total(self.aux.float(), group)
         packed = torch.cat([aux.reshape(1), load.reshape(-1)])
-        self.load, self.aux = None, torch.zeros(())
+        self.discard()
         return packed
 
     @staticmethod
