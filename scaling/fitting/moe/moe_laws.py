@@ -335,6 +335,14 @@ class MoELaw(Law):
         return out
 
     # -- intervals and storage ----------------------------------------------------------------
+    def require_fitted(self) -> None:
+        """NotFittedError unless the law has been fitted (or restored)."""
+        self._check()
+
+    def replicate_params(self) -> Params | None:
+        """Each parameter's usable bootstrap replicates (arrays of one length), None without them."""
+        return self._replicate_params()
+
     def intervals(self) -> dict[str, dict[str, Any]]:
         out = super().intervals()
         for name, why in getattr(self, "unidentified_", {}).items():
