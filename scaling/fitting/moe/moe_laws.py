@@ -28,7 +28,7 @@ from scipy.optimize import minimize
 from scaling.errors import FitError
 from scaling.fitting.core.base import Law, Params, check_spread, jsonable
 from scaling.fitting.core.doubts import DoubtKind
-from scaling.fitting.core.intervals import summarise, widen_log
+from scaling.fitting.core.intervals import summarise, widen_log, withheld
 from scaling.fitting.core.measurements import FitData
 from scaling.fitting.core.optim import batch_lbfgs, max_batch
 from scaling.fitting.core.resample import multinomial_counts
@@ -192,7 +192,7 @@ class MoELaw(Law):
             self.unidentified_[name] = why
         self.path_ = why
         for doubt in inner.doubts():
-            self.add_doubt(doubt.kind, doubt.message.replace(" E ", " c ").replace("E is", "c is"))
+            self.add_doubt(doubt.kind, doubt.message.replace("E, A, B", "c, a, b").replace("E is", "c is"))
         if "E" in inner.pinned():
             self.pinned_["c"] = inner.pinned()["E"]
         shown = ", ".join(hidden)
@@ -356,10 +356,12 @@ class MoELaw(Law):
 
     def reported_intervals(self) -> dict[str, dict[str, Any]]:
         """:meth:`Law.reported_intervals`, except that a law doubted only for what the sweep does not vary
-        keeps the intervals of what it does identify (the unidentified ones have none)."""
-        if self.doubts() and all(d.kind is DoubtKind.IDENTIFICATION for d in self.doubts()):
-            return self.intervals()
-        return super().reported_intervals()
+        keeps the intervals of what it does identify; a parameter not identified says so either way."""
+        ivs = self.intervals()
+        if not self.doubts() or all(d.kind is DoubtKind.IDENTIFICATION for d in self.doubts()):
+            return ivs
+        why = "the law is flagged unreliable: " + next(d for d in self.doubts() if d.kind is not DoubtKind.IDENTIFICATION)
+        return {name: iv if iv.get("kind") == "not identified" else withheld(iv, why) for name, iv in ivs.items()}
 
     def x_grid(self, n: int = 65) -> np.ndarray:
         """Values of x across the measured range (where the recommendation may choose)."""
