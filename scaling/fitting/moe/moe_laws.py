@@ -41,8 +41,9 @@ C_PINNED = 1e-3
 #: A granularity term below this fraction of the constant a at the coarsest measured G is its bound 0.
 G_PINNED = 1e-3
 #: The MoE variable is tied to N and D when its residual after regressing on (1, log N, log D) has
-#: a standard deviation below this (in its log units): the sweep's path does not separate them.
-TIED_SD = 1e-3
+#: a standard deviation below this (in its log units; 1% of G or of the dense fraction 1 - S moves the
+#: N term by delta or gamma times 1%, below any run's noise): the sweep's path does not separate them.
+TIED_SD = 0.01
 #: |gamma| or |delta| beyond this is not a law of experts but a fit that ran away.
 MAX_MOE_EXPONENT = 3.0
 #: Grids of starts per optimiser position; ``small`` for many repeated fits (tests, coverage).

@@ -7,6 +7,7 @@ magnitudes dense Chinchilla fits give (they are not any paper's fitted values).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -61,3 +62,57 @@ def sparsity_sweep(seed: int = 0, noise: float = 0.005, sizes: Any = None, token
 def as_data(table: pd.DataFrame) -> MoEData:
     """A simulated table read as any CSV is."""
     return from_frame(table, source="simulated")
+
+
+def draw_truth(form: str, rng: np.random.Generator) -> dict[str, float]:
+    """A random truth near the defaults: exponents 0.25-0.45, coefficients within a factor ~3."""
+    base = dict(GRANULARITY_TRUTH if form == "granularity" else SPARSITY_TRUTH)
+    t = {"c": rng.uniform(1.5, 2.2), "alpha": rng.uniform(0.25, 0.45), "beta": rng.uniform(0.25, 0.45)}
+    for name in ("a", "b", "g"):
+        if name in base:
+            t[name] = base[name] * float(np.exp(rng.uniform(-1.0, 1.0)))
+    if form == "granularity":
+        t["gamma"] = rng.uniform(0.3, 1.0)
+    else:
+        t["delta"] = rng.uniform(0.1, 0.5)
+    return t
+
+
+def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int = 0, noise: float = 0.005,
+                   budget_factor: float = 10.0) -> dict[str, Any]:
+    """How often the 95% intervals of a law fitted to simulated sweeps hold the truth.
+
+    Each draw: a random truth (:func:`draw_truth`), a sweep of 4 sizes x 4 token counts x the
+    form's levels with ``noise`` in log loss, the law fitted (small grid) and bootstrapped. Counted
+    over the draws the law calls reliable: each parameter's interval, and at ``budget_factor`` x
+    the largest budget the recommendation's N_active* and the loss saved against the dense (or
+    G = 1) optimum, each holding the truth's own value at the recommended cut of the experts.
+    """
+    from scaling.fitting.moe.moe_laws import FORMS
+    from scaling.fitting.moe.moe_recommend import recommend_moe
+
+    cls = FORMS[form]
+    rng = np.random.default_rng(seed)
+    hits: dict[str, list[bool]] = {}
+    flagged = 0
+    for i in range(draws):
+        t = draw_truth(form, rng)
+        table = (granularity_sweep(seed=seed * 100_003 + i, noise=noise, t=t) if form == "granularity"
+                 else sparsity_sweep(seed=seed * 100_003 + i, noise=noise, t=t))
+        law = cls(grid="small").fit(as_data(table)).bootstrap(n_bootstrap, seed=i)
+        if not law.reliable():
+            flagged += 1
+            continue
+        for name, iv in law.reported_intervals().items():
+            if name in t:
+                hits.setdefault(name, []).append(bool(iv["lo"] <= t[name] <= iv["hi"]))
+        C = budget_factor * law.c_range_[1]
+        rec = recommend_moe(law, C)
+        x = np.asarray(rec.choice["value"])
+        N_true, _, L_true = (float(v) for v in law.optimal_at(t, np.asarray(C), x))
+        _, _, L_dense = (float(v) for v in law.optimal_at(t, np.asarray(C), np.asarray(law.dense)))
+        hits.setdefault("N_active*", []).append(bool(rec.N["lo"] <= N_true <= rec.N["hi"]))
+        hits.setdefault("loss saved", []).append(bool(rec.gain["lo"] <= L_dense - L_true <= rec.gain["hi"]))
+    coverage = {k: float(np.mean(v)) for k, v in hits.items()}
+    return {"form": form, "draws": draws, "kept": draws - flagged, "flagged": flagged, "coverage": coverage,
+            "lowest": min(coverage.values()) if coverage else math.nan}
