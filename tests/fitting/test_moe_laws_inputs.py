@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -103,8 +104,9 @@ def test_a_sweeps_moe_runs_are_read_from_their_specs(sqlite_url: str) -> None:
     table = S.sparsity_sweep(seed=6, experts=(1, 8, 32), sizes=(3e7, 1e8, 3e8), tokens=(1e9, 4e9, 1.6e10))
     records = []
     for i, row in table.iterrows():
-        model = ({"family": "llama"} if row.n_experts == 1 else
-                 {"family": "moe", "n_experts": int(row.n_experts), "top_k": int(row.top_k)})
+        # a spec leaves a field out at its family's default (8 experts, top-2 for moe)
+        model = ({"family": "llama"} if row.n_experts == 1 else {"family": "moe", "top_k": 1} if row.n_experts == 8
+                 else {"family": "moe", "n_experts": int(row.n_experts), "top_k": int(row.top_k)})
         records.append({"key": f"moe-{i:03d}", "N": float(row.N), "N_total": float(row.N) * row.n_experts,
                         "n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "context": 64,
                         "D": float(row.D), "C": 6.0 * row.N * row.D, "seed": 0, "spec": {"model": model}})
@@ -133,3 +135,17 @@ def test_simulated_tables_read_back_as_a_csv(tmp_path: Path) -> None:
     data = moe_data.from_csv(path)
     assert data.has_granularity and sorted(set(data.points["G"])) == [1, 2, 4, 8, 16]
     assert pd.isna(data.points["S"]).all()
+
+
+@pytest.mark.parametrize("model, expected", [
+    ({"family": "llama"}, {"n_experts": 1, "top_k": 1, "granularity": 1.0}),
+    ({"family": "moe"}, {"n_experts": 8, "top_k": 2, "granularity": 1.0}),
+    ({"family": "moe", "n_experts": 64, "top_k": 8, "ffn": 1024, "expert_ffn": 128},
+     {"n_experts": 64, "top_k": 8, "granularity": 8.0}),
+])
+def test_a_run_specs_experts(model: dict, expected: dict) -> None:
+    assert moe_data.experts_of({"model": model}) == expected
+
+
+def test_a_spec_with_an_expert_width_but_no_dense_width_has_no_known_granularity() -> None:
+    assert math.isnan(moe_data.experts_of({"model": {"family": "moe", "expert_ffn": 128}})["granularity"])

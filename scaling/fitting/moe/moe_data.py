@@ -18,7 +18,7 @@ are reduced to their best loss (the tuned point), as a sweep over hyperparameter
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,7 +57,6 @@ class MoEData(FitData):
 
     sparsity_source: str | None = None
     has_granularity: bool = False
-    moe_notes: list[str] = field(default_factory=list)
 
     def conventions(self) -> dict[str, Any]:
         out = super().conventions()
@@ -183,16 +182,37 @@ def from_csv(path: str | Path) -> MoEData:
     return from_frame(df, source=str(path), row_label=lambda i: f"data row {kept[i] + 1}")
 
 
+#: The moe family's defaults for what a stored spec leaves out at its default value (scaling.families
+#: states them; a run spec serializes only the fields that differ from them).
+MOE_SPEC_DEFAULTS = {"n_experts": 8, "top_k": 2}
+
+
 def is_moe_spec(model: Any) -> bool:
     """Whether a run spec's model section describes a mixture of experts."""
     return isinstance(model, dict) and (model.get("family") == "moe" or "n_experts" in model)
 
 
-def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
-    """A sweep's completed runs with their experts read from each run's stored spec (``model.n_experts``,
-    ``model.top_k``, ``model.granularity``; a run of a dense family is one expert, top-1).
+def experts_of(spec: Any) -> dict[str, Any]:
+    """n_experts, top_k and (where the spec fixes it) granularity of a stored run spec; a dense family's
+    run is one expert, top-1, granularity 1. Granularity is the dense width ``ffn`` over ``expert_ffn``
+    (1 when the spec leaves ``expert_ffn`` at its default, the dense width; unknown when only one is given)."""
+    model = spec.get("model") if isinstance(spec, dict) else None
+    if not is_moe_spec(model):
+        return {"n_experts": 1, "top_k": 1, "granularity": 1.0}
+    out: dict[str, Any] = {key: model.get(key, default) for key, default in MOE_SPEC_DEFAULTS.items()}
+    if "expert_ffn" not in model:
+        out["granularity"] = 1.0
+    elif "ffn" in model:
+        out["granularity"] = float(model["ffn"]) / float(model["expert_ffn"])
+    else:
+        out["granularity"] = math.nan
+    return out
 
-    N is the runs table's N, which for a mixture of experts must count its active parameters.
+
+def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
+    """A sweep's completed runs with their experts read from each run's stored spec (:func:`experts_of`).
+
+    N is the runs table's N: a sweep's laws count active parameters (scaling.accounting).
     """
     from scaling import db
     from scaling.fitting.core.measurements import fitted_runs
@@ -205,21 +225,15 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
         runs = fitted_runs(res.runs(sweep=sweep, spec=True))
     if len(runs) == 0:
         raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-    rows = []
-    for _, run in runs.iterrows():
-        model = (run["spec"] or {}).get("model", {}) if isinstance(run["spec"], dict) else {}
-        moe = is_moe_spec(model)
-        rows.append({"N": run["N"], "D": run["D"], "loss": run["loss"],
-                     "n_experts": model.get("n_experts", 1) if moe else 1,
-                     "top_k": model.get("top_k", 1) if moe else 1,
-                     **({"granularity": model["granularity"]} if moe and "granularity" in model else {})})
-    table = pd.DataFrame(rows)
-    if "granularity" in table and table["granularity"].isna().any():
-        table = table.drop(columns=["granularity"])  # only some runs state it: not a variable of this sweep
-    if not any(is_moe_spec(((s or {}).get("model") if isinstance(s, dict) else None)) for s in runs["spec"]):
-        raise FitError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec names n_experts)")
-    data = from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {runs['run_key'].iloc[i]}")
-    return data, sweep
+    specs = list(runs["spec"])
+    if not any(is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in specs):
+        raise FitError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
+    table = pd.DataFrame([{"N": n, "D": d, "loss": loss, **experts_of(s)}
+                          for n, d, loss, s in zip(runs["N"], runs["D"], runs["loss"], specs)])
+    if table["granularity"].isna().any() or table["granularity"].nunique() < 2:
+        table = table.drop(columns=["granularity"])  # unknown for some runs, or not a variable of this sweep
+    keys = list(runs["run_key"])
+    return from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {keys[i]}"), sweep
 
 
 def distinct(values: np.ndarray, rel: float = 1e-6) -> int:
@@ -229,6 +243,3 @@ def distinct(values: np.ndarray, rel: float = 1e-6) -> int:
         return 0
     return 1 + int(np.sum(np.diff(v) > rel * np.maximum(np.abs(v[1:]), 1e-300)))
 
-
-def finite_log(x: float) -> float:
-    return math.log(x) if x > 0 else -math.inf
