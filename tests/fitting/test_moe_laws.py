@@ -86,7 +86,8 @@ def test_a_sweep_at_one_granularity_identifies_the_dense_part_only() -> None:
 
 
 def test_two_granularities_cannot_separate_the_granularity_term() -> None:
-    law = GranularityLaw(grid="small").fit(S.as_data(S.granularity_sweep(seed=2, granularities=(1, 4))))
+    table = S.granularity_sweep(seed=2, granularities=(1, 4), sizes=(3e7, 2e8, 1e9), tokens=(1e9, 5e9, 3e10))
+    law = GranularityLaw(grid="small").fit(S.as_data(table))
     assert any(d.kind is DoubtKind.IDENTIFICATION for d in law.doubts())
     assert law.reported_intervals()["gamma"]["kind"] == "not identified"
 

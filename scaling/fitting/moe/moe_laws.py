@@ -143,7 +143,7 @@ class MoELaw(Law):
         z = self._z(x)
         tied = self._tied(z, pts)
         if tied is not None:
-            self._fit_path(data, tied)
+            self._fit_path(data, *tied)
             return
         if len(pts) <= n_params:
             raise FitError(f"the {self.law} law needs more points than its {n_params} parameters; got {len(pts)}")
@@ -163,20 +163,22 @@ class MoELaw(Law):
                            f"(at least {self.min_levels} are needed); nothing is recommended from this law")
         self._checks(obj, pts)
 
-    def _tied(self, z: np.ndarray, pts: Any) -> str | None:
-        """Why the sweep's x cannot be told apart from its sizes and tokens (None when it can)."""
+    def _tied(self, z: np.ndarray, pts: Any) -> tuple[str, bool] | None:
+        """Why the sweep's x cannot be told apart from its sizes and tokens, and whether it moves with the
+        active size (so that the size exponent is not the law's either); None when it can be."""
         if distinct(np.exp(z)) < 2:
-            return f"every point has the same {self.variable_text} ({self.variable} = {float(pts[self.variable].iloc[0]):.4g})"
+            return (f"every point has the same {self.variable_text} "
+                    f"({self.variable} = {float(pts[self.variable].iloc[0]):.4g})"), False
         A = np.column_stack([np.ones(len(z)), np.log(pts["N"].to_numpy(float)), np.log(pts["D"].to_numpy(float))])
         coef, *_ = np.linalg.lstsq(A, z, rcond=None)
         resid = z - A @ coef
         if float(np.std(resid)) < TIED_SD:
             with_n = abs(coef[1]) > 1e-6
             return (f"{self.variable_text} moves in lockstep with " + ("the active size" if with_n else "the tokens")
-                    + (" (every run has about the same total parameters)" if with_n and self.variable == "S" else ""))
+                    + (" (every run has about the same total parameters)" if with_n and self.variable == "S" else "")), with_n
         return None
 
-    def _fit_path(self, data: FitData, why: str) -> None:
+    def _fit_path(self, data: FitData, why: str, with_size: bool) -> None:
         """The sweep's own path: Chinchilla's law in active N; the MoE term reported not identified."""
         self.mode_ = "path"
         inner = ChinchillaParametric(delta=self.delta, grid="coarse" if self.grid == "small" else "epoch")
@@ -188,7 +190,7 @@ class MoELaw(Law):
                         **{name: 0.0 for name in self.moe_names}}
         self.theta_ = None
         self.objective_ = inner.objective_
-        hidden = ("a", "alpha") + self.moe_names if "lockstep with the active" in why else ("a",) + self.moe_names
+        hidden = ("a", "alpha") + self.moe_names if with_size else ("a",) + self.moe_names
         for name in hidden:
             self.unidentified_[name] = why
         self.path_ = why
@@ -474,11 +476,11 @@ class SparsityLaw(MoELaw):
         with np.errstate(divide="ignore"):
             return np.log1p(-np.asarray(x, float))
 
-    def _tied(self, z: np.ndarray, pts: Any) -> str | None:
+    def _tied(self, z: np.ndarray, pts: Any) -> tuple[str, bool] | None:
         if not np.isfinite(z).all():
             raise FitError("the sparsity law needs S < 1 at every point (some active parameters)")
-        if distinct(pts["S"].to_numpy(float)) < 2:
-            return f"every point has the same sparsity (S = {float(pts['S'].iloc[0]):.4g})"
+        if distinct(pts["S"].to_numpy(float)) < 2:  # z = log(1 - S) is 0 for every dense point: compare S itself
+            return f"every point has the same sparsity (S = {float(pts['S'].iloc[0]):.4g})", False
         return super()._tied(z, pts)
 
     def _n_term(self, X: np.ndarray, logN: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
