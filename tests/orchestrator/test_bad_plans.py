@@ -133,6 +133,8 @@ CASES: list[tuple[str, str, list[str]]] = [
      ["resources.throughput_flops", "greater than or equal to 1000000"]),
     ("device memory past any device", GOOD.replace("workers: 1", "workers: 1\n  device_memory_gib: 1.0e+300"),
      ["resources.device_memory_gib", "65536"]),
+    ("a size no shape of the family comes near", GOOD.replace("model:\n", "model:\n  family: llama\n  n_kv_head: 7\n"),
+     ["grid.0.models.0", "N=6e+03", "1x112/7h", "more than 2x from its target"]),
     ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
      ["grid.0.compute.0", "bounds"]),
 ]
