@@ -137,6 +137,10 @@ CASES: list[tuple[str, str, list[str]]] = [
      ["grid.0.models.0", "N=6e+03", "1x112/7h", "more than 2x from its target"]),
     ("more steps than the database numbers", GOOD.replace("batch_tokens: 2048", "batch_tokens: 256").replace(
         "compute: [1.0e+12]", "compute: [1.0e+21]"), ["grid.0.compute.0: train.batch_tokens: ", "use a larger batch"]),
+    ("a boolean given as a string", GOOD.replace("  precision: fp32", "  precision: fp32\n  compile: 'yes'"),
+     ["train.compile", ":10:", "expected true or false, not 'yes'"]),
+    ("a boolean given as a number", GOOD.replace("  precision: fp32", "  precision: fp32\n  compile: 0"),
+     ["train.compile", ":10:", "expected true or false, not 0"]),
     ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
      ["grid.0.compute.0", "bounds"]),
 ]
