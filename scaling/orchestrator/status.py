@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from scaling import vocab
 from scaling.errors import UserError
+from scaling.quantities import possible_losses
 
 RUNS_FORMATS = ("table", "json", "csv")
 RUNS_TABLE_COLUMNS = ["run_key", "status", "N", "D", "C", "attempts", "final_loss", "final_train_loss", "host", "error"]
@@ -137,8 +138,10 @@ def render_status(status: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
-def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table") -> str:
-    """The runs of ``sweep`` (default: the latest sweep) formatted as ``fmt``."""
+def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table",
+              warn: Callable[[str], None] = lambda line: None) -> str:
+    """The runs of ``sweep`` (default: the latest sweep) formatted as ``fmt``. A stored loss that
+    breaks the loss rule (:mod:`scaling.quantities`) is left blank, and ``warn`` gets one line naming the run."""
     if fmt not in RUNS_FORMATS:
         raise UserError(f"--format must be one of {', '.join(RUNS_FORMATS)}, not {fmt!r}")
     from scaling.db import connect
@@ -146,6 +149,9 @@ def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table
     with connect(url) as res:
         name = res.sweep_name(sweep)
         df = res.runs(sweep=name, spec=fmt == "json")
+    df, problem = possible_losses(df, LOSS_COLUMNS)
+    if problem:
+        warn(f"warning: {problem}")
     if fmt == "json":
         records = json.loads(df.to_json(orient="records", date_format="iso"))
         return json.dumps(records, indent=2) + "\n"
@@ -178,7 +184,8 @@ def _runs_table(sweep: str, df) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(out) + "\n"
 
 
-_RIGHT_ALIGNED = ("N", "D", "C", "attempts", "final_loss", "final_train_loss")
+LOSS_COLUMNS = ("final_loss", "final_train_loss")
+_RIGHT_ALIGNED = ("N", "D", "C", "attempts", *LOSS_COLUMNS)
 
 
 def _cell(col: str, v: object) -> str:
