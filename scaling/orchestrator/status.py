@@ -33,14 +33,22 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     # A branch's first trunk_tokens were trained by its trunk: its own compute is the rest.
     inherited = runs["C"] * runs["trunk_tokens"] / runs["D"].where(runs["D"] > 0, 1)
     own = runs["C"] - inherited
-    total = float(own.sum())
+    # A superseded run is no part of the sweep any more: not in its total; what it spent is said apart.
+    superseded = set(runs.loc[runs["status"] == vocab.SUPERSEDED, "run_key"])
+    total = float(own[runs["status"] != vocab.SUPERSEDED].sum())
     done = runs["status"] == vocab.COMPLETED
     spent = float(own[done].sum())
+    spent_superseded = 0.0
     if metrics is not None and len(metrics):
         last = metrics.groupby("run_key")["flops"].max()
         caps = partial.set_index("run_key")["C"]
         before = dict(zip(runs["run_key"], inherited))
-        spent += float(sum(max(0.0, min(float(v), float(caps.get(k, v))) - before.get(k, 0.0)) for k, v in last.items()))
+        for k, v in last.items():
+            used = max(0.0, min(float(v), float(caps.get(k, v))) - before.get(k, 0.0))
+            if k in superseded:
+                spent_superseded += used
+            else:
+                spent += used
     # Without reuse: every (N, D) point trained from scratch (trunks are no points of their own).
     trunks = set(runs["parent_key"].dropna())
     points = ~runs["run_key"].isin(trunks)
@@ -57,6 +65,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "flops_total": total,
         "flops_spent": spent,
         "flops_remaining": max(0.0, total - spent),
+        "flops_spent_superseded": spent_superseded,
         "flops_total_without_reuse": float(runs.loc[points, "C"].sum()),
         "flops_spent_without_reuse": float(runs.loc[points & done, "C"].sum()),
         "branches": int(runs["parent_key"].notna().sum()),
@@ -127,6 +136,10 @@ def render_status(status: dict[str, Any]) -> Any:
         head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunk(s): without reuse "
                      f"{status['flops_spent_without_reuse']:.3g} spent of {status['flops_total_without_reuse']:.3g} "
                      f"FLOPs; the sweep needs {ratio:.2f}x that")
+    if status["counts"].get(vocab.SUPERSEDED):
+        head.add_row("superseded", f"{status['counts'][vocab.SUPERSEDED]} run(s) a later plan replaced (its corpus or "
+                     f"settings changed), not counted above; {status['flops_spent_superseded']:.3g} FLOPs went "
+                     "into them")
     parts: list[Any] = [head]
     if status["failures"]:
         t = Table(title="failed runs")
