@@ -51,7 +51,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
                 spent += used
     # Without reuse: every (N, D) point trained from scratch (trunks are no points of their own).
     trunks = set(runs["parent_key"].dropna())
-    points = ~runs["run_key"].isin(trunks)
+    points = ~runs["run_key"].isin(trunks) & (runs["status"] != vocab.SUPERSEDED)
     failures = [
         {"key": r.run_key, "N": int(r.N), "D": float(r.D), "attempts": _int(getattr(r, "attempts", None)),
          "error": str(getattr(r, "error", "") or "")}
