@@ -9,7 +9,8 @@ holds several runs per point on purpose: there a point is also the run's group a
 rate, batch and beta2, so a group may gain combinations but not retrain one differently.
 
 The run a changed plan takes the place of (one that never became a point) is ``superseded``: no
-plan trains it any more, so it is neither pending nor compute still to spend.
+plan trains it any more, so it is neither pending nor compute still to spend. A plan that names it
+again (the change undone) claims it as it would a pending run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, select
 
 from scaling.db.models import Run
 from scaling.errors import PlanError
-from scaling.vocab import COMPLETED, RUNNING, SUPERSEDED
+from scaling.vocab import COMPLETED, RUNNING
 
 #: The run columns that make two runs the same point of a sweep (with whether it is a branch:
 #: a branch, which has a parent, is not its trunk).
@@ -81,24 +82,19 @@ def refuse_changed_points(conn: Connection, sweep_id: int, sweep: str, records: 
 
 
 def replaced_runs(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]],
-                  replaceable: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(runs a plan's ``records`` replace, runs it names again). A run of the sweep in a
-    ``replaceable`` status (one that never became a point) that the plan does not name, on a point
-    one of its records trains under another key, is replaced (its corpus or settings changed since
-    it was registered); a superseded run the plan names is wanted again (the change was undone)."""
+                  replaceable: Iterable[str]) -> list[str]:
+    """The runs a plan's ``records`` replace: a run of the sweep in a ``replaceable`` status (one
+    that never became a point) that the plan does not name, on a point one of its records trains
+    under another key (its corpus or settings changed since it was registered)."""
     recs = {str(r["key"]): r for r in records}
     wanted = {_point((r[f] for f in _RECORD_FIELDS), r.get("parent_key"), r.get("hparam_group"), r["spec"]): key
               for key, r in recs.items()}
     cols = [getattr(Run, c) for c in POINT_COLUMNS]
-    rows = conn.execute(select(Run.key, Run.status, Run.parent_key, Run.hparam_group, *cols).where(
-        Run.sweep_id == sweep_id, Run.status.in_([*replaceable, SUPERSEDED])))
-    replaced, revived = [], []
+    rows = conn.execute(select(Run.key, Run.parent_key, Run.hparam_group, *cols).where(
+        Run.sweep_id == sweep_id, Run.status.in_(list(replaceable))))
+    replaced = []
     for row in rows:
         if row.key in recs:
-            if row.status == SUPERSEDED:
-                revived.append(row.key)
-            continue
-        if row.status == SUPERSEDED:
             continue
         values = row._asdict()
         spec = None
@@ -106,4 +102,4 @@ def replaced_runs(conn: Connection, sweep_id: int, records: Iterable[dict[str, A
             spec = conn.scalar(select(Run.spec).where(Run.sweep_id == sweep_id, Run.key == row.key))
         if _point((values[c] for c in POINT_COLUMNS), row.parent_key, row.hparam_group, spec) in wanted:
             replaced.append(row.key)
-    return replaced, revived
+    return replaced

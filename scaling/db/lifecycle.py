@@ -48,7 +48,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
                                   vocab.FAILED,  # lost too often, or a branch that cannot start
                                   vocab.COMPLETED,  # an attempt that ended after its row was released as stale
                                   vocab.SUPERSEDED}),  # a later plan trains its point under another key
-    vocab.SUPERSEDED: frozenset({vocab.PENDING}),  # a plan names its key again (the change was undone)
+    vocab.SUPERSEDED: frozenset({vocab.RUNNING}),  # claimed: a plan names its key again (the change was undone)
     vocab.COMPLETED: frozenset({vocab.INTERRUPTED,  # a trunk trained again for a branch's missing checkpoint
                                 QUEUED}),  # (driver) the same
     # A sweep's driver, before a claim:

@@ -202,12 +202,11 @@ class Store(Database):
 
     @staticmethod
     def _supersede(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]]) -> None:
-        """Runs a plan's ``records`` replace become superseded; superseded runs it names, pending again."""
-        replaced, revived = replaced_runs(conn, sweep_id, records, sources(vocab.SUPERSEDED))
-        for keys, new in ((replaced, vocab.SUPERSEDED), (revived, vocab.PENDING)):
-            if keys:
-                conn.execute(update(Run).where(Run.sweep_id == sweep_id, Run.key.in_(keys),
-                                               Run.status.in_(sources(new))).values(status=new))
+        """Runs a plan's ``records`` replace become superseded (a superseded run it names is claimed as a pending one)."""
+        replaced = replaced_runs(conn, sweep_id, records, sources(vocab.SUPERSEDED))
+        if replaced:
+            conn.execute(update(Run).where(Run.sweep_id == sweep_id, Run.key.in_(replaced),
+                                           Run.status.in_(sources(vocab.SUPERSEDED))).values(status=vocab.SUPERSEDED))
 
     def claim(
         self, key: str, host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None

@@ -117,7 +117,8 @@ def test_runs_a_changed_plan_replaces_are_superseded_not_pending(
     words = " ".join(shown.out.split())
     assert shown.code == 0 and "4 (2 pending, 2 superseded)" in words and "2 run(s) a later plan replaced" in words, words
 
-    _register(_plan(tmp_path / "a2.yaml", tmp_path / "runs"), url)  # the change undone
+    assert _register(_plan(tmp_path / "a2.yaml", tmp_path / "runs"), url) == []  # the change undone
     with connect(url) as results:
         runs = results.runs(sweep="changed").set_index("run_key")["status"]
-    assert set(runs[first]) == {vocab.PENDING} and set(runs[again]) == {vocab.SUPERSEDED}
+    assert set(runs[again]) == {vocab.SUPERSEDED}  # the runs it had replaced are claimed as pending ones
+    assert [store.claim(key, claimant_id(), sweep="changed") for key in first] == [2, 1]
