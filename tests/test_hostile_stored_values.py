@@ -59,18 +59,28 @@ def test_an_impossible_stored_loss_is_one_line_naming_the_run(command: str, tmp_
 
 
 @pytest.mark.parametrize("accuracy", [1.5, -0.2, float("inf")])
-def test_an_impossible_stored_accuracy_leaves_the_tasks_unfitted_saying_which_run(accuracy: float,
-                                                                                tmp_path: Path) -> None:
-    """The loss laws do not read task metrics: they are fitted; the tasks are not, in one note line."""
+def test_an_impossible_stored_accuracy_is_refused_as_a_csv_cell_is(accuracy: float, tmp_path: Path) -> None:
+    from scaling.errors import FitError
+    from scaling.fitting.tasks.task_data import from_db
+
     url = f"sqlite:///{tmp_path / 'r.db'}"
     keys = _sweep(url, accuracy=accuracy)
+    with pytest.raises(FitError) as info:
+        from_db(url, "stored")
+    assert f"sweep 'stored': run {keys[-1]} at " in str(info.value) and f"task/sim/acc = {accuracy!r}" in str(info.value)
+
+
+def test_an_impossible_stored_accuracy_leaves_the_tasks_unfitted_saying_which_run(tmp_path: Path) -> None:
+    """The loss laws do not read task metrics: they are fitted; the tasks are not, in one note line,
+    and the recommendation shows no accuracy."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    keys = _sweep(url, accuracy=1.5)
     out = run_main("fit", "--db", url, "--bootstrap", "0", "--law", "kaplan")
     assert out.code == 0, out.err
     notes = [line for line in out.out.splitlines() if "downstream tasks: not fitted" in line]
-    assert len(notes) == 1 and f"run {keys[-1]} at " in notes[0] and f"task/sim/acc = {accuracy!r}" in notes[0], out.out
-    if accuracy == 1.5:  # the recommendation has no task accuracy either (one value is enough to show it)
-        advice = run_main("recommend", "--db", url, "--bootstrap", "2")
-        assert advice.code == 0 and "accuracy" not in advice.out, advice.out
+    assert len(notes) == 1 and f"run {keys[-1]} at " in notes[0] and "task/sim/acc = 1.5" in notes[0], out.out
+    advice = run_main("recommend", "--db", url, "--bootstrap", "2")
+    assert advice.code == 0 and "accuracy" not in advice.out, advice.out
 
 
 @pytest.mark.parametrize("bad, words", [({"accuracy": 1.5}, ACCURACY), ({"final_loss": -3.0}, LOSS.replace(
