@@ -360,6 +360,10 @@ def llama_ffn(d_model: int, multiple_of: int = FFN_MULTIPLE) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+#: How far (as a ratio, either way) a planned model's parameter count may be from the size asked for.
+MAX_SHAPE_FACTOR = 2.0
+
+
 @dataclass(frozen=True)
 class ShapePolicy(ModelFamily):
     """How a target size becomes a shape.
@@ -401,10 +405,11 @@ class ShapePolicy(ModelFamily):
         guess_layers = max(1, round((target / (12.0 * r * r)) ** (1.0 / 3.0)))
         best: Shape | None = None
         best_err = math.inf
+        kv = self.n_kv_head or 1  # the number of heads is a multiple of n_kv_head: step by it
         for n_layer in range(max(1, guess_layers - 2), guess_layers + 3):
             ideal_d = r * n_layer
-            centre = max(1, round(ideal_d / hs))
-            for mult in range(max(1, centre - 2), centre + 3):
+            centre = max(1, round(ideal_d / hs / kv))
+            for mult in range(kv * max(1, centre - 2), kv * (centre + 3), kv):
                 try:
                     shape = self._shape(n_layer, mult * hs)
                 except ValueError:  # e.g. n_kv_head does not divide this width's heads
@@ -418,6 +423,21 @@ class ShapePolicy(ModelFamily):
             raise ValueError(f"no shape near N={target:.3g} with head_size {hs} has heads that n_kv_head "
                              f"({self.n_kv_head}) divides")
         return best
+
+    def planned_shape(self, target: float, convention: ParamsConvention = "non_embedding") -> Shape:
+        """:meth:`shape_for`, refused (ValueError) when the nearest shape's count is more than
+        :data:`MAX_SHAPE_FACTOR` times from ``target`` either way: a plan that asks for N trains N."""
+        shape = self.shape_for(target, convention)
+        n = shape.params(convention)
+        factor = max(n / target, target / n)
+        if factor > MAX_SHAPE_FACTOR:
+            kv = f" and n_kv_head {self.n_kv_head}" if self.n_kv_head else ""
+            raise ValueError(
+                f"the nearest {self.family} shape to N={target:.3g} with head_size {self.head_size}{kv} is "
+                f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h with N={n:.3g}, {factor:.1f}x "
+                f"{'larger' if n > target else 'smaller'} (more than {MAX_SHAPE_FACTOR:g}x from its target); "
+                "ask for a size nearer it, or a smaller head_size or n_kv_head")
+        return shape
 
 
 # -- batches ----------------------------------------------------------------------------

@@ -41,6 +41,10 @@ class NotFoundError(UserError):
     """A named sweep, run or file that does not exist."""
 
 
+class ArgumentError(UserError, ValueError):
+    """An argument of the notebook API that no call can use (a string, NaN, zero, a negative size...)."""
+
+
 class FitError(UserError):
     """Data that cannot support the requested fit (too few points, one size, bad losses)."""
 

@@ -13,8 +13,9 @@ RUNNING = "running"
 COMPLETED = "completed"
 FAILED = "failed"
 INTERRUPTED = "interrupted"  # stopped before its last step; also the event that records it
+SUPERSEDED = "superseded"  # never completed, and a later plan trains its point under another key
 
-STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED)
+STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED, SUPERSEDED)
 
 # -- metrics (one row per run, step and name) -------------------------------------------------
 TRAIN_LOSS = "train/loss"

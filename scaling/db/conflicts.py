@@ -7,6 +7,10 @@ they were seeds of one point, and an adaptive sweep would spend past its budget 
 unless the old run never became a point (it failed, or never trained). A hyperparameter sweep
 holds several runs per point on purpose: there a point is also the run's group and its learning
 rate, batch and beta2, so a group may gain combinations but not retrain one differently.
+
+The run a changed plan takes the place of (one that never became a point) is ``superseded``: no
+plan trains it any more, so it is neither pending nor compute still to spend. A plan that names it
+again (the change undone) claims it as it would a pending run.
 """
 
 from __future__ import annotations
@@ -75,3 +79,27 @@ def refuse_changed_points(conn: Connection, sweep_id: int, sweep: str, records: 
             f"{values['n_layer']} layers, D = {values['tokens']:,} tokens, seed {values['seed']}); this plan would "
             f"train it again as {new['key']}, differing in {shown}: use another sweep name, or undo the change"
         )
+
+
+def replaced_runs(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]],
+                  replaceable: Iterable[str]) -> list[str]:
+    """The runs a plan's ``records`` replace: a run of the sweep in a ``replaceable`` status (one
+    that never became a point) that the plan does not name, on a point one of its records trains
+    under another key (its corpus or settings changed since it was registered)."""
+    recs = {str(r["key"]): r for r in records}
+    wanted = {_point((r[f] for f in _RECORD_FIELDS), r.get("parent_key"), r.get("hparam_group"), r["spec"]): key
+              for key, r in recs.items()}
+    cols = [getattr(Run, c) for c in POINT_COLUMNS]
+    rows = conn.execute(select(Run.key, Run.parent_key, Run.hparam_group, *cols).where(
+        Run.sweep_id == sweep_id, Run.status.in_(list(replaceable))))
+    replaced = []
+    for row in rows:
+        if row.key in recs:
+            continue
+        values = row._asdict()
+        spec = None
+        if row.hparam_group is not None:  # its combination is in its spec
+            spec = conn.scalar(select(Run.spec).where(Run.sweep_id == sweep_id, Run.key == row.key))
+        if _point((values[c] for c in POINT_COLUMNS), row.parent_key, row.hparam_group, spec) in wanted:
+            replaced.append(row.key)
+    return replaced

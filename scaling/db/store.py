@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from scaling import vocab
 from scaling.db.claimant import claimant_is_dead
-from scaling.db.conflicts import refuse_changed_points
+from scaling.db.conflicts import refuse_changed_points, replaced_runs
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.jsonvalues import check_json, run_settings
 from scaling.db.lifecycle import CLAIMABLE, ENDINGS, sources
@@ -194,9 +194,19 @@ class Store(Database):
                     self._insert(Run).on_conflict_do_nothing(index_elements=[Run.sweep_id, Run.key]),
                     [_run_values(sid, recs[k], now) for k in new],
                 )
+            if one_per_point:
+                self._supersede(conn, sid, recs.values())
             return new
 
         return self._write(tx)
+
+    @staticmethod
+    def _supersede(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]]) -> None:
+        """Runs a plan's ``records`` replace become superseded (a superseded run it names is claimed as a pending one)."""
+        replaced = replaced_runs(conn, sweep_id, records, sources(vocab.SUPERSEDED))
+        if replaced:
+            conn.execute(update(Run).where(Run.sweep_id == sweep_id, Run.key.in_(replaced),
+                                           Run.status.in_(sources(vocab.SUPERSEDED))).values(status=vocab.SUPERSEDED))
 
     def claim(
         self, key: str, host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None

@@ -37,7 +37,7 @@ from scaling.layout import Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
 from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
-from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError
+from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError, TrainPlan
 from scaling.orchestrator.transfer import LAWS, FittedRule, frozen_expressions, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.resolve import (
@@ -482,12 +482,23 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
         field, swept = (str(problem.loc[-1]) if problem.loc else ""), plan.grid[point.block].hparams
         if problem.loc[:1] == ("model",):
             at = ("grid", point.block, "models", point.model)
+        elif not problem.loc:  # a check across fields: its message names its field, the plan's is said here
+            at, detail = point.loc, _in_plan_terms(detail)
         else:  # a run's own value (lr, batch, beta2): say which, and point at the sweep that made it
             at = ("grid", point.block, "hparams", field) if swept is not None and field in swept.fields else point.loc
             value = problem.value
             shown = format(value, ".4g") if isinstance(value, float) else repr(value)[:60]
             detail = f"{problem.path} {shown}: {detail}"
         raise PlanError(f"{where(source, at)}: {detail}") from None
+
+
+def _in_plan_terms(detail: str) -> str:
+    """A run spec's message that begins with its field (``batch_tokens: ...``) with the plan section
+    that sets the field named (``train.batch_tokens: ...``)."""
+    head, sep, rest = detail.partition(": ")
+    section = next((name for name, model in (("train", TrainPlan), ("model", ModelPlan))
+                    if head.split(".")[0] in model.model_fields), None)
+    return f"{section}.{head}: {rest}" if sep and section and " " not in head else detail
 
 
 # -- stage 4 ------------------------------------------------------------------------------------

@@ -278,7 +278,7 @@ class ModelPoint(_Strict):
     def shape(self, model: ModelPlan, convention: str) -> Shape:
         """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
         if self.N is not None:
-            return model.policy().shape_for(self.N, convention)  # type: ignore[arg-type]
+            return model.policy().planned_shape(self.N, convention)  # type: ignore[arg-type]
         family = model.family_kwargs()
         family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
         return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.db.lifecycle import Lifecycle
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
-from scaling.orchestrator.orphans import reap_orphaned_agents
+from scaling.orchestrator.orphans import reap_orphaned_agents, start_watchdog
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.orchestrator.signals import deferred_interrupts, uninterrupted
@@ -73,6 +73,7 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> bool:
             log_to_driver=False,
             logging_level="WARNING",
         )
+        start_watchdog()  # nor outlive this sweep if it is killed
     return True
 
 
