@@ -423,6 +423,13 @@ class ShapePolicy(ModelFamily):
 # -- batches ----------------------------------------------------------------------------
 
 
+def whole_sequences(tokens: float, context: int) -> int:
+    """A batch of ``tokens`` rounded to the nearest whole number of sequences of ``context`` tokens,
+    at least one: the one rounding of a batch that a rule, a batch factor or a fitted law gives
+    (a plan refuses any batch that is not whole sequences, :func:`batch_problem`)."""
+    return int(max(1, round(tokens / context))) * context
+
+
 def batch_problem(batch_tokens: int, context: int, workers: int = 1) -> str | None:
     """Why a global batch of ``batch_tokens`` cannot be trained, or None.
 

@@ -36,7 +36,8 @@ from scaling.errors import FieldProblem, PlanError, ResourceError, UserError
 from scaling.layout import Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
-from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
+from scaling.naming import group_label
+from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens
 from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError
 from scaling.orchestrator.transfer import LAWS, FittedRule, frozen_expressions, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, located, where
@@ -49,6 +50,7 @@ from scaling.trainer.resolve import (
     Resolution,
     decide_data,
     decide_precision,
+    device_kind,
     resolve,
 )
 from scaling.trainer.spec import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe, RunRequest, RunSpec
@@ -313,7 +315,7 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
         except HparamValueError as exc:
             at = ("grid", point.block, "hparams") + ((exc.field,) if exc.field in sweep.fields else ())
             raise PlanError(f"{where(source, at)}: {exc}") from None
-        label = group_label(point.shape, D)
+        label = group_label(point.shape.n_layer, point.shape.d_model, point.shape.n_head, D)
         name = f"{plan.name}/N{N:.3g}/D{D:.3g}/s{point.seed}"
         for c in combos:
             out.append(replace(point, tokens=D, lr=c.lr, batch=c.batch_tokens,
@@ -540,7 +542,7 @@ def _placed_one(plan: Plan, r: Requested, spec: RunRequest, source: Optional[Yam
     assert best is not None  # resolve raises when nothing fits
     ex = done.spec.execution
     return PlannedRun(done.spec, b, r.kind, r.budget, best.memory.total_gib, best.strategy, done.choice.decision(),
-                      on.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers).gpus_per_node)
+                      on.machine(device_kind(ex, OFFLINE), ex.workers).gpus_per_node)
 
 
 def _no_layout(plan: Plan, r: Requested, exc: NoLayoutError, source: Optional[YamlSource]) -> UserError:

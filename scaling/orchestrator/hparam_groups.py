@@ -4,7 +4,7 @@ rate, batch and beta2, its runs one group.
 ``hparams: {lr: [1e-3, 3e-3, 1e-2], batch_tokens: {from: rule, factors: [0.5, 1, 2]}}`` lists a
 field's values, or multiples of what the plan's rule gives that field at each point. A field not
 listed keeps the point's own value (from ``rules``, else ``train``). The runs of one point share a
-label (:func:`group_label`), stored with each run, so a notebook or a fit of the best learning
+label (:func:`scaling.naming.group_label`), stored with each run, so a notebook or a fit of the best learning
 rate and batch per point can take them together. This module is the schema and the pure
 arithmetic; the expansion (`scaling.orchestrator.expand`) places and keys the runs.
 """
@@ -18,7 +18,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from scaling.accounting import Shape
+from scaling.accounting import Shape, whole_sequences
 from scaling.errors import FieldProblem
 from scaling.rules import HPARAM_CHECKS
 from scaling.schema import StrictModel
@@ -248,7 +248,7 @@ def _batches(sweep: Optional[Sweep], own: int, context: int) -> list[int]:
     if sweep is None:
         return [own]
     if isinstance(sweep, Factors):
-        rounded = [max(context, int(round(own * f / context)) * context) for f in sweep.factors]
+        rounded = [whole_sequences(own * f, context) for f in sweep.factors]
         kept = list(dict.fromkeys(rounded))
         if len(kept) < len(rounded) and len(kept) < 2:
             raise HparamValueError("batch_tokens", f"every factor of the rule's {own} tokens rounds to "
@@ -276,12 +276,6 @@ def common_tokens(D: float, batches: Iterable[int]) -> int:
                                f"({', '.join(map(str, batches))} tokens: {step} is the least common multiple): use "
                                "batches that divide one another (powers of two), or a larger D")
     return tokens
-
-
-def group_label(shape: Shape, D: float) -> str:
-    """The group of a point's runs: its shape (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``
-    (D made whole batches of every combination by :func:`common_tokens`, which every run trains)."""
-    return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"
 
 
 def group_rows(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
 
 from scaling import layout, rules
-from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
+from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
 from scaling.comms import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
@@ -33,7 +33,7 @@ from scaling.orchestrator.hparam_groups import HparamsPlan, coincidence_problem
 from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.evaluation.eval_tasks import EvalsSpec, check_tasks
-from scaling.trainer.resolve import Host
+from scaling.trainer.resolve import Host, decide_device
 from scaling.trainer.spec import (
     Conventions,
     DataSpec,
@@ -171,7 +171,8 @@ class ResourcesPlan(Placement):
 
     @property
     def device(self) -> str:
-        return "cuda" if self.gpus_per_worker > 0 else "cpu"
+        """The plan's runs' device, by the resolver's rule (a plan names GPUs, not a device)."""
+        return decide_device("auto", self.gpus_per_worker, probe=False)
 
     def machine(self) -> layout.Machine:
         """The plan's cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
@@ -496,7 +497,7 @@ class Plan(_Strict):
         batch = self.train.batch_tokens
         if self.rules.batch_tokens is not None:
             ctx = self.model.context
-            batch = max(ctx, int(round(self._rule("batch_tokens", N, D, C) / ctx)) * ctx)
+            batch = whole_sequences(self._rule("batch_tokens", N, D, C), ctx)
         return lr, batch
 
     def _rule(self, field: str, N: float, D: float, C: float) -> float:

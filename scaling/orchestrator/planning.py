@@ -21,14 +21,15 @@ from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.trainer.evaluation.task_cost import cost_note, cost_row
-from scaling.trainer.resolve import overheads, worker_rate
+from scaling.trainer.resolve import overheads, worker_gpus, worker_rate
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
     """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
     the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
     r = plan.resources
-    return worker_rate(precision or plan.train.precision, plan.train.threads, r.gpus_per_worker, r.host())
+    return worker_rate(precision or plan.train.precision, plan.train.threads, worker_gpus(r.device, r.gpus_per_worker),
+                       r.host())
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
@@ -42,7 +43,7 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
         return steps * run.layout.best.step_s
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * steps * run.spec.batch_tokens
-    per_step = overheads(plan.resources.gpus_per_worker)[0]
+    per_step = overheads(worker_gpus(plan.resources.device, plan.resources.gpus_per_worker))[0]
     rate = throughput(plan, run.spec.precision)
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 

@@ -40,7 +40,7 @@ def check_memory(spec: RunSpec) -> float:
     device = Runtime.current(ex.device).device
     micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
     est = estimate_memory(spec.shape, micro, spec.precision, "single", 1, ex.activation_checkpointing,
-                          device="cuda" if device.type == "cuda" else "cpu")
+                          device=device.type)
     where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
         "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
     check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",
