@@ -1,6 +1,6 @@
 """Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches and pipeline schedule.
 
-Torch-free, on :mod:`scaling.comms` and :mod:`scaling.accounting`: the planner calls it for every
+Torch-free, on :mod:`scaling.communication`, :mod:`scaling.memory` and :mod:`scaling.accounting`: the planner calls it for every
 run whose strategy is ``auto``. The fastest layout that fits memory per rank wins, with its
 communication counted as not overlapped (an upper bound); docs/reference/internals.md
 ("Layout search") gives the step-time model and why.
@@ -13,19 +13,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
-from scaling.comms import (
+from scaling.communication import (
     LINKS,
-    TRAINER_SCHEDULES,
     Cluster,
-    MemoryDevice,
-    ParallelLayout,
     Traffic,
     bubble_fraction,
     collective_time,
     latency_steps,
-    memory_per_rank,
     step_traffic,
 )
+from scaling.accounting import TRAINER_SCHEDULES, ParallelLayout
+from scaling.memory import MemoryDevice, memory_per_rank
 
 #: The trainer's schedule names (``resources.pp_schedule``) as the cost model's (schedule, chunks),
 #: in the order that breaks ties.
@@ -94,7 +92,7 @@ class Request:
     schedule: Optional[str] = None
     strategy: Optional[str] = None
     micro_batch_size: Optional[int] = None
-    device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (comms.layer_activation_bytes)
+    device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (memory.layer_activation_bytes)
 
 
 @dataclass(frozen=True)
@@ -309,7 +307,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
 def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
     """How many separate collectives the trainer issues for one data-parallel ``Traffic`` entry.
 
-    :func:`scaling.comms.step_traffic` counts bytes per tensor handed over; the latency is paid
+    :func:`scaling.communication.step_traffic` counts bytes per tensor handed over; the latency is paid
     per message: DDP all-reduces one bucket at a time, ZeroRedundancyOptimizer broadcasts each
     parameter tensor, FSDP2 gathers and reduces each unit (every block, and the root).
     """
@@ -324,7 +322,7 @@ def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
 
 
 def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
-    """Seconds of communication per step by group: :func:`scaling.comms.step_comm_time`'s alpha-beta
+    """Seconds of communication per step by group: :func:`scaling.communication.step_comm_time`'s alpha-beta
     times, plus the latency of every extra message of :func:`messages`."""
     cluster = req.machine.cluster
     links = {g: cluster.link(g, layout) for g in ("dp", "tp", "pp")}

@@ -53,7 +53,8 @@ from scaling.trainer.resolve import (
     device_kind,
     resolve,
 )
-from scaling.trainer.spec import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe, RunRequest, RunSpec
+from scaling.trainer.spec import RunRequest, RunSpec
+from scaling.trainer.sections import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe
 from scaling.vocab import HPARAM_GROUP_TAG
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only

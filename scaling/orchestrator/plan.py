@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_serializer, 
 
 from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
-from scaling.comms import LINKS
+from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
 from scaling.naming import name_problem
@@ -34,7 +34,7 @@ from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.evaluation.eval_tasks import EvalsSpec, check_tasks
 from scaling.trainer.resolve import Host, decide_device
-from scaling.trainer.spec import (
+from scaling.trainer.sections import (
     Conventions,
     DataSpec,
     FamilySpec,
@@ -119,7 +119,7 @@ class TrainPlan(Recipe, LoopSettings):
 
 class ClusterPlan(_Strict):
     """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
-    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
+    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.communication.LINKS`)."""
 
     nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="machines in the cluster")
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_WORKERS, strict=True,

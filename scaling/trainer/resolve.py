@@ -23,7 +23,8 @@ from pydantic import ValidationError
 from scaling import layout
 from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
 from scaling.errors import FieldProblem, ResourceError, SpecError
-from scaling.trainer.spec import DataSpec, ExecutionSpec, RunSpec, precision_problem
+from scaling.trainer.spec import RunSpec, precision_problem
+from scaling.trainer.sections import DataSpec, ExecutionSpec
 
 #: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
 #: ~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32), when the plan sets no ``throughput_flops``.
