@@ -171,7 +171,7 @@ def _power_law(rule: Mapping[str, Any], env: Mapping[str, float]) -> float:
         raise RuleError(f"power law has no value: {exc}") from None
 
 
-def check_rule(rule: Any) -> None:
+def check_rule(rule: object) -> None:
     """Validate a rule's form without values (plan validation calls this)."""
     if isinstance(rule, str):
         parse_rule(rule)

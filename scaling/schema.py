@@ -27,7 +27,7 @@ def checked(value: T, problem: str | None) -> T:
     return value
 
 
-def _numeric(annotation: Any) -> bool:
+def _numeric(annotation: object) -> bool:
     """True for int or float, optionally wrapped in Optional, Annotated, list or tuple."""
     if annotation in (int, float):
         return True
@@ -40,7 +40,7 @@ def _numeric(annotation: Any) -> bool:
     return False
 
 
-def _has_bool(value: Any) -> bool:
+def _has_bool(value: object) -> bool:
     return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
 
 
@@ -51,7 +51,7 @@ class StrictModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
         if value.__class__ not in (bool, list, tuple):  # the common case (a number, text, a section), cheaply
             return value
         field = cls.model_fields.get(info.field_name or "")

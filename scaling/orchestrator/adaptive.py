@@ -10,16 +10,22 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from scaling import vocab
 from scaling.errors import UserError
 from scaling.fmt import bounds
-from scaling.orchestrator.adaptive_spec import AdaptivePlan
+from scaling.orchestrator.adaptive_spec import AdaptivePlan, AdaptiveTarget
 from scaling.orchestrator.expand import PlannedRun, expand
 from scaling.orchestrator.plan import GridBlock, ModelPoint, Plan
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
+
+    from scaling.db import Store
+    from scaling.fitting.core.base import Law
 
 MET = "met"
 BUDGET = "budget"
@@ -77,7 +83,7 @@ class AdaptiveOutcome:
 
 
 # -- one round's facts -----------------------------------------------------------------------------
-def measure(law: Any, target: Any) -> dict[str, Any]:
+def measure(law: Law, target: AdaptiveTarget) -> dict[str, Any]:
     """What a fitted law says about the target: N* at ``at_compute`` and its 95% interval."""
     iv = law.optimal_interval(float(target.at_compute))["N"]
     lo, hi = iv.get("lo"), iv.get("hi")
@@ -97,7 +103,7 @@ def measure(law: Any, target: Any) -> dict[str, Any]:
     }
 
 
-def edge_slices(points: Any, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any]]:
+def edge_slices(points: pd.DataFrame, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any]]:
     """IsoFLOP slices whose lowest loss is at the smallest or largest size, largest budget first.
 
     Each: ``C``, ``side`` ("smaller" or "larger": where the optimum lies), the slice's ``sizes``.
@@ -148,8 +154,8 @@ class _Round:
                         candidates or [])
 
 
-def _measured(law: Any, fit_error: Optional[str], fit_info: dict[str, Any],
-              target: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
+def _measured(law: Optional[Law], fit_error: Optional[str], fit_info: dict[str, Any],
+              target: AdaptiveTarget) -> tuple[Optional[Law], dict[str, Any], Optional[str]]:
     """(the law, or None where it says nothing of N*; its measure at the target; why it is not usable)."""
     fit = dict(fit_info)
     if law is None:
@@ -165,7 +171,7 @@ def _measured(law: Any, fit_error: Optional[str], fit_info: dict[str, Any],
     return law, fit, fit_error
 
 
-def _now(law: Any, fit: dict[str, Any], fit_error: Optional[str], target: Any) -> str:
+def _now(law: Optional[Law], fit: dict[str, Any], fit_error: Optional[str], target: AdaptiveTarget) -> str:
     """Where the target stands after the refit, as the decision's message begins."""
     where = f"N* at {target.at_compute:.3g} FLOPs"
     ratio = fit.get("ratio")
@@ -180,7 +186,7 @@ def _now(law: Any, fit: dict[str, Any], fit_error: Optional[str], target: Any) -
     return now
 
 
-def _extend_an_edge(step: _Round, points: Any, left: float, now: str,
+def _extend_an_edge(step: _Round, points: Optional[pd.DataFrame], left: float, now: str,
                     cost_of: Callable[[float, list[float]], float]) -> tuple[Optional[Decision], list[float]]:
     """The first edge slice (lowest loss at its smallest or largest size) extended within ``left``
     FLOPs, or None; and the costs of those that were too dear."""
@@ -199,7 +205,7 @@ def _extend_an_edge(step: _Round, points: Any, left: float, now: str,
     return None, too_dear
 
 
-def _ranked(law: Any, points: Any, spec: AdaptivePlan, round_: int, left: float,
+def _ranked(law: Law, points: pd.DataFrame, spec: AdaptivePlan, round_: int, left: float,
             cost_of: Callable[[float, list[float]], float]) -> tuple[list[dict[str, Any]], int]:
     """The slices the law's ranking proposes that this plan can train, each with its cost and
     expected narrowing per FLOP; and how many it proposed that the plan cannot train."""
@@ -270,9 +276,9 @@ def decide(
     round_: int,
     spec: AdaptivePlan,
     *,
-    law: Any,
+    law: Optional[Law],
     fit_error: Optional[str],
-    points: Any,
+    points: Optional[pd.DataFrame],
     spent: float,
     fit_info: dict[str, Any],
     cost_of: Callable[[float, list[float]], float],
@@ -340,7 +346,7 @@ def run_adaptive(
     grid: list[PlannedRun],
     *,
     url: str,
-    store: Any,
+    store: Store,
     register: Callable[[list[PlannedRun]], Any],
     train: Callable[[list[PlannedRun]], Any],
     echo: Callable[[str], None] = print,

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from scaling.accounting import Shape, check_fits
 from scaling.errors import FieldProblem, PlanError, ResourceError, UserError
-from scaling.layout import Decision
+from scaling.layout import Candidate, Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
 from scaling.naming import group_label
@@ -59,6 +59,7 @@ from scaling.vocab import HPARAM_GROUP_TAG
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.recommend import Recommendation
+    from scaling.trainer.sections import ScheduleSpec
     from scaling.fitting.sweep_fit import SweepFit
 
 
@@ -460,7 +461,7 @@ def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = None, *,
-                  schedule: Any = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
+                  schedule: Optional[ScheduleSpec] = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
                   name: Optional[str] = None, tags: Optional[dict[str, str]] = None,
                   execution: Optional[ExecutionSpec] = None) -> RunRequest:
     """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line.
@@ -617,7 +618,7 @@ def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
 
 
 def _does_not_fit(
-    r: ResourcesPlan, spec: RunSpec, least: Any, block: int, model: int, source: Optional[YamlSource]
+    r: ResourcesPlan, spec: RunSpec, least: Candidate, block: int, model: int, source: Optional[YamlSource]
 ) -> str:
     shape = spec.shape
     tried = (

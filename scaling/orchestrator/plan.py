@@ -19,7 +19,14 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from scaling import layout, rules
 from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
@@ -81,7 +88,7 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context, **self.family_kwargs())
 
     @model_serializer(mode="wrap")
-    def _omit_family_defaults(self, handler: Any) -> Any:
+    def _omit_family_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
@@ -214,7 +221,7 @@ class RulesPlan(_Strict):
 
     @field_validator("lr", "batch_tokens")
     @classmethod
-    def _rule_is_safe(cls, value: Any) -> Any:
+    def _rule_is_safe(cls, value: object) -> object:
         if isinstance(value, dict) and "fitted" in value:  # not a FittedRule: say why
             FittedRule.model_validate(value)
         if value is not None and not isinstance(value, FittedRule):
@@ -260,7 +267,7 @@ class ModelPoint(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _number_is_n(cls, value: Any) -> Any:
+    def _number_is_n(cls, value: object) -> object:
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             return {"N": value}
         return value
@@ -401,7 +408,7 @@ class Plan(_Strict):
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Any, source: Optional[YamlSource] = None) -> "Plan":
+    def from_dict(cls, data: object, source: Optional[YamlSource] = None) -> "Plan":
         """Validate ``data``; the first problem becomes one PlanError line (file:line: field: why)."""
         if not isinstance(data, dict):
             name = source.name if source is not None else "plan"

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from scaling.accounting import Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
@@ -48,7 +49,7 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
-def shape_label(shape: Any) -> str:
+def shape_label(shape: Shape) -> str:
     """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width; a μP
     shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
@@ -186,7 +187,7 @@ def attention_notes(expansion: Expansion) -> list[str]:
             for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
-def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:
+def _adaptive_note(plan: Plan, grid_flops: float) -> list[str]:
     """What an adaptive plan may spend beyond the runs listed (its grid)."""
     a = plan.adaptive
     if a is None:

@@ -30,7 +30,10 @@ from scaling.trainer.checkpoints.rundir import checked_folder, owner_problem
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db import Store
+    from types import FrameType
+
     from scaling.orchestrator.adaptive import AdaptiveOutcome
+    from scaling.orchestrator.display import SweepDisplay
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
@@ -147,7 +150,7 @@ def run_sweep(
     report: bool = True,
     stale_after_s: float = 60.0,
     heartbeat_s: float = 5.0,
-    display: Any = None,
+    display: Optional[SweepDisplay] = None,
     echo: Callable[[str], None] = print,
     refresh_transfer: bool = False,
 ) -> SweepResult:
@@ -229,7 +232,7 @@ def train_on_ray(expansion: Expansion, schedule: Callable[[list[Any]], SweepOutc
     adaptive = None
     previous = signal.getsignal(signal.SIGTERM)
 
-    def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
+    def _terminate(signum: int, frame: Optional[FrameType]) -> None:  # SIGTERM stops cleanly, like Ctrl-C
         raise KeyboardInterrupt
 
     started_ray = False
@@ -265,7 +268,7 @@ def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
             raise DatabaseError(problem)
 
 
-def register(store: Any, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
+def register(store: Store, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
     """Register the sweep (with its plan and conventions) and its runs; returns the new keys.
     ``replace_plan``: the stored plan becomes this one (a transferred law refitted on request)."""
     return Lifecycle(store, plan.name).register(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from scaling.accounting import (
     FAMILY_FIELDS,
@@ -111,7 +111,7 @@ class ModelSpec(SequenceSpec, FamilySpec):
         return Shape(self.n_layer, self.d_model, self.n_head, self.vocab_size, self.context, **self.family_kwargs())
 
     @model_serializer(mode="wrap")
-    def _omit_family_defaults(self, handler: Any) -> Any:
+    def _omit_family_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
         return self.family_dump(out, self.shape) if isinstance(out, dict) else out
 
@@ -133,7 +133,7 @@ class TokenizerSpec(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _trained_defaults(cls, value: Any) -> Any:
+    def _trained_defaults(cls, value: object) -> object:
         if isinstance(value, dict) and value.get("train") is not None:
             value = {"vocab_size": 8192, "min_frequency": 2, **{k: v for k, v in value.items() if v is not None}}
         return value
@@ -210,7 +210,7 @@ class DataSpec(_Frozen):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_absent_fields(self, handler: Any) -> Any:
+    def _omit_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Fields added later serialize only when set, so the run keys of older data stay.
         out = handler(self)
         if isinstance(out, dict):
@@ -329,7 +329,7 @@ class SimulatedLaw(_Frozen):
                                                 description="a learning-rate and batch penalty with a known optimum")
 
     @model_serializer(mode="wrap")
-    def _omit_absent_hparams(self, handler: Any) -> Any:
+    def _omit_absent_hparams(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A law without the term serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and self.hparams is None:
@@ -377,7 +377,7 @@ class SimulateSpec(_Frozen):
     tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
 
     @model_serializer(mode="wrap")
-    def _omit_absent_tasks(self, handler: Any) -> Any:
+    def _omit_absent_tasks(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A simulation without tasks serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and not self.tasks:
