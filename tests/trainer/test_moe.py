@@ -250,7 +250,9 @@ def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, executio
 def test_the_memory_model_counts_a_rank_its_share_of_the_experts() -> None:
     """Under ep=2 a rank holds half the routed experts (the router, shared experts, dense blocks
     and attention whole), and DDP all-reduces only what it replicates."""
-    from scaling.comms import ParallelLayout, memory_per_rank, params_per_rank, step_traffic
+    from scaling.accounting import ParallelLayout, params_per_rank
+    from scaling.communication import step_traffic
+    from scaling.memory import memory_per_rank
 
     shape = Shape(3, 32, 4, 97, 16, **{**TINY_MOE, "n_shared_experts": 1, "n_dense_layers": 1})
     routed = 2 * 4 * 3 * 32 * 24  # MoE blocks x experts x an expert's three matrices
