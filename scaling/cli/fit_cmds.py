@@ -92,6 +92,25 @@ def _not_moe(given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
 
 
+def _check_dense_source(law: str, csv: Optional[Path], sweep: Optional[str]) -> None:
+    """Refuse a law that is neither the dense laws nor a law of sparsity, and a sweep given with a CSV."""
+    from scaling.errors import UserError
+
+    if law != "all":
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+
+
+def _recommend_moe(moe_fit: "MoEFit", compute: Optional[float], fmt: str) -> None:
+    """Print the laws of sparsity's recommendations at ``compute`` (and the laws refused)."""
+    from scaling.fitting.moe.moe_recommend import recommendations_table
+
+    recs, refused = moe_fit.recommend(compute)
+    typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+               if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+
+
 def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int) -> "MoEFit":
     """The laws of sparsity fitted to a CSV or a sweep's runs (scaling.fitting.moe)."""
     from scaling.errors import UserError
@@ -286,27 +305,15 @@ def recommend(
     """
     check_format(fmt)
     if law.startswith("moe"):
-        from scaling.fitting.moe.moe_recommend import recommendations_table
-
         _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
                   "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
                   "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
-
-        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
-        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
-                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+        _recommend_moe(_fit_moe(csv, db, sweep, law, bootstrap, seed), compute, fmt)
         return
-    if law != "all":
-        from scaling.errors import UserError
-
-        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    _check_dense_source(law, csv, sweep)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
-    if csv is not None and sweep is not None:
-        from scaling.errors import UserError
-
-        raise UserError("give either --sweep or --csv, not both")
     data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
                                                loss_units=loss_units, drop_invalid=drop_invalid,
                                                drop_duplicates=drop_duplicates)
