@@ -170,6 +170,21 @@ def _check_fit_options(fmt: str, hparams: str, bootstrap: int, csv: Optional[Pat
         raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
 
 
+def _recommend_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int,
+                   compute: Optional[float], fmt: str, given: dict[str, bool]) -> None:
+    """Print the laws of sparsity's recommendations at ``compute`` (and the laws that give none, with why);
+    ``given``: which options of the dense laws were set (refused here)."""
+    from scaling.errors import UserError
+    from scaling.fitting.moe.moe_recommend import recommendations_table
+
+    if not law.startswith("moe"):
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    _not_moe(given)
+    recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
+    typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+               if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+
+
 @app.command()
 def fit(
     db: DbOption = None,
@@ -285,21 +300,12 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     check_format(fmt)
-    if law.startswith("moe"):
-        from scaling.fitting.moe.moe_recommend import recommendations_table
-
-        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
-                  "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
-
-        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
-        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
-                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
-        return
     if law != "all":
-        from scaling.errors import UserError
-
-        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+        _recommend_moe(csv, db, sweep, law, bootstrap, seed, compute, fmt, {
+            "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+            "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+            "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
+        return
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
