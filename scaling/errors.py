@@ -156,7 +156,7 @@ def mask_text(text: str) -> str:
     return text
 
 
-def mask_data(obj: Any) -> Any:
+def mask_data(obj: object) -> Any:
     """A copy of ``obj`` (a plan as JSON data) fit to store or render: every string masked, and
     the value of any key that names a secret replaced."""
     if isinstance(obj, dict):

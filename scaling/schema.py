@@ -30,7 +30,7 @@ def checked(value: T, problem: str | None) -> T:
     return value
 
 
-def _numeric(annotation: Any) -> bool:
+def _numeric(annotation: object) -> bool:
     """True for int or float, optionally wrapped in Optional, Annotated, list or tuple."""
     if annotation in (int, float):
         return True
@@ -54,7 +54,7 @@ def _boolean(model: type[BaseModel], name: str) -> bool:
     return annotation is bool or (get_origin(annotation) in (Union, types.UnionType) and args == [bool])
 
 
-def _has_bool(value: Any) -> bool:
+def _has_bool(value: object) -> bool:
     return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
 
 
@@ -65,7 +65,7 @@ class StrictModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
         kind = value.__class__
         if kind in (str, int, float):  # text or a number where a boolean is expected: refused as a bool for a number is
             if _boolean(cls, info.field_name or ""):

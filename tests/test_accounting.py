@@ -84,7 +84,7 @@ def test_model_state_bytes_follow_the_zero_formulas() -> None:
 
 
 def activation_bytes(shape: Shape, micro_batch: int, precision: str, checkpointing: bool = False) -> float:
-    from scaling.comms import estimate_memory  # the one memory model (comms.memory_per_rank)
+    from scaling.memory import estimate_memory
 
     return estimate_memory(shape, micro_batch, precision, "single", 1, checkpointing).activations_bytes  # type: ignore[arg-type]
 
@@ -103,7 +103,7 @@ def test_activation_memory_by_hand_and_with_checkpointing() -> None:
 
 
 def test_estimate_adds_a_margin_and_more_sharding_needs_less() -> None:
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
 
     big = Shape(48, 4096, 32, 50257, 2048)  # ~9.9B parameters
     est = estimate_memory(big, 1, "bf16", "zero3", 8, checkpointing=True)

@@ -33,11 +33,11 @@ HOLDS_A_POINT = (COMPLETED, RUNNING)
 _RECORD_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "context", "D", "seed")
 
 
-def _point(values: Iterable[Any], parent: Any, group: Optional[str] = None, spec: Any = None) -> tuple:
+def _point(values: Iterable[Any], parent: Optional[str], group: Optional[str] = None, spec: object = None) -> tuple:
     return tuple(int(v) for v in values) + (parent is None,) + _combination(group, spec)
 
 
-def _combination(group: Optional[str], spec: Any) -> tuple:
+def _combination(group: Optional[str], spec: object) -> tuple:
     """A grouped run's place in its group: (group, lr, batch, beta2); () for a run of no group."""
     if group is None:
         return ()
@@ -46,7 +46,7 @@ def _combination(group: Optional[str], spec: Any) -> tuple:
     return (group, optimizer.get("lr"), spec.get("batch_tokens"), optimizer.get("beta2"))
 
 
-def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+def differences(old: object, new: object, prefix: str = "") -> list[str]:
     """Dotted paths at which two specs (plain JSON values) differ."""
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []

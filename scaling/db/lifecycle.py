@@ -115,7 +115,7 @@ class Lifecycle:
 
     # -- before training ---------------------------------------------------------------------
     def register(self, records: Iterable[dict[str, Any]], *, params_convention: str, flops_convention: str,
-                 plan: Any = None, one_per_point: bool = False, replace_plan: bool = False) -> list[str]:
+                 plan: Optional[dict[str, Any]] = None, one_per_point: bool = False, replace_plan: bool = False) -> list[str]:
         """Pending rows for the records (``RunSpec.record()``) the sweep lacks; returns their keys."""
         return self.store.register(self.sweep, records, plan=plan, params_convention=params_convention,
                                    flops_convention=flops_convention, one_per_point=one_per_point,

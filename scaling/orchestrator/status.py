@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling import vocab
 from scaling.errors import UserError
 from scaling.quantities import possible_losses
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
 
 RUNS_FORMATS = ("table", "json", "csv")
 RUNS_TABLE_COLUMNS = ["run_key", "status", "N", "D", "C", "attempts", "final_loss", "final_train_loss", "host", "error"]
@@ -74,7 +77,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     }
 
 
-def stale_running(runs: Any, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
+def stale_running(runs: pd.DataFrame, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
     """The running runs whose heartbeat is older than the timeout a claimant takes them over after
     (``HEARTBEAT_TIMEOUT_S``): no live driver is running them. Their number and how long since the
     newest of their heartbeats, in seconds; None when every running run has a fresh heartbeat."""
@@ -106,7 +109,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-def _int(v: Any) -> Optional[int]:
+def _int(v: object) -> Optional[int]:
     try:
         return int(v)
     except (TypeError, ValueError):

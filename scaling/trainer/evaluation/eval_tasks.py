@@ -152,7 +152,7 @@ def items_sha256(items: tuple[Item, ...], delimiter: str) -> str:
 
 
 class DataLike(Protocol):
-    """What the tasks need of a run's data section (`scaling.trainer.spec.DataSpec`, which imports this module)."""
+    """What the tasks need of a run's data section (`scaling.trainer.sections.DataSpec`, which imports this module)."""
 
     source: str
     tokenizer: Any
