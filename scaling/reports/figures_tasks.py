@@ -20,7 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, prose, section
@@ -252,6 +252,7 @@ def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:
                 iv.get("value") is not None and math.isfinite(iv["value"])):
             continue
         if law.reliable(form):
-            return f'{interval(iv)} <span class="ci">({e(form)} chain)</span>'
-        return f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable)</span>'
+            return f'{interval(iv)} <span class="ci">({e(form)} chain{e(backtest_clause(iv))})</span>'
+        return (f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable'
+                f'{e(backtest_clause(iv))})</span>')
     return '<span class="ci">none: no chain predicts an accuracy within [0, 1]</span>'
