@@ -133,3 +133,31 @@ def test_the_plan_is_never_written_over_the_database(sweep) -> None:
     url, folder = sweep
     out = run_main("recommend", "--db", url, "--emit-plan", str(folder / "results.db"))
     assert out.code == 2 and "is the results database" in out.err
+
+
+def test_the_first_screens_run_block_shows_the_sized_run_and_its_plan(sweep) -> None:
+    """The report's run block (cells and "copy as plan") from the same sized recommendation the answer prints."""
+    import html
+
+    from scaling.fitting import fit_sweep
+    from scaling.fitting.core.wording import run_line
+    from scaling.orchestrator.expand import stored_plan, sweep_recommendation
+    from scaling.orchestrator.next_plan import next_plan, plan_yaml
+    from scaling.reports.next_run import PLAN_ID, next_run_block
+
+    url, _ = sweep
+    rec = sweep_recommendation(url, fit_sweep(url, None, "all", int(BOOT), 0), None)
+    text = plan_yaml(next_plan(rec, stored_plan(url, "sim-next")), rec, "run")
+    block = next_run_block(rec, text)
+    shape = rec.run["shape"]
+    line = run_line(rec.run, rec.run_source, rec.hparams)  # what the terminal prints
+    assert f"n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}" in line
+    assert f"n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}" in block
+    for value in (f"{rec.run['lr']:.3g}", f"{rec.run['memory_gib']:.3g} GiB", str(rec.run["batch_tokens"])):
+        assert value in block and value.split(" ")[0] in line
+    pre = block.split(f'<pre id="{PLAN_ID}">', 1)[1].split("</pre>", 1)[0]
+    assert yaml.safe_load(html.unescape(pre)) == yaml.safe_load(text)  # the plan, escaped once
+    # a run from a flagged law: greyed, said to be unrecommended, and no plan to copy
+    flagged = dataclasses.replace(rec, target=dataclasses.replace(rec.target, flagged=True))
+    grey = next_run_block(flagged, text)
+    assert "unrecommended" in grey and "not recommended" in grey and PLAN_ID not in grey
