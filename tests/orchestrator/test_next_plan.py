@@ -161,3 +161,23 @@ def test_the_first_screens_run_block_shows_the_sized_run_and_its_plan(sweep) -> 
     flagged = dataclasses.replace(rec, target=dataclasses.replace(rec.target, flagged=True))
     grey = next_run_block(flagged, text)
     assert "unrecommended" in grey and "not recommended" in grey and PLAN_ID not in grey
+
+
+def test_scaling_plan_states_two_blocks_training_one_configuration(tmp_path: Path) -> None:
+    """An IsoFLOP block and a hyperparameter block at one point train the same batches (their D rounded
+    differently, so two keys): `scaling plan` says so, once."""
+    plan = {**PLAN, "grid": [
+        {"compute": [1e12], "models": [{"n_layer": 2, "d_model": 32, "n_head": 2}, {"n_layer": 2, "d_model": 48, "n_head": 2}]},
+        {"compute": [1e12], "models": [{"n_layer": 2, "d_model": 32, "n_head": 2}],
+         "hparams": {"lr": {"from": "rule", "factors": [0.5, 1, 2]}, "batch_tokens": [256, 512]}}]}
+    path = tmp_path / "two-blocks.yaml"
+    path.write_text(yaml.safe_dump({**plan, "runs_dir": str(tmp_path / "runs")}, sort_keys=False))
+    out = run_main("plan", str(path), "--format", "json")
+    assert out.code == 0, out.err
+    found = json.loads(out.out)
+    same = [n for n in found["notes"] if "train the same configuration" in n]
+    assert len(same) == 1 and "(grid.0)" in same[0] and "(grid.1)" in same[0]
+    assert len(found["runs"]) == 2 + 6  # both are trained
+    path.write_text(yaml.safe_dump({**PLAN, "runs_dir": str(tmp_path / "runs")}, sort_keys=False))
+    assert not [n for n in json.loads(run_main("plan", str(path), "--format", "json").out)["notes"]
+                if "same configuration" in n]
