@@ -86,3 +86,25 @@ def test_every_drawn_figure_has_its_title_axis_titles_and_legend_title(report: P
     tasks = {figures[f"fig-task-{i}-compute"]["title"].split(":")[0] for i in (0, 1)}
     assert tasks == {t["name"] for t in TASKS}
     assert axis_titles("fig-task-0-loss", "x") == ["task loss (bits per byte)"]
+
+
+#: The runs table at 1280 px: its width against the page's, and its header and first row's cells.
+RUNS_TABLE = """() => { const t = document.getElementById('runs-table');
+    return {width: t.getBoundingClientRect().width, page: document.documentElement.clientWidth,
+            head: Array.from(t.tHead.rows[0].cells).map(c => c.textContent),
+            rows: Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent))}; }"""
+
+
+def test_the_runs_table_shows_lr_batch_and_group_within_1280_px(report: Path, browser) -> None:
+    def at_1280(page):
+        page.set_viewport_size({"width": 1280, "height": 800})
+        return page.evaluate(RUNS_TABLE)
+
+    got = browser.open(report, "runs-table-1280", actions=at_1280, draw_all=False).result
+    assert {"lr", "batch", "group"} <= set(got["head"])
+    assert got["width"] <= got["page"], f"the runs table is {got['width']} px wide on a {got['page']} px page"
+    col = {name: i for i, name in enumerate(got["head"])}
+    lrs = {r[col["lr"]] for r in got["rows"]}
+    assert len(lrs) >= 3 and "–" not in lrs  # three learning rates per group
+    assert len({r[col["batch"]] for r in got["rows"]}) == 3  # and three batches
+    assert all(r[col["group"]].startswith("2x") for r in got["rows"])  # every run of the sweep is in a group
