@@ -118,8 +118,14 @@ def collect(url: str, sweep: Optional[str] = None, *, run: Optional[str] = None,
                   if v is not None and math.isfinite(float(v))]
         key = str(row["run_key"])
         records.append(RunRecord(key, str(spec.get("name") or key), str(row["status"]), config, final, curves))
-    fit = fit_sweep(url, name, "all", n_bootstrap, seed, save=False, tasks=False)
-    laws, reliable = {}, {}
+    from scaling.errors import FitError
+
+    laws: dict[str, dict[str, dict[str, float]]] = {}
+    reliable: dict[str, bool] = {}
+    try:
+        fit = fit_sweep(url, name, "all", n_bootstrap, seed, save=False, tasks=False)
+    except FitError as exc:  # the runs are exported all the same; the laws' run says why it has none
+        return SweepRecord(name, records, laws, reliable, f"no law fitted: {exc}")
     for kind, law in fit.laws.items():
         reliable[kind] = bool(law.reliable())
         laws[kind] = {p: {q: float(iv[q]) for q in ("value", "lo", "hi")
