@@ -39,7 +39,8 @@ from scaling.reports.report_data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
 from scaling.reports.figures_adaptive import adaptive_section
-from scaling.reports.figures_hparams import group_title, hparams_section
+from scaling.naming import group_title
+from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.output import write_atomic
 
 SECTIONS = (
