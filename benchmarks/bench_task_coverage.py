@@ -9,11 +9,14 @@ an IsoFLOP ladder (5 budgets 1e17-1e19 FLOPs x 5 sizes) with 8 evaluations per r
 final), bits per byte with 0.5% log-normal noise and accuracy as a binomial share of 1,000 items.
 Both steps are fitted (``fit_tasks``, the task's chance level known) and the chain predicts the
 expected accuracy at 10x and 100x the largest budget (N ~ C^0.5 as the ladder's middle runs).
+Each chain is backtested (its largest budget held out) as a sweep's are, and its intervals beyond
+the ladder widened by that backtest's error; ``--no-backtest`` gives the intervals without it.
 Printed per target and form: how many predictions carry an interval, how many of those cover
-the true expected accuracy, the median interval width and the mean absolute error of the value.
+the true expected accuracy, how many the backtest widened, the median interval width and the mean
+absolute error of the value.
 
     python benchmarks/bench_task_coverage.py [--draws 40] [--bootstrap 100] [--seed 0] [--truth sigmoid|exp]
-                                             [--misses] [--finals-only]
+                                             [--misses] [--finals-only] [--no-backtest]
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def main() -> None:
     ap.add_argument("--misses", action="store_true", help="list the intervals that miss the truth")
     ap.add_argument("--finals-only", action="store_true",
                     help="fit step 2 on each run's final evaluation only (the same draws, checkpoints left out)")
+    ap.add_argument("--no-backtest", action="store_true", help="no backtest: intervals without its widening")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     results = []
@@ -97,7 +101,7 @@ def main() -> None:
         if args.finals_only:
             ev = ev[ev["final"]].reset_index(drop=True)
         fits = fit_tasks(TaskData(ev, 6.0, f"draw {i}", chance={"sim": t["chance"]}), n_bootstrap=args.bootstrap,
-                         seed=i, grid="coarse", run_backtest=False)
+                         seed=i, grid="coarse", run_backtest=not args.no_backtest)
         law = fits.laws.get("sim")
         if law is None:
             results.append(dict(draw=i, target="-", form="-", kind="not fitted"))
@@ -114,20 +118,21 @@ def main() -> None:
                 results.append(dict(draw=i, target=name, form=form, kind=iv.get("kind", ""), value=iv["value"],
                                     truth=truth, interval=has, covered=has and lo <= truth <= hi, lo=lo, hi=hi,
                                     at_point=bool(iv.get("determined_at_point")), step1_reliable=law.step1.reliable(),
-                                    spread=bool(iv.get("form_spread")),
+                                    spread=bool(iv.get("form_spread")), widened=bool(iv.get("widened")),
                                     width=hi - lo if has else math.nan, inside=0.0 <= iv["value"] <= 1.0
                                     and iv["value"] >= t["chance"] - 1e-12))
     df = pd.DataFrame(results)
     seconds = time.perf_counter() - t0
     print(f"{args.draws} simulated ladders (seed {args.seed}, {args.truth} truths, "
           f"{'final evaluations only' if args.finals_only else f'{len(FRACTIONS)} evaluations per run'}), "
-          f"{args.bootstrap} bootstrap replicates, {seconds:.0f} s")
+          f"{args.bootstrap} bootstrap replicates, {'no backtest' if args.no_backtest else 'backtested'}, {seconds:.0f} s")
     print("Intervals: 'reliable chains' are those of chains with neither step flagged; 'also determined at the "
           "point' adds those whose step 1 is flagged but whose paired bootstrap determines the accuracy "
           "(scaling.fitting.tasks.task_laws.DETERMINED_WIDTH).")
     print("| target | form | reliable chains: with an interval, covered | also determined at the point: with an "
-          "interval, covered | widened by the other form | median width | mean abs error | values in [chance, 1] |")
-    print("|---|---|---|---|---|---|---|---|")
+          "interval, covered | widened by the other form | widened by the backtest | median width | mean abs error | "
+          "values in [chance, 1] |")
+    print("|---|---|---|---|---|---|---|---|---|")
     fitted = df[df["form"] != "-"]
 
     def share(g: pd.DataFrame) -> str:
@@ -137,7 +142,8 @@ def main() -> None:
 
     for (target, form), g in fitted.groupby(["target", "form"], sort=False):
         before = g.assign(interval=g["interval"] & ~g["at_point"], covered=g["covered"] & ~g["at_point"])
-        print(f"| {target} | {form} | {share(before)} | {share(g)} | {int(g['spread'].sum())} | {np.nanmedian(g['width']):.3f} | "
+        print(f"| {target} | {form} | {share(before)} | {share(g)} | {int(g['spread'].sum())} | {int(g['widened'].sum())} | "
+              f"{np.nanmedian(g['width']):.3f} | "
               f"{100 * np.mean(np.abs(g['value'] - g['truth'])):.2f} points | {int(g['inside'].sum())}/{len(g)} |")
     if args.misses:
         missed = fitted[fitted["interval"] & ~fitted["covered"]]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.orchestrator.sweep import SweepResult
 
 #: The notebook API; ``scaling`` exports exactly these names (read from this list, see scaling/__init__.py).
-__all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "report", "hparams", "tasks",
+__all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "next_plan", "report", "hparams", "tasks",
            "Estimate", "FittedLaw", "Fit", "Advice", "HparamGroup", "Hparams", "Tasks", "TaskPrediction"]
 
 
@@ -338,6 +338,50 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         url = resolve_url(cli=db)
         rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, next_runs=False)
     return _typed_advice(rec)
+
+
+def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional[str] = None,
+              sweep: Optional[str] = None, runs: str = "run", bootstrap: int = 200, seed: int = 0) -> Path:
+    """Write the sweep's answer as its next plan, as ``scaling recommend --emit-plan``; returns the path.
+
+    Built on the plan stored with the sweep (data, model, recipe, resources kept): ``runs="run"``
+    plans the recommended run (its shape, D*, lr and batch); ``runs="narrow"`` the runs that would
+    narrow approach 3's interval on N* most. The file is validated as ``scaling plan`` reads it
+    before it replaces ``path`` in one step.
+
+    Args:
+        path: the YAML file to write.
+        compute: the budget C in FLOPs (default: ten times the sweep's largest run).
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep whose laws advise (default: the latest).
+        runs: ``"run"`` or ``"narrow"``.
+        bootstrap: bootstrap replicates behind each 95% interval.
+        seed: seed of the bootstrap.
+
+    Returns:
+        The path written.
+
+    Raises:
+        UserError: nothing to plan (no stored plan, a run from a law flagged unreliable, no runs suggested).
+
+    Example:
+        ```python
+        import scaling
+
+        path = scaling.next_plan("next.yaml", db="sqlite:///scaling.db")
+        scaling.load_plan(path).grid[0].models        # the recommended shape
+        ```
+    """
+    from scaling.db import resolve_url
+    from scaling.fitting import fit_sweep
+    from scaling.orchestrator.expand import sweep_recommendation
+    from scaling.orchestrator.next_plan import check_plan_output, write_sweep_plan
+
+    url = resolve_url(cli=db)
+    check_plan_output(path, url, "path")
+    fit = fit_sweep(url, sweep, "all", bootstrap, seed)
+    rec = sweep_recommendation(url, fit, compute, seed=seed)
+    return write_sweep_plan(url, fit.sweep, rec, path, runs)
 
 
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:

@@ -16,4 +16,4 @@ if ! "$VPY" -c 'import torch' 2>/dev/null; then
     "$VPY" -m pip install -q 'torch>=2.9' --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$VPY" -m pip install -q -e ".[${EXTRAS:-dev,postgres,hf}]"
+"$VPY" -m pip install -q -e ".[${EXTRAS:-dev,postgres,hf,export}]"

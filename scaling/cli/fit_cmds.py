@@ -92,6 +92,20 @@ def _not_moe(given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
 
 
+def _check_emit_plan(emit_plan: Path, emit_runs: str, db: Optional[str], not_a_sweep_run: bool) -> None:
+    """Refuse --emit-plan where there is no sweep's recommended run to plan, or where the plan cannot be written."""
+    from scaling.db import resolve_url
+    from scaling.errors import UserError
+    from scaling.orchestrator.next_plan import KINDS, check_plan_output
+
+    if emit_runs not in KINDS:
+        raise UserError(f"--emit-runs {emit_runs}: give {' or '.join(KINDS)}")
+    if not_a_sweep_run:
+        raise UserError("--emit-plan plans a sweep's recommended run: it needs --sweep (a CSV has no plan), "
+                        "without --inference-tokens, --target-loss or a law of sparsity")
+    check_plan_output(emit_plan, resolve_url(db))
+
+
 def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
     """Refuse a sweep given with a CSV."""
     from scaling.errors import UserError
@@ -301,13 +315,24 @@ def recommend(
     loss_units: LossUnitsOption = None,
     drop_invalid: DropInvalidOption = False,
     drop_duplicates: DropDuplicatesOption = False,
+    emit_plan: Annotated[
+        Optional[Path], typer.Option("--emit-plan", help="Also write the answer as a plan `scaling plan` and "
+                                     "`scaling sweep` accept (built on the sweep's stored plan).", show_default=False)
+    ] = None,
+    emit_runs: Annotated[
+        str, typer.Option("--emit-runs", help="What --emit-plan plans: `run` (the recommended run) or `narrow` (the "
+                          "runs that would narrow approach 3's interval on N* most).")
+    ] = "run",
 ) -> None:
     """The compute-optimal run at a budget: N*, D*, loss with intervals from every method.
 
     With a sweep, also a concrete shape, hyperparameters and memory from the plan, and the
-    extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
+    extra runs that would narrow the interval on N* most; `--emit-plan next.yaml` writes that run
+    as the next plan. Example: `scaling recommend --compute 1e21 --emit-plan next.yaml`.
     """
     check_format(fmt)
+    if emit_plan is not None:  # refused before any fit
+        _check_emit_plan(emit_plan, emit_runs, db, csv is not None or inference_tokens is not None or target_loss is not None or law != "all")
     if law != "all":
         _recommend_moe(csv, db, sweep, law, bootstrap, seed, compute, fmt, {
             "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -346,5 +371,12 @@ def recommend(
         from scaling.orchestrator.expand import sweep_recommendation
 
         url = resolve_url(db)
-        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, seed=seed)
+        fit = fit_sweep(url, sweep, "all", bootstrap, seed)
+        rec = sweep_recommendation(url, fit, compute, seed=seed)
+        if emit_plan is not None:  # before the answer is printed: a refusal is the command's one line
+            from scaling.orchestrator.next_plan import write_sweep_plan
+
+            written = write_sweep_plan(url, fit.sweep, rec, emit_plan, emit_runs)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")
+    if emit_plan is not None and fmt != "json":
+        typer.echo(f"next plan: {written} (check it with `scaling plan {written}`)")

@@ -26,6 +26,7 @@ a sweep cut short still covers its low budgets.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -599,7 +600,42 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
     requests, duplicates = run_requests(facts.plan, points, source)
     runs = ordered(placed(facts.plan, requests, source, host))
     _check_adaptive_budget(facts.plan, runs, source)
-    return Expansion(facts.plan, runs, [*transfer_notes, *facts.notes, *dropped, *duplicates], facts.precision.reason)
+    return Expansion(facts.plan, runs, [*transfer_notes, *facts.notes, *dropped, *duplicates, *same_training(runs)],
+                     facts.precision.reason)
+
+
+#: Significant digits two runs' numbers must share to train the same configuration (a rule's lr times 1,
+#: computed in two grid blocks, may differ in its last bits and so give two keys).
+SAME_DIGITS = 9
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float rounded to :data:`SAME_DIGITS` significant digits (dicts and lists walked)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SAME_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def same_training(runs: list[PlannedRun]) -> list[str]:
+    """A note for each run that trains what an earlier run trains though its key differs (its result-defining
+    fields equal to :data:`SAME_DIGITS` digits, D as the whole batches trained: an IsoFLOP block's D and a
+    hyperparameter block's D rounded to its batches are one run): both are trained, and the fits read them
+    as two seeds of one point."""
+    seen: dict[str, PlannedRun] = {}
+    notes = []
+    for run in runs:
+        fields = {**run.spec.key_fields(), "tokens": run.spec.trained_tokens}
+        canonical = json.dumps(_rounded(fields), sort_keys=True)
+        first = seen.setdefault(canonical, run)
+        if first is not run:
+            notes.append(f"runs {first.spec.key} (grid.{first.block}) and {run.spec.key} (grid.{run.block}) train the "
+                         f"same configuration (the same batches, every setting equal to {SAME_DIGITS} digits): both are trained, and the fits read "
+                         "them as two seeds of one point; drop one from its block to train it once")
+    return notes
 
 
 def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[YamlSource]) -> None:

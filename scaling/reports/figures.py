@@ -22,6 +22,7 @@ from scaling.fmt import escape, num
 from scaling.reports import fitview
 from scaling.reports.report_data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
+from scaling.reports.titles import axis, titled
 from scaling import vocab as names
 
 COLORSCALE = "Viridis"
@@ -53,14 +54,13 @@ def empty_figure(title: str, message: str) -> go.Figure:
     """A figure that says why it has nothing to show (still a real plot, with an annotation)."""
     fig = go.Figure(go.Scatter(x=[], y=[], mode="markers", showlegend=False))
     fig.update_layout(
-        title=escape(title),
         template=TEMPLATE,
         xaxis_visible=False,
         yaxis_visible=False,
         annotations=[dict(text=escape(message), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
         height=260,
     )
-    return fig
+    return titled(fig, title)
 
 
 def _runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -210,19 +210,19 @@ def loss_curves(
     # One Figure from all traces at once: add_trace one by one is quadratic in the trace count. The
     # traces are plain scatter dicts of finite float32 arrays built above, so plotly's per-property
     # validation (three quarters of this figure's time with a thousand traces) is skipped.
-    return go.Figure(
+    fig = go.Figure(
         _validate=False,
         data=traces,
         layout=dict(
-            title=escape(title),
             template=TEMPLATE,
-            xaxis=dict(type="log", title="tokens" if x == "tokens" else "FLOPs"),
-            yaxis=dict(type="log", title="loss (nats/token); solid train, dotted eval"),
-            legend=dict(title="model size"),
+            xaxis=dict(type="log"),
+            yaxis=dict(type="log"),
             height=480,
             updatemenus=[_smoothing_buttons(raw_ids, ema_ids, len(traces))] if ema_ids else [],
         ),
     )
+    return titled(fig, title, x=axis("D, tokens seen", "tokens") if x == "tokens" else axis("C, compute spent", "FLOPs"),
+                  y=axis("loss", "nats/token"), legend="model size (solid: train, dotted: eval)")
 
 
 def size_groups(sizes: Iterable[float], max_groups: int = 12) -> dict[float, str]:
@@ -311,15 +311,9 @@ def isoflop_profiles(runs: pd.DataFrame, isoflop: Any | None = None, *, title: s
                     hovertemplate=f"C={num(budget, 2)}: N_opt %{{x:.3g}}, loss %{{y:.4f}}<extra></extra>",
                 )
             )
-    fig.update_layout(
-        title=escape(title),
-        template=TEMPLATE,
-        xaxis=dict(type="log", title="N (parameters)"),
-        yaxis=dict(title="final eval loss"),
-        legend=dict(title="compute budget"),
-        height=460,
-    )
-    return fig
+    fig.update_layout(template=TEMPLATE, xaxis=dict(type="log"), height=460)
+    return titled(fig, title, x=axis("N", "parameters"), y=axis("final eval loss", "nats/token"),
+                  legend="compute budget C (FLOPs)")
 
 
 # -- frontiers -----------------------------------------------------------------------------------
@@ -405,12 +399,11 @@ def frontiers(
             ),
             row=1, col=col,
         )
-    fig.update_xaxes(type="log", title="C (FLOPs)")
+    fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    fig.update_yaxes(title="N_opt (parameters)", row=1, col=1)
-    fig.update_yaxes(title="D_opt (tokens)", row=1, col=2)
-    fig.update_layout(title=escape(title), template=TEMPLATE, height=470, legend=dict(title="method"))
-    return fig
+    fig.update_layout(template=TEMPLATE, height=470)
+    return titled(fig, title, x=axis("C", "FLOPs"), y=[axis("N_opt", "parameters"), axis("D_opt", "tokens")],
+                  legend="method")
 
 
 def _budget_range(runs: pd.DataFrame | None, target: float | None, views: Sequence[Any]) -> tuple[float, float]:
@@ -459,7 +452,7 @@ def parametric_contour(
     fig.add_trace(
         go.Contour(
             x=ns, y=ds, z=np.log10(z), colorscale="Viridis", ncontours=25,
-            colorbar=dict(title="log10 L"), hovertemplate="N %{x:.3g}, D %{y:.3g}<br>log10 L %{z:.4f}<extra></extra>",
+            colorbar=dict(title=dict(text="log10 L (L in nats/token)")), hovertemplate="N %{x:.3g}, D %{y:.3g}<br>log10 L %{z:.4f}<extra></extra>",
             contours=dict(coloring="heatmap", showlabels=False), line=dict(width=0.5), name="L(N, D)",
         )
     )
@@ -492,11 +485,10 @@ def parametric_contour(
                 )
             )
     fig.update_layout(
-        title=escape(title), template=TEMPLATE, height=520,
-        xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(type="log", title="D (tokens)"),
+        template=TEMPLATE, height=520, xaxis=dict(type="log"), yaxis=dict(type="log"),
         legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"),
     )
-    return fig
+    return titled(fig, title, x=axis("N", "parameters"), y=axis("D", "tokens"), legend="drawn")
 
 
 def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residuals of each law") -> go.Figure:
@@ -529,11 +521,8 @@ def residuals(fits: dict[str, Any], runs: pd.DataFrame, *, title: str = "Residua
     if not drawn:
         return empty_figure(title, "No fitted law predicts L(N, D) for these runs yet.")
     fig.add_hline(y=0, line=dict(color="black", width=1))
-    fig.update_layout(
-        title=escape(title), template=TEMPLATE, height=400,
-        xaxis=dict(type="log", title="C (FLOPs)"), yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"),
-    )
-    return fig
+    fig.update_layout(template=TEMPLATE, height=400, xaxis=dict(type="log"), yaxis=dict(tickformat=".1%"))
+    return titled(fig, title, x=axis("C", "FLOPs"), y=axis("(predicted − observed) / observed", "%"), legend="law")
 
 
 def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting the largest runs") -> go.Figure:
@@ -555,11 +544,9 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
                 hovertemplate=f"{escape(label)}<br>%{{x}}: %{{y:.2%}}<extra></extra>",
             )
         )
-    fig.update_layout(
-        title=escape(title), template=TEMPLATE, barmode="group", height=400,
-        yaxis=dict(title="(predicted − observed) / observed", tickformat=".1%"), xaxis=dict(title="held-out run"),
-    )
-    return fig
+    fig.update_layout(template=TEMPLATE, barmode="group", height=400, yaxis=dict(tickformat=".1%"))
+    return titled(fig, title, x="held-out run (N parameters, C FLOPs)",
+                  y=axis("(predicted − observed) / observed", "%"), legend="law")
 
 
 # -- run health ----------------------------------------------------------------------------------
@@ -599,11 +586,9 @@ def run_events(events: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Loss s
                 hovertemplate=f"{escape(kind)} at step %{{x}}<br>%{{y}}<br>%{{text}}<extra></extra>",
             )
         )
-    fig.update_layout(
-        title=escape(title), template=TEMPLATE, xaxis=dict(title="step"), yaxis=dict(title="", type="category"),
-        height=max(300, min(1200, 80 + 22 * events["run_key"].nunique())),
-    )
-    return fig
+    fig.update_layout(template=TEMPLATE, yaxis=dict(type="category"),
+                      height=max(300, min(1200, 80 + 22 * events["run_key"].nunique())))
+    return titled(fig, title, x=axis("step", "optimizer steps"), y="run", legend="event")
 
 
 def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughput and MFU per run") -> go.Figure:
@@ -630,11 +615,11 @@ def throughput(perf: pd.DataFrame, runs: pd.DataFrame, *, title: str = "Throughp
                    name="MFU", hovertemplate="%{text}<br>MFU %{y:.2%}<extra></extra>", showlegend=False),
         row=1, col=2,
     )
-    fig.update_xaxes(type="log", title="N (parameters)")
+    fig.update_xaxes(type="log")
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(tickformat=".2%", row=1, col=2)
-    fig.update_layout(title=escape(title), template=TEMPLATE, height=380)
-    return fig
+    fig.update_layout(template=TEMPLATE, height=380)
+    return titled(fig, title, x=axis("N", "parameters"), y=[axis("throughput", "tokens/s"), axis("MFU", "%")])
 
 
 def _short(detail: Any, limit: int = 160) -> str:

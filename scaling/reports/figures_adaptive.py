@@ -18,6 +18,7 @@ from scaling.fmt import Interval
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import section
+from scaling.reports.titles import axis, titled
 
 SECTION_ID = "adaptive"
 
@@ -49,12 +50,10 @@ def interval_against_compute(rows: list[dict[str, Any]]) -> go.Figure:
             text=[Interval(p[1]["value"], p[1]["lo"], p[1]["hi"]).text(4) for p in pts],
             hovertemplate="spent %{x:.3g} FLOPs<br>N* %{text}"
                           "<br>upper / lower %{customdata[0]:.3g}<extra></extra>"))
-    fig.update_layout(
-        xaxis=dict(type="log", title="compute spent by the sweep (FLOPs)"),
-        yaxis=dict(type="log", title="N* at the target budget (95% interval)"),
-        template="plotly_white", height=420, showlegend=False,
-    )
-    return fig
+    fig.update_layout(xaxis=dict(type="log"), yaxis=dict(type="log"), template="plotly_white", height=420,
+                      showlegend=False)
+    return titled(fig, "N* at the target budget after each refit",
+                  x=axis("compute spent by the sweep", "FLOPs"), y=axis("N* with its 95% interval", "parameters"))
 
 
 def adaptive_section(data: Any, page: Any) -> str:

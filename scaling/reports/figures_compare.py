@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from scaling.fmt import escape, num
 from scaling.reports import fitview
 from scaling.reports.figures import TEMPLATE, with_alpha, empty_figure, run_label
+from scaling.reports.titles import axis, titled
 
 #: One colour per sweep (plotly's qualitative D3 palette).
 SWEEP_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
@@ -80,10 +81,10 @@ def frontiers(sides: Sequence[Any], *, title: str = "Compute-optimal frontiers")
     if not drawn:
         fig.add_annotation(text="No law gives a frontier for these sweeps.", showarrow=False, xref="paper",
                            yref="paper", x=0.25, y=0.5)
-    fig.update_xaxes(type="log", title="C (FLOPs)")
-    fig.update_yaxes(type="log", title="N* (parameters)", row=1, col=1)
-    fig.update_yaxes(type="log", title="loss (nats/token)", row=1, col=2)
-    fig.update_layout(title=escape(title), template=TEMPLATE, height=500, legend=dict(title="sweep: law"))
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    fig.update_layout(template=TEMPLATE, height=500)
+    titled(fig, title, x=axis("C", "FLOPs"), y=[axis("N*", "parameters"), axis("loss", "nats/token")], legend="sweep: law")
     return fig
 
 
@@ -124,8 +125,8 @@ def isoflop_profiles(sides: Sequence[Any], *, title: str = "IsoFLOP profiles") -
                 ))
     if not fig.data:
         return empty_figure(title, "No completed runs.")
-    fig.update_layout(title=escape(title), template=TEMPLATE, height=480, legend=dict(title="sweep"),
-                      xaxis=dict(type="log", title="N (parameters)"), yaxis=dict(title="final eval loss"))
+    fig.update_layout(template=TEMPLATE, height=480, xaxis=dict(type="log"))
+    titled(fig, title, x=axis("N", "parameters"), y=axis("final eval loss", "nats/token"), legend="sweep")
     return fig
 
 
@@ -149,7 +150,6 @@ def exponent_differences(differences: Sequence[dict[str, Any]], *,
         hovertemplate="%{y}<br>difference %{x:.4f}<br>%{text}<extra></extra>",
     ))
     fig.add_vline(x=0, line=dict(color="black", width=1))
-    fig.update_layout(title=escape(title), template=TEMPLATE, height=max(300, 120 + 28 * len(rows)),
-                      xaxis=dict(title="difference of exponent"), yaxis=dict(type="category", autorange="reversed"),
-                      margin=dict(l=360))
-    return fig
+    fig.update_layout(template=TEMPLATE, height=max(300, 120 + 28 * len(rows)),
+                      yaxis=dict(type="category", autorange="reversed"), margin=dict(l=360))
+    return titled(fig, title, x="difference of exponent (second − first)", y="law · exponent · sweeps")

@@ -26,6 +26,7 @@ from scaling.naming import group_title
 from scaling.reports import fitview
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.figures import TEMPLATE, size_colors, with_alpha
+from scaling.reports.titles import axis, titled
 
 SECTION_ID = "hparams"
 #: Panels of the loss-against-lr figure (one per group); beyond this many, the first ones are drawn.
@@ -33,7 +34,7 @@ MAX_PANELS = 24
 #: Bootstrap replicates of the report's hyperparameter fit (it takes well under a second).
 REPORT_BOOTSTRAP = 200
 #: The axis titles of the loss-against-lr panels.
-LR_AXIS = "learning rate (peak)"
+LR_AXIS = "learning rate (peak, per step)"
 LOSS_AXIS = "final loss (nats per token)"
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs the fits use (:func:`scaling.fitting.core.measurements.fitted_runs`) with a finite loss, and their
@@ -86,12 +87,12 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
     if traces:
         fig.add_traces(traces, rows=[r for r, _ in where], cols=[c for _, c in where])
     fig.update_xaxes(type="log")
-    for c in range(1, cols + 1):  # the x title under the bottom panel of each column, y left of each row
-        fig.update_xaxes(title_text=LR_AXIS, row=rows, col=c)
-    for r in range(1, rows + 1):
-        fig.update_yaxes(title_text=LOSS_AXIS, row=r, col=1)
-    fig.update_layout(title=e(title), template=TEMPLATE, height=max(320, 260 * rows), legend=dict(title="batch (tokens)"))
-    return fig
+    fig.update_layout(template=TEMPLATE, height=max(320, 260 * rows))
+    # the x title under the bottom panel of each column, the y title left of each row
+    cells = [(i // cols + 1, i % cols + 1) for i in range(rows * cols)]
+    last_in_column = {c: max(r for r, cc in cells[: len(groups)] if cc == c) for _, c in cells[: len(groups)]}
+    return titled(fig, title, x=[LR_AXIS if last_in_column.get(c) == r else None for r, c in cells],
+                  y=[LOSS_AXIS if c == 1 else None for r, c in cells], legend="batch (tokens)")
 
 
 def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> go.Figure:
@@ -119,11 +120,11 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
             hovertemplate=f"N {num(g.N, 3)}, D %{{x:.3g}}: B* %{{y:.3g}} tokens<extra></extra>"), row=1, col=2)
     if fit.laws.get("batch_D") is not None:
         _band(fig, fit.laws["batch_D"], grid, {}, "#444444", "batch", col=2)
-    fig.update_xaxes(type="log", title="D (tokens)")
-    fig.update_yaxes(type="log", title="lr* (peak learning rate)", row=1, col=1)
-    fig.update_yaxes(type="log", title="B* (tokens)", row=1, col=2)
-    fig.update_layout(title=e(title), template=TEMPLATE, height=440, legend=dict(title="model size"))
-    return fig
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    fig.update_layout(template=TEMPLATE, height=440)
+    return titled(fig, title, x=axis("D", "tokens"), y=[axis("lr*", "peak learning rate"), axis("B*", "tokens")],
+                  legend="model size N (parameters)")
 
 
 def _errors(ivs: list[dict[str, Any]]) -> dict[str, Any]:

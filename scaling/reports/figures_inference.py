@@ -21,6 +21,7 @@ from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.fitting.inference import InferenceRecommendation, LossLaw, iso_loss_curve, recommend_for_inference
 from scaling.reports.blocks import interval, missing, section
+from scaling.reports.titles import axis, titled
 
 SECTION_ID = "inference"
 
@@ -49,13 +50,10 @@ def overtraining_tradeoff(law: Any, rec: InferenceRecommendation, *, title: str 
             marker=dict(color=color, size=13, symbol=symbol, line=dict(color="#222", width=1)),
             customdata=[[row["N"]["value"], row["D"]["value"]]], hovertemplate=hover))
     budget = f"the compute-optimal run at C = {rec.compute:.3g} FLOPs" if rec.compute is not None else "the target"
-    fig.update_layout(
-        title=title or f"Over-training trade-off at loss {rec.target_loss:.4g} ({budget})",
-        xaxis=dict(type="log", title="tokens per parameter D/N"),
-        yaxis=dict(type="log", title="FLOPs"),
-        template="plotly_white", height=460, legend=dict(orientation="h", y=-0.2),
-    )
-    return fig
+    fig.update_layout(xaxis=dict(type="log"), yaxis=dict(type="log"), template="plotly_white", height=460,
+                      legend=dict(orientation="h", y=-0.2))
+    return titled(fig, title or f"Over-training trade-off at loss {rec.target_loss:.4g} ({budget})",
+                  x=axis("D/N", "tokens per parameter"), y=axis("compute", "FLOPs"), legend="cost")
 
 
 def inference_section(inference_tokens: float, compute: float | None = None) -> Callable[[Any, Any], str]:

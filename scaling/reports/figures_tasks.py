@@ -20,12 +20,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import interval, missing, prose, section
 from scaling.reports.report_data import REPORT_BOOTSTRAP
 from scaling.reports.figures import with_alpha
+from scaling.reports.titles import axis, titled
 
 SECTION_ID = "tasks"
 TITLE = "Downstream tasks"
@@ -58,7 +59,7 @@ def accuracy_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
 
 def _accuracy_axis(fig: go.Figure, law: TaskLaw) -> None:
     """The y axis on [0, 1] and, where the task's chance level is known, a dashed line at it."""
-    fig.update_yaxes(range=list(ACCURACY_RANGE), title=law.accuracy)
+    fig.update_yaxes(range=list(ACCURACY_RANGE))
     if law.chance is not None and 0.0 <= law.chance <= 1.0:
         fig.add_hline(y=law.chance, line=dict(dash="dash", color="#7f7f7f", width=1),
                       annotation_text=f"chance {law.chance:.3g}", annotation_position="bottom right")
@@ -119,10 +120,10 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
             fig.add_trace(go.Scatter(x=[prediction["C"]], y=[iv["value"]], mode="markers", error_y=err,
                                      name=f"prediction at the next budget ({form})",
                                      marker=dict(symbol="star", size=13, color=COLORS.get(form, "#555"))))
-    fig.update_layout(title=f"{law.task}: {law.accuracy} against compute", template="plotly_white", height=420,
-                      xaxis=dict(type="log", title="compute C (FLOPs)"), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(template="plotly_white", height=420, xaxis=dict(type="log"), legend=dict(orientation="h", y=-0.3))
     _accuracy_axis(fig, law)
-    return fig
+    return titled(fig, f"{law.task}: {law.accuracy} against compute", x=axis("C", "FLOPs"),
+                  y=axis(law.accuracy, "fraction correct"), legend="shown")
 
 
 def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> go.Figure:
@@ -143,10 +144,11 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
                                      name=curve.label + ("" if curve.reliable() else " (unreliable)"),
                                      line=dict(color=COLORS.get(form, "#555"),
                                                dash=None if curve.reliable() else "dot")))
-    fig.update_layout(title=f"{law.task}: {law.accuracy} against {law.loss_label} (step 2)", template="plotly_white",
-                      height=380, xaxis=dict(title=law.loss_label), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(template="plotly_white", height=380, legend=dict(orientation="h", y=-0.3))
     _accuracy_axis(fig, law)
-    return fig
+    return titled(fig, f"{law.task}: {law.accuracy} against {law.loss_label} (step 2)",
+                  x=axis("task loss", "bits per byte") if law.loss_source == "bpb" else law.loss_label,
+                  y=axis(law.accuracy, "fraction correct"), legend="shown")
 
 
 def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
@@ -253,6 +255,7 @@ def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:
                 iv.get("value") is not None and math.isfinite(iv["value"])):
             continue
         if law.reliable(form):
-            return f'{interval(iv)} <span class="ci">({e(form)} chain)</span>'
-        return f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable)</span>'
+            return f'{interval(iv)} <span class="ci">({e(form)} chain{e(backtest_clause(iv))})</span>'
+        return (f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable'
+                f'{e(backtest_clause(iv))})</span>')
     return '<span class="ci">none: no chain predicts an accuracy within [0, 1]</span>'

@@ -39,6 +39,7 @@ from scaling.reports.report_data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
 from scaling.reports.figures_adaptive import adaptive_section
+from scaling.naming import group_title
 from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.output import write_atomic
 
@@ -375,9 +376,10 @@ def _runs_table(data: ReportData) -> str:
     if r.empty:
         return section("runs", "Runs", missing("The sweep has no runs."))
     ev = data.event_counts()
-    cols = ["run", "name", "tags", "N", "shape", "D", "C", "D/N", "final train loss", "final eval loss",
-            "status", "attempts", "spikes", "rollbacks", "retries"]
-    numeric = {"N", "D", "C", "D/N", "final train loss", "final eval loss", "attempts", "spikes", "rollbacks", "retries"}
+    # one table that fits a 1280-px screen: the name and tags under the key, the problem events in one column
+    cols = ["run", "N", "shape", "D", "C", "D/N", "lr", "batch", "group", "train loss", "eval loss",
+            "status", "attempts", "events"]
+    numeric = {"N", "D", "C", "D/N", "lr", "batch", "train loss", "eval loss", "attempts", "events"}
     head = "".join(f'<th class="num">{e(c)}</th>' if c in numeric else f"<th>{e(c)}</th>" for c in cols)
     body = []
     listed = thin_table(r)
@@ -388,14 +390,19 @@ def _runs_table(data: ReportData) -> str:
         rollbacks = int(counts[names.ROLLBACK]) if counts is not None else 0
         retries = int(counts[names.RETRY]) if counts is not None else 0
         attempts = row["attempts"]
+        about = " · ".join(str(x) for x in (row.get("name"), row.get("tags")) if x)
+        events = ", ".join(f"{n} {what}{'s' if n > 1 else ''}" for n, what in
+                           ((spikes, "spike"), (rollbacks, "rollback"), (retries, "retry")) if n).replace("retrys", "retries")
+        group = row.get("hparam_group")
         cells = [
-            f"<td><code>{e(key)}</code></td>",
-            f"<td>{e(row['name'])}</td>",
-            f"<td>{e(row['tags'])}</td>",
+            f'<td class="runcell"><code>{e(key)}</code>' + (f'<br><span class="ci">{e(about)}</span>' if about else "")
+            + "</td>",
             _numcell(row["N"], fmt=size), f"<td>{e(row['shape'])}</td>", _numcell(row["D"], fmt=size), _numcell(row["C"]),
-            _numcell(row["tokens_per_param"]), _numcell(row["final_train_loss"], 4), _numcell(row["final_loss"], 4),
+            _numcell(row["tokens_per_param"]), _numcell(row.get("lr")), _numcell(row.get("batch_tokens"), fmt=size),
+            f"<td>{e(group_title(str(group))) if isinstance(group, str) and group else '–'}</td>",
+            _numcell(row["final_train_loss"], 4), _numcell(row["final_loss"], 4),
             f'<td class="status-{e(row["status"])}">{e(row["status"])}</td>',
-            _numcell(attempts, 3), _numcell(spikes), _numcell(rollbacks), _numcell(retries),
+            _numcell(attempts, 3), f'<td class="num" data-v="{spikes + rollbacks + retries}">{e(events) or "–"}</td>',
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")
     table = (f'<div class="table-wrap"><table class="sortable" id="runs-table"><thead><tr>{head}</tr></thead>'

@@ -47,7 +47,7 @@ def test_explore_notebook_runs_top_to_bottom(real_sweep, tmp_path: Path, monkeyp
     assert not [o for o in outputs if o.output_type == "error"]
     plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(plots) >= 4  # loss curves, IsoFLOP slices, frontiers, contour or residuals
-    assert (tmp_path / "report.html").stat().st_size > 1_000_000
+    assert (tmp_path / "scaling_runs" / "explore-report.html").stat().st_size > 1_000_000
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert "recommended by " in printed and "N* =" in printed
     tables = [o["data"]["text/plain"] for o in outputs if o.output_type == "execute_result"]

@@ -32,7 +32,7 @@ import pandas as pd
 
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.core.base import MIN_OK_FRACTION, Law, jsonable
+from scaling.fitting.core.base import EXTRAPOLATION_Z, MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.core.measurements import SIX, group_budgets, prepare
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.intervals import summarise, withheld
@@ -208,6 +208,7 @@ class TaskLaw:
         L_reps = law_replicates(self.step1, N, D)
         step1_ok = self.step1.reliable()
         out: dict[str, Any] = {"N": N, "D": D, "C": self.step1.k_ * N * D, "notes": []}
+        c_max = (getattr(self.step1, "c_range_", None) or (math.nan, math.nan))[1]
         iv = summarise(L_reps, L, log=True)
         out["task_loss"] = iv if step1_ok else withheld(iv, "step 1 is flagged unreliable: " + self.step1.doubts()[0])
         for form, curve in self.curves.items():
@@ -228,18 +229,55 @@ class TaskLaw:
                 iv = {**iv, "determined_at_point": True}
             elif doubts:
                 iv = withheld(iv, doubts[0])
-            out[form] = iv
+            out[form] = self._widen_by_backtest(iv, form, out["C"], c_max)
         self._hold_form_spread(out)
         lo, hi = next(iter(self.curves.values())).loss_range_ if self.curves else (math.nan, math.nan)
         reach = STEP2_REACH * (hi - lo)
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):
             out["notes"].append(f"step 2 extrapolates: the predicted {self.loss_label} {L:.4g} lies outside the "
                                 f"evaluated ones ({lo:.4g} to {hi:.4g})")
-        c_max = (getattr(self.step1, "c_range_", None) or (math.nan, math.nan))[1]
-        if out["C"] > c_max * (1 + 1e-9):
+        if out["C"] > c_max * (1 + 1e-9) and not any(out[f].get("widened") for f in self.curves if f in out):
             out["notes"].append(f"a factor {out['C'] / c_max:.3g} beyond the largest fitted budget in compute: the "
                                 "intervals hold the two fits' parameter uncertainty, not their error in extrapolating "
-                                "(the backtest measures that)")
+                                "(no backtest measured that)")
+        return out
+
+    def backtest_error(self, form: str) -> float | None:
+        """The mean absolute error (accuracy, 0-1) of ``form``'s chain on the held-out largest budget, or None."""
+        value = (self.backtest or {}).get(f"{form}_mean_abs_error")
+        return float(value) if value is not None and math.isfinite(value) else None
+
+    def _backtest_rate(self, form: str) -> float | None:
+        """The backtest's error per unit ln C it extrapolated (the held-out budget's distance from the largest
+        budget it was fitted on); a backtest that does not say that distance counts as one unit."""
+        error = self.backtest_error(form)
+        if error is None:
+            return None
+        bt = self.backtest or {}
+        held = [float(r["C"]) for r in bt.get("held_out", []) if r.get("C")]
+        train = bt.get("train_c_max")
+        dist = math.log(float(np.median(held)) / float(train)) if held and train else 1.0
+        return error / max(dist, 1e-9) if dist > 0 else error
+
+    def _widen_by_backtest(self, iv: dict[str, Any], form: str, C: float, c_max: float) -> dict[str, Any]:
+        """``iv`` beyond the fitted budgets widened each side by the chain's backtest error, as a loss law's
+        interval is (:meth:`scaling.fitting.core.base.Law.extrapolation_error`): the error per unit ln C the
+        backtest extrapolated, times the distance from the largest fitted budget, times
+        :data:`~scaling.fitting.core.base.EXTRAPOLATION_Z`; the ends stay within [chance, 1]."""
+        error = self.backtest_error(form)
+        out = dict(iv) if error is None else {**iv, "backtest_error": error}
+        rate = self._backtest_rate(form)
+        lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+        if (rate is None or not (C > c_max * (1 + 1e-9)) or iv.get("kind") != "percentile"
+                or not (math.isfinite(lo) and math.isfinite(hi))):
+            return out
+        dist = math.log(C / c_max)
+        extra = EXTRAPOLATION_Z * rate * dist
+        floor = self.chance if self.chance is not None else 0.0
+        out.update(lo_param=lo, hi_param=hi, lo=max(floor, min(lo - extra, iv["value"])),
+                   hi=min(1.0, max(hi + extra, iv["value"])),
+                   widened=(f"widened for extrapolating {dist / math.log(10):.2g} decades beyond the largest fitted "
+                            f"budget by the backtest's error ({100 * error:.2g} points on the held-out budget)"))
         return out
 
     def _hold_form_spread(self, out: dict[str, Any]) -> None:
@@ -359,7 +397,7 @@ def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: flo
         return {"error": " ".join(str(exc).split())}
     test = finals[held]
     L_pred = refit.task_loss(test["N"].to_numpy(float), test["D"].to_numpy(float))
-    result: dict[str, Any] = {"n_train_runs": int((~held).sum()), "held_out": [],
+    result: dict[str, Any] = {"n_train_runs": int((~held).sum()), "held_out": [], "train_c_max": float(C[~held].max()),
                               "task_loss_mean_abs_rel_error": float(np.mean(np.abs(L_pred / test["x"] - 1.0)))}
     for form, curve in refit.curves.items():
         pred = curve.predict(L_pred)
@@ -526,6 +564,17 @@ def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tup
     return out, note
 
 
+def backtest_clause(iv: dict[str, Any]) -> str:
+    """What a predicted accuracy's chain missed by on its backtest, as a clause ("; backtest off by 1.2 points,
+    interval widened"), or "" without a backtest."""
+    from scaling.fmt import num
+
+    error = iv.get("backtest_error")
+    if error is None or not math.isfinite(error):
+        return ""
+    return f"; backtest off by {num(100 * error, 2)} points" + (", interval widened" if iv.get("widened") else "")
+
+
 def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
     """Text lines of each task's predicted accuracy with its 95% interval (or why it has none)."""
     from scaling.fmt import interval_text, num
@@ -544,6 +593,7 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
                     out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
                     continue
                 why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
-                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv, 4, value=False)}{why}")  # as the bounds
+                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv, 4, value=False)}{why}"
+                           f"{backtest_clause(iv)}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))
     return out
