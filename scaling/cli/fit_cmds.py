@@ -13,6 +13,8 @@ from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_f
 if TYPE_CHECKING:
     from scaling.fitting.core.measurements import FitData
     from scaling.fitting.moe.moe_fit import MoEFit
+    from scaling.fitting.inference import InferenceRecommendation
+    from scaling.fitting.recommend import Recommendation
 
 CsvOption = Annotated[
     Optional[Path],
@@ -104,6 +106,33 @@ def _check_emit_plan(emit_plan: Path, emit_runs: str, db: Optional[str], not_a_s
         raise UserError("--emit-plan plans a sweep's recommended run: it needs --sweep (a CSV has no plan), "
                         "without --inference-tokens, --target-loss or a law of sparsity")
     check_plan_output(emit_plan, resolve_url(db))
+
+
+def _recommend_inference(data: "Optional[FitData]", db: Optional[str], sweep: Optional[str], compute: Optional[float],
+                         inference_tokens: Optional[float], target_loss: Optional[float], bootstrap: int,
+                         seed: int) -> "InferenceRecommendation":
+    """The cheapest model to train and serve, from approach 3 fitted once to a CSV's points or a sweep."""
+    from scaling.db import resolve_url
+    from scaling.errors import UserError
+    from scaling.fitting import fit_sweep
+    from scaling.fitting.inference import recommend_inference
+    from scaling.fitting.sweep_fit import fit_data
+
+    if compute is not None and target_loss is not None:  # before a fit that would be wasted
+        raise UserError("give either --compute or --target-loss, not both")
+    fit = (fit_data(data, "approach3", bootstrap, seed) if data is not None
+           else fit_sweep(resolve_url(db), sweep, "approach3", bootstrap, seed, tasks=False))
+    return recommend_inference(fit, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+
+
+def _recommend_csv(csv: Path, data: "FitData", compute: Optional[float], bootstrap: int, seed: int) -> "Recommendation":
+    """Every law and the CSV's task columns fitted once, then the recommendation at ``compute``."""
+    from scaling.fitting import recommend as do_recommend
+    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting.tasks.task_laws import fit_tasks_csv
+
+    tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
+    return do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
 
 
 def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
@@ -332,7 +361,8 @@ def recommend(
     """
     check_format(fmt)
     if emit_plan is not None:  # refused before any fit
-        _check_emit_plan(emit_plan, emit_runs, db, csv is not None or inference_tokens is not None or target_loss is not None or law != "all")
+        _check_emit_plan(emit_plan, emit_runs, db,
+                         csv is not None or inference_tokens is not None or target_loss is not None or law != "all")
     if law != "all":
         _recommend_moe(csv, db, sweep, law, bootstrap, seed, compute, fmt, {
             "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -347,24 +377,9 @@ def recommend(
                                                loss_units=loss_units, drop_invalid=drop_invalid,
                                                drop_duplicates=drop_duplicates)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
-        from scaling.db import resolve_url
-        from scaling.errors import UserError
-        from scaling.fitting import fit_sweep
-        from scaling.fitting.inference import recommend_inference
-        from scaling.fitting.sweep_fit import fit_data
-
-        if compute is not None and target_loss is not None:  # before a fit that would be wasted
-            raise UserError("give either --compute or --target-loss, not both")
-        fit = (fit_data(data, "approach3", bootstrap, seed) if data is not None
-               else fit_sweep(resolve_url(db), sweep, "approach3", bootstrap, seed, tasks=False))
-        rec = recommend_inference(fit, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+        rec = _recommend_inference(data, db, sweep, compute, inference_tokens, target_loss, bootstrap, seed)
     elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
-        from scaling.fitting import recommend as do_recommend
-        from scaling.fitting.sweep_fit import fit_data
-        from scaling.fitting.tasks.task_laws import fit_tasks_csv
-
-        tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
-        rec = do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
+        rec = _recommend_csv(csv, data, compute, bootstrap, seed)
     else:  # the sweep's fits, then the run sized by the plan stored with it
         from scaling.db import resolve_url
         from scaling.fitting import fit_sweep

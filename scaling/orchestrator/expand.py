@@ -609,7 +609,7 @@ def expand(plan: Plan, source: Optional[YamlSource] = None, *, resolve: bool = T
 SAME_DIGITS = 9
 
 
-def _rounded(value: Any) -> Any:
+def _rounded(value: object) -> object:
     """``value`` with every float rounded to :data:`SAME_DIGITS` significant digits (dicts and lists walked)."""
     if isinstance(value, float):
         return float(f"{value:.{SAME_DIGITS}g}")

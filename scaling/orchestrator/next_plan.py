@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from scaling.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.recommend import Recommendation
 
 #: What a next plan holds: the recommended run, or the runs that would narrow its interval.
 RUN, NARROW = "run", "narrow"
@@ -25,7 +28,7 @@ KINDS = (RUN, NARROW)
 SHAPE_FIELDS = ("n_layer", "d_model", "n_head", "n_kv_head", "ffn")
 
 
-def next_plan(rec: Any, plan: Optional[Mapping[str, Any]], kind: str = RUN) -> dict[str, Any]:
+def next_plan(rec: "Recommendation", plan: Optional[Mapping[str, Any]], kind: str = RUN) -> dict[str, Any]:
     """The plan (a mapping) training ``rec``'s run (``kind="run"``) or its suggested runs (``"narrow"``).
 
     ``plan``: the plan stored with the sweep the recommendation comes from. A :class:`UserError`
@@ -60,7 +63,7 @@ def next_plan(rec: Any, plan: Optional[Mapping[str, Any]], kind: str = RUN) -> d
     return out
 
 
-def _run_block(rec: Any) -> dict[str, Any]:
+def _run_block(rec: "Recommendation") -> dict[str, Any]:
     """The grid block of the recommended run: its shape and D*, refused when no reliable law recommends it."""
     target = getattr(rec, "target", None)
     if rec.run is None or target is None or rec.chosen is None:
@@ -75,7 +78,7 @@ def _run_block(rec: Any) -> dict[str, Any]:
     return {"tokens": [float(round(target.D))], "models": [point]}
 
 
-def _narrow_block(rec: Any) -> dict[str, Any]:
+def _narrow_block(rec: "Recommendation") -> dict[str, Any]:
     """One IsoFLOP block: the best suggested budget and its sizes (what narrows N*'s interval most)."""
     if not rec.next_runs:
         raise UserError(f"no runs that would narrow the recommendation at C = {rec.compute:.3g} FLOPs are "
@@ -84,13 +87,13 @@ def _narrow_block(rec: Any) -> dict[str, Any]:
     return {"compute": [float(best["C"])], "models": [{"N": float(n)} for n in best["sizes"]]}
 
 
-def _first_note(rec: Any, about: str = "") -> str:
+def _first_note(rec: "Recommendation", about: str = "") -> str:
     """The recommendation's first note (about ``about`` where given), as a clause."""
     notes = [n for n in rec.notes if about in n] or list(rec.notes)
     return f" ({notes[0]})" if notes else ""
 
 
-def plan_yaml(plan: Mapping[str, Any], rec: Any, kind: str) -> str:
+def plan_yaml(plan: Mapping[str, Any], rec: "Recommendation", kind: str) -> str:
     """The plan as YAML, headed by what it is and where it comes from."""
     import yaml
 
@@ -110,7 +113,7 @@ def check_plan_output(path: str | Path, db_url: Optional[str] = None, option: st
     check_output(Path(path).expanduser(), option, db_url=db_url)
 
 
-def write_next_plan(rec: Any, plan: Optional[Mapping[str, Any]], path: str | Path, kind: str = RUN, *,
+def write_next_plan(rec: "Recommendation", plan: Optional[Mapping[str, Any]], path: str | Path, kind: str = RUN, *,
                     db_url: Optional[str] = None, option: str = "--emit-plan") -> Path:
     """Write :func:`next_plan` to ``path`` (replaced in one step); returns the absolute path.
 
@@ -131,7 +134,7 @@ def write_next_plan(rec: Any, plan: Optional[Mapping[str, Any]], path: str | Pat
     return target
 
 
-def write_sweep_plan(url: str, sweep: Optional[str], rec: Any, path: str | Path, kind: str = RUN) -> Path:
+def write_sweep_plan(url: str, sweep: Optional[str], rec: "Recommendation", path: str | Path, kind: str = RUN) -> Path:
     """:func:`write_next_plan` on the plan stored with ``sweep`` in ``url``: what `scaling recommend
     --emit-plan` and :func:`scaling.api.next_plan` write."""
     from scaling.orchestrator.expand import stored_plan
