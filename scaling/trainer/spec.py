@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from scaling import safe_yaml
+from scaling.lr_schedule import SCHEDULE_DEFAULTS, decay_start
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import StrictModel, checked
 from scaling.accounting import (
@@ -260,31 +261,18 @@ class OptimizerSpec(_Frozen):
 class ScheduleSpec(_Frozen):
     """Learning-rate schedule: linear warmup, then cosine / warmup-stable-decay / constant."""
 
-    kind: Literal["cosine", "wsd", "constant"] = Field(default="cosine",
+    kind: Literal["cosine", "wsd", "constant"] = Field(default=SCHEDULE_DEFAULTS["kind"],
                                                        description="after warmup: cosine decay, wsd (warmup-stable-decay) or constant")
-    warmup_fraction: float = Field(default=0.05, ge=0, lt=1, description="share of steps warming up linearly")
+    warmup_fraction: float = Field(default=SCHEDULE_DEFAULTS["warmup_fraction"], ge=0, lt=1, description="share of steps warming up linearly")
     # A fixed warmup length in steps, over warmup_fraction: runs of different lengths (a trunk and
     # the runs it stands for) then warm up alike.
-    warmup_steps: Optional[int] = Field(default=None, ge=0,
+    warmup_steps: Optional[int] = Field(default=SCHEDULE_DEFAULTS["warmup_steps"], ge=0,
                                         description="a fixed warmup length in steps, over warmup_fraction (runs of different lengths warm up alike)")
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="final learning rate / peak")
-    decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: the final share of steps that decays")
+    min_lr_ratio: float = Field(default=SCHEDULE_DEFAULTS["min_lr_ratio"], ge=0, le=1, description="final learning rate / peak")
+    decay_fraction: float = Field(default=SCHEDULE_DEFAULTS["decay_fraction"], gt=0, le=1, description="wsd: the final share of steps that decays")
     # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
-    decay_shape: Literal["linear", "1-sqrt"] = Field(default="linear",
+    decay_shape: Literal["linear", "1-sqrt"] = Field(default=SCHEDULE_DEFAULTS["decay_shape"],
                                                      description="wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024)")
-
-
-def warmup_steps(total_steps: int, schedule: ScheduleSpec) -> int:
-    """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
-    if schedule.warmup_steps is not None:
-        return min(schedule.warmup_steps, total_steps)
-    return int(round(schedule.warmup_fraction * total_steps))
-
-
-def decay_start(total_steps: int, schedule: ScheduleSpec) -> int:
-    """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
-    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
-    return max(warmup_steps(total_steps, schedule), total_steps - decay)
 
 
 class BranchSpec(_Frozen):
