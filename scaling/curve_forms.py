@@ -21,6 +21,7 @@ Free of our other modules: the simulated trainer draws curves from it and the fi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -70,9 +71,19 @@ class Areas:
     col: np.ndarray
     anneal: np.ndarray       # Tissue et al.'s S2(t) with momentum MOMENTUM
 
+    @cached_property
+    def pair_gap(self) -> np.ndarray:
+        """Each packed pair's block change of rate."""
+        return self.block_gap[self.col]
+
+    @cached_property
+    def pair_log_lr(self) -> np.ndarray:
+        """Each packed pair's block ln eta_k."""
+        return self.block_log_lr[self.col]
+
     def drop_sum(self, per_pair: np.ndarray) -> np.ndarray:
         """Each point's sum of ``per_pair`` (one value per packed pair) times its block's change of rate."""
-        return np.bincount(self.row, weights=per_pair * self.block_gap[self.col], minlength=self.steps.size)
+        return np.bincount(self.row, weights=per_pair * self.pair_gap, minlength=self.steps.size)
 
     @property
     def total_drop(self) -> np.ndarray:

@@ -31,11 +31,13 @@ from scaling.fmt import Interval, num
 __all__ = ["MAX_FIT_POINTS", "CurveLaw", "fit_curves"]
 
 #: Evaluations per curve a fit uses at most (evenly spread in steps after warmup).
-MAX_FIT_POINTS = 150
+MAX_FIT_POINTS = 100
 #: Steps predicted directly at most; beyond, the law is evaluated at this many knots and interpolated.
 MAX_DIRECT_POINTS = 1500
 #: A prediction whose 95% interval is wider than this share of the loss is not determined by the curves.
 UNDETERMINED_WIDTH = 0.05
+#: Function evaluations each start gets before the best one is run to convergence.
+SCOUT_EVALUATIONS = 25
 #: Below this share of bootstrap replicates refitted, no interval is given.
 MIN_OK_FRACTION = 0.5
 
@@ -86,30 +88,36 @@ class _Fit:
         self.lo, self.hi = f.bounds(self.max_loss)
 
     def run(self, start: np.ndarray, weights: Optional[np.ndarray] = None, targets: Optional[list[np.ndarray]] = None,
-            max_nfev: int = 300) -> tuple[np.ndarray, float]:
+            max_nfev: int = 300, tol: float = 1e-9) -> tuple[np.ndarray, float]:
         w = np.ones(len(self.parts)) if weights is None else np.asarray(weights, float)
         logs = self.log_loss if targets is None else targets
         sw = np.concatenate([np.full(a.steps.size, math.sqrt(wi)) for (a, _), wi in zip(self.parts, w)])
 
-        def preds(th: np.ndarray) -> list[np.ndarray]:
-            return [self.form.value(th, a) for a, _ in self.parts]
+        ys = np.concatenate(logs)
+        last: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+        def evaluate(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """The Huber residuals at ``th`` and the predictions (one evaluation serves both calls)."""
+            key = th.tobytes()
+            if key not in last:
+                p = np.maximum(np.concatenate([self.form.value(th, a) for a, _ in self.parts]), 1e-12)
+                last.clear()
+                last[key] = (p, (ys - np.log(p)) * sw)
+            return last[key]
 
         def residual(th: np.ndarray) -> np.ndarray:
-            p = np.concatenate(preds(th))
-            r = np.concatenate(logs) - np.log(np.maximum(p, 1e-12))
-            return huber_residuals(r * sw)[0]
+            return huber_residuals(evaluate(th)[1])[0]
 
         def jac(th: np.ndarray) -> np.ndarray:
-            p = np.concatenate(preds(th))
-            r = np.concatenate(logs) - np.log(np.maximum(p, 1e-12))
-            d = huber_residuals(r * sw)[1] * sw
+            p, r = evaluate(th)
+            d = huber_residuals(r)[1] * sw
             J = np.vstack([self.form.jacobian(th, a) for a, _ in self.parts])
-            return -(d / np.maximum(p, 1e-12))[:, None] * J
+            return -(d / p)[:, None] * J
 
         x0 = np.clip(start, self.lo, np.where(np.isfinite(self.hi), self.hi, start))
         with np.errstate(all="ignore"):
             res = least_squares(residual, x0, jac=jac, bounds=(self.lo, self.hi), x_scale="jac", max_nfev=max_nfev,
-                                ftol=1e-12, xtol=1e-12, gtol=1e-10)
+                                ftol=tol, xtol=tol, gtol=tol)
         cost = float(res.cost) if np.all(np.isfinite(res.fun)) else math.inf
         return res.x, cost
 
@@ -123,18 +131,19 @@ class _Fit:
         drop = np.concatenate([a.anneal for a, _ in self.parts])
         return [first_stage(forward, drop, loss)]
 
-    def best(self, extra: Sequence[np.ndarray] = ()) -> tuple[np.ndarray, float]:
+    def best(self, extra: Sequence[np.ndarray] = (), scout: bool = True) -> tuple[np.ndarray, float]:
+        """The best of a short run from every start (``extra`` and :meth:`starts`), then run to convergence."""
         best, best_cost = None, math.inf
-        for start in [*extra, *self.starts()]:
+        for start in [*extra, *(self.starts() if scout else [])]:
             try:
-                th, cost = self.run(start)
+                th, cost = self.run(start, max_nfev=SCOUT_EVALUATIONS, tol=1e-6)
             except (ValueError, np.linalg.LinAlgError):
                 continue
             if cost < best_cost:
                 best, best_cost = th, cost
         if best is None:
             raise FitError(f"the {self.form.title} could not be fitted to these curves")
-        return best, best_cost
+        return self.run(best)
 
 
 def _same_schedule(a: np.ndarray, b: np.ndarray) -> bool:
@@ -198,7 +207,7 @@ class CurveLaw(Doubtful):
         for i, c in enumerate(curves):
             rest = [(areas(curves[j].lr, pts[j][0]), pts[j][1]) for j in range(len(curves)) if j != i]
             try:
-                theta, _ = _Fit(f, rest).best(extra=[full])
+                theta, _ = _Fit(f, rest).best(extra=[full], scout=False)
             except FitError:
                 out.append({"run": c.run, "mae": math.nan, "mre": math.nan})
                 continue
@@ -262,7 +271,7 @@ class CurveLaw(Doubtful):
             weights = rng.dirichlet(np.ones(len(parts))) * len(parts)
             targets = [p + _block_resample(r, rng) for p, r in zip(fitted, resid)]
             try:
-                th, cost = problem.run(theta, weights=weights, targets=targets, max_nfev=100)
+                th, cost = problem.run(theta, weights=weights, targets=targets, max_nfev=60, tol=1e-6)
             except (ValueError, np.linalg.LinAlgError):
                 continue
             if math.isfinite(cost):

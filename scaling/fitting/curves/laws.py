@@ -57,8 +57,8 @@ def _multi_power_jacobian(theta: np.ndarray, a: Areas) -> np.ndarray:
     J[:, 1] = power
     J[:, 2] = -A * power * np.log(a.forward)
     if a.span.size:
-        log_lr = a.block_log_lr[a.col]
-        x = np.exp(-gamma * log_lr) * a.span
+        log_lr = a.pair_log_lr
+        x = np.exp(-gamma * a.block_log_lr)[a.col] * a.span
         lu = np.log1p(C * x)
         p = np.exp(-beta * lu)  # (1 + C x)^-beta
         q = beta * p / (1.0 + C * x)
