@@ -87,7 +87,9 @@ def fit(
     db: DbOption = None,
     sweep: SweepOption = None,
     csv: CsvOption = None,
-    law: Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all.")] = "all",
+    law: Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3), all, or curve (loss curves "
+                                     "in their learning-rate schedule: a CSV of run, step, lr, loss, or a sweep's "
+                                     "eval curves; see docs/curves.md).")] = "all",
     fmt: FormatOption = "table",
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
@@ -132,6 +134,12 @@ def fit(
                           "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
                           "centre of each group's grid (fixed).")
     ] = "tuned",
+    predict: Annotated[
+        Optional[Path], typer.Option("--predict", help="With --law curve: a CSV of schedules (run, step, lr; optional "
+                                     "predict 0/1 marking the steps wanted, else every row): print the predicted loss "
+                                     "with its 95% interval at each wanted step (--format json: a list of {run, step, "
+                                     "loss, lo, hi}).", show_default=False)
+    ] = None,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -146,6 +154,13 @@ def fit(
     from scaling.fitting.loss.effective import R_STAR_N
 
     check_format(fmt)
+    if predict is not None and law != "curve":
+        raise UserError("--predict applies to --law curve")
+    if law == "curve":
+        if csv is not None and sweep is not None:
+            raise UserError("give either --sweep or --csv, not both")
+        _fit_curves(db, sweep, csv, predict, fmt, bootstrap, seed)
+        return
     if hparams not in ("tuned", "fixed"):
         raise UserError(f"--hparams must be tuned or fixed, not {hparams!r}")
     if bootstrap == 1:
@@ -189,6 +204,31 @@ def fit(
         typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
     else:
         typer.echo(summary.table() + ("\n" + tasks.table() if tasks else ""), nl=False)
+
+
+def _fit_curves(db: Optional[str], sweep: Optional[str], csv: Optional[Path], predict: Optional[Path], fmt: str,
+                bootstrap: int, seed: int) -> None:
+    """`scaling fit --law curve`: the curve law of a CSV or a sweep, or its predictions of --predict's schedules."""
+    from scaling.fitting.curves.data import schedules_from_csv
+    from scaling.fitting.curves.output import curve_law, predictions_json, predictions_text
+
+    wanted = schedules_from_csv(predict) if predict is not None else None  # refused before any fit
+    if csv is not None:
+        law = curve_law(csv=csv, bootstrap=bootstrap, seed=seed)
+    else:
+        from scaling.db import resolve_url
+
+        law = curve_law(url=resolve_url(db), sweep=sweep, bootstrap=bootstrap, seed=seed)
+    if wanted is None:
+        typer.echo(json.dumps(law.to_dict(), indent=2) if fmt == "json" else law.table(), nl=fmt == "json")
+        return
+    table = law.predict(wanted)
+    if fmt == "json":
+        for note in law.notes_:
+            typer.echo(f"warning: {note}", err=True)
+        typer.echo(predictions_json(table))
+    else:
+        typer.echo(predictions_text(table, law), nl=False)
 
 
 @app.command()
