@@ -86,6 +86,10 @@ class _Fit:
         self.log_loss = [np.log(y) for _, y in parts]
         self.max_loss = max(float(np.max(y)) for _, y in parts)
         self.lo, self.hi = f.bounds(self.max_loss)
+        # Without any change of rate after warmup the loss-drop parameters do nothing: they stay at their start.
+        self.free = np.ones(len(f.params), bool)
+        if not any(a.span.size or np.any(a.anneal) for a, _ in parts):
+            self.free[3:] = False
 
     def run(self, start: np.ndarray, weights: Optional[np.ndarray] = None, targets: Optional[list[np.ndarray]] = None,
             max_nfev: int = 300, tol: float = 1e-9) -> tuple[np.ndarray, float]:
@@ -105,21 +109,29 @@ class _Fit:
                 last[key] = (p, (ys - np.log(p)) * sw)
             return last[key]
 
-        def residual(th: np.ndarray) -> np.ndarray:
-            return huber_residuals(evaluate(th)[1])[0]
+        x0 = np.clip(start, self.lo, np.where(np.isfinite(self.hi), self.hi, start))
+        free = self.free
 
-        def jac(th: np.ndarray) -> np.ndarray:
+        def full(z: np.ndarray) -> np.ndarray:
+            th = x0.copy()
+            th[free] = z
+            return th
+
+        def residual(z: np.ndarray) -> np.ndarray:
+            return huber_residuals(evaluate(full(z))[1])[0]
+
+        def jac(z: np.ndarray) -> np.ndarray:
+            th = full(z)
             p, r = evaluate(th)
             d = huber_residuals(r)[1] * sw
-            J = np.vstack([self.form.jacobian(th, a) for a, _ in self.parts])
+            J = np.vstack([self.form.jacobian(th, a) for a, _ in self.parts])[:, free]
             return -(d / p)[:, None] * J
 
-        x0 = np.clip(start, self.lo, np.where(np.isfinite(self.hi), self.hi, start))
         with np.errstate(all="ignore"):
-            res = least_squares(residual, x0, jac=jac, bounds=(self.lo, self.hi), x_scale="jac", max_nfev=max_nfev,
-                                ftol=tol, xtol=tol, gtol=tol)
+            res = least_squares(residual, x0[free], jac=jac, bounds=(self.lo[free], self.hi[free]), x_scale="jac",
+                                max_nfev=max_nfev, ftol=tol, xtol=tol, gtol=tol)
         cost = float(res.cost) if np.all(np.isfinite(res.fun)) else math.inf
-        return res.x, cost
+        return full(res.x), cost
 
     def starts(self) -> list[np.ndarray]:
         forward = np.concatenate([a.forward for a, _ in self.parts])

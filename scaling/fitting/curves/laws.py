@@ -132,21 +132,21 @@ def first_stage(forward: np.ndarray, drop: np.ndarray, loss: np.ndarray) -> np.n
     L0, A, alpha = power_starts(forward, loss)
     best, best_cost = None, np.inf
     has_drop = bool(np.any(drop > 0))
+    n = 4 if has_drop else 3  # without any change of rate, B stays 0
+    lo = np.array([0.0, 1e-6, 1e-3, 0.0])[:n]
+    hi = np.array([float(np.max(loss)), 1e3, 3.0, 1e8])[:n]
     for shift in (-0.2, -0.05, 0.1):
         for B in ((100.0, 1000.0) if has_drop else (0.0,)):
-            start = np.array([max(L0 + shift, 1e-3), max(A, 1e-3), alpha, B])
+            start = np.clip(np.array([max(L0 + shift, 1e-3), max(A, 1e-3), alpha, B])[:n], lo, np.nextafter(hi, -np.inf))
 
             def res(th: np.ndarray) -> np.ndarray:
-                pred = th[0] + th[1] * forward ** -th[2] - th[3] * drop
+                pred = th[0] + th[1] * forward ** -th[2] - (th[3] * drop if n == 4 else 0.0)
                 return np.log(loss) - np.log(np.maximum(pred, 1e-9))
 
-            lo = [0.0, 1e-6, 1e-3, 0.0]
-            hi = [float(np.max(loss)), 1e3, 3.0, 1e8 if has_drop else 1e-9]
-            start = np.clip(start, lo, np.nextafter(np.array(hi), -np.inf))
             try:
-                r = least_squares(res, start, bounds=(lo, hi), x_scale="jac", max_nfev=200)
+                r = least_squares(res, start, bounds=(lo, hi), x_scale="jac", max_nfev=100, ftol=1e-8, xtol=1e-8)
             except ValueError:
                 continue
             if r.cost < best_cost:
-                best, best_cost = r.x, r.cost
+                best, best_cost = np.append(r.x, 0.0)[:4], r.cost
     return best if best is not None else np.array([L0, A, alpha, 0.0])
