@@ -376,6 +376,30 @@ class SimulatedTask(_Frozen):
         return checked(value, task_name_problem(value))
 
 
+class SimulatedCurve(_Frozen):
+    """A loss-curve law in the learning-rate schedule the simulated runs' eval losses follow
+    (:mod:`scaling.curve_forms`): Luo et al.'s multi-power law or Tissue et al.'s annealing law, its
+    L0 the loss of an unbounded model; a run of N parameters adds the ``law``'s A / N^alpha."""
+
+    form: Literal["multi-power", "annealing"] = Field(default="multi-power", description="multi-power (Luo et al. "
+                                                      "2025) or annealing (Tissue et al. 2024)")
+    L0: float = Field(ge=0, le=100, description="loss as the summed learning rate grows without bound")
+    A: float = Field(gt=0, le=1e3, description="coefficient of the power law in the summed learning rate")
+    alpha: float = Field(gt=0, le=3, description="exponent of the summed learning rate")
+    B: float = Field(default=0.0, ge=0, le=1e8, description="multi-power: scale of the loss drop")
+    C: float = Field(gt=0, le=1e8, description="multi-power: C of G(x) = 1 - (Cx + 1)^-beta; annealing: "
+                     "coefficient of the annealing area")
+    beta: float = Field(default=0.6, gt=0, le=5, description="multi-power: exponent of G")
+    gamma: float = Field(default=0.6, ge=0, le=2, description="multi-power: exponent of the learning rate in G")
+    evals: int = Field(default=50, ge=3, le=2000, description="eval-loss rows per run, evenly spread after warmup")
+
+    def theta(self) -> tuple[float, ...]:
+        """The parameters in :mod:`scaling.curve_forms`' order for the form."""
+        if self.form == "multi-power":
+            return (self.L0, self.A, self.alpha, self.B, self.C, self.beta, self.gamma)
+        return (self.L0, self.A, self.alpha, self.C)
+
+
 class SimulateSpec(_Frozen):
     """Losses from a known law instead of training (`scaling.trainer.simulate`). Part of the key.
 
@@ -389,13 +413,17 @@ class SimulateSpec(_Frozen):
     seed: Seed = Field(default=0, description="seed of the noise (with the run's key)")
     points: int = Field(default=50, ge=2, le=1000, description="train-loss rows per run")
     tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
+    curve: Optional[SimulatedCurve] = Field(default=None, description="eval losses from a loss-curve law in "
+                                            "the run's learning-rate schedule instead of the law's L(N, D)")
 
     @model_serializer(mode="wrap")
     def _omit_absent_tasks(self, handler: Any) -> Any:
-        # A simulation without tasks serializes without the field, so its runs' keys do not depend on it.
+        # A simulation without tasks (or a curve law) serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and not self.tasks:
             out.pop("tasks", None)
+        if isinstance(out, dict) and self.curve is None:
+            out.pop("curve", None)
         return out
 
 

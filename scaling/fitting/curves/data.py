@@ -21,7 +21,7 @@ from scaling.fitting.core.tabular import parse_numbers, read_csv
 from scaling.lr_schedule import lr_steps, schedule_of
 
 __all__ = ["MAX_RUN_STEPS", "MAX_TOTAL_STEPS", "Curve", "Schedule", "curves_from_csv", "curves_from_db",
-           "curves_from_frame", "schedules_from_csv", "schedules_from_frame"]
+           "curves_from_frame", "run_curve", "schedules_from_csv", "schedules_from_frame"]
 
 #: The most steps one run may span (its rate is held at every step).
 MAX_RUN_STEPS = 10_000_000
@@ -191,6 +191,27 @@ def schedules_from_csv(path: str | Path) -> list[Schedule]:
     return schedules_from_frame(df, str(path))
 
 
+def run_curve(run: str, spec: dict[str, Any], steps: np.ndarray, loss: np.ndarray,
+              N: Optional[float] = None) -> Optional[Curve]:
+    """A run's curve from its spec (as stored) and its eval-loss rows; None without a usable loss or rate.
+
+    The rate of every step is rebuilt by :func:`scaling.lr_schedule.lr_steps` from the spec's peak
+    ``optimizer.lr``, its ``schedule`` and its steps; a row at step s follows s updates (the rates
+    of steps 0 .. s-1)."""
+    batch = int(spec.get("batch_tokens") or 0)
+    tokens = int(spec.get("tokens") or 0)
+    peak = float((spec.get("optimizer") or {}).get("lr") or 0.0)
+    ok = np.isfinite(loss) & (loss > 0)
+    if batch <= 0 or tokens <= 0 or peak <= 0 or not ok.any():
+        return None
+    total = -(-tokens // batch)
+    lr = lr_steps(total, peak, schedule_of(spec.get("schedule")))
+    at = np.clip(np.asarray(steps, np.int64)[ok] - 1, 0, total - 1)
+    order = np.argsort(at, kind="stable")
+    at, first = np.unique(at[order], return_index=True)
+    return Curve(run, lr, at, N, float(tokens), loss=loss[ok][order][first])
+
+
 def curves_from_db(url: str, sweep: Optional[str] = None) -> tuple[list[Curve], str]:
     """Each completed run's eval-loss curve and the rate its trainer used at every step; (curves, sweep).
 
@@ -211,23 +232,12 @@ def curves_from_db(url: str, sweep: Optional[str] = None) -> tuple[list[Curve], 
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS], sweep=sweep)
     out = []
     for _, run in runs.iterrows():
-        spec = run.get("spec") or {}
-        rows = m[m["run_key"] == run["run_key"]].sort_values("step")
-        rows = rows[np.isfinite(rows["value"].to_numpy(float)) & (rows["value"].to_numpy(float) > 0)]
-        if len(rows) == 0 or not isinstance(spec, dict):
-            continue
-        batch = int(spec.get("batch_tokens") or 0)
-        tokens = int(spec.get("tokens") or 0)
-        peak = float((spec.get("optimizer") or {}).get("lr") or 0.0)
-        if batch <= 0 or tokens <= 0 or peak <= 0:
-            continue
-        total = -(-tokens // batch)
-        lr = lr_steps(total, peak, schedule_of(spec.get("schedule")))
-        # An eval row at step s follows s updates: the rates of steps 0 .. s-1.
-        steps = np.clip(rows["step"].to_numpy(np.int64) - 1, 0, total - 1)
-        steps, first = np.unique(steps, return_index=True)
-        out.append(Curve(str(run["run_key"]), lr, steps, float(run.get("N") or np.nan), float(tokens),
-                         loss=rows["value"].to_numpy(float)[first]))
+        rows = m[m["run_key"] == run["run_key"]]
+        spec = run.get("spec")
+        curve = run_curve(str(run["run_key"]), spec if isinstance(spec, dict) else {}, rows["step"].to_numpy(),
+                          rows["value"].to_numpy(float), float(run.get("N") or np.nan))
+        if curve is not None:
+            out.append(curve)
     if not out:
         raise FitError(f"sweep {sweep!r}: no completed run has an eval-loss curve and a learning rate to fit")
     return out, sweep

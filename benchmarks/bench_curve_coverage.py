@@ -1,0 +1,104 @@
+"""Coverage of the curve law's 95% intervals on held-out schedules, curves drawn by the simulated trainer.
+
+Each draw simulates (`scaling.trainer.simulate.simulated_run`, no database) runs of one size whose eval
+losses follow a known curve law in their learning-rate schedules (``simulate.curve``: the
+multi-power law with Luo et al.'s published 25M parameters, or Tissue et al.'s annealing law),
+with log-normal noise of SD ``--noise`` per evaluation. The law is fitted (in its true form) to three
+runs: constant, cosine and WSD (linear decay over the last 20%) of 2,400 steps after a 216-step
+warmup to 3e-4 (a tenth of Luo et al.'s lengths), and bootstrapped (``--bootstrap`` replicates over
+whole curves). It then predicts the final loss of four held-out runs: constant and cosine of 7,200
+steps, WSD with 1-sqrt decay, and WSD decaying over the last half. A draw covers a run when the
+noiseless final loss lies inside the prediction's 95% interval.
+
+Prints the coverage of each form (goal: >= 90%), the mean absolute error of the predictions, and the
+share of draws in which the automatic choice between the forms picked the true one.
+
+    python benchmarks/bench_curve_coverage.py [--draws 40] [--bootstrap 60] [--noise 0.001]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from scaling import vocab
+from scaling.curve_forms import ANNEALING, MULTI_POWER
+from scaling.fitting.curves import CurveLaw
+from scaling.fitting.curves.data import Schedule, run_curve
+from scaling.fitting.curves.synthetic import PUBLISHED_MULTI_POWER
+from scaling.lr_schedule import lr_steps
+from scaling.trainer.simulate import simulated_run
+from scaling.trainer.spec import RunSpec
+
+#: Tissue et al.-like annealing law at the same scale of loss.
+ANNEALING_TRUTH = (3.04, 0.52, 0.51, 0.35)
+WARMUP, PEAK, BATCH = 216, 3e-4, 1024
+FIT_ON = {"constant_2400": ("constant", 2400, {}), "cosine_2400": ("cosine", 2400, {}),
+          "wsd_2400": ("wsd", 2400, {"decay_fraction": 0.2})}
+HELD_OUT = {"constant_7200": ("constant", 7200, {}), "cosine_7200": ("cosine", 7200, {}),
+            "wsd_sqrt_2400": ("wsd", 2400, {"decay_fraction": 0.2, "decay_shape": "1-sqrt"}),
+            "wsd_half_2400": ("wsd", 2400, {"decay_fraction": 0.5})}
+
+
+def curve_spec(form: str, kind: str, steps: int, extra: dict, *, noise: float, seed: int, evals: int = 60) -> RunSpec:
+    """A simulated run of ``steps`` steps whose eval losses follow the curve law ``form``."""
+    theta = PUBLISHED_MULTI_POWER if form == MULTI_POWER else ANNEALING_TRUTH
+    names = ("L0", "A", "alpha", "B", "C", "beta", "gamma") if form == MULTI_POWER else ("L0", "A", "alpha", "C")
+    return RunSpec.from_dict({
+        "model": {"n_layer": 2, "d_model": 64, "n_head": 2, "context": 256}, "tokens": steps * BATCH,
+        "batch_tokens": BATCH, "optimizer": {"lr": PEAK},
+        "schedule": {"kind": kind, "warmup_steps": WARMUP, "min_lr_ratio": 0.1, **extra},
+        "simulate": {"law": {"E": 0.0, "A": 1e-9, "B": 1.0, "alpha": 1.0, "beta": 1.0}, "noise": noise, "seed": seed,
+                     "curve": {"form": form, **dict(zip(names, theta)), "evals": evals}},
+    })
+
+
+def simulated_curve(name: str, spec: RunSpec):
+    rows, event, _ = simulated_run(spec, None)
+    evals = [(s, v) for s, _, _, metric, v in rows if metric == vocab.EVAL_LOSS]
+    steps, loss = (np.array(x) for x in zip(*evals))
+    return run_curve(name, spec.model_dump(mode="json"), steps, loss), event[2]["expected_final_loss"]
+
+
+def draw(form: str, seed: int, *, bootstrap: int, noise: float, choose: bool = False) -> dict:
+    """One draw: the fitted law's held-out predictions against the truth."""
+    fit = [simulated_curve(n, curve_spec(form, *v, noise=noise, seed=seed))[0] for n, v in FIT_ON.items()]
+    law = CurveLaw(forms=(MULTI_POWER, ANNEALING) if choose else (form,), held_out=choose).fit(fit)
+    if not choose:
+        law.bootstrap(bootstrap, seed)
+    out = {"chosen": law.form_, "covered": [], "error": []}
+    if choose:
+        return out
+    for name, (kind, steps, extra) in HELD_OUT.items():
+        spec = curve_spec(form, kind, steps, extra, noise=noise, seed=seed)
+        lr = lr_steps(spec.steps, PEAK, spec.schedule)
+        truth = simulated_curve(name, spec)[1]
+        row = law.predict(Schedule(name, lr, np.array([spec.steps - 1]))).iloc[0]
+        out["covered"].append(bool(row.lo <= truth <= row.hi))
+        out["error"].append(abs(row.loss - truth))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--draws", type=int, default=40)
+    ap.add_argument("--bootstrap", type=int, default=60)
+    ap.add_argument("--noise", type=float, default=0.001)
+    args = ap.parse_args()
+    for form in (MULTI_POWER, ANNEALING):
+        start = time.perf_counter()
+        results = [draw(form, seed, bootstrap=args.bootstrap, noise=args.noise) for seed in range(args.draws)]
+        covered = np.array([c for r in results for c in r["covered"]])
+        errors = np.array([e for r in results for e in r["error"]])
+        picks = [draw(form, seed, bootstrap=0, noise=args.noise, choose=True)["chosen"]
+                 for seed in range(min(args.draws, 10))]
+        print(f"{form}: coverage of 95% intervals {100 * covered.mean():.1f}% ({covered.sum()}/{covered.size} "
+              f"held-out predictions, {args.draws} draws; goal >= 90%), mean absolute error {errors.mean():.5f}, "
+              f"true form chosen in {sum(p == form for p in picks)}/{len(picks)} draws, "
+              f"{time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
