@@ -108,3 +108,19 @@ def test_the_trainer_steps_by_the_fits_learning_rate_function() -> None:
     sched = spec.ScheduleSpec(kind="wsd", warmup_steps=10, decay_fraction=0.3)
     lr = lr_schedule.lr_steps(100, 1e-3, lr_schedule.schedule_of(sched.model_dump()))
     assert lr[9] == pytest.approx(1e-3) and lr[-1] == pytest.approx(1e-4) and warmup_end(lr) == 10
+
+
+def test_schedule_advice_compares_cosine_with_wsd_decays(fitted) -> None:
+    from scaling.fitting.curves.advice import schedule_advice, schedules_for
+
+    law, _ = fitted
+    names = set(schedules_for(24_000, 3e-4, 2160))
+    assert {"cosine", "wsd 10% linear", "wsd 30% exponential"} <= names and len(names) == 7
+    advice = schedule_advice(law, 24_000, 3e-4, 2160)
+    assert set(advice.losses) == names
+    assert all(iv.interval is None or iv.lo <= iv.value <= iv.hi for iv in advice.losses.values())
+    if law.reliable():
+        assert advice.best is not None and advice.best not in advice.tied
+    else:  # a flagged law recommends nothing
+        assert advice.best is None and "not trusted" in advice.why_not
+    assert "Final loss after 24,000 steps" in advice.table()
