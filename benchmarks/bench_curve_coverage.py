@@ -86,10 +86,15 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--bootstrap", type=int, default=60)
     ap.add_argument("--noise", type=float, default=0.001)
+    ap.add_argument("--verbose", action="store_true", help="print each draw")
     args = ap.parse_args()
     for form in (MULTI_POWER, ANNEALING):
         start = time.perf_counter()
-        results = [draw(form, seed, bootstrap=args.bootstrap, noise=args.noise) for seed in range(args.draws)]
+        results = []
+        for seed in range(args.draws):
+            results.append(draw(form, seed, bootstrap=args.bootstrap, noise=args.noise))
+            if args.verbose:
+                print(f"  {form} draw {seed}: covered {results[-1]['covered']}", flush=True)
         covered = np.array([c for r in results for c in r["covered"]])
         errors = np.array([e for r in results for e in r["error"]])
         picks = [draw(form, seed, bootstrap=0, noise=args.noise, choose=True)["chosen"]
@@ -97,7 +102,7 @@ def main() -> None:
         print(f"{form}: coverage of 95% intervals {100 * covered.mean():.1f}% ({covered.sum()}/{covered.size} "
               f"held-out predictions, {args.draws} draws; goal >= 90%), mean absolute error {errors.mean():.5f}, "
               f"true form chosen in {sum(p == form for p in picks)}/{len(picks)} draws, "
-              f"{time.perf_counter() - start:.0f} s")
+              f"{time.perf_counter() - start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
