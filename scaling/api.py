@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     import pandas as pd
 
     from scaling.db.results import Results
-    from scaling.fitting.curves import CurveLaw
+    from scaling.fitting.curves import CurveLaw, CurveLaws
     from scaling.fitting import FitSummary, Law, Recommendation
     from scaling.fitting.hyperparams.hparams import HparamFit
     from scaling.fitting.tasks.task_laws import TaskFits
@@ -530,7 +530,7 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
 
 
 def curves(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-           bootstrap: int = 100, seed: int = 0) -> "CurveLaw":
+           bootstrap: int = 100, seed: int = 0) -> "CurveLaw | CurveLaws":
     """Fit the loss curves of a sweep's runs (or of a CSV) in their learning-rate schedules.
 
     Both published forms are fitted (Luo et al.'s multi-power law, Tissue et al.'s annealing law),
@@ -551,7 +551,8 @@ def curves(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Option
         The fitted ``CurveLaw``: ``form_`` (the chosen form), ``params_``, ``held_out_``,
             ``doubts()``, ``table()``, and ``predict(schedules)``: a DataFrame of ``run, step, loss,
             lo, hi`` for schedules given as a CSV path or a table of ``run, step, lr`` (optional
-            ``predict`` 0/1).
+            ``predict`` 0/1). Curves of several model sizes (their ``N`` differ) give a
+            ``CurveLaws``: one law per size in ``laws``, whose ``predict`` needs each schedule's ``N``.
 
     Example:
         ```python

@@ -214,11 +214,11 @@ def _fit_curves(db: Optional[str], sweep: Optional[str], csv: Optional[Path], pr
 
     wanted = schedules_from_csv(predict) if predict is not None else None  # refused before any fit
     if csv is not None:
-        law = curve_law(csv=csv, bootstrap=bootstrap, seed=seed)
+        law = curve_law(csv=csv, bootstrap=bootstrap, seed=seed, schedules=wanted)
     else:
         from scaling.db import resolve_url
 
-        law = curve_law(url=resolve_url(db), sweep=sweep, bootstrap=bootstrap, seed=seed)
+        law = curve_law(url=resolve_url(db), sweep=sweep, bootstrap=bootstrap, seed=seed, schedules=wanted)
     if wanted is None:
         typer.echo(json.dumps(law.to_dict(), indent=2) if fmt == "json" else law.table(), nl=fmt == "json")
         return

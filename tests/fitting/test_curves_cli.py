@@ -97,3 +97,25 @@ def test_the_notebook_api_fits_and_predicts(curves_csv: Path) -> None:
     table = law.predict(pd.DataFrame({"run": ["c"] * 2, "step": [2160, 71999], "lr": [3e-4, 3e-5]}))
     assert list(table["step"]) == [2160, 71999] and table["loss"].iloc[1] < table["loss"].iloc[0]
     assert table[["lo", "hi"]].isna().all().all()  # no bootstrap, no interval
+
+
+def test_curves_of_several_sizes_get_a_law_each(tmp_path: Path) -> None:
+    frames = []
+    for N, shift in ((2.5e7, 0.0), (1e8, -0.3)):
+        theta = np.array(PUBLISHED_MULTI_POWER) + np.array([shift, 0, 0, 0, 0, 0, 0])
+        for c in draw_curves(theta, names=list(FIT_ON), every=800, seed=4):
+            frames.append(pd.DataFrame({"run": f"{c.run}_{N:g}", "step": c.steps, "lr": c.lr[c.steps], "loss": c.loss,
+                                        "N": N}))
+    p = tmp_path / "sizes.csv"
+    pd.concat(frames).to_csv(p, index=False)
+    sched = tmp_path / "s.csv"
+    sched.write_text("run,step,lr,N\nbig,2160,3e-4,1e8\nbig,23999,3e-5,1e8\nsmall,2160,3e-4,2.5e7\nsmall,23999,3e-5,2.5e7\n")
+    code, out, err = run_cli("fit", "--csv", str(p), "--law", "curve", "--bootstrap", "0", "--predict", str(sched),
+                             "--format", "json")
+    assert code == 0, err
+    rows = {(r["run"], r["step"]): r for r in json.loads(out)}
+    assert rows[("big", 23999)]["N"] == 1e8 and rows[("small", 23999)]["loss"] - rows[("big", 23999)]["loss"] > 0.2
+    unsized = tmp_path / "u.csv"
+    unsized.write_text("run,step,lr\nx,2160,3e-4\nx,23999,3e-5\n")
+    code, _, err = run_cli("fit", "--csv", str(p), "--law", "curve", "--bootstrap", "0", "--predict", str(unsized))
+    assert code == 2 and "needs an N column" in err

@@ -8,6 +8,6 @@ known law. See docs/curves.md.
 """
 
 from scaling.fitting.curves.data import Curve, Schedule, curves_from_csv, curves_from_db, schedules_from_csv
-from scaling.fitting.curves.fit import CurveLaw, fit_curves
+from scaling.fitting.curves.fit import CurveLaw, CurveLaws, fit_curves
 
-__all__ = ["Curve", "CurveLaw", "Schedule", "curves_from_csv", "curves_from_db", "fit_curves", "schedules_from_csv"]
+__all__ = ["Curve", "CurveLaw", "CurveLaws", "Schedule", "curves_from_csv", "curves_from_db", "fit_curves", "schedules_from_csv"]

@@ -170,12 +170,14 @@ def curves_from_frame(df: pd.DataFrame, where: str = "the table") -> list[Curve]
 
 
 def schedules_from_frame(df: pd.DataFrame, where: str = "the table") -> list[Schedule]:
-    """Schedules from a table of ``run, step, lr`` (optional ``predict`` 0/1: the steps wanted; else all)."""
+    """Schedules from a table of ``run, step, lr`` (optional ``predict`` 0/1: the steps wanted, else all;
+    optional ``N``: the model size, where the curves come from several)."""
     out = []
     for run, idx, cols in _runs(df, where, with_loss=False):
         s = cols["step"][idx]
         wanted = s if "predict" not in cols else s[cols["predict"][idx] == 1]
-        out.append(Schedule(run, _expand(s, cols["lr"][idx]), wanted.astype(np.int64)))
+        N = _first(cols["N"][idx]) if "N" in cols else None
+        out.append(Schedule(run, _expand(s, cols["lr"][idx]), wanted.astype(np.int64), N))
     return out
 
 

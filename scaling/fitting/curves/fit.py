@@ -28,7 +28,7 @@ from scaling.fitting.curves.data import Curve, Schedule, schedules_from_frame
 from scaling.fitting.curves.laws import DROP_STARTS, Form, first_stage, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
 
-__all__ = ["MAX_FIT_POINTS", "CurveLaw", "fit_curves"]
+__all__ = ["MAX_FIT_POINTS", "CurveLaw", "CurveLaws", "fit_curves"]
 
 #: Evaluations per curve a fit uses at most (evenly spread in steps after warmup).
 MAX_FIT_POINTS = 100
@@ -430,8 +430,75 @@ def _block_resample(r: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return r[idx]
 
 
+class CurveLaws:
+    """One :class:`CurveLaw` per model size (a curve law holds for one size): ``laws`` by N.
+
+    :meth:`predict` sends each schedule to the law of its size (a schedule's ``N``)."""
+
+    kind = "curves by size"
+
+    def __init__(self, laws: dict[float, CurveLaw]) -> None:
+        self.laws = dict(sorted(laws.items()))
+
+    def law_for(self, N: Optional[float], run: str = "") -> CurveLaw:
+        if N is None or not math.isfinite(N):
+            sizes = ", ".join(num(n, 3) for n in self.laws)
+            raise FitError(f"run {run!r} has no N: the curves come from several model sizes ({sizes}), so each "
+                           "schedule needs an N column saying which")
+        for n, law in self.laws.items():
+            if math.isclose(n, N, rel_tol=1e-6):
+                return law
+        raise FitError(f"run {run!r}: no curves of size N = {num(N, 4)} were fitted")
+
+    def predict(self, schedules: "Sequence[Schedule] | pd.DataFrame | str") -> pd.DataFrame:
+        """As :meth:`CurveLaw.predict`, each schedule by the law of its size, with a column ``N``."""
+        from pathlib import Path
+
+        if isinstance(schedules, (str, Path)):
+            from scaling.fitting.curves.data import schedules_from_csv
+
+            schedules = schedules_from_csv(schedules)
+        elif isinstance(schedules, pd.DataFrame):
+            schedules = schedules_from_frame(schedules)
+        frames = []
+        for s in schedules:
+            frame = self.law_for(s.N, s.run).predict([s])
+            frame.insert(1, "N", s.N)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
+
+    @property
+    def notes_(self) -> list[str]:
+        return [f"N = {num(n, 3)}: {note}" for n, law in self.laws.items() for note in law.notes_]
+
+    def doubts(self) -> list[Any]:
+        return [d for law in self.laws.values() for d in law.doubts()]
+
+    def reliable(self) -> bool:
+        return all(law.reliable() for law in self.laws.values())
+
+    def table(self) -> str:
+        return "".join(f"Model size N = {num(n, 4)}\n{law.table()}" for n, law in self.laws.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "sizes": [{"N": n, "law": law.to_dict()} for n, law in self.laws.items()]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CurveLaws":
+        return cls({float(x["N"]): CurveLaw.from_dict(x["law"]) for x in d.get("sizes", [])})
+
+
 def fit_curves(curves: Iterable[Curve], *, bootstrap: int = 100, seed: int = 0,
-               forms: Sequence[str] = FORMS) -> CurveLaw:
-    """Fit both forms to ``curves``, choose by held-out error, and bootstrap the chosen one."""
-    law = CurveLaw(forms).fit(list(curves))
+               forms: Sequence[str] = FORMS) -> "CurveLaw | CurveLaws":
+    """Fit both forms to ``curves``, choose by held-out error, and bootstrap the chosen one; curves of
+    several model sizes (their ``N``) get one law per size (:class:`CurveLaws`)."""
+    curves = list(curves)
+    sizes = sorted({float(c.N) for c in curves if c.N is not None and math.isfinite(c.N)})
+    if len(sizes) > 1:
+        unsized = [c.run for c in curves if c.N is None or not math.isfinite(c.N)]
+        if unsized:
+            raise FitError(f"run {unsized[0]!r} has no N while other runs do: a curve law holds for one model size")
+        return CurveLaws({n: fit_curves([c for c in curves if math.isclose(float(c.N), n, rel_tol=1e-6)],
+                                        bootstrap=bootstrap, seed=seed, forms=forms) for n in sizes})
+    law = CurveLaw(forms).fit(curves)
     return law.bootstrap(bootstrap, seed) if bootstrap else law
