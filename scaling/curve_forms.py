@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 from scipy.signal import lfilter
 
-__all__ = ["ANNEALING", "ANNEALING_PARAMS", "Areas", "BLOCK_SHARE", "BLOCK_STEPS", "FORMS", "MOMENTUM",
+__all__ = ["ANNEALING", "ANNEALING_PARAMS", "Areas", "BLOCK_SHARE", "BLOCK_STEPS", "FORMS", "MAX_PAIRS", "MOMENTUM",
            "MULTI_POWER", "MULTI_POWER_PARAMS", "annealing", "areas", "curve_loss", "multi_power",
            "multi_power_exact", "warmup_end"]
 
@@ -41,6 +41,8 @@ ANNEALING_PARAMS = ("L0", "A", "alpha", "C")
 MOMENTUM = 0.999
 #: Most steps in one block of the loss-drop sum.
 BLOCK_STEPS = 256
+#: The most (point, block) pairs one evaluation holds (a few hundred MB).
+MAX_PAIRS = 20_000_000
 #: A block holds at most this share of the run's total change of rate (one larger step: its own block).
 BLOCK_SHARE = 1 / 64
 
@@ -125,6 +127,9 @@ def areas(lr: Sequence[float] | np.ndarray, steps: Sequence[int] | np.ndarray, *
     block_seg = seg[starts]
     # Blocks are in step order, so the blocks at or before point j are the first n_j of them.
     n_j = np.searchsorted(block_seg, np.arange(t.size), side="right")
+    if int(n_j.sum()) > MAX_PAIRS:
+        raise ValueError(f"{t.size:,} wanted steps of a schedule of {eta.size:,} steps are too many to sum at once: "
+                         "evaluate fewer and interpolate")
     row = np.repeat(np.arange(t.size), n_j)
     col = np.arange(int(n_j.sum())) - np.repeat(np.cumsum(n_j) - n_j, n_j)
     span = cum[t][row] - before[col]

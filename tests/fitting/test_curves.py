@@ -124,3 +124,14 @@ def test_schedule_advice_compares_cosine_with_wsd_decays(fitted) -> None:
     else:  # a flagged law recommends nothing
         assert advice.best is None and "not trusted" in advice.why_not
     assert "Final loss after 24,000 steps" in advice.table()
+
+
+def test_every_step_of_a_long_schedule_is_predicted_through_knots() -> None:
+    from scaling.fitting.curves.fit import law_at
+    from scaling.fitting.curves.laws import form
+
+    lr = published_schedules()["two_stage_3e-5"]
+    steps = np.arange(2160, lr.size)
+    every = law_at(form(MULTI_POWER), THETA, lr, steps)[0]
+    some = np.array([2160, 7999, 8000, 8003, 8020, 8100, 9000, 15999])
+    assert np.max(np.abs(every[some - 2160] - multi_power_exact(THETA, lr, some))) < 1e-4

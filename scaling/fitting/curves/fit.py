@@ -52,14 +52,28 @@ def fit_points(curve: Curve, limit: int = MAX_FIT_POINTS) -> tuple[np.ndarray, n
     return steps, loss
 
 
+def percentile_bounds(draws: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's 95% percentile interval of bootstrap ``draws`` (replicates x points), NaN where it
+    would not hold its estimate ``value`` or has no spread (as :func:`~scaling.fitting.core.intervals.summarise`)."""
+    q = (1 - LEVEL) / 2
+    finite = np.isfinite(draws)
+    enough = finite.sum(axis=0) >= 2
+    with np.errstate(all="ignore"):
+        lo, hi = np.nanquantile(np.where(finite, draws, np.nan), [q, 1 - q], axis=0) if draws.size else (value, value)
+    ok = enough & (lo <= value) & (value <= hi) & (hi - lo > 1e-9 * np.abs(value)) & np.isfinite(value)
+    return np.where(ok, np.maximum(lo, 0.0), np.nan), np.where(ok, hi, np.nan)
+
+
 def knots(lr: np.ndarray, steps: np.ndarray, count: int = MAX_DIRECT_POINTS) -> np.ndarray:
     """Steps to evaluate a law at so that linear interpolation between them gives every step in ``steps``:
-    evenly spread, plus steps after every large change of rate at doubling distances (where the loss moves fast)."""
+    evenly spread, plus steps after every large change of rate at distances growing geometrically (where the loss
+    moves fast)."""
     lo, hi = int(steps.min()), int(steps.max())
     even = np.linspace(lo, hi, count).round().astype(np.int64)
     gap = np.abs(np.diff(lr[: hi + 1]))
     jumps = np.flatnonzero(gap > 0.01 * max(float(gap.sum()), 1e-300)) + 1
-    near = (jumps[:, None] + np.concatenate([[0], 2 ** np.arange(14)])[None, :]).ravel() if jumps.size else np.zeros(0)
+    after = np.unique(np.round(np.geomspace(1, 2**14, 57)).astype(np.int64))  # about 4 knots per doubling
+    near = (jumps[:, None] + np.concatenate([[-1, 0], after])[None, :]).ravel() if jumps.size else np.zeros(0)
     near = near[(near >= lo) & (near <= hi)]
     return np.unique(np.concatenate([even, near.astype(np.int64), [lo, hi]]))
 
@@ -337,11 +351,7 @@ class CurveLaw(Doubtful):
             lo = np.full(steps.size, np.nan)
             hi = np.full(steps.size, np.nan)
             if reps is not None and reps.shape[0] >= 2 and steps.size:
-                draws = law_at(f, reps, s.lr, steps)
-                for j in range(steps.size):
-                    iv = summarise(draws[:, j], value[j]) if np.isfinite(value[j]) else {}
-                    if iv.get("kind") == "percentile":
-                        lo[j], hi[j] = max(iv["lo"], 0.0), iv["hi"]
+                lo, hi = percentile_bounds(law_at(f, reps, s.lr, steps), value)
                 wide = (hi - lo) > UNDETERMINED_WIDTH * value
                 if np.any(wide) or np.any(np.isnan(lo) & np.isfinite(value)):
                     self._flag_undetermined(s.run)

@@ -13,8 +13,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from scaling.curve_forms import MULTI_POWER, areas, curve_loss
+from scaling.curve_forms import MULTI_POWER
 from scaling.fitting.curves.data import Curve
+from scaling.fitting.curves.fit import law_at
+from scaling.fitting.curves.laws import form as law_form
 
 __all__ = ["FIT_ON", "PUBLISHED_MULTI_POWER", "draw_curves", "published_schedules"]
 
@@ -65,7 +67,7 @@ def draw_curves(theta: Sequence[float], *, form: str = MULTI_POWER, names: Optio
         lr = schedules[name]
         steps = np.arange(WARMUP, lr.size, every, dtype=np.int64)
         steps = np.unique(np.append(steps, lr.size - 1))
-        loss = curve_loss(form, theta, areas(lr, steps))
+        loss = law_at(law_form(form), np.asarray(theta, float), lr, steps)[0]
         if not truth:
             loss = loss + noise * rng.standard_normal(loss.size)
         out.append(Curve(name, lr, steps, loss=loss))
