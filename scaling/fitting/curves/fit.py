@@ -34,6 +34,8 @@ __all__ = ["MAX_FIT_POINTS", "CurveLaw", "CurveLaws", "fit_curves"]
 MAX_FIT_POINTS = 100
 #: Steps predicted directly at most; beyond, the law is evaluated at this many knots and interpolated.
 MAX_DIRECT_POINTS = 1500
+#: Steps each bootstrap replicate is evaluated at most (beyond, at knots, interpolated): a band is smooth.
+INTERVAL_POINTS = 400
 #: A prediction whose 95% interval is wider than this share of the loss is not determined by the curves.
 UNDETERMINED_WIDTH = 0.05
 #: Function evaluations each start gets before the best one is run to convergence.
@@ -78,14 +80,15 @@ def knots(lr: np.ndarray, steps: np.ndarray, count: int = MAX_DIRECT_POINTS) -> 
     return np.unique(np.concatenate([even, near.astype(np.int64), [lo, hi]]))
 
 
-def law_at(f: Form, thetas: np.ndarray, lr: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """The law ``f`` at ``steps`` of the rate ``lr``, for each parameter row of ``thetas`` (rows x steps)."""
+def law_at(f: Form, thetas: np.ndarray, lr: np.ndarray, steps: np.ndarray, count: int = MAX_DIRECT_POINTS) -> np.ndarray:
+    """The law ``f`` at ``steps`` of the rate ``lr``, for each parameter row of ``thetas`` (rows x steps);
+    beyond ``count`` distinct steps, evaluated at :func:`knots` and interpolated."""
     thetas = np.atleast_2d(thetas)
     steps = np.asarray(steps, dtype=np.int64)
     if steps.size == 0:
         return np.zeros((thetas.shape[0], 0))
-    direct = np.unique(steps).size <= MAX_DIRECT_POINTS
-    at = np.unique(steps) if direct else knots(lr, steps)
+    direct = np.unique(steps).size <= count
+    at = np.unique(steps) if direct else knots(lr, steps, count)
     a = areas(lr, at)
     values = np.vstack([f.value(th, a) for th in thetas])
     return np.vstack([np.interp(steps, at, v) for v in values])
@@ -351,7 +354,7 @@ class CurveLaw(Doubtful):
             lo = np.full(steps.size, np.nan)
             hi = np.full(steps.size, np.nan)
             if reps is not None and reps.shape[0] >= 2 and steps.size:
-                lo, hi = percentile_bounds(law_at(f, reps, s.lr, steps), value)
+                lo, hi = percentile_bounds(law_at(f, reps, s.lr, steps, INTERVAL_POINTS), value)
                 wide = (hi - lo) > UNDETERMINED_WIDTH * value
                 if np.any(wide) or np.any(np.isnan(lo) & np.isfinite(value)):
                     self._flag_undetermined(s.run)
