@@ -300,7 +300,7 @@ class CurveLaw(Doubtful):
             weights = rng.dirichlet(np.ones(len(parts))) * len(parts)
             targets = [p + _block_resample(r, rng) for p, r in zip(fitted, resid)]
             try:
-                th, cost = problem.run(theta, weights=weights, targets=targets, max_nfev=150, tol=1e-8)
+                th, cost = problem.run(theta, weights=weights, targets=targets, max_nfev=300, tol=1e-10)
             except (ValueError, np.linalg.LinAlgError):
                 continue
             if math.isfinite(cost):
