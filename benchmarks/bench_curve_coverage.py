@@ -16,6 +16,12 @@ Prints the coverage of each form (goal: >= 90%), the mean absolute error of the 
 share of draws in which the automatic choice between the forms picked the true one.
 
     python benchmarks/bench_curve_coverage.py [--draws 40] [--bootstrap 60] [--noise 0.001]
+
+``--published`` instead measures accuracy on curves of Luo et al.'s full-length schedules drawn from
+their published 25M fit (`scaling.fitting.curves.synthetic`, Gaussian noise 0.003, an evaluation every
+50 steps): fitted on the cosine 24k, constant 24k and two-stage 9e-5 curves, the six others predicted;
+the mean absolute and relative errors of each form (against the noisy and the noiseless curves) and
+the fit's time.
 """
 
 from __future__ import annotations
@@ -83,6 +89,26 @@ def draw(form: str, seed: int, *, bootstrap: int, noise: float, choose: bool = F
     return out
 
 
+def published_accuracy(seed: int) -> None:
+    """Luo et al.'s test on curves drawn from their published 25M fit (see the module's docstring)."""
+    from scaling.fitting.curves.synthetic import FIT_ON as PUBLISHED_FIT_ON, draw_curves
+
+    curves = draw_curves(PUBLISHED_MULTI_POWER, noise=0.003, every=50, seed=seed)
+    truth = {c.run: c.loss for c in draw_curves(PUBLISHED_MULTI_POWER, every=50, truth=True)}
+    start = time.perf_counter()
+    law = CurveLaw().fit([c for c in curves if c.run in PUBLISHED_FIT_ON])
+    seconds = time.perf_counter() - start
+    print(f"fit of 3 curves (both forms, each curve left out in turn): {seconds:.1f} s; chosen: {law.form_}")
+    for form in law.forms:
+        held = [c for c in curves if c.run not in PUBLISHED_FIT_ON]
+        pred = [law.loss_at(c.lr, c.steps, form) for c in held]
+        mae = np.mean([np.mean(np.abs(p - c.loss)) for p, c in zip(pred, held)])
+        mre = np.mean([np.mean(np.abs(p - c.loss) / c.loss) for p, c in zip(pred, held)])
+        true_mae = np.mean([np.mean(np.abs(p - truth[c.run])) for p, c in zip(pred, held)])
+        print(f"  {form}: six held-out curves, MAE {mae:.4f} (noiseless curves: {true_mae:.4f}), "
+              f"relative {100 * mre:.3f}%", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=40)
@@ -91,7 +117,12 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true", help="print each draw")
     ap.add_argument("--forms", nargs="+", default=[MULTI_POWER, ANNEALING], choices=[MULTI_POWER, ANNEALING])
     ap.add_argument("--choice-draws", type=int, default=10, help="draws in which both forms are fitted and one chosen")
+    ap.add_argument("--published", action="store_true", help="accuracy on Luo et al.'s schedules instead")
     args = ap.parse_args()
+    if args.published:
+        for seed in range(3):
+            published_accuracy(seed)
+        return
     for form in args.forms:
         start = time.perf_counter()
         results = []
