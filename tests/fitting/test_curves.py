@@ -119,10 +119,13 @@ def test_schedule_advice_compares_cosine_with_wsd_decays(fitted) -> None:
     advice = schedule_advice(law, 24_000, 3e-4, 2160)
     assert set(advice.losses) == names
     assert all(iv.interval is None or iv.lo <= iv.value <= iv.hi for iv in advice.losses.values())
-    if law.reliable():
-        assert advice.best is not None and advice.best not in advice.tied
-    else:  # a flagged law recommends nothing
-        assert advice.best is None and "not trusted" in advice.why_not
+    assert all(d.kind.about_parameters for d in law.doubts()), law.doubts()  # three schedules: only parameter doubts
+    assert advice.best is not None and advice.best not in advice.tied
+    assert advice.losses[advice.best].value == min(iv.value for iv in advice.losses.values())
+    one = CurveLaw.from_dict(law.to_dict())
+    one.add_doubt(DoubtKind.IDENTIFICATION, "unreliable: every curve follows one schedule")
+    refused = schedule_advice(one, 24_000, 3e-4, 2160)
+    assert refused.best is None and "not trusted" in refused.why_not
     assert "Final loss after 24,000 steps" in advice.table()
 
 

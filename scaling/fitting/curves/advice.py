@@ -3,9 +3,10 @@
 For a run of ``steps`` steps (its warmup and peak rate given), the fitted curve law predicts the
 final loss of a cosine decay to ``floor`` x peak and of warmup-stable-decay schedules that decay
 over the last 10%, 20% or 30% of the steps, linearly or exponentially (Luo et al.'s two WSD
-variants). Each prediction carries the bootstrap's 95% interval; the best schedule is named only
-when the law is trusted and the bootstrap's paired difference to every other schedule excludes
-zero, else the ones that cannot be told apart are listed with it.
+variants). Each prediction carries the bootstrap's 95% interval. No schedule is named best by a law
+doubted for more than its parameters (its design, its plausibility); otherwise the best is the
+lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
+are listed as not told apart from it.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
             draws[name] = law_at(f, reps, lr, np.array([steps - 1]))[:, 0]
     losses = {n: Interval.of(summarise(draws.get(n, []), v)) for n, v in values.items()}
     order = sorted(values, key=lambda n: values[n])
-    if not law.reliable():
-        return ScheduleAdvice(steps, losses, None, why_not="the curve law is not trusted: " + "; ".join(law.notes_))
+    verdicts = [d for d in law.doubts() if not d.kind.about_parameters]
+    if verdicts:  # doubts about parameters alone leave the answer to the bootstrap's paired differences
+        return ScheduleAdvice(steps, losses, None, why_not="the curve law is not trusted: " + "; ".join(verdicts))
     if not draws:
         return ScheduleAdvice(steps, losses, None, why_not="no bootstrap: the schedules cannot be told apart")
     best = order[0]

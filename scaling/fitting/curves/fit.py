@@ -23,7 +23,8 @@ from scipy.optimize import least_squares
 from scaling.curve_forms import FORMS, MULTI_POWER, Areas, areas, warmup_end
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, restore, stored
-from scaling.fitting.core.intervals import LEVEL, summarise
+from scaling.fitting.core.base import MAX_DECADES
+from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule, schedules_from_frame
 from scaling.fitting.curves.laws import DROP_STARTS, Form, first_stage, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
@@ -306,8 +307,15 @@ class CurveLaw(Doubtful):
             if math.isfinite(cost):
                 rows.append(th)
         self.replicates_ = {f.name: np.array(rows) if rows else np.zeros((0, len(f.params)))}
+        self.drop_doubts(DoubtKind.UNDETERMINED)
         if len(rows) < MIN_OK_FRACTION * n:
             self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: only {len(rows)} of {n} bootstrap replicates refitted")
+        for name, iv in self.intervals().items():
+            lo, hi = f.bounds(math.inf)
+            j = f.params.index(name)
+            if lo[j] > 0 and orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
+                self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the curves do not determine {name} of the "
+                               f"{f.title} (its 95% interval spans more than {MAX_DECADES:g} decades)")
         return self
 
     # -- prediction ----------------------------------------------------------------------------------
