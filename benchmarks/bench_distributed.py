@@ -11,7 +11,7 @@ batch on one worker (the baseline, measured in the same run) and on two gloo wor
 strategy; the figure is tokens/s(2 workers) / tokens/s(1 worker), ideally 2.0 on two free cores.
 
 Memory: a GPT of >= 50M parameters takes two optimizer steps on two workers under each stage.
-Two measurements per rank, next to ``scaling.comms.estimate_memory`` (the one home of the
+Two measurements per rank, next to ``scaling.memory.estimate_memory`` (the one home of the
 formula):
 
 * model state: the bytes of the distinct tensor storages this rank holds for parameters (the
@@ -152,17 +152,17 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     if fsdp:
         # Build on the meta device, shard, then allocate only this rank's shards, as large
         # FSDP jobs do; a full model allocated first would set the RSS high-water mark.
-        from scaling.trainer.families.model import GPT
+        from scaling.trainer.families.common import initialize
+        from scaling.trainer.families.model import build_meta_model
 
-        with torch.device("meta"):
-            model = GPT(spec.shape)
+        model = build_meta_model(spec.shape)
     else:
         model = build_model(spec.shape, spec.seed)
     if world > 1:
         par = parallelize(model, spec)
         if fsdp:
             model.to_empty(device="cpu")
-            model.reset_parameters()  # values differ from build_model's; irrelevant to speed and bytes
+            initialize(model)  # values differ from build_model's; irrelevant to speed and bytes
         module, optim = par.module, par.build_optimizer(model.parameters(), lr=1e-4)
     else:
         module, optim = model, torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -248,7 +248,7 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def memory(args: argparse.Namespace) -> None:
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
 
     cfg = dict(n_layer=4, d_model=1024, n_head=16, context=128, seqs=2, precision=args.precision,
                warmup=2, steps=1, memory=True)

@@ -17,13 +17,20 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from scaling import layout, rules
-from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
-from scaling.comms import LINKS
+from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
+from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
 from scaling.naming import name_problem
@@ -33,8 +40,8 @@ from scaling.orchestrator.hparam_groups import HparamsPlan, coincidence_problem
 from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.evaluation.eval_tasks import EvalsSpec, check_tasks
-from scaling.trainer.resolve import Host
-from scaling.trainer.spec import (
+from scaling.trainer.resolve import Host, decide_device
+from scaling.trainer.sections import (
     Conventions,
     DataSpec,
     FamilySpec,
@@ -81,13 +88,13 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context, **self.family_kwargs())
 
     @model_serializer(mode="wrap")
-    def _omit_family_defaults(self, handler: Any) -> Any:
+    def _omit_family_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
 
-#: The model section's fields that belong to one family (the Llama family's, and the z-loss).
-FAMILY_ONLY_FIELDS = ("n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps", "z_loss")
+#: The model section's fields that belong to some families (``scaling.families``), and the z-loss.
+FAMILY_ONLY_FIELDS = (*FIELD_DEFAULTS, "z_loss")
 
 
 class BlockModel(_Strict):
@@ -96,7 +103,8 @@ class BlockModel(_Strict):
     than the plan's takes that family's defaults for the family's fields (the plan's are its
     family's); a block whose parametrization is ``standard`` leaves the plan's ``base_width``."""
 
-    family: Optional[Literal["gpt2", "llama"]] = Field(default=None, description="this block's family (default the plan's)")
+    family: Optional[Literal[tuple(FAMILIES)]] = Field(  # type: ignore[valid-type]
+        default=None, description="this block's family (default the plan's)")
     parametrization: Optional[Literal["standard", "mup"]] = Field(
         default=None, description="this block's parametrization (default the plan's)")
     base_width: Optional[int] = Field(default=None, gt=0, description="mup: the d_model of the proxy")
@@ -104,7 +112,7 @@ class BlockModel(_Strict):
     def over(self, model: ModelPlan) -> ModelPlan:
         """``model`` with this block's fields over it (ValidationError for a combination it refuses)."""
         values = dict(model)
-        if self.family is not None and self.family != model.family:
+        if self.family not in (None, model.family):
             for name in FAMILY_ONLY_FIELDS:
                 values.pop(name)
         if self.parametrization == "standard":
@@ -119,7 +127,7 @@ class TrainPlan(Recipe, LoopSettings):
 
 class ClusterPlan(_Strict):
     """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
-    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
+    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.communication.LINKS`)."""
 
     nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="machines in the cluster")
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_WORKERS, strict=True,
@@ -171,7 +179,8 @@ class ResourcesPlan(Placement):
 
     @property
     def device(self) -> str:
-        return "cuda" if self.gpus_per_worker > 0 else "cpu"
+        """The plan's runs' device, by the resolver's rule (a plan names GPUs, not a device)."""
+        return decide_device("auto", self.gpus_per_worker, probe=False)
 
     def machine(self) -> layout.Machine:
         """The plan's cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
@@ -213,7 +222,7 @@ class RulesPlan(_Strict):
 
     @field_validator("lr", "batch_tokens")
     @classmethod
-    def _rule_is_safe(cls, value: Any) -> Any:
+    def _rule_is_safe(cls, value: object) -> object:
         if isinstance(value, dict) and "fitted" in value:  # not a FittedRule: say why
             FittedRule.model_validate(value)
         if value is not None and not isinstance(value, FittedRule):
@@ -256,10 +265,16 @@ class ModelPoint(_Strict):
     n_head: Optional[int] = Field(default=None, gt=0, description="attention heads")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="this shape's key/value heads (llama)")
     ffn: Optional[int] = Field(default=None, gt=0, description="this shape's SwiGLU width (llama)")
+    n_experts: Optional[int] = Field(default=None, gt=0, description="this shape's routed experts (moe)")
+    top_k: Optional[int] = Field(default=None, gt=0, description="this shape's experts per token (moe)")
+    expert_ffn: Optional[int] = Field(default=None, gt=0, description="this shape's expert width (moe)")
+
+    #: A shape's own family fields, over the model section's.
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ("n_kv_head", "ffn", "n_experts", "top_k", "expert_ffn")
 
     @model_validator(mode="before")
     @classmethod
-    def _number_is_n(cls, value: Any) -> Any:
+    def _number_is_n(cls, value: object) -> object:
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             return {"N": value}
         return value
@@ -267,7 +282,7 @@ class ModelPoint(_Strict):
     @model_validator(mode="after")
     def _one_form(self) -> "ModelPoint":
         shape_fields = (self.n_layer, self.d_model, self.n_head)
-        if self.N is not None and any(f is not None for f in (*shape_fields, self.n_kv_head, self.ffn)):
+        if self.N is not None and any(f is not None for f in (*shape_fields, *(getattr(self, n) for n in self.OWN_FIELDS))):
             raise ValueError("give either N or a shape (n_layer, d_model, n_head), not both")
         if self.N is None and any(f is None for f in shape_fields):
             raise ValueError("a shape needs n_layer, d_model and n_head")
@@ -276,11 +291,11 @@ class ModelPoint(_Strict):
         return self
 
     def shape(self, model: ModelPlan, convention: str) -> Shape:
-        """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
+        """The point's shape in the plan's family (a shape's own fields, :attr:`OWN_FIELDS`, over the model section's)."""
         if self.N is not None:
-            return model.policy().shape_for(self.N, convention)  # type: ignore[arg-type]
+            return model.policy().planned_shape(self.N, convention)  # type: ignore[arg-type]
         family = model.family_kwargs()
-        family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
+        family.update({k: getattr(self, k) for k in self.OWN_FIELDS if getattr(self, k) is not None})
         return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]
 
 
@@ -400,7 +415,7 @@ class Plan(_Strict):
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Any, source: Optional[YamlSource] = None) -> "Plan":
+    def from_dict(cls, data: object, source: Optional[YamlSource] = None) -> "Plan":
         """Validate ``data``; the first problem becomes one PlanError line (file:line: field: why)."""
         if not isinstance(data, dict):
             name = source.name if source is not None else "plan"
@@ -496,7 +511,7 @@ class Plan(_Strict):
         batch = self.train.batch_tokens
         if self.rules.batch_tokens is not None:
             ctx = self.model.context
-            batch = max(ctx, int(round(self._rule("batch_tokens", N, D, C) / ctx)) * ctx)
+            batch = whole_sequences(self._rule("batch_tokens", N, D, C), ctx)
         return lr, batch
 
     def _rule(self, field: str, N: float, D: float, C: float) -> float:

@@ -15,20 +15,22 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from scaling.accounting import Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.trainer.evaluation.task_cost import cost_note, cost_row
-from scaling.trainer.resolve import overheads, worker_rate
+from scaling.trainer.resolve import overheads, worker_gpus, worker_rate
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
     """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
     the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
     r = plan.resources
-    return worker_rate(precision or plan.train.precision, plan.train.threads, r.gpus_per_worker, r.host())
+    return worker_rate(precision or plan.train.precision, plan.train.threads, worker_gpus(r.device, r.gpus_per_worker),
+                       r.host())
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
@@ -42,20 +44,17 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
         return steps * run.layout.best.step_s
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * steps * run.spec.batch_tokens
-    per_step = overheads(plan.resources.gpus_per_worker)[0]
+    per_step = overheads(worker_gpus(plan.resources.device, plan.resources.gpus_per_worker))[0]
     rate = throughput(plan, run.spec.precision)
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
-def shape_label(shape: Any) -> str:
-    """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width; a μP
-    shape its base width."""
+def shape_label(shape: Shape) -> str:
+    """``LxD/Hh`` and what the family adds (``Family.label``: a llama shape its kv heads when fewer
+    and its SwiGLU width, an MoE its experts); a μP shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
     mup = f" mup base {shape.base_width}" if shape.parametrization == "mup" else ""
-    if shape.family == "gpt2":
-        return label + mup
-    kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
-    return f"{label}{kv} {shape.family} ffn {shape.hidden}{mup}"
+    return f"{label}{shape.family_spec.label(shape)}{mup}"
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
@@ -71,6 +70,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "key": spec.key,
         "N": spec.n_params,
         "N_total": shape.params_total,
+        "N_active": shape.params_active,  # what one token uses (an MoE's router, top-k and shared experts)
         "N_non_embedding": shape.params_non_embedding,
         "N_embedding": shape.params_embedding,
         "family": shape.family,
@@ -185,7 +185,7 @@ def attention_notes(expansion: Expansion) -> list[str]:
             for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
-def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:
+def _adaptive_note(plan: Plan, grid_flops: float) -> list[str]:
     """What an adaptive plan may spend beyond the runs listed (its grid)."""
     a = plan.adaptive
     if a is None:
@@ -229,7 +229,7 @@ def render_table(summary: dict[str, Any]) -> Any:
             "`scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
-    columns = ("key", "N", "N total", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
+    columns = ("key", "N", "N total", "N active", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
                "compute", "comm", "bubble", "est.", "why")
     for col in columns:
         table.add_column(col, justify="left" if col in ("key", "shape", "layout", "why") else "right",
@@ -244,6 +244,7 @@ def render_table(summary: dict[str, Any]) -> Any:
             r["key"],
             f"{r['N']:,}",
             f"{r['N_total']:,}",
+            f"{r['N_active']:,}",
             r["shape"],
             f"{r['D']:.3g}",
             f"{r['C']:.3g}",
@@ -336,7 +337,8 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     r = find_run(summary, key)
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
              f"{r['workers']} worker(s), {r['precision']}",
-             f"parameters: {r['N_total']:,} in all, {r['N_non_embedding']:,} outside the embeddings, "
+             f"parameters: {r['N_total']:,} in all, {r['N_active']:,} active per token, "
+             f"{r['N_non_embedding']:,} outside the embeddings, "
              f"{r['N_embedding']:,} in the embedding matrices"]
     if "layout" not in r:
         return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]

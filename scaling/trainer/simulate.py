@@ -35,7 +35,8 @@ from scaling import vocab
 from scaling.curve_forms import areas, curve_loss, warmup_end
 from scaling.lr_schedule import lr_steps
 from scaling.trainer.result import TrainResult
-from scaling.trainer.spec import RunSpec, SimulatedLaw
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import SimulatedLaw
 
 if TYPE_CHECKING:
     from scaling.db import Store

@@ -102,7 +102,7 @@ def test_too_short_a_curve_is_refused() -> None:
 
 def test_the_trainer_steps_by_the_fits_learning_rate_function() -> None:
     from scaling import lr_schedule
-    from scaling.trainer import optim, spec
+    from scaling.trainer import optim, sections as spec
 
     assert optim.lr_at is lr_schedule.lr_at and spec.decay_start is lr_schedule.decay_start
     sched = spec.ScheduleSpec(kind="wsd", warmup_steps=10, decay_fraction=0.3)

@@ -240,7 +240,7 @@ def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str,
     unit of its own in the compute dtype; the root unit holds what is left (embeddings, final
     norm, a tied output layer) in FP32, since an embedding lookup is not autocast and returns
     FP32 rows. So a ZeRO-2/3 run computes what one process does under autocast, at the cost of
-    gathering norms and embeddings in FP32 (see :func:`scaling.comms.dp_traffic`). ``kwargs`` go
+    gathering norms and embeddings in FP32 (see :func:`scaling.communication.dp_traffic`). ``kwargs`` go
     to every ``fully_shard`` (``mesh``, ``offload_policy``).
     """
     from torch.distributed.fsdp import fully_shard
@@ -320,7 +320,7 @@ def parallelize(
         spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
     name = applied_strategy(spec, dp)
     if spec.execution.cpu_offload and name not in FSDP_STRATEGIES:
-        from scaling.trainer.spec import offload_problem
+        from scaling.trainer.sections import offload_problem
 
         raise SpecError(offload_problem(True, name, dp, spec.execution.pp) or "")
     group = dp_mesh.get_group()
@@ -332,6 +332,11 @@ def parallelize(
 
         apply_tensor_parallel(model, tp_mesh, find_blocks(model))
     tp = tp_mesh.size() if tp_mesh is not None else 1
+    experts: list[str] = []
+    if spec.execution.ep > 1:  # a routed family's experts sharded over the data-parallel ranks
+        from scaling.trainer.parallel.expert_parallel import apply_expert_parallel
+
+        experts = apply_expert_parallel(model, dp_mesh)
 
     if dp == 1:  # tensor-parallel only
         materialized(device)
@@ -340,7 +345,9 @@ def parallelize(
     if name in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        materialized(device)  # every rank holds everything anyway
+        materialized(device)  # every rank holds everything anyway (but its own experts, under ep)
+        if experts:  # each rank's experts already see every rank's tokens: no all-reduce
+            DDP._set_params_and_buffers_to_ignore_for_model(model, experts)
         # gradient_as_bucket_view: gradients live in DDP's communication buckets instead of
         # in a second copy, so DDP costs the 16 bytes/param the accounting counts, not 20.
         ddp = DDP(
