@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     import pandas as pd
 
     from scaling.db.results import Results
+    from scaling.fitting.curves import CurveLaw, CurveLaws
     from scaling.fitting import FitSummary, Law, Recommendation
     from scaling.fitting.hyperparams.hparams import HparamFit
     from scaling.fitting.tasks.task_laws import TaskFits
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.orchestrator.sweep import SweepResult
 
 #: The notebook API; ``scaling`` exports exactly these names (read from this list, see scaling/__init__.py).
-__all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "next_plan", "report", "hparams", "tasks",
+__all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "next_plan", "report", "hparams", "tasks", "curves",
            "Estimate", "FittedLaw", "Fit", "Advice", "HparamGroup", "Hparams", "Tasks", "TaskPrediction"]
 
 
@@ -578,3 +579,45 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
                      for f, c in law.curves.items()}}
               for t, law in fits.laws.items()}
     return Tasks(fits.source, params, dict(fits.skipped), fits)
+
+
+def curves(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
+           bootstrap: int = 100, seed: int = 0) -> "CurveLaw | CurveLaws":
+    """Fit the loss curves of a sweep's runs (or of a CSV) in their learning-rate schedules.
+
+    Both published forms are fitted (Luo et al.'s multi-power law, Tissue et al.'s annealing law),
+    each curve left out in turn to measure how well each predicts an unseen curve, and the better
+    one chosen; see docs/curves.md.
+
+    Args:
+        db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
+        sweep: the sweep (default: the latest); each run's eval-loss curve with the learning rate
+            its trainer used at every step, rebuilt from its spec.
+        csv: a CSV of ``run, step, lr, loss`` instead of a sweep (``loss`` empty where only the
+            rate is known; the rate is interpolated between rows and warms up linearly from 0
+            before a run's first row).
+        bootstrap: replicates behind each 95% interval (over whole curves; 0: none).
+        seed: seed of the bootstrap.
+
+    Returns:
+        The fitted ``CurveLaw``: ``form_`` (the chosen form), ``params_``, ``held_out_``,
+            ``doubts()``, ``table()``, and ``predict(schedules)``: a DataFrame of ``run, step, loss,
+            lo, hi`` for schedules given as a CSV path or a table of ``run, step, lr`` (optional
+            ``predict`` 0/1). Curves of several model sizes (their ``N`` differ) give a
+            ``CurveLaws``: one law per size in ``laws``, whose ``predict`` needs each schedule's ``N``.
+
+    Example:
+        ```python
+        import scaling
+
+        law = scaling.curves(csv="curves.csv")
+        law.predict("schedules.csv")               # run, step, loss, lo, hi
+        ```
+    """
+    from scaling.fitting.curves.output import curve_law
+
+    if csv is not None:
+        return curve_law(csv=csv, bootstrap=bootstrap, seed=seed)
+    from scaling.db import resolve_url
+
+    return curve_law(url=resolve_url(cli=db), sweep=sweep, bootstrap=bootstrap, seed=seed)

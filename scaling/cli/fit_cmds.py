@@ -165,7 +165,9 @@ def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: 
 
 
 LawOption = Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all; or moe (the laws "
-                                        "of sparsity: moe-granularity, moe-sparsity) for a mixture-of-experts sweep.")]
+                                        "of sparsity: moe-granularity, moe-sparsity) for a mixture-of-experts sweep; "
+                                        "or curve (loss curves in their learning-rate schedule: a CSV of run, step, "
+                                        "lr, loss, or a sweep's eval curves; see docs/curves.md).")]
 UniqueTokensOption = Annotated[
     Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
                                   "et al.'s effective data D' instead of D (repeated data). A U column gives "
@@ -257,6 +259,12 @@ def fit(
     task: TaskOption = None,
     step1_recipe: Step1RecipeOption = "grid",
     hparams: HparamsModeOption = "tuned",
+    predict: Annotated[
+        Optional[Path], typer.Option("--predict", help="With --law curve: a CSV of schedules (run, step, lr; optional "
+                                     "predict 0/1 marking the steps wanted, else every row): print the predicted loss "
+                                     "with its 95% interval at each wanted step (--format json: a list of {run, step, "
+                                     "loss, lo, hi}).", show_default=False)
+    ] = None,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -270,6 +278,15 @@ def fit(
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
+    if predict is not None and law != "curve":
+        check_format(fmt)
+        raise UserError("--predict applies to --law curve")
+    if law == "curve":
+        check_format(fmt)
+        if csv is not None and sweep is not None:
+            raise UserError("give either --sweep or --csv, not both")
+        _fit_curves(db, sweep, csv, predict, fmt, bootstrap, seed)
+        return
     if law.startswith("moe"):
         check_format(fmt)
         _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -314,6 +331,31 @@ def fit(
         typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
     else:
         typer.echo(summary.table() + ("\n" + tasks.table() if tasks else ""), nl=False)
+
+
+def _fit_curves(db: Optional[str], sweep: Optional[str], csv: Optional[Path], predict: Optional[Path], fmt: str,
+                bootstrap: int, seed: int) -> None:
+    """`scaling fit --law curve`: the curve law of a CSV or a sweep, or its predictions of --predict's schedules."""
+    from scaling.fitting.curves.data import schedules_from_csv
+    from scaling.fitting.curves.output import curve_law, predictions_json, predictions_text
+
+    wanted = schedules_from_csv(predict) if predict is not None else None  # refused before any fit
+    if csv is not None:
+        law = curve_law(csv=csv, bootstrap=bootstrap, seed=seed, schedules=wanted)
+    else:
+        from scaling.db import resolve_url
+
+        law = curve_law(url=resolve_url(db), sweep=sweep, bootstrap=bootstrap, seed=seed, schedules=wanted)
+    if wanted is None:
+        typer.echo(json.dumps(law.to_dict(), indent=2) if fmt == "json" else law.table(), nl=fmt == "json")
+        return
+    table = law.predict(wanted)
+    if fmt == "json":
+        for note in law.notes_:
+            typer.echo(f"warning: {note}", err=True)
+        typer.echo(predictions_json(table))
+    else:
+        typer.echo(predictions_text(table, law), nl=False)
 
 
 @app.command()

@@ -1,15 +1,16 @@
-"""AdamW's parameter groups and the learning rate at step t (the one place that computes it).
+"""AdamW's parameter groups and setting the learning rate; the rate at step t is :func:`scaling.lr_schedule.lr_at`.
 
-``warmup_steps`` and ``decay_start`` (where a schedule's phases start) are the schedule's own, in
-:mod:`scaling.trainer.spec`, which validates a branch against them; they are named here too.
+``lr_at``, ``warmup_steps`` and ``decay_start`` (where a schedule's phases start) live in the
+torch-free :mod:`scaling.lr_schedule`, which the curve laws rebuild runs' learning rates with; they
+are named here too.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
-from scaling.trainer.sections import ScheduleSpec, decay_start, warmup_steps
+from scaling.lr_schedule import decay_start, lr_at, warmup_steps
+from scaling.trainer.sections import ScheduleSpec
 
 if TYPE_CHECKING:
     from torch import nn
@@ -116,36 +117,3 @@ def _local_part(full: Any, like: Any) -> Any:
     part = distribute_tensor(full.to(device=like.device, dtype=like.dtype), like.device_mesh, like.placements,
                              src_data_rank=None)
     return part.to_local()
-
-
-def lr_at(step: int, total_steps: int, peak: float, schedule: "ScheduleSpec") -> float:
-    """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
-
-    - linear warmup over ``warmup_steps`` steps or ``warmup_fraction`` of the steps, from peak/warmup to peak;
-    - ``cosine``: half a cosine from the peak to ``min_lr_ratio * peak`` at the last step
-      (Hoffmann et al. 2022 decay to 10% over the run's length);
-    - ``wsd`` (warmup-stable-decay, Hu et al. 2024): the peak until the final
-      ``decay_fraction`` of steps, then to the floor, linearly or as 1 - sqrt(progress)
-      (``decay_shape``; Hägele et al. 2024 find 1-sqrt slightly better);
-    - ``constant``: the peak after warmup.
-    """
-    if total_steps < 1:
-        raise ValueError("total_steps must be positive")
-    floor = peak * schedule.min_lr_ratio
-    warm = warmup_steps(total_steps, schedule)
-    if step < warm:
-        return peak * (step + 1) / warm
-    if schedule.kind == "constant":
-        return peak
-    if schedule.kind == "cosine":
-        span = max(1, total_steps - 1 - warm)
-        progress = min(1.0, (step - warm) / span)
-        return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    # wsd
-    start = decay_start(total_steps, schedule)
-    if step < start:
-        return peak
-    progress = min(1.0, (step - start + 1) / max(1, total_steps - start))
-    if schedule.decay_shape == "1-sqrt":
-        progress = math.sqrt(progress)
-    return peak + (floor - peak) * progress

@@ -23,6 +23,7 @@ from scaling.accounting import (
     StrategyChoice,
 )
 from scaling.families import BALANCES, ROUTERS
+from scaling.lr_schedule import SCHEDULE_DEFAULTS, decay_start, warmup_steps
 from scaling.schema import StrictModel, checked
 from scaling.trainer.data.shards import MAX_SHARDS, ShardFormat
 
@@ -252,31 +253,18 @@ class OptimizerSpec(_Frozen):
 class ScheduleSpec(_Frozen):
     """Learning-rate schedule: linear warmup, then cosine / warmup-stable-decay / constant."""
 
-    kind: Literal["cosine", "wsd", "constant"] = Field(default="cosine",
+    kind: Literal["cosine", "wsd", "constant"] = Field(default=SCHEDULE_DEFAULTS["kind"],
                                                        description="after warmup: cosine decay, wsd (warmup-stable-decay) or constant")
-    warmup_fraction: float = Field(default=0.05, ge=0, lt=1, description="share of steps warming up linearly")
+    warmup_fraction: float = Field(default=SCHEDULE_DEFAULTS["warmup_fraction"], ge=0, lt=1, description="share of steps warming up linearly")
     # A fixed warmup length in steps, over warmup_fraction: runs of different lengths (a trunk and
     # the runs it stands for) then warm up alike.
-    warmup_steps: Optional[int] = Field(default=None, ge=0,
+    warmup_steps: Optional[int] = Field(default=SCHEDULE_DEFAULTS["warmup_steps"], ge=0,
                                         description="a fixed warmup length in steps, over warmup_fraction (runs of different lengths warm up alike)")
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="final learning rate / peak")
-    decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: the final share of steps that decays")
+    min_lr_ratio: float = Field(default=SCHEDULE_DEFAULTS["min_lr_ratio"], ge=0, le=1, description="final learning rate / peak")
+    decay_fraction: float = Field(default=SCHEDULE_DEFAULTS["decay_fraction"], gt=0, le=1, description="wsd: the final share of steps that decays")
     # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
-    decay_shape: Literal["linear", "1-sqrt"] = Field(default="linear",
+    decay_shape: Literal["linear", "1-sqrt"] = Field(default=SCHEDULE_DEFAULTS["decay_shape"],
                                                      description="wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024)")
-
-
-def warmup_steps(total_steps: int, schedule: ScheduleSpec) -> int:
-    """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
-    if schedule.warmup_steps is not None:
-        return min(schedule.warmup_steps, total_steps)
-    return int(round(schedule.warmup_fraction * total_steps))
-
-
-def decay_start(total_steps: int, schedule: ScheduleSpec) -> int:
-    """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
-    decay = max(1, int(round(schedule.decay_fraction * total_steps)))
-    return max(warmup_steps(total_steps, schedule), total_steps - decay)
 
 
 class BranchSpec(_Frozen):
@@ -380,6 +368,30 @@ class SimulatedTask(_Frozen):
         return checked(value, task_name_problem(value))
 
 
+class SimulatedCurve(_Frozen):
+    """A loss-curve law in the learning-rate schedule the simulated runs' eval losses follow
+    (:mod:`scaling.curve_forms`): Luo et al.'s multi-power law or Tissue et al.'s annealing law, its
+    L0 the loss of an unbounded model; a run of N parameters adds the ``law``'s A / N^alpha."""
+
+    form: Literal["multi-power", "annealing"] = Field(default="multi-power", description="multi-power (Luo et al. "
+                                                      "2025) or annealing (Tissue et al. 2024)")
+    L0: float = Field(ge=0, le=100, description="loss as the summed learning rate grows without bound")
+    A: float = Field(gt=0, le=1e3, description="coefficient of the power law in the summed learning rate")
+    alpha: float = Field(gt=0, le=3, description="exponent of the summed learning rate")
+    B: float = Field(default=0.0, ge=0, le=1e8, description="multi-power: scale of the loss drop")
+    C: float = Field(gt=0, le=1e8, description="multi-power: C of G(x) = 1 - (Cx + 1)^-beta; annealing: "
+                     "coefficient of the annealing area")
+    beta: float = Field(default=0.6, gt=0, le=5, description="multi-power: exponent of G")
+    gamma: float = Field(default=0.6, ge=0, le=2, description="multi-power: exponent of the learning rate in G")
+    evals: int = Field(default=50, ge=3, le=2000, description="eval-loss rows per run, evenly spread after warmup")
+
+    def theta(self) -> tuple[float, ...]:
+        """The parameters in :mod:`scaling.curve_forms`' order for the form."""
+        if self.form == "multi-power":
+            return (self.L0, self.A, self.alpha, self.B, self.C, self.beta, self.gamma)
+        return (self.L0, self.A, self.alpha, self.C)
+
+
 class SimulateSpec(_Frozen):
     """Losses from a known law instead of training (`scaling.trainer.simulate`). Part of the key.
 
@@ -393,13 +405,17 @@ class SimulateSpec(_Frozen):
     seed: Seed = Field(default=0, description="seed of the noise (with the run's key)")
     points: int = Field(default=50, ge=2, le=1000, description="train-loss rows per run")
     tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
+    curve: Optional[SimulatedCurve] = Field(default=None, description="eval losses from a loss-curve law in "
+                                            "the run's learning-rate schedule instead of the law's L(N, D)")
 
     @model_serializer(mode="wrap")
     def _omit_absent_tasks(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A simulation without tasks serializes without the field, so its runs' keys do not depend on it.
+        # A simulation without tasks (or a curve law) serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
         if isinstance(out, dict) and not self.tasks:
             out.pop("tasks", None)
+        if isinstance(out, dict) and self.curve is None:
+            out.pop("curve", None)
         return out
 
 

@@ -15,17 +15,25 @@ B* = batch_d D^batch_e: zero at a known optimum, so sweeps of learning rate and 
 minimum to find. Every recorded value is multiplied by exp(noise * z), z standard normal, drawn
 from a generator seeded by the run's key (which hashes the law, the noise, the simulator's
 seed and the run's seed): the same run always gives the same numbers.
+
+With a ``curve`` law (:class:`scaling.trainer.spec.SimulatedCurve`) the loss at each step follows
+that law in the run's learning-rate schedule (the rate of every step from
+:func:`scaling.lr_schedule.lr_steps`, as the trainer steps), plus A / N^alpha of the Chinchilla
+law for the run's size: ``curve.evals`` eval-loss rows evenly spread after warmup, so the curve
+fits of :mod:`scaling.fitting.curves` can be checked against a known truth.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from scaling import vocab
+from scaling.curve_forms import areas, curve_loss, warmup_end
+from scaling.lr_schedule import lr_steps
 from scaling.trainer.result import TrainResult
 from scaling.trainer.spec import RunSpec
 from scaling.trainer.sections import SimulatedLaw
@@ -78,6 +86,26 @@ def task_rows(spec: RunSpec, steps: np.ndarray, tokens: np.ndarray) -> list[tupl
             name = vocab.task_metric(task.name, kind)
             rows += [(int(s), int(t), float(per_token * t), name, float(v)) for s, t, v in zip(steps, tokens, values)]
     return rows
+
+
+def curve_of(spec: RunSpec, N: float, penalty: float) -> tuple[Any, np.ndarray]:
+    """The noiseless loss of a run under its ``simulate.curve`` law (a function of 1-based steps) and its
+    eval steps: ``curve.evals`` of them, evenly spread from the end of warmup to the last step."""
+    sim = spec.simulate
+    assert sim is not None and sim.curve is not None
+    lr = lr_steps(spec.steps, spec.optimizer.lr, spec.schedule)
+    first = min(warmup_end(lr) + 1, spec.steps)
+    evals = np.unique(np.linspace(first, spec.steps, sim.curve.evals).round().astype(np.int64))
+    shift = sim.law.A / N**sim.law.alpha + penalty
+    theta = sim.curve.theta()
+
+    def expected(s: np.ndarray) -> np.ndarray:
+        # A row at step s follows s updates: the rates of steps 0 .. s-1.
+        idx = np.clip(np.asarray(s, np.int64) - 1, 0, spec.steps - 1)
+        at, back = np.unique(idx, return_inverse=True)
+        return curve_loss(sim.curve.form, theta, areas(lr, at))[back] + shift
+
+    return expected, evals
 
 
 def log_steps(steps: int, count: int) -> np.ndarray:
@@ -191,6 +219,9 @@ def simulated_run(
     seen = lambda s: np.minimum(s.astype(float) * batch, float(D))  # noqa: E731 - tokens after each step
     penalty = hparam_penalty(sim.law, N, float(D), spec.optimizer.lr, float(batch))
     expected = lambda s: law_loss(sim.law, N, seen(s)) + penalty  # noqa: E731 - the noiseless curve
+    if sim.curve is not None:
+        expected, eval_steps = curve_of(spec, N, penalty)
+        train_steps = np.unique(np.concatenate([train_steps[train_steps >= eval_steps[0]], eval_steps[-1:]]))
     train = expected(train_steps) * np.exp(sim.noise * rng.standard_normal(train_steps.size))
     evals = expected(eval_steps) * np.exp(sim.noise * rng.standard_normal(eval_steps.size))
 
@@ -200,7 +231,8 @@ def simulated_run(
              for s, t, v in zip(eval_steps, seen(eval_steps), evals)]
     rows += task_rows(spec, eval_steps, seen(eval_steps))
     detail = {"law": sim.law.model_dump(), "noise": sim.noise, "seed": sim.seed, "attempt": attempt,
-              "N": N, "D": D, "expected_final_loss": float(law_loss(sim.law, N, D)) + penalty,
+              "N": N, "D": D, "expected_final_loss": float(expected(np.array([steps]))[0]),
+              **({"curve": sim.curve.model_dump()} if sim.curve is not None else {}),
               **({"tasks": [t.model_dump() for t in sim.tasks]} if sim.tasks else {})}
     result = TrainResult(
         key=spec.key,

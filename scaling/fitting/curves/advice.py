@@ -1,0 +1,103 @@
+"""Schedule advice for one run: the predicted final loss of cosine against WSD schedules, with intervals.
+
+For a run of ``steps`` steps (its warmup and peak rate given), the fitted curve law predicts the
+final loss of a cosine decay to ``floor`` x peak and of warmup-stable-decay schedules that decay
+over the last 10%, 20% or 30% of the steps, linearly or exponentially (Luo et al.'s two WSD
+variants). Each prediction carries the bootstrap's 95% interval. No schedule is named best by a law
+doubted for more than its parameters (its design, its plausibility); otherwise the best is the
+lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
+are listed as not told apart from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from scaling.errors import FitError
+from scaling.fitting.core.intervals import summarise
+from scaling.fitting.curves.fit import CurveLaw, law_at
+from scaling.fitting.curves.laws import form
+from scaling.fmt import Interval
+
+__all__ = ["DECAY_FRACTIONS", "ScheduleAdvice", "schedule_advice", "schedules_for"]
+
+#: The decay fractions of the WSD schedules compared.
+DECAY_FRACTIONS = (0.1, 0.2, 0.3)
+
+
+def schedules_for(steps: int, peak: float, warmup: int, floor: float = 0.1) -> dict[str, np.ndarray]:
+    """Every compared schedule's rate at each step 0 .. ``steps`` - 1 (linear warmup from 0 to ``peak``)."""
+    if not (steps > warmup + 1 and warmup >= 0 and peak > 0 and 0 < floor < 1):
+        raise FitError("schedule advice needs steps beyond the warmup, a positive peak and a floor between 0 and 1")
+    base = np.full(steps, peak)
+    base[:warmup] = peak * np.arange(warmup) / max(warmup, 1)
+    low = floor * peak
+    out = {}
+    cos = base.copy()
+    u = (np.arange(warmup, steps) - warmup) / max(1, steps - 1 - warmup)
+    cos[warmup:] = low + 0.5 * (peak - low) * (1 + np.cos(np.pi * u))
+    out["cosine"] = cos
+    for frac in DECAY_FRACTIONS:
+        start = max(warmup, steps - int(round(frac * steps)))
+        u = (np.arange(start, steps) - start) / max(1, steps - 1 - start)
+        lin, exp = base.copy(), base.copy()
+        lin[start:] = peak * (1 - u) + low * u
+        exp[start:] = peak ** (1 - u) * low ** u
+        out[f"wsd {int(round(100 * frac))}% linear"] = lin
+        out[f"wsd {int(round(100 * frac))}% exponential"] = exp
+    return out
+
+
+@dataclass
+class ScheduleAdvice:
+    """The predicted final loss of each schedule, and the best one where the law and its bootstrap say so."""
+
+    steps: int
+    losses: dict[str, Interval]
+    best: Optional[str]
+    tied: list[str] = field(default_factory=list)
+    why_not: Optional[str] = None
+
+    def table(self) -> str:
+        lines = [f"Final loss after {self.steps:,} steps by schedule (95% interval):"]
+        for name, iv in sorted(self.losses.items(), key=lambda kv: kv[1].value):
+            mark = "  <- best" if name == self.best else ""
+            lines.append(f"  {name:<22} {iv.text(4)}{mark}")
+        if self.best is None:
+            lines.append(f"no best schedule: {self.why_not}")
+        elif self.tied:
+            lines.append(f"not told apart from the best: {', '.join(self.tied)}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "best": self.best, "tied": self.tied, "why_not": self.why_not,
+                "losses": {k: {"value": v.value, "lo": v.lo, "hi": v.hi} for k, v in self.losses.items()}}
+
+
+def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: float = 0.1) -> ScheduleAdvice:
+    """Cosine against WSD (10-30% decay, linear and exponential) for a run of ``steps`` steps."""
+    schedules = schedules_for(steps, peak, warmup, floor)
+    f = form(law.form_ or "")
+    reps = law.replicates_.get(f.name)
+    values, draws = {}, {}
+    for name, lr in schedules.items():
+        values[name] = float(law.loss_at(lr, [steps - 1])[0])
+        if reps is not None and reps.shape[0] >= 2:
+            draws[name] = law_at(f, reps, lr, np.array([steps - 1]))[:, 0]
+    losses = {n: Interval.of(summarise(draws.get(n, []), v)) for n, v in values.items()}
+    order = sorted(values, key=lambda n: values[n])
+    verdicts = [d for d in law.doubts() if not d.kind.about_parameters]
+    if verdicts:  # doubts about parameters alone leave the answer to the bootstrap's paired differences
+        return ScheduleAdvice(steps, losses, None, why_not="the curve law is not trusted: " + "; ".join(verdicts))
+    if not draws:
+        return ScheduleAdvice(steps, losses, None, why_not="no bootstrap: the schedules cannot be told apart")
+    best = order[0]
+    tied = []
+    for other in order[1:]:
+        diff = Interval.of(summarise(draws[other] - draws[best], values[other] - values[best]))
+        if diff.lo is None or diff.lo <= 0:
+            tied.append(other)
+    return ScheduleAdvice(steps, losses, best, tied)
