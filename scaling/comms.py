@@ -554,6 +554,7 @@ def step_comm_time(
 def layer_activation_bytes(
     shape: Shape, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none",
     *, precision: Precision = "bf16", attention: AttentionMemory = "fused", device: MemoryDevice = "cuda",
+    joined: bool | None = None,
 ) -> float:
     """Bytes one block of ``shape``'s family keeps for backward, counted tensor by tensor.
 
@@ -565,8 +566,12 @@ def layer_activation_bytes(
       to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
       composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
       and its output as the next linear layers keep it:
-      under autocast one c-byte copy per layer that reads it (gpt2: one, the fused QKV and the first
-      MLP matrix; llama: three for q, k, v and two for gate and up), in FP32 the output itself (4h);
+      under autocast one c-byte copy per matrix product that reads it (gpt2: one, the fused QKV and
+      the first MLP matrix; llama: one where its q, k, v and its gate and up are ``joined`` into one
+      product each, ``scaling.trainer.families.llama.fused_projections``, which they are under autocast
+      without tensor parallelism or bf16-gathered FSDP2 weights, else three and two), in FP32 the output itself (4h);
+    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
+      normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
     * attention: q, k and v (c(h + 2 kv)) and the output, which the output projection takes as it
       is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
       and the CPU) keep a FP32 log-sum-exp per head (4a) and never the s x s scores; ``math``
@@ -574,7 +579,8 @@ def layer_activation_bytes(
       its c-byte copy ((4 + c) a s), the term Korthikanti's 5as/h stands for;
     * the MLP: gpt2's first matrix's output and GELU's (2 c ffn), llama's gate, SiLU, up and their
       product (4 c ffn);
-    * llama's RoPE angles, cos and sin in FP32 for each position (8 s head_dim per block, not per sequence).
+    * llama's RoPE tables, cos and sin in the compute dtype for each position (2 c s head_dim; one
+      table the blocks share, counted with each block: an overcount of a few MiB at most).
 
     Tensor parallelism splits attention's and the MLP's tensors over ``tp``, the norms' stay whole;
     sequence parallelism splits those too. ``selective`` recomputation drops the scores (nothing
@@ -594,14 +600,18 @@ def layer_activation_bytes(
         kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
         return kept + (c * h * readers if autocast else 4.0 * h)
 
-    whole = norm(3 if llama else 1) + norm(2 if llama else 1)
+    if joined is None:
+        joined = autocast and tp == 1
+    whole = norm(1 if joined or not llama else 3) + norm(1 if joined or not llama else 2)
     kv = shape.kv_heads * shape.head_dim
     split = c * (2 * h + 2 * kv) + (4 if llama else 2) * c * shape.hidden
+    if llama and shape.qk_norm:  # FP32 input (and on the CPU its normalized copy), 1/rms per head
+        split += 4.0 * (h + kv) * (2 if device == "cpu" else 1) + 4.0 * (shape.n_head + shape.kv_heads)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
         split += (4 + (c if autocast else 0)) * shape.n_head * s
-    rope = 8.0 * s * shape.head_dim if llama else 0.0
+    rope = 2.0 * c * s * shape.head_dim if llama else 0.0
     if sequence_parallel:
         return tokens * (whole + split) / t + rope
     return tokens * (whole + split / t) + rope
@@ -689,7 +699,9 @@ def memory_per_rank(
         # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see dp_traffic)
         weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
-    kinds = {"precision": precision, "attention": attention, "device": device}
+    fsdp_16bit = layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2
+    joined = precision != "fp32" and t == 1 and not fsdp_16bit  # where autocast casts the weights itself
+    kinds = {"precision": precision, "attention": attention, "device": device, "joined": joined}
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]
     layers = shape.n_layer // layout.pp
     acts = in_flight(layout) * layers * per_layer

@@ -641,6 +641,7 @@ class Trainer:
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "attention": self._attention_kernel(),
+                  "fused_optimizer": bool(self.optimizer.defaults.get("fused")),
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
                   "tasks": self.tasks.describe() if self.tasks is not None else {},
                   **getattr(self.par, "layout", {})}

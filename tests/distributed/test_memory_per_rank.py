@@ -133,13 +133,15 @@ def test_peak_memory_per_rank_is_within_a_quarter_of_the_estimate(tmp_path) -> N
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "llama qk_norm"])
 def test_a_block_keeps_what_the_model_counts(family: str, precision: str) -> None:
     """What one real block saves for backward (distinct storages, parameters aside) is
-    ``layer_activation_bytes`` on the CPU, plus autocast's 16-bit copies of its matrices."""
+    ``layer_activation_bytes`` on the CPU, plus autocast's 16-bit copies of its matrices (llama's
+    joined q, k, v and gate, up included)."""
     from scaling.trainer.families.model import build_model
 
-    extra = {"n_kv_head": 2} if family == "llama" else {}
+    extra = {"n_kv_head": 2, "qk_norm": family.endswith("qk_norm")} if family.startswith("llama") else {}
+    family = family.split()[0]
     shape = Shape(1, 64, 4, 256, 48, family=family, **extra)
     model = build_model(shape, 0)
     block, b = model.blocks[0], 2
