@@ -132,23 +132,22 @@ def worker_threads(spec: RunSpec) -> int:
     return ex.threads
 
 
-def fused_optimizer(rt: Runtime, strategy: str, fp16: bool) -> bool:
-    """Whether AdamW runs fused: on CUDA or the CPU, for every layout but ZeRO-1 and fp16 under
-    FSDP2. One kernel
-    updates every tensor of a group (on the CPU a 4 x d 128 model's step takes 0.9 ms instead of
-    4.9 ms per tensor), and it skips a step with non-finite gradients itself, so the loop need not
-    read the norm first. Each parameter group holds one kind of tensor (plain, or DTensors of one
-    mesh: :func:`scaling.trainer.optim.param_groups`), which the fused kernel needs. ZeRO-1's
-    ZeroRedundancyOptimizer steps an inner optimizer the loop's skip on the device cannot reach;
-    FSDP2's ShardedGradScaler hands the fused kernel a found-inf flag of shape [1], which it refuses."""
-    sharded_fp16 = fp16 and strategy in ("zero2", "zero3")
-    return rt.device.type in ("cuda", "cpu") and strategy != "zero1" and not sharded_fp16
+def fused_optimizer(rt: Runtime) -> bool:
+    """Whether AdamW runs fused: on CUDA or the CPU, for every layout. One kernel updates every
+    tensor of a group (on the CPU a 4 x d 128 model's step takes 0.9 ms instead of 4.9 ms per
+    tensor), and it skips a step with non-finite gradients itself from a flag on the device, so
+    the loop need not read the norm first (ZeRO-1: the flag goes to ZeroRedundancyOptimizer's
+    inner optimizer; fp16: the loop unscales, takes the norm and sets the flag itself, where the
+    scaler's own step would read its inf check on the host). Each parameter group holds one kind
+    of tensor (plain, or DTensors of one mesh: :func:`scaling.trainer.optim.param_groups`), which
+    the fused kernel needs."""
+    return rt.device.type in ("cuda", "cpu")
 
 
 def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimizer:
     """AdamW over the model's parameter groups (fused where :func:`fused_optimizer` says)."""
     opt = spec.optimizer
-    fused = fused_optimizer(rt, par.strategy, uses_loss_scaling(spec.precision))
+    fused = fused_optimizer(rt)
     return par.build_optimizer(
         param_groups(par.model, opt.weight_decay, spec.model.shape.width_mult),
         lr=opt.lr,
@@ -169,7 +168,7 @@ def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str
 
 @dataclass
 class PendingStep:
-    """A step taken whose loss and gradient norm are still on their way to the host.
+    """A step taken whose loss, gradient norm and z-loss are still on their way to the host.
 
     On a GPU they are copied into pinned host memory without blocking as soon as the norm is
     known, and an event marks the copy: reading them one step later waits for that step's
@@ -177,28 +176,30 @@ class PendingStep:
 
     index: int  # the step's number (0 for the first)
     cursor: int  # the batch it trained on
-    values: torch.Tensor  # (loss, norm): a host copy once ``ready`` has passed
+    values: torch.Tensor  # (loss, norm, z-loss or nan): a host copy once ``ready`` has passed
     ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
-    z_loss: Optional[torch.Tensor] = None  # the batch's mean z-loss when the model has one
 
     @classmethod
-    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
-        both = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device)])
-        if both.device.type != "cuda":
-            return cls(index, cursor, both, None, lr)
-        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
-        host.copy_(both, non_blocking=True)
+    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float,
+           z_loss: Optional[torch.Tensor] = None) -> "PendingStep":
+        """``z_loss``: the batch's mean z-loss when the model has one."""
+        z = z_loss.detach().float() if z_loss is not None else torch.full((), math.nan, device=loss.device)
+        values = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device), z.to(loss.device)])
+        if values.device.type != "cuda":
+            return cls(index, cursor, values, None, lr)
+        host = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        host.copy_(values, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
         return cls(index, cursor, host, ready, lr)
 
-    def read(self) -> tuple[float, float]:
-        """(loss, norm) on the host, waiting for this step's copy only."""
+    def read(self) -> tuple[float, float, float]:
+        """(loss, norm, z-loss or nan) on the host, waiting for this step's copy only."""
         if self.ready is not None:
             self.ready.synchronize()
-        loss, norm = self.values.tolist()
-        return loss, norm
+        loss, norm, z = self.values.tolist()
+        return loss, norm, z
 
 
 class StepTimer:
@@ -467,15 +468,12 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         self.null_gradients()
         norm = self.par.clip_grad_norm(spec.grad_clip)
-        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr)  # on its way to the host
+        z_loss = self.rt.sum(self.z_weighted, self.par.loss_group) if spec.model.z_loss else None
+        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr, z_loss)  # on its way to the host
+        self._step_if_finite(norm)  # unscaled gradients are finite exactly where the scaler found no inf
         if self.fp16:
-            self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
-            self.scaler.update()
-        else:
-            self._step_if_finite(norm)
+            self.scaler.update()  # from the inf checks unscale_ recorded, on the device
         self.optimizer.zero_grad(set_to_none=True)
-        if spec.model.z_loss:
-            self.pending.z_loss = self.rt.sum(self.z_weighted, self.par.loss_group)
         self.step += 1
         self.cursor += 1
         self.timer.stop(self.tokens_per_step)
@@ -484,14 +482,15 @@ class Trainer:
 
     def _step_if_finite(self, norm: torch.Tensor) -> None:
         """The optimizer step, skipped when the gradient norm is not finite: decided on the device
-        by the fused optimizer, else by reading the norm."""
+        by the fused optimizer (ZeRO-1's inner one), else by reading the norm."""
         if self.optimizer.defaults.get("fused"):
-            self.optimizer.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
-            self.optimizer.grad_scale = None  # type: ignore[attr-defined]
+            inner = getattr(self.optimizer, "optim", self.optimizer)  # ZeroRedundancyOptimizer steps its shard's
+            inner.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
+            inner.grad_scale = None  # type: ignore[attr-defined]
             try:
                 self.optimizer.step()
             finally:
-                del self.optimizer.found_inf, self.optimizer.grad_scale  # type: ignore[attr-defined]
+                del inner.found_inf, inner.grad_scale  # type: ignore[attr-defined]
         elif math.isfinite(float(norm)):
             self.optimizer.step()
 
@@ -508,7 +507,7 @@ class Trainer:
         p = self.pending
         assert p is not None
         self.pending = None
-        loss, norm = p.read()
+        loss, norm, z_loss = p.read()
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)
             if not self.spec.spike.enabled:
@@ -525,7 +524,7 @@ class Trainer:
         self.window.append(loss)
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
-        self.settled_z = float(p.z_loss) if p.z_loss is not None else math.nan
+        self.settled_z = z_loss
         step = p.index + 1
         if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
             self._log_step(step, p.cursor + 1)
