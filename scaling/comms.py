@@ -675,6 +675,7 @@ def memory_per_rank(
     *,
     attention: AttentionMemory = "fused",
     device: MemoryDevice = "cuda",
+    cpu_offload: bool = False,
 ) -> MemoryEstimate:
     """Memory of the busiest rank (the first pipeline stage) at its peak: model state, activations, buffers.
 
@@ -690,6 +691,11 @@ def memory_per_rank(
     micro-batch of an accumulated step, and always under DDP; one micro-batch on one process
     peaks lower, by up to the gradients. This is the one memory model: :func:`estimate_memory`
     is its data-parallel case.
+
+    ``cpu_offload`` (ZeRO-2/3 over several data-parallel ranks; FSDP2's ``CPUOffloadPolicy``): the
+    sharded weights, their gradients and AdamW's state live in host memory, so the device holds
+    none of them: only ZeRO-2's gathered copy, the blocks FSDP2 gathers and reduces, and the
+    activations. Elsewhere the trainer refuses it (``scaling.trainer.spec.offload_problem``).
     """
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
@@ -698,6 +704,10 @@ def memory_per_rank(
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
         # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see dp_traffic)
         weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
+    if cpu_offload and layout.strategy in ("zero2", "zero3") and layout.dp > 1:
+        sharded = model_state_bytes(params, precision, "zero3", layout.dp, mem_layout)[0]
+        weights = weights - sharded  # ZeRO-2's gathered copy stays on the device
+        grads = optim = 0.0
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     fsdp_16bit = layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2
     joined = precision != "fp32" and t == 1 and not fsdp_16bit  # where autocast casts the weights itself

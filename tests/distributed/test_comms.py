@@ -453,3 +453,17 @@ def test_module_is_torch_free() -> None:
     code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+def test_cpu_offload_takes_the_shards_off_the_device(strategy: str) -> None:
+    """Under FSDP2's CPU offload the device holds no sharded weights, gradients or optimizer state:
+    only ZeRO-2's gathered copy, the per-block buffers and the activations stay."""
+    layout = ParallelLayout(dp=4, strategy=strategy, micro_batch=2, micro_batches=2)  # type: ignore[arg-type]
+    on, off = memory_per_rank(TINY, layout, "bf16"), memory_per_rank(TINY, layout, "bf16", cpu_offload=True)
+    sharded = model_state_bytes(TINY.params_total, "bf16", "zero3", 4)[0]
+    assert off.weights_bytes == pytest.approx(on.weights_bytes - sharded)
+    assert (off.gradients_bytes, off.optimizer_bytes) == (0.0, 0.0)
+    assert (off.activations_bytes, off.buffers_bytes) == (on.activations_bytes, on.buffers_bytes)
+    ddp = ParallelLayout(dp=4, strategy="ddp", micro_batch=2)
+    assert memory_per_rank(TINY, ddp, "bf16", cpu_offload=True) == memory_per_rank(TINY, ddp, "bf16")
