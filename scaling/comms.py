@@ -572,8 +572,9 @@ def layer_activation_bytes(
       without tensor parallelism or bf16-gathered FSDP2 weights, else three and two), in FP32 the output itself (4h);
     * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
       normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
-    * attention: q, k and v (c(h + 2 kv)) and the output, which the output projection takes as it
-      is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
+    * attention: q, k and v (c(h + 2 kv); on CUDA in FP32 k and v repeated over the query heads,
+      c(h + 2h), for SDPA's memory-efficient kernel, which takes no grouped heads) and the output,
+      which the output projection takes as it is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
       and the CPU) keep a FP32 log-sum-exp per head (4a) and never the s x s scores; ``math``
       attention (SDPA's math fallback, plain softmax) keeps the FP32 softmax and, under autocast,
       its c-byte copy ((4 + c) a s), the term Korthikanti's 5as/h stands for;
@@ -604,7 +605,9 @@ def layer_activation_bytes(
         joined = autocast and tp == 1
     whole = norm(1 if joined or not llama else 3) + norm(1 if joined or not llama else 2)
     kv = shape.kv_heads * shape.head_dim
-    split = c * (2 * h + 2 * kv) + (4 if llama else 2) * c * shape.hidden
+    # CUDA in FP32 repeats grouped key/value heads for the fused kernel (attention.expands_groups)
+    kept_kv = h if device == "cuda" and not autocast and attention == "fused" else kv
+    split = c * (2 * h + 2 * kept_kv) + (4 if llama else 2) * c * shape.hidden
     if llama and shape.qk_norm:  # FP32 input (and on the CPU its normalized copy), 1/rms per head
         split += 4.0 * (h + kv) * (2 if device == "cpu" else 1) + 4.0 * (shape.n_head + shape.kv_heads)
     if attention == "fused":

@@ -49,6 +49,8 @@ MIN_SPIKE_HISTORY = 10
 #: A run whose final eval loss exceeds ln(vocabulary), what a uniform guess scores, by more than
 #: this many nats diverged (an untrained model starts within a few tenths of ln V).
 DIVERGED_NATS = 1.0
+#: What a rollback event names as its checkpoint when the run went back to its seed's weights.
+SEED_STATE = "the seed's weights (no checkpoint yet)"
 #: The final train loss is the mean over this many last steps (one step's loss is noisy).
 FINAL_TRAIN_STEPS = 10
 
@@ -289,6 +291,8 @@ class Trainer:
         self.recent: deque[float] = deque(maxlen=FINAL_TRAIN_STEPS)
         self.last_eval: Optional[float] = None
         self.resumed_from: Optional[int] = None
+        self.written: set[str] = set()  # checkpoints this process wrote or verified
+        self.first_scaler = self.scaler.state_dict()  # the loss scale a run from the seed starts with
         self.data_detail: dict[str, Any] = {}
 
         # Accounting and logging.
@@ -326,15 +330,19 @@ class Trainer:
             rt=self.rt,
             protect=self.spec.execution.keep_steps,
         )
+        self.written.add(str(path))  # hashed as it was written: a rollback to it need not hash it again
         return path
 
     def _load(self) -> tuple[Path, dict[str, Any]] | None:
-        """Restore the newest intact checkpoint (None: there is none)."""
+        """Restore the newest intact checkpoint (None: there is none), hashing only those this
+        process did not write or verify already."""
         found = checkpoint.load_latest(self.run_dir, model=self.par.model, optimizer=self.optimizer,
-                                       scaler=self.scaler, rt=self.rt, on_corrupt=self._corrupt)
+                                       scaler=self.scaler, rt=self.rt, on_corrupt=self._corrupt,
+                                       trusted=self.written)
         if found is None:
             return None
         path, meta = found
+        self.written.add(str(path))
         if meta.get("key") != self.key:
             raise SpecError(f"{path}: checkpoint of run {meta.get('key')}, not {self.key} (wrong run_dir?)")
         self._restore(meta)
@@ -352,6 +360,18 @@ class Trainer:
         self.lr_scale = float(meta["lr_scale"])
         self.rollbacks = int(meta["rollbacks"])
         self.overflow_skips = int(meta["overflow_skips"])
+
+    def _from_seed(self) -> tuple[Path, dict[str, Any]]:
+        """The run's state at step 0, drawn again from its seed (what a step-0 checkpoint would hold):
+        the seed's weights, a fresh optimizer and loss scale, the loop at its start."""
+        init_materialized(self.par.model, self.spec.shape, self.spec.seed, self.rt.device)
+        checkpoint.reset_optimizer(self.optimizer)
+        if self.first_scaler:
+            self.scaler.load_state_dict(self.first_scaler)
+        meta = {"step": 0, "cursor": 0, "lr_scale": 1.0, "rollbacks": 0, "overflow_skips": 0,
+                "window": torch.zeros(0), "recent": torch.zeros(0), "last_eval": None}
+        self._restore(meta)
+        return Path(SEED_STATE), meta
 
     def _branch_from_trunk(self) -> Path:
         """Start a cooldown branch from its trunk's checkpoint at the branch point (collective).
@@ -564,8 +584,10 @@ class Trainer:
             )
         spike_step, rollbacks, skips, lr_scale = spiked.index, self.rollbacks, self.overflow_skips, self.lr_scale
         found = self._load()
-        if found is None:  # only if every checkpoint, step 0's included, was found corrupt
-            raise TrainingError(f"run {self.key}: loss spike at step {spike_step} with no checkpoint to roll back to")
+        if found is None:  # no checkpoint yet (or every one corrupt): back to the seed's weights
+            if self.pipelined or self.spec.branch is not None:  # these always have their first state saved
+                raise TrainingError(f"run {self.key}: loss spike at step {spike_step} with no checkpoint to roll back to")
+            found = self._from_seed()
         path, meta = found
         # The counters and the LR scale belong to the run's history, not to the checkpoint.
         self.rollbacks, self.overflow_skips = rollbacks + 1, skips
@@ -634,9 +656,11 @@ class Trainer:
         else:
             if self.spec.branch is not None:
                 self._branch_from_trunk()
-            # The first state (step 0, or a branch's point): what a spike before the next
-            # checkpoint rolls back to, and where a branch resumes without its trunk.
-            self._save()
+            # A branch's first state: where it resumes without its trunk and what a spike before
+            # its next checkpoint rolls back to. A run from the seed saves step 0 only when asked
+            # (``keep_steps``): a spike before its first checkpoint draws the seed's weights again.
+            if self.spec.branch is not None or self.pipelined or 0 in self.spec.execution.keep_steps:
+                self._save()
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "attention": self._attention_kernel(),

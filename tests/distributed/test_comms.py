@@ -467,3 +467,15 @@ def test_cpu_offload_takes_the_shards_off_the_device(strategy: str) -> None:
     assert (off.activations_bytes, off.buffers_bytes) == (on.activations_bytes, on.buffers_bytes)
     ddp = ParallelLayout(dp=4, strategy="ddp", micro_batch=2)
     assert memory_per_rank(TINY, ddp, "bf16", cpu_offload=True) == memory_per_rank(TINY, ddp, "bf16")
+
+
+def test_grouped_heads_in_fp32_on_cuda_are_counted_repeated() -> None:
+    """CUDA's FP32 attention repeats grouped key/value heads for SDPA's memory-efficient kernel
+    (``attention.expands_groups``): a block keeps what the same block with every head its own
+    keeps; in bf16, and on the CPU, the groups stay grouped and keep less."""
+    gqa = Shape(n_layer=2, d_model=256, n_head=8, n_kv_head=2, vocab_size=256, context=128, family="llama")
+    mha = Shape(n_layer=2, d_model=256, n_head=8, n_kv_head=8, vocab_size=256, context=128, family="llama")
+    assert layer_activation_bytes(gqa, 2, precision="fp32") == layer_activation_bytes(mha, 2, precision="fp32")
+    for precision, device in (("bf16", "cuda"), ("fp32", "cpu")):
+        kinds = {"precision": precision, "device": device}
+        assert layer_activation_bytes(gqa, 2, **kinds) < layer_activation_bytes(mha, 2, **kinds)  # type: ignore[arg-type]

@@ -148,5 +148,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
                                softmax_scale=scale)
         return out.transpose(1, 2)
     if k.size(1) != q.size(1):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        if not expands_groups(q):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def expands_groups(q: torch.Tensor) -> bool:
+    """Whether grouped-query attention repeats each key/value head over its group before SDPA:
+    on CUDA in FP32, where SDPA's flash kernel does not run (16-bit only) and its memory-efficient
+    one, which does, takes no ``enable_gqa``, so grouped heads would fall back to the math kernel
+    and keep an s x s softmax per head. Repeated heads cost 2 (h - h_kv) head widths more per
+    token (``scaling.comms.layer_activation_bytes`` counts them); the CPU's fused kernel and the
+    16-bit CUDA kernels take the groups as they are."""
+    return q.is_cuda and q.dtype == torch.float32
