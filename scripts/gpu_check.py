@@ -251,7 +251,7 @@ def step_accumulation(c: Check) -> list[Verdict]:
     from scaling.trainer.spec import RunSpec
 
     name = f"zero3, {ACCUMULATED} micro-batches, peak memory vs memory_per_rank"
-    model = c.medium if c.cpu else {"n_layer": 8, "d_model": 2048, "n_head": 16, "context": 512}
+    model = c.medium if c.cpu else {"n_layer": 4, "d_model": 2048, "n_head": 16, "context": 512}  # state dominates
     batch = 2 * ACCUMULATED * model["context"]
     spec = c.spec(model, batch, 5, "bf16", execution={"workers": 2, "gpus_per_worker": 0 if c.cpu else 1,
                                                       "strategy": "zero3", "micro_batch_size": 1})
