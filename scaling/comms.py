@@ -568,8 +568,8 @@ def layer_activation_bytes(
       and its output as the next linear layers keep it:
       under autocast one c-byte copy per matrix product that reads it (gpt2: one, the fused QKV and
       the first MLP matrix; llama: one where its q, k, v and its gate and up are ``joined`` into one
-      product each, ``scaling.trainer.families.llama.fused_projections``, which they are under autocast
-      without tensor parallelism or bf16-gathered FSDP2 weights, else three and two), in FP32 the output itself (4h);
+      product each, ``scaling.trainer.families.llama.fused_projections``, which they are without
+      tensor parallelism, else three and two), in FP32 the output itself (4h);
     * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
       normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
     * attention: q, k and v (c(h + 2 kv); on CUDA in FP32 k and v repeated over the query heads,
@@ -712,9 +712,7 @@ def memory_per_rank(
         weights = weights - sharded  # ZeRO-2's gathered copy stays on the device
         grads = optim = 0.0
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
-    fsdp_16bit = layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2
-    joined = precision != "fp32" and t == 1 and not fsdp_16bit  # where autocast casts the weights itself
-    kinds = {"precision": precision, "attention": attention, "device": device, "joined": joined}
+    kinds = {"precision": precision, "attention": attention, "device": device}
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]
     layers = shape.n_layer // layout.pp
     acts = in_flight(layout) * layers * per_layer

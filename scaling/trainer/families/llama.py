@@ -14,8 +14,8 @@ but its parameters materialized), and applied in the dtype of q and k, as Huggin
 does: under autocast the queries and keys are 16-bit matmul outputs already.
 
 The projections that read one norm output (q, k and v; gate and up) run as one matrix product
-(:func:`fused_projections`), so autocast casts that output once; their parameters stay separate
-(checkpoints, the Hugging Face export and tensor parallelism see today's layout).
+(:func:`fused_projections`; one by one under tensor parallelism), so autocast casts that output
+once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
 
 Tensor parallelism splits q, k, v and the SwiGLU gate and up projections by columns (whole heads
 per rank) and o and down by rows; the forward pass takes its numbers of heads from the widths it
@@ -76,30 +76,49 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def fuses_projections(weights: list[torch.Tensor], device: str) -> bool:
-    """Whether :func:`fused_projections` joins these weights: where autocast would cast each of them
-    to its dtype anyway, so the joined 16-bit copy it keeps for backward replaces autocast's copies
-    byte for byte. Not in FP32 (joining would keep an FP32 copy of the weights), nor where FSDP2
-    gathered them in the compute dtype already (it would keep a copy FSDP2 frees), nor under tensor
-    parallelism (DTensor weights, whose layers run their own input and output hooks)."""
-    from torch.distributed.tensor import DTensor
+def autocast_casts(weights: list[torch.Tensor], device: str) -> bool:
+    """Whether autocast would cast these weights to its dtype (it is on, and they are not in it yet)."""
+    return torch.is_autocast_enabled(device) and all(w.dtype != torch.get_autocast_dtype(device) for w in weights)
 
-    if not torch.is_autocast_enabled(device) or any(isinstance(w, DTensor) for w in weights):
-        return False
-    return all(w.dtype != torch.get_autocast_dtype(device) for w in weights)
+
+class JoinedLinear(torch.autograd.Function):
+    """``x @ cat(weights).T`` keeping only ``x`` and the weights themselves for backward (the joined
+    matrix is made again there), so joining costs no copy of the weights between forward and backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, *weights)
+        return F.linear(x, torch.cat(weights))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x, *weights = ctx.saved_tensors
+        grad_x = grad @ torch.cat(weights)
+        grad_w = grad.reshape(-1, grad.size(-1)).T @ x.reshape(-1, x.size(-1))
+        return (grad_x, *grad_w.split([w.size(0) for w in weights]))
 
 
 def fused_projections(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
-    """``[layer(x) for layer in layers]`` (bias-free linear layers), as one matrix product of the
-    joined weights where :func:`fuses_projections` says: one cast of ``x`` under autocast instead of
-    one per layer, each kept for backward. The weights are cast as autocast would, then joined."""
+    """``[layer(x) for layer in layers]`` (bias-free linear layers) as one matrix product of the
+    joined weights: one read of ``x`` and, under autocast, one cast of it kept for backward instead
+    of one per layer. Where autocast would cast the weights, they are cast as it would and joined,
+    and the joined 16-bit copy kept for backward replaces autocast's copies byte for byte; else
+    (FP32, or FSDP2's weights gathered in the compute dtype already) :class:`JoinedLinear` keeps the
+    weights themselves. Tensor-parallel layers (DTensor weights, with their own input and output
+    hooks) run one by one."""
+    from torch.distributed.tensor import DTensor
+
     weights = [layer.weight for layer in layers]
-    device = x.device.type
-    if not fuses_projections(weights, device):
+    if any(isinstance(w, DTensor) for w in weights):
         return [layer(x) for layer in layers]
-    dtype = torch.get_autocast_dtype(device)
-    joined = torch.cat([w.to(dtype) for w in weights])
-    return list(F.linear(x, joined).split([w.size(0) for w in weights], dim=-1))
+    rows = [w.size(0) for w in weights]
+    device = x.device.type
+    if autocast_casts(weights, device):
+        dtype = torch.get_autocast_dtype(device)
+        return list(F.linear(x, torch.cat([w.to(dtype) for w in weights])).split(rows, dim=-1))
+    if x.dtype != weights[0].dtype:  # under autocast with weights in its dtype: x cast once
+        x = x.to(weights[0].dtype)
+    return list(JoinedLinear.apply(x, *weights).split(rows, dim=-1))
 
 
 class SumGradOver(torch.autograd.Function):
@@ -130,7 +149,10 @@ class HeadNorm(nn.RMSNorm):
         weight = self.weight
         if self.tp_group is not None:
             weight = SumGradOver.apply(weight, self.tp_group)
-        return F.rms_norm(x.float(), self.normalized_shape, weight.float(), self.eps).to(x.dtype)
+        # FP32 and contiguous: what it keeps for backward is its own copy, not a view that would keep
+        # the whole joined q, k, v product alive
+        xf = x.float().contiguous()
+        return F.rms_norm(xf, self.normalized_shape, weight.float(), self.eps).to(x.dtype)
 
 
 class Attention(nn.Module):
