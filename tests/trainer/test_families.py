@@ -100,9 +100,9 @@ def test_rope_tables_rotate_as_rotate_half_and_are_computed_once() -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16 weights"])
 def test_fused_projections_equal_the_layers_one_by_one(precision: str) -> None:
-    """FP32 (the joined product keeps the weights themselves), autocast casting FP32 weights (a
-    joined 16-bit copy) and autocast with weights already in bf16 (as FSDP2 gathers them): the
-    outputs and every gradient equal the layers run one by one."""
+    """FP32 (the layers one by one), autocast casting FP32 weights (a joined 16-bit copy) and
+    autocast with weights already in bf16 (as FSDP2 gathers them: ``JoinedLinear``, keeping the
+    weights themselves): the outputs and every gradient equal the layers run one by one."""
     from scaling.trainer.families.llama import fused_projections
 
     torch.manual_seed(0)

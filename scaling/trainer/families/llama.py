@@ -13,9 +13,9 @@ device and dtype (:func:`rope_tables`; no buffer, so a model built on the meta d
 but its parameters materialized), and applied in the dtype of q and k, as Hugging Face's Llama
 does: under autocast the queries and keys are 16-bit matmul outputs already.
 
-The projections that read one norm output (q, k and v; gate and up) run as one matrix product
-(:func:`fused_projections`; one by one under tensor parallelism), so autocast casts that output
-once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
+The projections that read one norm output (q, k and v; gate and up) run under autocast as one
+matrix product (:func:`fused_projections`; one by one in FP32 and under tensor parallelism), so
+autocast casts that output once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
 
 Tensor parallelism splits q, k, v and the SwiGLU gate and up projections by columns (whole heads
 per rank) and o and down by rows; the forward pass takes its numbers of heads from the widths it
@@ -99,20 +99,21 @@ class JoinedLinear(torch.autograd.Function):
 
 
 def fused_projections(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
-    """``[layer(x) for layer in layers]`` (bias-free linear layers) as one matrix product of the
-    joined weights: one read of ``x`` and, under autocast, one cast of it kept for backward instead
-    of one per layer. Where autocast would cast the weights, they are cast as it would and joined,
-    and the joined 16-bit copy kept for backward replaces autocast's copies byte for byte; else
-    (FP32, or FSDP2's weights gathered in the compute dtype already) :class:`JoinedLinear` keeps the
-    weights themselves. Tensor-parallel layers (DTensor weights, with their own input and output
-    hooks) run one by one."""
+    """``[layer(x) for layer in layers]`` (bias-free linear layers), under autocast as one matrix
+    product of the joined weights: one cast of ``x``, kept for backward, instead of one per layer.
+    Where autocast would cast the weights, they are cast as it would and joined, and the joined
+    16-bit copy kept for backward replaces autocast's copies byte for byte; where they are in its
+    dtype already (FSDP2 gathers them so) :class:`JoinedLinear` keeps the weights themselves. In
+    FP32 there is no cast to save and the layers run one by one (joined, the step measured no
+    faster on the CPU: its elementwise kernels then read strided views), as do tensor-parallel
+    layers (DTensor weights, with their own input and output hooks)."""
     from torch.distributed.tensor import DTensor
 
     weights = [layer.weight for layer in layers]
-    if any(isinstance(w, DTensor) for w in weights):
+    device = x.device.type
+    if not torch.is_autocast_enabled(device) or any(isinstance(w, DTensor) for w in weights):
         return [layer(x) for layer in layers]
     rows = [w.size(0) for w in weights]
-    device = x.device.type
     if autocast_casts(weights, device):
         dtype = torch.get_autocast_dtype(device)
         return list(F.linear(x, torch.cat([w.to(dtype) for w in weights])).split(rows, dim=-1))
