@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from scaling.arguments import check_resampling, check_size
 from scaling.fmt import Interval
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
@@ -48,7 +49,8 @@ class FittedLaw:
         """N*, D* and predicted loss at ``compute`` FLOPs; an unreliable law gives values without intervals."""
         from scaling.fitting.core.intervals import withheld
 
-        ivs = self.estimator.optimal_interval(float(compute))
+        compute = check_size(compute, "compute", f"{self.kind}.optimal")
+        ivs = self.estimator.optimal_interval(compute)
         if not self.reliable:
             why = "the law is flagged unreliable: " + self.estimator.doubts()[0]
             ivs = {q: withheld(iv, why) for q, iv in ivs.items()}
@@ -169,7 +171,9 @@ class Hparams:
 
     def recommend(self, N: float, D: float, C: Optional[float] = None) -> dict[str, Optional[Estimate]]:
         """lr and batch for a run of N parameters and D tokens (None where the law is not fitted)."""
-        h = self.fit.recommend(float(N), float(D), float(C if C is not None else 6.0 * N * D))
+        N, D = check_size(N, "N", "Hparams.recommend"), check_size(D, "D", "Hparams.recommend")
+        C = check_size(C if C is not None else 6.0 * N * D, "C", "Hparams.recommend")
+        h = self.fit.recommend(N, D, C)
         return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
 
 
@@ -283,6 +287,7 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
     from scaling.db import resolve_url
     from scaling.fitting import fit_csv, fit_sweep
 
+    bootstrap, seed = check_resampling(bootstrap, seed, "fit")
     summary = fit_csv(csv, law, bootstrap, seed) if csv is not None else \
         fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed, tasks=False)
     return _typed_fit(summary)
@@ -313,11 +318,11 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import FitError, fit_csv, fit_sweep
+    from scaling.fitting import fit_csv, fit_sweep
 
-    if bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
-        raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
-                       f"not {bootstrap}")
+    # the choice between laws is the narrowest interval: there must be intervals
+    bootstrap, seed = check_resampling(bootstrap, seed, "recommend", least=2)
+    compute = None if compute is None else check_size(compute, "compute", "recommend")
     if csv is not None:  # fitted here, once; the run is the sweep's alone
         from scaling.fitting import recommend as advise
         from scaling.fitting.core.measurements import from_csv
@@ -393,6 +398,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
     from scaling.fitting.core.measurements import from_csv, from_db
     from scaling.fitting.sweep_fit import hparam_fit
 
+    bootstrap, seed = check_resampling(bootstrap, seed, "hparams")
     if csv is not None:
         data = from_csv(csv)
     else:
@@ -464,6 +470,7 @@ class Tasks:
 
     def predict(self, N: float, D: float) -> list[TaskPrediction]:
         """Each task's accuracy at (N, D), with 95% intervals through both steps' bootstraps."""
+        N, D = check_size(N, "N", "Tasks.predict"), check_size(D, "D", "Tasks.predict")
         out = []
         for task, p in self.fits.predictions(N, D).items():
             law = self.fits.laws[task]
@@ -474,7 +481,7 @@ class Tasks:
 
     def to_frame(self, N: float, D: float) -> "pd.DataFrame":
         """:meth:`predict` as a DataFrame (task, form, accuracy, lo, hi, kind, reliable, task_loss)."""
-        return self.fits.frame(N, D)
+        return self.fits.frame(check_size(N, "N", "Tasks.to_frame"), check_size(D, "D", "Tasks.to_frame"))
 
     def table(self) -> str:
         """What ``scaling fit`` prints for the tasks."""
@@ -510,6 +517,7 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
     """
     from scaling.fitting.tasks.task_laws import fit_tasks_csv, fit_tasks_sweep
 
+    bootstrap, seed = check_resampling(bootstrap, seed, "tasks")
     if csv is not None:
         from scaling.fitting.core.measurements import from_csv
 

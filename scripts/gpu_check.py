@@ -47,7 +47,7 @@ IMAGE_PACKAGES = ("torch", "pandas", "typer")
 DEADLINE_S = 480.0
 #: The floor under which the large bf16 run fails (model FLOPs utilization).
 MFU_FLOOR = 0.35
-#: How far the measured peak memory may be from ``scaling.comms.memory_per_rank`` (its margin excluded).
+#: How far the measured peak memory may be from ``scaling.memory.memory_per_rank`` (its margin excluded).
 MEMORY_TOLERANCE = 0.15
 #: How far a resumed run's final eval loss may be from the uninterrupted one's (relative): the same
 #: batches and state, but GPU kernels that add in a different order from run to run.
@@ -148,7 +148,8 @@ def _rel(a: float, b: float) -> float:
 
 def _modelled(spec: Any, dp: int = 1, strategy: str = "single", micro_batches: int = 1) -> float:
     """``memory_per_rank`` of ``spec``'s layout on the GPU, its margin left out (bytes)."""
-    from scaling.comms import ParallelLayout, memory_per_rank
+    from scaling.accounting import ParallelLayout
+    from scaling.memory import memory_per_rank
 
     layout = ParallelLayout(dp=dp, strategy=strategy, micro_batch=spec.micro_batch,  # type: ignore[arg-type]
                             micro_batches=micro_batches)

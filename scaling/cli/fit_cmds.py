@@ -12,6 +12,7 @@ from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_f
 
 if TYPE_CHECKING:
     from scaling.fitting.core.measurements import FitData
+    from scaling.fitting.moe.moe_fit import MoEFit
 
 CsvOption = Annotated[
     Optional[Path],
@@ -82,12 +83,99 @@ def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple
     return value, False
 
 
+def _not_moe(given: dict[str, bool]) -> None:
+    """Refuse options of the dense laws with --law moe (its N is active parameters and C = 6 N_active D)."""
+    from scaling.errors import UserError
+
+    used = [name for name, on in given.items() if on]
+    if used:
+        raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
+
+
+def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int) -> "MoEFit":
+    """The laws of sparsity fitted to a CSV or a sweep's runs (scaling.fitting.moe)."""
+    from scaling.errors import UserError
+    from scaling.fitting.moe import moe_data
+    from scaling.fitting.moe.moe_fit import MOE_CHOICES, fit_moe
+
+    if law not in MOE_CHOICES:
+        raise UserError(f"--law {law!r} is not a law of sparsity (use one of {', '.join(MOE_CHOICES)})")
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+    if bootstrap == 1:
+        raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
+    if csv is not None:
+        data = moe_data.from_csv(csv)
+    else:
+        from scaling.db import resolve_url
+
+        data, _ = moe_data.from_db(resolve_url(db), sweep)
+    return fit_moe(data, law, bootstrap, seed)
+
+
+LawOption = Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all; or moe (the laws "
+                                        "of sparsity: moe-granularity, moe-sparsity) for a mixture-of-experts sweep.")]
+UniqueTokensOption = Annotated[
+    Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
+                                  "et al.'s effective data D' instead of D (repeated data). A U column gives "
+                                  "U per row instead.", show_default=False)
+]
+RStarOption = Annotated[
+    Optional[str], typer.Option("--r-star", help="CSV with U, or sweep with --effective-data: Muennighoff et al.'s "
+                                "R*_D for D' (default 15.4), or 'fit' to estimate it with a 95% "
+                                "profile-likelihood interval.", show_default=False)
+]
+RStarNOption = Annotated[
+    Optional[str], typer.Option("--r-star-n", help="CSV with U, or sweep with --effective-data: model excess "
+                                "parameters with Muennighoff et al.'s "
+                                "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
+                                "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
+                                show_default=False)
+]
+EffectiveDataOption = Annotated[
+    bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
+                       "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
+]
+TaskOption = Annotated[
+    Optional[list[str]], typer.Option("--task", help="Downstream tasks to fit (repeatable; default: every "
+                                      "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
+                                      "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
+]
+Step1RecipeOption = Annotated[
+    str, typer.Option("--step1-recipe", help="Downstream tasks: how step 1's Chinchilla form is searched: grid "
+                      "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
+                      "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
+]
+HparamsModeOption = Annotated[
+    str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
+                      "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
+                      "centre of each group's grid (fixed).")
+]
+
+
+def _check_fit_options(fmt: str, hparams: str, bootstrap: int, csv: Optional[Path], sweep: Optional[str],
+                       step1_recipe: str) -> None:
+    """Refuse options that contradict each other or name nothing, before anything is read."""
+    from scaling.errors import UserError
+    from scaling.fitting.tasks.task_laws import STEP1_RECIPES
+
+    check_format(fmt)
+    if hparams not in ("tuned", "fixed"):
+        raise UserError(f"--hparams must be tuned or fixed, not {hparams!r}")
+    if bootstrap == 1:
+        raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+    if step1_recipe not in STEP1_RECIPES:
+        raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
+
+
 @app.command()
 def fit(
     db: DbOption = None,
     sweep: SweepOption = None,
     csv: CsvOption = None,
-    law: Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all.")] = "all",
+    law: LawOption = "all",
     fmt: FormatOption = "table",
     bootstrap: BootOption = 200,
     seed: SeedOption = 0,
@@ -96,42 +184,13 @@ def fit(
     loss_units: LossUnitsOption = None,
     drop_invalid: DropInvalidOption = False,
     drop_duplicates: DropDuplicatesOption = False,
-    unique_tokens: Annotated[
-        Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
-                                      "et al.'s effective data D' instead of D (repeated data). A U column gives "
-                                      "U per row instead.", show_default=False)
-    ] = None,
-    r_star: Annotated[
-        Optional[str], typer.Option("--r-star", help="CSV with U, or sweep with --effective-data: Muennighoff et al.'s "
-                                    "R*_D for D' (default 15.4), or 'fit' to estimate it with a 95% "
-                                    "profile-likelihood interval.", show_default=False)
-    ] = None,
-    r_star_n: Annotated[
-        Optional[str], typer.Option("--r-star-n", help="CSV with U, or sweep with --effective-data: model excess "
-                                    "parameters with Muennighoff et al.'s "
-                                    "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
-                                    "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
-                                    show_default=False)
-    ] = None,
-    effective_data: Annotated[
-        bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
-                           "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
-    ] = False,
-    task: Annotated[
-        Optional[list[str]], typer.Option("--task", help="Downstream tasks to fit (repeatable; default: every "
-                                          "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
-                                          "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
-    ] = None,
-    step1_recipe: Annotated[
-        str, typer.Option("--step1-recipe", help="Downstream tasks: how step 1's Chinchilla form is searched: grid "
-                          "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
-                          "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
-    ] = "grid",
-    hparams: Annotated[
-        str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
-                          "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
-                          "centre of each group's grid (fixed).")
-    ] = "tuned",
+    unique_tokens: UniqueTokensOption = None,
+    r_star: RStarOption = None,
+    r_star_n: RStarNOption = None,
+    effective_data: EffectiveDataOption = False,
+    task: TaskOption = None,
+    step1_recipe: Step1RecipeOption = "grid",
+    hparams: HparamsModeOption = "tuned",
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -145,17 +204,17 @@ def fit(
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
-    check_format(fmt)
-    if hparams not in ("tuned", "fixed"):
-        raise UserError(f"--hparams must be tuned or fixed, not {hparams!r}")
-    if bootstrap == 1:
-        raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
-    if csv is not None and sweep is not None:
-        raise UserError("give either --sweep or --csv, not both")
-    from scaling.fitting.tasks.task_laws import STEP1_RECIPES
-
-    if step1_recipe not in STEP1_RECIPES:
-        raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
+    if law.startswith("moe"):
+        check_format(fmt)
+        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates, "--unique-tokens":
+                  unique_tokens is not None, "--r-star": r_star is not None, "--r-star-n": r_star_n is not None,
+                  "--effective-data": effective_data, "--task": bool(task), "--hparams": hparams != "tuned",
+                  "--step1-recipe": step1_recipe != "grid"})
+        moe_fit = _fit_moe(csv, db, sweep, law, bootstrap, seed)
+        typer.echo(json.dumps(moe_fit.to_dict(), indent=2) if fmt == "json" else moe_fit.table(), nl=fmt == "json")
+        return
+    _check_fit_options(fmt, hparams, bootstrap, csv, sweep, step1_recipe)
     _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
                     "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
                     "--unique-tokens": unique_tokens is not None})
@@ -201,6 +260,8 @@ def recommend(
     sweep: SweepOption = None,
     csv: CsvOption = None,
     fmt: FormatOption = "table",
+    law: Annotated[str, typer.Option("--law", help="all (the dense laws), or moe (moe-granularity, moe-sparsity): "
+                                     "the compute-optimal mixture of experts against the dense optimum.")] = "all",
     bootstrap: RecommendBootOption = 200,
     seed: SeedOption = 0,
     inference_tokens: Annotated[
@@ -224,6 +285,21 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     check_format(fmt)
+    if law.startswith("moe"):
+        from scaling.fitting.moe.moe_recommend import recommendations_table
+
+        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+                  "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
+
+        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
+        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+        return
+    if law != "all":
+        from scaling.errors import UserError
+
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})

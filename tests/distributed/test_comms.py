@@ -19,25 +19,22 @@ import pytest
 from _workers import TINY_LLAMA, spawn
 
 from scaling.accounting import FAMILIES, Shape, model_state_bytes
-from scaling.comms import (
+from scaling.communication import (
     LINKS,
     Cluster,
     Link,
-    ParallelLayout,
     bubble_fraction,
     collective_time,
     copy_bytes,
     dp_traffic,
     host_share,
-    in_flight,
-    layer_activation_bytes,
-    memory_per_rank,
-    params_per_rank,
     reduce_bytes,
     step_comm_time,
     step_traffic,
     wire_bytes,
 )
+from scaling.accounting import ParallelLayout, params_per_rank
+from scaling.memory import in_flight, layer_activation_bytes, memory_per_rank
 
 TINY = Shape(n_layer=2, d_model=32, n_head=2, vocab_size=256, context=16)
 
@@ -221,18 +218,21 @@ def test_fused_attention_keeps_no_scores_and_math_attention_does(family: str, pr
     assert per_token(2048, "math") - per_token(256, "math") == 4 * scores * (2048 - 256)
 
 
-def test_llama_blocks_keep_its_swiglu_its_three_casts_and_narrower_keys_and_values() -> None:
-    """llama in bf16 on CUDA, by hand: norms 4h + 3 x 2h and 4h + 2 x 2h, q and the output 2h each,
-    k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a, RoPE's angles 8 s head_dim; the
-    CPU's RMSNorm keeps its normalized input too (4h per norm); each norm's 1/rms is 4 bytes."""
+def test_llama_blocks_keep_its_swiglu_one_cast_per_product_and_narrower_keys_and_values() -> None:
+    """llama in bf16 on CUDA, by hand: norms 4h + 2h each (q, k, v and gate, up joined: one cast
+    each), q and the output 2h each, k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a,
+    RoPE's tables 4 s head_dim; the CPU's RMSNorm keeps its normalized input too (4h per norm);
+    each norm's 1/rms is 4 bytes. Under tensor parallelism the layers read the norm output one by
+    one (three and two copies); in FP32 on CUDA k and v are repeated over the query heads."""
     shape = Shape(2, 256, 4, 256, 512, family="llama", n_kv_head=2)
     h, kv, f, a, s, hd, b = 256, 128, 768, 4, 512, 64, 3
-    cuda = s * b * (10 * h + 8 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 8 * s * hd
+    cuda = s * b * (12 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 4 * s * hd
     assert layer_activation_bytes(shape, b) == cuda
     assert layer_activation_bytes(shape, b, device="cpu") == cuda + s * b * 8 * h
-    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 8 * s * hd
-    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * kv + 16 * f + 4 * a) + 8 * s * hd
+    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 4 * s * hd
+    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * h + 16 * f + 4 * a) + 8 * s * hd
     assert layer_activation_bytes(shape, b, precision="fp32") == fp32
+    assert layer_activation_bytes(shape, b, precision="fp32", device="cpu") == fp32 - s * b * 8 * (h - kv) + s * b * 8 * h
 
 
 def test_memory_model_at_the_issue_shape() -> None:
@@ -446,11 +446,11 @@ def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, 
 
 
 def test_module_is_torch_free() -> None:
-    """The planner imports the model on machines without torch."""
+    """The planner imports the communication and memory models on machines without torch."""
     import subprocess
     import sys
 
-    code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, scaling.communication, scaling.memory; assert 'torch' not in sys.modules, 'torch imported'"
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 

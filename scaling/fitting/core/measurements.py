@@ -19,6 +19,7 @@ import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
 from scaling.naming import printable_problem
+from scaling.quantities import RULES, broken
 from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
 from scaling.fitting.core.points import point_keys
@@ -310,7 +311,8 @@ def check_values(df: pd.DataFrame, columns: Columns, *, where: str = "", label: 
                     f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) (--drop-invalid drops such rows)",
                     lambda i: f"{col}={cell(i)!r}")
         elif (invalid & ~outside).any():
-            problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with non-positive or non-finite "
+            kind = "non-finite" if key == "beta2" else "non-positive or non-finite"  # 0 is a valid beta2
+            problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with {kind} "
                     f"{name} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
                     "--drop-invalid drops such rows)", number)
         bad_rows |= invalid
@@ -736,6 +738,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         runs = fitted_runs(res.runs(sweep=sweep, spec=False))  # read once: the trunks to leave out are found among all of them
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
+        check_stored_losses(runs, f"sweep {sweep!r}")
         params_conv = str(info.get("params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
@@ -777,6 +780,16 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
+
+
+def check_stored_losses(runs: pd.DataFrame, source: str) -> None:
+    """Refuse a run whose final loss read back from the database a CSV cell could not hold (the
+    same rule, :mod:`scaling.quantities`), in one line naming the run."""
+    bad = broken("loss", runs["loss"].to_numpy(float))
+    if bad.any():
+        row = runs.iloc[int(np.flatnonzero(bad)[0])]
+        raise FitError(f"{source}: run {row['run_key']}: final loss {float(row['loss'])!r} in the database: "
+                       f"{RULES['loss'].says}; {int(bad.sum())} such run(s), none fitted")
 
 
 def fitted_runs(every: pd.DataFrame) -> pd.DataFrame:

@@ -160,6 +160,6 @@ def expands_groups(q: torch.Tensor) -> bool:
     on CUDA in FP32, where SDPA's flash kernel does not run (16-bit only) and its memory-efficient
     one, which does, takes no ``enable_gqa``, so grouped heads would fall back to the math kernel
     and keep an s x s softmax per head. Repeated heads cost 2 (h - h_kv) head widths more per
-    token (``scaling.comms.layer_activation_bytes`` counts them); the CPU's fused kernel and the
+    token (``scaling.memory.layer_activation_bytes`` counts them); the CPU's fused kernel and the
     16-bit CUDA kernels take the groups as they are."""
     return q.is_cuda and q.dtype == torch.float32
