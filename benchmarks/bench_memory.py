@@ -4,7 +4,8 @@ Run by hand (about five minutes on two free cores)::
 
     python benchmarks/bench_memory.py                    # both families: three sizes in fp32, one in bf16
     python benchmarks/bench_memory.py --precision bf16   # three sizes in bf16 (slow: bf16 matmuls on a CPU)
-    python benchmarks/bench_memory.py --qk-norm --sizes 2  # llama with qk_norm, the first two sizes
+    python benchmarks/bench_memory.py --family moe       # one family (moe: 8 experts of d_model, top-2, a shared one)
+    python benchmarks/bench_memory.py --family llama --qk-norm --sizes 1  # llama with qk_norm, the first size
 
 Each size of each family trains in a fresh process as the trainer's loop does on one worker:
 two micro-batches per step, each forward under the precision's autocast and the FP32
@@ -43,7 +44,9 @@ SIZES = (
     ("L4 d384 ctx1024", 4, 384, 6, 2, 1024, 2, 256),
     ("L2 d512 ctx2048 V8192", 2, 512, 8, 4, 2048, 1, 8192),
 )
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama", "moe")
+#: The MoE of each size: fine-grained experts as wide as the residual stream, top-2 of 8 and a shared one.
+MOE = {"n_experts": 8, "top_k": 2, "n_shared_experts": 1}
 MICRO_BATCHES = 2
 
 
@@ -51,10 +54,21 @@ def _shape(family: str, n_layer: int, d_model: int, n_head: int, n_kv_head: int 
            vocab: int, qk_norm: bool = False) -> Any:
     from scaling.accounting import Shape
 
-    extra: dict[str, Any] = {"n_kv_head": n_kv_head} if family == "llama" and n_kv_head else {}
-    if family == "llama" and qk_norm:
+    extra: dict[str, Any] = {"n_kv_head": n_kv_head} if "n_kv_head" in FAMILY_FIELDS[family] and n_kv_head else {}
+    if "n_experts" in FAMILY_FIELDS[family]:
+        extra.update(MOE, expert_ffn=d_model)
+    if qk_norm and "qk_norm" in FAMILY_FIELDS[family]:
         extra["qk_norm"] = True
     return Shape(n_layer, d_model, n_head, vocab, context, family=family, **extra)
+
+
+def _family_fields() -> dict[str, tuple[str, ...]]:
+    from scaling.families import FAMILIES as REGISTRY
+
+    return {name: fam.fields for name, fam in REGISTRY.items()}
+
+
+FAMILY_FIELDS = _family_fields()
 
 
 def sdpa_kernel_name() -> str:
@@ -142,7 +156,8 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precision", choices=("fp32", "bf16"), default=None)
-    ap.add_argument("--qk-norm", action="store_true", help="llama with qk_norm (and the llama family only)")
+    ap.add_argument("--family", choices=FAMILIES, default=None, help="one family (default: every one)")
+    ap.add_argument("--qk-norm", action="store_true", help="qk_norm on, in the families that have it")
     ap.add_argument("--sizes", type=int, default=len(SIZES), help="only the first N sizes")
     args = ap.parse_args()
     mb = 2**20
@@ -156,7 +171,7 @@ def main() -> int:
     cases = [(p, size) for p in ((args.precision,) if args.precision else ("fp32", "bf16")) for size in sizes
              if args.precision or p == "fp32" or size == sizes[0]]  # bf16 matmuls are slow on a CPU: one size
     for precision, (label, n_layer, d, heads, kv, ctx, b, vocab) in cases:
-        for family in (("llama",) if args.qk_norm else FAMILIES):
+        for family in (args.family,) if args.family else FAMILIES:
             dims = (n_layer, d, heads, kv, ctx, vocab)
             got = measure({"family": family, "dims": dims, "micro_batch": b, "precision": precision,
                            "qk_norm": args.qk_norm})

@@ -92,6 +92,14 @@ def _not_moe(given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
 
 
+def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
+    """Refuse a sweep given with a CSV."""
+    from scaling.errors import UserError
+
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+
+
 def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int) -> "MoEFit":
     """The laws of sparsity fitted to a CSV or a sweep's runs (scaling.fitting.moe)."""
     from scaling.errors import UserError
@@ -168,6 +176,21 @@ def _check_fit_options(fmt: str, hparams: str, bootstrap: int, csv: Optional[Pat
         raise UserError("give either --sweep or --csv, not both")
     if step1_recipe not in STEP1_RECIPES:
         raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
+
+
+def _recommend_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int,
+                   compute: Optional[float], fmt: str, given: dict[str, bool]) -> None:
+    """Print the laws of sparsity's recommendations at ``compute`` (and the laws that give none, with why);
+    ``given``: which options of the dense laws were set (refused here)."""
+    from scaling.errors import UserError
+    from scaling.fitting.moe.moe_recommend import recommendations_table
+
+    if not law.startswith("moe"):
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    _not_moe(given)
+    recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
+    typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+               if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
 
 
 @app.command()
@@ -285,28 +308,16 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     check_format(fmt)
-    if law.startswith("moe"):
-        from scaling.fitting.moe.moe_recommend import recommendations_table
-
-        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
-                  "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
-
-        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
-        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
-                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
-        return
     if law != "all":
-        from scaling.errors import UserError
-
-        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+        _recommend_moe(csv, db, sweep, law, bootstrap, seed, compute, fmt, {
+            "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+            "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+            "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
+        return
+    _one_source(csv, sweep)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
-    if csv is not None and sweep is not None:
-        from scaling.errors import UserError
-
-        raise UserError("give either --sweep or --csv, not both")
     data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
                                                loss_units=loss_units, drop_invalid=drop_invalid,
                                                drop_duplicates=drop_duplicates)
