@@ -92,7 +92,7 @@ def layer_activation_bytes(
     if joined is None:
         joined = autocast and tp == 1
     # llama's gate and up are joined too; a routed MLP's norm output keeps its two readers
-    whole = norm(1 if joined or not llama else 3) + norm(1 if not llama or (joined and shape.family == "llama") else 2)
+    whole = norm(1 if joined or not llama else 3) + norm(1 if not llama or (joined and not shape.family_spec.routed) else 2)
     kv = shape.kv_heads * shape.head_dim
     # CUDA in FP32 repeats grouped key/value heads for the fused kernel (attention.expands_groups)
     kept_kv = h if device == "cuda" and not autocast and attention == "fused" else kv
