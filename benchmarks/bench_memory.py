@@ -5,6 +5,7 @@ Run by hand (about five minutes on two free cores)::
     python benchmarks/bench_memory.py                    # both families: three sizes in fp32, one in bf16
     python benchmarks/bench_memory.py --precision bf16   # three sizes in bf16 (slow: bf16 matmuls on a CPU)
     python benchmarks/bench_memory.py --family moe       # one family (moe: 8 experts of d_model, top-2, a shared one)
+    python benchmarks/bench_memory.py --family llama --qk-norm --sizes 1  # llama with qk_norm, the first size
 
 Each size of each family trains in a fresh process as the trainer's loop does on one worker:
 two micro-batches per step, each forward under the precision's autocast and the FP32
@@ -50,12 +51,14 @@ MICRO_BATCHES = 2
 
 
 def _shape(family: str, n_layer: int, d_model: int, n_head: int, n_kv_head: int | None, context: int,
-           vocab: int) -> Any:
+           vocab: int, qk_norm: bool = False) -> Any:
     from scaling.accounting import Shape
 
     extra: dict[str, Any] = {"n_kv_head": n_kv_head} if "n_kv_head" in FAMILY_FIELDS[family] and n_kv_head else {}
     if "n_experts" in FAMILY_FIELDS[family]:
         extra.update(MOE, expert_ffn=d_model)
+    if qk_norm and "qk_norm" in FAMILY_FIELDS[family]:
+        extra["qk_norm"] = True
     return Shape(n_layer, d_model, n_head, vocab, context, family=family, **extra)
 
 
@@ -94,7 +97,7 @@ def _worker(out: str, case: dict) -> None:
     from scaling.trainer.optim import param_groups
     from scaling.trainer.precision import autocast
 
-    shape = _shape(case["family"], *case["dims"])
+    shape = _shape(case["family"], *case["dims"], qk_norm=case["qk_norm"])
     model = build_model(shape, 0)
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-4, fused=True)
     g = torch.Generator().manual_seed(0)
@@ -154,6 +157,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precision", choices=("fp32", "bf16"), default=None)
     ap.add_argument("--family", choices=FAMILIES, default=None, help="one family (default: every one)")
+    ap.add_argument("--qk-norm", action="store_true", help="qk_norm on, in the families that have it")
+    ap.add_argument("--sizes", type=int, default=len(SIZES), help="only the first N sizes")
     args = ap.parse_args()
     mb = 2**20
     import scaling.trainer.families.model  # noqa: F401  (imported before forking, once)
@@ -162,13 +167,15 @@ def main() -> int:
     print(f"{'family':<6} {'size':<22} {'prec':<5} {'b':>2} {'peak MiB':>9} {'model':>9} {'ratio':>6} | "
           f"{'acts MiB':>9} {'model':>9} {'ratio':>6} | {'math':>9}")
     worst = 0.0
-    cases = [(p, size) for p in ((args.precision,) if args.precision else ("fp32", "bf16")) for size in SIZES
-             if args.precision or p == "fp32" or size == SIZES[0]]  # bf16 matmuls are slow on a CPU: one size
+    sizes = SIZES[: args.sizes]
+    cases = [(p, size) for p in ((args.precision,) if args.precision else ("fp32", "bf16")) for size in sizes
+             if args.precision or p == "fp32" or size == sizes[0]]  # bf16 matmuls are slow on a CPU: one size
     for precision, (label, n_layer, d, heads, kv, ctx, b, vocab) in cases:
         for family in (args.family,) if args.family else FAMILIES:
             dims = (n_layer, d, heads, kv, ctx, vocab)
-            got = measure({"family": family, "dims": dims, "micro_batch": b, "precision": precision})
-            shape = _shape(family, *dims)
+            got = measure({"family": family, "dims": dims, "micro_batch": b, "precision": precision,
+                           "qk_norm": args.qk_norm})
+            shape = _shape(family, *dims, qk_norm=args.qk_norm)
             layout = ParallelLayout(micro_batch=b, micro_batches=MICRO_BATCHES, strategy="single")
             est = memory_per_rank(shape, layout, precision, margin=0.0, device="cpu")  # type: ignore[arg-type]
             math_est = memory_per_rank(shape, layout, precision, margin=0.0, device="cpu", attention="math")  # type: ignore[arg-type]

@@ -279,7 +279,9 @@ def dp_traffic(
 ) -> list[Traffic]:
     """Data-parallel collectives of one step for a rank holding ``params`` parameters.
 
-    Gradients are synchronised once per step (accumulation skips the others). ``layout="zero"``
+    Gradients are synchronised once per step (accumulation skips the others), except under
+    FSDP2 (ZeRO-2/3 of ``layout="torch"``), which reduce-scatters every micro-batch's gradients
+    so that they stay sharded (``scaling.trainer.parallel.data_parallel.Parallel.no_sync``). ``layout="zero"``
     counts the ZeRO paper's (Rajbhandari et al. 2020, Sec. 7): DDP all-reduces 16-bit gradients;
     ZeRO-1/2 reduce-scatter them and all-gather the updated 16-bit parameters (same 2(n-1)/n
     volume); ZeRO-3 all-gathers parameters in forward and again in backward (1.5x DDP).
@@ -287,7 +289,7 @@ def dp_traffic(
     gradients, and ZeroRedundancyOptimizer then broadcasts each updated FP32 parameter from its
     owner; ZeRO-2/3 (FSDP2) all-gather the parameters every micro-batch forward, ZeRO-3 again in
     backward (the trainer reshards every unit, the root included), and reduce-scatter FP32
-    gradients. They gather what autocast casts in :func:`gather_bytes` and the ``kept`` others
+    gradients every micro-batch. They gather what autocast casts in :func:`gather_bytes` and the ``kept`` others
     (norms, embeddings; :func:`cast_params_per_rank`) in FP32, as autocast computes with them.
     """
     if strategy not in STRATEGIES:
@@ -316,7 +318,7 @@ def dp_traffic(
     gathered = gathered_bytes(params, kept, precision)
     out = [
         Traffic("dp", "all_gather", dp, gathered, m, "parameters, forward"),
-        Traffic("dp", "reduce_scatter", dp, grad_b * params, 1, "gradients"),
+        Traffic("dp", "reduce_scatter", dp, grad_b * params, m, "gradients, every micro-batch"),
     ]
     if strategy == "zero3":
         out.append(Traffic("dp", "all_gather", dp, gathered, m, "parameters, backward"))

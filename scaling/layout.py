@@ -87,6 +87,7 @@ class Request:
     step_overhead_s: float = 0.0
     layer_overhead_s: float = 0.0  # fixed cost of one layer's forward + backward on one micro-batch
     checkpointing: bool = False
+    cpu_offload: bool = False  # FSDP2 keeps the shards on the host (memory.memory_per_rank)
     tp: Optional[int] = None
     pp: Optional[int] = None
     schedule: Optional[str] = None
@@ -358,7 +359,7 @@ def lower_bound(req: Request, layout: ParallelLayout) -> float:
 def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
     """Memory per rank and step time of one layout (no communication time when it does not fit:
     an infeasible layout is never timed against the others)."""
-    memory = memory_per_rank(req.shape, layout, req.precision, device=req.device)
+    memory = memory_per_rank(req.shape, layout, req.precision, device=req.device, cpu_offload=req.cpu_offload)
     fits = memory.total_bytes <= req.memory_limit_bytes
     compute, bubble = _compute_and_bubble(req, layout)
     comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}

@@ -21,6 +21,7 @@ from scaling.accounting import (
     block_params_per_tp_rank,
     cast_params_per_rank,
     compute_bytes,
+    fsdp_block_buffer_bytes,
     gather_bytes,
     gathered_bytes,
     model_state_bytes,
@@ -41,6 +42,7 @@ LOGIT_BYTES = 12.0
 def layer_activation_bytes(
     shape: Shape, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none",
     *, precision: Precision = "bf16", attention: AttentionMemory = "fused", device: MemoryDevice = "cuda",
+    joined: bool | None = None,
 ) -> float:
     """Bytes one block of ``shape``'s family keeps for backward, counted tensor by tensor.
 
@@ -52,16 +54,22 @@ def layer_activation_bytes(
       to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
       composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
       and its output as the next linear layers keep it:
-      under autocast one c-byte copy per layer that reads it (gpt2: one, the fused QKV and the first
-      MLP matrix; llama: three for q, k, v and two for gate and up), in FP32 the output itself (4h);
-    * attention: q, k and v (c(h + 2 kv)) and the output, which the output projection takes as it
-      is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
+      under autocast one c-byte copy per matrix product that reads it (gpt2: one, the fused QKV and
+      the first MLP matrix; llama: one where its q, k, v and its gate and up are ``joined`` into one
+      product each, ``scaling.trainer.families.llama.fused_projections``, which they are without
+      tensor parallelism, else three and two), in FP32 the output itself (4h);
+    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
+      normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
+    * attention: q, k and v (c(h + 2 kv); on CUDA in FP32 k and v repeated over the query heads,
+      c(h + 2h), for SDPA's memory-efficient kernel, which takes no grouped heads) and the output,
+      which the output projection takes as it is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
       and the CPU) keep a FP32 log-sum-exp per head (4a) and never the s x s scores; ``math``
       attention (SDPA's math fallback, plain softmax) keeps the FP32 softmax and, under autocast,
       its c-byte copy ((4 + c) a s), the term Korthikanti's 5as/h stands for;
     * the MLP: gpt2's first matrix's output and GELU's (2 c ffn), llama's gate, SiLU, up and their
       product (4 c ffn);
-    * llama's RoPE angles, cos and sin in FP32 for each position (8 s head_dim per block, not per sequence).
+    * llama's RoPE tables, cos and sin in the compute dtype for each position (2 c s head_dim; one
+      table the blocks share, counted with each block: an overcount of a few MiB at most).
 
     Tensor parallelism splits attention's and the MLP's tensors over ``tp``, the norms' stay whole;
     sequence parallelism splits those too. ``selective`` recomputation drops the scores (nothing
@@ -81,14 +89,21 @@ def layer_activation_bytes(
         kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
         return kept + (c * h * readers if autocast else 4.0 * h)
 
-    whole = norm(3 if llama else 1) + norm(2 if llama else 1)
+    if joined is None:
+        joined = autocast and tp == 1
+    # llama's gate and up are joined too; a routed MLP's norm output keeps its two readers
+    whole = norm(1 if joined or not llama else 3) + norm(1 if not llama or (joined and not shape.family_spec.routed) else 2)
     kv = shape.kv_heads * shape.head_dim
-    split = c * (2 * h + 2 * kv) + c * shape.family_spec.mlp_activation_values(shape)
+    # CUDA in FP32 repeats grouped key/value heads for the fused kernel (attention.expands_groups)
+    kept_kv = h if device == "cuda" and not autocast and attention == "fused" else kv
+    split = c * (2 * h + 2 * kept_kv) + c * shape.family_spec.mlp_activation_values(shape)
+    if llama and shape.qk_norm:  # FP32 input (and on the CPU its normalized copy), 1/rms per head
+        split += 4.0 * (h + kv) * (2 if device == "cpu" else 1) + 4.0 * (shape.n_head + shape.kv_heads)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
         split += (4 + (c if autocast else 0)) * shape.n_head * s
-    rope = 8.0 * s * shape.head_dim if shape.family_spec.rope else 0.0
+    rope = 2.0 * c * s * shape.head_dim if shape.family_spec.rope else 0.0
     if sequence_parallel:
         return tokens * (whole + split) / t + rope
     return tokens * (whole + split / t) + rope
@@ -152,6 +167,7 @@ def memory_per_rank(
     *,
     attention: AttentionMemory = "fused",
     device: MemoryDevice = "cuda",
+    cpu_offload: bool = False,
 ) -> MemoryEstimate:
     """Memory of the busiest rank (the first pipeline stage) at its peak: model state, activations, buffers.
 
@@ -167,6 +183,11 @@ def memory_per_rank(
     micro-batch of an accumulated step, and always under DDP; one micro-batch on one process
     peaks lower, by up to the gradients. This is the one memory model: :func:`estimate_memory`
     is its data-parallel case.
+
+    ``cpu_offload`` (ZeRO-2/3 over several data-parallel ranks; FSDP2's ``CPUOffloadPolicy``): the
+    sharded weights, their gradients and AdamW's state live in host memory, so the device holds
+    none of them: only ZeRO-2's gathered copy, the blocks FSDP2 gathers and reduces, and the
+    activations. Elsewhere the trainer refuses it (``scaling.trainer.spec.offload_problem``).
     """
     layout.check(shape)
     params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
@@ -175,6 +196,10 @@ def memory_per_rank(
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
         # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see communication.dp_traffic)
         weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
+    if cpu_offload and layout.strategy in ("zero2", "zero3") and layout.dp > 1:
+        sharded = model_state_bytes(params, precision, "zero3", layout.dp, mem_layout)[0]
+        weights = weights - sharded  # ZeRO-2's gathered copy stays on the device
+        grads = optim = 0.0
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     kinds = {"precision": precision, "attention": attention, "device": device}
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]
@@ -191,9 +216,9 @@ def memory_per_rank(
         # unsharded gradients, both in the dtype they are gathered in, until every micro-batch is done.
         buffers += 2.0 * gathered_bytes(params, kept, precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
-        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block (its norms in FP32)
-        one_block = gathered_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision)
-        buffers += one_block * (3 if layout.strategy == "zero3" else 1)
+        # one tensor rank's block gathered and its gradients on their way to the reduce-scatter
+        buffers += fsdp_block_buffer_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision,
+                                           layout.strategy, layout.dp)
     return MemoryEstimate.with_margin(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
         activations=acts, buffers=buffers, margin=margin,

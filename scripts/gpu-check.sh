@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The prepared GPU check (one GPU, at most 8 minutes on one H200): the CUDA tests, `scaling train`
-# in bf16 at d 2,048 x 24 (tokens/s, MFU floor 35%), fp16, stop-and-resume against the
-# uninterrupted run, two ranks on the one GPU over gloo (tp2, zero3), peak memory against the
-# model, compile on and off; one verdict line per step and a JSON summary, exit 1 if any failed.
+# The prepared GPU check (one GPU, an 8-minute deadline, each step killed past its budget), most
+# valuable first: a bf16 llama with GQA and qk_norm at d 2,048 x 24 (MFU floor 35%, peak memory
+# against the model, fused AdamW), ZeRO-3 with accumulation (memory), tp2 on two ranks of the GPU
+# (step 1's gradient norm), stop-and-resume, compile on and off, fp16, the CUDA tests; one verdict
+# line per step, the JSON summary rewritten after each ($OUT/gpu-check.json), exit 1 if any failed.
 # Runs from the checkout on a stock image (torch, numpy, pandas, scipy, pyyaml, rich, typer): the
 # wheels of scripts/gpu-wheels.sh that it lacks are installed into .gpu-wheels/site, offline.
 #   bash scripts/gpu-wheels.sh                 # here, with a network
-#   bash scripts/gpu-check.sh --dry-run        # here: lists the steps and checks the wheels
+#   bash scripts/gpu-check.sh --dry-run        # here: lists the steps and budgets, checks the wheels
 #   bash scripts/gpu-check.sh --cpu            # here: rehearses the steps on the CPU, tiny model
 #   bash scripts/gpu-check.sh [--summary F]    # on the GPU machine
 set -euo pipefail

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STEP_NAMES = ["CUDA tests", "bf16 gpt d32 x 2", "bf16 llama d32 x 2", "fp16 loss scaling", "stop and resume vs uninterrupted",
-              "two ranks on one device over gloo, tp2", "two ranks on one device over gloo, zero3",
-              "peak memory vs memory_per_rank", "compile on vs off"]
+STEP_NAMES = ["bf16 llama GQA qk_norm d32 x 2", "llama peak memory vs memory_per_rank", "fused AdamW",
+              "zero3, 4 micro-batches, peak memory vs memory_per_rank", "two ranks on one device over gloo, tp2",
+              "stop and resume vs uninterrupted", "compile on vs off", "fp16 loss scaling", "CUDA tests"]
+VERDICTS = ["PASS", "SKIP", "PASS", "SKIP", "PASS", "PASS", "SKIP", "PASS", "SKIP"]
 WHEELS = ["pydantic-2.0-py3-none-any.whl", "pydantic_core-2.0-cp312-cp312-manylinux2014_x86_64.whl",
           "annotated_types-0.7-py3-none-any.whl", "typing_inspection-0.4-py3-none-any.whl",
           "typing_extensions-4.12-py3-none-any.whl", "sqlalchemy-2.0-cp312-cp312-manylinux2014_x86_64.whl",
@@ -47,6 +48,10 @@ def test_the_dry_run_lists_the_steps_and_checks_the_wheels(tmp_path: Path) -> No
     proc = _dry_run(wheels)
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines[:7]] == [f"step {i}" for i in range(1, 8)], lines
+    keys = [line.split("[", 1)[1].split(",")[0] for line in lines[:7]]
+    assert keys == ["llama", "accumulation", "tp2", "resume", "compile", "fp16", "cuda-tests"], lines  # by value
+    budgets = [float(line.split(", ", 1)[1].split(" s]")[0]) for line in lines[:7]]
+    assert lines[7] == f"PASS budgets: {sum(budgets):.0f} s in all, deadline 480 s" and sum(budgets) <= 480
     assert proc.returncode == 1 and lines[-1].startswith("FAIL wheels: wheels missing") and "gpu-wheels.sh" in lines[-1]
     for name in WHEELS:
         (wheels / name).write_bytes(b"x" * 1000)
@@ -80,9 +85,26 @@ def test_the_gpu_check_rehearses_its_steps_on_the_cpu_without_ray_or_plotly(tmp_
     proc = subprocess.run(["bash", "scripts/gpu-check.sh", "--cpu", "--summary", str(summary)], cwd=ROOT,
                           capture_output=True, text=True, env=_blocking(tmp_path), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("image: torch ") and ", pandas " in first and ", typer " in first, first
     lines = [line for line in proc.stdout.strip().splitlines() if line.split(" ", 1)[0] in ("PASS", "SKIP", "FAIL")]
     assert [line.split(":", 1)[0].split(" ", 1)[1].strip() for line in lines] == STEP_NAMES, lines
-    assert [line.split()[0] for line in lines] == ["SKIP", "PASS", "PASS", "PASS", "PASS", "PASS", "PASS", "SKIP",
-                                                   "SKIP"], lines
+    assert [line.split()[0] for line in lines] == VERDICTS, lines
     recorded = json.loads(summary.read_text())
-    assert recorded["device"] == "cpu" and [s["step"] for s in recorded["steps"]] == STEP_NAMES
+    assert recorded["device"] == "cpu" and recorded["finished"] and [s["step"] for s in recorded["steps"]] == STEP_NAMES
+    assert set(recorded["versions"]) == {"torch", "pandas", "typer"}
+
+
+def test_a_step_over_its_budget_is_killed_and_the_summary_keeps_the_steps_before(tmp_path: Path) -> None:
+    """The fp16 step given one second (it needs several: a process, torch, a run) is killed with
+    the run it started; the summary, rewritten after each step, holds the step before it (compile,
+    which the rehearsal skips) and the kill."""
+    summary = tmp_path / "out" / "gpu-check.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", "scripts/gpu-check.sh", "--cpu", "--steps", "compile,fp16", "--budget", "fp16=1"],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    recorded = json.loads(summary.read_text())  # $OUT/gpu-check.json without --summary
+    assert [(s["key"], s["verdict"]) for s in recorded["steps"]] == [("compile", "SKIP"), ("fp16", "FAIL")]
+    assert recorded["steps"][1]["detail"] == "killed after 1 s, its time budget" and recorded["finished"]
+    assert recorded["steps"][1]["seconds"] < 30  # not waiting for the run to end by itself

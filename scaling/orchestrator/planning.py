@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from scaling.accounting import Shape
+from scaling.accounting import GIB, Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
@@ -114,8 +114,16 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
             "reason": "; ".join(r.short for r in run.layout.reasons),
             "reasons": [r.long for r in run.layout.reasons],
             "layout_summary": run.layout.summary,
+            "memory_parts_gib": memory_parts(best.memory),
         })
     return row
+
+
+def memory_parts(est: Any) -> dict[str, float]:
+    """A :class:`~scaling.accounting.MemoryEstimate`'s parts in GiB, as ``--explain`` lists them."""
+    parts = {"weights": est.weights_bytes, "gradients": est.gradients_bytes, "optimizer": est.optimizer_bytes,
+             "activations": est.activations_bytes, "buffers": est.buffers_bytes, "margin": est.margin_bytes}
+    return {name: value / GIB for name, value in parts.items()}
 
 
 def concurrency(plan: Plan, num_cpus: Optional[float] = None) -> int:
@@ -345,7 +353,9 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     groups = ", ".join(f"{g} {_duration(s)}" for g, s in r["comm_seconds_by_group"].items() if s > 0) or "none"
     lines += [
         f"layout: {r['layout_summary']}",
-        f"memory per rank {r['memory_gib']:.3g} GiB; over {r['steps']:,} steps: compute {_duration(r['compute_seconds'])}, "
+        f"memory per rank {r['memory_gib']:.3g} GiB ("
+        + ", ".join(f"{name} {gib:.3g}" for name, gib in r["memory_parts_gib"].items())
+        + f"); over {r['steps']:,} steps: compute {_duration(r['compute_seconds'])}, "
         f"communication {_duration(r['comm_seconds'])} ({groups}), bubble {_duration(r['bubble_seconds'])}, "
         f"total {_duration(r['est_seconds'])}",
     ]

@@ -50,6 +50,8 @@ MIN_SPIKE_HISTORY = 10
 #: A run whose final eval loss exceeds ln(vocabulary), what a uniform guess scores, by more than
 #: this many nats diverged (an untrained model starts within a few tenths of ln V).
 DIVERGED_NATS = 1.0
+#: What a rollback event names as its checkpoint when the run went back to its seed's weights.
+SEED_STATE = "the seed's weights (no checkpoint yet)"
 #: The final train loss is the mean over this many last steps (one step's loss is noisy).
 FINAL_TRAIN_STEPS = 10
 
@@ -133,23 +135,22 @@ def worker_threads(spec: RunSpec) -> int:
     return ex.threads
 
 
-def fused_optimizer(rt: Runtime, strategy: str, fp16: bool) -> bool:
-    """Whether AdamW runs fused: on CUDA or the CPU, for every layout but ZeRO-1 and fp16 under
-    FSDP2. One kernel
-    updates every tensor of a group (on the CPU a 4 x d 128 model's step takes 0.9 ms instead of
-    4.9 ms per tensor), and it skips a step with non-finite gradients itself, so the loop need not
-    read the norm first. Each parameter group holds one kind of tensor (plain, or DTensors of one
-    mesh: :func:`scaling.trainer.optim.param_groups`), which the fused kernel needs. ZeRO-1's
-    ZeroRedundancyOptimizer steps an inner optimizer the loop's skip on the device cannot reach;
-    FSDP2's ShardedGradScaler hands the fused kernel a found-inf flag of shape [1], which it refuses."""
-    sharded_fp16 = fp16 and strategy in ("zero2", "zero3")
-    return rt.device.type in ("cuda", "cpu") and strategy != "zero1" and not sharded_fp16
+def fused_optimizer(rt: Runtime) -> bool:
+    """Whether AdamW runs fused: on CUDA or the CPU, for every layout. One kernel updates every
+    tensor of a group (on the CPU a 4 x d 128 model's step takes 0.9 ms instead of 4.9 ms per
+    tensor), and it skips a step with non-finite gradients itself from a flag on the device, so
+    the loop need not read the norm first (ZeRO-1: the flag goes to ZeroRedundancyOptimizer's
+    inner optimizer; fp16: the loop unscales, takes the norm and sets the flag itself, where the
+    scaler's own step would read its inf check on the host). Each parameter group holds one kind
+    of tensor (plain, or DTensors of one mesh: :func:`scaling.trainer.optim.param_groups`), which
+    the fused kernel needs."""
+    return rt.device.type in ("cuda", "cpu")
 
 
 def build_optimizer(spec: RunSpec, par: Any, rt: Runtime) -> torch.optim.Optimizer:
     """AdamW over the model's parameter groups (fused where :func:`fused_optimizer` says)."""
     opt = spec.optimizer
-    fused = fused_optimizer(rt, par.strategy, uses_loss_scaling(spec.precision))
+    fused = fused_optimizer(rt)
     return par.build_optimizer(
         param_groups(par.model, opt.weight_decay, spec.model.shape.width_mult),
         lr=opt.lr,
@@ -170,7 +171,7 @@ def build_recorder(spec: RunSpec, key: str, rt: Runtime, store_url: Optional[str
 
 @dataclass
 class PendingStep:
-    """A step taken whose loss and gradient norm are still on their way to the host.
+    """A step taken whose loss, gradient norm and z-loss are still on their way to the host.
 
     On a GPU they are copied into pinned host memory without blocking as soon as the norm is
     known, and an event marks the copy: reading them one step later waits for that step's
@@ -178,29 +179,31 @@ class PendingStep:
 
     index: int  # the step's number (0 for the first)
     cursor: int  # the batch it trained on
-    values: torch.Tensor  # (loss, norm): a host copy once ``ready`` has passed
+    values: torch.Tensor  # (loss, norm, z-loss or nan): a host copy once ``ready`` has passed
     ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
-    z_loss: Optional[torch.Tensor] = None  # the batch's mean z-loss when the model has one
     routing: Optional[torch.Tensor] = None  # a routed model's step: auxiliary loss and tokens per expert
 
     @classmethod
-    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
-        both = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device)])
-        if both.device.type != "cuda":
-            return cls(index, cursor, both, None, lr)
-        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
-        host.copy_(both, non_blocking=True)
+    def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float,
+           z_loss: Optional[torch.Tensor] = None) -> "PendingStep":
+        """``z_loss``: the batch's mean z-loss when the model has one."""
+        z = z_loss.detach().float() if z_loss is not None else torch.full((), math.nan, device=loss.device)
+        values = torch.stack([loss.detach().float(), norm.detach().float().to(loss.device), z.to(loss.device)])
+        if values.device.type != "cuda":
+            return cls(index, cursor, values, None, lr)
+        host = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        host.copy_(values, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record()
         return cls(index, cursor, host, ready, lr)
 
-    def read(self) -> tuple[float, float]:
-        """(loss, norm) on the host, waiting for this step's copy only."""
+    def read(self) -> tuple[float, float, float]:
+        """(loss, norm, z-loss or nan) on the host, waiting for this step's copy only."""
         if self.ready is not None:
             self.ready.synchronize()
-        loss, norm = self.values.tolist()
-        return loss, norm
+        loss, norm, z = self.values.tolist()
+        return loss, norm, z
 
 
 class StepTimer:
@@ -290,6 +293,8 @@ class Trainer:
         self.recent: deque[float] = deque(maxlen=FINAL_TRAIN_STEPS)
         self.last_eval: Optional[float] = None
         self.resumed_from: Optional[int] = None
+        self.written: set[str] = set()  # checkpoints this process wrote or verified
+        self.first_scaler = self.scaler.state_dict()  # the loss scale a run from the seed starts with
         self.data_detail: dict[str, Any] = {}
 
         # Accounting and logging.
@@ -330,15 +335,19 @@ class Trainer:
             rt=self.rt,
             protect=self.spec.execution.keep_steps,
         )
+        self.written.add(str(path))  # hashed as it was written: a rollback to it need not hash it again
         return path
 
     def _load(self) -> tuple[Path, dict[str, Any]] | None:
-        """Restore the newest intact checkpoint (None: there is none)."""
+        """Restore the newest intact checkpoint (None: there is none), hashing only those this
+        process did not write or verify already."""
         found = checkpoint.load_latest(self.run_dir, model=self.par.model, optimizer=self.optimizer,
-                                       scaler=self.scaler, rt=self.rt, on_corrupt=self._corrupt)
+                                       scaler=self.scaler, rt=self.rt, on_corrupt=self._corrupt,
+                                       trusted=self.written)
         if found is None:
             return None
         path, meta = found
+        self.written.add(str(path))
         if meta.get("key") != self.key:
             raise SpecError(f"{path}: checkpoint of run {meta.get('key')}, not {self.key} (wrong run_dir?)")
         self._restore(meta)
@@ -356,6 +365,18 @@ class Trainer:
         self.lr_scale = float(meta["lr_scale"])
         self.rollbacks = int(meta["rollbacks"])
         self.overflow_skips = int(meta["overflow_skips"])
+
+    def _from_seed(self) -> tuple[Path, dict[str, Any]]:
+        """The run's state at step 0, drawn again from its seed (what a step-0 checkpoint would hold):
+        the seed's weights, a fresh optimizer and loss scale, the loop at its start."""
+        init_materialized(self.par.model, self.spec.shape, self.spec.seed, self.rt.device)
+        checkpoint.reset_optimizer(self.optimizer)
+        if self.first_scaler:
+            self.scaler.load_state_dict(self.first_scaler)
+        meta = {"step": 0, "cursor": 0, "lr_scale": 1.0, "rollbacks": 0, "overflow_skips": 0,
+                "window": torch.zeros(0), "recent": torch.zeros(0), "last_eval": None}
+        self._restore(meta)
+        return Path(SEED_STATE), meta
 
     def _branch_from_trunk(self) -> Path:
         """Start a cooldown branch from its trunk's checkpoint at the branch point (collective).
@@ -476,15 +497,12 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         self.null_gradients()
         norm = self.par.clip_grad_norm(spec.grad_clip)
-        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr)  # on its way to the host
+        z_loss = self.rt.sum(self.z_weighted, self.par.loss_group) if spec.model.z_loss else None
+        self.pending = PendingStep.of(self.step, self.cursor, loss, norm, lr, z_loss)  # on its way to the host
+        self._step_if_finite(norm)  # unscaled gradients are finite exactly where the scaler found no inf
         if self.fp16:
-            self.scaler.step(self.optimizer)  # skips the update itself on inf/nan gradients
-            self.scaler.update()
-        else:
-            self._step_if_finite(norm)
+            self.scaler.update()  # from the inf checks unscale_ recorded, on the device
         self.optimizer.zero_grad(set_to_none=True)
-        if spec.model.z_loss:
-            self.pending.z_loss = self.rt.sum(self.z_weighted, self.par.loss_group)
         if self.router is not None:
             self.pending.routing = self.router.end_step(self.rt.sum, self.par.loss_group)
         self.step += 1
@@ -495,14 +513,15 @@ class Trainer:
 
     def _step_if_finite(self, norm: torch.Tensor) -> None:
         """The optimizer step, skipped when the gradient norm is not finite: decided on the device
-        by the fused optimizer, else by reading the norm."""
+        by the fused optimizer (ZeRO-1's inner one), else by reading the norm."""
         if self.optimizer.defaults.get("fused"):
-            self.optimizer.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
-            self.optimizer.grad_scale = None  # type: ignore[attr-defined]
+            inner = getattr(self.optimizer, "optim", self.optimizer)  # ZeroRedundancyOptimizer steps its shard's
+            inner.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
+            inner.grad_scale = None  # type: ignore[attr-defined]
             try:
                 self.optimizer.step()
             finally:
-                del self.optimizer.found_inf, self.optimizer.grad_scale  # type: ignore[attr-defined]
+                del inner.found_inf, inner.grad_scale  # type: ignore[attr-defined]
         elif math.isfinite(float(norm)):
             self.optimizer.step()
 
@@ -519,7 +538,7 @@ class Trainer:
         p = self.pending
         assert p is not None
         self.pending = None
-        loss, norm = p.read()
+        loss, norm, z_loss = p.read()
         if self._is_spike(loss):
             self.optimizer.zero_grad(set_to_none=True)
             if not self.spec.spike.enabled:
@@ -536,7 +555,7 @@ class Trainer:
         self.window.append(loss)
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
-        self.settled_z = float(p.z_loss) if p.z_loss is not None else math.nan
+        self.settled_z = z_loss
         self.settled_routing = p.routing.tolist() if p.routing is not None else None
         step = p.index + 1
         if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
@@ -581,8 +600,10 @@ class Trainer:
             )
         spike_step, rollbacks, skips, lr_scale = spiked.index, self.rollbacks, self.overflow_skips, self.lr_scale
         found = self._load()
-        if found is None:  # only if every checkpoint, step 0's included, was found corrupt
-            raise TrainingError(f"run {self.key}: loss spike at step {spike_step} with no checkpoint to roll back to")
+        if found is None:  # no checkpoint yet (or every one corrupt): back to the seed's weights
+            if self.pipelined or self.spec.branch is not None:  # these always have their first state saved
+                raise TrainingError(f"run {self.key}: loss spike at step {spike_step} with no checkpoint to roll back to")
+            found = self._from_seed()
         path, meta = found
         # The counters and the LR scale belong to the run's history, not to the checkpoint.
         self.rollbacks, self.overflow_skips = rollbacks + 1, skips
@@ -651,12 +672,15 @@ class Trainer:
         else:
             if self.spec.branch is not None:
                 self._branch_from_trunk()
-            # The first state (step 0, or a branch's point): what a spike before the next
-            # checkpoint rolls back to, and where a branch resumes without its trunk.
-            self._save()
+            # A branch's first state: where it resumes without its trunk and what a spike before
+            # its next checkpoint rolls back to. A run from the seed saves step 0 only when asked
+            # (``keep_steps``): a spike before its first checkpoint draws the seed's weights again.
+            if self.spec.branch is not None or self.pipelined or 0 in self.spec.execution.keep_steps:
+                self._save()
         detail = {**self.data.corpus.describe(), "world_size": self.rt.world_size, "tp": self.rt.tp, "strategy": self.par.strategy,
                   "micro_batch": self.data.micro, "device": str(self.rt.device), "peak_flops": self.peak,
                   "attention": self._attention_kernel(),
+                  "fused_optimizer": bool(self.optimizer.defaults.get("fused")),
                   "eval_tokens": int(self.data.eval_rows.shape[0] * self.spec.model.context),
                   "tasks": self.tasks.describe() if self.tasks is not None else {},
                   **getattr(self.par, "layout", {})}

@@ -279,6 +279,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         step_overhead_s=step_s,
         layer_overhead_s=layer_s,
         checkpointing=ex.activation_checkpointing,
+        cpu_offload=ex.cpu_offload,
         tp=ex.tp if "tp" in fixed else None,
         pp=ex.pp if "pp" in fixed else None,
         schedule=ex.pp_schedule if "pp_schedule" in fixed else None,

@@ -218,18 +218,21 @@ def test_fused_attention_keeps_no_scores_and_math_attention_does(family: str, pr
     assert per_token(2048, "math") - per_token(256, "math") == 4 * scores * (2048 - 256)
 
 
-def test_llama_blocks_keep_its_swiglu_its_three_casts_and_narrower_keys_and_values() -> None:
-    """llama in bf16 on CUDA, by hand: norms 4h + 3 x 2h and 4h + 2 x 2h, q and the output 2h each,
-    k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a, RoPE's angles 8 s head_dim; the
-    CPU's RMSNorm keeps its normalized input too (4h per norm); each norm's 1/rms is 4 bytes."""
+def test_llama_blocks_keep_its_swiglu_one_cast_per_product_and_narrower_keys_and_values() -> None:
+    """llama in bf16 on CUDA, by hand: norms 4h + 2h each (q, k, v and gate, up joined: one cast
+    each), q and the output 2h each, k and v 2 kv each, SwiGLU 4 x 2 ffn, the log-sum-exp 4a,
+    RoPE's tables 4 s head_dim; the CPU's RMSNorm keeps its normalized input too (4h per norm);
+    each norm's 1/rms is 4 bytes. Under tensor parallelism the layers read the norm output one by
+    one (three and two copies); in FP32 on CUDA k and v are repeated over the query heads."""
     shape = Shape(2, 256, 4, 256, 512, family="llama", n_kv_head=2)
     h, kv, f, a, s, hd, b = 256, 128, 768, 4, 512, 64, 3
-    cuda = s * b * (10 * h + 8 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 8 * s * hd
+    cuda = s * b * (12 * h + 8 + 4 * h + 4 * kv + 8 * f + 4 * a) + 4 * s * hd
     assert layer_activation_bytes(shape, b) == cuda
     assert layer_activation_bytes(shape, b, device="cpu") == cuda + s * b * 8 * h
-    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 8 * s * hd
-    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * kv + 16 * f + 4 * a) + 8 * s * hd
+    assert layer_activation_bytes(shape, b, 2) == s * b * (18 * h + 8 + (4 * h + 4 * kv + 8 * f + 4 * a) / 2) + 4 * s * hd
+    fp32 = s * b * (8 * h + 8 * h + 8 + 8 * h + 8 * h + 16 * f + 4 * a) + 8 * s * hd
     assert layer_activation_bytes(shape, b, precision="fp32") == fp32
+    assert layer_activation_bytes(shape, b, precision="fp32", device="cpu") == fp32 - s * b * 8 * (h - kv) + s * b * 8 * h
 
 
 def test_memory_model_at_the_issue_shape() -> None:
@@ -450,3 +453,29 @@ def test_module_is_torch_free() -> None:
     code = "import sys, scaling.communication, scaling.memory; assert 'torch' not in sys.modules, 'torch imported'"
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+def test_cpu_offload_takes_the_shards_off_the_device(strategy: str) -> None:
+    """Under FSDP2's CPU offload the device holds no sharded weights, gradients or optimizer state:
+    only ZeRO-2's gathered copy, the per-block buffers and the activations stay."""
+    layout = ParallelLayout(dp=4, strategy=strategy, micro_batch=2, micro_batches=2)  # type: ignore[arg-type]
+    on, off = memory_per_rank(TINY, layout, "bf16"), memory_per_rank(TINY, layout, "bf16", cpu_offload=True)
+    sharded = model_state_bytes(TINY.params_total, "bf16", "zero3", 4)[0]
+    assert off.weights_bytes == pytest.approx(on.weights_bytes - sharded)
+    assert (off.gradients_bytes, off.optimizer_bytes) == (0.0, 0.0)
+    assert (off.activations_bytes, off.buffers_bytes) == (on.activations_bytes, on.buffers_bytes)
+    ddp = ParallelLayout(dp=4, strategy="ddp", micro_batch=2)
+    assert memory_per_rank(TINY, ddp, "bf16", cpu_offload=True) == memory_per_rank(TINY, ddp, "bf16")
+
+
+def test_grouped_heads_in_fp32_on_cuda_are_counted_repeated() -> None:
+    """CUDA's FP32 attention repeats grouped key/value heads for SDPA's memory-efficient kernel
+    (``attention.expands_groups``): a block keeps what the same block with every head its own
+    keeps; in bf16, and on the CPU, the groups stay grouped and keep less."""
+    gqa = Shape(n_layer=2, d_model=256, n_head=8, n_kv_head=2, vocab_size=256, context=128, family="llama")
+    mha = Shape(n_layer=2, d_model=256, n_head=8, n_kv_head=8, vocab_size=256, context=128, family="llama")
+    assert layer_activation_bytes(gqa, 2, precision="fp32") == layer_activation_bytes(mha, 2, precision="fp32")
+    for precision, device in (("bf16", "cuda"), ("fp32", "cpu")):
+        kinds = {"precision": precision, "device": device}
+        assert layer_activation_bytes(gqa, 2, **kinds) < layer_activation_bytes(mha, 2, **kinds)  # type: ignore[arg-type]

@@ -195,25 +195,25 @@ def test_an_older_entry_with_more_gpus_than_visible_restores_what_exists() -> No
     assert checkpoint.own_rng_state(ranks, rank=2, device_index=0) is None
 
 
-def test_loads_that_all_fail_leave_the_model_as_built(make_spec, registered, tmp_path: Path) -> None:
+def test_loads_that_all_fail_leave_the_run_as_drawn_from_its_seed(make_spec, registered, tmp_path: Path) -> None:
     """Truncated shards under forged manifests fail inside the loader, after it may have written
-    some tensors: with no checkpoint left, the model, optimizer and scaler are as built."""
+    some tensors: with no checkpoint left, the optimizer and scaler are as built and the trainer
+    draws the seed's weights (no rank copies its part of the model to the host first)."""
+    from scaling.trainer.families.model import build_model
     from scaling.trainer.loop import Trainer
 
     spec, url, _ = _crashed(make_spec, registered, tmp_path)
-    for path in checkpoint.checkpoints(tmp_path / "run"):
+    paths = checkpoint.checkpoints(tmp_path / "run")
+    for path in paths:
         for shard in path.glob("*.distcp"):
             shard.write_bytes(shard.read_bytes()[: shard.stat().st_size - 64])
         _forge_manifest(path)
     trainer = Trainer(spec, url, tmp_path / "run", attempt=2)
-    model = trainer.par.model
-    if trainer.par.init_weights is not None:  # a resuming trainer draws its weights only if nothing loads
-        trainer.par.init_weights()
-    built = {k: v.clone() for k, v in model.state_dict().items()}
-    problems: list[str] = []
-    found = checkpoint.load_latest(tmp_path / "run", model=model, optimizer=trainer.optimizer,
-                                   scaler=trainer.scaler, rt=trainer.rt, on_corrupt=lambda _, p: problems.append(p))
-    assert found is None and len(problems) == 3 and all("cannot load" in p for p in problems)
-    after = model.state_dict()
-    assert all(torch.equal(built[k], after[k]) for k in built)
+    trainer.start()
+    trainer.rec.flush()
+    problems = [e["problem"] for e in _corrupt_events(url, spec.key)]
+    assert trainer.resumed_from is None and len(problems) == len(paths) and all("cannot load" in p for p in problems)
+    drawn = build_model(spec.shape, spec.seed)
+    for (name, a), b in zip(drawn.named_parameters(), trainer.par.model.parameters()):
+        assert torch.equal(a, b), name
     assert not trainer.optimizer.state

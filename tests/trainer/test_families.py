@@ -67,11 +67,11 @@ def test_bad_family_fields_are_refused_in_one_line(model: dict, execution: dict,
 def test_grouped_query_attention_with_rope_matches_plain_attention() -> None:
     """The kernel's GQA (SDPA's enable_gqa) equals repeating each kv head over its query group."""
     from scaling.trainer.families.attention import causal_attention, masked_softmax_attention
-    from scaling.trainer.families.llama import apply_rope, rope_angles
+    from scaling.trainer.families.llama import apply_rope, rope_tables
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, h, 16, 8, generator=g) for h in (4, 2, 2))
-    cos, sin = rope_angles(16, 8, 10000.0, torch.device("cpu"))
+    cos, sin = rope_tables(16, 8, 10000.0, torch.device("cpu"), torch.float32)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     expected = masked_softmax_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1))
     torch.testing.assert_close(causal_attention(q, k, v), expected, rtol=1e-5, atol=1e-6)
@@ -80,6 +80,50 @@ def test_grouped_query_attention_with_rope_matches_plain_attention() -> None:
     rotated = apply_rope(x, cos, sin)
     scores = rotated[0, 0] @ rotated[0, 0].T
     assert torch.allclose(scores[3, 1], scores[9, 7], atol=1e-5) and not torch.allclose(scores[3, 1], scores[3, 2])
+
+
+def test_rope_tables_rotate_as_rotate_half_and_are_computed_once() -> None:
+    """The kept, signed tables rotate as Hugging Face's ``q * cos + rotate_half(q) * sin`` in FP32,
+    and in bf16 to bf16's rounding of that; a second call returns the same tensors."""
+    from scaling.trainer.families.llama import apply_rope, rope_angles, rope_tables
+
+    x = torch.randn(2, 3, 16, 8, generator=torch.Generator().manual_seed(1))
+    cos, sin = rope_angles(16, 8, 500.0, torch.device("cpu"))
+    expected = x * cos + torch.cat((-x[..., 4:], x[..., :4]), dim=-1) * sin
+    tables = rope_tables(16, 8, 500.0, torch.device("cpu"), torch.float32)
+    torch.testing.assert_close(apply_rope(x, *tables), expected, rtol=1e-6, atol=1e-6)
+    assert all(a is b for a, b in zip(tables, rope_tables(16, 8, 500.0, torch.device("cpu"), torch.float32)))
+    half = apply_rope(x.bfloat16(), *rope_tables(16, 8, 500.0, torch.device("cpu"), torch.bfloat16))
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), expected, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16 weights"])
+def test_fused_projections_equal_the_layers_one_by_one(precision: str) -> None:
+    """FP32 (the layers one by one), autocast casting FP32 weights (a joined 16-bit copy) and
+    autocast with weights already in bf16 (as FSDP2 gathers them: ``JoinedLinear``, keeping the
+    weights themselves): the outputs and every gradient equal the layers run one by one."""
+    from scaling.trainer.families.llama import fused_projections
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, n, bias=False) for n in (16, 8, 8)]
+    if precision == "bf16 weights":
+        layers = [layer.bfloat16() for layer in layers]
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    results = []
+    for run in (fused_projections, lambda x, ls: [layer(x) for layer in ls]):
+        for layer in layers:
+            layer.weight.grad = None
+        x.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != "fp32"):
+            out = run(x, layers)
+        sum((y.float() * (i + 1)).sum() for i, y in enumerate(out)).backward()
+        results.append((out, x.grad.clone(), [layer.weight.grad.clone() for layer in layers]))
+    (fused, gx, gw), (apart, hx, hw) = results
+    tol = {"rtol": 1e-5, "atol": 1e-5} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+    for a, b in zip([*fused, gx, *gw], [*apart, hx, *hw]):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a.float(), b.float(), **tol)
 
 
 @pytest.mark.parametrize("extra", [{"qk_norm": True}, {"tie_embeddings": True, "n_kv_head": 1}])

@@ -97,6 +97,27 @@ def test_each_injected_spike_rolls_back_once_and_the_run_completes(make_spec, re
     assert all(v < 10 for _, v in _losses(url, spec.key))  # no poisoned loss was ever accepted
 
 
+def test_a_spike_before_the_first_checkpoint_draws_the_seeds_weights_again(make_spec, registered_any,
+                                                                           tmp_path: Path) -> None:
+    """No step-0 checkpoint is written unless ``keep_steps`` asks: a spike before the first
+    checkpoint goes back to the seed's weights, a fresh optimizer and step 0, and skips the batches
+    up to the spiking one, as a rollback to a step-0 checkpoint did."""
+    from scaling.trainer.loop import SEED_STATE
+
+    spec = make_spec(faults={"poison_steps": [3]}, spike={"window": 2}, execution={"checkpoint_interval": 8})
+    url = registered_any(spec)
+    seen: list[list[str]] = []
+    result = train(spec, url, tmp_path, report=lambda *_: seen.append([p.name for p in checkpoint.checkpoints(tmp_path)]))
+    assert result.status == "completed" and result.rollbacks == 1
+    assert seen[0] == ["step_00000008"]  # nothing was saved before step 8
+    events = connect(url).events(run_keys=[spec.key])
+    (rollback,) = [d for k, d in zip(events["kind"], events["detail"]) if k == names.ROLLBACK]
+    assert rollback["checkpoint"] == SEED_STATE and rollback["to_step"] == 0 and rollback["skipped_cursors"] == [0, 3]
+    asked = make_spec(execution={"keep_steps": [0], "checkpoint_interval": 8}, tokens=32 * 8 * 2)
+    train(asked, None, tmp_path / "asked")
+    assert [p.name for p in checkpoint.checkpoints(tmp_path / "asked")] == ["step_00000000", "step_00000002"]
+
+
 def test_a_run_that_keeps_spiking_fails_with_a_reason(make_spec, registered, tmp_path: Path) -> None:
     spec = make_spec(faults={"poison_steps": [13, 18]}, spike={"max_rollbacks": 1})
     url = registered(spec)

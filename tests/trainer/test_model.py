@@ -85,6 +85,10 @@ def test_flash_attention_runs_only_where_its_kernels_do(monkeypatch: pytest.Monk
     assert attention_kernel(256, gpu, torch.float16, **ampere) == "flash_attn"
     assert attention_kernel(257, gpu, torch.bfloat16, **ampere) == "sdpa"  # too wide a head
     assert attention_kernel(128, gpu, torch.float16, capability=(7, 0), flash_installed=True) == "sdpa"  # V100
+    for sm in ((10, 0), (12, 0)):  # Blackwell: not among flash-attn 2's verified GPUs
+        kernel, why = attention_choice(128, gpu, torch.bfloat16, capability=sm, flash_version="2.8.3")
+        assert kernel == "sdpa" and f"this GPU is sm{sm[0]}{sm[1]}" in why and "sm90" in why
+    assert attention_kernel(128, gpu, torch.bfloat16, capability=(8, 9), flash_installed=True) == "flash_attn"  # Ada
     assert attention_kernel(128, gpu, torch.float32, **ampere) == "sdpa"
     assert attention_kernel(128, gpu, torch.bfloat16, capability=(9, 0), flash_installed=False) == "sdpa"
     assert attention_kernel(128, torch.device("cpu"), torch.bfloat16, **ampere) == "sdpa"

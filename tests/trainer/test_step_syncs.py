@@ -60,6 +60,27 @@ def test_a_quiet_step_reads_only_the_previous_steps_loss(make_spec, tmp_path: Pa
     assert trainer.step == 8 and len(trainer.window) == 8
 
 
+@pytest.mark.parametrize("extra", [{"model": {"family": "llama", "z_loss": 1e-4}}, {"precision": "fp16"}],
+                         ids=["z-loss", "fp16"])
+def test_a_quiet_step_with_a_z_loss_or_loss_scaling_reads_once(make_spec, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch, extra: dict) -> None:
+    """The z-loss travels with the loss and the norm, and under fp16 the loop skips on the device
+    from the norm of the unscaled gradients: neither reads anything more per quiet step."""
+    spec = make_spec(execution={"log_interval": 8, "eval_interval": 8, "checkpoint_interval": 8}, **extra)
+    trainer = loop.Trainer(spec, None, tmp_path)
+    assert trainer.optimizer.defaults.get("fused")
+    trainer.start()
+    calls = _count_reads(monkeypatch)
+    per = []
+    for _ in range(7):
+        before = len(calls)
+        trainer.step_once()
+        per.append(len(calls) - before)
+    assert per == [0] + [1] * 6, calls
+    trainer.step_once()
+    assert trainer.step == 8 and len(trainer.window) == 8
+
+
 def test_fused_and_plain_steps_skip_and_train_alike(make_spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The device-side skip of a step with non-finite gradients skips it as reading the norm
     does, and changes no accepted step: both paths reach the same losses."""

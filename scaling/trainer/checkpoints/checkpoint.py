@@ -428,6 +428,11 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         opt.state.clear()  # back to a fresh optimizer, as the checkpoint was taken before step 1
 
 
+def reset_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Back to a fresh optimizer: no state (ZeRO-1's shard of it included)."""
+    _dcp_optimizer(optimizer).state.clear()
+
+
 def place_steps(optimizer: torch.optim.Optimizer) -> None:
     """Put each parameter's Adam ``step`` where this optimizer's kernel reads it: on the
     parameter's device for the fused or capturable kernels, on the CPU otherwise.
@@ -585,17 +590,22 @@ def load_latest(
     scaler: Any,
     rt: Runtime,
     on_corrupt: Callable[[Path, str], None],
+    trusted: Collection[str] = (),
 ) -> tuple[Path, dict[str, Any]] | None:
     """Load the newest checkpoint that verifies and loads (collective); None if there is none.
 
     Each checkpoint that fails is reported to ``on_corrupt(path, problem)`` (on every rank),
-    announced on stderr and set aside, and the one before it is tried. When none loads, the
-    model, optimizer and scaler are left as they were (a failed load may have written into them)."""
+    announced on stderr and set aside, and the one before it is tried. A checkpoint in
+    ``trusted`` (paths this process wrote or verified, whose hashes it computed) is loaded
+    without hashing its files again. When none loads, the optimizer and scaler are put back as
+    they were, but the model's weights may hold part of a failed load: the caller draws the seed's
+    weights again (the trainer does), rather than every rank first copying its whole part of the
+    model to the host on every resume and rollback."""
     candidates = rt.broadcast_object([str(p) for p in checkpoints(run_dir)] if rt.is_main else None)
-    before = _Snapshot(model, optimizer, scaler) if candidates else None
+    before = _Snapshot(optimizer, scaler) if candidates else None
     for name in reversed(candidates):
         path = Path(name)
-        problem = verify(path, rt)
+        problem = None if name in trusted else verify(path, rt)
         meta: dict[str, Any] | None = None
         if problem is None:
             try:
@@ -619,34 +629,20 @@ def load_latest(
 
 
 class _Snapshot:
-    """Model, optimizer and scaler state on the host, to put back after loads that all failed.
+    """The optimizer's freshness and the scaler's state, to put back after loads that all failed."""
 
-    Holds this rank's local part of every parameter and buffer (a sharded model's shard)."""
-
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
-        self.tensors = [(t, _local(t).detach().to("cpu", copy=True)) for t in _state_tensors(model)]
+    def __init__(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
         # A fresh optimizer goes back to empty; one with state (a rollback) has nothing to return
-        # to when no checkpoint loads, and its run fails.
+        # to when no checkpoint loads, and its run starts again from the seed's weights.
         self.optimizer = _dcp_optimizer(optimizer)
         self.fresh_optimizer = not self.optimizer.state
         self.scaler, self.scaler_state = scaler, scaler.state_dict()
 
-    @torch.no_grad()
     def restore(self) -> None:
-        for tensor, saved in self.tensors:
-            _local(tensor).copy_(saved)
         if self.fresh_optimizer:
             self.optimizer.state.clear()
         if self.scaler_state:
             self.scaler.load_state_dict(self.scaler_state)
-
-
-def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
-    """Every parameter and buffer of ``model`` once (tied weights included once)."""
-    seen: dict[int, torch.Tensor] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        seen.setdefault(id(t), t)
-    return list(seen.values())
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Causal attention kernels both model families share: flash-attn's where it runs, else SDPA.
 
-flash-attn's kernel runs when it is installed, the tensors are on an Ampere or newer GPU in
-bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports; heads wider than 192 only
+flash-attn's kernel runs when it is installed, the tensors are on a GPU it lists (Ampere, Ada,
+Hopper: :data:`FLASH_CAPABILITIES`) in bf16/fp16 and heads are at most 256 wide (what flash-attn 2 supports; heads wider than 192 only
 on sm80 or sm90, the GPUs its backward kernels for them are built for), and, under
 ``torch.compile``, flash-attn is 2.7 or newer (older releases are no custom op, and the compiled
 graph breaks at every layer); else PyTorch's ``scaled_dot_product_attention``
@@ -45,6 +45,11 @@ FLASH_MAX_HEAD_DIM = 256
 #: backward requires A100/A800 or H100/H800"; it adds that head dim 256 works on consumer GPUs
 #: without dropout from 2.5.5, which this gate leaves to SDPA (one rule for every release).
 FLASH_WIDE_HEAD_DIM = 192
+#: The GPUs (compute capability) flash-attn 2 runs on: its README's "Ampere, Ada, or Hopper GPUs"
+#: (sm80 A100, sm86 RTX 30xx/A40, sm87 Orin, sm89 RTX 40xx/L4/L40, sm90 H100/H200). Newer ones
+#: (Blackwell, sm100 and sm120) are not in its list: their wheels and kernels are not flash-attn 2's
+#: verified targets, so they get SDPA (whose cuDNN and flash backends PyTorch builds for them).
+FLASH_CAPABILITIES = ((8, 0), (8, 6), (8, 7), (8, 9), (9, 0))
 #: The GPUs (compute capability) flash-attn 2 builds its backward for heads wider than 192 for.
 FLASH_WIDE_HEAD_CAPABILITIES = ((8, 0), (9, 0))
 #: The first flash-attn release registered as a torch custom op (traced whole by ``torch.compile``).
@@ -94,8 +99,9 @@ def attention_choice(head_dim: int, device: torch.device, dtype: torch.dtype, *,
     if capability is None:
         capability = _capability(device.index if device.index is not None else torch.cuda.current_device())
     sm = f"sm{capability[0]}{capability[1]}"
-    if capability < (8, 0):
-        return "sdpa", f"flash-attn 2 needs sm80 or newer, this GPU is {sm}"
+    if tuple(capability) not in FLASH_CAPABILITIES:
+        listed = ", ".join(f"sm{a}{b}" for a, b in FLASH_CAPABILITIES)
+        return "sdpa", f"flash-attn 2 is verified on {listed} (Ampere, Ada, Hopper), this GPU is {sm}"
     if head_dim > FLASH_WIDE_HEAD_DIM and tuple(capability) not in FLASH_WIDE_HEAD_CAPABILITIES:
         return "sdpa", (f"head dim {head_dim} > {FLASH_WIDE_HEAD_DIM}: flash-attn's backward for it is built "
                         f"for sm80/sm90 only, this GPU is {sm}")
@@ -142,5 +148,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
                                softmax_scale=scale)
         return out.transpose(1, 2)
     if k.size(1) != q.size(1):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        if not expands_groups(q):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+        group = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def expands_groups(q: torch.Tensor) -> bool:
+    """Whether grouped-query attention repeats each key/value head over its group before SDPA:
+    on CUDA in FP32, where SDPA's flash kernel does not run (16-bit only) and its memory-efficient
+    one, which does, takes no ``enable_gqa``, so grouped heads would fall back to the math kernel
+    and keep an s x s softmax per head. Repeated heads cost 2 (h - h_kv) head widths more per
+    token (``scaling.memory.layer_activation_bytes`` counts them); the CPU's fused kernel and the
+    16-bit CUDA kernels take the groups as they are."""
+    return q.is_cuda and q.dtype == torch.float32

@@ -13,8 +13,14 @@ with exactly that norm); the layouts need nothing but names: our RoPE rotates th
 each head (``rotate_half``) as Hugging Face's does, so the query and key rows keep their order.
 
 RoPE rotates the two halves of each head (``rotate_half``, the GPT-NeoX and Hugging Face layout).
-Its angles are computed in FP32 in every forward pass, from the positions alone: no buffer, so a
-model built on the meta device needs nothing but its parameters materialized.
+Its cos and sin tables are computed in FP32 from the positions alone, once per sequence length,
+device and dtype (:func:`rope_tables`; no buffer, so a model built on the meta device needs nothing
+but its parameters materialized), and applied in the dtype of q and k, as Hugging Face's Llama
+does: under autocast the queries and keys are 16-bit matmul outputs already.
+
+The projections that read one norm output (q, k and v; gate and up) run under autocast as one
+matrix product (:func:`fused_projections`; one by one in FP32 and under tensor parallelism), so
+autocast casts that output once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
 
 Tensor parallelism splits q, k, v and the SwiGLU gate and up projections by columns (whole heads
 per rank) and o and down by rows; the forward pass takes its numbers of heads from the widths it
@@ -38,6 +44,11 @@ if TYPE_CHECKING:
     from scaling.trainer.families.model import Decoder
 
 
+#: How many (length, head width, theta, device, dtype) tables :func:`rope_tables` keeps.
+ROPE_TABLES_KEPT = 8
+_rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def rope_angles(t: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of RoPE's angles for positions 0..t-1, (t, head_dim), in FP32."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
@@ -46,12 +57,77 @@ def rope_angles(t: int, head_dim: int, theta: float, device: torch.device) -> tu
     return angles.cos(), angles.sin()
 
 
+def rope_tables(t: int, head_dim: int, theta: float, device: torch.device,
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and the signed sin of :func:`rope_angles` in ``dtype``: the sin's first half negated, so
+    that rotating is ``x * cos + swap_halves(x) * sin``. Computed once per key and kept (every layer
+    and step of a run asks for the same few); computed afresh while ``torch.compile`` traces, which
+    fuses it into the graph."""
+    key = (t, head_dim, theta, device, dtype)
+    found = None if torch.compiler.is_compiling() else _rope_tables.get(key)
+    if found is not None:
+        return found
+    cos, sin = rope_angles(t, head_dim, theta, device)
+    half = head_dim // 2
+    sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+    found = (cos.to(dtype), sin.to(dtype))
+    if not torch.compiler.is_compiling():
+        if len(_rope_tables) >= ROPE_TABLES_KEPT:
+            _rope_tables.pop(next(iter(_rope_tables)))
+        _rope_tables[key] = found
+    return found
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, h, T, hs) ``x`` by the angles (half-split layout), in FP32, back in x's dtype."""
-    xf = x.float()
-    half = xf.size(-1) // 2
-    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
-    return (xf * cos + rotated * sin).to(x.dtype)
+    """Rotate (B, h, T, hs) ``x`` by :func:`rope_tables`' cos and signed sin (half-split layout), in x's dtype."""
+    half = x.size(-1) // 2
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def autocast_casts(weights: list[torch.Tensor], device: str) -> bool:
+    """Whether autocast would cast these weights to its dtype (it is on, and they are not in it yet)."""
+    return torch.is_autocast_enabled(device) and all(w.dtype != torch.get_autocast_dtype(device) for w in weights)
+
+
+class JoinedLinear(torch.autograd.Function):
+    """``x @ cat(weights).T`` keeping only ``x`` and the weights themselves for backward (the joined
+    matrix is made again there), so joining costs no copy of the weights between forward and backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, *weights)
+        return F.linear(x, torch.cat(weights))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x, *weights = ctx.saved_tensors
+        grad_x = grad @ torch.cat(weights)
+        grad_w = grad.reshape(-1, grad.size(-1)).T @ x.reshape(-1, x.size(-1))
+        return (grad_x, *grad_w.split([w.size(0) for w in weights]))
+
+
+def fused_projections(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
+    """``[layer(x) for layer in layers]`` (bias-free linear layers), under autocast as one matrix
+    product of the joined weights: one cast of ``x``, kept for backward, instead of one per layer.
+    Where autocast would cast the weights, they are cast as it would and joined, and the joined
+    16-bit copy kept for backward replaces autocast's copies byte for byte; where they are in its
+    dtype already (FSDP2 gathers them so) :class:`JoinedLinear` keeps the weights themselves. In
+    FP32 there is no cast to save and the layers run one by one (joined, the step measured no
+    faster on the CPU: its elementwise kernels then read strided views), as do tensor-parallel
+    layers (DTensor weights, with their own input and output hooks)."""
+    from torch.distributed.tensor import DTensor
+
+    weights = [layer.weight for layer in layers]
+    device = x.device.type
+    if not torch.is_autocast_enabled(device) or any(isinstance(w, DTensor) for w in weights):
+        return [layer(x) for layer in layers]
+    rows = [w.size(0) for w in weights]
+    if autocast_casts(weights, device):
+        dtype = torch.get_autocast_dtype(device)
+        return list(F.linear(x, torch.cat([w.to(dtype) for w in weights])).split(rows, dim=-1))
+    if x.dtype != weights[0].dtype:  # under autocast with weights in its dtype: x cast once
+        x = x.to(weights[0].dtype)
+    return list(JoinedLinear.apply(x, *weights).split(rows, dim=-1))
 
 
 class SumGradOver(torch.autograd.Function):
@@ -71,11 +147,27 @@ class SumGradOver(torch.autograd.Function):
         return grad, None
 
 
+class HeadNorm(nn.RMSNorm):
+    """RMSNorm of each query or key head, in FP32 (under autocast q and k arrive in 16 bits, the
+    weight in 32), back in the input's dtype. Called as a module, so FSDP2's hooks see it run.
+    ``tp_group``: see :class:`SumGradOver` (set by ``scaling.trainer.parallel.tensor_parallel``)."""
+
+    tp_group: Any = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if self.tp_group is not None:
+            weight = SumGradOver.apply(weight, self.tp_group)
+        # FP32 and contiguous: what it keeps for backward is its own copy, not a view that would keep
+        # the whole joined q, k, v product alive
+        xf = x.float().contiguous()
+        return F.rms_norm(xf, self.normalized_shape, weight.float(), self.eps).to(x.dtype)
+
+
 class Attention(nn.Module):
     """Causal self-attention with RoPE and grouped-query heads; separate q, k, v and o matrices.
 
-    ``tp_group`` is the tensor-parallel group once the block is split (set by
-    ``scaling.trainer.parallel.tensor_parallel``), over which the qk-norm weights' gradients are summed."""
+    Under tensor parallelism its qk-norms sum their weights' gradients over the tensor group (:class:`HeadNorm`)."""
 
     def __init__(self, cfg: Shape) -> None:
         super().__init__()
@@ -87,27 +179,18 @@ class Attention(nn.Module):
         self.k = nn.Linear(cfg.d_model, kv_width, bias=False)
         self.v = nn.Linear(cfg.d_model, kv_width, bias=False)
         self.o = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
-        self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
-        self.tp_group: Any = None
-
-    def head_norm(self, norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        """RMSNorm of each head in FP32 (under autocast q and k arrive in 16 bits, the weight in 32)."""
-        weight = norm.weight
-        if self.tp_group is not None:
-            weight = SumGradOver.apply(weight, self.tp_group)
-        return F.rms_norm(x.float(), norm.normalized_shape, weight.float(), norm.eps).to(x.dtype)
+        self.q_norm = HeadNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = HeadNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         hs = self.head_dim
-        q = self.q(x).view(b, t, -1, hs)  # local heads under tensor parallelism
-        k = self.k(x).view(b, t, -1, hs)
-        v = self.v(x).view(b, t, -1, hs)
+        q, k, v = (y.view(b, t, -1, hs) for y in fused_projections(x, [self.q, self.k, self.v]))  # local heads under TP
+        v = v.contiguous()  # attention keeps v: a view would keep q's and k's part of a joined product too
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.head_norm(self.q_norm, q), self.head_norm(self.k_norm, k)
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        cos, sin = rope_angles(t, hs, self.theta, x.device)
+        cos, sin = rope_tables(t, hs, self.theta, x.device, q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = causal_attention(q, k, v, self.scale)
         return self.o(y.transpose(1, 2).reshape(b, t, -1))
@@ -123,7 +206,8 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(cfg.hidden, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        gate, up = fused_projections(x, [self.gate, self.up])
+        return self.down(F.silu(gate) * up)
 
 
 class Block(nn.Module):

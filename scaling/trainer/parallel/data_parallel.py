@@ -127,19 +127,20 @@ class Parallel:
 
     @contextlib.contextmanager
     def no_sync(self, enabled: bool = True) -> Iterator[None]:
-        """Skip the gradient reduction inside (all micro-batches of an accumulation but the last)."""
-        if not enabled or not self.data_parallel:
+        """Skip the gradient reduction inside (all micro-batches of an accumulation but the last).
+
+        DDP and ZeRO-1 skip it: their gradients are whole on every rank anyway. ZeRO-2/3 do not:
+        FSDP2 without gradient sync keeps every parameter's gradient unsharded (and in the reduce
+        dtype, FP32) until the last micro-batch, 4Φ per rank instead of 4Φ/dp, which for a large
+        model is more than all the rest of its state. So under FSDP2 each micro-batch's backward
+        reduce-scatters into the sharded gradients, as torchtitan does: more traffic (counted by
+        :func:`scaling.communication.dp_traffic`), the memory the planner counts.
+        """
+        if not enabled or not self.data_parallel or self.is_fsdp:
             yield
             return
-        if self.is_fsdp:
-            self.module.set_requires_gradient_sync(False)  # type: ignore[operator]
-            try:
-                yield
-            finally:
-                self.module.set_requires_gradient_sync(True)  # type: ignore[operator]
-        else:
-            with self.module.no_sync():  # type: ignore[operator]
-                yield
+        with self.module.no_sync():  # type: ignore[operator]
+            yield
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Clip by the *global* gradient norm and return it (a plain tensor on every rank).
