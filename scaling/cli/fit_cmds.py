@@ -135,6 +135,15 @@ def _recommend_csv(csv: Path, data: "FitData", compute: Optional[float], bootstr
     return do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
 
 
+def _fit_moe_law(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, fmt: str, bootstrap: int,
+                 seed: int, given: dict[str, bool]) -> None:
+    """Print the laws of sparsity fitted to a CSV or a sweep; ``given``: which dense-law options were set (refused)."""
+    check_format(fmt)
+    _not_moe(given)
+    moe_fit = _fit_moe(csv, db, sweep, law, bootstrap, seed)
+    typer.echo(json.dumps(moe_fit.to_dict(), indent=2) if fmt == "json" else moe_fit.table(), nl=fmt == "json")
+
+
 def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
     """Refuse a sweep given with a CSV."""
     from scaling.errors import UserError
@@ -199,6 +208,12 @@ Step1RecipeOption = Annotated[
                       "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
                       "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
 ]
+PredictOption = Annotated[
+    Optional[Path], typer.Option("--predict", help="With --law curve: a CSV of schedules (run, step, lr; optional "
+                                 "predict 0/1 marking the steps wanted, else every row): print the predicted loss "
+                                 "with its 95% interval at each wanted step (--format json: a list of {run, step, "
+                                 "loss, lo, hi}).", show_default=False)
+]
 HparamsModeOption = Annotated[
     str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
                       "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
@@ -259,12 +274,7 @@ def fit(
     task: TaskOption = None,
     step1_recipe: Step1RecipeOption = "grid",
     hparams: HparamsModeOption = "tuned",
-    predict: Annotated[
-        Optional[Path], typer.Option("--predict", help="With --law curve: a CSV of schedules (run, step, lr; optional "
-                                     "predict 0/1 marking the steps wanted, else every row): print the predicted loss "
-                                     "with its 95% interval at each wanted step (--format json: a list of {run, step, "
-                                     "loss, lo, hi}).", show_default=False)
-    ] = None,
+    predict: PredictOption = None,
 ) -> None:
     """Fit power laws and print every parameter with its 95% interval.
 
@@ -278,24 +288,16 @@ def fit(
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
-    if predict is not None and law != "curve":
-        check_format(fmt)
-        raise UserError("--predict applies to --law curve")
-    if law == "curve":
-        check_format(fmt)
-        if csv is not None and sweep is not None:
-            raise UserError("give either --sweep or --csv, not both")
-        _fit_curves(db, sweep, csv, predict, fmt, bootstrap, seed)
+    if predict is not None or law == "curve":
+        _fit_curves(db, sweep, csv, predict, fmt, bootstrap, seed, law)
         return
     if law.startswith("moe"):
-        check_format(fmt)
-        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates, "--unique-tokens":
-                  unique_tokens is not None, "--r-star": r_star is not None, "--r-star-n": r_star_n is not None,
-                  "--effective-data": effective_data, "--task": bool(task), "--hparams": hparams != "tuned",
-                  "--step1-recipe": step1_recipe != "grid"})
-        moe_fit = _fit_moe(csv, db, sweep, law, bootstrap, seed)
-        typer.echo(json.dumps(moe_fit.to_dict(), indent=2) if fmt == "json" else moe_fit.table(), nl=fmt == "json")
+        _fit_moe_law(csv, db, sweep, law, fmt, bootstrap, seed, {
+            "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+            "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates, "--unique-tokens":
+            unique_tokens is not None, "--r-star": r_star is not None, "--r-star-n": r_star_n is not None,
+            "--effective-data": effective_data, "--task": bool(task), "--hparams": hparams != "tuned",
+            "--step1-recipe": step1_recipe != "grid"})
         return
     _check_fit_options(fmt, hparams, bootstrap, csv, sweep, step1_recipe)
     _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
@@ -334,8 +336,14 @@ def fit(
 
 
 def _fit_curves(db: Optional[str], sweep: Optional[str], csv: Optional[Path], predict: Optional[Path], fmt: str,
-                bootstrap: int, seed: int) -> None:
+                bootstrap: int, seed: int, law_name: str) -> None:
     """`scaling fit --law curve`: the curve law of a CSV or a sweep, or its predictions of --predict's schedules."""
+    from scaling.errors import UserError
+
+    check_format(fmt)
+    if law_name != "curve":
+        raise UserError("--predict applies to --law curve")
+    _one_source(csv, sweep)
     from scaling.fitting.curves.data import schedules_from_csv
     from scaling.fitting.curves.output import curve_law, predictions_json, predictions_text
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from scaling.accounting import GIB, Shape
+from scaling.accounting import GIB, MemoryEstimate, Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
@@ -119,7 +119,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
     return row
 
 
-def memory_parts(est: Any) -> dict[str, float]:
+def memory_parts(est: MemoryEstimate) -> dict[str, float]:
     """A :class:`~scaling.accounting.MemoryEstimate`'s parts in GiB, as ``--explain`` lists them."""
     parts = {"weights": est.weights_bytes, "gradients": est.gradients_bytes, "optimizer": est.optimizer_bytes,
              "activations": est.activations_bytes, "buffers": est.buffers_bytes, "margin": est.margin_bytes}
