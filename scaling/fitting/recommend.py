@@ -34,8 +34,10 @@ import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary
+from scaling.fitting.sweep_fit import KINDS, SHORT
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.measurements import prepare
 from scaling.fmt import bounds, interval_text
 
@@ -90,6 +92,8 @@ class Recommendation:
     chosen_reason: str = ""
     #: Laws left out of the choice and the consensus, with the first note that says why.
     unreliable: dict[str, str] = field(default_factory=dict)
+    #: Laws that give no compute-optimal point at this budget (left out of everything), with why.
+    no_optimum: dict[str, str] = field(default_factory=dict)
     #: Laws whose notes doubt their parameters but whose bootstrap determines N*, D* and the loss at
     #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
     determined_at_budget: dict[str, str] = field(default_factory=dict)
@@ -100,7 +104,7 @@ class Recommendation:
     run: dict[str, Any] | None = None
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
     #: or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
@@ -110,7 +114,24 @@ class Recommendation:
     target: RunTarget | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({k: v for k, v in self.__dict__.items() if k != "target"})
+        """The answer as ``scaling recommend --format json`` prints it (notes as text)."""
+        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum")})
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything, to store: :meth:`to_dict` with the notes' kinds, the laws without an optimum and
+        the target a plan sizes the run for (its hyperparameter laws are the analysis' own)."""
+        t = self.target
+        return jsonable(self.to_dict() | {"notes": [n.to_dict() for n in self.notes], "no_optimum": self.no_optimum,
+                                          "target": None if t is None else {f: getattr(t, f) for f in
+                                                                            ("N", "D", "C", "flagged", "notes_at", "n_notes")}})
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any], hparams: HparamFit | None = None) -> "Recommendation":
+        """:meth:`to_record` read back; ``hparams``: the hyperparameter laws the target applies again."""
+        t = d.get("target")
+        fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
+        return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
+                   target=None if t is None else RunTarget(hparams=hparams, **t))
 
     def with_run(self, run: dict[str, Any] | None, run_source: str | None, note: str | None = None) -> Recommendation:
         """This recommendation with ``run`` as its concrete run, sized from ``run_source`` (``note``: why
@@ -123,12 +144,12 @@ class Recommendation:
         if t is None:
             raise FitError("this recommendation has no N* to size a run for")
         run = None if run is None else dict(run)
-        notes = [note] if note else []
+        notes = [Note(NoteKind.RUN, note)] if note else []
         from scaling.fitting.hyperparams.hparams import apply_to_run
 
         hparams, hp_note = apply_to_run(t.hparams, run, t.N, t.D, t.C, t.flagged, run_source)
         if hp_note:
-            notes.append(hp_note)
+            notes.append(Note(NoteKind.RUN_HPARAMS, hp_note))
         return replace(self, run=run, run_source=run_source, hparams=hparams,
                        notes=self.notes[:t.notes_at] + notes + self.notes[t.notes_at + t.n_notes:],
                        target=replace(t, n_notes=len(notes)))
@@ -204,27 +225,74 @@ def _num(v: Any) -> str:
 
 
 def recommend(
-    fit: FitSummary,
+    fit: Any,
     compute: float | None = None,
     *,
-    next_runs: bool = True,
+    next_runs: Sequence[dict[str, Any]] | None = None,
     tasks: Any = None,
-    seed: int = 0,
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` FLOPs from every law of ``fit``; of a sweep, a run sized by the defaults.
 
-    ``fit`` is a :data:`~scaling.fitting.sweep_fit.SweepFit` (or any
-    :class:`~scaling.fitting.sweep_fit.FitSummary`, e.g. of a CSV): nothing is fitted again and
-    nothing is read. ``compute`` defaults to ten times the largest run. The concrete run (only
-    for a sweep's fit) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's
-    plan (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
-    (:class:`scaling.fitting.tasks.task_laws.TaskFits`) whose accuracy at the recommended run is
-    predicted; by default the fit's own. ``next_runs``: rank the runs worth adding
-    (:func:`candidate_runs`, which refits approach 3's bootstrap with predicted points, drawn with ``seed``).
+    ``fit`` is an :class:`~scaling.fitting.analysis.Analysis` (or the laws it is made of, while it is
+    being made): nothing is fitted and nothing is read. An analysis' own recommendation is returned as it
+    is for its own budget. ``compute`` defaults to ten times the largest run. The concrete run (only for a
+    sweep) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's plan
+    (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
+    (:class:`scaling.fitting.tasks.task_laws.TaskFits`) whose accuracy at the recommended run is predicted;
+    by default the fit's own. ``next_runs``: the runs worth adding, ranked by :func:`candidate_runs` when
+    the analysis was made; at another budget the analysis' ranking is not this budget's, so none are listed.
     """
+    own = getattr(fit, "recommendation", None)
+    if own is not None and tasks is None and next_runs is None and (compute is None or compute == own.compute):
+        return own
     if not fit.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
                        + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in fit.skipped.items()))
+    compute = _budget(fit, compute)
+    k = float(fit.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+    rec = compare_laws(fit.laws, compute, source=fit.source, k=k)
+    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
+    if N_run is not None:
+        rec.target = RunTarget(N=N_run, D=compute / (k * N_run), C=compute,
+                               flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
+        if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
+            rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
+                               "the run is sized with the defaults: no plan was given to size it")
+        else:
+            rec = rec.with_run(None, None)
+    tasks = fit.tasks if tasks is None else tasks
+    if tasks:
+        from scaling.fitting.tasks.task_laws import predict_for_recommendation
+
+        rec.tasks, note = predict_for_recommendation(tasks, rec, k)
+        if note:
+            rec.notes.append(Note(NoteKind.TASKS, note))
+    if next_runs is not None:
+        rec.next_runs = list(next_runs)
+    elif own is not None and own.next_runs:
+        rec.notes.append(Note(NoteKind.NEXT_RUNS, f"the runs worth adding are ranked at the analysis' budget, "
+                                                  f"C = {own.compute:.3g} FLOPs (`scaling recommend` without "
+                                                  "--compute lists them)"))
+    return rec
+
+
+def next_runs_for(fit: Any, compute: float, seed: int = 0) -> tuple[list[dict[str, Any]], Note | None]:
+    """The runs worth adding at ``compute`` (:func:`candidate_runs`, judged with approach 3), or none and why.
+
+    This refits approach 3's bootstrap per candidate: :func:`scaling.fitting.analysis.analyse` calls it
+    once, for the analysis' own budget, and keeps the ranking in the recommendation."""
+    law3 = fit.laws.get("approach3")
+    if law3 is not None and law3.doubts():
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, whose fit notes say the "
+                                            "data cannot pin it down: no runs suggested")
+    if law3 is None or getattr(law3, "data_", None) is None:
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, which is not fitted here")
+    points = _data_of(fit)
+    return candidate_runs(law3, float(compute), float(points["C"].max()), seed), None
+
+
+def _budget(fit: Any, compute: float | None) -> float:
+    """``compute``, checked against the measured budgets, or ten times the largest run."""
     points = _data_of(fit)
     c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:
@@ -235,35 +303,7 @@ def recommend(
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
     if points is not None:
         check_budget(float(compute), points["C"])
-    k = float(fit.conventions.get("flops_per_param_token") or 6.0)
-    rec = compare_laws(fit.laws, float(compute), source=fit.source, k=k)
-    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
-    if N_run is not None:
-        rec.target = RunTarget(N=N_run, D=float(compute) / (k * N_run), C=float(compute),
-                               flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
-        if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
-            rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
-                               "the run is sized with the defaults: no plan was given to size it")
-        else:
-            rec = rec.with_run(None, None)
-    if tasks is None:
-        tasks = fit.tasks
-    if tasks:
-        from scaling.fitting.tasks.task_laws import predict_for_recommendation
-
-        rec.tasks, note = predict_for_recommendation(tasks, rec, k)
-        if note:
-            rec.notes.append(note)
-    if next_runs:
-        law3 = fit.laws.get("approach3")
-        if law3 is not None and law3.doubts():
-            rec.notes.append("which runs to add is judged with approach 3, whose fit notes say the data cannot pin it "
-                             "down: no runs suggested")
-        elif law3 is not None and getattr(law3, "data_", None) is not None and hasattr(law3, "theta_"):
-            rec.next_runs = candidate_runs(law3, float(compute), c_max, seed)
-        else:
-            rec.notes.append("which runs to add is judged with approach 3, which is not fitted here")
-    return rec
+    return float(compute)
 
 
 def default_budget(c_max: float) -> float:
@@ -329,20 +369,19 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
     """
     if k is None:
-        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), 6.0))
+        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), FLOPS_PER_PARAM_TOKEN))
     rec = Recommendation(compute=float(compute), source=source)
     for kind, law in laws.items():
         try:
             iv = law.optimal_interval(compute)
         except (ValueError, FloatingPointError, AttributeError) as e:
-            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: it gives no compute-optimal point here ({e})")
+            _no_optimum(rec, kind, f"it gives no compute-optimal point here ({e})")
             continue
         if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
             rec.per_law[kind] = iv
         else:
             values = ", ".join(f"{q} = {iv[q]['value']:.3g}" for q in ("N", "D", "loss"))
-            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: its compute-optimal point at this budget is not "
-                             f"a positive, finite one ({values})")
+            _no_optimum(rec, kind, f"its compute-optimal point at this budget is not a positive, finite one ({values})")
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
@@ -351,9 +390,9 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
             continue
         if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
             rec.determined_at_budget[kind] = "; ".join(_doubt_text(d) for d in doubts)
-            rec.notes.append(f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
-                             "but its bootstrap determines N*, D* and the loss at this budget, so it may recommend "
-                             "(its parameters stay without intervals in the fit)")
+            rec.notes.append(Note(NoteKind.AT_BUDGET, f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
+                                  "but its bootstrap determines N*, D* and the loss at this budget, so it may "
+                                  "recommend (its parameters stay without intervals in the fit)"))
         else:
             rec.unreliable[kind] = doubts[0]
     trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
@@ -384,15 +423,16 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     if rec.unreliable and trusted:
         what = "the choice, agreement and consensus leave out " if len(trusted) > 1 else "the choice leaves out "
         whose = "their fit notes say" if len(rec.unreliable) > 1 else "its fit notes say"
-        rec.notes.append(what + ", ".join(name(kind) for kind in rec.unreliable)
-                         + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)")
+        rec.notes.append(Note(NoteKind.LEFT_OUT, what + ", ".join(name(kind) for kind in rec.unreliable)
+                              + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)"))
     los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
     his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
     if len(with_interval) > 1:
         rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
     if len(trusted) < 2:  # agreement and a consensus need two laws the data determine
         if not trusted:
-            rec.notes.append("no law is reliable, so there is no agreement or consensus to report")
+            rec.notes.append(Note(NoteKind.NO_CONSENSUS, "no law is reliable, so there is no agreement or consensus "
+                                                         "to report"))
         return rec
     Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in trusted])
     Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in trusted])
@@ -404,7 +444,13 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     return rec
 
 
-def _data_of(summary: FitSummary) -> pd.DataFrame | None:
+def _no_optimum(rec: Recommendation, kind: str, why: str) -> None:
+    """Leave ``kind`` out of ``rec``: it gives no compute-optimal point at the budget, for ``why``."""
+    rec.no_optimum[kind] = why
+    rec.notes.append(Note(NoteKind.NO_OPTIMUM, f"{SHORT.get(kind, kind)} is left out: {why}"))
+
+
+def _data_of(summary: Any) -> pd.DataFrame | None:
     for law in summary.laws.values():
         data = getattr(law, "data_", None)
         if data is not None:

@@ -155,23 +155,24 @@ class Law(Doubtful):
     def _fit(self, data: FitData) -> None:
         raise NotImplementedError
 
-    def _check(self) -> None:
+    def check_fitted(self) -> None:
+        """Raise :class:`NotFittedError` unless :meth:`fit` (or :meth:`restore`) has set the parameters."""
         if not hasattr(self, "params_"):
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(df) first")
 
     def predict(self, N: Any, D: Any) -> np.ndarray:
         """Predicted loss of a model with N parameters trained on D tokens."""
-        self._check()
+        self.check_fitted()
         return self._predict(self.params_, np.asarray(N, float), np.asarray(D, float))
 
     def optimal(self, C: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(N*, D*, predicted loss) minimising loss at compute C (same FLOP convention as the fit)."""
-        self._check()
+        self.check_fitted()
         return self._optimal(self.params_, np.asarray(C, float))
 
     def bootstrap(self, n: int = 200, seed: int = 0) -> "Law":
         """Refit on ``n`` resamples of the points; stores ``replicates_`` (n x params); returns self."""
-        self._check()
+        self.check_fitted()
         if n < 2:
             raise FitError("the bootstrap needs at least 2 replicates")
         rng = np.random.default_rng(seed)
@@ -291,7 +292,7 @@ class Law(Doubtful):
 
     def intervals(self) -> dict[str, dict[str, float]]:
         """Every parameter and derived quantity: value, bootstrap SE and 95% interval."""
-        self._check()
+        self.check_fitted()
         reps = self._replicate_params()
         pinned = self.pinned()
         out: dict[str, dict[str, float]] = {}
@@ -325,7 +326,7 @@ class Law(Doubtful):
         with the distance extrapolated (:meth:`extrapolation_error`), so they are not parameter
         uncertainty alone.
         """
-        self._check()
+        self.check_fitted()
         with np.errstate(all="ignore"):
             N, D, L = (float(np.asarray(v)) for v in self._optimal(self.params_, np.asarray(float(C))))
         reps = self._replicate_params()
@@ -343,7 +344,7 @@ class Law(Doubtful):
     def optimal_replicates(self, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """N*, D* and predicted loss at budget C under every drawn bootstrap replicate, NaN where its refit
         failed (empty without usable replicates): the distribution :meth:`optimal_interval` summarises."""
-        self._check()
+        self.check_fitted()
         if self.replicates_ is None or self.bootstrap_unavailable():
             return np.array([]), np.array([]), np.array([])
         reps = {name: np.asarray(self.replicates_, float)[:, i] for i, name in enumerate(self.param_names)}
@@ -360,7 +361,7 @@ class Law(Doubtful):
         budget, the model error of :meth:`extrapolation_error`; (2) and (3) are added in
         quadrature, on the log scale, to each end of (1).
         """
-        self._check()
+        self.check_fitted()
         N = np.atleast_1d(np.asarray(N, float))
         D = np.atleast_1d(np.asarray(D, float))
         N, D = np.broadcast_arrays(N, D)
@@ -412,7 +413,7 @@ class Law(Doubtful):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable, self-describing record; :func:`scaling.fitting.from_dict` rebuilds it."""
-        self._check()
+        self.check_fitted()
         return jsonable(
             {
                 "class": type(self).__name__,
@@ -439,6 +440,26 @@ class Law(Doubtful):
                 "plot": self._plot(),
             }
         )
+
+    def run_backtest(self, data: FitData) -> dict[str, Any]:
+        """Score this law against its own largest-compute points (:func:`scaling.fitting.core.backtest.backtest`)
+        and keep the scores and the model-error rates they give; returns the scores."""
+        from scaling.fitting.core.backtest import backtest
+
+        scores, rates = backtest(self, data)
+        self.backtest_ = scores
+        if rates is not None:
+            self.extrapolation_ = rates
+        return scores
+
+    @classmethod
+    def restore(cls, d: dict[str, Any], data: FitData | None = None) -> "Law":
+        """A fitted law from its :meth:`to_dict` form; ``data``: the very data it was fitted to (same
+        fingerprint), which a refit from its optimum (the runs worth adding) needs."""
+        law = cls.from_dict(d)
+        if data is not None:
+            law.data_ = data
+        return law
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Law":
