@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 
 if TYPE_CHECKING:
-    from scaling.fitting.core.measurements import FitData
+    from scaling.fitting import CsvSource
 
 CsvOption = Annotated[
     Optional[Path],
@@ -55,14 +55,17 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} only apply to --csv")
 
 
-def _read_csv(csv: Path, **options: object) -> "FitData":
-    """The CSV's measurements in the given conventions; its warnings go to stderr."""
-    from scaling.fitting.core.measurements import from_csv
+def _csv_source(csv: Path, **options: Any) -> "CsvSource":
+    """The CSV and how to read it, as ``scaling fit`` and ``scaling recommend`` are told (the API's path too)."""
+    from scaling.fitting import CsvSource
 
-    data = from_csv(csv, **options)  # type: ignore[arg-type]
-    for warning in data.warnings:
+    return CsvSource(str(csv), **options)
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """Warnings about the input (units, conventions, dropped rows), to stderr."""
+    for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
-    return data
 
 
 def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple[float, bool]:
@@ -140,8 +143,7 @@ def fit(
     Warnings about the input (units, conventions, dropped rows) go to stderr as well.
     """
     from scaling.errors import UserError
-    from scaling.fitting import fit_sweep
-    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting import CsvSource, Settings, SweepSource, analyse
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
@@ -161,34 +163,28 @@ def fit(
                     "--unique-tokens": unique_tokens is not None})
     fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
     fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
+    if csv is not None and effective_data:
+        raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
+    if csv is None and (r_star is not None or r_star_n is not None) and not effective_data:
+        raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
+    settings = Settings(law=law, n_bootstrap=bootstrap, seed=seed, effective_data=effective_data,
+                        r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
+                        fit_r_star_n=fit_rn, hparams=hparams, tasks=tuple(task) if task else True,
+                        task_recipe=step1_recipe, next_runs=False)
     if csv is not None:
-        if effective_data:
-            raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
-        data = _read_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                         drop_invalid=drop_invalid, drop_duplicates=drop_duplicates, unique_tokens=unique_tokens,
-                         r_star=fixed_r, hparams=hparams)
-        if fit_r or r_star_n is not None:
-            from scaling.fitting.loss.effective import fit_effective
-
-            data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
-        from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_csv
-
-        task_data = tasks_from_csv(str(csv), data, tasks=task)  # a bad task column is refused before any fit
-        summary = fit_data(data, law, bootstrap, seed)
-        tasks = fit_tasks(task_data, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
+        source: Any = _csv_source(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
+                                  drop_invalid=drop_invalid, drop_duplicates=drop_duplicates,
+                                  unique_tokens=unique_tokens)
     else:
-        if (r_star is not None or r_star_n is not None) and not effective_data:
-            raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
         from scaling.db import resolve_url
 
-        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
-                            r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
-                            fit_r_star_n=fit_rn, hparams=hparams, tasks=task or True, task_recipe=step1_recipe)
-        tasks = summary.tasks
+        source = SweepSource(resolve_url(db), sweep)
+    analysis = analyse(source, settings)
+    _warn(analysis.warnings if csv is not None else ())
     if fmt == "json":
-        typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
+        typer.echo(json.dumps(analysis.to_dict(), indent=2))
     else:
-        typer.echo(summary.table() + ("\n" + tasks.table() if tasks else ""), nl=False)
+        typer.echo(analysis.table(), nl=False)
 
 
 @app.command()
@@ -231,33 +227,31 @@ def recommend(
         from scaling.errors import UserError
 
         raise UserError("give either --sweep or --csv, not both")
-    data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
-                                               loss_units=loss_units, drop_invalid=drop_invalid,
-                                               drop_duplicates=drop_duplicates)
+    from scaling.db import resolve_url
+    from scaling.fitting import Settings, SweepSource, analyse
+
+    source: Any = SweepSource(resolve_url(db), sweep) if csv is None else _csv_source(
+        csv, flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
+        drop_duplicates=drop_duplicates)
     if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
-        from scaling.db import resolve_url
         from scaling.errors import UserError
-        from scaling.fitting import fit_sweep
         from scaling.fitting.inference import recommend_inference
-        from scaling.fitting.sweep_fit import fit_data
 
         if compute is not None and target_loss is not None:  # before a fit that would be wasted
             raise UserError("give either --compute or --target-loss, not both")
-        fit = (fit_data(data, "approach3", bootstrap, seed) if data is not None
-               else fit_sweep(resolve_url(db), sweep, "approach3", bootstrap, seed, tasks=False))
-        rec = recommend_inference(fit, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
-    elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
-        from scaling.fitting import recommend as do_recommend
-        from scaling.fitting.sweep_fit import fit_data
-        from scaling.fitting.tasks.task_laws import fit_tasks_csv
+        analysis = analyse(source, Settings(law="approach3", n_bootstrap=bootstrap, seed=seed, tasks=False,
+                                            next_runs=False))
+        _warn(analysis.warnings if csv is not None else ())
+        rec = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+    else:  # the analysis' recommendation (a sweep's run sized by the plan stored with it); nothing fitted again
+        analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))
+        _warn(analysis.warnings if csv is not None else ())
+        if csv is not None:  # a CSV has no plan, so no concrete run
+            from scaling.fitting import recommend as do_recommend
 
-        tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
-        rec = do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
-    else:  # the sweep's fits, then the run sized by the plan stored with it
-        from scaling.db import resolve_url
-        from scaling.fitting import fit_sweep
-        from scaling.orchestrator.expand import sweep_recommendation
+            rec = do_recommend(analysis, compute)
+        else:
+            from scaling.orchestrator.expand import sweep_recommendation
 
-        url = resolve_url(db)
-        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, seed=seed)
+            rec = sweep_recommendation(source.url, analysis, compute)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")

@@ -67,6 +67,9 @@ class Settings:
             raise FitError(f"unknown law {self.law!r} (use one of {', '.join(LAW_CHOICES)})")
         if self.hparams not in MODES:
             raise FitError(f"unknown hyperparameter mode {self.hparams!r} (use one of {', '.join(MODES)})")
+
+    def check_sweep(self) -> None:
+        """A sweep's D' comes from its runs' unique tokens only with ``effective_data`` (a CSV's from its U)."""
         constrained = self.fit_r_star or self.fit_r_star_n or self.r_star_n is not None
         if (constrained or self.r_star != R_STAR_DATA) and not self.effective_data:
             raise FitError("R*_D and R*_N apply to effective data: fit the sweep with effective_data (--effective-data)")
@@ -240,6 +243,7 @@ def analyse(source: Source, settings: Settings = Settings(), *, save: bool = Tru
 def _analyse_sweep(source: SweepSource, settings: Settings, save: bool) -> Analysis:
     from scaling.db import Store, connect
 
+    settings.check_sweep()
     data, sweep = from_db(source.url, source.sweep, effective_data=settings.effective_data, r_star=settings.r_star,
                           hparams=settings.hparams)
     if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:

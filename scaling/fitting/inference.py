@@ -357,7 +357,7 @@ def _replicate_laws(law: Any) -> list[LossLaw]:
 
 def recommend_inference(fit: Any, inference_tokens: float, *, compute: float | None = None,
                         target_loss: float | None = None) -> InferenceRecommendation:
-    """The inference-aware optimum from a sweep's or a CSV's fit (a :data:`~scaling.fitting.sweep_fit.SweepFit`
+    """The inference-aware optimum from a sweep's or a CSV's fit (an :class:`~scaling.fitting.analysis.Analysis`
     holding approach 3): nothing is fitted here.
 
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.

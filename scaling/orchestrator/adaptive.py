@@ -369,12 +369,13 @@ def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Op
     info: dict[str, Any] = {"n_points": int(len(points)), "c_max": float(points["C"].max()),
                             "fingerprint": data.fingerprint()}
     try:
-        summary = fitting.fit_sweep(url, sweep, law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed,
-                                    tasks=False)
+        summary = fitting.analyse(fitting.SweepSource(url, sweep),
+                                  fitting.Settings(law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed,
+                                                   tasks=False, next_runs=False))
     except UserError as exc:
         return None, " ".join(str(exc).split()), points, info
     law = summary.laws.get(spec.target.law)
-    info["fit_id"] = summary.stored.get(spec.target.law)
+    info["fit_id"] = summary.stored_id
     if law is None:
         return None, summary.skipped.get(spec.target.law, "not fitted"), points, info
     return law, None, points, info

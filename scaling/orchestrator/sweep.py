@@ -220,16 +220,16 @@ def run_sweep(
                 ray.shutdown()
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
     if fit:
-        from scaling.fitting import fit_sweep
+        from scaling.fitting import SweepSource, analyse
 
-        result.fit = _as_note(echo, "fit", fit_sweep, url, plan.name)
+        result.fit = _as_note(echo, "fit", analyse, SweepSource(url, plan.name))
     if report:
-        from scaling.fitting import FitSummary
+        from scaling.fitting import Analysis
         from scaling.reports import write_report
 
         path = report_path(url, plan)
-        sweep_fit = result.fit if isinstance(result.fit, FitSummary) else None  # the report shows these fits
-        if _as_note(echo, "report", partial(write_report, sweep_fit=sweep_fit), url, plan.name,
+        analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
+        if _as_note(echo, "report", partial(write_report, analysis=analysis), url, plan.name,
                     str(path)) is not _SKIPPED:
             result.report_path = str(path)
     return result
