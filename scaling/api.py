@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fmt import Interval
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     import pandas as pd
 
     from scaling.db.results import Results
-    from scaling.fitting import FitSummary, Law, Recommendation
+    from scaling.fitting import Law, Recommendation
+    from scaling.fitting.sweep_fit import FitSummary
     from scaling.fitting.hyperparams.hparams import HparamFit
     from scaling.fitting.tasks.task_laws import TaskFits
     from scaling.orchestrator.plan import Plan
@@ -169,7 +171,7 @@ class Hparams:
 
     def recommend(self, N: float, D: float, C: Optional[float] = None) -> dict[str, Optional[Estimate]]:
         """lr and batch for a run of N parameters and D tokens (None where the law is not fitted)."""
-        h = self.fit.recommend(float(N), float(D), float(C if C is not None else 6.0 * N * D))
+        h = self.fit.recommend(float(N), float(D), float(C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D))
         return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
 
 
@@ -280,12 +282,10 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         fit.to_frame()                                # one row per (law, parameter)
         ```
     """
-    from scaling.db import resolve_url
-    from scaling.fitting import fit_csv, fit_sweep
+    from scaling.fitting import Settings
 
-    summary = fit_csv(csv, law, bootstrap, seed) if csv is not None else \
-        fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed, tasks=False)
-    return _typed_fit(summary)
+    analysis = _analysis(db, sweep, csv, Settings(law=law, n_bootstrap=bootstrap, seed=seed))
+    return _typed_fit(analysis.laws_fit())
 
 
 def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, sweep: Optional[str] = None,
@@ -313,26 +313,34 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import FitError, fit_csv, fit_sweep
+    from scaling.fitting import FitError, Settings
 
     if bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
         raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
                        f"not {bootstrap}")
-    if csv is not None:  # fitted here, once; the run is the sweep's alone
+    analysis = _analysis(db, sweep, csv, Settings(n_bootstrap=bootstrap, seed=seed))
+    if csv is not None:  # the run is the sweep's alone
         from scaling.fitting import recommend as advise
-        from scaling.fitting.core.measurements import from_csv
-        from scaling.fitting.tasks.task_laws import fit_tasks_csv
 
-        summary = fit_csv(csv, "all", bootstrap, seed)
-        tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=bootstrap, seed=seed)  # the file's task columns
-        rec = advise(summary, compute, next_runs=False, tasks=tasks)
-    else:  # the sweep's fits, then the run sized by the plan stored with it
+        rec = advise(analysis, compute)
+    else:  # the sweep's analysis, its run sized by the plan stored with it
         from scaling.db import resolve_url
         from scaling.orchestrator.expand import sweep_recommendation
 
-        url = resolve_url(cli=db)
-        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, next_runs=False)
+        rec = sweep_recommendation(resolve_url(cli=db), analysis, compute)
     return _typed_advice(rec)
+
+
+def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Any) -> Any:
+    """The analysis of a sweep (stored, or made and stored: as ``scaling fit`` makes it) or of a CSV, on the
+    CLI's one CSV path."""
+    from scaling.fitting import CsvSource, SweepSource, analyse
+
+    if csv is not None:
+        return analyse(CsvSource(str(csv)), settings)
+    from scaling.db import resolve_url
+
+    return analyse(SweepSource(resolve_url(cli=db), sweep), settings)
 
 
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
@@ -390,16 +398,9 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    from scaling.fitting.core.measurements import from_csv, from_db
-    from scaling.fitting.sweep_fit import hparam_fit
+    from scaling.fitting import Settings
 
-    if csv is not None:
-        data = from_csv(csv)
-    else:
-        from scaling.db import resolve_url
-
-        data, _ = from_db(resolve_url(cli=db), sweep)
-    fitted = hparam_fit(data, bootstrap, seed)
+    fitted = _analysis(db, sweep, csv, Settings(n_bootstrap=bootstrap, seed=seed)).hparams  # the stored analysis'
     return None if fitted is None else _typed_hparams(fitted)
 
 
@@ -508,19 +509,11 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting.tasks.task_laws import fit_tasks_csv, fit_tasks_sweep
+    from scaling.fitting import Settings
+    from scaling.fitting.tasks.task_laws import TaskFits
 
-    if csv is not None:
-        from scaling.fitting.core.measurements import from_csv
-
-        fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
-    else:
-        from scaling.db import connect as open_results, resolve_url
-
-        url = resolve_url(cli=db)
-        with open_results(url) as res:
-            sweep = res.sweep_name(sweep)
-        fits = fit_tasks_sweep(url, sweep, tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
+    settings = Settings(n_bootstrap=bootstrap, seed=seed, tasks=tuple(task) if task else True, task_recipe=step1_recipe)
+    fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis' 
     params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
                   **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
                      for f, c in law.curves.items()}}

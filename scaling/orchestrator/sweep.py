@@ -229,10 +229,21 @@ def run_sweep(
 
         path = report_path(url, plan)
         analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
-        if _as_note(echo, "report", partial(write_report, analysis=analysis), url, plan.name,
+        sized = _as_note(echo, "report", sized_recommendation, url, analysis)  # the closing answer's run
+        if _as_note(echo, "report", partial(write_report, analysis=analysis,
+                                            recommendation=None if sized is _SKIPPED else sized), url, plan.name,
                     str(path)) is not _SKIPPED:
             result.report_path = str(path)
     return result
+
+
+def sized_recommendation(url: str, analysis: Any) -> Any:
+    """The analysis' recommendation with its run sized by the sweep's stored plan (None without one)."""
+    from scaling.orchestrator.expand import sweep_recommendation
+
+    if analysis is None or analysis.recommendation is None:
+        return None
+    return sweep_recommendation(url, analysis)
 
 
 def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:

@@ -69,19 +69,22 @@ Extra = Callable[[ReportData, "Page"], str]
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Extra] = (), sweep_fit: Any = None) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Any = None,
+                 recommendation: Any = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) fits through
     ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
     does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
-    ``sweep_fit``: the sweep's fits already made (:data:`scaling.fitting.sweep_fit.SweepFit`, e.g. at the end
-    of ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing.
+    ``analysis``: the sweep's :class:`~scaling.fitting.analysis.Analysis` already made (e.g. at the end of
+    ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing;
+    ``recommendation``: its recommendation sized by the plan, the report's headline.
     """
     from scaling.reports.figures_tasks import task_section
 
-    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=sweep_fit)
+    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=analysis,
+                           recommendation=recommendation)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
     return write_report_data(data, path, extras=(*extras, task_section(url)))
 
@@ -270,9 +273,14 @@ def next_budget(data: ReportData) -> float | None:
 
 
 def recommend_for(data: ReportData, target: float) -> Any | None:
-    """:func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
+    """The recommendation at ``target``: the one handed in (sized by the plan) or the analysis' own at their
+    budget, else :func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
     from scaling.errors import UserError
     from scaling.fitting.recommend import compare_laws
+
+    for rec in (data.recommendation, getattr(data.sweep_fit, "recommendation", None)):
+        if rec is not None and rec.compute == target:
+            return rec
 
     laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
     try:

@@ -55,6 +55,8 @@ class ReportData:
     #: The sweep's fits when they were handed in (scaling.fitting.sweep_fit.SweepFit): its hyperparameter
     #: and task laws are shown as fitted there instead of being fitted for the report.
     sweep_fit: Any = None
+    #: The recommendation sized by the plan, handed in with the analysis: the headline.
+    recommendation: Any = None
 
     def __post_init__(self) -> None:
         self.runs = normalise_runs(self.runs)
@@ -62,7 +64,7 @@ class ReportData:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", store_fits: bool = False,
-             curve_points: int = CURVE_POINTS, sweep_fit: Any = None) -> "ReportData":
+             curve_points: int = CURVE_POINTS, sweep_fit: Any = None, recommendation: Any = None) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
         ``fit`` and ``store_fits`` say where the laws come from and whether new fits are stored
@@ -88,6 +90,7 @@ class ReportData:
             data.events = results.events(sweep=sweep)
         else:
             data.notes.append("The sweep has no runs yet.")
+        data.recommendation = recommendation
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
             data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit))
@@ -250,37 +253,29 @@ def _ordered_fits(laws: dict[str, Law], notes: list[str],
 
 
 def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
-    """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
-    (None where none is stored or it cannot be read: the report then fits its own)."""
-    from scaling.fitting.sweep_fit import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
-    from scaling.fitting.hyperparams.hparams import HparamFit
+    """The newest stored analysis of the sweep (None where none is stored or it cannot be read)."""
+    return newest_analysis(results, sweep)
 
-    def newest(key: tuple[str, str], read: Any) -> Any:
-        rows = results.fits(sweep=sweep, law=key[0], method=key[1])
-        if not len(rows):
-            return None
+
+def newest_analysis(results: Any, sweep: str) -> Any:
+    """The sweep's newest stored :class:`~scaling.fitting.analysis.Analysis`, or None (none, or unreadable)."""
+    from scaling.fitting.analysis import ANALYSIS_KEY, Analysis
+
+    rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
+    for d in reversed(list(rows["result"])):
         try:
-            return read(as_dict(rows["result"].iloc[-1]))
+            return Analysis.from_json(as_dict(d))
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
-            return None
-
-    hparams, tasks = newest(HPARAMS_KEY, HparamFit.from_dict), newest(TASKS_KEY, tasks_from_stored)
-    if hparams is None or tasks is None:
-        return None
-    return SweepFit(source=f"sweep {sweep!r}", fingerprint="", n_points=0, conventions={}, laws=dict(laws),
-                    sweep=sweep, hparams=hparams, tasks=tasks)
+            continue
+    return None
 
 
 def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:
-    """The newest stored fit of each kind (the fits table, oldest first), as laws and as stored."""
-    laws: dict[str, Law] = {}
-    dicts: dict[str, dict] = {}
-    for d in results.fits(sweep=sweep)["result"]:
-        law = as_law(d)
-        if law is not None:
-            kind = kind_of(None, law)
-            laws[kind], dicts[kind] = law, d  # newest wins
-    return laws, dicts
+    """The loss laws of the newest stored analysis, as laws and as stored (nothing: none stored)."""
+    analysis = newest_analysis(results, sweep)
+    if analysis is None:
+        return {}, {}
+    return dict(analysis.laws), {kind: law.to_dict() for kind, law in analysis.laws.items()}
 
 
 def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str]]:

@@ -6,6 +6,7 @@ import math
 
 from scaling.fitting.brief import brief
 from scaling.fitting.core.wording import REASON_CHARS, short_reason
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.recommend import Recommendation
 
 LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "
@@ -35,8 +36,8 @@ def _rec(**kw) -> Recommendation:
     rec.across_laws = {"lo": 8.93e3, "hi": 5.35e4, "n_laws": 2.0}
     rec.run, rec.run_source = {"shape": {"n_layer": 2, "d_model": 32, "n_head": 4}, "n_params": 25472, "lr": 0.03,
                                "batch_tokens": 256, "memory_gib": 0.004, "strategy": "single"}, "the plan's rules"
-    rec.notes = ["the choice, agreement and consensus leave out Kaplan, Chinchilla 3 (parametric) (their fit notes say "
-                 "the data cannot pin them down)"]
+    rec.notes = [Note(NoteKind.LEFT_OUT, "the choice, agreement and consensus leave out Kaplan, Chinchilla 3 "
+                                         "(parametric) (their fit notes say the data cannot pin them down)")]
     for key, value in kw.items():
         setattr(rec, key, value)
     return rec
@@ -74,7 +75,8 @@ def test_no_reliable_law_no_recommendation() -> None:
     rec = _rec(chosen="approach2", chosen_reason="no law is reliable; Chinchilla 2 (IsoFLOP) has the narrowest 95% "
                "interval on N*, but its fit notes say the data cannot pin it down",
                unreliable={k: LONG for k in ("kaplan", "approach1", "approach2", "approach3")},
-               agreement={}, across_laws={}, notes=["no law is reliable, so there is no agreement or consensus to report"])
+               agreement={}, across_laws={}, notes=[Note(NoteKind.NO_CONSENSUS,
+                                                                "no law is reliable, so there is no agreement or consensus to report")])
     lines = brief(rec)
     assert lines[0] == ("no recommendation at C = 3e+11 FLOPs: no fitted law is reliable: their fit notes say the data "
                         "cannot pin them down")
@@ -86,8 +88,9 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
     point = {"N": _iv(2.55e4, kind="biased"), "D": _iv(1.96e6), "loss": _iv(3.76, kind="no spread")}
     rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws={}, run=None,
                chosen_reason="Chinchilla 2 (IsoFLOP): the only reliable law, though it has no bootstrap interval",
-               notes=["Kaplan is left out: it gives no compute-optimal point here (overflow)",
-                      "the plan's rules could not size the run (no shape); used the defaults"])
+               no_optimum={"kaplan": "it gives no compute-optimal point here (overflow)"},
+               notes=[Note(NoteKind.NO_OPTIMUM, "Kaplan is left out: it gives no compute-optimal point here (overflow)"),
+                      Note(NoteKind.RUN, "the plan's rules could not size the run (no shape); used the defaults")])
     lines = brief(rec)
     assert lines[1] == ("  N* = 2.55e+04 (no interval: bootstrap biased), D* = 1.96e+06 (no interval) tokens, "
                         "loss 3.76 (no interval: replicates do not vary)")
@@ -104,7 +107,7 @@ def test_each_value_of_the_run_says_where_it_comes_from_and_no_note_points_at_no
     hparams = {"lr": _iv(0.00525, 0.00504, 0.00568), "lr_why": "from lr* = c N^a D^b over 12 groups",
                "batch": None, "batch_why": "B* = d D^e not fitted: no groups"}
     note = "batch of the concrete run come from the plan's rules: the hyperparameter laws give no recommendation for it (see above)"
-    lines = brief(_rec(run=run, hparams=hparams, notes=[note]))
+    lines = brief(_rec(run=run, hparams=hparams, notes=[Note(NoteKind.RUN_HPARAMS, note)]))
     run_line = next(line for line in lines if line.startswith("  as a run: "))
     assert "lr 0.00525 [0.00504, 0.00568] (from the fitted lr* law)" in run_line
     assert "batch 512 tokens (from the plan's rules: the B* law gives none (B* = d D^e not fitted: no groups))" in run_line
