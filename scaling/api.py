@@ -255,7 +255,7 @@ def connect(db: Optional[str] = None) -> "Results":
 
 
 def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None, law: str = "all",
-        bootstrap: int = 200, seed: int = 0) -> Fit:
+        bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Fit:
     """Fit a sweep (the latest in ``db`` unless named) or a CSV of measurements.
 
     Args:
@@ -264,7 +264,7 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         csv: a CSV with columns N, D and loss (C optional) to fit instead of a sweep.
         law: ``all``, ``chinchilla`` (its three approaches), or one of ``kaplan``, ``approach1``,
             ``approach2``, ``approach3``.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -282,14 +282,12 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         fit.to_frame()                                # one row per (law, parameter)
         ```
     """
-    from scaling.fitting import Settings
-
-    analysis = _analysis(db, sweep, csv, Settings(law=law, n_bootstrap=bootstrap, seed=seed))
+    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed, law=law))
     return _typed_fit(analysis.laws_fit())
 
 
 def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, sweep: Optional[str] = None,
-              csv: Optional[str] = None, bootstrap: int = 200, seed: int = 0) -> Advice:
+              csv: Optional[str] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Advice:
     """The compute-optimal run at ``compute`` FLOPs (default: ten times the largest run), as ``scaling recommend``.
 
     Args:
@@ -297,7 +295,7 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
         sweep: the sweep whose laws advise (default: the latest).
         csv: a CSV of measurements (N, D, loss) instead of a sweep.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -313,12 +311,12 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import FitError, Settings
+    from scaling.fitting import FitError
 
-    if bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
+    if bootstrap is not None and bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
         raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
                        f"not {bootstrap}")
-    analysis = _analysis(db, sweep, csv, Settings(n_bootstrap=bootstrap, seed=seed))
+    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed))
     if csv is not None:  # the run is the sweep's alone
         from scaling.fitting import recommend as advise
 
@@ -329,6 +327,16 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
 
         rec = sweep_recommendation(resolve_url(cli=db), analysis, compute)
     return _typed_advice(rec)
+
+
+def _settings(bootstrap: Optional[int], seed: Optional[int], **given: Any) -> Any:
+    """The analysis' settings as asked; None where nothing is asked (a sweep's stored analysis, whatever its settings)."""
+    from scaling.fitting import Settings
+
+    asked = {k: v for k, v in given.items() if v != Settings.__dataclass_fields__[k].default}
+    if bootstrap is None and seed is None and not asked:
+        return None
+    return Settings(n_bootstrap=200 if bootstrap is None else bootstrap, seed=seed or 0, **asked)
 
 
 def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Any) -> Any:
@@ -374,7 +382,7 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
 
 
 def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-            bootstrap: int = 200, seed: int = 0) -> Optional[Hparams]:
+            bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Optional[Hparams]:
     """The hyperparameter groups of a sweep (or a CSV with lr / batch columns): each group's optimum
     and the lr / batch laws; None when the runs form no group. Fits no loss law.
 
@@ -382,7 +390,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
         sweep: the sweep (default: the latest).
         csv: a CSV with columns N, D, loss and lr and / or batch instead of a sweep.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -398,9 +406,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    from scaling.fitting import Settings
-
-    fitted = _analysis(db, sweep, csv, Settings(n_bootstrap=bootstrap, seed=seed)).hparams  # the stored analysis'
+    fitted = _analysis(db, sweep, csv, _settings(bootstrap, seed)).hparams  # the stored analysis'
     return None if fitted is None else _typed_hparams(fitted)
 
 
@@ -483,7 +489,7 @@ class Tasks:
 
 
 def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-          task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0, step1_recipe: str = "grid") -> Tasks:
+          task: Optional[list[str]] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None, step1_recipe: str = "grid") -> Tasks:
     """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns.
 
     Args:
@@ -491,7 +497,7 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
         sweep: the sweep (default: the latest).
         csv: a CSV with N, D and task columns instead of a sweep.
         task: the tasks to fit (default: every task recorded).
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
         step1_recipe: how step 1's Chinchilla form is searched, ``grid`` or ``ladder`` (OLMo's
             model-ladder recipe; see docs/downstream.md).
@@ -509,10 +515,9 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting import Settings
     from scaling.fitting.tasks.task_laws import TaskFits
 
-    settings = Settings(n_bootstrap=bootstrap, seed=seed, tasks=tuple(task) if task else True, task_recipe=step1_recipe)
+    settings = _settings(bootstrap, seed, tasks=tuple(task) if task else True, task_recipe=step1_recipe)
     fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis' 
     params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
                   **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}

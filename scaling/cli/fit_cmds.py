@@ -170,7 +170,7 @@ def fit(
     settings = Settings(law=law, n_bootstrap=bootstrap, seed=seed, effective_data=effective_data,
                         r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
                         fit_r_star_n=fit_rn, hparams=hparams, tasks=tuple(task) if task else True,
-                        task_recipe=step1_recipe, next_runs=False)
+                        task_recipe=step1_recipe)
     if csv is not None:
         source: Any = _csv_source(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
                                   drop_invalid=drop_invalid, drop_duplicates=drop_duplicates,
@@ -239,8 +239,7 @@ def recommend(
 
         if compute is not None and target_loss is not None:  # before a fit that would be wasted
             raise UserError("give either --compute or --target-loss, not both")
-        analysis = analyse(source, Settings(law="approach3", n_bootstrap=bootstrap, seed=seed, tasks=False,
-                                            next_runs=False))
+        analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # the stored one of a sweep
         _warn(analysis.warnings if csv is not None else ())
         rec = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
     else:  # the analysis' recommendation (a sweep's run sized by the plan stored with it); nothing fitted again

@@ -218,17 +218,20 @@ class Analysis:
                    warnings=tuple(d.get("warnings") or ()))
 
 
-def analyse(source: Source, settings: Settings = Settings(), *, save: bool = True) -> Analysis:
+def analyse(source: Source, settings: Optional[Settings] = None, *, save: bool = True) -> Analysis:
     """Fit everything to ``source`` once and answer: a sweep (:class:`SweepSource`), a CSV
     (:class:`CsvSource`) or points already read (:class:`FitData`).
 
     A sweep's analysis of unchanged data with the same settings is read back from the fits table and
     nothing is fitted; a new one is stored unless ``save`` is False (a report not asked to write).
+    ``settings`` None (a reader that sets nothing: the report, the notebook's ``hparams()``): the newest
+    stored analysis of the sweep's unchanged data, whatever its settings, else one with the defaults.
     A law the data cannot support is skipped with its reason, unless it was the only one asked for.
     """
-    settings.check()
     if isinstance(source, SweepSource):
         return _analyse_sweep(source, settings, save)
+    settings = settings or Settings()
+    settings.check()
     if isinstance(source, CsvSource):
         data = source.read(settings)
         from scaling.fitting.tasks.task_laws import tasks_from_csv
@@ -240,9 +243,11 @@ def analyse(source: Source, settings: Settings = Settings(), *, save: bool = Tru
     raise TypeError(f"analyse() takes a SweepSource, a CsvSource or a FitData, not {type(source).__name__}")
 
 
-def _analyse_sweep(source: SweepSource, settings: Settings, save: bool) -> Analysis:
+def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -> Analysis:
     from scaling.db import Store, connect
 
+    settings = asked or Settings()
+    settings.check()
     settings.check_sweep()
     data, sweep = from_db(source.url, source.sweep, effective_data=settings.effective_data, r_star=settings.r_star,
                           hparams=settings.hparams)
@@ -253,12 +258,16 @@ def _analyse_sweep(source: SweepSource, settings: Settings, save: bool) -> Analy
     task_data, task_note = _sweep_task_data(source.url, sweep, data, settings)
     key = cache_key(data, task_data, settings)
     with connect(source.url) as results:
-        found = results.find_fit(sweep, *ANALYSIS_KEY, key)
-    if found is not None:
+        if asked is None:  # any settings: the newest row of these data
+            rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
+            found = [row for row in rows.to_dict("records")[::-1] if str(row["fingerprint"]).startswith(data_key(key))]
+        else:
+            found = [row for row in [results.find_fit(sweep, *ANALYSIS_KEY, key)] if row is not None]
+    for row in found:
         try:
-            return replace(Analysis.from_json(found["result"], data), stored_id=int(found["id"]), reused=True)
+            return replace(Analysis.from_json(row["result"], data), stored_id=int(row["id"]), reused=True)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
-            pass  # an unreadable stored analysis is refitted
+            continue  # an unreadable stored analysis is refitted
     analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=[task_note] if task_note else [])
     if not save:
         return analysis
@@ -295,6 +304,11 @@ def cache_key(data: FitData, task_data: Optional["TaskData"], settings: Settings
     digest = hashlib.sha256(json.dumps(jsonable(config), sort_keys=True).encode()).hexdigest()[:12]
     evals = None if task_data is None else task_data.evals
     return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}-{digest}"
+
+
+def data_key(key: str) -> str:
+    """The part of a :func:`cache_key` that is the data's, not the settings'."""
+    return key.rsplit("-", 1)[0] + "-"
 
 
 def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] = None, sweep: Optional[str] = None,

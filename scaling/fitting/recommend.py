@@ -130,6 +130,8 @@ class Recommendation:
         """:meth:`to_record` read back; ``hparams``: the hyperparameter laws the target applies again."""
         t = d.get("target")
         fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
+        for f in ("per_law", "across_laws", "agreement", "consensus", "hparams", "tasks"):
+            fields[f] = _nan_back(fields.get(f))
         return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
                    target=None if t is None else RunTarget(hparams=hparams, **t))
 
@@ -222,6 +224,20 @@ class Recommendation:
 
 def _num(v: Any) -> str:
     return num(v, 3, "-")
+
+
+#: The numbers of an interval or a summary that JSON stores as null when they are NaN.
+_NUMBERS = frozenset({"value", "se", "lo", "hi", "se_log", "lo_param", "hi_param", "quantile", "N", "D", "loss",
+                      "N_ratio", "D_ratio", "loss_spread", "n_methods", "n_laws"})
+
+
+def _nan_back(obj: Any) -> Any:
+    """A stored summary with its numbers NaN again where JSON wrote null (as :func:`jsonable` wrote them)."""
+    if isinstance(obj, dict):
+        return {k: math.nan if v is None and k in _NUMBERS else _nan_back(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_back(v) for v in obj]
+    return obj
 
 
 def recommend(

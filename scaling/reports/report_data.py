@@ -20,7 +20,7 @@ from scaling import vocab as names
 from scaling.db import connect
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
-from scaling.fitting import KINDS, Law, fit_data, fit_sweep, from_db
+from scaling.fitting import KINDS, Law, fit_data, from_db
 from scaling.fitting.core.base import unavailable_note
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law, kind_of
@@ -281,8 +281,10 @@ def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dic
 def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str]]:
     """:func:`scaling.fitting.fit_sweep` (stored fits of the same data reused), storing new fits only when
     ``store``; failures become notes. The whole sweep fit goes to ``made["sweep_fit"]``."""
+    from scaling.fitting import SweepSource, analyse
+
     try:
-        summary = fit_sweep(url, sweep, save=store)
+        summary = analyse(SweepSource(url, sweep), save=store)  # the stored analysis of these data, else made
     except UserError as exc:
         return {}, [f"No law could be fitted: {_one_line(exc)}"]
     made["sweep_fit"] = summary
