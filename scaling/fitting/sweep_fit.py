@@ -16,6 +16,7 @@ import pandas as pd
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
+from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.measurements import R_STAR_DATA, FitData
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
@@ -197,7 +198,7 @@ def fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: dic
     if n_bootstrap:
         law.bootstrap(n_bootstrap, seed)
     if run_backtest:
-        law.run_backtest(data)
+        law.keep_backtest(*backtest(law, data))
     return law
 
 

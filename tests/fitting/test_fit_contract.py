@@ -192,7 +192,7 @@ def test_backtest_scores_held_out_largest_budget() -> None:
     law = ChinchillaParametric(grid="coarse").fit(data)
     bt, rates = backtest(law, data)
     assert law.to_dict()["plot"].get("backtest") is None and rates is not None  # nothing stored by the function
-    assert law.run_backtest(data) == bt and law.extrapolation_ == rates  # the law keeps it itself
+    assert law.keep_backtest(bt, rates).backtest_ == bt and law.extrapolation_ == rates  # the law keeps it itself
     held = bt["held_out"]
     assert len(held) == 9 and min(r["C"] for r in held) == pytest.approx(1e21)
     assert bt["mean_abs_rel_error"] < 0.01

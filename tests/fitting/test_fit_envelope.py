@@ -111,7 +111,7 @@ def test_recommend_keeps_a_law_the_data_cannot_pin_down_out_of_the_consensus() -
     assert shaky.doubts() and not good.doubts()
     summary = FitSummary(source="synthetic", fingerprint="x", n_points=good.n_points_, conventions={},
                          laws={"approach1": shaky, "approach2": good})
-    rec = recommend(summary, 1e21, next_runs=False)
+    rec = recommend(summary, 1e21)
     assert set(rec.per_law) == {"approach1", "approach2"}  # still listed
     assert rec.chosen == "approach2"
     assert not rec.consensus and not rec.agreement  # one law the data determine: nothing to agree or average

@@ -66,7 +66,7 @@ def test_random_simulated_grids_never_raise_in_fit_recommend_or_report(seed: int
     except FitError:
         return  # refused with its reason: what the command prints as one line
     try:
-        recommend(summary, next_runs=False)
+        recommend(summary)
     except FitError:
         pass
     runs = df.assign(run_key=[f"r{i}" for i in range(len(df))], status="completed", final_loss=df["loss"])

@@ -54,7 +54,7 @@ def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:
 def backtest(law: Law, data: FitData) -> tuple[dict[str, Any], dict[str, float] | None]:
     """Refit a copy of ``law`` without the largest-compute runs: (the scores, the model-error rates per
     unit of ln C, None where the held-out runs lie at no larger budget). Nothing is stored: the law keeps
-    them itself (:meth:`~scaling.fitting.core.base.Law.run_backtest`).
+    them itself (:meth:`~scaling.fitting.core.base.Law.keep_backtest`).
 
     A refit the held-in data cannot support, or a score that fails numerically, is recorded as the
     backtest's ``error``, never raised: the full fit stands without it."""

@@ -441,16 +441,14 @@ class Law(Doubtful):
             }
         )
 
-    def run_backtest(self, data: FitData) -> dict[str, Any]:
-        """Score this law against its own largest-compute points (:func:`scaling.fitting.core.backtest.backtest`)
-        and keep the scores and the model-error rates they give; returns the scores."""
-        from scaling.fitting.core.backtest import backtest
-
-        scores, rates = backtest(self, data)
+    def keep_backtest(self, scores: dict[str, Any], rates: dict[str, float] | None) -> "Law":
+        """Keep what :func:`scaling.fitting.core.backtest.backtest` returned for this law: the scores (shown
+        with the fit) and the model-error rates that widen its intervals beyond the fitted budgets."""
+        self.check_fitted()
         self.backtest_ = scores
         if rates is not None:
             self.extrapolation_ = rates
-        return scores
+        return self
 
     @classmethod
     def restore(cls, d: dict[str, Any], data: FitData | None = None) -> "Law":
