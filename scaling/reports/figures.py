@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fmt import escape, num
 from scaling.reports import fitview
 from scaling.reports.report_data import normalise_runs, summarise_perf
@@ -465,7 +466,7 @@ def parametric_contour(
     )
     view = fitview.frontier("approach3", law)
     if view is not None:
-        cs = np.logspace(math.log10(6 * n_lo * d_lo), math.log10(6 * n_hi * d_hi), 80)
+        cs = np.logspace(math.log10(FLOPS_PER_PARAM_TOKEN * n_lo * d_lo), math.log10(FLOPS_PER_PARAM_TOKEN * n_hi * d_hi), 80)
         cur = view.curve(cs)
         keep = (cur["N"] >= n_lo) & (cur["N"] <= n_hi) & (cur["D"] >= d_lo) & (cur["D"] <= d_hi)
         fig.add_trace(

@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
 from scaling.fitting.core.measurements import fitted_runs
@@ -231,7 +232,7 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
         answer(none, none)
         return missing("No recommended run to give an lr and batch for: no loss law gives N* at the next budget.")
     N = rec.per_law[rec.chosen]["N"]["value"]
-    k = float(getattr(laws[rec.chosen], "k_", None) or 6.0)
+    k = float(getattr(laws[rec.chosen], "k_", None) or FLOPS_PER_PARAM_TOKEN)
     D = target / (k * N)
     try:
         h = fit.recommend(N, D, target)

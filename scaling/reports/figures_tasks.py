@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import plotly.graph_objects as go
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import UserError
 from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
@@ -162,7 +163,7 @@ def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
     if not rec.chosen or rec.chosen in rec.unreliable:
         return None
     law = laws[rec.chosen]
-    return law, float(getattr(law, "k_", 6.0))
+    return law, float(getattr(law, "k_", FLOPS_PER_PARAM_TOKEN))
 
 
 def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:

@@ -16,9 +16,10 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.core.measurements import SIX, FitData, from_frame
+from scaling.fitting.core.measurements import FitData, from_frame
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 
@@ -467,7 +468,7 @@ class Law(Doubtful):
         law = cls(**d.get("settings", {}))
         law.params_ = {k: float(v) for k, v in d["params"].items()}
         conv = dict(d.get("conventions", {}))
-        law.k_ = float(conv.get("flops_per_param_token", SIX))
+        law.k_ = float(conv.get("flops_per_param_token", FLOPS_PER_PARAM_TOKEN))
         law.conventions_ = conv
         law.n_points_ = int(d.get("n_points", 0))
         rng = d.get("c_range") or []

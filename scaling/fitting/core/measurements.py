@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError, NotFoundError
 from scaling.naming import printable_problem
 from scaling.rules import HPARAM_CHECKS
@@ -65,7 +66,6 @@ MIN_LOSS_SPREAD = 1e-4
 FLOPS_TOLERANCE = 0.05
 
 #: Training FLOPs per parameter per token in the 6ND convention (Kaplan et al. 2020, Sec. 2.1).
-SIX = 6.0
 
 #: Muennighoff et al. (2023), eq. 5: repeated data decays in value with this many epochs' scale.
 R_STAR_DATA = 15.4
@@ -85,7 +85,7 @@ class FitData:
     curves: pd.DataFrame | None = None
     params_convention: str = "non_embedding"
     flops_convention: str = "6N"
-    flops_per_param_token: float = SIX
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN
     source: str = ""
     unique_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -362,7 +362,7 @@ def apply_conventions(out: pd.DataFrame, columns: Columns, *, flops_convention: 
     picked = columns.picked
     notes: list[str] = []
     warnings: list[str] = []
-    k = SIX if flops_convention == "6N" else None
+    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else None
     if "D" not in out:
         if k is None:
             raise FitError(f"{where}tokens can only be derived from FLOPs under the 6N convention")
@@ -526,9 +526,9 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
     med = float(np.median(ratio))
     lo, hi = float(np.min(ratio)), float(np.max(ratio))
     if flops_convention == "6N":
-        if abs(med / SIX - 1.0) > FLOPS_TOLERANCE or hi / lo > 1.0 + FLOPS_TOLERANCE:
-            return [f"column {col!r} is not 6ND: C/(6ND) is {med / SIX:.3g} (median; {lo / SIX:.3g} to "
-                    f"{hi / SIX:.3g}); points are fitted with their N and D and budgets mapped with 6ND; "
+        if abs(med / FLOPS_PER_PARAM_TOKEN - 1.0) > FLOPS_TOLERANCE or hi / lo > 1.0 + FLOPS_TOLERANCE:
+            return [f"column {col!r} is not 6ND: C/(6ND) is {med / FLOPS_PER_PARAM_TOKEN:.3g} (median; {lo / FLOPS_PER_PARAM_TOKEN:.3g} to "
+                    f"{hi / FLOPS_PER_PARAM_TOKEN:.3g}); points are fitted with their N and D and budgets mapped with 6ND; "
                     "pass --flops given to use C = k N D with k from the data"]
         return []
     if hi / lo > 1.0 + FLOPS_TOLERANCE:
@@ -642,7 +642,7 @@ def prepare(
                        f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
                        "dependence on N, D or C to fit")
     ratio = points["C"] / (points["N"] * points["D"])
-    k = SIX if flops_convention == "6N" else float(np.median(ratio))
+    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else float(np.median(ratio))
     notes: list[str] = []
     if (points["n_seeds"] > 1).any():
         notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "

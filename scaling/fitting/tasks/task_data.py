@@ -18,8 +18,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fitting.core.measurements import ALIASES, SIX, FitData, fitted_runs, read_rows
+from scaling.fitting.core.measurements import ALIASES, FitData, fitted_runs, read_rows
 from scaling.fitting.core.tabular import parse_numbers
 from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
                                           parse_metric, task_name_problem)
@@ -33,7 +34,7 @@ class TaskData:
     """Every task evaluation of a sweep or file, and the conventions of its N and C."""
 
     evals: pd.DataFrame
-    flops_per_param_token: float = SIX
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN
     source: str = ""
     notes: list[str] = field(default_factory=list)
     chance: dict[str, float] = field(default_factory=dict)
@@ -77,7 +78,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
     from scaling import db
     from scaling import vocab as names
 
-    k = data.flops_per_param_token if data is not None else SIX
+    k = data.flops_per_param_token if data is not None else FLOPS_PER_PARAM_TOKEN
     with db.connect(url) as res:
         runs = best_of_groups(fitted_runs(res.runs(sweep=sweep, spec=False)))  # the runs the loss laws use
         if not len(runs):
@@ -113,7 +114,7 @@ def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]
     return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
 
-def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = SIX) -> pd.DataFrame:
+def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = FLOPS_PER_PARAM_TOKEN) -> pd.DataFrame:
     """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss;
     an evaluation's C is the compute spent up to it, k N tokens (k: the FLOP convention's C / (N D))."""
     if m is None or not len(m):
