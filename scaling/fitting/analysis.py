@@ -24,7 +24,7 @@ from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError, UserError
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.measurements import R_STAR_DATA, FitData, from_csv, from_db
-from scaling.fitting.core.notes import Note, NoteKind
+from scaling.fitting.core.notes import Note, NoteKind, as_note
 from scaling.fitting.hyperparams.hparams import MODES, HparamFit
 from scaling.fitting.recommend import Recommendation, next_runs_for, recommend
 from scaling.fitting.sweep_fit import KINDS, LAW_CHOICES, FitSummary, fit_one, frame_digest, hparam_fit, law_from_dict
@@ -166,7 +166,7 @@ class Analysis:
         stored = {kind: self.stored_id for kind in self.laws} if self.stored_id is not None else {}
         return FitSummary(source=self.source, fingerprint=self.fingerprint, n_points=self.n_points,
                           conventions=dict(self.conventions), laws=dict(self.laws), skipped=dict(self.skipped),
-                          reused=kinds, stored=stored, sweep=self.sweep, notes=[str(n) for n in self.notes],
+                          reused=kinds, stored=stored, sweep=self.sweep, notes=list(self.notes),
                           hparams=self.hparams, tasks=self.tasks)
 
     def table(self) -> str:
@@ -320,7 +320,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     if not laws and hparams is None:  # hyperparameter groups alone are still an answer
         raise FitError(("" if sweep is None else f"sweep {sweep!r}: ") + "no law could be fitted: "
                        + "; ".join(f"{KINDS[k][1]}: {r}" for k, r in skipped.items()))
-    all_notes = [Note(NoteKind.DATA, str(n)) for n in data.notes] + list(notes or [])
+    all_notes = [as_note(n, NoteKind.DATA) for n in data.notes] + list(notes or [])
     tasks = _fit_tasks(task_data, settings, sweep, all_notes)
     analysis = Analysis(source=source, fingerprint=data.fingerprint(), n_points=len(data.points), settings=settings,
                         conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},

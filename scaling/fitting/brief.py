@@ -46,7 +46,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
             lines.append(f"  as a run: {run_line(rec.run, rec.run_source, rec.hparams)}")
-        lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
+        lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement
             span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'])}"

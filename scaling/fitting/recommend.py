@@ -37,6 +37,7 @@ from scaling.fmt import num
 from scaling.fitting.sweep_fit import KINDS, SHORT
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
+from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.measurements import prepare
 from scaling.fmt import bounds, interval_text
@@ -90,8 +91,10 @@ class Recommendation:
     #: The law the recommendation follows, and why it was chosen over the others.
     chosen: str | None = None
     chosen_reason: str = ""
+    #: Why the law followed was chosen, without its name (a line that names it already).
+    chosen_why: str = ""
     #: Laws left out of the choice and the consensus, with the first note that says why.
-    unreliable: dict[str, str] = field(default_factory=dict)
+    unreliable: dict[str, Doubt] = field(default_factory=dict)
     #: Laws that give no compute-optimal point at this budget (left out of everything), with why.
     no_optimum: dict[str, str] = field(default_factory=dict)
     #: Laws whose notes doubt their parameters but whose bootstrap determines N*, D* and the loss at
@@ -115,13 +118,15 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as ``scaling recommend --format json`` prints it (notes as text)."""
-        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum")})
+        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")})
 
     def to_record(self) -> dict[str, Any]:
         """Everything, to store: :meth:`to_dict` with the notes' kinds, the laws without an optimum and
         the target a plan sizes the run for (its hyperparameter laws are the analysis' own)."""
         t = self.target
         return jsonable(self.to_dict() | {"notes": [n.to_dict() for n in self.notes], "no_optimum": self.no_optimum,
+                                          "chosen_why": self.chosen_why,
+                                          "unreliable": {k: as_doubt(d).to_dict() for k, d in self.unreliable.items()},
                                           "target": None if t is None else {f: getattr(t, f) for f in
                                                                             ("N", "D", "C", "flagged", "notes_at", "n_notes")}})
 
@@ -132,6 +137,7 @@ class Recommendation:
         fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
         for f in ("per_law", "across_laws", "agreement", "consensus", "hparams", "tasks"):
             fields[f] = _nan_back(fields.get(f))
+        fields["unreliable"] = {k: Doubt.from_dict(v) for k, v in (d.get("unreliable") or {}).items()}
         return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
                    target=None if t is None else RunTarget(hparams=hparams, **t))
 
@@ -229,6 +235,11 @@ def _num(v: Any) -> str:
 #: The numbers of an interval or a summary that JSON stores as null when they are NaN.
 _NUMBERS = frozenset({"value", "se", "lo", "hi", "se_log", "lo_param", "hi_param", "quantile", "N", "D", "loss",
                       "N_ratio", "D_ratio", "loss_spread", "n_methods", "n_laws"})
+
+
+def as_doubt(doubt: Any) -> Doubt:
+    """``doubt`` as a :class:`Doubt` (a bare message is one of kind ``STORED``)."""
+    return doubt if isinstance(doubt, Doubt) else Doubt(DoubtKind.STORED, str(doubt))
 
 
 def _nan_back(obj: Any) -> Any:
@@ -369,8 +380,9 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _doubt_text(note: str) -> str:
-    return note.removeprefix("unreliable: ").split(": do not trust this law")[0]
+def _doubt_text(doubt: Any) -> str:
+    """A doubt's reason (a bare message where it has none, e.g. a stored note)."""
+    return getattr(doubt, "reason", None) or str(doubt)
 
 
 def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
@@ -421,21 +433,22 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         rec.chosen = min(with_interval, key=lambda kind: _width(rec.per_law[kind]["N"]))
         w = _width(rec.per_law[rec.chosen]["N"])
         others = [kind for kind in with_interval if kind != rec.chosen]
-        rec.chosen_reason = (f"{name(rec.chosen)}: the narrowest 95% interval on N* (a factor {math.exp(w):.3g} "
-                             "from end to end)" + (f" among the laws the data determine (also: "
-                             f"{', '.join(name(o) for o in others)})" if others else
-                             ", the only law the data determine with an interval"))
+        rec.chosen_why = (f"the narrowest 95% interval on N* (a factor {math.exp(w):.3g} from end to end)"
+                          + (f" among the laws the data determine (also: {', '.join(name(o) for o in others)})"
+                             if others else ", the only law the data determine with an interval"))
         if rec.chosen in rec.determined_at_budget:
-            rec.chosen_reason += " (at this budget, not in its parameters: see the notes)"
+            rec.chosen_why += " (at this budget, not in its parameters: see the notes)"
     elif trusted:
         rec.chosen = trusted[0]
-        rec.chosen_reason = f"{name(rec.chosen)}: the only reliable law, though it has no bootstrap interval"
+        rec.chosen_why = "the only reliable law, though it has no bootstrap interval"
     else:
         finite = [kind for kind in rec.per_law if math.isfinite(_width(rec.per_law[kind]["N"]))]
         if finite:
             rec.chosen = min(finite, key=lambda kind: _width(rec.per_law[kind]["N"]))
             rec.chosen_reason = (f"no law is reliable; {name(rec.chosen)} has the narrowest 95% interval on N*, "
                                  "but its fit notes say the data cannot pin it down")
+    if rec.chosen_why:
+        rec.chosen_reason = f"{name(rec.chosen)}: {rec.chosen_why}"
     if rec.unreliable and trusted:
         what = "the choice, agreement and consensus leave out " if len(trusted) > 1 else "the choice leaves out "
         whose = "their fit notes say" if len(rec.unreliable) > 1 else "its fit notes say"

@@ -94,6 +94,7 @@ def measure(law: Any, target: Any) -> dict[str, Any]:
         "kind": iv.get("kind"),
         "reliable": not law.doubts(),
         "doubts": list(law.doubts())[:3],
+        "reasons": [d.reason for d in law.doubts()[:3]],  # each without its verdict (the line says it)
     }
 
 
@@ -153,7 +154,7 @@ def decide(
         if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
             fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
             if fit["doubts"]:
-                fit_error += f"; unreliable: {_doubt(fit['doubts'][0])}"
+                fit_error += f"; unreliable: {_reason(fit)}"
             fit["error"] = fit_error
             law = None
     else:
@@ -177,7 +178,7 @@ def decide(
     else:
         now = f"{where} has no interval ({fit.get('kind')})"
     if law is not None and not fit["reliable"]:
-        now += f"; unreliable: {_doubt(fit['doubts'][0]) if fit['doubts'] else 'flagged'}"
+        now += f"; unreliable: {_reason(fit) if fit['doubts'] else 'flagged'}"
     if round_ >= spec.max_rounds:
         return stop(ROUNDS, f"stopped after {round_} added slices (max_rounds); {now}")
 
@@ -408,9 +409,9 @@ def _slice_id(added: Optional[dict[str, Any]]) -> Any:
     return (round(math.log(float(added["C"])), 6), tuple(round(math.log(float(n)), 6) for n in added["sizes"]))
 
 
-def _doubt(note: str) -> str:
-    """A law's doubt without its own "unreliable:" prefix (the message adds one)."""
-    return note.removeprefix("unreliable:").strip()
+def _reason(fit: dict[str, Any]) -> str:
+    """The first doubt's reason (without its verdict: the line adds one); a record without reasons gives its message."""
+    return str((fit.get("reasons") or fit["doubts"])[0])
 
 
 def _flops(x: float) -> str:

@@ -21,6 +21,7 @@ from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
 from scaling.fitting.core.measurements import fitted_runs
+from scaling.fitting.core.notes import NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
@@ -270,7 +271,7 @@ def hparams_section(data: Any, page: Any) -> str:
         return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
     if fit is None:
         return ""
-    mode = next((n for n in data.notes if str(n).startswith("hyperparameters: ")), None)
+    mode = next((n for n in data.notes if getattr(n, "kind", None) is NoteKind.HPARAM_MODE), None)
     inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
     inner += next_run_values(data, fit, page)
     inner += page.figure("hparam-loss-lr", loss_against_lr(hp, fit))

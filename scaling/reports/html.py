@@ -334,7 +334,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         head = (f'<div class="headline"><span class="answer">{budget}, recommended by {e(label)}:</span>'
                 f"{_answer_grid(sizes + answers)}"
                 f'<span class="why">95% intervals in brackets. '
-                f"Why this law: {e(rec.chosen_reason.removeprefix(SHORT.get(rec.chosen, '') + ': '))}.</span></div>")
+                f"Why this law: {e(rec.chosen_why or rec.chosen_reason)}.</span></div>")
     rows = []
     for kind, r in rec.per_law.items():
         unreliable = kind in rec.unreliable  # its reason is in the notes under the table

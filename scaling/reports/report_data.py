@@ -93,7 +93,8 @@ class ReportData:
         data.recommendation = recommendation
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
-            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit))
+            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit),
+                                                                 skipped=sweep_fit.skipped)
         else:
             made: dict[str, Any] = {}
             data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits,
@@ -221,10 +222,11 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
     laws: dict[str, Law] = {}
     dicts: dict[str, dict] = {}
     notes: list[str] = []
+    skipped: dict[str, str] = {}
     if fit == "sweep":
-        laws, notes = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
+        laws, notes, skipped = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
     elif fit == "memory":
-        laws, notes = _fit_in_memory(url, sweep)
+        laws, notes, skipped = _fit_in_memory(url, sweep)
     if not laws:  # nothing fitted now: show what is stored, saying so
         laws, dicts = stored_fits(results, sweep)
         if made is not None and fit == "stored":
@@ -233,16 +235,17 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
             notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
-    return _ordered_fits(laws, notes, dicts)
+    return _ordered_fits(laws, notes, dicts, skipped=skipped if laws else {})
 
 
-def _ordered_fits(laws: dict[str, Law], notes: list[str],
-                 dicts: dict[str, dict] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
-    """The laws in report order, with a note for each kind not fitted and each law's doubts."""
+def _ordered_fits(laws: dict[str, Law], notes: list[str], dicts: dict[str, dict] | None = None, *,
+                  skipped: Any = ()) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+    """The laws in report order, with a note for each kind not fitted (``skipped``: those whose reason is
+    among the notes already) and each law's doubts."""
     notes = list(notes)
     dicts = dict(dicts or {})
     for kind in KINDS:
-        if kind not in laws and not any(LABELS[kind] in n for n in notes):
+        if kind not in laws and kind not in skipped:
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in KINDS if k in laws}
     for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
@@ -278,7 +281,7 @@ def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dic
     return dict(analysis.laws), {kind: law.to_dict() for kind, law in analysis.laws.items()}
 
 
-def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str]]:
+def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str], dict[str, str]]:
     """:func:`scaling.fitting.fit_sweep` (stored fits of the same data reused), storing new fits only when
     ``store``; failures become notes. The whole sweep fit goes to ``made["sweep_fit"]``."""
     from scaling.fitting import SweepSource, analyse
@@ -286,29 +289,28 @@ def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple
     try:
         summary = analyse(SweepSource(url, sweep), save=store)  # the stored analysis of these data, else made
     except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
+        return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
     made["sweep_fit"] = summary
-    return dict(summary.laws), _summary_notes(summary)
+    return dict(summary.laws), _summary_notes(summary), dict(summary.skipped)
 
 
 def _summary_notes(summary: Any) -> list[str]:
     """A sweep fit's notes and the laws it could not fit, as the report lists them."""
-    notes = [str(n) for n in summary.notes]
-    return notes + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
+    return list(summary.notes) + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
 
 
-def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str]]:
+def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str], dict[str, str]]:
     """Fit every law to the sweep with a small bootstrap, storing nothing; failures become notes."""
     try:
         data, _ = from_db(url, sweep)
         summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
     except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
+        return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
     notes = [f"These fits were made for this report only ({REPORT_BOOTSTRAP} bootstrap replicates, approach 3 "
              "from a coarse start grid); `scaling fit` fits and stores them in full."]
     notes += [str(n) for n in summary.notes]
     notes += [f"{LABELS[k]}: not fitted: {r}" for k, r in summary.skipped.items()]
-    return dict(summary.laws), notes
+    return dict(summary.laws), notes, dict(summary.skipped)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -6,12 +6,13 @@ import math
 
 from scaling.fitting.brief import brief
 from scaling.fitting.core.wording import REASON_CHARS, short_reason
+from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.recommend import Recommendation
 
-LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "
-        "magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] spans 2.9 orders of magnitude): do not trust "
-        "this law's parameters or what it extrapolates")
+LONG = Doubt.unreliable(DoubtKind.UNDETERMINED, "the data do not determine Nc (its 95% bootstrap interval [1.36e+06, "
+                        "2.69e+08] spans 2.3 orders of magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] "
+                        "spans 2.9 orders of magnitude)", ": do not trust this law's parameters or what it extrapolates")
 
 
 def _iv(value: float, lo: float = math.nan, hi: float = math.nan, **extra) -> dict:
@@ -27,11 +28,12 @@ def _rec(**kw) -> Recommendation:
     rec = Recommendation(compute=3e11, source="sweep 'x'")
     rec.per_law = {"kaplan": _point(4.48e4, 1.12e6, 3.77, spread=30), "approach1": _point(2.2e4, 2.28e6, 3.67),
                    "approach2": _point(2.55e4, 1.96e6, 3.76, widened="backtest"), "approach3": _point(2.54e4, 1.97e6, 3.88)}
-    rec.chosen, rec.chosen_reason = "approach2", ("Chinchilla 2 (IsoFLOP): the narrowest 95% interval on N* (a factor 4 "
-                                                  "from end to end) among the laws the data determine (also: Chinchilla 1 "
-                                                  "(envelope))")
-    rec.unreliable = {"kaplan": LONG, "approach3": "unreliable: E is pinned at its bound 0 (fitted 1e-09): the data do "
-                      "not separate the irreducible loss from the power-law terms"}
+    rec.chosen, rec.chosen_why = "approach2", ("the narrowest 95% interval on N* (a factor 4 from end to end) among the "
+                                               "laws the data determine (also: Chinchilla 1 (envelope))")
+    rec.chosen_reason = "Chinchilla 2 (IsoFLOP): " + rec.chosen_why
+    rec.unreliable = {"kaplan": LONG, "approach3": Doubt.unreliable(
+        DoubtKind.PINNED, "E is pinned at its bound 0 (fitted 1e-09): the data do not separate the irreducible loss "
+        "from the power-law terms")}
     rec.agreement = {"N_ratio": 1.16, "D_ratio": 1.16, "loss_spread": 0.02, "n_methods": 2.0}
     rec.across_laws = {"lo": 8.93e3, "hi": 5.35e4, "n_laws": 2.0}
     rec.run, rec.run_source = {"shape": {"n_layer": 2, "d_model": 32, "n_head": 4}, "n_params": 25472, "lr": 0.03,
@@ -67,7 +69,8 @@ def test_a_long_reason_is_cut_to_one_line_and_says_so() -> None:
     short = short_reason(LONG)
     assert short.endswith(" …") and len(short) <= REASON_CHARS + 2 < len(LONG)
     assert short.startswith("the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08]")
-    assert short_reason("unreliable: E is pinned: do not trust it") == "E is pinned"  # "left out" says it
+    # a doubt's reason, not its verdict ("left out" says it) nor its advice
+    assert short_reason(Doubt.unreliable(DoubtKind.PINNED, "E is pinned", ": do not trust it")) == "E is pinned"
     assert short_reason("a\n  b") == "a b"
 
 
@@ -88,6 +91,7 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
     point = {"N": _iv(2.55e4, kind="biased"), "D": _iv(1.96e6), "loss": _iv(3.76, kind="no spread")}
     rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws={}, run=None,
                chosen_reason="Chinchilla 2 (IsoFLOP): the only reliable law, though it has no bootstrap interval",
+               chosen_why="the only reliable law, though it has no bootstrap interval",
                no_optimum={"kaplan": "it gives no compute-optimal point here (overflow)"},
                notes=[Note(NoteKind.NO_OPTIMUM, "Kaplan is left out: it gives no compute-optimal point here (overflow)"),
                       Note(NoteKind.RUN, "the plan's rules could not size the run (no shape); used the defaults")])

@@ -33,8 +33,8 @@ MAX_DECADES = 2.0
 MAX_EXPONENT_RATIO = 10.0
 #: 95% half-width per unit of mean absolute error: 1.96 * sqrt(pi / 2).
 EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
-#: How the doubt that the data do not determine a parameter begins (it is rewritten by each bootstrap).
-UNDETERMINED = "unreliable: the data do not determine"
+#: How the reason that the data do not determine a parameter begins (it is rewritten by each bootstrap).
+UNDETERMINED = "the data do not determine"
 #: Fewer points than this many per fitted parameter leave too few residual degrees of freedom to
 #: test a law or measure its error: a fit of 5 parameters to 6 points reproduces almost any data.
 MIN_POINTS_PER_PARAM = 2
@@ -192,8 +192,8 @@ class Law(Doubtful):
         self.drop_doubts(DoubtKind.UNDETERMINED)
         reasons = self.undetermined()
         if reasons:
-            self.add_doubt(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}: do not trust this law's "
-                           "parameters or what it extrapolates")
+            self.add_unreliable(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}",
+                                ": do not trust this law's parameters or what it extrapolates")
         return self
 
     def undetermined(self) -> list[str]:
@@ -227,7 +227,7 @@ class Law(Doubtful):
     def _check_points(self, n_points: int, n_params: int, what: str) -> None:
         """Note a law fitted with fewer than :data:`MIN_POINTS_PER_PARAM` points per parameter as unreliable."""
         if n_points < MIN_POINTS_PER_PARAM * n_params:
-            self.add_doubt(DoubtKind.FEW_POINTS, f"unreliable: {n_points} points for the {n_params} parameters of {what} leave "
+            self.add_unreliable(DoubtKind.FEW_POINTS, f"{n_points} points for the {n_params} parameters of {what} leave "
                                f"{n_points - n_params} residual degree(s) of freedom (fewer than {MIN_POINTS_PER_PARAM} "
                                "points per parameter): too few to test the law or measure its error")
 
@@ -433,7 +433,7 @@ class Law(Doubtful):
                 "pinned": self.pinned(),
                 "residual_sd": getattr(self, "residual_sd_", None),
                 "notes": list(self.notes_),
-                "doubts": stored(self.doubts()),
+                "doubts": stored(self.doubts(), self.notes_),
                 "bootstrap": {
                     **(self.bootstrap_info_ or {"n": 0}),
                     "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
@@ -477,7 +477,7 @@ class Law(Doubtful):
         law.residual_sd_ = float(d.get("residual_sd") or math.nan)
         law.pinned_ = {str(k): str(v) for k, v in (d.get("pinned") or {}).items()}
         law.doubts_ = restore(d.get("doubts"), d.get("reliable"))
-        law.notes_ = relink(list(d.get("notes", [])), law.doubts_)
+        law.notes_ = relink(list(d.get("notes", [])), d.get("doubts"), law.doubts_)
         boot = d.get("bootstrap") or {}
         reps = boot.get("replicates")
         law.replicates_ = None if reps is None else np.array(reps, dtype=float).reshape(-1, len(cls.param_names))

@@ -22,6 +22,7 @@ from scaling.errors import FitError, NotFoundError
 from scaling.naming import printable_problem
 from scaling.rules import HPARAM_CHECKS
 from scaling.vocab import COMPLETED
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import point_keys
 from scaling.fitting.core.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.tasks.task_columns import is_task_column
@@ -464,7 +465,7 @@ def from_frame(
         r_star=r_star,
         unique_tokens_column=picked["unique_tokens"],
     )
-    data.notes[:0] = [f"warning: {w}" for w in rows.warnings] + notes
+    data.notes[:0] = [Note(NoteKind.WARNING, f"warning: {w}") for w in rows.warnings] + notes
     data.warnings[:0] = rows.warnings
     data.loss_units, data.drop_invalid = loss_units, drop_invalid
     if hparam_runs is not None:
@@ -578,7 +579,7 @@ def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: f
     if dropped:
         message = f"dropped {dropped} of {dropped + len(df)} rows identical to an earlier row (--drop-duplicates)"
         data.warnings.insert(0, message)
-        data.notes.insert(0, f"warning: {message}")
+        data.notes.insert(0, Note(NoteKind.WARNING, f"warning: {message}"))
     if sep != ",":
         data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
                           + (" with decimal commas" if sep == ";" else ""))

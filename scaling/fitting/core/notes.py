@@ -32,6 +32,10 @@ class NoteKind(str, Enum):
     TASKS = "tasks"
     #: What the data say about themselves (conventions, units, what was averaged or left out).
     DATA = "data"
+    #: A warning about the input (units, conventions, dropped rows), printed as one.
+    WARNING = "warning"
+    #: How the loss laws treat the hyperparameter groups (their tuned loss or a fixed setting).
+    HPARAM_MODE = "hyperparameter mode"
     #: A part of the analysis that could not be fitted, with why.
     NOT_FITTED = "not fitted"
     #: Anything else.

@@ -32,6 +32,7 @@ import pandas as pd
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.intervals import interval_text, summarise, withheld
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import DIGITS, point_keys, rounded
 from scaling.fmt import bounds, num
 
@@ -704,7 +705,7 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
     else:
         note = (f"hyperparameters: the loss laws are fitted on one fixed setting per group ({n_groups} groups: the "
                 "run at the centre of each group's lr x batch grid), not on the tuned loss")
-    return out, (keys if "run_key" in runs else None), [note]
+    return out, (keys if "run_key" in runs else None), [Note(NoteKind.HPARAM_MODE, note)]
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:

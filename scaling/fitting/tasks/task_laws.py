@@ -185,7 +185,7 @@ class TaskLaw:
         ratio = sd[form] / sd[best] if sd[best] > 0 else math.inf
         if ratio <= MISFIT_RATIO:
             return []
-        return [Doubt(DoubtKind.MISFIT, f"unreliable: its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
+        return [Doubt.unreliable(DoubtKind.MISFIT, f"its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
                       f"{self.curves[best].label} (SD {sd[best]:.3g}) on the same evaluations: the form does not fit them")]
 
     def admissible(self) -> list[str]:
@@ -223,7 +223,7 @@ class TaskLaw:
             doubts = self.doubts(form)
             step1_only = not step1_ok and not curve.doubts() and not self.misfit(form)
             if doubts and step1_only and determined(iv, reps):
-                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].removeprefix('unreliable: ')})"
+                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].reason})"
                                     f", but the paired bootstrap of both steps determines the accuracy at this point: "
                                     f"its interval is given")
                 iv = {**iv, "determined_at_point": True}
