@@ -16,7 +16,8 @@ from scaling.fitting.analysis import Analysis, CsvSource, Settings, SweepSource,
 from scaling.fitting.sweep_fit import KINDS, fit_csv, fit_data, fit_sweep, from_dict
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, NotFittedError
-from scaling.fitting.core.measurements import FitData, effective_tokens, from_csv, from_db, from_frame
+from scaling.fitting.core.measurements import FitData, effective_tokens, from_csv, from_frame
+from scaling.fitting.core.sweep_data import from_db
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.loss.kaplan import KaplanLaw

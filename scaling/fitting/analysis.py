@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Union
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError, UserError
 from scaling.fitting.core.base import Law, jsonable
-from scaling.fitting.core.measurements import R_STAR_DATA, FitData, from_csv, from_db
+from scaling.fitting.core.measurements import R_STAR_DATA, FitData, from_csv
+from scaling.fitting.core.sweep_data import from_db
 from scaling.fitting.core.notes import Note, NoteKind, as_note
 from scaling.fitting.hyperparams.hparams import MODES, HparamFit
 from scaling.fitting.recommend import Recommendation, next_runs_for, recommend

@@ -424,17 +424,23 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         else:
             rec.unreliable[kind] = doubts[0]
     trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
-
-    def name(kind: str) -> str:
-        return SHORT.get(kind, kind)
-
     with_interval = [kind for kind in trusted if math.isfinite(_width(rec.per_law[kind]["N"]))]
+    _choose(rec, trusted, with_interval)
+    return _spread(rec, trusted, with_interval, compute, k)
+
+
+def _name(kind: str) -> str:
+    return SHORT.get(kind, kind)
+
+
+def _choose(rec: Recommendation, trusted: list[str], with_interval: list[str]) -> None:
+    """The law ``rec`` follows and why: the narrowest interval on N* among the trusted laws with one."""
     if with_interval:
         rec.chosen = min(with_interval, key=lambda kind: _width(rec.per_law[kind]["N"]))
         w = _width(rec.per_law[rec.chosen]["N"])
         others = [kind for kind in with_interval if kind != rec.chosen]
         rec.chosen_why = (f"the narrowest 95% interval on N* (a factor {math.exp(w):.3g} from end to end)"
-                          + (f" among the laws the data determine (also: {', '.join(name(o) for o in others)})"
+                          + (f" among the laws the data determine (also: {', '.join(_name(o) for o in others)})"
                              if others else ", the only law the data determine with an interval"))
         if rec.chosen in rec.determined_at_budget:
             rec.chosen_why += " (at this budget, not in its parameters: see the notes)"
@@ -445,15 +451,20 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
         finite = [kind for kind in rec.per_law if math.isfinite(_width(rec.per_law[kind]["N"]))]
         if finite:
             rec.chosen = min(finite, key=lambda kind: _width(rec.per_law[kind]["N"]))
-            rec.chosen_reason = (f"no law is reliable; {name(rec.chosen)} has the narrowest 95% interval on N*, "
+            rec.chosen_reason = (f"no law is reliable; {_name(rec.chosen)} has the narrowest 95% interval on N*, "
                                  "but its fit notes say the data cannot pin it down")
     if rec.chosen_why:
-        rec.chosen_reason = f"{name(rec.chosen)}: {rec.chosen_why}"
+        rec.chosen_reason = f"{_name(rec.chosen)}: {rec.chosen_why}"
     if rec.unreliable and trusted:
         what = "the choice, agreement and consensus leave out " if len(trusted) > 1 else "the choice leaves out "
         whose = "their fit notes say" if len(rec.unreliable) > 1 else "its fit notes say"
-        rec.notes.append(Note(NoteKind.LEFT_OUT, what + ", ".join(name(kind) for kind in rec.unreliable)
+        rec.notes.append(Note(NoteKind.LEFT_OUT, what + ", ".join(_name(kind) for kind in rec.unreliable)
                               + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)"))
+
+
+def _spread(rec: Recommendation, trusted: list[str], with_interval: list[str], compute: float,
+            k: float) -> Recommendation:
+    """How far the laws' N* reach together, their agreement and their consensus (two trusted laws at least)."""
     los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
     his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
     if len(with_interval) > 1:

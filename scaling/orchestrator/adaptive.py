@@ -361,7 +361,7 @@ def run_adaptive(
 def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Optional[str], Any, dict[str, Any]]:
     """(law or None, why not, the completed points, what was fitted) for this round."""
     fitting = importlib.import_module("scaling.fitting")
-    data_mod = importlib.import_module("scaling.fitting.core.measurements")
+    data_mod = importlib.import_module("scaling.fitting.core.sweep_data")
     try:
         data, _ = data_mod.from_db(url, sweep)
         points = data.points[["N", "D", "C", "loss"]]

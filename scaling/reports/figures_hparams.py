@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
-from scaling.fitting.core.measurements import fitted_runs
+from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.notes import NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
@@ -47,7 +47,7 @@ def group_title(label: str) -> str:
 
 
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs the fits use (:func:`scaling.fitting.core.measurements.fitted_runs`) with a finite loss, and their
+    """The runs the fits use (:func:`scaling.fitting.core.sweep_data.fitted_runs`) with a finite loss, and their
     lr, batch, beta2 and group."""
     r = fitted_runs(runs)
     return runs_frame(r[np.isfinite(r["loss"].astype(float))])

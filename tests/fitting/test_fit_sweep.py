@@ -58,7 +58,7 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """recommend takes the sweep's fits and a budget: every way to fit or read data refuses here. Its run is
     the defaults'; the plan stored with the sweep sizes it in the orchestrator, which changes nothing else."""
-    from scaling.fitting.core import base, measurements
+    from scaling.fitting.core import base, measurements, sweep_data
     from scaling.fitting.hyperparams import hparams
     from scaling.fitting import sweep_fit
     from scaling.orchestrator.expand import size_recommendation, size_run, stored_plan, sweep_recommendation
@@ -71,7 +71,7 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
         raise AssertionError("recommend fitted a law or read data")
 
     for owner, name in ((sweep_fit, "fit_sweep"), (sweep_fit, "fit_data"), (sweep_fit, "fit_csv"),
-                        (measurements, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
+                        (sweep_data, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
                         (hparams, "fit_law")):
         monkeypatch.setattr(owner, name, refuse)
     assert recommend(fit) is fit.recommendation  # the analysis' own budget: its own answer

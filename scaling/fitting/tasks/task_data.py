@@ -20,7 +20,8 @@ import pandas as pd
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fitting.core.measurements import ALIASES, FitData, fitted_runs, read_rows
+from scaling.fitting.core.measurements import ALIASES, FitData, read_rows
+from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.tabular import parse_numbers
 from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
                                           parse_metric, task_name_problem)
