@@ -332,7 +332,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     except UserError as exc:
         return replace(analysis, no_recommendation=" ".join(str(exc).split()))
     if settings.next_runs:
-        rec.next_runs, note = next_runs_for(analysis, rec.compute, settings.seed)
+        rec.next_runs, note = next_runs_for(analysis, rec.compute, settings.seed, settings.n_bootstrap)
         if note is not None:
             rec.notes.append(note)
     return replace(analysis, recommendation=rec)

@@ -7,8 +7,9 @@ allowed to recommend, the one with the narrowest 95% interval on N*; it says whi
 allowed when no note calls it unreliable, or when its only doubts are about its parameters and its
 bootstrap determines what is asked, N*, D* and the loss at the budget (:func:`undetermined_at_budget`):
 the doubts then stay in the recommendation's notes.
-:func:`recommend` takes a sweep's fits, fitted once (a :data:`~scaling.fitting.sweep_fit.SweepFit`),
-and a budget: it fits no loss law and reads no database or file. With a sweep, it sizes the run
+:func:`recommend` takes a sweep's :class:`~scaling.fitting.analysis.Analysis` (fitted once) and a budget:
+it fits nothing and reads no database or file (at the analysis' own budget it is the analysis'
+recommendation, made when the analysis was). With a sweep, it sizes the run
 for that N* with the default shape policy and memory model of :mod:`scaling.accounting`; the plan's
 own rules (shape, learning rate, batch, memory and strategy on the plan's device) belong to the
 orchestrator, which replaces that run by the plan's
@@ -19,8 +20,11 @@ Which runs would narrow the interval on N* most (a heuristic, stated with its re
 candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
 else the target itself; five sizes each around the approach-3 N* there, spaced by a factor e^0.5), add the points approach 3 predicts for them, redo
 the same bootstrap (refits started at the full-data optimum) and compare the width of the 95%
-interval of log N* at the target budget with and without them. Predicted points carry no noise,
-so the reductions are optimistic in scale but comparable across candidates.
+interval of log N* at the target budget with and without them (at most :data:`CANDIDATE_BOOTSTRAP`
+replicates, and no more than the analysis' own bootstrap). Predicted points carry no noise, so the
+reductions are optimistic in scale but comparable across candidates. This refits approach 3's
+bootstrap per candidate, so it is done once, when the analysis is made, at its own budget
+(:func:`next_runs_for`); a recommendation at another budget lists none and says where they are.
 """
 
 from __future__ import annotations
@@ -303,11 +307,17 @@ def recommend(
     return rec
 
 
-def next_runs_for(fit: Any, compute: float, seed: int = 0) -> tuple[list[dict[str, Any]], Note | None]:
-    """The runs worth adding at ``compute`` (:func:`candidate_runs`, judged with approach 3), or none and why.
+def next_runs_for(fit: Any, compute: float, seed: int = 0,
+                  n_bootstrap: int = CANDIDATE_BOOTSTRAP) -> tuple[list[dict[str, Any]], Note | None]:
+    """The runs worth adding at ``compute`` (:func:`candidate_runs`, judged with approach 3 by a bootstrap of
+    at most ``n_bootstrap`` replicates per candidate), or none and why.
 
     This refits approach 3's bootstrap per candidate: :func:`scaling.fitting.analysis.analyse` calls it
     once, for the analysis' own budget, and keeps the ranking in the recommendation."""
+    n_bootstrap = min(n_bootstrap, CANDIDATE_BOOTSTRAP)
+    if n_bootstrap < 2:
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged by how much they narrow a 95% bootstrap "
+                                            "interval: without a bootstrap, none are suggested")
     law3 = fit.laws.get("approach3")
     if law3 is not None and law3.doubts():
         return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, whose fit notes say the "
@@ -315,7 +325,7 @@ def next_runs_for(fit: Any, compute: float, seed: int = 0) -> tuple[list[dict[st
     if law3 is None or getattr(law3, "data_", None) is None:
         return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, which is not fitted here")
     points = _data_of(fit)
-    return candidate_runs(law3, float(compute), float(points["C"].max()), seed), None
+    return candidate_runs(law3, float(compute), float(points["C"].max()), seed, n_bootstrap=n_bootstrap), None
 
 
 def _budget(fit: Any, compute: float | None) -> float:

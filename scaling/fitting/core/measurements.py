@@ -603,6 +603,44 @@ def prepare(
     Raises :class:`FitError` naming the first bad row for non-finite or non-positive values.
     """
     where = f"{source}: " if source else ""
+    _check_positive(df, where)
+    has_u = "U" in df.columns
+    work, keys, extras, points = _average(df, has_u)
+    loss = points["loss"].to_numpy(float)
+    if len(loss) > 1 and loss.max() - loss.min() < MIN_LOSS_SPREAD * loss.max():
+        spread = (loss.max() - loss.min()) / loss.max()
+        raise FitError(f"{where}the losses do not vary: the {len(loss)} points' losses (about {loss.max():.6g}) "
+                       f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
+                       "dependence on N, D or C to fit")
+    ratio = points["C"] / (points["N"] * points["D"])
+    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else float(np.median(ratio))
+    notes: list[str] = []
+    if (points["n_seeds"] > 1).any():
+        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "
+                     "(rows equal in every column but seed and loss)")
+    n_nd = work.groupby([keys[0], keys[1]], sort=False).ngroups
+    if n_nd < len(points):
+        notes.append(f"{len(points) - n_nd} point(s) share N and D with another but differ in "
+                     + ", ".join(["C"] + (["U"] if has_u else []) + [c.split(":", 1)[1] for c in extras])
+                     + ": kept apart, not averaged")
+    effective = _effective_data(points, has_u, unique_tokens, r_star, unique_tokens_column, notes)
+    return FitData(
+        points=points,
+        curves=_usable_curves(curves),
+        params_convention=params_convention,
+        flops_convention=flops_convention,
+        flops_per_param_token=k,
+        source=source,
+        unique_tokens=unique_tokens,
+        unique_tokens_column=unique_tokens_column if has_u else None,
+        effective_data=effective,
+        r_star=r_star,
+        notes=notes,
+    )
+
+
+def _check_positive(df: pd.DataFrame, where: str) -> None:
+    """Refuse no rows, or a row whose N, D, C or loss is not a positive, finite number (naming the first)."""
     if len(df) == 0:
         raise FitError(f"{where}no points to fit (no completed runs or empty file)")
     for col in ("N", "D", "C", "loss"):
@@ -614,7 +652,11 @@ def prepare(
                 f"{where}{int(bad.sum())} point(s) with non-positive or non-finite {col} "
                 f"(first: row {i}, {col}={float(vals[i])!r})"
             )
-    has_u = "U" in df.columns
+
+
+def _average(df: pd.DataFrame, has_u: bool) -> tuple[pd.DataFrame, list[pd.Series], list[str], pd.DataFrame]:
+    """(the rows' values, the keys they are grouped by, the ``extra:`` columns, the points): rows equal in
+    every column but seed and loss averaged into one point, with the SD and count of their losses."""
     value_cols = ["N", "D", "C", "loss"] + (["U"] if has_u else [])
     work = df[value_cols].astype(float).reset_index(drop=True)
     extras = [c for c in df.columns if str(c).startswith("extra:")]
@@ -634,63 +676,44 @@ def prepare(
     )
     if has_u:
         points["U"] = grouped["U"].mean()
-    points = points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
-    loss = points["loss"].to_numpy(float)
-    if len(loss) > 1 and loss.max() - loss.min() < MIN_LOSS_SPREAD * loss.max():
-        spread = (loss.max() - loss.min()) / loss.max()
-        raise FitError(f"{where}the losses do not vary: the {len(loss)} points' losses (about {loss.max():.6g}) "
-                       f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
-                       "dependence on N, D or C to fit")
-    ratio = points["C"] / (points["N"] * points["D"])
-    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else float(np.median(ratio))
-    notes: list[str] = []
-    if (points["n_seeds"] > 1).any():
-        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "
-                     "(rows equal in every column but seed and loss)")
-    n_nd = work.groupby([keys[0], keys[1]], sort=False).ngroups
-    if n_nd < len(points):
-        notes.append(f"{len(points) - n_nd} point(s) share N and D with another but differ in "
-                     + ", ".join(["C"] + (["U"] if has_u else []) + [c.split(":", 1)[1] for c in extras])
-                     + ": kept apart, not averaged")
-    effective = False
+    return work, keys, extras, points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
+
+
+def _effective_data(points: pd.DataFrame, has_u: bool, unique_tokens: float | None, r_star: float,
+                    column: str | None, notes: list[str]) -> bool:
+    """Replace D by Muennighoff et al.'s D' (the raw D kept as ``D_raw``) where unique tokens are known,
+    saying so in ``notes``; whether any point repeats data."""
     if has_u:
         points["D_raw"] = points["D"]
         points["D"] = effective_tokens(points["D"].to_numpy(), points["U"].to_numpy(), r_star)
         repeated = int((points["D_raw"] > points["U"]).sum())
         n_u = points["U"].nunique()
-        effective = repeated > 0
         notes.append(f"D is Muennighoff et al.'s effective data D' from each row's unique tokens (column "
-                     f"{unique_tokens_column or 'U'!r}, {n_u} distinct value{'s' if n_u > 1 else ''}, "
+                     f"{column or 'U'!r}, {n_u} distinct value{'s' if n_u > 1 else ''}, "
                      f"R*_D = {r_star:.4g}); {repeated} of {len(points)} points repeat data")
-    elif unique_tokens is not None:
-        points["D_raw"] = points["D"]
-        points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens, r_star)
-        effective = bool((points["D_raw"] > unique_tokens).any())
-        if effective:
-            notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens "
-                         f"(R*_D = {r_star:.4g})")
-        else:
-            notes.append(f"unique tokens U = {unique_tokens:.4g} had no effect: every D is at most U "
-                         "(one pass or less), so D' = D")
-    if curves is not None:
-        curves = curves.dropna(subset=["tokens", "flops", "loss"])
-        curves = curves[(curves["tokens"] > 0) & (curves["flops"] > 0) & (curves["loss"] > 0)]
-        curves = curves[np.isfinite(curves["loss"])]
-        if len(curves) == 0:
-            curves = None
-    return FitData(
-        points=points,
-        curves=curves,
-        params_convention=params_convention,
-        flops_convention=flops_convention,
-        flops_per_param_token=k,
-        source=source,
-        unique_tokens=unique_tokens,
-        unique_tokens_column=unique_tokens_column if has_u else None,
-        effective_data=effective,
-        r_star=r_star,
-        notes=notes,
-    )
+        return repeated > 0
+    if unique_tokens is None:
+        return False
+    points["D_raw"] = points["D"]
+    points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens, r_star)
+    effective = bool((points["D_raw"] > unique_tokens).any())
+    if effective:
+        notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens "
+                     f"(R*_D = {r_star:.4g})")
+    else:
+        notes.append(f"unique tokens U = {unique_tokens:.4g} had no effect: every D is at most U "
+                     "(one pass or less), so D' = D")
+    return effective
+
+
+def _usable_curves(curves: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The curve rows with positive, finite tokens, FLOPs and loss (None when none is left)."""
+    if curves is None:
+        return None
+    curves = curves.dropna(subset=["tokens", "flops", "loss"])
+    curves = curves[(curves["tokens"] > 0) & (curves["flops"] > 0) & (curves["loss"] > 0)]
+    curves = curves[np.isfinite(curves["loss"])]
+    return curves if len(curves) else None
 
 
 def group_budgets(C: np.ndarray, rel_tol: float = 0.05) -> np.ndarray:
