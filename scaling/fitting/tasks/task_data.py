@@ -160,26 +160,7 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
     where = f"{source}: " if source else ""
     cols = [str(c) for c in df.columns]
     df = df.set_axis(cols, axis=1)
-    task_cols: dict[tuple[str, str], str] = {}
-    chance_cols: dict[str, str] = {}
-    for c in cols:
-        if (task := chance_column(c)) is not None:
-            chance_cols[task] = c
-            continue
-        parsed = parse_column(c)
-        if parsed is None:
-            continue
-        task, kind = parsed
-        if kind not in TASK_KINDS + ("err",):
-            raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
-                           f"{', '.join(TASK_KINDS + ('err',))})")
-        problem = task_name_problem(task)
-        if problem:
-            raise FitError(f"{where}column {c[:80]!r}: {problem}")
-        key = (task, "acc" if kind == "err" else kind)
-        if key in task_cols:
-            raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
-        task_cols[key] = c
+    task_cols, chance_cols = _task_columns(cols, where)
     if not task_cols:
         return TaskData(empty(), data.flops_per_param_token, source)
     tasks = sorted({t for t, _ in task_cols})
@@ -224,6 +205,31 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
         rows.append(frame)
     evals = pd.concat(rows, ignore_index=True)[list(COLUMNS)]
     return TaskData(evals, data.flops_per_param_token, source, notes, chance)
+
+
+def _task_columns(cols: list[str], where: str) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """The table's task columns, ``(task, kind) -> column``, and its chance columns, ``task -> column``."""
+    task_cols: dict[tuple[str, str], str] = {}
+    chance_cols: dict[str, str] = {}
+    for c in cols:
+        if (task := chance_column(c)) is not None:
+            chance_cols[task] = c
+            continue
+        parsed = parse_column(c)
+        if parsed is None:
+            continue
+        task, kind = parsed
+        if kind not in TASK_KINDS + ("err",):
+            raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
+                           f"{', '.join(TASK_KINDS + ('err',))})")
+        problem = task_name_problem(task)
+        if problem:
+            raise FitError(f"{where}column {c[:80]!r}: {problem}")
+        key = (task, "acc" if kind == "err" else kind)
+        if key in task_cols:
+            raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
+        task_cols[key] = c
+    return task_cols, chance_cols
 
 
 def _chance(col: pd.Series, name: str, where: str) -> float:
