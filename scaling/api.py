@@ -375,9 +375,12 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
         ```
     """
     from scaling.db import resolve_url
+    from scaling.orchestrator.sweep import report_inputs
     from scaling.reports import write_report
 
-    write_report(resolve_url(cli=db), sweep, path)
+    url = resolve_url(cli=db)
+    analysis, sized = report_inputs(url, sweep)  # the headline is the run `scaling sweep` ends with
+    write_report(url, sweep, path, analysis=analysis, recommendation=sized)
     return Path(path)
 
 

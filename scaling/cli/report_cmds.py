@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -91,7 +91,9 @@ def report(
             raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
         typer.echo(str(path))
         return
-    analysis, sized = _analysis(resolve_url(db), sweep, fit, store_fits)
+    from scaling.orchestrator.sweep import report_inputs
+
+    analysis, sized = report_inputs(resolve_url(db), sweep, save=store_fits) if fit == "sweep" else (None, None)
     try:
         path = write_report(resolve_url(db), sweep, output, fit=fit, store_fits=store_fits, extras=extras,
                             analysis=analysis, recommendation=sized)
@@ -100,23 +102,6 @@ def report(
     typer.echo(str(path))
     if open_:
         _open(path)
-
-
-def _analysis(url: str, sweep: Optional[str], fit: str, store: bool) -> tuple[Any, Any]:
-    """The sweep's analysis (``--fit sweep``: stored or made, as ``scaling fit`` makes it) and its recommendation
-    with the run sized by the stored plan, as the closing answer of ``scaling sweep`` sizes it; (None, None)
-    for the other fit modes or where the sweep cannot be analysed (the report then says why)."""
-    from scaling.errors import UserError
-    from scaling.fitting import SweepSource, analyse
-    from scaling.orchestrator.expand import sweep_recommendation
-
-    if fit != "sweep":
-        return None, None
-    try:
-        analysis = analyse(SweepSource(url, sweep), save=store)
-        return analysis, sweep_recommendation(url, analysis) if analysis.recommendation is not None else None
-    except UserError:
-        return None, None
 
 
 def _open(path: Path) -> None:

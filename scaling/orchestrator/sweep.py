@@ -246,6 +246,19 @@ def sized_recommendation(url: str, analysis: Any) -> Any:
     return sweep_recommendation(url, analysis)
 
 
+def report_inputs(url: str, sweep: Optional[str], *, save: bool = False) -> tuple[Any, Any]:
+    """What a sweep's report shows, as the end of ``scaling sweep`` hands it: the stored analysis of the sweep's
+    unchanged data (else one made, stored only with ``save``) and its recommendation sized by the stored plan;
+    (None, None) where the sweep cannot be analysed (the report then says why)."""
+    from scaling.fitting import SweepSource, analyse
+
+    try:
+        analysis = analyse(SweepSource(url, sweep), save=save)
+        return analysis, sized_recommendation(url, analysis)
+    except UserError:
+        return None, None
+
+
 def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
     """Refuse, before registering, a run whose folder holds checkpoints recorded into another database."""
     if expansion.plan.simulate is not None:
