@@ -12,8 +12,8 @@ Torch-free and Ray-free: it needs numpy, scipy and pandas only, and the database
 from __future__ import annotations
 
 from scaling.errors import FitError
-from scaling.fitting.analysis import Analysis, CsvSource, Settings, SweepSource, analyse
-from scaling.fitting.sweep_fit import KINDS, fit_csv, fit_data, fit_sweep, from_dict
+from scaling.fitting.analysis import Analysis, CsvSource, Settings, SweepSource, analyse, fit_csv, fit_sweep
+from scaling.fitting.sweep_fit import KINDS, fit_data, from_dict
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, NotFittedError
 from scaling.fitting.core.measurements import FitData, effective_tokens, from_csv, from_frame

@@ -370,3 +370,26 @@ def _fit_tasks(task_data: Optional["TaskData"], settings: Settings, sweep: Optio
             raise
         notes.append(Note(NoteKind.NOT_FITTED, f"downstream tasks: not fitted: {' '.join(str(exc).split())}"))
         return TaskFits(source=f"sweep {sweep!r}")
+
+
+# -- the older names: the analysis of a sweep or a CSV with its settings as arguments ---------------
+def fit_csv(path: str, law: str = "all", n_bootstrap: int = 200, seed: int = 0, *,
+            flops_convention: str = "6N", unique_tokens: float | None = None, hparams: str = "tuned") -> Analysis:
+    """The :class:`~scaling.fitting.analysis.Analysis` of a CSV of anyone's measurements (column aliases in
+    :data:`scaling.fitting.core.measurements.ALIASES`)."""
+    return analyse(CsvSource(str(path), flops_convention=flops_convention, unique_tokens=unique_tokens),
+                   Settings(law=law, n_bootstrap=n_bootstrap, seed=seed, hparams=hparams))
+
+
+def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
+              effective_data: bool = False, save: bool = True, *, r_star: float = R_STAR_DATA,
+              fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False,
+              hparams: str = "tuned", tasks: bool | list[str] = True, task_recipe: str = "grid",
+              next_runs: bool = True) -> Analysis:
+    """The :class:`~scaling.fitting.analysis.Analysis` of a sweep (stored, or read back when the sweep's data
+    and these settings are unchanged), with :func:`scaling.fitting.analysis.analyse`'s settings as arguments."""
+    settings = Settings(law=law, n_bootstrap=n_bootstrap, seed=seed, effective_data=effective_data, r_star=r_star,
+                        fit_r_star=fit_r_star, r_star_n=r_star_n, fit_r_star_n=fit_r_star_n, hparams=hparams,
+                        tasks=tasks if isinstance(tasks, bool) else tuple(tasks), task_recipe=task_recipe,
+                        next_runs=next_runs)
+    return analyse(SweepSource(url, sweep), settings, save=save)

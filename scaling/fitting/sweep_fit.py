@@ -2,8 +2,7 @@
 
 :func:`scaling.fitting.analysis.analyse` fits them (with the hyperparameter and task laws and the
 recommendation) and stores the whole analysis; :class:`FitSummary` is the laws' part of it as
-``scaling fit`` prints it. :func:`fit_sweep` and :func:`fit_csv` are the analysis of a sweep or a CSV
-under the names older notebooks call.
+``scaling fit`` prints it.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
-from scaling.fitting.core.measurements import R_STAR_DATA, FitData
+from scaling.fitting.core.measurements import FitData
 from scaling.fitting.core.notes import NoteKind
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
 from scaling.fitting.hyperparams.hparams import HparamFit, fit_hparams
@@ -201,32 +200,6 @@ def fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: dic
     if run_backtest:
         law.keep_backtest(*backtest(law, data))
     return law
-
-
-def fit_csv(path: str, law: str = "all", n_bootstrap: int = 200, seed: int = 0, *,
-            flops_convention: str = "6N", unique_tokens: float | None = None, hparams: str = "tuned") -> Any:
-    """The :class:`~scaling.fitting.analysis.Analysis` of a CSV of anyone's measurements (column aliases in
-    :data:`scaling.fitting.core.measurements.ALIASES`)."""
-    from scaling.fitting.analysis import CsvSource, Settings, analyse
-
-    return analyse(CsvSource(str(path), flops_convention=flops_convention, unique_tokens=unique_tokens),
-                   Settings(law=law, n_bootstrap=n_bootstrap, seed=seed, hparams=hparams))
-
-
-def fit_sweep(url: str, sweep: str | None = None, law: str = "all", n_bootstrap: int = 200, seed: int = 0,
-              effective_data: bool = False, save: bool = True, *, r_star: float = R_STAR_DATA,
-              fit_r_star: bool = False, r_star_n: float | None = None, fit_r_star_n: bool = False,
-              hparams: str = "tuned", tasks: bool | list[str] = True, task_recipe: str = "grid",
-              next_runs: bool = True) -> Any:
-    """The :class:`~scaling.fitting.analysis.Analysis` of a sweep (stored, or read back when the sweep's data
-    and these settings are unchanged), with :func:`scaling.fitting.analysis.analyse`'s settings as arguments."""
-    from scaling.fitting.analysis import Settings, SweepSource, analyse
-
-    settings = Settings(law=law, n_bootstrap=n_bootstrap, seed=seed, effective_data=effective_data, r_star=r_star,
-                        fit_r_star=fit_r_star, r_star_n=r_star_n, fit_r_star_n=fit_r_star_n, hparams=hparams,
-                        tasks=tasks if isinstance(tasks, bool) else tuple(tasks), task_recipe=task_recipe,
-                        next_runs=next_runs)
-    return analyse(SweepSource(url, sweep), settings, save=save)
 
 
 def frame_digest(frame: pd.DataFrame | None) -> str:

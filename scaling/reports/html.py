@@ -26,7 +26,6 @@ import pandas as pd
 
 from scaling import vocab as names
 from scaling.db.jsonvalues import as_dict
-from scaling.fitting.sweep_fit import SHORT
 from scaling.fitting.core.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num

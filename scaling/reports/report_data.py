@@ -23,7 +23,7 @@ from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import KINDS, Law, fit_data, from_db
 from scaling.fitting.core.base import unavailable_note
 from scaling.reports.downsample import downsample_frame
-from scaling.reports.fitview import LABELS, as_law, kind_of
+from scaling.reports.fitview import LABELS
 
 #: a run's ``role`` (column of :func:`normalise_runs`): a cooldown branch's parent, or a branch
 TRUNK = "trunk"

@@ -60,7 +60,7 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
     the defaults'; the plan stored with the sweep sizes it in the orchestrator, which changes nothing else."""
     from scaling.fitting.core import base, measurements, sweep_data
     from scaling.fitting.hyperparams import hparams
-    from scaling.fitting import sweep_fit
+    from scaling.fitting import analysis, sweep_fit
     from scaling.orchestrator.expand import size_recommendation, size_run, stored_plan, sweep_recommendation
 
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
@@ -70,7 +70,7 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("recommend fitted a law or read data")
 
-    for owner, name in ((sweep_fit, "fit_sweep"), (sweep_fit, "fit_data"), (sweep_fit, "fit_csv"),
+    for owner, name in ((analysis, "fit_sweep"), (sweep_fit, "fit_data"), (analysis, "fit_csv"), (analysis, "analyse"),
                         (sweep_data, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
                         (hparams, "fit_law")):
         monkeypatch.setattr(owner, name, refuse)
