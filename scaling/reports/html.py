@@ -274,18 +274,7 @@ def next_budget(data: ReportData) -> float | None:
 def recommend_for(data: ReportData, target: float) -> Any | None:
     """The recommendation at ``target``: the one handed in (sized by the plan) or the analysis' own at their
     budget, else :func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
-    from scaling.errors import UserError
-    from scaling.fitting.recommend import compare_laws
-
-    for rec in (data.recommendation, getattr(data.sweep_fit, "recommendation", None)):
-        if rec is not None and rec.compute == target:
-            return rec
-
-    laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
-    try:
-        return compare_laws(laws, target, source=data.sweep or "")
-    except UserError:
-        return None
+    return data.recommendation_at(target)
 
 
 def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import KINDS, Law, fit_data, from_db
 from scaling.fitting.core.base import unavailable_note
 from scaling.reports.downsample import downsample_frame
-from scaling.reports.fitview import LABELS
+from scaling.reports.fitview import LABELS, as_law
 
 #: a run's ``role`` (column of :func:`normalise_runs`): a cooldown branch's parent, or a branch
 TRUNK = "trunk"
@@ -104,6 +104,21 @@ class ReportData:
         return data
 
     # -- derived views ------------------------------------------------------------------------
+    def recommendation_at(self, target: float) -> Any | None:
+        """The recommendation at ``target``: the one handed in (sized by the plan: the closing answer's), or the
+        analysis' own at their budget; else :func:`scaling.fitting.recommend.compare_laws` over the shown laws
+        (fits nothing); None when no law gives N*."""
+        from scaling.fitting.recommend import compare_laws
+
+        for rec in (self.recommendation, getattr(self.sweep_fit, "recommendation", None)):
+            if rec is not None and rec.compute == target:
+                return rec
+        laws = {kind: law for kind, law in ((k, as_law(v)) for k, v in self.fits.items()) if law is not None}
+        try:
+            return compare_laws(laws, target, source=self.sweep or "")
+        except UserError:
+            return None
+
     @property
     def completed(self) -> pd.DataFrame:
         """Runs that finished with a finite final loss (the points the fits use; no trunks)."""
