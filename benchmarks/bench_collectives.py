@@ -1,4 +1,4 @@
-"""Collectives on real process groups against the alpha-beta model of ``scaling.comms``.
+"""Collectives on real process groups against the alpha-beta model of ``scaling.communication``.
 
 Measures broadcast, scatter, gather, reduce, all-reduce, all-gather and reduce-scatter on gloo
 (CPU, loopback) for world sizes 2-4, and a point-to-point send on 2 ranks, over a range of
@@ -17,7 +17,7 @@ prediction of the backend's own model within 1.5x of its measurement after calib
 two or more CUDA devices the same runs on NCCL against the textbook model.
 
 Then, per layout (dp, tp, pp and the ZeRO stage on 2-4 gloo ranks), the communication of one
-training step: each rank issues what ``scaling.comms`` says its stage issues per step (its
+training step: each rank issues what ``scaling.communication`` says its stage issues per step (its
 data-parallel collectives, the tensor-parallel activation all-reduces, the pipeline's sends
 and receives and the tied-embedding all-reduce) on the layout's own process groups (ranks
 tensor-innermost, as the trainer's mesh), every group at once as in training. The traffic
@@ -32,7 +32,7 @@ within 1.5x.
                                            [--layouts all|none|NAME ...]
 
 Payload K is the full tensor a collective works on (the all-gather's output, the
-reduce-scatter's input, the scatter's whole list); see ``scaling.comms.wire_bytes``.
+reduce-scatter's input, the scatter's whole list); see ``scaling.communication.wire_bytes``.
 """
 
 from __future__ import annotations
@@ -52,10 +52,9 @@ from scipy.optimize import nnls
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from scaling.accounting import Shape  # noqa: E402
-from scaling.comms import (  # noqa: E402
+from scaling.communication import (
     LINKS,
     Link,
-    ParallelLayout,
     Traffic,
     bandwidth_bytes,
     collective_time,
@@ -64,11 +63,11 @@ from scaling.comms import (  # noqa: E402
     reduce_bytes,
     host_share,
     latency_steps,
-    params_per_rank,
     pp_traffic,
     step_traffic,
     tp_traffic,
 )
+from scaling.accounting import ParallelLayout, params_per_rank
 
 TARGET = 1.5
 KINDS = ("broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -149,7 +148,7 @@ def measure(backend: str, worlds: list[int], sizes: list[int], reps: int) -> lis
 
 
 def host_cores() -> int:
-    """Cores this process may run on: ranks beyond them share (``scaling.comms.host_share``)."""
+    """Cores this process may run on: ranks beyond them share (``scaling.communication.host_share``)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -157,7 +156,7 @@ def fit(rows: list[tuple[str, int, int, float]], library: str, cores: int | None
     """alpha, beta (and, for gloo, copy_beta) >= 0 minimising the squared relative error over ``rows``.
 
     ``library`` picks the algorithms whose steps, bytes and copies the model counts
-    (``scaling.comms``); ``cores`` the host the ranks share (None: one core per rank).
+    (``scaling.communication``); ``cores`` the host the ranks share (None: one core per rank).
     """
     def terms(kind: str, n: int, size: int) -> list[float]:
         share = host_share(kind, n, cores, "bytes")

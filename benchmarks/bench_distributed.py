@@ -11,7 +11,7 @@ batch on one worker (the baseline, measured in the same run) and on two gloo wor
 strategy; the figure is tokens/s(2 workers) / tokens/s(1 worker), ideally 2.0 on two free cores.
 
 Memory: a GPT of >= 50M parameters takes two optimizer steps on two workers under each stage.
-Two measurements per rank, next to ``scaling.comms.estimate_memory`` (the one home of the
+Two measurements per rank, next to ``scaling.memory.estimate_memory`` (the one home of the
 formula):
 
 * model state: the bytes of the distinct tensor storages this rank holds for parameters (the
@@ -248,7 +248,7 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def memory(args: argparse.Namespace) -> None:
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
 
     cfg = dict(n_layer=4, d_model=1024, n_head=16, context=128, seqs=2, precision=args.precision,
                warmup=2, steps=1, memory=True)

@@ -1,4 +1,4 @@
-"""Benchmark the memory model: a training step's measured peak against ``scaling.comms.memory_per_rank``.
+"""Benchmark the memory model: a training step's measured peak against ``scaling.memory.memory_per_rank``.
 
 Run by hand (about five minutes on two free cores)::
 
@@ -134,7 +134,8 @@ def measure(case: dict) -> dict:
 
 
 def main() -> int:
-    from scaling.comms import ParallelLayout, memory_per_rank
+    from scaling.accounting import ParallelLayout
+    from scaling.memory import memory_per_rank
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precision", choices=("fp32", "bf16"), default=None)

@@ -88,7 +88,8 @@ def _worker(rank: int, init: str, out: str, cases: list[Any], steps: int) -> Non
 
 
 def main() -> None:
-    from scaling.comms import TRAINER_SCHEDULES, bubble_fraction
+    from scaling.communication import bubble_fraction
+    from scaling.accounting import TRAINER_SCHEDULES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d-model", type=int, default=512)

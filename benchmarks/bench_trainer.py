@@ -100,7 +100,7 @@ def write_tokens(path: Path) -> tuple[int, float]:
     import numpy as np
 
     from scaling.trainer.data.corpus import load_corpus
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
     data = DataSpec()
     corpus = load_corpus(data)

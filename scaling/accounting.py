@@ -360,6 +360,10 @@ def llama_ffn(d_model: int, multiple_of: int = FFN_MULTIPLE) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+#: How far (as a ratio, either way) a planned model's parameter count may be from the size asked for.
+MAX_SHAPE_FACTOR = 2.0
+
+
 @dataclass(frozen=True)
 class ShapePolicy(ModelFamily):
     """How a target size becomes a shape.
@@ -401,10 +405,11 @@ class ShapePolicy(ModelFamily):
         guess_layers = max(1, round((target / (12.0 * r * r)) ** (1.0 / 3.0)))
         best: Shape | None = None
         best_err = math.inf
+        kv = self.n_kv_head or 1  # the number of heads is a multiple of n_kv_head: step by it
         for n_layer in range(max(1, guess_layers - 2), guess_layers + 3):
             ideal_d = r * n_layer
-            centre = max(1, round(ideal_d / hs))
-            for mult in range(max(1, centre - 2), centre + 3):
+            centre = max(1, round(ideal_d / hs / kv))
+            for mult in range(kv * max(1, centre - 2), kv * (centre + 3), kv):
                 try:
                     shape = self._shape(n_layer, mult * hs)
                 except ValueError:  # e.g. n_kv_head does not divide this width's heads
@@ -419,8 +424,30 @@ class ShapePolicy(ModelFamily):
                              f"({self.n_kv_head}) divides")
         return best
 
+    def planned_shape(self, target: float, convention: ParamsConvention = "non_embedding") -> Shape:
+        """:meth:`shape_for`, refused (ValueError) when the nearest shape's count is more than
+        :data:`MAX_SHAPE_FACTOR` times from ``target`` either way: a plan that asks for N trains N."""
+        shape = self.shape_for(target, convention)
+        n = shape.params(convention)
+        factor = max(n / target, target / n)
+        if factor > MAX_SHAPE_FACTOR:
+            kv = f" and n_kv_head {self.n_kv_head}" if self.n_kv_head else ""
+            raise ValueError(
+                f"the nearest {self.family} shape to N={target:.3g} with head_size {self.head_size}{kv} is "
+                f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h with N={n:.3g}, {factor:.1f}x "
+                f"{'larger' if n > target else 'smaller'} (more than {MAX_SHAPE_FACTOR:g}x from its target); "
+                "ask for a size nearer it, or a smaller head_size or n_kv_head")
+        return shape
+
 
 # -- batches ----------------------------------------------------------------------------
+
+
+def whole_sequences(tokens: float, context: int) -> int:
+    """A batch of ``tokens`` rounded to the nearest whole number of sequences of ``context`` tokens,
+    at least one: the one rounding of a batch that a rule, a batch factor or a fitted law gives
+    (a plan refuses any batch that is not whole sequences, :func:`batch_problem`)."""
+    return int(max(1, round(tokens / context))) * context
 
 
 def batch_problem(batch_tokens: int, context: int, workers: int = 1) -> str | None:
@@ -543,7 +570,7 @@ def model_state_bytes(
     under autocast: DDP 16Φ; ZeRO-1 (ZeroRedundancyOptimizer) 8Φ + 8Φ/N_d; ZeRO-2 (FSDP2 without
     resharding after forward) 16Φ/N_d plus the gathered copy of every parameter held from forward
     to backward, in :func:`gather_bytes` (norms and embeddings, gathered in FP32, add 2 bytes each
-    under bf16: ``scaling.comms.memory_per_rank`` knows which they are); ZeRO-3 (FSDP2) 16Φ/N_d.
+    under bf16: ``scaling.memory.memory_per_rank`` knows which they are); ZeRO-3 (FSDP2) 16Φ/N_d.
     """
     if layout not in STATE_BYTES:
         raise ValueError(f"unknown memory layout {layout!r} (use 'zero' or 'torch')")
@@ -611,3 +638,119 @@ def check_fits(
             f"{what} needs an estimated {est.total_gib:.3g} GiB per worker ({est.strategy} on {est.workers} "
             f"{worker}), more than {name} ({limit / GIB:.3g} GiB); {advice}"
         )
+
+
+# -- a parallel layout and what each of its ranks holds --------------------------------------
+
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: The trainer's schedule names (``execution.pp_schedule``) as this model's (schedule, model
+#: chunks per pipeline rank): the one place the two namings meet (the trainer's interleaved
+#: schedule runs two chunks per rank).
+TRAINER_SCHEDULES: dict[str, tuple[Schedule, int]] = {
+    "1f1b": ("1f1b", 1),
+    "gpipe": ("gpipe", 1),
+    "interleaved_1f1b": ("interleaved", 2),
+}
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How one run is laid out on ``dp * tp * pp`` ranks.
+
+    ``strategy`` is the data-parallel strategy over ``dp`` (accounting's names). A step runs
+    ``micro_batches`` micro-batches of ``micro_batch`` sequences on each data-parallel rank
+    (gradient accumulation without pipelining; the pipeline's micro-batches with it).
+    ``chunks`` is the number of model chunks per pipeline rank (``interleaved`` only).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    strategy: Strategy = "ddp"
+    micro_batches: int = 1
+    micro_batch: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    schedule: Schedule = "1f1b"
+    chunks: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r} (use one of {STRATEGIES})")
+        if self.recompute not in RECOMPUTES:
+            raise ValueError(f"unknown recompute {self.recompute!r} (use one of {RECOMPUTES})")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r} (use one of {SCHEDULES})")
+        if self.chunks > 1 and self.schedule != "interleaved":
+            raise ValueError("chunks > 1 needs the interleaved schedule")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def check(self, shape: Shape) -> None:
+        """Raise ValueError when ``shape`` cannot be split this way (heads, MLP, layers)."""
+        problem = shape.tp_problem(self.tp)
+        if problem:
+            raise ValueError(problem)
+        if shape.n_layer % (self.pp * self.chunks):
+            raise ValueError(f"pp*chunks={self.pp * self.chunks} must divide n_layer ({shape.n_layer})")
+
+
+def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
+    """One block's parameters on one tensor rank: matrices and column biases split, the rest kept.
+
+    gpt2: two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
+    replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
+    llama: the RMSNorms are replicated, every matrix is split.
+    """
+    replicated = shape.layer_replicated_params
+    split = shape.params_per_layer - replicated
+    return split // tp + replicated
+
+
+def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
+
+    Blocks are split evenly over stages; the embeddings (and positions) sit on the first
+    stage, the final norm and the output layer (an untied one, or a copy of the tied
+    embedding) on the last. Equal to ``shape.params_total`` for tp = pp = 1.
+    """
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
+    n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
+    if stage == 0:
+        n += shape.params_input_embedding
+    if stage == pp - 1:
+        n += shape.params_final_norm + shape.params_output
+        if pp > 1 and shape.tied:
+            n += shape.vocab_size * shape.d_model  # the output layer's copy of the tied embedding
+    return n
+
+
+def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the linear layers,
+    weights and biases, which autocast casts: the blocks' and an untied output layer.
+
+    The rest (norms, embeddings, a tied output layer, which is the token embedding) FSDP2
+    gathers in FP32 (:func:`scaling.trainer.parallel.data_parallel.shard_as_autocast`).
+    """
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
+    n = (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
+    if stage == pp - 1 and not shape.tied:
+        n += shape.params_output
+    return n
+
+
+def gathered_bytes(params: int, kept: int, precision: Precision) -> float:
+    """Bytes of ``params`` parameters as FSDP2 gathers them, ``kept`` of them (norms, embeddings) in FP32."""
+    return float(gather_bytes(precision) * (params - kept) + 4 * kept)

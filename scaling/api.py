@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
+from scaling.arguments import check_resampling, check_size
 from scaling.fmt import Interval
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
@@ -50,7 +51,8 @@ class FittedLaw:
         """N*, D* and predicted loss at ``compute`` FLOPs; an unreliable law gives values without intervals."""
         from scaling.fitting.core.intervals import withheld
 
-        ivs = self.estimator.optimal_interval(float(compute))
+        compute = check_size(compute, "compute", f"{self.kind}.optimal")
+        ivs = self.estimator.optimal_interval(compute)
         if not self.reliable:
             why = "the law is flagged unreliable: " + self.estimator.doubts()[0]
             ivs = {q: withheld(iv, why) for q, iv in ivs.items()}
@@ -171,7 +173,9 @@ class Hparams:
 
     def recommend(self, N: float, D: float, C: Optional[float] = None) -> dict[str, Optional[Estimate]]:
         """lr and batch for a run of N parameters and D tokens (None where the law is not fitted)."""
-        h = self.fit.recommend(float(N), float(D), float(C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D))
+        N, D = check_size(N, "N", "Hparams.recommend"), check_size(D, "D", "Hparams.recommend")
+        C = check_size(C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D, "C", "Hparams.recommend")
+        h = self.fit.recommend(N, D, C)
         return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
 
 
@@ -282,7 +286,7 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         fit.to_frame()                                # one row per (law, parameter)
         ```
     """
-    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed, law=law))
+    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed, "fit", law=law))
     return _typed_fit(analysis.laws_fit())
 
 
@@ -311,12 +315,10 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import FitError
-
-    if bootstrap is not None and bootstrap < 2:  # the choice between laws is the narrowest interval: there must be intervals
-        raise FitError(f"recommend needs at least 2 bootstrap replicates to compare the laws' intervals, "
-                       f"not {bootstrap}")
-    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed))
+    # the choice between laws is the narrowest interval: there must be intervals
+    settings = _settings(bootstrap, seed, "recommend", least=2)
+    compute = None if compute is None else check_size(compute, "compute", "recommend")
+    analysis = _analysis(db, sweep, csv, settings)
     if csv is not None:  # the run is the sweep's alone
         from scaling.fitting import recommend as advise
 
@@ -329,14 +331,16 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
     return _typed_advice(rec)
 
 
-def _settings(bootstrap: Optional[int], seed: Optional[int], **given: Any) -> Any:
-    """The analysis' settings as asked; None where nothing is asked (a sweep's stored analysis, whatever its settings)."""
+def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, least: int = 0, **given: Any) -> Any:
+    """The analysis' settings as asked (bootstrap and seed checked); None where nothing is asked (a sweep's
+    stored analysis, whatever its settings)."""
     from scaling.fitting import Settings
 
     asked = {k: v for k, v in given.items() if v != Settings.__dataclass_fields__[k].default}
     if bootstrap is None and seed is None and not asked:
         return None
-    return Settings(n_bootstrap=200 if bootstrap is None else bootstrap, seed=seed or 0, **asked)
+    n_bootstrap, seed = check_resampling(200 if bootstrap is None else bootstrap, seed or 0, where, least=least)
+    return Settings(n_bootstrap=n_bootstrap, seed=seed, **asked)
 
 
 def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Any) -> Any:
@@ -409,7 +413,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    fitted = _analysis(db, sweep, csv, _settings(bootstrap, seed)).hparams  # the stored analysis'
+    fitted = _analysis(db, sweep, csv, _settings(bootstrap, seed, "hparams")).hparams  # the stored analysis'
     return None if fitted is None else _typed_hparams(fitted)
 
 
@@ -474,6 +478,7 @@ class Tasks:
 
     def predict(self, N: float, D: float) -> list[TaskPrediction]:
         """Each task's accuracy at (N, D), with 95% intervals through both steps' bootstraps."""
+        N, D = check_size(N, "N", "Tasks.predict"), check_size(D, "D", "Tasks.predict")
         out = []
         for task, p in self.fits.predictions(N, D).items():
             law = self.fits.laws[task]
@@ -484,7 +489,7 @@ class Tasks:
 
     def to_frame(self, N: float, D: float) -> "pd.DataFrame":
         """:meth:`predict` as a DataFrame (task, form, accuracy, lo, hi, kind, reliable, task_loss)."""
-        return self.fits.frame(N, D)
+        return self.fits.frame(check_size(N, "N", "Tasks.to_frame"), check_size(D, "D", "Tasks.to_frame"))
 
     def table(self) -> str:
         """What ``scaling fit`` prints for the tasks."""
@@ -520,8 +525,8 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
     """
     from scaling.fitting.tasks.task_laws import TaskFits
 
-    settings = _settings(bootstrap, seed, tasks=tuple(task) if task else True, task_recipe=step1_recipe)
-    fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis' 
+    settings = _settings(bootstrap, seed, "tasks", tasks=tuple(task) if task else True, task_recipe=step1_recipe)
+    fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis'
     params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
                   **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
                      for f, c in law.curves.items()}}

@@ -41,6 +41,10 @@ class NotFoundError(UserError):
     """A named sweep, run or file that does not exist."""
 
 
+class ArgumentError(UserError, ValueError):
+    """An argument of the notebook API that no call can use (a string, NaN, zero, a negative size...)."""
+
+
 class FitError(UserError):
     """Data that cannot support the requested fit (too few points, one size, bad losses)."""
 
@@ -152,7 +156,7 @@ def mask_text(text: str) -> str:
     return text
 
 
-def mask_data(obj: Any) -> Any:
+def mask_data(obj: object) -> Any:
     """A copy of ``obj`` (a plan as JSON data) fit to store or render: every string masked, and
     the value of any key that names a secret replaced."""
     if isinstance(obj, dict):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 MISSING = "–"
 
 
-def num(x: Any, digits: int = 3, missing: str = MISSING) -> str:
+def num(x: object, digits: int = 3, missing: str = MISSING) -> str:
     """``x`` to ``digits`` significant digits; ``missing`` for None, non-numbers, NaN and infinities."""
     try:
         f = float(x)
@@ -27,7 +27,7 @@ def num(x: Any, digits: int = 3, missing: str = MISSING) -> str:
     return f"{f:.{digits}g}" if math.isfinite(f) else missing
 
 
-def escape(text: Any) -> str:
+def escape(text: object) -> str:
     """User text made safe for HTML element content, attribute values and plotly labels."""
     return html.escape("" if text is None else str(text), quote=True)
 
@@ -55,7 +55,7 @@ class PlainText:
 _SCALES = ((1e3, "K"), (1e6, "M"), (1e9, "B"), (1e12, "T"))
 
 
-def size(x: Any, digits: int = 3, missing: str = MISSING) -> str:
+def size(x: object, digits: int = 3, missing: str = MISSING) -> str:
     """A count (parameters, tokens) to ``digits`` significant digits (whole units at least) with a
     K, M, B or T suffix: 21.6K for 21,600, 2.0M for 1,998,850 at two digits; ``missing`` as :func:`num`."""
     try:
@@ -76,7 +76,7 @@ def size(x: Any, digits: int = 3, missing: str = MISSING) -> str:
     return text.rstrip(".") + suffix
 
 
-def bounds(lo: Any, hi: Any, digits: int = 3, fmt: Callable[..., str] = num) -> str:
+def bounds(lo: object, hi: object, digits: int = 3, fmt: Callable[..., str] = num) -> str:
     """The one way an interval's bounds are written: ``[lo, hi]``, each bound by ``fmt(x, digits)``
     (:func:`num`; :func:`size` for a count of parameters or tokens: ``[1.2M, 3.4M]``)."""
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
@@ -86,7 +86,7 @@ def bounds(lo: Any, hi: Any, digits: int = 3, fmt: Callable[..., str] = num) -> 
 NO_INTERVAL = {"biased": "bootstrap biased", "no spread": "replicates do not vary", "unreliable": "unreliable"}
 
 
-def _finite(x: Any) -> Optional[float]:
+def _finite(x: object) -> Optional[float]:
     try:
         f = float(x)
     except (TypeError, ValueError):
@@ -134,7 +134,7 @@ class Interval:
     from_interval = of
 
     @staticmethod
-    def _reason(kind: str, pinned: Any = None, quantile: Any = None) -> str:
+    def _reason(kind: str, pinned: object = None, quantile: object = None) -> str:
         if kind == "pinned":
             return f"pinned: {pinned}"
         if kind == "biased" and _finite(quantile) is not None:

@@ -1,8 +1,8 @@
 """Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches and pipeline schedule.
 
-Torch-free, on :mod:`scaling.comms` and :mod:`scaling.accounting`: the planner calls it for every
-run whose strategy is ``auto``. The fastest layout that fits memory per rank wins, with its
-communication counted as not overlapped (an upper bound); docs/reference/internals.md
+Torch-free, on :mod:`scaling.communication`, :mod:`scaling.memory` and :mod:`scaling.accounting`:
+the planner calls it for every run whose strategy is ``auto``. The fastest layout that fits memory
+per rank wins, with its communication counted as not overlapped (an upper bound); docs/reference/internals.md
 ("Layout search") gives the step-time model and why.
 """
 
@@ -13,19 +13,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
-from scaling.comms import (
+from scaling.communication import (
     LINKS,
-    TRAINER_SCHEDULES,
     Cluster,
-    MemoryDevice,
-    ParallelLayout,
     Traffic,
     bubble_fraction,
     collective_time,
     latency_steps,
-    memory_per_rank,
     step_traffic,
 )
+from scaling.accounting import TRAINER_SCHEDULES, ParallelLayout
+from scaling.memory import MemoryDevice, memory_per_rank
 
 #: The trainer's schedule names (``resources.pp_schedule``) as the cost model's (schedule, chunks),
 #: in the order that breaks ties.
@@ -94,7 +92,7 @@ class Request:
     schedule: Optional[str] = None
     strategy: Optional[str] = None
     micro_batch_size: Optional[int] = None
-    device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (comms.layer_activation_bytes)
+    device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (memory.layer_activation_bytes)
 
 
 @dataclass(frozen=True)
@@ -309,7 +307,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
 def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
     """How many separate collectives the trainer issues for one data-parallel ``Traffic`` entry.
 
-    :func:`scaling.comms.step_traffic` counts bytes per tensor handed over; the latency is paid
+    :func:`scaling.communication.step_traffic` counts bytes per tensor handed over; the latency is paid
     per message: DDP all-reduces one bucket at a time, ZeroRedundancyOptimizer broadcasts each
     parameter tensor, FSDP2 gathers and reduces each unit (every block, and the root).
     """
@@ -324,7 +322,7 @@ def messages(shape: Shape, layout: ParallelLayout, t: Traffic) -> int:
 
 
 def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
-    """Seconds of communication per step by group: :func:`scaling.comms.step_comm_time`'s alpha-beta
+    """Seconds of communication per step by group: :func:`scaling.communication.step_comm_time`'s alpha-beta
     times, plus the latency of every extra message of :func:`messages`."""
     cluster = req.machine.cluster
     links = {g: cluster.link(g, layout) for g in ("dp", "tp", "pp")}
@@ -426,129 +424,155 @@ def _wire(req: Request, c: Candidate, group: str) -> float:
     return sum(t.wire_bytes_per_step for t in step_traffic(req.shape, c.layout, req.precision) if t.group == group)
 
 
+@dataclass
+class _Why:
+    """The reasons ``choice.best`` won, gathered dimension by dimension (see :func:`explain`)."""
+
+    choice: Choice
+    out: list[Reason] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.req, best = self.choice.request, self.choice.best
+        assert best is not None
+        self.best, self.lay = best, best.layout
+        self.limit = f"{self.req.memory_limit_bytes / GIB:.3g} GiB"
+        total = self.req.shape.params_total
+        self.params = f"{total / 1e9:.3g}B params" if total >= 1e8 else f"{total / 1e6:.3g}M params"
+
+    def others(self, pred: Callable[[ParallelLayout], bool]) -> list[int]:
+        return self.choice.where(pred)
+
+    def fastest(self, indices: list[int]) -> Optional[Candidate]:
+        return self.choice.fastest(indices)
+
+    def least(self, indices: list[int]) -> Candidate:
+        return min((self.choice.candidate(i) for i in indices), key=lambda c: c.memory.total_bytes)
+
+    def if_any(self, pred: Callable[[ParallelLayout], bool], short: str, detail: Callable[[Candidate], str]) -> None:
+        """A reason against the fastest layout ``pred`` admits (``detail`` compares it), when one fits."""
+        alt = self.fastest(self.others(pred))
+        if alt is not None:
+            self.out.append(Reason(short, detail(alt)))
+
+    def tensor(self) -> None:
+        """Tensor parallelism."""
+        req, best, lay, m, limit, params = self.req, self.best, self.lay, self.req.machine, self.limit, self.params
+        out = self.out
+        if req.tp is None and req.workers > 1:
+            if lay.tp > 1:
+                alts = self.others(lambda x: x.tp < lay.tp)
+                alt = self.fastest(alts)
+                where = f"inside one node ({m.gpus_per_node} per node, {m.intra})"
+                if alt is None and alts:
+                    low = self.least(alts)
+                    out.append(Reason(
+                        f"tp={lay.tp}: tp<{lay.tp} needs {_gib(low)}",
+                        f"tp={lay.tp} {where}: {params} do not fit a {limit} device at tp<{lay.tp} "
+                        f"(least memory there: {_gib(low)} per rank with {low.label()})"))
+                elif alt is not None:
+                    out.append(Reason(
+                        f"tp={lay.tp}: {_faster(alt.step_s, best.step_s)} tp={alt.layout.tp}",
+                        f"tp={lay.tp} {where}: the best layout with tp={alt.layout.tp} ({alt.label()}) would take "
+                        f"{_seconds_against(alt.step_s, best.step_s)}"))
+            else:
+                self.if_any(lambda x: x.tp > 1, "tp=1: TP all-reduces cost more", lambda alt: (
+                    f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
+                    f"for {alt.label()}) would cost more than they save ({_seconds_against(alt.step_s, best.step_s)})"))
+
+    def pipeline(self) -> None:
+        """Pipeline parallelism."""
+        req, best, lay, m, limit = self.req, self.best, self.lay, self.req.machine, self.limit
+        out = self.out
+        if req.pp is None and req.workers > 1:
+            if lay.pp > 1:
+                crossing = m.nodes > 1 and lay.world > m.gpus_per_node
+                alts = self.others(lambda x: x.tp == lay.tp and x.pp == 1)
+                alt = self.fastest(alts)
+                pp_bytes = _wire(req, best, "pp")
+                if crossing:
+                    slower = (f"{m.inter} is {m.bandwidth_ratio:.0f}x slower than {m.intra}, and "
+                              if m.bandwidth_ratio > 1.05 else "")
+                    head = (f"pp={lay.pp} across nodes: {slower}PP moves only activations "
+                            f"({_bytes(pp_bytes)} per step)")
+                else:
+                    head = f"pp={lay.pp} inside one node: it moves only activations ({_bytes(pp_bytes)} per step)"
+                if alt is None and alts:
+                    low = self.least(alts)
+                    out.append(Reason(
+                        f"pp={lay.pp}: pp=1 needs {_gib(low)}",
+                        f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
+                        f"(least: {_gib(low)} per rank with {low.label()})"))
+                elif alt is not None:
+                    dp_bytes = _wire(req, alt, "dp")
+                    short = (f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(dp_bytes)}"
+                             if dp_bytes > pp_bytes else f"pp={lay.pp}: {_faster(alt.step_s, best.step_s)} pp=1")
+                    out.append(Reason(
+                        short,
+                        f"{head}, where data parallelism over those ranks ({alt.label()}) would move "
+                        f"{_bytes(dp_bytes)} per step and take {_seconds_against(alt.step_s, best.step_s)}"))
+                else:
+                    out.append(Reason(f"pp={lay.pp}", head))
+            else:
+                self.if_any(lambda x: x.pp > 1, "pp=1: no bubble", lambda alt: (
+                    f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}, bubble "
+                    f"{alt.bubble_s:.3g} s) would take {_seconds_against(alt.step_s, best.step_s)}"))
+
+    def strategy(self) -> None:
+        """The data-parallel strategy."""
+        req, best, lay, limit = self.req, self.best, self.lay, self.limit
+        out, choice = self.out, self.choice
+        if req.strategy is None and lay.dp > 1:
+            same = self.others(lambda x: (x.tp, x.pp, x.dp) == (lay.tp, lay.pp, lay.dp) and x.strategy != lay.strategy)
+            rank = DP_STRATEGIES.index
+            lighter = [choice.candidate(i) for i in same if rank(choice.options[i][0].strategy) < rank(lay.strategy)]
+            alt = self.fastest(same)
+            if lighter and not any(c.fits for c in lighter):
+                out.append(Reason(
+                    f"{lay.strategy}: least sharding that fits",
+                    f"{lay.strategy} over dp={lay.dp}: the least sharding that fits {limit} "
+                    f"({', '.join(sorted({c.strategy for c in lighter}))} need more)"))
+            elif alt is not None:
+                out.append(Reason(
+                    f"{lay.strategy}: fastest DP",
+                    f"{lay.strategy} over dp={lay.dp}: the fastest data-parallel strategy here "
+                    f"({_bytes(_wire(req, best, 'dp'))} per step; {alt.strategy} would take "
+                    f"{_seconds_against(alt.step_s, best.step_s)})"))
+            else:
+                out.append(Reason(lay.strategy, f"{lay.strategy} over dp={lay.dp}"))
+
+    def micro_batches(self) -> None:
+        """Micro-batches."""
+        req, best, lay = self.req, self.best, self.lay
+        out, choice = self.out, self.choice
+        if req.micro_batch_size is None:
+            larger = self.others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
+                            and x.micro_batch > lay.micro_batch)
+            same = [choice.candidate(i) for i in larger]
+            if same and not any(c.fits for c in same):
+                out.append(Reason(
+                    f"micro-batch {lay.micro_batch}: largest that fits",
+                    f"micro-batch {lay.micro_batch} x {lay.micro_batches}: the largest that fits (larger ones need "
+                    f"{_gib(min(same, key=lambda c: c.memory.total_bytes))} or more)"))
+            elif lay.pp > 1:
+                f = best.bubble_s / (best.compute_s + best.bubble_s)
+                n = f"{lay.micro_batches} micro-batch{'es' if lay.micro_batches != 1 else ''}"
+                out.append(Reason(
+                    f"{n}: bubble {f:.1%}",
+                    f"{n} of {lay.micro_batch}: the bubble is {f:.1%} of the step ({best.schedule})"))
+
+
 def explain(choice: Choice) -> list[Reason]:
     """Why ``choice.best`` won, one reason per dimension the search was free to choose.
 
     Each reason compares the best feasible layout that differs in that dimension only where the
     search could have chosen it, and says whether the alternative does not fit or is slower.
     """
-    req, best = choice.request, choice.best
-    assert best is not None
-    lay, m = best.layout, req.machine
-    limit = f"{req.memory_limit_bytes / GIB:.3g} GiB"
-    out: list[Reason] = []
-    params = f"{req.shape.params_total / 1e9:.3g}B params" if req.shape.params_total >= 1e8 else (
-        f"{req.shape.params_total / 1e6:.3g}M params")
-
-    def others(pred: Callable[[ParallelLayout], bool]) -> list[int]:
-        return choice.where(pred)
-
-    def _best(indices: list[int]) -> Optional[Candidate]:
-        return choice.fastest(indices)
-
-    def least(indices: list[int]) -> Candidate:
-        return min((choice.candidate(i) for i in indices), key=lambda c: c.memory.total_bytes)
-
-    def if_any(pred: Callable[[ParallelLayout], bool], short: str, detail: Callable[[Candidate], str]) -> None:
-        """A reason against the fastest layout ``pred`` admits (``detail`` compares it), when one fits."""
-        alt = _best(others(pred))
-        if alt is not None:
-            out.append(Reason(short, detail(alt)))
-
-    # Tensor parallelism.
-    if req.tp is None and req.workers > 1:
-        if lay.tp > 1:
-            alts = others(lambda x: x.tp < lay.tp)
-            alt = _best(alts)
-            where = f"inside one node ({m.gpus_per_node} per node, {m.intra})"
-            if alt is None and alts:
-                low = least(alts)
-                out.append(Reason(
-                    f"tp={lay.tp}: tp<{lay.tp} needs {_gib(low)}",
-                    f"tp={lay.tp} {where}: {params} do not fit a {limit} device at tp<{lay.tp} "
-                    f"(least memory there: {_gib(low)} per rank with {low.label()})"))
-            elif alt is not None:
-                out.append(Reason(
-                    f"tp={lay.tp}: {_faster(alt.step_s, best.step_s)} tp={alt.layout.tp}",
-                    f"tp={lay.tp} {where}: the best layout with tp={alt.layout.tp} ({alt.label()}) would take "
-                    f"{_seconds_against(alt.step_s, best.step_s)}"))
-        else:
-            if_any(lambda x: x.tp > 1, "tp=1: TP all-reduces cost more", lambda alt: (
-                f"tp=1: tensor parallelism's activation all-reduces ({_bytes(_wire(req, alt, 'tp'))} per step "
-                f"for {alt.label()}) would cost more than they save ({_seconds_against(alt.step_s, best.step_s)})"))
-
-    # Pipeline parallelism.
-    if req.pp is None and req.workers > 1:
-        if lay.pp > 1:
-            crossing = m.nodes > 1 and lay.world > m.gpus_per_node
-            alts = others(lambda x: x.tp == lay.tp and x.pp == 1)
-            alt = _best(alts)
-            pp_bytes = _wire(req, best, "pp")
-            if crossing:
-                slower = (f"{m.inter} is {m.bandwidth_ratio:.0f}x slower than {m.intra}, and "
-                          if m.bandwidth_ratio > 1.05 else "")
-                head = (f"pp={lay.pp} across nodes: {slower}PP moves only activations "
-                        f"({_bytes(pp_bytes)} per step)")
-            else:
-                head = f"pp={lay.pp} inside one node: it moves only activations ({_bytes(pp_bytes)} per step)"
-            if alt is None and alts:
-                low = least(alts)
-                out.append(Reason(
-                    f"pp={lay.pp}: pp=1 needs {_gib(low)}",
-                    f"{head}; with pp=1 at tp={lay.tp} the model does not fit {limit} "
-                    f"(least: {_gib(low)} per rank with {low.label()})"))
-            elif alt is not None:
-                dp_bytes = _wire(req, alt, "dp")
-                short = (f"pp={lay.pp}: sends {_bytes(pp_bytes)}, DP would move {_bytes(dp_bytes)}" if dp_bytes > pp_bytes
-                         else f"pp={lay.pp}: {_faster(alt.step_s, best.step_s)} pp=1")
-                out.append(Reason(
-                    short,
-                    f"{head}, where data parallelism over those ranks ({alt.label()}) would move "
-                    f"{_bytes(dp_bytes)} per step and take {_seconds_against(alt.step_s, best.step_s)}"))
-            else:
-                out.append(Reason(f"pp={lay.pp}", head))
-        else:
-            if_any(lambda x: x.pp > 1, "pp=1: no bubble", lambda alt: (
-                f"pp=1: no pipeline bubble; the best pipelined layout ({alt.label()}, bubble "
-                f"{alt.bubble_s:.3g} s) would take {_seconds_against(alt.step_s, best.step_s)}"))
-
-    # The data-parallel strategy.
-    if req.strategy is None and lay.dp > 1:
-        same = others(lambda x: (x.tp, x.pp, x.dp) == (lay.tp, lay.pp, lay.dp) and x.strategy != lay.strategy)
-        rank = DP_STRATEGIES.index
-        lighter = [choice.candidate(i) for i in same if rank(choice.options[i][0].strategy) < rank(lay.strategy)]
-        alt = _best(same)
-        if lighter and not any(c.fits for c in lighter):
-            out.append(Reason(
-                f"{lay.strategy}: least sharding that fits",
-                f"{lay.strategy} over dp={lay.dp}: the least sharding that fits {limit} "
-                f"({', '.join(sorted({c.strategy for c in lighter}))} need more)"))
-        elif alt is not None:
-            out.append(Reason(
-                f"{lay.strategy}: fastest DP",
-                f"{lay.strategy} over dp={lay.dp}: the fastest data-parallel strategy here "
-                f"({_bytes(_wire(req, best, 'dp'))} per step; {alt.strategy} would take "
-                f"{_seconds_against(alt.step_s, best.step_s)})"))
-        else:
-            out.append(Reason(lay.strategy, f"{lay.strategy} over dp={lay.dp}"))
-
-    # Micro-batches.
-    if req.micro_batch_size is None:
-        larger = others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
-                        and x.micro_batch > lay.micro_batch)
-        same = [choice.candidate(i) for i in larger]
-        if same and not any(c.fits for c in same):
-            out.append(Reason(
-                f"micro-batch {lay.micro_batch}: largest that fits",
-                f"micro-batch {lay.micro_batch} x {lay.micro_batches}: the largest that fits (larger ones need "
-                f"{_gib(min(same, key=lambda c: c.memory.total_bytes))} or more)"))
-        elif lay.pp > 1:
-            f = best.bubble_s / (best.compute_s + best.bubble_s)
-            n = f"{lay.micro_batches} micro-batch{'es' if lay.micro_batches != 1 else ''}"
-            out.append(Reason(
-                f"{n}: bubble {f:.1%}",
-                f"{n} of {lay.micro_batch}: the bubble is {f:.1%} of the step ({best.schedule})"))
-    return out
+    why = _Why(choice)
+    why.tensor()
+    why.pipeline()
+    why.strategy()
+    why.micro_batches()
+    return why.out
 
 
 def summary_line(choice: Choice) -> str:

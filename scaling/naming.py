@@ -1,4 +1,5 @@
-"""Names that become folder names (sweep names): one validator for the plan and the command line.
+"""Names: those that become folder names (sweep names), one validator for the plan and the command
+line; and the labels of hyperparameter groups, written and shown by one rule.
 
 A sweep's name is a folder under ``runs_dir`` and a file-name prefix of its report, and it is
 printed by ``status`` and ``runs``. So it must be one plain path component: letters, digits,
@@ -13,6 +14,7 @@ import re
 from typing import Optional
 
 from scaling.errors import UserError
+from scaling.fmt import num, size
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 NAME_RULE = "letters, digits, '_', '.' or '-', starting with a letter or digit, at most 100 characters"
@@ -56,3 +58,25 @@ def printable_problem(value: str) -> Optional[str]:
     if not value.isprintable():  # any character that is not (one C call)
         return f"{shown(value)} contains control characters (newlines or terminal escapes)"
     return None
+
+
+# -- hyperparameter groups' labels ------------------------------------------------------------------
+#: A size in a group's label (``D=1.99885e+06``, ``N=2.5e+04``): what :func:`group_title` writes as a count.
+GROUP_SIZE = re.compile(r"\b([ND])=([0-9][0-9.]*(?:[eE][+-]?[0-9]+)?)")
+
+
+def group_label(n_layer: int, d_model: int, n_head: int, tokens: float) -> str:
+    """The label a plan's group of runs (one point of an lr / batch sweep) is stored with: its shape
+    (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``."""
+    return f"{n_layer}x{d_model}x{n_head} D={tokens:.6g}"
+
+
+def point_label(N: float, D: float, digits: int = 3) -> str:
+    """The label of a group that has none stored (a CSV's point whose runs differ in lr, batch or
+    beta2): its parameters and tokens, ``N=2.5e+04, D=6.67e+05``, at ``digits`` significant digits."""
+    return f"N={num(N, digits)}, D={num(D, digits)}"
+
+
+def group_title(label: str) -> str:
+    """A group's label as shown, its sizes written as counts: "2x16x2 D=1.99885e+06" reads "2x16x2 D=2.0M"."""
+    return GROUP_SIZE.sub(lambda m: f"{m.group(1)}={size(float(m.group(2)), 2)}", label)

@@ -13,7 +13,7 @@ import math
 from typing import Any, Callable, Mapping
 
 #: Each swept hyperparameter's allowed values and the words refusing others (the run spec's bounds:
-#: `scaling.trainer.spec.OptimizerSpec`, Recipe): one rule for a plan, a CSV and a transferred law.
+#: `scaling.trainer.sections.OptimizerSpec`, Recipe): one rule for a plan, a CSV and a transferred law.
 HPARAM_CHECKS: dict[str, tuple[Callable[[float], bool], str]] = {
     "lr": (lambda v: 0 < v <= 100, "a learning rate must be positive (and at most 100)"),
     "batch_tokens": (lambda v: v > 0 and v == int(v), "a batch must be a positive whole number of tokens"),
@@ -171,7 +171,7 @@ def _power_law(rule: Mapping[str, Any], env: Mapping[str, float]) -> float:
         raise RuleError(f"power law has no value: {exc}") from None
 
 
-def check_rule(rule: Any) -> None:
+def check_rule(rule: object) -> None:
     """Validate a rule's form without values (plan validation calls this)."""
     if isinstance(rule, str):
         parse_rule(rule)

@@ -10,7 +10,7 @@ both the data and the line of every key (see :mod:`scaling.orchestrator.yamlsour
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -22,7 +22,7 @@ MAX_DEPTH = 64  # nesting levels of mappings and lists
 
 
 class _Refused(yaml.YAMLError):
-    def __init__(self, problem: str, mark: Any) -> None:
+    def __init__(self, problem: str, mark: Optional[yaml.Mark]) -> None:
         super().__init__(problem)
         self.problem, self.problem_mark = problem, mark
 
@@ -34,7 +34,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(text)
         self._depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: Optional[yaml.Node], index: object) -> Optional[yaml.Node]:
         if self.check_event(yaml.AliasEvent):
             raise _Refused("aliases (*name) are not allowed: write the value out", self.peek_event().start_mark)
         if self._depth >= MAX_DEPTH:

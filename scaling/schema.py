@@ -2,12 +2,15 @@
 
 pydantic's lax mode reads YAML's ``true`` as 1 where a number is expected (``batch_tokens: true``
 would become "1 is less than one sequence"), so a bool there is refused by name. Text stays
-accepted: YAML 1.1 reads an unquoted ``1e18`` as a string, and plans write budgets that way.
+accepted for a number: YAML 1.1 reads an unquoted ``1e18`` as a string, and plans write budgets
+that way. The other way round, a field of true or false takes only a YAML boolean: pydantic would
+read the strings 'yes', 'off' or 'false' and the numbers 0 and 1 as booleans.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Iterator
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -27,7 +30,7 @@ def checked(value: T, problem: str | None) -> T:
     return value
 
 
-def _numeric(annotation: Any) -> bool:
+def _numeric(annotation: object) -> bool:
     """True for int or float, optionally wrapped in Optional, Annotated, list or tuple."""
     if annotation in (int, float):
         return True
@@ -40,7 +43,18 @@ def _numeric(annotation: Any) -> bool:
     return False
 
 
-def _has_bool(value: Any) -> bool:
+@functools.lru_cache(maxsize=None)
+def _boolean(model: type[BaseModel], name: str) -> bool:
+    """Whether ``model``'s field ``name`` takes only true or false (bool, optionally Optional)."""
+    field = model.model_fields.get(name)
+    if field is None:
+        return False
+    annotation = field.annotation
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return annotation is bool or (get_origin(annotation) in (Union, types.UnionType) and args == [bool])
+
+
+def _has_bool(value: object) -> bool:
     return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
 
 
@@ -51,8 +65,13 @@ class StrictModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        if value.__class__ not in (bool, list, tuple):  # the common case (a number, text, a section), cheaply
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
+        kind = value.__class__
+        if kind in (str, int, float):  # text or a number where a boolean is expected: refused as a bool for a number is
+            if _boolean(cls, info.field_name or ""):
+                raise ValueError(f"expected true or false, not {value!r}")
+            return value
+        if kind not in (bool, list, tuple):  # the common case (a section, None), cheaply
             return value
         field = cls.model_fields.get(info.field_name or "")
         if field is not None and _has_bool(value) and _numeric(field.annotation):

@@ -13,8 +13,9 @@ RUNNING = "running"
 COMPLETED = "completed"
 FAILED = "failed"
 INTERRUPTED = "interrupted"  # stopped before its last step; also the event that records it
+SUPERSEDED = "superseded"  # never completed, and a later plan trains its point under another key
 
-STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED)
+STATUSES: tuple[str, ...] = (PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED, SUPERSEDED)
 
 # -- metrics (one row per run, step and name) -------------------------------------------------
 TRAIN_LOSS = "train/loss"
@@ -71,15 +72,31 @@ def task_metric(task: str, kind: str) -> str:
     return f"{TASK_PREFIX}{task}/{kind}"
 
 
+def task_metric_parts(name: str) -> tuple[str, str] | None:
+    """``(task, kind)`` of a name spelled ``task/<task>/<kind>`` (the prefix in any case), split at
+    its last ``/`` and not checked (either may be empty); None for a name without the prefix. The
+    one reading of a task metric's name: :func:`parse_task_metric` checks it, a CSV reader words
+    what is wrong with it."""
+    if name[:len(TASK_PREFIX)].lower() != TASK_PREFIX:
+        return None
+    task, _, kind = name[len(TASK_PREFIX):].rpartition("/")
+    return task, kind
+
+
+def parse_task_metric(name: str) -> tuple[str, str] | None:
+    """``(task, kind)`` of a task metric of the vocabulary (:func:`task_metric`'s spelling, a valid
+    task name and kind), or None for any other name."""
+    parts = task_metric_parts(name) if name.startswith(TASK_PREFIX) else None
+    if parts is None or parts[1] not in TASK_KINDS or task_name_problem(parts[0]) is not None:
+        return None
+    return parts
+
+
 def metric_problem(name: str) -> str | None:
     """Why ``name`` is not a metric of the vocabulary (None: it is): one of :data:`METRICS`, or
     ``task/<task>/<kind>`` with a valid task name and kind."""
-    if name in METRICS:
+    if name in METRICS or parse_task_metric(name) is not None:
         return None
-    if name.startswith(TASK_PREFIX):
-        task, sep, kind = name[len(TASK_PREFIX):].rpartition("/")
-        if sep and kind in TASK_KINDS and task_name_problem(task) is None:
-            return None
     return f"metric {name!r} is not in scaling.vocab (METRICS, or task/<task>/<{'|'.join(TASK_KINDS)}>)"
 
 # -- run tags ---------------------------------------------------------------------------------

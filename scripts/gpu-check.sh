@@ -11,8 +11,8 @@
 #   bash scripts/gpu-check.sh [--summary F]    # on the GPU machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python=${PYTHON:-.venv/bin/python}
-[ -x "$python" ] || python=python3
+. scripts/pick-python.sh
+pick_python gpu-check
 if [ "${1:-}" != "--dry-run" ] && ! "$python" -c "import pydantic, sqlalchemy, alembic" 2>/dev/null; then
   if ! ls .gpu-wheels/*.whl >/dev/null 2>&1; then
     echo "gpu-check: pydantic, SQLAlchemy or alembic missing and no wheels in .gpu-wheels/ (run bash scripts/gpu-wheels.sh)" >&2

@@ -35,7 +35,7 @@ WHEEL_NAMES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspectio
                "sqlalchemy", "alembic", "mako", "markupsafe")
 #: The floor under which the large bf16 run fails (model FLOPs utilization).
 MFU_FLOOR = 0.35
-#: How far the measured peak memory may be from ``scaling.comms.memory_per_rank`` (its margin excluded).
+#: How far the measured peak memory may be from ``scaling.memory.memory_per_rank`` (its margin excluded).
 MEMORY_TOLERANCE = 0.15
 #: How far a resumed run's final eval loss may be from the uninterrupted one's (relative): the same
 #: batches and state, but GPU kernels that add in a different order from run to run.
@@ -132,7 +132,7 @@ def step_cuda_tests(c: Check) -> list[Verdict]:
 def step_bf16_families(c: Check) -> list[Verdict]:
     """``scaling train`` in bf16 at about d 2,048, 24 layers, context 2,048 for 50 steps, for each
     model family this checkout has: tokens/s and MFU, failing under the floor."""
-    from scaling.trainer.spec import ModelSpec
+    from scaling.trainer.sections import ModelSpec
 
     out: list[Verdict] = []
     families = ["gpt"]
@@ -245,13 +245,14 @@ def step_two_ranks(c: Check) -> list[Verdict]:
 
 
 def step_memory(c: Check) -> list[Verdict]:
-    """The trainer's measured peak memory against ``scaling.comms.memory_per_rank`` (no margin)."""
+    """The trainer's measured peak memory against ``scaling.memory.memory_per_rank`` (no margin)."""
     name = "peak memory vs memory_per_rank"
     if c.cpu:
         return [("SKIP", name, "no device memory statistics on the CPU")]
     import torch
 
-    from scaling.comms import ParallelLayout, memory_per_rank
+    from scaling.accounting import ParallelLayout
+    from scaling.memory import memory_per_rank
     from scaling.trainer import train
     from scaling.trainer.spec import RunSpec
 

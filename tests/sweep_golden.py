@@ -55,8 +55,9 @@ def build(folder: Path, **kw: Any) -> tuple[str, str, Path]:
     return url, plan["name"], path
 
 
-def rounded(value: Any, digits: int = 4) -> Any:
-    """``value`` with every float at ``digits`` significant figures (NaN and inf as text)."""
+def rounded(value: Any, digits: int = 6) -> Any:
+    """``value`` with every float at ``digits`` significant figures (NaN and inf as text), so that the
+    stored golden reads easily; the comparison itself is :func:`differences`, with a tolerance."""
     if isinstance(value, dict):
         return {str(k): rounded(v, digits) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -72,7 +73,95 @@ def rounded(value: Any, digits: int = 4) -> Any:
     return float(f"{f:.{digits}g}")
 
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+#: How far a number may move between machines (BLAS kernels, thread counts, CPUs) and still be the
+#: golden one: relative, on top of one unit in the last digit a text printed it with.
+RTOL = 2e-3
+#: Below this, two numbers are both zero (a residual or a slope at machine precision).
+ATOL = 1e-12
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?")
+_RULE = re.compile(r"([─━═┄┅╌╍])\1+")
+
+
+def masked(text: str) -> str:
+    """``text`` with every number as ``#`` and its layout (runs of spaces, table rules, line breaks)
+    collapsed: what a text says once the numbers, and the widths they set, are taken out."""
+    return " ".join(_RULE.sub(r"\1", _NUMBER.sub("#", text)).split())
+
+
+def _last_digit(token: str) -> float:
+    """One unit in the last digit of a number as printed (0 for an integer: counts are exact)."""
+    mantissa, _, exponent = token.lower().partition("e")
+    if "." not in mantissa and not exponent:
+        return 0.0
+    decimals = len(mantissa.partition(".")[2])
+    return float(f"1e{int(exponent or 0) - decimals}")
+
+
+def _close(got: float, want: float, slack: float = 0.0) -> bool:
+    if math.isnan(got) or math.isnan(want):
+        return math.isnan(got) and math.isnan(want)
+    return abs(got - want) <= RTOL * max(abs(got), abs(want)) + slack + ATOL
+
+
+def _first_change(got: str, want: str) -> str:
+    """Where two masked texts part, with a little of each around it."""
+    i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return f"...{got[max(0, i - 60):i + 60]!r}, golden ...{want[max(0, i - 60):i + 60]!r}"
+
+
+def _text_differences(got: str, want: str, where: str) -> list[str]:
+    """A text is the golden one if it says the same once its numbers are masked, and each of its
+    numbers is within the tolerance of the golden's (plus one unit in the digit it was printed to).
+    A line cut short with "…" is compared as far as the shorter of the two goes."""
+    cut = got.endswith("…") or want.endswith("…")
+    if cut:  # where a line is cut depends on how wide its numbers printed
+        got, want = got.rstrip("…").rsplit(" ", 1)[0], want.rstrip("…").rsplit(" ", 1)[0]
+    shape_got, shape_want = masked(got), masked(want)
+    if cut:
+        n = min(len(shape_got), len(shape_want))
+        shape_got, shape_want = shape_got[:n], shape_want[:n]
+    if shape_got != shape_want:
+        return [f"{where}: the text changed: {_first_change(shape_got, shape_want)}"]
+    out = []
+    for a, b in zip(_NUMBER.findall(got), _NUMBER.findall(want)):
+        if not _close(float(a), float(b), max(_last_digit(a), _last_digit(b))):
+            out.append(f"{where}: {a}, golden {b}, in {want[:160]!r}")
+    return out
+
+
+def differences(got: Any, want: Any, where: str = "") -> list[str]:
+    """Where ``got`` (a snapshot) is not the golden ``want``: numbers compared with a relative
+    tolerance (:data:`RTOL`), texts with their numbers masked and then compared as numbers, never
+    as formatted digits. A list of texts (a table, a page) is compared as one text, so that a wider
+    number moving a column or a line break is not a change."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [f"{where}/{k}: missing" for k in want if k not in got]
+        out += [f"{where}/{k}: not in the golden" for k in got if k not in want]
+        for k in want:
+            if k in got:
+                out += differences(got[k], want[k], f"{where}/{k}")
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        if want and all(isinstance(v, str) for v in want + got):
+            line_by_line = [d for i, (a, b) in enumerate(zip(got, want))
+                            for d in _text_differences(a, b, f"{where}[{i}]")]
+            if len(got) == len(want) and not line_by_line:
+                return []
+            as_one = _text_differences("\n".join(got), "\n".join(want), where)
+            return as_one and (line_by_line if len(got) == len(want) else as_one)
+        if len(got) != len(want):
+            return [f"{where}: {len(got)} items, golden {len(want)}"]
+        return [d for i, (a, b) in enumerate(zip(got, want)) for d in differences(a, b, f"{where}[{i}]")]
+    numbers = (int, float)
+    if isinstance(got, numbers) and isinstance(want, numbers) and not isinstance(got, bool) \
+            and not isinstance(want, bool):
+        if isinstance(got, int) and isinstance(want, int):
+            return [] if got == want else [f"{where}: {got}, golden {want}"]
+        return [] if _close(float(got), float(want)) else [f"{where}: {got}, golden {want}"]
+    if isinstance(got, str) and isinstance(want, str):
+        return _text_differences(got, want, where)
+    return [] if got == want else [f"{where}: {got!r}, golden {want!r}"]
 
 
 def page_text(page: str) -> list[str]:
@@ -138,3 +227,11 @@ def snapshot(url: str, sweep: str, plan: dict[str, Any], folder: Path, n_bootstr
         "tasks_table": tasks.table().splitlines(),
         "report": page_text(report.read_text()),
     })
+
+
+if __name__ == "__main__":  # `sweep_golden.py FOLDER OUT`: the snapshot of the sweep trained in FOLDER, as JSON
+    import json
+    import sys
+
+    where, out = Path(sys.argv[1]), Path(sys.argv[2])
+    out.write_text(json.dumps(snapshot(f"sqlite:///{where / 'results.db'}", "golden", plan_dict(where), where)))

@@ -84,7 +84,7 @@ def test_model_state_bytes_follow_the_zero_formulas() -> None:
 
 
 def activation_bytes(shape: Shape, micro_batch: int, precision: str, checkpointing: bool = False) -> float:
-    from scaling.comms import estimate_memory  # the one memory model (comms.memory_per_rank)
+    from scaling.memory import estimate_memory
 
     return estimate_memory(shape, micro_batch, precision, "single", 1, checkpointing).activations_bytes  # type: ignore[arg-type]
 
@@ -103,7 +103,7 @@ def test_activation_memory_by_hand_and_with_checkpointing() -> None:
 
 
 def test_estimate_adds_a_margin_and_more_sharding_needs_less() -> None:
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
 
     big = Shape(48, 4096, 32, 50257, 2048)  # ~9.9B parameters
     est = estimate_memory(big, 1, "bf16", "zero3", 8, checkpointing=True)
@@ -246,3 +246,18 @@ def test_the_shape_policy_sizes_both_families() -> None:
             assert shape.family == family.get("family", "gpt2")
             assert shape.head_dim == 32 and shape.n_head % shape.kv_heads == 0
             assert abs(math.log(shape.params_non_embedding / target)) < 0.35
+
+
+@pytest.mark.parametrize("n_kv_head, target", [(5, 1e6), (7, 1e7), (3, 3e6)])
+def test_a_target_with_kv_heads_gets_the_nearest_shape_whose_heads_they_divide(n_kv_head: int, target: float) -> None:
+    """Widths step by n_kv_head heads, so the nearest such shape is found, not one several times larger."""
+    shape = ShapePolicy(family="llama", n_kv_head=n_kv_head).planned_shape(target)
+    assert shape.n_head % n_kv_head == 0 and 0.7 < shape.params("non_embedding") / target < 1.4
+
+
+@pytest.mark.parametrize("n_kv_head, target, label, factor", [(7, 1e6, "1x448/7h", "2.5x larger"),
+                                                              (3, 1e4, "1x192/3h", "44.3x larger")])
+def test_a_target_no_shape_comes_near_is_refused_saying_how_far(n_kv_head: int, target: float, label: str,
+                                                                 factor: str) -> None:
+    with pytest.raises(ValueError, match=f"is {label} with N=.*{factor} \\(more than 2x from its target\\)"):
+        ShapePolicy(family="llama", n_kv_head=n_kv_head).planned_shape(target)

@@ -116,3 +116,10 @@ def test_every_command_answers_through_the_installed_console_script() -> None:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0 and "Traceback" not in err, (words, err)
         assert f"Usage: scaling {' '.join(words)}" in out, (words, out[:300])
+
+
+def test_export_help_names_the_class_each_family_becomes() -> None:
+    helped = run_main("export", "--help")
+    words = " ".join(helped.out.replace("│", " ").split())
+    assert helped.code == 0 and all(name in words for name in ("GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM"))
+    assert "Qwen3ForCausalLM for a llama run with qk_norm" in words, words

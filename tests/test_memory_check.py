@@ -10,7 +10,7 @@ import yaml
 
 from cli_run import run_main
 from scaling.accounting import GIB, MAX_DEVICE_GIB, Shape, check_fits
-from scaling.comms import estimate_memory
+from scaling.memory import estimate_memory
 from scaling.errors import ResourceError
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, FitOption, app, check_fit
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.reports.compare_page import Comparison
 
 #: Sweeps the terminal's table of exponents shows at most (a column each).
 MAX_TERMINAL_SWEEPS = 8
@@ -69,7 +72,7 @@ def compare(
     typer.echo(str(result.path), err=json_out is not None and not to_file)
 
 
-def print_table(result: Any, json_path: Optional[Path] = None) -> None:
+def print_table(result: Comparison, json_path: Optional[Path] = None) -> None:
     """The exponents per sweep and the differences between sweeps, as rich tables (user text not markup).
 
     Bounded whatever the number of sweeps: at most MAX_TERMINAL_SWEEPS columns of exponents,

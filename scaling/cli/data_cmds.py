@@ -14,7 +14,7 @@ from scaling.cli.common import FormatOption, check_format, command_group
 
 if TYPE_CHECKING:
     from scaling.trainer.data.shards import ShardFormat
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
 #: ``--shard-format`` values (`scaling.trainer.data.shards.ShardFormat`).
 SHARD_FORMATS = ("npy", "bin", "llmc")
@@ -94,7 +94,7 @@ def prepare(
     scaling data prepare --path corpus/ --train-bpe 8192 --shard-tokens 100000000 --out shards/
     """
     from scaling.errors import UserError
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
     check_format(format)
     sharding = shard_tokens is not None

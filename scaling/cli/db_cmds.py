@@ -23,7 +23,7 @@ def runs(db: DbOption = None, sweep: SweepOption = None, format: RunsFormatOptio
     """
     from scaling.orchestrator.status import list_runs
 
-    typer.echo(list_runs(db, sweep, format), nl=False)
+    typer.echo(list_runs(db, sweep, format, warn=lambda line: typer.echo(line, err=True)), nl=False)
 
 
 @db_app.command("upgrade")

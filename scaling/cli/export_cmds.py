@@ -15,8 +15,8 @@ def export(
     run: Annotated[str, typer.Argument(help="The run: its key or a unique prefix of it.", show_default=False)],
     hf: Annotated[
         Path,
-        typer.Option("--hf", help="Write a Hugging Face transformers model folder (GPT2LMHeadModel, or LlamaForCausalLM "
-                     "for a llama run: config.json, model.safetensors, the tokenizer if the run has one) here; a "
+        typer.Option("--hf", help="Write a Hugging Face transformers model folder (GPT2LMHeadModel; LlamaForCausalLM "
+                     "for a llama run, Qwen3ForCausalLM for a llama run with qk_norm: config.json, model.safetensors, the tokenizer if the run has one) here; a "
                      "new or empty folder.",
                      show_default=False),
     ],

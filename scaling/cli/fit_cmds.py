@@ -12,6 +12,7 @@ from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_f
 
 if TYPE_CHECKING:
     from scaling.fitting import CsvSource
+    from scaling.fitting.moe.moe_fit import MoEFit
 
 CsvOption = Annotated[
     Optional[Path],
@@ -55,6 +56,16 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} only apply to --csv")
 
 
+def _check_dense(law: str, csv: Optional[Path], sweep: Optional[str]) -> None:
+    """Refuse a law that is neither the dense laws nor a law of sparsity, and a sweep and a CSV at once."""
+    from scaling.errors import UserError
+
+    if law != "all":
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+
+
 def _csv_source(csv: Path, **options: Any) -> "CsvSource":
     """The CSV and how to read it, as ``scaling fit`` and ``scaling recommend`` are told (the API's path too)."""
     from scaling.fitting import CsvSource
@@ -85,67 +96,81 @@ def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple
     return value, False
 
 
-@app.command()
-def fit(
-    db: DbOption = None,
-    sweep: SweepOption = None,
-    csv: CsvOption = None,
-    law: Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all.")] = "all",
-    fmt: FormatOption = "table",
-    bootstrap: BootOption = 200,
-    seed: SeedOption = 0,
-    flops: FlopsOption = "6N",
-    params: ParamsOption = "non_embedding",
-    loss_units: LossUnitsOption = None,
-    drop_invalid: DropInvalidOption = False,
-    drop_duplicates: DropDuplicatesOption = False,
-    unique_tokens: Annotated[
-        Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
-                                      "et al.'s effective data D' instead of D (repeated data). A U column gives "
-                                      "U per row instead.", show_default=False)
-    ] = None,
-    r_star: Annotated[
-        Optional[str], typer.Option("--r-star", help="CSV with U, or sweep with --effective-data: Muennighoff et al.'s "
-                                    "R*_D for D' (default 15.4), or 'fit' to estimate it with a 95% "
-                                    "profile-likelihood interval.", show_default=False)
-    ] = None,
-    r_star_n: Annotated[
-        Optional[str], typer.Option("--r-star-n", help="CSV with U, or sweep with --effective-data: model excess "
-                                    "parameters with Muennighoff et al.'s "
-                                    "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
-                                    "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
-                                    show_default=False)
-    ] = None,
-    effective_data: Annotated[
-        bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
-                           "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
-    ] = False,
-    task: Annotated[
-        Optional[list[str]], typer.Option("--task", help="Downstream tasks to fit (repeatable; default: every "
-                                          "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
-                                          "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
-    ] = None,
-    step1_recipe: Annotated[
-        str, typer.Option("--step1-recipe", help="Downstream tasks: how step 1's Chinchilla form is searched: grid "
-                          "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
-                          "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
-    ] = "grid",
-    hparams: Annotated[
-        str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
-                          "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
-                          "centre of each group's grid (fixed).")
-    ] = "tuned",
-) -> None:
-    """Fit power laws and print every parameter with its 95% interval.
-
-    From a sweep the fits are stored (fits table, with the data's fingerprint) and reused while
-    the data are unchanged. Examples: `scaling fit`, `scaling fit --csv points.csv --law chinchilla`.
-    Warnings about the input (units, conventions, dropped rows) go to stderr as well.
-    """
+def _not_moe(given: dict[str, bool]) -> None:
+    """Refuse options of the dense laws with --law moe (its N is active parameters and C = 6 N_active D)."""
     from scaling.errors import UserError
-    from scaling.fitting import CsvSource, Settings, SweepSource, analyse
-    from scaling.fitting.core.measurements import R_STAR_DATA
-    from scaling.fitting.loss.effective import R_STAR_N
+
+    used = [name for name, on in given.items() if on]
+    if used:
+        raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
+
+
+def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int) -> "MoEFit":
+    """The laws of sparsity fitted to a CSV or a sweep's runs (scaling.fitting.moe)."""
+    from scaling.errors import UserError
+    from scaling.fitting.moe import moe_data
+    from scaling.fitting.moe.moe_fit import MOE_CHOICES, fit_moe
+
+    if law not in MOE_CHOICES:
+        raise UserError(f"--law {law!r} is not a law of sparsity (use one of {', '.join(MOE_CHOICES)})")
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
+    if bootstrap == 1:
+        raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
+    if csv is not None:
+        data = moe_data.from_csv(csv)
+    else:
+        from scaling.db import resolve_url
+
+        data, _ = moe_data.from_db(resolve_url(db), sweep)
+    return fit_moe(data, law, bootstrap, seed)
+
+
+LawOption = Annotated[str, typer.Option("--law", help="kaplan, chinchilla (approaches 1-3) or all; or moe (the laws "
+                                        "of sparsity: moe-granularity, moe-sparsity) for a mixture-of-experts sweep.")]
+UniqueTokensOption = Annotated[
+    Optional[float], typer.Option("--unique-tokens", help="CSV: the corpus's unique tokens U; fit on Muennighoff "
+                                  "et al.'s effective data D' instead of D (repeated data). A U column gives "
+                                  "U per row instead.", show_default=False)
+]
+RStarOption = Annotated[
+    Optional[str], typer.Option("--r-star", help="CSV with U, or sweep with --effective-data: Muennighoff et al.'s "
+                                "R*_D for D' (default 15.4), or 'fit' to estimate it with a 95% "
+                                "profile-likelihood interval.", show_default=False)
+]
+RStarNOption = Annotated[
+    Optional[str], typer.Option("--r-star-n", help="CSV with U, or sweep with --effective-data: model excess "
+                                "parameters with Muennighoff et al.'s "
+                                "R*_N (the paper's 5.3, or any positive number) for N', or 'fit' to estimate it "
+                                "with a 95% profile-likelihood interval (default: not modelled, N' = N).",
+                                show_default=False)
+]
+EffectiveDataOption = Annotated[
+    bool, typer.Option("--effective-data", help="Sweep: fit on effective data D' using each run's "
+                       "data.unique_tokens (with --r-star, --r-star-n as for a CSV).")
+]
+TaskOption = Annotated[
+    Optional[list[str]], typer.Option("--task", help="Downstream tasks to fit (repeatable; default: every "
+                                      "task the sweep evaluated or the CSV has columns for: task/<task>/acc, "
+                                      "acc_<task>, bpb_<task>, err_<task>).", show_default=False)
+]
+Step1RecipeOption = Annotated[
+    str, typer.Option("--step1-recipe", help="Downstream tasks: how step 1's Chinchilla form is searched: grid "
+                      "(Epoch AI's grid of starts) or ladder (OLMo's model-ladder recipe: one start, every "
+                      "parameter >= 0, L-BFGS-B; see docs/downstream.md).")
+]
+HparamsModeOption = Annotated[
+    str, typer.Option("--hparams", help="Runs in hyperparameter groups (one (N, D), several lr / batch / "
+                      "beta2): fit the loss laws on each group's tuned loss L* (tuned) or on the run at the "
+                      "centre of each group's grid (fixed).")
+]
+
+
+def _check_fit_options(fmt: str, hparams: str, bootstrap: int, csv: Optional[Path], sweep: Optional[str],
+                       step1_recipe: str) -> None:
+    """Refuse options that contradict each other or name nothing, before anything is read."""
+    from scaling.errors import UserError
+    from scaling.fitting.tasks.task_laws import STEP1_RECIPES
 
     check_format(fmt)
     if hparams not in ("tuned", "fixed"):
@@ -154,10 +179,54 @@ def fit(
         raise UserError("--bootstrap 1 gives no interval: give 0 (no intervals) or at least 2")
     if csv is not None and sweep is not None:
         raise UserError("give either --sweep or --csv, not both")
-    from scaling.fitting.tasks.task_laws import STEP1_RECIPES
-
     if step1_recipe not in STEP1_RECIPES:
         raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
+
+
+@app.command()
+def fit(
+    db: DbOption = None,
+    sweep: SweepOption = None,
+    csv: CsvOption = None,
+    law: LawOption = "all",
+    fmt: FormatOption = "table",
+    bootstrap: BootOption = 200,
+    seed: SeedOption = 0,
+    flops: FlopsOption = "6N",
+    params: ParamsOption = "non_embedding",
+    loss_units: LossUnitsOption = None,
+    drop_invalid: DropInvalidOption = False,
+    drop_duplicates: DropDuplicatesOption = False,
+    unique_tokens: UniqueTokensOption = None,
+    r_star: RStarOption = None,
+    r_star_n: RStarNOption = None,
+    effective_data: EffectiveDataOption = False,
+    task: TaskOption = None,
+    step1_recipe: Step1RecipeOption = "grid",
+    hparams: HparamsModeOption = "tuned",
+) -> None:
+    """Fit power laws and print every parameter with its 95% interval.
+
+    From a sweep the fits are stored (fits table, with the data's fingerprint) and reused while
+    the data are unchanged. Examples: `scaling fit`, `scaling fit --csv points.csv --law chinchilla`.
+    Warnings about the input (units, conventions, dropped rows) go to stderr as well.
+    """
+    from scaling.errors import UserError
+    from scaling.fitting import Settings, SweepSource, analyse
+    from scaling.fitting.core.measurements import R_STAR_DATA
+    from scaling.fitting.loss.effective import R_STAR_N
+
+    if law.startswith("moe"):
+        check_format(fmt)
+        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates, "--unique-tokens":
+                  unique_tokens is not None, "--r-star": r_star is not None, "--r-star-n": r_star_n is not None,
+                  "--effective-data": effective_data, "--task": bool(task), "--hparams": hparams != "tuned",
+                  "--step1-recipe": step1_recipe != "grid"})
+        moe_fit = _fit_moe(csv, db, sweep, law, bootstrap, seed)
+        typer.echo(json.dumps(moe_fit.to_dict(), indent=2) if fmt == "json" else moe_fit.table(), nl=fmt == "json")
+        return
+    _check_fit_options(fmt, hparams, bootstrap, csv, sweep, step1_recipe)
     _csv_only(csv, {"--params": params != "non_embedding", "--loss-units": loss_units is not None,
                     "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
                     "--unique-tokens": unique_tokens is not None})
@@ -197,6 +266,8 @@ def recommend(
     sweep: SweepOption = None,
     csv: CsvOption = None,
     fmt: FormatOption = "table",
+    law: Annotated[str, typer.Option("--law", help="all (the dense laws), or moe (moe-granularity, moe-sparsity): "
+                                     "the compute-optimal mixture of experts against the dense optimum.")] = "all",
     bootstrap: RecommendBootOption = 200,
     seed: SeedOption = 0,
     inference_tokens: Annotated[
@@ -220,37 +291,44 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     check_format(fmt)
+    if law.startswith("moe"):
+        from scaling.fitting.moe.moe_recommend import recommendations_table
+
+        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+                  "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
+
+        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
+        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+        return
+    _check_dense(law, csv, sweep)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
-    if csv is not None and sweep is not None:
-        from scaling.errors import UserError
-
-        raise UserError("give either --sweep or --csv, not both")
     from scaling.db import resolve_url
     from scaling.fitting import Settings, SweepSource, analyse
 
     source: Any = SweepSource(resolve_url(db), sweep) if csv is None else _csv_source(
         csv, flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
         drop_duplicates=drop_duplicates)
-    if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
+    inference = inference_tokens is not None or target_loss is not None  # scaling.fitting.inference
+    if inference and compute is not None and target_loss is not None:  # before a fit that would be wasted
         from scaling.errors import UserError
+
+        raise UserError("give either --compute or --target-loss, not both")
+    analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # a sweep's stored one, else made
+    _warn(analysis.warnings if csv is not None else ())
+    if inference:
         from scaling.fitting.inference import recommend_inference
 
-        if compute is not None and target_loss is not None:  # before a fit that would be wasted
-            raise UserError("give either --compute or --target-loss, not both")
-        analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # the stored one of a sweep
-        _warn(analysis.warnings if csv is not None else ())
-        rec = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
-    else:  # the analysis' recommendation (a sweep's run sized by the plan stored with it); nothing fitted again
-        analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))
-        _warn(analysis.warnings if csv is not None else ())
-        if csv is not None:  # a CSV has no plan, so no concrete run
-            from scaling.fitting import recommend as do_recommend
+        rec: Any = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+    elif csv is not None:  # the analysis' recommendation; a CSV has no plan, so no concrete run
+        from scaling.fitting import recommend as do_recommend
 
-            rec = do_recommend(analysis, compute)
-        else:
-            from scaling.orchestrator.expand import sweep_recommendation
+        rec = do_recommend(analysis, compute)
+    else:  # a sweep's run sized by the plan stored with it; nothing fitted again
+        from scaling.orchestrator.expand import sweep_recommendation
 
-            rec = sweep_recommendation(source.url, analysis, compute)
+        rec = sweep_recommendation(source.url, analysis, compute)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, FitOption, SweepOption, app, check_fit
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.reports.html import Extra
 
 
 @app.command()
@@ -58,38 +61,10 @@ def report(
     if store_fits and fit != "sweep":
         raise UserError(f"--store-fits needs --fit sweep (--fit {fit} makes nothing to store)")
     check_output(output, db_url=resolve_url(db))
-    extras = []
-    if inference_tokens is not None:
-        from scaling.reports.figures_inference import inference_section
-
-        from scaling.fitting.inference import MAX_INFERENCE_TOKENS
-
-        if not (0 <= inference_tokens <= MAX_INFERENCE_TOKENS):
-            raise UserError(f"--inference-tokens must be a number of tokens in [0, {MAX_INFERENCE_TOKENS:.0e}], "
-                            f"not {inference_tokens}")
-        extras.append(inference_section(inference_tokens))
+    extras = [] if inference_tokens is None else [_inference_extra(inference_tokens)]
     if watch:
-        from scaling.fmt import bounds
-        from scaling.reports.watch import MAX_INTERVAL, MIN_INTERVAL, watch as watch_report
-
-        interval = 10.0 if interval is None else interval
-        if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
-            raise UserError(f"--interval must be a number of seconds in {bounds(MIN_INTERVAL, MAX_INTERVAL, 6)}, "
-                            f"not {interval}")
-        opened: list[Path] = []
-
-        def on_write(p: Path, live: bool) -> None:
-            typer.echo(f"{p} ({'sweep running' if live else 'sweep done'})", err=True)
-            if open_ and not opened:
-                opened.append(p)
-                _open(p)
-
-        try:
-            path = watch_report(resolve_url(db), sweep, output, interval=interval, fit=fit, extras=extras,
-                                on_write=on_write, store_fits=store_fits)
-        except OSError as exc:
-            raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
-        typer.echo(str(path))
+        _watch(resolve_url(db), sweep, output, interval, fit=fit, extras=extras, store_fits=store_fits,
+               open_=open_)
         return
     from scaling.orchestrator.sweep import report_inputs
 
@@ -102,6 +77,45 @@ def report(
     typer.echo(str(path))
     if open_:
         _open(path)
+
+
+def _inference_extra(tokens: float) -> Extra:
+    """The report's over-training section for a model that serves ``tokens`` tokens (refused out of range)."""
+    from scaling.errors import UserError
+    from scaling.fitting.inference import MAX_INFERENCE_TOKENS
+    from scaling.reports.figures_inference import inference_section
+
+    if not (0 <= tokens <= MAX_INFERENCE_TOKENS):
+        raise UserError(f"--inference-tokens must be a number of tokens in [0, {MAX_INFERENCE_TOKENS:.0e}], "
+                        f"not {tokens}")
+    return inference_section(tokens)
+
+
+def _watch(url: str, sweep: Optional[str], output: Path, interval: Optional[float], *, fit: str, extras: list[Extra],
+           store_fits: bool, open_: bool) -> None:
+    """`scaling report --watch`: the report rewritten as runs finish, each write named on stderr."""
+    from scaling.errors import UserError
+    from scaling.fmt import bounds
+    from scaling.reports.watch import MAX_INTERVAL, MIN_INTERVAL, watch as watch_report
+
+    interval = 10.0 if interval is None else interval
+    if not (MIN_INTERVAL <= interval <= MAX_INTERVAL):
+        raise UserError(f"--interval must be a number of seconds in {bounds(MIN_INTERVAL, MAX_INTERVAL, 6)}, "
+                        f"not {interval}")
+    opened: list[Path] = []
+
+    def on_write(p: Path, live: bool) -> None:
+        typer.echo(f"{p} ({'sweep running' if live else 'sweep done'})", err=True)
+        if open_ and not opened:
+            opened.append(p)
+            _open(p)
+
+    try:
+        path = watch_report(url, sweep, output, interval=interval, fit=fit, extras=extras,
+                            on_write=on_write, store_fits=store_fits)
+    except OSError as exc:
+        raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
+    typer.echo(str(path))
 
 
 def _open(path: Path) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 from scaling.errors import mask_data, mask_text
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.orchestrator.sweep import SweepResult
 
 PlanArg = Annotated[str, typer.Argument(help="The plan file (YAML).", show_default=False)]
 
@@ -128,7 +131,7 @@ def sweep_cmd(
         raise typer.Exit(1)
 
 
-def answer(result: Any) -> list[str]:
+def answer(result: SweepResult) -> list[str]:
     """The end of a sweep: the recommendation in a few lines, each law left out in one, and where the
     full tables are (nothing when the sweep was not fitted)."""
     from scaling.errors import UserError, mask_url

@@ -7,6 +7,10 @@ they were seeds of one point, and an adaptive sweep would spend past its budget 
 unless the old run never became a point (it failed, or never trained). A hyperparameter sweep
 holds several runs per point on purpose: there a point is also the run's group and its learning
 rate, batch and beta2, so a group may gain combinations but not retrain one differently.
+
+The run a changed plan takes the place of (one that never became a point) is ``superseded``: no
+plan trains it any more, so it is neither pending nor compute still to spend. A plan that names it
+again (the change undone) claims it as it would a pending run.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ HOLDS_A_POINT = (COMPLETED, RUNNING)
 _RECORD_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "context", "D", "seed")
 
 
-def _point(values: Iterable[Any], parent: Any, group: Optional[str] = None, spec: Any = None) -> tuple:
+def _point(values: Iterable[Any], parent: Optional[str], group: Optional[str] = None, spec: object = None) -> tuple:
     return tuple(int(v) for v in values) + (parent is None,) + _combination(group, spec)
 
 
-def _combination(group: Optional[str], spec: Any) -> tuple:
+def _combination(group: Optional[str], spec: object) -> tuple:
     """A grouped run's place in its group: (group, lr, batch, beta2); () for a run of no group."""
     if group is None:
         return ()
@@ -42,7 +46,7 @@ def _combination(group: Optional[str], spec: Any) -> tuple:
     return (group, optimizer.get("lr"), spec.get("batch_tokens"), optimizer.get("beta2"))
 
 
-def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+def differences(old: object, new: object, prefix: str = "") -> list[str]:
     """Dotted paths at which two specs (plain JSON values) differ."""
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
@@ -75,3 +79,27 @@ def refuse_changed_points(conn: Connection, sweep_id: int, sweep: str, records: 
             f"{values['n_layer']} layers, D = {values['tokens']:,} tokens, seed {values['seed']}); this plan would "
             f"train it again as {new['key']}, differing in {shown}: use another sweep name, or undo the change"
         )
+
+
+def replaced_runs(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]],
+                  replaceable: Iterable[str]) -> list[str]:
+    """The runs a plan's ``records`` replace: a run of the sweep in a ``replaceable`` status (one
+    that never became a point) that the plan does not name, on a point one of its records trains
+    under another key (its corpus or settings changed since it was registered)."""
+    recs = {str(r["key"]): r for r in records}
+    wanted = {_point((r[f] for f in _RECORD_FIELDS), r.get("parent_key"), r.get("hparam_group"), r["spec"]): key
+              for key, r in recs.items()}
+    cols = [getattr(Run, c) for c in POINT_COLUMNS]
+    rows = conn.execute(select(Run.key, Run.parent_key, Run.hparam_group, *cols).where(
+        Run.sweep_id == sweep_id, Run.status.in_(list(replaceable))))
+    replaced = []
+    for row in rows:
+        if row.key in recs:
+            continue
+        values = row._asdict()
+        spec = None
+        if row.hparam_group is not None:  # its combination is in its spec
+            spec = conn.scalar(select(Run.spec).where(Run.sweep_id == sweep_id, Run.key == row.key))
+        if _point((values[c] for c in POINT_COLUMNS), row.parent_key, row.hparam_group, spec) in wanted:
+            replaced.append(row.key)
+    return replaced

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from scaling.vocab import HPARAM_GROUP_TAG
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> Any:
     """``value`` with non-finite floats as strings: PostgreSQL's json type refuses NaN and Infinity."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -20,7 +20,7 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def check_json(value: Any, what: str) -> Any:
+def check_json(value: object, what: str) -> Any:
     """``value`` made :func:`json_safe`; a ``TypeError`` naming ``what`` if it cannot be stored."""
     value = json_safe(value)
     try:
@@ -30,7 +30,7 @@ def check_json(value: Any, what: str) -> Any:
     return value
 
 
-def as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: object) -> dict[str, Any]:
     """A JSON object as a dict, whether it arrives decoded (from the database) or as text (from a
     CSV or JSON export); ``{}`` for anything else (missing, malformed, not an object)."""
     if isinstance(value, dict):
@@ -44,20 +44,20 @@ def as_dict(value: Any) -> dict[str, Any]:
     return {}
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: object) -> Optional[float]:
     """A finite number (not a boolean, not text), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def _count(value: Any) -> Optional[int]:
+def _count(value: object) -> Optional[int]:
     """A positive whole number (``2e10`` counts), else None."""
     x = _number(value)
     return int(x) if x is not None and x > 0 and x.is_integer() else None
 
 
-def run_settings(spec: Any, hparam_group: Optional[str] = None) -> dict[str, Any]:
+def run_settings(spec: object, hparam_group: Optional[str] = None) -> dict[str, Any]:
     """The columns of a run's row that its spec decides and the fits read: ``lr``, ``beta2``
     (``optimizer``), ``batch_tokens``, ``unique_tokens`` (``data``) and ``hparam_group`` (given, else
     the spec's ``tags.hparam_group``); None where the spec gives no usable value."""

@@ -35,16 +35,20 @@ WAITING = "waiting"  # another live claimant holds it; retaken if that claimant 
 TRANSITIONS: dict[str, frozenset[str]] = {
     # A run's row (vocab.STATUSES):
     vocab.PENDING: frozenset({vocab.RUNNING,  # claimed
-                              vocab.FAILED}),  # a branch that cannot start
+                              vocab.FAILED,  # a branch that cannot start
+                              vocab.SUPERSEDED}),  # a later plan trains its point under another key
     vocab.RUNNING: frozenset({vocab.RUNNING,  # taken over: its claimant is gone or its heartbeat stale
                               vocab.COMPLETED, vocab.FAILED, vocab.INTERRUPTED,  # how an attempt ends
                               QUEUED}),  # (driver) retried after a failure, or resumed after a lost worker
     vocab.FAILED: frozenset({vocab.RUNNING,  # retried
                              vocab.FAILED,  # a branch that still cannot start
-                             vocab.COMPLETED}),  # an attempt that ended after another claimant failed its row
+                             vocab.COMPLETED,  # an attempt that ended after another claimant failed its row
+                             vocab.SUPERSEDED}),  # a later plan trains its point under another key
     vocab.INTERRUPTED: frozenset({vocab.RUNNING,  # resumed
                                   vocab.FAILED,  # lost too often, or a branch that cannot start
-                                  vocab.COMPLETED}),  # an attempt that ended after its row was released as stale
+                                  vocab.COMPLETED,  # an attempt that ended after its row was released as stale
+                                  vocab.SUPERSEDED}),  # a later plan trains its point under another key
+    vocab.SUPERSEDED: frozenset({vocab.RUNNING}),  # claimed: a plan names its key again (the change was undone)
     vocab.COMPLETED: frozenset({vocab.INTERRUPTED,  # a trunk trained again for a branch's missing checkpoint
                                 QUEUED}),  # (driver) the same
     # A sweep's driver, before a claim:
@@ -111,7 +115,7 @@ class Lifecycle:
 
     # -- before training ---------------------------------------------------------------------
     def register(self, records: Iterable[dict[str, Any]], *, params_convention: str, flops_convention: str,
-                 plan: Any = None, one_per_point: bool = False, replace_plan: bool = False) -> list[str]:
+                 plan: Optional[dict[str, Any]] = None, one_per_point: bool = False, replace_plan: bool = False) -> list[str]:
         """Pending rows for the records (``RunSpec.record()``) the sweep lacks; returns their keys."""
         return self.store.register(self.sweep, records, plan=plan, params_convention=params_convention,
                                    flops_convention=flops_convention, one_per_point=one_per_point,

@@ -11,7 +11,7 @@ import gc
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import numpy as np
-from sqlalchemy import Select, func, select
+from sqlalchemy import Row, Select, func, select
 
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.engine import retrying
@@ -238,7 +238,7 @@ class Results(Database):
         return out
 
     def _filter_metrics(
-        self, q: Any, sweep: Optional[str], run_keys: Optional[Iterable[str]], names: Optional[Iterable[str]]
+        self, q: Select[Any], sweep: Optional[str], run_keys: Optional[Iterable[str]], names: Optional[Iterable[str]]
     ) -> tuple[Any, Any, Any]:
         """Restrict a metrics query to a sweep, runs and names; also return the id → key/name maps' queries."""
         runs_q = select(Run.id, Run.key).order_by(Run.id)
@@ -358,7 +358,7 @@ _RUNS = select(Run.__table__, Sweep.name.label("sweep_name")).join(Run.sweep)
 _RUNS_WITHOUT_SPEC = select(*(c for c in Run.__table__.c if c.name != "spec"), Sweep.name.label("sweep_name")).join(Run.sweep)
 
 
-def _run_row(run: Any) -> dict[str, Any]:
+def _run_row(run: Row[Any]) -> dict[str, Any]:
     """One row of :data:`_RUNS` with the read API's plain names (``N``, ``D``, ``C``, ``final_loss`` ...)."""
     return {
         "run_key": run.key,

@@ -16,12 +16,12 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Collection, Iterable, Optional, Sequence
 
-from sqlalchemy import BigInteger, Connection, Float, Integer, Text, bindparam, cast, func, insert, or_, select, update
+from sqlalchemy import BigInteger, Connection, Float, Integer, Row, Text, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from scaling import vocab
 from scaling.db.claimant import claimant_is_dead
-from scaling.db.conflicts import refuse_changed_points
+from scaling.db.conflicts import refuse_changed_points, replaced_runs
 from scaling.db.database import AmbiguousRunError, Database
 from scaling.db.jsonvalues import check_json, run_settings
 from scaling.db.lifecycle import CLAIMABLE, ENDINGS, sources
@@ -129,7 +129,7 @@ class Store(Database):
         sweep: str,
         records: Iterable[dict[str, Any]],
         *,
-        plan: Any = None,
+        plan: Optional[dict[str, Any]] = None,
         params_convention: str = "non_embedding",
         flops_convention: str = "6N",
         one_per_point: bool = False,
@@ -194,9 +194,19 @@ class Store(Database):
                     self._insert(Run).on_conflict_do_nothing(index_elements=[Run.sweep_id, Run.key]),
                     [_run_values(sid, recs[k], now) for k in new],
                 )
+            if one_per_point:
+                self._supersede(conn, sid, recs.values())
             return new
 
         return self._write(tx)
+
+    @staticmethod
+    def _supersede(conn: Connection, sweep_id: int, records: Iterable[dict[str, Any]]) -> None:
+        """Runs a plan's ``records`` replace become superseded (a superseded run it names is claimed as a pending one)."""
+        replaced = replaced_runs(conn, sweep_id, records, sources(vocab.SUPERSEDED))
+        if replaced:
+            conn.execute(update(Run).where(Run.sweep_id == sweep_id, Run.key.in_(replaced),
+                                           Run.status.in_(sources(vocab.SUPERSEDED))).values(status=vocab.SUPERSEDED))
 
     def claim(
         self, key: str, host: str, *, sweep: Optional[str] = None, stale_after_s: Optional[float] = None
@@ -490,14 +500,15 @@ class Store(Database):
         return ids
 
     def log_event(
-        self, key: str, step: Optional[int], kind: str, detail: Any = None, *, sweep: Optional[str] = None
+        self, key: str, step: Optional[int], kind: str, detail: str | dict[str, Any] | None = None, *,
+        sweep: Optional[str] = None
     ) -> None:
         """Record an event (a kind from :mod:`scaling.vocab`); ``detail`` a str or JSON-able dict."""
         step, kind, detail = _checked_event(step, kind, detail)
         self._write(lambda c: self._event(c, self._resolve(c, key, sweep), step, kind, detail, utcnow()))
 
     @staticmethod
-    def _event(conn: Connection, run_id: int, step: Optional[int], kind: str, detail: Any, now: datetime) -> None:
+    def _event(conn: Connection, run_id: int, step: Optional[int], kind: str, detail: object, now: datetime) -> None:
         conn.execute(
             insert(Event).values(run_id=run_id, step=None if step is None else int(step), kind=kind, detail=detail, created_at=now)
         )
@@ -547,7 +558,8 @@ def _pg_array(values: Iterable[Any]) -> str:
     return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
 
 
-def _final_values(status: str, final_train_loss: Any, final_eval_loss: Any, error: Optional[str]) -> dict[str, Any]:
+def _final_values(status: str, final_train_loss: Optional[float], final_eval_loss: Optional[float],
+                  error: Optional[str]) -> dict[str, Any]:
     """The columns an attempt's end writes: status, time, error, and the losses given (non-finite: NULL)."""
     values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "error": error}
     if final_train_loss is not None:
@@ -557,19 +569,19 @@ def _final_values(status: str, final_train_loss: Any, final_eval_loss: Any, erro
     return values
 
 
-def _checked_event(step: Optional[int], kind: str, detail: Any) -> tuple[Optional[int], str, Any]:
+def _checked_event(step: Optional[int], kind: str, detail: object) -> tuple[Optional[int], str, Any]:
     """An event's fields as stored, or ValueError: a kind is required, the detail must be JSON."""
     if not kind:
         raise ValueError("an event needs a kind")
     return step, kind, check_json(detail, "event detail")
 
 
-def _float_or_none(x: Any) -> Optional[float]:
+def _float_or_none(x: float) -> Optional[float]:
     v = float(x)
     return v if math.isfinite(v) else None
 
 
-def _stale_detail(run: Any, timeout_s: float, by: str, reason: str) -> dict[str, Any]:
+def _stale_detail(run: Row[Any], timeout_s: float, by: str, reason: str) -> dict[str, Any]:
     return {
         "reason": reason,
         "host": run.host,

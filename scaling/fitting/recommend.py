@@ -515,7 +515,7 @@ def default_run(N: float) -> dict[str, Any]:
     """The run of about N parameters by the defaults (:data:`DEFAULT_RUN_SOURCE`): ShapePolicy's shape
     and the memory model on one worker; lr and batch are left to the hyperparameter laws."""
     from scaling.accounting import ShapePolicy
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
 
     shape = ShapePolicy().shape_for(N)
     device_gib = 80.0

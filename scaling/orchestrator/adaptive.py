@@ -10,16 +10,22 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from scaling import vocab
 from scaling.errors import UserError
 from scaling.fmt import bounds
-from scaling.orchestrator.adaptive_spec import AdaptivePlan
+from scaling.orchestrator.adaptive_spec import AdaptivePlan, AdaptiveTarget
 from scaling.orchestrator.expand import PlannedRun, expand
 from scaling.orchestrator.plan import GridBlock, ModelPoint, Plan
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
+
+    from scaling.db import Store
+    from scaling.fitting.core.base import Law
 
 MET = "met"
 BUDGET = "budget"
@@ -77,7 +83,7 @@ class AdaptiveOutcome:
 
 
 # -- one round's facts -----------------------------------------------------------------------------
-def measure(law: Any, target: Any) -> dict[str, Any]:
+def measure(law: Law, target: AdaptiveTarget) -> dict[str, Any]:
     """What a fitted law says about the target: N* at ``at_compute`` and its 95% interval."""
     iv = law.optimal_interval(float(target.at_compute))["N"]
     lo, hi = iv.get("lo"), iv.get("hi")
@@ -98,7 +104,7 @@ def measure(law: Any, target: Any) -> dict[str, Any]:
     }
 
 
-def edge_slices(points: Any, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any]]:
+def edge_slices(points: pd.DataFrame, rel_tol: float = SAME_BUDGET) -> list[dict[str, Any]]:
     """IsoFLOP slices whose lowest loss is at the smallest or largest size, largest budget first.
 
     Each: ``C``, ``side`` ("smaller" or "larger": where the optimum lies), the slice's ``sizes``.
@@ -130,47 +136,46 @@ def extension(edge: dict[str, Any], count: int = 2) -> list[float]:
 
 
 # -- the decision --------------------------------------------------------------------------------
-def decide(
-    round_: int,
-    spec: AdaptivePlan,
-    *,
-    law: Any,
-    fit_error: Optional[str],
-    points: Any,
-    spent: float,
-    fit_info: dict[str, Any],
-    cost_of: Callable[[float, list[float]], float],
-) -> Decision:
-    """The next step of the loop (see the module docstring); pure apart from the ranking's bootstrap.
+@dataclass(frozen=True)
+class _Round:
+    """What every decision of one round states: the round, the refit's measure, the FLOPs spent."""
 
-    ``law``: the fitted target law, or None with ``fit_error`` saying why; ``points``: the
-    sweep's completed (N, D, C, loss); ``spent``: FLOPs of every run of the sweep so far;
-    ``cost_of(C, sizes)``: the FLOPs a slice would add (its runs' actual compute, all seeds).
-    """
-    target, left = spec.target, spec.max_compute - spent
+    round: int
+    fit: dict[str, Any]
+    spent: float
+    max_compute: float
+
+    def stop(self, reason: str, message: str, candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
+        return Decision(self.round, "stop", reason, message, self.fit, self.spent, self.max_compute, None,
+                        candidates or [])
+
+    def add(self, reason: str, message: str, added: dict[str, Any],
+            candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
+        return Decision(self.round, "add", reason, message, self.fit, self.spent, self.max_compute, added,
+                        candidates or [])
+
+
+def _measured(law: Optional[Law], fit_error: Optional[str], fit_info: dict[str, Any],
+              target: AdaptiveTarget) -> tuple[Optional[Law], dict[str, Any], Optional[str]]:
+    """(the law, or None where it says nothing of N*; its measure at the target; why it is not usable)."""
     fit = dict(fit_info)
-    if law is not None:
-        fit.update(measure(law, target))
-        if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
-            fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
-            if fit["doubts"]:
-                fit_error += f"; unreliable: {_reason(fit)}"
-            fit["error"] = fit_error
-            law = None
-    else:
+    if law is None:
         fit.update({"law": target.law, "error": fit_error})
+        return None, fit, fit_error
+    fit.update(measure(law, target))
+    if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
+        fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
+        if fit["doubts"]:
+            fit_error += f"; unreliable: {_reason(fit)}"
+        fit["error"] = fit_error
+        return None, fit, fit_error
+    return law, fit, fit_error
 
-    def stop(reason: str, message: str, candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
-        return Decision(round_, "stop", reason, message, fit, spent, spec.max_compute, None, candidates or [])
 
-    def add(reason: str, message: str, added: dict[str, Any], candidates: Optional[list[dict[str, Any]]] = None) -> Decision:
-        return Decision(round_, "add", reason, message, fit, spent, spec.max_compute, added, candidates or [])
-
-    ratio = fit.get("ratio")
+def _now(law: Optional[Law], fit: dict[str, Any], fit_error: Optional[str], target: AdaptiveTarget) -> str:
+    """Where the target stands after the refit, as the decision's message begins."""
     where = f"N* at {target.at_compute:.3g} FLOPs"
-    if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
-        return stop(MET, f"target met: {where} in {bounds(fit['lo'], fit['hi'], 4)} (ratio {ratio:.3g} <= "
-                         f"{target.interval_ratio:g}) after {_flops(spent)} FLOPs")
+    ratio = fit.get("ratio")
     if ratio is not None:
         now = f"{where} in {bounds(fit['lo'], fit['hi'], 4)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
     elif law is None:  # not fitted, or fitted without a finite N* (then ``fit`` holds its measure)
@@ -179,9 +184,13 @@ def decide(
         now = f"{where} has no interval ({fit.get('kind')})"
     if law is not None and not fit["reliable"]:
         now += f"; unreliable: {_reason(fit) if fit['doubts'] else 'flagged'}"
-    if round_ >= spec.max_rounds:
-        return stop(ROUNDS, f"stopped after {round_} added slices (max_rounds); {now}")
+    return now
 
+
+def _extend_an_edge(step: _Round, points: Optional[pd.DataFrame], left: float, now: str,
+                    cost_of: Callable[[float, list[float]], float]) -> tuple[Optional[Decision], list[float]]:
+    """The first edge slice (lowest loss at its smallest or largest size) extended within ``left``
+    FLOPs, or None; and the costs of those that were too dear."""
     too_dear = []
     for edge in edge_slices(points) if points is not None and len(points) else []:
         sizes = extension(edge)
@@ -189,22 +198,22 @@ def decide(
         if not math.isfinite(cost):  # sizes this plan cannot train
             continue
         if cost <= left:
-            return add(EXTEND, f"{now}; the slice at {edge['C']:.3g} FLOPs has its lowest loss at its "
-                               f"{'smallest' if edge['side'] == 'smaller' else 'largest'} size: added 2 "
-                               f"{edge['side']} sizes ({_flops(cost)} FLOPs)",
-                       {"C": edge["C"], "sizes": sizes, "cost": cost, "why": f"extend {edge['side']}"})
+            return step.add(EXTEND, f"{now}; the slice at {edge['C']:.3g} FLOPs has its lowest loss at its "
+                                    f"{'smallest' if edge['side'] == 'smaller' else 'largest'} size: added 2 "
+                                    f"{edge['side']} sizes ({_flops(cost)} FLOPs)",
+                            {"C": edge["C"], "sizes": sizes, "cost": cost, "why": f"extend {edge['side']}"}), too_dear
         too_dear.append(cost)
+    return None, too_dear
 
-    if law is None:
-        if too_dear:
-            return stop(BUDGET, f"budget spent: extending an edge slice costs {_flops(min(too_dear))} FLOPs, "
-                                f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}")
-        return stop(NO_FIT, f"cannot continue: {now}")
 
+def _ranked(law: Law, points: pd.DataFrame, spec: AdaptivePlan, round_: int, left: float,
+            cost_of: Callable[[float, list[float]], float]) -> tuple[list[dict[str, Any]], int]:
+    """The slices the law's ranking proposes that this plan can train, each with its cost and
+    expected narrowing per FLOP; and how many it proposed that the plan cannot train."""
     ranking = importlib.import_module("scaling.fitting.recommend")
     offsets = np.linspace(-spec.span, spec.span, spec.batch)
     c_max = float(points["C"].max())
-    ranked = ranking.candidate_runs(law, float(target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
+    ranked = ranking.candidate_runs(law, float(spec.target.at_compute), c_max, seed=round_, offsets=offsets.tolist(),
                                     n_bootstrap=min(ranking.CANDIDATE_BOOTSTRAP, spec.n_bootstrap))
     candidates = []
     untrainable = 0  # slices proposed at sizes the plan cannot train (or no finite size at all)
@@ -216,47 +225,93 @@ def decide(
         gain = -math.log(max(1e-12, 1.0 - cand["reduction"]))  # ln(width before / width after)
         candidates.append({"C": cand["C"], "sizes": cand["sizes"], "cost": cost, "reduction": cand["reduction"],
                            "gain_per_flop": gain / cost if cost > 0 else 0.0, "affordable": cost <= left})
-    affordable = [c for c in candidates if c["affordable"]]
-    if not candidates and not untrainable:  # the ranking has no interval to narrow: extend the frontier by 2x
-        C = 2.0 * c_max
-        sizes = (float(np.asarray(law.optimal(C)[0])) * np.exp(offsets)).tolist()
-        cost = cost_of(C, sizes)
-        if math.isfinite(cost):
-            candidates = [{"C": C, "sizes": sizes, "cost": cost, "reduction": None, "gain_per_flop": None,
-                           "affordable": cost <= left}]
-            if cost <= left:
-                return add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
-                                   f"{C:.3g} FLOPs around N* ({_flops(cost)} FLOPs)",
-                           {"C": C, "sizes": sizes, "cost": cost, "why": "no ranking: twice the largest budget"},
-                           candidates)
-        else:
-            untrainable += 1
+    if candidates or untrainable:
+        return candidates, untrainable
+    # the ranking has no interval to narrow: the frontier extended by 2x
+    C = 2.0 * c_max
+    sizes = (float(np.asarray(law.optimal(C)[0])) * np.exp(offsets)).tolist()
+    cost = cost_of(C, sizes)
+    if not math.isfinite(cost):
+        return [], 1
+    return [{"C": C, "sizes": sizes, "cost": cost, "reduction": None, "gain_per_flop": None,
+             "affordable": cost <= left}], 0
+
+
+def _choose(step: _Round, candidates: list[dict[str, Any]], untrainable: int, spec: AdaptivePlan, left: float,
+            now: str) -> Decision:
+    """The slice with the largest expected narrowing per FLOP among the affordable ones, or why none."""
+    fit, target = step.fit, spec.target
     if not candidates:  # every slice on offer lies at sizes this plan cannot train
-        return stop(NO_GAIN if fit["reliable"] else NO_FIT,
-                    f"cannot continue: none of the {untrainable} slice(s) the law proposes (around N* "
-                    f"{fit['value']:.3g} at {target.at_compute:.3g} FLOPs) can be trained by this plan; {now}")
+        return step.stop(NO_GAIN if fit["reliable"] else NO_FIT,
+                         f"cannot continue: none of the {untrainable} slice(s) the law proposes (around N* "
+                         f"{fit['value']:.3g} at {target.at_compute:.3g} FLOPs) can be trained by this plan; {now}")
+    affordable = [c for c in candidates if c["affordable"]]
     if not affordable:
         cheapest = min(c["cost"] for c in candidates)
-        return stop(BUDGET, f"budget spent: the cheapest slice costs {_flops(cheapest)} FLOPs, "
-                            f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}", candidates)
+        return step.stop(BUDGET, f"budget spent: the cheapest slice costs {_flops(cheapest)} FLOPs, "
+                                 f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}", candidates)
+    if len(candidates) == 1 and candidates[0]["reduction"] is None:  # no ranking: twice the largest budget
+        c = candidates[0]
+        return step.add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
+                                f"{c['C']:.3g} FLOPs around N* ({_flops(c['cost'])} FLOPs)",
+                        {"C": c["C"], "sizes": c["sizes"], "cost": c["cost"],
+                         "why": "no ranking: twice the largest budget"}, candidates)
     useful = [c for c in affordable if c["cost"] > 0 and c["reduction"] is not None and c["reduction"] > 0]
     if not useful and not fit["reliable"]:  # nothing to gain from a law the data do not determine
-        return stop(NO_FIT, f"cannot continue: {target.law} is unreliable on these data and none of the "
-                            f"{len(affordable)} affordable slice(s) it proposes is both untrained and expected to "
-                            f"narrow the interval; {now}", candidates)
+        return step.stop(NO_FIT, f"cannot continue: {target.law} is unreliable on these data and none of the "
+                                 f"{len(affordable)} affordable slice(s) it proposes is both untrained and expected to "
+                                 f"narrow the interval; {now}", candidates)
     if not useful:  # every slice on offer is already trained, or expected to leave the interval no narrower
-        return stop(NO_GAIN, f"cannot narrow further: none of the {len(affordable)} affordable slice(s) is both "
-                             f"untrained and expected to narrow the interval; {now}", candidates)
+        return step.stop(NO_GAIN, f"cannot narrow further: none of the {len(affordable)} affordable slice(s) is "
+                                  f"both untrained and expected to narrow the interval; {now}", candidates)
     best = max(useful, key=lambda c: c["gain_per_flop"])
-    return add(RANKED, f"{now}; added the slice at {best['C']:.3g} FLOPs ({len(best['sizes'])} sizes around N* "
-                       f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects the bootstrap interval "
-                       f"{100 * best['reduction']:.0f}% narrower, the most per FLOP among {len(affordable)} "
-                       f"affordable slice(s) ({_flops(best['cost'])} FLOPs)",
-               {"C": best["C"], "sizes": best["sizes"], "cost": best["cost"], "why": "ranked",
-                "reduction": best["reduction"]}, candidates)
+    return step.add(RANKED, f"{now}; added the slice at {best['C']:.3g} FLOPs ({len(best['sizes'])} sizes around N* "
+                            f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects the bootstrap "
+                            f"interval {100 * best['reduction']:.0f}% narrower, the most per FLOP among "
+                            f"{len(affordable)} affordable slice(s) ({_flops(best['cost'])} FLOPs)",
+                    {"C": best["C"], "sizes": best["sizes"], "cost": best["cost"], "why": "ranked",
+                     "reduction": best["reduction"]}, candidates)
 
 
-# -- the loop -------------------------------------------------------------------------------------
+def decide(
+    round_: int,
+    spec: AdaptivePlan,
+    *,
+    law: Optional[Law],
+    fit_error: Optional[str],
+    points: Optional[pd.DataFrame],
+    spent: float,
+    fit_info: dict[str, Any],
+    cost_of: Callable[[float, list[float]], float],
+) -> Decision:
+    """The next step of the loop (see the module docstring); pure apart from the ranking's bootstrap.
+
+    ``law``: the fitted target law, or None with ``fit_error`` saying why; ``points``: the
+    sweep's completed (N, D, C, loss); ``spent``: FLOPs of every run of the sweep so far;
+    ``cost_of(C, sizes)``: the FLOPs a slice would add (its runs' actual compute, all seeds).
+    """
+    target, left = spec.target, spec.max_compute - spent
+    law, fit, fit_error = _measured(law, fit_error, fit_info, target)
+    step = _Round(round_, fit, spent, spec.max_compute)
+    ratio = fit.get("ratio")
+    if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
+        return step.stop(MET, f"target met: N* at {target.at_compute:.3g} FLOPs in {bounds(fit['lo'], fit['hi'], 4)} "
+                              f"(ratio {ratio:.3g} <= {target.interval_ratio:g}) after {_flops(spent)} FLOPs")
+    now = _now(law, fit, fit_error, target)
+    if round_ >= spec.max_rounds:
+        return step.stop(ROUNDS, f"stopped after {round_} added slices (max_rounds); {now}")
+    extended, too_dear = _extend_an_edge(step, points, left, now, cost_of)
+    if extended is not None:
+        return extended
+    if law is None:
+        if too_dear:
+            return step.stop(BUDGET, f"budget spent: extending an edge slice costs {_flops(min(too_dear))} FLOPs, "
+                                     f"{_flops(max(left, 0.0))} left of {_flops(spec.max_compute)}; {now}")
+        return step.stop(NO_FIT, f"cannot continue: {now}")
+    candidates, untrainable = _ranked(law, points, spec, round_, left, cost_of)
+    return _choose(step, candidates, untrainable, spec, left, now)
+
+
 def slice_runs(plan: Plan, C: float, sizes: list[float]) -> list[PlannedRun]:
     """The runs of one IsoFLOP slice (budget C, target sizes), expanded as a grid block would be.
 
@@ -292,7 +347,7 @@ def run_adaptive(
     grid: list[PlannedRun],
     *,
     url: str,
-    store: Any,
+    store: Store,
     register: Callable[[list[PlannedRun]], Any],
     train: Callable[[list[PlannedRun]], Any],
     echo: Callable[[str], None] = print,

@@ -25,7 +25,8 @@ from scaling.errors import PlanError
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import where
 from scaling.trainer.optim import decay_start, warmup_steps
-from scaling.trainer.spec import RunSpec, ScheduleSpec
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import ScheduleSpec
 
 if TYPE_CHECKING:
     from scaling.accounting import Shape

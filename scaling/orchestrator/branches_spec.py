@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from scaling.schema import StrictModel
-from scaling.trainer.spec import MAX_STORED_INT
+from scaling.trainer.sections import MAX_STORED_INT
 
 
 class BranchesPlan(StrictModel):

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from scaling.orchestrator.tally import RunState, Tally
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from rich.console import Console
+
+    from scaling.db.results import Results
 
 
 class Scheduler(Protocol):
@@ -41,7 +46,7 @@ def _fmt_eta(seconds: Optional[float]) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def read_progress(results: Any, states: "list[RunState]", sweep: str, now: Optional[float] = None) -> None:
+def read_progress(results: Results, states: "list[RunState]", sweep: str, now: Optional[float] = None) -> None:
     """Set each running run's step, train loss and eval loss from its last recorded rows.
 
     Reads one row per run and metric (``Results.last_metrics``), so the once-a-second refresh
@@ -135,7 +140,7 @@ def render(sched: "Scheduler") -> Any:
 class SweepDisplay:
     """Call :meth:`update` with the scheduler after each change; use as a context manager."""
 
-    def __init__(self, console: Any = None, live: Optional[bool] = None) -> None:
+    def __init__(self, console: Optional[Console] = None, live: Optional[bool] = None) -> None:
         from rich.console import Console
 
         self.console = console or Console()

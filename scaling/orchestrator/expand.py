@@ -33,11 +33,12 @@ from pydantic import ValidationError
 
 from scaling.accounting import Shape, check_fits
 from scaling.errors import FieldProblem, PlanError, ResourceError, UserError
-from scaling.layout import Decision
+from scaling.layout import Candidate, Decision
 from scaling.naming import printable_problem
 from scaling.orchestrator import branches
-from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens, group_label
-from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError
+from scaling.naming import group_label
+from scaling.orchestrator.hparam_groups import HparamValueError, combinations, common_tokens
+from scaling.orchestrator.plan import ModelPlan, Plan, ResourcesPlan, RuleValueError, TrainPlan
 from scaling.orchestrator.transfer import LAWS, FittedRule, frozen_expressions, law_expressions
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.resolve import (
@@ -49,14 +50,17 @@ from scaling.trainer.resolve import (
     Resolution,
     decide_data,
     decide_precision,
+    device_kind,
     resolve,
 )
-from scaling.trainer.spec import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe, RunRequest, RunSpec
+from scaling.trainer.spec import RunRequest, RunSpec
+from scaling.trainer.sections import ExecutionSpec, LoopSettings, OptimizerSpec, Placement, Recipe
 from scaling.vocab import HPARAM_GROUP_TAG
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.analysis import Analysis
     from scaling.fitting.recommend import Recommendation
+    from scaling.trainer.sections import ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -313,7 +317,7 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
         except HparamValueError as exc:
             at = ("grid", point.block, "hparams") + ((exc.field,) if exc.field in sweep.fields else ())
             raise PlanError(f"{where(source, at)}: {exc}") from None
-        label = group_label(point.shape, D)
+        label = group_label(point.shape.n_layer, point.shape.d_model, point.shape.n_head, D)
         name = f"{plan.name}/N{N:.3g}/D{D:.3g}/s{point.seed}"
         for c in combos:
             out.append(replace(point, tokens=D, lr=c.lr, batch=c.batch_tokens,
@@ -457,7 +461,7 @@ def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = None, *,
-                  schedule: Any = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
+                  schedule: Optional[ScheduleSpec] = None, branch: Optional[dict[str, Any]] = None, keep_steps: tuple[int, ...] = (),
                   name: Optional[str] = None, tags: Optional[dict[str, str]] = None,
                   execution: Optional[ExecutionSpec] = None) -> RunRequest:
     """The request of one grid point (a trunk or branch with its lineage); PlanError at the point's line.
@@ -482,12 +486,23 @@ def point_request(plan: Plan, point: GridPoint, source: Optional[YamlSource] = N
         field, swept = (str(problem.loc[-1]) if problem.loc else ""), plan.grid[point.block].hparams
         if problem.loc[:1] == ("model",):
             at = ("grid", point.block, "models", point.model)
+        elif not problem.loc:  # a check across fields: its message names its field, the plan's is said here
+            at, detail = point.loc, _in_plan_terms(detail)
         else:  # a run's own value (lr, batch, beta2): say which, and point at the sweep that made it
             at = ("grid", point.block, "hparams", field) if swept is not None and field in swept.fields else point.loc
             value = problem.value
             shown = format(value, ".4g") if isinstance(value, float) else repr(value)[:60]
             detail = f"{problem.path} {shown}: {detail}"
         raise PlanError(f"{where(source, at)}: {detail}") from None
+
+
+def _in_plan_terms(detail: str) -> str:
+    """A run spec's message that begins with its field (``batch_tokens: ...``) with the plan section
+    that sets the field named (``train.batch_tokens: ...``)."""
+    head, sep, rest = detail.partition(": ")
+    section = next((name for name, model in (("train", TrainPlan), ("model", ModelPlan))
+                    if head.split(".")[0] in model.model_fields), None)
+    return f"{section}.{head}: {rest}" if sep and section and " " not in head else detail
 
 
 # -- stage 4 ------------------------------------------------------------------------------------
@@ -540,7 +555,7 @@ def _placed_one(plan: Plan, r: Requested, spec: RunRequest, source: Optional[Yam
     assert best is not None  # resolve raises when nothing fits
     ex = done.spec.execution
     return PlannedRun(done.spec, b, r.kind, r.budget, best.memory.total_gib, best.strategy, done.choice.decision(),
-                      on.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers).gpus_per_node)
+                      on.machine(device_kind(ex, OFFLINE), ex.workers).gpus_per_node)
 
 
 def _no_layout(plan: Plan, r: Requested, exc: NoLayoutError, source: Optional[YamlSource]) -> UserError:
@@ -614,7 +629,7 @@ def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
 
 
 def _does_not_fit(
-    r: ResourcesPlan, spec: RunSpec, least: Any, block: int, model: int, source: Optional[YamlSource]
+    r: ResourcesPlan, spec: RunSpec, least: Candidate, block: int, model: int, source: Optional[YamlSource]
 ) -> str:
     shape = spec.shape
     tried = (

@@ -4,7 +4,7 @@ rate, batch and beta2, its runs one group.
 ``hparams: {lr: [1e-3, 3e-3, 1e-2], batch_tokens: {from: rule, factors: [0.5, 1, 2]}}`` lists a
 field's values, or multiples of what the plan's rule gives that field at each point. A field not
 listed keeps the point's own value (from ``rules``, else ``train``). The runs of one point share a
-label (:func:`group_label`), stored with each run, so a notebook or a fit of the best learning
+label (:func:`scaling.naming.group_label`), stored with each run, so a notebook or a fit of the best learning
 rate and batch per point can take them together. This module is the schema and the pure
 arithmetic; the expansion (`scaling.orchestrator.expand`) places and keys the runs.
 """
@@ -14,11 +14,11 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from scaling.accounting import Shape
+from scaling.accounting import whole_sequences
 from scaling.errors import FieldProblem
 from scaling.rules import HPARAM_CHECKS
 from scaling.schema import StrictModel
@@ -58,12 +58,12 @@ class Factors(_Strict):
 
     @field_validator("factors", mode="before")
     @classmethod
-    def _usable(cls, value: Any) -> Any:
+    def _usable(cls, value: object) -> object:
         return _numbers(value, lambda v: 1 / MAX_FACTOR <= v <= MAX_FACTOR,
                         f"a factor must lie between {1 / MAX_FACTOR:g} and {MAX_FACTOR:g}", "factors: ")
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
     """A YAML number (or text spelling one: YAML 1.1 reads ``1e-3`` as text); bools and NaN refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{value!r} is not a number")
@@ -76,7 +76,7 @@ def _number(value: Any) -> float:
     return number
 
 
-def _numbers(value: Any, ok: Any, why: str, what: str = "") -> tuple[float, ...]:
+def _numbers(value: object, ok: Callable[[float], bool], why: str, what: str = "") -> tuple[float, ...]:
     """``value`` as a tuple of distinct numbers each passing ``ok``; a ValueError naming the first
     problem (``what`` prefixes it where the error's place does not name the list)."""
     if not isinstance(value, (list, tuple)):
@@ -100,7 +100,7 @@ def _numbers(value: Any, ok: Any, why: str, what: str = "") -> tuple[float, ...]
     return tuple(out)
 
 
-def coincidence_problem(items: Any, values: list[float]) -> Optional[str]:
+def coincidence_problem(items: Sequence[object], values: list[float]) -> Optional[str]:
     """Why two of ``values`` (``items`` as written) cannot both be swept: one listed twice, or two
     equal to :data:`SIGNIFICANT` significant digits (they would differ by rounding alone and print
     alike); None when every value is its own. A grid's tokens and budgets follow the same rule."""
@@ -138,7 +138,7 @@ class HparamsPlan(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _known_fields(cls, value: Any) -> Any:
+    def _known_fields(cls, value: object) -> object:
         if isinstance(value, dict):
             for key in value:
                 if key not in HPARAMS:
@@ -149,7 +149,7 @@ class HparamsPlan(_Strict):
 
     @field_validator("lr", "batch_tokens", "beta2", mode="before")
     @classmethod
-    def _values_or_factors(cls, value: Any, info: Any) -> Any:
+    def _values_or_factors(cls, value: object, info: ValidationInfo) -> object:
         field = info.field_name
         if value is None:
             return None
@@ -248,7 +248,7 @@ def _batches(sweep: Optional[Sweep], own: int, context: int) -> list[int]:
     if sweep is None:
         return [own]
     if isinstance(sweep, Factors):
-        rounded = [max(context, int(round(own * f / context)) * context) for f in sweep.factors]
+        rounded = [whole_sequences(own * f, context) for f in sweep.factors]
         kept = list(dict.fromkeys(rounded))
         if len(kept) < len(rounded) and len(kept) < 2:
             raise HparamValueError("batch_tokens", f"every factor of the rule's {own} tokens rounds to "
@@ -276,12 +276,6 @@ def common_tokens(D: float, batches: Iterable[int]) -> int:
                                f"({', '.join(map(str, batches))} tokens: {step} is the least common multiple): use "
                                "batches that divide one another (powers of two), or a larger D")
     return tokens
-
-
-def group_label(shape: Shape, D: float) -> str:
-    """The group of a point's runs: its shape (layers x width x heads) and tokens, ``2x64x2 D=3.2e+06``
-    (D made whole batches of every combination by :func:`common_tokens`, which every run trains)."""
-    return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"
 
 
 def group_rows(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from scaling.errors import ResourceError, SpecError
+from scaling.trainer.resolve import OFFLINE, device_kind
 from scaling.trainer.spec import RunSpec
 
 #: Ray Train's health check polls every 2 s by default, so each ``report`` would block about
@@ -118,7 +119,7 @@ def run_multiworker(
             "launch_id": uuid.uuid4().hex,
             "max_failures": max_failures,
         },
-        torch_config=TorchConfig(backend=default_backend("cuda" if scaling.use_gpu else "cpu",
+        torch_config=TorchConfig(backend=default_backend(device_kind(spec.execution, OFFLINE),
                                                          spec.execution.cpu_offload)),
         scaling_config=scaling,
         run_config=RunConfig(

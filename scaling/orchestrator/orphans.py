@@ -5,14 +5,21 @@ dashboard and runtime-env agents, idle and running workers) are reparented when 
 killed with SIGKILL, and may keep running, and writing metrics, for a while. Each of them is
 named ``ray::...`` and carries the pid of the raylet that started it in ``RAY_RAYLET_PID`` (Ray's
 own processes read it to follow their raylet). One whose raylet is gone belongs to no node and is
-stopped before a new local Ray starts. Another live Ray's processes are never touched, even one
-that is no raylet's child (a task's own subprocess keeps the task's name): on a machine shared by
-several sweeps, or test workers, each with its own Ray, stopping them would break that Ray.
+stopped before a new local Ray starts, and as soon as its raylet exits by a watchdog the sweep
+starts beside its local Ray (:func:`start_watchdog`, a process of its own, so a sweep killed with
+SIGKILL leaves nothing running: the workers exit with their raylet, the agents are stopped).
+Another live Ray's processes are never touched, even one that is no raylet's child (a task's own
+subprocess keeps the task's name): on a machine shared by several sweeps, or test workers, each
+with its own Ray, stopping them would break that Ray.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import sys
+from pathlib import Path
 from typing import Optional
 
 import psutil
@@ -97,3 +104,40 @@ def reap_orphaned_agents() -> int:
         except psutil.NoSuchProcess:
             pass
     return len(orphans)
+
+
+def wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` (not a child of this one) has exited."""
+    try:
+        fd = os.pidfd_open(pid)  # Linux: woken by the kernel, no polling
+    except (AttributeError, OSError):
+        try:
+            psutil.Process(pid).wait()
+        except psutil.NoSuchProcess:
+            pass
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def start_watchdog() -> Optional[subprocess.Popen]:
+    """A process that stops the children of this process's raylet once it exits (None without a raylet).
+
+    It runs in a session of its own, so it outlives this process when it is killed, and exits
+    once it has reaped (a local Ray shut down normally leaves it nothing to do).
+    """
+    raylets = [c for c in psutil.Process().children() if c.name() == "raylet"]
+    if not raylets:
+        return None
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's scaling, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.Popen([sys.executable, "-m", "scaling.orchestrator.orphans", str(raylets[0].pid)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True, env=env)
+
+
+if __name__ == "__main__":  # the watchdog: python -m scaling.orchestrator.orphans RAYLET_PID
+    wait_for_exit(int(sys.argv[1]))
+    reap_orphaned_agents()

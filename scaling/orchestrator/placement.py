@@ -17,7 +17,12 @@ selector, so Ray Train's rank *i* is mesh rank *i*.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from ray.util.placement_group import PlacementGroup
+
+    from scaling.trainer.spec import RunSpec
 
 #: The label Ray gives every node with its id (``ray._raylet.RAY_NODE_ID_KEY``).
 NODE_ID_LABEL = "ray.io/node-id"
@@ -41,13 +46,13 @@ def node_groups(workers: int, tp: int, ranks_per_node: int) -> list[int]:
     return sizes
 
 
-def needs_node_bundles(spec: Any) -> bool:
+def needs_node_bundles(spec: RunSpec) -> bool:
     """Whether a run is tensor- or pipeline-parallel (its ranks are placed per node)."""
     e = spec.execution
     return e.workers > 1 and (getattr(e, "tp", 1) > 1 or getattr(e, "pp", 1) > 1)
 
 
-def bundles(spec: Any, ranks_per_node: int) -> tuple[list[dict[str, float]], list[int], str]:
+def bundles(spec: RunSpec, ranks_per_node: int) -> tuple[list[dict[str, float]], list[int], str]:
     """(bundles, ranks in each, Ray strategy) to reserve for ``spec``.
 
     A tensor- or pipeline-parallel run: one bundle per node holding its ranks' CPUs and GPUs,
@@ -62,7 +67,7 @@ def bundles(spec: Any, ranks_per_node: int) -> tuple[list[dict[str, float]], lis
     return out, sizes, "SPREAD" if len(sizes) > 1 else "STRICT_PACK"
 
 
-def bundle_nodes(pg: Any) -> list[str]:
+def bundle_nodes(pg: PlacementGroup) -> list[str]:
     """The node id of each bundle of a ready placement group, in bundle order."""
     from ray.util import placement_group_table
 

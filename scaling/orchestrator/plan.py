@@ -19,11 +19,18 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from scaling import layout, rules
-from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem
-from scaling.comms import LINKS
+from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
+from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
 from scaling.naming import name_problem
@@ -33,8 +40,8 @@ from scaling.orchestrator.hparam_groups import HparamsPlan, coincidence_problem
 from scaling.orchestrator.transfer import FittedRule
 from scaling.orchestrator.yamlsource import YamlSource, located, where
 from scaling.trainer.evaluation.eval_tasks import EvalsSpec, check_tasks
-from scaling.trainer.resolve import Host
-from scaling.trainer.spec import (
+from scaling.trainer.resolve import Host, decide_device
+from scaling.trainer.sections import (
     Conventions,
     DataSpec,
     FamilySpec,
@@ -81,7 +88,7 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return ShapePolicy(self.aspect_ratio, self.head_size, self.vocab_size, self.context, **self.family_kwargs())
 
     @model_serializer(mode="wrap")
-    def _omit_family_defaults(self, handler: Any) -> Any:
+    def _omit_family_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
@@ -119,7 +126,7 @@ class TrainPlan(Recipe, LoopSettings):
 
 class ClusterPlan(_Strict):
     """The machines runs are laid out on: the layout search keeps tensor parallelism inside a node
-    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.comms.LINKS`)."""
+    and prices data and pipeline groups that span nodes at the inter-node link (`scaling.communication.LINKS`)."""
 
     nodes: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="machines in the cluster")
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_WORKERS, strict=True,
@@ -171,7 +178,8 @@ class ResourcesPlan(Placement):
 
     @property
     def device(self) -> str:
-        return "cuda" if self.gpus_per_worker > 0 else "cpu"
+        """The plan's runs' device, by the resolver's rule (a plan names GPUs, not a device)."""
+        return decide_device("auto", self.gpus_per_worker, probe=False)
 
     def machine(self) -> layout.Machine:
         """The plan's cluster, or by default one node holding every worker (GPUs: NVLink; CPUs: gloo)."""
@@ -213,7 +221,7 @@ class RulesPlan(_Strict):
 
     @field_validator("lr", "batch_tokens")
     @classmethod
-    def _rule_is_safe(cls, value: Any) -> Any:
+    def _rule_is_safe(cls, value: object) -> object:
         if isinstance(value, dict) and "fitted" in value:  # not a FittedRule: say why
             FittedRule.model_validate(value)
         if value is not None and not isinstance(value, FittedRule):
@@ -259,7 +267,7 @@ class ModelPoint(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _number_is_n(cls, value: Any) -> Any:
+    def _number_is_n(cls, value: object) -> object:
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             return {"N": value}
         return value
@@ -278,7 +286,7 @@ class ModelPoint(_Strict):
     def shape(self, model: ModelPlan, convention: str) -> Shape:
         """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
         if self.N is not None:
-            return model.policy().shape_for(self.N, convention)  # type: ignore[arg-type]
+            return model.policy().planned_shape(self.N, convention)  # type: ignore[arg-type]
         family = model.family_kwargs()
         family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
         return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]
@@ -400,7 +408,7 @@ class Plan(_Strict):
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Any, source: Optional[YamlSource] = None) -> "Plan":
+    def from_dict(cls, data: object, source: Optional[YamlSource] = None) -> "Plan":
         """Validate ``data``; the first problem becomes one PlanError line (file:line: field: why)."""
         if not isinstance(data, dict):
             name = source.name if source is not None else "plan"
@@ -496,7 +504,7 @@ class Plan(_Strict):
         batch = self.train.batch_tokens
         if self.rules.batch_tokens is not None:
             ctx = self.model.context
-            batch = max(ctx, int(round(self._rule("batch_tokens", N, D, C) / ctx)) * ctx)
+            batch = whole_sequences(self._rule("batch_tokens", N, D, C), ctx)
         return lr, batch
 
     def _rule(self, field: str, N: float, D: float, C: float) -> float:

@@ -15,20 +15,22 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from scaling.accounting import Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
 from scaling.orchestrator.hparam_groups import group_rows
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.trainer.evaluation.task_cost import cost_note, cost_row
-from scaling.trainer.resolve import overheads, worker_rate
+from scaling.trainer.resolve import overheads, worker_gpus, worker_rate
 
 
 def throughput(plan: Plan, precision: Optional[str] = None) -> float:
     """FLOP/s one worker achieves in ``precision`` (default: the expanded plan's resolved one):
     the plan's figure, else a share of the probed CPU peak (cached) or a GPU default."""
     r = plan.resources
-    return worker_rate(precision or plan.train.precision, plan.train.threads, r.gpus_per_worker, r.host())
+    return worker_rate(precision or plan.train.precision, plan.train.threads, worker_gpus(r.device, r.gpus_per_worker),
+                       r.host())
 
 
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
@@ -42,12 +44,12 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
         return steps * run.layout.best.step_s
     shape = run.spec.shape
     real_flops = shape.flops_per_token("6N_attention", "total") * steps * run.spec.batch_tokens
-    per_step = overheads(plan.resources.gpus_per_worker)[0]
+    per_step = overheads(worker_gpus(plan.resources.device, plan.resources.gpus_per_worker))[0]
     rate = throughput(plan, run.spec.precision)
     return steps * per_step + real_flops / (rate * run.spec.execution.workers)
 
 
-def shape_label(shape: Any) -> str:
+def shape_label(shape: Shape) -> str:
     """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width; a μP
     shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
@@ -185,7 +187,7 @@ def attention_notes(expansion: Expansion) -> list[str]:
             for (head_dim, device, precision, compiled), runs in sorted(cases.items())]
 
 
-def _adaptive_note(plan: Any, grid_flops: float) -> list[str]:
+def _adaptive_note(plan: Plan, grid_flops: float) -> list[str]:
     """What an adaptive plan may spend beyond the runs listed (its grid)."""
     a = plan.adaptive
     if a is None:

@@ -24,7 +24,9 @@ from scaling.orchestrator.signals import uninterrupted
 from scaling.orchestrator.tally import PENDING_STATES, QUEUED, RESERVING, WAITING, RunState, Tally
 
 if TYPE_CHECKING:
+    from scaling.db import Store
     from scaling.orchestrator.worker import RunOutcome
+    from scaling.trainer.spec import RunSpec
 
 #: Lost attempts (worker or node death) a run may suffer in one sweep before it is failed.
 MAX_LOST_ATTEMPTS = 5
@@ -80,7 +82,7 @@ class Scheduler:
     def __init__(
         self,
         runs: list[PlannedRun],
-        store: Any,
+        store: Store,
         store_url: str,
         sweep: str,
         runs_dir: str | Path,
@@ -403,7 +405,7 @@ class Scheduler:
             s.launched_at = time.time()
         self._in_flight[ref] = claimed
 
-    def _submit(self, spec: Any, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
+    def _submit(self, spec: RunSpec, run_dir: str, attempt: int, rank_nodes: Optional[list[str]] = None) -> Any:
         import ray
 
         from scaling.orchestrator import worker

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling import vocab
 from scaling.errors import UserError
+from scaling.quantities import possible_losses
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
 
 RUNS_FORMATS = ("table", "json", "csv")
 RUNS_TABLE_COLUMNS = ["run_key", "status", "N", "D", "C", "attempts", "final_loss", "final_train_loss", "host", "error"]
@@ -32,17 +36,25 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     # A branch's first trunk_tokens were trained by its trunk: its own compute is the rest.
     inherited = runs["C"] * runs["trunk_tokens"] / runs["D"].where(runs["D"] > 0, 1)
     own = runs["C"] - inherited
-    total = float(own.sum())
+    # A superseded run is no part of the sweep any more: not in its total; what it spent is said apart.
+    superseded = set(runs.loc[runs["status"] == vocab.SUPERSEDED, "run_key"])
+    total = float(own[runs["status"] != vocab.SUPERSEDED].sum())
     done = runs["status"] == vocab.COMPLETED
     spent = float(own[done].sum())
+    spent_superseded = 0.0
     if metrics is not None and len(metrics):
         last = metrics.groupby("run_key")["flops"].max()
         caps = partial.set_index("run_key")["C"]
         before = dict(zip(runs["run_key"], inherited))
-        spent += float(sum(max(0.0, min(float(v), float(caps.get(k, v))) - before.get(k, 0.0)) for k, v in last.items()))
+        for k, v in last.items():
+            used = max(0.0, min(float(v), float(caps.get(k, v))) - before.get(k, 0.0))
+            if k in superseded:
+                spent_superseded += used
+            else:
+                spent += used
     # Without reuse: every (N, D) point trained from scratch (trunks are no points of their own).
     trunks = set(runs["parent_key"].dropna())
-    points = ~runs["run_key"].isin(trunks)
+    points = ~runs["run_key"].isin(trunks) & (runs["status"] != vocab.SUPERSEDED)
     failures = [
         {"key": r.run_key, "N": int(r.N), "D": float(r.D), "attempts": _int(getattr(r, "attempts", None)),
          "error": str(getattr(r, "error", "") or "")}
@@ -56,6 +68,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "flops_total": total,
         "flops_spent": spent,
         "flops_remaining": max(0.0, total - spent),
+        "flops_spent_superseded": spent_superseded,
         "flops_total_without_reuse": float(runs.loc[points, "C"].sum()),
         "flops_spent_without_reuse": float(runs.loc[points & done, "C"].sum()),
         "branches": int(runs["parent_key"].notna().sum()),
@@ -64,7 +77,7 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     }
 
 
-def stale_running(runs: Any, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
+def stale_running(runs: pd.DataFrame, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
     """The running runs whose heartbeat is older than the timeout a claimant takes them over after
     (``HEARTBEAT_TIMEOUT_S``): no live driver is running them. Their number and how long since the
     newest of their heartbeats, in seconds; None when every running run has a fresh heartbeat."""
@@ -96,7 +109,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-def _int(v: Any) -> Optional[int]:
+def _int(v: object) -> Optional[int]:
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -126,6 +139,10 @@ def render_status(status: dict[str, Any]) -> Any:
         head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunk(s): without reuse "
                      f"{status['flops_spent_without_reuse']:.3g} spent of {status['flops_total_without_reuse']:.3g} "
                      f"FLOPs; the sweep needs {ratio:.2f}x that")
+    if status["counts"].get(vocab.SUPERSEDED):
+        head.add_row("superseded", f"{status['counts'][vocab.SUPERSEDED]} run(s) a later plan replaced (its corpus or "
+                     f"settings changed), not counted above; {status['flops_spent_superseded']:.3g} FLOPs went "
+                     "into them")
     parts: list[Any] = [head]
     if status["failures"]:
         t = Table(title="failed runs")
@@ -137,8 +154,10 @@ def render_status(status: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
-def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table") -> str:
-    """The runs of ``sweep`` (default: the latest sweep) formatted as ``fmt``."""
+def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table",
+              warn: Callable[[str], None] = lambda line: None) -> str:
+    """The runs of ``sweep`` (default: the latest sweep) formatted as ``fmt``. A stored loss that
+    breaks the loss rule (:mod:`scaling.quantities`) is left blank, and ``warn`` gets one line naming the run."""
     if fmt not in RUNS_FORMATS:
         raise UserError(f"--format must be one of {', '.join(RUNS_FORMATS)}, not {fmt!r}")
     from scaling.db import connect
@@ -146,6 +165,9 @@ def list_runs(url: Optional[str], sweep: Optional[str] = None, fmt: str = "table
     with connect(url) as res:
         name = res.sweep_name(sweep)
         df = res.runs(sweep=name, spec=fmt == "json")
+    df, problem = possible_losses(df, LOSS_COLUMNS)
+    if problem:
+        warn(f"warning: {problem}")
     if fmt == "json":
         records = json.loads(df.to_json(orient="records", date_format="iso"))
         return json.dumps(records, indent=2) + "\n"
@@ -178,7 +200,8 @@ def _runs_table(sweep: str, df) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(out) + "\n"
 
 
-_RIGHT_ALIGNED = ("N", "D", "C", "attempts", "final_loss", "final_train_loss")
+LOSS_COLUMNS = ("final_loss", "final_train_loss")
+_RIGHT_ALIGNED = ("N", "D", "C", "attempts", *LOSS_COLUMNS)
 
 
 def _cell(col: str, v: object) -> str:

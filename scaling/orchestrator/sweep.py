@@ -15,18 +15,27 @@ import socket
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling import vocab
 from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.db.lifecycle import Lifecycle
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
-from scaling.orchestrator.orphans import reap_orphaned_agents
+from scaling.orchestrator.orphans import reap_orphaned_agents, start_watchdog
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
 from scaling.orchestrator.signals import deferred_interrupts, uninterrupted
 from scaling.trainer.checkpoints.rundir import checked_folder, owner_problem
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.db import Store
+    from types import FrameType
+
+    from scaling.fitting.analysis import Analysis
+    from scaling.fitting.recommend import Recommendation
+    from scaling.orchestrator.adaptive import AdaptiveOutcome
+    from scaling.orchestrator.display import SweepDisplay
 
 #: Object store of the local Ray: runs exchange only small results, so keep it small.
 LOCAL_OBJECT_STORE_BYTES = 150 * 1024**2
@@ -73,6 +82,7 @@ def start_ray(address: Optional[str], num_cpus: Optional[int]) -> bool:
             log_to_driver=False,
             logging_level="WARNING",
         )
+        start_watchdog()  # nor outlive this sweep if it is killed
     return True
 
 
@@ -143,7 +153,7 @@ def run_sweep(
     report: bool = True,
     stale_after_s: float = 60.0,
     heartbeat_s: float = 5.0,
-    display: Any = None,
+    display: Optional[SweepDisplay] = None,
     echo: Callable[[str], None] = print,
     refresh_transfer: bool = False,
 ) -> SweepResult:
@@ -153,14 +163,7 @@ def run_sweep(
     plan, source = (plan, None) if isinstance(plan, Plan) else load_plan(plan)
     expansion = expand(plan, source, db=db, refresh_transfer=refresh_transfer)
     url = resolve_url(cli=db, plan=plan.db)
-    refuse_in_memory(url)
-    if address and is_sqlite(url):
-        raise DatabaseError(
-            f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
-            f"{mask_url(url)!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
-        )
-    if not address:
-        check_local_cpus(expansion, plan.resources.num_cpus)
+    check_where(url, address, expansion)
     for note in expansion.notes:
         echo(f"note: {note}")
     if dry_run:
@@ -192,10 +195,56 @@ def run_sweep(
             on_update=display.update if display is not None else None,
         ).run()
 
+    outcome, adaptive = train_on_ray(expansion, schedule, url=url, store=store, address=address, echo=echo)
+    result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
+    analyse_and_report(result, plan, fit=fit, report=report, echo=echo)
+    return result
+
+
+def analyse_and_report(result: SweepResult, plan: Plan, *, fit: bool, report: bool, echo: Callable[[str], None]) -> None:
+    """After the runs: the sweep's analysis, once (``result.fit``), and the report of it, whose headline is
+    the analysis' recommendation sized by the plan, the closing answer's run; a user error is a note."""
+    url = result.url
+    if fit:
+        from scaling.fitting import SweepSource, analyse
+
+        result.fit = _as_note(echo, "fit", analyse, SweepSource(url, plan.name))
+    if report:
+        from scaling.fitting import Analysis
+        from scaling.reports import write_report
+
+        path = report_path(url, plan)
+        analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
+        sized = _as_note(echo, "report", sized_recommendation, url, analysis)  # the closing answer's run
+        if _as_note(echo, "report", partial(write_report, analysis=analysis,
+                                            recommendation=None if sized is _SKIPPED else sized), url, plan.name,
+                    str(path)) is not _SKIPPED:
+            result.report_path = str(path)
+
+
+def check_where(url: str, address: Optional[str], expansion: Expansion) -> None:
+    """Refuse a database the sweep's workers cannot share (in memory; SQLite on a cluster), or a local
+    Ray with too few CPUs for one run."""
+    refuse_in_memory(url)
+    if address and is_sqlite(url):
+        raise DatabaseError(
+            f"--address joins a Ray cluster whose other nodes cannot reach the SQLite file of "
+            f"{mask_url(url)!r}; use a database server (postgresql+psycopg://...) with --db or the plan's db:"
+        )
+    if not address:
+        check_local_cpus(expansion, expansion.plan.resources.num_cpus)
+
+
+def train_on_ray(expansion: Expansion, schedule: Callable[[list[Any]], SweepOutcome], *, url: str, store: Store,
+                 address: Optional[str], echo: Callable[[str], None]) -> tuple[SweepOutcome, Optional[AdaptiveOutcome]]:
+    """The expansion's runs trained by ``schedule`` on Ray (started here unless ``address`` names one),
+    or the adaptive loop's rounds: (the outcome, the adaptive outcome or None). SIGTERM stops cleanly,
+    like Ctrl-C; a Ray started here is shut down whatever happens."""
+    plan = expansion.plan
     adaptive = None
     previous = signal.getsignal(signal.SIGTERM)
 
-    def _terminate(signum: int, frame: Any) -> None:  # SIGTERM stops cleanly, like Ctrl-C
+    def _terminate(signum: int, frame: Optional[FrameType]) -> None:  # SIGTERM stops cleanly, like Ctrl-C
         raise KeyboardInterrupt
 
     started_ray = False
@@ -218,26 +267,10 @@ def run_sweep(
                 import ray
 
                 ray.shutdown()
-    result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
-    if fit:
-        from scaling.fitting import SweepSource, analyse
-
-        result.fit = _as_note(echo, "fit", analyse, SweepSource(url, plan.name))
-    if report:
-        from scaling.fitting import Analysis
-        from scaling.reports import write_report
-
-        path = report_path(url, plan)
-        analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
-        sized = _as_note(echo, "report", sized_recommendation, url, analysis)  # the closing answer's run
-        if _as_note(echo, "report", partial(write_report, analysis=analysis,
-                                            recommendation=None if sized is _SKIPPED else sized), url, plan.name,
-                    str(path)) is not _SKIPPED:
-            result.report_path = str(path)
-    return result
+    return outcome, adaptive
 
 
-def sized_recommendation(url: str, analysis: Any) -> Any:
+def sized_recommendation(url: str, analysis: Optional[Analysis]) -> Optional[Recommendation]:
     """The analysis' recommendation with its run sized by the sweep's stored plan (None without one)."""
     from scaling.orchestrator.expand import sweep_recommendation
 
@@ -246,7 +279,8 @@ def sized_recommendation(url: str, analysis: Any) -> Any:
     return sweep_recommendation(url, analysis)
 
 
-def report_inputs(url: str, sweep: Optional[str], *, save: bool = False) -> tuple[Any, Any]:
+def report_inputs(url: str, sweep: Optional[str], *,
+                  save: bool = False) -> tuple[Optional[Analysis], Optional[Recommendation]]:
     """What a sweep's report shows, as the end of ``scaling sweep`` hands it: the stored analysis of the sweep's
     unchanged data (else one made, stored only with ``save``) and its recommendation sized by the stored plan;
     (None, None) where the sweep cannot be analysed (the report then says why)."""
@@ -269,7 +303,7 @@ def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:
             raise DatabaseError(problem)
 
 
-def register(store: Any, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
+def register(store: Store, plan: Plan, expansion: Expansion, replace_plan: bool = False) -> list[str]:
     """Register the sweep (with its plan and conventions) and its runs; returns the new keys.
     ``replace_plan``: the stored plan becomes this one (a transferred law refitted on request)."""
     return Lifecycle(store, plan.name).register(

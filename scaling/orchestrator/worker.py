@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.trainer.result import TrainResult
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class RunOutcome:
     task_ended: Optional[float] = None
 
     @classmethod
-    def of(cls, result: Any, started: float) -> "RunOutcome":
+    def of(cls, result: TrainResult | dict[str, Any], started: float) -> "RunOutcome":
         """The outcome of a trainer's result (a ``TrainResult``, or Ray Train's dict of its fields)."""
         get = result.get if isinstance(result, dict) else lambda name: getattr(result, name)
         return cls(key=get("key"), final_train_loss=get("final_train_loss"), final_eval_loss=get("final_eval_loss"),
@@ -81,7 +84,7 @@ class SingleRunTask:
     believes free, and the previous task's ``CUDA_VISIBLE_DEVICES``.
     """
 
-    def __init__(self, fn: Any = None) -> None:
+    def __init__(self, fn: Optional[Callable[..., TrainResult]] = None) -> None:
         import ray
 
         fn = fn or train_single

@@ -9,7 +9,6 @@ can draw them from its own frames.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from scaling.fitting.core.notes import NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
+from scaling.naming import group_title
 from scaling.reports import fitview
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.figures import TEMPLATE, size_colors, with_alpha
@@ -37,15 +37,6 @@ REPORT_BOOTSTRAP = 200
 #: The axis titles of the loss-against-lr panels.
 LR_AXIS = "learning rate (peak)"
 LOSS_AXIS = "final loss (nats per token)"
-#: A size in a group's label ("D=1.99885e+06"), rewritten as 2.0M.
-_SIZE_IN_LABEL = re.compile(r"\b([ND])=([0-9][0-9.]*(?:[eE][+-]?[0-9]+)?)")
-
-
-def group_title(label: str) -> str:
-    """A group's label with its sizes written as counts: "2x16x2 D=1.99885e+06" reads "2x16x2 D=2.0M"."""
-    return _SIZE_IN_LABEL.sub(lambda m: f"{m.group(1)}={size(float(m.group(2)), 2)}", label)
-
-
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs the fits use (:func:`scaling.fitting.core.sweep_data.fitted_runs`) with a finite loss, and their
     lr, batch, beta2 and group."""

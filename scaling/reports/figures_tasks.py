@@ -222,7 +222,10 @@ def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -
         fitted = getattr(getattr(data, "sweep_fit", None), "tasks", None)
         if fitted is not None:  # the sweep's own task laws, handed to the report
             return render_tasks(data, page, fitted) if fitted.laws else ""
-        td = tasks_from_db(url, data.sweep)
+        try:
+            td = tasks_from_db(url, data.sweep)
+        except UserError as exc:  # e.g. a stored accuracy no task can have: said, nothing drawn
+            return section(SECTION_ID, TITLE, missing(f"Not fitted: {' '.join(str(exc).split())}"))
         if not td.tasks():
             return ""
         how = (f"Fitted for this report ({n_bootstrap} bootstrap replicates, step 1 from a coarse start grid); "

@@ -22,6 +22,7 @@ from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
 from scaling.fitting import KINDS, Law, fit_data, from_db
 from scaling.fitting.core.base import unavailable_note
+from scaling.quantities import possible_losses
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law
 
@@ -80,7 +81,10 @@ class ReportData:
         if sweep not in set(sweeps["sweep"].astype(str)):
             raise NotFoundError(f"no sweep named {sweep!r} in the database at {mask_url(url)}")
         info = {k: _plain(v) for k, v in results.sweep_info(sweep).items()}
-        data = cls(sweep=sweep, runs=results.runs(sweep=sweep), sweep_info=info, source=mask_url(url))
+        runs, impossible = possible_losses(results.runs(sweep=sweep), ("final_loss", "final_train_loss"))
+        data = cls(sweep=sweep, runs=runs, sweep_info=info, source=mask_url(url))
+        if impossible:
+            data.notes.append(f"Not drawn: {impossible}.")
         if len(data.runs):
             loss = results.metrics(sweep=sweep, names=[names.TRAIN_LOSS, names.EVAL_LOSS])
             data.curves = thin_curves(loss, curve_points)

@@ -32,7 +32,7 @@ def check_memory(spec: RunSpec) -> float:
     before anything is built when it exceeds this machine's device (the GPU's memory, or the host's
     RAM on CPU; the spec's ``device_memory_gib`` if set)."""
     from scaling.accounting import check_fits, micro_batch_size
-    from scaling.comms import estimate_memory
+    from scaling.memory import estimate_memory
     from scaling.trainer.probe import device_memory_bytes
     from scaling.trainer.runtime import Runtime
 
@@ -40,7 +40,7 @@ def check_memory(spec: RunSpec) -> float:
     device = Runtime.current(ex.device).device
     micro = micro_batch_size(spec.sequences_per_batch, 1, ex.micro_batch_size)
     est = estimate_memory(spec.shape, micro, spec.precision, "single", 1, ex.activation_checkpointing,
-                          device="cuda" if device.type == "cuda" else "cpu")
+                          device=device.type)
     where = "execution.device_memory_gib" if ex.device_memory_gib is not None else (
         "this GPU's memory" if device.type == "cuda" else "this machine's RAM")
     check_fits(est, device_memory_bytes(spec, device), what=f"model {spec.shape.n_layer}x{spec.shape.d_model}",

@@ -414,7 +414,7 @@ def hf_tokenizer(row: dict[str, Any]) -> tuple[Any, str]:
     wrong model. Byte-level data gets :func:`byte_tokenizer`."""
     from scaling.trainer.data import tokenizer as hf
     from scaling.trainer.data.prepare import prepare
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
     data_fields = (row.get("spec") or {}).get("data")
     data = DataSpec.model_validate(data_fields if isinstance(data_fields, dict) else {})

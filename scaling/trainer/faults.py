@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from scaling.trainer.runtime import Runtime
-from scaling.trainer.spec import FaultSpec
+from scaling.trainer.sections import FaultSpec
 
 POISON_LOGIT_SCALE = 1000.0
 

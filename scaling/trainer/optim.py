@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from scaling.trainer.spec import ScheduleSpec, decay_start, warmup_steps
+from scaling.trainer.sections import ScheduleSpec, decay_start, warmup_steps
 
 if TYPE_CHECKING:
     from torch import nn

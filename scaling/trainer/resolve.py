@@ -23,7 +23,8 @@ from pydantic import ValidationError
 from scaling import layout
 from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
 from scaling.errors import FieldProblem, ResourceError, SpecError
-from scaling.trainer.spec import DataSpec, ExecutionSpec, RunSpec, precision_problem
+from scaling.trainer.spec import RunSpec, precision_problem
+from scaling.trainer.sections import DataSpec, ExecutionSpec
 
 #: FLOP/s one GPU worker achieves by default (about 40% of a current accelerator's dense peak:
 #: ~1e15 FLOP/s in bf16/fp16, ~67e12 in fp32), when the plan sets no ``throughput_flops``.
@@ -141,17 +142,33 @@ def _gflops(rate: float) -> str:
     return f"{rate / 1e9:.3g} GFLOP/s"
 
 
-def device_kind(execution: ExecutionSpec, host: Host = Host()) -> str:
-    """``cpu`` or ``cuda``: the execution's device, its reserved GPUs, else (probing) whether this machine has CUDA."""
-    if execution.device != "auto":
-        return execution.device
-    if execution.gpus_per_worker > 0:
+def decide_device(requested: str, gpus_per_worker: float, *, probe: bool = True) -> str:
+    """``cpu`` or ``cuda``: the one device rule of a run, whether `scaling plan` sizes it, the sweep
+    places it or `scaling train` trains it here. The device the request names; else ``cuda`` where
+    the worker reserves GPUs; else, probing, whether this machine has CUDA (not probing: ``cpu``).
+    Its precision, layout, memory model and rate all follow from this one answer."""
+    if requested != "auto":
+        return requested
+    if gpus_per_worker > 0:
         return "cuda"
-    if not host.probe:
+    if not probe:
         return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_kind(execution: ExecutionSpec, host: Host = Host()) -> str:
+    """:func:`decide_device` of an execution section on ``host``."""
+    return decide_device(execution.device, execution.gpus_per_worker, probe=host.probe)
+
+
+def worker_gpus(device: str, gpus_per_worker: float) -> float:
+    """GPUs one worker computes on: those it reserves; one where it trains on ``cuda`` and reserves
+    none (a run trained in place, outside Ray); none on a CPU."""
+    if device != "cuda":
+        return 0.0
+    return gpus_per_worker if gpus_per_worker > 0 else 1.0
 
 
 def decide_precision(requested: str, device: str, *, probe: bool = True) -> Resolution:
@@ -174,8 +191,7 @@ def decide_precision(requested: str, device: str, *, probe: bool = True) -> Reso
 
     from scaling.trainer import precision as probes
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = decide_device(device, 0)
     if device == "cuda":
         if requested != "auto":
             return Resolution(requested, requested, "as requested")
@@ -195,14 +211,15 @@ def decide_precision(requested: str, device: str, *, probe: bool = True) -> Reso
     return Resolution(requested, requested, "as requested", rates, None if fast else slow)
 
 
-def worker_rate(precision: str, threads: int, gpus_per_worker: float, host: Host = Host()) -> float:
-    """FLOP/s one worker achieves in ``precision``: the host's stated figure, else a GPU default,
-    else a share of one CPU core's probed matmul rate times ``threads`` (without probing, a
-    nominal CPU rate). One core's rate: a one-thread probe is not thrown off by a busy machine."""
+def worker_rate(precision: str, threads: int, gpus: float, host: Host = Host()) -> float:
+    """FLOP/s one worker achieves in ``precision`` on ``gpus`` (:func:`worker_gpus`; 0: a CPU): the
+    host's stated figure, else a GPU default, else a share of one CPU core's probed matmul rate
+    times ``threads`` (without probing, a nominal CPU rate). One core's rate: a one-thread probe is
+    not thrown off by a busy machine."""
     if host.throughput_flops is not None:
         return host.throughput_flops
-    if gpus_per_worker > 0:
-        return GPU_THROUGHPUT_FLOPS[precision] * gpus_per_worker
+    if gpus > 0:
+        return GPU_THROUGHPUT_FLOPS[precision] * gpus
     if not host.probe:
         return CPU_NOMINAL_FLOPS * threads
     from scaling.trainer import precision as probes
@@ -210,9 +227,10 @@ def worker_rate(precision: str, threads: int, gpus_per_worker: float, host: Host
     return CPU_PEAK_FRACTION * probes.cpu_rate(precision, 1) * threads
 
 
-def overheads(gpus_per_worker: float) -> tuple[float, float]:
-    """(fixed seconds per step, fixed seconds per layer and micro-batch) of a worker."""
-    if gpus_per_worker > 0:
+def overheads(gpus: float) -> tuple[float, float]:
+    """(fixed seconds per step, fixed seconds per layer and micro-batch) of a worker on ``gpus``
+    (:func:`worker_gpus`; 0: a CPU)."""
+    if gpus > 0:
         return GPU_STEP_SECONDS, GPU_LAYER_SECONDS
     return CPU_STEP_SECONDS, CPU_LAYER_SECONDS
 
@@ -237,25 +255,27 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
     else a rank's whole share).
     """
     ex = spec.execution
+    device = device_kind(ex, host)
+    gpus = worker_gpus(device, ex.gpus_per_worker)
     precision = spec.precision
     if precision == "auto":  # a simulated run planned: the larger estimate
-        precision = decide_precision("auto", device_kind(ex, OFFLINE), probe=False).precision
+        precision = decide_precision("auto", device, probe=False).precision
     shape = spec.shape
     auto = ex.strategy == "auto"
     fixed = ex.model_fields_set if auto else set(LAYOUT_FIELDS)
     mbs = ex.micro_batch_size if "micro_batch_size" in fixed else None
     if not auto and mbs is None:
         mbs = spec.sequences_per_batch  # a named strategy without a micro-batch: a rank's whole share
-    step_s, layer_s = overheads(ex.gpus_per_worker)
+    step_s, layer_s = overheads(gpus)
     return layout.Request(
         shape=shape,
         precision=precision,  # type: ignore[arg-type]
         workers=ex.workers,
         sequences=spec.sequences_per_batch,
         flops_per_step=shape.flops_per_token("6N_attention", "total") * spec.batch_tokens,
-        rate=worker_rate(precision, ex.threads, ex.gpus_per_worker, host),
+        rate=worker_rate(precision, ex.threads, gpus, host),
         memory_limit_bytes=memory_limit(ex, host),
-        machine=host.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", ex.workers),
+        machine=host.machine(device, ex.workers),
         step_overhead_s=step_s,
         layer_overhead_s=layer_s,
         checkpointing=ex.activation_checkpointing,
@@ -264,7 +284,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
         strategy=None if auto else ex.strategy,
         micro_batch_size=mbs,
-        device="cuda" if ex.gpus_per_worker > 0 else "cpu",
+        device=device,
     )
 
 
@@ -292,7 +312,7 @@ def decide_strategy(spec: RunSpec, workers: int, memory_bytes: float) -> Optiona
     """
     ex = spec.execution
     request = replace(layout_request(spec, OFFLINE), workers=workers, memory_limit_bytes=memory_bytes,
-                      machine=OFFLINE.machine("cuda" if ex.gpus_per_worker > 0 else "cpu", workers),
+                      machine=OFFLINE.machine(device_kind(ex, OFFLINE), workers),
                       tp=ex.tp, pp=ex.pp, schedule=ex.pp_schedule, strategy=None,
                       micro_batch_size=ex.micro_batch_size or spec.sequences_per_batch)
     return decide_layout(request).best

@@ -6,7 +6,7 @@ through :func:`scaling.trainer.parallel.data_parallel.parallelize` only when the
 
 Ranks form a ``pp x dp x tp`` grid (:func:`build_mesh`): tensor-parallel ranks are adjacent
 (inside one node, where Ray places consecutive ranks), data-parallel groups stride over them,
-pipeline stages are outermost (Megatron's order, and the one :class:`scaling.comms.Cluster`
+pipeline stages are outermost (Megatron's order, and the one :class:`scaling.communication.Cluster`
 assumes). Ranks of one tensor group see the same data; the batch is shared over ``dp``.
 """
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from scaling import vocab
 from scaling.trainer.result import TrainResult
-from scaling.trainer.spec import RunSpec, SimulatedLaw
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import SimulatedLaw
 
 if TYPE_CHECKING:
     from scaling.db import Store

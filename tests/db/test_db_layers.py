@@ -54,7 +54,7 @@ def test_db_imports_nothing_of_ours_but_errors_and_vocab() -> None:
 
 def test_one_home_for_names_and_statuses() -> None:
     assert importlib.util.find_spec("scaling.trainer.names") is None
-    assert vocab.STATUSES == ("pending", "running", "completed", "failed", "interrupted")
+    assert vocab.STATUSES == ("pending", "running", "completed", "failed", "interrupted", "superseded")
     assert vocab.TRAIN_LOSS in vocab.METRICS
     for module in ("scaling.db", "scaling.db.models"):
         assert not hasattr(importlib.import_module(module), "COMPLETED"), module
@@ -63,8 +63,8 @@ def test_one_home_for_names_and_statuses() -> None:
 def test_the_status_check_is_spelled_from_the_vocabulary_and_matches_the_migration() -> None:
     from scaling.db.models import STATUS_CHECK
 
-    assert STATUS_CHECK == "status IN ('pending', 'running', 'completed', 'failed', 'interrupted')"
-    assert f'"{STATUS_CHECK}"' in (MIGRATIONS / "0001_initial_schema.py").read_text()
+    assert STATUS_CHECK == "status IN ('pending', 'running', 'completed', 'failed', 'interrupted', 'superseded')"
+    assert f'"{STATUS_CHECK}"' in (MIGRATIONS / "0006_superseded_status.py").read_text()  # the newest to set it
 
 
 def test_the_database_refuses_a_status_outside_the_vocabulary(sqlite_url: str) -> None:

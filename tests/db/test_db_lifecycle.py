@@ -50,7 +50,7 @@ def test_one_table_of_transitions() -> None:
     its moves are allowed: a completed run is never claimed or failed, and nothing returns to pending."""
     states = set(vocab.STATUSES) | {QUEUED, RESERVING, WAITING}
     assert set(TRANSITIONS) == states and set().union(*TRANSITIONS.values()) <= states - {vocab.PENDING}
-    assert CLAIMABLE == (vocab.PENDING, vocab.FAILED, vocab.INTERRUPTED)
+    assert CLAIMABLE == (vocab.PENDING, vocab.FAILED, vocab.INTERRUPTED, vocab.SUPERSEDED)
     assert vocab.COMPLETED not in sources(vocab.FAILED) + sources(vocab.RUNNING)
     assert check_transition(QUEUED, RESERVING) == RESERVING
     for old, new in [(vocab.COMPLETED, vocab.RUNNING), (vocab.COMPLETED, vocab.FAILED), (RESERVING, vocab.RUNNING),

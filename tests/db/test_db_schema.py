@@ -118,3 +118,40 @@ def test_concurrent_first_opens_create_the_schema_once(empty_url: str) -> None:
     with mp_context().Pool(4) as pool:
         pool.map(_open, [empty_url] * 4)
     assert _revision(empty_url) == head_revision()
+
+
+def test_the_superseded_status_comes_with_its_migration_and_goes_back_as_interrupted(empty_url: str) -> None:
+    """Revision 0006 lets runs.status be 'superseded' on a database holding runs; a downgrade turns
+    such runs into interrupted ones, which revision 0005's constraint allows."""
+    from alembic import command
+    from sqlalchemy.exc import IntegrityError
+
+    def sql(statement: str) -> None:
+        engine = make_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(statement))
+        finally:
+            engine.dispose()
+
+    def migrate(step: object, revision: str) -> None:
+        engine = make_engine(empty_url)
+        with engine.begin() as conn:
+            step(alembic_config(connection=conn), revision)  # type: ignore[operator]
+        engine.dispose()
+
+    migrate(command.upgrade, "0005")
+    sql("INSERT INTO sweeps (id, name, params_convention, flops_convention, created_at) "
+        "VALUES (1, 's', 'non_embedding', '6N', '2026-12-07 00:00:00')")
+    sql("INSERT INTO runs (sweep_id, key, n_params, n_params_total, n_layer, d_model, n_head, vocab_size, context, "
+        "tokens, flops, seed, spec, status, attempts, created_at, trunk_tokens) VALUES (1, 'k', 1, 1, 1, 8, 1, 8, 8, "
+        "8, 1.0, 0, '{}', 'interrupted', 1, '2026-12-07 00:00:00', 0)")
+    with pytest.raises(IntegrityError):
+        sql("UPDATE runs SET status = 'superseded'")
+    migrate(command.upgrade, "0006")
+    sql("UPDATE runs SET status = 'superseded'")
+    migrate(command.downgrade, "0005")
+    engine = make_engine(empty_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT status FROM runs")).scalar() == "interrupted"
+    engine.dispose()

@@ -19,25 +19,22 @@ import pytest
 from _workers import TINY_LLAMA, spawn
 
 from scaling.accounting import FAMILIES, Shape, model_state_bytes
-from scaling.comms import (
+from scaling.communication import (
     LINKS,
     Cluster,
     Link,
-    ParallelLayout,
     bubble_fraction,
     collective_time,
     copy_bytes,
     dp_traffic,
     host_share,
-    in_flight,
-    layer_activation_bytes,
-    memory_per_rank,
-    params_per_rank,
     reduce_bytes,
     step_comm_time,
     step_traffic,
     wire_bytes,
 )
+from scaling.accounting import ParallelLayout, params_per_rank
+from scaling.memory import in_flight, layer_activation_bytes, memory_per_rank
 
 TINY = Shape(n_layer=2, d_model=32, n_head=2, vocab_size=256, context=16)
 
@@ -446,10 +443,10 @@ def test_model_bytes_equal_what_crosses_the_wire(strategy: str, precision: str, 
 
 
 def test_module_is_torch_free() -> None:
-    """The planner imports the model on machines without torch."""
+    """The planner imports the communication and memory models on machines without torch."""
     import subprocess
     import sys
 
-    code = "import sys, scaling.comms; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, scaling.communication, scaling.memory; assert 'torch' not in sys.modules, 'torch imported'"
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -1,6 +1,6 @@
 """Peak memory per rank of a real training step, for every layout, against the planner's estimate.
 
-The planner (:func:`scaling.comms.memory_per_rank`) decides which layouts fit a device; this
+The planner (:func:`scaling.memory.memory_per_rank`) decides which layouts fit a device; this
 checks its figure against what a rank really holds at its high-water mark. The measurement is
 the CPU's counterpart of ``torch.cuda.max_memory_allocated``: the peak over one step (every
 micro-batch's forward and backward, the pipeline schedule, the optimizer step) of the bytes of
@@ -19,7 +19,8 @@ import torch
 
 from _workers import dp_share, loss_of, spawn, state_bytes
 from scaling.accounting import Shape
-from scaling.comms import TRAINER_SCHEDULES, ParallelLayout, layer_activation_bytes, memory_per_rank
+from scaling.accounting import TRAINER_SCHEDULES, ParallelLayout
+from scaling.memory import layer_activation_bytes, memory_per_rank
 from scaling.trainer.spec import RunSpec
 
 SHAPE = {"n_layer": 4, "d_model": 128, "n_head": 4, "vocab_size": 256, "context": 64}

@@ -28,14 +28,9 @@ from _workers import (
     trajectory,
 )
 from scaling.accounting import model_state_bytes
-from scaling.comms import (
-    TRAINER_SCHEDULES,
-    ParallelLayout,
-    bubble_fraction,
-    memory_per_rank,
-    params_per_rank,
-    step_traffic,
-)
+from scaling.communication import bubble_fraction, step_traffic
+from scaling.accounting import TRAINER_SCHEDULES, ParallelLayout, params_per_rank
+from scaling.memory import memory_per_rank
 from scaling.trainer.checkpoints import checkpoint
 from scaling.trainer.spec import RunSpec
 
@@ -183,7 +178,7 @@ def test_gradients_match_single_process(layout: str, tmp_path) -> None:
                 atol = 1e-7 if s.execution.tp == 1 else 1e-6 * float(ref[name].abs().max())
                 torch.testing.assert_close(g, ref[name], rtol=FP32_RTOL, atol=atol, msg=f"{what}: rank {rank} {name}")
         assert seen == set(ref), what  # the stages together hold every parameter
-        # Model state per rank is what scaling.comms counts: blocks/pp, the embeddings on the
+        # Model state per rank is what scaling.memory counts: blocks/pp, the embeddings on the
         # first stage, the final norm and the tied copy on the last, sharded over dp by ZeRO.
         # (zero2's count includes the parameters it keeps gathered from forward to backward,
         # which are gone after the step this is measured at.)
@@ -375,7 +370,7 @@ WIRE_CASES = [spec(2, 2, sch, precision=p) for sch in ("gpipe", "1f1b") for p in
 def test_p2p_bytes_equal_the_comms_model(tmp_path) -> None:
     """What the first rank sends (activations forward; under interleaving also its second chunk's
     input gradients backward) and receives, and the tied embedding's gradient all-reduce, equal
-    :func:`scaling.comms.step_traffic`'s pipeline payloads exactly; the last rank mirrors the
+    :func:`scaling.communication.step_traffic`'s pipeline payloads exactly; the last rank mirrors the
     first. Boundary activations travel in FP32, the residual stream's dtype in every layout."""
     outs = spawn(wire_worker, 2, str(tmp_path), WIRE_CASES)
     for i, s in enumerate(WIRE_CASES):

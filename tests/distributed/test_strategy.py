@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scaling.accounting import GIB
-from scaling.comms import estimate_memory
+from scaling.memory import estimate_memory
 from scaling.errors import ResourceError, SpecError
 from scaling.trainer.parallel.data_parallel import applied_strategy, default_backend, transformer_blocks
 from scaling.trainer.resolve import OFFLINE, resolve

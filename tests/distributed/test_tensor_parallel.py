@@ -29,7 +29,9 @@ from _workers import (
     trajectory,
     until_fault_each,
 )
-from scaling.comms import ParallelLayout, memory_per_rank, step_traffic
+from scaling.communication import step_traffic
+from scaling.accounting import ParallelLayout
+from scaling.memory import memory_per_rank
 from scaling.errors import SpecError
 from scaling.trainer.checkpoints import checkpoint
 from scaling.trainer.spec import RunSpec
@@ -227,7 +229,7 @@ def wire(tmp_path_factory) -> dict[int, list[dict]]:
 
 @pytest.mark.parametrize("world,case", [(2, c) for c in WIRE_CASES] + [(4, c) for c in WIRE_CASES_2D])
 def test_model_bytes_equal_what_crosses_the_wire(world: int, case: tuple[int, str, str], wire) -> None:
-    """Per collective kind, the payload bytes of one step equal :func:`scaling.comms.step_traffic`'s, exactly."""
+    """Per collective kind, the payload bytes of one step equal :func:`scaling.communication.step_traffic`'s, exactly."""
     tp, strategy, precision = case
     dp = world // tp
     layout = ParallelLayout(dp=dp, tp=tp, strategy="ddp" if dp == 1 else strategy, micro_batch=2)  # type: ignore[arg-type]

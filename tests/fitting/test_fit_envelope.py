@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scaling.fitting import ChinchillaEnvelope, FitSummary, KaplanLaw, from_dict, from_frame
+from scaling.fitting import ChinchillaEnvelope, KaplanLaw, from_dict, from_frame
+from scaling.fitting.sweep_fit import FitSummary
 from scaling.fitting.loss import synthetic as S
-from scaling.fitting.core.measurements import loss_curves
+from scaling.fitting.core.sweep_data import loss_curves
 
 
 def _few_decisive_runs() -> ChinchillaEnvelope:

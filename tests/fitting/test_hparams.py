@@ -147,6 +147,7 @@ def test_fit_csv_prints_the_groups_and_laws_and_says_which_loss(sweep_csv: Path)
 
 @pytest.mark.parametrize("change, words", [
     (lambda d: d.assign(lr_peak=np.where(d.index == 4, -1e-3, d["lr_peak"])), "non-positive or non-finite lr"),
+    (lambda d: d.assign(beta2=np.where(d.index == 4, np.nan, 0.95)), "with non-finite beta2"),
     (lambda d: d.assign(group=["g"] * (len(d) - 1) + [""]), "empty group label"),
     (lambda d: d.assign(group=["g"] * (len(d) - 1) + ["lonely"]), "has one run"),
 ])

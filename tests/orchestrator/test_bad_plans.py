@@ -133,6 +133,14 @@ CASES: list[tuple[str, str, list[str]]] = [
      ["resources.throughput_flops", "greater than or equal to 1000000"]),
     ("device memory past any device", GOOD.replace("workers: 1", "workers: 1\n  device_memory_gib: 1.0e+300"),
      ["resources.device_memory_gib", "65536"]),
+    ("a size no shape of the family comes near", GOOD.replace("model:\n", "model:\n  family: llama\n  n_kv_head: 7\n"),
+     ["grid.0.models.0", "N=6e+03", "1x112/7h", "more than 2x from its target"]),
+    ("more steps than the database numbers", GOOD.replace("batch_tokens: 2048", "batch_tokens: 256").replace(
+        "compute: [1.0e+12]", "compute: [1.0e+21]"), ["grid.0.compute.0: train.batch_tokens: ", "use a larger batch"]),
+    ("a boolean given as a string", GOOD.replace("  precision: fp32", "  precision: fp32\n  compile: 'yes'"),
+     ["train.compile", ":10:", "expected true or false, not 'yes'"]),
+    ("a boolean given as a number", GOOD.replace("  precision: fp32", "  precision: fp32\n  compile: 0"),
+     ["train.compile", ":10:", "expected true or false, not 0"]),
     ("bounds drop everything", GOOD.replace("compute: [1.0e+12]", "compute: [1.0e+12]\n    bounds: {max_tokens: 10}"),
      ["grid.0.compute.0", "bounds"]),
 ]
@@ -158,7 +166,7 @@ def test_bad_plan(name: str, text: str, expected: list[str], command: str, tmp_p
     assert code == 2, err
     assert len(lines) == 1, err
     assert lines[0].startswith("error: "), err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "{'" not in err, err  # a place is a field's name, never a dict's repr
     for part in expected:
         assert part in lines[0], (part, lines[0])
     assert not db.exists(), "a bad plan must not create or write the database"

@@ -18,7 +18,7 @@ from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.trainer.checkpoints import lineage
 from scaling.trainer.optim import decay_start, lr_at
-from scaling.trainer.spec import ScheduleSpec
+from scaling.trainer.sections import ScheduleSpec
 
 pytestmark = pytest.mark.usefixtures("shared_ray")  # in-process sweeps join the session's Ray
 

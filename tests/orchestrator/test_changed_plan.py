@@ -91,3 +91,34 @@ def test_ad_hoc_runs_may_share_a_point(tmp_path: Path) -> None:
     store.claim(specs[0].key, claimant_id(), sweep="probe")
     store.finish(specs[0].key, "completed", final_eval_loss=3.0, sweep="probe")
     assert store.register("probe", [specs[1].record()]) == [specs[1].key]
+
+
+def test_runs_a_changed_plan_replaces_are_superseded_not_pending(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted and a pending run whose points a changed plan (another corpus or law) trains
+    under new keys are superseded: `scaling status` neither counts them pending nor as compute to
+    spend; undoing the change makes them pending again and supersedes the others."""
+    from scaling import vocab
+    from scaling.orchestrator.status import sweep_status
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    first = _register(_plan(tmp_path / "a.yaml", tmp_path / "runs"), url)
+    store = Store(url)
+    store.claim(first[0], claimant_id(), sweep="changed")
+    store.finish(first[0], "interrupted", sweep="changed")  # the other one never started
+    before = sweep_status(url, "changed")
+    again = _register(_plan(tmp_path / "b.yaml", tmp_path / "runs", E=2.5), url)
+    status = sweep_status(url, "changed")
+    assert status["counts"] == {vocab.SUPERSEDED: 2, vocab.PENDING: 2}, status["counts"]
+    assert status["flops_total"] == pytest.approx(before["flops_total"])  # the new runs only, not both
+    from cli_run import run_main
+
+    shown = run_main("status", "--db", url, "--sweep", "changed")
+    words = " ".join(shown.out.split())
+    assert shown.code == 0 and "4 (2 pending, 2 superseded)" in words and "2 run(s) a later plan replaced" in words, words
+
+    assert _register(_plan(tmp_path / "a2.yaml", tmp_path / "runs"), url) == []  # the change undone
+    with connect(url) as results:
+        runs = results.runs(sweep="changed").set_index("run_key")["status"]
+    assert set(runs[again]) == {vocab.SUPERSEDED}  # the runs it had replaced are claimed as pending ones
+    assert [store.claim(key, claimant_id(), sweep="changed") for key in first] == [2, 1]

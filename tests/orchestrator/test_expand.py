@@ -128,7 +128,8 @@ def test_size_run_from_a_stored_plan() -> None:
 
 def test_plan_sections_are_the_specs_own() -> None:
     """Every default of a run comes from the spec: a plan that says nothing gives a default RunRequest."""
-    from scaling.trainer.spec import ExecutionSpec, RunRequest
+    from scaling.trainer.spec import RunRequest
+    from scaling.trainer.sections import ExecutionSpec
 
     spec = expand(Plan.from_dict({"name": "d", "grid": [{"models": [{"n_layer": 1, "d_model": 64, "n_head": 1}],
                                                           "tokens": [1e5]}]}), resolve=False).runs[0].spec

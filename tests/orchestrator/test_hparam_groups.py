@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from scaling.accounting import Shape
 from scaling.orchestrator.hparam_groups import (
     Combination,
     Factors,
@@ -14,7 +13,6 @@ from scaling.orchestrator.hparam_groups import (
     HparamValueError,
     combinations,
     common_tokens,
-    group_label,
 )
 
 
@@ -58,9 +56,11 @@ def test_a_points_tokens_are_whole_batches_of_every_combination() -> None:
 
 
 def test_the_group_label_names_the_points_shape_and_tokens() -> None:
-    shape = Shape(2, 64, 4, 256, 128)
-    assert group_label(shape, 3.2e6) == "2x64x4 D=3.2e+06"
-    assert group_label(shape, 3.2e6) != group_label(shape, 3.20001e6) != group_label(Shape(2, 64, 2, 256, 128), 3.2e6)
+    from scaling.naming import group_label, group_title
+
+    assert group_label(2, 64, 4, 3.2e6) == "2x64x4 D=3.2e+06"
+    assert group_label(2, 64, 4, 3.2e6) != group_label(2, 64, 4, 3.20001e6) != group_label(2, 64, 2, 3.2e6)
+    assert group_title(group_label(2, 16, 2, 1.99885e6)) == "2x16x2 D=2.0M"  # shown by the same rule
 
 
 def test_the_stored_form_reloads_to_the_same_sweep() -> None:

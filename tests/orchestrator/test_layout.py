@@ -19,7 +19,7 @@ import yaml
 from cli_run import run_cli
 
 from scaling.accounting import GIB, Shape, micro_batch_size, micro_batches
-from scaling.comms import ParallelLayout
+from scaling.accounting import ParallelLayout
 from scaling.layout import SCHEDULES, Machine, Request, choose, evaluate, layouts, no_layout_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,9 +309,9 @@ def test_tp_never_spans_a_node_even_when_it_would_fit_only_there() -> None:
 
 
 def test_communication_time_is_the_cost_models_plus_message_latency() -> None:
-    """The search times a layout with `scaling.comms.step_comm_time`, adding only the latency of
+    """The search times a layout with `scaling.communication.step_comm_time`, adding only the latency of
     the extra messages a data-parallel collective is split into (buckets, FSDP units, tensors)."""
-    from scaling.comms import step_comm_time
+    from scaling.communication import step_comm_time
     from scaling.layout import comm_seconds
 
     shape = Shape(4, 256, 4, 256, 256)  # 3.2M parameters: DDP's FP32 gradients fit one 25 MiB bucket

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from scaling.orchestrator import placement
-from scaling.trainer.spec import ExecutionSpec, RunSpec
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import ExecutionSpec
 
 
 def _spec(workers: int, tp: int, pp: int, cpus: float = 1) -> RunSpec:

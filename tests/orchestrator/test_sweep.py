@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from scaling import vocab as names
-from scaling.orchestrator.orphans import orphaned_ray_processes, reap_orphaned_agents
+from scaling.orchestrator.orphans import orphaned_ray_processes, raylet_pid_of, reap_orphaned_agents
 from orch_helpers import assert_consistent, shape, write_plan
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
@@ -122,6 +122,7 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
         _wait_for(one_done_one_partial, 150, "one completed and one partial run")
         _, steps_before = _progress(sqlite_url, "killed")  # (read first: a run claimed since has no steps here)
         before = connect(sqlite_url).runs(sweep="killed").set_index("run_key")
+        raylet = next(p.pid for p in psutil.Process(proc.pid).children() if p.name() == "raylet")
         if sig == "two Ctrl-C":
             os.killpg(proc.pid, signal.SIGINT)
             time.sleep(0.3)
@@ -143,9 +144,10 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
         _wait_for(lambda: not _group_alive(proc.pid), 30, "Ray's processes in the sweep's group to exit")
     else:
         assert code == -signal.SIGKILL
-        # The killed sweep's raylet dies with it; its agents and workers are orphaned until reaped.
+        # The killed sweep's raylet dies with it; its workers exit with it, and the sweep's watchdog
+        # stops its agents: nothing it started runs on, before any other sweep starts.
         _wait_for(lambda: not _raylet_of(proc.pid), 30, "the killed sweep's raylet to exit")
-        orphans = orphaned_ray_processes()
+        _wait_for(lambda: not _left_by(raylet), 20, "the killed sweep's agents and workers to be reaped")
 
     rerun = subprocess.run([SCALING, "sweep", str(plan), "--db", sqlite_url, "--no-fit", "--no-report",
                             "--stale-after", "2"], capture_output=True, text=True, timeout=240, env=env)
@@ -159,8 +161,6 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
     resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
     assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
     assert "running" not in set(runs["status"])
-    if sig == signal.SIGKILL:  # the rerun's local Ray reaped what the killed one left behind
-        assert orphans and not [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_reaping_spares_a_live_rays_processes() -> None:
@@ -186,6 +186,22 @@ def test_reaping_spares_a_live_rays_processes() -> None:
         assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1  # the live Ray still runs tasks
     finally:
         child.kill()
+
+
+def _left_by(raylet: int) -> list[psutil.Process]:
+    """The running processes the raylet ``raylet`` started (its agents and workers)."""
+    found = []
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            ray_child = (p.info["name"] or "").startswith("ray::") or any(
+                "agent" in a for a in (p.info["cmdline"] or [])[:3])
+            if ray_child and raylet_pid_of(p) == raylet:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            continue
+    return found
 
 
 def _raylet_of(pid: int) -> bool:

@@ -17,7 +17,8 @@ import numpy as np
 from scaling.accounting import ShapePolicy
 from scaling.db import Store
 from scaling import vocab as names
-from scaling.trainer.spec import ModelSpec, RunSpec
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import ModelSpec
 
 # User text that would run as script if a report failed to escape it.
 HOSTILE = "<script>alert(1)</script>"

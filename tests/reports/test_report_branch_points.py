@@ -7,7 +7,8 @@ import numpy as np
 
 from scaling.db import Store, connect
 from scaling.trainer.optim import decay_start
-from scaling.trainer.spec import RunSpec, ScheduleSpec
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import ScheduleSpec
 
 from report_synth import true_loss
 

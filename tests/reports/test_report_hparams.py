@@ -56,7 +56,8 @@ def test_a_sweep_without_groups_has_no_section(db: str) -> None:
 
 
 def test_panels_have_axis_titles_with_units_and_sizes_as_counts(db: str) -> None:
-    from scaling.reports.figures_hparams import LOSS_AXIS, LR_AXIS, group_title, hparam_runs, loss_against_lr
+    from scaling.naming import group_title
+    from scaling.reports.figures_hparams import LOSS_AXIS, LR_AXIS, hparam_runs, loss_against_lr
 
     data = report_data(db, "grid")
     hp = hparam_runs(data.completed)

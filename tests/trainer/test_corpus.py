@@ -12,7 +12,7 @@ import torch
 from scaling.errors import SpecError
 from scaling.trainer.data import corpus as corpus_module
 from scaling.trainer.data.corpus import BUILTIN_FILES, Batches, eval_windows, load_corpus, resolve_data
-from scaling.trainer.spec import DataSpec
+from scaling.trainer.sections import DataSpec
 
 
 def test_builtin_corpus_is_real_pinned_text() -> None:

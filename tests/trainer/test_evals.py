@@ -301,7 +301,7 @@ def test_metric_names_outside_the_vocabulary_are_refused(db_url: str) -> None:
 
 
 def test_check_tasks_passes_good_files(tmp_path: Path) -> None:
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
     path = _write(tmp_path / "qa.jsonl", [json.dumps(d) for d in GOOD])
     got = check_tasks(EvalsSpec(tasks=[{"path": path}]), DataSpec(), 64)

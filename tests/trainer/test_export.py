@@ -115,7 +115,7 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
     ours, shape = _ours(trained)
     from scaling.trainer.data import tokenizer as ours_tok
     from scaling.trainer.data.prepare import prepare
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
     bpe = ours_tok.load(prepare(DataSpec.model_validate(trained["row"]["spec"]["data"])).tokenizer_path)
     ids = tok(TEXT)["input_ids"]

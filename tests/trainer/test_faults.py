@@ -10,7 +10,7 @@ import torch
 from scaling.trainer import faults
 from scaling.trainer.loop import Trainer
 from scaling.trainer.runtime import Runtime
-from scaling.trainer.spec import FaultSpec
+from scaling.trainer.sections import FaultSpec
 
 CPU = Runtime(device=torch.device("cpu"))
 

@@ -10,7 +10,7 @@ import torch
 from scaling.accounting import Shape
 from scaling.trainer.families.model import build_model
 from scaling.trainer.optim import lr_at, param_groups, warmup_steps
-from scaling.trainer.spec import ScheduleSpec
+from scaling.trainer.sections import ScheduleSpec
 
 
 def test_cosine_warms_up_then_decays_to_ten_percent() -> None:
@@ -113,7 +113,7 @@ def test_cpu_offload_is_refused_in_one_line_where_it_does_nothing(execution: dic
     """Only FSDP2 (zero2, zero3 over several data-parallel ranks, no pipeline) has shards to offload."""
     from pydantic import ValidationError
 
-    from scaling.trainer.spec import ExecutionSpec
+    from scaling.trainer.sections import ExecutionSpec
 
     with pytest.raises(ValidationError, match="cpu_offload takes effect only under strategy zero2 or zero3"):
         ExecutionSpec(**execution, cpu_offload=True)

@@ -81,3 +81,21 @@ def test_sizing_a_stored_plan_never_imports_torch() -> None:
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_one_device_rule_decides_precision_layout_memory_and_rate_together() -> None:
+    """``device: cuda`` with no GPU reserved (a run trained in place by `scaling train`) is a CUDA run
+    throughout: a GPU precision, a GPU machine, the GPU memory model, one GPU's rate and overheads;
+    ``device: cpu`` is a CPU run throughout, GPUs reserved or not."""
+    from scaling.trainer.resolve import GPU_STEP_SECONDS, GPU_THROUGHPUT_FLOPS, layout_request
+
+    fields = {"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "context": 32}, "tokens": 32 * 2 * 10,
+              "batch_tokens": 32 * 2}
+    on_gpu = resolve(RunRequest.from_dict({**fields, "execution": {"device": "cuda", "gpus_per_worker": 0}}),
+                     OFFLINE)
+    request = on_gpu.choice.request
+    assert on_gpu.spec.precision == "bf16" and request.device == "cuda" and request.machine.intra == "nvlink"
+    assert request.rate == GPU_THROUGHPUT_FLOPS["bf16"] and request.step_overhead_s == GPU_STEP_SECONDS
+    on_cpu = layout_request(RunRequest.from_dict({**fields, "precision": "fp32",
+                                                  "execution": {"device": "cpu", "gpus_per_worker": 1}}), OFFLINE)
+    assert on_cpu.device == "cpu" and on_cpu.machine.intra == "loopback_gloo" and on_cpu.rate < request.rate

@@ -19,7 +19,7 @@ from scaling.trainer.data import digests, shards
 from scaling.trainer import train
 from scaling.trainer.data.corpus import Batches, load_corpus, resolve_data
 from scaling.trainer.faults import InjectedFault
-from scaling.trainer.spec import DataSpec
+from scaling.trainer.sections import DataSpec
 from cli_run import run_main
 
 EXT = {"bin": "bin", "npy": "npy", "llmc": "bin"}

@@ -25,7 +25,8 @@ from scaling.errors import PlanError, SpecError
 from scaling.trainer.data import files, prepare as prep, tokenizer as hf
 from scaling.trainer.data.corpus import load_corpus, resolve_data
 from scaling.trainer.data.prepare import prepare
-from scaling.trainer.spec import DataSpec, RunSpec
+from scaling.trainer.spec import RunSpec
+from scaling.trainer.sections import DataSpec
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "examples" / "corpus"

@@ -505,7 +505,7 @@ def outside_measured(compute: float, measured: Any) -> tuple[float, float] | Non
     return None if lo / MAX_EXTRAPOLATION <= compute <= hi * MAX_EXTRAPOLATION else (lo, hi)
 
 
-def check_budget(compute: float, measured: Any, what: str = "--compute") -> None:
+def check_budget(compute: float, measured: Any, what: str = "the budget") -> None:
     """Refuse a budget more than :data:`MAX_EXTRAPOLATION` outside the measured budgets ``measured``."""
     span = outside_measured(compute, measured)
     if span is not None:

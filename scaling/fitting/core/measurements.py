@@ -310,7 +310,8 @@ def check_values(df: pd.DataFrame, columns: Columns, *, where: str = "", label: 
                     f"({ACCEPTED}); {int(parsed.unreadable.sum())} such cell(s) (--drop-invalid drops such rows)",
                     lambda i: f"{col}={cell(i)!r}")
         elif (invalid & ~outside).any():
-            problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with non-positive or non-finite "
+            kind = "non-finite" if key == "beta2" else "non-positive or non-finite"  # 0 is a valid beta2
+            problem(invalid & ~outside, lambda i: f"{int(invalid.sum())} point(s) with {kind} "
                     f"{name} (first: {label(i)}, {name}={float(v[i])!r}; column {col!r}; "
                     "--drop-invalid drops such rows)", number)
         bad_rows |= invalid

@@ -15,6 +15,7 @@ import pandas as pd
 
 from scaling.errors import FitError, NotFoundError
 from scaling.fitting.core.measurements import R_STAR_DATA, FitData, prepare
+from scaling.quantities import RULES, broken
 from scaling.vocab import COMPLETED
 
 
@@ -44,6 +45,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         runs = fitted_runs(res.runs(sweep=sweep, spec=False))  # read once: the trunks to leave out are found among all of them
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
+        check_stored_losses(runs, f"sweep {sweep!r}")
         params_conv = str(info.get("params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
@@ -85,6 +87,16 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
+
+
+def check_stored_losses(runs: pd.DataFrame, source: str) -> None:
+    """Refuse a run whose final loss read back from the database a CSV cell could not hold (the
+    same rule, :mod:`scaling.quantities`), in one line naming the run."""
+    bad = broken("loss", runs["loss"].to_numpy(float))
+    if bad.any():
+        row = runs.iloc[int(np.flatnonzero(bad)[0])]
+        raise FitError(f"{source}: run {row['run_key']}: final loss {float(row['loss'])!r} in the database: "
+                       f"{RULES['loss'].says}; {int(bad.sum())} such run(s), none fitted")
 
 
 def fitted_runs(every: pd.DataFrame) -> pd.DataFrame:

@@ -29,12 +29,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from scaling import accounting
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.intervals import interval_text, summarise, withheld
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import DIGITS, point_keys, rounded
 from scaling.fmt import bounds, num
+from scaling.naming import point_label
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
@@ -63,10 +65,6 @@ PUBLISHED = {
 }
 
 
-def point_label(N: float, D: float) -> str:
-    return f"N={num(N, 3)}, D={num(D, 3)}"
-
-
 def assign_groups(runs: pd.DataFrame) -> pd.Series:
     """Each run's group label, or None for a run in no group.
 
@@ -78,7 +76,7 @@ def assign_groups(runs: pd.DataFrame) -> pd.Series:
     keys = list(zip(same["N"], same["D"]))
     names = {k: point_label(*k) for k in dict.fromkeys(keys)}
     if len(set(names.values())) < len(names):  # distinct points that print alike at 3 digits
-        names = {k: f"N={num(k[0], DIGITS)}, D={num(k[1], DIGITS)}" for k in names}
+        names = {k: point_label(*k, digits=DIGITS) for k in names}
     point = pd.Series([names[k] for k in keys], dtype=object)
     if "group" in r and r["group"].notna().any():
         label = r["group"].where(r["group"].notna(), None)
@@ -746,7 +744,7 @@ def whole_sequences(tokens: float, run: dict[str, Any]) -> int:
     shape = run.get("shape") if isinstance(run.get("shape"), dict) else {}
     context = shape.get("context")
     if isinstance(context, int) and context > 0:
-        return int(max(1, round(tokens / context)) * context)
+        return accounting.whole_sequences(tokens, context)
     return int(round(tokens))
 
 

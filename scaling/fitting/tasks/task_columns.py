@@ -10,7 +10,8 @@ grouping keys of a point. The names themselves are the vocabulary's (:mod:`scali
 
 from __future__ import annotations
 
-from scaling.vocab import TASK_KINDS, TASK_PREFIX, task_metric, task_name_problem
+from scaling.vocab import TASK_KINDS, TASK_PREFIX, task_metric, task_metric_parts, task_name_problem
+from scaling.vocab import parse_task_metric as parse_metric
 
 #: Column prefixes a CSV may use instead of ``task/<task>/<kind>``; ``err`` is 1 - accuracy.
 COLUMN_KINDS = ("acc_norm", "acc", "bpb", "err")
@@ -29,24 +30,13 @@ def metric_name(task: str, kind: str) -> str:
     return task_metric(task, kind)
 
 
-def parse_metric(name: str) -> tuple[str, str] | None:
-    """(task, kind) of a database metric name, or None when it is not a task metric."""
-    if not name.startswith(TASK_PREFIX):
-        return None
-    rest = name[len(TASK_PREFIX):]
-    task, sep, kind = rest.rpartition("/")
-    if not sep or kind not in TASK_KINDS or task_name_problem(task):
-        return None
-    return task, kind
-
-
 def parse_column(column: str) -> tuple[str, str] | None:
     """(task, kind) of a CSV column (kind ``err`` for an error rate), or None when it is not a task column."""
     name = column.strip()
-    if name.lower().startswith(TASK_PREFIX):
-        task, sep, kind = name[len(TASK_PREFIX):].rpartition("/")
-        kind = kind.lower()
-        return (task, kind) if sep and task and kind in TASK_KINDS + ("err",) else (task or name, kind or "?")
+    parts = task_metric_parts(name)
+    if parts is not None:
+        task, kind = parts[0], parts[1].lower()
+        return (task, kind) if task and kind in TASK_KINDS + ("err",) else (task or name, kind or "?")
     low = name.lower()
     for kind in COLUMN_KINDS:
         if low.startswith(kind + "_") and len(name) > len(kind) + 1:

@@ -23,8 +23,9 @@ from scaling.errors import FitError
 from scaling.fitting.core.measurements import ALIASES, FitData, read_rows
 from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.tabular import parse_numbers
-from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, parse_column,
-                                          parse_metric, task_name_problem)
+from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, metric_name,
+                                                parse_column, parse_metric, task_name_problem)
+from scaling.quantities import RULES, broken
 from scaling.fitting.tasks.task_evaluations import RUN_COLUMN, TOKENS_COLUMN, Evaluations, split_evaluations
 
 COLUMNS = ("run_key", "N", "D", "C", "tokens", "final", "task", "acc", "acc_norm", "bpb", "loss")
@@ -94,7 +95,9 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
         m = res.metrics(run_keys=list(runs["run_key"]), names=wanted + [names.EVAL_LOSS], sweep=sweep)
         events = res.events(sweep=sweep, kinds=[names.DATA, names.SIMULATED])
         events = events[events["run_key"].isin(set(runs["run_key"]))]
-    return TaskData(_tidy(m, runs, k), k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
+    evals = _tidy(m, runs, k)
+    check_stored(evals, f"sweep {sweep!r}")
+    return TaskData(evals, k, f"sweep {sweep!r}", chance=chance_of_events(events, tasks))
 
 
 def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]:
@@ -110,7 +113,7 @@ def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]
         else:
             continue
         for name, c in pairs:
-            if name in tasks and isinstance(c, (int, float)) and 0.0 <= float(c) < 1.0:
+            if name in tasks and isinstance(c, (int, float)) and RULES["chance"].allows(float(c)):
                 seen.setdefault(str(name), set()).add(round(float(c), 9))
     return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
@@ -236,11 +239,10 @@ def _chance(col: pd.Series, name: str, where: str) -> float:
     """A task's chance level: one value in [0, 1) on every row that gives one."""
     parsed = parse_numbers(col)
     v = parsed.values
-    bad = parsed.unreadable | (np.isfinite(v) & ~((v >= 0) & (v < 1))) | np.isinf(v)
+    bad = parsed.unreadable | broken("chance", v)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise FitError(f"{where}column {name!r}, data row {i + 1}: {str(col.iloc[i])[:40]!r}: a chance level is a "
-                       "fraction in [0, 1) (0.25 for four choices)")
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: {str(col.iloc[i])[:40]!r}: {RULES['chance'].says}")
     given = np.flatnonzero(np.isfinite(v))
     if not given.size:
         raise FitError(f"{where}column {name!r} gives no chance level in any row")
@@ -257,17 +259,24 @@ def _task_values(col: pd.Series, name: str, kind: str, where: str, *, err: bool)
     if parsed.unreadable.any():
         i = int(np.flatnonzero(parsed.unreadable)[0])
         raise FitError(f"{where}column {name!r}, data row {i + 1}: cannot read {str(col.iloc[i])[:40]!r} as a number")
-    finite = np.isfinite(v)
-    if kind == "bpb":
-        bad = finite & ~(v > 0)
-        what = "bits per byte must be positive"
-    else:
-        bad = finite & ~((v >= 0) & (v <= 1))
-        what = f"{'an error rate' if err else 'an accuracy'} must lie in [0, 1] (a fraction, not a percentage)"
-    if bad.any() or np.isinf(v).any():
-        i = int(np.flatnonzero(bad | np.isinf(v))[0])
-        raise FitError(f"{where}column {name!r}, data row {i + 1}: {float(v[i])!r}: {what}")
+    rule = "err" if err else kind
+    bad = broken(rule, v)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise FitError(f"{where}column {name!r}, data row {i + 1}: {float(v[i])!r}: {RULES[rule].says}")
     return 1.0 - v if err else v
+
+
+def check_stored(evals: pd.DataFrame, source: str) -> None:
+    """Refuse task values read back from the database that a CSV cell could not hold (the same
+    rules, :mod:`scaling.quantities`), in one line naming the run, its step and the metric."""
+    for kind in TASK_KINDS:
+        bad = broken(kind, evals[kind].to_numpy(float))
+        if bad.any():
+            row = evals.iloc[int(np.flatnonzero(bad)[0])]
+            raise FitError(f"{source}: run {row['run_key']} at {int(row['tokens']):,} tokens: "
+                           f"{metric_name(str(row['task']), kind)} = {float(row[kind])!r} in the database: "
+                           f"{RULES[kind].says}; {int(bad.sum())} such value(s), none fitted")
 
 
 def _base_columns(df: pd.DataFrame, cols: list[str], data: FitData, where: str, label: Callable[[int], str],

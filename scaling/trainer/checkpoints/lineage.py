@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from scaling.trainer.spec import BranchSpec
+    from scaling.trainer.sections import BranchSpec
 
 CHECKPOINTS = "checkpoints"
 PREFIX = "step_"

@@ -27,7 +27,8 @@ from scaling.trainer.data.shards import Shard, ShardFormat, ShardMaps, TokenStre
 if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-free callers
     import torch
 
-    from scaling.trainer.spec import DataSpec, RunSpec
+    from scaling.trainer.spec import RunSpec
+    from scaling.trainer.sections import DataSpec
 
 #: The built-in corpus: standard-library modules, pinned and sorted. Names that moved between
 #: Python versions (``zipfile.py`` -> ``zipfile/__init__.py``) are listed both ways.
@@ -160,7 +161,7 @@ def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_frac
         fingerprint = _sha256(raw)
     elif source == "text" and tokenizer is not None:
         from scaling.trainer.data.prepare import prepare
-        from scaling.trainer.spec import DataSpec
+        from scaling.trainer.sections import DataSpec
 
         prepared = prepare(DataSpec(source="text", path=path_, val_fraction=val_fraction, tokenizer=tokenizer))
         tokens = np.memmap(prepared.tokens_path, dtype=prepared.dtype, mode="r")

@@ -3,9 +3,10 @@
 The run key carries the corpus fingerprint, so every plan needs each shard's digest. Reading a
 20-GB corpus at every plan would cost minutes; instead each shard is read once, in one pass that
 updates the sha256 and the largest token id (what the vocabulary check needs), and the pair is
-cached under ``$SCALING_CACHE_DIR/shard-digests/`` keyed by the shard's absolute path, size,
-mtime_ns and how its bytes are read (format, dtype, header length). A file rewritten in place
-gets a new mtime, so a new digest. One small JSON file per shard, so concurrent planners never
+cached under ``$SCALING_CACHE_DIR/shard-digests/`` keyed by the file the shard's path reaches
+(its `FileStamp`: resolved path, device, inode, size, mtime and ctime) and how its bytes are read
+(format, dtype, header length). A file rewritten in place, or a symlink pointed at another file
+with the same size and mtime, gets a new ctime or inode, so a new digest. One small JSON file per shard, so concurrent planners never
 rewrite each other's entries; an entry is untrusted input (bounded, every field checked) and
 one that does not check out is recomputed and replaced.
 """
@@ -29,7 +30,7 @@ from scaling.trainer.cache import cache_dir
 from scaling.trainer.data.progress import progress_bar
 from scaling.trainer.data.shards import Shard
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 #: The most bytes a cache entry may have (an entry is about 300 bytes plus the path).
 MAX_ENTRY_BYTES = 8192
 _BLOCK = 1 << 24  # bytes read at once: a multiple of every token size
@@ -51,8 +52,10 @@ def digests_root() -> Path:
 
 
 def _ident(shard: Shard) -> dict[str, Any]:
-    return {"path": str(shard.path), "size": shard.size, "mtime_ns": shard.mtime_ns, "kind": shard.kind,
-            "dtype": shard.dtype, "offset": shard.offset}
+    stamp = shard.stamp
+    return {"path": stamp.real, "device": stamp.device, "inode": stamp.inode, "size": stamp.size,
+            "mtime_ns": stamp.mtime_ns, "ctime_ns": stamp.ctime_ns, "kind": shard.kind, "dtype": shard.dtype,
+            "offset": shard.offset}
 
 
 def _entry_path(ident: dict[str, Any]) -> Path:
@@ -116,7 +119,7 @@ def measure(shard: Shard, advance: Callable[[int], Any] = lambda n: None) -> Dig
             stat = os.fstat(fh.fileno())
     except OSError as exc:
         raise SpecError(f"data: {shard.path}: cannot read: {exc.strerror or exc}") from None
-    if (stat.st_size, stat.st_mtime_ns) != (shard.size, shard.mtime_ns):
+    if not shard.stamp.same_file(stat):
         raise _changed(shard)
     return Digest(digest.hexdigest(), top)
 
@@ -132,7 +135,7 @@ def _read_exact(fh: Any, into: memoryview, shard: Shard) -> memoryview:
 
 
 def _changed(shard: Shard) -> SpecError:
-    return SpecError(f"data: {shard.path} changed while it was read (its size or mtime moved); "
+    return SpecError(f"data: {shard.path} changed while it was read (its size, times or inode moved); "
                      "plan again when it is complete")
 
 

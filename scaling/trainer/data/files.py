@@ -1,8 +1,8 @@
 """Corpus files on disk: which files a ``data.path`` names, their bytes, and their sha256.
 
 A ``.gz`` or ``.xz`` file is read decompressed, up to :data:`MAX_DECOMPRESSED_BYTES` (a small
-hostile archive cannot expand without bound). Hashes of large files are cached per
-(path, size, mtime), so a multi-GB token file is hashed once, not at every run start.
+hostile archive cannot expand without bound). Hashes of large files are cached per version of
+the file (resolved path, inode, size, mtime, ctime), so a multi-GB token file is hashed once, not at every run start.
 """
 
 from __future__ import annotations
@@ -92,10 +92,12 @@ def read_bytes(path: Path, corpus_left: Optional[int] = None) -> bytes:
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes as stored, cached per (path, size, mtime) in the scaling cache
-    folder (hashing a multi-GB file at every run start would cost seconds each time)."""
+    """sha256 of a file's bytes as stored, cached per version of the file the path reaches (resolved
+    path, device, inode, size, mtime and ctime, which no user sets back) in the scaling cache folder
+    (hashing a multi-GB file at every run start would cost seconds each time)."""
     stat = path.stat()
-    ident = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    ident = "|".join(str(v) for v in (path.resolve(), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns,
+                                      stat.st_ctime_ns))
     cache = cache_dir() / "fingerprints.json"
     try:
         table = json.loads(cache.read_text())

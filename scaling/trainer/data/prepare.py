@@ -27,7 +27,7 @@ from scaling.trainer.data.files import file_sha256, read_corpus, text_files
 from scaling.trainer.data.progress import progress_bar
 
 if TYPE_CHECKING:
-    from scaling.trainer.spec import DataSpec
+    from scaling.trainer.sections import DataSpec
 
 FORMAT = 1
 TOKENS, TOKENIZER, META = "tokens.bin", "tokenizer.json", "meta.json"

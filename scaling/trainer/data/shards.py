@@ -20,6 +20,8 @@ from __future__ import annotations
 import glob as globlib
 import itertools
 import operator
+import os
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +49,32 @@ _NPY_TOKEN_DTYPES = {"|u1": "uint8", "<u2": "uint16", "<u4": "uint32"}
 
 
 @dataclass(frozen=True)
+class FileStamp:
+    """Which file a path reaches now, and which version of it: the resolved path (through every
+    symlink), device, inode, size, mtime and ctime. ctime is set by the kernel at every change and
+    cannot be set back (``touch -d`` sets only mtime), so a file swapped behind the same name,
+    size and mtime still gets a new stamp."""
+
+    real: str
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: Path, stat: os.stat_result) -> "FileStamp":
+        return cls(str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+    def same_file(self, stat: os.stat_result) -> bool:
+        """Whether ``stat`` (of an open descriptor) is this version of this file."""
+        return (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns) == (
+            stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+@dataclass(frozen=True)
 class Shard:
-    """One checked token file: where its tokens start and how many it holds, as of ``mtime_ns``."""
+    """One checked token file: where its tokens start and how many it holds, as of its ``stamp``."""
 
     path: Path  # absolute
     kind: ShardFormat
@@ -56,7 +82,7 @@ class Shard:
     offset: int  # bytes before the first token
     n_tokens: int
     size: int
-    mtime_ns: int
+    stamp: FileStamp
 
     def open(self) -> np.memmap:
         return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=(self.n_tokens,))
@@ -101,8 +127,9 @@ def shard_paths(spec: str | Sequence[str], where: str) -> list[Path]:
 def read_shard(path: Path, dtype: str, fmt: Optional[ShardFormat], where: str) -> Shard:
     """``path`` checked as a token shard of ``dtype`` (its format ``fmt``, or detected)."""
     try:
-        stat = path.stat()
         with open(path, "rb") as fh:
+            stat = os.fstat(fh.fileno())  # the file opened, even if the name is swapped meanwhile
+            stamp = FileStamp.of(path, stat)
             kind: ShardFormat = fmt or _detect(path, fh.read(8))
             fh.seek(0)
             if kind == "npy":
@@ -129,7 +156,7 @@ def read_shard(path: Path, dtype: str, fmt: Optional[ShardFormat], where: str) -
     if n_tokens == 0:
         raise SpecError(f"{where}: {path} holds only 0 tokens; a shard needs at least one")
     return Shard(path=path, kind=kind, dtype=dtype, offset=offset, n_tokens=n_tokens, size=stat.st_size,
-                 mtime_ns=stat.st_mtime_ns)
+                 stamp=stamp)
 
 
 def _detect(path: Path, head: bytes) -> ShardFormat:
@@ -151,16 +178,31 @@ def _npy_header(fh: Any, path: Path, where: str) -> tuple[int, int, str]:
             shape, _, dt = npy.read_array_header_2_0(fh, max_header_size=NPY_MAX_HEADER)
         else:
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not one numpy writes for this")
-    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
-        why = " ".join(str(exc).split())[:200]
-        raise SpecError(f"{where}: {path} has a wrong npy header ({why}); a raw token file named .npy, as OLMo "
+    except Exception as exc:  # noqa: BLE001 - any parser failure on untrusted bytes is a refused header
+        raise SpecError(f"{where}: {path} has a wrong npy header ({_npy_why(exc)}); a raw token file named .npy, as OLMo "
                         "writes them, is read with data.format: bin") from None
     found = _NPY_TOKEN_DTYPES.get(dt.str) if not dt.hasobject else None
     if found is None:
         raise SpecError(f"{where}: {path} holds {dt.str} values, not tokens (little-endian uint8, uint16 or uint32)")
     if len(shape) != 1:
         raise SpecError(f"{where}: {path} holds an array of shape {tuple(shape)}; a token shard is one-dimensional")
+    if shape[0] < 0:
+        raise SpecError(f"{where}: {path} has a wrong npy header: a shape of {tuple(shape)}")
     return fh.tell(), int(shape[0]), found
+
+
+def _npy_why(exc: Exception) -> str:
+    """Why numpy's reader refused a header, in words (never an object's repr or an address)."""
+    import tokenize
+
+    if isinstance(exc, (tokenize.TokenError, SyntaxError)):
+        return "its brackets or quotes do not close"
+    if isinstance(exc, RecursionError):
+        return "it nests too deeply"
+    text = " ".join(str(exc).split())
+    if "malformed node" in text:
+        return "it holds an expression, not a literal dict"
+    return re.sub(r"<[^<>]* at 0x[0-9a-fA-F]+>", "an object", text)[:200] or type(exc).__name__
 
 
 def _llmc_header(head: bytes, path: Path, where: str) -> tuple[int, int, str]:

@@ -152,7 +152,7 @@ def items_sha256(items: tuple[Item, ...], delimiter: str) -> str:
 
 
 class DataLike(Protocol):
-    """What the tasks need of a run's data section (`scaling.trainer.spec.DataSpec`, which imports this module)."""
+    """What the tasks need of a run's data section (`scaling.trainer.sections.DataSpec`, which imports this module)."""
 
     source: str
     tokenizer: Any
@@ -164,16 +164,16 @@ def load_task(task: TaskFile) -> Task:
     path = Path(task.path)
     try:
         stat = path.stat()
-        ident: tuple[int, int] = (stat.st_size, stat.st_mtime_ns)
+        ident: tuple[int, ...] = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     except OSError:
-        ident = (-1, -1)  # read_input says why in one line
+        ident = (-1,)  # read_input says why in one line
     items, digest = _parse_cached(task.path, ident)
     kept = items[: task.items] if task.items is not None else items
     return Task(name=task.name or path.stem, items=kept, delimiter=task.delimiter, source=task.path, sha256=digest)
 
 
 @functools.lru_cache(maxsize=32)
-def _parse_cached(path: str, ident: tuple[int, int]) -> tuple[tuple[Item, ...], str]:
+def _parse_cached(path: str, ident: tuple[int, ...]) -> tuple[tuple[Item, ...], str]:
     """Parsed once per file version: a sweep's thousands of runs share the plan's task files."""
     raw = read_input(path, "task (JSON Lines)", max_bytes=MAX_TASK_BYTES, error=SpecError, where="evals.tasks")
     return parse_lines(raw, path), hashlib.sha256(raw).hexdigest()

@@ -240,7 +240,7 @@ def shard_as_autocast(model: nn.Module, blocks: list[nn.Module], precision: str,
     unit of its own in the compute dtype; the root unit holds what is left (embeddings, final
     norm, a tied output layer) in FP32, since an embedding lookup is not autocast and returns
     FP32 rows. So a ZeRO-2/3 run computes what one process does under autocast, at the cost of
-    gathering norms and embeddings in FP32 (see :func:`scaling.comms.dp_traffic`). ``kwargs`` go
+    gathering norms and embeddings in FP32 (see :func:`scaling.communication.dp_traffic`). ``kwargs`` go
     to every ``fully_shard`` (``mesh``, ``offload_policy``).
     """
     from torch.distributed.fsdp import fully_shard
@@ -320,7 +320,7 @@ def parallelize(
         spec = spec.model_copy(update={"execution": spec.execution.model_copy(update={"strategy": strategy})})
     name = applied_strategy(spec, dp)
     if spec.execution.cpu_offload and name not in FSDP_STRATEGIES:
-        from scaling.trainer.spec import offload_problem
+        from scaling.trainer.sections import offload_problem
 
         raise SpecError(offload_problem(True, name, dp, spec.execution.pp) or "")
     group = dp_mesh.get_group()

@@ -36,18 +36,18 @@ RUNS = sa.table(
 )
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: object) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def _count(value: Any) -> Optional[int]:
+def _count(value: object) -> Optional[int]:
     x = _number(value)
     return int(x) if x is not None and x > 0 and x.is_integer() else None
 
 
-def _settings(spec: Any, group: Optional[str]) -> dict[str, Any]:
+def _settings(spec: object, group: Optional[str]) -> dict[str, Any]:
     """The row's columns from its spec (the rule registration applies, as of this revision)."""
     if isinstance(spec, str):  # a spec some driver hands back as text
         try:

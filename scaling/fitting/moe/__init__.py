@@ -1,0 +1,1 @@
+"""Laws of sparsity for mixture-of-experts sweeps (torch-free): forms, reading, recommending."""

@@ -1,0 +1,225 @@
+"""The memory model of a parallel layout: the bytes one rank needs, part by part (weights,
+gradients, optimizer state, activations, buffers), the one model every fit check uses.
+
+Torch-free, on :mod:`scaling.accounting`'s ZeRO state formulas, layouts and per-rank parameters: :func:`memory_per_rank` (any dp x tp x pp layout),
+:func:`estimate_memory` (its data-parallel case), :func:`layer_activation_bytes` (what a block
+keeps for backward, tensor by tensor). Measured against real steps by ``benchmarks/bench_memory.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from scaling.accounting import (
+    Layout,
+    MemoryEstimate,
+    ParallelLayout,
+    Precision,
+    Recompute,
+    Shape,
+    Strategy,
+    block_params_per_tp_rank,
+    cast_params_per_rank,
+    compute_bytes,
+    gather_bytes,
+    gathered_bytes,
+    model_state_bytes,
+    params_per_rank,
+)
+
+#: Attention kernels as memory tells them apart: ``fused`` (flash-attn, SDPA's flash and
+#: memory-efficient kernels, the CPU's SDPA: what this trainer runs) keeps no s x s scores;
+#: ``math`` (SDPA's math fallback, plain softmax attention) keeps them.
+AttentionMemory = Literal["fused", "math"]
+ATTENTION_MEMORY: tuple[str, ...] = ("fused", "math")
+#: Where the kernels run, as far as memory goes: the CPU's RMSNorm keeps more for backward.
+MemoryDevice = Literal["cuda", "cpu"]
+#: Bytes per logit at the step's peak, the backward of the FP32 log-softmax in any precision
+#: (see :func:`loss_activation_bytes`; measured by ``benchmarks/bench_memory.py``).
+LOGIT_BYTES = 12.0
+
+def layer_activation_bytes(
+    shape: Shape, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none",
+    *, precision: Precision = "bf16", attention: AttentionMemory = "fused", device: MemoryDevice = "cuda",
+) -> float:
+    """Bytes one block of ``shape``'s family keeps for backward, counted tensor by tensor.
+
+    What this trainer's blocks save, measured on the CPU with ``saved_tensors_hooks`` (Korthikanti
+    et al. 2022 count the same way, for Megatron's blocks with dropout and math attention). Per
+    token, with c the compute dtype's bytes (:func:`compute_bytes`):
+
+    * each norm: its input, the FP32 residual stream (4h; autocast adds the 16-bit branch outputs
+      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
+      composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
+      and its output as the next linear layers keep it:
+      under autocast one c-byte copy per layer that reads it (gpt2: one, the fused QKV and the first
+      MLP matrix; llama: three for q, k, v and two for gate and up), in FP32 the output itself (4h);
+    * attention: q, k and v (c(h + 2 kv)) and the output, which the output projection takes as it
+      is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
+      and the CPU) keep a FP32 log-sum-exp per head (4a) and never the s x s scores; ``math``
+      attention (SDPA's math fallback, plain softmax) keeps the FP32 softmax and, under autocast,
+      its c-byte copy ((4 + c) a s), the term Korthikanti's 5as/h stands for;
+    * the MLP: gpt2's first matrix's output and GELU's (2 c ffn), llama's gate, SiLU, up and their
+      product (4 c ffn);
+    * llama's RoPE angles, cos and sin in FP32 for each position (8 s head_dim per block, not per sequence).
+
+    Tensor parallelism splits attention's and the MLP's tensors over ``tp``, the norms' stay whole;
+    sequence parallelism splits those too. ``selective`` recomputation drops the scores (nothing
+    under a fused kernel), ``full`` keeps only the block's input (the FP32 residual, 4h).
+    """
+    s, b, h, t = shape.context, micro_batch, shape.d_model, tp
+    tokens = s * b
+    if recompute == "full":
+        return 4.0 * tokens * h / (t if sequence_parallel else 1)
+    if attention not in ATTENTION_MEMORY:
+        raise ValueError(f"unknown attention {attention!r} (use one of {ATTENTION_MEMORY})")
+    c = compute_bytes(precision)
+    autocast = precision != "fp32"
+    llama = shape.family == "llama"
+
+    def norm(readers: int) -> float:
+        kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
+        return kept + (c * h * readers if autocast else 4.0 * h)
+
+    whole = norm(3 if llama else 1) + norm(2 if llama else 1)
+    kv = shape.kv_heads * shape.head_dim
+    split = c * (2 * h + 2 * kv) + (4 if llama else 2) * c * shape.hidden
+    if attention == "fused":
+        split += 4.0 * shape.n_head
+    elif recompute != "selective":
+        split += (4 + (c if autocast else 0)) * shape.n_head * s
+    rope = 8.0 * s * shape.head_dim if llama else 0.0
+    if sequence_parallel:
+        return tokens * (whole + split) / t + rope
+    return tokens * (whole + split / t) + rope
+
+
+def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision = "bf16",
+                          device: MemoryDevice = "cuda") -> float:
+    """Bytes the last stage holds above its blocks at the step's peak, the start of backward.
+
+    The final norm as a block's norm keeps it (one reader, the output layer), and per logit
+    :data:`LOGIT_BYTES`: the FP32 log-softmax the cross-entropy keeps, and in its backward the
+    gradient coming in and the one going out, 4 bytes each. (The forward's 16-bit logits, their
+    FP32 copy and the log-softmax, 10 bytes under autocast, are gone by then; a z-loss, whose
+    log-sum-exp keeps the FP32 logits, would add 4.)
+    """
+    tokens = shape.context * micro_batch
+    h = shape.d_model
+    c = compute_bytes(precision)
+    llama = shape.family == "llama"
+    norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
+    norm += c * h if precision != "fp32" else 4.0 * h
+    return tokens * (norm + LOGIT_BYTES * shape.vocab_size)
+
+
+def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:
+    """The 16-bit copies of the weight matrices autocast makes in forward, which the linear layers
+    keep for backward (the biases' copies they do not keep): the first stage's blocks (their
+    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. Under full
+    recomputation too: autocast caches every copy until its context exits, after the loss. None in
+    FP32, nor where FSDP2 gathers the matrices in bf16 already."""
+    if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
+        return 0.0
+    params = (shape.n_layer // layout.pp) * (shape.layer_matmul_params // layout.tp)
+    if layout.pp == 1:
+        params += shape.vocab_size * shape.d_model
+    return float(compute_bytes(precision) * params)
+
+
+def in_flight(layout: ParallelLayout) -> float:
+    """Micro-batches whose activations the first stage holds at once, as a multiple of its layers.
+
+    GPipe runs every forward first (m); 1F1B holds p (at most m); interleaved 1F1B holds p
+    times (1 + (p-1)/(p*v)) (Korthikanti et al. 2022, Sec. 4.2.3). One without pipelining.
+    """
+    p, m, v = layout.pp, layout.micro_batches, layout.chunks
+    if p == 1:
+        return 1.0
+    if layout.schedule == "gpipe":
+        return float(m)
+    if layout.schedule == "1f1b":
+        return float(min(p, m))
+    return min(p, m) * (1.0 + (p - 1) / (p * v))
+
+
+def memory_per_rank(
+    shape: Shape,
+    layout: ParallelLayout,
+    precision: Precision = "bf16",
+    margin: float = 0.10,
+    mem_layout: Layout = "torch",
+    *,
+    attention: AttentionMemory = "fused",
+    device: MemoryDevice = "cuda",
+) -> MemoryEstimate:
+    """Memory of the busiest rank (the first pipeline stage) at its peak: model state, activations, buffers.
+
+    Model state: :func:`scaling.accounting.model_state_bytes` of the parameters this tensor and
+    pipeline rank holds, sharded over ``dp`` by the ZeRO stage. Activations: the first stage's
+    ``n_layer/pp`` blocks (:func:`layer_activation_bytes` of the family, precision, attention
+    kernel and device) times the micro-batches in flight, plus (without pipelining, where the
+    same rank computes the loss) :func:`loss_activation_bytes`; full recomputation adds one
+    block's full activations while it is replayed. Buffers: autocast's 16-bit weight copies
+    (:func:`autocast_copy_bytes`), FSDP2's per-block gathers, or under pipelining the whole stage's
+    gathered parameters and unsharded gradients, which torch's ``PipelineStage`` keeps until the
+    step's last micro-batch. Gradients are counted whole, as they are from the second
+    micro-batch of an accumulated step, and always under DDP; one micro-batch on one process
+    peaks lower, by up to the gradients. This is the one memory model: :func:`estimate_memory`
+    is its data-parallel case.
+    """
+    layout.check(shape)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
+    if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
+        # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see communication.dp_traffic)
+        weights += gathered_bytes(params, kept, precision) - gather_bytes(precision) * params
+    b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
+    kinds = {"precision": precision, "attention": attention, "device": device}
+    per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]
+    layers = shape.n_layer // layout.pp
+    acts = in_flight(layout) * layers * per_layer
+    if layout.recompute == "full":
+        acts += layer_activation_bytes(shape, b, t, sp, "none", **kinds)  # type: ignore[arg-type]
+    if layout.pp == 1:
+        acts += loss_activation_bytes(shape, b, precision, device)
+    buffers = autocast_copy_bytes(shape, layout, precision)
+    if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
+        # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the
+        # step: after its first backward a stage keeps its parameters gathered and accumulates
+        # unsharded gradients, both in the dtype they are gathered in, until every micro-batch is done.
+        buffers += 2.0 * gathered_bytes(params, kept, precision)
+    elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
+        # scaling.accounting.fsdp_buffer_bytes of one tensor rank's block (its norms in FP32)
+        one_block = gathered_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision)
+        buffers += one_block * (3 if layout.strategy == "zero3" else 1)
+    return MemoryEstimate.with_margin(
+        layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,
+        activations=acts, buffers=buffers, margin=margin,
+    )
+
+
+def estimate_memory(
+    shape: Shape,
+    micro_batch: int,
+    precision: Precision = "bf16",
+    strategy: Strategy = "ddp",
+    workers: int = 1,
+    checkpointing: bool = False,
+    margin: float = 0.10,
+    layout: Layout = "torch",
+    *,
+    attention: AttentionMemory = "fused",
+    device: MemoryDevice = "cuda",
+) -> MemoryEstimate:
+    """Memory one of ``workers`` data-parallel workers needs (no tensor or pipeline parallelism):
+    :func:`memory_per_rank` of that layout, with full recomputation for ``checkpointing``.
+
+    ``margin`` is the fraction added for allocator fragmentation and communication buffers;
+    ``layout`` chooses between the ZeRO paper's byte counts and this trainer's (see
+    :func:`scaling.accounting.model_state_bytes`).
+    """
+    plan = ParallelLayout(dp=workers, strategy=strategy, micro_batch=micro_batch,
+                          recompute="full" if checkpointing else "none")
+    return memory_per_rank(shape, plan, precision, margin, layout, attention=attention, device=device)
