@@ -151,7 +151,7 @@ def test_no_code_decides_trust_by_the_text_of_a_message() -> None:
 NOTE_NAMES = re.compile(r"note|doubt|why|reason", re.IGNORECASE)
 #: Methods that read a text's words.
 TEXT_METHODS = ("startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit", "partition",
-                "rpartition", "find", "rfind", "index", "count", "replace")
+                "rpartition", "find", "rfind", "index", "count")
 #: Regular-expression functions, called on ``re`` or a compiled pattern.
 REGEX_CALLS = ("match", "search", "fullmatch", "sub", "subn", "findall", "finditer", "split")
 
