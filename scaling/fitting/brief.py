@@ -17,9 +17,11 @@ from scaling.fitting.core.notes import NoteKind, as_note
 from scaling.fitting.core.wording import run_line, short_reason
 from scaling.fmt import num
 
-#: Notes the brief's other lines already say: each law left out has its line, the run line names where
-#: its lr and batch come from (and without a run line there is no run to speak of).
-SAID_ELSEWHERE = frozenset({NoteKind.NO_OPTIMUM, NoteKind.LEFT_OUT, NoteKind.NO_CONSENSUS, NoteKind.RUN_HPARAMS})
+#: Notes the brief leaves out: what its other lines already say (each law left out has its line, the run
+#: line names where its lr and batch come from, and without a run line there is no run to speak of), and
+#: what it does not show (the runs worth adding: ``scaling recommend`` lists them with their note).
+SAID_ELSEWHERE = frozenset({NoteKind.NO_OPTIMUM, NoteKind.LEFT_OUT, NoteKind.NO_CONSENSUS, NoteKind.RUN_HPARAMS,
+                            NoteKind.NEXT_RUNS})
 
 
 def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
