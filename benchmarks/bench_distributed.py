@@ -152,17 +152,17 @@ def _worker(rank: int, world: int, init: str, out: str, cfg: dict) -> None:
     if fsdp:
         # Build on the meta device, shard, then allocate only this rank's shards, as large
         # FSDP jobs do; a full model allocated first would set the RSS high-water mark.
-        from scaling.trainer.families.model import GPT
+        from scaling.trainer.families.common import initialize
+        from scaling.trainer.families.model import build_meta_model
 
-        with torch.device("meta"):
-            model = GPT(spec.shape)
+        model = build_meta_model(spec.shape)
     else:
         model = build_model(spec.shape, spec.seed)
     if world > 1:
         par = parallelize(model, spec)
         if fsdp:
             model.to_empty(device="cpu")
-            model.reset_parameters()  # values differ from build_model's; irrelevant to speed and bytes
+            initialize(model)  # values differ from build_model's; irrelevant to speed and bytes
         module, optim = par.module, par.build_optimizer(model.parameters(), lr=1e-4)
     else:
         module, optim = model, torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -4,6 +4,7 @@ Run by hand (about five minutes on two free cores)::
 
     python benchmarks/bench_memory.py                    # both families: three sizes in fp32, one in bf16
     python benchmarks/bench_memory.py --precision bf16   # three sizes in bf16 (slow: bf16 matmuls on a CPU)
+    python benchmarks/bench_memory.py --family moe       # one family (moe: 8 experts of d_model, top-2, a shared one)
 
 Each size of each family trains in a fresh process as the trainer's loop does on one worker:
 two micro-batches per step, each forward under the precision's autocast and the FP32
@@ -42,7 +43,9 @@ SIZES = (
     ("L4 d384 ctx1024", 4, 384, 6, 2, 1024, 2, 256),
     ("L2 d512 ctx2048 V8192", 2, 512, 8, 4, 2048, 1, 8192),
 )
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama", "moe")
+#: The MoE of each size: fine-grained experts as wide as the residual stream, top-2 of 8 and a shared one.
+MOE = {"n_experts": 8, "top_k": 2, "n_shared_experts": 1}
 MICRO_BATCHES = 2
 
 
@@ -50,8 +53,19 @@ def _shape(family: str, n_layer: int, d_model: int, n_head: int, n_kv_head: int 
            vocab: int) -> Any:
     from scaling.accounting import Shape
 
-    extra = {"n_kv_head": n_kv_head} if family == "llama" and n_kv_head else {}
+    extra: dict[str, Any] = {"n_kv_head": n_kv_head} if "n_kv_head" in FAMILY_FIELDS[family] and n_kv_head else {}
+    if "n_experts" in FAMILY_FIELDS[family]:
+        extra.update(MOE, expert_ffn=d_model)
     return Shape(n_layer, d_model, n_head, vocab, context, family=family, **extra)
+
+
+def _family_fields() -> dict[str, tuple[str, ...]]:
+    from scaling.families import FAMILIES as REGISTRY
+
+    return {name: fam.fields for name, fam in REGISTRY.items()}
+
+
+FAMILY_FIELDS = _family_fields()
 
 
 def sdpa_kernel_name() -> str:
@@ -139,6 +153,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precision", choices=("fp32", "bf16"), default=None)
+    ap.add_argument("--family", choices=FAMILIES, default=None, help="one family (default: every one)")
     args = ap.parse_args()
     mb = 2**20
     import scaling.trainer.families.model  # noqa: F401  (imported before forking, once)
@@ -150,7 +165,7 @@ def main() -> int:
     cases = [(p, size) for p in ((args.precision,) if args.precision else ("fp32", "bf16")) for size in SIZES
              if args.precision or p == "fp32" or size == SIZES[0]]  # bf16 matmuls are slow on a CPU: one size
     for precision, (label, n_layer, d, heads, kv, ctx, b, vocab) in cases:
-        for family in FAMILIES:
+        for family in (args.family,) if args.family else FAMILIES:
             dims = (n_layer, d, heads, kv, ctx, vocab)
             got = measure({"family": family, "dims": dims, "micro_batch": b, "precision": precision})
             shape = _shape(family, *dims)

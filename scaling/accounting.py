@@ -1,9 +1,8 @@
 """Shapes, parameter and FLOP counts, and memory per worker: the one home of these numbers.
 
 Torch-free on purpose: the planner, the fits and the reports use it on machines without torch.
-The model in ``scaling.trainer.families.model`` is a GPT-2-style decoder (pre-LayerNorm, learned absolute
-positions, GELU MLP of 4*d_model, tied input/output embeddings, biases everywhere); the counts
-here are exact for it and are checked in the tests against a direct count of the torch module.
+A shape's counts are its family's (``scaling.families``: one registered record per family); they
+are exact for the torch modules and checked in the tests against a direct count of them.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from typing import Literal
+
+from scaling.families import FAMILIES, FIELD_DEFAULTS, Family, owners
 
 ParamsConvention = Literal["non_embedding", "total"]
 FlopsConvention = Literal["6N", "6N_attention"]
@@ -33,17 +34,28 @@ FLOPS_PER_PARAM_TOKEN = 6.0
 class ModelFamily:
     """The fields that choose a decoder's family and parametrization and tune the family's parts,
     shared by a :class:`Shape` and a :class:`ShapePolicy`. Keyword-only, so the constructors take
-    the sizes first and positionally; ``dataclasses.fields`` lists these first."""
+    the sizes first and positionally; ``dataclasses.fields`` lists these first. Each family takes
+    some of them (``scaling.families.Family.fields``); the others keep these defaults."""
 
     family: str = "gpt2"
-    n_kv_head: int | None = None
-    ffn: int | None = None
-    tie_embeddings: bool | None = None
-    qk_norm: bool = False
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
+    n_kv_head: int | None = FIELD_DEFAULTS["n_kv_head"]  # type: ignore[assignment]
+    ffn: int | None = FIELD_DEFAULTS["ffn"]  # type: ignore[assignment]
+    tie_embeddings: bool | None = FIELD_DEFAULTS["tie_embeddings"]  # type: ignore[assignment]
+    qk_norm: bool = FIELD_DEFAULTS["qk_norm"]  # type: ignore[assignment]
+    rope_theta: float = FIELD_DEFAULTS["rope_theta"]  # type: ignore[assignment]
+    norm_eps: float = FIELD_DEFAULTS["norm_eps"]  # type: ignore[assignment]
     parametrization: str = "standard"
     base_width: int | None = None
+    n_experts: int | None = FIELD_DEFAULTS["n_experts"]  # type: ignore[assignment]
+    top_k: int | None = FIELD_DEFAULTS["top_k"]  # type: ignore[assignment]
+    expert_ffn: int | None = FIELD_DEFAULTS["expert_ffn"]  # type: ignore[assignment]
+    n_shared_experts: int = FIELD_DEFAULTS["n_shared_experts"]  # type: ignore[assignment]
+    n_dense_layers: int = FIELD_DEFAULTS["n_dense_layers"]  # type: ignore[assignment]
+    router: str = FIELD_DEFAULTS["router"]  # type: ignore[assignment]
+    balance: str = FIELD_DEFAULTS["balance"]  # type: ignore[assignment]
+    aux_loss: float = FIELD_DEFAULTS["aux_loss"]  # type: ignore[assignment]
+    router_z_loss: float = FIELD_DEFAULTS["router_z_loss"]  # type: ignore[assignment]
+    bias_rate: float = FIELD_DEFAULTS["bias_rate"]  # type: ignore[assignment]
 
 
 #: The family fields in their order, for whoever passes them on (a plan's or spec's model section).
@@ -52,18 +64,23 @@ FAMILY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelFamily))
 
 @dataclass(frozen=True)
 class Shape(ModelFamily):
-    """The shape of a decoder of one family (:data:`FAMILIES`).
+    """The shape of a decoder of one family (:data:`FAMILIES`, ``scaling.families``).
 
     ``gpt2``: learned positions, LayerNorm, a GELU MLP of 4*d_model, biases, tied embeddings; the
-    Llama-family fields must keep their defaults. ``llama``: RoPE (``rope_theta``), RMSNorm
-    (``norm_eps``), a SwiGLU MLP of ``ffn`` hidden units (default :func:`llama_ffn`), no biases,
+    other families' fields must keep their defaults. ``llama``: RoPE (``rope_theta``), RMSNorm
+    (``norm_eps``), a SwiGLU MLP of ``ffn`` hidden units (default ``scaling.families.llama_ffn``), no biases,
     ``n_kv_head`` key/value heads (grouped-query attention; default ``n_head``), untied embeddings
     unless ``tie_embeddings``, and with ``qk_norm`` an RMSNorm over each query and key head.
+    ``moe``: the llama block with routed experts (``scaling.families.MoE``).
     ``None`` fields are resolved to the family's default on construction.
 
-    ``parametrization`` (either family): ``standard``, or ``mup`` (Yang et al. 2022) relative to a
+    ``parametrization`` (any family): ``standard``, or ``mup`` (Yang et al. 2022) relative to a
     proxy of width ``base_width``: it changes the initialization, the output layer's multiplier,
     the attention's scale and the learning rates (:attr:`width_mult`), never a count.
+
+    Counts of an MoE: ``params_total`` is every parameter, ``params_active`` those one token uses
+    (the router, its top-k and the shared experts); the laws' N (:meth:`params`) and the FLOPs
+    count the active ones. For a dense family both are the same.
     """
 
     n_layer: int
@@ -83,14 +100,13 @@ class Shape(ModelFamily):
             raise ValueError(f"unknown family {self.family!r} (use one of {', '.join(FAMILIES)})")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
-        if self.family == "gpt2":
-            fixed = {**LLAMA_ONLY, "n_kv_head": self.n_head, "ffn": 4 * self.d_model, "tie_embeddings": True}
-            given = [name for name, value in fixed.items() if getattr(self, name) not in (None, value)]
-            if given:
-                raise ValueError(f"{', '.join(given)}: only for family 'llama' (gpt2 has its fixed architecture)")
-        defaults = {"n_kv_head": self.n_head, "ffn": llama_ffn(self.d_model) if self.family == "llama" else 4 * self.d_model,
-                    "tie_embeddings": self.family == "gpt2"}
-        for name, default in defaults.items():
+        fam = self.family_spec
+        given = [name for name, value in fam.fixed(self).items() if getattr(self, name) not in (None, value)]
+        if given:
+            takers = sorted({owner for name in given for owner in owners(name)})
+            which = f"family {takers[0]!r}" if len(takers) == 1 else "families " + ", ".join(map(repr, takers))
+            raise ValueError(f"{', '.join(given)}: only for {which} (not a field of {fam.name!r})")
+        for name, default in fam.defaults(self).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
         kv = self.kv_heads
@@ -98,14 +114,20 @@ class Shape(ModelFamily):
             raise ValueError(f"n_kv_head ({kv}) must divide n_head ({self.n_head})")
         if self.hidden < 1:
             raise ValueError(f"ffn must be positive, got {self.hidden}")
-        if self.family == "llama" and self.head_dim % 2:
-            raise ValueError(f"RoPE needs an even head size, got d_model/n_head = {self.head_dim}")
+        problem = fam.problem(self)
+        if problem:
+            raise ValueError(problem)
         if not (self.rope_theta > 1 and math.isfinite(self.rope_theta)):
             raise ValueError(f"rope_theta must be a finite number above 1, got {self.rope_theta}")
         if not (0 < self.norm_eps < 1):
             raise ValueError(f"norm_eps must be between 0 and 1, got {self.norm_eps}")
 
     # -- resolved fields (typed, never None after construction) ---------------------------------
+    @property
+    def family_spec(self) -> Family:
+        """The family's registered record (``scaling.families.FAMILIES``)."""
+        return FAMILIES[self.family]
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
@@ -116,12 +138,12 @@ class Shape(ModelFamily):
 
     @property
     def hidden(self) -> int:
-        """The MLP's hidden width (4*d_model for gpt2, ``ffn`` for llama)."""
+        """The dense MLP's hidden width (4*d_model for gpt2, ``ffn`` otherwise)."""
         return self.ffn if self.ffn is not None else 4 * self.d_model
 
     @property
     def tied(self) -> bool:
-        return bool(self.tie_embeddings) if self.tie_embeddings is not None else self.family == "gpt2"
+        return bool(self.tie_embeddings)
 
     @property
     def width_mult(self) -> float:
@@ -142,59 +164,51 @@ class Shape(ModelFamily):
     # -- parameters ---------------------------------------------------------------------
     @property
     def layer_matmul_params(self) -> int:
-        """The weight matrices of one block: attention's q, k, v and output, and the MLP's."""
-        d = self.d_model
-        kv = self.kv_heads * self.head_dim
-        attention = 2 * d * d + 2 * d * kv
-        mlp = (3 if self.family == "llama" else 2) * d * self.hidden
-        return attention + mlp
+        """The weight matrices of one block (an MoE's largest, every expert): attention's q, k, v
+        and output, and the MLP's."""
+        return self.family_spec.layer_matmul_params(self)
 
     @property
     def layer_vector_params(self) -> int:
         """One block's parameters that are not matrices: norms (and gpt2's biases)."""
-        d = self.d_model
-        if self.family == "gpt2":  # two LayerNorms (4d), biases of QKV (3d), out-proj (d), MLP (4d + d)
-            return 13 * d
-        return 2 * d + (2 * self.head_dim if self.qk_norm else 0)
+        return self.family_spec.layer_vector_params(self)
 
     @property
     def layer_norm_params(self) -> int:
         """One block's norm parameters (autocast computes with them in FP32): gpt2's two
         LayerNorms (4d), llama's RMSNorms (2d, and two head-wide ones with qk_norm)."""
-        if self.family == "gpt2":
-            return 4 * self.d_model
-        return self.layer_vector_params
+        return self.family_spec.layer_norm_params(self)
 
     @property
     def layer_replicated_params(self) -> int:
         """One block's parameters every tensor-parallel rank holds whole: the norms, and gpt2's
         row-parallel output biases (column-parallel biases are split with their matrix)."""
-        d = self.d_model
-        if self.family == "gpt2":
-            return 4 * d + 2 * d
-        return self.layer_vector_params
+        return self.family_spec.layer_replicated_params(self)
 
     @property
     def params_per_layer(self) -> int:
-        """One block. gpt2: two LayerNorms (4d), QKV (3d^2+3d), out-proj (d^2+d), MLP (8d^2+5d).
-        llama: two RMSNorms (2d), q and o (2d^2), k and v (2 d kv_heads head_dim), SwiGLU (3 d ffn),
-        with qk_norm two head-wide RMSNorms."""
+        """One block (an MoE's largest). gpt2: two LayerNorms (4d), QKV (3d^2+3d), out-proj (d^2+d),
+        MLP (8d^2+5d). llama: two RMSNorms (2d), q and o (2d^2), k and v (2 d kv_heads head_dim),
+        SwiGLU (3 d ffn), with qk_norm two head-wide RMSNorms."""
         return self.layer_matmul_params + self.layer_vector_params
 
     @property
     def params_final_norm(self) -> int:
-        return 2 * self.d_model if self.family == "gpt2" else self.d_model
+        return self.family_spec.final_norm_params(self)
 
     @property
     def params_input_embedding(self) -> int:
         """The token embedding, and gpt2's learned positions."""
-        positions = self.context if self.family == "gpt2" else 0
-        return (self.vocab_size + positions) * self.d_model
+        return self.vocab_size * self.d_model + self.family_spec.position_params(self)
 
     @property
     def params_output(self) -> int:
         """The output layer's own parameters: none when tied to the token embedding."""
         return 0 if self.tied else self.vocab_size * self.d_model
+
+    def blocks_params(self, active: bool = False) -> int:
+        """Every block's parameters (only those a token uses, when ``active``)."""
+        return self.family_spec.blocks_matmul_params(self, active) + self.n_layer * self.layer_vector_params
 
     @property
     def params_non_embedding(self) -> int:
@@ -203,7 +217,7 @@ class Shape(ModelFamily):
         The token embedding, gpt2's positions and an untied output layer are embedding
         matrices (a tied output layer is the token embedding), so N is the blocks and the final norm.
         """
-        return self.n_layer * self.params_per_layer + self.params_final_norm
+        return self.blocks_params() + self.params_final_norm
 
     @property
     def params_embedding(self) -> int:
@@ -212,20 +226,38 @@ class Shape(ModelFamily):
 
     @property
     def params_total(self) -> int:
+        """Every parameter (an MoE's every expert)."""
         return self.params_non_embedding + self.params_embedding
 
     @property
+    def params_active_non_embedding(self) -> int:
+        """The non-embedding parameters one token uses (an MoE's router, top-k and shared experts)."""
+        return self.blocks_params(active=True) + self.params_final_norm
+
+    @property
+    def params_active(self) -> int:
+        """The parameters one token uses, embeddings included (the total for a dense family)."""
+        return self.params_active_non_embedding + self.params_embedding
+
+    @property
+    def sparse(self) -> bool:
+        """Whether a token uses fewer parameters than the model has."""
+        return self.params_active != self.params_total
+
+    @property
     def params_matmul(self) -> int:
-        """The parameters a token multiplies by: every block's matrices and the output layer
-        (tied or not). Embedding lookups, norms and biases are not matrix multiplications."""
-        return self.n_layer * self.layer_matmul_params + self.vocab_size * self.d_model
+        """The parameters a token multiplies by: the matrices of the blocks it uses (an MoE's
+        active experts) and the output layer (tied or not). Embedding lookups, norms and biases
+        are not matrix multiplications."""
+        return self.family_spec.blocks_matmul_params(self, active=True) + self.vocab_size * self.d_model
 
     def params(self, convention: ParamsConvention = "non_embedding") -> int:
-        """Parameter count in a sweep's convention."""
+        """Parameter count in a sweep's convention: the laws' N, the active parameters (all of
+        them for a dense family; an MoE's router, top-k and shared experts)."""
         if convention == "non_embedding":
-            return self.params_non_embedding
+            return self.params_active_non_embedding
         if convention == "total":
-            return self.params_total
+            return self.params_active
         raise ValueError(f"unknown params convention {convention!r} (use one of {PARAMS_CONVENTIONS})")
 
     def tp_problem(self, tp: int) -> str | None:
@@ -234,10 +266,7 @@ class Shape(ModelFamily):
             return f"tp={tp} does not divide n_head ({self.n_head})"
         if self.kv_heads % tp:
             return f"tp={tp} does not divide n_kv_head ({self.kv_heads})"
-        if self.hidden % tp:
-            what = "4*d_model" if self.family == "gpt2" else "ffn"
-            return f"tp={tp} does not divide {what} ({self.hidden})"
-        return None
+        return self.family_spec.tp_problem(self, tp)
 
     # -- FLOPs ----------------------------------------------------------------------------
     def forward_flops_per_token_attention(self) -> float:
@@ -245,23 +274,22 @@ class Shape(ModelFamily):
 
         Embeddings, QKV/out projections, attention logits and the reduction over values with the
         full (not causally halved) context, softmax, the MLP and the final logits. For llama the
-        projections have the kv heads' width and the MLP its three SwiGLU matrices.
+        projections have the kv heads' width and the MLP its three SwiGLU matrices; an MoE's MLP
+        is its router and the experts a token uses.
         """
         d, L, s, v, h = self.d_model, self.n_layer, self.context, self.vocab_size, self.n_head
         embeddings = 2 * v * d
-        qkv = 2 * d * (d + 2 * self.kv_heads * self.head_dim)
         logits_attn = 2 * s * d
         softmax = 3 * h * s
         reduction = 2 * s * d
-        projection = 2 * d * d
-        mlp = 2 * (3 if self.family == "llama" else 2) * d * self.hidden
+        matmuls = 2 * self.family_spec.blocks_matmul_params(self, active=True)  # q, k, v, o and the MLP
         final_logits = 2 * d * v
-        return embeddings + L * (qkv + logits_attn + softmax + reduction + projection + mlp) + final_logits
+        return embeddings + L * (logits_attn + softmax + reduction) + matmuls + final_logits
 
     def model_flops_per_token(self) -> float:
         """Training FLOPs per token for MFU, as PaLM (Chowdhery et al. 2022, App. B) and nanoGPT
-        count them: 6 per matmul parameter (:attr:`params_matmul`, the output layer included, no
-        embedding lookup) plus 12 L H Q T for attention's two matmuls over the full context."""
+        count them: 6 per matmul parameter a token uses (:attr:`params_matmul`, the output layer
+        included, no embedding lookup) plus 12 L H Q T for attention's two matmuls over the full context."""
         return 6.0 * self.params_matmul + 12.0 * self.n_layer * self.n_head * self.head_dim * self.context
 
     def flops_per_token(
@@ -284,28 +312,13 @@ class Shape(ModelFamily):
         return self.flops_per_token(flops, params) * tokens
 
     def family_fields(self) -> dict[str, object]:
-        """The fields of a llama shape that differ from the family's defaults (none for gpt2), and
-        the parametrization unless standard, so a standard gpt2 shape's dictionary, and every key
+        """The family's fields that differ from its defaults (none for gpt2), and the
+        parametrization unless standard, so a standard gpt2 shape's dictionary, and every key
         hashed from it, is what it was before families."""
         mup: dict[str, object] = {}
         if self.parametrization != "standard":
             mup = {"parametrization": self.parametrization, "base_width": self.base_width}
-        if self.family == "gpt2":
-            return mup
-        out: dict[str, object] = {"family": self.family}
-        if self.kv_heads != self.n_head:
-            out["n_kv_head"] = self.kv_heads
-        if self.hidden != llama_ffn(self.d_model):
-            out["ffn"] = self.hidden
-        if self.tied:
-            out["tie_embeddings"] = True
-        if self.qk_norm:
-            out["qk_norm"] = True
-        if self.rope_theta != LLAMA_ONLY["rope_theta"]:
-            out["rope_theta"] = self.rope_theta
-        if self.norm_eps != LLAMA_ONLY["norm_eps"]:
-            out["norm_eps"] = self.norm_eps
-        return {**out, **mup}
+        return {**self.family_spec.keyed_fields(self), **mup}
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -318,8 +331,6 @@ class Shape(ModelFamily):
         }
 
 
-#: The model families (``scaling.trainer.families.model`` builds gpt2, ``scaling.trainer.families.llama`` llama).
-FAMILIES: tuple[str, ...] = ("gpt2", "llama")
 #: How a model's initialization and learning rates depend on its width (``mup``: Yang et al. 2022).
 PARAMETRIZATIONS: tuple[str, ...] = ("standard", "mup")
 
@@ -337,27 +348,13 @@ def parametrization_problem(parametrization: str, base_width: int | None) -> str
         return "base_width: only with parametrization mup"
     return None
 
-#: The Llama-family fields and their defaults (None: resolved from the shape); gpt2 keeps them so.
-LLAMA_ONLY: dict[str, object] = {
-    "n_kv_head": None, "ffn": None, "tie_embeddings": None, "qk_norm": False, "rope_theta": 10000.0, "norm_eps": 1e-5,
-}
+
 def family_fields(model: object) -> dict[str, object]:
     """The :class:`Shape` family fields a serialized model section (a run spec's ``model``) states;
     none for anything else (a gpt2 section states none: they are left out at their defaults)."""
     if not isinstance(model, dict):
         return {}
-    return {name: model[name] for name in ("family", *LLAMA_ONLY) if name in model}
-
-
-#: Llama's SwiGLU hidden width is rounded up to a multiple of this (Meta's ``multiple_of``).
-FFN_MULTIPLE = 256
-
-
-def llama_ffn(d_model: int, multiple_of: int = FFN_MULTIPLE) -> int:
-    """Llama's (and torchtitan's) default SwiGLU width: int(2 * 4d / 3) rounded up to a multiple of
-    ``multiple_of``, which keeps the parameters of a 4d GELU MLP (11,008 at d = 4,096)."""
-    hidden = int(2 * (4 * d_model) / 3)
-    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+    return {name: model[name] for name in ("family", *FIELD_DEFAULTS) if name in model}
 
 
 #: How far (as a ratio, either way) a planned model's parameter count may be from the size asked for.
@@ -383,7 +380,8 @@ class ShapePolicy(ModelFamily):
             raise ValueError("aspect_ratio, head_size, vocab_size and context must be positive")
         # The family's own checks, on a shape with one head per kv head (any width would do).
         kv = self.n_kv_head or 1
-        Shape(1, self.head_size * kv, kv, self.vocab_size, self.context, **{**self._family(), "ffn": self.ffn or None})
+        Shape(self.n_dense_layers + 1, self.head_size * kv, kv, self.vocab_size, self.context,
+              **{**self._family(), "ffn": self.ffn or None})
 
     def _family(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in FAMILY_FIELDS}
@@ -676,9 +674,10 @@ class ParallelLayout:
     recompute: Recompute = "none"
     schedule: Schedule = "1f1b"
     chunks: int = 1
+    ep: int = 1  # a routed family's experts sharded over this many data-parallel ranks
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks"):
+        for name in ("dp", "tp", "pp", "micro_batches", "micro_batch", "chunks", "ep"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.strategy not in STRATEGIES:
@@ -710,23 +709,27 @@ def block_params_per_tp_rank(shape: Shape, tp: int) -> int:
 
     gpt2: two LayerNorms (4h) and the row-parallel output biases of attention and MLP (2h) are
     replicated; QKV (3h^2 + 3h), the output projection (h^2), the MLP (8h^2 + 4h) are split.
-    llama: the RMSNorms are replicated, every matrix is split.
+    llama: the RMSNorms are replicated, every matrix is split. moe: only attention is split.
     """
     replicated = shape.layer_replicated_params
     split = shape.params_per_layer - replicated
     return split // tp + replicated
 
 
-def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: int = 1) -> int:
     """Parameters one tensor rank of pipeline ``stage`` holds (before ZeRO sharding over dp).
 
     Blocks are split evenly over stages; the embeddings (and positions) sit on the first
     stage, the final norm and the output layer (an untied one, or a copy of the tied
-    embedding) on the last. Equal to ``shape.params_total`` for tp = pp = 1.
+    embedding) on the last; under expert parallelism a rank holds 1/``ep`` of the routed experts.
+    Equal to ``shape.params_total`` for tp = pp = ep = 1.
     """
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
     n = (shape.n_layer // pp) * block_params_per_tp_rank(shape, tp)
+    if pp == 1:  # every block, exactly (an MoE's dense first blocks are smaller than its largest)
+        n -= shape.n_layer * shape.params_per_layer - shape.blocks_params()
+    n -= shape.family_spec.routed_expert_params(shape) * (ep - 1) // ep
     if stage == 0:
         n += shape.params_input_embedding
     if stage == pp - 1:

@@ -385,7 +385,7 @@ def step_traffic(
 ) -> list[Traffic]:
     """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, kept, mem_layout)
     return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)

@@ -92,6 +92,7 @@ class Request:
     schedule: Optional[str] = None
     strategy: Optional[str] = None
     micro_batch_size: Optional[int] = None
+    ep: int = 1  # experts parallel over the data-parallel ranks (fixed by the user, never searched)
     device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (memory.layer_activation_bytes)
 
 
@@ -263,6 +264,8 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     problem = shape.tp_problem(tp)
     if problem:
         return problem
+    if pp > 1 and not shape.family_spec.pipelines:
+        return f"pp={pp}: family {shape.family!r} has no pipeline split"
     if shape.n_layer % (pp * chunks):
         stages = f"pp={pp}" + (f" x {chunks} chunks" if chunks > 1 else "")
         return f"{stages} does not divide n_layer ({shape.n_layer})"
@@ -278,6 +281,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
             if req.pp is not None and pp != req.pp:
                 continue
             dp = req.workers // (tp * pp)
+            if req.ep > 1 and (tp, pp, dp) != (1, 1, req.ep):
+                continue  # experts parallel over every rank, with data parallelism alone
             if req.sequences < dp or (pp > 1 and req.sequences % dp):
                 continue  # a pipeline's ranks take equal shares (its buffers have one shape)
             names = ["1f1b"] if pp == 1 else [req.schedule] if req.schedule else list(SCHEDULES)
@@ -285,7 +290,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                 kind, chunks = SCHEDULES[name] if pp > 1 else ("1f1b", 1)
                 if shape_problem(req.shape, tp, pp, chunks):
                     continue
-                for strategy in _strategies(req, dp, tp, pp):
+                for strategy in (("ddp",) if req.ep > 1 else _strategies(req, dp, tp, pp)):
                     for b, m in _micro_batch_splits(req, dp):
                         if pp > 1 and b * m != req.sequences // dp:
                             continue  # a stage's micro-batches are equal
@@ -297,7 +302,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                             dp=dp, tp=tp, pp=pp, strategy=strategy,  # type: ignore[arg-type]
                             micro_batches=m, micro_batch=b,
                             recompute="full" if req.checkpointing else "none",
-                            schedule=kind, chunks=chunks,  # type: ignore[arg-type]
+                            schedule=kind, chunks=chunks, ep=req.ep,  # type: ignore[arg-type]
                         ), name if pp > 1 else (req.schedule or "1f1b")
 
 

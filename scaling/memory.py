@@ -75,7 +75,7 @@ def layer_activation_bytes(
         raise ValueError(f"unknown attention {attention!r} (use one of {ATTENTION_MEMORY})")
     c = compute_bytes(precision)
     autocast = precision != "fp32"
-    llama = shape.family == "llama"
+    llama = shape.family_spec.norm == "rmsnorm"
 
     def norm(readers: int) -> float:
         kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
@@ -83,12 +83,12 @@ def layer_activation_bytes(
 
     whole = norm(3 if llama else 1) + norm(2 if llama else 1)
     kv = shape.kv_heads * shape.head_dim
-    split = c * (2 * h + 2 * kv) + (4 if llama else 2) * c * shape.hidden
+    split = c * (2 * h + 2 * kv) + c * shape.family_spec.mlp_activation_values(shape)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
         split += (4 + (c if autocast else 0)) * shape.n_head * s
-    rope = 8.0 * s * shape.head_dim if llama else 0.0
+    rope = 8.0 * s * shape.head_dim if shape.family_spec.rope else 0.0
     if sequence_parallel:
         return tokens * (whole + split) / t + rope
     return tokens * (whole + split / t) + rope
@@ -107,7 +107,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     tokens = shape.context * micro_batch
     h = shape.d_model
     c = compute_bytes(precision)
-    llama = shape.family == "llama"
+    llama = shape.family_spec.norm == "rmsnorm"
     norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES * shape.vocab_size)
@@ -169,7 +169,7 @@ def memory_per_rank(
     is its data-parallel case.
     """
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:

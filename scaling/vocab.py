@@ -27,6 +27,15 @@ LOSS_SCALE = "train/loss_scale"  # fp16 only
 TOKENS_PER_SECOND = "perf/tokens_per_s"
 MFU = "perf/mfu"
 EPOCH = "data/epoch"  # fractional passes over the training split
+# mixture-of-experts runs: the router's auxiliary loss term (balance and router z-loss, averaged over
+# the MoE blocks), and the balance: the busiest and idlest expert's tokens over the mean (1: balanced),
+# the extremes over the MoE blocks
+MOE_AUX_LOSS = "moe/aux_loss"
+MOE_LOAD_MAX = "moe/load_max"
+MOE_LOAD_MIN = "moe/load_min"
+#: Tokens routed to each expert in a step, summed over the MoE blocks and ranks: moe/expert_<i>/tokens.
+MOE_EXPERT_PREFIX = "moe/expert_"
+MOE_EXPERT_TOKENS = "tokens"
 
 METRICS: tuple[str, ...] = (
     TRAIN_LOSS,
@@ -38,6 +47,9 @@ METRICS: tuple[str, ...] = (
     TOKENS_PER_SECOND,
     MFU,
     EPOCH,
+    MOE_AUX_LOSS,
+    MOE_LOAD_MAX,
+    MOE_LOAD_MIN,
 )
 
 # -- downstream-task metrics: task/<task>/<kind> (scaling.trainer.evaluation.evals writes them) -----------------
@@ -92,12 +104,24 @@ def parse_task_metric(name: str) -> tuple[str, str] | None:
     return parts
 
 
+def expert_tokens_metric(expert: int) -> str:
+    """The metric of the tokens routed to expert ``expert`` (from 0): ``moe/expert_<i>/tokens``."""
+    if expert < 0:
+        raise ValueError(f"an expert's index is 0 or more, not {expert}")
+    return f"{MOE_EXPERT_PREFIX}{expert}/{MOE_EXPERT_TOKENS}"
+
+
 def metric_problem(name: str) -> str | None:
-    """Why ``name`` is not a metric of the vocabulary (None: it is): one of :data:`METRICS`, or
-    ``task/<task>/<kind>`` with a valid task name and kind."""
+    """Why ``name`` is not a metric of the vocabulary (None: it is): one of :data:`METRICS`,
+    ``task/<task>/<kind>`` with a valid task name and kind, or ``moe/expert_<i>/tokens``."""
     if name in METRICS or parse_task_metric(name) is not None:
         return None
-    return f"metric {name!r} is not in scaling.vocab (METRICS, or task/<task>/<{'|'.join(TASK_KINDS)}>)"
+    if name.startswith(MOE_EXPERT_PREFIX):
+        index, sep, kind = name[len(MOE_EXPERT_PREFIX):].partition("/")
+        if sep and kind == MOE_EXPERT_TOKENS and index.isdigit() and index.isascii():
+            return None
+    return (f"metric {name!r} is not in scaling.vocab (METRICS, task/<task>/<{'|'.join(TASK_KINDS)}>, "
+            f"or {MOE_EXPERT_PREFIX}<i>/{MOE_EXPERT_TOKENS})")
 
 # -- run tags ---------------------------------------------------------------------------------
 #: The tag of a run spec naming its hyperparameter group (the runs of one point of a plan's

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def train_plan(plan_path: Path, url: str, folder: Path) -> None:
-    """Every run of the plan at ``plan_path`` registered, claimed, trained and completed in ``url``."""
+def train_plan(plan_path: Path, url: str, folder: Path, run_folders: bool = False) -> None:
+    """Every run of the plan at ``plan_path`` registered, claimed, trained and completed in ``url``;
+    with ``run_folders`` each in its own folder ``folder/<key>`` (as a sweep keeps runs that checkpoint)."""
     from scaling.db import Store
     from scaling.db.lifecycle import Lifecycle
     from scaling.orchestrator.expand import expand
@@ -27,7 +28,8 @@ def train_plan(plan_path: Path, url: str, folder: Path) -> None:
         try:
             for run in expansion.runs:
                 attempt = runs.claim(run.key).attempt
-                result = train(run.spec, url, folder, attempt=attempt, sweep=plan.name)
+                run_dir = folder / run.key if run_folders else folder
+                result = train(run.spec, url, run_dir, attempt=attempt, sweep=plan.name)
                 runs.complete(run.key, final_train_loss=result.final_train_loss,
                               final_eval_loss=result.final_eval_loss)
         finally:

@@ -29,7 +29,7 @@ def test_gpt2_small_counts() -> None:
 )
 def test_counts_match_a_direct_count_of_the_torch_module(shape: Shape) -> None:
     torch = pytest.importorskip("torch")
-    from scaling.trainer.families.model import GPT
+    from scaling.trainer.families.gpt2 import GPT
 
     with torch.device("meta"):
         model = GPT(shape)
@@ -221,8 +221,8 @@ def test_model_flops_per_token_is_palms_count() -> None:
 
 @pytest.mark.parametrize("fields,message", [
     ({"family": "llama", "n_kv_head": 3}, r"n_kv_head \(3\) must divide n_head \(4\)"),
-    ({"n_kv_head": 2}, r"n_kv_head: only for family 'llama'"),
-    ({"qk_norm": True}, r"qk_norm: only for family 'llama'"),
+    ({"n_kv_head": 2}, r"n_kv_head: only for families 'llama', 'moe'"),
+    ({"qk_norm": True}, r"qk_norm: only for families 'llama', 'moe'"),
     ({"family": "mamba"}, r"unknown family 'mamba'"),
     ({"family": "llama", "rope_theta": 0.5}, "rope_theta must be a finite number above 1"),
     ({"family": "llama", "d_model": 60}, r"RoPE needs an even head size, got d_model/n_head = 15"),

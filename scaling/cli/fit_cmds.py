@@ -56,16 +56,6 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} only apply to --csv")
 
 
-def _check_dense(law: str, csv: Optional[Path], sweep: Optional[str]) -> None:
-    """Refuse a law that is neither the dense laws nor a law of sparsity, and a sweep and a CSV at once."""
-    from scaling.errors import UserError
-
-    if law != "all":
-        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
-    if csv is not None and sweep is not None:
-        raise UserError("give either --sweep or --csv, not both")
-
-
 def _csv_source(csv: Path, **options: Any) -> "CsvSource":
     """The CSV and how to read it, as ``scaling fit`` and ``scaling recommend`` are told (the API's path too)."""
     from scaling.fitting import CsvSource
@@ -103,6 +93,14 @@ def _not_moe(given: dict[str, bool]) -> None:
     used = [name for name, on in given.items() if on]
     if used:
         raise UserError(f"{', '.join(used)} do not apply to the laws of sparsity (--law moe)")
+
+
+def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
+    """Refuse a sweep given with a CSV."""
+    from scaling.errors import UserError
+
+    if csv is not None and sweep is not None:
+        raise UserError("give either --sweep or --csv, not both")
 
 
 def _fit_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int) -> "MoEFit":
@@ -181,6 +179,21 @@ def _check_fit_options(fmt: str, hparams: str, bootstrap: int, csv: Optional[Pat
         raise UserError("give either --sweep or --csv, not both")
     if step1_recipe not in STEP1_RECIPES:
         raise UserError(f"--step1-recipe must be one of {', '.join(STEP1_RECIPES)}, not {step1_recipe!r}")
+
+
+def _recommend_moe(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, bootstrap: int, seed: int,
+                   compute: Optional[float], fmt: str, given: dict[str, bool]) -> None:
+    """Print the laws of sparsity's recommendations at ``compute`` (and the laws that give none, with why);
+    ``given``: which options of the dense laws were set (refused here)."""
+    from scaling.errors import UserError
+    from scaling.fitting.moe.moe_recommend import recommendations_table
+
+    if not law.startswith("moe"):
+        raise UserError(f"--law must be all or a law of sparsity (moe, moe-granularity, moe-sparsity), not {law!r}")
+    _not_moe(given)
+    recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
+    typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
+               if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
 
 
 @app.command()
@@ -291,18 +304,13 @@ def recommend(
     extra runs that would narrow the interval on N* most. Example: `scaling recommend --compute 1e21`.
     """
     check_format(fmt)
-    if law.startswith("moe"):
-        from scaling.fitting.moe.moe_recommend import recommendations_table
-
-        _not_moe({"--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
-                  "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
-                  "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
-
-        recs, refused = _fit_moe(csv, db, sweep, law, bootstrap, seed).recommend(compute)
-        typer.echo(json.dumps({"recommendations": [r.to_dict() for r in recs], "refused": refused}, indent=2)
-                   if fmt == "json" else recommendations_table(recs, refused), nl=fmt == "json")
+    if law != "all":
+        _recommend_moe(csv, db, sweep, law, bootstrap, seed, compute, fmt, {
+            "--flops": flops != "6N", "--params": params != "non_embedding", "--loss-units": loss_units is not None,
+            "--drop-invalid": drop_invalid, "--drop-duplicates": drop_duplicates,
+            "--inference-tokens": inference_tokens is not None, "--target-loss": target_loss is not None})
         return
-    _check_dense(law, csv, sweep)
+    _one_source(csv, sweep)
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
     Field,
@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from scaling import layout, rules
-from scaling.accounting import Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
+from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
 from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError
@@ -93,8 +93,8 @@ class ModelPlan(SequenceSpec, FamilySpec):
         return self.family_dump(out, None) if isinstance(out, dict) else out
 
 
-#: The model section's fields that belong to one family (the Llama family's, and the z-loss).
-FAMILY_ONLY_FIELDS = ("n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps", "z_loss")
+#: The model section's fields that belong to some families (``scaling.families``), and the z-loss.
+FAMILY_ONLY_FIELDS = (*FIELD_DEFAULTS, "z_loss")
 
 
 class BlockModel(_Strict):
@@ -103,7 +103,8 @@ class BlockModel(_Strict):
     than the plan's takes that family's defaults for the family's fields (the plan's are its
     family's); a block whose parametrization is ``standard`` leaves the plan's ``base_width``."""
 
-    family: Optional[Literal["gpt2", "llama"]] = Field(default=None, description="this block's family (default the plan's)")
+    family: Optional[Literal[tuple(FAMILIES)]] = Field(  # type: ignore[valid-type]
+        default=None, description="this block's family (default the plan's)")
     parametrization: Optional[Literal["standard", "mup"]] = Field(
         default=None, description="this block's parametrization (default the plan's)")
     base_width: Optional[int] = Field(default=None, gt=0, description="mup: the d_model of the proxy")
@@ -111,7 +112,7 @@ class BlockModel(_Strict):
     def over(self, model: ModelPlan) -> ModelPlan:
         """``model`` with this block's fields over it (ValidationError for a combination it refuses)."""
         values = dict(model)
-        if self.family is not None and self.family != model.family:
+        if self.family not in (None, model.family):
             for name in FAMILY_ONLY_FIELDS:
                 values.pop(name)
         if self.parametrization == "standard":
@@ -264,6 +265,12 @@ class ModelPoint(_Strict):
     n_head: Optional[int] = Field(default=None, gt=0, description="attention heads")
     n_kv_head: Optional[int] = Field(default=None, gt=0, description="this shape's key/value heads (llama)")
     ffn: Optional[int] = Field(default=None, gt=0, description="this shape's SwiGLU width (llama)")
+    n_experts: Optional[int] = Field(default=None, gt=0, description="this shape's routed experts (moe)")
+    top_k: Optional[int] = Field(default=None, gt=0, description="this shape's experts per token (moe)")
+    expert_ffn: Optional[int] = Field(default=None, gt=0, description="this shape's expert width (moe)")
+
+    #: A shape's own family fields, over the model section's.
+    OWN_FIELDS: ClassVar[tuple[str, ...]] = ("n_kv_head", "ffn", "n_experts", "top_k", "expert_ffn")
 
     @model_validator(mode="before")
     @classmethod
@@ -275,7 +282,7 @@ class ModelPoint(_Strict):
     @model_validator(mode="after")
     def _one_form(self) -> "ModelPoint":
         shape_fields = (self.n_layer, self.d_model, self.n_head)
-        if self.N is not None and any(f is not None for f in (*shape_fields, self.n_kv_head, self.ffn)):
+        if self.N is not None and any(f is not None for f in (*shape_fields, *(getattr(self, n) for n in self.OWN_FIELDS))):
             raise ValueError("give either N or a shape (n_layer, d_model, n_head), not both")
         if self.N is None and any(f is None for f in shape_fields):
             raise ValueError("a shape needs n_layer, d_model and n_head")
@@ -284,11 +291,11 @@ class ModelPoint(_Strict):
         return self
 
     def shape(self, model: ModelPlan, convention: str) -> Shape:
-        """The point's shape in the plan's family (a shape's own n_kv_head and ffn over the model section's)."""
+        """The point's shape in the plan's family (a shape's own fields, :attr:`OWN_FIELDS`, over the model section's)."""
         if self.N is not None:
             return model.policy().planned_shape(self.N, convention)  # type: ignore[arg-type]
         family = model.family_kwargs()
-        family.update({k: v for k, v in (("n_kv_head", self.n_kv_head), ("ffn", self.ffn)) if v is not None})
+        family.update({k: getattr(self, k) for k in self.OWN_FIELDS if getattr(self, k) is not None})
         return Shape(self.n_layer, self.d_model, self.n_head, model.vocab_size, model.context, **family)  # type: ignore[arg-type]
 
 

@@ -50,14 +50,11 @@ def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
 
 
 def shape_label(shape: Shape) -> str:
-    """``LxD/Hh`` for gpt2; a llama shape adds its kv heads when fewer, and its SwiGLU width; a μP
-    shape its base width."""
+    """``LxD/Hh`` and what the family adds (``Family.label``: a llama shape its kv heads when fewer
+    and its SwiGLU width, an MoE its experts); a μP shape its base width."""
     label = f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h"
     mup = f" mup base {shape.base_width}" if shape.parametrization == "mup" else ""
-    if shape.family == "gpt2":
-        return label + mup
-    kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
-    return f"{label}{kv} {shape.family} ffn {shape.hidden}{mup}"
+    return f"{label}{shape.family_spec.label(shape)}{mup}"
 
 
 def corpus_tokens(run: PlannedRun) -> Optional[int]:
@@ -73,6 +70,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         "key": spec.key,
         "N": spec.n_params,
         "N_total": shape.params_total,
+        "N_active": shape.params_active,  # what one token uses (an MoE's router, top-k and shared experts)
         "N_non_embedding": shape.params_non_embedding,
         "N_embedding": shape.params_embedding,
         "family": shape.family,
@@ -231,7 +229,7 @@ def render_table(summary: dict[str, Any]) -> Any:
             "`scaling plan FILE --explain KEY` says why a layout was chosen"
         ),
     )
-    columns = ("key", "N", "N total", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
+    columns = ("key", "N", "N total", "N active", "shape", "D", "C", "D/N", "epochs", "lr", "batch", "layout", "GiB/rank",
                "compute", "comm", "bubble", "est.", "why")
     for col in columns:
         table.add_column(col, justify="left" if col in ("key", "shape", "layout", "why") else "right",
@@ -246,6 +244,7 @@ def render_table(summary: dict[str, Any]) -> Any:
             r["key"],
             f"{r['N']:,}",
             f"{r['N_total']:,}",
+            f"{r['N_active']:,}",
             r["shape"],
             f"{r['D']:.3g}",
             f"{r['C']:.3g}",
@@ -338,7 +337,8 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     r = find_run(summary, key)
     lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
              f"{r['workers']} worker(s), {r['precision']}",
-             f"parameters: {r['N_total']:,} in all, {r['N_non_embedding']:,} outside the embeddings, "
+             f"parameters: {r['N_total']:,} in all, {r['N_active']:,} active per token, "
+             f"{r['N_non_embedding']:,} outside the embeddings, "
              f"{r['N_embedding']:,} in the embedding matrices"]
     if "layout" not in r:
         return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]

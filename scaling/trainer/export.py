@@ -1,22 +1,12 @@
 """A run's checkpoint as a Hugging Face ``transformers`` model folder, for downstream evaluation.
 
-A ``gpt2`` run is GPT-2's architecture exactly: pre-LayerNorm blocks (eps 1e-5), learned absolute
-positions, a tanh-approximated GELU MLP of 4 * d_model, biases on every linear layer but the
-output one, attention scaled by 1/sqrt(head_dim) and an output layer tied to the token
-embedding. So its export is a ``GPT2LMHeadModel``. A ``llama`` run (``scaling.trainer.families.llama``) is
-a ``LlamaForCausalLM``: RMSNorm, RoPE, SwiGLU, no biases, its key/value heads kept (grouped-query
-attention) and its output layer tied or not as trained; with ``qk_norm`` (an RMSNorm over each
-query and key head before RoPE, which Llama lacks) it is a ``Qwen3ForCausalLM``, the same decoder
-with exactly that norm. Each folder holds ``config.json`` and ``model.safetensors`` and, where the
-run has a tokenizer, that tokenizer (``tokenizer.json`` and its config): lm-evaluation-harness or
-any tool that loads a folder with ``from_pretrained`` evaluates it.
-
-GPT-2's layouts differ from ours and are converted: its ``Conv1D`` stores a weight as (in, out),
-ours (nn.Linear) as (out, in); its fused QKV holds all queries, then all keys, then all values,
-ours interleaves them head by head (``model.CausalSelfAttention``). Llama's need nothing but
-names: our RoPE rotates the two halves of each head (``rotate_half``) as Hugging Face's does, so
-the query and key rows keep their order (the permutation of Meta's ``convert_llama_weights_to_hf``
-is for checkpoints that rotate interleaved pairs). Before anything is written the exported model's
+Each family's module (``scaling.trainer.families.<name>``, its ``to_hf``) states its target:
+a ``gpt2`` run is a ``GPT2LMHeadModel``, a ``llama`` run a ``LlamaForCausalLM`` (``Qwen3ForCausalLM``
+with ``qk_norm``), an ``moe`` run a ``MixtralForCausalLM`` (``Qwen3MoeForCausalLM`` with ``qk_norm``
+or dense first layers); a shape the target cannot express is refused in one line. Each folder
+holds ``config.json`` and ``model.safetensors`` and, where the run has a tokenizer, that tokenizer
+(``tokenizer.json`` and its config): lm-evaluation-harness or any tool that loads a folder with
+``from_pretrained`` evaluates it. Before anything is written the exported model's
 logits are compared with ours on the same tokens, so a ``transformers`` that computed the model
 differently (or a model ours computes otherwise, e.g. a parametrization that scales its output)
 is refused, not exported.
@@ -79,108 +69,6 @@ def require_transformers() -> Any:
         raise UserError(f"scaling export --hf needs the 'hf' extra, which is not installed ({exc.name} is "
                         f"missing): {HF_EXTRA}") from None
     return transformers
-
-
-def gpt2_config(shape: Shape) -> dict[str, Any]:
-    """``GPT2Config``'s fields for ``shape``: GPT-2 with our layer norm, activation and no dropout."""
-    return {
-        "vocab_size": shape.vocab_size,
-        "n_positions": shape.context,
-        "n_embd": shape.d_model,
-        "n_layer": shape.n_layer,
-        "n_head": shape.n_head,
-        "n_inner": 4 * shape.d_model,
-        "activation_function": "gelu_pytorch_tanh",  # F.gelu(approximate="tanh"), as ours
-        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default, which ours uses
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "attn_pdrop": 0.0,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "tie_word_embeddings": True,
-        # GPT-2's own ids (50256) name no token of our vocabularies
-        "bos_token_id": None,
-        "eos_token_id": None,
-    }
-
-
-def gpt2_state_dict(ours: Mapping[str, "torch.Tensor"], shape: Shape) -> dict[str, "torch.Tensor"]:
-    """Our model's weights (names of ``model.GPT``) under ``GPT2LMHeadModel``'s names and layouts."""
-    d, h = shape.d_model, shape.n_head
-    hd = d // h
-
-    def conv1d(w: "torch.Tensor") -> "torch.Tensor":  # nn.Linear's (out, in) -> Conv1D's (in, out)
-        return w.t().contiguous()
-
-    out = {
-        "transformer.wte.weight": ours["wte.weight"],
-        "transformer.wpe.weight": ours["wpe.weight"],
-        "transformer.ln_f.weight": ours["ln_f.weight"],
-        "transformer.ln_f.bias": ours["ln_f.bias"],
-    }
-    for i in range(shape.n_layer):
-        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        # ours: output features [q_0 k_0 v_0 | q_1 k_1 v_1 | ...]; GPT-2's: [q_0 q_1 ... | k_0 ... | v_0 ...]
-        qkv = ours[src + "attn.qkv.weight"].view(h, 3, hd, d).transpose(0, 1).reshape(3 * d, d)
-        out[dst + "attn.c_attn.weight"] = conv1d(qkv)
-        out[dst + "attn.c_attn.bias"] = ours[src + "attn.qkv.bias"].view(h, 3, hd).transpose(0, 1).reshape(3 * d).contiguous()
-        out[dst + "attn.c_proj.weight"] = conv1d(ours[src + "attn.proj.weight"])
-        out[dst + "attn.c_proj.bias"] = ours[src + "attn.proj.bias"]
-        out[dst + "mlp.c_fc.weight"] = conv1d(ours[src + "mlp.fc.weight"])
-        out[dst + "mlp.c_fc.bias"] = ours[src + "mlp.fc.bias"]
-        out[dst + "mlp.c_proj.weight"] = conv1d(ours[src + "mlp.proj.weight"])
-        out[dst + "mlp.c_proj.bias"] = ours[src + "mlp.proj.bias"]
-        for norm in ("ln_1", "ln_2"):
-            out[dst + f"{norm}.weight"] = ours[src + f"{norm}.weight"]
-            out[dst + f"{norm}.bias"] = ours[src + f"{norm}.bias"]
-    out["lm_head.weight"] = out["transformer.wte.weight"]  # tied
-    return out
-
-
-def llama_config(shape: Shape) -> dict[str, Any]:
-    """``LlamaConfig``'s fields for a ``llama`` ``shape`` (``Qwen3Config``'s with ``qk_norm``)."""
-    config: dict[str, Any] = {
-        "vocab_size": shape.vocab_size,
-        "hidden_size": shape.d_model,
-        "intermediate_size": shape.hidden,
-        "num_hidden_layers": shape.n_layer,
-        "num_attention_heads": shape.n_head,
-        "num_key_value_heads": shape.kv_heads,
-        "head_dim": shape.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": shape.context,
-        "rms_norm_eps": shape.norm_eps,
-        "rope_parameters": {"rope_type": "default", "rope_theta": shape.rope_theta},
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": shape.tied,
-        # Llama's own ids (1, 2) name no token of our vocabularies
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "pad_token_id": None,
-    }
-    if shape.qk_norm:
-        config.update(use_sliding_window=False)
-    else:
-        config.update(mlp_bias=False, pretraining_tp=1)
-    return config
-
-
-def llama_state_dict(ours: Mapping[str, "torch.Tensor"], shape: Shape) -> dict[str, "torch.Tensor"]:
-    """Our Llama's weights (names of ``llama.Llama``) under ``LlamaForCausalLM``'s (and
-    ``Qwen3ForCausalLM``'s) names; the layouts are the same (nn.Linear's, RoPE on halves)."""
-    out = {"model.embed_tokens.weight": ours["wte.weight"], "model.norm.weight": ours["ln_f.weight"],
-           "lm_head.weight": ours["lm_head.weight"]}  # the embedding itself when tied
-    names = {"attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj",
-             "attn.o": "self_attn.o_proj", "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj",
-             "mlp.down": "mlp.down_proj", "ln_1": "input_layernorm", "ln_2": "post_attention_layernorm"}
-    if shape.qk_norm:
-        names.update({"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"})
-    for i in range(shape.n_layer):
-        for src, dst in names.items():
-            out[f"model.layers.{i}.{dst}.weight"] = ours[f"blocks.{i}.{src}.weight"]
-    return out
 
 
 # -- which run, which folder, which checkpoint ----------------------------------------------------
@@ -328,33 +216,11 @@ def load_ours(path: Path, shape: Shape) -> "Decoder":
     return model.eval()
 
 
-def to_gpt2(model: "Decoder") -> Any:
-    """A ``GPT2LMHeadModel`` with ``model``'s weights (fp32, eval mode)."""
-    transformers = require_transformers()
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_config(model.cfg)))
-    hf.load_state_dict(gpt2_state_dict(model.state_dict(), model.cfg), strict=True)
-    hf.tie_weights()
-    return hf.eval()
-
-
-def to_llama(model: "Decoder") -> Any:
-    """A ``LlamaForCausalLM`` (``Qwen3ForCausalLM`` with qk-norm) with ``model``'s weights (fp32, eval mode)."""
-    transformers = require_transformers()
-    shape = model.cfg
-    if shape.qk_norm:
-        config, causal_lm = transformers.Qwen3Config(**llama_config(shape)), transformers.Qwen3ForCausalLM
-    else:
-        config, causal_lm = transformers.LlamaConfig(**llama_config(shape)), transformers.LlamaForCausalLM
-    hf = causal_lm(config).float()
-    hf.load_state_dict(llama_state_dict(model.state_dict(), shape), strict=True)
-    if shape.tied:
-        hf.tie_weights()
-    return hf.eval()
-
-
 def to_hf(model: "Decoder") -> Any:
-    """The ``transformers`` model of ``model``'s family with its weights."""
-    return to_llama(model) if model.cfg.family == "llama" else to_gpt2(model)
+    """The ``transformers`` model of ``model``'s family with its weights (the family module's ``to_hf``)."""
+    from scaling.trainer.families.common import family_module
+
+    return family_module(model.cfg.family).to_hf(model)
 
 
 def run_shape(row: Mapping[str, Any]) -> Shape:

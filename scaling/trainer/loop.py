@@ -35,6 +35,7 @@ from scaling.trainer.result import TrainResult
 from scaling.trainer.data.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
 from scaling.trainer.evaluation.evals import build_evaluator
 from scaling.trainer.mfu import mfu, peak_flops
+from scaling.trainer.families.common import family_module
 from scaling.trainer.families.model import attention_kernel, build_meta_model, build_model, init_materialized, materialize
 from scaling.trainer.optim import NullGradients, lr_at, param_groups, set_lr
 from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
@@ -181,6 +182,7 @@ class PendingStep:
     ready: Any  # a CUDA event after the copy (None on the CPU: the values are there)
     lr: float
     z_loss: Optional[torch.Tensor] = None  # the batch's mean z-loss when the model has one
+    routing: Optional[torch.Tensor] = None  # a routed model's step: auxiliary loss and tokens per expert
 
     @classmethod
     def of(cls, index: int, cursor: int, loss: torch.Tensor, norm: torch.Tensor, lr: float) -> "PendingStep":
@@ -298,6 +300,9 @@ class Trainer:
         self.pending: Optional[PendingStep] = None  # the last step, its loss and norm not yet read
         self.settled: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # its loss, lr, norm once read
         self.z_weighted = torch.zeros((), device=self.rt.device)  # this rank's share of the batch's z-loss
+        # a routed family's router: its loss added, its load recorded (and balanced)
+        self.router = family_module(spec.shape.family).RouterStats(self.par.model) if spec.shape.family_spec.routed else None
+        self.settled_routing: Optional[list[float]] = None
         self.settled_z = math.nan
 
     # -- state ------------------------------------------------------------------------------
@@ -428,10 +433,12 @@ class Trainer:
             if poisoned:
                 y, scale = self.faults.poison(y, self.cursor)
             last = i == len(self.data.parts) - 1
+            weight = count / batch  # an empty part (count 0) runs with weight 0, see micro_batches
             with self.par.no_sync(not last), autocast(spec.precision, dev):
                 loss, z = self._loss(self.par.module(x), y, scale)
-            weight = count / batch  # an empty part (count 0) runs with weight 0, see micro_batches
-            self.scaler.scale((loss + z) * (weight * world)).backward()
+                # a routed model's balance and router z-losses: training terms, as the z-loss
+                aux = self.router.micro_batch_loss(weight) if self.router is not None else 0.0
+            self.scaler.scale((loss + z + aux) * (weight * world)).backward()
             weighted += loss.detach() * weight  # the train loss is the cross-entropy alone
             self.z_weighted += z.detach() * weight
         return weighted
@@ -460,6 +467,8 @@ class Trainer:
         loss = self.rt.sum(self._forward_backward(), self.par.loss_group)
         if self.pending is not None and not self._settle():
             self.optimizer.zero_grad(set_to_none=True)  # rolled back: this step's gradients are void
+            if self.router is not None:
+                self.router.discard()  # and the load its forward passes counted
             return
 
         if self.faults is not None:
@@ -476,6 +485,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if spec.model.z_loss:
             self.pending.z_loss = self.rt.sum(self.z_weighted, self.par.loss_group)
+        if self.router is not None:
+            self.pending.routing = self.router.end_step(self.rt.sum, self.par.loss_group)
         self.step += 1
         self.cursor += 1
         self.timer.stop(self.tokens_per_step)
@@ -526,6 +537,7 @@ class Trainer:
         self.recent.append(loss)
         self.settled = (loss, p.lr, norm)
         self.settled_z = float(p.z_loss) if p.z_loss is not None else math.nan
+        self.settled_routing = p.routing.tolist() if p.routing is not None else None
         step = p.index + 1
         if step % self.spec.execution.log_interval == 0 or step == self.total_steps:
             self._log_step(step, p.cursor + 1)
@@ -541,6 +553,10 @@ class Trainer:
         rec.metric(step, tokens, names.GRAD_NORM, norm)
         if self.spec.model.z_loss:
             rec.metric(step, tokens, names.Z_LOSS, self.settled_z)
+        if self.router is not None and self.settled_routing is not None:
+            n_experts = self.spec.shape.n_experts or 0
+            for name, value in self.router.metrics(self.settled_routing, n_experts).items():
+                rec.metric(step, tokens, name, value)
         if self.fp16:
             rec.metric(step, tokens, names.LOSS_SCALE, self.scaler.get_scale())
         rec.metric(step, tokens, names.EPOCH, self.data.batches.epoch(cursor))

@@ -14,13 +14,7 @@ from scaling.trainer.sections import ScheduleSpec, decay_start, warmup_steps
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["EMBEDDING_NAMES", "NullGradients", "OUTPUT_NAME", "ScheduleSpec", "decay_start", "lr_at", "param_groups",
-           "set_lr", "warmup_steps"]
-
-#: Parameter-name fragments of the embeddings (the tied output layer is the token embedding).
-EMBEDDING_NAMES: tuple[str, ...] = ("wte", "wpe")
-#: The untied output layer's name fragment: a matrix that decays, but no hidden matrix under μP.
-OUTPUT_NAME = "lm_head"
+__all__ = ["NullGradients", "ScheduleSpec", "decay_start", "lr_at", "param_groups", "set_lr", "warmup_steps"]
 
 
 def param_groups(model: "nn.Module", weight_decay: float, width_mult: float = 1.0) -> list[dict[str, Any]]:
@@ -28,8 +22,8 @@ def param_groups(model: "nn.Module", weight_decay: float, width_mult: float = 1.
     kind of tensor: plain tensors, or DTensors of one device mesh.
 
     Decaying gains and biases only pulls them toward zero for no regularizing benefit, and the
-    embeddings are lookups (GPT-2/nanoGPT/Megatron practice). Names are matched by fragment so
-    wrappers' prefixes (``module.``, ``_orig_mod.``) do not matter. Tensor parallelism leaves
+    embeddings are lookups (GPT-2/nanoGPT/Megatron practice); which is which is
+    :func:`scaling.trainer.families.common.param_role`'s. Tensor parallelism leaves
     norms and embeddings plain beside DTensor biases; the foreach and fused kernels take one
     kind per call ("got mixed torch.Tensor and DTensor"), hence one kind per group.
 
@@ -38,14 +32,15 @@ def param_groups(model: "nn.Module", weight_decay: float, width_mult: float = 1.
     wd*m, so their decay per step lr*wd is the base model's (``mup``'s ``MuAdamW``). Each group's
     ``lr_mult`` is what the schedule's learning rate is multiplied by (:func:`set_lr`).
     """
+    from scaling.trainer.families.common import param_role
+
     groups: dict[tuple[bool, bool, Any], list[Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        parts = name.split(".")
-        is_embedding = any(part in EMBEDDING_NAMES for part in parts)
-        decays = p.ndim >= 2 and not is_embedding
-        hidden = decays and OUTPUT_NAME not in parts and width_mult != 1.0
+        role = param_role(name, p)
+        decays = role in ("hidden", "output")
+        hidden = role == "hidden" and width_mult != 1.0
         groups.setdefault((decays, hidden, _kind(p)), []).append(p)
     ordered = sorted(groups.items(), key=lambda item: (not item[0][0], not item[0][1], item[0][2] is not None))
     out = []

@@ -284,6 +284,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
         strategy=None if auto else ex.strategy,
         micro_batch_size=mbs,
+        ep=ex.ep,
         device=device,
     )
 

@@ -13,13 +13,16 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from scaling.accounting import (
+    FAMILIES,
     FAMILY_FIELDS,
+    FIELD_DEFAULTS,
     FlopsConvention,
     ParamsConvention,
     PrecisionChoice,
     Shape,
     StrategyChoice,
 )
+from scaling.families import BALANCES, ROUTERS
 from scaling.schema import StrictModel, checked
 from scaling.trainer.data.shards import MAX_SHARDS, ShardFormat
 
@@ -47,23 +50,37 @@ class SequenceSpec(_Frozen):
 
 
 class FamilySpec(_Frozen):
-    """The model family, the Llama family's fields and the parametrization (standard or μP, with
-    μP's ``base_width``); `scaling.accounting.Shape` checks them.
+    """The model family, the fields of the families that take them (``scaling.families``: llama's,
+    and moe's experts and router) and the parametrization (standard or μP, with μP's
+    ``base_width``); `scaling.accounting.Shape` checks them.
 
     A field at its family's default is left out when serialized, so a gpt2 model serializes, and
     its run key hashes, exactly as before families existed; ``z_loss`` (PaLM's auxiliary loss on
     the log of the softmax normalizer, times this coefficient) is a training loss, not a shape field.
     """
 
-    family: Literal["gpt2", "llama"] = Field(default="gpt2",
-                                             description="the architecture: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU)")
-    n_kv_head: Optional[int] = Field(default=None, gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
-    ffn: Optional[int] = Field(default=None, gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
-    tie_embeddings: Optional[bool] = Field(default=None, description="tie the output layer to the token embedding (llama; default false)")
-    qk_norm: bool = Field(default=False, description="RMSNorm on each query and key head (llama)")
-    rope_theta: float = Field(default=10000.0, gt=1, description="RoPE base (llama)")
-    norm_eps: float = Field(default=1e-5, gt=0, lt=1, description="RMSNorm epsilon (llama)")
+    family: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
+        default="gpt2", description="the architecture: gpt2 (learned positions, LayerNorm, GELU), llama (RoPE, "
+        "RMSNorm, SwiGLU) or moe (the llama block with routed experts); scaling.families")
+    n_kv_head: Optional[int] = Field(default=FIELD_DEFAULTS["n_kv_head"], gt=0, description="key/value heads (llama; 1 = multi-query; default n_head)")
+    ffn: Optional[int] = Field(default=FIELD_DEFAULTS["ffn"], gt=0, description="SwiGLU hidden width (llama; default 8/3 d_model rounded up to 256)")
+    tie_embeddings: Optional[bool] = Field(default=FIELD_DEFAULTS["tie_embeddings"], description="tie the output layer to the token embedding (llama; default false)")
+    qk_norm: bool = Field(default=FIELD_DEFAULTS["qk_norm"], description="RMSNorm on each query and key head (llama)")
+    rope_theta: float = Field(default=FIELD_DEFAULTS["rope_theta"], gt=1, description="RoPE base (llama)")
+    norm_eps: float = Field(default=FIELD_DEFAULTS["norm_eps"], gt=0, lt=1, description="RMSNorm epsilon (llama)")
     z_loss: float = Field(default=0.0, ge=0, le=1, description="coefficient of the z-loss (log Z)^2 (llama)")
+    n_experts: Optional[int] = Field(default=FIELD_DEFAULTS["n_experts"], gt=0, description="routed experts per MoE block (moe; default 8)")
+    top_k: Optional[int] = Field(default=FIELD_DEFAULTS["top_k"], gt=0, description="experts each token is routed to (moe; default 2)")
+    expert_ffn: Optional[int] = Field(default=FIELD_DEFAULTS["expert_ffn"], gt=0, description="each expert's SwiGLU width (moe; default ffn)")
+    n_shared_experts: int = Field(default=FIELD_DEFAULTS["n_shared_experts"], ge=0, description="experts every token uses besides its top-k (moe)")
+    n_dense_layers: int = Field(default=FIELD_DEFAULTS["n_dense_layers"], ge=0, description="the first blocks with a dense SwiGLU of ffn (moe)")
+    router: Literal[ROUTERS] = Field(  # type: ignore[valid-type]
+        default=FIELD_DEFAULTS["router"], description="router scores: softmax over the experts or sigmoid per expert; top-k renormalized (moe)")
+    balance: Literal[BALANCES] = Field(  # type: ignore[valid-type]
+        default=FIELD_DEFAULTS["balance"], description="load balancing: Switch's auxiliary loss, or DeepSeek-V3's bias update (moe)")
+    aux_loss: float = Field(default=FIELD_DEFAULTS["aux_loss"], ge=0, le=1, description="coefficient of the load-balancing loss (moe, balance aux_loss)")
+    router_z_loss: float = Field(default=FIELD_DEFAULTS["router_z_loss"], ge=0, le=1, description="coefficient of the router's z-loss (moe)")
+    bias_rate: float = Field(default=FIELD_DEFAULTS["bias_rate"], ge=0, le=1, description="step of the balancing bias update (moe, balance bias)")
     parametrization: Literal["standard", "mup"] = Field(
         default="standard", description="standard, or mup (Yang et al. 2022: hyperparameters transfer across width)")
     base_width: Optional[int] = Field(
@@ -75,8 +92,9 @@ class FamilySpec(_Frozen):
 
     @model_validator(mode="after")
     def _z_loss_family(self) -> "FamilySpec":
-        if self.z_loss and self.family != "llama":
-            raise ValueError("z_loss: only for family 'llama' (gpt2 has its fixed architecture)")
+        if self.z_loss and not FAMILIES[self.family].takes_z_loss:
+            takers = " or ".join(repr(name) for name, fam in FAMILIES.items() if fam.takes_z_loss)
+            raise ValueError(f"z_loss: only for family {takers} (not a field of {self.family!r})")
         return self
 
     def family_dump(self, out: dict[str, Any], shape: Optional[Shape]) -> dict[str, Any]:
@@ -449,6 +467,9 @@ class Placement(_Frozen):
                                      description="how workers split a run: auto (the least sharding that fits), single, ddp, zero1, zero2 or zero3")
     tp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="tensor-parallel degree")
     pp: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True, description="pipeline stages")
+    ep: int = Field(default=1, gt=0, le=MAX_WORKERS, strict=True,
+                    description="expert-parallel degree: a routed family's experts sharded over this many "
+                    "data-parallel ranks (1: every rank holds every expert)")
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field(default="1f1b",
                                                                       description="pipeline schedule when pp > 1")
     cpu_offload: bool = Field(default=False, description="FSDP2 shards on the CPU (zero2 / zero3 only)")

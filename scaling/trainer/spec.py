@@ -198,6 +198,12 @@ class RunSpec(Recipe):
                     f"execution.strategy: {ex.strategy} cannot be combined with tp={ex.tp} on {ex.dp} data-parallel "
                     "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
                 )
+        if ex.ep > 1:
+            from scaling.trainer.parallel.expert_parallel import expert_parallel_problem
+
+            problem = expert_parallel_problem(self.shape, ex.ep, ex.dp, ex.tp, ex.pp, ex.strategy)
+            if problem:
+                raise ValueError(f"execution: {problem}")
         if not unplaced:
             problem = precision_problem(self.precision, ex.tp, ex.dp)
             if problem:

@@ -209,7 +209,7 @@ def test_fused_attention_keeps_no_scores_and_math_attention_does(family: str, pr
     attention the FP32 softmax (and, in 16 bits, its copy) add (4 + 2) a s, or 4 a s in FP32."""
     def per_token(context: int, attention: str) -> float:
         shape = Shape(2, 256, 4, 256, context, family=family)
-        rope = 8 * context * shape.head_dim if family == "llama" else 0  # RoPE's angles, per position
+        rope = 8 * context * shape.head_dim if shape.family_spec.rope else 0  # RoPE's angles, per position
         return (layer_activation_bytes(shape, 1, precision=precision, attention=attention) - rope) / context  # type: ignore[arg-type]
 
     assert per_token(2048, "fused") == per_token(256, "fused")

@@ -121,6 +121,10 @@ def test_a_sweeps_moe_runs_are_read_from_their_specs(sqlite_url: str) -> None:
     code, out, err = run_cli("fit", "--db", sqlite_url, "--sweep", "moe", "--law", "moe", "--bootstrap", "20")
     assert code == 0, err
     assert "moe-sparsity" in out and "granularity law: not fitted" in out
+    code, out, err = run_cli("recommend", "--db", sqlite_url, "--sweep", "moe", "--law", "moe-sparsity",
+                             "--bootstrap", "20")
+    assert code == 0, err
+    assert "N_active* = " in out and "compared with S = 0 (the dense model)" in out
 
 
 def test_a_dense_sweep_has_no_laws_of_sparsity(sqlite_url: str, make_sweep) -> None:

@@ -136,11 +136,11 @@ def test_the_export_loads_in_transformers_with_our_logits_and_tokenizer(trained:
 
 def test_the_mapping_keeps_heads_apart() -> None:
     """An untrained 4-head model (heads interleaved in our QKV, grouped in GPT-2's) maps exactly."""
-    from scaling.trainer.export import logit_difference, to_gpt2
+    from scaling.trainer.export import logit_difference, to_hf
     from scaling.trainer.families.model import build_model
 
     ours = build_model(Shape(2, 32, 4, 97, 16), 3).eval()
-    diff, scale = logit_difference(ours, to_gpt2(ours))
+    diff, scale = logit_difference(ours, to_hf(ours))
     assert scale > 0.1 and diff < 1e-5
 
 
@@ -205,9 +205,9 @@ def test_a_model_transformers_computes_otherwise_is_refused(trained_llama: dict[
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The logits check is what stands between a wrong conversion and a folder: a conversion that
     rotates interleaved pairs (Meta's layout, which ours is not) is refused, nothing written."""
-    from scaling.trainer import export
+    from scaling.trainer.families import llama
 
-    real = export.llama_state_dict
+    real = llama.llama_state_dict
 
     def interleaved(ours: Any, shape: Shape) -> dict[str, torch.Tensor]:  # the permutation ours must not get
         out = real(ours, shape)
@@ -217,7 +217,7 @@ def test_a_model_transformers_computes_otherwise_is_refused(trained_llama: dict[
             out[name] = w.view(-1, hd // 2, 2, w.size(1)).transpose(1, 2).reshape(w.shape)
         return out
 
-    monkeypatch.setattr(export, "llama_state_dict", interleaved)
+    monkeypatch.setattr(llama, "llama_state_dict", interleaved)
     out = tmp_path / "hf"
     got = run_main("export", trained_llama["key"], "--hf", str(out), "--db", trained_llama["url"])
     _refused(got, "LlamaForCausalLM gives logits up to")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from scaling.accounting import Shape
-from scaling.trainer.families.model import GPT, build_model, causal_attention, masked_softmax_attention
+from scaling.trainer.families.gpt2 import GPT
+from scaling.trainer.families.model import build_model, causal_attention, masked_softmax_attention
 
 
 def _meta_model(shape: Shape) -> GPT:

@@ -16,13 +16,12 @@ from scaling.errors import FitError
 from scaling.fitting.core.base import jsonable
 from scaling.fitting.moe.moe_data import MoEData
 from scaling.fitting.moe.moe_laws import FORMS, MoELaw
+from scaling.fitting.recommend import default_budget
 from scaling.fitting.moe.moe_recommend import MoERecommendation, recommend_moe, recommendations_table
 from scaling.fmt import Interval, PlainText, num, se_text
 
 #: What ``--law`` accepts for the MoE laws, and the forms each fits.
 MOE_CHOICES: dict[str, tuple[str, ...]] = {"moe": tuple(FORMS), **{f"moe-{k}": (k,) for k in FORMS}}
-#: The budget when none is given: ten times the largest measured one (as `scaling recommend`).
-DEFAULT_BUDGET_FACTOR = 10.0
 
 
 @dataclass
@@ -75,7 +74,7 @@ class MoEFit:
         if not self.laws:
             raise FitError("no MoE law was fitted: " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()))
         if compute is None:
-            compute = DEFAULT_BUDGET_FACTOR * max(law.c_range_[1] for law in self.laws.values())
+            compute = default_budget(max(law.c_range_[1] for law in self.laws.values()))
         recs, refused = [], {}
         for law in self.laws.values():
             try:

@@ -5,7 +5,12 @@ attention (``n_kv_head`` key/value heads, each shared by ``n_head / n_kv_head`` 
 SwiGLU MLP (Shazeer 2020) of ``ffn`` hidden units, no biases, and an output layer of its own
 unless ``tie_embeddings``; with ``qk_norm`` each query and key head is RMS-normalized before
 RoPE (as OLMo 2 and Qwen 3 do). Exactly the model ``scaling.accounting.Shape`` counts for
-family ``llama``. The loss (and its z-loss) lives in the loop: the model returns logits.
+family ``llama`` (``scaling.families.Llama``). The loss (and its z-loss) lives in the loop: the
+model returns logits.
+
+Its export is a ``LlamaForCausalLM``, with ``qk_norm`` a ``Qwen3ForCausalLM`` (the same decoder
+with exactly that norm); the layouts need nothing but names: our RoPE rotates the two halves of
+each head (``rotate_half``) as Hugging Face's does, so the query and key rows keep their order.
 
 RoPE rotates the two halves of each head (``rotate_half``, the GPT-NeoX and Hugging Face layout).
 Its angles are computed in FP32 in every forward pass, from the positions alone: no buffer, so a
@@ -18,16 +23,19 @@ is given, so the same code runs on one process and on a tensor rank.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from scaling.accounting import Shape
 from scaling.trainer.families.attention import causal_attention
+from scaling.trainer.families.common import DecoderBase
+
+if TYPE_CHECKING:
+    from scaling.trainer.families.model import Decoder
 
 
 def rope_angles(t: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,66 +127,18 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: Shape) -> None:
+    """Pre-norm attention and MLP; ``mlp`` builds the MLP (a SwiGLU; an MoE family's experts)."""
+
+    def __init__(self, cfg: Shape, mlp: Callable[[Shape], nn.Module] = SwiGLU) -> None:
         super().__init__()
         self.ln_1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.attn = Attention(cfg)
         self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mlp = SwiGLU(cfg)
+        self.mlp = mlp(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
-
-
-def readout(lm_head: nn.Module, x: torch.Tensor, cfg: Shape) -> torch.Tensor:
-    """The logits of either family's final hidden state ``x``; under μP its input times 1/m, as
-    ``mup``'s ``MuReadout`` does (the output layer keeps its width-independent init and learning rate)."""
-    if cfg.output_mult is not None:
-        x = x * cfg.output_mult
-    return lm_head(x)
-
-
-def through_blocks(module: nn.Module, blocks: Iterable[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """``x`` through ``blocks`` in order; while ``module`` trains with activation checkpointing on,
-    each block's activations are recomputed in the backward pass instead of kept."""
-    recompute = module.activation_checkpointing and module.training and torch.is_grad_enabled()
-    for block in blocks:
-        x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
-    return x
-
-
-class DecoderBase(nn.Module):
-    """What the decoders of both families share: the check of the shape's family, the token
-    embedding, the blocks (recomputed in the backward pass under activation checkpointing), the
-    final norm and the readout. A subclass sets ``family`` and builds the rest of its parts after
-    ``wte``, in the order :func:`scaling.trainer.families.model.init_ops` draws their initial values."""
-
-    #: The family (``Shape.family``) the subclass builds.
-    family: str
-    blocks: nn.ModuleList
-    ln_f: nn.Module
-    lm_head: nn.Linear
-
-    def __init__(self, cfg: Shape) -> None:
-        super().__init__()
-        if cfg.family != self.family:
-            raise ValueError(f"{type(self).__name__} builds family {self.family!r}, not {cfg.family!r}")
-        self.cfg = cfg
-        #: Recompute each block in the backward pass (trades compute for activation memory).
-        self.activation_checkpointing = False
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """The blocks' input for token ids ``idx`` (B, T)."""
-        return self.wte(idx)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.size(1)
-        if t > self.cfg.context:
-            raise ValueError(f"sequence of {t} tokens exceeds the context of {self.cfg.context}")
-        x = through_blocks(self, self.blocks, self.embed(idx))
-        return readout(self.lm_head, self.ln_f(x), self.cfg)
 
 
 class Llama(DecoderBase):
@@ -188,14 +148,94 @@ class Llama(DecoderBase):
     stages, sharding and checkpoints treat both families alike; there is no ``wpe``.
     """
 
-    #: The projections into the residual stream, whose init is scaled by 1/sqrt(2 n_layer).
-    residual_projections: tuple[str, ...] = ("attn.o", "mlp.down")
     family = "llama"
 
     def __init__(self, cfg: Shape) -> None:
         super().__init__(cfg)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(self.make_block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied:
             self.lm_head.weight = self.wte.weight
+
+    def make_block(self, cfg: Shape, index: int) -> nn.Module:
+        """Block ``index`` (a family built on this one chooses its MLP per block)."""
+        return Block(cfg)
+
+
+#: The decoder this family builds.
+MODEL = Llama
+
+
+def llama_config(shape: Shape) -> dict[str, Any]:
+    """``LlamaConfig``'s fields for a ``llama`` ``shape`` (``Qwen3Config``'s with ``qk_norm``)."""
+    config: dict[str, Any] = {
+        "vocab_size": shape.vocab_size,
+        "hidden_size": shape.d_model,
+        "intermediate_size": shape.hidden,
+        "num_hidden_layers": shape.n_layer,
+        "num_attention_heads": shape.n_head,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": shape.context,
+        "rms_norm_eps": shape.norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": shape.rope_theta},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": shape.tied,
+        # Llama's own ids (1, 2) name no token of our vocabularies
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
+    if shape.qk_norm:
+        config.update(use_sliding_window=False)
+    else:
+        config.update(mlp_bias=False, pretraining_tp=1)
+    return config
+
+
+#: Our attention's names under Hugging Face's Llama (and Qwen3, Mixtral, Qwen3-MoE) layer.
+HF_ATTENTION_NAMES: dict[str, str] = {
+    "attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj",
+    "attn.o": "self_attn.o_proj", "ln_1": "input_layernorm", "ln_2": "post_attention_layernorm",
+}
+#: The dense SwiGLU's names under Hugging Face's.
+HF_MLP_NAMES: dict[str, str] = {"mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj", "mlp.down": "mlp.down_proj"}
+#: The qk-norms' names (Qwen3's).
+HF_QK_NORM_NAMES: dict[str, str] = {"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"}
+
+
+def hf_outer_state_dict(ours: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The embedding, final norm and output layer under Hugging Face's decoder names."""
+    return {"model.embed_tokens.weight": ours["wte.weight"], "model.norm.weight": ours["ln_f.weight"],
+            "lm_head.weight": ours["lm_head.weight"]}  # the embedding itself when tied
+
+
+def llama_state_dict(ours: Mapping[str, torch.Tensor], shape: Shape) -> dict[str, torch.Tensor]:
+    """Our Llama's weights (names of :class:`Llama`) under ``LlamaForCausalLM``'s (and
+    ``Qwen3ForCausalLM``'s) names; the layouts are the same (nn.Linear's, RoPE on halves)."""
+    out = hf_outer_state_dict(ours)
+    names = {**HF_ATTENTION_NAMES, **HF_MLP_NAMES, **(HF_QK_NORM_NAMES if shape.qk_norm else {})}
+    for i in range(shape.n_layer):
+        for src, dst in names.items():
+            out[f"model.layers.{i}.{dst}.weight"] = ours[f"blocks.{i}.{src}.weight"]
+    return out
+
+
+def to_hf(model: "Decoder") -> Any:
+    """A ``LlamaForCausalLM`` (``Qwen3ForCausalLM`` with qk-norm) with ``model``'s weights (fp32, eval mode)."""
+    from scaling.trainer.export import require_transformers
+
+    transformers = require_transformers()
+    shape = model.cfg
+    if shape.qk_norm:
+        config, causal_lm = transformers.Qwen3Config(**llama_config(shape)), transformers.Qwen3ForCausalLM
+    else:
+        config, causal_lm = transformers.LlamaConfig(**llama_config(shape)), transformers.LlamaForCausalLM
+    hf = causal_lm(config).float()
+    hf.load_state_dict(llama_state_dict(model.state_dict(), shape), strict=True)
+    if shape.tied:
+        hf.tie_weights()
+    return hf.eval()

@@ -332,6 +332,11 @@ def parallelize(
 
         apply_tensor_parallel(model, tp_mesh, find_blocks(model))
     tp = tp_mesh.size() if tp_mesh is not None else 1
+    experts: list[str] = []
+    if spec.execution.ep > 1:  # a routed family's experts sharded over the data-parallel ranks
+        from scaling.trainer.parallel.expert_parallel import apply_expert_parallel
+
+        experts = apply_expert_parallel(model, dp_mesh)
 
     if dp == 1:  # tensor-parallel only
         materialized(device)
@@ -340,7 +345,9 @@ def parallelize(
     if name in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        materialized(device)  # every rank holds everything anyway
+        materialized(device)  # every rank holds everything anyway (but its own experts, under ep)
+        if experts:  # each rank's experts already see every rank's tokens: no all-reduce
+            DDP._set_params_and_buffers_to_ignore_for_model(model, experts)
         # gradient_as_bucket_view: gradients live in DDP's communication buckets instead of
         # in a second copy, so DDP costs the 16 bytes/param the accounting counts, not 20.
         ddp = DDP(

@@ -17,8 +17,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from scaling.trainer.families.llama import through_blocks
-from scaling.trainer.families.model import Decoder, build_meta_model, init_materialized, materialize, readout
+from scaling.trainer.families.common import readout, through_blocks
+from scaling.trainer.families.model import Decoder, build_meta_model, init_materialized, materialize
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches

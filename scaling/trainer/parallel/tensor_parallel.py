@@ -1,8 +1,9 @@
 """Tensor parallelism (Megatron's column/row split) with PyTorch's ``parallelize_module``.
 
-gpt2: QKV and the MLP's first matrix split by columns, the output projections by rows; llama:
-q, k, v and SwiGLU's gate and up by columns, o and down by rows. Embeddings, the norms and the
-head replicated. Why, and the dtype of what is all-reduced:
+Each family states its plan (``scaling.families.Family.tp_plan``): gpt2's QKV and the MLP's first
+matrix split by columns, the output projections by rows; llama's q, k, v and SwiGLU's gate and up
+by columns, o and down by rows; an MoE's attention as llama's, its experts whole on every rank.
+Embeddings, the norms and the head replicated. Why, and the dtype of what is all-reduced:
 docs/reference/modules.md.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scaling.errors import SpecError
+from scaling.families import FAMILIES
 from scaling.layout import shape_problem
 
 if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torch-free
@@ -18,25 +20,12 @@ if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torc
 
 
 def block_plan(family: str = "gpt2") -> dict[str, Any]:
-    """The parallel style of each linear layer of one block of ``family``, by its name inside the block."""
+    """The parallel style of each linear layer of one block of ``family``, by its name inside the
+    block: the family's plan (``scaling.families.Family.tp_plan``) as ``parallelize_module`` takes it."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    if family == "llama":
-        return {
-            "attn.q": ColwiseParallel(),
-            "attn.k": ColwiseParallel(),
-            "attn.v": ColwiseParallel(),
-            "attn.o": RowwiseParallel(),
-            "mlp.gate": ColwiseParallel(),
-            "mlp.up": ColwiseParallel(),
-            "mlp.down": RowwiseParallel(),
-        }
-    return {
-        "attn.qkv": ColwiseParallel(),
-        "attn.proj": RowwiseParallel(),
-        "mlp.fc": ColwiseParallel(),
-        "mlp.proj": RowwiseParallel(),
-    }
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    return {name: styles[style]() for name, style in FAMILIES[family].tp_plan.items()}
 
 
 def _compute_dtype_input(module: "nn.Module", args: tuple) -> tuple:

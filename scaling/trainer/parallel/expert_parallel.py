@@ -1,0 +1,105 @@
+"""Expert parallelism: a routed family's experts sharded over the data-parallel ranks, tokens sent
+to their experts' rank and back by all-to-all (GShard, Lepikhin et al. 2020; Switch).
+
+Each of ``ep`` ranks holds ``n_experts / ep`` experts (its slice of the stacked matrices, a DTensor
+sharded on the expert dimension, so checkpoints hold every expert once). In forward a rank sorts
+its routed token copies by expert, which groups them by the rank that holds the expert; one
+all-to-all exchanges the counts, one the tokens; each rank runs its experts on what it received
+and a last all-to-all returns the outputs, which the rank weights and sums as without experts
+parallelism. The all-to-alls are differentiable (their backward is the reverse exchange).
+
+Composition: data parallel with DDP over the same ranks (``ep`` equals ``dp``), the experts left
+out of DDP's all-reduce (each rank's experts see every rank's tokens already: their gradient is
+the sum over the ranks, scaled by 1/dp to DDP's mean). ZeRO, tensor and pipeline parallelism with
+experts parallel are refused in one line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torch-free
+    import torch
+    from torch import nn
+
+
+def expert_parallel_problem(shape: Any, ep: int, dp: int, tp: int, pp: int, strategy: str) -> str | None:
+    """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None."""
+    if ep == 1:
+        return None
+    if not shape.family_spec.routed:
+        return f"ep={ep}: family {shape.family!r} has no experts"
+    if tp > 1 or pp > 1:
+        return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
+    if ep != dp:
+        return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
+    if strategy not in ("ddp", "auto"):
+        return f"ep={ep} needs strategy ddp, not {strategy} (ZeRO would shard the experts' shards again)"
+    if shape.n_experts % ep:
+        return f"ep={ep} does not divide n_experts ({shape.n_experts})"
+    return None
+
+
+def expert_modules(model: "nn.Module") -> list["nn.Module"]:
+    """The modules holding stacked experts (those that can be sharded: ``shard_experts``)."""
+    return [m for m in model.modules() if hasattr(m, "shard_experts")]
+
+
+def apply_expert_parallel(model: "nn.Module", mesh: Any) -> list[str]:
+    """Shard every expert module of ``model`` over the 1-D ``mesh`` in place; the names of the
+    parameters it sharded (which data parallelism must leave alone)."""
+    names = []
+    for prefix, module in model.named_modules():
+        if hasattr(module, "shard_experts"):
+            names += [f"{prefix}.{name}" for name in module.shard_experts(mesh)]
+    return names
+
+
+def _all_to_all(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: Any) -> "torch.Tensor":
+    import torch
+    import torch.distributed as dist
+
+    out = x.new_empty((sum(out_splits), *x.shape[1:]))
+    dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+    return out
+
+
+def exchange(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: Any) -> "torch.Tensor":
+    """``x``'s rows sent to the ranks of ``group`` in chunks of ``in_splits``, those received in
+    chunks of ``out_splits``; differentiable (the gradient travels back the same way)."""
+    import torch
+
+    class AllToAll(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, inp: torch.Tensor) -> torch.Tensor:
+            return _all_to_all(inp, out_splits, in_splits, group)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return _all_to_all(grad, in_splits, out_splits, group)
+
+    return AllToAll.apply(x)
+
+
+def dispatch_and_combine(xs: "torch.Tensor", counts: "torch.Tensor", group: Any,
+                         run: Callable[[int, "torch.Tensor"], "torch.Tensor"]) -> "torch.Tensor":
+    """The outputs of the experts for the routed copies ``xs`` (sorted by expert, ``counts`` per
+    global expert), in ``xs``' order, with the experts spread over ``group``: ``run(j, rows)``
+    applies this rank's local expert ``j`` to ``rows``."""
+    import torch
+    import torch.distributed as dist
+
+    ep = dist.get_world_size(group)
+    local = counts.numel() // ep
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts.contiguous(), group=group)  # [source, local expert] counts
+    send = counts.view(ep, local).sum(dim=1).tolist()
+    grid = received.view(ep, local).tolist()  # grid[s][j]: rows from rank s for local expert j
+    recv = [sum(row) for row in grid]
+    rows = exchange(xs, recv, send, group).split([n for row in grid for n in row])  # (s0,j0), (s0,j1), ...
+    outputs = []
+    for j in range(local):
+        mine = torch.cat([rows[s * local + j] for s in range(ep)])
+        outputs.append(run(j, mine).split([grid[s][j] for s in range(ep)]))
+    back = torch.cat([outputs[j][s] for s in range(ep) for j in range(local)])
+    return exchange(back, send, recv, group)
