@@ -12,7 +12,7 @@ whose last bits differ from the Haswell one's) is still the golden one. A change
 computed or worded shows here as a list of differences; a deliberate one is recorded by running this
 file with ``SCALING_UPDATE_GOLDEN=1`` and reviewing the diff of the JSON.
 
-The sweep's fits (a ``SweepFit``) are made once: the recommendation, the closing answer and the
+The sweep's analysis (an ``Analysis``) is made once: the recommendation, the closing answer and the
 report handed them fit nothing again (every fit counted by a spy on the fitting entry points).
 """
 

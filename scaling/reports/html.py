@@ -72,9 +72,9 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
                  recommendation: Any = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
-    Returns the absolute path written. ``fit="sweep"`` (default) fits through
-    ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
-    does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
+    Returns the absolute path written. ``fit="sweep"`` (default) reads the stored
+    analysis of unchanged data (``scaling.fitting.analyse``), else makes one as ``scaling fit`` does;
+    ``"stored"`` shows only the newest stored analysis; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
     ``analysis``: the sweep's :class:`~scaling.fitting.analysis.Analysis` already made (e.g. at the end of
     ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing;

@@ -53,7 +53,7 @@ class ReportData:
     sweep_info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what is missing, in words
     source: str = ""  # the database URL, masked
-    #: The sweep's fits when they were handed in (scaling.fitting.sweep_fit.SweepFit): its hyperparameter
+    #: The sweep's fits when they were handed in (an :class:`~scaling.fitting.analysis.Analysis`): its hyperparameter
     #: and task laws are shown as fitted there instead of being fitted for the report.
     sweep_fit: Any = None
     #: The recommendation sized by the plan, handed in with the analysis: the headline.
