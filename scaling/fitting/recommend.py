@@ -379,6 +379,8 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     for q in ("N", "D", "loss"):
         if iv[q].get("kind") != "percentile":
             return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].get('note', iv[q].get('kind'))})"
+        if not (iv[q]["lo"] > 0 and math.isfinite(iv[q]["hi"])):  # an end at 0 or beyond float range
+            return f"its 95% interval of {q} at this budget reaches {bounds(iv[q]['lo'], iv[q]['hi'])}"
         span = iv[q]["hi"] / iv[q]["lo"]
         if not span <= AT_BUDGET_SPAN[q]:
             return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
