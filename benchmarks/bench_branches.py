@@ -127,7 +127,7 @@ def sweep_in_process(plan_path: Path, url: str) -> float:
 def fit(url: str, name: str, n_bootstrap: int) -> dict[str, Any]:
     from scaling.errors import FitError
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.core.measurements import from_db
+    from scaling.fitting.core.sweep_data import from_db
 
     data, _ = from_db(url, name)
     out: dict[str, Any] = {}

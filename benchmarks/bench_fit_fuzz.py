@@ -35,7 +35,7 @@ def one(df, seed: int) -> str:
     except FitError:
         return "refused"
     try:
-        recommend(summary, next_runs=False)
+        recommend(summary)
     except FitError:
         pass
     runs = df.assign(run_key=[f"r{i}" for i in range(len(df))], status="completed", final_loss=df["loss"])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.arguments import check_resampling, check_size
 from scaling.fmt import Interval
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
 
     from scaling.db.results import Results
     from scaling.fitting.curves import CurveLaw, CurveLaws
-    from scaling.fitting import FitSummary, Law, Recommendation
+    from scaling.fitting import Law, Recommendation
+    from scaling.fitting.sweep_fit import FitSummary
     from scaling.fitting.hyperparams.hparams import HparamFit
     from scaling.fitting.tasks.task_laws import TaskFits
     from scaling.orchestrator.plan import Plan
@@ -173,7 +175,7 @@ class Hparams:
     def recommend(self, N: float, D: float, C: Optional[float] = None) -> dict[str, Optional[Estimate]]:
         """lr and batch for a run of N parameters and D tokens (None where the law is not fitted)."""
         N, D = check_size(N, "N", "Hparams.recommend"), check_size(D, "D", "Hparams.recommend")
-        C = check_size(C if C is not None else 6.0 * N * D, "C", "Hparams.recommend")
+        C = check_size(C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D, "C", "Hparams.recommend")
         h = self.fit.recommend(N, D, C)
         return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
 
@@ -258,7 +260,7 @@ def connect(db: Optional[str] = None) -> "Results":
 
 
 def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None, law: str = "all",
-        bootstrap: int = 200, seed: int = 0) -> Fit:
+        bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Fit:
     """Fit a sweep (the latest in ``db`` unless named) or a CSV of measurements.
 
     Args:
@@ -267,7 +269,7 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         csv: a CSV with columns N, D and loss (C optional) to fit instead of a sweep.
         law: ``all``, ``chinchilla`` (its three approaches), or one of ``kaplan``, ``approach1``,
             ``approach2``, ``approach3``.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -285,17 +287,12 @@ def fit(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[
         fit.to_frame()                                # one row per (law, parameter)
         ```
     """
-    from scaling.db import resolve_url
-    from scaling.fitting import fit_csv, fit_sweep
-
-    bootstrap, seed = check_resampling(bootstrap, seed, "fit")
-    summary = fit_csv(csv, law, bootstrap, seed) if csv is not None else \
-        fit_sweep(resolve_url(cli=db), sweep, law, bootstrap, seed, tasks=False)
-    return _typed_fit(summary)
+    analysis = _analysis(db, sweep, csv, _settings(bootstrap, seed, "fit", law=law))
+    return _typed_fit(analysis.laws_fit())
 
 
 def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, sweep: Optional[str] = None,
-              csv: Optional[str] = None, bootstrap: int = 200, seed: int = 0) -> Advice:
+              csv: Optional[str] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Advice:
     """The compute-optimal run at ``compute`` FLOPs (default: ten times the largest run), as ``scaling recommend``.
 
     Args:
@@ -303,7 +300,7 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
         sweep: the sweep whose laws advise (default: the latest).
         csv: a CSV of measurements (N, D, loss) instead of a sweep.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -319,25 +316,19 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
         print(advice.table())                     # every law side by side
         ```
     """
-    from scaling.fitting import fit_csv, fit_sweep
-
     # the choice between laws is the narrowest interval: there must be intervals
-    bootstrap, seed = check_resampling(bootstrap, seed, "recommend", least=2)
+    settings = _settings(bootstrap, seed, "recommend", least=2)
     compute = None if compute is None else check_size(compute, "compute", "recommend")
-    if csv is not None:  # fitted here, once; the run is the sweep's alone
+    analysis = _analysis(db, sweep, csv, settings)
+    if csv is not None:  # the run is the sweep's alone
         from scaling.fitting import recommend as advise
-        from scaling.fitting.core.measurements import from_csv
-        from scaling.fitting.tasks.task_laws import fit_tasks_csv
 
-        summary = fit_csv(csv, "all", bootstrap, seed)
-        tasks = fit_tasks_csv(csv, from_csv(csv), n_bootstrap=bootstrap, seed=seed)  # the file's task columns
-        rec = advise(summary, compute, next_runs=False, tasks=tasks)
-    else:  # the sweep's fits, then the run sized by the plan stored with it
+        rec = advise(analysis, compute)
+    else:  # the sweep's analysis, its run sized by the plan stored with it
         from scaling.db import resolve_url
         from scaling.orchestrator.expand import sweep_recommendation
 
-        url = resolve_url(cli=db)
-        rec = sweep_recommendation(url, fit_sweep(url, sweep, "all", bootstrap, seed), compute, next_runs=False)
+        rec = sweep_recommendation(resolve_url(cli=db), analysis, compute)
     return _typed_advice(rec)
 
 
@@ -385,6 +376,30 @@ def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional
     return write_sweep_plan(url, fit.sweep, rec, path, runs)
 
 
+def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, least: int = 0, **given: Any) -> Any:
+    """The analysis' settings as asked (bootstrap and seed checked); None where nothing is asked (a sweep's
+    stored analysis, whatever its settings)."""
+    from scaling.fitting import Settings
+
+    asked = {k: v for k, v in given.items() if v != Settings.__dataclass_fields__[k].default}
+    if bootstrap is None and seed is None and not asked:
+        return None
+    n_bootstrap, seed = check_resampling(200 if bootstrap is None else bootstrap, seed or 0, where, least=least)
+    return Settings(n_bootstrap=n_bootstrap, seed=seed, **asked)
+
+
+def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Any) -> Any:
+    """The analysis of a sweep (stored, or made and stored: as ``scaling fit`` makes it) or of a CSV, on the
+    CLI's one CSV path."""
+    from scaling.fitting import CsvSource, SweepSource, analyse
+
+    if csv is not None:
+        return analyse(CsvSource(str(csv)), settings)
+    from scaling.db import resolve_url
+
+    return analyse(SweepSource(resolve_url(cli=db), sweep), settings)
+
+
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
     """Write the sweep's self-contained HTML report; returns its path.
 
@@ -409,14 +424,17 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
         ```
     """
     from scaling.db import resolve_url
+    from scaling.orchestrator.sweep import report_inputs
     from scaling.reports import write_report
 
-    write_report(resolve_url(cli=db), sweep, path)
+    url = resolve_url(cli=db)
+    analysis, sized = report_inputs(url, sweep)  # the headline is the run `scaling sweep` ends with
+    write_report(url, sweep, path, analysis=analysis, recommendation=sized)
     return Path(path)
 
 
 def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-            bootstrap: int = 200, seed: int = 0) -> Optional[Hparams]:
+            bootstrap: Optional[int] = None, seed: Optional[int] = None) -> Optional[Hparams]:
     """The hyperparameter groups of a sweep (or a CSV with lr / batch columns): each group's optimum
     and the lr / batch laws; None when the runs form no group. Fits no loss law.
 
@@ -424,7 +442,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
         sweep: the sweep (default: the latest).
         csv: a CSV with columns N, D, loss and lr and / or batch instead of a sweep.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -440,17 +458,7 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
         print(hp.recommend(N=1e8, D=2e9))        # {'lr': Estimate(...), 'batch': Estimate(...)}
         ```
     """
-    from scaling.fitting.core.measurements import from_csv, from_db
-    from scaling.fitting.sweep_fit import hparam_fit
-
-    bootstrap, seed = check_resampling(bootstrap, seed, "hparams")
-    if csv is not None:
-        data = from_csv(csv)
-    else:
-        from scaling.db import resolve_url
-
-        data, _ = from_db(resolve_url(cli=db), sweep)
-    fitted = hparam_fit(data, bootstrap, seed)
+    fitted = _analysis(db, sweep, csv, _settings(bootstrap, seed, "hparams")).hparams  # the stored analysis'
     return None if fitted is None else _typed_hparams(fitted)
 
 
@@ -534,7 +542,7 @@ class Tasks:
 
 
 def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-          task: Optional[list[str]] = None, bootstrap: int = 200, seed: int = 0, step1_recipe: str = "grid") -> Tasks:
+          task: Optional[list[str]] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None, step1_recipe: str = "grid") -> Tasks:
     """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns.
 
     Args:
@@ -542,7 +550,7 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
         sweep: the sweep (default: the latest).
         csv: a CSV with N, D and task columns instead of a sweep.
         task: the tasks to fit (default: every task recorded).
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
         step1_recipe: how step 1's Chinchilla form is searched, ``grid`` or ``ladder`` (OLMo's
             model-ladder recipe; see docs/downstream.md).
@@ -560,20 +568,10 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting.tasks.task_laws import fit_tasks_csv, fit_tasks_sweep
+    from scaling.fitting.tasks.task_laws import TaskFits
 
-    bootstrap, seed = check_resampling(bootstrap, seed, "tasks")
-    if csv is not None:
-        from scaling.fitting.core.measurements import from_csv
-
-        fits = fit_tasks_csv(csv, from_csv(csv), tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
-    else:
-        from scaling.db import connect as open_results, resolve_url
-
-        url = resolve_url(cli=db)
-        with open_results(url) as res:
-            sweep = res.sweep_name(sweep)
-        fits = fit_tasks_sweep(url, sweep, tasks=task, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
+    settings = _settings(bootstrap, seed, "tasks", tasks=tuple(task) if task else True, task_recipe=step1_recipe)
+    fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis'
     params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
                   **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
                      for f, c in law.curves.items()}}

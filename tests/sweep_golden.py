@@ -199,15 +199,16 @@ BOOTSTRAP = 20
 def snapshot(url: str, sweep: str, plan: dict[str, Any], folder: Path, n_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
     """The sweep's fits (loss laws, hyperparameter laws, task laws), recommendation, closing answer
     and report text, rounded, as one JSON-ready dict."""
-    from scaling.fitting import fit_sweep, recommend
+    from scaling.fitting import fit_sweep
     from scaling.fitting.brief import brief
     from scaling.orchestrator.expand import size_recommendation
     from scaling.reports import write_report
 
-    summary = fit_sweep(url, sweep, n_bootstrap=n_bootstrap)  # the sweep's fits, once: loss, hparams, tasks
-    tasks = summary.tasks
-    rec = size_recommendation(recommend(summary, next_runs=False), plan)  # the run sized by the plan's rules
-    report = write_report(url, sweep, str(folder / "report.html"), sweep_fit=summary)
+    analysis = fit_sweep(url, sweep, n_bootstrap=n_bootstrap)  # the sweep's analysis, once: loss, hparams, tasks
+    tasks = analysis.tasks
+    rec = size_recommendation(analysis.recommendation, plan)  # the run sized by the plan's rules
+    report = write_report(url, sweep, str(folder / "report.html"), analysis=analysis, recommendation=rec)
+    summary = analysis.laws_fit()
     fits = summary.to_dict()
     task_laws = tasks.to_dict()
     return rounded({

@@ -7,8 +7,8 @@
 - fewer than :data:`MAX_ANY_PARAMETERS` parameters annotated plain ``Any`` in ``scaling/`` (``*args``
   and ``**kwargs`` left out): a parameter says what it takes.
 
-A part that only holds once a rewrite of ``fitting/`` and ``reports/`` lands is marked ``xfail``
-(not strict) with the reason; the measuring itself is tested on small sources.
+A part that does not hold yet is marked ``xfail`` (not strict) with the reason; the measuring itself is
+tested on small sources.
 """
 
 from __future__ import annotations
@@ -22,10 +22,6 @@ SCALING = Path(__file__).resolve().parents[1] / "scaling"
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 800
 MAX_ANY_PARAMETERS = 100
-
-PENDING_ANALYSIS = ("fitting/ and reports/ are being rewritten around one typed Analysis: their long functions "
-                    "(fit_group, loss_curves, fit_sweep, compare_laws, prepare, ...) and fitting/core/measurements.py "
-                    "are split there")
 
 
 def modules(under: str = "") -> list[Path]:
@@ -81,7 +77,6 @@ def test_no_long_function(under: str) -> None:
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING_ANALYSIS)
 @pytest.mark.parametrize("under", ["fitting", "reports"])
 def test_no_long_function_in_fitting_and_reports(under: str) -> None:
     found = _long_in(under)
@@ -104,7 +99,6 @@ def test_no_long_module() -> None:
     assert not found, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING_ANALYSIS)
 def test_no_long_module_in_fitting() -> None:
     found = _long_modules(inside_fitting=True)
     assert not found, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(found)

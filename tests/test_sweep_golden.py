@@ -12,7 +12,7 @@ whose last bits differ from the Haswell one's) is still the golden one. A change
 computed or worded shows here as a list of differences; a deliberate one is recorded by running this
 file with ``SCALING_UPDATE_GOLDEN=1`` and reviewing the diff of the JSON.
 
-The sweep's fits (a ``SweepFit``) are made once: the recommendation, the closing answer and the
+The sweep's analysis (an ``Analysis``) is made once: the recommendation, the closing answer and the
 report handed them fit nothing again (every fit counted by a spy on the fitting entry points).
 """
 
@@ -130,21 +130,76 @@ def fits_counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 def test_a_stored_sweep_fit_is_not_fitted_again(swept: dict[str, Any], fits_counted: dict[str, int],
                                                tmp_path: Path) -> None:
-    """Once the sweep's fits are stored (the golden snapshot stored them), fitting the sweep again, the
-    recommendation and closing answer on them, and the report on them (handed, or read back) fit nothing."""
+    """Once the sweep's analysis is stored (the golden snapshot stored it), analysing the sweep again, the
+    recommendation and closing answer on it, and the report on it (handed, or read back) fit nothing."""
     from scaling.fitting import fit_sweep
     from scaling.fitting.brief import brief
     from scaling.orchestrator.expand import sweep_recommendation
     from scaling.reports import write_report
 
     url, sweep = swept["url"], swept["sweep"]
-    sweep_fit = fit_sweep(url, sweep, n_bootstrap=G.BOOTSTRAP)
-    assert sorted(sweep_fit.reused) == sorted(sweep_fit.laws) and sweep_fit.hparams is not None and sweep_fit.tasks
-    rec = sweep_recommendation(url, sweep_fit, next_runs=False)  # the closing answer's call
+    analysis = fit_sweep(url, sweep, n_bootstrap=G.BOOTSTRAP)
+    assert analysis.reused and analysis.hparams is not None and analysis.tasks
+    rec = sweep_recommendation(url, analysis)  # the closing answer's call
     assert brief(rec) and rec.tasks and rec.hparams is not None and rec.run_source == "the plan's rules"
-    handed = write_report(url, sweep, tmp_path / "handed.html", sweep_fit=sweep_fit).read_text()
+    handed = write_report(url, sweep, tmp_path / "handed.html", analysis=analysis, recommendation=rec).read_text()
     assert "Downstream tasks" in handed and "Hyperparameters" in handed
     assert fits_counted == {"law": 0, "curve": 0, "hparam law": 0}, "a stored or handed fit was fitted again"
     read_back = write_report(url, sweep, tmp_path / "report.html", fit="stored")  # `scaling report --fit stored`
     assert "Downstream tasks" in read_back.read_text() and "Hyperparameters" in read_back.read_text()
     assert fits_counted == {"law": 0, "curve": 0, "hparam law": 0}, "`scaling report --fit stored` fitted"
+
+
+@pytest.fixture
+def fitting_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way to fit anything raises: a loss law, an accuracy curve, a hyperparameter law, the groups'
+    optima, the task laws, the runs worth adding (which refit approach 3's bootstrap)."""
+    import importlib
+
+    from scaling.fitting.core import base
+    from scaling.fitting.hyperparams import hparams
+    from scaling.fitting.tasks import task_curves, task_laws
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a stored sweep was fitted again")
+
+    analysis, recommend = (importlib.import_module(f"scaling.fitting.{m}") for m in ("analysis", "recommend"))
+
+    for owner, name in ((base.Law, "fit"), (base.Law, "bootstrap"), (task_curves.AccuracyCurve, "fit"),
+                        (hparams, "fit_law"), (hparams, "fit_hparams"), (task_laws, "fit_tasks"),
+                        (recommend, "candidate_runs"), (analysis, "fit_one"), (analysis, "hparam_fit")):
+        monkeypatch.setattr(owner, name, refuse)
+
+
+def test_readers_of_a_stored_sweep_fit_nothing(swept: dict[str, Any], fitting_refused: None, tmp_path: Path) -> None:
+    """`scaling report`, the closing answer of `scaling sweep`, `scaling recommend`, scaling.hparams() and
+    scaling.tasks() read the stored analysis (with every fit entry point raising); the report's headline run
+    is the closing answer's."""
+    import scaling
+    from cli_run import run_completed
+    from scaling.cli.sweep_cmds import answer
+    from scaling.orchestrator.sweep import SweepResult
+    from scaling.reports.html import next_budget, recommend_for
+    from scaling.reports.report_data import ReportData
+
+    url, sweep = swept["url"], swept["sweep"]
+    out = run_completed("report", "--db", url, "--sweep", sweep, "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    out = run_completed("recommend", "--db", url, "--sweep", sweep, "--bootstrap", str(G.BOOTSTRAP))
+    assert out.returncode == 0, out.stderr
+    assert scaling.hparams(db=url, sweep=sweep) is not None and scaling.tasks(db=url, sweep=sweep).params
+
+    from scaling.fitting import SweepSource, analyse
+
+    stored = analyse(SweepSource(url, sweep))  # what `scaling report` and the closing answer read
+    closing = answer(SweepResult(sweep, url, None, fit=stored))
+    assert closing[0].startswith("recommended next run") and "as a run: " in closing[3]
+    from scaling.orchestrator.expand import sweep_recommendation
+
+    sized = sweep_recommendation(url, stored)
+    data = ReportData.load(url, sweep, sweep_fit=stored, recommendation=sized)
+    headline = recommend_for(data, next_budget(data))
+    assert headline is sized  # the report's headline is the closing answer's recommendation, sized alike
+    from scaling.fitting.core.wording import run_line
+
+    assert closing[3] == f"  as a run: {run_line(headline.run, headline.run_source, headline.hparams)}"

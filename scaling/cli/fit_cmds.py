@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 
 if TYPE_CHECKING:
-    from scaling.fitting.core.measurements import FitData
+    from scaling.fitting import CsvSource
     from scaling.fitting.moe.moe_fit import MoEFit
-    from scaling.fitting.inference import InferenceRecommendation
-    from scaling.fitting.recommend import Recommendation
 
 CsvOption = Annotated[
     Optional[Path],
@@ -58,14 +56,17 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} only apply to --csv")
 
 
-def _read_csv(csv: Path, **options: object) -> "FitData":
-    """The CSV's measurements in the given conventions; its warnings go to stderr."""
-    from scaling.fitting.core.measurements import from_csv
+def _csv_source(csv: Path, **options: Any) -> "CsvSource":
+    """The CSV and how to read it, as ``scaling fit`` and ``scaling recommend`` are told (the API's path too)."""
+    from scaling.fitting import CsvSource
 
-    data = from_csv(csv, **options)  # type: ignore[arg-type]
-    for warning in data.warnings:
+    return CsvSource(str(csv), **options)
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """Warnings about the input (units, conventions, dropped rows), to stderr."""
+    for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
-    return data
 
 
 def _r_star(text: str | None, default: float, option: str = "--r-star") -> tuple[float, bool]:
@@ -106,33 +107,6 @@ def _check_emit_plan(emit_plan: Path, emit_runs: str, db: Optional[str], not_a_s
         raise UserError("--emit-plan plans a sweep's recommended run: it needs --sweep (a CSV has no plan), "
                         "without --inference-tokens, --target-loss or a law of sparsity")
     check_plan_output(emit_plan, resolve_url(db))
-
-
-def _recommend_inference(data: "Optional[FitData]", db: Optional[str], sweep: Optional[str], compute: Optional[float],
-                         inference_tokens: Optional[float], target_loss: Optional[float], bootstrap: int,
-                         seed: int) -> "InferenceRecommendation":
-    """The cheapest model to train and serve, from approach 3 fitted once to a CSV's points or a sweep."""
-    from scaling.db import resolve_url
-    from scaling.errors import UserError
-    from scaling.fitting import fit_sweep
-    from scaling.fitting.inference import recommend_inference
-    from scaling.fitting.sweep_fit import fit_data
-
-    if compute is not None and target_loss is not None:  # before a fit that would be wasted
-        raise UserError("give either --compute or --target-loss, not both")
-    fit = (fit_data(data, "approach3", bootstrap, seed) if data is not None
-           else fit_sweep(resolve_url(db), sweep, "approach3", bootstrap, seed, tasks=False))
-    return recommend_inference(fit, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
-
-
-def _recommend_csv(csv: Path, data: "FitData", compute: Optional[float], bootstrap: int, seed: int) -> "Recommendation":
-    """Every law and the CSV's task columns fitted once, then the recommendation at ``compute``."""
-    from scaling.fitting import recommend as do_recommend
-    from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.tasks.task_laws import fit_tasks_csv
-
-    tasks = fit_tasks_csv(str(csv), data, n_bootstrap=bootstrap, seed=seed)
-    return do_recommend(fit_data(data, "all", bootstrap, seed), compute, tasks=tasks, seed=seed)
 
 
 def _fit_moe_law(csv: Optional[Path], db: Optional[str], sweep: Optional[str], law: str, fmt: str, bootstrap: int,
@@ -283,8 +257,7 @@ def fit(
     Warnings about the input (units, conventions, dropped rows) go to stderr as well.
     """
     from scaling.errors import UserError
-    from scaling.fitting import fit_sweep
-    from scaling.fitting.sweep_fit import fit_data
+    from scaling.fitting import Settings, SweepSource, analyse
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
@@ -305,34 +278,28 @@ def fit(
                     "--unique-tokens": unique_tokens is not None})
     fixed_r, fit_r = _r_star(r_star, R_STAR_DATA)
     fixed_rn, fit_rn = _r_star(r_star_n, R_STAR_N, "--r-star-n")
+    if csv is not None and effective_data:
+        raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
+    if csv is None and (r_star is not None or r_star_n is not None) and not effective_data:
+        raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
+    settings = Settings(law=law, n_bootstrap=bootstrap, seed=seed, effective_data=effective_data,
+                        r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
+                        fit_r_star_n=fit_rn, hparams=hparams, tasks=tuple(task) if task else True,
+                        task_recipe=step1_recipe)
     if csv is not None:
-        if effective_data:
-            raise UserError("--effective-data applies to a sweep; a CSV gives U as a column or --unique-tokens")
-        data = _read_csv(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                         drop_invalid=drop_invalid, drop_duplicates=drop_duplicates, unique_tokens=unique_tokens,
-                         r_star=fixed_r, hparams=hparams)
-        if fit_r or r_star_n is not None:
-            from scaling.fitting.loss.effective import fit_effective
-
-            data = fit_effective(data, fit_d=fit_r, r_star_n=fixed_rn if r_star_n is not None else None, fit_n=fit_rn)
-        from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_csv
-
-        task_data = tasks_from_csv(str(csv), data, tasks=task)  # a bad task column is refused before any fit
-        summary = fit_data(data, law, bootstrap, seed)
-        tasks = fit_tasks(task_data, n_bootstrap=bootstrap, seed=seed, recipe=step1_recipe)
+        source: Any = _csv_source(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
+                                  drop_invalid=drop_invalid, drop_duplicates=drop_duplicates,
+                                  unique_tokens=unique_tokens)
     else:
-        if (r_star is not None or r_star_n is not None) and not effective_data:
-            raise UserError("--r-star and --r-star-n on a sweep need --effective-data (the runs' unique tokens)")
         from scaling.db import resolve_url
 
-        summary = fit_sweep(resolve_url(db), sweep, law, bootstrap, seed, effective_data=effective_data,
-                            r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
-                            fit_r_star_n=fit_rn, hparams=hparams, tasks=task or True, task_recipe=step1_recipe)
-        tasks = summary.tasks
+        source = SweepSource(resolve_url(db), sweep)
+    analysis = analyse(source, settings)
+    _warn(analysis.warnings if csv is not None else ())
     if fmt == "json":
-        typer.echo(json.dumps(summary.to_dict() | ({"tasks": tasks.to_dict()} if tasks else {}), indent=2))
+        typer.echo(json.dumps(analysis.to_dict(), indent=2))
     else:
-        typer.echo(summary.table() + ("\n" + tasks.table() if tasks else ""), nl=False)
+        typer.echo(analysis.table(), nl=False)
 
 
 def _fit_curves(db: Optional[str], sweep: Optional[str], csv: Optional[Path], predict: Optional[Path], fmt: str,
@@ -423,25 +390,35 @@ def recommend(
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
-    data = None if csv is None else _read_csv(csv, flops_convention=flops, params_convention=params,
-                                               loss_units=loss_units, drop_invalid=drop_invalid,
-                                               drop_duplicates=drop_duplicates)
-    if inference_tokens is not None or target_loss is not None:  # scaling.fitting.inference
-        rec = _recommend_inference(data, db, sweep, compute, inference_tokens, target_loss, bootstrap, seed)
-    elif data is not None:  # fitted once here; a CSV has no plan, so no concrete run
-        rec = _recommend_csv(csv, data, compute, bootstrap, seed)
-    else:  # the sweep's fits, then the run sized by the plan stored with it
-        from scaling.db import resolve_url
-        from scaling.fitting import fit_sweep
+    from scaling.db import resolve_url
+    from scaling.fitting import Settings, SweepSource, analyse
+
+    source: Any = SweepSource(resolve_url(db), sweep) if csv is None else _csv_source(
+        csv, flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
+        drop_duplicates=drop_duplicates)
+    inference = inference_tokens is not None or target_loss is not None  # scaling.fitting.inference
+    if inference and compute is not None and target_loss is not None:  # before a fit that would be wasted
+        from scaling.errors import UserError
+
+        raise UserError("give either --compute or --target-loss, not both")
+    analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # a sweep's stored one, else made
+    _warn(analysis.warnings if csv is not None else ())
+    if inference:
+        from scaling.fitting.inference import recommend_inference
+
+        rec: Any = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+    elif csv is not None:  # the analysis' recommendation; a CSV has no plan, so no concrete run
+        from scaling.fitting import recommend as do_recommend
+
+        rec = do_recommend(analysis, compute)
+    else:  # a sweep's run sized by the plan stored with it; nothing fitted again
         from scaling.orchestrator.expand import sweep_recommendation
 
-        url = resolve_url(db)
-        fit = fit_sweep(url, sweep, "all", bootstrap, seed)
-        rec = sweep_recommendation(url, fit, compute, seed=seed)
+        rec = sweep_recommendation(source.url, analysis, compute)
         if emit_plan is not None:  # before the answer is printed: a refusal is the command's one line
             from scaling.orchestrator.next_plan import write_sweep_plan
 
-            written = write_sweep_plan(url, fit.sweep, rec, emit_plan, emit_runs)
+            written = write_sweep_plan(source.url, analysis.sweep, rec, emit_plan, emit_runs)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")
     if emit_plan is not None and fmt != "json":
         typer.echo(f"next plan: {written} (check it with `scaling plan {written}`)")

@@ -135,15 +135,15 @@ def answer(result: SweepResult) -> list[str]:
     """The end of a sweep: the recommendation in a few lines, each law left out in one, and where the
     full tables are (nothing when the sweep was not fitted)."""
     from scaling.errors import UserError, mask_url
-    from scaling.fitting import FitSummary
+    from scaling.fitting import Analysis
     from scaling.fitting.brief import brief
     from scaling.fitting.recommend import NEXT_BUDGET_FACTOR
     from scaling.orchestrator.expand import sweep_recommendation
 
-    if not isinstance(result.fit, FitSummary):
+    if not isinstance(result.fit, Analysis):
         return []
-    try:  # the sweep's fits, as it just made them: nothing is fitted again
-        rec = sweep_recommendation(result.url, result.fit, next_runs=False)
+    try:  # the sweep's analysis, as it just made it: nothing is fitted again
+        rec = sweep_recommendation(result.url, result.fit)
         lines = brief(rec, budget_why=f"{NEXT_BUDGET_FACTOR:g}x the largest run", skipped=result.fit.skipped)
     except UserError as exc:
         lines = [f"no recommendation: {' '.join(str(exc).split())}"]

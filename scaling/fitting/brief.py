@@ -8,17 +8,20 @@ is never the one recommended; each such law gets one line with its reason.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from scaling.fitting.sweep_fit import SHORT
 from scaling.fmt import Interval, bounds
 from scaling.fitting.recommend import Recommendation
+from scaling.fitting.core.notes import NoteKind, as_note
 from scaling.fitting.core.wording import run_line, short_reason
 from scaling.fmt import num
 
-#: The note saying the concrete run's lr or batch fell back on the plan; the run line says it per value.
-_RUN_SOURCE_NOTE = re.compile(r"^(lr|batch|lr and batch) of the concrete run come from ")
+#: Notes the brief leaves out: what its other lines already say (each law left out has its line, the run
+#: line names where its lr and batch come from, and without a run line there is no run to speak of), and
+#: what it does not show (the runs worth adding: ``scaling recommend`` lists them with their note).
+SAID_ELSEWHERE = frozenset({NoteKind.NO_OPTIMUM, NoteKind.LEFT_OUT, NoteKind.NO_CONSENSUS, NoteKind.RUN_HPARAMS,
+                            NoteKind.NEXT_RUNS})
 
 
 def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
@@ -45,7 +48,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
             lines.append(f"  as a run: {run_line(rec.run, rec.run_source, rec.hparams)}")
-        lines.append(f"  why this law: {rec.chosen_reason.removeprefix(_name(chosen) + ': ')}")
+        lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement
             span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'])}"
@@ -56,14 +59,9 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"left out: {_name(kind)}: unreliable: {short_reason(why)}")
     for kind, why in (skipped or {}).items():
         lines.append(f"left out: {_name(kind)}: not fitted: {short_reason(why)}")
-    for note in rec.notes:
-        left_out = re.match(r"(.+?) is left out: (.*)$", note)
-        if left_out:
-            lines.append(f"left out: {left_out.group(1)}: {short_reason(left_out.group(2))}")
-        elif _RUN_SOURCE_NOTE.search(note):
-            continue  # the run line names where its lr and batch come from (and no run line: no run to speak of)
-        elif not note.startswith(("the choice", "no law is reliable")):  # said by the left-out lines above
-            lines.append(f"note: {note}")
+    for kind, why in rec.no_optimum.items():
+        lines.append(f"left out: {_name(kind)}: {short_reason(why)}")
+    lines.extend(f"note: {note}" for note in map(as_note, rec.notes) if note.kind not in SAID_ELSEWHERE)
     return lines
 
 

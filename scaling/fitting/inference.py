@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
 from scaling.fmt import bounds
@@ -60,7 +61,7 @@ class LossLaw:
         with np.errstate(over="ignore"):
             return float(np.exp((math.log(self.A) - math.log(target - self.E)) / self.alpha))
 
-    def compute_optimal(self, compute: float, k: float = 6.0) -> tuple[float, float]:
+    def compute_optimal(self, compute: float, k: float = FLOPS_PER_PARAM_TOKEN) -> tuple[float, float]:
         """Hoffmann et al. eq. 4 with C = k N D: N* = G (C/k)^(beta/(alpha+beta)), D* = C / (k N*)."""
         s = self.alpha + self.beta
         log_n = (math.log(self.alpha * self.A / (self.beta * self.B)) / s
@@ -70,7 +71,7 @@ class LossLaw:
         return N, compute / (k * N)
 
 
-def inference_flops(N: Any, inference_tokens: float, k: float = 6.0) -> Any:
+def inference_flops(N: Any, inference_tokens: float, k: float = FLOPS_PER_PARAM_TOKEN) -> Any:
     """FLOPs to serve ``inference_tokens`` tokens with an N-parameter model: (k/3) N T (2 N T for k = 6)."""
     return k * INFERENCE_SHARE * np.asarray(N, float) * inference_tokens
 
@@ -82,7 +83,7 @@ def check_target(law: LossLaw, target: float) -> None:
                        f"E = {law.E:.6g}, and no finite model reaches E or below")
 
 
-def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: float = 6.0) -> tuple[float, float]:
+def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: float = FLOPS_PER_PARAM_TOKEN) -> tuple[float, float]:
     """(N, D) reaching loss ``target`` for the least training plus inference FLOPs."""
     check_target(law, target)
     if not (inference_tokens >= 0 and math.isfinite(inference_tokens)):
@@ -125,13 +126,13 @@ def cheapest(law: LossLaw, target: float, inference_tokens: float = 0.0, k: floa
     return N, float(law.tokens_for(N, target))
 
 
-def target_at(law: LossLaw, compute: float, k: float = 6.0) -> float:
+def target_at(law: LossLaw, compute: float, k: float = FLOPS_PER_PARAM_TOKEN) -> float:
     """The loss the compute-optimal run at ``compute`` reaches."""
     N, D = law.compute_optimal(compute, k)
     return float(law.loss(N, D))
 
 
-def iso_loss_curve(law: LossLaw, target: float, inference_tokens: float, k: float = 6.0,
+def iso_loss_curve(law: LossLaw, target: float, inference_tokens: float, k: float = FLOPS_PER_PARAM_TOKEN,
                    n: int = 121, span: float = 1.0) -> dict[str, np.ndarray]:
     """Points along L(N, D) = target: N from just above N_min to ``span`` decades past the cheapest N.
 
@@ -251,7 +252,7 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     measured = law.data_.points["C"] if getattr(law, "data_", None) is not None else []
     if compute is not None:
         check_budget(compute, measured)
-    k = float(getattr(law, "k_", 6.0))
+    k = float(getattr(law, "k_", FLOPS_PER_PARAM_TOKEN))
     point = LossLaw.from_params(law.params_)
     if not point.valid():
         bad = ", ".join(f"{k} = {v:.3g}" for k, v in vars(point).items() if not (math.isfinite(v) and (k == "E" or v > 0)))
@@ -313,7 +314,7 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     return rec
 
 
-def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float = 6.0) -> None:
+def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float = FLOPS_PER_PARAM_TOKEN) -> None:
     """Refuse a target loss whose compute-optimal run lies beyond :data:`MAX_EXTRAPOLATION` of the measured budgets.
 
     Checked on the losses the law gives at the two ends of the allowed budgets, before any optimum is
@@ -357,7 +358,7 @@ def _replicate_laws(law: Any) -> list[LossLaw]:
 
 def recommend_inference(fit: Any, inference_tokens: float, *, compute: float | None = None,
                         target_loss: float | None = None) -> InferenceRecommendation:
-    """The inference-aware optimum from a sweep's or a CSV's fit (a :data:`~scaling.fitting.sweep_fit.SweepFit`
+    """The inference-aware optimum from a sweep's or a CSV's fit (an :class:`~scaling.fitting.analysis.Analysis`
     holding approach 3): nothing is fitted here.
 
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.

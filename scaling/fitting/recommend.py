@@ -7,8 +7,9 @@ allowed to recommend, the one with the narrowest 95% interval on N*; it says whi
 allowed when no note calls it unreliable, or when its only doubts are about its parameters and its
 bootstrap determines what is asked, N*, D* and the loss at the budget (:func:`undetermined_at_budget`):
 the doubts then stay in the recommendation's notes.
-:func:`recommend` takes a sweep's fits, fitted once (a :data:`~scaling.fitting.sweep_fit.SweepFit`),
-and a budget: it fits no loss law and reads no database or file. With a sweep, it sizes the run
+:func:`recommend` takes a sweep's :class:`~scaling.fitting.analysis.Analysis` (fitted once) and a budget:
+it fits nothing and reads no database or file (at the analysis' own budget it is the analysis'
+recommendation, made when the analysis was). With a sweep, it sizes the run
 for that N* with the default shape policy and memory model of :mod:`scaling.accounting`; the plan's
 own rules (shape, learning rate, batch, memory and strategy on the plan's device) belong to the
 orchestrator, which replaces that run by the plan's
@@ -19,8 +20,11 @@ Which runs would narrow the interval on N* most (a heuristic, stated with its re
 candidate IsoFLOP slices (budgets 2x, 4x and 8x the largest measured that lie below the target,
 else the target itself; five sizes each around the approach-3 N* there, spaced by a factor e^0.5), add the points approach 3 predicts for them, redo
 the same bootstrap (refits started at the full-data optimum) and compare the width of the 95%
-interval of log N* at the target budget with and without them. Predicted points carry no noise,
-so the reductions are optimistic in scale but comparable across candidates.
+interval of log N* at the target budget with and without them (at most :data:`CANDIDATE_BOOTSTRAP`
+replicates, and no more than the analysis' own bootstrap). Predicted points carry no noise, so the
+reductions are optimistic in scale but comparable across candidates. This refits approach 3's
+bootstrap per candidate, so it is done once, when the analysis is made, at its own budget
+(:func:`next_runs_for`); a recommendation at another budget lists none and says where they are.
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ import pandas as pd
 
 from scaling.errors import FitError, UserError
 from scaling.fmt import num
-from scaling.fitting.sweep_fit import KINDS, SHORT, FitSummary
+from scaling.fitting.sweep_fit import KINDS, SHORT
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
+from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.measurements import prepare
 from scaling.fmt import bounds, interval_text
 
@@ -88,8 +95,12 @@ class Recommendation:
     #: The law the recommendation follows, and why it was chosen over the others.
     chosen: str | None = None
     chosen_reason: str = ""
+    #: Why the law followed was chosen, without its name (a line that names it already).
+    chosen_why: str = ""
     #: Laws left out of the choice and the consensus, with the first note that says why.
-    unreliable: dict[str, str] = field(default_factory=dict)
+    unreliable: dict[str, Doubt] = field(default_factory=dict)
+    #: Laws that give no compute-optimal point at this budget (left out of everything), with why.
+    no_optimum: dict[str, str] = field(default_factory=dict)
     #: Laws whose notes doubt their parameters but whose bootstrap determines N*, D* and the loss at
     #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
     determined_at_budget: dict[str, str] = field(default_factory=dict)
@@ -100,7 +111,7 @@ class Recommendation:
     run: dict[str, Any] | None = None
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
     #: or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
@@ -110,7 +121,29 @@ class Recommendation:
     target: RunTarget | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({k: v for k, v in self.__dict__.items() if k != "target"})
+        """The answer as ``scaling recommend --format json`` prints it (notes as text)."""
+        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")})
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything, to store: :meth:`to_dict` with the notes' kinds, the laws without an optimum and
+        the target a plan sizes the run for (its hyperparameter laws are the analysis' own)."""
+        t = self.target
+        return jsonable(self.to_dict() | {"notes": [n.to_dict() for n in self.notes], "no_optimum": self.no_optimum,
+                                          "chosen_why": self.chosen_why,
+                                          "unreliable": {k: as_doubt(d).to_dict() for k, d in self.unreliable.items()},
+                                          "target": None if t is None else {f: getattr(t, f) for f in
+                                                                            ("N", "D", "C", "flagged", "notes_at", "n_notes")}})
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any], hparams: HparamFit | None = None) -> "Recommendation":
+        """:meth:`to_record` read back; ``hparams``: the hyperparameter laws the target applies again."""
+        t = d.get("target")
+        fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
+        for f in ("per_law", "across_laws", "agreement", "consensus", "hparams", "tasks"):
+            fields[f] = _nan_back(fields.get(f))
+        fields["unreliable"] = {k: Doubt.from_dict(v) for k, v in (d.get("unreliable") or {}).items()}
+        return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
+                   target=None if t is None else RunTarget(hparams=hparams, **t))
 
     def with_run(self, run: dict[str, Any] | None, run_source: str | None, note: str | None = None) -> Recommendation:
         """This recommendation with ``run`` as its concrete run, sized from ``run_source`` (``note``: why
@@ -123,12 +156,12 @@ class Recommendation:
         if t is None:
             raise FitError("this recommendation has no N* to size a run for")
         run = None if run is None else dict(run)
-        notes = [note] if note else []
+        notes = [Note(NoteKind.RUN, note)] if note else []
         from scaling.fitting.hyperparams.hparams import apply_to_run
 
         hparams, hp_note = apply_to_run(t.hparams, run, t.N, t.D, t.C, t.flagged, run_source)
         if hp_note:
-            notes.append(hp_note)
+            notes.append(Note(NoteKind.RUN_HPARAMS, hp_note))
         return replace(self, run=run, run_source=run_source, hparams=hparams,
                        notes=self.notes[:t.notes_at] + notes + self.notes[t.notes_at + t.n_notes:],
                        target=replace(t, n_notes=len(notes)))
@@ -203,28 +236,100 @@ def _num(v: Any) -> str:
     return num(v, 3, "-")
 
 
+#: The numbers of an interval or a summary that JSON stores as null when they are NaN.
+_NUMBERS = frozenset({"value", "se", "lo", "hi", "se_log", "lo_param", "hi_param", "quantile", "N", "D", "loss",
+                      "N_ratio", "D_ratio", "loss_spread", "n_methods", "n_laws"})
+
+
+def as_doubt(doubt: Any) -> Doubt:
+    """``doubt`` as a :class:`Doubt` (a bare message is one of kind ``STORED``)."""
+    return doubt if isinstance(doubt, Doubt) else Doubt(DoubtKind.STORED, str(doubt))
+
+
+def _nan_back(obj: Any) -> Any:
+    """A stored summary with its numbers NaN again where JSON wrote null (as :func:`jsonable` wrote them)."""
+    if isinstance(obj, dict):
+        return {k: math.nan if v is None and k in _NUMBERS else _nan_back(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_back(v) for v in obj]
+    return obj
+
+
 def recommend(
-    fit: FitSummary,
+    fit: Any,
     compute: float | None = None,
     *,
-    next_runs: bool = True,
+    next_runs: Sequence[dict[str, Any]] | None = None,
     tasks: Any = None,
-    seed: int = 0,
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` FLOPs from every law of ``fit``; of a sweep, a run sized by the defaults.
 
-    ``fit`` is a :data:`~scaling.fitting.sweep_fit.SweepFit` (or any
-    :class:`~scaling.fitting.sweep_fit.FitSummary`, e.g. of a CSV): nothing is fitted again and
-    nothing is read. ``compute`` defaults to ten times the largest run. The concrete run (only
-    for a sweep's fit) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's
-    plan (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
-    (:class:`scaling.fitting.tasks.task_laws.TaskFits`) whose accuracy at the recommended run is
-    predicted; by default the fit's own. ``next_runs``: rank the runs worth adding
-    (:func:`candidate_runs`, which refits approach 3's bootstrap with predicted points, drawn with ``seed``).
+    ``fit`` is an :class:`~scaling.fitting.analysis.Analysis` (or the laws it is made of, while it is
+    being made): nothing is fitted and nothing is read. An analysis' own recommendation is returned as it
+    is for its own budget. ``compute`` defaults to ten times the largest run. The concrete run (only for a
+    sweep) is sized by :func:`default_run`; the orchestrator sizes it by the sweep's plan
+    (:func:`scaling.orchestrator.expand.size_recommendation`). ``tasks``: fitted downstream tasks
+    (:class:`scaling.fitting.tasks.task_laws.TaskFits`) whose accuracy at the recommended run is predicted;
+    by default the fit's own. ``next_runs``: the runs worth adding, ranked by :func:`candidate_runs` when
+    the analysis was made; at another budget the analysis' ranking is not this budget's, so none are listed.
     """
+    own = getattr(fit, "recommendation", None)
+    if own is not None and tasks is None and next_runs is None and (compute is None or compute == own.compute):
+        return own
     if not fit.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
                        + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in fit.skipped.items()))
+    compute = _budget(fit, compute)
+    k = float(fit.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+    rec = compare_laws(fit.laws, compute, source=fit.source, k=k)
+    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
+    if N_run is not None:
+        rec.target = RunTarget(N=N_run, D=compute / (k * N_run), C=compute,
+                               flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
+        if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
+            rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
+                               "the run is sized with the defaults: no plan was given to size it")
+        else:
+            rec = rec.with_run(None, None)
+    tasks = fit.tasks if tasks is None else tasks
+    if tasks:
+        from scaling.fitting.tasks.task_laws import predict_for_recommendation
+
+        rec.tasks, note = predict_for_recommendation(tasks, rec, k)
+        if note:
+            rec.notes.append(Note(NoteKind.TASKS, note))
+    if next_runs is not None:
+        rec.next_runs = list(next_runs)
+    elif own is not None and own.next_runs:
+        rec.notes.append(Note(NoteKind.NEXT_RUNS, f"the runs worth adding are ranked at the analysis' budget, "
+                                                  f"C = {own.compute:.3g} FLOPs (`scaling recommend` without "
+                                                  "--compute lists them)"))
+    return rec
+
+
+def next_runs_for(fit: Any, compute: float, seed: int = 0,
+                  n_bootstrap: int = CANDIDATE_BOOTSTRAP) -> tuple[list[dict[str, Any]], Note | None]:
+    """The runs worth adding at ``compute`` (:func:`candidate_runs`, judged with approach 3 by a bootstrap of
+    at most ``n_bootstrap`` replicates per candidate), or none and why.
+
+    This refits approach 3's bootstrap per candidate: :func:`scaling.fitting.analysis.analyse` calls it
+    once, for the analysis' own budget, and keeps the ranking in the recommendation."""
+    n_bootstrap = min(n_bootstrap, CANDIDATE_BOOTSTRAP)
+    if n_bootstrap < 2:
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged by how much they narrow a 95% bootstrap "
+                                            "interval: without a bootstrap, none are suggested")
+    law3 = fit.laws.get("approach3")
+    if law3 is not None and law3.doubts():
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, whose fit notes say the "
+                                            "data cannot pin it down: no runs suggested")
+    if law3 is None or getattr(law3, "data_", None) is None:
+        return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, which is not fitted here")
+    points = _data_of(fit)
+    return candidate_runs(law3, float(compute), float(points["C"].max()), seed, n_bootstrap=n_bootstrap), None
+
+
+def _budget(fit: Any, compute: float | None) -> float:
+    """``compute``, checked against the measured budgets, or ten times the largest run."""
     points = _data_of(fit)
     c_max = float(points["C"].max()) if points is not None else math.nan
     if compute is None:
@@ -235,35 +340,7 @@ def recommend(
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
     if points is not None:
         check_budget(float(compute), points["C"])
-    k = float(fit.conventions.get("flops_per_param_token") or 6.0)
-    rec = compare_laws(fit.laws, float(compute), source=fit.source, k=k)
-    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
-    if N_run is not None:
-        rec.target = RunTarget(N=N_run, D=float(compute) / (k * N_run), C=float(compute),
-                               flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
-        if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
-            rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
-                               "the run is sized with the defaults: no plan was given to size it")
-        else:
-            rec = rec.with_run(None, None)
-    if tasks is None:
-        tasks = fit.tasks
-    if tasks:
-        from scaling.fitting.tasks.task_laws import predict_for_recommendation
-
-        rec.tasks, note = predict_for_recommendation(tasks, rec, k)
-        if note:
-            rec.notes.append(note)
-    if next_runs:
-        law3 = fit.laws.get("approach3")
-        if law3 is not None and law3.doubts():
-            rec.notes.append("which runs to add is judged with approach 3, whose fit notes say the data cannot pin it "
-                             "down: no runs suggested")
-        elif law3 is not None and getattr(law3, "data_", None) is not None and hasattr(law3, "theta_"):
-            rec.next_runs = candidate_runs(law3, float(compute), c_max, seed)
-        else:
-            rec.notes.append("which runs to add is judged with approach 3, which is not fitted here")
-    return rec
+    return float(compute)
 
 
 def default_budget(c_max: float) -> float:
@@ -302,6 +379,8 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     for q in ("N", "D", "loss"):
         if iv[q].get("kind") != "percentile":
             return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].get('note', iv[q].get('kind'))})"
+        if not (iv[q]["lo"] > 0 and math.isfinite(iv[q]["hi"])):  # an end at 0 or beyond float range
+            return f"its 95% interval of {q} at this budget reaches {bounds(iv[q]['lo'], iv[q]['hi'])}"
         span = iv[q]["hi"] / iv[q]["lo"]
         if not span <= AT_BUDGET_SPAN[q]:
             return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
@@ -313,8 +392,9 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _doubt_text(note: str) -> str:
-    return note.removeprefix("unreliable: ").split(": do not trust this law")[0]
+def _doubt_text(doubt: Any) -> str:
+    """A doubt's reason (a bare message where it has none, e.g. a stored note)."""
+    return getattr(doubt, "reason", None) or str(doubt)
 
 
 def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
@@ -329,20 +409,19 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
     """
     if k is None:
-        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), 6.0))
+        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), FLOPS_PER_PARAM_TOKEN))
     rec = Recommendation(compute=float(compute), source=source)
     for kind, law in laws.items():
         try:
             iv = law.optimal_interval(compute)
         except (ValueError, FloatingPointError, AttributeError) as e:
-            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: it gives no compute-optimal point here ({e})")
+            _no_optimum(rec, kind, f"it gives no compute-optimal point here ({e})")
             continue
         if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
             rec.per_law[kind] = iv
         else:
             values = ", ".join(f"{q} = {iv[q]['value']:.3g}" for q in ("N", "D", "loss"))
-            rec.notes.append(f"{SHORT.get(kind, kind)} is left out: its compute-optimal point at this budget is not "
-                             f"a positive, finite one ({values})")
+            _no_optimum(rec, kind, f"its compute-optimal point at this budget is not a positive, finite one ({values})")
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
@@ -351,48 +430,61 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
             continue
         if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
             rec.determined_at_budget[kind] = "; ".join(_doubt_text(d) for d in doubts)
-            rec.notes.append(f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
-                             "but its bootstrap determines N*, D* and the loss at this budget, so it may recommend "
-                             "(its parameters stay without intervals in the fit)")
+            rec.notes.append(Note(NoteKind.AT_BUDGET, f"{SHORT.get(kind, kind)}: {rec.determined_at_budget[kind]}; "
+                                  "but its bootstrap determines N*, D* and the loss at this budget, so it may "
+                                  "recommend (its parameters stay without intervals in the fit)"))
         else:
             rec.unreliable[kind] = doubts[0]
     trusted = [kind for kind in rec.per_law if kind not in rec.unreliable]
-
-    def name(kind: str) -> str:
-        return SHORT.get(kind, kind)
-
     with_interval = [kind for kind in trusted if math.isfinite(_width(rec.per_law[kind]["N"]))]
+    _choose(rec, trusted, with_interval)
+    return _spread(rec, trusted, with_interval, compute, k)
+
+
+def _name(kind: str) -> str:
+    return SHORT.get(kind, kind)
+
+
+def _choose(rec: Recommendation, trusted: list[str], with_interval: list[str]) -> None:
+    """The law ``rec`` follows and why: the narrowest interval on N* among the trusted laws with one."""
     if with_interval:
         rec.chosen = min(with_interval, key=lambda kind: _width(rec.per_law[kind]["N"]))
         w = _width(rec.per_law[rec.chosen]["N"])
         others = [kind for kind in with_interval if kind != rec.chosen]
-        rec.chosen_reason = (f"{name(rec.chosen)}: the narrowest 95% interval on N* (a factor {math.exp(w):.3g} "
-                             "from end to end)" + (f" among the laws the data determine (also: "
-                             f"{', '.join(name(o) for o in others)})" if others else
-                             ", the only law the data determine with an interval"))
+        rec.chosen_why = (f"the narrowest 95% interval on N* (a factor {math.exp(w):.3g} from end to end)"
+                          + (f" among the laws the data determine (also: {', '.join(_name(o) for o in others)})"
+                             if others else ", the only law the data determine with an interval"))
         if rec.chosen in rec.determined_at_budget:
-            rec.chosen_reason += " (at this budget, not in its parameters: see the notes)"
+            rec.chosen_why += " (at this budget, not in its parameters: see the notes)"
     elif trusted:
         rec.chosen = trusted[0]
-        rec.chosen_reason = f"{name(rec.chosen)}: the only reliable law, though it has no bootstrap interval"
+        rec.chosen_why = "the only reliable law, though it has no bootstrap interval"
     else:
         finite = [kind for kind in rec.per_law if math.isfinite(_width(rec.per_law[kind]["N"]))]
         if finite:
             rec.chosen = min(finite, key=lambda kind: _width(rec.per_law[kind]["N"]))
-            rec.chosen_reason = (f"no law is reliable; {name(rec.chosen)} has the narrowest 95% interval on N*, "
+            rec.chosen_reason = (f"no law is reliable; {_name(rec.chosen)} has the narrowest 95% interval on N*, "
                                  "but its fit notes say the data cannot pin it down")
+    if rec.chosen_why:
+        rec.chosen_reason = f"{_name(rec.chosen)}: {rec.chosen_why}"
     if rec.unreliable and trusted:
         what = "the choice, agreement and consensus leave out " if len(trusted) > 1 else "the choice leaves out "
         whose = "their fit notes say" if len(rec.unreliable) > 1 else "its fit notes say"
-        rec.notes.append(what + ", ".join(name(kind) for kind in rec.unreliable)
-                         + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)")
+        rec.notes.append(Note(NoteKind.LEFT_OUT, what + ", ".join(_name(kind) for kind in rec.unreliable)
+                              + f" ({whose} the data cannot pin {'them' if len(rec.unreliable) > 1 else 'it'} down)"))
+
+
+def _spread(rec: Recommendation, trusted: list[str], with_interval: list[str], compute: float,
+            k: float) -> Recommendation:
+    """How far the laws' N* reach together, their agreement and their consensus (two trusted laws at least)."""
     los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
     his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
     if len(with_interval) > 1:
         rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
     if len(trusted) < 2:  # agreement and a consensus need two laws the data determine
         if not trusted:
-            rec.notes.append("no law is reliable, so there is no agreement or consensus to report")
+            rec.notes.append(Note(NoteKind.NO_CONSENSUS, "no law is reliable, so there is no agreement or consensus "
+                                                         "to report"))
         return rec
     Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in trusted])
     Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in trusted])
@@ -404,7 +496,13 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     return rec
 
 
-def _data_of(summary: FitSummary) -> pd.DataFrame | None:
+def _no_optimum(rec: Recommendation, kind: str, why: str) -> None:
+    """Leave ``kind`` out of ``rec``: it gives no compute-optimal point at the budget, for ``why``."""
+    rec.no_optimum[kind] = why
+    rec.notes.append(Note(NoteKind.NO_OPTIMUM, f"{SHORT.get(kind, kind)} is left out: {why}"))
+
+
+def _data_of(summary: Any) -> pd.DataFrame | None:
     for law in summary.laws.values():
         data = getattr(law, "data_", None)
         if data is not None:

@@ -100,6 +100,7 @@ def measure(law: Law, target: AdaptiveTarget) -> dict[str, Any]:
         "kind": iv.get("kind"),
         "reliable": not law.doubts(),
         "doubts": list(law.doubts())[:3],
+        "reasons": [d.reason for d in law.doubts()[:3]],  # each without its verdict (the line says it)
     }
 
 
@@ -165,7 +166,7 @@ def _measured(law: Optional[Law], fit_error: Optional[str], fit_info: dict[str, 
     if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
         fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
         if fit["doubts"]:
-            fit_error += f"; unreliable: {_doubt(fit['doubts'][0])}"
+            fit_error += f"; unreliable: {_reason(fit)}"
         fit["error"] = fit_error
         return None, fit, fit_error
     return law, fit, fit_error
@@ -182,7 +183,7 @@ def _now(law: Optional[Law], fit: dict[str, Any], fit_error: Optional[str], targ
     else:
         now = f"{where} has no interval ({fit.get('kind')})"
     if law is not None and not fit["reliable"]:
-        now += f"; unreliable: {_doubt(fit['doubts'][0]) if fit['doubts'] else 'flagged'}"
+        now += f"; unreliable: {_reason(fit) if fit['doubts'] else 'flagged'}"
     return now
 
 
@@ -415,7 +416,7 @@ def run_adaptive(
 def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Optional[str], Any, dict[str, Any]]:
     """(law or None, why not, the completed points, what was fitted) for this round."""
     fitting = importlib.import_module("scaling.fitting")
-    data_mod = importlib.import_module("scaling.fitting.core.measurements")
+    data_mod = importlib.import_module("scaling.fitting.core.sweep_data")
     try:
         data, _ = data_mod.from_db(url, sweep)
         points = data.points[["N", "D", "C", "loss"]]
@@ -424,12 +425,13 @@ def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Op
     info: dict[str, Any] = {"n_points": int(len(points)), "c_max": float(points["C"].max()),
                             "fingerprint": data.fingerprint()}
     try:
-        summary = fitting.fit_sweep(url, sweep, law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed,
-                                    tasks=False)
+        summary = fitting.analyse(fitting.SweepSource(url, sweep),
+                                  fitting.Settings(law=spec.target.law, n_bootstrap=spec.n_bootstrap, seed=seed,
+                                                   tasks=False, next_runs=False))
     except UserError as exc:
         return None, " ".join(str(exc).split()), points, info
     law = summary.laws.get(spec.target.law)
-    info["fit_id"] = summary.stored.get(spec.target.law)
+    info["fit_id"] = summary.stored_id
     if law is None:
         return None, summary.skipped.get(spec.target.law, "not fitted"), points, info
     return law, None, points, info
@@ -462,9 +464,9 @@ def _slice_id(added: Optional[dict[str, Any]]) -> Any:
     return (round(math.log(float(added["C"])), 6), tuple(round(math.log(float(n)), 6) for n in added["sizes"]))
 
 
-def _doubt(note: str) -> str:
-    """A law's doubt without its own "unreliable:" prefix (the message adds one)."""
-    return note.removeprefix("unreliable:").strip()
+def _reason(fit: dict[str, Any]) -> str:
+    """The first doubt's reason (without its verdict: the line adds one); a record without reasons gives its message."""
+    return str((fit.get("reasons") or fit["doubts"])[0])
 
 
 def _flops(x: float) -> str:

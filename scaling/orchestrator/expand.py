@@ -59,9 +59,9 @@ from scaling.trainer.sections import ExecutionSpec, LoopSettings, OptimizerSpec,
 from scaling.vocab import HPARAM_GROUP_TAG
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.analysis import Analysis
     from scaling.fitting.recommend import Recommendation
     from scaling.trainer.sections import ScheduleSpec
-    from scaling.fitting.sweep_fit import SweepFit
 
 
 @dataclass(frozen=True)
@@ -773,15 +773,16 @@ def size_recommendation(rec: Recommendation, plan: Optional[Mapping[str, Any]], 
     return rec.with_run(run, "the plan's rules")
 
 
-def sweep_recommendation(url: str, fit: SweepFit, compute: Optional[float] = None, *,
-                         next_runs: bool = True, seed: int = 0) -> Recommendation:
-    """The recommendation from a sweep's fits (:func:`scaling.fitting.recommend.recommend`: nothing is
-    fitted), its run sized by the plan stored with the sweep (:func:`size_recommendation`)."""
+def sweep_recommendation(url: str, analysis: Analysis, compute: Optional[float] = None) -> Recommendation:
+    """The sweep's recommendation (``analysis.recommendation``, or at ``compute`` by
+    :func:`scaling.fitting.recommend.recommend`: nothing is fitted), its run sized by the plan stored with
+    the sweep (:func:`size_recommendation`): what ``scaling recommend``, the closing answer of ``scaling
+    sweep`` and the report print."""
     from scaling.fitting.recommend import recommend
 
-    rec = recommend(fit, compute, next_runs=next_runs, seed=seed)
+    rec = recommend(analysis, compute)
     try:
-        plan = stored_plan(url, fit.sweep)
+        plan = stored_plan(url, analysis.sweep)
     except PlanError as exc:
         return size_recommendation(rec, None, no_plan=f"the stored plan could not be read ({exc})")
     return size_recommendation(rec, plan)

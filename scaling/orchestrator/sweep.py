@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db import Store
     from types import FrameType
 
+    from scaling.fitting.analysis import Analysis
+    from scaling.fitting.recommend import Recommendation
     from scaling.orchestrator.adaptive import AdaptiveOutcome
     from scaling.orchestrator.display import SweepDisplay
 
@@ -195,20 +197,29 @@ def run_sweep(
 
     outcome, adaptive = train_on_ray(expansion, schedule, url=url, store=store, address=address, echo=echo)
     result = SweepResult(plan.name, url, outcome, notes=expansion.notes, adaptive=adaptive)
-    if fit:
-        from scaling.fitting import fit_sweep
+    analyse_and_report(result, plan, fit=fit, report=report, echo=echo)
+    return result
 
-        result.fit = _as_note(echo, "fit", fit_sweep, url, plan.name)
+
+def analyse_and_report(result: SweepResult, plan: Plan, *, fit: bool, report: bool, echo: Callable[[str], None]) -> None:
+    """After the runs: the sweep's analysis, once (``result.fit``), and the report of it, whose headline is
+    the analysis' recommendation sized by the plan, the closing answer's run; a user error is a note."""
+    url = result.url
+    if fit:
+        from scaling.fitting import SweepSource, analyse
+
+        result.fit = _as_note(echo, "fit", analyse, SweepSource(url, plan.name))
     if report:
-        from scaling.fitting import FitSummary
+        from scaling.fitting import Analysis
         from scaling.reports import write_report
 
         path = report_path(url, plan)
-        sweep_fit = result.fit if isinstance(result.fit, FitSummary) else None  # the report shows these fits
-        if _as_note(echo, "report", partial(write_report, sweep_fit=sweep_fit), url, plan.name,
+        analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
+        sized = _as_note(echo, "report", sized_recommendation, url, analysis)  # the closing answer's run
+        if _as_note(echo, "report", partial(write_report, analysis=analysis,
+                                            recommendation=None if sized is _SKIPPED else sized), url, plan.name,
                     str(path)) is not _SKIPPED:
             result.report_path = str(path)
-    return result
 
 
 def check_where(url: str, address: Optional[str], expansion: Expansion) -> None:
@@ -257,6 +268,29 @@ def train_on_ray(expansion: Expansion, schedule: Callable[[list[Any]], SweepOutc
 
                 ray.shutdown()
     return outcome, adaptive
+
+
+def sized_recommendation(url: str, analysis: Optional[Analysis]) -> Optional[Recommendation]:
+    """The analysis' recommendation with its run sized by the sweep's stored plan (None without one)."""
+    from scaling.orchestrator.expand import sweep_recommendation
+
+    if analysis is None or analysis.recommendation is None:
+        return None
+    return sweep_recommendation(url, analysis)
+
+
+def report_inputs(url: str, sweep: Optional[str], *,
+                  save: bool = False) -> tuple[Optional[Analysis], Optional[Recommendation]]:
+    """What a sweep's report shows, as the end of ``scaling sweep`` hands it: the stored analysis of the sweep's
+    unchanged data (else one made, stored only with ``save``) and its recommendation sized by the stored plan;
+    (None, None) where the sweep cannot be analysed (the report then says why)."""
+    from scaling.fitting import SweepSource, analyse
+
+    try:
+        analysis = analyse(SweepSource(url, sweep), save=save)
+        return analysis, sized_recommendation(url, analysis)
+    except UserError:
+        return None, None
 
 
 def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:

@@ -48,7 +48,7 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
     be read, counts N in another convention, has no groups, or its law is not fitted or flagged.
     """
     from scaling.db import connect
-    from scaling.fitting.core.measurements import fitted_runs
+    from scaling.fitting.core.sweep_data import fitted_runs
     from scaling.fitting.hyperparams.hparams import fit_hparams, runs_frame
 
     try:

@@ -11,19 +11,23 @@ from typing import Any, Sequence
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Any] = (), sweep_fit: Any = None) -> Path:
+                 store_fits: bool = False, extras: Sequence[Any] = (), analysis: Any = None,
+                 recommendation: Any = None) -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
     ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or
     ``"memory"``; ``store_fits=True`` stores the new fits of ``fit="sweep"`` (by default a report
     only reads the database). See :func:`scaling.reports.report_data.load_fits`. ``extras``: optional
-    sections (e.g. :func:`scaling.reports.figures_inference.inference_section`). ``sweep_fit``: the
-    sweep's fits already made (:data:`scaling.fitting.sweep_fit.SweepFit`): shown as they are, nothing fitted.
+    sections (e.g. :func:`scaling.reports.figures_inference.inference_section`). ``analysis``: the
+    sweep's :class:`~scaling.fitting.analysis.Analysis` already made: shown as it is, nothing fitted;
+    ``recommendation``: its recommendation with the run sized by the plan (the orchestrator's
+    ``size_recommendation``), the headline, so that the report and the closing answer name one run.
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write
 
-    return _write(url, sweep, path, fit=fit, store_fits=store_fits, extras=extras, sweep_fit=sweep_fit)
+    return _write(url, sweep, path, fit=fit, store_fits=store_fits, extras=extras, analysis=analysis,
+                  recommendation=recommendation)
 
 
 __all__ = ["write_report"]

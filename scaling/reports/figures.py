@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.fmt import escape, num
 from scaling.reports import fitview
 from scaling.reports.report_data import normalise_runs, summarise_perf
@@ -116,6 +117,54 @@ def _smoothing_buttons(raw: list[int], smooth: list[int], n: int) -> dict[str, A
     )
 
 
+def _approach1_traces(envelope: pd.DataFrame | None, optima: pd.DataFrame | None) -> list[dict]:
+    """Approach 1's lower envelope and its per-budget optima over the FLOPs view (none where not given)."""
+    traces = []
+    if envelope is not None and not envelope.empty:
+        env = envelope.sort_values("flops")
+        traces.append(dict(
+            type="scatter", x=env["flops"].to_numpy(dtype=float), y=env["loss"].to_numpy(dtype=float), mode="lines",
+            name="envelope (approach 1)", line=dict(color="black", width=2.5, dash="dash"),
+            hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+        ))
+    if optima is not None and not optima.empty:
+        traces.append(dict(
+            type="scatter", x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float),
+            mode="markers", name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
+            text=[f"N_opt {num(n)}" for n in optima["N"]],
+            hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
+        ))
+    return traces
+
+
+def _pieces(curves: pd.DataFrame, x: str) -> tuple[np.ndarray, np.ndarray, dict[tuple[Any, Any], tuple[int, int]]]:
+    """The curves' x and y (float32) and each (run, metric)'s slice of them: split once, since per-run
+    boolean filtering is quadratic in the runs."""
+    curves = curves.sort_values(["run_key", "name", x], kind="stable")
+    keys = curves["run_key"].to_numpy()
+    metric = curves["name"].to_numpy()
+    xs = curves[x].to_numpy(dtype=np.float32)
+    ys = curves["value"].to_numpy(dtype=np.float32)
+    cuts = np.flatnonzero((keys[1:] != keys[:-1]) | (metric[1:] != metric[:-1])) + 1
+    return xs, ys, {(keys[a], metric[a]): (a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)])}
+
+
+def _curve_trace(xs: np.ndarray, ys: np.ndarray, *, name: str, legendgroup: str, color: str, label: str, x: str,
+                 is_eval: bool = False, first: bool = False, faint: bool = False, ema: bool = False) -> dict:
+    """One run's train loss (raw, faint under its EMA, or the EMA itself) or eval loss, as a scatter trace."""
+    if ema:
+        return dict(type="scatter", x=xs, y=ys, mode="lines", name=name, legendgroup=legendgroup, showlegend=False,
+                    opacity=0.85, meta="ema", line=dict(color=color, width=1.8),
+                    hovertemplate=f"{label}<br>train loss (EMA) %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>")
+    return dict(
+        type="scatter", x=xs, y=ys, mode="lines+markers" if is_eval else "lines",
+        name=name, legendgroup=legendgroup, showlegend=first, opacity=RAW_UNDER_EMA if faint else 0.85,
+        line=dict(color=color, width=1.2, dash="dot" if is_eval else "solid"), marker=dict(size=4, color=color),
+        meta="raw" if not is_eval else "eval",
+        hovertemplate=f"{label}<br>{'eval' if is_eval else 'train'} loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
+    )
+
+
 def loss_curves(
     curves: pd.DataFrame,
     runs: pd.DataFrame,
@@ -150,14 +199,7 @@ def loss_curves(
     runs = runs.drop_duplicates("run_key").set_index("run_key", drop=False)
     colors = size_colors(runs["N"])
     groups = size_groups(runs["N"])
-    # Split once into (run, metric) pieces: per-run boolean filtering is quadratic in the runs.
-    curves = curves.sort_values(["run_key", "name", x], kind="stable")
-    keys = curves["run_key"].to_numpy()
-    metric = curves["name"].to_numpy()
-    xs = curves[x].to_numpy(dtype=np.float32)
-    ys = curves["value"].to_numpy(dtype=np.float32)
-    cuts = np.flatnonzero((keys[1:] != keys[:-1]) | (metric[1:] != metric[:-1])) + 1
-    pieces = {(keys[a], metric[a]): (a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(keys)])}
+    xs, ys, pieces = _pieces(curves, x)
     traces: list[dict] = []
     raw_ids: list[int] = []
     ema_ids: list[int] = []
@@ -178,35 +220,14 @@ def loss_curves(
             smooth = bool(smoothing) and not is_eval
             if smooth:
                 raw_ids.append(len(traces))
-            traces.append(dict(
-                type="scatter", x=xs[a:b], y=ys[a:b], mode="lines+markers" if is_eval else "lines",
-                name=escape(group), legendgroup=group, showlegend=first, opacity=RAW_UNDER_EMA if smooth else 0.85,
-                line=dict(color=color, width=1.2, dash="dot" if is_eval else "solid"), marker=dict(size=4, color=color),
-                meta="raw" if not is_eval else "eval",
-                hovertemplate=f"{label}<br>{'eval' if is_eval else 'train'} loss %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
-            ))
+            style = dict(name=escape(group), legendgroup=group, color=color, label=label, x=x)
+            traces.append(_curve_trace(xs[a:b], ys[a:b], is_eval=is_eval, first=first, faint=smooth, **style))
             if smooth:
                 ema_ids.append(len(traces))
-                traces.append(dict(
-                    type="scatter", x=xs[a:b], y=ema(ys[a:b], float(smoothing)).astype(np.float32), mode="lines",
-                    name=escape(group), legendgroup=group, showlegend=False, opacity=0.85, meta="ema",
-                    line=dict(color=color, width=1.8),
-                    hovertemplate=f"{label}<br>train loss (EMA) %{{y:.4f}}<br>{x} %{{x:.3g}}<extra></extra>",
-                ))
-    if envelope is not None and not envelope.empty and x == "flops":
-        env = envelope.sort_values("flops")
-        traces.append(dict(
-            type="scatter", x=env["flops"].to_numpy(dtype=float), y=env["loss"].to_numpy(dtype=float), mode="lines",
-            name="envelope (approach 1)", line=dict(color="black", width=2.5, dash="dash"),
-            hovertemplate="envelope: loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
-        ))
-    if optima is not None and not optima.empty and x == "flops":
-        traces.append(dict(
-            type="scatter", x=optima["flops"].to_numpy(dtype=float), y=optima["loss"].to_numpy(dtype=float),
-            mode="markers", name="approach 1 optima", marker=dict(color="black", symbol="x", size=7),
-            text=[f"N_opt {num(n)}" for n in optima["N"]],
-            hovertemplate="approach 1: %{text}, loss %{y:.4f} at %{x:.3g} FLOPs<extra></extra>",
-        ))
+                traces.append(_curve_trace(xs[a:b], ema(ys[a:b], float(smoothing)).astype(np.float32), ema=True,
+                                           **style))
+    if x == "flops":
+        traces.extend(_approach1_traces(envelope, optima))
     # One Figure from all traces at once: add_trace one by one is quadratic in the trace count. The
     # traces are plain scatter dicts of finite float32 arrays built above, so plotly's per-property
     # validation (three quarters of this figure's time with a thousand traces) is skipped.
@@ -388,22 +409,26 @@ def frontiers(
                     ),
                     row=1, col=col,
                 )
-    # Hoffmann et al.'s rule of thumb: D = 20 N, with C = 6 N D, so N = sqrt(C / 120).
-    n20 = np.sqrt(grid / 120.0)
-    for col, y in ((1, n20), (2, 20 * n20)):
-        fig.add_trace(
-            go.Scatter(
-                x=grid, y=y, mode="lines", name="D = 20N (C = 6ND)", legendgroup="d20",
-                showlegend=col == 1, line=dict(color="black", dash="dot", width=1),
-                hovertemplate="D = 20N: %{y:.3g}<extra></extra>",
-            ),
-            row=1, col=col,
-        )
+    _twenty_tokens_per_parameter(fig, grid)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     fig.update_layout(template=TEMPLATE, height=470)
     return titled(fig, title, x=axis("C", "FLOPs"), y=[axis("N_opt", "parameters"), axis("D_opt", "tokens")],
                   legend="method")
+
+
+def _twenty_tokens_per_parameter(fig: go.Figure, grid: np.ndarray) -> None:
+    """Hoffmann et al.'s rule of thumb on both panels: D = 20 N, with C = k N D, so N = sqrt(C / (20 k))."""
+    n20 = np.sqrt(grid / (20.0 * FLOPS_PER_PARAM_TOKEN))
+    for col, y in ((1, n20), (2, 20 * n20)):
+        fig.add_trace(
+            go.Scatter(
+                x=grid, y=y, mode="lines", name=f"D = 20N (C = {FLOPS_PER_PARAM_TOKEN:g}ND)", legendgroup="d20",
+                showlegend=col == 1, line=dict(color="black", dash="dot", width=1),
+                hovertemplate="D = 20N: %{y:.3g}<extra></extra>",
+            ),
+            row=1, col=col,
+        )
 
 
 def _budget_range(runs: pd.DataFrame | None, target: float | None, views: Sequence[Any]) -> tuple[float, float]:
@@ -458,7 +483,7 @@ def parametric_contour(
     )
     view = fitview.frontier("approach3", law)
     if view is not None:
-        cs = np.logspace(math.log10(6 * n_lo * d_lo), math.log10(6 * n_hi * d_hi), 80)
+        cs = np.logspace(math.log10(FLOPS_PER_PARAM_TOKEN * n_lo * d_lo), math.log10(FLOPS_PER_PARAM_TOKEN * n_hi * d_hi), 80)
         cur = view.curve(cs)
         keep = (cur["N"] >= n_lo) & (cur["N"] <= n_hi) & (cur["D"] >= d_lo) & (cur["D"] <= d_hi)
         fig.add_trace(

@@ -16,9 +16,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
-from scaling.fitting.core.measurements import fitted_runs
+from scaling.fitting.core.sweep_data import fitted_runs
+from scaling.fitting.core.notes import NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
@@ -37,7 +39,7 @@ REPORT_BOOTSTRAP = 200
 LR_AXIS = "learning rate (peak, per step)"
 LOSS_AXIS = "final loss (nats per token)"
 def hparam_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs the fits use (:func:`scaling.fitting.core.measurements.fitted_runs`) with a finite loss, and their
+    """The runs the fits use (:func:`scaling.fitting.core.sweep_data.fitted_runs`) with a finite loss, and their
     lr, batch, beta2 and group."""
     r = fitted_runs(runs)
     return runs_frame(r[np.isfinite(r["loss"].astype(float))])
@@ -207,23 +209,20 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
             page.answer("learning rate", lr, f"#{SECTION_ID}", title)
             page.answer("batch (tokens)", batch, f"#{SECTION_ID}", title)
 
-    from scaling.fitting.recommend import compare_laws, default_budget
+    from scaling.fitting.recommend import default_budget
 
     done = data.completed
     if done.empty:
         return ""
     target = default_budget(float(done["C"].max()))
     laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
-    try:
-        rec = compare_laws(laws, target, source=data.sweep or "")
-    except UserError:
-        rec = None
+    rec = data.recommendation_at(target)  # the headline's: the closing answer's run when handed in
     if rec is None or rec.chosen is None:
         none = '<span class="ci">none: no loss law gives N* at the next budget</span>'
         answer(none, none)
         return missing("No recommended run to give an lr and batch for: no loss law gives N* at the next budget.")
     N = rec.per_law[rec.chosen]["N"]["value"]
-    k = float(getattr(laws[rec.chosen], "k_", None) or 6.0)
+    k = float(getattr(laws[rec.chosen], "k_", None) or FLOPS_PER_PARAM_TOKEN)
     D = target / (k * N)
     try:
         h = fit.recommend(N, D, target)
@@ -261,7 +260,7 @@ def hparams_section(data: Any, page: Any) -> str:
         return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
     if fit is None:
         return ""
-    mode = next((n for n in data.notes if str(n).startswith("hyperparameters: ")), None)
+    mode = next((n for n in data.notes if getattr(n, "kind", None) is NoteKind.HPARAM_MODE), None)
     inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
     inner += next_run_values(data, fit, page)
     inner += page.figure("hparam-loss-lr", loss_against_lr(hp, fit))

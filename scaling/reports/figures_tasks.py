@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import plotly.graph_objects as go
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import UserError
 from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
@@ -153,18 +154,14 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
 
 def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
     """The law the report recommends with at ``target`` (reliable only), and its k."""
-    from scaling.fitting.recommend import compare_laws
     from scaling.reports import fitview
 
     laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
-    try:
-        rec = compare_laws(laws, target, source=data.sweep or "")
-    except UserError:
-        return None
-    if not rec.chosen or rec.chosen in rec.unreliable:
+    rec = data.recommendation_at(target)  # the headline's: the closing answer's run when handed in
+    if rec is None or not rec.chosen or rec.chosen in rec.unreliable:
         return None
     law = laws[rec.chosen]
-    return law, float(getattr(law, "k_", 6.0))
+    return law, float(getattr(law, "k_", FLOPS_PER_PARAM_TOKEN))
 
 
 def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:

@@ -26,7 +26,6 @@ import pandas as pd
 
 from scaling import vocab as names
 from scaling.db.jsonvalues import as_dict
-from scaling.fitting.sweep_fit import SHORT
 from scaling.fitting.core.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
@@ -70,19 +69,22 @@ Extra = Callable[[ReportData, "Page"], str]
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Extra] = (), sweep_fit: Any = None) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Any = None,
+                 recommendation: Any = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
-    Returns the absolute path written. ``fit="sweep"`` (default) fits through
-    ``scaling.fitting.fit_sweep``, reusing the stored fit of unchanged data as ``scaling fit``
-    does; ``"stored"`` shows only stored fits; ``"memory"`` fits quickly for this report.
+    Returns the absolute path written. ``fit="sweep"`` (default) reads the stored
+    analysis of unchanged data (``scaling.fitting.analyse``), else makes one as ``scaling fit`` does;
+    ``"stored"`` shows only the newest stored analysis; ``"memory"`` fits quickly for this report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
-    ``sweep_fit``: the sweep's fits already made (:data:`scaling.fitting.sweep_fit.SweepFit`, e.g. at the end
-    of ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing.
+    ``analysis``: the sweep's :class:`~scaling.fitting.analysis.Analysis` already made (e.g. at the end of
+    ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing;
+    ``recommendation``: its recommendation sized by the plan, the report's headline.
     """
     from scaling.reports.figures_tasks import task_section
 
-    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=sweep_fit)
+    data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=analysis,
+                           recommendation=recommendation)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
     return write_report_data(data, path, extras=(*extras, task_section(url)))
 
@@ -271,15 +273,9 @@ def next_budget(data: ReportData) -> float | None:
 
 
 def recommend_for(data: ReportData, target: float) -> Any | None:
-    """:func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
-    from scaling.errors import UserError
-    from scaling.fitting.recommend import compare_laws
-
-    laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
-    try:
-        return compare_laws(laws, target, source=data.sweep or "")
-    except UserError:
-        return None
+    """The recommendation at ``target``: the one handed in (sized by the plan) or the analysis' own at their
+    budget, else :func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
+    return data.recommendation_at(target)
 
 
 def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
@@ -327,7 +323,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         head = (f'<div class="headline"><span class="answer">{budget}, recommended by {e(label)}:</span>'
                 f"{_answer_grid(sizes + answers)}"
                 f'<span class="why">95% intervals in brackets. '
-                f"Why this law: {e(rec.chosen_reason.removeprefix(SHORT.get(rec.chosen, '') + ': '))}.</span></div>")
+                f"Why this law: {e(rec.chosen_why or rec.chosen_reason)}.</span></div>")
     rows = []
     for kind, r in rec.per_law.items():
         unreliable = kind in rec.unreliable  # its reason is in the notes under the table

@@ -20,11 +20,11 @@ from scaling import vocab as names
 from scaling.db import connect
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
-from scaling.fitting import KINDS, Law, fit_data, fit_sweep, from_db
+from scaling.fitting import KINDS, Law, fit_data, from_db
 from scaling.fitting.core.base import unavailable_note
 from scaling.quantities import possible_losses
 from scaling.reports.downsample import downsample_frame
-from scaling.reports.fitview import LABELS, as_law, kind_of
+from scaling.reports.fitview import LABELS, as_law
 
 #: a run's ``role`` (column of :func:`normalise_runs`): a cooldown branch's parent, or a branch
 TRUNK = "trunk"
@@ -53,9 +53,11 @@ class ReportData:
     sweep_info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what is missing, in words
     source: str = ""  # the database URL, masked
-    #: The sweep's fits when they were handed in (scaling.fitting.sweep_fit.SweepFit): its hyperparameter
+    #: The sweep's fits when they were handed in (an :class:`~scaling.fitting.analysis.Analysis`): its hyperparameter
     #: and task laws are shown as fitted there instead of being fitted for the report.
     sweep_fit: Any = None
+    #: The recommendation sized by the plan, handed in with the analysis: the headline.
+    recommendation: Any = None
 
     def __post_init__(self) -> None:
         self.runs = normalise_runs(self.runs)
@@ -63,7 +65,7 @@ class ReportData:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", store_fits: bool = False,
-             curve_points: int = CURVE_POINTS, sweep_fit: Any = None) -> "ReportData":
+             curve_points: int = CURVE_POINTS, sweep_fit: Any = None, recommendation: Any = None) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
         ``fit`` and ``store_fits`` say where the laws come from and whether new fits are stored
@@ -92,9 +94,11 @@ class ReportData:
             data.events = results.events(sweep=sweep)
         else:
             data.notes.append("The sweep has no runs yet.")
+        data.recommendation = recommendation
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
-            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit))
+            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit),
+                                                                 skipped=sweep_fit.skipped)
         else:
             made: dict[str, Any] = {}
             data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits,
@@ -104,6 +108,21 @@ class ReportData:
         return data
 
     # -- derived views ------------------------------------------------------------------------
+    def recommendation_at(self, target: float) -> Any | None:
+        """The recommendation at ``target``: the one handed in (sized by the plan: the closing answer's), or the
+        analysis' own at their budget; else :func:`scaling.fitting.recommend.compare_laws` over the shown laws
+        (fits nothing); None when no law gives N*."""
+        from scaling.fitting.recommend import compare_laws
+
+        for rec in (self.recommendation, getattr(self.sweep_fit, "recommendation", None)):
+            if rec is not None and rec.compute == target:
+                return rec
+        laws = {kind: law for kind, law in ((k, as_law(v)) for k, v in self.fits.items()) if law is not None}
+        try:
+            return compare_laws(laws, target, source=self.sweep or "")
+        except UserError:
+            return None
+
     @property
     def completed(self) -> pd.DataFrame:
         """Runs that finished with a finite final loss (the points the fits use; no trunks)."""
@@ -222,10 +241,11 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
     laws: dict[str, Law] = {}
     dicts: dict[str, dict] = {}
     notes: list[str] = []
+    skipped: dict[str, str] = {}
     if fit == "sweep":
-        laws, notes = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
+        laws, notes, skipped = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
     elif fit == "memory":
-        laws, notes = _fit_in_memory(url, sweep)
+        laws, notes, skipped = _fit_in_memory(url, sweep)
     if not laws:  # nothing fitted now: show what is stored, saying so
         laws, dicts = stored_fits(results, sweep)
         if made is not None and fit == "stored":
@@ -234,16 +254,17 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
             notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
-    return _ordered_fits(laws, notes, dicts)
+    return _ordered_fits(laws, notes, dicts, skipped=skipped if laws else {})
 
 
-def _ordered_fits(laws: dict[str, Law], notes: list[str],
-                 dicts: dict[str, dict] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
-    """The laws in report order, with a note for each kind not fitted and each law's doubts."""
+def _ordered_fits(laws: dict[str, Law], notes: list[str], dicts: dict[str, dict] | None = None, *,
+                  skipped: Any = ()) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+    """The laws in report order, with a note for each kind not fitted (``skipped``: those whose reason is
+    among the notes already) and each law's doubts."""
     notes = list(notes)
     dicts = dict(dicts or {})
     for kind in KINDS:
-        if kind not in laws and not any(LABELS[kind] in n for n in notes):
+        if kind not in laws and kind not in skipped:
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in KINDS if k in laws}
     for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
@@ -254,68 +275,61 @@ def _ordered_fits(laws: dict[str, Law], notes: list[str],
 
 
 def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
-    """The stored fits as one sweep fit: ``laws``, and the newest stored hyperparameter and task fits
-    (None where none is stored or it cannot be read: the report then fits its own)."""
-    from scaling.fitting.sweep_fit import HPARAMS_KEY, TASKS_KEY, SweepFit, tasks_from_stored
-    from scaling.fitting.hyperparams.hparams import HparamFit
+    """The newest stored analysis of the sweep (None where none is stored or it cannot be read)."""
+    return newest_analysis(results, sweep)
 
-    def newest(key: tuple[str, str], read: Any) -> Any:
-        rows = results.fits(sweep=sweep, law=key[0], method=key[1])
-        if not len(rows):
-            return None
+
+def newest_analysis(results: Any, sweep: str) -> Any:
+    """The sweep's newest stored :class:`~scaling.fitting.analysis.Analysis`, or None (none, or unreadable)."""
+    from scaling.fitting.analysis import ANALYSIS_KEY, Analysis
+
+    rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
+    for d in reversed(list(rows["result"])):
         try:
-            return read(as_dict(rows["result"].iloc[-1]))
+            return Analysis.from_json(as_dict(d))
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
-            return None
-
-    hparams, tasks = newest(HPARAMS_KEY, HparamFit.from_dict), newest(TASKS_KEY, tasks_from_stored)
-    if hparams is None or tasks is None:
-        return None
-    return SweepFit(source=f"sweep {sweep!r}", fingerprint="", n_points=0, conventions={}, laws=dict(laws),
-                    sweep=sweep, hparams=hparams, tasks=tasks)
+            continue
+    return None
 
 
 def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:
-    """The newest stored fit of each kind (the fits table, oldest first), as laws and as stored."""
-    laws: dict[str, Law] = {}
-    dicts: dict[str, dict] = {}
-    for d in results.fits(sweep=sweep)["result"]:
-        law = as_law(d)
-        if law is not None:
-            kind = kind_of(None, law)
-            laws[kind], dicts[kind] = law, d  # newest wins
-    return laws, dicts
+    """The loss laws of the newest stored analysis, as laws and as stored (nothing: none stored)."""
+    analysis = newest_analysis(results, sweep)
+    if analysis is None:
+        return {}, {}
+    return dict(analysis.laws), {kind: law.to_dict() for kind, law in analysis.laws.items()}
 
 
-def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str]]:
+def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str], dict[str, str]]:
     """:func:`scaling.fitting.fit_sweep` (stored fits of the same data reused), storing new fits only when
     ``store``; failures become notes. The whole sweep fit goes to ``made["sweep_fit"]``."""
+    from scaling.fitting import SweepSource, analyse
+
     try:
-        summary = fit_sweep(url, sweep, save=store)
+        summary = analyse(SweepSource(url, sweep), save=store)  # the stored analysis of these data, else made
     except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
+        return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
     made["sweep_fit"] = summary
-    return dict(summary.laws), _summary_notes(summary)
+    return dict(summary.laws), _summary_notes(summary), dict(summary.skipped)
 
 
 def _summary_notes(summary: Any) -> list[str]:
     """A sweep fit's notes and the laws it could not fit, as the report lists them."""
-    notes = [str(n) for n in summary.notes]
-    return notes + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
+    return list(summary.notes) + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
 
 
-def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str]]:
+def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str], dict[str, str]]:
     """Fit every law to the sweep with a small bootstrap, storing nothing; failures become notes."""
     try:
         data, _ = from_db(url, sweep)
         summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
     except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"]
+        return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
     notes = [f"These fits were made for this report only ({REPORT_BOOTSTRAP} bootstrap replicates, approach 3 "
              "from a coarse start grid); `scaling fit` fits and stores them in full."]
     notes += [str(n) for n in summary.notes]
     notes += [f"{LABELS[k]}: not fitted: {r}" for k, r in summary.skipped.items()]
-    return dict(summary.laws), notes
+    return dict(summary.laws), notes, dict(summary.skipped)
 
 
 def _one_line(exc: BaseException) -> str:

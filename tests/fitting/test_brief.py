@@ -6,11 +6,13 @@ import math
 
 from scaling.fitting.brief import brief
 from scaling.fitting.core.wording import REASON_CHARS, short_reason
+from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.recommend import Recommendation
 
-LONG = ("unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 orders of "
-        "magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] spans 2.9 orders of magnitude): do not trust "
-        "this law's parameters or what it extrapolates")
+LONG = Doubt.unreliable(DoubtKind.UNDETERMINED, "the data do not determine Nc (its 95% bootstrap interval [1.36e+06, "
+                        "2.69e+08] spans 2.3 orders of magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] "
+                        "spans 2.9 orders of magnitude)", ": do not trust this law's parameters or what it extrapolates")
 
 
 def _iv(value: float, lo: float = math.nan, hi: float = math.nan, **extra) -> dict:
@@ -26,17 +28,18 @@ def _rec(**kw) -> Recommendation:
     rec = Recommendation(compute=3e11, source="sweep 'x'")
     rec.per_law = {"kaplan": _point(4.48e4, 1.12e6, 3.77, spread=30), "approach1": _point(2.2e4, 2.28e6, 3.67),
                    "approach2": _point(2.55e4, 1.96e6, 3.76, widened="backtest"), "approach3": _point(2.54e4, 1.97e6, 3.88)}
-    rec.chosen, rec.chosen_reason = "approach2", ("Chinchilla 2 (IsoFLOP): the narrowest 95% interval on N* (a factor 4 "
-                                                  "from end to end) among the laws the data determine (also: Chinchilla 1 "
-                                                  "(envelope))")
-    rec.unreliable = {"kaplan": LONG, "approach3": "unreliable: E is pinned at its bound 0 (fitted 1e-09): the data do "
-                      "not separate the irreducible loss from the power-law terms"}
+    rec.chosen, rec.chosen_why = "approach2", ("the narrowest 95% interval on N* (a factor 4 from end to end) among the "
+                                               "laws the data determine (also: Chinchilla 1 (envelope))")
+    rec.chosen_reason = "Chinchilla 2 (IsoFLOP): " + rec.chosen_why
+    rec.unreliable = {"kaplan": LONG, "approach3": Doubt.unreliable(
+        DoubtKind.PINNED, "E is pinned at its bound 0 (fitted 1e-09): the data do not separate the irreducible loss "
+        "from the power-law terms")}
     rec.agreement = {"N_ratio": 1.16, "D_ratio": 1.16, "loss_spread": 0.02, "n_methods": 2.0}
     rec.across_laws = {"lo": 8.93e3, "hi": 5.35e4, "n_laws": 2.0}
     rec.run, rec.run_source = {"shape": {"n_layer": 2, "d_model": 32, "n_head": 4}, "n_params": 25472, "lr": 0.03,
                                "batch_tokens": 256, "memory_gib": 0.004, "strategy": "single"}, "the plan's rules"
-    rec.notes = ["the choice, agreement and consensus leave out Kaplan, Chinchilla 3 (parametric) (their fit notes say "
-                 "the data cannot pin them down)"]
+    rec.notes = [Note(NoteKind.LEFT_OUT, "the choice, agreement and consensus leave out Kaplan, Chinchilla 3 "
+                                         "(parametric) (their fit notes say the data cannot pin them down)")]
     for key, value in kw.items():
         setattr(rec, key, value)
     return rec
@@ -66,7 +69,8 @@ def test_a_long_reason_is_cut_to_one_line_and_says_so() -> None:
     short = short_reason(LONG)
     assert short.endswith(" …") and len(short) <= REASON_CHARS + 2 < len(LONG)
     assert short.startswith("the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08]")
-    assert short_reason("unreliable: E is pinned: do not trust it") == "E is pinned"  # "left out" says it
+    # a doubt's reason, not its verdict ("left out" says it) nor its advice
+    assert short_reason(Doubt.unreliable(DoubtKind.PINNED, "E is pinned", ": do not trust it")) == "E is pinned"
     assert short_reason("a\n  b") == "a b"
 
 
@@ -74,7 +78,8 @@ def test_no_reliable_law_no_recommendation() -> None:
     rec = _rec(chosen="approach2", chosen_reason="no law is reliable; Chinchilla 2 (IsoFLOP) has the narrowest 95% "
                "interval on N*, but its fit notes say the data cannot pin it down",
                unreliable={k: LONG for k in ("kaplan", "approach1", "approach2", "approach3")},
-               agreement={}, across_laws={}, notes=["no law is reliable, so there is no agreement or consensus to report"])
+               agreement={}, across_laws={}, notes=[Note(NoteKind.NO_CONSENSUS,
+                                                                "no law is reliable, so there is no agreement or consensus to report")])
     lines = brief(rec)
     assert lines[0] == ("no recommendation at C = 3e+11 FLOPs: no fitted law is reliable: their fit notes say the data "
                         "cannot pin them down")
@@ -86,8 +91,10 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
     point = {"N": _iv(2.55e4, kind="biased"), "D": _iv(1.96e6), "loss": _iv(3.76, kind="no spread")}
     rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws={}, run=None,
                chosen_reason="Chinchilla 2 (IsoFLOP): the only reliable law, though it has no bootstrap interval",
-               notes=["Kaplan is left out: it gives no compute-optimal point here (overflow)",
-                      "the plan's rules could not size the run (no shape); used the defaults"])
+               chosen_why="the only reliable law, though it has no bootstrap interval",
+               no_optimum={"kaplan": "it gives no compute-optimal point here (overflow)"},
+               notes=[Note(NoteKind.NO_OPTIMUM, "Kaplan is left out: it gives no compute-optimal point here (overflow)"),
+                      Note(NoteKind.RUN, "the plan's rules could not size the run (no shape); used the defaults")])
     lines = brief(rec)
     assert lines[1] == ("  N* = 2.55e+04 (no interval: bootstrap biased), D* = 1.96e+06 (no interval) tokens, "
                         "loss 3.76 (no interval: replicates do not vary)")
@@ -104,7 +111,7 @@ def test_each_value_of_the_run_says_where_it_comes_from_and_no_note_points_at_no
     hparams = {"lr": _iv(0.00525, 0.00504, 0.00568), "lr_why": "from lr* = c N^a D^b over 12 groups",
                "batch": None, "batch_why": "B* = d D^e not fitted: no groups"}
     note = "batch of the concrete run come from the plan's rules: the hyperparameter laws give no recommendation for it (see above)"
-    lines = brief(_rec(run=run, hparams=hparams, notes=[note]))
+    lines = brief(_rec(run=run, hparams=hparams, notes=[Note(NoteKind.RUN_HPARAMS, note)]))
     run_line = next(line for line in lines if line.startswith("  as a run: "))
     assert "lr 0.00525 [0.00504, 0.00568] (from the fitted lr* law)" in run_line
     assert "batch 512 tokens (from the plan's rules: the B* law gives none (B* = d D^e not fitted: no groups))" in run_line

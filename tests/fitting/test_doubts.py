@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,56 @@ def test_no_code_decides_trust_by_the_text_of_a_message() -> None:
         for line, text in _text_tests(tree):
             offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r}")
     assert not offenders, "\n".join(offenders)
+
+
+#: Names of what holds a note's or a doubt's text (``note``, ``rec.notes``, ``why``, ``law.doubts()[0]``, ``reason``).
+NOTE_NAMES = re.compile(r"note|doubt|why|reason", re.IGNORECASE)
+#: Methods that read a text's words.
+TEXT_METHODS = ("startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit", "partition",
+                "rpartition", "find", "rfind", "index", "count")
+#: Regular-expression functions, called on ``re`` or a compiled pattern.
+REGEX_CALLS = ("match", "search", "fullmatch", "sub", "subn", "findall", "finditer", "split")
+
+
+def _names_a_note(expr: ast.AST) -> bool:
+    return any(NOTE_NAMES.search(leaf.id if isinstance(leaf, ast.Name) else leaf.attr)
+               for leaf in ast.walk(expr) if isinstance(leaf, (ast.Name, ast.Attribute)))
+
+
+def _note_text_tests(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a note's or a doubt's text is searched (``"x" in note``), its words read (``note.startswith``,
+    ``why.removeprefix``, ``note.split``) or matched by a regular expression: any decision by the words."""
+    found = []
+    for node in ast.walk(tree):
+        hit = False
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            text = isinstance(node.left, ast.JoinedStr) or (isinstance(node.left, ast.Constant)
+                                                             and isinstance(node.left.value, str))
+            hit = text and any(_names_a_note(c) for c in node.comparators)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            f = node.func
+            hit = (f.attr in TEXT_METHODS and _names_a_note(f.value)) or (
+                f.attr in REGEX_CALLS and isinstance(f.value, ast.Name) and (f.value.id == "re" or f.value.id.isupper()
+                                                                         or f.value.id.startswith("_"))
+                and any(_names_a_note(a) for a in node.args))
+        if hit:
+            found.append((node.lineno, ast.unparse(node)[:100]))
+    return found
+
+
+def test_no_code_reads_the_words_of_a_note_or_a_doubt() -> None:
+    """Recommendation notes and doubts carry kinds (and a doubt its reason without its verdict): no code
+    in the package decides, strips or parses anything by a note's or a doubt's words."""
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+                 for path, tree in _package() for line, text in _note_text_tests(tree)]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("source", ['if note.startswith("the choice"): pass', 'ok = "left out" in rec.notes[0]',
+                                    'm = re.match(r"(.+?) is left out: (.*)$", note)', 'why.removeprefix("unreliable: ")',
+                                    'x = law.doubts()[0].split(": do not trust")[0]', 'PATTERN.search(note)'])
+def test_the_check_finds_a_note_read_by_its_words(source: str) -> None:
+    assert _note_text_tests(ast.parse(source))
 
 
 def _untyped_verdicts(tree: ast.AST) -> list[tuple[int, str]]:

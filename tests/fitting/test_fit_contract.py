@@ -190,7 +190,9 @@ def test_fit_data_skips_what_the_data_cannot_support() -> None:
 def test_backtest_scores_held_out_largest_budget() -> None:
     data = from_frame(S.isoflop_points(seed=4))
     law = ChinchillaParametric(grid="coarse").fit(data)
-    bt = backtest(law, data)
+    bt, rates = backtest(law, data)
+    assert law.to_dict()["plot"].get("backtest") is None and rates is not None  # nothing stored by the function
+    assert law.keep_backtest(bt, rates).backtest_ == bt and law.extrapolation_ == rates  # the law keeps it itself
     held = bt["held_out"]
     assert len(held) == 9 and min(r["C"] for r in held) == pytest.approx(1e21)
     assert bt["mean_abs_rel_error"] < 0.01

@@ -158,9 +158,10 @@ def test_a_sweep_fits_both_r_stars_from_its_runs_unique_tokens_as_a_csv_does(sql
     with connect(sqlite_url) as res:
         stored = res.fits("dc")
     assert len(stored) == 1 and stored["result"].iloc[0]["conventions"]["r_star_fits"]["R*_N"]["status"] == "fitted"
+    assert stored["result"].iloc[0]["laws"]["approach3"]["conventions"]["r_star_fits"] == fits  # the analysis, whole
     again = fit_sweep(sqlite_url, "dc", law="approach3", n_bootstrap=0, effective_data=True,
                       fit_r_star=True, fit_r_star_n=True)
-    assert again.reused == ["approach3"] and again.conventions["r_star_fits"] == fits
+    assert again.reused and again.conventions["r_star_fits"] == fits
     fixed = fit_sweep(sqlite_url, "dc", law="approach3", n_bootstrap=0, effective_data=True)
     assert not fixed.reused and "r_star_fits" not in fixed.conventions  # other R*s: other data, a new fit
 

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scaling.fitting import ChinchillaEnvelope, FitSummary, KaplanLaw, from_dict, from_frame
+from scaling.fitting import ChinchillaEnvelope, KaplanLaw, from_dict, from_frame
+from scaling.fitting.sweep_fit import FitSummary
 from scaling.fitting.loss import synthetic as S
-from scaling.fitting.core.measurements import loss_curves
+from scaling.fitting.core.sweep_data import loss_curves
 
 
 def _few_decisive_runs() -> ChinchillaEnvelope:
@@ -111,7 +112,7 @@ def test_recommend_keeps_a_law_the_data_cannot_pin_down_out_of_the_consensus() -
     assert shaky.doubts() and not good.doubts()
     summary = FitSummary(source="synthetic", fingerprint="x", n_points=good.n_points_, conventions={},
                          laws={"approach1": shaky, "approach2": good})
-    rec = recommend(summary, 1e21, next_runs=False)
+    rec = recommend(summary, 1e21)
     assert set(rec.per_law) == {"approach1", "approach2"}  # still listed
     assert rec.chosen == "approach2"
     assert not rec.consensus and not rec.agreement  # one law the data determine: nothing to agree or average

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, FitSummary, KaplanLaw, fit_data, from_frame
+from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, KaplanLaw, fit_data, from_frame
+from scaling.fitting.sweep_fit import FitSummary
 from scaling.fitting.loss import synthetic as S
 from scaling.fitting.sweep_fit import interval_text
 from scaling.fitting.core.intervals import summarise
@@ -99,7 +100,7 @@ def test_recommend_follows_the_best_determined_reliable_law_and_says_why() -> No
     shaky_width = math.log(shaky.optimal_interval(C)["N"]["hi"] / shaky.optimal_interval(C)["N"]["lo"])
     summary = FitSummary(source="synthetic", fingerprint="x", n_points=12, conventions={},
                          laws={"approach2": good, "approach3": shaky})
-    rec = recommend(summary, C, next_runs=False)
+    rec = recommend(summary, C)
     assert rec.chosen == "approach2", (rec.chosen, shaky_width)
     assert "narrowest 95% interval on N*" in rec.chosen_reason
     assert "approach3" in rec.unreliable and "do not determine" in rec.unreliable["approach3"]
@@ -119,8 +120,7 @@ def test_a_law_whose_parameters_are_in_doubt_recommends_where_its_bootstrap_dete
     law = _e_unidentified()
     assert law.doubts() and all("do not determine E" in d for d in law.doubts()), law.notes_
     C = 10 * law.c_range_[1]
-    rec = recommend(FitSummary(source="s", fingerprint="x", n_points=35, conventions={}, laws={"approach3": law}), C,
-                    next_runs=False)
+    rec = recommend(FitSummary(source="s", fingerprint="x", n_points=35, conventions={}, laws={"approach3": law}), C)
     assert rec.chosen == "approach3" and not rec.unreliable
     r = rec.per_law["approach3"]
     assert "do not determine E" in rec.determined_at_budget["approach3"]
@@ -285,7 +285,11 @@ def test_losses_unrelated_to_compute_give_no_reliable_law(seed: int) -> None:
         assert law.doubts(), (kind, law.notes_)
     if "approach2" in summary.laws:
         assert any("alpha_L" in d for d in summary.laws["approach2"].doubts())
-    rec = recommend(summary, 1e22, next_runs=True)
+    from scaling.fitting.recommend import next_runs_for
+
+    runs, why = next_runs_for(summary, 1e22, seed)
+    assert not runs and why is not None  # approach 3's interval says nothing here, so nothing is suggested from it
+    rec = recommend(summary, 1e22)
     assert not rec.consensus and not rec.agreement
     assert any("no law is reliable" in n for n in rec.notes)
     assert not rec.next_runs  # approach 3's interval says nothing here, so nothing is suggested from it

@@ -66,7 +66,7 @@ def test_random_simulated_grids_never_raise_in_fit_recommend_or_report(seed: int
     except FitError:
         return  # refused with its reason: what the command prints as one line
     try:
-        recommend(summary, next_runs=False)
+        recommend(summary)
     except FitError:
         pass
     runs = df.assign(run_key=[f"r{i}" for i in range(len(df))], status="completed", final_loss=df["loss"])
@@ -87,5 +87,5 @@ def test_backtest_of_a_held_out_set_with_one_size_repeated_is_scored_not_raised(
     held["C"] = 6 * held["N"] * held["D"]
     data = from_frame(pd.concat([train, held], ignore_index=True))
     law = ChinchillaIsoFLOP().fit(data)
-    result = backtest(law, data)
+    result, _ = backtest(law, data)
     assert result.get("error") is None and math.isfinite(result["mean_abs_rel_error"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ast
 import json
 import subprocess
@@ -35,13 +37,15 @@ def test_fit_sweep_stores_and_reuses(db_url: str, make_sweep) -> None:
     assert set(first.laws) == {"approach1", "approach2", "approach3"} and not first.reused
     with connect(db_url) as res:
         fits = res.fits("synth")
-    assert len(fits) == 3 and fits["fingerprint"].str.startswith(first.fingerprint).all()
-    restored = from_dict(fits[fits["method"] == "isoflop"]["result"].iloc[0])
+    # one row: the whole analysis, keyed by the data's fingerprint and the settings
+    assert len(fits) == 1 and fits["law"].iloc[0] == "analysis" and fits["fingerprint"].str.startswith(first.fingerprint).all()
+    restored = from_dict(fits["result"].iloc[0]["laws"]["approach2"])
     assert restored.params_["a"] == pytest.approx(first.laws["approach2"].params_["a"])
 
     again = fit_sweep(db_url, "synth", law="chinchilla", n_bootstrap=20)
-    assert sorted(again.reused) == ["approach1", "approach2", "approach3"]
+    assert again.reused and again.stored_id == int(fits["id"].iloc[0])
     assert again.laws["approach3"].params_ == pytest.approx(first.laws["approach3"].params_)
+    assert again.recommendation.to_dict() == first.recommendation.to_dict()
 
     other = fit_sweep(db_url, "synth", law="approach2", n_bootstrap=30)  # other settings: a new fit
     assert not other.reused
@@ -54,9 +58,9 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """recommend takes the sweep's fits and a budget: every way to fit or read data refuses here. Its run is
     the defaults'; the plan stored with the sweep sizes it in the orchestrator, which changes nothing else."""
-    from scaling.fitting.core import base, measurements
+    from scaling.fitting.core import base, measurements, sweep_data
     from scaling.fitting.hyperparams import hparams
-    from scaling.fitting import sweep_fit
+    from scaling.fitting import analysis, sweep_fit
     from scaling.orchestrator.expand import size_recommendation, size_run, stored_plan, sweep_recommendation
 
     plan = yaml.safe_load((ROOT / "examples" / "plan.yaml").read_text())
@@ -66,11 +70,14 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("recommend fitted a law or read data")
 
-    for owner, name in ((sweep_fit, "fit_sweep"), (sweep_fit, "fit_data"), (sweep_fit, "fit_csv"),
-                        (measurements, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
+    for owner, name in ((analysis, "fit_sweep"), (sweep_fit, "fit_data"), (analysis, "fit_csv"), (analysis, "analyse"),
+                        (sweep_data, "from_db"), (measurements, "from_csv"), (base.Law, "fit"),
                         (hparams, "fit_law")):
         monkeypatch.setattr(owner, name, refuse)
+    assert recommend(fit) is fit.recommendation  # the analysis' own budget: its own answer
     rec = recommend(fit, 1e20)
+    assert not rec.next_runs and any(n.kind == "next runs" for n in rec.notes)  # ranked at the analysis' budget only
+    rec = replace(rec, next_runs=fit.recommendation.next_runs)
     assert {"approach2", "approach3"} <= set(rec.per_law)
     assert rec.agreement["N_ratio"] < 2.0
     assert rec.next_runs and rec.next_runs[0]["reduction"] > 0
@@ -89,14 +96,14 @@ def test_recommend_fits_nothing_and_the_orchestrator_sizes_its_run_by_the_plan(d
     assert sized.notes[:t.notes_at] + sized.notes[t.notes_at + 1:] == \
         rec.notes[:t.notes_at] + rec.notes[t.notes_at + 2:]
     assert (sized.per_law, sized.chosen, sized.next_runs) == (rec.per_law, rec.chosen, rec.next_runs)
-    assert sweep_recommendation(db_url, fit, 1e20, next_runs=False).run == sized.run  # the commands' composition
+    assert sweep_recommendation(db_url, fit, 1e20).run == sized.run  # the commands' composition
     assert size_recommendation(sized, None).notes[t.notes_at] == \
         "the sweep has no stored plan; the run is sized with the defaults"
     broken = size_recommendation(sized, {**stored, "model": {"family": "none"}})
     assert broken.run == rec.run and broken.notes[t.notes_at].startswith("the plan's rules could not size the run (")
     monkeypatch.undo()  # fitting again, for a sweep whose stored plan text safe_yaml refuses
     make_sweep(db_url, "hostile", plan="a: &x 1\nb: *x\n")
-    hostile = sweep_recommendation(db_url, fit_sweep(db_url, "hostile", n_bootstrap=30), 1e20, next_runs=False)
+    hostile = sweep_recommendation(db_url, fit_sweep(db_url, "hostile", n_bootstrap=30), 1e20)
     assert hostile.run_source.startswith("defaults")
     assert hostile.notes[t.notes_at].startswith("the stored plan could not be read (the plan stored with sweep 'hostile'")
 
@@ -107,7 +114,7 @@ def test_recommend_never_imports_the_orchestrator_trainer_torch_or_ray(db_url: s
     make_sweep(db_url, plan=plan)
     code = (
         "import sys; from scaling.fitting import fit_sweep, recommend\n"
-        f"rec = recommend(fit_sweep({db_url!r}, n_bootstrap=10), 1e20, next_runs=False)\n"
+        f"rec = recommend(fit_sweep({db_url!r}, n_bootstrap=10, next_runs=False), 1e20)\n"
         "assert rec.run is not None and rec.run_source.startswith('defaults'), rec.run_source\n"
         "assert any('no plan was given' in n for n in rec.notes), rec.notes\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray') "
@@ -128,7 +135,7 @@ def test_cli_fit_and_recommend(sqlite_url: str, make_sweep, tmp_path: Path) -> N
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert d["laws"]["approach3"]["intervals"]["alpha"]["lo"] is not None
-    out = _cli("recommend", "--db", sqlite_url, "--compute", "1e20", "--bootstrap", "20")
+    out = _cli("recommend", "--db", sqlite_url, "--bootstrap", "20")
     assert out.returncode == 0, out.stderr
     assert "Chinchilla 3 (parametric)" in out.stdout and "narrower" in out.stdout
 

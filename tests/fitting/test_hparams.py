@@ -193,7 +193,7 @@ def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_bat
     summary = fit_sweep(hp_db, "hp", "kaplan", 30, save=False)
     assert summary.n_points == 9 and summary.hparams is not None
     assert any("tuned loss" in n for n in summary.notes)
-    rec = recommend(summary, next_runs=False)
+    rec = recommend(summary)
     h = rec.hparams
     assert h is not None and set(h) >= {"lr", "batch", "lr_why", "batch_why"}
     if h["lr"]["kind"] != "unreliable":
@@ -208,7 +208,7 @@ def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -
     """As in the report: a value the laws withhold is not printed, only why."""
     from scaling.fitting.core.intervals import withheld
 
-    rec = recommend(fit_sweep(hp_db, "hp", "kaplan", 30, save=False), next_runs=False)
+    rec = recommend(fit_sweep(hp_db, "hp", "kaplan", 30, save=False))
     h = rec.hparams
     h["lr"] = withheld({"value": 0.0123456}, "the law is flagged: test")
     h["lr_why"] = "not recommended: lr* = c N^a D^b is flagged (test)"
@@ -245,7 +245,7 @@ def test_the_notebook_fit_of_groups_without_a_loss_law_is_an_empty_frame(hp_db: 
 def test_a_sweep_without_groups_keeps_the_plans_rules_and_says_so(hp_db: str) -> None:
     summary = fit_sweep(hp_db, "plain", "kaplan", 0, save=False)
     assert summary.hparams is None and not any("hyperparameters" in n for n in summary.notes)
-    rec = recommend(summary, next_runs=False)
+    rec = recommend(summary)
     assert rec.hparams is None
     assert any("no hyperparameter groups" in n for n in rec.notes)
 

@@ -278,7 +278,7 @@ def test_decision_says_unreliable_once() -> None:
     law = fit_data(prepare(pts), "approach2", n_bootstrap=50).laws["approach2"]
     from scaling.fitting.core.doubts import DoubtKind
 
-    law.add_doubt(DoubtKind.ILL_CONDITIONED, "unreliable: the Fisher information is near-singular")
+    law.add_unreliable(DoubtKind.ILL_CONDITIONED, "the Fisher information is near-singular")
     spec = AdaptivePlan.model_validate({"target": {"at_compute": 1e22, "interval_ratio": 1.0001,
                                                    "interval": "bootstrap"}, "max_compute": 1e30})
     d = decide(0, spec, law=law, fit_error=None, points=pts, spent=1e20, fit_info={},

@@ -34,7 +34,7 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     lines = res.out.splitlines()
     end = lines[next(i for i, line in enumerate(lines) if line.startswith("sweep example: 12 trained")) + 1:]
 
-    rec = recommend(fit_sweep(url, "example"), next_runs=False)
+    rec = recommend(fit_sweep(url, "example"))
     assert rec.chosen is not None and rec.chosen not in rec.unreliable and rec.unreliable  # as the example: a law flagged
     best = rec.per_law[rec.chosen]
     assert end[0].startswith("recommended next run at C = ") and SHORT[rec.chosen] in end[0]

@@ -91,7 +91,7 @@ def _value(c, sweep: str, law: str, exponent: str) -> float:
 
 def test_interval_is_the_percentile_range_over_all_pairs_of_replicates(db: str) -> None:
     res = connect(db)
-    laws = {s: from_dict(res.fits(sweep=s)["result"].iloc[-1]) for s in ("base", "other")}
+    laws = {s: from_dict(res.fits(sweep=s)["result"].iloc[-1]["laws"]["approach3"]) for s in ("base", "other")}
     assert {type(l).__name__ for l in laws.values()} == {"ChinchillaParametric"}
     first, second = laws["base"], laws["other"]
     d = exponent_difference(first, second, "alpha")
@@ -108,7 +108,7 @@ def test_interval_is_the_percentile_range_over_all_pairs_of_replicates(db: str) 
 def test_an_unreliable_law_gets_no_difference(db: str) -> None:
     c = load_comparison(db, ["base", "other"], fit="stored")
     law = c.sides[1].laws["approach3"]
-    law.add_doubt(DoubtKind.COVERAGE, "unreliable: the data cannot pin this law down (made so for this test)")
+    law.add_unreliable(DoubtKind.COVERAGE, "the data cannot pin this law down (made so for this test)")
     from scaling.reports.compare import build_comparison
 
     c = build_comparison(c.sides, c.conventions)

@@ -31,7 +31,7 @@ def _lineage(d_model: int, budgets: list[int]) -> tuple[RunSpec, list[RunSpec]]:
 
 
 def test_branches_are_points_and_trunks_are_not(sqlite_url: str) -> None:
-    from scaling.fitting.core.measurements import from_db
+    from scaling.fitting.core.sweep_data import from_db
     from scaling.fitting.loss.parametric import ChinchillaParametric
     from scaling.reports import figures as F
     from scaling.reports.report_data import ReportData

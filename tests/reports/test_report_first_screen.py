@@ -114,8 +114,8 @@ def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Pa
     kept = rec.chosen
     flagged = [kind for kind in data.fits if kind != kept]
     for kind in flagged:
-        data.fits[kind].add_doubt(
-            DoubtKind.UNDETERMINED, "unreliable: the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 "
+        data.fits[kind].add_unreliable(
+            DoubtKind.UNDETERMINED, "the data do not determine Nc (its 95% bootstrap interval [1.36e+06, 2.69e+08] spans 2.3 "
             "orders of magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] spans 2.9 orders of "
             "magnitude): do not trust this law's parameters or what it extrapolates")
     page = browser.open(write_report_data(data, tmp_path / "flagged.html"), "flagged-first",

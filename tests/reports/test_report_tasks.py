@@ -90,7 +90,7 @@ def test_a_csv_of_the_sweeps_evaluations_reads_back_as_the_sweep(db_url: str, tm
 def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) -> None:
     from scaling.fitting import fit_sweep, recommend
 
-    rec = recommend(fit_sweep(db_url, "ladder", n_bootstrap=20), next_runs=False)
+    rec = recommend(fit_sweep(db_url, "ladder", n_bootstrap=20))
     p = rec.tasks[TASK]["sigmoid"]
     assert p["lo"] <= p["value"] <= p["hi"] and 0.25 < p["value"] < 0.86
     assert f"{TASK} [sigmoid]" in rec.table() and rec.to_dict()["tasks"][TASK]["exp"]["value"] is not None

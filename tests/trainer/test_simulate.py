@@ -132,7 +132,7 @@ def test_approach3_recovers_the_simulated_law(sqlite_url: str, tmp_path: Path) -
     """A 6 x 6 grid of simulated runs through the database, fitted by approach 3: the truth within its intervals."""
     from scaling.db import Store
     from scaling.fitting.sweep_fit import fit_data
-    from scaling.fitting.core.measurements import from_db
+    from scaling.fitting.core.sweep_data import from_db
     from scaling.trainer import train
 
     specs = [sim_spec(N, D) for N in np.geomspace(1e7, 1e10, 6) for D in np.geomspace(1e9, 1e12, 6)]

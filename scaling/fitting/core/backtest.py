@@ -7,7 +7,7 @@ where the held-out budget is an IsoFLOP slice with an interior minimum, by the r
 its N_opt at that budget against the slice's own parabola.
 
 The errors, per unit of ln C extrapolated (from the largest fitted budget to the held-out one),
-become the law's model-error rates (``law.extrapolation_``; for N*, where the held-out runs
+become the law's model-error rates (kept by the law as ``extrapolation_``; for N*, where the held-out runs
 measure no optimum, how far N* at their budget moves between the refit and the full fit): how fast its predictions drift from
 the truth as it extrapolates. :meth:`scaling.fitting.core.base.Law.optimal_interval` and
 :meth:`~scaling.fitting.core.base.Law.predict_interval` widen intervals beyond the fitted range by them.
@@ -51,20 +51,20 @@ def split(data: FitData, rel_tol: float = 0.05) -> tuple[FitData, np.ndarray]:
     return replace(data, points=train, curves=curves), held
 
 
-def backtest(law: Law, data: FitData) -> dict[str, Any]:
-    """Refit a copy of ``law`` without the largest-compute runs; returns (and stores) the scores.
+def backtest(law: Law, data: FitData) -> tuple[dict[str, Any], dict[str, float] | None]:
+    """Refit a copy of ``law`` without the largest-compute runs: (the scores, the model-error rates per
+    unit of ln C, None where the held-out runs lie at no larger budget). Nothing is stored: the law keeps
+    them itself (:meth:`~scaling.fitting.core.base.Law.keep_backtest`).
 
     A refit the held-in data cannot support, or a score that fails numerically, is recorded as the
     backtest's ``error``, never raised: the full fit stands without it."""
     try:
         return _scores(law, data)
     except (UserError, *NUMERICAL_FAILURES) as exc:
-        result: dict[str, Any] = {"error": " ".join(str(exc).split()) or type(exc).__name__}
-        law.backtest_ = result
-        return result
+        return {"error": " ".join(str(exc).split()) or type(exc).__name__}, None
 
 
-def _scores(law: Law, data: FitData) -> dict[str, Any]:
+def _scores(law: Law, data: FitData) -> tuple[dict[str, Any], dict[str, float] | None]:
     from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 
     train, held = split(data)
@@ -93,6 +93,7 @@ def _scores(law: Law, data: FitData) -> dict[str, Any]:
         n_pred = float(np.asarray(refit.optimal(slice_["C"])[0]))
         result["N_opt"] = {"C": slice_["C"], "observed": slice_["N_opt"], "predicted": n_pred,
                            "rel_error": (n_pred - slice_["N_opt"]) / slice_["N_opt"]}
+    rates: dict[str, float] | None = None
     distance = math.log(float(np.exp(np.mean(np.log(pts["C"].to_numpy())))) / float(train.points["C"].max()))
     if distance > 0:
         abs_log = np.abs(np.log(pred / pts["loss"].to_numpy()))
@@ -105,7 +106,4 @@ def _scores(law: Law, data: FitData) -> dict[str, Any]:
                 moved = np.log(np.float64(np.asarray(refit.optimal(C_held)[0])) / np.asarray(law.optimal(C_held)[0]))
         if np.isfinite(moved):
             rates["N"] = abs(float(moved)) / distance
-        law.extrapolation_ = rates
-    result = jsonable(result)
-    law.backtest_ = result
-    return result
+    return jsonable(result), rates

@@ -16,9 +16,10 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fmt import bounds
-from scaling.fitting.core.measurements import SIX, FitData, from_frame
+from scaling.fitting.core.measurements import FitData, from_frame
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
 
@@ -32,8 +33,8 @@ MAX_DECADES = 2.0
 MAX_EXPONENT_RATIO = 10.0
 #: 95% half-width per unit of mean absolute error: 1.96 * sqrt(pi / 2).
 EXTRAPOLATION_Z = 1.96 * math.sqrt(math.pi / 2)
-#: How the doubt that the data do not determine a parameter begins (it is rewritten by each bootstrap).
-UNDETERMINED = "unreliable: the data do not determine"
+#: How the reason that the data do not determine a parameter begins (it is rewritten by each bootstrap).
+UNDETERMINED = "the data do not determine"
 #: Fewer points than this many per fitted parameter leave too few residual degrees of freedom to
 #: test a law or measure its error: a fit of 5 parameters to 6 points reproduces almost any data.
 MIN_POINTS_PER_PARAM = 2
@@ -155,23 +156,24 @@ class Law(Doubtful):
     def _fit(self, data: FitData) -> None:
         raise NotImplementedError
 
-    def _check(self) -> None:
+    def check_fitted(self) -> None:
+        """Raise :class:`NotFittedError` unless :meth:`fit` (or :meth:`restore`) has set the parameters."""
         if not hasattr(self, "params_"):
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(df) first")
 
     def predict(self, N: Any, D: Any) -> np.ndarray:
         """Predicted loss of a model with N parameters trained on D tokens."""
-        self._check()
+        self.check_fitted()
         return self._predict(self.params_, np.asarray(N, float), np.asarray(D, float))
 
     def optimal(self, C: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(N*, D*, predicted loss) minimising loss at compute C (same FLOP convention as the fit)."""
-        self._check()
+        self.check_fitted()
         return self._optimal(self.params_, np.asarray(C, float))
 
     def bootstrap(self, n: int = 200, seed: int = 0) -> "Law":
         """Refit on ``n`` resamples of the points; stores ``replicates_`` (n x params); returns self."""
-        self._check()
+        self.check_fitted()
         if n < 2:
             raise FitError("the bootstrap needs at least 2 replicates")
         rng = np.random.default_rng(seed)
@@ -190,8 +192,8 @@ class Law(Doubtful):
         self.drop_doubts(DoubtKind.UNDETERMINED)
         reasons = self.undetermined()
         if reasons:
-            self.add_doubt(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}: do not trust this law's "
-                           "parameters or what it extrapolates")
+            self.add_unreliable(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}",
+                                ": do not trust this law's parameters or what it extrapolates")
         return self
 
     def undetermined(self) -> list[str]:
@@ -225,7 +227,7 @@ class Law(Doubtful):
     def _check_points(self, n_points: int, n_params: int, what: str) -> None:
         """Note a law fitted with fewer than :data:`MIN_POINTS_PER_PARAM` points per parameter as unreliable."""
         if n_points < MIN_POINTS_PER_PARAM * n_params:
-            self.add_doubt(DoubtKind.FEW_POINTS, f"unreliable: {n_points} points for the {n_params} parameters of {what} leave "
+            self.add_unreliable(DoubtKind.FEW_POINTS, f"{n_points} points for the {n_params} parameters of {what} leave "
                                f"{n_points - n_params} residual degree(s) of freedom (fewer than {MIN_POINTS_PER_PARAM} "
                                "points per parameter): too few to test the law or measure its error")
 
@@ -291,7 +293,7 @@ class Law(Doubtful):
 
     def intervals(self) -> dict[str, dict[str, float]]:
         """Every parameter and derived quantity: value, bootstrap SE and 95% interval."""
-        self._check()
+        self.check_fitted()
         reps = self._replicate_params()
         pinned = self.pinned()
         out: dict[str, dict[str, float]] = {}
@@ -325,7 +327,7 @@ class Law(Doubtful):
         with the distance extrapolated (:meth:`extrapolation_error`), so they are not parameter
         uncertainty alone.
         """
-        self._check()
+        self.check_fitted()
         with np.errstate(all="ignore"):
             N, D, L = (float(np.asarray(v)) for v in self._optimal(self.params_, np.asarray(float(C))))
         reps = self._replicate_params()
@@ -343,7 +345,7 @@ class Law(Doubtful):
     def optimal_replicates(self, C: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """N*, D* and predicted loss at budget C under every drawn bootstrap replicate, NaN where its refit
         failed (empty without usable replicates): the distribution :meth:`optimal_interval` summarises."""
-        self._check()
+        self.check_fitted()
         if self.replicates_ is None or self.bootstrap_unavailable():
             return np.array([]), np.array([]), np.array([])
         reps = {name: np.asarray(self.replicates_, float)[:, i] for i, name in enumerate(self.param_names)}
@@ -360,7 +362,7 @@ class Law(Doubtful):
         budget, the model error of :meth:`extrapolation_error`; (2) and (3) are added in
         quadrature, on the log scale, to each end of (1).
         """
-        self._check()
+        self.check_fitted()
         N = np.atleast_1d(np.asarray(N, float))
         D = np.atleast_1d(np.asarray(D, float))
         N, D = np.broadcast_arrays(N, D)
@@ -412,7 +414,7 @@ class Law(Doubtful):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable, self-describing record; :func:`scaling.fitting.from_dict` rebuilds it."""
-        self._check()
+        self.check_fitted()
         return jsonable(
             {
                 "class": type(self).__name__,
@@ -431,7 +433,7 @@ class Law(Doubtful):
                 "pinned": self.pinned(),
                 "residual_sd": getattr(self, "residual_sd_", None),
                 "notes": list(self.notes_),
-                "doubts": stored(self.doubts()),
+                "doubts": stored(self.doubts(), self.notes_),
                 "bootstrap": {
                     **(self.bootstrap_info_ or {"n": 0}),
                     "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
@@ -439,6 +441,24 @@ class Law(Doubtful):
                 "plot": self._plot(),
             }
         )
+
+    def keep_backtest(self, scores: dict[str, Any], rates: dict[str, float] | None) -> "Law":
+        """Keep what :func:`scaling.fitting.core.backtest.backtest` returned for this law: the scores (shown
+        with the fit) and the model-error rates that widen its intervals beyond the fitted budgets."""
+        self.check_fitted()
+        self.backtest_ = scores
+        if rates is not None:
+            self.extrapolation_ = rates
+        return self
+
+    @classmethod
+    def restore(cls, d: dict[str, Any], data: FitData | None = None) -> "Law":
+        """A fitted law from its :meth:`to_dict` form; ``data``: the very data it was fitted to (same
+        fingerprint), which a refit from its optimum (the runs worth adding) needs."""
+        law = cls.from_dict(d)
+        if data is not None:
+            law.data_ = data
+        return law
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Law":
@@ -448,7 +468,7 @@ class Law(Doubtful):
         law = cls(**d.get("settings", {}))
         law.params_ = {k: float(v) for k, v in d["params"].items()}
         conv = dict(d.get("conventions", {}))
-        law.k_ = float(conv.get("flops_per_param_token", SIX))
+        law.k_ = float(conv.get("flops_per_param_token", FLOPS_PER_PARAM_TOKEN))
         law.conventions_ = conv
         law.n_points_ = int(d.get("n_points", 0))
         rng = d.get("c_range") or []
@@ -457,7 +477,7 @@ class Law(Doubtful):
         law.residual_sd_ = float(d.get("residual_sd") or math.nan)
         law.pinned_ = {str(k): str(v) for k, v in (d.get("pinned") or {}).items()}
         law.doubts_ = restore(d.get("doubts"), d.get("reliable"))
-        law.notes_ = relink(list(d.get("notes", [])), law.doubts_)
+        law.notes_ = relink(list(d.get("notes", [])), d.get("doubts"), law.doubts_)
         boot = d.get("bootstrap") or {}
         reps = boot.get("replicates")
         law.replicates_ = None if reps is None else np.array(reps, dtype=float).reshape(-1, len(cls.param_names))

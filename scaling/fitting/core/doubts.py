@@ -54,33 +54,47 @@ class DoubtKind(str, Enum):
 PARAMETER_KINDS = frozenset({DoubtKind.UNDETERMINED, DoubtKind.ILL_CONDITIONED, DoubtKind.PINNED})
 
 
+#: How the message of a doubt that makes its law untrusted begins (:meth:`Doubt.unreliable`).
+VERDICT = "unreliable: "
+
+
 class Doubt(str):
-    """One doubt: the message, as a string, with its :attr:`kind`."""
+    """One doubt: the message, as a string, with its :attr:`kind` and its :attr:`reason` (the message
+    without the verdict and advice around it, for a line that says the verdict itself)."""
 
     kind: DoubtKind
+    reason: str
 
-    def __new__(cls, kind: DoubtKind | str, message: str) -> "Doubt":
+    def __new__(cls, kind: DoubtKind | str, message: str, reason: str | None = None) -> "Doubt":
         self = super().__new__(cls, message)
         self.kind = DoubtKind(kind)
+        self.reason = message if reason is None else reason
         return self
+
+    @classmethod
+    def unreliable(cls, kind: DoubtKind | str, reason: str, advice: str = "") -> "Doubt":
+        """The doubt whose message is :data:`VERDICT`, ``reason`` and ``advice`` (``": do not trust ..."``)."""
+        return cls(kind, f"{VERDICT}{reason}{advice}", reason)
 
     @property
     def message(self) -> str:
         return str.__str__(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Doubt, (self.kind, self.message))
+        return (Doubt, (self.kind, self.message, self.reason))
 
     def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind.value, "message": self.message}
+        return {"kind": self.kind.value, "message": self.message, "reason": self.reason}
 
     @classmethod
     def from_dict(cls, d: Any) -> "Doubt":
         if isinstance(d, dict):
+            reason = d.get("reason")
+            reason = None if reason is None else str(reason)
             try:
-                return cls(str(d.get("kind")), str(d.get("message", "")))
+                return cls(str(d.get("kind")), str(d.get("message", "")), reason)
             except ValueError:
-                return cls(DoubtKind.STORED, str(d.get("message", "")))
+                return cls(DoubtKind.STORED, str(d.get("message", "")), reason)
         return cls(DoubtKind.STORED, str(d))
 
 
@@ -94,22 +108,31 @@ def restore(stored: Any, reliable: Any = True, why: str = "") -> list[Doubt]:
     return []
 
 
-def relink(notes: list[str], doubts: list[Doubt]) -> list[str]:
-    """Stored notes with each doubt's own message replaced by that doubt (the same object), so that
-    :meth:`Doubtful.drop_doubts` removes both; a doubt whose message is not among them is added."""
-    waiting = list(doubts)
-    out: list[str] = []
-    for note in notes:
-        match = next((d for d in waiting if d.message == note), None)
-        if match is not None:
-            waiting.remove(match)
-        out.append(note if match is None else match)
-    return out + [d for d in waiting if d.kind is not DoubtKind.STORED]
+def relink(notes: list[str], records: Any, doubts: list[Doubt]) -> list[str]:
+    """Stored notes with each doubt put back in its place (its record's ``at``: where it stood among the
+    notes), as the same object, so that :meth:`Doubtful.drop_doubts` removes both; a doubt stored without
+    a place is added after them (one of kind ``STORED`` only stands for a verdict, and is not)."""
+    out: list[str] = list(notes)
+    places = [r.get("at") if isinstance(r, dict) else None for r in (records if isinstance(records, list) else [])]
+    places += [None] * (len(doubts) - len(places))
+    for doubt, at in zip(doubts, places):
+        if isinstance(at, int) and 0 <= at < len(out):
+            out[at] = doubt
+        elif doubt.kind is not DoubtKind.STORED:
+            out.append(doubt)
+    return out
 
 
-def stored(doubts: Iterable[Doubt]) -> list[dict[str, str]]:
-    """The JSON form of ``doubts``."""
-    return [d.to_dict() if isinstance(d, Doubt) else Doubt(DoubtKind.STORED, str(d)).to_dict() for d in doubts]
+def stored(doubts: Iterable[Doubt], notes: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The JSON form of ``doubts``, each with its place among ``notes`` (``at``) where it stands there."""
+    where = {id(n): i for i, n in enumerate(notes)}
+    out = []
+    for d in doubts:
+        record: dict[str, Any] = (d if isinstance(d, Doubt) else Doubt(DoubtKind.STORED, str(d))).to_dict()
+        if id(d) in where:
+            record["at"] = where[id(d)]
+        out.append(record)
+    return out
 
 
 class Doubtful:
@@ -118,9 +141,14 @@ class Doubtful:
     notes_: list[str]
     doubts_: list[Doubt]
 
+    def add_unreliable(self, kind: DoubtKind, reason: str, advice: str = "") -> Doubt:
+        """Record a doubt that makes this untrusted (:meth:`Doubt.unreliable`)."""
+        return self.add_doubt(kind, Doubt.unreliable(kind, reason, advice))
+
     def add_doubt(self, kind: DoubtKind, message: str) -> Doubt:
-        """Record a doubt; its message joins the notes, where it is printed among them."""
-        doubt = Doubt(kind, message)
+        """Record a doubt (``message`` may be a :class:`Doubt`); its message joins the notes, where it is
+        printed among them."""
+        doubt = message if isinstance(message, Doubt) else Doubt(kind, message)
         if not hasattr(self, "doubts_"):
             self.doubts_ = []
         if not hasattr(self, "notes_"):

@@ -17,11 +17,11 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from scaling.errors import FitError, NotFoundError
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
+from scaling.errors import FitError
 from scaling.naming import printable_problem
-from scaling.quantities import RULES, broken
 from scaling.rules import HPARAM_CHECKS
-from scaling.vocab import COMPLETED
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import point_keys
 from scaling.fitting.core.tabular import ACCEPTED, parse_numbers, read_csv
 from scaling.fitting.tasks.task_columns import is_task_column
@@ -66,7 +66,6 @@ MIN_LOSS_SPREAD = 1e-4
 FLOPS_TOLERANCE = 0.05
 
 #: Training FLOPs per parameter per token in the 6ND convention (Kaplan et al. 2020, Sec. 2.1).
-SIX = 6.0
 
 #: Muennighoff et al. (2023), eq. 5: repeated data decays in value with this many epochs' scale.
 R_STAR_DATA = 15.4
@@ -86,7 +85,7 @@ class FitData:
     curves: pd.DataFrame | None = None
     params_convention: str = "non_embedding"
     flops_convention: str = "6N"
-    flops_per_param_token: float = SIX
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN
     source: str = ""
     unique_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -364,7 +363,7 @@ def apply_conventions(out: pd.DataFrame, columns: Columns, *, flops_convention: 
     picked = columns.picked
     notes: list[str] = []
     warnings: list[str] = []
-    k = SIX if flops_convention == "6N" else None
+    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else None
     if "D" not in out:
         if k is None:
             raise FitError(f"{where}tokens can only be derived from FLOPs under the 6N convention")
@@ -466,7 +465,7 @@ def from_frame(
         r_star=r_star,
         unique_tokens_column=picked["unique_tokens"],
     )
-    data.notes[:0] = [f"warning: {w}" for w in rows.warnings] + notes
+    data.notes[:0] = [Note(NoteKind.WARNING, f"warning: {w}") for w in rows.warnings] + notes
     data.warnings[:0] = rows.warnings
     data.loss_units, data.drop_invalid = loss_units, drop_invalid
     if hparam_runs is not None:
@@ -528,9 +527,9 @@ def _flops_warnings(out: pd.DataFrame, flops_convention: str, col: str) -> list[
     med = float(np.median(ratio))
     lo, hi = float(np.min(ratio)), float(np.max(ratio))
     if flops_convention == "6N":
-        if abs(med / SIX - 1.0) > FLOPS_TOLERANCE or hi / lo > 1.0 + FLOPS_TOLERANCE:
-            return [f"column {col!r} is not 6ND: C/(6ND) is {med / SIX:.3g} (median; {lo / SIX:.3g} to "
-                    f"{hi / SIX:.3g}); points are fitted with their N and D and budgets mapped with 6ND; "
+        if abs(med / FLOPS_PER_PARAM_TOKEN - 1.0) > FLOPS_TOLERANCE or hi / lo > 1.0 + FLOPS_TOLERANCE:
+            return [f"column {col!r} is not 6ND: C/(6ND) is {med / FLOPS_PER_PARAM_TOKEN:.3g} (median; {lo / FLOPS_PER_PARAM_TOKEN:.3g} to "
+                    f"{hi / FLOPS_PER_PARAM_TOKEN:.3g}); points are fitted with their N and D and budgets mapped with 6ND; "
                     "pass --flops given to use C = k N D with k from the data"]
         return []
     if hi / lo > 1.0 + FLOPS_TOLERANCE:
@@ -580,7 +579,7 @@ def from_csv(path: str | Path, *, flops_convention: str = "6N", unique_tokens: f
     if dropped:
         message = f"dropped {dropped} of {dropped + len(df)} rows identical to an earlier row (--drop-duplicates)"
         data.warnings.insert(0, message)
-        data.notes.insert(0, f"warning: {message}")
+        data.notes.insert(0, Note(NoteKind.WARNING, f"warning: {message}"))
     if sep != ",":
         data.notes.insert(0, f"read as {'tab' if sep == chr(9) else repr(sep)}-separated"
                           + (" with decimal commas" if sep == ";" else ""))
@@ -605,6 +604,44 @@ def prepare(
     Raises :class:`FitError` naming the first bad row for non-finite or non-positive values.
     """
     where = f"{source}: " if source else ""
+    _check_positive(df, where)
+    has_u = "U" in df.columns
+    work, keys, extras, points = _average(df, has_u)
+    loss = points["loss"].to_numpy(float)
+    if len(loss) > 1 and loss.max() - loss.min() < MIN_LOSS_SPREAD * loss.max():
+        spread = (loss.max() - loss.min()) / loss.max()
+        raise FitError(f"{where}the losses do not vary: the {len(loss)} points' losses (about {loss.max():.6g}) "
+                       f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
+                       "dependence on N, D or C to fit")
+    ratio = points["C"] / (points["N"] * points["D"])
+    k = FLOPS_PER_PARAM_TOKEN if flops_convention == "6N" else float(np.median(ratio))
+    notes: list[str] = []
+    if (points["n_seeds"] > 1).any():
+        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "
+                     "(rows equal in every column but seed and loss)")
+    n_nd = work.groupby([keys[0], keys[1]], sort=False).ngroups
+    if n_nd < len(points):
+        notes.append(f"{len(points) - n_nd} point(s) share N and D with another but differ in "
+                     + ", ".join(["C"] + (["U"] if has_u else []) + [c.split(":", 1)[1] for c in extras])
+                     + ": kept apart, not averaged")
+    effective = _effective_data(points, has_u, unique_tokens, r_star, unique_tokens_column, notes)
+    return FitData(
+        points=points,
+        curves=_usable_curves(curves),
+        params_convention=params_convention,
+        flops_convention=flops_convention,
+        flops_per_param_token=k,
+        source=source,
+        unique_tokens=unique_tokens,
+        unique_tokens_column=unique_tokens_column if has_u else None,
+        effective_data=effective,
+        r_star=r_star,
+        notes=notes,
+    )
+
+
+def _check_positive(df: pd.DataFrame, where: str) -> None:
+    """Refuse no rows, or a row whose N, D, C or loss is not a positive, finite number (naming the first)."""
     if len(df) == 0:
         raise FitError(f"{where}no points to fit (no completed runs or empty file)")
     for col in ("N", "D", "C", "loss"):
@@ -616,7 +653,11 @@ def prepare(
                 f"{where}{int(bad.sum())} point(s) with non-positive or non-finite {col} "
                 f"(first: row {i}, {col}={float(vals[i])!r})"
             )
-    has_u = "U" in df.columns
+
+
+def _average(df: pd.DataFrame, has_u: bool) -> tuple[pd.DataFrame, list[pd.Series], list[str], pd.DataFrame]:
+    """(the rows' values, the keys they are grouped by, the ``extra:`` columns, the points): rows equal in
+    every column but seed and loss averaged into one point, with the SD and count of their losses."""
     value_cols = ["N", "D", "C", "loss"] + (["U"] if has_u else [])
     work = df[value_cols].astype(float).reset_index(drop=True)
     extras = [c for c in df.columns if str(c).startswith("extra:")]
@@ -636,63 +677,44 @@ def prepare(
     )
     if has_u:
         points["U"] = grouped["U"].mean()
-    points = points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
-    loss = points["loss"].to_numpy(float)
-    if len(loss) > 1 and loss.max() - loss.min() < MIN_LOSS_SPREAD * loss.max():
-        spread = (loss.max() - loss.min()) / loss.max()
-        raise FitError(f"{where}the losses do not vary: the {len(loss)} points' losses (about {loss.max():.6g}) "
-                       f"differ by at most {spread:.2g} relative, less than {MIN_LOSS_SPREAD:g}, so there is no "
-                       "dependence on N, D or C to fit")
-    ratio = points["C"] / (points["N"] * points["D"])
-    k = SIX if flops_convention == "6N" else float(np.median(ratio))
-    notes: list[str] = []
-    if (points["n_seeds"] > 1).any():
-        notes.append(f"averaged {len(work)} runs into {len(points)} points over seeds "
-                     "(rows equal in every column but seed and loss)")
-    n_nd = work.groupby([keys[0], keys[1]], sort=False).ngroups
-    if n_nd < len(points):
-        notes.append(f"{len(points) - n_nd} point(s) share N and D with another but differ in "
-                     + ", ".join(["C"] + (["U"] if has_u else []) + [c.split(":", 1)[1] for c in extras])
-                     + ": kept apart, not averaged")
-    effective = False
+    return work, keys, extras, points.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
+
+
+def _effective_data(points: pd.DataFrame, has_u: bool, unique_tokens: float | None, r_star: float,
+                    column: str | None, notes: list[str]) -> bool:
+    """Replace D by Muennighoff et al.'s D' (the raw D kept as ``D_raw``) where unique tokens are known,
+    saying so in ``notes``; whether any point repeats data."""
     if has_u:
         points["D_raw"] = points["D"]
         points["D"] = effective_tokens(points["D"].to_numpy(), points["U"].to_numpy(), r_star)
         repeated = int((points["D_raw"] > points["U"]).sum())
         n_u = points["U"].nunique()
-        effective = repeated > 0
         notes.append(f"D is Muennighoff et al.'s effective data D' from each row's unique tokens (column "
-                     f"{unique_tokens_column or 'U'!r}, {n_u} distinct value{'s' if n_u > 1 else ''}, "
+                     f"{column or 'U'!r}, {n_u} distinct value{'s' if n_u > 1 else ''}, "
                      f"R*_D = {r_star:.4g}); {repeated} of {len(points)} points repeat data")
-    elif unique_tokens is not None:
-        points["D_raw"] = points["D"]
-        points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens, r_star)
-        effective = bool((points["D_raw"] > unique_tokens).any())
-        if effective:
-            notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens "
-                         f"(R*_D = {r_star:.4g})")
-        else:
-            notes.append(f"unique tokens U = {unique_tokens:.4g} had no effect: every D is at most U "
-                         "(one pass or less), so D' = D")
-    if curves is not None:
-        curves = curves.dropna(subset=["tokens", "flops", "loss"])
-        curves = curves[(curves["tokens"] > 0) & (curves["flops"] > 0) & (curves["loss"] > 0)]
-        curves = curves[np.isfinite(curves["loss"])]
-        if len(curves) == 0:
-            curves = None
-    return FitData(
-        points=points,
-        curves=curves,
-        params_convention=params_convention,
-        flops_convention=flops_convention,
-        flops_per_param_token=k,
-        source=source,
-        unique_tokens=unique_tokens,
-        unique_tokens_column=unique_tokens_column if has_u else None,
-        effective_data=effective,
-        r_star=r_star,
-        notes=notes,
-    )
+        return repeated > 0
+    if unique_tokens is None:
+        return False
+    points["D_raw"] = points["D"]
+    points["D"] = effective_tokens(points["D"].to_numpy(), unique_tokens, r_star)
+    effective = bool((points["D_raw"] > unique_tokens).any())
+    if effective:
+        notes.append(f"D is Muennighoff et al.'s effective data with U = {unique_tokens:.4g} unique tokens "
+                     f"(R*_D = {r_star:.4g})")
+    else:
+        notes.append(f"unique tokens U = {unique_tokens:.4g} had no effect: every D is at most U "
+                     "(one pass or less), so D' = D")
+    return effective
+
+
+def _usable_curves(curves: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The curve rows with positive, finite tokens, FLOPs and loss (None when none is left)."""
+    if curves is None:
+        return None
+    curves = curves.dropna(subset=["tokens", "flops", "loss"])
+    curves = curves[(curves["tokens"] > 0) & (curves["flops"] > 0) & (curves["loss"] > 0)]
+    curves = curves[np.isfinite(curves["loss"])]
+    return curves if len(curves) else None
 
 
 def group_budgets(C: np.ndarray, rel_tol: float = 0.05) -> np.ndarray:
@@ -710,148 +732,3 @@ def group_budgets(C: np.ndarray, rel_tol: float = 0.05) -> np.ndarray:
             start = logc[i]
         labels[i] = current
     return labels
-
-
-def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
-            r_star: float = R_STAR_DATA, hparams: str = "tuned") -> tuple[FitData, str]:
-    """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
-
-    N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
-    falling back to the final train loss where no eval loss was recorded. A cooldown branch is a
-    point (N, D) like any run; the trunk it starts from is not (it never cooled down).
-    ``effective_data``: D is Muennighoff et al.'s D' (R*_D = ``r_star``) from each run's
-    ``data.unique_tokens``: one U for the sweep when the runs share it, else a U per run (runs
-    that differ in U are then never averaged together).
-    Runs of one (N, D) that differ in lr, batch or beta2 (or share a ``hparam_group``) are a
-    hyperparameter group: one point each, its tuned loss or its grid's centre as ``hparams`` says
-    (:func:`scaling.fitting.hyperparams.hparams.tuned_points`).
-    """
-    from scaling import db
-    from scaling import vocab as names
-
-    with db.connect(url) as res:
-        if sweep is None:
-            sweep = res.latest_sweep()
-            if sweep is None:
-                raise NotFoundError("the database has no sweeps to fit")
-        info = _sweep_info(res, sweep)
-        runs = fitted_runs(res.runs(sweep=sweep, spec=False))  # read once: the trunks to leave out are found among all of them
-        if len(runs) == 0:
-            raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-        check_stored_losses(runs, f"sweep {sweep!r}")
-        params_conv = str(info.get("params_convention") or "non_embedding")
-        flops_conv = str(info.get("flops_convention") or "6N")
-        unique, columns = None, ["N", "D", "C", "loss"]
-        if effective_data:
-            per_run = _unique_tokens(runs)
-            missing = int(per_run.isna().sum())
-            if missing:
-                raise FitError(f"sweep {sweep!r}: effective data needs the corpus's unique_tokens in the run specs "
-                               f"({missing} of {len(runs)} completed runs have none)")
-            if per_run.nunique() == 1:
-                unique = float(per_run.iloc[0])
-            else:
-                runs["U"] = per_run
-                columns.append("U")
-        from scaling.fitting.hyperparams import hparams as H
-
-        hp_runs = H.runs_frame(runs)
-        table, hp_notes = runs[columns], []
-        if H.has_groups(hp_runs):
-            hp_runs = hp_runs[columns + [c for c in ("lr", "batch", "beta2", "group", "run_key") if c in hp_runs]]
-            table, kept, hp_notes = H.tuned_points(hp_runs, hparams)
-            runs = runs[runs["run_key"].isin(set(kept or []))]
-        else:
-            hp_runs = None
-        m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
-                        sweep=sweep)
-        curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
-    data = prepare(
-        table,
-        flops_convention=flops_conv,
-        params_convention=params_conv,
-        source=f"sweep {sweep!r}",
-        unique_tokens=unique,
-        curves=curves,
-        r_star=r_star,
-        unique_tokens_column="data.unique_tokens" if "U" in columns else None,
-    )
-    data.notes.extend(hp_notes)
-    if hp_runs is not None:
-        data.hparam_runs, data.hparam_mode = hp_runs, hparams
-    return data, sweep
-
-
-def check_stored_losses(runs: pd.DataFrame, source: str) -> None:
-    """Refuse a run whose final loss read back from the database a CSV cell could not hold (the
-    same rule, :mod:`scaling.quantities`), in one line naming the run."""
-    bad = broken("loss", runs["loss"].to_numpy(float))
-    if bad.any():
-        row = runs.iloc[int(np.flatnonzero(bad)[0])]
-        raise FitError(f"{source}: run {row['run_key']}: final loss {float(row['loss'])!r} in the database: "
-                       f"{RULES['loss'].says}; {int(bad.sum())} such run(s), none fitted")
-
-
-def fitted_runs(every: pd.DataFrame) -> pd.DataFrame:
-    """The runs of a sweep's listing (``Results.runs()``) that its fits use, with a ``loss`` column:
-    the completed ones except trunks of cooldown branches (a trunk never cooled down), their loss the
-    final held-out loss, else the final training loss. Every fit of a sweep reads its runs through
-    this (the loss laws, the hyperparameter laws, a rule transferred from them, the report)."""
-    runs = every[every["status"] == COMPLETED]
-    if len(runs) and "parent_key" in every:
-        runs = runs[~runs["run_key"].isin(set(every["parent_key"].dropna()))]
-    runs = runs.copy()
-    loss = pd.to_numeric(runs["final_loss"], errors="coerce") if "final_loss" in runs else pd.Series(np.nan, index=runs.index)
-    if "final_train_loss" in runs:
-        loss = loss.fillna(pd.to_numeric(runs["final_train_loss"], errors="coerce"))
-    runs["loss"] = loss
-    return runs
-
-
-def loss_curves(m: pd.DataFrame | None, runs: pd.DataFrame, train: str, evaluation: str, epoch: str) -> pd.DataFrame | None:
-    """Each run's loss curve for approach 1: its train loss over its first epoch, else its eval loss.
-
-    Hoffmann et al. (2022, Sec. 3.1) build the envelope from smoothed *training* loss curves: in
-    a single pass over the data each batch is unseen when its loss is measured, so the train loss
-    estimates held-out loss, logged every few steps where eval loss is logged rarely (a handful of
-    points per run cannot place a minimum between budgets). Past one epoch the train loss is on
-    seen data and biased low, so those steps are dropped. A run with fewer than two such train
-    points falls back to its eval curve. Column ``metric`` says which was used.
-    """
-    if m is None or len(m) == 0:
-        return None
-    m = m[["run_key", "step", "tokens", "flops", "name", "value"]]
-    tr = m[m["name"] == train]
-    ep = m[m["name"] == epoch]
-    if len(tr) and len(ep):
-        tr = tr.merge(ep[["run_key", "step", "value"]].rename(columns={"value": "_epoch"}), on=["run_key", "step"],
-                      how="left")
-        tr = tr[~(pd.to_numeric(tr["_epoch"], errors="coerce") > 1.0)].drop(columns="_epoch")
-    use_train = tr.groupby("run_key").size()
-    use_train = set(use_train[use_train >= 2].index)
-    ev = m[(m["name"] == evaluation) & ~m["run_key"].isin(use_train)]
-    out = pd.concat([tr[tr["run_key"].isin(use_train)], ev], ignore_index=True)
-    if len(out) == 0:
-        return None
-    out = out.rename(columns={"value": "loss", "name": "metric"}).merge(runs, on="run_key", how="inner")
-    return out[["run_key", "N", "tokens", "flops", "loss", "metric"]].astype(
-        {"tokens": float, "flops": float, "loss": float})
-
-
-def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
-    """The sweep's stored description (conventions, plan) when the read API offers it."""
-    fn = getattr(res, "sweep_info", None)
-    if fn is None:
-        return {}
-    info = fn(sweep)
-    if info is None:
-        raise NotFoundError(f"sweep {sweep!r} not found")
-    return dict(info)
-
-
-def _unique_tokens(runs: pd.DataFrame) -> pd.Series:
-    """Each run's ``unique_tokens`` column (its spec's ``data.unique_tokens``; NaN where it has none)."""
-    if "unique_tokens" not in runs:
-        return pd.Series(math.nan, index=runs.index, dtype=float)
-    u = pd.to_numeric(runs["unique_tokens"], errors="coerce").astype(float)
-    return u.where(np.isfinite(u) & (u > 0))

@@ -45,6 +45,66 @@ class BatchResult:
     n_evals: int  # batched objective calls
 
 
+def _descent(g: np.ndarray, direction: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The direction and its slope along the gradient; steepest descent where it is not a descent direction."""
+    slope = np.einsum("kd,kd->k", g, direction)
+    bad = ~(slope < 0) | ~np.isfinite(slope)
+    if bad.any():
+        direction[bad] = -g[bad] / np.maximum(np.linalg.norm(g[bad], axis=1, keepdims=True), 1e-300)
+        slope[bad] = np.einsum("kd,kd->k", g[bad], direction[bad])
+    return direction, slope
+
+
+def _line_search(f_and_grad: BatchObjective, x: np.ndarray, ids: np.ndarray, f: np.ndarray, g: np.ndarray,
+                 direction: np.ndarray, slope: np.ndarray, c1: float,
+                 max_backtracks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Backtracking Armijo line search, vectorised (only unresolved starts are re-evaluated): (step, f and
+    gradient at the accepted points, which starts found no decrease, objective evaluations)."""
+    k = ids.size
+    step = np.ones(k)
+    f_new = np.full(k, np.nan)
+    g_new = np.zeros_like(g)
+    todo = np.arange(k)
+    n_evals = 0
+    for _ in range(max_backtracks):
+        if todo.size == 0:
+            break
+        if todo.size == k:  # no gather needed
+            trial, tid = x + step[:, None] * direction, ids
+        else:
+            trial, tid = x[todo] + step[todo, None] * direction[todo], ids[todo]
+        ft, gt = f_and_grad(trial, tid)
+        n_evals += 1
+        ok = np.isfinite(ft) & (ft <= f[todo] + c1 * step[todo] * slope[todo])
+        done = todo[ok]
+        f_new[done], g_new[done] = ft[ok], gt[ok]
+        todo = todo[~ok]
+        step[todo] *= 0.5
+    failed = np.zeros(k, dtype=bool)
+    failed[todo] = True
+    return step, f_new, g_new, failed, n_evals
+
+
+def _finished(f_prev: np.ndarray, f: np.ndarray, g: np.ndarray, moved: np.ndarray, failed: np.ndarray, ftol: float,
+              gtol: float) -> np.ndarray:
+    """Which starts stop: a relative decrease below ``ftol``, a gradient below ``gtol``, or no decrease at all."""
+    small_f = (f_prev - f) <= ftol * np.maximum(np.maximum(np.abs(f_prev), np.abs(f)), 1e-300)
+    small_g = np.max(np.abs(g), axis=1) <= gtol
+    return (moved & (small_f | small_g)) | failed
+
+
+def _remember(slot: int, moved: np.ndarray, s: np.ndarray, y: np.ndarray, sy: np.ndarray, s_hist: np.ndarray,
+              y_hist: np.ndarray, rho: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """Store this step's curvature pair in history ``slot`` (in place); returns the new initial scaling."""
+    good = moved & (sy > 1e-300)
+    s_hist[slot] = np.where(good[:, None], s, 0.0)
+    y_hist[slot] = np.where(good[:, None], y, 0.0)
+    rho[slot] = np.where(good, 1.0 / np.where(good, sy, 1.0), 0.0)
+    yy = np.einsum("kd,kd->k", y, y)
+    scaled = good & (yy > 1e-300)  # y·y can underflow where s·y does not
+    return np.where(scaled, sy / np.where(scaled, yy, 1.0), gamma)
+
+
 def batch_lbfgs(
     f_and_grad: BatchObjective,
     x0: np.ndarray,
@@ -83,53 +143,19 @@ def batch_lbfgs(
     S, d = x_out.shape
     m = memory
     f_out, g_out = f_and_grad(x_out, np.arange(S))
-    f_out = np.array(f_out, dtype=float)
-    n_evals = 1
-    nit = np.zeros(S, dtype=int)
-    converged = np.zeros(S, dtype=bool)
-    # State of the active starts only, compacted as starts finish (contiguous arrays, no
-    # fancy indexing per iteration). History slot (it % m) is the newest; all active starts
-    # began together, so one pointer serves them all.
+    f_out, n_evals, nit, converged = np.array(f_out, dtype=float), 1, np.zeros(S, dtype=int), np.zeros(S, dtype=bool)
+    # The active starts only, compacted as they finish; history slot it % m is the newest for all of them.
     ids = np.flatnonzero(np.isfinite(f_out))
     x, f, g = x_out[ids], f_out[ids], g_out[ids]
-    s_hist = np.zeros((m, ids.size, d))
-    y_hist = np.zeros((m, ids.size, d))
-    rho = np.zeros((m, ids.size))
+    s_hist, y_hist, rho = np.zeros((m, ids.size, d)), np.zeros((m, ids.size, d)), np.zeros((m, ids.size))
     gamma = np.zeros(ids.size)  # 0 = no curvature pair yet
-
     for it in range(max_iter):
         if ids.size == 0:
             break
         order = [(it - 1 - j) % m for j in range(min(it, m))]  # newest first
-        direction = _two_loop(g, s_hist, y_hist, rho, gamma, order)
-        slope = np.einsum("kd,kd->k", g, direction)
-        bad = ~(slope < 0) | ~np.isfinite(slope)
-        if bad.any():  # not a descent direction: fall back to steepest descent
-            direction[bad] = -g[bad] / np.maximum(np.linalg.norm(g[bad], axis=1, keepdims=True), 1e-300)
-            slope[bad] = np.einsum("kd,kd->k", g[bad], direction[bad])
-
-        # Backtracking Armijo line search, vectorised: only unresolved starts are re-evaluated.
-        k = ids.size
-        step = np.ones(k)
-        f_new = np.full(k, np.nan)
-        g_new = np.zeros_like(g)
-        todo = np.arange(k)
-        for _ in range(max_backtracks):
-            if todo.size == 0:
-                break
-            if todo.size == k:  # no gather needed
-                trial, tid = x + step[:, None] * direction, ids
-            else:
-                trial, tid = x[todo] + step[todo, None] * direction[todo], ids[todo]
-            ft, gt = f_and_grad(trial, tid)
-            n_evals += 1
-            ok = np.isfinite(ft) & (ft <= f[todo] + c1 * step[todo] * slope[todo])
-            done = todo[ok]
-            f_new[done], g_new[done] = ft[ok], gt[ok]
-            todo = todo[~ok]
-            step[todo] *= 0.5
-        failed = np.zeros(k, dtype=bool)
-        failed[todo] = True
+        direction, slope = _descent(g, _two_loop(g, s_hist, y_hist, rho, gamma, order))
+        step, f_new, g_new, failed, evals = _line_search(f_and_grad, x, ids, f, g, direction, slope, c1, max_backtracks)
+        n_evals += evals
         moved = ~failed
 
         s = step[:, None] * direction
@@ -142,25 +168,15 @@ def batch_lbfgs(
         g = np.where(moved[:, None], g_new, g)
         nit[ids[moved]] += 1
 
-        slot = it % m
-        good = moved & (sy > 1e-300)
-        s_hist[slot] = np.where(good[:, None], s, 0.0)
-        y_hist[slot] = np.where(good[:, None], y, 0.0)
-        rho[slot] = np.where(good, 1.0 / np.where(good, sy, 1.0), 0.0)
-        yy = np.einsum("kd,kd->k", y, y)
-        scaled = good & (yy > 1e-300)  # y·y can underflow where s·y does not
-        gamma = np.where(scaled, sy / np.where(scaled, yy, 1.0), gamma)
+        gamma = _remember(it % m, moved, s, y, sy, s_hist, y_hist, rho, gamma)
 
-        small_f = (f_prev - f) <= ftol * np.maximum(np.maximum(np.abs(f_prev), np.abs(f)), 1e-300)
-        small_g = np.max(np.abs(g), axis=1) <= gtol
-        finished = (moved & (small_f | small_g)) | failed  # failed: no decrease along the direction
+        finished = _finished(f_prev, f, g, moved, failed, ftol, gtol)
         converged[ids[finished]] = True
         if prune_factor is not None and it >= prune_after and it % 25 == 0:
             best = min(float(np.min(f)), float(np.min(f_out[converged], initial=np.inf)), best_known)
             finished |= f > prune_factor * max(best, 1e-300)
         if finished.any():
-            done_ids = ids[finished]
-            x_out[done_ids], f_out[done_ids], g_out[done_ids] = x[finished], f[finished], g[finished]
+            x_out[ids[finished]], f_out[ids[finished]], g_out[ids[finished]] = x[finished], f[finished], g[finished]
             keep = ~finished
             ids, x, f, g, gamma = ids[keep], x[keep], f[keep], g[keep], gamma[keep]
             s_hist, y_hist, rho = s_hist[:, keep], y_hist[:, keep], rho[:, keep]

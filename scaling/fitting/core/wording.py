@@ -20,8 +20,9 @@ _ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
 
 
 def short_reason(text: str, limit: int = REASON_CHARS) -> str:
-    """A fit note on one line: no "unreliable:" prefix, no closing advice, cut at a word near ``limit``."""
-    text = " ".join(str(text).split()).removeprefix("unreliable: ")
+    """A reason on one line (a doubt's :attr:`~scaling.fitting.core.doubts.Doubt.reason`, without its verdict):
+    no closing advice, cut at a word near ``limit``."""
+    text = " ".join(str(getattr(text, "reason", text)).split())
     text = _ADVICE.sub("", text)
     if len(text) <= limit + REASON_SLACK:
         return text

@@ -33,6 +33,7 @@ from scaling import accounting
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.intervals import interval_text, summarise, withheld
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import DIGITS, point_keys, rounded
 from scaling.fmt import bounds, num
 from scaling.naming import point_label
@@ -226,7 +227,6 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
         x, x0 = np.log(w["batch"].to_numpy(float)) - y0, y0
     X = _design(x, y)
     loss = w["loss"].to_numpy(float)
-    p = X.shape[1]
     beta, *_ = np.linalg.lstsq(X, loss, rcond=None)
     opt, L = _optimum(beta[:, None], two_d)
     if not np.all(np.isfinite(opt)):
@@ -238,6 +238,19 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
             why = (f"the fitted {'lr*' if d == 'lr' else 'batch*'} lies outside the runs it was fitted to "
                    f"({num(math.exp(opt[i, 0] + (x0 if i == 0 else y0)), 3)})")
             return result("no minimum", why, *as_run(why))
+    msg, L_iv, lr_iv, b_iv, replicates, near = _quadratic_optimum(
+        (X, beta, loss, varied, opt, L, x0, y0), s, best_d, n_bootstrap, seed, near_fraction)
+    return result("fitted", msg, L_iv, lr_iv, b_iv, replicates, near)
+
+
+def _quadratic_optimum(quadratic: tuple[Any, ...], s: pd.DataFrame, best_d: dict[str, float], n_bootstrap: int,
+                       seed: int, near_fraction: float) -> tuple[str, dict, dict, dict, np.ndarray, dict]:
+    """A group's fitted quadratic (design, coefficients, losses, varied dimensions, optimum, L*, centre ln lr
+    and ln B) with residual-bootstrap intervals: (message, loss, lr, batch, the replicates of ln lr* and ln B*,
+    the settings near the optimum)."""
+    X, beta, loss, varied, opt, L, x0, y0 = quadratic
+    two_d = len(varied) == 2
+    p = X.shape[1]
     # residual bootstrap (the design is the grid, so it is kept; residuals scaled for the fitted df)
     n = len(loss)
     if n_bootstrap >= 2 and n > p:
@@ -282,7 +295,7 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     msg = f"quadratic in {' and '.join('ln ' + ('lr' if d == 'lr' else 'B') for d in varied)} over {n} runs"
     if failed:
         msg += f"; {failed} of {n_bootstrap} bootstrap refits found no minimum"
-    return result("fitted", msg, L_iv, lr_iv, b_iv, replicates, near)
+    return msg, L_iv, lr_iv, b_iv, replicates, near
 
 
 # -- laws over the groups ----------------------------------------------------------------------
@@ -702,7 +715,7 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
     else:
         note = (f"hyperparameters: the loss laws are fitted on one fixed setting per group ({n_groups} groups: the "
                 "run at the centre of each group's lr x batch grid), not on the tuned loss")
-    return out, (keys if "run_key" in runs else None), [note]
+    return out, (keys if "run_key" in runs else None), [Note(NoteKind.HPARAM_MODE, note)]
 
 
 def runs_frame(runs: pd.DataFrame) -> pd.DataFrame:

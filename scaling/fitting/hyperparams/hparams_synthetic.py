@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
+
 
 @dataclass(frozen=True)
 class HparamTruth:
@@ -46,7 +48,7 @@ class HparamTruth:
         """Compute-optimal (N, D) of the loss part at C = 6ND (Hoffmann et al. 2022, eq. 4)."""
         G = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
         N = G * (C / 6) ** (self.beta / (self.alpha + self.beta))
-        return float(N), float(C / (6 * N))
+        return float(N), float(C / (FLOPS_PER_PARAM_TOKEN * N))
 
 
 def random_truth(rng: np.random.Generator) -> HparamTruth:
@@ -81,7 +83,7 @@ def sweep(truth: HparamTruth, rng: np.random.Generator, *, sizes: tuple[float, .
             L, Bt = np.meshgrid(lrs, bs, indexing="ij")
             L, Bt = L.ravel(), Bt.ravel()
             loss = truth.loss(np.full(L.size, N), np.full(L.size, D), L, Bt) * np.exp(rng.normal(0, noise, L.size))
-            rows.append(pd.DataFrame({"N": N, "D": D, "C": 6 * N * D, "loss": loss, "lr": L, "batch": Bt}))
+            rows.append(pd.DataFrame({"N": N, "D": D, "C": FLOPS_PER_PARAM_TOKEN * N * D, "loss": loss, "lr": L, "batch": Bt}))
     return pd.concat(rows, ignore_index=True)
 
 

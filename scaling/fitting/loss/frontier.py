@@ -128,7 +128,7 @@ class FrontierLaw(Law):
             reasons += coverage_reasons(len(C), C, "a line through the optima has no residual to test the power "
                                         "law or measure its error by")
         if reasons:
-            self.add_doubt(DoubtKind.COVERAGE, f"unreliable: the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
+            self.add_unreliable(DoubtKind.COVERAGE, f"the data cannot pin {what or 'this law'} down ({'; '.join(reasons)}); "
                                "do not trust a, b or the frontier it implies")
 
     def bootstrap(self, n: int = 200, seed: int = 0) -> "FrontierLaw":
@@ -137,11 +137,11 @@ class FrontierLaw(Law):
         self.drop_doubts(DoubtKind.WIDE_INTERVAL)
         iv = self.intervals()["a"]
         if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of a, {bounds(iv['lo'], iv['hi'])}, reaches outside "
+            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of a, {bounds(iv['lo'], iv['hi'])}, reaches outside "
                                "(0, 1): the data do not determine how N_opt grows with C")
         iv = self.intervals()["alpha_L"]
         if self.params_["alpha_L"] > 0.0 and math.isfinite(iv["lo"]) and iv["lo"] <= 0.0:
-            self.add_doubt(DoubtKind.WIDE_INTERVAL, f"unreliable: the 95% interval of alpha_L, {bounds(iv['lo'], iv['hi'])}, includes 0: "
+            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of alpha_L, {bounds(iv['lo'], iv['hi'])}, includes 0: "
                                "the lowest loss need not fall with compute, so the budgets show no scaling")
         return self
 

@@ -103,7 +103,7 @@ class KaplanLaw(Law):
         """
         reasons = coverage_reasons(len(np.unique(group_budgets(C))), C, "on one budget N and D vary together")
         if reasons:
-            self.add_doubt(DoubtKind.COVERAGE, f"unreliable: the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
+            self.add_unreliable(DoubtKind.COVERAGE, f"the data cannot pin the joint law L(N, D) down ({'; '.join(reasons)}); "
                                "do not trust N* or the frontier it implies")
 
     def _note_single_laws(self) -> None:
@@ -167,7 +167,7 @@ class KaplanLaw(Law):
             if v <= lo + tol or v >= hi - tol:
                 bound = f"{'lower' if v <= lo + tol else 'upper'} bound {lo if v <= lo + tol else hi:g}"
                 self.pinned_[name] = bound
-                self.add_doubt(DoubtKind.PINNED, f"unreliable: {name} is pinned at its {bound}: the data do not determine the "
+                self.add_unreliable(DoubtKind.PINNED, f"{name} is pinned at its {bound}: the data do not determine the "
                                    "joint law L(N, D)")
 
     @staticmethod

@@ -218,12 +218,12 @@ class ChinchillaParametric(Law):
         lowest = float(pts["loss"].min())
         if self.params_["E"] < E_PINNED * lowest:
             self.pinned_["E"] = "lower bound 0"
-            self.add_doubt(DoubtKind.PINNED, f"unreliable: E is pinned at its bound 0 (fitted {self.params_['E']:.3g}): the data do not "
+            self.add_unreliable(DoubtKind.PINNED, f"E is pinned at its bound 0 (fitted {self.params_['E']:.3g}): the data do not "
                                "separate the irreducible loss from the power-law terms")
         cond = fisher_condition(self.theta_, pts["N"].to_numpy(float), pts["D"].to_numpy(float))
         self.fisher_condition_ = cond
         if "E" not in self.pinned_ and not cond <= FISHER_CONDITION_MAX:
-            self.add_doubt(DoubtKind.ILL_CONDITIONED, f"unreliable: the Fisher information at the optimum is near-singular (condition number "
+            self.add_unreliable(DoubtKind.ILL_CONDITIONED, f"the Fisher information at the optimum is near-singular (condition number "
                                f"{cond:.3g} of the scaled Jacobian): some combination of E, A, B, alpha and beta "
                                "is not determined by these points")
 
@@ -251,7 +251,7 @@ class ChinchillaParametric(Law):
         for i, (name, bound) in LADDER_PINNED.items():
             if x[i] <= LADDER_BOUNDS[i][0] + 1e-8:
                 self.pinned_[name] = bound
-                self.add_doubt(DoubtKind.PINNED, f"unreliable: {name} is pinned at its {bound}: the data do not determine it "
+                self.add_unreliable(DoubtKind.PINNED, f"{name} is pinned at its {bound}: the data do not determine it "
                                    "within the ladder recipe's bounds")
         return x
 

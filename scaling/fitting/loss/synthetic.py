@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scaling.fitting.core.measurements import SIX, FitData, prepare
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
+from scaling.fitting.core.measurements import FitData, prepare
 
 #: Close to Epoch AI's estimates on Chinchilla's data (Besiroglu et al. 2024).
 TRUTH = {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37}
@@ -25,7 +26,7 @@ def chinchilla_loss(N: np.ndarray, D: np.ndarray, t: dict[str, float] = TRUTH) -
     return t["E"] + t["A"] / np.asarray(N, float) ** t["alpha"] + t["B"] / np.asarray(D, float) ** t["beta"]
 
 
-def chinchilla_optimal_N(C: float | np.ndarray, t: dict[str, float] = TRUTH, k: float = SIX) -> np.ndarray:
+def chinchilla_optimal_N(C: float | np.ndarray, t: dict[str, float] = TRUTH, k: float = FLOPS_PER_PARAM_TOKEN) -> np.ndarray:
     """N* of the truth at C = k N D (Hoffmann et al. eq. 4)."""
     al, be = t["alpha"], t["beta"]
     G = (al * t["A"] / (be * t["B"])) ** (1 / (al + be))
@@ -55,7 +56,7 @@ def isoflop_points(
     rows = []
     for C in budgets:
         Ns = chinchilla_optimal_N(C, t) * np.exp(np.linspace(-span, span, n_sizes))
-        Ds = C / (SIX * Ns)
+        Ds = C / (FLOPS_PER_PARAM_TOKEN * Ns)
         for N, D, L in zip(Ns, Ds, _noisy(chinchilla_loss(Ns, Ds, t), noise, rng)):
             rows.append((N, D, C, L))
     return pd.DataFrame(rows, columns=["N", "D", "C", "loss"])
@@ -69,7 +70,7 @@ def grid_points(n_N: int = 8, n_D: int = 8, noise: float = 0.005, seed: int = 0,
     N, D = np.meshgrid(np.geomspace(1e7, 1e10, n_N), np.geomspace(1e9, 1e12, n_D))
     N, D = N.ravel(), D.ravel()
     clean = chinchilla_loss(N, D, t) if law == "chinchilla" else kaplan_loss(N, D, t)
-    return pd.DataFrame({"N": N, "D": D, "C": SIX * N * D, "loss": _noisy(clean, noise, rng)})
+    return pd.DataFrame({"N": N, "D": D, "C": FLOPS_PER_PARAM_TOKEN * N * D, "loss": _noisy(clean, noise, rng)})
 
 
 def curves(
@@ -94,8 +95,8 @@ def curves(
         offset = rng.normal(0.0, run_noise)
         loss = chinchilla_loss(N, toks, t) * np.exp(offset + rng.normal(0.0, point_noise, n_points))
         for tok, L in zip(toks, loss):
-            rows.append((f"run{r:03d}", N, tok, SIX * N * tok, L))
-        finals.append((N, D_max, SIX * N * D_max, loss[-1]))
+            rows.append((f"run{r:03d}", N, tok, FLOPS_PER_PARAM_TOKEN * N * tok, L))
+        finals.append((N, D_max, FLOPS_PER_PARAM_TOKEN * N * D_max, loss[-1]))
     cur = pd.DataFrame(rows, columns=["run_key", "N", "tokens", "flops", "loss"])
     pts = pd.DataFrame(finals, columns=["N", "D", "C", "loss"])
     return prepare(pts, source="synthetic curves", curves=cur)
@@ -130,7 +131,7 @@ def draw(design: str, seed: int) -> tuple[FitData, dict[str, float], str]:
         return prepare(pts, source=f"grid draw {seed}"), t, "approach3"
     if design == "approach1":  # curves run to ten times the truth's optimal tokens per parameter at 1e20 FLOPs
         n_opt = float(chinchilla_optimal_N(1e20, t))
-        ratio = 10.0 * 1e20 / (SIX * n_opt * n_opt)
+        ratio = 10.0 * 1e20 / (FLOPS_PER_PARAM_TOKEN * n_opt * n_opt)
         return curves(n_points=40, tokens_per_param=ratio, seed=seed, t=t), t, "approach1"
     if design == "underdetermined":  # the example sweep's shape: 3 budgets x 4 sizes over a decade of compute
         pts = isoflop_points(budgets=np.array([3e18, 1e19, 3e19]), n_sizes=4, span=1.2, noise=0.02, seed=seed, t=t)
@@ -138,7 +139,7 @@ def draw(design: str, seed: int) -> tuple[FitData, dict[str, float], str]:
     raise ValueError(f"unknown design {design!r} (use one of {DESIGNS})")
 
 
-def true_optimal_N(kind: str, t: dict[str, float], C: float, k: float = SIX) -> float:
+def true_optimal_N(kind: str, t: dict[str, float], C: float, k: float = FLOPS_PER_PARAM_TOKEN) -> float:
     """N* of the truth at budget C (the joint law's minimum for Kaplan, eq. 4 of Hoffmann et al. otherwise)."""
     if kind == "kaplan":
         q = t["alpha_N"] / t["alpha_D"]
@@ -146,7 +147,7 @@ def true_optimal_N(kind: str, t: dict[str, float], C: float, k: float = SIX) -> 
     return float(chinchilla_optimal_N(C, t, k))
 
 
-def true_optimal_loss(kind: str, t: dict[str, float], C: float, k: float = SIX) -> float:
+def true_optimal_loss(kind: str, t: dict[str, float], C: float, k: float = FLOPS_PER_PARAM_TOKEN) -> float:
     """The truth's loss at its own compute-optimal point at budget C."""
     N = true_optimal_N(kind, t, C, k)
     D = C / (k * N)

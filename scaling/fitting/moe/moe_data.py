@@ -25,8 +25,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fitting.core.measurements import SIX, FitData, csv_rows
+from scaling.fitting.core.measurements import FitData, csv_rows
 from scaling.fitting.core.tabular import ACCEPTED, parse_numbers
 
 #: CSV column aliases (case-insensitive) of each quantity.
@@ -119,8 +120,8 @@ def from_frame(df: pd.DataFrame, *, source: str = "frame", row_label: Callable[[
     v = {key: _numbers(df, col, key, where, label) for key, col in picked.items() if col is not None}
     n = len(df)
     N = v["N"]
-    D = v["D"] if "D" in v else v["C"] / (SIX * N)
-    out = pd.DataFrame({"N": N, "D": D, "C": SIX * N * D, "loss": v["loss"]})
+    D = v["D"] if "D" in v else v["C"] / (FLOPS_PER_PARAM_TOKEN * N)
+    out = pd.DataFrame({"N": N, "D": D, "C": FLOPS_PER_PARAM_TOKEN * N * D, "loss": v["loss"]})
     source_s = None
     if "N_total" in v:
         below = v["N_total"] < N * (1 - 1e-9)
@@ -162,7 +163,7 @@ def from_frame(df: pd.DataFrame, *, source: str = "frame", row_label: Callable[[
         raise FitError(f"{where}the losses do not vary (all about {loss.max():.6g}): there is nothing to fit")
     points = out.sort_values(["N", "D"], kind="stable").reset_index(drop=True)
     points["loss_std"], points["n_seeds"] = np.nan, 1
-    return MoEData(points=points, params_convention="active", flops_convention="6N", flops_per_param_token=SIX,
+    return MoEData(points=points, params_convention="active", flops_convention="6N", flops_per_param_token=FLOPS_PER_PARAM_TOKEN,
                    source=source, notes=notes, sparsity_source=source_s,
                    has_granularity=bool(np.isfinite(points["G"]).any()))
 
@@ -215,7 +216,7 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
     N is the runs table's N: a sweep's laws count active parameters (scaling.accounting).
     """
     from scaling import db
-    from scaling.fitting.core.measurements import fitted_runs
+    from scaling.fitting.core.sweep_data import fitted_runs
 
     with db.connect(url) as res:
         if sweep is None:

@@ -289,7 +289,7 @@ class MoELaw(Law):
 
     def predict(self, N: Any, D: Any, x: Any = None) -> np.ndarray:  # type: ignore[override]
         """Predicted loss of a model with N active parameters, trained on D tokens, at x (G or S)."""
-        self._check()
+        self.check_fitted()
         if x is None:
             raise FitError(f"the {self.law} law predicts at a given {self.variable_text} ({self.variable})")
         x = np.asarray(x, float)
@@ -303,7 +303,7 @@ class MoELaw(Law):
 
     def optimal(self, C: Any, x: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[override]
         """(N_active*, D*, loss) minimising loss at compute C = k N D with the experts cut as x."""
-        self._check()
+        self.check_fitted()
         return self.optimal_at(self.params_, np.asarray(C, float), np.asarray(x, float))
 
     def optimal_at(self, p: Params, C: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -340,7 +340,7 @@ class MoELaw(Law):
     # -- intervals and storage ----------------------------------------------------------------
     def require_fitted(self) -> None:
         """NotFittedError unless the law has been fitted (or restored)."""
-        self._check()
+        self.check_fitted()
 
     def replicate_params(self) -> Params | None:
         """Each parameter's usable bootstrap replicates (arrays of one length), None without them."""

@@ -118,7 +118,7 @@ class AccuracyCurve(Doubtful):
         self.doubts_ = []
         self.pinned_ = self._pinned()
         if len(L) < MIN_POINTS_PER_PARAM * n_par:
-            self.add_doubt(DoubtKind.FEW_POINTS, f"unreliable: {len(L)} evaluations for the {n_par} parameters of {self.label}: "
+            self.add_unreliable(DoubtKind.FEW_POINTS, f"{len(L)} evaluations for the {n_par} parameters of {self.label}: "
                                "too few to test the form")
         self._check_fit()
         return self
@@ -186,7 +186,7 @@ class AccuracyCurve(Doubtful):
         self.drop_doubts(DoubtKind.BOOTSTRAP)
         ok = int(np.isfinite(out).all(axis=1).sum())
         if ok < MIN_OK_FRACTION * n:
-            self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: the bootstrap refitted only {ok} of {n} resamples of the runs")
+            self.add_unreliable(DoubtKind.BOOTSTRAP, f"the bootstrap refitted only {ok} of {n} resamples of the runs")
         self._check_fit()
         return self
 
@@ -228,19 +228,19 @@ class AccuracyCurve(Doubtful):
         ivs = self.intervals()
         if self.reliable():
             return ivs
-        why = "the form is flagged unreliable: " + self.doubts()[0].removeprefix("unreliable: ")
+        why = "the form is flagged unreliable: " + self.doubts()[0].reason
         return {n: withheld(iv, why) for n, iv in ivs.items()}
 
     def doubts(self) -> list[Doubt]:
         """Its recorded doubts, then a doubt for each parameter that must be free and is pinned."""
-        pinned = [Doubt(DoubtKind.PINNED, f"unreliable: {n} is pinned at its {self.pinned_[n]}: the data do not "
+        pinned = [Doubt.unreliable(DoubtKind.PINNED, f"{n} is pinned at its {self.pinned_[n]}: the data do not "
                         "determine it") for n in self.must_be_free if n in self.pinned_]
         return super().doubts() + pinned
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
             "form": self.form, "label": self.label, "params": self.params_, "intervals": self.reported_intervals(),
-            "reliable": self.reliable(), "notes": self.notes_, "doubts": stored(self.doubts_), "pinned": self.pinned_,
+            "reliable": self.reliable(), "notes": self.notes_, "doubts": stored(self.doubts_, self.notes_), "pinned": self.pinned_,
             "residual_sd": self.residual_sd_, "loss_range": list(self.loss_range_), "n_points": self.n_points_,
             "n_runs": self.n_groups_, "chance": self.chance_, "loss_floor": self.floor_,
             "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
@@ -257,7 +257,7 @@ class AccuracyCurve(Doubtful):
         c.params_ = {k: float(v) for k, v in d["params"].items()}
         c.x_ = c._vector(c.params_)
         c.doubts_ = restore(d.get("doubts"), d.get("reliable"))
-        c.notes_ = relink(list(d.get("notes") or []), c.doubts_)
+        c.notes_ = relink(list(d.get("notes") or []), d.get("doubts"), c.doubts_)
         c.pinned_ = dict(d.get("pinned") or {})
         c.residual_sd_ = float(d.get("residual_sd") or math.nan)
         c.loss_range_ = tuple(d.get("loss_range") or (math.nan, math.nan))
@@ -333,7 +333,7 @@ class Sigmoid(AccuracyCurve):
         iv = self.intervals()["L0"]
         ends = [iv["value"]] + [iv[q] for q in ("lo", "hi") if math.isfinite(iv.get(q, math.nan))]
         if "L0" in self.pinned_ or any(v < lo - reach or v > hi + reach for v in ends):
-            self.add_doubt(DoubtKind.OUT_OF_RANGE, f"unreliable: the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
+            self.add_unreliable(DoubtKind.OUT_OF_RANGE, f"the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
                                f"outside the measured task losses ({lo:.4g} to {hi:.4g}): the data do not locate the "
                                "sigmoid's transition")
 
@@ -401,7 +401,7 @@ class ExpError(AccuracyCurve):
         iv = self.intervals()["gamma"]
         lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
         if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
-            self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the data do not determine gamma (its 95% bootstrap interval "
+            self.add_unreliable(DoubtKind.UNDETERMINED, f"the data do not determine gamma (its 95% bootstrap interval "
                                f"{bounds(lo, hi)} spans a factor {hi / lo:.3g})")
 
 

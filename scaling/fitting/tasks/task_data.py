@@ -18,8 +18,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fitting.core.measurements import ALIASES, SIX, FitData, fitted_runs, read_rows
+from scaling.fitting.core.measurements import ALIASES, FitData, read_rows
+from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.tabular import parse_numbers
 from scaling.fitting.tasks.task_columns import (MAX_TASKS, TASK_KINDS, TASK_PREFIX, chance_column, metric_name,
                                                 parse_column, parse_metric, task_name_problem)
@@ -34,7 +36,7 @@ class TaskData:
     """Every task evaluation of a sweep or file, and the conventions of its N and C."""
 
     evals: pd.DataFrame
-    flops_per_param_token: float = SIX
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN
     source: str = ""
     notes: list[str] = field(default_factory=list)
     chance: dict[str, float] = field(default_factory=dict)
@@ -78,7 +80,7 @@ def from_db(url: str, sweep: str, data: FitData | None = None) -> TaskData:
     from scaling import db
     from scaling import vocab as names
 
-    k = data.flops_per_param_token if data is not None else SIX
+    k = data.flops_per_param_token if data is not None else FLOPS_PER_PARAM_TOKEN
     with db.connect(url) as res:
         runs = best_of_groups(fitted_runs(res.runs(sweep=sweep, spec=False)))  # the runs the loss laws use
         if not len(runs):
@@ -116,7 +118,7 @@ def chance_of_events(events: pd.DataFrame, tasks: list[str]) -> dict[str, float]
     return {t: next(iter(v)) for t, v in seen.items() if len(v) == 1}
 
 
-def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = SIX) -> pd.DataFrame:
+def _tidy(m: pd.DataFrame, runs: pd.DataFrame, k: float = FLOPS_PER_PARAM_TOKEN) -> pd.DataFrame:
     """Long metric rows -> one row per (run, step, task) with acc, acc_norm, bpb and the run's eval loss;
     an evaluation's C is the compute spent up to it, k N tokens (k: the FLOP convention's C / (N D))."""
     if m is None or not len(m):
@@ -161,26 +163,7 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
     where = f"{source}: " if source else ""
     cols = [str(c) for c in df.columns]
     df = df.set_axis(cols, axis=1)
-    task_cols: dict[tuple[str, str], str] = {}
-    chance_cols: dict[str, str] = {}
-    for c in cols:
-        if (task := chance_column(c)) is not None:
-            chance_cols[task] = c
-            continue
-        parsed = parse_column(c)
-        if parsed is None:
-            continue
-        task, kind = parsed
-        if kind not in TASK_KINDS + ("err",):
-            raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
-                           f"{', '.join(TASK_KINDS + ('err',))})")
-        problem = task_name_problem(task)
-        if problem:
-            raise FitError(f"{where}column {c[:80]!r}: {problem}")
-        key = (task, "acc" if kind == "err" else kind)
-        if key in task_cols:
-            raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
-        task_cols[key] = c
+    task_cols, chance_cols = _task_columns(cols, where)
     if not task_cols:
         return TaskData(empty(), data.flops_per_param_token, source)
     tasks = sorted({t for t, _ in task_cols})
@@ -225,6 +208,31 @@ def from_frame(df: pd.DataFrame, data: FitData, *, source: str = "frame",
         rows.append(frame)
     evals = pd.concat(rows, ignore_index=True)[list(COLUMNS)]
     return TaskData(evals, data.flops_per_param_token, source, notes, chance)
+
+
+def _task_columns(cols: list[str], where: str) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """The table's task columns, ``(task, kind) -> column``, and its chance columns, ``task -> column``."""
+    task_cols: dict[tuple[str, str], str] = {}
+    chance_cols: dict[str, str] = {}
+    for c in cols:
+        if (task := chance_column(c)) is not None:
+            chance_cols[task] = c
+            continue
+        parsed = parse_column(c)
+        if parsed is None:
+            continue
+        task, kind = parsed
+        if kind not in TASK_KINDS + ("err",):
+            raise FitError(f"{where}column {c!r}: unknown task measurement {kind!r} (use one of "
+                           f"{', '.join(TASK_KINDS + ('err',))})")
+        problem = task_name_problem(task)
+        if problem:
+            raise FitError(f"{where}column {c[:80]!r}: {problem}")
+        key = (task, "acc" if kind == "err" else kind)
+        if key in task_cols:
+            raise FitError(f"{where}columns {task_cols[key]!r} and {c!r} both give {key[1]} of task {task!r}: keep one")
+        task_cols[key] = c
+    return task_cols, chance_cols
 
 
 def _chance(col: pd.Series, name: str, where: str) -> float:

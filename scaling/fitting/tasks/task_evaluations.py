@@ -11,7 +11,7 @@ another name of ``D`` and every row is a run of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -99,18 +99,7 @@ def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], 
     n_col = next((c for n in n_names if (c := _column(cols, n)) is not None), None)
     N = parse_numbers(df[n_col]).values if n_col is not None else None
 
-    frame = pd.DataFrame({"run": run, "D": D, "tokens": tokens, "row": np.arange(len(df))})
-    first = frame.groupby("run", sort=False)["row"].transform("min").to_numpy()
-    for what, v, col in (("D", D, total_col), ("N", N, n_col)):
-        if v is None:
-            continue
-        ref = v[first]
-        with np.errstate(invalid="ignore"):
-            differs = ~np.isclose(v, ref, rtol=SAME_TOKENS, atol=0.0) & ~(np.isnan(v) & np.isnan(ref))
-        if differs.any():
-            i = int(np.flatnonzero(differs)[0])
-            raise FitError(f"{where}{label(i)}: run {run[i]!r} has {what} = {v[i]:.6g} (column {col!r}) but "
-                           f"{ref[i]:.6g} at {label(int(first[i]))}: {what} is the run's own, the same on every row")
+    _check_runs_own(run, ((D, total_col, "D"), (N, n_col, "N")), where, label)
     above = tokens > D * (1.0 + SAME_TOKENS)
     if above.any():
         i = int(np.flatnonzero(above)[0])
@@ -134,3 +123,18 @@ def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], 
     finals = df.iloc[positions].drop(columns=drop).reset_index(drop=True)
     return Evaluations(run=run, tokens=tokens, final=final, finals=finals, final_rows=positions,
                        runs_without_final=missing)
+
+
+def _check_runs_own(run: np.ndarray, own: Any, where: str, label: Callable[[int], str]) -> None:
+    """Refuse a run whose D or N (``own``: (values, column, name) each) changes between its rows."""
+    first = pd.Series(np.arange(len(run))).groupby(pd.Series(run), sort=False).transform("min").to_numpy()
+    for v, col, what in own:
+        if v is None:
+            continue
+        ref = v[first]
+        with np.errstate(invalid="ignore"):
+            differs = ~np.isclose(v, ref, rtol=SAME_TOKENS, atol=0.0) & ~(np.isnan(v) & np.isnan(ref))
+        if differs.any():
+            i = int(np.flatnonzero(differs)[0])
+            raise FitError(f"{where}{label(i)}: run {run[i]!r} has {what} = {v[i]:.6g} (column {col!r}) but "
+                           f"{ref[i]:.6g} at {label(int(first[i]))}: {what} is the run's own, the same on every row")

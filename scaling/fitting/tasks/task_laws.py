@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fmt import bounds
 from scaling.fitting.core.base import EXTRAPOLATION_Z, MIN_OK_FRACTION, Law, jsonable
-from scaling.fitting.core.measurements import SIX, group_budgets, prepare
+from scaling.fitting.core.measurements import group_budgets, prepare
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.intervals import summarise, withheld
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
@@ -68,7 +69,7 @@ __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", 
 def _step1_points(rows: pd.DataFrame, source: str, k: float) -> Any:
     """The final evaluations as fitting points: N, D, C and the task loss as ``loss``."""
     pts = rows[["N", "D", "C", "x"]].rename(columns={"x": "loss"}).astype(float)
-    return prepare(pts, flops_convention="6N" if k == SIX else "given", source=source)
+    return prepare(pts, flops_convention="6N" if k == FLOPS_PER_PARAM_TOKEN else "given", source=source)
 
 
 #: Step 1 along the frontier says so in its notes, starting with this.
@@ -184,7 +185,7 @@ class TaskLaw:
         ratio = sd[form] / sd[best] if sd[best] > 0 else math.inf
         if ratio <= MISFIT_RATIO:
             return []
-        return [Doubt(DoubtKind.MISFIT, f"unreliable: its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
+        return [Doubt.unreliable(DoubtKind.MISFIT, f"its residuals (SD {sd[form]:.3g}) are {ratio:.3g}x those of the "
                       f"{self.curves[best].label} (SD {sd[best]:.3g}) on the same evaluations: the form does not fit them")]
 
     def admissible(self) -> list[str]:
@@ -223,7 +224,7 @@ class TaskLaw:
             doubts = self.doubts(form)
             step1_only = not step1_ok and not curve.doubts() and not self.misfit(form)
             if doubts and step1_only and determined(iv, reps):
-                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].removeprefix('unreliable: ')})"
+                out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].reason})"
                                     f", but the paired bootstrap of both steps determines the accuracy at this point: "
                                     f"its interval is given")
                 iv = {**iv, "determined_at_point": True}
@@ -331,7 +332,7 @@ def _rows_for(rows: pd.DataFrame, accuracy: str) -> tuple[pd.DataFrame, str, str
 
 
 def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstrap: int = 200, seed: int = 0,
-             grid: str = "epoch", k: float = SIX, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
+             grid: str = "epoch", k: float = FLOPS_PER_PARAM_TOKEN, run_backtest: bool = True, forms: tuple[str, ...] = FORMS,
              step1: Law | None = None, chance: float | None = None, recipe: str = "grid") -> TaskLaw:
     """Fit both steps of one task's evaluations ``rows`` (columns of :data:`scaling.fitting.tasks.task_data.COLUMNS`).
 
@@ -366,7 +367,7 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     return law
 
 
-def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: float = SIX,
+def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: float = FLOPS_PER_PARAM_TOKEN,
                   recipe: str = "grid") -> dict[str, Any]:
     """Refit both steps without the largest budget's runs; the error of each form on them.
 
@@ -538,7 +539,7 @@ def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_boo
                      recipe=recipe)
 
 
-def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | None = None, n_bootstrap: int = 200,
+def fit_tasks_sweep(url: str, sweep: str, *, k: float = FLOPS_PER_PARAM_TOKEN, tasks: list[str] | None = None, n_bootstrap: int = 200,
                     seed: int = 0, grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task metrics of ``sweep``'s completed runs, fitted (empty when the runs evaluated no task)."""
     from scaling.fitting.core.measurements import FitData
@@ -550,7 +551,7 @@ def fit_tasks_sweep(url: str, sweep: str, *, k: float = SIX, tasks: list[str] | 
     return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid, recipe=recipe)
 
 
-def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = SIX) -> tuple[dict[str, dict[str, Any]], str]:
+def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = FLOPS_PER_PARAM_TOKEN) -> tuple[dict[str, dict[str, Any]], str]:
     """Each task's predicted accuracy at the recommended run of ``rec`` (a Recommendation), and a note.
 
     Nothing is predicted when the recommendation follows no reliable law (no run is recommended).
