@@ -333,7 +333,8 @@ def recommend(compute: Optional[float] = None, *, db: Optional[str] = None, swee
 
 
 def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional[str] = None,
-              sweep: Optional[str] = None, runs: str = "run", bootstrap: int = 200, seed: int = 0) -> Path:
+              sweep: Optional[str] = None, runs: str = "run", bootstrap: Optional[int] = None,
+              seed: Optional[int] = None) -> Path:
     """Write the sweep's answer as its next plan, as ``scaling recommend --emit-plan``; returns the path.
 
     Built on the plan stored with the sweep (data, model, recipe, resources kept): ``runs="run"``
@@ -347,7 +348,7 @@ def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional
         db: database URL (default: ``$SCALING_DB``, else ``sqlite:///scaling.db``).
         sweep: the sweep whose laws advise (default: the latest).
         runs: ``"run"`` or ``"narrow"``.
-        bootstrap: bootstrap replicates behind each 95% interval.
+        bootstrap: bootstrap replicates behind each 95% interval (default: the stored analysis', else 200).
         seed: seed of the bootstrap.
 
     Returns:
@@ -365,15 +366,14 @@ def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional
         ```
     """
     from scaling.db import resolve_url
-    from scaling.fitting import fit_sweep
     from scaling.orchestrator.expand import sweep_recommendation
     from scaling.orchestrator.next_plan import check_plan_output, write_sweep_plan
 
     url = resolve_url(cli=db)
     check_plan_output(path, url, "path")
-    fit = fit_sweep(url, sweep, "all", bootstrap, seed)
-    rec = sweep_recommendation(url, fit, compute, seed=seed)
-    return write_sweep_plan(url, fit.sweep, rec, path, runs)
+    analysis = _analysis(db, sweep, None, _settings(bootstrap, seed, "next_plan", least=2))
+    rec = sweep_recommendation(url, analysis, compute)
+    return write_sweep_plan(url, analysis.sweep, rec, path, runs)
 
 
 def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, least: int = 0, **given: Any) -> Any:

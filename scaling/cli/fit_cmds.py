@@ -11,6 +11,7 @@ import typer
 from scaling.cli.common import DbOption, FormatOption, SweepOption, app, check_format
 
 if TYPE_CHECKING:
+    from scaling.fitting import Analysis, SweepSource
     from scaling.fitting import CsvSource
     from scaling.fitting.moe.moe_fit import MoEFit
 
@@ -116,6 +117,23 @@ def _fit_moe_law(csv: Optional[Path], db: Optional[str], sweep: Optional[str], l
     _not_moe(given)
     moe_fit = _fit_moe(csv, db, sweep, law, bootstrap, seed)
     typer.echo(json.dumps(moe_fit.to_dict(), indent=2) if fmt == "json" else moe_fit.table(), nl=fmt == "json")
+
+
+def _answer(analysis: "Analysis", source: "SweepSource | CsvSource", from_csv: bool, compute: Optional[float],
+            inference_tokens: Optional[float], target_loss: Optional[float]) -> Any:
+    """``scaling recommend``'s answer from the analysis: the inference optimum, a CSV's recommendation (no plan,
+    so no concrete run), or a sweep's run sized by the plan stored with it; nothing is fitted again."""
+    if inference_tokens is not None or target_loss is not None:
+        from scaling.fitting.inference import recommend_inference
+
+        return recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
+    if from_csv:
+        from scaling.fitting import recommend as do_recommend
+
+        return do_recommend(analysis, compute)
+    from scaling.orchestrator.expand import sweep_recommendation
+
+    return sweep_recommendation(source.url, analysis, compute)
 
 
 def _one_source(csv: Optional[Path], sweep: Optional[str]) -> None:
@@ -403,22 +421,11 @@ def recommend(
         raise UserError("give either --compute or --target-loss, not both")
     analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # a sweep's stored one, else made
     _warn(analysis.warnings if csv is not None else ())
-    if inference:
-        from scaling.fitting.inference import recommend_inference
+    rec = _answer(analysis, source, csv is not None, compute, inference_tokens, target_loss)
+    if emit_plan is not None:  # a sweep's (checked above); before the answer is printed: a refusal is one line
+        from scaling.orchestrator.next_plan import write_sweep_plan
 
-        rec: Any = recommend_inference(analysis, inference_tokens or 0.0, compute=compute, target_loss=target_loss)
-    elif csv is not None:  # the analysis' recommendation; a CSV has no plan, so no concrete run
-        from scaling.fitting import recommend as do_recommend
-
-        rec = do_recommend(analysis, compute)
-    else:  # a sweep's run sized by the plan stored with it; nothing fitted again
-        from scaling.orchestrator.expand import sweep_recommendation
-
-        rec = sweep_recommendation(source.url, analysis, compute)
-        if emit_plan is not None:  # before the answer is printed: a refusal is the command's one line
-            from scaling.orchestrator.next_plan import write_sweep_plan
-
-            written = write_sweep_plan(source.url, analysis.sweep, rec, emit_plan, emit_runs)
+        written = write_sweep_plan(source.url, analysis.sweep, rec, emit_plan, emit_runs)
     typer.echo(json.dumps(rec.to_dict(), indent=2) if fmt == "json" else rec.table(), nl=fmt == "json")
     if emit_plan is not None and fmt != "json":
         typer.echo(f"next plan: {written} (check it with `scaling plan {written}`)")
