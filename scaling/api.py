@@ -384,7 +384,8 @@ def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, leas
     asked = {k: v for k, v in given.items() if v != Settings.__dataclass_fields__[k].default}
     if bootstrap is None and seed is None and not asked:
         return None
-    n_bootstrap, seed = check_resampling(200 if bootstrap is None else bootstrap, seed or 0, where, least=least)
+    n_bootstrap, seed = check_resampling(200 if bootstrap is None else bootstrap, 0 if seed is None else seed, where,
+                                         least=least)
     return Settings(n_bootstrap=n_bootstrap, seed=seed, **asked)
 
 

@@ -99,6 +99,8 @@ def test_every_hostile_number_is_one_error_naming_the_argument(csvs: dict[str, P
         for value in HOSTILE:
             if name in ("bootstrap", "seed") and value in (0, 0.0) and not isinstance(value, bool):
                 continue  # zero replicates (no intervals) and seed 0 are allowed; 0.0 is not a whole number
+            if name in ("bootstrap", "seed") and value is None:
+                continue  # None: the stored analysis' settings, else the defaults (every entry point's default)
             if name not in ("bootstrap", "seed") and value is None and label in ("recommend compute",
                                                                                   "hparams recommend C"):
                 continue  # None: the default budget

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from cli_run import run_cli
-from scaling.errors import FitError
+from scaling.errors import ArgumentError, FitError
 from scaling.fitting import fit_sweep, from_csv, recommend
 from scaling.fitting.hyperparams import hparams_synthetic as HS
 from scaling.fitting.hyperparams.hparams import fit_group, fit_hparams, tuned_points
@@ -259,7 +259,7 @@ def test_the_notebook_api_gives_groups_and_laws_as_frames(hp_db: str) -> None:
     lr = h.recommend(1e9, 2e10)["lr"]
     assert lr is not None and lr.value > 0 and (lr.interval is None) == (lr.withheld is not None)
     for N, D in ((-1, 1e9), (0, 0), (math.nan, 1e9), (1e9, math.inf)):  # refused in words, not a math error
-        with pytest.raises(FitError, match=r"recommend: [ND] must be a positive, finite number"):
+        with pytest.raises(ArgumentError, match=r"recommend: [ND] must be a positive finite number"):
             h.recommend(N, D)
     assert api.hparams(hp_db, "plain") is None
     fitted = api.fit(hp_db, "hp", law="kaplan", bootstrap=20)

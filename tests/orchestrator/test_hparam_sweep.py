@@ -221,7 +221,7 @@ def test_a_plan_of_100000_runs_prints_a_summary_with_values_told_apart() -> None
     from scaling.orchestrator.planning import render_groups, render_table
 
     lrs = [1e-4 * 1.0005 ** i for i in range(20)]  # neighbours 0.05% apart: alike at 3 digits
-    runs = [{"key": f"{i:016x}", "N": 10_000 + i // 20, "N_total": 14_096 + i // 20, "shape": "2x16/2h", "D": 1e6 + i, "C": 6e10 + i,
+    runs = [{"key": f"{i:016x}", "N": 10_000 + i // 20, "N_total": 14_096 + i // 20, "N_active": 14_096 + i // 20, "shape": "2x16/2h", "D": 1e6 + i, "C": 6e10 + i,
              "C_own": 6e10 + i, "tokens_per_param": 100.0, "epochs": None, "lr": lrs[i % 20], "batch_tokens": 512,
              "beta2": 0.95, "strategy": "single", "workers": 1, "memory_gib": 0.1, "est_seconds": 0.0,
              "hparam_group": f"g{i // 20}"} for i in range(100_000)]
