@@ -429,8 +429,7 @@ def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Pa
     from scaling.reports import write_report
 
     url = resolve_url(cli=db)
-    analysis, sized = report_inputs(url, sweep)  # the headline is the run `scaling sweep` ends with
-    write_report(url, sweep, path, analysis=analysis, recommendation=sized)
+    write_report(url, sweep, path, **report_inputs(url, sweep)._asdict())  # the run `scaling sweep` ends with
     return Path(path)
 
 

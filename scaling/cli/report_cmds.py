@@ -66,12 +66,12 @@ def report(
         _watch(resolve_url(db), sweep, output, interval, fit=fit, extras=extras, store_fits=store_fits,
                open_=open_)
         return
-    from scaling.orchestrator.sweep import report_inputs
+    from scaling.orchestrator.sweep import ReportInputs, report_inputs
 
-    analysis, sized = report_inputs(resolve_url(db), sweep, save=store_fits) if fit == "sweep" else (None, None)
+    inputs = report_inputs(resolve_url(db), sweep, save=store_fits) if fit == "sweep" else ReportInputs()
     try:
         path = write_report(resolve_url(db), sweep, output, fit=fit, store_fits=store_fits, extras=extras,
-                            analysis=analysis, recommendation=sized)
+                            **inputs._asdict())
     except OSError as exc:
         raise UserError(f"--output {output}: cannot write there: {exc.strerror or exc}") from None
     typer.echo(str(path))

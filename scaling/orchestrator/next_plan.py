@@ -93,17 +93,35 @@ def _first_note(rec: "Recommendation", about: str = "") -> str:
     return f" ({notes[0]})" if notes else ""
 
 
-def plan_yaml(plan: Mapping[str, Any], rec: "Recommendation", kind: str) -> str:
-    """The plan as YAML, headed by what it is and where it comes from."""
+def plan_yaml(plan: Mapping[str, Any], rec: "Recommendation", kind: str,
+              writer: str = "written by `scaling recommend --emit-plan`") -> str:
+    """The plan as YAML, headed by what it is and where it comes from (``writer``: what wrote it)."""
     import yaml
 
     what = ("the recommended run" if kind == RUN
             else "the runs that would narrow approach 3's interval on N* most")
-    head = [f"# {what} at C = {rec.compute:.3g} FLOPs ({rec.source}), written by `scaling recommend --emit-plan`",
+    head = [f"# {what} at C = {rec.compute:.3g} FLOPs ({rec.source}), {writer}",
             "# on the plan stored with the sweep; check it with `scaling plan`, train it with `scaling sweep --db ...`"]
     if kind == RUN and rec.run is not None:
         head.append(f"# lr and batch: {rec.run_source or 'the plan'} or the fitted lr* and B* laws, as the answer prints")
     return "\n".join(head) + "\n" + yaml.safe_dump(dict(plan), sort_keys=False, allow_unicode=True)
+
+
+def run_plan_text(url: str, sweep: Optional[str], rec: Optional["Recommendation"]) -> Optional[str]:
+    """The plan training ``rec``'s sized run, as the YAML ``scaling recommend --emit-plan`` writes (validated
+    and expanded as `scaling plan` reads it), for a report's "copy as plan" block; None where nothing is
+    planned: no sized run, a run from a flagged law, no stored plan."""
+    if rec is None or rec.run is None:
+        return None
+    from scaling.orchestrator.expand import expand, stored_plan
+    from scaling.orchestrator.plan import Plan
+
+    try:
+        mapping = next_plan(rec, stored_plan(url, sweep), RUN)
+        expand(Plan.from_dict(mapping), resolve=False, db=url)
+    except UserError:
+        return None
+    return plan_yaml(mapping, rec, RUN, writer="as `scaling recommend --emit-plan` writes it")
 
 
 def check_plan_output(path: str | Path, db_url: Optional[str] = None, option: str = "--emit-plan") -> None:

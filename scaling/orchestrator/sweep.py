@@ -15,13 +15,14 @@ import socket
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from scaling import vocab
 from scaling.db.engine import is_sqlite, refuse_in_memory, sqlite_path
 from scaling.db.lifecycle import Lifecycle
 from scaling.errors import DatabaseError, ResourceError, UserError, mask_data, mask_url
 from scaling.orchestrator.expand import Expansion, expand
+from scaling.orchestrator.next_plan import run_plan_text
 from scaling.orchestrator.orphans import reap_orphaned_agents, start_watchdog
 from scaling.orchestrator.plan import Plan, load_plan
 from scaling.orchestrator.scheduler import Scheduler, SweepOutcome, capacity_error
@@ -216,8 +217,9 @@ def analyse_and_report(result: SweepResult, plan: Plan, *, fit: bool, report: bo
         path = report_path(url, plan)
         analysis = result.fit if isinstance(result.fit, Analysis) else None  # the report shows this analysis
         sized = _as_note(echo, "report", sized_recommendation, url, analysis)  # the closing answer's run
-        if _as_note(echo, "report", partial(write_report, analysis=analysis,
-                                            recommendation=None if sized is _SKIPPED else sized), url, plan.name,
+        sized = None if sized is _SKIPPED else sized
+        if _as_note(echo, "report", partial(write_report, analysis=analysis, recommendation=sized,
+                                            next_plan=run_plan_text(url, plan.name, sized)), url, plan.name,
                     str(path)) is not _SKIPPED:
             result.report_path = str(path)
 
@@ -279,18 +281,26 @@ def sized_recommendation(url: str, analysis: Optional[Analysis]) -> Optional[Rec
     return sweep_recommendation(url, analysis)
 
 
-def report_inputs(url: str, sweep: Optional[str], *,
-                  save: bool = False) -> tuple[Optional[Analysis], Optional[Recommendation]]:
+class ReportInputs(NamedTuple):
+    """What a sweep's report is handed (``write_report(url, sweep, path, **inputs._asdict())``)."""
+
+    analysis: Optional[Analysis] = None
+    recommendation: Optional[Recommendation] = None  # sized by the stored plan: the closing answer's run
+    next_plan: Optional[str] = None  # the plan that trains that run (YAML), where a reliable law recommends it
+
+
+def report_inputs(url: str, sweep: Optional[str], *, save: bool = False) -> ReportInputs:
     """What a sweep's report shows, as the end of ``scaling sweep`` hands it: the stored analysis of the sweep's
-    unchanged data (else one made, stored only with ``save``) and its recommendation sized by the stored plan;
-    (None, None) where the sweep cannot be analysed (the report then says why)."""
+    unchanged data (else one made, stored only with ``save``), its recommendation sized by the stored plan and
+    the plan that trains it; nothing where the sweep cannot be analysed (the report then says why)."""
     from scaling.fitting import SweepSource, analyse
 
     try:
         analysis = analyse(SweepSource(url, sweep), save=save)
-        return analysis, sized_recommendation(url, analysis)
+        sized = sized_recommendation(url, analysis)
     except UserError:
-        return None, None
+        return ReportInputs()
+    return ReportInputs(analysis, sized, run_plan_text(url, analysis.sweep, sized))
 
 
 def check_run_folders(folder: Path, expansion: Expansion, url: str) -> None:

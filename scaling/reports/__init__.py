@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
                  store_fits: bool = False, extras: Sequence[Any] = (), analysis: Any = None,
-                 recommendation: Any = None) -> Path:
+                 recommendation: Any = None, next_plan: str | None = None) -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
     ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or
@@ -21,13 +21,14 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     sections (e.g. :func:`scaling.reports.figures_inference.inference_section`). ``analysis``: the
     sweep's :class:`~scaling.fitting.analysis.Analysis` already made: shown as it is, nothing fitted;
     ``recommendation``: its recommendation with the run sized by the plan (the orchestrator's
-    ``size_recommendation``), the headline, so that the report and the closing answer name one run.
+    ``size_recommendation``), the headline, so that the report and the closing answer name one run;
+    ``next_plan``: the plan that trains that run (YAML, the orchestrator's ``run_plan_text``), shown to copy.
     Imported lazily so ``import scaling.reports`` stays cheap for callers that may skip the report.
     """
     from scaling.reports.html import write_report as _write
 
     return _write(url, sweep, path, fit=fit, store_fits=store_fits, extras=extras, analysis=analysis,
-                  recommendation=recommendation)
+                  recommendation=recommendation, next_plan=next_plan)
 
 
 __all__ = ["write_report"]

@@ -9,7 +9,7 @@ can draw them from its own frames.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -218,9 +218,7 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
     laws = {kind: law for kind, law in ((k, fitview.as_law(v)) for k, v in data.fits.items()) if law is not None}
     rec = data.recommendation_at(target)  # the headline's: the closing answer's run when handed in
     if rec is None or rec.chosen is None:
-        none = '<span class="ci">none: no loss law gives N* at the next budget</span>'
-        answer(none, none)
-        return missing("No recommended run to give an lr and batch for: no loss law gives N* at the next budget.")
+        return _at_largest_run(done, fit, answer, "no loss law gives N* at the next budget")
     N = rec.per_law[rec.chosen]["N"]["value"]
     k = float(getattr(laws[rec.chosen], "k_", None) or FLOPS_PER_PARAM_TOKEN)
     D = target / (k * N)
@@ -229,16 +227,35 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
     except UserError as exc:
         return missing(f"No recommended lr and batch: {exc}.")
     if rec.chosen in rec.unreliable:
-        none = '<span class="ci">none: no run is recommended (no loss law is reliable)</span>'
-        answer(none, none)
-        return missing("No recommended lr and batch: the next run's N* comes from a loss law flagged unreliable, "
-                       "so no run is recommended to give them for.")
+        return _at_largest_run(done, fit, answer, "the next run's N* comes from a loss law flagged unreliable")
     page_values = [interval(h[q], fmt=fmt) if h[q] is not None and h[q].get("kind") != "unreliable" else
                    f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
     answer(*page_values, title=f"lr: {h['lr_why']}; batch: {h['batch_why']}")
     return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {size(N)}, '
             f"D = {size(D)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
             f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")
+
+
+def _at_largest_run(done: Any, fit: HparamFit, answer: Callable[..., None], why: str) -> str:
+    """Where no run is recommended (``why``), the fitted lr* and B* laws' values at the sweep's largest run, so the
+    first screen still gives what the sweep determined; said to be at that run, not at a recommended one."""
+    big = done.loc[done["C"].astype(float).idxmax()]
+    N, D, C = float(big["N"]), float(big["D"]), float(big["C"])
+    try:
+        h = fit.recommend(N, D, C)
+    except UserError as exc:
+        none = f'<span class="ci">none: {e(why)}; at the largest run: {e(exc)}</span>'
+        answer(none, none)
+        return missing(f"No recommended run to give an lr and batch for: {why}; at the largest run: {exc}.")
+    where = f"at the largest run (N = {size(N)}, D = {size(D)}): no run is recommended"
+    values = [f'{interval(h[q], fmt=fmt)} <span class="ci">({e(where)})</span>'
+              if h[q] is not None and h[q].get("kind") != "unreliable" else
+              f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
+    answer(*values, title=f"{why}; lr: {h['lr_why']}; batch: {h['batch_why']}")
+    return (f'<p id="hparam-next">No run is recommended ({e(why)}), so the fitted laws are given at the sweep\'s '
+            f"largest run (C = {num(C, 3)} FLOPs, N = {size(N)}, D = {size(D)} tokens): lr = "
+            f"{_or_why(h['lr'], h['lr_why'])}, batch = {_or_why(h['batch'], h['batch_why'])} tokens. "
+            "95% intervals in brackets.</p>")
 
 
 def _or_why(iv: dict[str, Any] | None, why: str) -> str:

@@ -40,6 +40,7 @@ from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_
 from scaling.reports.figures_adaptive import adaptive_section
 from scaling.naming import group_title
 from scaling.reports.figures_hparams import hparams_section
+from scaling.reports.next_run import next_run_block
 from scaling.reports.output import write_atomic
 
 SECTIONS = (
@@ -70,7 +71,7 @@ Extra = Callable[[ReportData, "Page"], str]
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
                  store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Any = None,
-                 recommendation: Any = None) -> Path:
+                 recommendation: Any = None, next_plan: str | None = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) reads the stored
@@ -79,12 +80,13 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
     ``analysis``: the sweep's :class:`~scaling.fitting.analysis.Analysis` already made (e.g. at the end of
     ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing;
-    ``recommendation``: its recommendation sized by the plan, the report's headline.
+    ``recommendation``: its recommendation sized by the plan, the report's headline; ``next_plan``: the plan
+    that trains its run (YAML), shown under the run to copy.
     """
     from scaling.reports.figures_tasks import task_section
 
     data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=analysis,
-                           recommendation=recommendation)
+                           recommendation=recommendation, next_plan=next_plan)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
     return write_report_data(data, path, extras=(*extras, task_section(url)))
 
@@ -292,13 +294,14 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
     for that run (lr, batch, each task's accuracy: ``page.answers``), each with its 95% interval or why
     none, each linked to its section; then why this law; then every law's numbers in a table."""
     answers = list(page.answers) if page is not None else []
-    if not any(a.href == "#hparams" for a in answers):  # no section fitted lr* or B*
-        plan = '<span class="ci">set by the plan: the sweep has no hyperparameter groups to fit it from</span>'
-        answers[:0] = [Answer("learning rate", plan, "#sweep-facts"), Answer("batch (tokens)", plan, "#sweep-facts")]
     target = next_budget(data)
     if target is None:
         return missing("No recommendation: no run has completed yet.")
     rec = recommend_for(data, target)
+    run_block = next_run_block(rec, data.next_plan) if rec is not None else ""  # the run, its lr, batch, plan
+    if not run_block and not any(a.href == "#hparams" for a in answers):  # no section fitted lr* or B*
+        plan = '<span class="ci">set by the plan: the sweep has no hyperparameter groups to fit it from</span>'
+        answers[:0] = [Answer("learning rate", plan, "#sweep-facts"), Answer("batch (tokens)", plan, "#sweep-facts")]
     if rec is None or not rec.per_law:
         return missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no law could be fitted.")
     if rec.chosen is None:
@@ -308,10 +311,11 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
     label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
     budget = f"<strong>Next budget C = {_num(target)} FLOPs</strong> (10× the largest run)"
     if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
-        none = '<span class="ci">(no interval: no law is reliable)</span>'
-        sizes = [Answer("N* (parameters)", f"{size(best['N']['value'])} {none}", "#frontiers"),
-                 Answer("D* (tokens)", f"{size(best['D']['value'])} {none}", "#frontiers"),
-                 Answer(f"loss ({LOSS_UNIT})", f"{_num(best['loss']['value'], 4)} {none}", "#parametric")]
+        none = '(no interval: no law is reliable)'
+        sizes = [Answer(label, f'<span class="unrecommended">{text} {none}</span>', href) for label, text, href in (
+            ("N* (parameters)", size(best["N"]["value"]), "#frontiers"),
+            ("D* (tokens)", size(best["D"]["value"]), "#frontiers"),
+            (f"loss ({LOSS_UNIT})", _num(best["loss"]["value"], 4), "#parametric"))]
         head = (f'<div class="headline"><span class="answer">{budget}: no law is reliable, so nothing is '
                 f"recommended.</span>{_answer_grid(sizes + answers)}"
                 f'<span class="why">The values are those of {e(label)}, the best determined, without intervals: '
@@ -353,7 +357,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
-    return head + table + (f'<p class="small">{" ".join(e(x) for x in extra)}</p>' if extra else "")
+    return head + run_block + table + (f'<p class="small">{" ".join(e(x) for x in extra)}</p>' if extra else "")
 
 
 def _answer_grid(answers: Sequence[Answer]) -> str:

@@ -52,7 +52,7 @@ def run_answers(rec: Any, href: str = "#next-run") -> list[Answer]:
 
 def copy_as_plan(plan_text: str) -> str:
     """The next plan's YAML in a block with a button that copies it (HTML; the text is escaped)."""
-    return (f'<details class="next-plan" open><summary>Copy as plan <button type="button" data-copy="{PLAN_ID}">'
+    return (f'<details class="next-plan"><summary>Copy as plan <button type="button" data-copy="{PLAN_ID}">'
             f'copy</button></summary><pre id="{PLAN_ID}">{e(plan_text)}</pre>'
             '<p class="ci">Save it as next.yaml; <code>scaling plan next.yaml</code> shows its run, '
             "<code>scaling sweep next.yaml</code> trains it (or <code>scaling recommend --emit-plan next.yaml</code>).</p>"

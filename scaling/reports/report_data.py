@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -58,6 +58,8 @@ class ReportData:
     sweep_fit: Any = None
     #: The recommendation sized by the plan, handed in with the analysis: the headline.
     recommendation: Any = None
+    #: The plan that trains the recommendation's run (YAML, handed in with it), where a reliable law recommends it.
+    next_plan: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.runs = normalise_runs(self.runs)
@@ -65,7 +67,8 @@ class ReportData:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", store_fits: bool = False,
-             curve_points: int = CURVE_POINTS, sweep_fit: Any = None, recommendation: Any = None) -> "ReportData":
+             curve_points: int = CURVE_POINTS, sweep_fit: Any = None, recommendation: Any = None,
+             next_plan: Optional[str] = None) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
         ``fit`` and ``store_fits`` say where the laws come from and whether new fits are stored
@@ -94,7 +97,7 @@ class ReportData:
             data.events = results.events(sweep=sweep)
         else:
             data.notes.append("The sweep has no runs yet.")
-        data.recommendation = recommendation
+        data.recommendation, data.next_plan = recommendation, next_plan
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
             data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit),

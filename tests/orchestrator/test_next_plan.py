@@ -163,6 +163,31 @@ def test_the_first_screens_run_block_shows_the_sized_run_and_its_plan(sweep) -> 
     assert "unrecommended" in grey and "not recommended" in grey and PLAN_ID not in grey
 
 
+def test_scaling_report_shows_the_run_to_train_and_a_plan_scaling_plan_accepts(sweep, answer, tmp_path: Path) -> None:
+    """The report's first screen: the sized run (shape, N, lr, batch, memory) the answer prints, under the
+    headline, and its plan to copy, which `scaling plan` accepts as the same run `--emit-plan` writes."""
+    import html
+
+    from scaling.reports.next_run import PLAN_ID
+
+    url, folder = sweep
+    out = run_main("report", "--db", url, "--output", str(tmp_path / "report.html"))
+    assert out.code == 0, out.err
+    page = (tmp_path / "report.html").read_text()
+    block = page.split('<div id="next-run" class="next-run">', 1)[1]
+    assert page.index('class="headline"') < page.index('id="next-run"') < page.index('id="recommendations"')
+    shape, run = answer["run"]["shape"], answer["run"]
+    assert f"n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}" in block
+    assert f"{run['lr']:.3g}" in block and f"{run['memory_gib']:.3g} GiB" in block
+    assert "set by the plan: the sweep has no hyperparameter groups" not in page  # the run block says lr and batch
+    pre = html.unescape(block.split(f'<pre id="{PLAN_ID}">', 1)[1].split("</pre>", 1)[0])
+    (tmp_path / "copied.yaml").write_text(pre)
+    (copied,) = planned(tmp_path / "copied.yaml")
+    (emitted,) = planned(folder / "first.yaml")  # what `scaling recommend --emit-plan` wrote
+    assert {k: copied[k] for k in ("n_layer", "d_model", "n_head", "N", "D", "lr", "batch_tokens")} == \
+        {k: emitted[k] for k in ("n_layer", "d_model", "n_head", "N", "D", "lr", "batch_tokens")}
+
+
 def test_scaling_plan_states_two_blocks_training_one_configuration(tmp_path: Path) -> None:
     """An IsoFLOP block and a hyperparameter block at one point train the same batches (their D rounded
     differently, so two keys): `scaling plan` says so, once."""

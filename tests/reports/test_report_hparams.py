@@ -49,6 +49,29 @@ def test_a_sweep_with_groups_gets_the_section_with_its_figures_and_next_run(db: 
     assert bands  # the fitted laws are drawn with their 95% bands
 
 
+def test_with_no_loss_law_reliable_the_first_screen_gives_the_fitted_lr_and_batch_at_the_largest_run(db: str) -> None:
+    """No run is recommended (every loss law flagged), yet lr* and B* are fitted: the first screen gives their values
+    at the sweep's largest run, said to be there, and the unrecommended N*, D* and loss are de-emphasised."""
+    import re
+
+    from scaling.fitting.core.doubts import DoubtKind
+
+    data = report_data(db, "grid")
+    for law in data.fits.values():
+        law.add_unreliable(DoubtKind.FEW_POINTS, "a doubt about the design")
+    page = Page()
+    section = hparams_section(data, page)
+    largest = data.completed.loc[data.completed["C"].astype(float).idxmax()]
+    assert "given at the sweep's largest run" in section
+    cells = {a.label: a.value for a in page.answers}
+    for label in ("learning rate", "batch (tokens)"):
+        assert "at the largest run" in cells[label] and re.search(r"\[[^\]]+, [^\]]+\]", cells[label]), cells[label]
+    lr = float(re.match(r"\s*([0-9.e+-]+)", re.sub("<[^>]+>", "", cells["learning rate"])).group(1))
+    assert lr == pytest.approx(float(HS.HparamTruth().lr_star(float(largest["N"]), float(largest["D"]))), rel=0.3)
+    headline = render(data).split('<div class="headline">', 1)[1].split("</div></dl>", 1)[0]
+    assert headline.count('class="unrecommended"') == 3  # N*, D* and the loss
+
+
 def test_a_sweep_without_groups_has_no_section(db: str) -> None:
     data = report_data(db, "plain")
     assert hparams_section(data, Page()) == ""
