@@ -240,6 +240,24 @@ class Shape(ModelFamily):
         return self.params_active_non_embedding + self.params_embedding
 
     @property
+    def expert_sparsity(self) -> float:
+        """The share of the routed experts a token does not use, 1 - top_k / n_experts (0 for a dense
+        family): the sparsity of the experts' layers, the S the MoE laws read from a run's spec."""
+        if not self.family_spec.routed:
+            return 0.0
+        assert self.top_k is not None and self.n_experts is not None
+        return 1.0 - self.top_k / self.n_experts
+
+    @property
+    def granularity(self) -> float:
+        """The dense feed-forward width over one expert's, ffn / expert_ffn (Krajewski et al. 2024's G;
+        1 for a dense family and for experts as wide as the dense MLP)."""
+        if not self.family_spec.routed:
+            return 1.0
+        assert self.expert_ffn is not None
+        return self.hidden / self.expert_ffn
+
+    @property
     def sparse(self) -> bool:
         """Whether a token uses fewer parameters than the model has."""
         return self.params_active != self.params_total

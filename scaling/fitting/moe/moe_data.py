@@ -200,17 +200,15 @@ def spec_shape(model: dict[str, Any]) -> Shape:
 
 
 def experts_of(spec: Any) -> dict[str, Any]:
-    """n_experts, top_k and granularity of a stored run spec; a dense family's run is one expert,
-    top-1, granularity 1. Granularity is the dense width ``ffn`` over ``expert_ffn``, both as the
-    family resolves them (``expert_ffn`` defaults to the dense width: granularity 1).
-    ValueError when the spec's model section makes no shape."""
+    """n_experts, top_k and granularity of a stored run spec (:attr:`scaling.accounting.Shape.granularity`:
+    the dense width ``ffn`` over ``expert_ffn``, both as the family resolves them); a dense family's
+    run is one expert, top-1, granularity 1. ValueError when the spec's model section makes no shape."""
     model = spec.get("model") if isinstance(spec, dict) else None
     if not is_moe_spec(model):
         return {"n_experts": 1, "top_k": 1, "granularity": 1.0}
     assert isinstance(model, dict)
     shape = spec_shape(model)
-    return {"n_experts": shape.n_experts, "top_k": shape.top_k,
-            "granularity": float(shape.hidden) / float(shape.expert_ffn)}  # type: ignore[arg-type]
+    return {"n_experts": shape.n_experts, "top_k": shape.top_k, "granularity": shape.granularity}
 
 
 def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
