@@ -41,3 +41,23 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
     for what in ("N_active*", "N_total*", "D*"):
         assert re.search(rf"{re.escape(what)} = \S+ \[\S+, \S+\]", out), (what, out)
     assert "compared with S = 0 (the dense model)" in out and "loss saved against it: " in out
+
+    # the sweep's analysis holds the laws of sparsity, stored and read back whole
+    from scaling.fitting.analysis import Settings, SweepSource, analyse
+
+    settings = Settings(n_bootstrap=30, next_runs=False)
+    first = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
+    again = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
+    assert again.reused and first.moe is not None and again.moe is not None
+    assert again.moe.laws["sparsity"].params_ == first.moe.laws["sparsity"].params_
+    assert again.moe.laws["sparsity"].reported_intervals() == first.moe.laws["sparsity"].reported_intervals()
+
+    # the report shows them, with the N they count and the recommendation against the dense optimum
+    report = tmp_path / "moe.html"
+    code, _, err = run_cli("report", "--db", sqlite_url, "-o", str(report))
+    assert code == 0, err
+    page = report.read_text()
+    moe = page[page.index('<section id="moe">'):]
+    moe = moe[:moe.index("</section>")]
+    assert "N counts the active parameters" in moe and "moe-sparsity law" in moe
+    assert "N_active* = " in moe and "compared with S = 0 (the dense model)" in moe

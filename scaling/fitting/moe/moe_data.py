@@ -48,6 +48,10 @@ HYPERPARAMETERS = ("lr", "batch")
 SPARSITY_SOURCES = {"N_total": "1 - N_active / N_total", "experts": "1 - top_k / n_experts (the experts' layers only)"}
 
 
+class NoExpertsError(FitError):
+    """A sweep none of whose runs is a mixture of experts: no law of sparsity to fit (not a fault)."""
+
+
 @dataclass
 class MoEData(FitData):
     """:class:`FitData` whose points also carry ``S`` (sparsity) and ``G`` (granularity), NaN where unknown.
@@ -229,7 +233,7 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
         raise FitError(f"sweep {sweep!r} has no completed runs to fit")
     specs = list(runs["spec"])
     if not any(is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in specs):
-        raise FitError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
+        raise NoExpertsError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
     keys = list(runs["run_key"])
     rows = []
     for key, n, d, loss, s in zip(keys, runs["N"], runs["D"], runs["loss"], specs):
