@@ -27,7 +27,7 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
     assert sweep == "sim-moe" and len(data.points) == 48
     assert sorted(set(data.points["S"].round(6))) == [0.0, 0.875, 0.96875]
 
-    code, out, err = run_cli("fit", "--db", sqlite_url, "--law", "moe", "--format", "json", "--bootstrap", "60")
+    code, out, err = run_cli("fit", "--db", sqlite_url, "--law", "moe", "--format", "json", "--bootstrap", "40")
     assert code == 0, err
     (law,) = json.loads(out)["laws"].values()
     assert json.loads(out)["conventions"]["N"] == "active parameters"
@@ -35,7 +35,7 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
         iv = law["intervals"][name]
         assert iv["lo"] <= truth <= iv["hi"], (name, iv)
 
-    code, out, err = run_cli("recommend", "--db", sqlite_url, "--law", "moe-sparsity", "--bootstrap", "60")
+    code, out, err = run_cli("recommend", "--db", sqlite_url, "--law", "moe-sparsity", "--bootstrap", "40")
     assert code == 0, err
     assert "S = 0.969" in out  # the law's loss keeps falling with sparsity: the sparsest measured cut
     for what in ("N_active*", "N_total*", "D*"):
@@ -45,7 +45,7 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
     # the sweep's analysis holds the laws of sparsity, stored and read back whole
     from scaling.fitting.analysis import Settings, SweepSource, analyse
 
-    settings = Settings(n_bootstrap=30, next_runs=False)
+    settings = Settings(law="approach2", n_bootstrap=30, next_runs=False, tasks=False)  # one quick dense law beside them
     first = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
     again = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
     assert again.reused and first.moe is not None and again.moe is not None
