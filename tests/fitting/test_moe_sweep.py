@@ -23,6 +23,12 @@ TRUTH = {"c": 2.0, "a": 40.0, "b": 400.0, "delta": 0.3, "alpha": 0.3, "beta": 0.
 
 def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_path: Path) -> None:
     train_plan(PLAN, sqlite_url, tmp_path)
+    # the plan stored with the sweep reads back as a plan (its MoE blocks state every field, None ones too)
+    from scaling.orchestrator.expand import stored_plan
+    from scaling.orchestrator.plan import Plan
+
+    assert [b.model.family if b.model else None for b in Plan.from_dict(stored_plan(sqlite_url, "sim-moe")).grid] == [
+        None, "moe", "moe"]
     data, sweep = moe_data.from_db(sqlite_url)
     assert sweep == "sim-moe" and len(data.points) == 48
     assert sorted(set(data.points["S"].round(6))) == [0.0, 0.875, 0.96875]
