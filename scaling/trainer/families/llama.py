@@ -19,8 +19,11 @@ but its parameters materialized), and applied in the dtype of q and k, as Huggin
 does: under autocast the queries and keys are 16-bit matmul outputs already.
 
 The projections that read one norm output (q, k and v; gate and up) run under autocast as one
-matrix product (:func:`fused_projections`; one by one in FP32 and under tensor parallelism), so
-autocast casts that output once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
+matrix product (:func:`fused_projections`; in FP32 q, k and v still do, gate and up one by one;
+under tensor parallelism all one by one), so autocast casts that output once; their parameters stay
+separate (checkpoints and the Hugging Face export see the same layout). On the CPU in FP32 RMSNorm
+and RoPE run as autograd functions with their backward written out (:func:`rms_norm`,
+:func:`apply_rope`): fewer passes over the activations than torch's composite operations.
 
 Tensor parallelism splits q, k, v and the SwiGLU gate and up projections by columns (whole heads
 per rank) and o and down by rows; the forward pass takes its numbers of heads from the widths it
@@ -260,7 +263,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         hs = self.head_dim
-        q, k, v = (y.view(b, t, -1, hs) for y in fused_projections(x, [self.q, self.k, self.v], join_fp32=True))  # local heads under TP
+        projected = fused_projections(x, [self.q, self.k, self.v], join_fp32=True)
+        q, k, v = (y.view(b, t, -1, hs) for y in projected)  # local heads under TP
         v = v.contiguous()  # attention keeps v: a view would keep q's and k's part of a joined product too
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
