@@ -142,8 +142,10 @@ def overlaps(boxes: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
 def test_no_two_drawn_titles_or_annotations_overlap_at_1280_px(report: Path, browser) -> None:
     def at_1280(page):
         page.set_viewport_size({"width": 1280, "height": 800})
-        # each figure laid out again at the new width, and drawn, before its boxes are read
-        page.evaluate("() => Promise.all(Array.from(document.querySelectorAll('.figure')).map(d => Plotly.Plots.resize(d)))")
+        # plotly.js lays each figure out again at the new width (its own resize handler) before the boxes are read
+        page.wait_for_function("Array.from(document.querySelectorAll('.figure'))"
+                               ".every(d => Math.abs(d._fullLayout.width - d.clientWidth) < 2)", timeout=30_000)
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r())))")
         return page.evaluate(TITLE_BOXES)
 
     figures = browser.open(report, "title-boxes-1280", actions=at_1280).result
