@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from scaling.fmt import escape
+from scaling.fmt import FLOPS_AXIS_FORMAT, escape
 
 #: A layout key of one cartesian axis: ``xaxis``, ``xaxis2``, ``yaxis3`` ...
 _AXIS_KEY = re.compile(r"([xy])axis(\d*)")
@@ -28,6 +28,10 @@ ROW_GAP_PX = 78
 MIN_ROW_PX = 170
 #: Width of a character of an axis title (14 px font), to tell whether a title fits along its axis.
 CHAR_PX = 7.5
+
+
+#: The unit of compute on an axis title: such an axis's ticks are written as :func:`scaling.fmt.flops` writes.
+FLOPS = "FLOPs"
 
 
 def axis(quantity: str, unit: str = "") -> str:
@@ -64,6 +68,8 @@ def titled(fig: Any, title: str, *, x: str | Sequence[str | None] | None = None,
         for key, text in zip(keys, texts):
             if text is not None:
                 updates[key] = {**fig.layout.to_plotly_json().get(key, {}), "title": _text(text)}
+                if text.endswith(f"({FLOPS})"):  # compute's ticks as the text writes compute: 1e+15
+                    updates[key]["exponentformat"] = FLOPS_AXIS_FORMAT
     if legend is not None:
         updates["legend"] = {**fig.layout.to_plotly_json().get("legend", {}), "title": _text(legend)}
     fig.update_layout(updates, overwrite=True)  # each axis and the legend given whole (a string title replaced)
