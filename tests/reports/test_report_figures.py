@@ -86,7 +86,7 @@ def test_many_sizes_share_a_legend_entry_per_size_range() -> None:
     for s, label in groups.items():
         lo, hi = (float(v) for v in label.removeprefix("N ").split("–"))
         assert lo * 0.99 <= s <= hi * 1.01, (s, label)
-    assert F.size_groups([1e5, 2e5]) == {1e5: "N=1e+05", 2e5: "N=2e+05"}
+    assert F.size_groups([1e5, 2e5]) == {1e5: "N=100K", 2e5: "N=200K"}  # counts as scaling.fmt.size writes them
 
 
 def test_run_health_draws_problem_events_only_and_says_so_when_there_are_none() -> None:
