@@ -87,12 +87,13 @@ def test_the_ladder_recipe_searches_with_the_ladder_codes_settings() -> None:
     assert [lo for lo, _ in LADDER_BOUNDS] == [0.0, 0.0, None, 0.0, 0.0]  # log A, log B, (log E), alpha, beta
 
 
-def test_step_1_points_are_the_mean_of_each_runs_last_five_evaluations() -> None:
-    ev = pd.DataFrame({"run_key": ["r"] * 7 + ["s"] * 2, "tokens": [1, 2, 3, 4, 5, 6, 7, 1, 2],
+def test_step_1_points_are_the_mean_of_each_runs_last_five_evaluations_near_its_end() -> None:
+    ev = pd.DataFrame({"run_key": ["r"] * 7 + ["s"] * 2, "tokens": [1, 2, 96, 97, 98, 99, 100, 1, 2],
                        "final": [False] * 6 + [True, False, True], "x": [9, 9, 1, 2, 3, 4, 5, 6, 8.0], "y": 0.5})
     out = ladder_recipe.step1_rows(ev).set_index("run_key")
-    assert out.loc["r", "x"] == pytest.approx(3.0) and out.loc["r", "tokens"] == 7
-    assert out.loc["s", "x"] == pytest.approx(7.0)
+    assert out.loc["r", "x"] == pytest.approx(3.0) and out.loc["r", "tokens"] == 100
+    assert out.loc["s", "x"] == pytest.approx(8.0)  # its other evaluation lies at half its tokens
+    assert ladder_recipe.SMOOTH_SPAN == 0.1
 
 
 def test_step_2_drops_each_runs_first_tenth_rounded_up_and_smooths_over_five() -> None:

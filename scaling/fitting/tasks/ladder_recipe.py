@@ -3,7 +3,9 @@
 What the ladder does to the evaluations before fitting, apart from the fits' own search:
 
 - Step 1's point of a run is its final tokens with the task loss averaged over its last
-  :data:`SMOOTH_WINDOW` evaluations (one noisy last checkpoint does not set the run's point).
+  :data:`SMOOTH_WINDOW` evaluations (one noisy last checkpoint does not set the run's point), here
+  only those within the run's last :data:`SMOOTH_SPAN` of tokens: on the ladder's dense checkpoints
+  that is all five, on a ladder of a few evaluations per run it keeps mid-training losses out.
 - Step 2 drops the first :data:`SKIP_FRACTION` of each run's evaluations (rounded up: the early
   checkpoints, far from the models predicted; a run's last evaluation always stays, so a ladder of
   final evaluations only keeps them all), then replaces each remaining task loss and accuracy by
@@ -21,6 +23,9 @@ import pandas as pd
 
 #: Evaluations averaged: step 1's last ones per run, step 2's trailing window.
 SMOOTH_WINDOW = 5
+#: Step 1 averages only evaluations this close to the run's end, as a share of its tokens (the ladder's
+#: last five lie within its last 9.2%).
+SMOOTH_SPAN = 0.1
 #: The share of each run's first evaluations that step 2 leaves out, rounded up.
 SKIP_FRACTION = 0.1
 #: (task loss, accuracy) the ladder adds to the sigmoid's data: a perfect model at zero loss.
@@ -41,12 +46,15 @@ def _by_run(ev: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def step1_rows(ev: pd.DataFrame) -> pd.DataFrame:
-    """Each run's final evaluation with its task loss ``x`` the mean of its last :data:`SMOOTH_WINDOW`."""
+    """Each run's final evaluation with its task loss ``x`` the mean of its last :data:`SMOOTH_WINDOW`
+    within :data:`SMOOTH_SPAN` of its end."""
     out = []
     for g in _by_run(ev):
         final = g[g["final"].astype(bool)]
         if len(final):
-            out.append(final.iloc[[-1]].assign(x=float(g["x"].tail(SMOOTH_WINDOW).mean())))
+            last = g.tail(SMOOTH_WINDOW)
+            near = last[last["tokens"] >= (1.0 - SMOOTH_SPAN) * float(final["tokens"].iloc[-1])]
+            out.append(final.iloc[[-1]].assign(x=float(near["x"].mean())))
     return pd.concat(out) if out else ev.iloc[:0]
 
 
