@@ -60,8 +60,10 @@ DETERMINED_WIDTH = 0.2
 #: matches the truth fits within a few percent of the other form; a wrong one reaches 1.4-3.5x
 #: (benchmarks/bench_task_coverage.py, docs/downstream.md).
 MISFIT_RATIO = 1.2
-#: How step 1's Chinchilla form is searched: ``grid`` (Epoch AI's grid of starts, the default) or
-#: ``ladder`` (OLMo's model-ladder recipe: one start, every parameter >= 0, L-BFGS-B); see docs/downstream.md.
+#: The recipe of both steps: ``grid`` (the default: step 1 from Epoch AI's grid of starts, step 2 on every
+#: evaluation) or ``ladder`` (OLMo's model-ladder recipe: step 1 from one start, every parameter >= 0,
+#: L-BFGS-B, on each run's last evaluations averaged; step 2 as :mod:`scaling.fitting.tasks.ladder_recipe`
+#: selects and smooths the evaluations, the sigmoid with its ideal point); see docs/downstream.md.
 STEP1_RECIPES = RECIPES
 
 __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
