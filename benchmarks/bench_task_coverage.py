@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--finals-only", action="store_true",
                     help="fit step 2 on each run's final evaluation only (the same draws, checkpoints left out)")
     ap.add_argument("--no-backtest", action="store_true", help="no backtest: intervals without its widening")
+    ap.add_argument("--recipe", default="grid", help="the task laws' recipe: grid (ours) or ladder (OLMo's)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     results = []
@@ -101,7 +102,7 @@ def main() -> None:
         if args.finals_only:
             ev = ev[ev["final"]].reset_index(drop=True)
         fits = fit_tasks(TaskData(ev, 6.0, f"draw {i}", chance={"sim": t["chance"]}), n_bootstrap=args.bootstrap,
-                         seed=i, grid="coarse", run_backtest=not args.no_backtest)
+                         seed=i, grid="coarse", run_backtest=not args.no_backtest, recipe=args.recipe)
         law = fits.laws.get("sim")
         if law is None:
             results.append(dict(draw=i, target="-", form="-", kind="not fitted"))
@@ -125,7 +126,7 @@ def main() -> None:
     seconds = time.perf_counter() - t0
     print(f"{args.draws} simulated ladders (seed {args.seed}, {args.truth} truths, "
           f"{'final evaluations only' if args.finals_only else f'{len(FRACTIONS)} evaluations per run'}), "
-          f"{args.bootstrap} bootstrap replicates, {'no backtest' if args.no_backtest else 'backtested'}, {seconds:.0f} s")
+          f"{args.bootstrap} bootstrap replicates, {'no backtest' if args.no_backtest else 'backtested'}, recipe {args.recipe}, {seconds:.0f} s")
     print("Intervals: 'reliable chains' are those of chains with neither step flagged; 'also determined at the "
           "point' adds those whose step 1 is flagged but whose paired bootstrap determines the accuracy "
           "(scaling.fitting.tasks.task_laws.DETERMINED_WIDTH).")

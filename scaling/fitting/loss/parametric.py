@@ -58,6 +58,9 @@ RECIPES = ("grid", "ladder")
 LADDER_START = (3.0, 6.0, 0.0, 0.1, 0.2)
 #: The ladder's bounds in :data:`ORDER`: a, b, alpha, beta >= 0 (so A, B >= 1); E = exp(e) > 0 needs none.
 LADDER_BOUNDS = ((0.0, None), (0.0, None), (None, None), (0.0, None), (0.0, None))
+#: The ladder code's L-BFGS-B settings: no stop on the objective's change (ftol 0), only on a projected
+#: gradient below 1e-10 or a million iterations; scipy's defaults stop far earlier, well above the optimum.
+LADDER_OPTIONS = {"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000}
 #: What a ladder bound means for the reported parameter, by position in :data:`ORDER`.
 LADDER_PINNED = {0: ("A", "lower bound 1 (a = log A >= 0)"), 1: ("B", "lower bound 1 (b = log B >= 0)"),
                  3: ("alpha", "lower bound 0"), 4: ("beta", "lower bound 0")}
@@ -257,9 +260,9 @@ class ChinchillaParametric(Law):
 
     @staticmethod
     def _bounded(f: Any, x0: np.ndarray) -> np.ndarray | None:
-        """scipy's L-BFGS-B under the ladder's bounds from ``x0``, with scipy's default tolerances as the
-        ladder's code uses them; None without a finite optimum."""
-        r = minimize(f, x0, jac=True, method="L-BFGS-B", bounds=LADDER_BOUNDS, options={"maxiter": 1_000_000})
+        """scipy's L-BFGS-B under the ladder's bounds from ``x0``, with the ladder code's tolerances
+        (:data:`LADDER_OPTIONS`); None without a finite optimum."""
+        r = minimize(f, x0, jac=True, method="L-BFGS-B", bounds=LADDER_BOUNDS, tol=0.0, options=dict(LADDER_OPTIONS))
         return np.asarray(r.x, float) if np.isfinite(r.fun) else None
 
     def _polish(self, obj: HuberLogObjective, xs: np.ndarray, fs: np.ndarray) -> np.ndarray:

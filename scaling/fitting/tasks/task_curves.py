@@ -52,6 +52,7 @@ class AccuracyCurve(Doubtful):
     #: The task's chance level and the lowest task loss predictions are asked at (see :meth:`fit`).
     chance_: float = 0.0
     floor_: float = 0.0
+    anchor_: tuple[float, float] | None = None
 
     # -- the form, on the optimiser's vector and on a parameter dict ---------------------------
     def _accuracy(self, p: dict[str, Any], L: np.ndarray) -> np.ndarray:
@@ -77,17 +78,20 @@ class AccuracyCurve(Doubtful):
 
     # -- fitting ---------------------------------------------------------------------------------
     def fit(self, loss: Any, acc: Any, groups: Any = None, *, chance: float = 0.0,
-            floor: float = 0.0) -> "AccuracyCurve":
+            floor: float = 0.0, anchor: tuple[float, float] | None = None) -> "AccuracyCurve":
         """Fit accuracy ``acc`` against task loss ``loss``; ``groups`` (run keys) for the bootstrap.
 
         ``chance``: the task's chance level, below which no prediction falls; ``floor``: the lowest task
-        loss a prediction is asked at (below it the form holds its value there).
+        loss a prediction is asked at (below it the form holds its value there); ``anchor``: one more
+        (task loss, accuracy) point in every fit and bootstrap refit, belonging to no run (the OLMo
+        ladder's ideal point, :data:`scaling.fitting.tasks.ladder_recipe.IDEAL_POINT`).
         """
         if not (0.0 <= chance < 1.0):
             raise FitError(f"a chance level lies in [0, 1), got {chance!r}")
         if not (math.isfinite(floor) and floor >= 0.0):
             raise FitError(f"the task loss floor must be finite and non-negative, got {floor!r}")
         self.chance_, self.floor_ = float(chance), float(floor)
+        self.anchor_ = None if anchor is None else (float(anchor[0]), float(anchor[1]))
         L = np.asarray(loss, float)
         y = np.asarray(acc, float)
         ok = np.isfinite(L) & np.isfinite(y)
@@ -127,14 +131,18 @@ class AccuracyCurve(Doubtful):
         sw = np.sqrt(w)
         x0 = np.clip(x0, self.lower_ + 1e-12, self.upper_ - 1e-12)
 
+        L, y = self.loss_, self.acc_
+        if self.anchor_ is not None:  # the anchor counts once in every fit, whatever the runs' weights
+            L, y, sw = np.append(L, self.anchor_[0]), np.append(y, self.anchor_[1]), np.append(sw, 1.0)
+
         def resid(x: np.ndarray) -> np.ndarray:
             with np.errstate(all="ignore"):
-                r = (self._accuracy(self._params(x), self.loss_) - self.acc_) * sw
+                r = (self._accuracy(self._params(x), L) - y) * sw
             return np.where(np.isfinite(r), r, 1e3)
 
         def jac(x: np.ndarray) -> np.ndarray:
             with np.errstate(all="ignore"):
-                J = self._jacobian(x, self.loss_) * sw[:, None]
+                J = self._jacobian(x, L) * sw[:, None]
             return np.where(np.isfinite(J), J, 0.0)
 
         try:
@@ -243,6 +251,7 @@ class AccuracyCurve(Doubtful):
             "reliable": self.reliable(), "notes": self.notes_, "doubts": stored(self.doubts_, self.notes_), "pinned": self.pinned_,
             "residual_sd": self.residual_sd_, "loss_range": list(self.loss_range_), "n_points": self.n_points_,
             "n_runs": self.n_groups_, "chance": self.chance_, "loss_floor": self.floor_,
+            "anchor": None if self.anchor_ is None else list(self.anchor_),
             "replicates": None if self.replicates_ is None else self.replicates_.tolist(),
         })
 
@@ -254,6 +263,7 @@ class AccuracyCurve(Doubtful):
         c = sub()
         c.chance_ = float(d.get("chance") or 0.0)
         c.floor_ = float(d.get("loss_floor") or 0.0)
+        c.anchor_ = tuple(d["anchor"]) if d.get("anchor") else None
         c.params_ = {k: float(v) for k, v in d["params"].items()}
         c.x_ = c._vector(c.params_)
         c.doubts_ = restore(d.get("doubts"), d.get("reliable"))
@@ -324,6 +334,8 @@ class Sigmoid(AccuracyCurve):
             for q in (0.25, 0.75):
                 for a in (max(hi - lo, 0.05) * 1.2, max(1.0 - lo, 0.05)):
                     out.append(self._vector({"a": min(a, 1.0 - b), "k": k, "L0": float(np.quantile(L, q)), "b": b}))
+        # the OLMo ladder's own start: floor at chance, ceiling 1, transition at 0.9, slope 3 per unit loss
+        out.append(self._vector({"a": 1.0 - self.chance_, "k": -3.0, "L0": 0.9, "b": self.chance_}))
         return out
 
     def _check_fit(self) -> None:

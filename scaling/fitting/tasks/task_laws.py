@@ -39,6 +39,7 @@ from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.intervals import summarise, withheld
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.loss.parametric import RECIPES, ChinchillaParametric
+from scaling.fitting.tasks import ladder_recipe
 from scaling.fitting.tasks.task_curves import CURVES, AccuracyCurve
 from scaling.fitting.tasks.task_data import TaskData
 from scaling.fitting.tasks.task_data import from_db as tasks_from_db
@@ -59,8 +60,10 @@ DETERMINED_WIDTH = 0.2
 #: matches the truth fits within a few percent of the other form; a wrong one reaches 1.4-3.5x
 #: (benchmarks/bench_task_coverage.py, docs/downstream.md).
 MISFIT_RATIO = 1.2
-#: How step 1's Chinchilla form is searched: ``grid`` (Epoch AI's grid of starts, the default) or
-#: ``ladder`` (OLMo's model-ladder recipe: one start, every parameter >= 0, L-BFGS-B); see docs/downstream.md.
+#: The recipe of both steps: ``grid`` (the default: step 1 from Epoch AI's grid of starts, step 2 on every
+#: evaluation) or ``ladder`` (OLMo's model-ladder recipe: step 1 from one start, every parameter >= 0,
+#: L-BFGS-B, on each run's last evaluations averaged; step 2 as :mod:`scaling.fitting.tasks.ladder_recipe`
+#: selects and smooths the evaluations, the sigmoid with its ideal point); see docs/downstream.md.
 STEP1_RECIPES = RECIPES
 
 __all__ = ["FORMS", "TaskFits", "TaskLaw", "TaskData", "fit_task", "fit_tasks", "tasks_from_db", "tasks_from_frame"]
@@ -344,6 +347,9 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     """
     ev, acc, source = _rows_for(rows, accuracy)
     finals = ev[ev["final"].astype(bool)]
+    fitted = ev  # step 2's evaluations
+    if recipe == "ladder":  # the ladder's smoothing and early-checkpoint cut (see ladder_recipe)
+        finals, fitted = ladder_recipe.step1_rows(ev), ladder_recipe.step2_rows(ev)
     if step1 is None:
         step1 = fit_step1(_step1_points(finals, f"task {task!r} ({source})", k), grid=grid, n_bootstrap=n_bootstrap,
                           seed=seed, recipe=recipe)
@@ -352,7 +358,9 @@ def fit_task(rows: pd.DataFrame, task: str, *, accuracy: str = "acc", n_bootstra
     floor = task_loss_floor(step1)
     for form in forms:
         try:
-            curve = CURVES[form]().fit(ev["x"], ev["y"], ev["run_key"], chance=chance or 0.0, floor=floor)
+            anchor = ladder_recipe.IDEAL_POINT if recipe == "ladder" and form == "sigmoid" else None
+            curve = CURVES[form]().fit(fitted["x"], fitted["y"], fitted["run_key"], chance=chance or 0.0, floor=floor,
+                                       anchor=anchor)
             if n_bootstrap:
                 curve.bootstrap(n_bootstrap, seed + 1)
             curves[form] = curve
