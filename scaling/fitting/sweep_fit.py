@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,6 +25,9 @@ from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.loss.kaplan import KaplanLaw
 from scaling.fitting.loss.parametric import ChinchillaParametric
 from scaling.fmt import Interval, num, se_text
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.tasks.task_laws import TaskFits
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {
@@ -93,7 +96,7 @@ class FitSummary:
     hparams: HparamFit | None = None
     #: The downstream task laws (:class:`scaling.fitting.tasks.task_laws.TaskFits`; empty when no run evaluated a
     #: task); None when not fitted (a CSV's are fitted on their own).
-    tasks: Any = None
+    tasks: TaskFits | None = None
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
@@ -210,7 +213,7 @@ def frame_digest(frame: pd.DataFrame | None) -> str:
                           + ",".join(map(str, frame.columns)).encode()).hexdigest()[:12]
 
 
-def stored_tasks(fits: Any) -> dict[str, Any]:
+def stored_tasks(fits: TaskFits) -> dict[str, Any]:
     """Task fits (:class:`~scaling.fitting.tasks.task_laws.TaskFits`) as the fits table stores them: each task's two
     steps with their replicates, and its evaluations (for the figures)."""
     out = fits.to_dict(replicates=True)
@@ -228,7 +231,7 @@ def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     return out
 
 
-def tasks_from_stored(d: dict[str, Any]) -> Any:
+def tasks_from_stored(d: dict[str, Any]) -> TaskFits:
     """:func:`stored_tasks` read back."""
     from scaling.fitting.tasks.task_curves import AccuracyCurve
     from scaling.fitting.tasks.task_laws import TaskFits, TaskLaw
