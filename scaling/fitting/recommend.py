@@ -72,16 +72,19 @@ DEFAULT_RUN_SOURCE = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16
 
 class Fitted(Protocol):
     """What a recommendation reads of an analysis (:class:`scaling.fitting.analysis.Analysis`, which
-    imports this module): its laws, its conventions and what else it fitted."""
+    imports this module): its laws, its k and what else it fitted."""
 
     source: str
     sweep: str | None
-    conventions: Mapping[str, Any]
     laws: Mapping[str, Law]
     skipped: Mapping[str, str]
     hparams: HparamFit | None
     tasks: TaskFits | None
     recommendation: Recommendation | None
+
+    @property
+    def k(self) -> float:
+        """FLOPs per parameter per token (C = k N D), from the conventions."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +299,7 @@ def recommend(
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
                        + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in fit.skipped.items()))
     compute = _budget(fit, compute)
-    k = float(fit.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+    k = fit.k
     rec = compare_laws(fit.laws, compute, source=fit.source, k=k)
     N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
     if N_run is not None:
