@@ -18,7 +18,7 @@ from scaling.errors import FitError
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.measurements import FitData
-from scaling.fitting.core.notes import NoteKind
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
 from scaling.fitting.hyperparams.hparams import HparamFit, fit_hparams
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
@@ -124,7 +124,7 @@ class FitSummary:
                f"C = {self.conventions.get('flops_per_param_token', FLOPS_PER_PARAM_TOKEN):.3g} N D)"
         console.print(head)
         for note in self.notes:
-            console.print(note if getattr(note, "kind", None) is NoteKind.WARNING else f"note: {note}")
+            console.print(note if isinstance(note, Note) and note.kind is NoteKind.WARNING else f"note: {note}")
         for kind, law in self.laws.items():
             boot = law.bootstrap_info_ or {"n": 0}
             title = f"{KINDS[kind][1]}" + (" (reused stored fit)" if kind in self.reused else "")

@@ -16,7 +16,6 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
 from scaling.fitting.core.sweep_data import fitted_runs
@@ -220,7 +219,7 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
     if rec is None or rec.chosen is None:
         return _at_largest_run(done, fit, answer, "no loss law gives N* at the next budget")
     N = rec.per_law[rec.chosen]["N"]["value"]
-    k = float(getattr(laws[rec.chosen], "k_", None) or FLOPS_PER_PARAM_TOKEN)
+    k = float(laws[rec.chosen].k_)
     D = target / (k * N)
     try:
         h = fit.recommend(N, D, target)

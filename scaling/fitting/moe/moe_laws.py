@@ -378,7 +378,7 @@ class MoELaw(Law):
         out: dict[str, Any] = {"objective": getattr(self, "objective_", None), "x_range": list(self.x_range_),
                                "unidentified": dict(self.unidentified_), "path": self.path_,
                                "mode": getattr(self, "mode_", "full")}
-        if hasattr(self, "data_"):
+        if self.data_ is not None:
             pts = self.data_.points
             out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss", self.variable)}
         return jsonable(out)
