@@ -21,8 +21,8 @@ from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable,
 from scaling.fmt import bounds
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
-    from scaling.fitting.analysis import Analysis
     from scaling.fitting.core.base import Law
+    from scaling.fitting.recommend import Fitted
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -361,7 +361,7 @@ def _replicate_laws(law: Law) -> list[LossLaw]:
     return [LossLaw(*(float(r[i]) for r in reps)) for i in range(len(reps[0]))]
 
 
-def recommend_inference(fit: Analysis, inference_tokens: float, *, compute: float | None = None,
+def recommend_inference(fit: Fitted, inference_tokens: float, *, compute: float | None = None,
                         target_loss: float | None = None) -> InferenceRecommendation:
     """The inference-aware optimum from a sweep's or a CSV's fit (an :class:`~scaling.fitting.analysis.Analysis`
     holding approach 3): nothing is fitted here.

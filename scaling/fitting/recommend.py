@@ -71,8 +71,9 @@ DEFAULT_RUN_SOURCE = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16
 
 
 class Fitted(Protocol):
-    """What a recommendation reads of an analysis (:class:`scaling.fitting.analysis.Analysis`, which
-    imports this module): its laws, its k and what else it fitted."""
+    """What a recommendation reads of fitted laws: an analysis (:class:`scaling.fitting.analysis.Analysis`,
+    which imports this module) or a summary of laws (:class:`scaling.fitting.sweep_fit.FitSummary`, which
+    holds no recommendation): its laws, its k and what else it fitted."""
 
     source: str
     sweep: str | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
@@ -97,6 +97,13 @@ class FitSummary:
     #: The downstream task laws (:class:`scaling.fitting.tasks.task_laws.TaskFits`; empty when no run evaluated a
     #: task); None when not fitted (a CSV's are fitted on their own).
     tasks: TaskFits | None = None
+    #: A summary of laws holds no recommendation of its own (an analysis does).
+    recommendation: ClassVar[None] = None
+
+    @property
+    def k(self) -> float:
+        """FLOPs per parameter per token (C = k N D), from the conventions."""
+        return float(self.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
