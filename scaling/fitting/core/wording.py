@@ -23,7 +23,8 @@ _ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
 def short_reason(text: str, limit: int = REASON_CHARS) -> str:
     """A reason on one line (a doubt's :attr:`~scaling.fitting.core.doubts.Doubt.reason`, without its verdict):
     no closing advice, cut at a word near ``limit``."""
-    text = " ".join((text.reason if isinstance(text, Doubt) else str(text)).split())
+    said = text.reason if isinstance(text, Doubt) else text
+    text = " ".join(str(said).split())
     text = _ADVICE.sub("", text)
     if len(text) <= limit + REASON_SLACK:
         return text
