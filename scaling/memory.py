@@ -19,13 +19,13 @@ from scaling.accounting import (
     Shape,
     Strategy,
     block_params_per_tp_rank,
-    cast_params_per_rank,
     compute_bytes,
+    data_parallel_params,
     fsdp_block_buffer_bytes,
     gather_bytes,
     gathered_bytes,
     model_state_bytes,
-    params_per_rank,
+    own_expert_params,
 )
 
 #: Attention kernels as memory tells them apart: ``fused`` (flash-attn, SDPA's flash and
@@ -33,7 +33,7 @@ from scaling.accounting import (
 #: ``math`` (SDPA's math fallback, plain softmax attention) keeps them.
 AttentionMemory = Literal["fused", "math"]
 ATTENTION_MEMORY: tuple[str, ...] = ("fused", "math")
-#: Where the kernels run, as far as memory goes: the CPU's RMSNorm keeps more for backward.
+#: Where the kernels run, as far as memory goes: CUDA in FP32 repeats grouped key/value heads.
 MemoryDevice = Literal["cuda", "cpu"]
 #: Bytes per logit at the step's peak, the backward of the FP32 log-softmax in any precision
 #: (see :func:`loss_activation_bytes`; measured by ``benchmarks/bench_memory.py``).
@@ -51,15 +51,15 @@ def layer_activation_bytes(
     token, with c the compute dtype's bytes (:func:`compute_bytes`):
 
     * each norm: its input, the FP32 residual stream (4h; autocast adds the 16-bit branch outputs
-      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
-      composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
-      and its output as the next linear layers keep it:
+      to the FP32 embedding; llama's RMSNorm keeps its normalized input instead, as many bytes:
+      CUDA's fused kernel and the CPU's ``llama.rms_norm`` alike), its FP32 1/rms (4; LayerNorm's
+      mean too, 8); and its output as the next linear layers keep it:
       under autocast one c-byte copy per matrix product that reads it (gpt2: one, the fused QKV and
       the first MLP matrix; llama: one where its q, k, v and its gate and up are ``joined`` into one
       product each, ``scaling.trainer.families.llama.fused_projections``, which they are without
       tensor parallelism, else three and two), in FP32 the output itself (4h);
-    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
-      normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
+    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv); normalized, on the
+      CPU) and a FP32 1/rms per head (4(a + kv heads));
     * attention: q, k and v (c(h + 2 kv); on CUDA in FP32 k and v repeated over the query heads,
       c(h + 2h), for SDPA's memory-efficient kernel, which takes no grouped heads) and the output,
       which the output projection takes as it is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
@@ -86,7 +86,7 @@ def layer_activation_bytes(
     llama = shape.family_spec.norm == "rmsnorm"
 
     def norm(readers: int) -> float:
-        kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
+        kept = 4.0 * h + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
         return kept + (c * h * readers if autocast else 4.0 * h)
 
     if joined is None:
@@ -97,8 +97,8 @@ def layer_activation_bytes(
     # CUDA in FP32 repeats grouped key/value heads for the fused kernel (attention.expands_groups)
     kept_kv = h if device == "cuda" and not autocast and attention == "fused" else kv
     split = c * (2 * h + 2 * kept_kv) + c * shape.family_spec.mlp_activation_values(shape)
-    if llama and shape.qk_norm:  # FP32 input (and on the CPU its normalized copy), 1/rms per head
-        split += 4.0 * (h + kv) * (2 if device == "cpu" else 1) + 4.0 * (shape.n_head + shape.kv_heads)
+    if llama and shape.qk_norm:  # FP32 input (normalized, on the CPU), 1/rms per head
+        split += 4.0 * (h + kv) + 4.0 * (shape.n_head + shape.kv_heads)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
@@ -109,8 +109,7 @@ def layer_activation_bytes(
     return tokens * (whole + split / t) + rope
 
 
-def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision = "bf16",
-                          device: MemoryDevice = "cuda") -> float:
+def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision = "bf16") -> float:
     """Bytes the last stage holds above its blocks at the step's peak, the start of backward.
 
     The final norm as a block's norm keeps it (one reader, the output layer), and per logit
@@ -123,7 +122,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     h = shape.d_model
     c = compute_bytes(precision)
     llama = shape.family_spec.norm == "rmsnorm"
-    norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
+    norm = 4.0 * h + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES * shape.vocab_size)
 
@@ -131,12 +130,14 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
 def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:
     """The 16-bit copies of the weight matrices autocast makes in forward, which the linear layers
     keep for backward (the biases' copies they do not keep): the first stage's blocks (their
-    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. Under full
+    tensor rank's part; under expert parallelism the rank's own experts only) and, on the one stage of an unpipelined run, the output layer. Under full
     recomputation too: autocast caches every copy until its context exits, after the loss. None in
     FP32, nor where FSDP2 gathers the matrices in bf16 already."""
     if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
         return 0.0
     params = (shape.n_layer // layout.pp) * (shape.layer_matmul_params // layout.tp)
+    if layout.ep > 1:  # the other ranks' experts
+        params -= shape.family_spec.routed_expert_params(shape) - own_expert_params(shape, layout.ep)
     if layout.pp == 1:
         params += shape.vocab_size * shape.d_model
     return float(compute_bytes(precision) * params)
@@ -172,7 +173,8 @@ def memory_per_rank(
     """Memory of the busiest rank (the first pipeline stage) at its peak: model state, activations, buffers.
 
     Model state: :func:`scaling.accounting.model_state_bytes` of the parameters this tensor and
-    pipeline rank holds, sharded over ``dp`` by the ZeRO stage. Activations: the first stage's
+    pipeline rank holds, sharded over ``dp`` by the ZeRO stage; under expert parallelism the rank's
+    own experts (1/``ep`` of them, :func:`scaling.accounting.own_expert_params`) whole beside them. Activations: the first stage's
     ``n_layer/pp`` blocks (:func:`layer_activation_bytes` of the family, precision, attention
     kernel and device) times the micro-batches in flight, plus (without pipelining, where the
     same rank computes the loss) :func:`loss_activation_bytes`; full recomputation adds one
@@ -190,8 +192,7 @@ def memory_per_rank(
     activations. Elsewhere the trainer refuses it (``scaling.trainer.spec.offload_problem``).
     """
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
-    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params, kept = data_parallel_params(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
         # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see communication.dp_traffic)
@@ -200,6 +201,9 @@ def memory_per_rank(
         sharded = model_state_bytes(params, precision, "zero3", layout.dp, mem_layout)[0]
         weights = weights - sharded  # ZeRO-2's gathered copy stays on the device
         grads = optim = 0.0
+    # the rank's own experts, sharded by ep alone: whole weights, gradients and AdamW state
+    own = model_state_bytes(own_expert_params(shape, layout.ep), precision, "single", 1, mem_layout)
+    weights, grads, optim = weights + own[0], grads + own[1], optim + own[2]
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     kinds = {"precision": precision, "attention": attention, "device": device}
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]
@@ -208,7 +212,7 @@ def memory_per_rank(
     if layout.recompute == "full":
         acts += layer_activation_bytes(shape, b, t, sp, "none", **kinds)  # type: ignore[arg-type]
     if layout.pp == 1:
-        acts += loss_activation_bytes(shape, b, precision, device)
+        acts += loss_activation_bytes(shape, b, precision)
     buffers = autocast_copy_bytes(shape, layout, precision)
     if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
         # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the
