@@ -16,7 +16,7 @@ the sum over the ranks, scaled by 1/dp to DDP's mean). What composes is one torc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     import torch
