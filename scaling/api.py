@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db.results import Results
     from scaling.fitting.curves import CurveLaw, CurveLaws
     from scaling.fitting import Law, Recommendation
+    from scaling.fitting.analysis import Analysis, Settings
     from scaling.fitting.sweep_fit import FitSummary
     from scaling.fitting.hyperparams.hparams import HparamFit
     from scaling.fitting.tasks.task_laws import TaskFits
@@ -376,7 +377,7 @@ def next_plan(path: str | Path, compute: Optional[float] = None, *, db: Optional
     return write_sweep_plan(url, analysis.sweep, rec, path, runs)
 
 
-def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, least: int = 0, **given: Any) -> Any:
+def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, least: int = 0, **given: Any) -> Optional[Settings]:
     """The analysis' settings as asked (bootstrap and seed checked); None where nothing is asked (a sweep's
     stored analysis, whatever its settings)."""
     from scaling.fitting import Settings
@@ -389,7 +390,7 @@ def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, leas
     return Settings(n_bootstrap=n_bootstrap, seed=seed, **asked)
 
 
-def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Any) -> Any:
+def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Optional[Settings]) -> Analysis:
     """The analysis of a sweep (stored, or made and stored: as ``scaling fit`` makes it) or of a CSV, on the
     CLI's one CSV path."""
     from scaling.fitting import CsvSource, SweepSource, analyse

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
 
 from scaling.errors import ArgumentError
 
@@ -27,12 +26,12 @@ _UNITS = {"N": ("parameters", MAX_SIZE), "D": ("tokens", MAX_SIZE), "C": ("FLOPs
           "compute": ("FLOPs", MAX_COMPUTE)}
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_size(value: Any, name: str, where: str) -> float:
+def check_size(value: object, name: str, where: str) -> float:
     """``value`` as a float: a positive finite N, D, C or compute (``name``) of the call ``where``."""
     unit, most = _UNITS[name]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -47,7 +46,7 @@ def check_size(value: Any, name: str, where: str) -> float:
     return number
 
 
-def check_count(value: Any, name: str, where: str, *, least: int = 0, most: int) -> int:
+def check_count(value: object, name: str, where: str, *, least: int = 0, most: int) -> int:
     """``value`` as an int in [``least``, ``most``]: a bootstrap count or a seed."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"{where}: {name} must be a whole number, not {_shown(value)} (a {type(value).__name__})")
@@ -57,7 +56,7 @@ def check_count(value: Any, name: str, where: str, *, least: int = 0, most: int)
     return number
 
 
-def check_resampling(bootstrap: Any, seed: Any, where: str, *, least: int = 0) -> tuple[int, int]:
+def check_resampling(bootstrap: object, seed: object, where: str, *, least: int = 0) -> tuple[int, int]:
     """(bootstrap, seed) checked: at least ``least`` replicates (0 means no intervals, 1 gives none)."""
     count = check_count(bootstrap, "bootstrap", where, least=least, most=MAX_BOOTSTRAP)
     if count == 1:

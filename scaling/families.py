@@ -9,14 +9,14 @@ is named, never imported here, so the planner, the fits and the reports read the
 
 Every other module asks ``FAMILIES[shape.family]``; no module outside this one and the families'
 own modules branches on a family's name (a test reads the syntax trees). A shape (``scaling.accounting.Shape``)
-is passed in duck-typed: this module is below the accounting and imports nothing of the project.
+is passed in as a :class:`ShapeLike`: this module is below the accounting and imports nothing of the project.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol
 
 #: Llama's SwiGLU hidden width is rounded up to a multiple of this (Meta's ``multiple_of``).
 FFN_MULTIPLE = 256
@@ -48,6 +48,45 @@ FIELD_DEFAULTS: dict[str, object] = {
 LLAMA_FIELDS: tuple[str, ...] = ("n_kv_head", "ffn", "tie_embeddings", "qk_norm", "rope_theta", "norm_eps")
 MOE_FIELDS: tuple[str, ...] = ("n_experts", "top_k", "expert_ffn", "n_shared_experts", "n_dense_layers", "router",
                                "balance", "aux_loss", "router_z_loss", "bias_rate")
+
+
+class ShapeLike(Protocol):
+    """What a family reads of a shape (``scaling.accounting.Shape``, which imports this module)."""
+
+    @property
+    def family(self) -> str: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_head(self) -> int: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def ffn(self) -> int | None: ...
+    @property
+    def qk_norm(self) -> bool: ...
+    @property
+    def n_experts(self) -> int | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def expert_ffn(self) -> int | None: ...
+    @property
+    def n_shared_experts(self) -> int: ...
+    @property
+    def n_dense_layers(self) -> int: ...
+    @property
+    def router(self) -> str: ...
+    @property
+    def balance(self) -> str: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -90,21 +129,21 @@ class Family:
     routed: ClassVar[bool] = False
 
     # -- fields ---------------------------------------------------------------------------
-    def defaults(self, shape: Any) -> dict[str, object]:
+    def defaults(self, shape: ShapeLike) -> dict[str, object]:
         """The resolved values of the None fields of ``shape`` (by its sizes)."""
         return {"n_kv_head": shape.n_head, "ffn": llama_ffn(shape.d_model), "tie_embeddings": False}
 
-    def fixed(self, shape: Any) -> dict[str, object]:
+    def fixed(self, shape: ShapeLike) -> dict[str, object]:
         """Values the fields this family does not take must keep (their defaults)."""
         return {name: FIELD_DEFAULTS[name] for name in FIELD_DEFAULTS if name not in self.fields}
 
-    def problem(self, shape: Any) -> str | None:
+    def problem(self, shape: ShapeLike) -> str | None:
         """Why ``shape``'s family fields make no decoder of this family (after :meth:`defaults`), or None."""
         if shape.head_dim % 2:
             return f"RoPE needs an even head size, got d_model/n_head = {shape.head_dim}"
         return None
 
-    def keyed_fields(self, shape: Any) -> dict[str, object]:
+    def keyed_fields(self, shape: ShapeLike) -> dict[str, object]:
         """The fields that differ from this family's defaults, with the family's name: what a
         spec serializes and its key hashes (a field at its default is left out, so stating it
         changes no key)."""
@@ -116,62 +155,62 @@ class Family:
                 out[name] = value
         return out
 
-    def label(self, shape: Any) -> str:
+    def label(self, shape: ShapeLike) -> str:
         """What ``scaling plan`` adds to ``LxD/Hh``."""
         kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
         return f"{kv} {self.name} ffn {shape.hidden}"
 
     # -- parameters -----------------------------------------------------------------------
-    def attention_params(self, shape: Any) -> int:
+    def attention_params(self, shape: ShapeLike) -> int:
         d = shape.d_model
         return 2 * d * d + 2 * d * shape.kv_heads * shape.head_dim
 
-    def mlp_params(self, shape: Any) -> int:
+    def mlp_params(self, shape: ShapeLike) -> int:
         return self.mlp_matrices * shape.d_model * shape.hidden
 
-    def layer_matmul_params(self, shape: Any) -> int:
+    def layer_matmul_params(self, shape: ShapeLike) -> int:
         """The weight matrices of the largest block: attention's and the MLP's (all experts)."""
         return self.attention_params(shape) + self.mlp_params(shape)
 
-    def layer_active_matmul_params(self, shape: Any) -> int:
+    def layer_active_matmul_params(self, shape: ShapeLike) -> int:
         """The weight matrices a token multiplies by in the largest block."""
         return self.layer_matmul_params(shape)
 
-    def blocks_matmul_params(self, shape: Any, active: bool = False) -> int:
+    def blocks_matmul_params(self, shape: ShapeLike, active: bool = False) -> int:
         """Every block's weight matrices (those a token uses, when ``active``)."""
         per = self.layer_active_matmul_params(shape) if active else self.layer_matmul_params(shape)
         return shape.n_layer * per
 
-    def layer_vector_params(self, shape: Any) -> int:
+    def layer_vector_params(self, shape: ShapeLike) -> int:
         """One block's parameters that are not matrices: norms (and biases)."""
         return 2 * shape.d_model + (2 * shape.head_dim if shape.qk_norm else 0)
 
-    def layer_norm_params(self, shape: Any) -> int:
+    def layer_norm_params(self, shape: ShapeLike) -> int:
         """One block's norm parameters (autocast computes with them in FP32)."""
         return self.layer_vector_params(shape)
 
-    def layer_replicated_params(self, shape: Any) -> int:
+    def layer_replicated_params(self, shape: ShapeLike) -> int:
         """One block's parameters every tensor-parallel rank holds whole."""
         return self.layer_vector_params(shape)
 
-    def final_norm_params(self, shape: Any) -> int:
+    def final_norm_params(self, shape: ShapeLike) -> int:
         return shape.d_model
 
-    def position_params(self, shape: Any) -> int:
+    def position_params(self, shape: ShapeLike) -> int:
         return 0
 
-    def routed_expert_params(self, shape: Any) -> int:
+    def routed_expert_params(self, shape: ShapeLike) -> int:
         """Every block's routed experts (what expert parallelism shards; none in a dense family)."""
         return 0
 
-    def tp_problem(self, shape: Any, tp: int) -> str | None:
+    def tp_problem(self, shape: ShapeLike, tp: int) -> str | None:
         """Why this family's block cannot be split over ``tp`` tensor ranks beyond the heads, or None."""
         if shape.hidden % tp:
             return f"tp={tp} does not divide {self.ffn_name} ({shape.hidden})"
         return None
 
     # -- activations ----------------------------------------------------------------------
-    def mlp_activation_values(self, shape: Any) -> float:
+    def mlp_activation_values(self, shape: ShapeLike) -> float:
         """Values per token the MLP keeps for backward, in the compute dtype (split over tensor
         ranks): the gate, SiLU, up and their product (4 ffn)."""
         return 4.0 * shape.hidden
@@ -195,37 +234,37 @@ class GPT2(Family):
     }
     ffn_name: ClassVar[str] = "4*d_model"
 
-    def defaults(self, shape: Any) -> dict[str, object]:
+    def defaults(self, shape: ShapeLike) -> dict[str, object]:
         return {"n_kv_head": shape.n_head, "ffn": 4 * shape.d_model, "tie_embeddings": True}
 
-    def fixed(self, shape: Any) -> dict[str, object]:
+    def fixed(self, shape: ShapeLike) -> dict[str, object]:
         return {**super().fixed(shape), **self.defaults(shape)}
 
-    def problem(self, shape: Any) -> str | None:
+    def problem(self, shape: ShapeLike) -> str | None:
         return None
 
-    def keyed_fields(self, shape: Any) -> dict[str, object]:
+    def keyed_fields(self, shape: ShapeLike) -> dict[str, object]:
         return {}  # a gpt2 spec serializes as before families existed
 
-    def label(self, shape: Any) -> str:
+    def label(self, shape: ShapeLike) -> str:
         return ""
 
-    def layer_vector_params(self, shape: Any) -> int:
+    def layer_vector_params(self, shape: ShapeLike) -> int:
         return 13 * shape.d_model  # two LayerNorms (4d), biases of QKV (3d), out-proj (d), MLP (4d + d)
 
-    def layer_norm_params(self, shape: Any) -> int:
+    def layer_norm_params(self, shape: ShapeLike) -> int:
         return 4 * shape.d_model
 
-    def layer_replicated_params(self, shape: Any) -> int:
+    def layer_replicated_params(self, shape: ShapeLike) -> int:
         return 4 * shape.d_model + 2 * shape.d_model  # the norms and the row-parallel output biases
 
-    def final_norm_params(self, shape: Any) -> int:
+    def final_norm_params(self, shape: ShapeLike) -> int:
         return 2 * shape.d_model
 
-    def position_params(self, shape: Any) -> int:
+    def position_params(self, shape: ShapeLike) -> int:
         return shape.context * shape.d_model
 
-    def mlp_activation_values(self, shape: Any) -> float:
+    def mlp_activation_values(self, shape: ShapeLike) -> float:
         return 2.0 * shape.hidden  # the first matrix's output and GELU's
 
 
@@ -258,11 +297,11 @@ class MoE(Family):
         "attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.o": "rowwise",
     }
 
-    def defaults(self, shape: Any) -> dict[str, object]:
+    def defaults(self, shape: ShapeLike) -> dict[str, object]:
         ffn = shape.ffn if shape.ffn is not None else llama_ffn(shape.d_model)
         return {**super().defaults(shape), "n_experts": 8, "top_k": 2, "expert_ffn": ffn}
 
-    def problem(self, shape: Any) -> str | None:
+    def problem(self, shape: ShapeLike) -> str | None:
         problem = super().problem(shape)
         if problem:
             return problem
@@ -286,45 +325,45 @@ class MoE(Family):
                 return f"{name} must be between 0 and 1, got {value}"
         return None
 
-    def label(self, shape: Any) -> str:
+    def label(self, shape: ShapeLike) -> str:
         kv = f"/{shape.kv_heads}kv" if shape.kv_heads != shape.n_head else ""
         shared = f"+{shape.n_shared_experts}s" if shape.n_shared_experts else ""
         dense = f" dense {shape.n_dense_layers}" if shape.n_dense_layers else ""
         return f"{kv} moe {shape.n_experts}{shared}x{shape.expert_ffn} top{shape.top_k}{dense}"
 
-    def router_params(self, shape: Any) -> int:
+    def router_params(self, shape: ShapeLike) -> int:
         return shape.d_model * shape.n_experts
 
-    def expert_params(self, shape: Any) -> int:
+    def expert_params(self, shape: ShapeLike) -> int:
         return 3 * shape.d_model * shape.expert_ffn
 
-    def moe_mlp_params(self, shape: Any, active: bool) -> int:
+    def moe_mlp_params(self, shape: ShapeLike, active: bool) -> int:
         experts = (shape.top_k if active else shape.n_experts) + shape.n_shared_experts
         return self.router_params(shape) + experts * self.expert_params(shape)
 
-    def layer_matmul_params(self, shape: Any) -> int:
+    def layer_matmul_params(self, shape: ShapeLike) -> int:
         return self.attention_params(shape) + self.moe_mlp_params(shape, active=False)
 
-    def layer_active_matmul_params(self, shape: Any) -> int:
+    def layer_active_matmul_params(self, shape: ShapeLike) -> int:
         return self.attention_params(shape) + self.moe_mlp_params(shape, active=True)
 
-    def blocks_matmul_params(self, shape: Any, active: bool = False) -> int:
+    def blocks_matmul_params(self, shape: ShapeLike, active: bool = False) -> int:
         dense = shape.n_dense_layers * (self.attention_params(shape) + self.mlp_params(shape))
         moe = (shape.n_layer - shape.n_dense_layers) * (
             self.layer_active_matmul_params(shape) if active else self.layer_matmul_params(shape))
         return dense + moe
 
-    def routed_expert_params(self, shape: Any) -> int:
+    def routed_expert_params(self, shape: ShapeLike) -> int:
         return (shape.n_layer - shape.n_dense_layers) * shape.n_experts * self.expert_params(shape)
 
-    def layer_replicated_params(self, shape: Any) -> int:
+    def layer_replicated_params(self, shape: ShapeLike) -> int:
         """The norms and the whole MLP: only attention is split over tensor ranks."""
         return self.layer_vector_params(shape) + self.moe_mlp_params(shape, active=False)
 
-    def tp_problem(self, shape: Any, tp: int) -> str | None:
+    def tp_problem(self, shape: ShapeLike, tp: int) -> str | None:
         return None  # the experts are not split over tensor ranks (only attention is)
 
-    def mlp_activation_values(self, shape: Any) -> float:
+    def mlp_activation_values(self, shape: ShapeLike) -> float:
         """Per token: the router's FP32 logits and scores (4 E values of the compute dtype's
         size at 16 bits), the gate, SiLU, up and product of each of its top-k and shared experts
         (4 expert_ffn each), and of each routed copy its input cast for gate and up and its

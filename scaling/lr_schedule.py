@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Optional, Protocol
 
 import numpy as np
 
@@ -21,25 +21,42 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {"kind": "cosine", "warmup_fraction": 0.05, 
                                      "min_lr_ratio": 0.1, "decay_fraction": 0.2, "decay_shape": "linear"}
 
 
+class Schedule(Protocol):
+    """What a learning-rate schedule states (``ScheduleSpec``, or :func:`schedule_of`'s namespace)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def warmup_fraction(self) -> float: ...
+    @property
+    def warmup_steps(self) -> Optional[int]: ...
+    @property
+    def min_lr_ratio(self) -> float: ...
+    @property
+    def decay_fraction(self) -> float: ...
+    @property
+    def decay_shape(self) -> str: ...
+
+
 def schedule_of(fields: dict[str, Any] | None) -> SimpleNamespace:
     """A schedule from its stored fields (a spec's ``schedule`` section), the defaults filling the rest."""
     return SimpleNamespace(**(SCHEDULE_DEFAULTS | {k: v for k, v in (fields or {}).items() if k in SCHEDULE_DEFAULTS}))
 
 
-def warmup_steps(total_steps: int, schedule: Any) -> int:
+def warmup_steps(total_steps: int, schedule: Schedule) -> int:
     """``warmup_steps`` when the schedule names it (at most the run's steps), else ``warmup_fraction`` of them."""
     if schedule.warmup_steps is not None:
         return min(schedule.warmup_steps, total_steps)
     return int(round(schedule.warmup_fraction * total_steps))
 
 
-def decay_start(total_steps: int, schedule: Any) -> int:
+def decay_start(total_steps: int, schedule: Schedule) -> int:
     """The first step of a ``wsd`` schedule's decay (where a cooldown branch leaves its trunk)."""
     decay = max(1, int(round(schedule.decay_fraction * total_steps)))
     return max(warmup_steps(total_steps, schedule), total_steps - decay)
 
 
-def lr_at(step: int, total_steps: int, peak: float, schedule: Any) -> float:
+def lr_at(step: int, total_steps: int, peak: float, schedule: Schedule) -> float:
     """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
 
     - linear warmup over ``warmup_steps`` steps or ``warmup_fraction`` of the steps, from peak/warmup to peak;
@@ -72,6 +89,6 @@ def lr_at(step: int, total_steps: int, peak: float, schedule: Any) -> float:
     return peak + (floor - peak) * progress
 
 
-def lr_steps(total_steps: int, peak: float, schedule: Any) -> np.ndarray:
+def lr_steps(total_steps: int, peak: float, schedule: Schedule) -> np.ndarray:
     """The learning rate of every step 0 .. ``total_steps`` - 1, by :func:`lr_at`."""
     return np.fromiter((lr_at(s, total_steps, peak, schedule) for s in range(total_steps)), float, total_steps)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def broken(kind: str, values: np.ndarray) -> np.ndarray:
     return np.isinf(v) | (np.isfinite(v) & ~(above & below))
 
 
-def possible_losses(runs: Any, columns: Sequence[str]) -> tuple[Any, Optional[str]]:
+def possible_losses(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, Optional[str]]:
     """A runs table (a DataFrame with ``run_key``) with each stored loss in ``columns`` that breaks
     the loss rule blanked (NaN), and one line naming the first such run (None when there is none):
     what a listing or a figure shows instead of an impossible number."""

@@ -7,8 +7,7 @@
 - fewer than :data:`MAX_ANY_PARAMETERS` parameters annotated plain ``Any`` in ``scaling/`` (``*args``
   and ``**kwargs`` left out): a parameter says what it takes.
 
-A part that does not hold yet is marked ``xfail`` (not strict) with the reason; the measuring itself is
-tested on small sources.
+The measuring itself is tested on small sources.
 """
 
 from __future__ import annotations
@@ -104,9 +103,6 @@ def test_no_long_module_in_fitting() -> None:
     assert not found, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=False, reason="most parameters typed Any left are in fitting/ and reports/ (the typed "
-                                        "Analysis rewrite) and in trainer/families, trainer/parallel, trainer/data "
-                                        "and trainer/checkpoints")
 def test_few_parameters_are_typed_any() -> None:
     found = [f"{path.relative_to(SCALING.parent)}: {p}" for path in modules()
              for p in any_parameters(path.read_text(encoding="utf-8"))]

@@ -127,6 +127,59 @@ class CurveLaw(Protocol):
 
 
 @dataclass(frozen=True)
+class Conventions:
+    """What an analysis' N, D and C count, stated once: the parameters N counts (``non_embedding`` or
+    ``total``), the FLOPs convention, k in C = k N D, and how the data's tokens were counted (effective
+    data, its R*s) and its hyperparameter groups read. Stored as the flat mapping analyses have always
+    stored (:meth:`to_json`), so that any stored analysis reads back (:meth:`from_json`)."""
+
+    params: str = "non_embedding"
+    flops: str = "6N"
+    #: FLOPs per parameter per token.
+    k: float = FLOPS_PER_PARAM_TOKEN
+    effective_data: bool = False
+    unique_tokens: Optional[float] = None
+    unique_tokens_column: Optional[str] = None
+    #: R*_D and R*_N of effective data where they are not the defaults, and their fits where fitted.
+    r_star_D: Optional[float] = None
+    r_star_N: Optional[float] = None
+    r_star_fits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: How the hyperparameter groups were read (:data:`scaling.fitting.hyperparams.hparams.MODES`).
+    hparams: Optional[str] = None
+
+    @classmethod
+    def of(cls, data: FitData) -> "Conventions":
+        """The conventions ``data`` were read in."""
+        return cls.from_json(data.conventions())
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: ``params``, ``flops``, ``flops_per_param_token``, ``effective_data``,
+        ``unique_tokens``, then the others only where stated."""
+        out: dict[str, Any] = {"params": self.params, "flops": self.flops, "flops_per_param_token": self.k,
+                               "effective_data": self.effective_data, "unique_tokens": self.unique_tokens}
+        optional = {"unique_tokens_column": self.unique_tokens_column, "r_star_D": self.r_star_D,
+                    "r_star_N": self.r_star_N, "r_star_fits": dict(self.r_star_fits) or None, "hparams": self.hparams}
+        return out | {key: value for key, value in optional.items() if value is not None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Conventions":
+        """:meth:`to_json` read back; a stored mapping without a field (an older analysis) takes its default,
+        a key this version does not know is left out."""
+        if not isinstance(d, Mapping):
+            raise FitError(f"stored conventions must be a mapping, not {type(d).__name__}")
+
+        def opt(key: str, kind: type) -> Any:
+            return None if d.get(key) is None else kind(d[key])
+
+        return cls(params=str(d.get("params") or cls.params), flops=str(d.get("flops") or cls.flops),
+                   k=float(d.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN),
+                   effective_data=bool(d.get("effective_data", False)), unique_tokens=opt("unique_tokens", float),
+                   unique_tokens_column=opt("unique_tokens_column", str), r_star_D=opt("r_star_D", float),
+                   r_star_N=opt("r_star_N", float), r_star_fits=dict(d.get("r_star_fits") or {}),
+                   hparams=opt("hparams", str))
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything fitted to one sweep or CSV, and the answer it gives; made by :func:`analyse` only."""
 
@@ -135,7 +188,7 @@ class Analysis:
     n_points: int
     settings: Settings
     #: The data's conventions (params, flops, effective data) and k, FLOPs per parameter per token, once.
-    conventions: Mapping[str, Any]
+    conventions: Conventions
     #: The loss laws by kind (:data:`scaling.fitting.sweep_fit.KINDS`), and those not fitted with why.
     laws: Mapping[str, Law] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)
@@ -164,14 +217,14 @@ class Analysis:
     @property
     def k(self) -> float:
         """FLOPs per parameter per token (C = k N D)."""
-        return float(self.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+        return self.conventions.k
 
     def laws_fit(self) -> FitSummary:
         """The loss and hyperparameter laws as ``scaling fit``'s tables show them."""
         kinds = list(self.laws) if self.reused else []
         stored = {kind: self.stored_id for kind in self.laws} if self.stored_id is not None else {}
         return FitSummary(source=self.source, fingerprint=self.fingerprint, n_points=self.n_points,
-                          conventions=dict(self.conventions), laws=dict(self.laws), skipped=dict(self.skipped),
+                          conventions=self.conventions.to_json(), laws=dict(self.laws), skipped=dict(self.skipped),
                           reused=kinds, stored=stored, sweep=self.sweep, notes=list(self.notes),
                           hparams=self.hparams, tasks=self.tasks)
 
@@ -191,7 +244,7 @@ class Analysis:
         rec = self.recommendation
         return jsonable({
             "version": FIT_VERSION, "source": self.source, "sweep": self.sweep, "fingerprint": self.fingerprint,
-            "n_points": self.n_points, "settings": asdict(self.settings), "conventions": dict(self.conventions),
+            "n_points": self.n_points, "settings": asdict(self.settings), "conventions": self.conventions.to_json(),
             "laws": {kind: law.to_dict() for kind, law in self.laws.items()}, "skipped": dict(self.skipped),
             "hparams": None if self.hparams is None else self.hparams.to_dict(replicates=True),
             "tasks": None if self.tasks is None else stored_tasks(self.tasks),
@@ -216,7 +269,7 @@ class Analysis:
         if isinstance(settings.get("tasks"), list):
             settings["tasks"] = tuple(settings["tasks"])
         return cls(source=str(d["source"]), fingerprint=str(d["fingerprint"]), n_points=int(d["n_points"]),
-                   settings=Settings(**settings), conventions=dict(d["conventions"]),
+                   settings=Settings(**settings), conventions=Conventions.from_json(d["conventions"]),
                    laws={kind: law_from_dict(law, data) for kind, law in d["laws"].items()},
                    skipped=dict(d.get("skipped") or {}), hparams=hparams,
                    tasks=None if d.get("tasks") is None else tasks_from_stored(d["tasks"]),
@@ -363,7 +416,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     all_notes = [as_note(n, NoteKind.DATA) for n in data.notes] + list(notes or [])
     tasks = _fit_tasks(task_data, settings, sweep, all_notes)
     analysis = Analysis(source=source, fingerprint=data.fingerprint(), n_points=len(data.points), settings=settings,
-                        conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},
+                        conventions=Conventions.of(data),
                         laws=laws, skipped=skipped, hparams=hparams, tasks=tasks, sweep=sweep,
                         notes=tuple(all_notes), warnings=tuple(data.warnings))
     try:

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
 from scaling.fmt import bounds
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.core.base import Law
+    from scaling.fitting.recommend import Fitted
 
 #: Inference FLOPs per parameter per token as a fraction of training's k: a forward pass is 1/3.
 INFERENCE_SHARE = 1.0 / 3.0
@@ -46,10 +51,10 @@ class LossLaw:
         vals = (self.E, self.A, self.B, self.alpha, self.beta)
         return all(math.isfinite(v) for v in vals) and self.A > 0 and self.B > 0 and self.alpha > 0 and self.beta > 0
 
-    def loss(self, N: Any, D: Any) -> Any:
+    def loss(self, N: ArrayLike, D: ArrayLike) -> np.ndarray:
         return self.E + self.A / np.asarray(N, float) ** self.alpha + self.B / np.asarray(D, float) ** self.beta
 
-    def tokens_for(self, N: Any, target: float) -> Any:
+    def tokens_for(self, N: ArrayLike, target: float) -> np.ndarray:
         """D reaching loss ``target`` with N parameters (inf where N alone cannot get there)."""
         N = np.asarray(N, float)
         with np.errstate(all="ignore"):
@@ -71,7 +76,7 @@ class LossLaw:
         return N, compute / (k * N)
 
 
-def inference_flops(N: Any, inference_tokens: float, k: float = FLOPS_PER_PARAM_TOKEN) -> Any:
+def inference_flops(N: ArrayLike, inference_tokens: float, k: float = FLOPS_PER_PARAM_TOKEN) -> np.ndarray:
     """FLOPs to serve ``inference_tokens`` tokens with an N-parameter model: (k/3) N T (2 N T for k = 6)."""
     return k * INFERENCE_SHARE * np.asarray(N, float) * inference_tokens
 
@@ -233,7 +238,7 @@ def _cell(iv: dict[str, Any]) -> str:
     return f"{v} {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) else v
 
 
-def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float | None = None,
+def recommend_for_inference(law: Law, inference_tokens: float, *, compute: float | None = None,
                             target_loss: float | None = None, source: str = "fit") -> InferenceRecommendation:
     """The inference-aware optimum from a fitted approach-3 law (``params_``, ``k_``, ``replicates_``).
 
@@ -249,10 +254,10 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         raise FitError(f"--inference-tokens {inference_tokens:.3g} is more than {MAX_INFERENCE_TOKENS:.0e} tokens")
     if target_loss is not None and not math.isfinite(target_loss):
         raise FitError(f"--target-loss must be a finite number, got {target_loss}")
-    measured = law.data_.points["C"] if getattr(law, "data_", None) is not None else []
+    measured = law.data_.points["C"] if law.data_ is not None else []
     if compute is not None:
         check_budget(compute, measured)
-    k = float(getattr(law, "k_", FLOPS_PER_PARAM_TOKEN))
+    k = float(law.k_)
     point = LossLaw.from_params(law.params_)
     if not point.valid():
         bad = ", ".join(f"{k} = {v:.3g}" for k, v in vars(point).items() if not (math.isfinite(v) and (k == "E" or v > 0)))
@@ -292,7 +297,7 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
         rows_best.append(b)
         rows_co.append(c)
     rec.replicates = {"n": len(reps), "used": len(rows_best), "unreachable": unreachable}
-    doubts = law.doubts() if hasattr(law, "doubts") else []
+    doubts = law.doubts()
     rec.unreliable = doubts[0] if doubts else None
     enough = reps and len(rows_best) >= 0.5 * len(reps) and not rec.unreliable
     for out, pt, rows in ((rec.optimum, best, rows_best), (rec.compute_optimal, co, rows_co)):
@@ -314,7 +319,7 @@ def recommend_for_inference(law: Any, inference_tokens: float, *, compute: float
     return rec
 
 
-def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float = FLOPS_PER_PARAM_TOKEN) -> None:
+def check_target_in_range(law: LossLaw, target: float, measured: ArrayLike, k: float = FLOPS_PER_PARAM_TOKEN) -> None:
     """Refuse a target loss whose compute-optimal run lies beyond :data:`MAX_EXTRAPOLATION` of the measured budgets.
 
     Checked on the losses the law gives at the two ends of the allowed budgets, before any optimum is
@@ -335,7 +340,7 @@ def check_target_in_range(law: LossLaw, target: float, measured: Any, k: float =
                        f"nothing that far away (use a target loss from {lo_loss:.4g} to {hi_loss:.4g})")
 
 
-def _check_training_in_range(training_flops: float, measured: Any, inference_tokens: float) -> None:
+def _check_training_in_range(training_flops: float, measured: ArrayLike, inference_tokens: float) -> None:
     """Refuse an inference-aware run whose own training lies beyond :data:`MAX_EXTRAPOLATION` of the data.
 
     Serving many tokens moves the optimum to a small model trained far longer: its training budget,
@@ -348,15 +353,15 @@ def _check_training_in_range(training_flops: float, measured: Any, inference_tok
                        f"({span[0]:.3g} to {span[1]:.3g} FLOPs): the fitted laws say nothing that far away")
 
 
-def _replicate_laws(law: Any) -> list[LossLaw]:
-    reps = law._replicate_params() if hasattr(law, "_replicate_params") else None
-    if not reps:
+def _replicate_laws(law: Law) -> list[LossLaw]:
+    names = ("E", "A", "B", "alpha", "beta")
+    reps = [law.replicate_values(name) for name in names]
+    if any(r is None for r in reps):
         return []
-    n = len(np.asarray(reps["E"]))
-    return [LossLaw(*(float(np.asarray(reps[k])[i]) for k in ("E", "A", "B", "alpha", "beta"))) for i in range(n)]
+    return [LossLaw(*(float(r[i]) for r in reps)) for i in range(len(reps[0]))]
 
 
-def recommend_inference(fit: Any, inference_tokens: float, *, compute: float | None = None,
+def recommend_inference(fit: Fitted, inference_tokens: float, *, compute: float | None = None,
                         target_loss: float | None = None) -> InferenceRecommendation:
     """The inference-aware optimum from a sweep's or a CSV's fit (an :class:`~scaling.fitting.analysis.Analysis`
     holding approach 3): nothing is fitted here.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,9 @@ from scaling.fitting.core.measurements import prepare
 from scaling.fmt import bounds, interval_text
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.core.base import Law
     from scaling.fitting.hyperparams.hparams import HparamFit
+    from scaling.fitting.tasks.task_laws import TaskFits
 
 #: The default budget, as a multiple of the largest measured run's compute.
 NEXT_BUDGET_FACTOR = 10.0
@@ -66,6 +68,24 @@ CANDIDATE_BOOTSTRAP = 100
 AT_BUDGET_SPAN = {"N": 10.0, "D": 10.0, "loss": 1.15}
 #: Where a run sized by :func:`default_run` comes from, as the recommendation says it.
 DEFAULT_RUN_SOURCE = "defaults: ShapePolicy() on one worker (micro-batch 8, bf16, one 80 GiB device)"
+
+
+class Fitted(Protocol):
+    """What a recommendation reads of fitted laws: an analysis (:class:`scaling.fitting.analysis.Analysis`,
+    which imports this module) or a summary of laws (:class:`scaling.fitting.sweep_fit.FitSummary`, which
+    holds no recommendation): its laws, its k and what else it fitted."""
+
+    source: str
+    sweep: str | None
+    laws: Mapping[str, Law]
+    skipped: Mapping[str, str]
+    hparams: HparamFit | None
+    tasks: TaskFits | None
+    recommendation: Recommendation | None
+
+    @property
+    def k(self) -> float:
+        """FLOPs per parameter per token (C = k N D), from the conventions."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +252,7 @@ class Recommendation:
         return con.text()
 
 
-def _num(v: Any) -> str:
+def _num(v: float | None) -> str:
     return num(v, 3, "-")
 
 
@@ -241,12 +261,12 @@ _NUMBERS = frozenset({"value", "se", "lo", "hi", "se_log", "lo_param", "hi_param
                       "N_ratio", "D_ratio", "loss_spread", "n_methods", "n_laws"})
 
 
-def as_doubt(doubt: Any) -> Doubt:
+def as_doubt(doubt: object) -> Doubt:
     """``doubt`` as a :class:`Doubt` (a bare message is one of kind ``STORED``)."""
     return doubt if isinstance(doubt, Doubt) else Doubt(DoubtKind.STORED, str(doubt))
 
 
-def _nan_back(obj: Any) -> Any:
+def _nan_back(obj: object) -> Any:
     """A stored summary with its numbers NaN again where JSON wrote null (as :func:`jsonable` wrote them)."""
     if isinstance(obj, dict):
         return {k: math.nan if v is None and k in _NUMBERS else _nan_back(v) for k, v in obj.items()}
@@ -256,11 +276,11 @@ def _nan_back(obj: Any) -> Any:
 
 
 def recommend(
-    fit: Any,
+    fit: Fitted,
     compute: float | None = None,
     *,
     next_runs: Sequence[dict[str, Any]] | None = None,
-    tasks: Any = None,
+    tasks: TaskFits | None = None,
 ) -> Recommendation:
     """N*, D* and loss at ``compute`` FLOPs from every law of ``fit``; of a sweep, a run sized by the defaults.
 
@@ -273,14 +293,14 @@ def recommend(
     by default the fit's own. ``next_runs``: the runs worth adding, ranked by :func:`candidate_runs` when
     the analysis was made; at another budget the analysis' ranking is not this budget's, so none are listed.
     """
-    own = getattr(fit, "recommendation", None)
+    own = fit.recommendation
     if own is not None and tasks is None and next_runs is None and (compute is None or compute == own.compute):
         return own
     if not fit.laws:  # the hyperparameter groups alone give lr* and B*, not a run's size
         raise FitError("no loss law could be fitted, so there is no N* to recommend: "
                        + "; ".join(f"{KINDS[kind][1]}: {why}" for kind, why in fit.skipped.items()))
     compute = _budget(fit, compute)
-    k = float(fit.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+    k = fit.k
     rec = compare_laws(fit.laws, compute, source=fit.source, k=k)
     N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
     if N_run is not None:
@@ -307,7 +327,7 @@ def recommend(
     return rec
 
 
-def next_runs_for(fit: Any, compute: float, seed: int = 0,
+def next_runs_for(fit: Fitted, compute: float, seed: int = 0,
                   n_bootstrap: int = CANDIDATE_BOOTSTRAP) -> tuple[list[dict[str, Any]], Note | None]:
     """The runs worth adding at ``compute`` (:func:`candidate_runs`, judged with approach 3 by a bootstrap of
     at most ``n_bootstrap`` replicates per candidate), or none and why.
@@ -322,13 +342,13 @@ def next_runs_for(fit: Any, compute: float, seed: int = 0,
     if law3 is not None and law3.doubts():
         return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, whose fit notes say the "
                                             "data cannot pin it down: no runs suggested")
-    if law3 is None or getattr(law3, "data_", None) is None:
+    if law3 is None or law3.data_ is None:
         return [], Note(NoteKind.NEXT_RUNS, "which runs to add is judged with approach 3, which is not fitted here")
     points = _data_of(fit)
     return candidate_runs(law3, float(compute), float(points["C"].max()), seed, n_bootstrap=n_bootstrap), None
 
 
-def _budget(fit: Any, compute: float | None) -> float:
+def _budget(fit: Fitted, compute: float | None) -> float:
     """``compute``, checked against the measured budgets, or ten times the largest run."""
     points = _data_of(fit)
     c_max = float(points["C"].max()) if points is not None else math.nan
@@ -356,7 +376,7 @@ def _width(iv: dict[str, Any]) -> float:
     return math.log(hi / lo)
 
 
-def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
+def undetermined_at_budget(law: Law, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
     """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
 
     ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
@@ -366,11 +386,11 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     other = [d for d in law.doubts() if not d.kind.about_parameters]
     if other:
         return other[0]
-    c_max = (getattr(law, "c_range_", None) or (math.nan, math.nan))[1]
-    rates = getattr(law, "extrapolation_", None) or {}
+    c_max = (law.c_range_ or (math.nan, math.nan))[1]
+    rates = law.extrapolation_ or {}
     if not compute <= c_max * (1 + 1e-9) and not all(_finite(rates.get(q)) for q in ("N", "loss")):
         return "no backtest sizes its error beyond the fitted budgets"
-    reps = law.optimal_replicates(compute) if hasattr(law, "optimal_replicates") else (np.array([]),)
+    reps = law.optimal_replicates(compute)
     if not reps[0].size:
         return "no usable bootstrap"
     ok = np.logical_and.reduce([np.isfinite(r) & (r > 0) for r in reps])
@@ -388,16 +408,16 @@ def undetermined_at_budget(law: Any, iv: dict[str, dict[str, Any]], compute: flo
     return None
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _doubt_text(doubt: Any) -> str:
+def _doubt_text(doubt: Doubt | str) -> str:
     """A doubt's reason (a bare message where it has none, e.g. a stored note)."""
-    return getattr(doubt, "reason", None) or str(doubt)
+    return (doubt.reason if isinstance(doubt, Doubt) else None) or str(doubt)
 
 
-def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
+def compare_laws(laws: Mapping[str, Law], compute: float, *, source: str = "", k: float | None = None) -> Recommendation:
     """Each law's N*, D* and loss at ``compute``, the law to follow, the spread and the consensus.
 
     The law followed is the best-determined one: among laws no note calls unreliable
@@ -409,7 +429,7 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     ``k`` (FLOPs per parameter per token, for the consensus D*) defaults to the laws' own.
     """
     if k is None:
-        k = float(next((getattr(law, "k_", None) for law in laws.values() if getattr(law, "k_", None)), FLOPS_PER_PARAM_TOKEN))
+        k = float(next((law.k_ for law in laws.values() if law.k_), FLOPS_PER_PARAM_TOKEN))
     rec = Recommendation(compute=float(compute), source=source)
     for kind, law in laws.items():
         try:
@@ -425,7 +445,7 @@ def compare_laws(laws: dict[str, Any], compute: float, *, source: str = "", k: f
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
     for kind in rec.per_law:
-        doubts = laws[kind].doubts() if hasattr(laws[kind], "doubts") else []
+        doubts = laws[kind].doubts()
         if not doubts:
             continue
         if undetermined_at_budget(laws[kind], rec.per_law[kind], compute) is None:
@@ -502,12 +522,11 @@ def _no_optimum(rec: Recommendation, kind: str, why: str) -> None:
     rec.notes.append(Note(NoteKind.NO_OPTIMUM, f"{SHORT.get(kind, kind)} is left out: {why}"))
 
 
-def _data_of(summary: Any) -> pd.DataFrame | None:
+def _data_of(summary: Fitted) -> pd.DataFrame | None:
     for law in summary.laws.values():
-        data = getattr(law, "data_", None)
-        if data is not None:
-            return data.points
-        pts = (getattr(law, "plot_", None) or {}).get("points")
+        if law.data_ is not None:
+            return law.data_.points
+        pts = (law.plot_ or {}).get("points")
         if pts:
             return pd.DataFrame(pts)
     return None
@@ -526,7 +545,7 @@ def default_run(N: float) -> dict[str, Any]:
             "memory_gib": mem.total_gib, "strategy": "single" if mem.total_gib <= device_gib else None}
 
 
-def candidate_runs(law: Any, compute: float, c_max: float, seed: int = 0, *,
+def candidate_runs(law: Law, compute: float, c_max: float, seed: int = 0, *,
                    offsets: Sequence[float] = CANDIDATE_OFFSETS, n_bootstrap: int = CANDIDATE_BOOTSTRAP,
                    multiples: Sequence[float] = CANDIDATE_MULTIPLES) -> list[dict[str, Any]]:
     """Rank candidate IsoFLOP slices by how much they narrow the 95% interval of log N* at ``compute``.

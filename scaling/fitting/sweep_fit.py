@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
@@ -18,13 +18,16 @@ from scaling.errors import FitError
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.measurements import FitData
-from scaling.fitting.core.notes import NoteKind
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
 from scaling.fitting.hyperparams.hparams import HparamFit, fit_hparams
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
 from scaling.fitting.loss.kaplan import KaplanLaw
 from scaling.fitting.loss.parametric import ChinchillaParametric
 from scaling.fmt import Interval, num, se_text
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.tasks.task_laws import TaskFits
 
 #: Kinds of fit, in report order, with their classes and display names.
 KINDS: dict[str, tuple[type[Law], str]] = {
@@ -93,7 +96,14 @@ class FitSummary:
     hparams: HparamFit | None = None
     #: The downstream task laws (:class:`scaling.fitting.tasks.task_laws.TaskFits`; empty when no run evaluated a
     #: task); None when not fitted (a CSV's are fitted on their own).
-    tasks: Any = None
+    tasks: TaskFits | None = None
+    #: A summary of laws holds no recommendation of its own (an analysis does).
+    recommendation: ClassVar[None] = None
+
+    @property
+    def k(self) -> float:
+        """FLOPs per parameter per token (C = k N D), from the conventions."""
+        return float(self.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
@@ -121,7 +131,7 @@ class FitSummary:
                f"C = {self.conventions.get('flops_per_param_token', FLOPS_PER_PARAM_TOKEN):.3g} N D)"
         console.print(head)
         for note in self.notes:
-            console.print(note if getattr(note, "kind", None) is NoteKind.WARNING else f"note: {note}")
+            console.print(note if isinstance(note, Note) and note.kind is NoteKind.WARNING else f"note: {note}")
         for kind, law in self.laws.items():
             boot = law.bootstrap_info_ or {"n": 0}
             title = f"{KINDS[kind][1]}" + (" (reused stored fit)" if kind in self.reused else "")
@@ -210,7 +220,7 @@ def frame_digest(frame: pd.DataFrame | None) -> str:
                           + ",".join(map(str, frame.columns)).encode()).hexdigest()[:12]
 
 
-def stored_tasks(fits: Any) -> dict[str, Any]:
+def stored_tasks(fits: TaskFits) -> dict[str, Any]:
     """Task fits (:class:`~scaling.fitting.tasks.task_laws.TaskFits`) as the fits table stores them: each task's two
     steps with their replicates, and its evaluations (for the figures)."""
     out = fits.to_dict(replicates=True)
@@ -228,7 +238,7 @@ def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     return out
 
 
-def tasks_from_stored(d: dict[str, Any]) -> Any:
+def tasks_from_stored(d: dict[str, Any]) -> TaskFits:
     """:func:`stored_tasks` read back."""
     from scaling.fitting.tasks.task_curves import AccuracyCurve
     from scaling.fitting.tasks.task_laws import TaskFits, TaskLaw

@@ -7,12 +7,17 @@ Ray, the trainer (except its torch-free metric names) or the orchestrator.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.analysis import Analysis
+    from scaling.fitting.recommend import Recommendation
+    from scaling.reports.html import Extra
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Any] = (), analysis: Any = None,
-                 recommendation: Any = None, next_plan: str | None = None) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Analysis | None = None,
+                 recommendation: Recommendation | None = None, next_plan: str | None = None) -> Path:
     """Write the HTML report of ``sweep`` (default: the latest) at ``url`` to ``path``; returns it.
 
     ``fit``: ``"sweep"`` (fit as ``scaling fit`` does, reusing stored fits), ``"stored"`` or

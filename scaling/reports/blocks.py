@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from scaling.fmt import interval_text
 from scaling.fmt import escape as e
 from scaling.fmt import num
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from plotly.graph_objects import Figure
 
 
 def script_json(text: str) -> str:
@@ -45,7 +48,7 @@ class Page:
         ``title``: the whole reason on hover, where ``value`` gives it shortened."""
         self.answers.append(Answer(label, value, href, title))
 
-    def figure(self, fig_id: str, fig: Any) -> str:
+    def figure(self, fig_id: str, fig: Figure) -> str:
         """The div for ``fig`` (its JSON is emitted once, in :meth:`figures_json`)."""
         div_id = f"fig-{fig_id}"
         self.figures.append((div_id, fig.to_json()))
@@ -61,7 +64,7 @@ def section(sid: str, title: str, inner: str) -> str:
     return f'<section id="{sid}"><h2>{e(title)}</h2>\n{inner}\n</section>'
 
 
-def prose(text: Any) -> str:
+def prose(text: object) -> str:
     """User-facing text as HTML: escaped, with its `backticked` commands set as code (not raw Markdown)."""
     return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", e(text))
 

@@ -16,11 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
 from scaling.fitting.core.sweep_data import fitted_runs
-from scaling.fitting.core.notes import NoteKind
+from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
@@ -220,7 +219,7 @@ def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
     if rec is None or rec.chosen is None:
         return _at_largest_run(done, fit, answer, "no loss law gives N* at the next budget")
     N = rec.per_law[rec.chosen]["N"]["value"]
-    k = float(getattr(laws[rec.chosen], "k_", None) or FLOPS_PER_PARAM_TOKEN)
+    k = float(laws[rec.chosen].k_)
     D = target / (k * N)
     try:
         h = fit.recommend(N, D, target)
@@ -277,7 +276,7 @@ def hparams_section(data: Any, page: Any) -> str:
         return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
     if fit is None:
         return ""
-    mode = next((n for n in data.notes if getattr(n, "kind", None) is NoteKind.HPARAM_MODE), None)
+    mode = next((n for n in data.notes if isinstance(n, Note) and n.kind is NoteKind.HPARAM_MODE), None)
     inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
     inner += next_run_values(data, fit, page)
     inner += page.figure("hparam-loss-lr", loss_against_lr(hp, fit))

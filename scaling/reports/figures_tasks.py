@@ -19,7 +19,6 @@ from typing import Any, Callable
 import numpy as np
 import plotly.graph_objects as go
 
-from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import UserError
 from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
 from scaling.fmt import escape as e
@@ -161,7 +160,7 @@ def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
     if rec is None or not rec.chosen or rec.chosen in rec.unreliable:
         return None
     law = laws[rec.chosen]
-    return law, float(getattr(law, "k_", FLOPS_PER_PARAM_TOKEN))
+    return law, float(law.k_)
 
 
 def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from scaling.fitting.core.measurements import group_budgets
 LABELS = {kind: label for kind, (_, label) in KINDS.items()}
 
 
-def as_law(obj: Any) -> Law | None:
+def as_law(obj: Law | dict[str, Any] | None) -> Law | None:
     """A fitted law from a law or its ``to_dict()`` form; None when it cannot be rebuilt."""
     if isinstance(obj, Law):
         return obj
@@ -39,25 +39,25 @@ def as_law(obj: Any) -> Law | None:
     return None
 
 
-def kind_of(method: str | None, law: Any | None = None) -> str:
+def kind_of(method: str | None, law: Law | dict[str, Any] | None = None) -> str:
     """One of :data:`scaling.fitting.KINDS` for a law; else ``method`` (a report's fits are keyed by kind)."""
     if isinstance(law, Law):
         return sweep_fit.kind_of(law)
     return str(method or "law")
 
 
-def label_of(method: str | None, law: Any | None = None) -> str:
+def label_of(method: str | None, law: Law | dict[str, Any] | None = None) -> str:
     kind = kind_of(method, law)
     return LABELS.get(kind, kind)
 
 
-def plot_info(law: Any) -> dict[str, Any]:
+def plot_info(law: Law | dict[str, Any] | None) -> dict[str, Any]:
     """The figure data a law stored with itself (``to_dict()['plot']``), or {}."""
     if isinstance(law, dict):
         return law.get("plot") or {}
     if not isinstance(law, Law):
         return {}
-    info = getattr(law, "plot_", None)  # set by from_dict and by fit()
+    info = law.plot_  # set by from_dict and by fit()
     if info is None:  # a law fitted in this process
         try:
             info = law.to_dict().get("plot")
@@ -73,7 +73,7 @@ class FrontierView:
     method: str
     kind: str
     label: str
-    law: Any
+    law: Law
     points: pd.DataFrame | None  # C, N, D: the measured optima (envelope or per-budget minima)
 
     def curve(self, C: np.ndarray) -> dict[str, np.ndarray]:
@@ -109,7 +109,7 @@ class FrontierView:
         return out
 
 
-def frontier(method: str, law: Any) -> FrontierView | None:
+def frontier(method: str, law: Law | dict[str, Any]) -> FrontierView | None:
     """The frontier view of a fitted law, or None when it gives no N_opt(C)."""
     model = as_law(law)
     if model is None:
@@ -125,7 +125,7 @@ def frontier(method: str, law: Any) -> FrontierView | None:
                         points=_frontier_points(model))
 
 
-def _frontier_points(law: Any) -> pd.DataFrame | None:
+def _frontier_points(law: Law) -> pd.DataFrame | None:
     """The measured optima a frontier rests on: approach 1's envelope, approach 2's budgets.
 
     Only the points the fit used (``status == "used"``); D_opt = C / (k N_opt) with the law's k.
@@ -147,7 +147,7 @@ def _frontier_points(law: Any) -> pd.DataFrame | None:
     return out if not out.empty else None
 
 
-def _frame(rows: Any) -> pd.DataFrame:
+def _frame(rows: pd.DataFrame | dict[str, Any] | Iterable[dict[str, Any]]) -> pd.DataFrame:
     if isinstance(rows, pd.DataFrame):
         return rows
     if isinstance(rows, dict):
@@ -156,7 +156,7 @@ def _frame(rows: Any) -> pd.DataFrame:
 
 
 # -- IsoFLOP slices ----------------------------------------------------------------------------
-def isoflop_slices(isoflop: Any | None, done: pd.DataFrame) -> dict[float, dict[str, Any]]:
+def isoflop_slices(isoflop: Law | dict[str, Any] | None, done: pd.DataFrame) -> dict[float, dict[str, Any]]:
     """Runs grouped by compute budget, with the fitted parabola and minimum where there is one.
 
     Returns {budget: {"points": runs, "parabola": {"N", "loss"} | None, "N_opt", "loss_opt",
@@ -193,7 +193,7 @@ def _nearest(slices: dict[float, Any], c: float, tol: float = 0.05) -> float | N
     return best if abs(math.log(best / c)) <= math.log1p(tol) else None
 
 
-def fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
+def fitted_slices(isoflop: Law | dict[str, Any] | None) -> list[dict[str, Any]]:
     """Approach 2's per-budget parabolas (``to_dict()['plot']['budgets']``), normalised.
 
     Each stored budget has C, its sizes and losses, the parabola's coefficients in x = ln N, the
@@ -223,7 +223,7 @@ def fitted_slices(isoflop: Any | None) -> list[dict[str, Any]]:
     return out
 
 
-def _float(v: Any) -> float | None:
+def _float(v: object) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):

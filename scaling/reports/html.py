@@ -20,7 +20,7 @@ import string
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pandas as pd
 
@@ -43,6 +43,10 @@ from scaling.reports.figures_hparams import hparams_section
 from scaling.reports.moe_section import moe_section
 from scaling.reports.next_run import next_run_block
 from scaling.reports.output import write_atomic
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.analysis import Analysis
+    from scaling.fitting.recommend import Recommendation
 
 SECTIONS = (
     ("summary", "Summary"),
@@ -71,8 +75,8 @@ Extra = Callable[[ReportData, "Page"], str]
 
 
 def write_report(url: str, sweep: str | None = None, path: str | Path = "report.html", *, fit: str = "sweep",
-                 store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Any = None,
-                 recommendation: Any = None, next_plan: str | None = None) -> Path:
+                 store_fits: bool = False, extras: Sequence[Extra] = (), analysis: Analysis | None = None,
+                 recommendation: Recommendation | None = None, next_plan: str | None = None) -> Path:
     """Write the report of ``sweep`` (default: the latest) in the database at ``url`` to ``path``.
 
     Returns the absolute path written. ``fit="sweep"`` (default) reads the stored
@@ -198,7 +202,7 @@ def _summary(data: ReportData, page: Page) -> str:
     return section("summary", "Summary", inner)
 
 
-def utc_text(value: Any) -> str:
+def utc_text(value: object) -> str:
     """A stored time as UTC to the second ("2026-12-05 03:24:26 UTC"); a naive time is UTC (as the database stores it)."""
     try:
         t = pd.Timestamp(value)
@@ -224,7 +228,7 @@ def limit_notes(data: ReportData) -> list[str]:
     notes = list(data.notes)
     for kind, fitted in data.fits.items():
         law = fitview.as_law(fitted)
-        if law is not None and hasattr(law, "doubts"):
+        if law is not None:
             notes += [f"{fitview.label_of(kind, fitted)}: {d}" for d in law.doubts()]
     return list(dict.fromkeys(notes))
 
@@ -338,7 +342,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
         if kind in rec.determined_at_budget:  # a flagged law is never used silently
             status += f" (determined at this budget, though {rec.determined_at_budget[kind]})"
 
-        def cell(iv: dict, digits: int = 3, fmt: Any = _num) -> str:
+        def cell(iv: dict, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
             return fmt(iv["value"], digits) if unreliable else interval(iv, digits, fmt=fmt)
 
         ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
@@ -415,7 +419,7 @@ def _runs_table(data: ReportData) -> str:
     return section("runs", "Runs", f"<p>Click a column to sort.{shown}</p>" + table)
 
 
-def _numcell(x: Any, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
+def _numcell(x: object, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
     try:
         f = float(x)
     except (TypeError, ValueError):

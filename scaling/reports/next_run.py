@@ -11,21 +11,23 @@ A run from a flagged law is shown de-emphasised and without a plan: nothing is r
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from scaling.fmt import escape as e
 from scaling.fmt import bounds, num, size
 from scaling.reports.blocks import Answer
 
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.recommend import Recommendation
+
 #: The element id of the plan's text (the copy button copies it).
 PLAN_ID = "next-plan-yaml"
 
 
-def run_answers(rec: Any, href: str = "#next-run") -> list[Answer]:
+def run_answers(rec: Recommendation, href: str = "#next-run") -> list[Answer]:
     """The run's cells for the first screen's grid of answers: run (shape), N, D, lr, batch, memory per worker.
     Empty without a sized run."""
-    run = getattr(rec, "run", None)
-    target = getattr(rec, "target", None)
+    run, target = rec.run, rec.target
     if not run or target is None:
         return []
     shape = run.get("shape") or {}
@@ -59,7 +61,7 @@ def copy_as_plan(plan_text: str) -> str:
             "</details>")
 
 
-def next_run_block(rec: Any, plan_text: Optional[str] = None) -> str:
+def next_run_block(rec: Recommendation, plan_text: Optional[str] = None) -> str:
     """The run to train as one block (HTML, id ``next-run``): its cells, then the plan that trains it.
 
     ``plan_text``: the plan's YAML, given only where a reliable law recommends the run. A run from a
@@ -68,7 +70,7 @@ def next_run_block(rec: Any, plan_text: Optional[str] = None) -> str:
     cells = run_answers(rec)
     if not cells:
         return ""
-    flagged = bool(getattr(rec.target, "flagged", False)) or rec.chosen is None or rec.chosen in rec.unreliable
+    flagged = rec.target is None or rec.target.flagged or rec.chosen is None or rec.chosen in rec.unreliable
     grid = '<dl class="answer-grid">' + "".join(
         f'<div class="cell"><dt>{e(a.label)}</dt><dd>{a.value}</dd></div>' for a in cells) + "</dl>"
     if flagged:

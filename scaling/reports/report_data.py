@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Collection, Optional
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,11 @@ from scaling.fitting.core.base import unavailable_note
 from scaling.quantities import possible_losses
 from scaling.reports.downsample import downsample_frame
 from scaling.reports.fitview import LABELS, as_law
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.db.results import Results
+    from scaling.fitting.analysis import Analysis
+    from scaling.fitting.recommend import Recommendation
 
 #: a run's ``role`` (column of :func:`normalise_runs`): a cooldown branch's parent, or a branch
 TRUNK = "trunk"
@@ -55,9 +60,9 @@ class ReportData:
     source: str = ""  # the database URL, masked
     #: The sweep's fits when they were handed in (an :class:`~scaling.fitting.analysis.Analysis`): its hyperparameter
     #: and task laws are shown as fitted there instead of being fitted for the report.
-    sweep_fit: Any = None
+    sweep_fit: Optional[Analysis] = None
     #: The recommendation sized by the plan, handed in with the analysis: the headline.
-    recommendation: Any = None
+    recommendation: Optional[Recommendation] = None
     #: The plan that trains the recommendation's run (YAML, handed in with it), where a reliable law recommends it.
     next_plan: Optional[str] = None
 
@@ -67,7 +72,8 @@ class ReportData:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def load(cls, url: str, sweep: str | None = None, *, fit: str = "sweep", store_fits: bool = False,
-             curve_points: int = CURVE_POINTS, sweep_fit: Any = None, recommendation: Any = None,
+             curve_points: int = CURVE_POINTS, sweep_fit: Optional[Analysis] = None,
+             recommendation: Optional[Recommendation] = None,
              next_plan: Optional[str] = None) -> "ReportData":
         """Read ``sweep`` (default: the latest) from the database at ``url``.
 
@@ -111,13 +117,13 @@ class ReportData:
         return data
 
     # -- derived views ------------------------------------------------------------------------
-    def recommendation_at(self, target: float) -> Any | None:
+    def recommendation_at(self, target: float) -> Optional[Recommendation]:
         """The recommendation at ``target``: the one handed in (sized by the plan: the closing answer's), or the
         analysis' own at their budget; else :func:`scaling.fitting.recommend.compare_laws` over the shown laws
         (fits nothing); None when no law gives N*."""
         from scaling.fitting.recommend import compare_laws
 
-        for rec in (self.recommendation, getattr(self.sweep_fit, "recommendation", None)):
+        for rec in (self.recommendation, self.sweep_fit.recommendation if self.sweep_fit is not None else None):
             if rec is not None and rec.compute == target:
                 return rec
         laws = {kind: law for kind, law in ((k, as_law(v)) for k, v in self.fits.items()) if law is not None}
@@ -225,7 +231,7 @@ REPORT_BOOTSTRAP = 100
 REPORT_SETTINGS = {"approach3": {"grid": "coarse"}}
 
 
-def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_fits: bool = False,
+def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", store_fits: bool = False,
               made: dict[str, Any] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
     """The fitted laws of ``sweep``, in report order, and notes on what could not be fitted.
 
@@ -261,7 +267,7 @@ def load_fits(results: Any, url: str, sweep: str, *, fit: str = "sweep", store_f
 
 
 def _ordered_fits(laws: dict[str, Law], notes: list[str], dicts: dict[str, dict] | None = None, *,
-                  skipped: Any = ()) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+                  skipped: Collection[str] = ()) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
     """The laws in report order, with a note for each kind not fitted (``skipped``: those whose reason is
     among the notes already) and each law's doubts."""
     notes = list(notes)
@@ -271,18 +277,18 @@ def _ordered_fits(laws: dict[str, Law], notes: list[str], dicts: dict[str, dict]
             notes.append(f"{LABELS[kind]}: not fitted.")
     ordered = {k: laws[k] for k in KINDS if k in laws}
     for kind, law in ordered.items():  # a fit the data cannot pin down, or without intervals, says so
-        unavailable = unavailable_note((getattr(law, "bootstrap_info_", None) or {}).get("unavailable"))
+        unavailable = unavailable_note((law.bootstrap_info_ or {}).get("unavailable"))
         doubts = law.doubts() + ([unavailable] if unavailable else [])
         notes.extend(f"{LABELS[kind]}: {n}" for n in doubts)
     return ordered, dicts, notes
 
 
-def _stored_sweep_fit(results: Any, sweep: str, laws: dict[str, Law]) -> Any:
+def _stored_sweep_fit(results: Results, sweep: str, laws: dict[str, Law]) -> Optional[Analysis]:
     """The newest stored analysis of the sweep (None where none is stored or it cannot be read)."""
     return newest_analysis(results, sweep)
 
 
-def newest_analysis(results: Any, sweep: str) -> Any:
+def newest_analysis(results: Results, sweep: str) -> Optional[Analysis]:
     """The sweep's newest stored :class:`~scaling.fitting.analysis.Analysis`, or None (none, or unreadable)."""
     from scaling.fitting.analysis import ANALYSIS_KEY, Analysis
 
@@ -295,7 +301,7 @@ def newest_analysis(results: Any, sweep: str) -> Any:
     return None
 
 
-def stored_fits(results: Any, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:
+def stored_fits(results: Results, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:
     """The loss laws of the newest stored analysis, as laws and as stored (nothing: none stored)."""
     analysis = newest_analysis(results, sweep)
     if analysis is None:
@@ -316,7 +322,7 @@ def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple
     return dict(summary.laws), _summary_notes(summary), dict(summary.skipped)
 
 
-def _summary_notes(summary: Any) -> list[str]:
+def _summary_notes(summary: Analysis) -> list[str]:
     """A sweep fit's notes and the laws it could not fit, as the report lists them."""
     return list(summary.notes) + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
 
@@ -339,14 +345,14 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: object) -> bool:
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
         return False
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> object:
     if isinstance(v, (np.generic,)):
         return v.item()
     if isinstance(v, pd.Timestamp):

@@ -11,9 +11,12 @@ row's tick labels or under a legend (:func:`make_room`).
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from scaling.fmt import FLOPS_AXIS_FORMAT, escape
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from plotly.graph_objects import Figure
 
 #: A layout key of one cartesian axis: ``xaxis``, ``xaxis2``, ``yaxis3`` ...
 _AXIS_KEY = re.compile(r"([xy])axis(\d*)")
@@ -39,7 +42,7 @@ def axis(quantity: str, unit: str = "") -> str:
     return f"{quantity} ({unit})" if unit else quantity
 
 
-def _axis_keys(fig: Any, letter: str) -> list[str]:
+def _axis_keys(fig: Figure, letter: str) -> list[str]:
     """The figure's ``letter`` axes in subplot order (``xaxis``, ``xaxis2``, ...); a plain figure has one."""
     keys = [k for k in fig.layout.to_plotly_json() if (m := _AXIS_KEY.fullmatch(k)) and m.group(1) == letter]
     return sorted(keys, key=lambda k: int(_AXIS_KEY.fullmatch(k).group(2) or 1)) or [f"{letter}axis"]
@@ -49,8 +52,8 @@ def _text(value: str) -> dict[str, str]:
     return {"text": escape(value)}
 
 
-def titled(fig: Any, title: str, *, x: str | Sequence[str | None] | None = None,
-           y: str | Sequence[str | None] | None = None, legend: str | None = None) -> Any:
+def titled(fig: Figure, title: str, *, x: str | Sequence[str | None] | None = None,
+           y: str | Sequence[str | None] | None = None, legend: str | None = None) -> Figure:
     """``fig`` with its title, axis titles and legend title set in the form plotly.js draws; returns ``fig``.
 
     ``x`` (``y``): one title for every x (y) axis, or one per axis in subplot order (``None`` leaves

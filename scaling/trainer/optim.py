@@ -13,7 +13,9 @@ from scaling.lr_schedule import decay_start, lr_at, warmup_steps
 from scaling.trainer.sections import ScheduleSpec
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["NullGradients", "ScheduleSpec", "decay_start", "lr_at", "param_groups", "set_lr", "warmup_steps"]
 
@@ -54,14 +56,14 @@ def param_groups(model: "nn.Module", weight_decay: float, width_mult: float = 1.
     return out
 
 
-def set_lr(optimizer: Any, lr: float) -> None:
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the schedule's learning rate ``lr`` on every group, times the group's ``lr_mult`` (μP)."""
     for group in optimizer.param_groups:
         mult = group.get("lr_mult")
         group["lr"] = lr if mult is None else lr * mult
 
 
-def _kind(p: Any) -> Any:
+def _kind(p: torch.Tensor) -> DeviceMesh | None:
     """None for a plain tensor, the device mesh for a DTensor (its hash names the mesh)."""
     return getattr(p, "device_mesh", None)
 
@@ -108,7 +110,7 @@ class NullGradients:
             (grad.to_local() if hasattr(grad, "to_local") else grad).mul_(local)
 
 
-def _local_part(full: Any, like: Any) -> Any:
+def _local_part(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """This rank's part of the full tensor ``full`` laid out as ``like`` (a DTensor or a plain tensor)."""
     if not hasattr(like, "device_mesh"):
         return full.to(device=like.device, dtype=like.dtype)

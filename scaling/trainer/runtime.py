@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from scaling.errors import ResourceError, SpecError
+
+T = TypeVar("T")
 
 #: This process's GPU index, set by a launcher that assigns devices itself (Ray Train); without
 #: it a rank takes ``LOCAL_RANK`` modulo the visible GPUs.
@@ -119,7 +121,7 @@ class Runtime:
         return cls(device=dev, rank=rank, world_size=world, local_rank=local, backend=backend, tp=tp, pp=pp)
 
     # -- collectives that are no-ops on one process -----------------------------------------
-    def sum(self, value: torch.Tensor, group: Any = None) -> torch.Tensor:
+    def sum(self, value: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
         """The sum of ``value`` over ranks (of ``group``; default: all), every rank gets it."""
         if not self.distributed:
             return value
@@ -131,7 +133,7 @@ class Runtime:
         if self.distributed:
             dist.barrier()
 
-    def broadcast_object(self, obj: Any) -> Any:
+    def broadcast_object(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
         if not self.distributed:
             return obj
@@ -139,7 +141,7 @@ class Runtime:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def gather_object(self, obj: Any) -> list[Any]:
+    def gather_object(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order, on every rank (collective)."""
         if not self.distributed:
             return [obj]

@@ -138,15 +138,15 @@ def test_a_sweep_fits_both_r_stars_from_its_runs_unique_tokens_as_a_csv_does(sql
                         fit_r_star=True, fit_r_star_n=True)
     assert summary.n_points == len(df)  # runs that differ only in U are not averaged
     conv = summary.conventions
-    assert conv["unique_tokens_column"] == "data.unique_tokens" and conv["effective_data"] is True
-    fits = conv["r_star_fits"]
+    assert conv.unique_tokens_column == "data.unique_tokens" and conv.effective_data is True
+    fits = conv.r_star_fits
     for name, truth in (("R*_D", 15.4), ("R*_N", R_STAR_N)):
         f = fits[name]
         assert f["status"] == "fitted", f
         assert f["lo"] <= f["value"] <= f["hi"], f
         assert f["lo"] <= truth <= f["hi"], (name, f)
         assert f["hi"] / f["lo"] < 3, f
-    assert conv["r_star_D"] == fits["R*_D"]["value"] and conv["r_star_N"] == fits["R*_N"]["value"]
+    assert conv.r_star_D == fits["R*_D"]["value"] and conv.r_star_N == fits["R*_N"]["value"]
     assert any("R*_N = " in n and "95% profile-likelihood interval [" in n for n in summary.notes)
 
     # the same semantics as the CSV path: the same rows give the same R*s and the same law
@@ -161,9 +161,9 @@ def test_a_sweep_fits_both_r_stars_from_its_runs_unique_tokens_as_a_csv_does(sql
     assert stored["result"].iloc[0]["laws"]["approach3"]["conventions"]["r_star_fits"] == fits  # the analysis, whole
     again = fit_sweep(sqlite_url, "dc", law="approach3", n_bootstrap=0, effective_data=True,
                       fit_r_star=True, fit_r_star_n=True)
-    assert again.reused and again.conventions["r_star_fits"] == fits
+    assert again.reused and again.conventions.r_star_fits == fits
     fixed = fit_sweep(sqlite_url, "dc", law="approach3", n_bootstrap=0, effective_data=True)
-    assert not fixed.reused and "r_star_fits" not in fixed.conventions  # other R*s: other data, a new fit
+    assert not fixed.reused and not fixed.conventions.r_star_fits  # other R*s: other data, a new fit
 
 
 def test_a_sweep_reports_an_undetermined_r_star_n_without_an_interval(sqlite_url: str) -> None:
@@ -172,8 +172,8 @@ def test_a_sweep_reports_an_undetermined_r_star_n_without_an_interval(sqlite_url
     store_constrained_sweep(sqlite_url, constrained_rows([1e7, 4e7, 1.5e8, 6e8], [2e10, 6e10, 1.8e11, 5.4e11],
                                                          [2e10]))
     summary = fit_sweep(sqlite_url, "dc", law="approach3", n_bootstrap=0, effective_data=True, fit_r_star_n=True)
-    assert summary.conventions["unique_tokens"] == 2e10  # one corpus: one U for the sweep
-    f = summary.conventions["r_star_fits"]["R*_N"]
+    assert summary.conventions.unique_tokens == 2e10  # one corpus: one U for the sweep
+    f = summary.conventions.r_star_fits["R*_N"]
     assert f["status"] == "not determined" and math.isnan(f["lo"]) and math.isnan(f["hi"]), f
     text = summary.table()
     assert "R*_N is not determined" in text and "with no interval" in text

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
@@ -122,6 +123,25 @@ class Law(Doubtful):
     #: Exponents judged by the ratio of their interval's ends.
     exponent_names: ClassVar[tuple[str, ...]] = ()
 
+    # -- fitted state: written by fit(), bootstrap(), keep_backtest() and restore() only; these
+    # defaults are an unfitted law's (check_fitted() refuses one without parameters)
+    params_: Params | None = None
+    k_: float = FLOPS_PER_PARAM_TOKEN
+    conventions_: dict[str, Any] = {}  # noqa: RUF012 - rebound by fit/restore, never changed in place
+    n_points_: int = 0
+    #: The data it was fitted to (None: restored without them).
+    data_: FitData | None = None
+    c_range_: tuple[float, float] | None = None
+    #: Model-error rates per unit ln C beyond the fitted budgets, from the backtest (None: no backtest).
+    extrapolation_: dict[str, float] | None = None
+    pinned_: dict[str, str] = {}  # noqa: RUF012
+    replicates_: np.ndarray | None = None
+    bootstrap_info_: dict[str, Any] | None = None
+    #: A restored fit's stored figure data.
+    plot_: dict[str, Any] | None = None
+    backtest_: dict[str, Any] | None = None
+    residual_sd_: float = math.nan
+
     # -- the estimator contract ------------------------------------------------------------
     def get_settings(self) -> dict[str, Any]:
         """The ``__init__`` arguments (JSON-serialisable), as scikit-learn's get_params."""
@@ -158,15 +178,15 @@ class Law(Doubtful):
 
     def check_fitted(self) -> None:
         """Raise :class:`NotFittedError` unless :meth:`fit` (or :meth:`restore`) has set the parameters."""
-        if not hasattr(self, "params_"):
+        if self.params_ is None:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(df) first")
 
-    def predict(self, N: Any, D: Any) -> np.ndarray:
+    def predict(self, N: ArrayLike, D: ArrayLike) -> np.ndarray:
         """Predicted loss of a model with N parameters trained on D tokens."""
         self.check_fitted()
         return self._predict(self.params_, np.asarray(N, float), np.asarray(D, float))
 
-    def optimal(self, C: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def optimal(self, C: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(N*, D*, predicted loss) minimising loss at compute C (same FLOP convention as the fit)."""
         self.check_fitted()
         return self._optimal(self.params_, np.asarray(C, float))
@@ -179,12 +199,11 @@ class Law(Doubtful):
         rng = np.random.default_rng(seed)
         with numerical_failure_is_fit_error(f"the bootstrap of {self.law} {self.method}"):
             reps = np.asarray(self._bootstrap(self.data_, int(n), rng), dtype=float)
-        before = unavailable_note((getattr(self, "bootstrap_info_", None) or {}).get("unavailable"))
+        before = unavailable_note((self.bootstrap_info_ or {}).get("unavailable"))
         self.replicates_ = reps
         ok = np.isfinite(reps).all(axis=1)
         self.bootstrap_info_ = {"n": int(n), "seed": int(seed), "failed": int((~ok).sum())}
-        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
-        self.notes_ = [n for n in notes if n != before]  # a rerun replaces it
+        self.notes_ = [n for n in self.notes_ if n != before]  # a rerun replaces it
         why = self.bootstrap_unavailable()
         if why:
             self.bootstrap_info_["unavailable"] = why
@@ -236,7 +255,7 @@ class Law(Doubtful):
 
         Set by each law's ``_fit`` in ``pinned_`` and stored with the fit.
         """
-        return dict(getattr(self, "pinned_", None) or {})
+        return dict(self.pinned_)
 
     def bootstrap_unavailable(self) -> str | None:
         """Why the replicates cannot give honest intervals (None when they can).
@@ -354,7 +373,7 @@ class Law(Doubtful):
         n = len(self.replicates_)
         return tuple(np.broadcast_to(np.asarray(v, float), (n,)).copy() for v in out)  # type: ignore[return-value]
 
-    def predict_interval(self, N: Any, D: Any) -> list[dict[str, Any]]:
+    def predict_interval(self, N: ArrayLike, D: ArrayLike) -> list[dict[str, Any]]:
         """Predicted loss of each (N, D) with a 95% interval for a measured loss there.
 
         The interval holds (1) the parameters' bootstrap spread, (2) the scatter of one measured
@@ -367,7 +386,7 @@ class Law(Doubtful):
         D = np.atleast_1d(np.asarray(D, float))
         N, D = np.broadcast_arrays(N, D)
         reps = self._replicate_params()
-        sd = getattr(self, "residual_sd_", math.nan)
+        sd = self.residual_sd_
         out = []
         for n, d in zip(N, D):
             with np.errstate(all="ignore"):
@@ -389,11 +408,11 @@ class Law(Doubtful):
         absolute error is sqrt(2/pi) of a normal SD; 1.96 SDs make a 95% half-width). A law with
         no backtest gets no model-error term (its intervals then carry no ``widened``).
         """
-        rng = getattr(self, "c_range_", None)
+        rng = self.c_range_
         if rng is None or not (C > rng[1] * (1 + 1e-9)):
             return 0.0, ""
         dist = math.log(C / rng[1])
-        rate = (getattr(self, "extrapolation_", None) or {}).get(quantity)
+        rate = (self.extrapolation_ or {}).get(quantity)
         if rate is None or not math.isfinite(rate):
             return 0.0, ""
         return EXTRAPOLATION_Z * rate * dist, (f"widened for extrapolating {dist / math.log(10):.2g} decades beyond the largest "
@@ -402,9 +421,9 @@ class Law(Doubtful):
     # -- serialisation -----------------------------------------------------------------------
     def _plot(self) -> dict[str, Any]:
         """What a figure needs beyond the parameters: the law's own figure data and the backtest."""
-        out = dict(getattr(self, "plot_", None) or {})  # a restored fit's stored figure data
+        out = dict(self.plot_ or {})  # a restored fit's stored figure data
         out.update(self._plot_extra())
-        if getattr(self, "backtest_", None) is not None:
+        if self.backtest_ is not None:
             out["backtest"] = self.backtest_
         return out
 
@@ -428,10 +447,10 @@ class Law(Doubtful):
                 "level": LEVEL,
                 "conventions": {**self.conventions_, "flops_per_param_token": self.k_},
                 "n_points": self.n_points_,
-                "c_range": list(getattr(self, "c_range_", None) or []),
-                "extrapolation": getattr(self, "extrapolation_", None),
+                "c_range": list(self.c_range_ or []),
+                "extrapolation": self.extrapolation_,
                 "pinned": self.pinned(),
-                "residual_sd": getattr(self, "residual_sd_", None),
+                "residual_sd": self.residual_sd_,
                 "notes": list(self.notes_),
                 "doubts": stored(self.doubts(), self.notes_),
                 "bootstrap": {
@@ -495,7 +514,7 @@ class Law(Doubtful):
         return f"{type(self).__name__}({settings})"
 
 
-def outside_measured(compute: float, measured: Any) -> tuple[float, float] | None:
+def outside_measured(compute: float, measured: ArrayLike) -> tuple[float, float] | None:
     """The measured budgets' (smallest, largest) when ``compute`` lies more than :data:`MAX_EXTRAPOLATION`
     outside them, else None (also with no usable measurement)."""
     C = np.asarray(measured, float)
@@ -506,7 +525,7 @@ def outside_measured(compute: float, measured: Any) -> tuple[float, float] | Non
     return None if lo / MAX_EXTRAPOLATION <= compute <= hi * MAX_EXTRAPOLATION else (lo, hi)
 
 
-def check_budget(compute: float, measured: Any, what: str = "the budget") -> None:
+def check_budget(compute: float, measured: ArrayLike, what: str = "the budget") -> None:
     """Refuse a budget more than :data:`MAX_EXTRAPOLATION` outside the measured budgets ``measured``."""
     span = outside_measured(compute, measured)
     if span is not None:
@@ -533,7 +552,7 @@ def as_fit_data(data: FitData | pd.DataFrame) -> FitData:
     raise TypeError(f"fit() takes a FitData or a DataFrame, not {type(data).__name__}")
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: object) -> Any:
     """Plain Python types only; NaN/inf become None so the JSON is standard."""
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}

@@ -87,7 +87,7 @@ class Doubt(str):
         return {"kind": self.kind.value, "message": self.message, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Doubt":
+    def from_dict(cls, d: object) -> "Doubt":
         if isinstance(d, dict):
             reason = d.get("reason")
             reason = None if reason is None else str(reason)
@@ -98,7 +98,7 @@ class Doubt(str):
         return cls(DoubtKind.STORED, str(d))
 
 
-def restore(stored: Any, reliable: Any = True, why: str = "") -> list[Doubt]:
+def restore(stored: object, reliable: object = True, why: str = "") -> list[Doubt]:
     """Doubts from their stored form; a record without them that was stored as unreliable keeps one
     doubt of kind :attr:`DoubtKind.STORED` saying so (``why``: its message)."""
     if isinstance(stored, list):
@@ -108,7 +108,7 @@ def restore(stored: Any, reliable: Any = True, why: str = "") -> list[Doubt]:
     return []
 
 
-def relink(notes: list[str], records: Any, doubts: list[Doubt]) -> list[str]:
+def relink(notes: list[str], records: object, doubts: list[Doubt]) -> list[str]:
     """Stored notes with each doubt put back in its place (its record's ``at``: where it stood among the
     notes), as the same object, so that :meth:`Doubtful.drop_doubts` removes both; a doubt stored without
     a place is added after them (one of kind ``STORED`` only stands for a verdict, and is not)."""
@@ -138,8 +138,9 @@ def stored(doubts: Iterable[Doubt], notes: Iterable[str] = ()) -> list[dict[str,
 class Doubtful:
     """A fitted object whose doubts are kept in ``doubts_`` and whose messages also read in ``notes_``."""
 
-    notes_: list[str]
-    doubts_: list[Doubt]
+    #: Set by a subclass's fit or restore; an unfitted object has none (empty, never shared: replaced).
+    notes_: list[str] = []  # noqa: RUF012 - rebound, never changed in place, until fitted
+    doubts_: list[Doubt] = []  # noqa: RUF012
 
     def add_unreliable(self, kind: DoubtKind, reason: str, advice: str = "") -> Doubt:
         """Record a doubt that makes this untrusted (:meth:`Doubt.unreliable`)."""
@@ -149,17 +150,13 @@ class Doubtful:
         """Record a doubt (``message`` may be a :class:`Doubt`); its message joins the notes, where it is
         printed among them."""
         doubt = message if isinstance(message, Doubt) else Doubt(kind, message)
-        if not hasattr(self, "doubts_"):
-            self.doubts_ = []
-        if not hasattr(self, "notes_"):
-            self.notes_ = []
-        self.doubts_.append(doubt)
-        self.notes_.append(doubt)
+        self.doubts_ = [*self.doubts_, doubt]
+        self.notes_ = [*self.notes_, doubt]
         return doubt
 
     def drop_doubts(self, *kinds: DoubtKind) -> None:
         """Forget the doubts of ``kinds`` (a bootstrap rerun judges them afresh), and their notes."""
-        gone = [d for d in getattr(self, "doubts_", []) if d.kind in kinds]
+        gone = [d for d in self.doubts_ if d.kind in kinds]
         if not gone:
             return
         self.doubts_ = [d for d in self.doubts_ if d.kind not in kinds]
@@ -168,7 +165,7 @@ class Doubtful:
 
     def doubts(self) -> list[Doubt]:
         """Why the data cannot pin this down (empty when nothing doubts it)."""
-        return list(getattr(self, "doubts_", None) or [])
+        return list(self.doubts_)
 
     def reliable(self) -> bool:
         """True when nothing doubts it."""

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import norm
 
 from scaling.fmt import NO_INTERVAL, Interval, interval_text
@@ -28,7 +29,7 @@ SE_TAIL_FACTOR = 2.0
 ZERO_WIDTH = 1e-9
 
 
-def summarise(values: Any, point: float, *, log: bool = False, pinned: str | None = None) -> dict[str, Any]:
+def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str | None = None) -> dict[str, Any]:
     """Point estimate, bootstrap SE and 95% interval of one quantity, or the reason it has none.
 
     ``log``: the quantity is positive and fitted on a log scale (SE reported as ``se_log``).

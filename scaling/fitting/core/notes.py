@@ -63,7 +63,7 @@ class Note(str):
         return {"kind": self.kind.value, "text": self.text}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Note":
+    def from_dict(cls, d: object) -> "Note":
         """A stored note; one stored as bare text, or of a kind no longer known, is of kind ``OTHER``."""
         if isinstance(d, dict):
             try:
@@ -73,6 +73,6 @@ class Note(str):
         return cls(NoteKind.OTHER, str(d))
 
 
-def as_note(text: Any, kind: NoteKind = NoteKind.OTHER) -> Note:
+def as_note(text: object, kind: NoteKind = NoteKind.OTHER) -> Note:
     """``text`` as a note (a note stays as it is)."""
     return text if isinstance(text, Note) else Note(kind, str(text))

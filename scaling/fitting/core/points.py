@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 #: Significant digits two values of one point agree to.
 DIGITS = 6
 
 
-def rounded(values: Any) -> np.ndarray:
+def rounded(values: ArrayLike) -> np.ndarray:
     """``values`` rounded to :data:`DIGITS` significant digits (0, NaN and inf as they are)."""
     v = np.asarray(values, dtype=float)
     with np.errstate(all="ignore"):

@@ -8,7 +8,7 @@ points by :func:`~scaling.fitting.core.measurements.prepare` as a CSV's are.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from scaling.errors import FitError, NotFoundError
 from scaling.fitting.core.measurements import R_STAR_DATA, FitData, prepare
 from scaling.quantities import RULES, broken
 from scaling.vocab import COMPLETED
+
+if TYPE_CHECKING:
+    from scaling.db.results import Results
 
 
 def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
@@ -145,12 +148,9 @@ def loss_curves(m: pd.DataFrame | None, runs: pd.DataFrame, train: str, evaluati
         {"tokens": float, "flops": float, "loss": float})
 
 
-def _sweep_info(res: Any, sweep: str) -> dict[str, Any]:
-    """The sweep's stored description (conventions, plan) when the read API offers it."""
-    fn = getattr(res, "sweep_info", None)
-    if fn is None:
-        return {}
-    info = fn(sweep)
+def _sweep_info(res: Results, sweep: str) -> dict[str, Any]:
+    """The sweep's stored description (conventions, plan)."""
+    info = res.sweep_info(sweep)
     if info is None:
         raise NotFoundError(f"sweep {sweep!r} not found")
     return dict(info)

@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any
 
+from scaling.fitting.core.doubts import Doubt
 from scaling.fmt import bounds, num
 
 #: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
@@ -22,7 +23,8 @@ _ADVICE = re.compile(r"[;:,]\s*do not trust\b.*$")
 def short_reason(text: str, limit: int = REASON_CHARS) -> str:
     """A reason on one line (a doubt's :attr:`~scaling.fitting.core.doubts.Doubt.reason`, without its verdict):
     no closing advice, cut at a word near ``limit``."""
-    text = " ".join(str(getattr(text, "reason", text)).split())
+    said = text.reason if isinstance(text, Doubt) else text
+    text = " ".join(str(said).split())
     text = _ADVICE.sub("", text)
     if len(text) <= limit + REASON_SLACK:
         return text

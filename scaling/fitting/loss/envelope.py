@@ -34,6 +34,9 @@ class ChinchillaEnvelope(FrontierLaw):
     """
 
     method = "envelope"
+    #: Fitted: the envelope (see above) and the grid the bootstrap resamples, with the data it is of.
+    envelope_: list[dict[str, Any]] = []  # noqa: RUF012 - rebound by fit/restore, never changed in place
+    grid_of_: tuple[FitData, tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]] | None = None
 
     def __init__(self, n_flops: int = 40, refine: bool = True, smooth: float = 0.05):
         self.n_flops = n_flops
@@ -154,7 +157,7 @@ class ChinchillaEnvelope(FrontierLaw):
 
     def _fit(self, data: FitData) -> None:
         F, N, M, keys = self._grid(data)
-        self._grid_of = (data, (F, N, M, keys))  # the bootstrap of this fit resamples the same grid
+        self.grid_of_ = (data, (F, N, M, keys))  # the bootstrap of this fit resamples the same grid
         env = self._envelope(F, N, M)
         params = self._params_from(env, strict=True)
         assert params is not None
@@ -174,7 +177,7 @@ class ChinchillaEnvelope(FrontierLaw):
             self.notes_.append("curves: " + ", ".join(f"{name} for {int(c)} run(s)" for name, c in per_run.items()))
 
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
-        cached = getattr(self, "_grid_of", None)
+        cached = self.grid_of_
         F, N, M, _ = cached[1] if cached is not None and cached[0] is data else self._grid(data)
         out = np.full((n, len(self.param_names)), np.nan)
         R = len(N)
@@ -196,7 +199,7 @@ class ChinchillaEnvelope(FrontierLaw):
         return out
 
     def _plot_extra(self) -> dict[str, Any]:
-        return {"envelope": getattr(self, "envelope_", [])}
+        return {"envelope": self.envelope_}
 
     def _restore_plot(self, plot: dict[str, Any]) -> None:
         super()._restore_plot(plot)

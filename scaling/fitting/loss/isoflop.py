@@ -39,6 +39,8 @@ class ChinchillaIsoFLOP(FrontierLaw):
     """
 
     method = "isoflop"
+    #: Fitted: one record per budget (see above).
+    budgets_: list[dict[str, Any]] = []  # noqa: RUF012 - rebound by fit/restore, never changed in place
 
     def __init__(self, window: int = 5, rel_tol: float = 0.05):
         self.window = window
@@ -144,7 +146,7 @@ class ChinchillaIsoFLOP(FrontierLaw):
         return out
 
     def _plot_extra(self) -> dict[str, Any]:
-        return {"budgets": getattr(self, "budgets_", [])}
+        return {"budgets": self.budgets_}
 
     def _restore_plot(self, plot: dict[str, Any]) -> None:
         super()._restore_plot(plot)

@@ -73,6 +73,11 @@ class KaplanLaw(Law):
     exponent_names = ("alpha_N", "alpha_D")
     #: Bounds of the joint law's least squares (log_Nc, log_Dc, alpha_N, alpha_D).
     JOINT_BOUNDS = ([-50.0, -50.0, 1e-4, 1e-4], [400.0, 400.0, 5.0, 5.0])
+    #: Fitted: the points of each single-variable law, the loss curves' frontier (None: the final
+    #: points'), and the notes on the single-variable laws (rewritten by each bootstrap).
+    subsets_: dict[str, np.ndarray] | None = None
+    frontier_: tuple[np.ndarray, np.ndarray] | None = None
+    single_law_notes_: list[str] = []  # noqa: RUF012 - rebound, never changed in place
 
     def get_settings(self) -> dict[str, Any]:
         return {}
@@ -127,9 +132,7 @@ class KaplanLaw(Law):
 
     def _single_law_note(self, note: str) -> None:
         """A note on a single-variable law (rewritten by each bootstrap; never a doubt)."""
-        if not hasattr(self, "single_law_notes_"):
-            self.single_law_notes_ = []
-        self.single_law_notes_.append(note)
+        self.single_law_notes_ = [*self.single_law_notes_, note]
         self.notes_.append(note)
 
     def _validate(self, data: FitData) -> None:
@@ -141,7 +144,7 @@ class KaplanLaw(Law):
     def bootstrap(self, n: int = 200, seed: int = 0) -> "KaplanLaw":
         """As :meth:`Law.bootstrap`, and a note for each single-variable law whose exponent the data leave open."""
         super().bootstrap(n, seed)
-        old = {id(m) for m in getattr(self, "single_law_notes_", [])}
+        old = {id(m) for m in self.single_law_notes_}
         self.notes_ = [m for m in self.notes_ if id(m) not in old]
         self.single_law_notes_ = []
         self._note_single_laws()
@@ -275,8 +278,7 @@ class KaplanLaw(Law):
         sub = self._subsets(N, D, C, L)
         front = self.frontier_ if self.frontier_ is not None else (C[sub["C"]], L[sub["C"]])
         m = len(pts)
-        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
-        self.notes_ = [t for t in notes if not t.startswith(BLB_NOTE)]
+        self.notes_ = [t for t in self.notes_ if not t.startswith(BLB_NOTE)]
         if m > BLB_THRESHOLD:
             lines = {"N": (N[sub["N"]], L[sub["N"]]), "D": (D[sub["D"]], L[sub["D"]]), "C": front}
             return self._little_bootstraps(N, D, L, lines, n, rng)
@@ -361,7 +363,7 @@ class KaplanLaw(Law):
 
     def _plot_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        if hasattr(self, "data_") and hasattr(self, "subsets_"):
+        if self.data_ is not None and self.subsets_ is not None:
             pts = self.data_.points
             for key, idx in self.subsets_.items():
                 out[f"L_{key}_points"] = {c: pts[c].to_numpy()[idx].tolist() for c in ("N", "D", "C", "loss")}

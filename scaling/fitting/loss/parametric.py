@@ -176,6 +176,9 @@ class ChinchillaParametric(Law):
     log_names = ("E", "A", "B", "G")
     scale_names = ("E", "A", "B")
     exponent_names = ("alpha", "beta")
+    #: Fitted: the optimiser's vector (log A, log B, log E, alpha, beta) and the minimised objective.
+    theta_: np.ndarray | None = None
+    objective_: float | None = None
 
     def __init__(self, delta: float = 1e-3, grid: str = "epoch", n_polish: int = 5, recipe: str = "grid"):
         if recipe not in RECIPES:
@@ -294,8 +297,7 @@ class ChinchillaParametric(Law):
         pts = data.points
         m = len(pts)
         full = HuberLogObjective(pts["N"], pts["D"], pts["loss"], self.delta)
-        notes = getattr(self, "notes_", [])  # a probe built without fit() has none yet
-        self.notes_ = [t for t in notes if not t.startswith(BLB_NOTE)]
+        self.notes_ = [t for t in self.notes_ if not t.startswith(BLB_NOTE)]
         if m > BLB_THRESHOLD:
             return self._little_bootstraps(full, n, rng)
         return self._params_of(self._refit(full, np.arange(m), n, m, rng, self.theta_))
@@ -377,8 +379,8 @@ class ChinchillaParametric(Law):
         self.objective_ = plot.get("objective")
 
     def _plot_extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"objective": getattr(self, "objective_", None)}
-        if hasattr(self, "data_"):
+        out: dict[str, Any] = {"objective": self.objective_}
+        if self.data_ is not None:
             pts = self.data_.points
             out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss")}
         return out

@@ -75,6 +75,13 @@ class MoELaw(Law):
     log_names = ("c", "a", "b", "g")
     scale_names = ("c", "a", "b")
     exponent_names = ("alpha", "beta")
+    #: Fitted: the range of x measured, the parameters x does not identify (with why), the path along
+    #: which alpha was fitted instead (None: the full form), the form fitted and its objective.
+    x_range_: tuple[float, float] = (math.nan, math.nan)
+    unidentified_: dict[str, str] = {}  # noqa: RUF012 - rebound by fit/restore before it is filled
+    path_: str | None = None
+    mode_: str = "full"
+    objective_: float | None = None
 
     def __init__(self, delta: float = 1e-3, grid: str = "default", n_polish: int = 3):
         if grid not in GRIDS:
@@ -294,7 +301,7 @@ class MoELaw(Law):
             raise FitError(f"the {self.law} law predicts at a given {self.variable_text} ({self.variable})")
         x = np.asarray(x, float)
         if self.unidentified_:
-            lo, hi = getattr(self, "x_range_", (math.nan, math.nan))
+            lo, hi = self.x_range_
             off = ~((x >= lo * (1 - 1e-9)) & (x <= hi * (1 + 1e-9)))
             if np.any(off):
                 raise FitError(f"the {self.law} law did not identify how loss depends on {self.variable_text}: "
@@ -327,7 +334,7 @@ class MoELaw(Law):
         N, D, x = np.broadcast_arrays(np.atleast_1d(np.asarray(N, float)), np.atleast_1d(np.asarray(D, float)),
                                       np.atleast_1d(np.asarray(x, float)))
         reps = self._replicate_params()
-        sd = getattr(self, "residual_sd_", math.nan)
+        sd = self.residual_sd_
         out = []
         for n, d, v in zip(N, D, x):
             point = float(self._predict(self.params_, n, d, v))
@@ -348,10 +355,10 @@ class MoELaw(Law):
 
     def intervals(self) -> dict[str, dict[str, Any]]:
         out = super().intervals()
-        for name, why in getattr(self, "unidentified_", {}).items():
+        for name, why in self.unidentified_.items():
             out[name] = {"value": math.nan, "se": math.nan, "lo": math.nan, "hi": math.nan, "kind": "not identified",
                          "note": f"not identified: {why}"}
-        if getattr(self, "path_", None) and "alpha" in self.unidentified_:
+        if self.path_ and "alpha" in self.unidentified_:
             reps = self._replicate_params()
             out["alpha_path"] = summarise(reps["alpha"] if reps else np.array([]), self.params_["alpha"])
             out["alpha_path"]["note"] = "loss against active size along the sweep's path (experts changing with it)"
@@ -375,10 +382,10 @@ class MoELaw(Law):
         return np.linspace(lo, hi, n)
 
     def _plot_extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"objective": getattr(self, "objective_", None), "x_range": list(self.x_range_),
+        out: dict[str, Any] = {"objective": self.objective_, "x_range": list(self.x_range_),
                                "unidentified": dict(self.unidentified_), "path": self.path_,
-                               "mode": getattr(self, "mode_", "full")}
-        if hasattr(self, "data_"):
+                               "mode": self.mode_}
+        if self.data_ is not None:
             pts = self.data_.points
             out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss", self.variable)}
         return jsonable(out)

@@ -26,6 +26,7 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
@@ -77,7 +78,7 @@ class AccuracyCurve(Doubtful):
         return np.array([p[n] for n in self.param_names], float)
 
     # -- fitting ---------------------------------------------------------------------------------
-    def fit(self, loss: Any, acc: Any, groups: Any = None, *, chance: float = 0.0,
+    def fit(self, loss: ArrayLike, acc: ArrayLike, groups: ArrayLike | None = None, *, chance: float = 0.0,
             floor: float = 0.0, anchor: tuple[float, float] | None = None) -> "AccuracyCurve":
         """Fit accuracy ``acc`` against task loss ``loss``; ``groups`` (run keys) for the bootstrap.
 
@@ -217,11 +218,11 @@ class AccuracyCurve(Doubtful):
         return None if self.replicate_params() is None else self.replicates_
 
     # -- results ---------------------------------------------------------------------------------
-    def predict(self, loss: Any) -> np.ndarray:
+    def predict(self, loss: ArrayLike) -> np.ndarray:
         """Accuracy at task loss ``loss``."""
         return self._accuracy(self.params_, np.asarray(loss, float))
 
-    def accuracy_of(self, rows: np.ndarray, loss: Any) -> np.ndarray:
+    def accuracy_of(self, rows: np.ndarray, loss: ArrayLike) -> np.ndarray:
         """Accuracy of each replicate row (R, P) at the matching loss (R,) (NaN where either is missing)."""
         p = {n: rows[:, i] for i, n in enumerate(self.param_names)}
         with np.errstate(all="ignore"):

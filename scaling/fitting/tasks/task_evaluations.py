@@ -11,7 +11,7 @@ another name of ``D`` and every row is a run of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -125,7 +125,8 @@ def split_evaluations(df: pd.DataFrame, where: str = "", label: Callable[[int], 
                        runs_without_final=missing)
 
 
-def _check_runs_own(run: np.ndarray, own: Any, where: str, label: Callable[[int], str]) -> None:
+def _check_runs_own(run: np.ndarray, own: Iterable[tuple[np.ndarray | None, str | None, str]], where: str,
+                    label: Callable[[int], str]) -> None:
     """Refuse a run whose D or N (``own``: (values, column, name) each) changes between its rows."""
     first = pd.Series(np.arange(len(run))).groupby(pd.Series(run), sort=False).transform("min").to_numpy()
     for v, col, what in own:

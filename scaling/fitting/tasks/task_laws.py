@@ -25,16 +25,17 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fmt import bounds
 from scaling.fitting.core.base import EXTRAPOLATION_Z, MIN_OK_FRACTION, Law, jsonable
-from scaling.fitting.core.measurements import group_budgets, prepare
+from scaling.fitting.core.measurements import FitData, group_budgets, prepare
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.intervals import summarise, withheld
 from scaling.fitting.loss.isoflop import ChinchillaIsoFLOP
@@ -79,7 +80,7 @@ def _step1_points(rows: pd.DataFrame, source: str, k: float) -> Any:
 FRONTIER_NOTE = "step 1 is the task loss along the compute-optimal frontier"
 
 
-def fit_step1(points: Any, *, grid: str = "epoch", n_bootstrap: int = 200, seed: int = 0, recipe: str = "grid") -> Law:
+def fit_step1(points: FitData | pd.DataFrame, *, grid: str = "epoch", n_bootstrap: int = 200, seed: int = 0, recipe: str = "grid") -> Law:
     """Task loss from (N, D): the Chinchilla form, or, where that fit fails or is flagged and the runs form
     an IsoFLOP ladder, the task loss of compute along the frontier (approach 2 on the task loss: each
     budget's parabola in ln N and power laws across budgets), which then says so in its notes.
@@ -198,10 +199,10 @@ class TaskLaw:
     def reliable(self, form: str = FORMS[0]) -> bool:
         return not self.doubts(form)
 
-    def task_loss(self, N: Any, D: Any) -> np.ndarray:
+    def task_loss(self, N: ArrayLike, D: ArrayLike) -> np.ndarray:
         return self.step1.predict(N, D)
 
-    def predict(self, N: Any, D: Any, form: str = FORMS[0]) -> np.ndarray:
+    def predict(self, N: ArrayLike, D: ArrayLike, form: str = FORMS[0]) -> np.ndarray:
         """Predicted accuracy at (N, D) by ``form``."""
         return self.curves[form].predict(self.task_loss(N, D))
 
@@ -212,7 +213,7 @@ class TaskLaw:
         L_reps = law_replicates(self.step1, N, D)
         step1_ok = self.step1.reliable()
         out: dict[str, Any] = {"N": N, "D": D, "C": self.step1.k_ * N * D, "notes": []}
-        c_max = (getattr(self.step1, "c_range_", None) or (math.nan, math.nan))[1]
+        c_max = (self.step1.c_range_ or (math.nan, math.nan))[1]
         iv = summarise(L_reps, L, log=True)
         out["task_loss"] = iv if step1_ok else withheld(iv, "step 1 is flagged unreliable: " + self.step1.doubts()[0])
         for form, curve in self.curves.items():
@@ -524,7 +525,7 @@ def fit_tasks(data: TaskData, *, tasks: list[str] | None = None, accuracy: str =
     return out
 
 
-def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> TaskData:
+def tasks_from_csv(path: str, data: FitData, *, tasks: list[str] | None = None) -> TaskData:
     """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), checked; ``tasks`` selects.
 
     The rows are those ``data`` was fitted on (`scaling.fitting.core.measurements.csv_rows`): a copy of an
@@ -540,7 +541,7 @@ def tasks_from_csv(path: str, data: Any, *, tasks: list[str] | None = None) -> T
     return td.only(tasks)
 
 
-def fit_tasks_csv(path: str, data: Any, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
+def fit_tasks_csv(path: str, data: FitData, *, tasks: list[str] | None = None, n_bootstrap: int = 200, seed: int = 0,
                   grid: str = "epoch", recipe: str = "grid") -> TaskFits:
     """The task columns of the CSV at ``path`` (read as ``data``, its :class:`FitData`), fitted."""
     return fit_tasks(tasks_from_csv(path, data, tasks=tasks), n_bootstrap=n_bootstrap, seed=seed, grid=grid,
@@ -559,7 +560,17 @@ def fit_tasks_sweep(url: str, sweep: str, *, k: float = FLOPS_PER_PARAM_TOKEN, t
     return fit_tasks(td, tasks=tasks, n_bootstrap=n_bootstrap, seed=seed, grid=grid, recipe=recipe)
 
 
-def predict_for_recommendation(tasks: TaskFits, rec: Any, k: float = FLOPS_PER_PARAM_TOKEN) -> tuple[dict[str, dict[str, Any]], str]:
+class Recommended(Protocol):
+    """What a task prediction reads of a recommendation (:class:`scaling.fitting.recommend.Recommendation`,
+    which imports this module)."""
+
+    compute: float
+    chosen: str | None
+    per_law: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    unreliable: Mapping[str, object]
+
+
+def predict_for_recommendation(tasks: TaskFits, rec: Recommended, k: float = FLOPS_PER_PARAM_TOKEN) -> tuple[dict[str, dict[str, Any]], str]:
     """Each task's predicted accuracy at the recommended run of ``rec`` (a Recommendation), and a note.
 
     Nothing is predicted when the recommendation follows no reliable law (no run is recommended).

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # torch is imported lazily so `resolve_data` works in torch-f
     import torch
 
     from scaling.trainer.spec import RunSpec
-    from scaling.trainer.sections import DataSpec
+    from scaling.trainer.sections import DataSpec, TokenizerSpec
 
 #: The built-in corpus: standard-library modules, pinned and sorted. Names that moved between
 #: Python versions (``zipfile.py`` -> ``zipfile/__init__.py``) are listed both ways.
@@ -147,7 +147,8 @@ def load_corpus(data: "DataSpec") -> Corpus:
 
 
 @functools.lru_cache(maxsize=4)
-def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_fraction: float, tokenizer: Any = None,
+def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_fraction: float,
+          tokenizer: Optional[TokenizerSpec] = None,
           val_path: str | tuple[str, ...] | None = None, fmt: Optional[ShardFormat] = None) -> Corpus:
     details: dict[str, Any] = {}
     files: tuple[str, ...] = ()
@@ -161,7 +162,7 @@ def _load(source: str, path_: str | tuple[str, ...] | None, dtype: str, val_frac
         fingerprint = _sha256(raw)
     elif source == "text" and tokenizer is not None:
         from scaling.trainer.data.prepare import prepare
-        from scaling.trainer.sections import DataSpec
+        from scaling.trainer.sections import DataSpec, TokenizerSpec
 
         prepared = prepare(DataSpec(source="text", path=path_, val_fraction=val_fraction, tokenizer=tokenizer))
         tokens = np.memmap(prepared.tokens_path, dtype=prepared.dtype, mode="r")

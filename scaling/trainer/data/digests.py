@@ -14,6 +14,7 @@ one that does not check out is recomputed and replaced.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -124,7 +125,7 @@ def measure(shard: Shard, advance: Callable[[int], Any] = lambda n: None) -> Dig
     return Digest(digest.hexdigest(), top)
 
 
-def _read_exact(fh: Any, into: memoryview, shard: Shard) -> memoryview:
+def _read_exact(fh: io.RawIOBase, into: memoryview, shard: Shard) -> memoryview:
     got = 0
     while got < len(into):
         n = fh.readinto(into[got:])

@@ -16,7 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from scaling.trainer.data.files import file_sha256, read_corpus, text_files
 from scaling.trainer.data.progress import progress_bar
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
     from scaling.trainer.sections import DataSpec
 
 FORMAT = 1
@@ -101,7 +103,7 @@ def prepare(data: "DataSpec", *, progress: Optional[bool] = None) -> Prepared:
     return Prepared(**{**found.__dict__, "reused": False, "seconds": time.perf_counter() - started})
 
 
-def _identity(paths: list[Path], data: "DataSpec", given: Any) -> str:
+def _identity(paths: list[Path], data: "DataSpec", given: Optional[Tokenizer]) -> str:
     """sha256 of what determines a prepared folder's content."""
     tok = data.tokenizer
     assert tok is not None
@@ -227,7 +229,13 @@ def fingerprint(tokens_sha256: str, n_train: int, tokenizer_sha256: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _encode(tok: Any, batch: list[str], vocab: int, dtype: np.dtype, fh: Any, digest: Any) -> int:
+class Hasher(Protocol):
+    """A running hash (``hashlib.sha256()``)."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _encode(tok: Tokenizer, batch: list[str], vocab: int, dtype: np.dtype, fh: BinaryIO, digest: Hasher) -> int:
     ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(batch, add_special_tokens=False)])
     if len(ids) and (int(ids.max()) >= vocab or int(ids.min()) < 0):
         raise SpecError(f"data.tokenizer: the tokenizer produced id {int(ids.max())}, outside its vocabulary of {vocab}")

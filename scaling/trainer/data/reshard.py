@@ -13,13 +13,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from scaling.errors import SpecError
 from scaling.trainer.data.progress import progress_bar
-from scaling.trainer.data.shards import ShardFormat, shard_dtype, write_header
+from scaling.trainer.data.shards import ShardFormat, TokenStream, shard_dtype, write_header
 
 if TYPE_CHECKING:
     from scaling.trainer.data.corpus import Corpus
@@ -87,7 +87,8 @@ def write_shards(corpus: "Corpus", out: Path, shard_tokens: int, kind: ShardForm
                    train_tokens=corpus.n_train, val_tokens=len(corpus.tokens) - corpus.n_train)
 
 
-def _write_one(path: Path, tokens: Any, kind: ShardFormat, dtype: str, advance: Any) -> None:
+def _write_one(path: Path, tokens: np.ndarray | TokenStream, kind: ShardFormat, dtype: str,
+               advance: Callable[[int], object]) -> None:
     with open(path, "wb") as fh:
         write_header(fh, kind, dtype, len(tokens))
         for lo in range(0, len(tokens), _PIECE):

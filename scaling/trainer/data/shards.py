@@ -25,9 +25,10 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, BinaryIO, Literal, Optional, Sequence, SupportsIndex
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from scaling.errors import SpecError
 from scaling.userfiles import input_file
@@ -167,7 +168,7 @@ def _detect(path: Path, head: bytes) -> ShardFormat:
     return "bin"
 
 
-def _npy_header(fh: Any, path: Path, where: str) -> tuple[int, int, str]:
+def _npy_header(fh: BinaryIO, path: Path, where: str) -> tuple[int, int, str]:
     from numpy.lib import format as npy
 
     try:
@@ -225,7 +226,7 @@ def shard_dtype(kind: ShardFormat, dtype: str) -> str:
     return "uint16" if kind == "llmc" and dtype == "uint8" else dtype
 
 
-def write_header(fh: Any, kind: ShardFormat, dtype: str, n_tokens: int) -> None:
+def write_header(fh: BinaryIO, kind: ShardFormat, dtype: str, n_tokens: int) -> None:
     """Write the header a shard of ``kind`` with ``n_tokens`` tokens of ``dtype`` starts with (none for bin)."""
     if kind == "npy":
         from numpy.lib import format as npy
@@ -299,7 +300,7 @@ class TokenStream:
     def __len__(self) -> int:
         return self.hi - self.lo
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: SupportsIndex | slice) -> Any:
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
             if step != 1:
@@ -312,7 +313,7 @@ class TokenStream:
             raise IndexError(f"token {key} outside a stream of {len(self)}")
         return self.maps.read(self.lo + i, self.lo + i + 1)[0]
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike = None, copy: bool | None = None) -> np.ndarray:
         out = self.maps.read(self.lo, self.hi)
         return out if dtype is None else out.astype(dtype)
 

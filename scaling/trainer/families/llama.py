@@ -44,6 +44,8 @@ from scaling.trainer.families.attention import causal_attention
 from scaling.trainer.families.common import DecoderBase
 
 if TYPE_CHECKING:
+    from torch.autograd.function import FunctionCtx
+
     from scaling.trainer.families.model import Decoder
 
 
@@ -165,12 +167,12 @@ class JoinedLinear(torch.autograd.Function):
     matrix is made again there), so joining costs no copy of the weights between forward and backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: FunctionCtx, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, *weights)
         return F.linear(x, torch.cat(weights))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x, *weights = ctx.saved_tensors
         grad_x = grad @ torch.cat(weights)
         grad_w = grad.reshape(-1, grad.size(-1)).T @ x.reshape(-1, x.size(-1))
@@ -214,12 +216,12 @@ class SumGradOver(torch.autograd.Function):
     rank normalizes only its own heads, so each holds part of their gradient."""
 
     @staticmethod
-    def forward(ctx: Any, weight: torch.Tensor, group: Any) -> torch.Tensor:
+    def forward(ctx: FunctionCtx, weight: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
         ctx.group = group
         return weight.view_as(weight)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None

@@ -25,7 +25,7 @@ tokens each expert took; the loop reads them (:func:`router_state`) and records 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -46,6 +46,9 @@ from scaling.trainer.families.llama import (
 )
 
 if TYPE_CHECKING:
+    from torch.autograd.function import FunctionCtx
+    from torch.distributed.device_mesh import DeviceMesh
+
     from scaling.trainer.families.model import Decoder
 
 
@@ -64,7 +67,7 @@ class Experts(nn.Module):
         self.down = nn.Parameter(torch.empty(n_experts, d_model, hidden))
         self.ep_group: Any = None
 
-    def shard_experts(self, mesh: Any) -> list[str]:
+    def shard_experts(self, mesh: DeviceMesh) -> list[str]:
         """Each rank of the 1-D ``mesh`` keeps its slice of the experts (DTensors sharded on dim 0);
         the names of the parameters sharded."""
         from torch.distributed.tensor import Shard, distribute_tensor
@@ -106,12 +109,12 @@ class ScaleGrad(torch.autograd.Function):
     """Identity forward; the gradient times ``scale`` in backward."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+    def forward(ctx: FunctionCtx, x: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.scale = scale
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad * ctx.scale, None
 
 
@@ -236,7 +239,8 @@ class RouterStats:
         """Forget what the micro-batches of a void step (rolled back) counted."""
         self.load, self.aux = None, torch.zeros(())
 
-    def end_step(self, total: Any, group: Any) -> torch.Tensor:
+    def end_step(self, total: Callable[[torch.Tensor, dist.ProcessGroup | None], torch.Tensor],
+                 group: dist.ProcessGroup | None) -> torch.Tensor:
         """After the optimizer's step: the step's load summed over ``group`` by ``total`` (a sum
         over ranks), the balancing biases moved, and (aux, load per layer and expert) as one tensor."""
         assert self.load is not None

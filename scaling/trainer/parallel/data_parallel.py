@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -17,6 +17,11 @@ from torch import nn
 
 from scaling.errors import SpecError
 from scaling.trainer.runtime import build_mesh
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from scaling.trainer.spec import RunSpec
 
 STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 FSDP_STRATEGIES: tuple[str, ...] = ("zero2", "zero3")
@@ -42,7 +47,7 @@ def default_backend(device: torch.device | str, cpu_offload: bool = False) -> st
     return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
 
 
-def applied_strategy(spec: Any, dp: int) -> str:
+def applied_strategy(spec: RunSpec, dp: int) -> str:
     """The strategy ``spec`` runs over ``dp`` data-parallel ranks: ``single`` on one, else the
     strategy the resolver placed (`scaling.trainer.resolve`; a RunSpec on several data-parallel ranks never
     says ``auto``). Raises :class:`SpecError` for one that cannot run there."""
@@ -371,7 +376,7 @@ def parallelize(
     return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
 
 
-def _sub_meshes(mesh: Any) -> tuple[Any, Any]:
+def _sub_meshes(mesh: DeviceMesh) -> tuple[DeviceMesh, DeviceMesh | None]:
     """(data-parallel mesh, tensor-parallel mesh or None) of a mesh from ``build_mesh`` or a 1-D one."""
     names = mesh.mesh_dim_names or ()
     if "tp" in names:

@@ -16,11 +16,14 @@ the sum over the ranks, scaled by 1/dp to DDP's mean). What composes is one torc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from torch.autograd.function import FunctionCtx
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 def expert_modules(model: "nn.Module") -> list["nn.Module"]:
@@ -28,7 +31,7 @@ def expert_modules(model: "nn.Module") -> list["nn.Module"]:
     return [m for m in model.modules() if hasattr(m, "shard_experts")]
 
 
-def apply_expert_parallel(model: "nn.Module", mesh: Any) -> list[str]:
+def apply_expert_parallel(model: "nn.Module", mesh: DeviceMesh) -> list[str]:
     """Shard every expert module of ``model`` over the 1-D ``mesh`` in place; the names of the
     parameters it sharded (which data parallelism must leave alone)."""
     names = []
@@ -38,7 +41,7 @@ def apply_expert_parallel(model: "nn.Module", mesh: Any) -> list[str]:
     return names
 
 
-def _all_to_all(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: Any) -> "torch.Tensor":
+def _all_to_all(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: ProcessGroup | None) -> "torch.Tensor":
     import torch
     import torch.distributed as dist
 
@@ -47,24 +50,24 @@ def _all_to_all(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], 
     return out
 
 
-def exchange(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: Any) -> "torch.Tensor":
+def exchange(x: "torch.Tensor", out_splits: list[int], in_splits: list[int], group: ProcessGroup | None) -> "torch.Tensor":
     """``x``'s rows sent to the ranks of ``group`` in chunks of ``in_splits``, those received in
     chunks of ``out_splits``; differentiable (the gradient travels back the same way)."""
     import torch
 
     class AllToAll(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, inp: torch.Tensor) -> torch.Tensor:
+        def forward(ctx: FunctionCtx, inp: torch.Tensor) -> torch.Tensor:
             return _all_to_all(inp, out_splits, in_splits, group)
 
         @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        def backward(ctx: FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
             return _all_to_all(grad, in_splits, out_splits, group)
 
     return AllToAll.apply(x)
 
 
-def dispatch_and_combine(xs: "torch.Tensor", counts: "torch.Tensor", group: Any,
+def dispatch_and_combine(xs: "torch.Tensor", counts: "torch.Tensor", group: ProcessGroup | None,
                          run: Callable[[int, "torch.Tensor"], "torch.Tensor"]) -> "torch.Tensor":
     """The outputs of the experts for the routed copies ``xs`` (sorted by expert, ``counts`` per
     global expert), in ``xs``' order, with the experts spread over ``group``: ``run(j, rows)``

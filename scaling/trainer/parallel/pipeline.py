@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -22,6 +22,9 @@ from scaling.trainer.families.model import Decoder, build_meta_model, init_mater
 from scaling.trainer.precision import DTYPES, autocast
 from scaling.trainer.runtime import Runtime, build_mesh, mesh_coords
 from scaling.trainer.spec import PIPELINE_CHUNKS, RunSpec, pipeline_micro_batches
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 #: Target value the loss ignores (evaluation pads its last chunk with it).
 IGNORE = -100
@@ -337,7 +340,7 @@ def _sharded_dims(t: torch.Tensor) -> set[str]:
     return {names[i] for i, p in enumerate(t.placements) if not (p.is_replicate() or p.is_partial())}
 
 
-def _loss_group(mesh: Any, rank: int) -> Any:
+def _loss_group(mesh: DeviceMesh, rank: int) -> dist.ProcessGroup | None:
     """The ranks of this rank's tensor-parallel coordinate over every stage and data-parallel rank
     (all ranks call): the tensor ranks of a stage compute the same loss, so it is summed once."""
     grid = mesh.mesh  # (pp, dp, tp) global ranks
@@ -352,7 +355,7 @@ def _loss_group(mesh: Any, rank: int) -> Any:
     return mine
 
 
-def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
+def _tied_group(mesh: DeviceMesh, pp: int, rank: int) -> dist.ProcessGroup | None:
     """The group of the first and last stage of this rank's data/tensor column (all ranks call)."""
     grid = mesh.mesh  # (pp, dp, tp) global ranks
     mine = None
@@ -365,7 +368,7 @@ def _tied_group(mesh: Any, pp: int, rank: int) -> Any:
     return mine
 
 
-def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> None:
+def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: DeviceMesh) -> None:
     """FSDP2 over the "dp" mesh dim for ``zero2``/``zero3`` (per block, then the stage, with the
     units of :func:`~scaling.trainer.parallel.data_parallel.shard_as_autocast`), in place; on the meta device,
     so each rank later allocates only its shard."""
@@ -374,7 +377,7 @@ def _shard(stage: StageModule, spec: RunSpec, strategy: str, dp_mesh: Any) -> No
     shard_as_autocast(stage, list(stage.blocks.values()), spec.precision, reshard=strategy == "zero3", mesh=dp_mesh)
 
 
-def _replicate(stage: StageModule, strategy: str, dp_mesh: Any) -> nn.Module:
+def _replicate(stage: StageModule, strategy: str, dp_mesh: DeviceMesh) -> nn.Module:
     """``stage`` (materialized) under DDP for ``ddp``/``zero1``; itself otherwise."""
     if strategy not in ("ddp", "zero1"):
         return stage

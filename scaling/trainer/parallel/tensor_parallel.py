@@ -17,6 +17,7 @@ from scaling.layout import shape_problem
 
 if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torch-free
     from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 def block_plan(family: str = "gpt2") -> dict[str, Any]:
@@ -41,7 +42,7 @@ def _compute_dtype_input(module: "nn.Module", args: tuple) -> tuple:
     return args
 
 
-def apply_tensor_parallel(model: "nn.Module", tp_mesh: Any, blocks: "list[nn.Module]") -> None:
+def apply_tensor_parallel(model: "nn.Module", tp_mesh: DeviceMesh, blocks: "list[nn.Module]") -> None:
     """Split each block's linear layers over the 1-D ``tp_mesh`` in place (its parameters become DTensors)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
