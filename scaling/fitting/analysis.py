@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.tasks.task_laws import TaskData, TaskFits
 
 #: Bumped when a change to the fitting code should invalidate stored analyses.
-FIT_VERSION = 6
+FIT_VERSION = 7
 #: The fits table's (law, method) of a stored analysis.
 ANALYSIS_KEY = ("analysis", "all")
 
@@ -147,7 +147,7 @@ class Analysis:
     recommendation: Optional[Recommendation] = None
     no_recommendation: str = ""
     notes: tuple[Note, ...] = ()
-    #: The loss-curve law (None until one is fitted).
+    #: A sweep's loss-curve laws by model size (:class:`scaling.fitting.curves.sweep.SweepCurves`; None for a CSV).
     curves: Optional[CurveLaw] = None
     sweep: Optional[str] = None
     #: Where it was read from or stored (the fits table's id), and whether it was read back.
@@ -216,7 +216,7 @@ class Analysis:
                    recommendation=None if rec is None else Recommendation.from_record(rec, hparams),
                    no_recommendation=str(d.get("no_recommendation") or ""),
                    notes=tuple(Note.from_dict(n) for n in d.get("notes") or []), sweep=d.get("sweep"),
-                   warnings=tuple(d.get("warnings") or ()))
+                   warnings=tuple(d.get("warnings") or ()), curves=_stored_curves(d.get("curves")))
 
 
 def analyse(source: Source, settings: Optional[Settings] = None, *, save: bool = True) -> Analysis:
@@ -269,7 +269,11 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
             return replace(Analysis.from_json(row["result"], data), stored_id=int(row["id"]), reused=True)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an unreadable stored analysis is refitted
-    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=[task_note] if task_note else [])
+    from scaling.fitting.curves.sweep import sweep_curves
+
+    curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
+    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=[task_note] if task_note else [],
+                    curves=curves)
     if not save:
         return analysis
     store = Store(source.url)
@@ -313,8 +317,9 @@ def data_key(key: str) -> str:
 
 
 def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] = None, sweep: Optional[str] = None,
-         notes: Optional[list[Note]] = None) -> Analysis:
-    """Every part fitted to ``data``, then the recommendation and the runs worth adding."""
+         notes: Optional[list[Note]] = None, curves: Optional[CurveLaw] = None) -> Analysis:
+    """Every part fitted to ``data`` (a sweep's ``curves`` fitted already), then the recommendation and the
+    runs worth adding."""
     source = f"sweep {sweep!r}" if sweep is not None else (data.source or "data")
     laws, skipped = _fit_laws(data, settings)
     hparams = hparam_fit(data, settings.n_bootstrap, settings.seed)
@@ -326,7 +331,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     analysis = Analysis(source=source, fingerprint=data.fingerprint(), n_points=len(data.points), settings=settings,
                         conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},
                         laws=laws, skipped=skipped, hparams=hparams, tasks=tasks, sweep=sweep,
-                        notes=tuple(all_notes), warnings=tuple(data.warnings))
+                        notes=tuple(all_notes), warnings=tuple(data.warnings), curves=curves)
     try:
         rec = recommend(analysis)
     except UserError as exc:
@@ -336,6 +341,15 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
         if note is not None:
             rec.notes.append(note)
     return replace(analysis, recommendation=rec)
+
+
+def _stored_curves(d: Any) -> Optional[CurveLaw]:
+    """A stored analysis' curve laws read back (None where it has none)."""
+    if not isinstance(d, Mapping):
+        return None
+    from scaling.fitting.curves.sweep import SweepCurves
+
+    return SweepCurves.from_dict(dict(d))
 
 
 def _fit_laws(data: FitData, settings: Settings) -> tuple[dict[str, Law], dict[str, str]]:
