@@ -47,11 +47,11 @@ def size_figure(size: SizeCurves, curves: list[Curve]) -> go.Figure:
     for i, c in enumerate(curves):
         colour = f"hsl({(i * 67) % 360}, 60%, 45%)"
         name = _label(c.run)
-        fig.add_trace(go.Scatter(x=c.steps, y=c.loss, mode="markers", name=f"{name} measured",
+        fig.add_trace(go.Scatter(x=c.steps.tolist(), y=c.loss.tolist(), mode="markers", name=f"{name} measured",
                                  marker=dict(color=colour, size=5), legendgroup=name))
         steps = np.unique(np.linspace(int(c.steps.min()), int(c.steps.max()), DRAWN_STEPS).round().astype(np.int64))
         fitted = law.loss_at(c.lr, steps)
-        fig.add_trace(go.Scatter(x=steps, y=fitted, mode="lines", name=f"{name} fitted law",
+        fig.add_trace(go.Scatter(x=steps.tolist(), y=fitted.tolist(), mode="lines", name=f"{name} fitted law",
                                  line=dict(color=colour), legendgroup=name))
         h = held.get(c.run)
         if h is not None:
@@ -108,6 +108,9 @@ def render_curve_laws(data: Any, page: Any, curves: Any, measured: list[Curve]) 
              f"curves; dashed: each curve predicted by the law fitted without it.</p>"]
     if curves.left_out:
         parts.append(f"<p class=\"ci\">Left out: {e('; '.join(curves.left_out))}.</p>")
+    rec = getattr(data, "recommendation", None) or getattr(getattr(data, "sweep_fit", None), "recommendation", None)
+    if rec is not None and rec.chosen is not None and rec.chosen not in rec.unreliable:
+        parts.append(schedule_block(rec, "For the recommended run"))
     for N, size in curves.sizes.items():
         runs = {c.run: c for c in kept.get(N, [])}
         shown = [runs[r] for r in size.law.runs_ if r in runs]
@@ -137,10 +140,10 @@ def curve_law_section(url: str) -> Callable[[Any, Any], str]:
     return build
 
 
-def schedule_block(rec: Any) -> str:
-    """The schedule advice under the run to train (HTML): the best schedule and its rivals, or why none."""
+def schedule_block(rec: Any, title: str = "Schedule") -> str:
+    """The schedule advice for the recommended run (HTML): the best schedule and its rivals, or why none."""
     lines = advice_lines(getattr(rec, "schedule", None), indent="")
     if not lines:
         return ""
-    link = f' <a href="#{SECTION_ID}">curve laws</a>' if (getattr(rec, "schedule", None) or {}).get("best") else ""
-    return f'<div class="schedule-advice"><strong>Schedule</strong>{link}<p>{"<br>".join(e(x) for x in lines)}</p></div>'
+    return (f'<div class="schedule-advice"><strong>{e(title)}</strong><p>{"<br>".join(e(x) for x in lines)}</p>'
+            "</div>")
