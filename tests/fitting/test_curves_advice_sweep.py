@@ -18,15 +18,9 @@ import curve_sweep  # noqa: E402
 from scaling.fitting.curves.advice import DECAY_FRACTIONS, advice_lines, run_schedule_advice  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
-    """The simulated sweep and its analysis (a small bootstrap: the test is about what is said, not coverage)."""
-    from scaling.fitting.analysis import fit_sweep
-
-    tmp = tmp_path_factory.mktemp("curve-sweep")
-    url = f"sqlite:///{tmp / 'curves.db'}"
-    curve_sweep.build(url, tmp / "runs")
-    return url, fit_sweep(url, "curves", n_bootstrap=8, next_runs=False)
+@pytest.fixture
+def swept(curve_sweep_analysis: tuple[str, Any]) -> tuple[str, Any]:
+    return curve_sweep_analysis
 
 
 def test_only_the_size_trained_under_two_schedules_gets_a_curve_law(swept) -> None:

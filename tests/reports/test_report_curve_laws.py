@@ -6,27 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import curve_sweep  # noqa: E402
-
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
-    from scaling.fitting.analysis import fit_sweep
+def report(curve_sweep_analysis: tuple[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, str]:
     from scaling.orchestrator.expand import sweep_recommendation
     from scaling.reports import write_report
 
-    tmp = tmp_path_factory.mktemp("curve-report")
-    url = f"sqlite:///{tmp / 'curves.db'}"
-    curve_sweep.build(url, tmp / "runs")
-    analysis = fit_sweep(url, "curves", n_bootstrap=8, next_runs=False)
-    path = write_report(url, "curves", tmp / "report.html", analysis=analysis,
+    url, analysis = curve_sweep_analysis
+    path = write_report(url, "curves", tmp_path_factory.mktemp("curve-report") / "report.html", analysis=analysis,
                         recommendation=sweep_recommendation(url, analysis))
     return analysis, url, path.read_text()
 

@@ -7,6 +7,10 @@ variants). Each prediction carries the bootstrap's 95% interval. No schedule is 
 doubted for more than its parameters (its design, its plausibility); otherwise the best is the
 lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
 are listed as not told apart from it.
+
+:func:`run_schedule_advice` answers for a sweep's recommended run, from the curve law of its size
+(:mod:`scaling.fitting.curves.sweep`), at the recipe that law was fitted with; it refuses, saying why,
+where that would extrapolate (another size, a run far longer than the curves) or the law is flagged.
 """
 
 from __future__ import annotations
