@@ -32,6 +32,37 @@ SHAPE_POINTS = 200
 SHAPE_TOLERANCE = 0.01
 
 
+#: Why a sweep has no curve law when no size was trained under two schedules.
+NO_TWO_SCHEDULES = ("no curve law: no model size was trained under two schedules of one recipe (peak rate, batch), "
+                    "and a single schedule cannot separate the annealing term")
+#: The fields of a run's schedule that change its shape after warmup.
+SHAPE_FIELDS = ("kind", "min_lr_ratio", "decay_fraction", "decay_shape")
+#: How many of :data:`SHAPE_FIELDS` a kind of schedule uses (a constant rate: its kind only; a cosine: its floor too).
+SHAPE_USES = {"constant": 1, "cosine": 2}
+
+
+def _two_schedules_somewhere(url: str, sweep: Optional[str]) -> bool:
+    """Whether some size's completed runs of one peak rate and batch name two schedules (by their specs)."""
+    from scaling import db
+    from scaling import vocab
+    from scaling.lr_schedule import schedule_of
+
+    with db.connect(url) as res:
+        if sweep is None:
+            sweep = res.latest_sweep()
+        runs = res.runs(sweep=sweep, status=vocab.COMPLETED) if sweep is not None else None
+    if runs is None or not len(runs):
+        return False
+    seen: dict[tuple[Any, ...], set[tuple[Any, ...]]] = {}
+    for _, run in runs.iterrows():
+        spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
+        schedule = schedule_of(spec.get("schedule"))
+        recipe = (run.get("N"), (spec.get("optimizer") or {}).get("lr"), spec.get("batch_tokens"))
+        shape = tuple(getattr(schedule, f) for f in SHAPE_FIELDS[:SHAPE_USES.get(schedule.kind, len(SHAPE_FIELDS))])
+        seen.setdefault(recipe, set()).add(shape)
+    return any(len(shapes) > 1 for shapes in seen.values())
+
+
 def _recipe(c: Curve) -> tuple[float, float]:
     """A curve's peak rate and tokens per step (its batch), rounded to group runs of one recipe."""
     peak = float(np.max(c.lr))
@@ -128,14 +159,15 @@ class SweepCurves:
 def sweep_curves(url: str, sweep: Optional[str], n_bootstrap: int = CURVE_BOOTSTRAP, seed: int = 0) -> SweepCurves:
     """The curve law of each size of ``sweep`` whose runs of one recipe follow two schedules or more
     (:func:`selected_curves`), bootstrapped (at most :data:`CURVE_BOOTSTRAP` replicates); none, and why, else."""
+    if not _two_schedules_somewhere(url, sweep):  # decided from the runs' specs, before any curve is rebuilt
+        return SweepCurves({}, NO_TWO_SCHEDULES)
     try:
         curves, _ = curves_from_db(url, sweep)
     except UserError as exc:
         return SweepCurves({}, f"no curve law: {' '.join(str(exc).split())}")
     kept, left = selected_curves(curves)
     if not kept:
-        return SweepCurves({}, "no curve law: no model size was trained under two schedules of one recipe (peak "
-                               "rate, batch), and a single schedule cannot separate the annealing term", tuple(left))
+        return SweepCurves({}, NO_TWO_SCHEDULES, tuple(left))
     sizes = {}
     for N, group in kept.items():
         try:
