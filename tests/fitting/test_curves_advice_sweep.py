@@ -95,3 +95,24 @@ def test_the_closing_answer_and_recommend_state_the_schedule(swept) -> None:
     assert any(line.strip().startswith("schedule:") for line in brief(rec)) or rec.chosen in rec.unreliable
     assert "schedule:" in rec.table()
     assert json.loads(json.dumps(rec.to_dict()))["schedule"]["why_not"] == rec.schedule["why_not"]
+
+
+def test_a_sweep_of_one_schedule_has_no_curve_law_and_says_so(tmp_path: Path) -> None:
+    """Cosines of two lengths at one size: one schedule shape, so no law is fitted and no curve is even read."""
+    from scaling import vocab
+    from scaling.db import Store
+    from scaling.fitting.curves.sweep import NO_TWO_SCHEDULES, sweep_curves
+    from scaling.trainer import train
+
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    runs = [curve_sweep.spec(16, s, {"kind": "cosine"}) for s in curve_sweep.STEPS[:2]]
+    with Store(url) as store:
+        store.register("one", [s.record() for s in runs])
+        for s in runs:
+            store.claim(s.key, "test:1", sweep="one")
+            r = train(s, url, tmp_path, attempt=1, sweep="one")
+            store.finish(s.key, vocab.COMPLETED, final_train_loss=r.final_train_loss,
+                         final_eval_loss=r.final_eval_loss, sweep="one")
+    curves = sweep_curves(url, "one")
+    assert not curves.sizes and curves.why == NO_TWO_SCHEDULES
+    assert run_schedule_advice(curves, 1e4, 1e6) == {"why_not": NO_TWO_SCHEDULES}
