@@ -20,7 +20,8 @@ export SCALING_TEST_POSTGRES_URL=$(bash scripts/postgres.sh start "$pgdir")
 export SCALING_CHROMIUM=$(command -v chromium)
 echo "PostgreSQL for the tests at $SCALING_TEST_POSTGRES_URL; Chromium at $SCALING_CHROMIUM"
 bash scripts/docs.sh   # the documentation site builds strictly, every command and plan field in it
-# Two workers (this machine's cores), each test sent to whichever is free, one shared Ray per worker
-# (tests/conftest.py). The slowest tests, for keeping CI short. A worker that crashes ends the run
-# (its test named, failed) rather than being replaced mid-run.
-.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist load --max-worker-restart 0 --durations=30 "$@"
+# Two workers (this machine's cores), one shared Ray per worker (tests/conftest.py); a worker that runs
+# out of tests takes half of the other's queue (worksteal), so one long test near the end does not leave
+# a core idle. The slowest tests, for keeping CI short. A worker that crashes ends the run (its test
+# named, failed) rather than being replaced mid-run.
+.venv/bin/python -m pytest -n "${SCALING_TEST_WORKERS:-2}" --dist worksteal --max-worker-restart 0 --durations=60 "$@"

@@ -9,7 +9,7 @@
   (and shutting down) their own; ``no_shared_ray`` stops it for a test that builds its own cluster.
 - ``curve_sweep_analysis``: a simulated sweep with curve laws and its analysis, built once.
 
-Under pytest-xdist (``-n 2 --dist load``) each test goes to whichever worker is free; each worker
+Under pytest-xdist (``-n 2 --dist worksteal``) each test goes to whichever worker is free; each worker
 starts at most one shared Ray, and builds a session fixture once if it runs a test that needs it.
 """
 

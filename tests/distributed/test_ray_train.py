@@ -1,6 +1,6 @@
 """A multi-worker run through Ray Train survives a real SIGKILL of one worker.
 
-Gloo workers (``TorchTrainer``, Ray Train v2): two data-parallel ones, and four as tp2 x dp2.
+Gloo workers (``TorchTrainer``, Ray Train v2) as one tensor-parallel pair under ZeRO-3.
 ``faults.kill_at_step`` SIGKILLs rank 1's process when step 5 starts (first attempt only); Ray
 Train sees the worker die, restarts the
 group (``FailureConfig``), the new group resumes from the step-4 checkpoint, and the run
@@ -36,11 +36,12 @@ def local_ray(no_shared_ray):
         ray.shutdown()
 
 
-#: (workers, execution) per layout: tensor parallel inside data parallel (rank 1, the one killed, is
-#: rank 0's tensor peer: the half of every block's weights it held is lost, and its data-parallel
-#: shard with it). Data parallel alone restores through the same path with less to lose: left to
-#: the checkpoint tests (test_checkpoint_reshard.py), which keep the suite's time down.
-LAYOUTS = {"tp2xdp2": (4, {"tp": 2, "cpus_per_worker": 0.5})}
+#: (workers, execution) per layout: rank 1, the one killed, is rank 0's tensor peer: the half of every
+#: block's weights it held is lost with it, and Ray Train's restart must bring the whole group back from
+#: the checkpoint. The restart path is the same for every layout; which layouts' checkpoints reshard is
+#: the checkpoint tests' subject (test_checkpoint_reshard.py, and tp2 x dp2 in test_tensor_parallel.py),
+#: which keeps a four-process restart out of the suite's time.
+LAYOUTS = {"tp2": (2, {"tp": 2, "cpus_per_worker": 1})}
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -80,10 +80,10 @@ def test_a_fit_and_bootstrap_of_many_points_stay_bounded() -> None:
 
 
 def test_a_large_csv_fitted_with_every_law_takes_the_fast_path_with_honest_intervals(tmp_path: Path) -> None:
-    """50,000 rows (above both thresholds), `--law all`: the Kaplan laws and approach 3 subsample their
+    """25,000 rows (above both thresholds), `--law all`: the Kaplan laws and approach 3 subsample their
     starts and use little bootstraps; every interval printed contains its estimate, the exponents have one."""
     p = tmp_path / "big.csv"
-    _points(50_000, seed=2).to_csv(p, index=False)
+    _points(25_000, seed=2).to_csv(p, index=False)
     result: dict[str, tuple[int, str, str]] = {}
     peak = _peak(lambda: result.setdefault("run", run_cli("fit", "--csv", str(p), "--law", "all", "--bootstrap", "20",
                                                          "--format", "json")))
@@ -93,8 +93,8 @@ def test_a_large_csv_fitted_with_every_law_takes_the_fast_path_with_honest_inter
     assert {"kaplan", "approach2", "approach3"} <= set(laws)
     for kind in ("kaplan", "approach3"):
         notes = " ".join(laws[kind]["notes"])
-        assert "bag of little bootstraps" in notes and "50,000 points" in notes, (kind, notes)
-    assert "random 20,000 of the 50,000 points" in " ".join(laws["kaplan"]["notes"])
+        assert "bag of little bootstraps" in notes and "25,000 points" in notes, (kind, notes)
+    assert "random 20,000 of the 25,000 points" in " ".join(laws["kaplan"]["notes"])
     for kind, law in laws.items():
         for name, iv in law["intervals"].items():
             if iv.get("kind") == "percentile":

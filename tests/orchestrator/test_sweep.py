@@ -98,11 +98,12 @@ def _progress(url: str, sweep: str) -> tuple[dict[str, str], dict[str, int]]:
     return dict(zip(runs["run_key"], runs["status"])), steps
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, "two Ctrl-C"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, "two Ctrl-C"])
 def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -> None:
-    """SIGKILL (or Ctrl-C, or Ctrl-C pressed twice) mid-sweep, then rerun: nothing completed
-    retrains, partial runs resume. A terminal's Ctrl-C goes to the whole process group, Ray's
-    processes included; the second must not cut the clean-up short."""
+    """SIGKILL (or Ctrl-C pressed twice) mid-sweep, then rerun: nothing completed retrains, partial
+    runs resume. A terminal's Ctrl-C goes to the whole process group, Ray's processes included; the
+    first starts the clean stop (exit 130, runs marked interrupted), the second must not cut it short,
+    so this case holds a single Ctrl-C's too."""
     from scaling.db import connect
 
     grid = [{"models": [shape(1, 16), shape(2, 32), shape(3, 32)], "tokens": [512 * 40]}]
