@@ -19,7 +19,7 @@ def report(curve_sweep_analysis: tuple[str, Any], tmp_path_factory: pytest.TempP
     url, analysis = curve_sweep_analysis
     path = write_report(url, "curves", tmp_path_factory.mktemp("curve-report") / "report.html", analysis=analysis,
                         recommendation=sweep_recommendation(url, analysis))
-    return analysis, url, path.read_text()
+    return analysis, url, path
 
 
 def _section(html: str) -> str:
@@ -35,7 +35,8 @@ def _figures(html: str) -> dict[str, Any]:
 
 
 def test_each_fitted_size_has_its_curves_with_the_law_and_held_out_predictions(report) -> None:
-    analysis, _, html = report
+    analysis, _, path = report
+    html = path.read_text()
     (size,) = analysis.curves.sizes.values()
     assert '<a href="#curve-laws">' in html  # in the navigation bar
     figs = {k: v for k, v in _figures(html).items() if k.startswith("fig-curve-law")}
@@ -54,7 +55,8 @@ def test_each_fitted_size_has_its_curves_with_the_law_and_held_out_predictions(r
 
 
 def test_the_held_out_table_and_the_advice_give_every_run_and_schedule(report) -> None:
-    analysis, _, html = report
+    analysis, _, path = report
+    html = path.read_text()
     sec = _section(html)
     (size,) = analysis.curves.sizes.values()
     table = sec[sec.index('class="curve-held-out"'):]
@@ -79,3 +81,24 @@ def test_a_sweep_without_curve_laws_has_no_section(report) -> None:
     none = replace(analysis, curves=SweepCurves({}, "no curve law: no model size was trained under two schedules"))
     page = Page()
     assert curve_law_section(url)(SimpleNamespace(sweep="curves", sweep_fit=none), page) == "" and not page.figures
+
+
+#: The curve-law figures' drawn title, axis titles and legend title (as plotly.js drew them, from the SVG).
+DRAWN = """() => Array.from(document.querySelectorAll('.figure[id^="fig-curve-law"]')).map(d => {
+    const text = el => el ? el.textContent.trim() : '';
+    return {title: text(d.querySelector('.gtitle')), x: text(d.querySelector('text.xtitle')),
+            y: text(d.querySelector('text.ytitle')), legend: text(d.querySelector('.legendtitletext')),
+            traces: d.querySelectorAll('.scatterlayer .trace').length};
+})"""
+
+
+@pytest.mark.browser
+def test_the_curve_law_figure_is_drawn_titled_in_the_browser(report, browser) -> None:
+    analysis, _, path = report
+    (size,) = analysis.curves.sizes.values()
+    page = browser.open(path, "curve-laws", actions=lambda p: p.evaluate(DRAWN))
+    assert page.console_errors == []
+    (fig,) = page.result
+    assert fig["title"].startswith("N = ") and fig["x"] == "optimizer step (steps)"
+    assert fig["y"] == "eval loss (nats per token)" and fig["legend"] == "run"
+    assert fig["traces"] == 3 * len(size.law.runs_)
