@@ -240,6 +240,24 @@ class Shape(ModelFamily):
         return self.params_active_non_embedding + self.params_embedding
 
     @property
+    def expert_sparsity(self) -> float:
+        """The share of the routed experts a token does not use, 1 - top_k / n_experts (0 for a dense
+        family): the sparsity of the experts' layers, the S the MoE laws read from a run's spec."""
+        if not self.family_spec.routed:
+            return 0.0
+        assert self.top_k is not None and self.n_experts is not None
+        return 1.0 - self.top_k / self.n_experts
+
+    @property
+    def granularity(self) -> float:
+        """The dense feed-forward width over one expert's, ffn / expert_ffn (Krajewski et al. 2024's G;
+        1 for a dense family and for experts as wide as the dense MLP)."""
+        if not self.family_spec.routed:
+            return 1.0
+        assert self.expert_ffn is not None
+        return self.hidden / self.expert_ffn
+
+    @property
     def sparse(self) -> bool:
         """Whether a token uses fewer parameters than the model has."""
         return self.params_active != self.params_total
@@ -746,6 +764,23 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: 
     return n
 
 
+def own_expert_params(shape: Shape, ep: int = 1) -> int:
+    """The routed experts one rank holds under expert parallelism over ``ep`` ranks, which it trains
+    on every rank's tokens and so keeps out of data parallelism (no gradient all-reduce, no ZeRO
+    sharding: ``ep`` is their sharding); none without it (``ep`` = 1: the experts are data-parallel)."""
+    return shape.family_spec.routed_expert_params(shape) // ep if ep > 1 else 0
+
+
+def data_parallel_params(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: int = 1) -> tuple[int, int]:
+    """(parameters, of them those gathered in FP32) that data parallelism synchronizes or shards on
+    one rank: :func:`params_per_rank` without :func:`own_expert_params`; the FP32 ones are what
+    :func:`cast_params_per_rank` leaves out (norms, embeddings)."""
+    own = own_expert_params(shape, ep)
+    params = params_per_rank(shape, tp, pp, stage, ep) - own
+    cast = cast_params_per_rank(shape, tp, pp, stage) - (shape.family_spec.routed_expert_params(shape) if own else 0)
+    return params, params - cast
+
+
 def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
     """Of :func:`params_per_rank`, those FSDP2 gathers in the compute dtype: the linear layers,
     weights and biases, which autocast casts: the blocks' and an untied output layer.
@@ -756,6 +791,8 @@ def cast_params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0)
     if not 0 <= stage < pp:
         raise ValueError(f"stage {stage} is outside 0..{pp - 1}")
     n = (shape.n_layer // pp) * (block_params_per_tp_rank(shape, tp) - shape.layer_norm_params)
+    if pp == 1:  # every block, exactly (an MoE's dense first blocks are smaller than its largest)
+        n -= shape.n_layer * shape.params_per_layer - shape.blocks_params()
     if stage == pp - 1 and not shape.tied:
         n += shape.params_output
     return n

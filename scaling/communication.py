@@ -1,5 +1,5 @@
-"""The communication model of a parallel layout (data x tensor x pipeline, ZeRO 0-3): what each
-collective of a step moves and how long it takes.
+"""The communication model of a parallel layout (data x tensor x pipeline, ZeRO 0-3, experts over
+the data-parallel ranks): what each collective of a step moves and how long it takes.
 
 Torch-free, on :mod:`scaling.accounting`'s shapes, byte conventions and layouts
 (:class:`~scaling.accounting.ParallelLayout`, what each rank holds), so the planner can compare
@@ -25,20 +25,23 @@ from scaling.accounting import (
     Schedule,
     Shape,
     Strategy,
-    cast_params_per_rank,
     compute_bytes,
+    data_parallel_params,
     gather_bytes,
     gathered_bytes,
-    params_per_rank,
 )
 
 Collective = Literal[
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv"
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv",
+    "all_to_all",
 ]
 COLLECTIVES: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv"
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "send_recv",
+    "all_to_all",
 )
-Group = Literal["dp", "tp", "pp"]
+Group = Literal["dp", "tp", "pp", "ep"]
+#: The groups a step's collectives run in: data, tensor, pipeline and expert parallel.
+GROUPS: tuple[str, ...] = ("dp", "tp", "pp", "ep")
 Library = Literal["nccl", "gloo"]
 LIBRARIES: tuple[str, ...] = ("nccl", "gloo")
 
@@ -50,7 +53,9 @@ def wire_bytes(kind: str, payload: float, n: int) -> float:
     """Bytes one rank sends (and receives) for one collective on a payload of ``payload`` bytes.
 
     Ring all-reduce 2(n-1)K/n; all-gather, reduce-scatter, scatter and gather (n-1)K/n (at the
-    root, the busiest rank); broadcast and reduce K (pipelined); point-to-point K. Zero for n = 1.
+    root, the busiest rank); all-to-all (n-1)K/n (the rows for the other ranks: K spread evenly over
+    the n ranks, as balanced routing spreads an MoE's tokens); broadcast and reduce K (pipelined);
+    point-to-point K. Zero for n = 1.
     """
     _check_kind(kind)
     if n < 1:
@@ -59,7 +64,7 @@ def wire_bytes(kind: str, payload: float, n: int) -> float:
         return 0.0
     if kind == "all_reduce":
         return 2.0 * (n - 1) * payload / n
-    if kind in ("all_gather", "reduce_scatter", "scatter", "gather"):
+    if kind in ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all"):
         return (n - 1) * payload / n
     return float(payload)  # broadcast, reduce, send_recv
 
@@ -67,9 +72,9 @@ def wire_bytes(kind: str, payload: float, n: int) -> float:
 def latency_steps(kind: str, n: int, library: Library = "nccl") -> float:
     """Message steps (each paying the latency alpha) of one collective on ``n`` ranks.
 
-    ``nccl`` (the textbook algorithms): ring all-reduce 2(n-1); ring all-gather / reduce-scatter
-    and linear scatter / gather (n-1); binomial-tree broadcast and reduce ceil(log2 n);
-    point-to-point 1. ``gloo`` (PyTorch's ProcessGroupGloo on the gloo library) differs where its
+    ``nccl`` (the textbook algorithms): ring all-reduce 2(n-1); ring all-gather / reduce-scatter,
+    linear scatter / gather and the pairwise-exchange all-to-all (n-1); binomial-tree broadcast
+    and reduce ceil(log2 n); point-to-point 1 (gloo's all-to-all exchanges pairwise too). ``gloo`` (PyTorch's ProcessGroupGloo on the gloo library) differs where its
     algorithms do: its all-gather passes each chunk in two halves, 2(n-1); its reduce-scatter is
     a whole all-reduce, 2(n-1); its reduce is a ring reduce-scatter then a gather at the root, n;
     its scatter and gather post every message from the root at once, 1.
@@ -87,7 +92,7 @@ def latency_steps(kind: str, n: int, library: Library = "nccl") -> float:
             return 1.0
     if kind == "all_reduce":
         return 2.0 * (n - 1)
-    if kind in ("all_gather", "reduce_scatter", "scatter", "gather"):
+    if kind in ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all"):
         return float(n - 1)
     if kind in ("broadcast", "reduce"):
         return float(math.ceil(math.log2(n)))
@@ -382,15 +387,48 @@ def pp_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> li
     return out
 
 
+def ep_traffic(shape: Shape, layout: ParallelLayout, precision: Precision) -> list[Traffic]:
+    """Expert-parallel all-to-alls of one step on one rank (GShard's dispatch and combine;
+    ``scaling.trainer.parallel.expert_parallel``).
+
+    Per MoE layer (the first ``n_dense_layers`` have none) and micro-batch, over the ``ep`` ranks:
+    in forward the tokens per expert (``n_experts`` int64 counts), the b*s*top_k routed copies of the
+    norm's output dispatched to their experts' ranks (d_model values each, in FP32: the residual
+    stream's norm keeps FP32 under autocast) and the experts' outputs combined back (in the compute
+    dtype); in backward the same two exchanges reversed, the outputs' gradients (compute dtype) and
+    the dispatched copies' (FP32). Full recomputation replays the forward's three. The payload K is
+    what a rank hands over: its own copies, as many as it receives under balanced routing.
+    """
+    if layout.ep == 1:
+        return []
+    layers = max(0, shape.n_layer // layout.pp - shape.n_dense_layers)
+    assert shape.top_k is not None and shape.n_experts is not None
+    copies = layout.micro_batch * shape.context * shape.top_k * shape.d_model
+    fp32, c = compute_bytes("fp32"), compute_bytes(precision)
+    forward = layers * layout.micro_batches * (2 if layout.recompute == "full" else 1)
+    backward = layers * layout.micro_batches
+    ep = layout.ep
+    return [
+        Traffic("ep", "all_to_all", ep, 8.0 * shape.n_experts, forward, "tokens per expert, forward"),
+        Traffic("ep", "all_to_all", ep, fp32 * copies, forward, "routed tokens dispatched, forward"),
+        Traffic("ep", "all_to_all", ep, c * copies, forward, "experts' outputs combined, forward"),
+        Traffic("ep", "all_to_all", ep, c * copies, backward, "outputs' gradients returned, backward"),
+        Traffic("ep", "all_to_all", ep, fp32 * copies, backward, "routed tokens' gradients returned, backward"),
+    ]
+
+
 def step_traffic(
     shape: Shape, layout: ParallelLayout, precision: Precision = "bf16", mem_layout: Layout = "torch"
 ) -> list[Traffic]:
-    """Every collective one step issues on the busiest rank (the first stage's tensor rank 0)."""
+    """Every collective one step issues on the busiest rank (the first stage's tensor rank 0).
+
+    Data parallelism synchronizes what :func:`scaling.accounting.data_parallel_params` counts: under
+    expert parallelism not the rank's own experts, whose gradients the all-to-alls already sum."""
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
-    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params, kept = data_parallel_params(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     traffic = dp_traffic(params, layout.strategy, layout.dp, precision, layout.micro_batches, kept, mem_layout)
-    return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision)
+    return traffic + tp_traffic(shape, layout, precision) + pp_traffic(shape, layout, precision) + ep_traffic(
+        shape, layout, precision)
 
 
 # -- time ---------------------------------------------------------------------------------
@@ -402,7 +440,7 @@ class Cluster:
 
     Ranks are placed tensor-innermost, then data, then pipeline (Megatron's order), so the
     tensor group stays inside a node; the data group crosses nodes when tp*dp exceeds a node,
-    the pipeline group when tp*dp*pp does.
+    the expert group (data-parallel ranks) when tp*ep does, the pipeline group when tp*dp*pp does.
     """
 
     gpus_per_node: int = 8
@@ -410,20 +448,20 @@ class Cluster:
     inter: Link = field(default_factory=lambda: LINKS["infiniband"])
 
     def link(self, group: str, layout: ParallelLayout) -> Link:
-        span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.world}[group]
+        span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "ep": layout.tp * layout.ep, "pp": layout.world}[group]
         return self.intra if span <= self.gpus_per_node else self.inter
 
 
 def step_comm_time(
     shape: Shape, layout: ParallelLayout, cluster: Cluster, precision: Precision = "bf16"
 ) -> dict[str, float]:
-    """Seconds of communication per step by group (``dp``, ``tp``, ``pp``), not overlapped with compute.
+    """Seconds of communication per step by group (:data:`GROUPS`), not overlapped with compute.
 
     Raises ValueError when the tensor group does not fit in one node.
     """
     if layout.tp > cluster.gpus_per_node:
         raise ValueError(f"tp={layout.tp} does not fit a node of {cluster.gpus_per_node} GPUs")
-    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+    out = dict.fromkeys(GROUPS, 0.0)
     for t in step_traffic(shape, layout, precision):
         out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, cluster.link(t.group, layout))
     return out

@@ -1,4 +1,5 @@
-"""Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches and pipeline schedule.
+"""Choosing a run's parallel layout: dp x tp x pp, ZeRO stage, micro-batches, pipeline schedule, and
+for a routed family whether its experts are sharded over the data-parallel ranks (ep).
 
 Torch-free, on :mod:`scaling.communication`, :mod:`scaling.memory` and :mod:`scaling.accounting`:
 the planner calls it for every run whose strategy is ``auto``. The fastest layout that fits memory
@@ -14,6 +15,7 @@ from typing import Callable, Iterator, Optional
 
 from scaling.accounting import GIB, MemoryEstimate, Precision, Shape
 from scaling.communication import (
+    GROUPS,
     LINKS,
     Cluster,
     Traffic,
@@ -93,7 +95,7 @@ class Request:
     schedule: Optional[str] = None
     strategy: Optional[str] = None
     micro_batch_size: Optional[int] = None
-    ep: int = 1  # experts parallel over the data-parallel ranks (fixed by the user, never searched)
+    ep: Optional[int] = None  # experts sharded over this many data-parallel ranks (None: searched)
     device: MemoryDevice = "cuda"  # where the kernels run, for what a block keeps (memory.layer_activation_bytes)
 
 
@@ -123,9 +125,10 @@ class Candidate:
         return self.layout.strategy
 
     def label(self) -> str:
-        """``dp2 tp8 pp2 ddp 1f1b 512x1``: degrees, strategy, schedule, micro-batches x sequences."""
+        """``dp2 tp8 pp2 ddp 1f1b 512x1``: degrees (``ep4`` too under expert parallelism), strategy,
+        schedule, micro-batches x sequences."""
         lay = self.layout
-        parts = [f"dp{lay.dp}", f"tp{lay.tp}", f"pp{lay.pp}", lay.strategy]
+        parts = [f"dp{lay.dp}", f"tp{lay.tp}", f"pp{lay.pp}", *([f"ep{lay.ep}"] if lay.ep > 1 else []), lay.strategy]
         if lay.pp > 1:
             parts.append(self.schedule)
         parts.append(f"{lay.micro_batches}x{lay.micro_batch}")
@@ -135,7 +138,7 @@ class Candidate:
         lay = self.layout
         strat = DP_STRATEGIES.index(lay.strategy) if lay.strategy in DP_STRATEGIES else -1
         sched = list(SCHEDULES).index(self.schedule)
-        return (self.step_s, lay.tp * lay.pp, lay.pp, strat, sched, -lay.micro_batch)
+        return (self.step_s, lay.tp * lay.pp, lay.pp, lay.ep, strat, sched, -lay.micro_batch)
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,13 @@ def _strategies(req: Request, dp: int, tp: int, pp: int) -> tuple[str, ...]:
     return DP_STRATEGIES if tp == 1 else TP_STRATEGIES
 
 
+def _expert_strategies(req: Request, dp: int, tp: int, pp: int) -> list[tuple[int, str]]:
+    """(ep, strategy) pairs a layout of these degrees may take."""
+    strategies = _strategies(req, dp, tp, pp)
+    return [(ep, strategy) for ep in expert_degrees(req, dp, tp, pp) for strategy in strategies
+            if ep == 1 or strategy in EP_STRATEGIES]
+
+
 def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:
     """Why ``shape`` cannot be split into tp tensor ranks and pp stages (of ``chunks`` each), or None."""
     problem = shape.tp_problem(tp)
@@ -273,6 +283,39 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     return None
 
 
+#: The data-parallel strategies experts parallel composes with (the experts keep their own sharding).
+EP_STRATEGIES: tuple[str, ...] = ("ddp",)
+
+
+def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str) -> Optional[str]:
+    """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None: the one rule
+    the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``)."""
+    if ep == 1:
+        return None
+    if not shape.family_spec.routed:
+        return f"ep={ep}: family {shape.family!r} has no experts"
+    if tp > 1 or pp > 1:
+        return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
+    if ep != dp:
+        return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
+    if strategy not in (*EP_STRATEGIES, "auto"):
+        return (f"ep={ep} needs strategy {' or '.join(EP_STRATEGIES)}, not {strategy} "
+                "(ZeRO would shard the experts' shards again)")
+    if shape.n_experts % ep:
+        return f"ep={ep} does not divide n_experts ({shape.n_experts})"
+    return None
+
+
+def expert_degrees(req: Request, dp: int, tp: int, pp: int) -> list[int]:
+    """The ``ep`` a layout of these degrees may take: the request's, else 1 and (for a routed family
+    whose experts split evenly over them) every data-parallel rank."""
+    if req.ep is not None:
+        return [req.ep]
+    if dp > 1 and not expert_parallel_problem(req.shape, dp, dp, tp, pp, "auto"):
+        return [1, dp]
+    return [1]
+
+
 def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
     """Every (layout, trainer schedule name) of ``req.workers`` ranks that the shape and batch allow."""
     for tp in divisors(req.workers):
@@ -282,7 +325,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
             if req.pp is not None and pp != req.pp:
                 continue
             dp = req.workers // (tp * pp)
-            if req.ep > 1 and (tp, pp, dp) != (1, 1, req.ep):
+            if req.ep is not None and req.ep > 1 and (tp, pp, dp) != (1, 1, req.ep):
                 continue  # experts parallel over every rank, with data parallelism alone
             if req.sequences < dp or (pp > 1 and req.sequences % dp):
                 continue  # a pipeline's ranks take equal shares (its buffers have one shape)
@@ -291,7 +334,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                 kind, chunks = SCHEDULES[name] if pp > 1 else ("1f1b", 1)
                 if shape_problem(req.shape, tp, pp, chunks):
                     continue
-                for strategy in (("ddp",) if req.ep > 1 else _strategies(req, dp, tp, pp)):
+                for ep, strategy in _expert_strategies(req, dp, tp, pp):
                     for b, m in _micro_batch_splits(req, dp):
                         if pp > 1 and b * m != req.sequences // dp:
                             continue  # a stage's micro-batches are equal
@@ -303,7 +346,7 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
                             dp=dp, tp=tp, pp=pp, strategy=strategy,  # type: ignore[arg-type]
                             micro_batches=m, micro_batch=b,
                             recompute="full" if req.checkpointing else "none",
-                            schedule=kind, chunks=chunks, ep=req.ep,  # type: ignore[arg-type]
+                            schedule=kind, chunks=chunks, ep=ep,  # type: ignore[arg-type]
                         ), name if pp > 1 else (req.schedule or "1f1b")
 
 
@@ -331,8 +374,8 @@ def comm_seconds(req: Request, layout: ParallelLayout) -> dict[str, float]:
     """Seconds of communication per step by group: :func:`scaling.communication.step_comm_time`'s alpha-beta
     times, plus the latency of every extra message of :func:`messages`."""
     cluster = req.machine.cluster
-    links = {g: cluster.link(g, layout) for g in ("dp", "tp", "pp")}
-    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+    links = {g: cluster.link(g, layout) for g in GROUPS}
+    out = dict.fromkeys(GROUPS, 0.0)
     for t in step_traffic(req.shape, layout, req.precision):
         link = links[t.group]
         out[t.group] += t.calls * collective_time(t.kind, t.payload, t.n, link)
@@ -362,7 +405,7 @@ def evaluate(req: Request, layout: ParallelLayout, schedule: str) -> Candidate:
     memory = memory_per_rank(req.shape, layout, req.precision, device=req.device, cpu_offload=req.cpu_offload)
     fits = memory.total_bytes <= req.memory_limit_bytes
     compute, bubble = _compute_and_bubble(req, layout)
-    comm = comm_seconds(req, layout) if fits else {"dp": math.nan, "tp": math.nan, "pp": math.nan}
+    comm = comm_seconds(req, layout) if fits else dict.fromkeys(GROUPS, math.nan)
     return Candidate(layout, schedule, memory, compute, bubble, comm, req.step_overhead_s, fits)
 
 
@@ -528,7 +571,8 @@ class _Why:
         req, best, lay, limit = self.req, self.best, self.lay, self.limit
         out, choice = self.out, self.choice
         if req.strategy is None and lay.dp > 1:
-            same = self.others(lambda x: (x.tp, x.pp, x.dp) == (lay.tp, lay.pp, lay.dp) and x.strategy != lay.strategy)
+            same = self.others(lambda x: (x.tp, x.pp, x.dp, x.ep) == (lay.tp, lay.pp, lay.dp, lay.ep)
+                               and x.strategy != lay.strategy)
             rank = DP_STRATEGIES.index
             lighter = [choice.candidate(i) for i in same if rank(choice.options[i][0].strategy) < rank(lay.strategy)]
             alt = self.fastest(same)
@@ -546,13 +590,42 @@ class _Why:
             else:
                 out.append(Reason(lay.strategy, f"{lay.strategy} over dp={lay.dp}"))
 
+    def experts(self) -> None:
+        """Expert parallelism (a routed family's experts over the data-parallel ranks)."""
+        req, best, lay = self.req, self.best, self.lay
+        if req.ep is not None or not req.shape.family_spec.routed or lay.dp == 1:
+            return
+        if lay.ep > 1:
+            alts = self.others(lambda x: x.ep == 1)
+            alt = self.fastest(alts)
+            a2a = _bytes(_wire(req, best, "ep"))
+            head = f"ep={lay.ep}: each rank holds {req.shape.n_experts // lay.ep} of {req.shape.n_experts} experts"
+            if alt is None and alts:
+                low = self.least(alts)
+                self.out.append(Reason(
+                    f"ep={lay.ep}: ep=1 needs {_gib(low)}",
+                    f"{head}; with every expert on every rank the model does not fit {self.limit} "
+                    f"(least: {_gib(low)} per rank with {low.label()})"))
+            elif alt is not None:
+                self.out.append(Reason(
+                    f"ep={lay.ep}: {_faster(alt.step_s, best.step_s)} ep=1",
+                    f"{head}, their tokens exchanged by all-to-all ({a2a} per step), where keeping every expert on "
+                    f"every rank ({alt.label()}) would all-reduce their gradients too ({_bytes(_wire(req, alt, 'dp'))} "
+                    f"per step against {_bytes(_wire(req, best, 'dp'))}) and take {_seconds_against(alt.step_s, best.step_s)}"))
+        else:
+            self.if_any(lambda x: x.ep > 1, "ep=1: all-to-alls cost more", lambda alt: (
+                f"ep=1: every rank holds every expert; sharding them ({alt.label()}) would exchange the routed tokens "
+                f"by all-to-all ({_bytes(_wire(req, alt, 'ep'))} per step) and take "
+                f"{_seconds_against(alt.step_s, best.step_s)}"))
+
     def micro_batches(self) -> None:
         """Micro-batches."""
         req, best, lay = self.req, self.best, self.lay
         out, choice = self.out, self.choice
         if req.micro_batch_size is None:
-            larger = self.others(lambda x: (x.dp, x.tp, x.pp, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.strategy)
-                            and x.micro_batch > lay.micro_batch)
+            larger = self.others(lambda x: (x.dp, x.tp, x.pp, x.ep, x.strategy) == (lay.dp, lay.tp, lay.pp, lay.ep,
+                                                                                  lay.strategy)
+                                 and x.micro_batch > lay.micro_batch)
             same = [choice.candidate(i) for i in larger]
             if same and not any(c.fits for c in same):
                 out.append(Reason(
@@ -577,6 +650,7 @@ def explain(choice: Choice) -> list[Reason]:
     why.tensor()
     why.pipeline()
     why.strategy()
+    why.experts()
     why.micro_batches()
     return why.out
 

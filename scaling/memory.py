@@ -19,13 +19,13 @@ from scaling.accounting import (
     Shape,
     Strategy,
     block_params_per_tp_rank,
-    cast_params_per_rank,
     compute_bytes,
+    data_parallel_params,
     fsdp_block_buffer_bytes,
     gather_bytes,
     gathered_bytes,
     model_state_bytes,
-    params_per_rank,
+    own_expert_params,
 )
 
 #: Attention kernels as memory tells them apart: ``fused`` (flash-attn, SDPA's flash and
@@ -131,12 +131,14 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
 def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precision) -> float:
     """The 16-bit copies of the weight matrices autocast makes in forward, which the linear layers
     keep for backward (the biases' copies they do not keep): the first stage's blocks (their
-    tensor rank's part) and, on the one stage of an unpipelined run, the output layer. Under full
+    tensor rank's part; under expert parallelism the rank's own experts only) and, on the one stage of an unpipelined run, the output layer. Under full
     recomputation too: autocast caches every copy until its context exits, after the loss. None in
     FP32, nor where FSDP2 gathers the matrices in bf16 already."""
     if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
         return 0.0
     params = (shape.n_layer // layout.pp) * (shape.layer_matmul_params // layout.tp)
+    if layout.ep > 1:  # the other ranks' experts
+        params -= shape.family_spec.routed_expert_params(shape) - own_expert_params(shape, layout.ep)
     if layout.pp == 1:
         params += shape.vocab_size * shape.d_model
     return float(compute_bytes(precision) * params)
@@ -172,7 +174,8 @@ def memory_per_rank(
     """Memory of the busiest rank (the first pipeline stage) at its peak: model state, activations, buffers.
 
     Model state: :func:`scaling.accounting.model_state_bytes` of the parameters this tensor and
-    pipeline rank holds, sharded over ``dp`` by the ZeRO stage. Activations: the first stage's
+    pipeline rank holds, sharded over ``dp`` by the ZeRO stage; under expert parallelism the rank's
+    own experts (1/``ep`` of them, :func:`scaling.accounting.own_expert_params`) whole beside them. Activations: the first stage's
     ``n_layer/pp`` blocks (:func:`layer_activation_bytes` of the family, precision, attention
     kernel and device) times the micro-batches in flight, plus (without pipelining, where the
     same rank computes the loss) :func:`loss_activation_bytes`; full recomputation adds one
@@ -190,8 +193,7 @@ def memory_per_rank(
     activations. Elsewhere the trainer refuses it (``scaling.trainer.spec.offload_problem``).
     """
     layout.check(shape)
-    params = params_per_rank(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
-    kept = params - cast_params_per_rank(shape, layout.tp, layout.pp, stage=0)
+    params, kept = data_parallel_params(shape, layout.tp, layout.pp, stage=0, ep=layout.ep)
     weights, grads, optim = model_state_bytes(params, precision, layout.strategy, layout.dp, mem_layout)
     if mem_layout == "torch" and layout.strategy == "zero2" and layout.dp > 1:
         # the gathered copy ZeRO-2 holds has its norms and embeddings in FP32 (see communication.dp_traffic)
@@ -200,6 +202,9 @@ def memory_per_rank(
         sharded = model_state_bytes(params, precision, "zero3", layout.dp, mem_layout)[0]
         weights = weights - sharded  # ZeRO-2's gathered copy stays on the device
         grads = optim = 0.0
+    # the rank's own experts, sharded by ep alone: whole weights, gradients and AdamW state
+    own = model_state_bytes(own_expert_params(shape, layout.ep), precision, "single", 1, mem_layout)
+    weights, grads, optim = weights + own[0], grads + own[1], optim + own[2]
     b, t, sp = layout.micro_batch, layout.tp, layout.sequence_parallel
     kinds = {"precision": precision, "attention": attention, "device": device}
     per_layer = layer_activation_bytes(shape, b, t, sp, layout.recompute, **kinds)  # type: ignore[arg-type]

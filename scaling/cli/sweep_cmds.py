@@ -148,8 +148,12 @@ def answer(result: SweepResult) -> list[str]:
     except UserError as exc:
         lines = [f"no recommendation: {' '.join(str(exc).split())}"]
     where = f"--db {shlex.quote(mask_url(result.url))} --sweep {shlex.quote(result.sweep)}"
-    return lines + [f"every law's parameters, intervals and notes: scaling fit {where}",
-                    f"every law at this budget, and the runs worth adding: scaling recommend {where}"]
+    moe = []
+    if result.fit.moe is not None:  # runs with experts: their laws of sparsity (N active) answer for them
+        moe = [f"laws of sparsity ({', '.join(law.law for law in result.fit.moe.laws.values())}; N = active "
+               f"parameters): scaling recommend {where} --law moe"]
+    return lines + moe + [f"every law's parameters, intervals and notes: scaling fit {where}",
+                          f"every law at this budget, and the runs worth adding: scaling recommend {where}"]
 
 
 @app.command("status")

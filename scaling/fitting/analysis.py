@@ -31,10 +31,12 @@ from scaling.fitting.recommend import Recommendation, next_runs_for, recommend
 from scaling.fitting.sweep_fit import KINDS, LAW_CHOICES, FitSummary, fit_one, frame_digest, hparam_fit, law_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.moe.moe_data import MoEData
+    from scaling.fitting.moe.moe_fit import MoEFit
     from scaling.fitting.tasks.task_laws import TaskData, TaskFits
 
 #: Bumped when a change to the fitting code should invalidate stored analyses.
-FIT_VERSION = 7
+FIT_VERSION = 8
 #: The fits table's (law, method) of a stored analysis.
 ANALYSIS_KEY = ("analysis", "all")
 
@@ -149,6 +151,9 @@ class Analysis:
     notes: tuple[Note, ...] = ()
     #: A sweep's loss-curve laws by model size (:class:`scaling.fitting.curves.sweep.SweepCurves`; None for a CSV).
     curves: Optional[CurveLaw] = None
+    #: The laws of sparsity of a sweep of mixtures of experts (None: no run has experts, or they could not
+    #: be fitted: a note says why), N counting active parameters (scaling.fitting.moe).
+    moe: Optional["MoEFit"] = None
     sweep: Optional[str] = None
     #: Where it was read from or stored (the fits table's id), and whether it was read back.
     stored_id: Optional[int] = None
@@ -193,12 +198,14 @@ class Analysis:
             "recommendation": None if rec is None else rec.to_record(), "no_recommendation": self.no_recommendation,
             "notes": [n.to_dict() for n in self.notes], "warnings": list(self.warnings),
             "curves": None if self.curves is None else self.curves.to_dict(),
+            "moe": None if self.moe is None else self.moe.to_dict(),
         })
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], data: Optional[FitData] = None) -> "Analysis":
         """:meth:`to_json` read back (``data``: the very data it was fitted to, for its laws); a record of
         another :data:`FIT_VERSION` is refused (:class:`FitError`): it is refitted, never half-used."""
+        from scaling.fitting.moe.moe_fit import MoEFit
         from scaling.fitting.sweep_fit import tasks_from_stored
 
         if not isinstance(d, Mapping) or d.get("version") != FIT_VERSION:
@@ -216,7 +223,8 @@ class Analysis:
                    recommendation=None if rec is None else Recommendation.from_record(rec, hparams),
                    no_recommendation=str(d.get("no_recommendation") or ""),
                    notes=tuple(Note.from_dict(n) for n in d.get("notes") or []), sweep=d.get("sweep"),
-                   warnings=tuple(d.get("warnings") or ()), curves=_stored_curves(d.get("curves")))
+                   warnings=tuple(d.get("warnings") or ()), curves=_stored_curves(d.get("curves")),
+                   moe=None if d.get("moe") is None else MoEFit.from_dict(d["moe"]))
 
 
 def analyse(source: Source, settings: Optional[Settings] = None, *, save: bool = True) -> Analysis:
@@ -257,7 +265,8 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
 
         data = fit_effective(data, fit_d=settings.fit_r_star, r_star_n=settings.r_star_n, fit_n=settings.fit_r_star_n)
     task_data, task_note = _sweep_task_data(source.url, sweep, data, settings)
-    key = cache_key(data, task_data, settings)
+    moe_data, moe_note = _sweep_moe_data(source.url, sweep)
+    key = cache_key(data, task_data, settings, moe_data)
     with connect(source.url) as results:
         if asked is None:  # any settings: the newest row of these data
             rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
@@ -272,8 +281,10 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     from scaling.fitting.curves.sweep import sweep_curves
 
     curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
-    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=[task_note] if task_note else [],
-                    curves=curves)
+    notes = [n for n in (task_note, moe_note) if n is not None]
+    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes, curves=curves)
+    if moe_data is not None:
+        analysis = _with_moe(analysis, moe_data, settings)
     if not save:
         return analysis
     store = Store(source.url)
@@ -303,12 +314,39 @@ def _sweep_task_data(url: str, sweep: str, data: FitData, settings: Settings) ->
     return td, None
 
 
-def cache_key(data: FitData, task_data: Optional["TaskData"], settings: Settings) -> str:
-    """The stored analysis' key: the data's fingerprint, its groups' runs and task evaluations, the settings."""
+def cache_key(data: FitData, task_data: Optional["TaskData"], settings: Settings,
+              moe_data: Optional["MoEData"] = None) -> str:
+    """The stored analysis' key: the data's fingerprint, its groups' runs, task evaluations and (a sweep of
+    mixtures of experts) experts' points, the settings."""
     config = {"settings": asdict(settings), "version": FIT_VERSION}
     digest = hashlib.sha256(json.dumps(jsonable(config), sort_keys=True).encode()).hexdigest()[:12]
     evals = None if task_data is None else task_data.evals
-    return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}-{digest}"
+    experts = "" if moe_data is None else f"-{frame_digest(moe_data.points)}"
+    return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}{experts}-{digest}"
+
+
+def _sweep_moe_data(url: str, sweep: str) -> tuple[Optional["MoEData"], Optional[Note]]:
+    """The sweep's points with their experts when some run is a mixture of experts (None otherwise), or
+    why they cannot be read."""
+    from scaling.fitting.moe import moe_data
+
+    try:
+        return moe_data.from_db(url, sweep)[0], None
+    except moe_data.NoExpertsError:
+        return None, None
+    except FitError as exc:
+        return None, Note(NoteKind.NOT_FITTED, f"laws of sparsity: not fitted: {' '.join(str(exc).split())}")
+
+
+def _with_moe(analysis: Analysis, data: "MoEData", settings: Settings) -> Analysis:
+    """``analysis`` with the laws of sparsity fitted to ``data`` (a note instead when none can be)."""
+    from scaling.fitting.moe.moe_fit import fit_moe
+
+    try:
+        return replace(analysis, moe=fit_moe(data, "moe", settings.n_bootstrap, settings.seed))
+    except FitError as exc:
+        note = Note(NoteKind.NOT_FITTED, f"laws of sparsity: not fitted: {' '.join(str(exc).split())}")
+        return replace(analysis, notes=(*analysis.notes, note))
 
 
 def data_key(key: str) -> str:

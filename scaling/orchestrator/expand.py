@@ -659,7 +659,7 @@ def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[
 
 def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
     own = plan.grid[block].resources
-    if own is not None and own.model_fields_set & {"tp", "pp", "pp_schedule", "workers"}:
+    if own is not None and own.model_fields_set & {"tp", "pp", "ep", "pp_schedule", "workers"}:
         return ("grid", block, "resources")
     return ("resources",)
 

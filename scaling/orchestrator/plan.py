@@ -117,7 +117,8 @@ class BlockModel(_Strict):
                 values.pop(name)
         if self.parametrization == "standard":
             values.pop("base_width")
-        values.update({name: getattr(self, name) for name in self.model_fields_set})
+        # a field stated as None (a plan stored with its sweep states every field) is the plan's
+        values.update({name: getattr(self, name) for name in self.model_fields_set if getattr(self, name) is not None})
         return ModelPlan.model_validate(values)
 
 

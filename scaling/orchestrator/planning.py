@@ -102,7 +102,7 @@ def run_row(run: PlannedRun, plan: Plan) -> dict[str, Any]:
         lay = best.layout
         row.update({
             "layout": best.label(),
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp,
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep,
             "pp_schedule": best.schedule if lay.pp > 1 else None,
             "micro_batch": lay.micro_batch, "micro_batches": lay.micro_batches,
             "compute_seconds": steps * best.compute_s,

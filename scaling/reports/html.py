@@ -40,6 +40,7 @@ from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_
 from scaling.reports.figures_adaptive import adaptive_section
 from scaling.naming import group_title
 from scaling.reports.figures_hparams import hparams_section
+from scaling.reports.moe_section import moe_section
 from scaling.reports.next_run import next_run_block
 from scaling.reports.output import write_atomic
 
@@ -110,6 +111,7 @@ def render(data: ReportData, *, extras: Sequence[Extra] = ()) -> str:
         _isoflop(data, page),
         _frontiers(data, page),
         _parametric(data, page),
+        moe_section(data, page),
         _health(data, page),
         adaptive_section(data, page),
         hparams_section(data, page),

@@ -45,7 +45,7 @@ GPU_STEP_SECONDS = 0.005
 CPU_LAYER_SECONDS = 2e-4
 GPU_LAYER_SECONDS = 1e-4
 #: Execution fields the layout search fills under ``strategy: auto`` unless the request sets them.
-LAYOUT_FIELDS = ("tp", "pp", "pp_schedule", "micro_batch_size")
+LAYOUT_FIELDS = ("tp", "pp", "pp_schedule", "micro_batch_size", "ep")
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ def layout_request(spec: RunSpec, host: Host = Host()) -> layout.Request:
         schedule=ex.pp_schedule if "pp_schedule" in fixed else None,
         strategy=None if auto else ex.strategy,
         micro_batch_size=mbs,
-        ep=ex.ep,
+        ep=ex.ep if "ep" in fixed else None,
         device=device,
     )
 
@@ -315,20 +315,21 @@ def decide_strategy(spec: RunSpec, workers: int, memory_bytes: float) -> Optiona
     ex = spec.execution
     request = replace(layout_request(spec, OFFLINE), workers=workers, memory_limit_bytes=memory_bytes,
                       machine=OFFLINE.machine(device_kind(ex, OFFLINE), workers),
-                      tp=ex.tp, pp=ex.pp, schedule=ex.pp_schedule, strategy=None,
+                      tp=ex.tp, pp=ex.pp, schedule=ex.pp_schedule, strategy=None, ep=ex.ep,
                       micro_batch_size=ex.micro_batch_size or spec.sequences_per_batch)
     return decide_layout(request).best
 
 
 def placed_execution(spec: RunSpec, best: layout.Candidate) -> ExecutionSpec:
-    """The run's execution with the chosen layout: strategy, tp, pp, schedule and micro-batch.
+    """The run's execution with the chosen layout: strategy, tp, pp, ep, schedule and micro-batch.
 
     The micro-batch size is written only where it differs from what the spec would derive from
     its own setting (a data-parallel rank's whole share by default), so a request that leaves it
     unset and fits keeps it unset.
     """
     ex, lay = spec.execution, best.layout
-    update: dict[str, Any] = {"strategy": best.strategy, "tp": lay.tp, "pp": lay.pp, "pp_schedule": best.schedule}
+    update: dict[str, Any] = {"strategy": best.strategy, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep,
+                              "pp_schedule": best.schedule}
     if micro_batch_size(spec.sequences_per_batch, lay.dp, ex.micro_batch_size) != lay.micro_batch:
         update["micro_batch_size"] = lay.micro_batch
     return ex.model_copy(update=update)

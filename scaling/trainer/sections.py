@@ -320,9 +320,23 @@ class SimulatedHparams(_Frozen):
     batch_e: float = Field(default=0.0, ge=-2, le=2, description="exponent of D in B*")
 
 
+class SimulatedExperts(_Frozen):
+    """How a simulated run's experts change the N term of its law: A / N^alpha becomes
+    (A (1 - S)^delta + g / G^gamma) / N^alpha with N the active parameters, S the share of the
+    routed experts a token does not use and G the granularity of the run's shape
+    (``scaling.accounting.Shape.expert_sparsity``, ``.granularity``; 0 and 1 for a dense model):
+    the sparsity law (Clark et al. 2022, Abnar et al. 2025) and Krajewski et al.'s granularity term
+    (``scaling.fitting.moe.moe_laws``)."""
+
+    delta: float = Field(default=0.0, ge=0, le=3, description="exponent of the dense share 1 - S on A")
+    g: float = Field(default=0.0, ge=0, le=1e30, description="coefficient of the granularity term g / G^gamma")
+    gamma: float = Field(default=0.0, ge=0, le=3, description="exponent of the granularity G")
+
+
 class SimulatedLaw(_Frozen):
     """The Chinchilla law a simulated run draws its losses from: L = E + A / N^alpha + B / D^beta,
-    plus the ``hparams`` penalty when given (`SimulatedHparams`)."""
+    plus the ``hparams`` penalty when given (`SimulatedHparams`), with the N term of ``experts``
+    when given (`SimulatedExperts`)."""
 
     # Bounded so that every loss the law gives is a finite float: E is nats per token (ln of a
     # million-token vocabulary is 14), A and B reach 1e30 only with exponents near 2.
@@ -333,13 +347,17 @@ class SimulatedLaw(_Frozen):
     beta: float = Field(gt=0, le=2, description="exponent of D")
     hparams: Optional[SimulatedHparams] = Field(default=None,
                                                 description="a learning-rate and batch penalty with a known optimum")
+    experts: Optional[SimulatedExperts] = Field(default=None,
+                                                description="the N term's dependence on a run's experts")
 
     @model_serializer(mode="wrap")
-    def _omit_absent_hparams(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A law without the term serializes without the field, so its runs' keys do not depend on it.
+    def _omit_absent_terms(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A law without a term serializes without the field, so its runs' keys do not depend on it.
         out = handler(self)
-        if isinstance(out, dict) and self.hparams is None:
-            out.pop("hparams", None)
+        if isinstance(out, dict):
+            for name in ("hparams", "experts"):
+                if getattr(self, name) is None:
+                    out.pop(name, None)
         return out
 
 

@@ -45,11 +45,21 @@ if TYPE_CHECKING:
 EVAL_POINTS = 8
 
 
-def law_loss(law: SimulatedLaw, N: float | np.ndarray, D: float | np.ndarray) -> np.ndarray:
-    """L(N, D) = E + A / N^alpha + B / D^beta, in float64 (N and D up to 1e13 and beyond are fine)."""
+def law_loss(law: SimulatedLaw, N: float | np.ndarray, D: float | np.ndarray, sparsity: float = 0.0,
+             granularity: float = 1.0) -> np.ndarray:
+    """L(N, D) = E + K / N^alpha + B / D^beta, in float64 (N and D up to 1e13 and beyond are fine), K the
+    law's A, or with an ``experts`` term A (1 - S)^delta + g / G^gamma at the run's sparsity S and granularity G."""
     N = np.asarray(N, dtype=float)
     D = np.asarray(D, dtype=float)
-    return law.E + law.A / N**law.alpha + law.B / D**law.beta
+    return law.E + n_coefficient(law, sparsity, granularity) / N**law.alpha + law.B / D**law.beta
+
+
+def n_coefficient(law: SimulatedLaw, sparsity: float = 0.0, granularity: float = 1.0) -> float:
+    """The coefficient of the N term: A, or A (1 - S)^delta + g / G^gamma with an ``experts`` term."""
+    term = law.experts
+    if term is None:
+        return law.A
+    return law.A * (1.0 - sparsity) ** term.delta + term.g / granularity**term.gamma
 
 
 def hparam_penalty(law: SimulatedLaw, N: float, D: float, lr: float, batch: float) -> float:
@@ -96,7 +106,7 @@ def curve_of(spec: RunSpec, N: float, penalty: float) -> tuple[Any, np.ndarray]:
     lr = lr_steps(spec.steps, spec.optimizer.lr, spec.schedule)
     first = min(warmup_end(lr) + 1, spec.steps)
     evals = np.unique(np.linspace(first, spec.steps, sim.curve.evals).round().astype(np.int64))
-    shift = sim.law.A / N**sim.law.alpha + penalty
+    shift = n_coefficient(sim.law, spec.shape.expert_sparsity, spec.shape.granularity) / N**sim.law.alpha + penalty
     theta = sim.curve.theta()
 
     def expected(s: np.ndarray) -> np.ndarray:
@@ -218,7 +228,9 @@ def simulated_run(
     eval_steps = log_steps(steps, EVAL_POINTS)
     seen = lambda s: np.minimum(s.astype(float) * batch, float(D))  # noqa: E731 - tokens after each step
     penalty = hparam_penalty(sim.law, N, float(D), spec.optimizer.lr, float(batch))
-    expected = lambda s: law_loss(sim.law, N, seen(s)) + penalty  # noqa: E731 - the noiseless curve
+    shape = spec.shape
+    expected = lambda s: law_loss(sim.law, N, seen(s), shape.expert_sparsity,  # noqa: E731 - the noiseless curve
+                                  shape.granularity) + penalty
     if sim.curve is not None:
         expected, eval_steps = curve_of(spec, N, penalty)
         train_steps = np.unique(np.concatenate([train_steps[train_steps >= eval_steps[0]], eval_steps[-1:]]))

@@ -199,7 +199,7 @@ class RunSpec(Recipe):
                     "workers: use zero2 or zero3 (FSDP2 shards tensor-parallel parameters; DDP and ZeRO-1 do not)"
                 )
         if ex.ep > 1:
-            from scaling.trainer.parallel.expert_parallel import expert_parallel_problem
+            from scaling.layout import expert_parallel_problem
 
             problem = expert_parallel_problem(self.shape, ex.ep, ex.dp, ex.tp, ex.pp, ex.strategy)
             if problem:

@@ -479,3 +479,67 @@ def test_grouped_heads_in_fp32_on_cuda_are_counted_repeated() -> None:
     for precision, device in (("bf16", "cuda"), ("fp32", "cpu")):
         kinds = {"precision": precision, "device": device}
         assert layer_activation_bytes(gqa, 2, **kinds) < layer_activation_bytes(mha, 2, **kinds)  # type: ignore[arg-type]
+
+
+#: A tiny MoE with a dense first block, its 4 experts over the 2 ranks.
+TINY_MOE = {"n_layer": 2, "d_model": 32, "n_head": 4, "vocab_size": 256, "context": 16, "family": "moe",
+            "n_experts": 4, "top_k": 2, "expert_ffn": 24, "n_dense_layers": 1}
+
+
+def _expert_traffic_worker(rank: int, world: int) -> dict:
+    """One bf16 step of two micro-batches of TINY_MOE under DDP with ep = 2, counting its collectives
+    (all-to-alls counted by the tensor each rank hands over: its input)."""
+    import torch
+    import torch.distributed as dist
+
+    from scaling.trainer.families.model import build_model
+    from scaling.trainer.parallel.data_parallel import parallelize
+    from scaling.trainer.spec import RunSpec
+
+    spec = RunSpec.from_dict({"model": TINY_MOE, "tokens": 64 * 10, "batch_tokens": 64, "precision": "bf16",
+                              "execution": {"workers": world, "strategy": "ddp", "ep": world}})
+    torch.manual_seed(0)
+    par = parallelize(build_model(spec.shape, spec.seed), spec)
+    opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    par.module.register_comm_hook(par.group, default_hooks.allreduce_hook)
+    real = dist.all_to_all_single
+    sent: list[int] = []
+
+    def counted(output: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(input.numel() * input.element_size())
+        return real(output, input, *args, **kwargs)
+
+    g = torch.Generator().manual_seed(rank)
+    dist.all_to_all_single = counted
+    try:
+        with CountingCollectives() as counter:
+            for i in range(2):
+                x = torch.randint(0, 256, (2, TINY_MOE["context"]), generator=g)
+                with par.no_sync(i < 1):
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        logits = par.module(x)
+                    torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), x.flatten()).backward()
+            opt.step()
+    finally:
+        dist.all_to_all_single = real
+    dist.barrier()
+    return {"all_to_all": sent, **dict(counter.calls)}
+
+
+def test_expert_parallel_bytes_equal_what_crosses_the_wire(tmp_path) -> None:
+    """The all-to-alls two ranks hand over in a real step, summed over the ranks, equal the model's payload
+    on each (a rank sends its own routed copies and returns those it received: as many, over the ranks, as
+    it sent); DDP all-reduces the rest of the model, never the experts."""
+    pytest.importorskip("torch")
+    layout = ParallelLayout(dp=2, ep=2, strategy="ddp", micro_batches=2, micro_batch=2)
+    shape = Shape(**TINY_MOE)
+    expected: dict[str, float] = defaultdict(float)
+    for t in step_traffic(shape, layout, "bf16"):
+        expected[t.kind] += t.bytes_per_step
+    ranks = spawn(_expert_traffic_worker, 2, str(tmp_path))
+    assert sum(sum(r["all_to_all"]) for r in ranks) == 2 * expected["all_to_all"]
+    for r in ranks:
+        assert sum(r["all_reduce"]) == expected["all_reduce"]
+        assert len(r["all_to_all"]) == sum(t.calls for t in step_traffic(shape, layout, "bf16") if t.group == "ep")

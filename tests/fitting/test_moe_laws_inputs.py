@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +106,7 @@ def test_a_sweeps_moe_runs_are_read_from_their_specs(sqlite_url: str) -> None:
         # a spec leaves a field out at its family's default (8 experts, top-2 for moe)
         model = ({"family": "llama"} if row.n_experts == 1 else {"family": "moe", "top_k": 1} if row.n_experts == 8
                  else {"family": "moe", "n_experts": int(row.n_experts), "top_k": int(row.top_k)})
+        model = {**SIZES, **model}
         records.append({"key": f"moe-{i:03d}", "N": float(row.N), "N_total": float(row.N) * row.n_experts,
                         "n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "context": 64,
                         "D": float(row.D), "C": 6.0 * row.N * row.D, "seed": 0, "spec": {"model": model}})
@@ -141,15 +141,43 @@ def test_simulated_tables_read_back_as_a_csv(tmp_path: Path) -> None:
     assert pd.isna(data.points["S"]).all()
 
 
+#: A run spec's model sizes (what every stored spec states).
+SIZES = {"n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "context": 64}
+
+
 @pytest.mark.parametrize("model, expected", [
     ({"family": "llama"}, {"n_experts": 1, "top_k": 1, "granularity": 1.0}),
     ({"family": "moe"}, {"n_experts": 8, "top_k": 2, "granularity": 1.0}),
     ({"family": "moe", "n_experts": 64, "top_k": 8, "ffn": 1024, "expert_ffn": 128},
      {"n_experts": 64, "top_k": 8, "granularity": 8.0}),
+    # the dense width the family resolves from d_model (llama_ffn(64) = 256) when the spec leaves it out
+    ({"family": "moe", "expert_ffn": 64}, {"n_experts": 8, "top_k": 2, "granularity": 4.0}),
 ])
 def test_a_run_specs_experts(model: dict, expected: dict) -> None:
-    assert moe_data.experts_of({"model": model}) == expected
+    assert moe_data.experts_of({"model": {**SIZES, **model}}) == expected
 
 
-def test_a_spec_with_an_expert_width_but_no_dense_width_has_no_known_granularity() -> None:
-    assert math.isnan(moe_data.experts_of({"model": {"family": "moe", "expert_ffn": 128}})["granularity"])
+def test_the_defaults_of_a_specs_experts_are_the_registrys() -> None:
+    """A spec that leaves the experts out gets what scaling.families resolves, not a copy of it."""
+    from scaling.accounting import Shape
+
+    shape = Shape(2, 64, 4, family="moe")
+    got = moe_data.experts_of({"model": {**SIZES, "family": "moe"}})
+    assert (got["n_experts"], got["top_k"]) == (shape.n_experts, shape.top_k)
+
+
+@pytest.mark.parametrize("model, problem", [
+    ({"family": "moe"}, "no whole n_layer, d_model, n_head"),
+    ({**SIZES, "family": "moe", "top_k": 9}, "top_k must be between 1 and n_experts"),
+])
+def test_a_stored_spec_that_makes_no_shape_is_named(sqlite_url: str, model: dict, problem: str) -> None:
+    from scaling.db import Store
+
+    record = {"key": "bad-run", "N": 1e6, "N_total": 4e6, "D": 1e8, "C": 6e14, "seed": 0, "spec": {"model": model},
+              **SIZES}
+    with Store(sqlite_url) as store:
+        store.register("moe", [record])
+        assert store.claim("bad-run", "test-host") == 1
+        store.finish("bad-run", "completed", final_eval_loss=3.0, final_train_loss=3.0)
+    with pytest.raises(FitError, match=f"run bad-run: .*{problem}"):
+        moe_data.from_db(sqlite_url, "moe")

@@ -466,7 +466,8 @@ class Law(Doubtful):
         if d.get("class") != cls.__name__:
             raise FitError(f"stored fit is a {d.get('class')!r}, not a {cls.__name__}")
         law = cls(**d.get("settings", {}))
-        law.params_ = {k: float(v) for k, v in d["params"].items()}
+        # a parameter the fit left non-finite is stored as null (JSON has no inf or nan): read back as nan
+        law.params_ = {k: math.nan if v is None else float(v) for k, v in d["params"].items()}
         conv = dict(d.get("conventions", {}))
         law.k_ = float(conv.get("flops_per_param_token", FLOPS_PER_PARAM_TOKEN))
         law.conventions_ = conv

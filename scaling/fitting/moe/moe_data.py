@@ -17,7 +17,6 @@ are reduced to their best loss (the tuned point), as a sweep over hyperparameter
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from scaling.accounting import FLOPS_PER_PARAM_TOKEN
+from scaling.accounting import FLOPS_PER_PARAM_TOKEN, Shape, family_fields
 from scaling.errors import FitError
 from scaling.fitting.core.measurements import FitData, csv_rows
 from scaling.fitting.core.tabular import ACCEPTED, parse_numbers
@@ -47,6 +46,10 @@ MOE_ALIASES: dict[str, tuple[str, ...]] = {
 HYPERPARAMETERS = ("lr", "batch")
 #: Where each MoE variable comes from, as stated in the fit's conventions.
 SPARSITY_SOURCES = {"N_total": "1 - N_active / N_total", "experts": "1 - top_k / n_experts (the experts' layers only)"}
+
+
+class NoExpertsError(FitError):
+    """A sweep none of whose runs is a mixture of experts: no law of sparsity to fit (not a fault)."""
 
 
 @dataclass
@@ -183,31 +186,33 @@ def from_csv(path: str | Path) -> MoEData:
     return from_frame(df, source=str(path), row_label=lambda i: f"data row {kept[i] + 1}")
 
 
-#: The moe family's defaults for what a stored spec leaves out at its default value (scaling.families
-#: states them; a run spec serializes only the fields that differ from them).
-MOE_SPEC_DEFAULTS = {"n_experts": 8, "top_k": 2}
-
-
 def is_moe_spec(model: Any) -> bool:
     """Whether a run spec's model section describes a mixture of experts."""
     return isinstance(model, dict) and (model.get("family") == "moe" or "n_experts" in model)
 
 
+def spec_shape(model: dict[str, Any]) -> Shape:
+    """The shape a stored run spec's model section describes, its left-out fields resolved by its
+    family (``scaling.families``: a spec serializes only what differs from the defaults);
+    ValueError naming the problem when the section makes no shape."""
+    sizes = [name for name in ("n_layer", "d_model", "n_head") if not isinstance(model.get(name), int)]
+    if sizes:
+        raise ValueError(f"its model section has no whole {', '.join(sizes)}")
+    extra = {name: model[name] for name in ("vocab_size", "context") if isinstance(model.get(name), int)}
+    return Shape(model["n_layer"], model["d_model"], model["n_head"], **extra,  # type: ignore[arg-type]
+                 **family_fields(model))  # type: ignore[arg-type]
+
+
 def experts_of(spec: Any) -> dict[str, Any]:
-    """n_experts, top_k and (where the spec fixes it) granularity of a stored run spec; a dense family's
-    run is one expert, top-1, granularity 1. Granularity is the dense width ``ffn`` over ``expert_ffn``
-    (1 when the spec leaves ``expert_ffn`` at its default, the dense width; unknown when only one is given)."""
+    """n_experts, top_k and granularity of a stored run spec (:attr:`scaling.accounting.Shape.granularity`:
+    the dense width ``ffn`` over ``expert_ffn``, both as the family resolves them); a dense family's
+    run is one expert, top-1, granularity 1. ValueError when the spec's model section makes no shape."""
     model = spec.get("model") if isinstance(spec, dict) else None
     if not is_moe_spec(model):
         return {"n_experts": 1, "top_k": 1, "granularity": 1.0}
-    out: dict[str, Any] = {key: model.get(key, default) for key, default in MOE_SPEC_DEFAULTS.items()}
-    if "expert_ffn" not in model:
-        out["granularity"] = 1.0
-    elif "ffn" in model:
-        out["granularity"] = float(model["ffn"]) / float(model["expert_ffn"])
-    else:
-        out["granularity"] = math.nan
-    return out
+    assert isinstance(model, dict)
+    shape = spec_shape(model)
+    return {"n_experts": shape.n_experts, "top_k": shape.top_k, "granularity": shape.granularity}
 
 
 def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
@@ -228,12 +233,17 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
         raise FitError(f"sweep {sweep!r} has no completed runs to fit")
     specs = list(runs["spec"])
     if not any(is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in specs):
-        raise FitError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
-    table = pd.DataFrame([{"N": n, "D": d, "loss": loss, **experts_of(s)}
-                          for n, d, loss, s in zip(runs["N"], runs["D"], runs["loss"], specs)])
-    if table["granularity"].isna().any() or table["granularity"].nunique() < 2:
-        table = table.drop(columns=["granularity"])  # unknown for some runs, or not a variable of this sweep
+        raise NoExpertsError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
     keys = list(runs["run_key"])
+    rows = []
+    for key, n, d, loss, s in zip(keys, runs["N"], runs["D"], runs["loss"], specs):
+        try:
+            rows.append({"N": n, "D": d, "loss": loss, **experts_of(s)})
+        except ValueError as e:
+            raise FitError(f"sweep {sweep!r}, run {key}: {e}") from None
+    table = pd.DataFrame(rows)
+    if table["granularity"].nunique() < 2:
+        table = table.drop(columns=["granularity"])  # not a variable of this sweep
     return from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {keys[i]}"), sweep
 
 

@@ -40,6 +40,17 @@ class MoEFit:
                          "laws": {k: law.to_dict() for k, law in self.laws.items()}, "skipped": self.skipped,
                          "notes": self.notes})
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MoEFit":
+        """:meth:`to_dict` read back (the laws restored by their form's class); FitError for a law of no form."""
+        laws: dict[str, MoELaw] = {}
+        for form, law in (d.get("laws") or {}).items():
+            if form not in FORMS:
+                raise FitError(f"a stored law of sparsity of no known form ({form!r})")
+            laws[form] = FORMS[form].from_dict(law)  # type: ignore[assignment]
+        return cls(source=str(d["source"]), n_points=int(d["n_points"]), conventions=dict(d.get("conventions") or {}),
+                   laws=laws, skipped=dict(d.get("skipped") or {}), notes=[str(n) for n in d.get("notes") or []])
+
     def table(self) -> str:
         """Every fitted parameter with its bootstrap SE and 95% interval, and what doubts each law."""
         from rich.table import Table

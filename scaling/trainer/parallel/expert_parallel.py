@@ -10,34 +10,17 @@ parallelism. The all-to-alls are differentiable (their backward is the reverse e
 
 Composition: data parallel with DDP over the same ranks (``ep`` equals ``dp``), the experts left
 out of DDP's all-reduce (each rank's experts see every rank's tokens already: their gradient is
-the sum over the ranks, scaled by 1/dp to DDP's mean). ZeRO, tensor and pipeline parallelism with
-experts parallel are refused in one line.
+the sum over the ranks, scaled by 1/dp to DDP's mean). What composes is one torch-free rule,
+``scaling.layout.expert_parallel_problem``, which the spec and the layout search apply.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-if TYPE_CHECKING:  # the checks below are imported by the spec, which stays torch-free
+if TYPE_CHECKING:
     import torch
     from torch import nn
-
-
-def expert_parallel_problem(shape: Any, ep: int, dp: int, tp: int, pp: int, strategy: str) -> str | None:
-    """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None."""
-    if ep == 1:
-        return None
-    if not shape.family_spec.routed:
-        return f"ep={ep}: family {shape.family!r} has no experts"
-    if tp > 1 or pp > 1:
-        return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
-    if ep != dp:
-        return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
-    if strategy not in ("ddp", "auto"):
-        return f"ep={ep} needs strategy ddp, not {strategy} (ZeRO would shard the experts' shards again)"
-    if shape.n_experts % ep:
-        return f"ep={ep} does not divide n_experts ({shape.n_experts})"
-    return None
 
 
 def expert_modules(model: "nn.Module") -> list["nn.Module"]:
