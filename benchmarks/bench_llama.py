@@ -2,9 +2,10 @@
 
 The previous forward ran q, k, v and gate, up as separate linear layers (under autocast each cast
 the norm output again) and computed RoPE's angles in every layer, rotating q and k through FP32;
-the current one joins those projections into one product under autocast
-(``scaling.trainer.families.llama.fused_projections``) and keeps RoPE's tables per length, device
-and dtype, applied in the compute dtype. Both variants are the same model (one set of weights,
+the current one joins those projections into one product under autocast, and q, k, v in FP32 too
+(``scaling.trainer.families.llama.fused_projections``), keeps RoPE's tables per length, device
+and dtype, applied in the compute dtype, and on the CPU runs its RMSNorms through a written-out
+backward (``llama.rms_norm``) instead of torch's composite one. Both variants are the same model (one set of weights,
 copied), trained on the same batches with the same AdamW; steps alternate between them so a
 drift in machine load hits both alike, and the median step times are compared. In FP32 the losses
 of every step must agree to FP32 rounding (printed: the largest relative gap).
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from scaling.accounting import Shape
 from scaling.trainer.families.attention import causal_attention
-from scaling.trainer.families.llama import Attention, SwiGLU, rope_angles
+from scaling.trainer.families.llama import Attention, HeadNorm, RMSNorm, SwiGLU, rope_angles
 from scaling.trainer.families.model import build_model
 from scaling.trainer.optim import param_groups
 
@@ -52,14 +53,22 @@ def previous_attention(self: Attention, x: torch.Tensor) -> torch.Tensor:
     return self.o(y.transpose(1, 2).reshape(b, t, -1))
 
 
+def previous_head_norm(self: HeadNorm, x: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x.float(), self.normalized_shape, self.weight, self.eps).to(x.dtype)
+
+
 def previous_mlp(self: SwiGLU, x: torch.Tensor) -> torch.Tensor:
     return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 def as_previous(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` with each block's attention and MLP running the previous forward."""
+    """``model`` with each block's attention, MLP and norms running the previous forward."""
     for module in model.modules():
-        if isinstance(module, Attention):
+        if isinstance(module, HeadNorm):
+            module.forward = types.MethodType(previous_head_norm, module)  # type: ignore[method-assign]
+        elif isinstance(module, RMSNorm):
+            module.forward = types.MethodType(torch.nn.RMSNorm.forward, module)  # type: ignore[method-assign]
+        elif isinstance(module, Attention):
             module.forward = types.MethodType(previous_attention, module)  # type: ignore[method-assign]
         elif isinstance(module, SwiGLU):
             module.forward = types.MethodType(previous_mlp, module)  # type: ignore[method-assign]
@@ -104,7 +113,7 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             if step:
                 times[name].append(time.process_time() - start)
-            losses[name].append(float(loss))
+            losses[name].append(float(loss.detach()))
     med = {name: statistics.median(t) for name, t in times.items()}
     gap = max(abs(a - b) / abs(b) for a, b in zip(losses["current"], losses["previous"]))
     print(f"llama {shape.n_layer}x{shape.d_model}/{shape.n_head}h kv {shape.kv_heads}"

@@ -20,8 +20,7 @@ resident (the RSS of the same step is larger by an amount that depends on the si
 before), and on a machine shared with others a sampled RSS misses short-lived peaks.
 
 The estimate is ``memory_per_rank`` of the single-worker layout with the CPU's kernels
-(``device="cpu"``: SDPA's CPU flash kernel, which the header confirms, and the CPU's composite
-RMSNorm) and no margin (the margin is for allocator slack, which live bytes do not include).
+(``device="cpu"``: SDPA's CPU flash kernel, which the header confirms) and no margin (the margin is for allocator slack, which live bytes do not include).
 Target: within 10% of the peak, whole and in what the step adds to the weights and AdamW's
 state ("acts": activations, gradients and autocast's weight copies). The ``math`` column is the
 estimate with attention's s x s scores (Korthikanti et al.'s 5as/h, the term the fused kernels

@@ -241,8 +241,7 @@ class Shape(ModelFamily):
 
     @property
     def expert_sparsity(self) -> float:
-        """The share of the routed experts a token does not use, 1 - top_k / n_experts (0 for a dense
-        family): the sparsity of the experts' layers, the S the MoE laws read from a run's spec."""
+        """1 - top_k / n_experts (0 for a dense family): the sparsity S the MoE laws read from a run's spec."""
         if not self.family_spec.routed:
             return 0.0
         assert self.top_k is not None and self.n_experts is not None
@@ -250,8 +249,7 @@ class Shape(ModelFamily):
 
     @property
     def granularity(self) -> float:
-        """The dense feed-forward width over one expert's, ffn / expert_ffn (Krajewski et al. 2024's G;
-        1 for a dense family and for experts as wide as the dense MLP)."""
+        """ffn / expert_ffn, Krajewski et al. 2024's granularity G (1 for a dense family)."""
         if not self.family_spec.routed:
             return 1.0
         assert self.expert_ffn is not None
@@ -765,9 +763,8 @@ def params_per_rank(shape: Shape, tp: int = 1, pp: int = 1, stage: int = 0, ep: 
 
 
 def own_expert_params(shape: Shape, ep: int = 1) -> int:
-    """The routed experts one rank holds under expert parallelism over ``ep`` ranks, which it trains
-    on every rank's tokens and so keeps out of data parallelism (no gradient all-reduce, no ZeRO
-    sharding: ``ep`` is their sharding); none without it (``ep`` = 1: the experts are data-parallel)."""
+    """The routed experts one rank holds under expert parallelism over ``ep`` ranks, kept out of data
+    parallelism (no all-reduce, no ZeRO sharding: ``ep`` shards them); none at ``ep`` = 1."""
     return shape.family_spec.routed_expert_params(shape) // ep if ep > 1 else 0
 
 

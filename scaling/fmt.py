@@ -27,6 +27,21 @@ def num(x: object, digits: int = 3, missing: str = MISSING) -> str:
     return f"{f:.{digits}g}" if math.isfinite(f) else missing
 
 
+# -- one format per quantity: the CLI's text, the report's text and its figures' axes write each alike --
+#: plotly's ``exponentformat`` of a compute axis: its ticks read "1e+15", as :func:`flops` writes compute.
+FLOPS_AXIS_FORMAT = "e"
+
+
+def flops(x: object, missing: str = MISSING) -> str:
+    """Compute in FLOPs, everywhere: three significant digits in e-notation past 10^4 ("1e+15", "3.2e+21")."""
+    return num(x, 3, missing)
+
+
+def loss(x: object, missing: str = MISSING) -> str:
+    """A loss (nats per token, or a task's bits per byte), everywhere: four significant digits ("2.717")."""
+    return num(x, 4, missing)
+
+
 def escape(text: object) -> str:
     """User text made safe for HTML element content, attribute values and plotly labels."""
     return html.escape("" if text is None else str(text), quote=True)

@@ -33,7 +33,7 @@ from scaling.accounting import (
 #: ``math`` (SDPA's math fallback, plain softmax attention) keeps them.
 AttentionMemory = Literal["fused", "math"]
 ATTENTION_MEMORY: tuple[str, ...] = ("fused", "math")
-#: Where the kernels run, as far as memory goes: the CPU's RMSNorm keeps more for backward.
+#: Where the kernels run, as far as memory goes: CUDA in FP32 repeats grouped key/value heads.
 MemoryDevice = Literal["cuda", "cpu"]
 #: Bytes per logit at the step's peak, the backward of the FP32 log-softmax in any precision
 #: (see :func:`loss_activation_bytes`; measured by ``benchmarks/bench_memory.py``).
@@ -51,15 +51,15 @@ def layer_activation_bytes(
     token, with c the compute dtype's bytes (:func:`compute_bytes`):
 
     * each norm: its input, the FP32 residual stream (4h; autocast adds the 16-bit branch outputs
-      to the FP32 embedding), its FP32 1/rms (4; LayerNorm's mean too, 8); on the CPU llama's
-      composite RMSNorm also its normalized input (4h; CUDA's fused one keeps only the input);
-      and its output as the next linear layers keep it:
+      to the FP32 embedding; llama's RMSNorm keeps its normalized input instead, as many bytes:
+      CUDA's fused kernel and the CPU's ``llama.rms_norm`` alike), its FP32 1/rms (4; LayerNorm's
+      mean too, 8); and its output as the next linear layers keep it:
       under autocast one c-byte copy per matrix product that reads it (gpt2: one, the fused QKV and
       the first MLP matrix; llama: one where its q, k, v and its gate and up are ``joined`` into one
       product each, ``scaling.trainer.families.llama.fused_projections``, which they are without
       tensor parallelism, else three and two), in FP32 the output itself (4h);
-    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv)), on the CPU their
-      normalized copy too, and a FP32 1/rms per head (4(a + kv heads));
+    * llama's qk-norm: the FP32 queries and keys it normalizes (4(h + kv); normalized, on the
+      CPU) and a FP32 1/rms per head (4(a + kv heads));
     * attention: q, k and v (c(h + 2 kv); on CUDA in FP32 k and v repeated over the query heads,
       c(h + 2h), for SDPA's memory-efficient kernel, which takes no grouped heads) and the output,
       which the output projection takes as it is (ch); the fused kernels (flash-attn, SDPA's flash and memory-efficient kernels, on CUDA
@@ -86,7 +86,7 @@ def layer_activation_bytes(
     llama = shape.family_spec.norm == "rmsnorm"
 
     def norm(readers: int) -> float:
-        kept = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
+        kept = 4.0 * h + (4.0 if llama else 8.0)  # and 1/rms (and the mean)
         return kept + (c * h * readers if autocast else 4.0 * h)
 
     if joined is None:
@@ -97,8 +97,8 @@ def layer_activation_bytes(
     # CUDA in FP32 repeats grouped key/value heads for the fused kernel (attention.expands_groups)
     kept_kv = h if device == "cuda" and not autocast and attention == "fused" else kv
     split = c * (2 * h + 2 * kept_kv) + c * shape.family_spec.mlp_activation_values(shape)
-    if llama and shape.qk_norm:  # FP32 input (and on the CPU its normalized copy), 1/rms per head
-        split += 4.0 * (h + kv) * (2 if device == "cpu" else 1) + 4.0 * (shape.n_head + shape.kv_heads)
+    if llama and shape.qk_norm:  # FP32 input (normalized, on the CPU), 1/rms per head
+        split += 4.0 * (h + kv) + 4.0 * (shape.n_head + shape.kv_heads)
     if attention == "fused":
         split += 4.0 * shape.n_head
     elif recompute != "selective":
@@ -109,8 +109,7 @@ def layer_activation_bytes(
     return tokens * (whole + split / t) + rope
 
 
-def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision = "bf16",
-                          device: MemoryDevice = "cuda") -> float:
+def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision = "bf16") -> float:
     """Bytes the last stage holds above its blocks at the step's peak, the start of backward.
 
     The final norm as a block's norm keeps it (one reader, the output layer), and per logit
@@ -123,7 +122,7 @@ def loss_activation_bytes(shape: Shape, micro_batch: int, precision: Precision =
     h = shape.d_model
     c = compute_bytes(precision)
     llama = shape.family_spec.norm == "rmsnorm"
-    norm = 4.0 * h * (2 if llama and device == "cpu" else 1) + (4.0 if llama else 8.0)
+    norm = 4.0 * h + (4.0 if llama else 8.0)
     norm += c * h if precision != "fp32" else 4.0 * h
     return tokens * (norm + LOGIT_BYTES * shape.vocab_size)
 
@@ -213,7 +212,7 @@ def memory_per_rank(
     if layout.recompute == "full":
         acts += layer_activation_bytes(shape, b, t, sp, "none", **kinds)  # type: ignore[arg-type]
     if layout.pp == 1:
-        acts += loss_activation_bytes(shape, b, precision, device)
+        acts += loss_activation_bytes(shape, b, precision)
     buffers = autocast_copy_bytes(shape, layout, precision)
     if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and layout.pp > 1:
         # torch's PipelineStage defers FSDP2's reduce-scatter and resharding to the end of the

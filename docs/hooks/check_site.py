@@ -1,6 +1,6 @@
 """Check a built site: every CLI command and option, and every plan and spec field, is in it, each
 field with a description; the gallery's figures are there; no page loads anything (a font, a
-script, a style sheet) from another host.
+script, a style sheet) from another host; the pages with math load the vendored KaTeX from the site.
 
 Usage: python docs/hooks/check_site.py SITE_DIR (run by scripts/docs.sh after the build).
 """
@@ -76,6 +76,34 @@ def external_requests(site: Path) -> list[str]:
     return found
 
 
+#: What a page with math must load, from the site itself (docs/assets/katex, docs/js).
+MATH_ASSETS = ("assets/katex/katex.min.js", "assets/katex/katex.min.css", "js/katex-render.js")
+
+
+def math_problems(site: Path) -> list[str]:
+    """Pages with math (arithmatex's output) that do not load the vendored KaTeX by a relative path
+    resolving inside the site, and KaTeX fonts its style sheet names but the site lacks."""
+    found = []
+    pages = 0
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(errors="replace")
+        if 'class="arithmatex"' not in text:
+            continue
+        pages += 1
+        refs = re.findall(r"""<(?:script|link)\b[^>]*\b(?:src|href)=["']([^"']+)["']""", text)
+        for asset in MATH_ASSETS:
+            hits = [r for r in refs if r.split("?")[0].endswith(asset)]
+            if not hits or not all((page.parent / r.split("?")[0]).resolve().is_file() for r in hits):
+                found.append(f"{page.relative_to(site)}: has math but does not load {asset} from the site")
+    if not pages:
+        found.append("no page has math (pymdownx.arithmatex's output)")
+    css = site / MATH_ASSETS[1]
+    if css.is_file():
+        fonts = re.findall(r"url\(([^)]+)\)", css.read_text())
+        found += [f"KaTeX's style sheet names a font the site lacks: {f}" for f in fonts if not (css.parent / f).is_file()]
+    return found
+
+
 def main(site: Path) -> int:
     cli = page_text(site / "reference" / "cli" / "index.html")
     rows = set(re.findall(r"<td><code>([A-Za-z_0-9]+)</code></td>", (site / "reference" / "plan" / "index.html").read_text()))
@@ -92,6 +120,7 @@ def main(site: Path) -> int:
     problems += [f"the figure gallery lacks {name}" for name in ("plotly.min.js", "report.html", "fig-isoflop.html")
                  if not (gallery / name).is_file()]
     problems += [f"loads from another host: {line}" for line in external_requests(site)]
+    problems += math_problems(site)
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

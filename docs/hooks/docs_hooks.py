@@ -12,6 +12,8 @@
   and one plotly.js file copied into the site: no static image exporter is installed, and no
   network is needed to view them). The full report is linked as well.
 * Sphinx roles in docstrings (``:class:`~x.Y```), which mkdocstrings leaves as text, become code.
+* A page with plotly figures drawn in place (the executed notebook's outputs) loads the site's own
+  plotly.js, ``assets/plotly.min.js``, before them.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def gallery_markdown(page_url: str) -> str:
     if missing:
         raise RuntimeError(f"the gallery's report has no {', '.join(missing)} (figures: {', '.join(figures)})")
     base = page_url.rstrip("/") + "/gallery" if page_url.strip("/") else "gallery"
-    _built.clear()
+    for name in [n for n in _built if n != PLOTLY_JS]:
+        del _built[name]
     _built[f"{base}/plotly.min.js"] = get_plotlyjs()
     _built[f"{base}/report.html"] = report
     cells = []
@@ -158,9 +161,21 @@ def on_post_build(config: Any) -> None:
 _ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):<code>~?")
 
 
+#: Where the site keeps the plotly.js that pages drawing figures in place load.
+PLOTLY_JS = "assets/plotly.min.js"
+
+
 def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
-    """``:class:`~scaling.errors.UserError``` rendered as text plus code becomes the code alone."""
-    return _ROLE.sub("<code>", html)
+    """``:class:`~scaling.errors.UserError``` rendered as text plus code becomes the code alone; a page
+    with plotly figures loads :data:`PLOTLY_JS` first (the figures' scripts call it as they are read)."""
+    html = _ROLE.sub("<code>", html)
+    if 'class="plotly-graph-div"' in html:
+        from plotly.offline import get_plotlyjs
+
+        _built.setdefault(PLOTLY_JS, get_plotlyjs())
+        up = "../" * len([p for p in page.url.split("/") if p])
+        html = f'<script src="{up}{PLOTLY_JS}"></script>\n' + html
+    return html
 
 
 def examples() -> dict[str, str]:

@@ -19,7 +19,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
-from scaling.fmt import escape, num
+from scaling.fmt import escape, num, size
 from scaling.reports import fitview
 from scaling.reports.report_data import normalise_runs, summarise_perf
 from scaling.reports.downsample import downsample_frame
@@ -72,7 +72,7 @@ def _runs(runs: pd.DataFrame) -> pd.DataFrame:
 def run_label(run: pd.Series) -> str:
     """A run's hover label: its name, N and D (escaped: the name is the user's)."""
     name = run.get("name") or ""
-    base = f"N={num(run['N'])} D={num(run['D'])}"
+    base = f"N={size(run['N'])} D={size(run['D'])}"
     return escape(f"{name} ({base})" if name else base)
 
 
@@ -250,13 +250,13 @@ def size_groups(sizes: Iterable[float], max_groups: int = 12) -> dict[float, str
     """A legend group per model size, or per log-spaced size range when there are many sizes."""
     uniq = sorted({float(s) for s in sizes if s is not None and np.isfinite(s) and s > 0})
     if len(uniq) <= max_groups:
-        return {s: f"N={num(s)}" for s in uniq}
+        return {s: f"N={size(s)}" for s in uniq}
     edges = np.logspace(math.log10(uniq[0]), math.log10(uniq[-1]), max_groups + 1)
     out = {}
     for s in uniq:
         # clip: logspace's end points may round just past the smallest and largest sizes
         i = min(max(int(np.searchsorted(edges, s, side="right")) - 1, 0), max_groups - 1)
-        out[s] = f"N {num(edges[i], 2)}–{num(edges[i + 1], 2)}"
+        out[s] = f"N {size(edges[i], 2)}–{size(edges[i + 1], 2)}"
     return out
 
 
@@ -564,7 +564,7 @@ def backtest(results: pd.DataFrame | None, *, title: str = "Backtest: predicting
         label = g["label"].iloc[0] if "label" in g else method
         fig.add_trace(
             go.Bar(
-                x=[f"N={num(n)}, C={num(c, 2)}" for n, c in zip(g["N"], g["C"])], y=g["rel_error"], name=escape(label),
+                x=[f"N={size(n)}, C={num(c, 2)}" for n, c in zip(g["N"], g["C"])], y=g["rel_error"], name=escape(label),
                 marker_color=METHOD_COLORS.get(fitview.kind_of(method, None), "#9467bd"),
                 hovertemplate=f"{escape(label)}<br>%{{x}}: %{{y:.2%}}<extra></extra>",
             )

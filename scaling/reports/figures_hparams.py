@@ -109,7 +109,7 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
         pts = [g for g in used if g.N == N]
         color = colors.get(float(N))
         fig.add_trace(go.Scatter(
-            x=[g.D for g in pts], y=[g.lr["value"] for g in pts], mode="markers", name=f"N = {num(N, 3)}",
+            x=[g.D for g in pts], y=[g.lr["value"] for g in pts], mode="markers", name=f"N = {size(N, 3)}",
             legendgroup=f"n{N}", marker=dict(color=color, size=9), error_y=_errors([g.lr for g in pts]),
             hovertemplate=f"N {num(N, 3)}, D %{{x:.3g}}: lr* %{{y:.3g}}<extra></extra>"), row=1, col=1)
         law = fit.laws.get("lr_ND")

@@ -108,3 +108,48 @@ def test_the_runs_table_shows_lr_batch_and_group_within_1280_px(report: Path, br
     assert len(lrs) >= 3 and "–" not in lrs  # three learning rates per group
     assert len({r[col["batch"]] for r in got["rows"]}) == 3  # and three batches
     assert all(r[col["group"]].startswith("2x") for r in got["rows"])  # every run of the sweep is in a group
+
+
+#: Per figure: the boxes (in page pixels) of every text drawn as a title, subplot title, annotation or legend,
+#: and of the tick labels (``tick: ...``), which a title must not cover either.
+TITLE_BOXES = """() => Array.from(document.querySelectorAll('.figure')).map(d => {
+    const box = (el, what) => { const r = el.getBoundingClientRect();
+        return {what: what + ': ' + el.textContent.trim().slice(0, 60), x0: r.left, y0: r.top, x1: r.right, y1: r.bottom}; };
+    const boxes = [];
+    d.querySelectorAll('.gtitle').forEach(el => boxes.push(box(el, 'title')));
+    d.querySelectorAll('.infolayer text[class$="title"]').forEach(el => {
+        if (!el.classList.contains('gtitle') && el.textContent.trim()) boxes.push(box(el, el.getAttribute('class'))); });
+    d.querySelectorAll('.annotation').forEach(el => { if (el.textContent.trim()) boxes.push(box(el, 'annotation')); });
+    d.querySelectorAll('.legend').forEach(el => boxes.push(box(el.querySelector('.bg') || el, 'legend')));
+    d.querySelectorAll('.xtick text, .ytick text').forEach(el => {
+        if (el.textContent.trim()) boxes.push(box(el, 'tick')); });
+    return {id: d.id, boxes: boxes.filter(b => b.x1 > b.x0 && b.y1 > b.y0)};
+})"""
+
+
+def overlaps(boxes: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of boxes that share more than ``slack`` pixels each way (two tick labels are plotly's to space)."""
+    found = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if a["what"].startswith("tick") and b["what"].startswith("tick"):
+                continue
+            if min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > slack and min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) > slack:
+                found.append((a["what"], b["what"]))
+    return found
+
+
+def test_no_two_drawn_titles_or_annotations_overlap_at_1280_px(report: Path, browser) -> None:
+    def at_1280(page):
+        page.set_viewport_size({"width": 1280, "height": 800})
+        # plotly.js lays each figure out again at the new width (its own resize handler) before the boxes are read
+        page.wait_for_function("Array.from(document.querySelectorAll('.figure'))"
+                               ".every(d => Math.abs(d._fullLayout.width - d.clientWidth) < 2)", timeout=30_000)
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r())))")
+        return page.evaluate(TITLE_BOXES)
+
+    figures = browser.open(report, "title-boxes-1280", actions=at_1280).result
+    assert len(figures) >= 13
+    clashes = {f["id"]: overlaps(f["boxes"]) for f in figures}
+    clashes = {k: v for k, v in clashes.items() if v}
+    assert clashes == {}, f"drawn titles that overlap at 1280 px: {clashes}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,8 +35,8 @@ from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, sto
 from scaling.fitting.core.intervals import interval_text, summarise, withheld
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import DIGITS, point_keys, rounded
-from scaling.fmt import bounds, num
-from scaling.naming import point_label
+from scaling.fmt import bounds, num, size
+from scaling.naming import group_title, point_label
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
 RUN_COLUMNS = ("N", "D", "C", "loss", "lr", "batch")
@@ -585,7 +585,7 @@ class HparamFit:
         for col in ("group", "runs", "L* [95%]", "lr* [95%]", "B* [95%]", "status"):
             t.add_column(col, justify="left" if col in ("group", "status") else "right")
         for g in self.groups:
-            t.add_row(g.label, str(g.n_runs), ivtext(g.loss, 4), ivtext(g.lr), ivtext(g.batch),
+            t.add_row(group_title(g.label), str(g.n_runs), ivtext(g.loss, 4), ivtext(g.lr), ivtext(g.batch, 3, size),
                       "fitted" if g.used else f"left out ({g.status})")
         con.print(t)
         for name, law in self.laws.items():
@@ -604,9 +604,10 @@ def _bound(iv: dict[str, Any], end: str) -> float:
     return float(v) if v is not None and iv.get("kind") == "percentile" and math.isfinite(v) else math.nan
 
 
-def ivtext(iv: dict[str, Any] | None, digits: int = 3) -> str:
-    """A value with its 95% interval, or with why it has none ('-' for none at all)."""
-    return interval_text(iv, digits)
+def ivtext(iv: dict[str, Any] | None, digits: int = 3, fmt: Callable[..., str] = num) -> str:
+    """A value with its 95% interval, or with why it has none ('-' for none at all); ``fmt`` writes each
+    number (:func:`scaling.fmt.size` for a batch in tokens, as the report writes it)."""
+    return interval_text(iv, digits, fmt)
 
 
 def check_runs(runs: pd.DataFrame, where: str = "") -> None:
@@ -651,7 +652,7 @@ def fit_hparams(runs: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0, *,
     out = [g for g in fit.groups if not g.used]
     if out:
         fit.notes.append(f"{len(out)} of {len(fit.groups)} groups left out of the laws: "
-                         + "; ".join(f"{g.label}: {g.message}" for g in out))
+                         + "; ".join(f"{group_title(g.label)}: {g.message}" for g in out))
     for name in LAWS:
         try:
             fit.laws[name] = fit_law(name, fit.groups, n_bootstrap, seed)

@@ -5,6 +5,9 @@ dict and the trainer's own state: step, data cursor, spike window, RNG states as
 model and optimizer written by ``torch.distributed.checkpoint`` (one ``.distcp`` file per
 writing rank, resharded on load, see :func:`save_sharded`), ``metadata.json`` (DCP's index of
 those shards, in JSON) and ``manifest.json`` (every other file's size and sha256, written last).
+Each file's sha256 is computed from the bytes as they are written (:class:`HashingFile`), never by
+reading the file back; a resume verifies a checkpoint once, streaming each file through the hash in
+1 MiB blocks (no copy of the state in memory), and none this process wrote or verified again.
 
 Files read back from disk are untrusted: nothing in a checkpoint is unpickled. DCP's own
 ``.metadata`` is a pickle, so it is deleted at save time and its JSON twin is read instead;
@@ -20,13 +23,15 @@ so are the steps in ``protect`` (a trunk's branch points, which its branches sta
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Collection
+from contextlib import contextmanager
+from typing import Any, Callable, Collection, Iterator
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
@@ -129,13 +134,71 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_json_atomically(path: Path, obj: Any) -> None:
+class HashingFile(io.RawIOBase):
+    """A file opened for writing that passes every byte written through sha256 on its way to
+    disk, so the manifest's entry needs no second read of the file (:meth:`entry`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._digest = hashlib.sha256()
+        self._size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._digest.update(view)
+        written = self._file.write(view)
+        self._size += written
+        return written
+
+    def tell(self) -> int:
+        return self._size
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.flush()
+            self._file.close()
+        super().close()
+
+    def sync(self) -> None:
+        """Flush and fsync: the bytes are on disk before the manifest names them."""
+        self.flush()
+        os.fsync(self._file.fileno())
+
+    def entry(self) -> dict[str, Any]:
+        """The manifest's entry for what was written: size and sha256."""
+        return {"size": self._size, "sha256": self._digest.hexdigest()}
+
+
+@contextmanager
+def hashed_writing(path: Path, entries: dict[str, dict[str, Any]]) -> Iterator[HashingFile]:
+    """Write ``path`` through a :class:`HashingFile`, synced and closed at the end, its entry put
+    in ``entries`` under the file's name."""
+    with HashingFile(path) as fh:
+        yield fh
+        fh.sync()
+    entries[path.name] = fh.entry()
+
+
+def _write_json_atomically(path: Path, obj: Any) -> dict[str, Any]:
+    """Write ``obj`` as JSON to ``path`` through a temporary file; return its manifest entry."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    entries: dict[str, dict[str, Any]] = {}
+    with hashed_writing(tmp, entries) as fh:
+        fh.write(json.dumps(obj).encode())
     os.replace(tmp, path)
+    return entries[tmp.name]
 
 
 def _read_json(path: Path) -> Any:
@@ -155,21 +218,17 @@ def _entry(path: Path) -> dict[str, Any]:
 
 def write_manifest(path: Path, step: int, known: dict[str, dict[str, Any]] | None = None) -> None:
     """Record the size and sha256 of every file in the checkpoint folder ``path`` (last write);
-    ``known`` holds entries already hashed (by the ranks that wrote those files)."""
+    ``known`` holds the entries hashed as those files were written (any other file is read)."""
     known = known or {}
     files = {p.name: known.get(p.name) or _entry(p) for p in sorted(path.iterdir()) if p.is_file()}
     _write_json_atomically(path / MANIFEST_FILE, {"format": MANIFEST_FORMAT, "step": step, "files": files})
 
 
-def hash_shares(path: Path, rt: Runtime) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of every file now in ``path`` (but DCP's pickle), each rank hashing its share of them (the
-    i-th file, sorted by name, on rank i % world) and the entries gathered on every rank
-    (collective). Rank 0 alone would read every shard while the others wait in a barrier."""
-    listing = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != _DCP_PICKLE)  # the pickle goes
-    names = rt.broadcast_object(listing if rt.is_main else None)
-    mine = {name: _entry(path / name) for name in names[rt.rank :: rt.world_size]}
+def gather_entries(written: dict[str, dict[str, Any]], rt: Runtime) -> dict[str, dict[str, Any]]:
+    """Every rank's entries of the files it wrote (hashed while writing; DCP's pickle left out,
+    it goes), merged on every rank (collective)."""
     merged: dict[str, dict[str, Any]] = {}
-    for part in rt.gather_object(mine):
+    for part in rt.gather_object({k: v for k, v in written.items() if k != _DCP_PICKLE}):
         merged.update(part)
     return merged
 
@@ -377,8 +436,32 @@ def _weights_only_planner() -> Any:
     return WeightsOnlyLoadPlanner()
 
 
-def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
-    """Every rank writes its part of the model and optimizer state into ``path`` (collective).
+def _hashing_writer(path: Path, entries: dict[str, dict[str, Any]]) -> Any:
+    """DCP's file writer, but every file goes through a :class:`HashingFile` and its entry lands in ``entries``."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class HashingFileSystem(FileSystem):
+        @contextmanager
+        def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
+            if mode != "wb":
+                with super().create_stream(path, mode) as stream:
+                    yield stream
+                return
+            target = Path(path)
+            with HashingFile(target) as fh:
+                yield fh  # DCP fsyncs it through fileno() before it closes
+            entries[target.name] = fh.entry()
+
+    writer = FileSystemWriter(str(path))
+    writer.fs = HashingFileSystem()
+    return writer
+
+
+def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 entries: dict[str, dict[str, Any]] | None = None) -> Any:
+    """Every rank writes its part of the model and optimizer state into ``path`` (collective);
+    the size and sha256 of each file this rank wrote, hashed as it was written, go in ``entries``.
 
     Returns DCP's global metadata (the same on every rank)."""
     import torch.distributed.checkpoint as dcp
@@ -394,7 +477,8 @@ def save_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         state = {"model": get_model_state_dict(model, options=_dcp_options())}
     with warnings.catch_warnings():  # DCP warns on every single-process save, by design here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        return dcp.save(state, checkpoint_id=str(path), no_dist=not _distributed())
+        return dcp.save(state, storage_writer=_hashing_writer(path, {} if entries is None else entries),
+                        no_dist=not _distributed())
 
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -503,21 +587,20 @@ def save(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     rt.barrier()
-    metadata = save_sharded(tmp, model, optimizer)
+    written: dict[str, dict[str, Any]] = {}
+    metadata = save_sharded(tmp, model, optimizer, written)
     rngs = rt.gather_object(_cpu_rng(rt.device))
-    shards = hash_shares(tmp, rt)  # the shards DCP wrote, each rank hashing its share
+    entries = gather_entries(written, rt)  # the shards every rank wrote, hashed as they were written
     if rt.is_main:
-        _write_json_atomically(tmp / METADATA_FILE, metadata_to_json(metadata))
+        entries[METADATA_FILE] = _write_json_atomically(tmp / METADATA_FILE, metadata_to_json(metadata))
         (tmp / _DCP_PICKLE).unlink(missing_ok=True)
         state = {
             "scaler": scaler.state_dict(),
             "meta": {**meta, "step": step, "rng": {"ranks": rngs}},
         }
-        with open(tmp / STATE_FILE, "wb") as fh:
+        with hashed_writing(tmp / STATE_FILE, entries) as fh:
             torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        write_manifest(tmp, step, known=shards)
+        write_manifest(tmp, step, known=entries)
         if final.exists():  # the same step again (after a rollback): replace it
             old = root / f".{final.name}.old{os.getpid()}"
             os.replace(final, old)

@@ -19,8 +19,11 @@ but its parameters materialized), and applied in the dtype of q and k, as Huggin
 does: under autocast the queries and keys are 16-bit matmul outputs already.
 
 The projections that read one norm output (q, k and v; gate and up) run under autocast as one
-matrix product (:func:`fused_projections`; one by one in FP32 and under tensor parallelism), so
-autocast casts that output once; their parameters stay separate (checkpoints and the Hugging Face export see the same layout).
+matrix product (:func:`fused_projections`; in FP32 q, k and v still do, gate and up one by one;
+under tensor parallelism all one by one), so autocast casts that output once; their parameters stay
+separate (checkpoints and the Hugging Face export see the same layout). On the CPU in FP32 RMSNorm
+and RoPE run as autograd functions with their backward written out (:func:`rms_norm`,
+:func:`apply_rope`): fewer passes over the activations than torch's composite operations.
 
 Tensor parallelism splits q, k, v and the SwiGLU gate and up projections by columns (whole heads
 per rank) and o and down by rows; the forward pass takes its numbers of heads from the widths it
@@ -78,10 +81,78 @@ def rope_tables(t: int, head_dim: int, theta: float, device: torch.device,
     return found
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
+    """``x * cos + swap_halves(x) * sin`` in three passes and one new tensor (the composite takes
+    four of each); ``transposed``: by the rotation's transpose (each half takes the other's sine)."""
+    half = x.size(-1) // 2
+    first, second = sin[..., :half], sin[..., half:]
+    if transposed:
+        first, second = second, first
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], first)
+    out[..., half:].addcmul_(x[..., :half], second)
+    return out
+
+
+class _Rope(torch.autograd.Function):
+    """RoPE's rotation with its backward the transposed rotation (it keeps only the tables)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, sin, transposed=True), None, None
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate (B, h, T, hs) ``x`` by :func:`rope_tables`' cos and signed sin (half-split layout), in x's dtype."""
-    half = x.size(-1) // 2
-    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
+    return _Rope.apply(x, cos, sin)
+
+
+class _CpuRMSNorm(torch.autograd.Function):
+    """RMSNorm with its backward written out: ``x * rstd * w``, keeping for backward the normalized
+    input and 1/rms (what CUDA's fused kernel keeps in bytes) instead of the composite's input,
+    normalized input and intermediates; the gradient in four passes over x instead of about ten."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
+        normed = x * rstd
+        ctx.save_for_backward(normed, rstd, weight)
+        return normed * weight
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        normed, rstd, weight = ctx.saved_tensors
+        grad_weight = (grad * normed).flatten(0, -2).sum(0) if ctx.needs_input_grad[1] else None
+        grad_normed = grad * weight
+        grad_x = grad_normed.sub_(normed * (grad_normed * normed).mean(-1, keepdim=True)).mul_(rstd)
+        return grad_x, grad_weight, None
+
+
+def rms_norm(x: torch.Tensor, norm: nn.RMSNorm, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``norm`` applied to ``x`` (with ``weight`` in place of its own): on the CPU in FP32 by
+    :class:`_CpuRMSNorm`; elsewhere, under ``torch.compile`` and for tensor-parallel (DTensor)
+    weights by ``F.rms_norm`` (CUDA's is one fused kernel)."""
+    from torch.distributed.tensor import DTensor
+
+    weight = norm.weight if weight is None else weight
+    eps = torch.finfo(x.dtype).eps if norm.eps is None else norm.eps
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight is None or weight.dtype != torch.float32
+            or len(norm.normalized_shape) != 1 or isinstance(weight, DTensor) or torch.compiler.is_compiling()):
+        return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
+    return _CpuRMSNorm.apply(x, weight, eps)
+
+
+class RMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` through :func:`rms_norm` (the same parameters and state dict)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self)
 
 
 def autocast_casts(weights: list[torch.Tensor], device: str) -> bool:
@@ -106,22 +177,29 @@ class JoinedLinear(torch.autograd.Function):
         return (grad_x, *grad_w.split([w.size(0) for w in weights]))
 
 
-def fused_projections(x: torch.Tensor, layers: list[nn.Linear]) -> list[torch.Tensor]:
+def fused_projections(x: torch.Tensor, layers: list[nn.Linear], join_fp32: bool = False) -> list[torch.Tensor]:
     """``[layer(x) for layer in layers]`` (bias-free linear layers), under autocast as one matrix
     product of the joined weights: one cast of ``x``, kept for backward, instead of one per layer.
     Where autocast would cast the weights, they are cast as it would and joined, and the joined
     16-bit copy kept for backward replaces autocast's copies byte for byte; where they are in its
     dtype already (FSDP2 gathers them so) :class:`JoinedLinear` keeps the weights themselves. In
-    FP32 there is no cast to save and the layers run one by one (joined, the step measured no
-    faster on the CPU: its elementwise kernels then read strided views), as do tensor-parallel
-    layers (DTensor weights, with their own input and output hooks)."""
+    FP32 there is no cast to save: with ``join_fp32`` (attention's q, k and v: one wider product
+    and one gradient for ``x`` instead of three summed, measured faster on the CPU) the weights are
+    joined by :class:`JoinedLinear` (no joined copy kept for backward), else the layers run one by one
+    (SwiGLU's gate and up: joined, the step measured no faster on the CPU, SiLU then reading a
+    strided view); tensor-parallel layers always do (DTensor weights, with their own input and
+    output hooks)."""
     from torch.distributed.tensor import DTensor
 
     weights = [layer.weight for layer in layers]
     device = x.device.type
-    if not torch.is_autocast_enabled(device) or any(isinstance(w, DTensor) for w in weights):
+    if any(isinstance(w, DTensor) for w in weights):
         return [layer(x) for layer in layers]
     rows = [w.size(0) for w in weights]
+    if not torch.is_autocast_enabled(device):
+        if join_fp32 and all(w.dtype == x.dtype for w in weights):
+            return list(JoinedLinear.apply(x, *weights).split(rows, dim=-1))
+        return [layer(x) for layer in layers]
     if autocast_casts(weights, device):
         dtype = torch.get_autocast_dtype(device)
         return list(F.linear(x, torch.cat([w.to(dtype) for w in weights])).split(rows, dim=-1))
@@ -161,7 +239,7 @@ class HeadNorm(nn.RMSNorm):
         # FP32 and contiguous: what it keeps for backward is its own copy, not a view that would keep
         # the whole joined q, k, v product alive
         xf = x.float().contiguous()
-        return F.rms_norm(xf, self.normalized_shape, weight.float(), self.eps).to(x.dtype)
+        return rms_norm(xf, self, weight.float()).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -185,7 +263,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         hs = self.head_dim
-        q, k, v = (y.view(b, t, -1, hs) for y in fused_projections(x, [self.q, self.k, self.v]))  # local heads under TP
+        projected = fused_projections(x, [self.q, self.k, self.v], join_fp32=True)
+        q, k, v = (y.view(b, t, -1, hs) for y in projected)  # local heads under TP
         v = v.contiguous()  # attention keeps v: a view would keep q's and k's part of a joined product too
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -215,9 +294,9 @@ class Block(nn.Module):
 
     def __init__(self, cfg: Shape, mlp: Callable[[Shape], nn.Module] = SwiGLU) -> None:
         super().__init__()
-        self.ln_1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.attn = Attention(cfg)
-        self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = mlp(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -237,7 +316,7 @@ class Llama(DecoderBase):
     def __init__(self, cfg: Shape) -> None:
         super().__init__(cfg)
         self.blocks = nn.ModuleList(self.make_block(cfg, i) for i in range(cfg.n_layer))
-        self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_f = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tied:
             self.lm_head.weight = self.wte.weight
