@@ -7,6 +7,7 @@
 - ``empty_sqlite_url`` / ``empty_postgres_url``: the same without the schema (for migration tests).
 - ``shared_ray``: the session's one local Ray, which in-process sweeps join instead of starting
   (and shutting down) their own; ``no_shared_ray`` stops it for a test that builds its own cluster.
+- ``curve_sweep_analysis``: a simulated sweep with curve laws and its analysis, built once.
 
 Under pytest-xdist (``-n 2 --dist worksteal``) each test goes to whichever worker is free; each worker
 starts at most one shared Ray, and builds a session fixture once if it runs a test that needs it.
@@ -99,3 +100,20 @@ def no_shared_ray() -> None:
     import ray
 
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def curve_sweep_analysis(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
+    """A simulated sweep whose runs follow a known curve law, one size under several schedules
+    (tests/curve_sweep.py), and its analysis (8 bootstrap replicates: its tests are about what is said)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import curve_sweep
+
+    from scaling.fitting.analysis import fit_sweep
+
+    tmp = tmp_path_factory.mktemp("curve-sweep")
+    url = f"sqlite:///{tmp / 'curves.db'}"
+    curve_sweep.build(url, tmp / "runs")
+    return url, fit_sweep(url, "curves", n_bootstrap=8, next_runs=False)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.tasks.task_laws import TaskData, TaskFits
 
 #: Bumped when a change to the fitting code should invalidate stored analyses.
-FIT_VERSION = 7
+FIT_VERSION = 8
 #: The fits table's (law, method) of a stored analysis.
 ANALYSIS_KEY = ("analysis", "all")
 
@@ -202,7 +202,7 @@ class Analysis:
     recommendation: Optional[Recommendation] = None
     no_recommendation: str = ""
     notes: tuple[Note, ...] = ()
-    #: The loss-curve law (None until one is fitted).
+    #: A sweep's loss-curve laws by model size (:class:`scaling.fitting.curves.sweep.SweepCurves`; None for a CSV).
     curves: Optional[CurveLaw] = None
     #: The laws of sparsity of a sweep of mixtures of experts (None: no run has experts, or they could not
     #: be fitted: a note says why), N counting active parameters (scaling.fitting.moe).
@@ -276,7 +276,7 @@ class Analysis:
                    recommendation=None if rec is None else Recommendation.from_record(rec, hparams),
                    no_recommendation=str(d.get("no_recommendation") or ""),
                    notes=tuple(Note.from_dict(n) for n in d.get("notes") or []), sweep=d.get("sweep"),
-                   warnings=tuple(d.get("warnings") or ()),
+                   warnings=tuple(d.get("warnings") or ()), curves=_stored_curves(d.get("curves")),
                    moe=None if d.get("moe") is None else MoEFit.from_dict(d["moe"]))
 
 
@@ -331,8 +331,11 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
             return replace(Analysis.from_json(row["result"], data), stored_id=int(row["id"]), reused=True)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an unreadable stored analysis is refitted
+    from scaling.fitting.curves.sweep import sweep_curves
+
+    curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
     notes = [n for n in (task_note, moe_note) if n is not None]
-    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes)
+    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes, curves=curves)
     if moe_data is not None:
         analysis = _with_moe(analysis, moe_data, settings)
     if not save:
@@ -405,8 +408,9 @@ def data_key(key: str) -> str:
 
 
 def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] = None, sweep: Optional[str] = None,
-         notes: Optional[list[Note]] = None) -> Analysis:
-    """Every part fitted to ``data``, then the recommendation and the runs worth adding."""
+         notes: Optional[list[Note]] = None, curves: Optional[CurveLaw] = None) -> Analysis:
+    """Every part fitted to ``data`` (a sweep's ``curves`` fitted already), then the recommendation and the
+    runs worth adding."""
     source = f"sweep {sweep!r}" if sweep is not None else (data.source or "data")
     laws, skipped = _fit_laws(data, settings)
     hparams = hparam_fit(data, settings.n_bootstrap, settings.seed)
@@ -418,7 +422,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     analysis = Analysis(source=source, fingerprint=data.fingerprint(), n_points=len(data.points), settings=settings,
                         conventions=Conventions.of(data),
                         laws=laws, skipped=skipped, hparams=hparams, tasks=tasks, sweep=sweep,
-                        notes=tuple(all_notes), warnings=tuple(data.warnings))
+                        notes=tuple(all_notes), warnings=tuple(data.warnings), curves=curves)
     try:
         rec = recommend(analysis)
     except UserError as exc:
@@ -428,6 +432,15 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
         if note is not None:
             rec.notes.append(note)
     return replace(analysis, recommendation=rec)
+
+
+def _stored_curves(d: Any) -> Optional[CurveLaw]:
+    """A stored analysis' curve laws read back (None where it has none)."""
+    if not isinstance(d, Mapping):
+        return None
+    from scaling.fitting.curves.sweep import SweepCurves
+
+    return SweepCurves.from_dict(dict(d))
 
 
 def _fit_laws(data: FitData, settings: Settings) -> tuple[dict[str, Law], dict[str, str]]:

@@ -48,6 +48,10 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
             lines.append(f"  as a run: {run_line(rec.run, rec.run_source, rec.hparams)}")
+        if rec.schedule is not None:
+            from scaling.fitting.curves.advice import advice_lines
+
+            lines.extend(advice_lines(rec.schedule))
         lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement

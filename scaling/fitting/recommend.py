@@ -137,6 +137,9 @@ class Recommendation:
     hparams: dict[str, Any] | None = None
     #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: A sweep's schedule advice for the recommended run (:func:`scaling.fitting.curves.advice.run_schedule_advice`):
+    #: each schedule's predicted final loss and the best, or ``why_not``; None for a CSV.
+    schedule: dict[str, Any] | None = None
     #: What the concrete run is sized for (None without an N*); not part of the answer (``to_dict``).
     target: RunTarget | None = field(default=None, repr=False)
 
@@ -227,6 +230,11 @@ class Recommendation:
             from scaling.fitting.core.wording import run_line
 
             con.print(f"concrete run: {run_line(self.run, self.run_source, self.hparams)}")
+        if self.schedule is not None:
+            from scaling.fitting.curves.advice import advice_lines
+
+            for line in advice_lines(self.schedule, indent=""):
+                con.print(line)
         if self.next_runs:
             con.print("runs that would narrow approach 3's interval on N* most (see `scaling.fitting.recommend` for the "
                       "heuristic):")
@@ -309,6 +317,9 @@ def recommend(
         if fit.sweep is not None:  # a sweep's run: sized here by the defaults, by its plan in the orchestrator
             rec = rec.with_run(default_run(N_run), DEFAULT_RUN_SOURCE,
                                "the run is sized with the defaults: no plan was given to size it")
+            from scaling.fitting.curves.advice import run_schedule_advice
+
+            rec.schedule = run_schedule_advice(getattr(fit, "curves", None), N_run, compute / (k * N_run))
         else:
             rec = rec.with_run(None, None)
     tasks = fit.tasks if tasks is None else tasks

@@ -88,12 +88,13 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     ``recommendation``: its recommendation sized by the plan, the report's headline; ``next_plan``: the plan
     that trains its run (YAML), shown under the run to copy.
     """
+    from scaling.reports.figures_curves import curve_law_section
     from scaling.reports.figures_tasks import task_section
 
     data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=analysis,
                            recommendation=recommendation, next_plan=next_plan)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
-    return write_report_data(data, path, extras=(*extras, task_section(url)))
+    return write_report_data(data, path, extras=(*extras, curve_law_section(url), task_section(url)))
 
 
 def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Extra] = ()) -> Path:

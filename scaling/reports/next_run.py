@@ -77,4 +77,7 @@ def next_run_block(rec: Recommendation, plan_text: Optional[str] = None) -> str:
         return (f'<div id="next-run" class="next-run unrecommended"><p class="ci">The run the best-determined law would '
                 f"size, not recommended: that law is flagged unreliable.</p>{grid}</div>")
     plan = copy_as_plan(plan_text) if plan_text else ""
-    return f'<div id="next-run" class="next-run"><strong>The run to train</strong>{grid}{plan}</div>'
+    from scaling.reports.figures_curves import schedule_block
+
+    return (f'<div id="next-run" class="next-run"><strong>The run to train</strong>{grid}{schedule_block(rec)}'
+            f"{plan}</div>")

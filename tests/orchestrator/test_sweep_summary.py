@@ -44,7 +44,11 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     assert all(": unreliable: " in line and "[" not in line.split(": unreliable: ")[0] for line in left)
     first_left = end.index(left[0])
     assert all(line.startswith("  ") for line in end[1:first_left])  # a few lines, then the left-out ones
-    assert first_left <= 7
+    assert first_left <= 8
+    # one schedule line: the example trains one schedule, so it has no curve law and says so
+    assert [line for line in end[1:first_left] if line.startswith("  schedule: ")] == [
+        "  schedule: no advice: no curve law: no model size was trained under two schedules of one recipe (peak rate, "
+        "batch), and a single schedule cannot separate the annealing term"]
     # the built-in task every run is scored on: its accuracy predicted at the recommended run
     assert any(line.startswith("  next_line accuracy ") and "by the sigmoid chain" in line for line in end[1:first_left])
     # the example sweeps no hyperparameters: the run line says where its lr and batch come from, and why

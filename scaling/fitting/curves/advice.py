@@ -7,10 +7,15 @@ variants). Each prediction carries the bootstrap's 95% interval. No schedule is 
 doubted for more than its parameters (its design, its plausibility); otherwise the best is the
 lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
 are listed as not told apart from it.
+
+:func:`run_schedule_advice` answers for a sweep's recommended run, from the curve law of its size
+(:mod:`scaling.fitting.curves.sweep`), at the recipe that law was fitted with; it refuses, saying why,
+where that would extrapolate (another size, a run far longer than the curves) or the law is flagged.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -20,9 +25,10 @@ from scaling.errors import FitError
 from scaling.fitting.core.intervals import summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
-from scaling.fmt import Interval
+from scaling.fmt import Interval, num
 
-__all__ = ["DECAY_FRACTIONS", "ScheduleAdvice", "schedule_advice", "schedules_for"]
+__all__ = ["DECAY_FRACTIONS", "MAX_LENGTH_FACTOR", "SIZE_TOLERANCE", "ScheduleAdvice", "advice_lines",
+           "run_schedule_advice", "schedule_advice", "schedules_for"]
 
 #: The decay fractions of the WSD schedules compared.
 DECAY_FRACTIONS = (0.1, 0.2, 0.3)
@@ -101,3 +107,64 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         if diff.lo is None or diff.lo <= 0:
             tied.append(other)
     return ScheduleAdvice(steps, losses, best, tied)
+
+
+#: A size's curve law speaks for a run within this share of its N (a curve law holds for one model size).
+SIZE_TOLERANCE = 0.1
+#: How many times its longest fitted curve a run may be (Luo et al. test predictions three times longer).
+MAX_LENGTH_FACTOR = 3.0
+
+
+def run_schedule_advice(curves: Any, N: float, D: float) -> dict[str, Any]:
+    """The schedule advice for a recommended run of ``N`` parameters and ``D`` tokens from a sweep's curve laws
+    (a :class:`~scaling.fitting.curves.sweep.SweepCurves`, or None): the predicted final loss of each schedule
+    with its interval and the best, at the recipe the size's curves were fitted with; or ``why_not`` alone.
+
+    Nothing is said from a law of another size (the laws are per size), from a run longer than
+    :data:`MAX_LENGTH_FACTOR` times the size's longest curve, or from a law doubted for more than its parameters.
+    """
+    if curves is None or not getattr(curves, "sizes", None):
+        return {"why_not": getattr(curves, "why", "") or "no curve law: the sweep's curves were not fitted"}
+    size = curves.nearest(N)
+    fitted = ", ".join(num(n, 3) for n in curves.sizes)
+    if size is None or abs(math.log(size.N / N)) > math.log1p(SIZE_TOLERANCE):
+        return {"why_not": f"the curve laws are per model size (fitted at N = {fitted}); the recommended "
+                           f"N = {num(N, 3)} is outside them, and a size's law is not extrapolated to another"}
+    steps = int(math.ceil(D / size.batch)) if size.batch > 0 else 0
+    where = {"N": size.N, "steps": steps, "peak": size.peak, "batch": size.batch}
+    if steps > MAX_LENGTH_FACTOR * size.longest:
+        return where | {"why_not": f"the run's {steps:,} steps are more than {MAX_LENGTH_FACTOR:g}x the longest "
+                                   f"curve fitted at N = {num(size.N, 3)} ({size.longest:,} steps)"}
+    verdicts = [str(d) for d in size.law.doubts() if not d.kind.about_parameters]
+    if verdicts:
+        return where | {"why_not": "the curve law is not trusted: " + "; ".join(verdicts)}
+    try:
+        advice = schedule_advice(size.law, steps, size.peak, int(round(size.warmup * steps)))
+    except FitError as exc:
+        return where | {"why_not": " ".join(str(exc).split())}
+    return where | advice.to_dict()
+
+
+def advice_lines(schedule: Optional[dict[str, Any]], indent: str = "  ") -> list[str]:
+    """The schedule advice as text lines: the best schedule with its loss, cosine beside it, or why none."""
+    if not schedule:
+        return []
+    if schedule.get("why_not") and not schedule.get("best"):
+        return [f"{indent}schedule: no advice: {schedule['why_not']}"]
+    losses = {k: Interval.of(v) for k, v in schedule["losses"].items()}
+    best = schedule["best"]
+    at = (f"curve law at N = {num(schedule['N'], 3)}, {schedule['steps']:,} steps at peak lr "
+          f"{num(schedule['peak'], 3)}")
+    lines = [f"{indent}schedule: {best} ({at}): final loss {losses[best].text(4)}"]
+    others = [n for n in ("cosine", _best_of(losses, "linear"), _best_of(losses, "exponential")) if n and n != best]
+    if others:
+        lines.append(f"{indent}  against " + "; ".join(f"{n} {losses[n].text(4)}" for n in others))
+    if schedule.get("tied"):
+        lines.append(f"{indent}  not told apart from it: {', '.join(schedule['tied'])}")
+    return lines
+
+
+def _best_of(losses: dict[str, Interval], decay: str) -> Optional[str]:
+    """The WSD schedule of ``decay`` (linear or exponential) with the lowest predicted loss."""
+    names = [n for n in losses if n.endswith(decay)]
+    return min(names, key=lambda n: losses[n].value) if names else None

@@ -243,8 +243,10 @@ class CurveLaw(Doubtful):
                 continue
             pred = law_at(f, theta, c.lr, c.steps[c.steps >= warmup_end(c.lr)])[0]
             y = c.loss[c.steps >= warmup_end(c.lr)]
+            shown = law_at(f, theta, c.lr, pts[i][0])[0]  # the prediction at the fitted evaluations, to draw
             out.append({"run": c.run, "mae": float(np.mean(np.abs(pred - y))),
-                        "mre": float(np.mean(np.abs(pred - y) / y))})
+                        "mre": float(np.mean(np.abs(pred - y) / y)),
+                        "steps": pts[i][0].tolist(), "pred": shown.tolist()})
         return out
 
     def held_out_error(self, name: str) -> float:
@@ -313,7 +315,8 @@ class CurveLaw(Doubtful):
         for name, iv in self.intervals().items():
             lo, hi = f.bounds(math.inf)
             j = f.params.index(name)
-            if lo[j] > 0 and orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
+            if lo[j] > 0 and iv.lo is not None and iv.hi is not None and \
+                    orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
                 self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the curves do not determine {name} of the "
                                f"{f.title} (its 95% interval spans more than {MAX_DECADES:g} decades)")
         return self
