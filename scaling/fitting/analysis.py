@@ -434,7 +434,7 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
     return replace(analysis, recommendation=rec)
 
 
-def _stored_curves(d: Any) -> Optional[CurveLaw]:
+def _stored_curves(d: object) -> Optional[CurveLaw]:
     """A stored analysis' curve laws read back (None where it has none)."""
     if not isinstance(d, Mapping):
         return None

@@ -10,7 +10,7 @@ says why there is no schedule advice).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import plotly.graph_objects as go
@@ -24,6 +24,12 @@ from scaling.fmt import num
 from scaling.fmt import escape as e
 from scaling.reports.blocks import missing, prose, section
 from scaling.reports.titles import axis, titled
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.curves.sweep import SweepCurves
+    from scaling.fitting.recommend import Recommendation
+    from scaling.reports.blocks import Page
+    from scaling.reports.report_data import ReportData
 
 __all__ = ["SECTION_ID", "TITLE", "curve_law_section", "size_figure"]
 
@@ -99,7 +105,7 @@ def _advice(size: SizeCurves) -> str:
             f"<th>predicted final loss [95% interval]</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
-def render_curve_laws(data: Any, page: Any, curves: Any, measured: list[Curve]) -> str:
+def render_curve_laws(data: ReportData, page: Page, curves: SweepCurves, measured: list[Curve]) -> str:
     """The section's HTML for the sweep's curve laws ``curves`` and its runs' ``measured`` curves."""
     kept, _ = selected_curves(measured)
     parts = [f"<p>Each size whose runs of one recipe (peak learning rate, batch) follow two schedules or more has "
@@ -124,10 +130,10 @@ def render_curve_laws(data: Any, page: Any, curves: Any, measured: list[Curve]) 
     return section(SECTION_ID, TITLE, "\n".join(parts))
 
 
-def curve_law_section(url: str) -> Callable[[Any, Any], str]:
+def curve_law_section(url: str) -> Callable[[ReportData, Page], str]:
     """A report section (``scaling.reports.html.Extra``) for the sweep's curve laws; "" without any."""
 
-    def build(data: Any, page: Any) -> str:
+    def build(data: ReportData, page: Page) -> str:
         curves = getattr(getattr(data, "sweep_fit", None), "curves", None)
         if not data.sweep or curves is None or not getattr(curves, "sizes", None):
             return ""
@@ -140,7 +146,7 @@ def curve_law_section(url: str) -> Callable[[Any, Any], str]:
     return build
 
 
-def schedule_block(rec: Any, title: str = "Schedule") -> str:
+def schedule_block(rec: Recommendation, title: str = "Schedule") -> str:
     """The schedule advice for the recommended run (HTML): the best schedule and its rivals, or why none."""
     lines = advice_lines(getattr(rec, "schedule", None), indent="")
     if not lines:

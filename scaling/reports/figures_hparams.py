@@ -9,7 +9,7 @@ can draw them from its own frames.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,10 @@ from scaling.reports import fitview
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.figures import TEMPLATE, size_colors, with_alpha
 from scaling.reports.titles import axis, titled
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.reports.blocks import Page
+    from scaling.reports.report_data import ReportData
 
 SECTION_ID = "hparams"
 #: Panels of the loss-against-lr figure (one per group); beyond this many, the first ones are drawn.
@@ -199,7 +203,7 @@ def laws_table(fit: HparamFit) -> str:
             f"<th>published, for comparison</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def next_run_values(data: Any, fit: HparamFit, page: Any = None) -> str:
+def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = None) -> str:
     """The lr and batch the laws give for the run the headline recommends (10x the largest run); each
     (or why there is none) also given to ``page`` for the first screen (:meth:`scaling.reports.blocks.Page.answer`)."""
 

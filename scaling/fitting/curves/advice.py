@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from scaling.fitting.core.intervals import summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
 from scaling.fmt import Interval, num
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.fitting.curves.sweep import SweepCurves
 
 __all__ = ["DECAY_FRACTIONS", "MAX_LENGTH_FACTOR", "SIZE_TOLERANCE", "ScheduleAdvice", "advice_lines",
            "run_schedule_advice", "schedule_advice", "schedules_for"]
@@ -115,7 +118,7 @@ SIZE_TOLERANCE = 0.1
 MAX_LENGTH_FACTOR = 3.0
 
 
-def run_schedule_advice(curves: Any, N: float, D: float) -> dict[str, Any]:
+def run_schedule_advice(curves: Optional[SweepCurves], N: float, D: float) -> dict[str, Any]:
     """The schedule advice for a recommended run of ``N`` parameters and ``D`` tokens from a sweep's curve laws
     (a :class:`~scaling.fitting.curves.sweep.SweepCurves`, or None): the predicted final loss of each schedule
     with its interval and the best, at the recipe the size's curves were fitted with; or ``why_not`` alone.
