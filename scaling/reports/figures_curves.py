@@ -151,5 +151,6 @@ def schedule_block(rec: Recommendation, title: str = "Schedule") -> str:
     lines = advice_lines(getattr(rec, "schedule", None), indent="")
     if not lines:
         return ""
+    lines = [x.removeprefix("schedule: ") for x in lines]  # the block's title says it
     return (f'<div class="schedule-advice"><strong>{e(title)}</strong><p>{"<br>".join(e(x) for x in lines)}</p>'
             "</div>")
