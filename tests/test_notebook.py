@@ -19,13 +19,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from in_process_sweep import train_plan
+from notebook_run import execute_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "explore.ipynb"
@@ -42,9 +40,6 @@ PLAN = {
 
 
 def test_the_notebook_executes_from_examples_and_writes_under_scaling_runs(tmp_path: Path) -> None:
-    jupyter = Path(sys.executable).with_name("jupyter")
-    if not jupyter.is_file():
-        pytest.skip("jupyter (nbconvert) is not installed: pip install -e '.[dev]'")
     project = tmp_path / "project"
     runs = project / "scaling_runs"
     runs.mkdir(parents=True)
@@ -55,15 +50,7 @@ def test_the_notebook_executes_from_examples_and_writes_under_scaling_runs(tmp_p
     examples.mkdir()
     shutil.copy(REPO / "examples" / "explore.ipynb", examples / "explore.ipynb")
     env = {k: v for k, v in os.environ.items() if k != "SCALING_DB"}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
-    done = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--output-dir",
-                           str(tmp_path / "executed"), "--ExecutePreprocessor.timeout=600",
-                           "--ExecutePreprocessor.kernel_name=python3", str(examples / "explore.ipynb")],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=examples)
-    assert done.returncode == 0, done.stderr[-3000:]
-    nb = json.loads((tmp_path / "executed" / "explore.ipynb").read_text())
-    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-    assert not [o for o in outputs if o["output_type"] == "error"]
+    outputs = execute_notebook(examples / "explore.ipynb", tmp_path / "executed", env, cwd=examples)
     assert sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs) >= 4
     printed = "".join("".join(o.get("text", "")) for o in outputs if o["output_type"] == "stream")
     assert "recommended by " in printed

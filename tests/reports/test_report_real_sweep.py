@@ -37,26 +37,14 @@ def test_explore_notebook_runs_top_to_bottom(real_sweep, tmp_path: Path) -> None
     """examples/explore.ipynb in a fresh kernel (the venv's python3), against the sweep's database, executed by
     `jupyter nbconvert` in a process of its own: a kernel client in this process would leave its event loop
     running, which Playwright's synchronous API (the browser tests on this worker) cannot share."""
-    import json
     import os
     import shutil
-    import subprocess
-    import sys
 
-    jupyter = Path(sys.executable).with_name("jupyter")
-    if not jupyter.is_file():
-        pytest.skip("jupyter (nbconvert) is not installed: pip install -e '.[dev]'")
+    from notebook_run import execute_notebook
+
     shutil.copy(REPO / "examples" / "explore.ipynb", tmp_path / "explore.ipynb")
-    env = {**os.environ, "SCALING_DB": real_sweep.url, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--output-dir",
-                           str(tmp_path / "executed"), "--ExecutePreprocessor.timeout=600",
-                           "--ExecutePreprocessor.kernel_name=python3", str(tmp_path / "explore.ipynb")],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    nb = json.loads((tmp_path / "executed" / "explore.ipynb").read_text())
-    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-    assert not [o for o in outputs if o["output_type"] == "error"]
+    outputs = execute_notebook(tmp_path / "explore.ipynb", tmp_path / "executed",
+                               {**os.environ, "SCALING_DB": real_sweep.url}, cwd=tmp_path)
     plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(plots) >= 4  # loss curves, IsoFLOP slices, frontiers, contour or residuals
     assert (tmp_path / "scaling_runs" / "explore-report.html").stat().st_size > 1_000_000
