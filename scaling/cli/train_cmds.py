@@ -40,7 +40,7 @@ def train(
     if dry_run:
         shape = run_spec.shape
         typer.echo(
-            f"dry run: {shape.n_layer}x{shape.d_model} model, N={shape.params(run_spec.params_convention):,}, "
+            f"dry run: {shape.n_layer}x{shape.d_model} model, N={fmt.count(shape.params(run_spec.params_convention))}, "
             f"{fmt.count(run_spec.trained_tokens)} tokens in {run_spec.steps} steps, C={fmt.flops(run_spec.flops)} FLOPs, "
             f"about {est_gib:.3g} GiB; nothing trained or written"
         )
