@@ -48,13 +48,13 @@ def _rec(**kw) -> Recommendation:
 def test_the_recommendation_comes_first_and_each_left_out_law_gets_one_line() -> None:
     lines = brief(_rec(), budget_why="10x the largest run", skipped={"approach1": "no budget has an interior minimum"})
     assert lines[0] == "recommended next run at C = 3e+11 FLOPs (10x the largest run), from Chinchilla 2 (IsoFLOP):"
-    assert lines[1] == "  N* = 2.55e+04 [1.28e+04, 5.1e+04], D* = 1.96e+06 [9.8e+05, 3.92e+06] tokens, loss 3.76 [3.38, 4.14]"
+    assert lines[1] == "  N* = 25.5K [12.8K, 51.0K], D* = 1.96M [980K, 3.92M] tokens, loss 3.76 [3.384, 4.136]"
     assert "widened" in lines[2]  # the chosen law's intervals carry its extrapolation error: said so
-    assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 2.55e+04")
+    assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 25.5K")
     assert ("lr 0.03, batch 256 tokens (both from the plan's rules: the sweep has no hyperparameter groups to fit them "
             "from)") in lines[3]
     assert lines[4].startswith("  why this law: the narrowest 95% interval on N*")  # its name is not repeated
-    assert "agree on N* within a factor 1.16" in lines[5] and "[8.93e+03, 5.35e+04]" in lines[5]
+    assert "agree on N* within a factor 1.16" in lines[5] and "[8.93K, 53.5K]" in lines[5]
     left = [line for line in lines if line.startswith("left out: ")]
     assert left == lines[6:9] and len(lines) == 9  # the choice's own note is said by these lines
     assert left[0].startswith("left out: Kaplan: unreliable: the data do not determine Nc (its 95% bootstrap")
@@ -96,7 +96,7 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
                notes=[Note(NoteKind.NO_OPTIMUM, "Kaplan is left out: it gives no compute-optimal point here (overflow)"),
                       Note(NoteKind.RUN, "the plan's rules could not size the run (no shape); used the defaults")])
     lines = brief(rec)
-    assert lines[1] == ("  N* = 2.55e+04 (no interval: bootstrap biased), D* = 1.96e+06 (no interval) tokens, "
+    assert lines[1] == ("  N* = 25.5K (no interval: bootstrap biased), D* = 1.96M (no interval) tokens, "
                         "loss 3.76 (no interval: replicates do not vary)")
     assert not any("95% intervals" in line for line in lines)
     assert "left out: Kaplan: it gives no compute-optimal point here (overflow)" in lines
@@ -133,6 +133,7 @@ def test_a_task_line_says_its_chain_and_interval_or_why_not_and_never_shows_an_i
 
 def test_with_laws_of_sparsity_each_answer_names_its_family_and_the_experts_answer_follows() -> None:
     from scaling.fitting.moe.moe_fit import fit_moe
+    from scaling.fmt import flops
     from scaling.fitting.moe.moe_synthetic import as_data, sparsity_sweep
 
     moe = fit_moe(as_data(sparsity_sweep(seed=3)), law="moe-sparsity", n_bootstrap=20, grid="small")
@@ -140,7 +141,7 @@ def test_with_laws_of_sparsity_each_answer_names_its_family_and_the_experts_answ
     lines = brief(_rec(compute=compute), moe=moe)
     assert lines[0].endswith("from Chinchilla 2 (IsoFLOP) (dense law):")
     (head,) = [i for i, line in enumerate(lines) if line.startswith("mixture of experts at C = ")]
-    assert lines[head] == (f"mixture of experts at C = {compute:.3g} FLOPs, from the moe-sparsity law (law of "
+    assert lines[head] == (f"mixture of experts at C = {flops(compute)} FLOPs, from the moe-sparsity law (law of "
                            "sparsity; N = active parameters):")
     rec = moe.recommend(compute)[0][0]
     assert lines[head + 1] == "  " + rec.headline()

@@ -62,7 +62,7 @@ class MoERecommendation:
             return Interval.of(iv).text(3, fmt)
 
         return (f"N_active* = {text(self.N, size)}, {self.VARIABLE_TEXT.get(self.variable, self.variable)} = "
-                f"{text(self.choice)}, D* = {text(self.D, size)} tokens, loss {text(self.loss)} "
+                f"{text(self.choice)}, D* = {text(self.D, size)} tokens, loss {Interval.of(self.loss).text(4)} "
                 f"(saves {text(self.gain)} against {self.dense_label})")
 
     def lines(self) -> list[str]:
