@@ -1,6 +1,6 @@
 """What a bootstrap may claim about one quantity: its SE and 95% interval, or why it has none.
 
-Each summary names its claim (``kind``: percentile, bca, biased, pinned, no spread, unreliable), and an
+Each summary names its claim (``kind``: percentile, biased, pinned, no spread, unreliable), and an
 SE that disagrees with its interval (heavy-tailed replicates) is dropped; the reasoning is in
 docs/fitting.md ("In detail"). Summaries are stored and passed as plain dicts (JSON); an
 :class:`~scaling.fmt.Interval` is the typed view of one, and :meth:`~scaling.fmt.Interval.text` the
@@ -29,14 +29,11 @@ SE_TAIL_FACTOR = 2.0
 ZERO_WIDTH = 1e-9
 
 
-def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str | None = None,
-              jackknife: ArrayLike | None = None) -> dict[str, Any]:
+def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str | None = None) -> dict[str, Any]:
     """Point estimate, bootstrap SE and 95% interval of one quantity, or the reason it has none.
 
     ``log``: the quantity is positive and fitted on a log scale (SE reported as ``se_log``).
     ``pinned``: the bound the point estimate sits at (then no interval is reported).
-    ``jackknife``: the quantity refitted leaving out each point in turn; with it the interval is
-    Efron's BCa (:func:`bca_levels`) instead of the plain percentile one.
     """
     point = float(point)
     out: dict[str, Any] = {"value": point, "se": math.nan, "lo": math.nan, "hi": math.nan}
@@ -50,8 +47,7 @@ def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str
     if v.size < 2:
         return out
     q = (1 - LEVEL) / 2
-    levels = bca_levels(v, point, jackknife, log=log) if jackknife is not None else None
-    lo, hi = (float(x) for x in np.quantile(v, levels or (q, 1 - q)))
+    lo, hi = (float(x) for x in np.quantile(v, [q, 1 - q]))
     if hi - lo <= ZERO_WIDTH * max(abs(point), abs(lo), abs(hi), 1e-300):
         out.update(kind="no spread", note="every bootstrap replicate refits to the same value")
         return out
@@ -63,7 +59,7 @@ def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str
                    (f"the estimate lies below {100 * (1 - below):.3g}% of its bootstrap replicates: the bootstrap "
                     "does not reproduce the fit, so no interval is given"))
         return out
-    out.update(lo=lo, hi=hi, kind="bca" if levels else "percentile")
+    out.update(lo=lo, hi=hi, kind="percentile")
     with np.errstate(over="ignore", invalid="ignore"):
         se = float(np.std(v, ddof=1))
     normal_se = (hi - lo) / (2 * norm.ppf(1 - q))
@@ -80,42 +76,6 @@ def summarise(values: ArrayLike, point: float, *, log: bool = False, pinned: str
             out["se_log"] = math.nan
             out["se_log_note"] = "replicates too heavy-tailed (in log) for an SE"
     return out
-
-
-def bca_levels(values: np.ndarray, point: float, jackknife: ArrayLike, *, log: bool = False) -> tuple[float, float] | None:
-    """The quantiles of the bootstrap replicates that bound Efron's BCa 95% interval, or None.
-
-    The bias correction z0 is how far the replicates' median sits from the estimate (in normal
-    quantiles); the acceleration is the skewness of the leave-one-out refits. Together they correct
-    a percentile interval for a skewed, biased sampling distribution, as a nonlinear parameter that
-    trades off with another has. None (the plain percentile interval applies) when every replicate
-    lies on one side of the estimate or the jackknife has no spread.
-    """
-    v = np.asarray(values, float)
-    jk = np.asarray(jackknife, float).ravel()
-    jk = jk[np.isfinite(jk)]
-    if log:
-        jk = jk[jk > 0]
-        v, jk, point = np.log(v), np.log(jk), math.log(point) if point > 0 else math.nan
-    if jk.size < 3 or not math.isfinite(point):
-        return None
-    below = float((np.sum(v < point) + 0.5 * np.sum(v == point)) / v.size)
-    if not 0.0 < below < 1.0:
-        return None
-    z0 = float(norm.ppf(below))
-    d = jk.mean() - jk
-    spread = float(np.sum(d**2))
-    if not spread > 0:
-        return None
-    accel = float(np.sum(d**3)) / (6.0 * spread**1.5)
-    out = []
-    for tail in ((1 - LEVEL) / 2, (1 + LEVEL) / 2):
-        z = z0 + float(norm.ppf(tail))
-        denom = 1.0 - accel * z
-        if not denom > 0:
-            return None
-        out.append(float(norm.cdf(z0 + z / denom)))
-    return out[0], out[1]
 
 
 def withheld(iv: dict[str, Any], why: str) -> dict[str, Any]:

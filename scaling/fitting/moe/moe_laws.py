@@ -11,9 +11,7 @@ Two forms, both L = c + K(x) / N^alpha + b / D^beta with N the active parameters
 
 Fitted as approach 3 is (:mod:`scaling.fitting.loss.parametric`): Huber loss (delta 1e-3) on log
 loss, batched L-BFGS from a grid of starts, the best polished with scipy, a pairs bootstrap of
-batched refits from the optimum; the parameters' intervals are BCa (bias-corrected and accelerated,
-the acceleration from leave-one-out refits), which a percentile interval of a parameter that trades
-off with another along the N term needs to reach its level. A sweep that does not vary x, or varies it only together with
+batched refits from the optimum. A sweep that does not vary x, or varies it only together with
 N or D, cannot separate the MoE term: the law is then fitted on the sweep's own path (Chinchilla's
 form in active N), the parameters that path cannot show are reported *not identified* (no value,
 no SE) and the law is flagged, so nothing is recommended from it. Docs: docs/moe-laws.md.
@@ -128,7 +126,6 @@ class MoELaw(Law):
         self.unidentified_: dict[str, str] = {}
         self.path_: str | None = None
         self.replicates_ = None
-        self.jackknife_: np.ndarray | None = None
         self.bootstrap_info_ = None
         self.plot_ = None
         self.backtest_ = None
@@ -269,10 +266,8 @@ class MoELaw(Law):
 
     # -- the bootstrap -------------------------------------------------------------------------
     def _bootstrap(self, data: FitData, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Pairs bootstrap: the path fit's own, or batched refits of the full law from its optimum (and
-        the leave-one-out refits that give the BCa intervals their acceleration)."""
+        """Pairs bootstrap: the path fit's own, or batched refits of the full law from its optimum."""
         names = self.param_names
-        self.jackknife_ = None
         if self.mode_ == "path":
             self.inner_.bootstrap(n, int(rng.integers(2**31)))
             reps = np.asarray(self.inner_.replicates_, float)
@@ -280,19 +275,12 @@ class MoELaw(Law):
             return np.column_stack([cols.get(name, np.zeros(len(reps))) for name in names])
         obj = self._objective(data)
         m = obj.n_points
-        out = self._refits(obj, lambda first, k: multinomial_counts(m, m, k, rng), n)
-        self.jackknife_ = self._refits(obj, lambda first, k: _leave_one_out(m, first, k), m)
-        return out
-
-    def _refits(self, obj: MoEObjective, weights: Any, n: int) -> np.ndarray:
-        """``n`` batched refits from the optimum, ``weights(first, k)`` the point weights of rows first..first+k."""
-        names = self.param_names
-        m = obj.n_points
         out = np.full((n, len(names)), np.nan)
         chunk = max(1, max_batch(m) // 2)
         for lo in range(0, n, chunk):
             k = min(chunk, n - lo)
-            res = batch_lbfgs(obj.with_weights(weights(lo, k)), np.tile(self.theta_, (k, 1)), max_iter=1000)
+            counts = multinomial_counts(m, m, k, rng)
+            res = batch_lbfgs(obj.with_weights(counts), np.tile(self.theta_, (k, 1)), max_iter=1000)
             for j in range(k):
                 if np.isfinite(res.fun[j]):
                     p = self._from_theta(res.x[j])
@@ -367,14 +355,6 @@ class MoELaw(Law):
 
     def intervals(self) -> dict[str, dict[str, Any]]:
         out = super().intervals()
-        reps, jk = self._replicate_params(), self.jackknife_
-        if reps and jk is not None and len(jk):
-            jk = jk[np.isfinite(jk).all(axis=1)]
-            pinned = self.pinned()
-            for i, name in enumerate(self.param_names):
-                if name not in pinned:
-                    out[name] = summarise(reps[name], self.params_[name], log=name in self.log_names,
-                                          jackknife=jk[:, i])
         for name, why in self.unidentified_.items():
             out[name] = {"value": math.nan, "se": math.nan, "lo": math.nan, "hi": math.nan, "kind": "not identified",
                          "note": f"not identified: {why}"}
@@ -404,8 +384,7 @@ class MoELaw(Law):
     def _plot_extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {"objective": self.objective_, "x_range": list(self.x_range_),
                                "unidentified": dict(self.unidentified_), "path": self.path_,
-                               "mode": self.mode_,
-                               "jackknife": None if self.jackknife_ is None else self.jackknife_.tolist()}
+                               "mode": self.mode_}
         if self.data_ is not None:
             pts = self.data_.points
             out["points"] = {c: pts[c].tolist() for c in ("N", "D", "C", "loss", self.variable)}
@@ -418,8 +397,6 @@ class MoELaw(Law):
         self.path_ = plot.get("path")
         self.mode_ = plot.get("mode") or "full"
         self.objective_ = plot.get("objective")
-        jk = plot.get("jackknife")
-        self.jackknife_ = None if jk is None else np.array(jk, dtype=float).reshape(-1, len(self.param_names))
         self.theta_ = self._to_theta(self.params_) if self.mode_ == "full" else None
 
     def _to_theta(self, p: Params) -> np.ndarray:
@@ -530,13 +507,6 @@ class SparsityLaw(MoELaw):
 
 #: The forms, by the name ``--law`` takes.
 FORMS: dict[str, type[MoELaw]] = {"granularity": GranularityLaw, "sparsity": SparsityLaw}
-
-
-def _leave_one_out(m: int, first: int, k: int) -> np.ndarray:
-    """Weights over ``m`` points leaving out points first..first+k-1, one per row."""
-    w = np.ones((k, m))
-    w[np.arange(k), np.arange(first, first + k)] = 0.0
-    return w
 
 
 def _exp(v: float) -> float:

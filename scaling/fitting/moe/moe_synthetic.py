@@ -88,18 +88,14 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
     over the draws the law calls reliable: each parameter's interval, and at ``budget_factor`` x
     the largest budget the recommendation's N_active* and the loss saved against the dense (or
     G = 1) optimum, each holding the truth's own value at the recommended cut of the experts.
-    ``percentile`` holds the parameters' coverage by plain percentile intervals of the same replicates
-    (the BCa intervals' baseline, paired draw by draw). ``progress`` is called with the result so far
-    after each draw.
+    ``progress`` is called with the result so far after each draw.
     """
-    from scaling.fitting.core.intervals import summarise
     from scaling.fitting.moe.moe_laws import FORMS
     from scaling.fitting.moe.moe_recommend import recommend_moe
 
     cls = FORMS[form]
     rng = np.random.default_rng(seed)
     hits: dict[str, list[bool]] = {}
-    plain: dict[str, list[bool]] = {}
     flagged = 0
     for i in range(draws):
         t = draw_truth(form, rng)
@@ -109,12 +105,9 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
         if not law.reliable():
             flagged += 1
             continue
-        reps = law.replicate_params() or {}
         for name, iv in law.reported_intervals().items():
             if name in t:
                 hits.setdefault(name, []).append(bool(iv["lo"] <= t[name] <= iv["hi"]))
-                pct = summarise(reps.get(name, np.array([])), law.params_[name], log=name in law.log_names)
-                plain.setdefault(name, []).append(bool(pct["lo"] <= t[name] <= pct["hi"]))
         C = budget_factor * law.c_range_[1]
         rec = recommend_moe(law, C)
         x = np.asarray(rec.choice["value"])
@@ -123,12 +116,11 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
         hits.setdefault("N_active*", []).append(bool(rec.N["lo"] <= N_true <= rec.N["hi"]))
         hits.setdefault("loss saved", []).append(bool(rec.gain["lo"] <= L_dense - L_true <= rec.gain["hi"]))
         if progress is not None:
-            progress(_tally(form, i + 1, flagged, hits, plain))
-    return _tally(form, draws, flagged, hits, plain)
+            progress(_tally(form, i + 1, flagged, hits))
+    return _tally(form, draws, flagged, hits)
 
 
-def _tally(form: str, draws: int, flagged: int, hits: dict[str, list[bool]], plain: dict[str, list[bool]]) -> dict[str, Any]:
+def _tally(form: str, draws: int, flagged: int, hits: dict[str, list[bool]]) -> dict[str, Any]:
     coverage = {k: float(np.mean(v)) for k, v in hits.items()}
     return {"form": form, "draws": draws, "kept": draws - flagged, "flagged": flagged, "coverage": coverage,
-            "percentile": {k: float(np.mean(v)) for k, v in plain.items()},
             "lowest": min(coverage.values()) if coverage else math.nan}
