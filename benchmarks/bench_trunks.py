@@ -73,13 +73,19 @@ def true_n_star(C: float, k: float = 6.0) -> float:
     return float(np.exp(res.x))
 
 
-def chosen_n(url: str, sweep: str) -> tuple[str, dict, float]:
-    """The recommended law, its N* with interval, and the budget (ten times the largest run, as `recommend`)."""
+NONE = {"value": float("nan"), "lo": float("nan"), "hi": float("nan")}
+#: The law compared in every sweep, whichever the recommendation chose (Chinchilla's approach 3).
+COMPARED = "approach3"
+
+
+def chosen_n(url: str, sweep: str) -> tuple[str, dict, dict, float]:
+    """The recommended law, its N* with interval, approach 3's, and the budget (ten times the largest run, as
+    `recommend`)."""
     analysis = analyse(SweepSource(url, sweep), Settings(n_bootstrap=50), save=False)
     rec = analysis.recommendation
     if rec is None or rec.chosen is None:
-        return "none", {"value": float("nan"), "lo": float("nan"), "hi": float("nan")}, float("nan")
-    return rec.chosen, rec.per_law[rec.chosen]["N"], rec.compute
+        return "none", NONE, NONE, float("nan")
+    return rec.chosen, rec.per_law[rec.chosen]["N"], rec.per_law.get(COMPARED, {}).get("N", NONE), rec.compute
 
 
 def compute_of(url: str, sweep: str) -> float:
@@ -119,23 +125,25 @@ def main() -> None:
                 path.write_text(yaml.safe_dump(plan(name, seed, trunks)))
                 t = time.perf_counter()
                 train_plan(path, url, Path(tmp))
-                law, n, at = chosen_n(url, name)
-                out[name] = (law, n, time.perf_counter() - t)
+                law, n, n3, at = chosen_n(url, name)
+                out[name] = (law, n, n3, time.perf_counter() - t)
                 if not np.isfinite(truth) and np.isfinite(at):
                     truth = true_n_star(at)
                     print(f"budget C = {at:.3g} FLOPs (ten times the largest run); true N* {truth:.4g}")
             c_trunks, c_branches, c_scratch = compute_of(url, "trunks"), branch_compute(url, "cooldowns"), \
                 compute_of(url, "cooldowns")
-            for name, (law, n, secs) in out.items():
-                print(f"seed {seed} {name:<10} N* {n['value']:.4g} [{n['lo']:.4g}, {n['hi']:.4g}] ({law}); "
-                      f"ratio to truth {n['value'] / truth:.3f}; analysed in {secs:.0f} s")
+            for name, (law, n, n3, secs) in out.items():
+                print(f"seed {seed} {name:<10} chosen N* {n['value']:.4g} [{n['lo']:.4g}, {n['hi']:.4g}] ({law}); "
+                      f"{COMPARED} N* {n3['value']:.4g} [{n3['lo']:.4g}, {n3['hi']:.4g}]; analysed in {secs:.0f} s")
             print(f"seed {seed} compute: trunks {c_trunks:.3g} FLOPs, trained cooldowns as branches {c_branches:.3g} "
                   f"(from scratch {c_scratch:.3g}); trunks / branches = {c_trunks / c_branches:.3f}")
-            rows.append((out["trunks"][1]["value"], out["cooldowns"][1]["value"], c_trunks / c_branches))
+            rows.append((out["trunks"][2]["value"], out["cooldowns"][2]["value"], c_trunks / c_branches,
+                         c_trunks / c_scratch))
     a = np.array(rows)
-    print(f"summary over {len(rows)} seed(s): median N* ratio trunks / trained cooldowns "
-          f"{np.median(a[:, 0] / a[:, 1]):.3f}; trunks / truth {np.median(a[:, 0]) / truth:.3f}, trained / truth "
-          f"{np.median(a[:, 1]) / truth:.3f}; compute trunks / branches {np.median(a[:, 2]):.3f}")
+    print(f"summary over {len(rows)} seed(s): {COMPARED} N* trunks / trained cooldowns per seed "
+          f"{', '.join(f'{r:.3f}' for r in a[:, 0] / a[:, 1])} (median {np.median(a[:, 0] / a[:, 1]):.3f}); "
+          f"against the true N*: trunks {np.median(a[:, 0]) / truth:.3f}, trained {np.median(a[:, 1]) / truth:.3f}; "
+          f"compute trunks / branches {np.median(a[:, 2]):.3f}, trunks / from scratch {np.median(a[:, 3]):.3f}")
 
 
 if __name__ == "__main__":

@@ -346,6 +346,10 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     from scaling.fitting.curves.sweep import sweep_curves
 
     curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
+    if trunks is not None and trunks.law is not None and trunks.recipe is not None:
+        from scaling.fitting.curves.sweep import JointCurves
+
+        curves = replace(curves, joint=JointCurves(trunks.law, *trunks.recipe))
     notes = [n for n in (task_note, moe_note) if n is not None]
     analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes, curves=curves)
     if moe_data is not None:

@@ -119,3 +119,30 @@ def test_constant_rates_only_are_flagged_as_not_measuring_the_drop() -> None:
     law = JointCurveLaw((ANNEALING,), held_out=False).fit(curves(SIZES[:3], kinds=("constant",)))
     assert any(d.kind is DoubtKind.IDENTIFICATION for d in law.doubts())
     assert math.isfinite(law.params_[ANNEALING]["E"])
+
+
+def test_the_law_at_a_size_is_a_single_size_law_that_predicts_the_same(law: JointCurveLaw) -> None:
+    from scaling.fitting.curves.advice import schedule_advice
+
+    lr = schedule("wsd", 2000)
+    single = law.at_size(5e7)
+    assert single.loss_at(lr, [1999])[0] == pytest.approx(law.loss_at(5e7, lr, [1999])[0])
+    iv = law.final_loss(5e7, lr)
+    got = single.predict(Schedule("x", lr, np.array([1999])))
+    assert got["lo"].iloc[0] == pytest.approx(iv.lo, rel=0.02) and got["hi"].iloc[0] == pytest.approx(iv.hi, rel=0.02)
+    advice = schedule_advice(single, 2000, PEAK, WARMUP)
+    assert set(advice.losses) >= {"cosine", "wsd 20% linear"}
+
+
+def test_schedule_advice_for_an_unfitted_size_comes_from_the_law_across_sizes(law: JointCurveLaw) -> None:
+    from scaling.fitting.curves.advice import advice_lines, run_schedule_advice
+    from scaling.fitting.curves.sweep import JointCurves, SweepCurves
+
+    curves = SweepCurves({}, "no curve law: one schedule", (), JointCurves(law, PEAK, 1000.0, WARMUP / STEPS, STEPS))
+    advice = run_schedule_advice(curves, 5e7, 2.0e6)
+    assert advice["across_sizes"] is True and advice["best"] in advice["losses"]
+    assert "curve law across sizes at N = 5e+07" in advice_lines(advice)[0]
+    back = SweepCurves.from_dict(curves.to_dict())
+    assert run_schedule_advice(back, 5e7, 2.0e6)["best"] == advice["best"]
+    assert "longest curve" in run_schedule_advice(curves, 5e7, 4.0e6 * 1000)["why_not"]
+    assert run_schedule_advice(SweepCurves({}, "no curve law: x", (), None), 5e7, 2e6) == {"why_not": "no curve law: x"}

@@ -97,3 +97,7 @@ def test_the_analysis_uses_trained_and_predicted_points_and_recommends(sweep: st
     rec = analysis.recommendation
     assert rec is not None and rec.chosen is not None
     assert np.isfinite(rec.per_law[rec.chosen]["N"]["value"]) and rec.per_law[rec.chosen]["N"]["value"] > 0
+    # no size was trained under two schedules, yet the schedule advice asks the law across sizes (which refuses a
+    # run many times longer than its trunks, saying so)
+    assert rec.schedule is not None and rec.schedule.get("across_sizes") is True
+    assert rec.schedule.get("losses") or "longest curve" in rec.schedule["why_not"]

@@ -35,7 +35,7 @@ from scaling.fitting.core.base import MAX_DECADES
 from scaling.fitting.core.doubts import DoubtKind, Doubtful, restore, stored
 from scaling.fitting.core.intervals import orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule
-from scaling.fitting.curves.fit import (MIN_OK_FRACTION, SCOUT_EVALUATIONS, UNDETERMINED_WIDTH, block_resample,
+from scaling.fitting.curves.fit import (MIN_OK_FRACTION, CurveLaw, SCOUT_EVALUATIONS, UNDETERMINED_WIDTH, block_resample,
                                         fit_form, fit_points, law_at, percentile_bounds)
 from scaling.fitting.curves.laws import Form, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
@@ -397,6 +397,21 @@ class JointCurveLaw(Doubtful):
             return np.zeros((0, steps.size))
         sized, _ = jf.size_map(reps, math.log(N / self.N0_))
         return law_at(jf.base, sized, np.asarray(lr, float), steps)
+
+    def at_size(self, N: float) -> CurveLaw:
+        """The single-size curve law this law gives at ``N`` (its bootstrap mapped too, its doubts kept), for
+        what takes one size's law (the schedule advice)."""
+        jf = joint_form(self.form_ or "")
+        x = math.log(N / self.N0_)
+        law = CurveLaw((jf.name,), held_out=False)
+        law.form_ = jf.name
+        law.params_ = {jf.name: self.size_params(N)}
+        reps = self.replicates_.get(jf.name)
+        if reps is not None and reps.shape[0]:
+            law.replicates_ = {jf.name: jf.size_map(reps, x)[0]}
+        law.runs_, law.n_points_ = list(self.runs_), self.n_points_
+        law.doubts_, law.notes_ = list(self.doubts_), list(self.notes_)
+        return law
 
     def final_loss(self, N: float, lr: Sequence[float] | np.ndarray) -> Interval:
         """The predicted loss after the last step of ``lr`` for a model of ``N`` parameters, with its 95% interval."""

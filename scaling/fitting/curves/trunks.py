@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from scaling.curve_forms import warmup_end
 from scaling.errors import UserError
 from scaling.fitting.curves.data import Curve, run_curve
 from scaling.fitting.curves.joint import JointCurveLaw, fit_joint
@@ -40,6 +41,8 @@ class TrunkPredictions:
     rows: pd.DataFrame
     law: Optional[JointCurveLaw] = None
     notes: list[str] = field(default_factory=list)
+    #: The largest trunk's recipe: peak rate, batch (tokens per step), warmup (share of its steps), steps.
+    recipe: Optional[tuple[float, float, float, int]] = None
 
     def points(self) -> pd.DataFrame:
         """The rows as points of the loss laws (N, D, C, loss)."""
@@ -98,7 +101,10 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
              f"at their smaller budgets, by the {law.form_} curve law across sizes fitted to the trunks' curves "
              f"(N = {', '.join(num(n, 3) for n in law.sizes_)})"]
     notes += [f"curve law across sizes: {n}" for n in law.notes_]
-    return TrunkPredictions(frame.reset_index(drop=True), law, notes)
+    largest = max((c for _, c, _ in trunks), key=lambda c: (float(c.N), c.lr.size))  # type: ignore[arg-type]
+    recipe = (float(np.max(largest.lr)), float(largest.D or 0) / largest.lr.size, warmup_end(largest.lr) / largest.lr.size,
+              int(largest.lr.size))
+    return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe)
 
 
 def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
