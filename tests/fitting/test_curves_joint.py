@@ -141,7 +141,7 @@ def test_schedule_advice_for_an_unfitted_size_comes_from_the_law_across_sizes(la
     curves = SweepCurves({}, "no curve law: one schedule", (), JointCurves(law, PEAK, 1000.0, WARMUP / STEPS, STEPS))
     advice = run_schedule_advice(curves, 5e7, 2.0e6)
     assert advice["across_sizes"] is True and advice["best"] in advice["losses"]
-    assert "curve law across sizes at N = 5e+07" in advice_lines(advice)[0]
+    assert "curve law across sizes at N = 50.0M" in advice_lines(advice)[0]
     back = SweepCurves.from_dict(curves.to_dict())
     assert run_schedule_advice(back, 5e7, 2.0e6)["best"] == advice["best"]
     assert "longest curve" in run_schedule_advice(curves, 5e7, 4.0e6 * 1000)["why_not"]

@@ -38,7 +38,7 @@ from scaling.fitting.curves.data import Curve, Schedule
 from scaling.fitting.curves.fit import (MIN_OK_FRACTION, CurveLaw, SCOUT_EVALUATIONS, UNDETERMINED_WIDTH, block_resample,
                                         fit_form, fit_points, law_at, percentile_bounds)
 from scaling.fitting.curves.laws import Form, form, huber_residuals, pinned_at
-from scaling.fmt import Interval, num
+from scaling.fmt import Interval, num, size
 
 __all__ = ["MIN_SIZES", "JointCurveLaw", "JointForm", "fit_joint", "joint_form"]
 
@@ -450,7 +450,7 @@ class JointCurveLaw(Doubtful):
     # -- output --------------------------------------------------------------------------------------
     def table(self) -> str:
         lines = [f"Curve law across sizes: {len(self.runs_)} curve(s) of {len(self.sizes_)} sizes "
-                 f"(N0 = {num(self.N0_, 3)}), {self.n_points_} evaluations fitted"]
+                 f"(N0 = {size(self.N0_)}), {self.n_points_} evaluations fitted"]
         for name in self.forms:
             if name not in self.params_:
                 continue
@@ -462,7 +462,7 @@ class JointCurveLaw(Doubtful):
                 lines.append(f"  {p:<6} {iv.text(4)}")
             for e in self.held_out_.get(name, []):
                 if math.isfinite(e["mae"]):
-                    lines.append(f"  N = {num(e['N'], 3)} left out: MAE {num(e['mae'], 3)}, relative "
+                    lines.append(f"  N = {size(e['N'])} left out: MAE {num(e['mae'], 3)}, relative "
                                  f"{100 * e['mre']:.3g}%")
         lines += [f"note: {n}" for n in self.notes_]
         return "\n".join(lines) + "\n"

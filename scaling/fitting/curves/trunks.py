@@ -23,7 +23,7 @@ from scaling.curve_forms import warmup_end
 from scaling.errors import UserError
 from scaling.fitting.curves.data import Curve, run_curve
 from scaling.fitting.curves.joint import JointCurveLaw, fit_joint
-from scaling.fmt import num
+from scaling.fmt import size
 from scaling.lr_schedule import lr_steps, schedule_of, warmup_steps
 from scaling.vocab import COMPLETED, EVAL_LOSS, PREDICT_TOKENS_TAG
 
@@ -99,7 +99,7 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     frame = frame[np.isfinite(frame["loss"].astype(float)) & (frame["loss"].astype(float) > 0)] if rows else frame
     notes = [f"{len(frame)} point(s) are final losses predicted, not trained: the cooldowns of {len(trunks)} trunk(s) "
              f"at their smaller budgets, by the {law.form_} curve law across sizes fitted to the trunks' curves "
-             f"(N = {', '.join(num(n, 3) for n in law.sizes_)})"]
+             f"(N = {', '.join(size(n) for n in law.sizes_)})"]
     notes += [f"curve law across sizes: {n}" for n in law.notes_]
     largest = max((c for _, c, _ in trunks), key=lambda c: (float(c.N), c.lr.size))  # type: ignore[arg-type]
     recipe = (float(np.max(largest.lr)), float(largest.D or 0) / largest.lr.size, warmup_end(largest.lr) / largest.lr.size,
