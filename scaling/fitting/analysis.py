@@ -322,9 +322,12 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
 
     sweep = source.sweep or _latest_sweep(source.url)
     trunks = trunk_predictions(source.url, sweep, settings.n_bootstrap, settings.seed) if sweep else None
+    from scaling.fitting.moe.moe_data import mixed_expert_runs
+
     data, sweep = from_db(source.url, sweep, effective_data=settings.effective_data, r_star=settings.r_star,
                           hparams=settings.hparams, predicted=trunks.points() if trunks else None,
-                          predicted_notes=tuple(trunks.notes) if trunks else ())
+                          predicted_notes=tuple(trunks.notes) if trunks else (),
+                          leave_out=mixed_expert_runs(source.url, sweep) if sweep else frozenset())
     if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
         from scaling.fitting.loss.effective import fit_effective
 

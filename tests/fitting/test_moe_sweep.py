@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from cli_run import run_cli
 from in_process_sweep import train_plan
 
@@ -51,7 +53,7 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
     # the sweep's analysis holds the laws of sparsity, stored and read back whole
     from scaling.fitting.analysis import Settings, SweepSource, analyse
 
-    settings = Settings(law="approach2", n_bootstrap=30, next_runs=False, tasks=False)  # one quick dense law beside them
+    settings = Settings(law="approach3", n_bootstrap=30, next_runs=False, tasks=False)  # one dense law beside them
     first = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
     again = analyse(SweepSource(sqlite_url, "sim-moe"), settings)
     assert again.reused and first.moe is not None and again.moe is not None
@@ -83,11 +85,13 @@ def test_a_mixed_sweeps_answer_names_each_law_family_and_gives_the_experts_optim
     train_plan(PLAN, sqlite_url, tmp_path)
     analysis = analyse(SweepSource(sqlite_url, "sim-moe"),
                        Settings(law="approach3", n_bootstrap=30, next_runs=False, tasks=False))
-    # the dense law fitted to every run, active N and all, is not determined on this sweep: the answer
-    # says the dense laws give none, and the laws of sparsity still answer
+    # the dense laws fit the dense runs only (a law through both families describes neither), and say so;
+    # the laws of sparsity answer for the experts, after the dense answer
+    assert any("32 mixture-of-experts run(s) left out of these laws" in str(n) for n in analysis.notes)
+    assert analysis.laws["approach3"].params_["alpha"] == pytest.approx(0.3, abs=0.05)  # the dense truth's
     lines = answer(SweepResult(sweep="sim-moe", url=sqlite_url, outcome=None, fit=analysis))
     text = "\n".join(lines)
-    assert lines[0].startswith("no recommendation from the dense laws: "), text
+    assert lines[0].startswith("recommended next run at C = ") and lines[0].endswith("(dense law):"), text
     (head,) = [i for i, line in enumerate(lines) if line.startswith("mixture of experts at C = ")]
     assert "from the moe-sparsity law (law of sparsity; N = active parameters)" in lines[head], text
     moe_line = lines[head + 1]
@@ -98,7 +102,7 @@ def test_a_mixed_sweeps_answer_names_each_law_family_and_gives_the_experts_optim
     assert "sparsity S = 0.969 (no interval: replicates do not vary)" in moe_line, moe_line
 
     html = render(ReportData.load(sqlite_url, "sim-moe", sweep_fit=analysis))
-    assert "No recommendation from the dense laws for the next budget" in html
+    assert "No recommendation" not in html and 'id="answer-moe"' in html
     grid = re.search(r'<dl class="answer-grid" id="answer-moe">(.*?)</dl>', html, re.S)
     assert grid is not None, "no MoE answer on the first screen"
     assert "recommended by the moe-sparsity law (a law of sparsity; N counts the active parameters)" in html

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             r_star: float = R_STAR_DATA, hparams: str = "tuned", predicted: pd.DataFrame | None = None,
-            predicted_notes: tuple[str, ...] = ()) -> tuple[FitData, str]:
+            predicted_notes: tuple[str, ...] = (), leave_out: frozenset[str] = frozenset()) -> tuple[FitData, str]:
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
@@ -38,6 +38,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     (:func:`scaling.fitting.hyperparams.hparams.tuned_points`).
     ``predicted``: points (N, D, C, loss) predicted rather than trained (the cooldowns of trunks), added to the
     trained ones, with ``predicted_notes`` saying so among the data's notes.
+    ``leave_out``: run keys not fitted (a mixed sweep's mixtures of experts, which the laws of sparsity fit),
+    said among the data's notes.
     """
     from scaling import db
     from scaling import vocab as names
@@ -52,6 +54,10 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
         check_stored_losses(runs, f"sweep {sweep!r}")
+        left_out = int(runs["run_key"].isin(leave_out).sum())
+        runs = runs[~runs["run_key"].isin(leave_out)]
+        if len(runs) == 0:
+            raise FitError(f"sweep {sweep!r} has no completed runs to fit once its {left_out} left-out runs are set aside")
         params_conv = str(info.get("params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
@@ -93,6 +99,9 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     )
     data.notes.extend(hp_notes)
     data.notes.extend(predicted_notes)
+    if left_out:
+        data.notes.append(f"{left_out} mixture-of-experts run(s) left out of these laws: the laws of sparsity fit them, "
+                          f"with N their active parameters")
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep

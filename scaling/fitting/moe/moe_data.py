@@ -247,6 +247,21 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
     return from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {keys[i]}"), sweep
 
 
+def mixed_expert_runs(url: str, sweep: str) -> frozenset[str]:
+    """The keys of a sweep's completed mixture-of-experts runs when it also has dense ones (empty
+    otherwise): the dense laws leave them out, as a dense law fitted through both families describes
+    neither. A sweep of experts alone keeps them (its laws then count active parameters)."""
+    from scaling import db
+    from scaling.fitting.core.sweep_data import fitted_runs
+
+    with db.connect(url) as res:
+        runs = fitted_runs(res.runs(sweep=sweep, spec=True))
+    experts = [is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in runs["spec"]]
+    if all(experts) or not any(experts):
+        return frozenset()
+    return frozenset(key for key, moe in zip(runs["run_key"], experts) if moe)
+
+
 def distinct(values: np.ndarray, rel: float = 1e-6) -> int:
     """How many distinct values ``values`` holds, values within ``rel`` of each other counted once."""
     v = np.sort(np.asarray(values, float)[np.isfinite(values)])
