@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -319,7 +319,11 @@ def slice_runs(plan: Plan, C: float, sizes: list[float]) -> list[PlannedRun]:
     where it names file and line); a slice is judged against what is left by :func:`decide`.
     """
     block = GridBlock(models=[ModelPoint(N=float(n)) for n in sizes], compute=[float(C)])
-    return expand(plan.model_copy(update={"grid": [block], "adaptive": None})).runs
+    runs = expand(plan.model_copy(update={"grid": [block], "adaptive": None})).runs
+    rule = plan.adaptive.early_stop if plan.adaptive is not None else None
+    if rule is None:
+        return runs
+    return [replace(r, spec=r.spec.model_copy(update={"early_stop": rule})) for r in runs]
 
 
 def stored_decisions(url: str, sweep: str) -> dict[int, Decision]:
