@@ -388,7 +388,7 @@ def run_adaptive(
     while True:
         outcomes.append(train(runs))
         law, error, points, info = _refit(url, plan.name, spec, seed)
-        spent = float(sum(r.spec.flops for r in runs))
+        spent = float(sum(r.spec.flops for r in runs)) - _not_trained(url, plan.name)
 
         def cost_of(C: float, sizes: list[float]) -> float:
             try:
@@ -439,6 +439,16 @@ def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Op
     if law is None:
         return None, summary.skipped.get(spec.target.law, "not fitted"), points, info
     return law, None, points, info
+
+
+def _not_trained(url: str, sweep: str) -> float:
+    """FLOPs the sweep's runs that stopped early did not train (not counted against the budget)."""
+    from scaling.db import connect
+    from scaling.orchestrator.status import early_savings
+
+    with connect(url) as res:
+        runs = res.runs(sweep=sweep, spec=False)
+    return float(early_savings(runs).sum())
 
 
 def _merge(outcomes: list[Any]) -> Any:
