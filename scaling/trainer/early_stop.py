@@ -2,18 +2,20 @@
 
 A run with ``early_stop`` (an adaptive plan's rule, :class:`~scaling.trainer.sections.EarlyStopSpec`)
 decides at its own evaluations, from ``after`` of its steps on and at most once per ``every`` of
-them. At fraction f of its steps, with eval loss y, each reference run (a run of the same sweep,
-schedule and peak rate, trained to its last step) gives the ratio r = final / loss at f (its curve
-interpolated at f); the run's predicted final loss is y times the median ratio, and its interval
-y times the references' smallest and largest ratio (a new run falls inside the range of n
-exchangeable ones with probability (n - 1) / (n + 1); 2.5% and 97.5% quantiles from 40
-references on). The run stops once that interval's half-width is at most ``tolerance``.
+them. Its references are the runs of the same sweep, schedule and peak rate trained to their last
+step. At fraction f of its steps, with eval loss y, each reference gives the drop still to come,
+d = loss at f (its curve interpolated at f) - final; ln d is regressed on ln T (the run's steps)
+and ln N (its parameters) over the references, and the run's predicted final loss is y minus the
+regression's d at its own T and N, with the 95% interval of the regression's prediction for a new
+run (Student t with n - 3 degrees of freedom, its leverage included: a run longer or larger than
+every reference gets a wide interval). The run stops once that interval's half-width is at most
+``tolerance``.
 
 Why not a curve law fitted to the run's own prefix: one schedule cannot separate the annealing
 term from the power law, and on a cosine run's first half the annealing law misses the final loss
 by far more than its bootstrap interval says (docs/experiments/2026-12-07-early-stopping.md). The
-references measure that error instead of assuming it. Without :data:`MIN_REFERENCES` of them (a
-sweep's first round) a run trains to its end.
+references measure the drop instead of assuming its form. Without :data:`MIN_REFERENCES` of them (a
+sweep's first runs) a run trains to its end.
 
 The decision is the run's own, taken where it evaluates: the run holds its curve, reads the
 references once, and needs no signal from outside while it trains.
@@ -21,6 +23,7 @@ references once, and needs no signal from outside while it trains.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -31,16 +34,16 @@ from scaling import vocab
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
 
-#: Reference runs a prediction needs at least.
-MIN_REFERENCES = 5
-#: From this many references on, the interval is the ratios' 2.5% and 97.5% quantiles (their range below).
-QUANTILE_REFERENCES = 40
+#: Reference runs a prediction needs at least (three coefficients are fitted to them).
+MIN_REFERENCES = 6
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A finished run's eval curve: the fractions of its steps evaluated at and the losses there."""
+    """A finished run's eval curve: its steps, the fractions of them evaluated at and the losses there."""
 
+    steps: int
+    size: float
     fractions: np.ndarray
     losses: np.ndarray
 
@@ -67,27 +70,45 @@ class FinalPrediction:
         return asdict(self)
 
 
-def predict_final(references: list[Reference], fraction: float, loss: float, step: int) -> Optional[FinalPrediction]:
-    """The final loss of a run whose eval loss at ``fraction`` of its steps is ``loss``; None with too
-    few references that reach back to ``fraction``."""
-    ratios = np.array([r.final / float(np.interp(fraction, r.fractions, r.losses))
-                       for r in references if r.fractions[0] <= fraction < 1.0 <= r.fractions[-1]])
-    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
-    if ratios.size < MIN_REFERENCES or not (loss > 0):
+def predict_final(references: list[Reference], fraction: float, loss: float, step: int,
+                  total: int, size: float) -> Optional[FinalPrediction]:
+    """The final loss of a run of ``total`` steps and ``size`` parameters whose eval loss at ``fraction``
+    of its steps is ``loss``; None with too few references that reach back to ``fraction``."""
+    from scipy.stats import t as student
+
+    rows = []
+    for r in references:
+        if r.fractions[0] <= fraction < 1.0 <= r.fractions[-1]:
+            drop = float(np.interp(fraction, r.fractions, r.losses)) - r.final
+            if drop > 0 and np.isfinite(drop):
+                rows.append((math.log(r.steps), math.log(r.size), math.log(drop)))
+    n, p = len(rows), 3
+    if n < MIN_REFERENCES or not (loss > 0):
         return None
-    if ratios.size >= QUANTILE_REFERENCES:
-        lo, hi = np.quantile(ratios, [0.025, 0.975])
-    else:
-        lo, hi = ratios.min(), ratios.max()
-    return FinalPrediction(int(step), float(loss * np.median(ratios)), float(loss * lo), float(loss * hi),
-                           int(ratios.size))
+    data = np.array(rows)
+    X = np.column_stack([np.ones(n), data[:, :2]])
+    coef, *_ = np.linalg.lstsq(X, data[:, 2], rcond=None)
+    resid = data[:, 2] - X @ coef
+    s2 = float(resid @ resid) / (n - p)
+    x0 = np.array([1.0, math.log(total), math.log(size)])
+    try:
+        leverage = float(x0 @ np.linalg.solve(X.T @ X, x0))
+    except np.linalg.LinAlgError:  # the references do not vary in length or size: nothing to regress on
+        return None
+    half = float(student.ppf(0.975, n - p)) * math.sqrt(s2 * (1.0 + leverage))
+    centre = float(x0 @ coef)
+    lo, mid, hi = loss - math.exp(centre + half), loss - math.exp(centre), loss - math.exp(centre - half)
+    if not (lo > 0) or not all(math.isfinite(v) for v in (lo, mid, hi)):  # no possible loss is predicted
+        return None
+    return FinalPrediction(int(step), mid, lo, hi, n)
 
 
-def stopping_point(references: list[Reference], steps: np.ndarray, losses: np.ndarray, total: int, *,
+def stopping_point(references: list[Reference], steps: np.ndarray, losses: np.ndarray, total: int, size: float, *,
                    tolerance: float, after: float, every: float) -> Optional[FinalPrediction]:
     """The first evaluation at which the run may stop, with its prediction; None: it trains to the end.
 
-    ``steps``: the run's 1-based eval steps, ``losses`` the eval losses there, ``total`` its steps; the
+    ``steps``: the run's 1-based eval steps, ``losses`` the eval losses there, ``total`` its steps,
+    ``size`` its parameters N; the
     last step is never a stopping point (nothing is left to save).
     """
     next_check = after * total
@@ -97,7 +118,7 @@ def stopping_point(references: list[Reference], steps: np.ndarray, losses: np.nd
         if s < next_check:
             continue
         next_check = s + every * total
-        pred = predict_final(references, s / total, float(y), int(s))
+        pred = predict_final(references, s / total, float(y), int(s), total, size)
         if pred is not None and pred.half_width <= tolerance:
             return pred
     return None
@@ -130,7 +151,7 @@ def references(url: str, sweep: Optional[str], spec: "RunSpec") -> list[Referenc
         total = _steps(r["spec"])
         if len(rows) < 3 or total <= 0 or int(rows["step"].iloc[-1]) != total:
             continue
-        out.append(Reference(rows["step"].to_numpy(float) / total, rows["value"].to_numpy(float)))
+        out.append(Reference(total, float(r["N"]), rows["step"].to_numpy(float) / total, rows["value"].to_numpy(float)))
     return out
 
 

@@ -86,7 +86,7 @@ def task_rows(spec: RunSpec, steps: np.ndarray, tokens: np.ndarray) -> list[tupl
     sim = spec.simulate
     if sim is None or not sim.tasks:
         return []
-    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63, 1]))
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, draw_key(spec), 1]))
     N, per_token = float(spec.n_params), spec.flops_per_token
     rows = []
     for task in sim.tasks:
@@ -118,6 +118,13 @@ def curve_of(spec: RunSpec, N: float, penalty: float) -> tuple[Any, np.ndarray]:
         return curve_loss(sim.curve.form, theta, areas(lr, at))[back] + shift
 
     return expected, evals
+
+
+def draw_key(spec: RunSpec) -> int:
+    """What seeds a run's noise: its key without ``early_stop``, so a run that may stop early draws the
+    curve the same run trained in full draws (and a sweep with the rule is comparable to one without)."""
+    full = spec if spec.early_stop is None else spec.model_copy(update={"early_stop": None})
+    return int(full.key, 16) % 2**63
 
 
 def log_steps(steps: int, count: int) -> np.ndarray:
@@ -242,7 +249,7 @@ def simulated_run(
     sim = spec.simulate
     if sim is None:
         raise ValueError("simulate() needs a spec with a simulate section")
-    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63]))
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, draw_key(spec)]))
     N = float(spec.n_params)
     D = spec.trained_tokens
     batch = spec.batch_tokens
@@ -305,5 +312,5 @@ def _stopping_point(spec: RunSpec, eval_steps: np.ndarray, evals: np.ndarray,
     rule = spec.early_stop
     if rule is None or not refs:
         return None
-    return stopping_point(refs, eval_steps, evals, spec.steps, tolerance=rule.tolerance, after=rule.after,
-                          every=rule.every)
+    return stopping_point(refs, eval_steps, evals, spec.steps, float(spec.n_params), tolerance=rule.tolerance,
+                          after=rule.after, every=rule.every)

@@ -9,6 +9,7 @@ scheduler and a real SQLite database.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -47,34 +48,39 @@ def write(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-# -- the rule, on references of a known ratio ---------------------------------------------------------
-def references(count: int, ratio: float = 0.8, spread: float = 0.01) -> list[Reference]:
-    """Finished curves falling linearly from 1 to ``ratio`` (times a per-run level), ratios spread by ``spread``."""
+# -- the rule, on references of a known drop --------------------------------------------------------
+def references(count: int, spread: float, seed: int = 0) -> list[Reference]:
+    """Finished curves whose drop from fraction f to the end is (1 - f) * 30 / T^0.5 (T their steps), its
+    logarithm off by normal noise of SD ``spread``; sizes and lengths spread over a factor 10."""
+    rng = np.random.default_rng(seed)
     f = np.linspace(0.1, 1.0, 10)
     out = []
-    for i, r in enumerate(np.linspace(ratio - spread, ratio + spread, count)):
-        level = 2.0 + 0.1 * i
-        out.append(Reference(f, level * (1.0 - (1.0 - r) * (f - 0.1) / 0.9)))
+    for i in range(count):
+        T, N = int(1000 * 10 ** (i / count)), 1e8 * 10 ** ((i * 7 % count) / count)
+        scale = 30 / T**0.5 * math.exp(spread * rng.standard_normal())
+        out.append(Reference(T, N, f, 2.0 + scale * (1.0 - f)))
     return out
 
 
-def test_the_prediction_brackets_the_references_and_needs_enough_of_them() -> None:
-    refs = references(8)
-    at = 0.55  # halfway: the loss there is level * (1 - (1 - r) / 2)
-    pred = predict_final(refs, at, 3.0, 100)
-    assert pred is not None and pred.references == 8
-    assert pred.lo < pred.loss < pred.hi and pred.lo > 0
-    ratios = [r.final / float(np.interp(at, r.fractions, r.losses)) for r in refs]
-    assert pred.lo == pytest.approx(3.0 * min(ratios)) and pred.hi == pytest.approx(3.0 * max(ratios))
-    assert predict_final(refs[: MIN_REFERENCES - 1], at, 3.0, 100) is None
+def test_the_prediction_follows_the_references_and_needs_enough_of_them() -> None:
+    refs = references(10, 0.02)
+    pred = predict_final(refs, 0.5, 3.0, 1000, 2000, 3e8)
+    truth = 3.0 - 0.5 * 30 / 2000**0.5
+    assert pred is not None and pred.references == 10
+    assert pred.lo < truth < pred.hi and pred.lo < pred.loss < pred.hi and pred.lo > 0
+    assert pred.loss == pytest.approx(truth, abs=0.01)
+    far = predict_final(refs, 0.5, 3.0, 1000, 200_000, 3e8)  # far longer than every reference: a wider
+    assert far is not None and far.lo < 3.0 - 0.5 * 30 / 200_000**0.5 < far.hi  # interval for its drop
+    assert (far.hi - far.lo) / (3.0 - far.loss) > 2 * (pred.hi - pred.lo) / (3.0 - pred.loss)
+    assert predict_final(refs[: MIN_REFERENCES - 1], 0.5, 3.0, 1000, 2000, 3e8) is None
     # a wide spread never stops; a narrow one stops at the first check from `after` on, never at the last step
-    steps = np.arange(10, 101, 10)
-    losses = np.linspace(3.0, 2.5, steps.size)
-    assert stopping_point(references(8, spread=0.2), steps, losses, 100, tolerance=0.01, after=0.5, every=0.1) is None
-    stop = stopping_point(references(8, spread=0.001), steps, losses, 100, tolerance=0.01, after=0.5, every=0.1)
-    assert stop is not None and stop.step == 50
-    assert stopping_point(references(8, spread=0.001), steps, losses, 100, tolerance=0.01, after=0.95,
-                          every=0.1) is None
+    steps = np.arange(200, 2001, 200)
+    losses = np.linspace(3.3, 3.0, steps.size)
+    args = dict(tolerance=0.01, every=0.1)
+    assert stopping_point(references(10, 0.5), steps, losses, 2000, 3e8, after=0.5, **args) is None
+    stop = stopping_point(references(10, 0.001), steps, losses, 2000, 3e8, after=0.5, **args)
+    assert stop is not None and stop.step == 1000
+    assert stopping_point(references(10, 0.001), steps, losses, 2000, 3e8, after=0.95, **args) is None
 
 
 # -- the plan -------------------------------------------------------------------------------------------
@@ -92,8 +98,8 @@ def test_the_option_is_validated_and_keys_the_runs(tmp_path: Path) -> None:
         line = str(info.value)
         assert "\n" not in line and "bad.yaml" in line and field in line, line
 
-    with_rule = expand(load_plan(write(tmp_path / "a.yaml", plan_dict(tmp_path, "a", RULE)))[0]).runs
-    without = expand(load_plan(write(tmp_path / "b.yaml", plan_dict(tmp_path, "a", None)))[0]).runs
+    with_rule = expand(load_plan(write(tmp_path / "a.yaml", plan_dict(tmp_path, "a", RULE)))[0], resolve=False).runs
+    without = expand(load_plan(write(tmp_path / "b.yaml", plan_dict(tmp_path, "a", None)))[0], resolve=False).runs
     assert all(r.spec.early_stop is not None and r.spec.early_stop.tolerance == 0.03 for r in with_rule)
     assert all(r.spec.early_stop is None for r in without)
     # a sweep without early stopping trains each point under another key (in full), and the keys of
