@@ -168,7 +168,7 @@ def render_status(status: dict[str, Any]) -> Any:
     if status.get("stopped_early"):
         head.add_row("stopped early", f"{status['stopped_early']} completed run(s) stopped once their final loss was "
                      f"predicted within the tolerance (the fits use the predicted loss, marked as predicted); "
-                     f"{status['flops_saved_early']:.3g} FLOPs not trained")
+                     f"{fmt.flops(status['flops_saved_early'])} FLOPs not trained")
     parts: list[Any] = [head]
     if status["failures"]:
         t = Table(title="failed runs")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from scaling import vocab
+from scaling import fmt, vocab
 from scaling.curve_forms import areas, curve_loss, warmup_end
 from scaling.lr_schedule import lr_steps
 from scaling.trainer.early_stop import FinalPrediction, Reference, references, stopping_point
@@ -290,8 +290,8 @@ def simulated_run(
         data["stopped_early"] = {**stop.to_dict(), "tolerance": spec.early_stop.tolerance}
         events.append((stop.step, vocab.STOPPED_EARLY, {**data["stopped_early"], "attempt": attempt,
                                                         "message": f"stopped at step {stop.step} of {steps}: final "
-                                                                   f"loss predicted {stop.loss:.4g} "
-                                                                   f"[{stop.lo:.4g}, {stop.hi:.4g}]"}))
+                                                                   f"loss predicted {fmt.loss(stop.loss)} "
+                                                                   f"{fmt.bounds(stop.lo, stop.hi, 4)}"}))
     result = TrainResult(
         key=spec.key,
         status=vocab.COMPLETED,
