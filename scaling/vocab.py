@@ -144,6 +144,7 @@ BRANCH_START = "branch_start"  # a cooldown branch loaded its trunk's checkpoint
 TRUNK_RETRAIN = "trunk_retrain"  # a trunk passes a branch point again: the checkpoint was missing
 SIMULATED = "simulated"  # a run whose losses came from a known law (scaling.trainer.simulate)
 ADAPTIVE_DECISION = "adaptive_decision"  # an adaptive sweep's refit and what it added, or why it stopped
+STOPPED_EARLY = "stopped_early"  # a run stopped once its final loss was predicted within its tolerance
 
 EVENTS: tuple[str, ...] = (
     LOSS_SPIKE,
@@ -160,4 +161,5 @@ EVENTS: tuple[str, ...] = (
     TRUNK_RETRAIN,
     SIMULATED,
     ADAPTIVE_DECISION,
+    STOPPED_EARLY,
 )

@@ -117,6 +117,9 @@ class Run(Base):
     batch_tokens: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
     beta2: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
     unique_tokens: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
+    # A run that stopped early (an adaptive sweep's early_stop): the step it stopped at; its
+    # final_eval_loss is then the loss predicted at its last step. None: trained to the end. Revision 0007.
+    stopped_step: Mapped[Optional[int]] = mapped_column(BigInteger, nullable=True)
 
     sweep: Mapped[Sweep] = relationship()
 

@@ -29,7 +29,7 @@ RUN_COLUMNS = [
     "run_key", "sweep", "N", "N_total", "D", "C", "n_layer", "d_model", "n_head", "vocab_size", "context",
     "seed", "status", "attempts", "final_loss", "final_train_loss", "error", "host", "heartbeat_at",
     "started_at", "finished_at", "created_at", "spec", "parent_key", "trunk_tokens", "hparam_group",
-    "lr", "batch_tokens", "beta2", "unique_tokens",
+    "lr", "batch_tokens", "beta2", "unique_tokens", "stopped_step",
 ]  # fmt: skip
 METRIC_COLUMNS = ["run_key", "step", "tokens", "flops", "name", "value"]
 EVENT_COLUMNS = ["run_key", "sweep", "step", "kind", "detail", "created_at"]
@@ -391,6 +391,7 @@ def _run_row(run: Row[Any]) -> dict[str, Any]:
         "batch_tokens": run.batch_tokens,
         "beta2": run.beta2,
         "unique_tokens": run.unique_tokens,
+        "stopped_step": run.stopped_step,  # stopped early: final_loss is the predicted one
     }
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision in migrations/versions. Opening an up-to-date database compares against
 # this constant, so the common path imports no Alembic (a test checks it equals Alembic's head).
-HEAD = "0006"
+HEAD = "0007"
 # Serializes concurrent first opens of one PostgreSQL database (SQLite uses BEGIN IMMEDIATE).
 _PG_LOCK_ID = 0x5CA11
 

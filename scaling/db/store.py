@@ -290,6 +290,16 @@ class Store(Database):
 
         self._write(tx)
 
+    def mark_stopped_early(self, key: str, step: int, *, sweep: Optional[str] = None) -> None:
+        """Record that ``key`` stopped at ``step`` with its final loss predicted (its completion
+        stores that predicted loss as the final one)."""
+
+        def tx(conn: Connection) -> None:
+            rid = self._resolve(conn, key, sweep)
+            conn.execute(update(Run).where(Run.id == rid).values(stopped_step=int(step)))
+
+        self._write(tx)
+
     def finish(
         self,
         key: str,

@@ -446,6 +446,8 @@ def _fit(data: FitData, settings: Settings, *, task_data: Optional["TaskData"] =
         rec = recommend(analysis)
     except UserError as exc:
         return replace(analysis, no_recommendation=" ".join(str(exc).split()))
+    if data.predicted_note:  # the closing answer says it too: the laws rest partly on predicted losses
+        rec.notes.append(as_note(data.predicted_note, NoteKind.DATA))
     if settings.next_runs:
         rec.next_runs, note = next_runs_for(analysis, rec.compute, settings.seed, settings.n_bootstrap)
         if note is not None:

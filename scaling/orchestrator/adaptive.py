@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -320,7 +320,11 @@ def slice_runs(plan: Plan, C: float, sizes: list[float]) -> list[PlannedRun]:
     where it names file and line); a slice is judged against what is left by :func:`decide`.
     """
     block = GridBlock(models=[ModelPoint(N=float(n)) for n in sizes], compute=[float(C)])
-    return expand(plan.model_copy(update={"grid": [block], "adaptive": None})).runs
+    runs = expand(plan.model_copy(update={"grid": [block], "adaptive": None})).runs
+    rule = plan.adaptive.early_stop if plan.adaptive is not None else None
+    if rule is None:
+        return runs
+    return [replace(r, spec=r.spec.model_copy(update={"early_stop": rule})) for r in runs]
 
 
 def stored_decisions(url: str, sweep: str) -> dict[int, Decision]:
@@ -385,7 +389,7 @@ def run_adaptive(
     while True:
         outcomes.append(train(runs))
         law, error, points, info = _refit(url, plan.name, spec, seed)
-        spent = float(sum(r.spec.flops for r in runs))
+        spent = float(sum(r.spec.flops for r in runs)) - _not_trained(url, plan.name)
 
         def cost_of(C: float, sizes: list[float]) -> float:
             try:
@@ -436,6 +440,16 @@ def _refit(url: str, sweep: str, spec: AdaptivePlan, seed: int) -> tuple[Any, Op
     if law is None:
         return None, summary.skipped.get(spec.target.law, "not fitted"), points, info
     return law, None, points, info
+
+
+def _not_trained(url: str, sweep: str) -> float:
+    """FLOPs the sweep's runs that stopped early did not train (not counted against the budget)."""
+    from scaling.db import connect
+    from scaling.orchestrator.status import early_savings
+
+    with connect(url) as res:
+        runs = res.runs(sweep=sweep, spec=False)
+    return float(early_savings(runs).sum())
 
 
 def _merge(outcomes: list[Any]) -> Any:

@@ -6,11 +6,12 @@ can hold it without importing the loop.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field
 
 from scaling.schema import StrictModel
+from scaling.trainer.sections import EarlyStopSpec
 
 #: Slices one adaptive sweep may add before it stops whatever its target and budget say.
 MAX_ROUNDS = 50
@@ -50,3 +51,7 @@ class AdaptivePlan(_Strict):
     span: float = Field(default=1.0, gt=0, le=3, description="ln of the factor between the smallest size and N*")
     max_rounds: int = Field(default=20, ge=1, le=MAX_ROUNDS, description="slices added at most")
     n_bootstrap: int = Field(default=200, ge=20, le=2000, description="replicates of each refit")
+    # Every run of the sweep (its grid and each added slice) may then stop early; its key includes
+    # the rule, so a sweep without it trains each of these runs in full.
+    early_stop: Optional[EarlyStopSpec] = Field(default=None, description="stop a run once its final loss is "
+                                                                          "predicted within a tolerance")

@@ -432,6 +432,7 @@ def run_request(plan: Plan, shape: Shape, D: float, lr: float, batch_tokens: int
         **recipe, model=(model or plan.model).family_dump(shape.as_dict(), shape), tokens=round(D), data=plan.data,
         params_convention=plan.conventions.params, flops_convention=plan.conventions.flops,
         seed=seed, simulate=plan.simulate, execution=execution, evals=plan.evals,
+        early_stop=plan.adaptive.early_stop if plan.adaptive is not None else None,
     )
     return RunRequest.model_validate(_merged(values, fields))
 

@@ -41,7 +41,11 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
     superseded = set(runs.loc[runs["status"] == vocab.SUPERSEDED, "run_key"])
     total = float(own[runs["status"] != vocab.SUPERSEDED].sum())
     done = runs["status"] == vocab.COMPLETED
-    spent = float(own[done].sum())
+    # A run stopped early trained only up to its stopped step: the rest is neither spent nor to spend.
+    not_trained = early_savings(runs)
+    stopped = int((not_trained > 0).sum()) if len(runs) else 0
+    total -= float(not_trained.sum())
+    spent = float((own - not_trained)[done].sum())
     spent_superseded = 0.0
     if metrics is not None and len(metrics):
         last = metrics.groupby("run_key")["flops"].max()
@@ -70,12 +74,29 @@ def sweep_status(url: str, sweep: Optional[str] = None) -> dict[str, Any]:
         "flops_spent": spent,
         "flops_remaining": max(0.0, total - spent),
         "flops_spent_superseded": spent_superseded,
+        "stopped_early": stopped,
+        "flops_saved_early": float(not_trained.sum()),
         "flops_total_without_reuse": float(runs.loc[points, "C"].sum()),
         "flops_spent_without_reuse": float(runs.loc[points & done, "C"].sum()),
         "branches": int(runs["parent_key"].notna().sum()),
         "trunks": len(trunks),
         "failures": failures,
     }
+
+
+def early_savings(runs: pd.DataFrame) -> pd.Series:
+    """FLOPs each run did not train because it stopped early (0 for the others): C times the share
+    of its steps after ``stopped_step``."""
+    import numpy as np
+    import pandas as pd
+
+    if "stopped_step" not in runs or not len(runs):
+        return pd.Series(0.0, index=runs.index)
+    stopped = pd.to_numeric(runs["stopped_step"], errors="coerce")
+    batch = pd.to_numeric(runs["batch_tokens"], errors="coerce")
+    steps = np.ceil(runs["D"] / batch.where(batch > 0))
+    share = (1.0 - stopped / steps).clip(lower=0.0, upper=1.0)
+    return (runs["C"] * share).where(stopped.notna() & steps.notna(), 0.0).astype(float)
 
 
 def stale_running(runs: pd.DataFrame, timeout_s: Optional[float] = None) -> Optional[dict[str, Any]]:
@@ -144,6 +165,10 @@ def render_status(status: dict[str, Any]) -> Any:
         head.add_row("superseded", f"{status['counts'][vocab.SUPERSEDED]} run(s) a later plan replaced (its corpus or "
                      f"settings changed), not counted above; {fmt.flops(status['flops_spent_superseded'])} FLOPs went "
                      "into them")
+    if status.get("stopped_early"):
+        head.add_row("stopped early", f"{status['stopped_early']} completed run(s) stopped once their final loss was "
+                     f"predicted within the tolerance (the fits use the predicted loss, marked as predicted); "
+                     f"{fmt.flops(status['flops_saved_early'])} FLOPs not trained")
     parts: list[Any] = [head]
     if status["failures"]:
         t = Table(title="failed runs")

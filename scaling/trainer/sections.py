@@ -410,6 +410,23 @@ class SimulatedCurve(_Frozen):
         return (self.L0, self.A, self.alpha, self.C)
 
 
+class EarlyStopSpec(_Frozen):
+    """Stop a run once its final loss is predicted well enough (an adaptive plan's ``early_stop``).
+
+    At each evaluation from ``after`` of its steps on, at most every ``every`` of them, the run fits
+    the annealing law (Tissue et al. 2024) to its own eval-loss curve in its own learning-rate
+    schedule and predicts its last step's loss with a bootstrap 95% interval; once that interval's
+    half-width is at most ``tolerance`` (in loss units, nats) the run stops there, and its
+    predicted final loss stands for the measured one (marked as predicted).
+    """
+
+    tolerance: float = Field(gt=0, le=1, description="the largest half-width of the predicted final loss's 95% "
+                                                     "interval at which a run stops (nats)")
+    after: float = Field(default=0.5, ge=0.1, lt=1, description="the share of its steps a run trains before "
+                                                                "it may stop")
+    every: float = Field(default=0.1, gt=0, le=0.5, description="the share of its steps between two checks")
+
+
 class SimulateSpec(_Frozen):
     """Losses from a known law instead of training (`scaling.trainer.simulate`). Part of the key.
 

@@ -25,15 +25,17 @@ fits of :mod:`scaling.fitting.curves` can be checked against a known truth.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from scaling import vocab
+from scaling import fmt, vocab
 from scaling.curve_forms import areas, curve_loss, warmup_end
 from scaling.lr_schedule import lr_steps
+from scaling.trainer.early_stop import FinalPrediction, Reference, references, stopping_point
 from scaling.trainer.result import TrainResult
 from scaling.trainer.spec import RunSpec
 from scaling.trainer.sections import SimulatedLaw
@@ -84,7 +86,7 @@ def task_rows(spec: RunSpec, steps: np.ndarray, tokens: np.ndarray) -> list[tupl
     sim = spec.simulate
     if sim is None or not sim.tasks:
         return []
-    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63, 1]))
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, draw_key(spec), 1]))
     N, per_token = float(spec.n_params), spec.flops_per_token
     rows = []
     for task in sim.tasks:
@@ -116,6 +118,13 @@ def curve_of(spec: RunSpec, N: float, penalty: float) -> tuple[Any, np.ndarray]:
         return curve_loss(sim.curve.form, theta, areas(lr, at))[back] + shift
 
     return expected, evals
+
+
+def draw_key(spec: RunSpec) -> int:
+    """What seeds a run's noise: its key without ``early_stop``, so a run that may stop early draws the
+    curve the same run trained in full draws (and a sweep with the rule is comparable to one without)."""
+    full = spec if spec.early_stop is None else spec.model_copy(update={"early_stop": None})
+    return int(full.key, 16) % 2**63
 
 
 def log_steps(steps: int, count: int) -> np.ndarray:
@@ -166,11 +175,21 @@ def simulate(
     sweep: Optional[str] = None,
 ) -> TrainResult:
     """Write the simulated run's metrics and event to ``store_url``; returns its result."""
-    rows, event, result = simulated_run(spec, attempt, run_dir)
+    refs = references(store_url, sweep, spec) if store_url is not None and spec.early_stop is not None else []
+    rows, events, result = simulated_run(spec, attempt, run_dir, refs)
     if store_url is not None:
-        # One transaction for the rows and the event: a sweep of thousands of runs pays for one each.
-        _store(store_url).log_metrics(spec.key, rows, sweep=sweep, events=[event])
+        # One transaction for the rows and the events: a sweep of thousands of runs pays for one each.
+        store = _store(store_url)
+        store.log_metrics(spec.key, rows, sweep=sweep, events=events)
+        _mark_stopped(store, [result], sweep)
     return result
+
+
+def _mark_stopped(store: "Store", results: list[Any], sweep: Optional[str]) -> None:
+    """The runs among ``results`` that stopped early, recorded as such (their step)."""
+    for r in results:
+        if isinstance(r, TrainResult) and "stopped_early" in r.data:
+            store.mark_stopped_early(r.key, r.steps, sweep=sweep)
 
 
 def simulate_many(
@@ -185,13 +204,15 @@ def simulate_many(
 
     outputs: dict[int, TrainResult | str] = {}
     writes: dict[int, tuple] = {}
+    read: dict[str, list[Reference]] = {}  # the references of each schedule and peak rate, read once per task
     for i, (spec, attempt) in enumerate(runs):
         try:
             problem = unresolved_problem(spec)  # as train() checks
             if problem:
                 raise SpecError(problem)
-            rows, event, outputs[i] = simulated_run(spec, attempt)
-            writes[i] = (spec.key, rows, [event])
+            refs = _references(store_url, sweep, spec, read) if spec.early_stop is not None else []
+            rows, events, outputs[i] = simulated_run(spec, attempt, refs=refs)
+            writes[i] = (spec.key, rows, events)
         except Exception as exc:  # noqa: BLE001 - one run's error is its own, the others go on
             outputs[i] = _error_line(exc)
     store = _store(store_url)
@@ -203,7 +224,16 @@ def simulate_many(
                 store.log_runs([write], sweep=sweep)
             except Exception as exc:  # noqa: BLE001
                 outputs[i] = _error_line(exc)
+    _mark_stopped(store, list(outputs.values()), sweep)
     return [outputs[i] for i in range(len(runs))]
+
+
+def _references(url: str, sweep: Optional[str], spec: RunSpec, read: dict[str, list[Reference]]) -> list[Reference]:
+    """:func:`references` of ``spec``, read once per schedule and peak rate into ``read``."""
+    recipe = json.dumps([spec.schedule.model_dump(mode="json"), spec.optimizer.lr], sort_keys=True)
+    if recipe not in read:
+        read[recipe] = references(url, sweep, spec)
+    return read[recipe]
 
 
 def _error_line(exc: BaseException) -> str:
@@ -211,13 +241,15 @@ def _error_line(exc: BaseException) -> str:
 
 
 def simulated_run(
-    spec: RunSpec, attempt: Optional[int], run_dir: str | Path = ""
-) -> tuple[list[tuple[int, int, float, str, float]], tuple[int, str, dict], TrainResult]:
-    """The run's metric rows, its ``simulated`` event (step, kind, detail) and its result."""
+    spec: RunSpec, attempt: Optional[int], run_dir: str | Path = "", refs: Optional[list[Reference]] = None
+) -> tuple[list[tuple[int, int, float, str, float]], list[tuple[int, str, dict]], TrainResult]:
+    """The run's metric rows, its events (step, kind, detail: ``simulated``, and ``stopped_early``
+    for a run that stopped at an evaluation) and its result. ``refs``: the finished curves a run with
+    ``early_stop`` predicts its final loss from (:func:`scaling.trainer.early_stop.references`)."""
     sim = spec.simulate
     if sim is None:
         raise ValueError("simulate() needs a spec with a simulate section")
-    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, int(spec.key, 16) % 2**63]))
+    rng = np.random.default_rng(np.random.SeedSequence([sim.seed, spec.seed, draw_key(spec)]))
     N = float(spec.n_params)
     D = spec.trained_tokens
     batch = spec.batch_tokens
@@ -236,6 +268,10 @@ def simulated_run(
         train_steps = np.unique(np.concatenate([train_steps[train_steps >= eval_steps[0]], eval_steps[-1:]]))
     train = expected(train_steps) * np.exp(sim.noise * rng.standard_normal(train_steps.size))
     evals = expected(eval_steps) * np.exp(sim.noise * rng.standard_normal(eval_steps.size))
+    stop = _stopping_point(spec, eval_steps, evals, refs or [])
+    if stop is not None:  # what the run wrote up to the evaluation it stopped at
+        train, train_steps = train[train_steps <= stop.step], train_steps[train_steps <= stop.step]
+        evals, eval_steps = evals[eval_steps <= stop.step], eval_steps[eval_steps <= stop.step]
 
     rows = [(int(s), int(t), float(per_token * t), vocab.TRAIN_LOSS, float(v))
             for s, t, v in zip(train_steps, seen(train_steps), train)]
@@ -246,15 +282,35 @@ def simulated_run(
               "N": N, "D": D, "expected_final_loss": float(expected(np.array([steps]))[0]),
               **({"curve": sim.curve.model_dump()} if sim.curve is not None else {}),
               **({"tasks": [t.model_dump() for t in sim.tasks]} if sim.tasks else {})}
+    events = [(steps, vocab.SIMULATED, detail)]
+    done, tokens, final = steps, D, float(evals[-1])
+    data: dict[str, Any] = {"simulated": True}
+    if stop is not None:
+        done, tokens, final = stop.step, int(seen(np.array([stop.step]))[0]), stop.loss
+        data["stopped_early"] = {**stop.to_dict(), "tolerance": spec.early_stop.tolerance}
+        events.append((stop.step, vocab.STOPPED_EARLY, {**data["stopped_early"], "attempt": attempt,
+                                                        "message": f"stopped at step {stop.step} of {steps}: final "
+                                                                   f"loss predicted {fmt.loss(stop.loss)} "
+                                                                   f"{fmt.bounds(stop.lo, stop.hi, 4)}"}))
     result = TrainResult(
         key=spec.key,
         status=vocab.COMPLETED,
-        steps=steps,
-        tokens=D,
-        flops=spec.flops,
+        steps=done,
+        tokens=tokens,
+        flops=per_token * tokens,
         final_train_loss=float(train[-1]),
-        final_eval_loss=float(evals[-1]),
+        final_eval_loss=final,
         run_dir=str(run_dir),
-        data={"simulated": True},
+        data=data,
     )
-    return rows, (steps, vocab.SIMULATED, detail), result
+    return rows, events, result
+
+
+def _stopping_point(spec: RunSpec, eval_steps: np.ndarray, evals: np.ndarray,
+                    refs: list[Reference]) -> Optional[FinalPrediction]:
+    """Where a run with ``early_stop`` stops, or None (:mod:`scaling.trainer.early_stop`)."""
+    rule = spec.early_stop
+    if rule is None or not refs:
+        return None
+    return stopping_point(refs, eval_steps, evals, spec.steps, float(spec.n_params), tolerance=rule.tolerance,
+                          after=rule.after, every=rule.every)

@@ -48,6 +48,7 @@ from scaling.trainer.sections import (
     BranchSpec,
     Conventions,
     DataSpec,
+    EarlyStopSpec,
     ExecutionSpec,
     FaultSpec,
     ModelSpec,
@@ -144,6 +145,8 @@ class RunSpec(Recipe):
     faults: FaultSpec = Field(default=FaultSpec(), description="injected faults, for tests of the recovery paths")
     branch: Optional[BranchSpec] = Field(default=None, description="a cooldown branch of another run (its trunk)")
     simulate: Optional[SimulateSpec] = Field(default=None, description="losses from a known law instead of training")
+    early_stop: Optional[EarlyStopSpec] = Field(default=None, description="stop once the final loss is predicted "
+                                                                          "well enough (an adaptive plan's early_stop)")
     execution: ExecutionSpec = Field(default=ExecutionSpec(),
                                      description="where and how the run executes (not part of the key)")
     name: Optional[str] = Field(default=None, description="a display name (not part of the key)")
@@ -250,11 +253,12 @@ class RunSpec(Recipe):
         """The fields that define the result (the key hashes exactly these).
 
         Fields added after keys were first stored are hashed only when set, so the runs of
-        older sweeps keep their keys (and are not retrained): ``branch`` and ``simulate`` when
-        present, the schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
+        older sweeps keep their keys (and are not retrained): ``branch``, ``simulate`` and
+        ``early_stop`` when present (a run that may stop early is not the run trained in full),
+        the schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
         """
         fields = self.model_dump(mode="json", exclude={"execution", "name", "tags", "evals"})
-        for optional in ("branch", "simulate"):
+        for optional in ("branch", "simulate", "early_stop"):
             if fields.get(optional) is None:
                 fields.pop(optional, None)
         if fields["schedule"].get("warmup_steps") is None:

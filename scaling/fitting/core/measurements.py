@@ -89,6 +89,9 @@ class FitData:
     source: str = ""
     unique_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Runs whose final loss is predicted (they stopped early), not measured; its note is among ``notes``.
+    predicted_finals: int = 0
+    predicted_note: str = ""
     #: Column of per-row unique tokens U when the data had one (D is then D' per row).
     unique_tokens_column: str | None = None
     #: Whether D is effective data that differs from the raw D somewhere.

@@ -98,6 +98,10 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
     data.notes.extend(hp_notes)
+    data.predicted_finals = predicted_finals(runs)
+    if data.predicted_finals:
+        data.predicted_note = predicted_note(data.predicted_finals, len(runs))
+        data.notes.append(data.predicted_note)
     data.notes.extend(predicted_notes)
     if left_out:
         data.notes.append(f"{left_out} mixture-of-experts run(s) left out of these laws: the laws of sparsity fit them, "
@@ -105,6 +109,19 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
+
+
+def predicted_finals(runs: pd.DataFrame) -> int:
+    """How many of ``runs`` (a :func:`fitted_runs` table) stopped early: their final loss is predicted."""
+    if "stopped_step" not in runs or not len(runs):
+        return 0
+    return int(pd.to_numeric(runs["stopped_step"], errors="coerce").notna().sum())
+
+
+def predicted_note(predicted: int, total: int) -> str:
+    """The one line that says a fit's final losses are partly predicted."""
+    return (f"{predicted} of {total} final losses are predicted, not measured: those runs stopped early once their "
+            "final loss was predicted within the plan's early_stop tolerance")
 
 
 def check_stored_losses(runs: pd.DataFrame, source: str) -> None:

@@ -1,0 +1,160 @@
+"""When a running run may stop: its final loss predicted from the sweep's finished curves.
+
+A run with ``early_stop`` (an adaptive plan's rule, :class:`~scaling.trainer.sections.EarlyStopSpec`)
+decides at its own evaluations, from ``after`` of its steps on and at most once per ``every`` of
+them. Its references are the runs of the same sweep, schedule and peak rate trained to their last
+step. At fraction f of its steps, with eval loss y, each reference gives the drop still to come,
+d = loss at f (its curve interpolated at f) - final; ln d is regressed on ln T (the run's steps)
+and ln N (its parameters) over the references, and the run's predicted final loss is y minus the
+regression's d at its own T and N, with the 95% interval of the regression's prediction for a new
+run (Student t with n - 3 degrees of freedom, its leverage included: a run longer or larger than
+every reference gets a wide interval). The run stops once that interval's half-width is at most
+``tolerance``.
+
+Why not a curve law fitted to the run's own prefix: one schedule cannot separate the annealing
+term from the power law, and on a cosine run's first half the annealing law misses the final loss
+by far more than its bootstrap interval says (docs/experiments/2026-12-07-early-stopping.md). The
+references measure the drop instead of assuming its form. Without :data:`MIN_REFERENCES` of them (a
+sweep's first runs) a run trains to its end.
+
+The decision is the run's own, taken where it evaluates: the run holds its curve, reads the
+references once, and needs no signal from outside while it trains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from scaling import vocab
+
+if TYPE_CHECKING:
+    from scaling.trainer.spec import RunSpec
+
+#: Reference runs a prediction needs at least (three coefficients are fitted to them).
+MIN_REFERENCES = 6
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A finished run's eval curve: its steps, the fractions of them evaluated at and the losses there."""
+
+    steps: int
+    size: float
+    fractions: np.ndarray
+    losses: np.ndarray
+
+    @property
+    def final(self) -> float:
+        return float(self.losses[-1])
+
+
+@dataclass(frozen=True)
+class FinalPrediction:
+    """The loss predicted at a run's last step, with its 95% interval, made at eval ``step``."""
+
+    step: int
+    loss: float
+    lo: float
+    hi: float
+    references: int
+
+    @property
+    def half_width(self) -> float:
+        return 0.5 * (self.hi - self.lo)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def predict_final(references: list[Reference], fraction: float, loss: float, step: int,
+                  total: int, size: float) -> Optional[FinalPrediction]:
+    """The final loss of a run of ``total`` steps and ``size`` parameters whose eval loss at ``fraction``
+    of its steps is ``loss``; None with too few references that reach back to ``fraction``."""
+    from scipy.stats import t as student
+
+    rows = []
+    for r in references:
+        if r.fractions[0] <= fraction < 1.0 <= r.fractions[-1]:
+            drop = float(np.interp(fraction, r.fractions, r.losses)) - r.final
+            if drop > 0 and np.isfinite(drop):
+                rows.append((math.log(r.steps), math.log(r.size), math.log(drop)))
+    n, p = len(rows), 3
+    if n < MIN_REFERENCES or not (loss > 0):
+        return None
+    data = np.array(rows)
+    X = np.column_stack([np.ones(n), data[:, :2]])
+    coef, *_ = np.linalg.lstsq(X, data[:, 2], rcond=None)
+    resid = data[:, 2] - X @ coef
+    s2 = float(resid @ resid) / (n - p)
+    x0 = np.array([1.0, math.log(total), math.log(size)])
+    try:
+        leverage = float(x0 @ np.linalg.solve(X.T @ X, x0))
+    except np.linalg.LinAlgError:  # the references do not vary in length or size: nothing to regress on
+        return None
+    half = float(student.ppf(0.975, n - p)) * math.sqrt(s2 * (1.0 + leverage))
+    centre = float(x0 @ coef)
+    lo, mid, hi = loss - math.exp(centre + half), loss - math.exp(centre), loss - math.exp(centre - half)
+    if not (lo > 0) or not all(math.isfinite(v) for v in (lo, mid, hi)):  # no possible loss is predicted
+        return None
+    return FinalPrediction(int(step), mid, lo, hi, n)
+
+
+def stopping_point(references: list[Reference], steps: np.ndarray, losses: np.ndarray, total: int, size: float, *,
+                   tolerance: float, after: float, every: float) -> Optional[FinalPrediction]:
+    """The first evaluation at which the run may stop, with its prediction; None: it trains to the end.
+
+    ``steps``: the run's 1-based eval steps, ``losses`` the eval losses there, ``total`` its steps,
+    ``size`` its parameters N; the
+    last step is never a stopping point (nothing is left to save).
+    """
+    next_check = after * total
+    for s, y in zip(np.asarray(steps, np.int64), np.asarray(losses, float)):
+        if s >= total:
+            break
+        if s < next_check:
+            continue
+        next_check = s + every * total
+        pred = predict_final(references, s / total, float(y), int(s), total, size)
+        if pred is not None and pred.half_width <= tolerance:
+            return pred
+    return None
+
+
+def references(url: str, sweep: Optional[str], spec: "RunSpec") -> list[Reference]:
+    """The finished curves of ``sweep`` that predict ``spec``'s final loss: runs completed to their last
+    step (none stopped early) under the same schedule and peak learning rate."""
+    if sweep is None:
+        return []
+    from scaling.db import connect
+    from scaling.errors import NotFoundError
+
+    schedule = spec.schedule.model_dump(mode="json")
+    with connect(url) as res:
+        try:
+            runs = res.runs(sweep=sweep, status=vocab.COMPLETED)
+        except NotFoundError:
+            return []
+        keep = [r for _, r in runs.iterrows()
+                if r["stopped_step"] is None or r["stopped_step"] != r["stopped_step"]  # None, or NaN in a float column
+                if isinstance(r["spec"], dict) and r["spec"].get("schedule") == schedule
+                and (r["spec"].get("optimizer") or {}).get("lr") == spec.optimizer.lr]
+        if not keep:
+            return []
+        metrics = res.metrics(run_keys=[r["run_key"] for r in keep], names=[vocab.EVAL_LOSS], sweep=sweep)
+    out = []
+    for r in keep:
+        rows = metrics[metrics["run_key"] == r["run_key"]].sort_values("step")
+        total = _steps(r["spec"])
+        if len(rows) < 3 or total <= 0 or int(rows["step"].iloc[-1]) != total:
+            continue
+        out.append(Reference(total, float(r["N"]), rows["step"].to_numpy(float) / total, rows["value"].to_numpy(float)))
+    return out
+
+
+def _steps(spec: dict[str, Any]) -> int:
+    batch, tokens = int(spec.get("batch_tokens") or 0), int(spec.get("tokens") or 0)
+    return -(-tokens // batch) if batch > 0 else 0

@@ -1,0 +1,165 @@
+"""Early stopping in adaptive sweeps: a run stops at an evaluation once its final loss is predicted
+within the plan's tolerance, is recorded as stopped early with its predicted final, is never trained
+again by a resume, and the fits say how many of their finals are predicted.
+
+The sweep runs simulated runs whose eval losses follow a known curve law, through real Ray, the real
+scheduler and a real SQLite database.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from scaling import vocab
+from scaling.errors import PlanError
+from scaling.trainer.early_stop import MIN_REFERENCES, Reference, predict_final, stopping_point
+
+#: Luo et al.'s multi-power law of their 25M model, its L0 lowered so that A / N^alpha of the law below adds the size.
+CURVE = {"form": "multi-power", "L0": 1.9, "A": 0.5247, "alpha": 0.5079, "B": 363.79, "C": 2.0656,
+         "beta": 0.5828, "gamma": 0.6414, "evals": 30}
+RULE = {"tolerance": 0.03, "after": 0.6, "every": 0.3}
+
+
+def plan_dict(tmp: Path, name: str, early_stop: dict[str, Any] | None) -> dict[str, Any]:
+    adaptive: dict[str, Any] = {
+        "target": {"law": "approach2", "quantity": "N_opt", "at_compute": 1e19, "interval_ratio": 100.0},
+        "max_compute": 1e20, "batch": 5, "max_rounds": 1}
+    if early_stop is not None:
+        adaptive["early_stop"] = early_stop
+    return {"name": name, "runs_dir": str(tmp / "runs"),
+            "simulate": {"law": {"E": 0.0, "A": 480.0, "B": 1e-6, "alpha": 0.35, "beta": 1.0}, "noise": 0.003,
+                         "seed": 0, "curve": CURVE},
+            "train": {"batch_tokens": 1024 * 1024, "optimizer": {"lr": 3e-3},
+                      "schedule": {"kind": "cosine", "warmup_steps": 10, "min_lr_ratio": 0.1}},
+            "resources": {"num_cpus": 2},
+            "adaptive": adaptive,
+            "grid": [{"models": [3e7, 1e8, 3e8], "compute": [1e17, 1e18]}]}
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# -- the rule, on references of a known drop --------------------------------------------------------
+def references(count: int, spread: float, seed: int = 0) -> list[Reference]:
+    """Finished curves whose drop from fraction f to the end is (1 - f) * 30 / T^0.5 (T their steps), its
+    logarithm off by normal noise of SD ``spread``; sizes and lengths spread over a factor 10."""
+    rng = np.random.default_rng(seed)
+    f = np.linspace(0.1, 1.0, 10)
+    out = []
+    for i in range(count):
+        T, N = int(1000 * 10 ** (i / count)), 1e8 * 10 ** ((i * 7 % count) / count)
+        scale = 30 / T**0.5 * math.exp(spread * rng.standard_normal())
+        out.append(Reference(T, N, f, 2.0 + scale * (1.0 - f)))
+    return out
+
+
+def test_the_prediction_follows_the_references_and_needs_enough_of_them() -> None:
+    refs = references(10, 0.02)
+    pred = predict_final(refs, 0.5, 3.0, 1000, 2000, 3e8)
+    truth = 3.0 - 0.5 * 30 / 2000**0.5
+    assert pred is not None and pred.references == 10
+    assert pred.lo < truth < pred.hi and pred.lo < pred.loss < pred.hi and pred.lo > 0
+    assert pred.loss == pytest.approx(truth, abs=0.01)
+    far = predict_final(refs, 0.5, 3.0, 1000, 200_000, 3e8)  # far longer than every reference: a wider
+    assert far is not None and far.lo < 3.0 - 0.5 * 30 / 200_000**0.5 < far.hi  # interval for its drop
+    assert (far.hi - far.lo) / (3.0 - far.loss) > 2 * (pred.hi - pred.lo) / (3.0 - pred.loss)
+    assert predict_final(refs[: MIN_REFERENCES - 1], 0.5, 3.0, 1000, 2000, 3e8) is None
+    # a wide spread never stops; a narrow one stops at the first check from `after` on, never at the last step
+    steps = np.arange(200, 2001, 200)
+    losses = np.linspace(3.3, 3.0, steps.size)
+    args = dict(tolerance=0.01, every=0.1)
+    assert stopping_point(references(10, 0.5), steps, losses, 2000, 3e8, after=0.5, **args) is None
+    stop = stopping_point(references(10, 0.001), steps, losses, 2000, 3e8, after=0.5, **args)
+    assert stop is not None and stop.step == 1000
+    assert stopping_point(references(10, 0.001), steps, losses, 2000, 3e8, after=0.95, **args) is None
+
+
+# -- the plan -------------------------------------------------------------------------------------------
+def test_the_option_is_validated_and_keys_the_runs(tmp_path: Path) -> None:
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+
+    for bad, field in (({"tolerance": 0}, "adaptive.early_stop.tolerance"),
+                       ({"tolerance": 0.01, "after": 1.0}, "adaptive.early_stop.after"),
+                       ({"tolerance": 0.01, "patience": 3}, "adaptive.early_stop"),
+                       ({"after": 0.5}, "adaptive.early_stop.tolerance")):
+        path = write(tmp_path / "bad.yaml", plan_dict(tmp_path, "bad", bad))
+        with pytest.raises(PlanError) as info:
+            load_plan(path)
+        line = str(info.value)
+        assert "\n" not in line and "bad.yaml" in line and field in line, line
+
+    real = {k: v for k, v in plan_dict(tmp_path, "real", RULE).items() if k != "simulate"}
+    with pytest.raises(PlanError, match=r"real\.yaml:\d+: adaptive\.early_stop: early stopping needs simulated runs"):
+        load_plan(write(tmp_path / "real.yaml", real))
+
+    with_rule = expand(load_plan(write(tmp_path / "a.yaml", plan_dict(tmp_path, "a", RULE)))[0], resolve=False).runs
+    without = expand(load_plan(write(tmp_path / "b.yaml", plan_dict(tmp_path, "a", None)))[0], resolve=False).runs
+    assert all(r.spec.early_stop is not None and r.spec.early_stop.tolerance == 0.03 for r in with_rule)
+    assert all(r.spec.early_stop is None for r in without)
+    # a sweep without early stopping trains each point under another key (in full), and the keys of
+    # runs without the rule are those they always had
+    assert not {r.key for r in with_rule} & {r.key for r in without}
+    assert [r.spec.model_copy(update={"early_stop": None}).key for r in with_rule] == [r.key for r in without]
+
+
+# -- the sweep ------------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("shared_ray")
+def test_a_run_stops_early_is_recorded_and_never_retrained(tmp_path: Path, sqlite_url: str) -> None:
+    from rich.console import Console
+
+    from scaling.db import connect
+    from scaling.fitting.core.sweep_data import from_db
+    from scaling.orchestrator.status import render_status, sweep_status
+    from scaling.orchestrator.sweep import run_sweep
+
+    path = write(tmp_path / "plan.yaml", plan_dict(tmp_path, "early", RULE))
+    first = run_sweep(path, db=sqlite_url, fit=False, report=False, echo=lambda s: None)
+    with connect(sqlite_url) as res:
+        runs = res.runs(sweep="early")
+        events = res.events(sweep="early", kinds=[vocab.STOPPED_EARLY])
+        rows_before = len(res.metrics(sweep="early"))
+    assert set(runs["status"]) == {vocab.COMPLETED}
+    stopped = runs[runs["stopped_step"].notna()]
+    assert len(stopped) >= 1, runs[["N", "D", "final_loss", "stopped_step"]]
+    assert len(events) == len(stopped)
+    by_key = {k: d for k, d in zip(events["run_key"], events["detail"])}
+    for r in stopped.itertuples():
+        steps = -(-int(r.D) // int(r.batch_tokens))
+        detail = by_key[r.run_key]
+        assert 0.6 * steps <= r.stopped_step < steps and detail["step"] == r.stopped_step
+        assert r.final_loss == pytest.approx(detail["loss"])  # the final the fits read is the prediction
+        assert detail["lo"] <= r.final_loss <= detail["hi"] and detail["hi"] - detail["lo"] <= 2 * RULE["tolerance"]
+    with connect(sqlite_url) as res:  # its curve ends where it stopped
+        m = res.metrics(run_keys=list(stopped["run_key"]), sweep="early")
+    assert all(m[m["run_key"] == r.run_key]["step"].max() == r.stopped_step for r in stopped.itertuples())
+
+    status = sweep_status(sqlite_url, "early")
+    assert status["stopped_early"] == len(stopped) and status["flops_saved_early"] > 0
+    assert status["flops_spent"] == pytest.approx(float(runs["C"].sum()) - status["flops_saved_early"])
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_status(status))
+    assert f"stopped early  {len(stopped)} completed run(s) stopped once their final loss was predicted" in out.getvalue()
+
+    data, _ = from_db(sqlite_url, "early")  # the laws see the predicted finals, marked as predicted
+    assert data.predicted_finals == len(stopped)
+    assert f"{len(stopped)} of {len(runs)} final losses are predicted" in data.predicted_note
+    assert data.predicted_note in data.notes
+    assert first.adaptive.decisions
+
+    again = run_sweep(path, db=sqlite_url, fit=False, report=False, echo=lambda s: None)  # the resume
+    assert again.outcome.completed == [] and len(again.outcome.skipped) == len(runs)
+    with connect(sqlite_url) as res:
+        after = res.runs(sweep="early")
+        assert len(res.metrics(sweep="early")) == rows_before
+    assert list(after["stopped_step"].fillna(-1)) == list(runs["stopped_step"].fillna(-1))
+    assert list(after["final_loss"]) == list(runs["final_loss"])
