@@ -26,6 +26,7 @@ from scaling.fitting.core.intervals import summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
 from scaling.fmt import Interval, num
+from scaling.lr_schedule import lr_steps, schedule_of
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.curves.sweep import SweepCurves
@@ -38,25 +39,16 @@ DECAY_FRACTIONS = (0.1, 0.2, 0.3)
 
 
 def schedules_for(steps: int, peak: float, warmup: int, floor: float = 0.1) -> dict[str, np.ndarray]:
-    """Every compared schedule's rate at each step 0 .. ``steps`` - 1 (linear warmup from 0 to ``peak``)."""
+    """Every compared schedule's rate at each step 0 .. ``steps`` - 1, as the trainer would step them
+    (:func:`scaling.lr_schedule.lr_steps`; ``warmup`` steps of linear warmup to ``peak``, decays to ``floor`` x peak)."""
     if not (steps > warmup + 1 and warmup >= 0 and peak > 0 and 0 < floor < 1):
         raise FitError("schedule advice needs steps beyond the warmup, a positive peak and a floor between 0 and 1")
-    base = np.full(steps, peak)
-    base[:warmup] = peak * np.arange(warmup) / max(warmup, 1)
-    low = floor * peak
-    out = {}
-    cos = base.copy()
-    u = (np.arange(warmup, steps) - warmup) / max(1, steps - 1 - warmup)
-    cos[warmup:] = low + 0.5 * (peak - low) * (1 + np.cos(np.pi * u))
-    out["cosine"] = cos
+    common = {"warmup_steps": warmup, "min_lr_ratio": floor}
+    out = {"cosine": lr_steps(steps, peak, schedule_of({"kind": "cosine", **common}))}
     for frac in DECAY_FRACTIONS:
-        start = max(warmup, steps - int(round(frac * steps)))
-        u = (np.arange(start, steps) - start) / max(1, steps - 1 - start)
-        lin, exp = base.copy(), base.copy()
-        lin[start:] = peak * (1 - u) + low * u
-        exp[start:] = peak ** (1 - u) * low ** u
-        out[f"wsd {int(round(100 * frac))}% linear"] = lin
-        out[f"wsd {int(round(100 * frac))}% exponential"] = exp
+        for shape in ("linear", "exponential"):
+            wsd = schedule_of({"kind": "wsd", "decay_fraction": frac, "decay_shape": shape, **common})
+            out[f"wsd {int(round(100 * frac))}% {shape}"] = lr_steps(steps, peak, wsd)
     return out
 
 
