@@ -8,7 +8,11 @@ the form with the lower mean held-out error is chosen and the other is shown bes
 come from a bootstrap over whole curves: each replicate weighs the curves by Dirichlet(1) weights
 (the Bayesian bootstrap, which keeps every schedule in every replicate) and redraws each curve's
 residuals in blocks, then refits; an interval is the replicates' 2.5-97.5% range
-(:func:`scaling.fitting.core.intervals.summarise`).
+(:func:`scaling.fitting.core.intervals.summarise`). A prediction's interval adds the law's model error
+(:meth:`CurveLaw.model_error`: how far curves left out of the fit lie from their prediction, beyond the
+noise of their evaluations), as the loss laws widen theirs by their backtest's error: the bootstrap
+only moves the parameters, and the few curves a law is fitted on leave shapes of the law near the
+best fit that predict other schedules differently (:func:`~scaling.fitting.core.intervals.add_model_error`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from scaling.curve_forms import FORMS, MULTI_POWER, Areas, areas, warmup_end
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.base import MAX_DECADES
-from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise
+from scaling.fitting.core.intervals import LEVEL, add_model_error, orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule, schedules_from_frame
 from scaling.fitting.curves.laws import DROP_STARTS, Form, first_stage, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
@@ -185,9 +189,9 @@ def _same_schedule(a: np.ndarray, b: np.ndarray) -> bool:
 class CurveLaw(Doubtful):
     """Loss curves in their learning-rate schedule (scikit-learn style: ``fit``, ``predict``, ``bootstrap``).
 
-    After :meth:`fit`: ``params_`` (form -> parameter dict), ``held_out_`` (form -> per curve MAE and
-    relative error when left out), ``form_`` (the chosen form); after :meth:`bootstrap`:
-    ``replicates_`` (form -> rows of parameters).
+    After :meth:`fit`: ``params_`` (form -> parameter dict), ``held_out_`` (form -> per curve MAE, relative
+    error and RMS log error when left out), ``noise_`` (form -> RMS log residual of the fit), ``form_`` (the
+    chosen form); after :meth:`bootstrap`: ``replicates_`` (form -> rows of parameters).
     """
 
     kind = "curve"
@@ -197,6 +201,7 @@ class CurveLaw(Doubtful):
         self.held_out = held_out
         self.params_: dict[str, dict[str, float]] = {}
         self.cost_: dict[str, float] = {}
+        self.noise_: dict[str, float] = {}
         self.held_out_: dict[str, list[dict[str, Any]]] = {}
         self.replicates_: dict[str, np.ndarray] = {}
         self.form_: Optional[str] = None
@@ -224,6 +229,8 @@ class CurveLaw(Doubtful):
             theta, cost = _Fit(f, parts).best()
             self.params_[name] = dict(zip(f.params, map(float, theta)))
             self.cost_[name] = cost
+            resid = np.concatenate([np.log(y) - np.log(np.maximum(f.value(theta, a), 1e-12)) for a, y in parts])
+            self.noise_[name] = float(np.sqrt(np.mean(resid**2)))
         if self.held_out and len(curves) >= 2:
             for name in self.forms:
                 self.held_out_[name] = self._leave_one_out(form(name), curves, pts)
@@ -244,8 +251,10 @@ class CurveLaw(Doubtful):
             pred = law_at(f, theta, c.lr, c.steps[c.steps >= warmup_end(c.lr)])[0]
             y = c.loss[c.steps >= warmup_end(c.lr)]
             shown = law_at(f, theta, c.lr, pts[i][0])[0]  # the prediction at the fitted evaluations, to draw
+            with np.errstate(all="ignore"):
+                rmsle = float(np.sqrt(np.mean(np.log(pred / y) ** 2)))
             out.append({"run": c.run, "mae": float(np.mean(np.abs(pred - y))),
-                        "mre": float(np.mean(np.abs(pred - y) / y)),
+                        "mre": float(np.mean(np.abs(pred - y) / y)), "rmsle": rmsle,
                         "steps": pts[i][0].tolist(), "pred": shown.tolist()})
         return out
 
@@ -253,6 +262,17 @@ class CurveLaw(Doubtful):
         """The form's mean absolute error on curves left out of its fit (NaN without held-out fits)."""
         errs = [e["mae"] for e in self.held_out_.get(name, [])]
         return float(np.mean(errs)) if errs and np.all(np.isfinite(errs)) else math.nan
+
+    def model_error(self, name: Optional[str] = None) -> float:
+        """The form's model error (SD, in log) a prediction's interval adds to its parameters' uncertainty:
+        the RMS log error of the curves left out of the fit, less the fit's noise (in quadrature); 0 where
+        the held-out curves lie within their noise, NaN without held-out fits."""
+        name = name or self.form_
+        errs = [e.get("rmsle", math.nan) for e in self.held_out_.get(name or "", [])]
+        noise = self.noise_.get(name or "", math.nan)
+        if not errs or not np.all(np.isfinite(errs)) or not math.isfinite(noise):
+            return math.nan
+        return math.sqrt(max(0.0, float(np.mean(np.square(errs))) - noise**2))
 
     def _choose(self) -> str:
         errors = {n: self.held_out_error(n) for n in self.forms}
@@ -338,11 +358,14 @@ class CurveLaw(Doubtful):
         out = law_at(form(form_name or self.form_), self.theta(form_name), lr, np.asarray(steps, np.int64))[0]
         return np.where(out > 0, out, np.nan)
 
-    def predict(self, schedules: "Schedule | Sequence[Schedule] | pd.DataFrame | str", form_name: Optional[str] = None) -> pd.DataFrame:
+    def predict(self, schedules: "Schedule | Sequence[Schedule] | pd.DataFrame | str", form_name: Optional[str] = None,
+                *, model_error: bool = True) -> pd.DataFrame:
         """The predicted loss with its 95% interval at each wanted step: columns ``run, step, loss, lo, hi``.
 
         ``schedules``: :class:`Schedule` objects, a table or CSV path of ``run, step, lr`` (optional
-        ``predict`` 0/1). ``lo``/``hi`` are NaN without a bootstrap, or where the interval is withheld.
+        ``predict`` 0/1). ``lo``/``hi`` are NaN without a bootstrap, or where the interval is withheld;
+        they hold the bootstrap's parameter uncertainty and the law's :meth:`model_error` (the former only
+        with ``model_error=False``: to measure what each contributes).
         """
         from pathlib import Path
 
@@ -366,6 +389,8 @@ class CurveLaw(Doubtful):
             hi = np.full(steps.size, np.nan)
             if reps is not None and reps.shape[0] >= 2 and steps.size:
                 lo, hi = percentile_bounds(law_at(f, reps, s.lr, steps, INTERVAL_POINTS), value)
+                if model_error:
+                    lo, hi = add_model_error(value, lo, hi, self.model_error(name))
                 wide = (hi - lo) > UNDETERMINED_WIDTH * value
                 if np.any(wide) or np.any(np.isnan(lo) & np.isfinite(value)):
                     self._flag_undetermined(s.run)
@@ -416,13 +441,17 @@ class CurveLaw(Doubtful):
             if math.isfinite(err):
                 mre = float(np.mean([e["mre"] for e in self.held_out_[name]]))
                 lines.append(f"  held-out error (each curve left out): MAE {num(err, 3)}, relative {100 * mre:.3g}%")
+                model = self.model_error(name)
+                if name == self.form_ and math.isfinite(model):
+                    lines.append(f"  model error beyond the noise ({100 * self.noise_[name]:.3g}%): {100 * model:.3g}% "
+                                 "of the loss (SD), in every predicted interval")
         for note in self.notes_:
             lines.append(f"note: {note}")
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "forms": list(self.forms), "form": self.form_, "params": self.params_,
-                "cost": self.cost_, "held_out": self.held_out_, "runs": self.runs_, "n_points": self.n_points_,
+                "cost": self.cost_, "noise": self.noise_, "held_out": self.held_out_, "runs": self.runs_, "n_points": self.n_points_,
                 "replicates": {k: v.tolist() for k, v in self.replicates_.items()},
                 "doubts": stored(self.doubts_), "notes": [str(n) for n in self.notes_]}
 
@@ -432,6 +461,7 @@ class CurveLaw(Doubtful):
         law.form_ = d.get("form")
         law.params_ = {k: {p: float(v) for p, v in ps.items()} for k, ps in (d.get("params") or {}).items()}
         law.cost_ = dict(d.get("cost") or {})
+        law.noise_ = {k: float(v) for k, v in (d.get("noise") or {}).items()}
         law.held_out_ = dict(d.get("held_out") or {})
         law.runs_ = list(d.get("runs") or [])
         law.n_points_ = int(d.get("n_points") or 0)
