@@ -79,15 +79,16 @@ def train_curves(args: argparse.Namespace) -> pd.DataFrame:
         for name, schedule in schedules(args.warmup, args.decay).items():
             spec = RunSpec.from_dict(spec_dict(width, schedule, args))
             evals: list[tuple[int, float]] = []
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             with tempfile.TemporaryDirectory() as folder:
                 train(spec, None, Path(folder),
                       report=lambda step, m, _: evals.append((step, m["eval_loss"])) if "eval_loss" in m else None)
-            seconds = time.perf_counter() - start
-            print(f"  d{width} {name}: {len(evals)} evaluations, final eval loss {evals[-1][1]:.4f}, {seconds:.1f} s",
-                  flush=True)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            print(f"  d{width} {name}: {len(evals)} evaluations, final eval loss {evals[-1][1]:.4f}, {seconds:.1f} s "
+                  f"({cpu:.1f} s of CPU)", flush=True)
             rows += [{"run": f"d{width}_{name}", "schedule": name, "width": width, "N": spec.n_params, "step": s,
-                      "loss": v, "seconds": seconds, "spec": json.dumps(spec.model_dump(mode="json"))} for s, v in evals]
+                      "loss": v, "seconds": seconds, "cpu_seconds": cpu, "spec": json.dumps(spec.model_dump(mode="json"))}
+                     for s, v in evals]
     return pd.DataFrame(rows)
 
 
@@ -165,6 +166,7 @@ def main() -> None:
         frame = train_curves(args)
         frame.to_csv(raw, index=False)
     train_seconds = float(frame.groupby("run")["seconds"].first().sum())
+    cpu_seconds = float(frame.groupby("run")["cpu_seconds"].first().sum()) if "cpu_seconds" in frame else float("nan")
     curves = curves_of(frame)
     rows = [{"run": run, "step": int(s), "lr": float(c.lr[s]), "loss": float(v), "N": c.N}
             for run, c in curves.items() for s, v in zip(c.steps, c.loss)]
@@ -172,7 +174,8 @@ def main() -> None:
     table, finals = errors(args, frame)
     table.to_csv(args.out / "errors.csv", index=False)
     by_form = table.groupby("form")[["mae", "mre", "final_error", "naive_mae", "naive_mre", "naive_final_error"]].mean()
-    print(f"\n{len(curves)} runs trained in {train_seconds:.0f} s of one CPU thread; fits and bootstraps "
+    print(f"\n{len(curves)} runs trained in {train_seconds:.0f} s ({cpu_seconds:.0f} s of CPU, one thread); "
+          "fits and bootstraps "
           f"{time.perf_counter() - start:.0f} s in all")
     print(table.drop(columns=["fit_seconds"]).to_string(index=False, float_format=lambda v: f"{v:.5f}"))
     print("\nmean over sizes and held-out curves (relative errors as shares):")
@@ -182,7 +185,8 @@ def main() -> None:
         print(f"  d{f['width']} {f['held_out']}: measured {f['measured']:.4f}, predicted {f['predicted']:.4f} "
               f"[{f['lo']:.4f}, {f['hi']:.4f}] ({f['form']}){'' if f['covered'] else '  NOT COVERED'}")
     summary = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "train_seconds": train_seconds, "by_form": by_form.reset_index().to_dict(orient="records"),
+               "train_seconds": train_seconds, "cpu_seconds": cpu_seconds,
+               "by_form": by_form.reset_index().to_dict(orient="records"),
                "finals": finals, "rows": table.to_dict(orient="records")}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
 

@@ -3,10 +3,10 @@
 For a run of ``steps`` steps (its warmup and peak rate given), the fitted curve law predicts the
 final loss of a cosine decay to ``floor`` x peak and of warmup-stable-decay schedules that decay
 over the last 10%, 20% or 30% of the steps, linearly or exponentially (Luo et al.'s two WSD
-variants). Each prediction carries the bootstrap's 95% interval. No schedule is named best by a law
-doubted for more than its parameters (its design, its plausibility); otherwise the best is the
-lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
-are listed as not told apart from it.
+variants). Each prediction carries the bootstrap's 95% interval with the law's model error added.
+No schedule is named best by a law doubted for more than its parameters (its design, its
+plausibility); otherwise the best is the lowest prediction, and the schedules whose bootstrap paired
+difference to it does not exclude zero are listed as not told apart from it.
 
 :func:`run_schedule_advice` answers for a sweep's recommended run, from the curve law of its size
 (:mod:`scaling.fitting.curves.sweep`), at the recipe that law was fitted with; it refuses, saying why,
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import FitError
-from scaling.fitting.core.intervals import summarise
+from scaling.fitting.core.intervals import add_model_error, summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
 from scaling.fmt import Interval, num
@@ -88,7 +88,8 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         values[name] = float(law.loss_at(lr, [steps - 1])[0])
         if reps is not None and reps.shape[0] >= 2:
             draws[name] = law_at(f, reps, lr, np.array([steps - 1]))[:, 0]
-    losses = {n: Interval.of(summarise(draws.get(n, []), v)) for n, v in values.items()}
+    losses = {n: Interval.of(_with_model_error(summarise(draws.get(n, []), v), law.model_error()))
+              for n, v in values.items()}
     order = sorted(values, key=lambda n: values[n])
     verdicts = [d for d in law.doubts() if not d.kind.about_parameters]
     if verdicts:  # doubts about parameters alone leave the answer to the bootstrap's paired differences
@@ -102,6 +103,15 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         if diff.lo is None or diff.lo <= 0:
             tied.append(other)
     return ScheduleAdvice(steps, losses, best, tied)
+
+
+def _with_model_error(iv: dict[str, Any], sigma_log: float) -> dict[str, Any]:
+    """A predicted loss's bootstrap summary with the law's model error added to its interval, as
+    :meth:`CurveLaw.predict` adds it (the paired differences between schedules share it and stay as they are)."""
+    if not (sigma_log > 0 and math.isfinite(iv.get("lo", math.nan)) and math.isfinite(iv.get("hi", math.nan))):
+        return iv
+    lo, hi = add_model_error(iv["value"], iv["lo"], iv["hi"], sigma_log)
+    return {**iv, "lo": float(lo), "hi": float(hi), "se": math.nan}  # the bootstrap's SE no longer spans it
 
 
 #: A size's curve law speaks for a run within this share of its N (a curve law holds for one model size).
