@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 #: what a missing or non-finite number is shown as
@@ -40,6 +40,23 @@ def flops(x: object, missing: str = MISSING) -> str:
 def loss(x: object, missing: str = MISSING) -> str:
     """A loss (nats per token, or a task's bits per byte), everywhere: four significant digits ("2.717")."""
     return num(x, 4, missing)
+
+
+def count(x: object, missing: str = MISSING) -> str:
+    """A count of parameters or tokens (a run's N, D, a batch in tokens), everywhere: three significant digits
+    with a K, M, B or T suffix ("83.3M", "256", "65.5K"), as :func:`size` writes it."""
+    return size(x, 3, missing)
+
+
+def counts_apart(a: object, b: object) -> tuple[str, str]:
+    """Two counts compared in one message ("D=1,020 tokens is less than one batch of 1,024"), as :func:`count`
+    writes them but with as many more digits (up to 7) as it takes for unequal values to read unequal:
+    "1.02K" and "1.024K"."""
+    for digits in range(3, 8):
+        pair = size(a, digits), size(b, digits)
+        if pair[0] != pair[1] or a == b:
+            return pair
+    return pair
 
 
 def escape(text: object) -> str:
@@ -128,12 +145,18 @@ class Interval:
     pinned: Optional[str] = None
     #: Why the bounds are wider than the bootstrap's (extrapolation), else None.
     widened: Optional[str] = None
+    #: What is estimated, a key of :data:`WRITERS` (``count``, ``loss``, ``flops``): printed alone, the
+    #: interval is written as that quantity is everywhere else; None: four significant digits.
+    quantity: Optional[str] = None
 
     @classmethod
-    def of(cls, iv: "dict[str, Any] | Interval") -> "Interval":
-        """The typed view of a summary dict (``value``, ``lo``, ``hi``, ``se``, ``kind``, ``note``...)."""
+    def of(cls, iv: "dict[str, Any] | Interval", quantity: Optional[str] = None) -> "Interval":
+        """The typed view of a summary dict (``value``, ``lo``, ``hi``, ``se``, ``kind``, ``note``...);
+        ``quantity`` (a key of :data:`WRITERS`) says how it is written when printed alone."""
+        if quantity is not None and quantity not in WRITERS:
+            raise ValueError(f"quantity must be one of {', '.join(WRITERS)}, not {quantity!r}")
         if isinstance(iv, Interval):
-            return iv
+            return iv if quantity is None or iv.quantity == quantity else replace(iv, quantity=quantity)
         kind = str(iv.get("kind") or "none")
         lo, hi = _finite(iv.get("lo")), _finite(iv.get("hi"))
         value = _finite(iv.get("value"))
@@ -143,7 +166,7 @@ class Interval:
                                           if kind != "none" and kind != "percentile" else "no interval")
             lo = hi = None
         return cls(math.nan if value is None else value, lo, hi, None if withheld else _finite(iv.get("se")),
-                   withheld, kind, iv.get("pinned"), iv.get("widened") or None)
+                   withheld, kind, iv.get("pinned"), iv.get("widened") or None, quantity)
 
     #: The notebook API's name for :meth:`of`.
     from_interval = of
@@ -189,7 +212,15 @@ class Interval:
         return f"{v} {bounds}"
 
     def __str__(self) -> str:
-        return self.text(4)
+        """As its quantity is written everywhere (``83.3M [61.2M, 112M]`` for a count of tokens)."""
+        if self.quantity is None:
+            return self.text(4)
+        digits, writer = WRITERS[self.quantity]
+        return self.text(digits, writer)
+
+
+#: How each quantity is written, with its significant digits: the report's cells and the CLI's text alike.
+WRITERS: dict[str, tuple[int, Callable[..., str]]] = {"count": (3, size), "loss": (4, num), "flops": (3, num)}
 
 
 def interval_text(iv: "dict[str, Any] | Interval | None", digits: int = 3, fmt: Callable[..., str] = num,
