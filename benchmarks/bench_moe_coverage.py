@@ -4,12 +4,13 @@ Each draw is a random truth of one form (granularity: Krajewski et al.'s L(N, D,
 L(N, D, S) with S = 1 - top_k / n_experts), measured on a grid of 4 active sizes (3e7-1e9) x 4 token
 counts (1e9-3e10) x the form's levels (G = 1-16; 1, 4, 16, 64 experts, top-1) with 0.5% log-normal
 noise, fitted and bootstrapped as `scaling fit --law moe` fits it. Printed per form: how many draws
-the law calls reliable, and among them how often each parameter's interval, the recommended
+the law calls reliable, and among them how often each parameter's interval (with its binomial SE), the recommended
 N_active* at 10x the largest budget and the loss saved against the dense (or G = 1) optimum hold the
 truth. Target: >= 90% for every quantity (nominal 95%). `tests/fitting/test_moe_laws_coverage.py`
 runs a few draws.
 
     python benchmarks/bench_moe_coverage.py [--draws 100] [--bootstrap 100] [--seed 0] [--form sparsity|granularity]
+        [--every 10]
 """
 
 from __future__ import annotations
@@ -28,18 +29,30 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--form", choices=("sparsity", "granularity"), action="append")
+    ap.add_argument("--every", type=int, default=0, help="also print the coverage so far every this many draws")
     args = ap.parse_args()
     for form in args.form or ("sparsity", "granularity"):
         start = time.perf_counter()
-        r = coverage_study(form, args.draws, n_bootstrap=args.bootstrap, seed=args.seed)
-        took = time.perf_counter() - start
-        print(f"moe-{form}: {r['kept']} of {r['draws']} draws reliable ({r['flagged']} flagged), "
-              f"{args.bootstrap} bootstrap replicates, {took:.0f} s")
-        for name, share in r["coverage"].items():
-            print(f"  {name:>10}: {100 * share:5.1f}% of intervals hold the truth"
-                  + ("" if share >= TARGET else f"  (below the {100 * TARGET:.0f}% target)"))
-        print(f"  lowest: {100 * r['lowest']:.1f}% (target >= {100 * TARGET:.0f}%)")
 
+        def running(r: dict) -> None:  # a long study can be read while it runs
+            if args.every and r["draws"] % args.every == 0:
+                report(r, args.bootstrap, time.perf_counter() - start)
+
+        r = coverage_study(form, args.draws, n_bootstrap=args.bootstrap, seed=args.seed, progress=running)
+        if not args.every or args.draws % args.every:
+            report(r, args.bootstrap, time.perf_counter() - start)
+
+
+def report(r: dict, n_bootstrap: int, took: float) -> None:
+    """The coverage so far: each quantity's share with its binomial SE."""
+    print(f"moe-{r['form']}: {r['kept']} of {r['draws']} draws reliable ({r['flagged']} flagged), "
+          f"{n_bootstrap} bootstrap replicates, {took:.0f} s")
+    kept = max(r["kept"], 1)
+    for name, share in r["coverage"].items():
+        se = 100 * (share * (1 - share) / kept) ** 0.5
+        print(f"  {name:>10}: {100 * share:5.1f}% (binomial SE {se:.1f}) of intervals hold the truth"
+              + ("" if share >= TARGET else f"  (below the {100 * TARGET:.0f}% target)"))
+    print(f"  lowest: {100 * r['lowest']:.1f}% (target >= {100 * TARGET:.0f}%)", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -127,6 +127,8 @@ def metric_problem(name: str) -> str | None:
 #: The tag of a run spec naming its hyperparameter group (the runs of one point of a plan's
 #: ``hparams:`` sweep); stored as the runs table's ``hparam_group`` and read by the fits.
 HPARAM_GROUP_TAG = "hparam_group"
+#: The tag of a trunk whose cooldowns are predicted, not trained: the token budgets, comma-separated.
+PREDICT_TOKENS_TAG = "predict_tokens"
 
 # -- events -----------------------------------------------------------------------------------
 LOSS_SPIKE = "loss_spike"

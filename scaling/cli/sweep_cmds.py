@@ -136,7 +136,7 @@ def answer(result: SweepResult) -> list[str]:
     full tables are (nothing when the sweep was not fitted)."""
     from scaling.errors import UserError, mask_url
     from scaling.fitting import Analysis
-    from scaling.fitting.brief import brief
+    from scaling.fitting.brief import brief, moe_lines
     from scaling.fitting.recommend import NEXT_BUDGET_FACTOR
     from scaling.orchestrator.expand import sweep_recommendation
 
@@ -144,9 +144,13 @@ def answer(result: SweepResult) -> list[str]:
         return []
     try:  # the sweep's analysis, as it just made it: nothing is fitted again
         rec = sweep_recommendation(result.url, result.fit)
-        lines = brief(rec, budget_why=f"{NEXT_BUDGET_FACTOR:g}x the largest run", skipped=result.fit.skipped)
-    except UserError as exc:
-        lines = [f"no recommendation: {' '.join(str(exc).split())}"]
+        lines = brief(rec, budget_why=f"{NEXT_BUDGET_FACTOR:g}x the largest run", skipped=result.fit.skipped,
+                      moe=result.fit.moe)
+    except UserError as exc:  # no dense law answers: the laws of sparsity still may
+        family = " from the dense laws" if result.fit.moe is not None else ""
+        lines = [f"no recommendation{family}: {' '.join(str(exc).split())}"]
+        if result.fit.moe is not None:
+            lines += moe_lines(result.fit.moe)
     where = f"--db {shlex.quote(mask_url(result.url))} --sweep {shlex.quote(result.sweep)}"
     moe = []
     if result.fit.moe is not None:  # runs with experts: their laws of sparsity (N active) answer for them

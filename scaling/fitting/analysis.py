@@ -305,14 +305,26 @@ def analyse(source: Source, settings: Optional[Settings] = None, *, save: bool =
     raise TypeError(f"analyse() takes a SweepSource, a CsvSource or a FitData, not {type(source).__name__}")
 
 
+def _latest_sweep(url: str) -> Optional[str]:
+    from scaling.db import connect
+
+    with connect(url) as results:
+        return results.latest_sweep()
+
+
 def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -> Analysis:
     from scaling.db import Store, connect
 
     settings = asked or Settings()
     settings.check()
     settings.check_sweep()
-    data, sweep = from_db(source.url, source.sweep, effective_data=settings.effective_data, r_star=settings.r_star,
-                          hparams=settings.hparams)
+    from scaling.fitting.curves.trunks import trunk_predictions
+
+    sweep = source.sweep or _latest_sweep(source.url)
+    trunks = trunk_predictions(source.url, sweep, settings.n_bootstrap, settings.seed) if sweep else None
+    data, sweep = from_db(source.url, sweep, effective_data=settings.effective_data, r_star=settings.r_star,
+                          hparams=settings.hparams, predicted=trunks.points() if trunks else None,
+                          predicted_notes=tuple(trunks.notes) if trunks else ())
     if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
         from scaling.fitting.loss.effective import fit_effective
 
@@ -334,6 +346,10 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     from scaling.fitting.curves.sweep import sweep_curves
 
     curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
+    if trunks is not None and trunks.law is not None and trunks.recipe is not None:
+        from scaling.fitting.curves.sweep import JointCurves
+
+        curves = replace(curves, joint=JointCurves(trunks.law, *trunks.recipe))
     notes = [n for n in (task_note, moe_note) if n is not None]
     analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes, curves=curves)
     if moe_data is not None:

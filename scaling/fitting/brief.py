@@ -8,7 +8,7 @@ is never the one recommended; each such law gets one line with its reason.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from scaling.fitting.sweep_fit import SHORT
 from scaling.fmt import Interval, bounds, flops, size
@@ -17,6 +17,12 @@ from scaling.fitting.core.notes import NoteKind, as_note
 from scaling.fitting.core.wording import run_line, short_reason
 from scaling.fmt import num
 
+if TYPE_CHECKING:
+    from scaling.fitting.moe.moe_fit import MoEFit
+
+#: The family of the laws the recommendation comes from, when a sweep also has laws of sparsity.
+DENSE_FAMILY = "dense law"
+
 #: Notes the brief leaves out: what its other lines already say (each law left out has its line, the run
 #: line names where its lr and batch come from, and without a run line there is no run to speak of), and
 #: what it does not show (the runs worth adding: ``scaling recommend`` lists them with their note).
@@ -24,11 +30,13 @@ SAID_ELSEWHERE = frozenset({NoteKind.NO_OPTIMUM, NoteKind.LEFT_OUT, NoteKind.NO_
                             NoteKind.NEXT_RUNS})
 
 
-def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None) -> list[str]:
+def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] | None = None,
+          moe: "MoEFit | None" = None) -> list[str]:
     """The answer in a few lines: the recommendation, the laws it rests on, one line per law left out.
 
     ``budget_why`` says where the budget came from (e.g. "10x the largest run"); ``skipped`` maps
-    a law that could not be fitted at all to its reason.
+    a law that could not be fitted at all to its reason. ``moe``: the sweep's laws of sparsity, whose
+    recommendation at the same budget follows the dense one's (each said to be of its family).
     """
     budget = f"C = {flops(rec.compute)} FLOPs" + (f" ({budget_why})" if budget_why else "")
     chosen = rec.chosen if rec.chosen is not None and rec.chosen not in rec.unreliable else None
@@ -39,7 +47,8 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"no recommendation at {budget}: {why}")
     else:
         best = rec.per_law[chosen]
-        lines.append(f"recommended next run at {budget}, from {_name(chosen)}:")
+        family = f" ({DENSE_FAMILY})" if moe is not None else ""
+        lines.append(f"recommended next run at {budget}, from {_name(chosen)}{family}:")
         lines.append(f"  N* = {_iv(best['N'], size)}, D* = {_iv(best['D'], size)} tokens, loss {_iv(best['loss'], digits=4)}")
         has_interval = [q for q in ("N", "D", "loss") if _ends(best[q]) is not None]
         if has_interval:
@@ -59,6 +68,8 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
         lines.extend(_task_line(task, p) for task, p in rec.tasks.items())
+    if moe is not None:
+        lines.extend(moe_lines(moe, rec.compute))
     for kind, why in rec.unreliable.items():
         lines.append(f"left out: {_name(kind)}: unreliable: {short_reason(why)}")
     for kind, why in (skipped or {}).items():
@@ -67,6 +78,16 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"left out: {_name(kind)}: {short_reason(why)}")
     lines.extend(f"note: {note}" for note in map(as_note, rec.notes) if note.kind not in SAID_ELSEWHERE)
     return lines
+
+
+def moe_lines(moe: "MoEFit", compute: float | None = None) -> list[str]:
+    """The mixture of experts' answer at ``compute`` (default: 10x its largest measured budget): its law
+    (of sparsity, N active) and N_active*, the experts' cut and D*, or why it gives none."""
+    best, why = moe.headline(compute)
+    if best is None:
+        return [f"mixture of experts: no recommendation: {short_reason(why)}"]
+    return [f"mixture of experts at C = {flops(best.compute)} FLOPs, from the {best.law} law (law of sparsity; N = active "
+            "parameters):", f"  {best.headline()}"]
 
 
 def _task_line(task: str, prediction: dict[str, Any]) -> str:

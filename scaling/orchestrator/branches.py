@@ -10,6 +10,11 @@ linear|1-sqrt}}`` expands, per model and seed, into
   (``branch: {parent: <trunk key>, from_step}``). Its key hashes the parent's key and the
   branch point, so it names exactly the run it is.
 
+With ``cooldowns: predicted`` a model gets its trunk only, a ``wsd`` run to the largest D_i that cools
+down as a branch would (no checkpoints kept): the fits predict the other budgets' final losses from the
+trunks' curves by the curve law across sizes (:mod:`scaling.fitting.curves.trunks`), marked as predicted.
+Its tag ``predict_tokens`` lists the budgets.
+
 Trunk and branches share the learning rate and batch (they share the trunk's steps): the plan's
 rules are evaluated at the largest branch's D. Only the branches are (N, D) points of the fits;
 the trunk is recorded as their parent, so compute is counted once.
@@ -28,6 +33,7 @@ from scaling.orchestrator.yamlsource import where
 from scaling.trainer.optim import decay_start, warmup_steps
 from scaling.trainer.spec import RunSpec
 from scaling.trainer.sections import ScheduleSpec
+from scaling.vocab import PREDICT_TOKENS_TAG
 
 if TYPE_CHECKING:
     from scaling.accounting import Shape
@@ -124,6 +130,12 @@ def expand_model(
                 f"trunk at step {start}, inside its warmup ({warm} steps of {trunk_steps}); drop it, use more tokens "
                 f"or a smaller train.schedule.warmup_fraction"
             )
+    if branches.cooldowns == "predicted":
+        largest = max(branches.tokens)
+        return [BranchRun(math.ceil(round(largest) / batch) * batch, ("grid", block_index, "branches"), {
+            "schedule": cooldown, "keep_steps": (), "name": f"{plan.name}/N{N:.3g}/trunk{largest:.3g}/s{seed}",
+            "tags": {"role": TRUNK, PREDICT_TOKENS_TAG: ",".join(f"{D:.6g}" for D in branches.tokens)},
+        })]
     keep = tuple(sorted({p[2] for p in points}))
     trunk = BranchRun(trunk_steps * batch, ("grid", block_index, "branches"), {
         "schedule": trunk_sched, "keep_steps": keep,

@@ -18,6 +18,9 @@ class BranchesPlan(StrictModel):
     tokens: list[float] = Field(min_length=1, description="D of each branch")
     cooldown_fraction: float = Field(default=0.2, gt=0, lt=1, description="share of a branch's steps that decay")
     shape: Literal["linear", "1-sqrt"] = Field(default="linear", description="how the cooldown falls: linear or 1-sqrt")
+    cooldowns: Literal["trained", "predicted"] = Field(
+        default="trained", description="trained: a branch per budget; predicted: one WSD trunk per model to the "
+        "largest budget, the other budgets' final losses predicted by the curve law across sizes")
 
     @field_validator("tokens")
     @classmethod

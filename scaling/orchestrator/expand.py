@@ -389,7 +389,7 @@ def _branch_requests(plan: Plan, point: GridPoint, source: Optional[YamlSource])
 
     trunk_run, *branch_runs = branches.expand_model(plan, point.block, point.shape, point.seed, lr, batch, source)
     trunk = request(trunk_run, trunk_run.fields)
-    requests = [trunk, *(request(run, run.lineage(trunk.key)) for run in branch_runs)]
+    requests = [trunk, *(request(run, run.lineage(trunk.key)) for run in branch_runs)]  # none: cooldowns predicted
     return [Requested(r, point.block, point.model, point.kind, point.budget) for r in requests]
 
 

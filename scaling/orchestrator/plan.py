@@ -343,7 +343,8 @@ class GridBlock(_Strict):
         """Runs per seed before any is dropped: models times the axis' values (and a trunk per model),
         times the hyperparameter combinations."""
         if self.branches is not None:
-            return len(self.models) * (len(self.branches.tokens) + 1)
+            per_model = 1 if self.branches.cooldowns == "predicted" else len(self.branches.tokens) + 1
+            return len(self.models) * per_model
         return len(self.models) * len(getattr(self, self.kind) or ()) * (self.hparams.count if self.hparams else 1)
 
     @model_validator(mode="after")
@@ -440,7 +441,16 @@ class Plan(_Strict):
                 if getattr(self.rules, field) is None:
                     raise PlanError(f"{where(source, ('grid', b, 'hparams', field))}: factors multiply the plan's rule "
                                     f"for {field}, and rules sets none: add rules.{field}, or list the values")
-            if self.simulate is not None and block.branches is not None:
+            predicted = block.branches is not None and block.branches.cooldowns == "predicted"
+            from scaling.fitting.curves.joint import MIN_SIZES  # the curve law that predicts the cooldowns
+            if predicted and len(block.models) < MIN_SIZES:
+                raise PlanError(f"{where(source, ('grid', b, 'models'))}: predicted cooldowns need trunks of at least "
+                                f"{MIN_SIZES} model sizes (the curve law across sizes has three parameters in N); "
+                                f"this block has {len(block.models)}")
+            if predicted and self.simulate is not None and self.simulate.curve is None:
+                raise PlanError(f"{where(source, ('simulate',))}: predicted cooldowns need simulated runs that follow "
+                                "their schedule: add simulate.curve (a curve law)")
+            if self.simulate is not None and block.branches is not None and not predicted:
                 raise PlanError(f"{where(source, ('grid', b, 'branches'))}: simulated runs write no checkpoints, so "
                                 "a cooldown branch has no trunk to leave; give the token budgets as `tokens`")
             if block.resources is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from scaling.fmt import interval_text
 from scaling.fmt import escape as e
@@ -78,6 +78,15 @@ def kv(rows: list[tuple[str, str]]) -> str:
     """A two-column table; values are already HTML (callers escape user text)."""
     body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<table class="kv">{body}</table>'
+
+
+def answer_grid(answers: Sequence[Answer], grid_id: str = "answer") -> str:
+    """The first screen's numbers side by side, each label a link to the section it comes from."""
+    cells = []
+    for a in answers:
+        hover = f' title="{e(a.title)}"' if a.title else ""
+        cells.append(f'<div class="cell"><dt><a href="{e(a.href)}">{e(a.label)}</a></dt><dd{hover}>{a.value}</dd></div>')
+    return f'<dl class="answer-grid" id="{e(grid_id)}">{"".join(cells)}</dl>'
 
 
 def interval(d: dict[str, float], digits: int = 3, fmt: Callable[..., str] = num) -> str:

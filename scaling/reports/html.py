@@ -26,6 +26,7 @@ import pandas as pd
 
 from scaling import vocab as names
 from scaling.db.jsonvalues import as_dict
+from scaling.fitting.brief import DENSE_FAMILY
 from scaling.fitting.core.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
@@ -33,14 +34,14 @@ from scaling.fmt import bounds, size
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
-from scaling.reports.blocks import Answer, Page, interval, kv, missing, prose, section
+from scaling.reports.blocks import Answer, Page, answer_grid, interval, kv, missing, prose, section
 from scaling.reports.report_data import ReportData
 from scaling.reports.downsample import (MAX_EVENTS_DRAWN, MAX_POINTS_DRAWN, MAX_RUNS_DRAWN, MAX_TABLE_ROWS, thin_events,
                                         thin_runs, thin_table)
 from scaling.reports.figures_adaptive import adaptive_section
 from scaling.naming import group_title
 from scaling.reports.figures_hparams import hparams_section
-from scaling.reports.moe_section import moe_section
+from scaling.reports.moe_section import moe_headline, moe_section
 from scaling.reports.next_run import next_run_block
 from scaling.reports.output import write_atomic
 
@@ -297,25 +298,35 @@ def recommendations(data: ReportData, target: float) -> list[dict[str, Any]]:
 
 
 def _headline(data: ReportData, page: Page | None = None) -> str:
+    """The answer: the dense laws' (:func:`_dense_headline`), then, on a sweep with experts, the laws of
+    sparsity's at the same budget (each says which family of law it comes from)."""
+    target = next_budget(data)
+    if target is None:
+        return missing("No recommendation: no run has completed yet.")
+    moe_fit = getattr(data.sweep_fit, "moe", None)
+    return _dense_headline(data, target, page) + (moe_headline(moe_fit, target) if moe_fit is not None else "")
+
+
+def _dense_headline(data: ReportData, target: float, page: Page | None = None) -> str:
     """The answer as one block: the next budget; N*, D*, the loss, and what the other sections give
     for that run (lr, batch, each task's accuracy: ``page.answers``), each with its 95% interval or why
     none, each linked to its section; then why this law; then every law's numbers in a table."""
     answers = list(page.answers) if page is not None else []
-    target = next_budget(data)
-    if target is None:
-        return missing("No recommendation: no run has completed yet.")
     rec = recommend_for(data, target)
     run_block = next_run_block(rec, data.next_plan) if rec is not None else ""  # the run, its lr, batch, plan
     if not run_block and not any(a.href == "#hparams" for a in answers):  # no section fitted lr* or B*
         plan = '<span class="ci">set by the plan: the sweep has no hyperparameter groups to fit it from</span>'
         answers[:0] = [Answer("learning rate", plan, "#sweep-facts"), Answer("batch (tokens)", plan, "#sweep-facts")]
+    moe_fit = getattr(data.sweep_fit, "moe", None)
+    family = " from the dense laws" if moe_fit is not None else ""
     if rec is None or not rec.per_law:
-        return missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no law could be fitted.")
+        return missing(f"No recommendation{family} for the next budget (C = {_num(target)} FLOPs): no law could be "
+                       "fitted.")
     if rec.chosen is None:
-        return missing(f"No recommendation for the next budget (C = {_num(target)} FLOPs): no fitted law has an "
-                        "interval on N* or is reliable.")
+        return missing(f"No recommendation{family} for the next budget (C = {_num(target)} FLOPs): no fitted law has "
+                       "an interval on N* or is reliable.")
     best = rec.per_law[rec.chosen]
-    label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen))
+    label = fitview.label_of(rec.chosen, data.fits.get(rec.chosen)) + (f" ({DENSE_FAMILY})" if moe_fit else "")
     budget = f"<strong>Next budget C = {_num(target)} FLOPs</strong> (10× the largest run)"
     if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
         none = '(no interval: no law is reliable)'
@@ -324,7 +335,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
             ("D* (tokens)", size(best["D"]["value"]), "#frontiers"),
             (f"loss ({LOSS_UNIT})", _num(best["loss"]["value"], 4), "#parametric"))]
         head = (f'<div class="headline"><span class="answer">{budget}: no law is reliable, so nothing is '
-                f"recommended.</span>{_answer_grid(sizes + answers)}"
+                f"recommended.</span>{answer_grid(sizes + answers)}"
                 f'<span class="why">The values are those of {e(label)}, the best determined, without intervals: '
                 f"{e(rec.chosen_reason)}.</span></div>")
     else:
@@ -332,7 +343,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
                  Answer("D* (tokens)", interval(best["D"], fmt=size), "#frontiers"),
                  Answer(f"predicted loss ({LOSS_UNIT})", interval(best["loss"], 4), "#parametric")]
         head = (f'<div class="headline"><span class="answer">{budget}, recommended by {e(label)}:</span>'
-                f"{_answer_grid(sizes + answers)}"
+                f"{answer_grid(sizes + answers)}"
                 f'<span class="why">95% intervals in brackets. '
                 f"Why this law: {e(rec.chosen_why or rec.chosen_reason)}.</span></div>")
     rows = []
@@ -365,16 +376,6 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
     return head + run_block + table + (f'<p class="small">{" ".join(e(x) for x in extra)}</p>' if extra else "")
-
-
-def _answer_grid(answers: Sequence[Answer]) -> str:
-    """The first screen's numbers side by side, each label a link to the section it comes from."""
-    cells = []
-    for a in answers:
-        hover = f' title="{e(a.title)}"' if a.title else ""
-        cells.append(f'<div class="cell"><dt><a href="{e(a.href)}">{e(a.label)}</a></dt><dd{hover}>{a.value}</dd></div>')
-    cells = "".join(cells)
-    return f'<dl class="answer-grid" id="answer">{cells}</dl>'
 
 
 # -- runs table -------------------------------------------------------------------------------

@@ -7,19 +7,38 @@ default budget (10x the largest measured), as `scaling recommend --law moe` give
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scaling.errors import FitError
 from scaling.fitting.moe.moe_fit import FORMULAS
 from scaling.fmt import escape as e
-from scaling.reports.blocks import Page, interval, kv, missing, section
+from scaling.fmt import size
+from scaling.reports.blocks import Answer, Page, answer_grid, interval, kv, missing, section
 
 if TYPE_CHECKING:
+    from scaling.fitting.moe.moe_fit import MoEFit
     from scaling.reports.report_data import ReportData
 
 #: The convention every law of sparsity states, in the report's words.
 N_CONVENTION = ("N counts the active parameters: those a token uses (attention, the router, its top-k and shared "
                 "experts, the dense blocks); N_total counts every expert")
+
+
+def moe_headline(fit: "MoEFit", compute: float) -> str:
+    """The first screen's answer for the sweep's runs with experts at ``compute``: which law of sparsity,
+    N_active*, the experts' cut and D* with their intervals (or why there is none), linked to the section."""
+    best, why = fit.headline(compute)
+    if best is None:
+        return missing(f"Mixture of experts: no recommendation at this budget: {why}")
+    cut = best.VARIABLE_TEXT.get(best.variable, best.variable)
+    cells: list[tuple[str, dict[str, Any], Any]] = [
+        ("N_active* (parameters)", best.N, size), (cut, best.choice, None), ("D* (tokens)", best.D, size),
+        ("predicted loss", best.loss, None), ("loss saved against dense", best.gain, None)]
+    answers = [Answer(label, interval(iv, 3, fmt=fmt) if fmt else interval(iv, 3), "#moe") for label, iv, fmt in cells]
+    return (f'<div class="headline"><span class="answer">Mixture of experts at the same budget, recommended by the '
+            f"{e(best.law)} law (a law of sparsity; N counts the active parameters):</span>{answer_grid(answers, 'answer-moe')}"
+            f'<span class="why">Compared with {e(best.dense_label)} of the same law; 95% intervals in brackets.'
+            "</span></div>")
 
 
 def moe_section(data: "ReportData", page: Page) -> str:

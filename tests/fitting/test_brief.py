@@ -129,3 +129,22 @@ def test_a_task_line_says_its_chain_and_interval_or_why_not_and_never_shows_an_i
             "the data do not determine E") in lines
     assert "  arc: no accuracy predicted: the sigmoid chain gives a value outside [0, 1], not an accuracy" in lines
     assert not any("none: law unreliable" in line or "1.05" in line or "1.21" in line for line in lines), lines
+
+
+def test_with_laws_of_sparsity_each_answer_names_its_family_and_the_experts_answer_follows() -> None:
+    from scaling.fitting.moe.moe_fit import fit_moe
+    from scaling.fmt import flops
+    from scaling.fitting.moe.moe_synthetic import as_data, sparsity_sweep
+
+    moe = fit_moe(as_data(sparsity_sweep(seed=3)), law="moe-sparsity", n_bootstrap=20, grid="small")
+    compute = 10 * moe.laws["sparsity"].c_range_[1]
+    lines = brief(_rec(compute=compute), moe=moe)
+    assert lines[0].endswith("from Chinchilla 2 (IsoFLOP) (dense law):")
+    (head,) = [i for i, line in enumerate(lines) if line.startswith("mixture of experts at C = ")]
+    assert lines[head] == (f"mixture of experts at C = {flops(compute)} FLOPs, from the moe-sparsity law (law of "
+                           "sparsity; N = active parameters):")
+    rec = moe.recommend(compute)[0][0]
+    assert lines[head + 1] == "  " + rec.headline()
+    assert "N_active* = " in lines[head + 1] and "sparsity S = " in lines[head + 1] and "D* = " in lines[head + 1]
+    assert head < min(i for i, line in enumerate(lines) if line.startswith("left out: "))  # before the laws left out
+    assert "(dense law)" not in brief(_rec())[0]  # a sweep without experts names no family

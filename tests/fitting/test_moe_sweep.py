@@ -67,3 +67,42 @@ def test_a_simulated_moe_sweep_fits_and_recommends_its_law(sqlite_url: str, tmp_
     moe = moe[:moe.index("</section>")]
     assert "N counts the active parameters" in moe and "moe-sparsity law" in moe
     assert "N_active* = " in moe and "compared with S = 0 (the dense model)" in moe
+
+
+
+def test_a_mixed_sweeps_answer_names_each_law_family_and_gives_the_experts_optimum(sqlite_url: str,
+                                                                                 tmp_path: Path) -> None:
+    """On dense and MoE runs together, the closing answer and the report's first screen say which family
+    of law each answer comes from, and give the experts' N_active*, sparsity and D* with intervals."""
+    from scaling.cli.sweep_cmds import answer
+    from scaling.fitting.analysis import Settings, SweepSource, analyse
+    from scaling.orchestrator.sweep import SweepResult
+    from scaling.reports.html import render
+    from scaling.reports.report_data import ReportData
+
+    train_plan(PLAN, sqlite_url, tmp_path)
+    analysis = analyse(SweepSource(sqlite_url, "sim-moe"),
+                       Settings(law="approach3", n_bootstrap=30, next_runs=False, tasks=False))
+    # the dense law fitted to every run, active N and all, is not determined on this sweep: the answer
+    # says the dense laws give none, and the laws of sparsity still answer
+    lines = answer(SweepResult(sweep="sim-moe", url=sqlite_url, outcome=None, fit=analysis))
+    text = "\n".join(lines)
+    assert lines[0].startswith("no recommendation from the dense laws: "), text
+    (head,) = [i for i, line in enumerate(lines) if line.startswith("mixture of experts at C = ")]
+    assert "from the moe-sparsity law (law of sparsity; N = active parameters)" in lines[head], text
+    moe_line = lines[head + 1]
+    for what in ("N_active*", "D*"):
+        assert re.search(rf"{re.escape(what)} = \S+ \[\S+, \S+\]", moe_line), (what, moe_line)
+    # the truth's loss keeps falling with sparsity: every replicate picks the sparsest measured cut, so
+    # its interval has no width and none is shown (why instead)
+    assert "sparsity S = 0.969 (no interval: replicates do not vary)" in moe_line, moe_line
+
+    html = render(ReportData.load(sqlite_url, "sim-moe", sweep_fit=analysis))
+    assert "No recommendation from the dense laws for the next budget" in html
+    grid = re.search(r'<dl class="answer-grid" id="answer-moe">(.*?)</dl>', html, re.S)
+    assert grid is not None, "no MoE answer on the first screen"
+    assert "recommended by the moe-sparsity law (a law of sparsity; N counts the active parameters)" in html
+    cells = dict(re.findall(r'<a href="#moe">(.*?)</a></dt><dd[^>]*>(.*?)</dd>', grid.group(1), re.S))
+    assert "[" in cells["N_active* (parameters)"] and "[" in cells["D* (tokens)"], cells
+    assert "0.969" in cells["sparsity S"] and "replicates do not vary" in cells["sparsity S"], cells
+    assert html.index('id="answer-moe"') < html.index('id="moe"')  # on the first screen, above its section

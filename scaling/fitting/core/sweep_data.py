@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
-            r_star: float = R_STAR_DATA, hparams: str = "tuned") -> tuple[FitData, str]:
+            r_star: float = R_STAR_DATA, hparams: str = "tuned", predicted: pd.DataFrame | None = None,
+            predicted_notes: tuple[str, ...] = ()) -> tuple[FitData, str]:
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
@@ -35,6 +36,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     Runs of one (N, D) that differ in lr, batch or beta2 (or share a ``hparam_group``) are a
     hyperparameter group: one point each, its tuned loss or its grid's centre as ``hparams`` says
     (:func:`scaling.fitting.hyperparams.hparams.tuned_points`).
+    ``predicted``: points (N, D, C, loss) predicted rather than trained (the cooldowns of trunks), added to the
+    trained ones, with ``predicted_notes`` saying so among the data's notes.
     """
     from scaling import db
     from scaling import vocab as names
@@ -76,6 +79,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
+    if predicted is not None and len(predicted) and list(table.columns) == ["N", "D", "C", "loss"]:
+        table = pd.concat([table, predicted[["N", "D", "C", "loss"]]], ignore_index=True)
     data = prepare(
         table,
         flops_convention=flops_conv,
@@ -87,6 +92,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
     data.notes.extend(hp_notes)
+    data.notes.extend(predicted_notes)
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep

@@ -25,6 +25,7 @@ from scaling.errors import FitError
 from scaling.fitting.core.intervals import add_model_error, summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
+from scaling.fitting.curves.sweep import SizeCurves
 from scaling.fmt import Interval, num, size
 from scaling.lr_schedule import lr_steps, schedule_of
 
@@ -125,18 +126,24 @@ def run_schedule_advice(curves: Optional[SweepCurves], N: float, D: float) -> di
     (a :class:`~scaling.fitting.curves.sweep.SweepCurves`, or None): the predicted final loss of each schedule
     with its interval and the best, at the recipe the size's curves were fitted with; or ``why_not`` alone.
 
-    Nothing is said from a law of another size (the laws are per size), from a run longer than
+    Where the sweep has a law across sizes (its trunks, :class:`~scaling.fitting.curves.sweep.JointCurves`), an N
+    that no fitted size is near is answered from it, at the largest trunk's recipe; otherwise
+    nothing is said from a law of another size (the laws are per size), from a run longer than
     :data:`MAX_LENGTH_FACTOR` times the size's longest curve, or from a law doubted for more than its parameters.
     """
-    if curves is None or not getattr(curves, "sizes", None):
+    joint = getattr(curves, "joint", None)
+    if curves is None or not (getattr(curves, "sizes", None) or joint):
         return {"why_not": getattr(curves, "why", "") or "no curve law: the sweep's curves were not fitted"}
     size = curves.nearest(N)
     fitted = ", ".join(num(n, 3) for n in curves.sizes)
-    if size is None or abs(math.log(size.N / N)) > math.log1p(SIZE_TOLERANCE):
+    far = size is None or abs(math.log(size.N / N)) > math.log1p(SIZE_TOLERANCE)
+    if far and joint is not None:  # the law across sizes speaks for any N
+        size = SizeCurves(N, joint.law.at_size(N), joint.peak, joint.batch, joint.warmup, joint.longest)
+    elif far:
         return {"why_not": f"the curve laws are per model size (fitted at N = {fitted}); the recommended "
                            f"N = {num(N, 3)} is outside them, and a size's law is not extrapolated to another"}
     steps = int(math.ceil(D / size.batch)) if size.batch > 0 else 0
-    where = {"N": size.N, "steps": steps, "peak": size.peak, "batch": size.batch}
+    where = {"N": size.N, "steps": steps, "peak": size.peak, "batch": size.batch, "across_sizes": far}
     if steps > MAX_LENGTH_FACTOR * size.longest:
         return where | {"why_not": f"the run's {steps:,} steps are more than {MAX_LENGTH_FACTOR:g}x the longest "
                                    f"curve fitted at N = {num(size.N, 3)} ({size.longest:,} steps)"}
@@ -158,7 +165,8 @@ def advice_lines(schedule: Optional[dict[str, Any]], indent: str = "  ") -> list
         return [f"{indent}schedule: no advice: {schedule['why_not']}"]
     losses = {k: Interval.of(v) for k, v in schedule["losses"].items()}
     best = schedule["best"]
-    at = (f"curve law at N = {size(schedule['N'])}, {schedule['steps']:,} steps at peak lr "
+    which = "curve law across sizes" if schedule.get("across_sizes") else "curve law"
+    at = (f"{which} at N = {size(schedule['N'])}, {schedule['steps']:,} steps at peak lr "
           f"{num(schedule['peak'], 3)}")
     lines = [f"{indent}schedule: {best} ({at}): final loss {losses[best].text(4)}"]
     others = [n for n in ("cosine", _best_of(losses, "linear"), _best_of(losses, "exponential")) if n and n != best]

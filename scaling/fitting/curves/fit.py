@@ -34,7 +34,7 @@ from scaling.fitting.curves.data import Curve, Schedule, schedules_from_frame
 from scaling.fitting.curves.laws import DROP_STARTS, Form, first_stage, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
 
-__all__ = ["MAX_FIT_POINTS", "CurveLaw", "CurveLaws", "fit_curves"]
+__all__ = ["MAX_FIT_POINTS", "CurveLaw", "CurveLaws", "block_resample", "fit_curves", "fit_form"]
 
 #: Evaluations per curve a fit uses at most (evenly spread in steps after warmup).
 MAX_FIT_POINTS = 100
@@ -192,6 +192,11 @@ class _Fit:
         return self.run(best)
 
 
+def fit_form(f: Form, parts: list[tuple[Areas, np.ndarray]]) -> tuple[np.ndarray, float]:
+    """The best fit of the form ``f`` to ``parts`` (each curve's areas and losses) from its usual starts, and its cost."""
+    return _Fit(f, parts).best()
+
+
 def _same_schedule(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two runs follow one schedule (one's rate is the other's first steps, or their rates agree)."""
     n = min(a.size, b.size)
@@ -332,7 +337,7 @@ class CurveLaw(Doubtful):
         rows = []
         for _ in range(n):
             weights = rng.dirichlet(np.ones(len(parts))) * len(parts)
-            targets = [p + _block_resample(r, rng) for p, r in zip(fitted, resid)]
+            targets = [p + block_resample(r, rng) for p, r in zip(fitted, resid)]
             try:
                 th, cost = problem.run(theta, weights=weights, targets=targets, max_nfev=300, tol=1e-10)
             except (ValueError, np.linalg.LinAlgError):
@@ -486,7 +491,7 @@ class CurveLaw(Doubtful):
         return f"CurveLaw(form={self.form_!r}, runs={len(self.runs_)})"
 
 
-def _block_resample(r: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def block_resample(r: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``r`` redrawn in circular blocks of about sqrt(len) consecutive residuals (keeps their correlation)."""
     n = r.size
     size = max(1, int(round(math.sqrt(n))))

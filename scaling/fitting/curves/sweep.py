@@ -20,9 +20,10 @@ from scaling.curve_forms import warmup_end
 from scaling.errors import UserError
 from scaling.fitting.curves.data import Curve, curves_from_db
 from scaling.fitting.curves.fit import CurveLaw, fit_curves
+from scaling.fitting.curves.joint import JointCurveLaw
 from scaling.fmt import num
 
-__all__ = ["CURVE_BOOTSTRAP", "SizeCurves", "SweepCurves", "schedule_shapes", "selected_curves", "sweep_curves"]
+__all__ = ["CURVE_BOOTSTRAP", "JointCurves", "SizeCurves", "SweepCurves", "schedule_shapes", "selected_curves", "sweep_curves"]
 
 #: Bootstrap replicates of each size's curve law at most (a refit of about a second per replicate).
 CURVE_BOOTSTRAP = 50
@@ -132,13 +133,35 @@ class SizeCurves:
 
 
 @dataclass(frozen=True)
+class JointCurves:
+    """The curve law across sizes fitted to a sweep's trunks and the recipe they were trained with (the largest
+    trunk's peak rate, batch, warmup share and steps): what a prediction for any size assumes."""
+
+    law: JointCurveLaw
+    peak: float
+    batch: float
+    warmup: float
+    longest: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"law": self.law.to_dict(), "peak": self.peak, "batch": self.batch, "warmup": self.warmup,
+                "longest": self.longest}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JointCurves":
+        return cls(JointCurveLaw.from_dict(d["law"]), float(d["peak"]), float(d["batch"]), float(d["warmup"]),
+                   int(d["longest"]))
+
+
+@dataclass(frozen=True)
 class SweepCurves:
-    """A sweep's curve laws by size (``sizes``; empty where none could be fitted, ``why`` saying why) and
-    what was left out of them (``left_out``)."""
+    """A sweep's curve laws by size (``sizes``; empty where none could be fitted, ``why`` saying why), what was
+    left out of them (``left_out``), and the law across sizes of its trunks (``joint``; None without trunks)."""
 
     sizes: dict[float, SizeCurves]
     why: str = ""
     left_out: tuple[str, ...] = ()
+    joint: Optional[JointCurves] = None
 
     def nearest(self, N: float) -> Optional[SizeCurves]:
         """The fitted size nearest to ``N`` in log (None without any)."""
@@ -148,12 +171,13 @@ class SweepCurves:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "sweep curves", "sizes": [s.to_dict() for s in self.sizes.values()], "why": self.why,
-                "left_out": list(self.left_out)}
+                "left_out": list(self.left_out), "joint": self.joint.to_dict() if self.joint else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SweepCurves":
         sizes = [SizeCurves.from_dict(s) for s in d.get("sizes") or []]
-        return cls({s.N: s for s in sizes}, str(d.get("why") or ""), tuple(d.get("left_out") or ()))
+        joint = JointCurves.from_dict(d["joint"]) if d.get("joint") else None
+        return cls({s.N: s for s in sizes}, str(d.get("why") or ""), tuple(d.get("left_out") or ()), joint)
 
 
 def sweep_curves(url: str, sweep: Optional[str], n_bootstrap: int = CURVE_BOOTSTRAP, seed: int = 0) -> SweepCurves:

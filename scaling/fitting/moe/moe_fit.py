@@ -97,6 +97,16 @@ class MoEFit:
         return recs, refused
 
 
+    def headline(self, compute: float | None = None) -> tuple[MoERecommendation | None, str]:
+        """The recommendation a sweep's answer leads with for its runs with experts (the first law that gives
+        one at ``compute``), or None and why none does."""
+        try:
+            recs, _ = self.recommend(compute)
+        except FitError as exc:
+            return None, " ".join(str(exc).split())
+        return recs[0], ""
+
+
 #: Each form as printed above its table.
 FORMULAS = {"granularity": "L = c + (g / G^gamma + a) / N^alpha + b / D^beta (Krajewski et al. 2024)",
             "sparsity": "L = c + a (1 - S)^delta / N^alpha + b / D^beta"}

@@ -52,6 +52,19 @@ class MoERecommendation:
             "notes": self.notes, "conventions": self.conventions,
         })
 
+    #: What each cut of the experts is called in the one-line answer.
+    VARIABLE_TEXT = {"S": "sparsity S", "G": "granularity G"}
+
+    def headline(self) -> str:
+        """The answer in one line: N_active*, the experts' cut and D* with their 95% intervals, and the loss
+        saved against the dense optimum of the same law."""
+        def text(iv: dict[str, Any], fmt: Any = num) -> str:
+            return Interval.of(iv).text(3, fmt)
+
+        return (f"N_active* = {text(self.N, size)}, {self.VARIABLE_TEXT.get(self.variable, self.variable)} = "
+                f"{text(self.choice)}, D* = {text(self.D, size)} tokens, loss {Interval.of(self.loss).text(4)} "
+                f"(saves {text(self.gain)} against {self.dense_label})")
+
     def lines(self) -> list[str]:
         """What the table prints, one line each."""
         def text(iv: dict[str, Any], fmt: Any = num) -> str:

@@ -8,7 +8,7 @@ magnitudes dense Chinchilla fits give (they are not any paper's fitted values).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,8 @@ def draw_truth(form: str, rng: np.random.Generator) -> dict[str, float]:
 
 
 def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int = 0, noise: float = 0.005,
-                   budget_factor: float = 10.0) -> dict[str, Any]:
+                   budget_factor: float = 10.0, progress: Callable[[dict[str, Any]], None] | None = None
+                   ) -> dict[str, Any]:
     """How often the 95% intervals of a law fitted to simulated sweeps hold the truth.
 
     Each draw: a random truth (:func:`draw_truth`), a sweep of 4 sizes x 4 token counts x the
@@ -87,6 +88,7 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
     over the draws the law calls reliable: each parameter's interval, and at ``budget_factor`` x
     the largest budget the recommendation's N_active* and the loss saved against the dense (or
     G = 1) optimum, each holding the truth's own value at the recommended cut of the experts.
+    ``progress`` is called with the result so far after each draw.
     """
     from scaling.fitting.moe.moe_laws import FORMS
     from scaling.fitting.moe.moe_recommend import recommend_moe
@@ -113,6 +115,12 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
         _, _, L_dense = (float(v) for v in law.optimal_at(t, np.asarray(C), np.asarray(law.dense)))
         hits.setdefault("N_active*", []).append(bool(rec.N["lo"] <= N_true <= rec.N["hi"]))
         hits.setdefault("loss saved", []).append(bool(rec.gain["lo"] <= L_dense - L_true <= rec.gain["hi"]))
+        if progress is not None:
+            progress(_tally(form, i + 1, flagged, hits))
+    return _tally(form, draws, flagged, hits)
+
+
+def _tally(form: str, draws: int, flagged: int, hits: dict[str, list[bool]]) -> dict[str, Any]:
     coverage = {k: float(np.mean(v)) for k, v in hits.items()}
     return {"form": form, "draws": draws, "kept": draws - flagged, "flagged": flagged, "coverage": coverage,
             "lowest": min(coverage.values()) if coverage else math.nan}

@@ -1,0 +1,132 @@
+"""Final losses predicted from trunks: one WSD run per model size, every other token budget's cooldown predicted.
+
+A grid block with ``branches: {..., cooldowns: predicted}`` trains one trunk per size: a ``wsd`` run to the
+largest budget, tagged with the budgets. Here the trunks' whole eval-loss curves fit the curve law across
+sizes (:class:`~scaling.fitting.curves.joint.JointCurveLaw`), and each smaller budget's final loss is
+predicted for the cooldown branch it stands for: the trunk's rate (its warmup, then its peak) up to the
+branch's decay, then the branch's own decay over its last ``decay_fraction`` of steps. These rows join the
+trained points of the Chinchilla approaches, each marked as predicted in the data's notes. Nothing is
+predicted from a law doubted for more than its parameters (too few sizes, no decay seen, pinned): the note
+says why, and only the trunks' own final losses are points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from scaling.curve_forms import warmup_end
+from scaling.errors import UserError
+from scaling.fitting.curves.data import Curve, run_curve
+from scaling.fitting.curves.joint import JointCurveLaw, fit_joint
+from scaling.fmt import size
+from scaling.lr_schedule import lr_steps, schedule_of, warmup_steps
+from scaling.vocab import COMPLETED, EVAL_LOSS, PREDICT_TOKENS_TAG
+
+__all__ = ["TRUNK_BOOTSTRAP", "TrunkPredictions", "branch_rate", "predict_from_trunks", "trunk_predictions"]
+
+#: Bootstrap replicates of the law across sizes at most (each a refit of every trunk's curve).
+TRUNK_BOOTSTRAP = 50
+
+
+@dataclass
+class TrunkPredictions:
+    """The predicted points (``rows``: run, N, D, C, loss, lo, hi: one per trunk and smaller budget), the law
+    they come from (None where none was fitted) and notes saying what was predicted, or why nothing was."""
+
+    rows: pd.DataFrame
+    law: Optional[JointCurveLaw] = None
+    notes: list[str] = field(default_factory=list)
+    #: The largest trunk's recipe: peak rate, batch (tokens per step), warmup (share of its steps), steps.
+    recipe: Optional[tuple[float, float, float, int]] = None
+
+    def points(self) -> pd.DataFrame:
+        """The rows as points of the loss laws (N, D, C, loss)."""
+        return self.rows[["N", "D", "C", "loss"]]
+
+
+def branch_rate(trunk: dict[str, Any], steps: int) -> np.ndarray:
+    """The rate of every step of the cooldown branch of ``steps`` steps that leaves a trunk (its spec): the
+    trunk's warmup and peak, then the trunk's decay (shape, floor, share of the steps) over the branch's end."""
+    sched = dict(trunk.get("schedule") or {})
+    trunk_steps = -(-int(trunk["tokens"]) // int(trunk["batch_tokens"]))
+    sched["warmup_steps"] = warmup_steps(trunk_steps, schedule_of(sched))
+    return lr_steps(steps, float(trunk["optimizer"]["lr"]), schedule_of(sched))
+
+
+def budgets(spec: dict[str, Any]) -> list[float]:
+    """A trunk's token budgets from its tag (none for any other run)."""
+    text = str((spec.get("tags") or {}).get(PREDICT_TOKENS_TAG) or "")
+    out = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            continue
+        if math.isfinite(value) and value > 0:
+            out.append(value)
+    return out
+
+
+def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bootstrap: int = TRUNK_BOOTSTRAP,
+                        seed: int = 0) -> TrunkPredictions:
+    """Each trunk (its spec, its curve, its C) fitted into the law across sizes, and each of its smaller budgets'
+    final loss predicted with a 95% interval."""
+    empty = pd.DataFrame(columns=["run", "N", "D", "C", "loss", "lo", "hi"])
+    try:
+        law = fit_joint([c for _, c, _ in trunks], bootstrap=min(bootstrap, TRUNK_BOOTSTRAP), seed=seed)
+    except UserError as exc:
+        return TrunkPredictions(empty, None, [f"predicted cooldowns: none: {' '.join(str(exc).split())}"])
+    verdicts = [str(d) for d in law.doubts() if not d.kind.about_parameters]
+    if verdicts:
+        return TrunkPredictions(empty, law, ["predicted cooldowns: none, the curve law across sizes is not trusted: "
+                                             + "; ".join(verdicts)])
+    rows = []
+    for spec, curve, C in trunks:
+        batch, total = int(spec["batch_tokens"]), int(curve.lr.size)
+        for D in budgets(spec):
+            steps = -(-int(round(D)) // batch)
+            if steps >= total:
+                continue  # the trunk itself is this budget's run
+            iv = law.final_loss(float(curve.N), branch_rate(spec, steps))  # type: ignore[arg-type]
+            rows.append({"run": curve.run, "N": float(curve.N), "D": float(steps * batch),  # type: ignore[arg-type]
+                         "C": C * steps / total, "loss": iv.value, "lo": iv.lo, "hi": iv.hi})
+    frame = pd.DataFrame(rows) if rows else empty
+    frame = frame[np.isfinite(frame["loss"].astype(float)) & (frame["loss"].astype(float) > 0)] if rows else frame
+    notes = [f"{len(frame)} point(s) are final losses predicted, not trained: the cooldowns of {len(trunks)} trunk(s) "
+             f"at their smaller budgets, by the {law.form_} curve law across sizes fitted to the trunks' curves "
+             f"(N = {', '.join(size(n) for n in law.sizes_)})"]
+    notes += [f"curve law across sizes: {n}" for n in law.notes_]
+    largest = max((c for _, c, _ in trunks), key=lambda c: (float(c.N), c.lr.size))  # type: ignore[arg-type]
+    recipe = (float(np.max(largest.lr)), float(largest.D or 0) / largest.lr.size, warmup_end(largest.lr) / largest.lr.size,
+              int(largest.lr.size))
+    return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe)
+
+
+def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
+    """The predicted cooldowns of a sweep's trunks (None when it has no trunk whose cooldowns are predicted)."""
+    from scaling import db
+
+    with db.connect(url) as res:
+        runs = res.runs(sweep=sweep, status=COMPLETED)
+        if not len(runs):
+            return None
+        runs = runs[[bool(budgets(s)) if isinstance(s, dict) else False for s in runs["spec"]]]
+        if not len(runs):
+            return None
+        m = res.metrics(run_keys=list(runs["run_key"]), names=[EVAL_LOSS], sweep=sweep)
+    trunks = []
+    for _, run in runs.iterrows():
+        rows = m[m["run_key"] == run["run_key"]]
+        curve = run_curve(str(run["run_key"]), run["spec"], rows["step"].to_numpy(), rows["value"].to_numpy(float),
+                          float(run.get("N") or np.nan))
+        if curve is not None:
+            trunks.append((run["spec"], curve, float(run.get("C") or np.nan)))
+    if not trunks:
+        return TrunkPredictions(pd.DataFrame(columns=["run", "N", "D", "C", "loss", "lo", "hi"]), None,
+                                ["predicted cooldowns: none: no trunk has an eval-loss curve"])
+    return predict_from_trunks(trunks, bootstrap=n_bootstrap, seed=seed)

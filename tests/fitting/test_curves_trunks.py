@@ -1,0 +1,103 @@
+"""Trunks as a source for Chinchilla: a plan of one WSD trunk per size (``cooldowns: predicted``), its
+other budgets' final losses predicted by the curve law across sizes, and the analysis and recommendation
+made from trained and predicted points together (a simulated sweep whose truth is known)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from in_process_sweep import train_plan
+from scaling.curve_forms import ANNEALING, areas, curve_loss
+from scaling.errors import PlanError
+from scaling.fitting.analysis import Settings, SweepSource, analyse
+from scaling.fitting.curves.trunks import branch_rate, trunk_predictions
+from scaling.orchestrator.expand import expand
+from scaling.orchestrator.plan import load_plan
+from scaling.vocab import PREDICT_TOKENS_TAG
+
+CURVE = {"form": ANNEALING, "L0": 1.7, "A": 0.5, "alpha": 0.5, "C": 0.6}
+LAW = {"E": 0.0, "A": 60.0, "B": 1.0e-6, "alpha": 0.34, "beta": 1.0}
+BUDGETS = [2.0e7, 4.0e7, 8.0e7, 1.6e8]
+SIZES = [2.0e6, 5.0e6, 1.2e7, 3.0e7]
+
+
+def plan_dict(models=SIZES, curve: bool = True, cooldowns: str = "predicted") -> dict:
+    sim = {"law": LAW, "noise": 0.001, **({"curve": {**CURVE, "evals": 40}} if curve else {})}
+    return {"name": "trunks", "simulate": sim, "train": {"schedule": {"warmup_steps": 50, "min_lr_ratio": 0.1}},
+            "grid": [{"models": [{"N": n} for n in models],
+                      "branches": {"tokens": BUDGETS, "cooldown_fraction": 0.2, "cooldowns": cooldowns}}]}
+
+
+def write(tmp_path: Path, plan: dict) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def true_final(spec: dict, N: float, steps: int) -> float:
+    """The simulator's noiseless loss after the branch of ``steps`` steps leaving this trunk."""
+    lr = branch_rate(spec, steps)
+    theta = (CURVE["L0"], CURVE["A"], CURVE["alpha"], CURVE["C"])
+    return float(curve_loss(ANNEALING, theta, areas(lr, [steps - 1]))[0]) + LAW["A"] / N ** LAW["alpha"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("trunks")
+    url = f"sqlite:///{folder / 't.db'}"
+    train_plan(write(folder, plan_dict()), url, folder)
+    return url
+
+
+def test_each_size_gets_one_wsd_trunk_to_the_largest_budget_tagged_with_the_budgets(tmp_path: Path) -> None:
+    exp = expand(*load_plan(write(tmp_path, plan_dict())))
+    assert len(exp.runs) == len(SIZES)
+    for run in exp.runs:
+        assert run.spec.schedule.kind == "wsd" and run.spec.schedule.decay_fraction == pytest.approx(0.2)
+        assert run.spec.branch is None and not run.spec.execution.keep_steps
+        assert run.spec.trained_tokens == pytest.approx(max(BUDGETS), rel=1e-3)
+        assert [float(x) for x in run.spec.tags[PREDICT_TOKENS_TAG].split(",")] == BUDGETS
+
+
+@pytest.mark.parametrize(("plan", "match"), [
+    (plan_dict(models=SIZES[:2]), r"grid\.0\.models: .*at least 3 model sizes"),
+    (plan_dict(curve=False), r"simulate.*add simulate\.curve"),
+    (plan_dict(cooldowns="trained"), "simulated runs write no checkpoints"),
+    (plan_dict(cooldowns="later"), "cooldowns"),
+])
+def test_bad_trunk_plans_are_one_line_naming_the_field(tmp_path: Path, plan: dict, match: str) -> None:
+    with pytest.raises(PlanError, match=match) as err:
+        load_plan(write(tmp_path, plan))
+    assert "p.yaml" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cooldowns_are_predicted_within_their_intervals_near_the_truth(sweep: str) -> None:
+    from scaling import db
+
+    got = trunk_predictions(sweep, "trunks", 20)
+    assert got is not None and got.law is not None and len(got.rows) == len(SIZES) * (len(BUDGETS) - 1)
+    with db.connect(sweep) as res:
+        specs = {r.run_key: (r.spec, float(r.N)) for r in res.runs(sweep="trunks").itertuples()}
+    for row in got.rows.itertuples():
+        spec, N = specs[row.run]
+        truth = true_final(spec, N, int(round(row.D / spec["batch_tokens"])))
+        assert row.lo <= row.loss <= row.hi
+        assert row.loss == pytest.approx(truth, rel=0.005)
+    assert "predicted, not trained" in got.notes[0]
+
+
+def test_the_analysis_uses_trained_and_predicted_points_and_recommends(sweep: str) -> None:
+    analysis = analyse(SweepSource(sweep, "trunks"), Settings(n_bootstrap=20), save=False)
+    assert analysis.n_points == len(SIZES) * len(BUDGETS)  # one trained, three predicted per size
+    assert any("predicted, not trained" in str(n) for n in analysis.notes)
+    rec = analysis.recommendation
+    assert rec is not None and rec.chosen is not None
+    assert np.isfinite(rec.per_law[rec.chosen]["N"]["value"]) and rec.per_law[rec.chosen]["N"]["value"] > 0
+    # no size was trained under two schedules, yet the schedule advice asks the law across sizes (which refuses a
+    # run many times longer than its trunks, saying so)
+    assert rec.schedule is not None and rec.schedule.get("across_sizes") is True
+    assert rec.schedule.get("losses") or "longest curve" in rec.schedule["why_not"]
