@@ -3,20 +3,24 @@
 Each draw simulates (`scaling.trainer.simulate.simulated_run`, no database) runs of one size whose eval
 losses follow a known curve law in their learning-rate schedules (``simulate.curve``: the
 multi-power law with Luo et al.'s published 25M parameters, or Tissue et al.'s annealing law),
-with log-normal noise of SD ``--noise`` per evaluation. The law is fitted (in its true form) to four
-runs: constant, cosine and WSD (linear decay over the last 20% and over the last half) of 2,400
-steps after a 216-step warmup to 3e-4 (a tenth of Luo et al.'s lengths; the trainer's schedules have
-no two-stage drop, which Luo et al. fit on, so a second decay length stands in for it), and
-bootstrapped (``--bootstrap`` replicates over whole curves). It then predicts the final loss of four
-held-out runs: constant and cosine of 7,200 steps, WSD with 1-sqrt decay, and WSD decaying over the
-last 30% (decays between those fitted: a decay sharper than any fitted one is an extrapolation the
-intervals are not meant to cover). A draw covers a run when the
-noiseless final loss lies inside the prediction's 95% interval.
+with log-normal noise of SD ``--noise`` per evaluation, 60 evaluations per run. The law is fitted (in
+its true form, with each curve left out in turn for its model error) to three runs after a 216-step
+warmup to 3e-4, a tenth of Luo et al.'s lengths: ``--design published`` (their design) a constant and a
+cosine of 2,400 steps and a two-stage run of 1,600 steps dropping to 0.3 x peak at step 800;
+``--design wsd`` the constant, the cosine and a WSD decaying over the last 20% instead (a design
+without a step drop). It is bootstrapped (``--bootstrap`` replicates over whole curves) and predicts the
+final loss of five held-out runs (Luo et al.'s held-out kinds): constant and cosine of 7,200 steps (three
+times longer), WSD over the last 20% with exponential and with linear decay, and a two-stage run
+dropping to 0.1 x peak. A draw covers a run when the noiseless final loss lies inside the prediction's
+95% interval: the interval the law gives (the bootstrap's with the law's model error added) and, for
+comparison, the bootstrap's alone.
 
-Prints the coverage of each form (goal: >= 90%), the mean absolute error of the predictions, and the
-share of draws in which the automatic choice between the forms picked the true one.
+Prints, per form: the coverage of each interval over all held-out predictions with its binomial SE
+and an SE over draws (the predictions of one draw share a fit), the coverage per held-out kind, the
+mean absolute error, and the share of draws in which the automatic choice between the forms picked
+the true one (goal: >= 90% coverage).
 
-    python benchmarks/bench_curve_coverage.py [--draws 40] [--bootstrap 60] [--noise 0.001]
+    python benchmarks/bench_curve_coverage.py [--draws 100] [--bootstrap 40] [--noise 0.001] [--design published]
 
 ``--published`` instead measures accuracy on curves of Luo et al.'s full-length schedules drawn from
 their published 25M fit (`scaling.fitting.curves.synthetic`, Gaussian noise 0.003, an evaluation every
@@ -44,12 +48,18 @@ from scaling.trainer.spec import RunSpec
 #: Tissue et al.-like annealing law at the same scale of loss.
 ANNEALING_TRUTH = (3.04, 0.52, 0.51, 0.35)
 WARMUP, PEAK, BATCH = 216, 3e-4, 1024
-FIT_ON = {"constant_2400": ("constant", 2400, {}), "cosine_2400": ("cosine", 2400, {}),
-          "wsd_2400": ("wsd", 2400, {"decay_fraction": 0.2}), "wsd_half_2400": ("wsd", 2400, {"decay_fraction": 0.5})}
+TWO_STAGE = {"drop_at": 0.5, "drop_lr_ratio": 0.3}
+#: The three fitted runs of each design (name: kind, steps, schedule fields).
+DESIGNS = {
+    "published": {"constant_2400": ("constant", 2400, {}), "cosine_2400": ("cosine", 2400, {}),
+                  "two_stage_1600": ("two_stage", 1600, TWO_STAGE)},
+    "wsd": {"constant_2400": ("constant", 2400, {}), "cosine_2400": ("cosine", 2400, {}),
+            "wsd_2400": ("wsd", 2400, {"decay_fraction": 0.2})},
+}
 HELD_OUT = {"constant_7200": ("constant", 7200, {}), "cosine_7200": ("cosine", 7200, {}),
-            "wsd_sqrt_2400": ("wsd", 2400, {"decay_fraction": 0.2, "decay_shape": "1-sqrt"}),
-            "wsd_30_2400": ("wsd", 2400, {"decay_fraction": 0.3})}
-
+            "wsd_exponential_2400": ("wsd", 2400, {"decay_fraction": 0.2, "decay_shape": "exponential"}),
+            "wsd_linear_2400": ("wsd", 2400, {"decay_fraction": 0.2}),
+            "two_stage_0.1_1600": ("two_stage", 1600, {"drop_at": 0.5, "drop_lr_ratio": 0.1})}
 
 def curve_spec(form: str, kind: str, steps: int, extra: dict, *, noise: float, seed: int, evals: int = 60) -> RunSpec:
     """A simulated run of ``steps`` steps whose eval losses follow the curve law ``form``."""
@@ -71,23 +81,34 @@ def simulated_curve(name: str, spec: RunSpec):
     return run_curve(name, spec.model_dump(mode="json"), steps, loss), event[2]["expected_final_loss"]
 
 
-def draw(form: str, seed: int, *, bootstrap: int, noise: float, choose: bool = False) -> dict:
+def draw(form: str, seed: int, *, bootstrap: int, noise: float, design: str = "published", choose: bool = False) -> dict:
     """One draw: the fitted law's held-out predictions against the truth."""
-    fit = [simulated_curve(n, curve_spec(form, *v, noise=noise, seed=seed))[0] for n, v in FIT_ON.items()]
-    law = CurveLaw(forms=(MULTI_POWER, ANNEALING) if choose else (form,), held_out=choose).fit(fit)
-    if not choose:
-        law.bootstrap(bootstrap, seed)
-    out = {"chosen": law.form_, "covered": [], "error": []}
+    fit = [simulated_curve(n, curve_spec(form, *v, noise=noise, seed=seed))[0] for n, v in DESIGNS[design].items()]
+    law = CurveLaw(forms=(MULTI_POWER, ANNEALING) if choose else (form,)).fit(fit)
+    out: dict = {"chosen": law.form_, "covered": [], "covered_bootstrap": [], "error": [],
+                 "model_error": law.model_error()}
     if choose:
         return out
+    law.bootstrap(bootstrap, seed)
     for name, (kind, steps, extra) in HELD_OUT.items():
         spec = curve_spec(form, kind, steps, extra, noise=noise, seed=seed)
-        lr = lr_steps(spec.steps, PEAK, spec.schedule)
+        at = Schedule(name, lr_steps(spec.steps, PEAK, spec.schedule), np.array([spec.steps - 1]))
         truth = simulated_curve(name, spec)[1]
-        row = law.predict(Schedule(name, lr, np.array([spec.steps - 1]))).iloc[0]
+        row = law.predict(at).iloc[0]
+        alone = law.predict(at, model_error=False).iloc[0]
         out["covered"].append(bool(row.lo <= truth <= row.hi))
+        out["covered_bootstrap"].append(bool(alone.lo <= truth <= alone.hi))
         out["error"].append(abs(row.loss - truth))
     return out
+
+
+def coverage_line(label: str, covered: np.ndarray) -> str:
+    """Coverage over draws x held-out runs, its binomial SE and its SE over draws (a draw's runs share a fit)."""
+    p = covered.mean()
+    binomial = np.sqrt(p * (1 - p) / covered.size)
+    over_draws = covered.mean(axis=1).std(ddof=1) / np.sqrt(covered.shape[0]) if covered.shape[0] > 1 else np.nan
+    return (f"{label} {100 * p:.1f}% ({covered.sum()}/{covered.size}; binomial SE {100 * binomial:.1f} points, "
+            f"SE over draws {100 * over_draws:.1f})")
 
 
 def published_accuracy(seed: int) -> None:
@@ -112,9 +133,10 @@ def published_accuracy(seed: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--draws", type=int, default=40)
-    ap.add_argument("--bootstrap", type=int, default=60)
+    ap.add_argument("--draws", type=int, default=100)
+    ap.add_argument("--bootstrap", type=int, default=40)
     ap.add_argument("--noise", type=float, default=0.001)
+    ap.add_argument("--design", choices=list(DESIGNS), default="published", help="the three schedules fitted")
     ap.add_argument("--verbose", action="store_true", help="print each draw")
     ap.add_argument("--forms", nargs="+", default=[MULTI_POWER, ANNEALING], choices=[MULTI_POWER, ANNEALING])
     ap.add_argument("--choice-draws", type=int, default=10, help="draws in which both forms are fitted and one chosen")
@@ -124,21 +146,32 @@ def main() -> None:
         for seed in range(3):
             published_accuracy(seed)
         return
+    print(f"design {args.design}: fitted on {', '.join(DESIGNS[args.design])}; {args.draws} draws, "
+          f"{args.bootstrap} bootstrap replicates, noise {args.noise}")
     for form in args.forms:
         start = time.perf_counter()
         results = []
         for seed in range(args.draws):
-            results.append(draw(form, seed, bootstrap=args.bootstrap, noise=args.noise))
+            results.append(draw(form, seed, bootstrap=args.bootstrap, noise=args.noise, design=args.design))
             if args.verbose:
-                print(f"  {form} draw {seed}: covered {results[-1]['covered']}", flush=True)
-        covered = np.array([c for r in results for c in r["covered"]])
+                print(f"  {form} draw {seed}: covered {results[-1]['covered']}, bootstrap alone "
+                      f"{results[-1]['covered_bootstrap']}, model error {100 * results[-1]['model_error']:.3f}%",
+                      flush=True)
+        covered = np.array([r["covered"] for r in results])
+        alone = np.array([r["covered_bootstrap"] for r in results])
         errors = np.array([e for r in results for e in r["error"]])
-        picks = [draw(form, seed, bootstrap=0, noise=args.noise, choose=True)["chosen"]
+        picks = [draw(form, seed, bootstrap=0, noise=args.noise, design=args.design, choose=True)["chosen"]
                  for seed in range(args.choice_draws)]
-        chosen = f"true form chosen in {sum(p == form for p in picks)}/{len(picks)} draws, " if picks else ""
-        print(f"{form}: coverage of 95% intervals {100 * covered.mean():.1f}% ({covered.sum()}/{covered.size} "
-              f"held-out predictions, {args.draws} draws; goal >= 90%), mean absolute error {errors.mean():.5f}, "
-              f"{chosen}{time.perf_counter() - start:.0f} s", flush=True)
+        print(f"{form}: {coverage_line('coverage of 95% intervals', covered)}; goal >= 90%", flush=True)
+        print(f"  {coverage_line('the bootstrap alone (no model error)', alone)}")
+        print("  by held-out run: " + ", ".join(f"{n} {100 * covered[:, i].mean():.0f}% "
+                                               f"(alone {100 * alone[:, i].mean():.0f}%)"
+                                               for i, n in enumerate(HELD_OUT)))
+        model = np.array([r["model_error"] for r in results])
+        print(f"  model error (SD, log): median {100 * np.nanmedian(model):.3f}%, zero in "
+              f"{int(np.sum(model == 0))}/{model.size} draws; mean absolute error {errors.mean():.5f}; "
+              + (f"true form chosen in {sum(p == form for p in picks)}/{len(picks)} draws; " if picks else "")
+              + f"{time.perf_counter() - start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

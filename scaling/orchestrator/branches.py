@@ -64,12 +64,13 @@ class BranchRun:
 
 def cooldown_schedule(plan: "Plan", branches: BranchesPlan) -> ScheduleSpec:
     return plan.train.schedule.model_copy(
-        update={"kind": "wsd", "decay_fraction": branches.cooldown_fraction, "decay_shape": branches.shape}
+        update={"kind": "wsd", "decay_fraction": branches.cooldown_fraction, "decay_shape": branches.shape,
+                "drop_at": None, "drop_lr_ratio": None}
     )
 
 
 def trunk_schedule(plan: "Plan") -> ScheduleSpec:
-    return plan.train.schedule.model_copy(update={"kind": "constant"})
+    return plan.train.schedule.model_copy(update={"kind": "constant", "drop_at": None, "drop_lr_ratio": None})
 
 
 def rules_point(plan: "Plan", block_index: int, shape: "Shape") -> tuple[float, float, float]:

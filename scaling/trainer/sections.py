@@ -251,10 +251,12 @@ class OptimizerSpec(_Frozen):
 
 
 class ScheduleSpec(_Frozen):
-    """Learning-rate schedule: linear warmup, then cosine / warmup-stable-decay / constant."""
+    """Learning-rate schedule: linear warmup, then cosine / warmup-stable-decay / two-stage / constant
+    (each step's rate: :func:`scaling.lr_schedule.lr_at`)."""
 
-    kind: Literal["cosine", "wsd", "constant"] = Field(default=SCHEDULE_DEFAULTS["kind"],
-                                                       description="after warmup: cosine decay, wsd (warmup-stable-decay) or constant")
+    kind: Literal["cosine", "wsd", "constant", "two_stage"] = Field(
+        default=SCHEDULE_DEFAULTS["kind"],
+        description="after warmup: cosine decay, wsd (warmup-stable-decay), two_stage (a step drop) or constant")
     warmup_fraction: float = Field(default=SCHEDULE_DEFAULTS["warmup_fraction"], ge=0, lt=1, description="share of steps warming up linearly")
     # A fixed warmup length in steps, over warmup_fraction: runs of different lengths (a trunk and
     # the runs it stands for) then warm up alike.
@@ -262,9 +264,41 @@ class ScheduleSpec(_Frozen):
                                         description="a fixed warmup length in steps, over warmup_fraction (runs of different lengths warm up alike)")
     min_lr_ratio: float = Field(default=SCHEDULE_DEFAULTS["min_lr_ratio"], ge=0, le=1, description="final learning rate / peak")
     decay_fraction: float = Field(default=SCHEDULE_DEFAULTS["decay_fraction"], gt=0, le=1, description="wsd: the final share of steps that decays")
-    # wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)).
-    decay_shape: Literal["linear", "1-sqrt"] = Field(default=SCHEDULE_DEFAULTS["decay_shape"],
-                                                     description="wsd: how the decay falls, linear or 1-sqrt (Hägele et al. 2024)")
+    # wsd: how the decay falls: linear, 1-sqrt (Hägele et al. 2024: 1 - sqrt(progress)) or exponential
+    # (geometric from the peak to the floor: a constant factor per step).
+    decay_shape: Literal["linear", "1-sqrt", "exponential"] = Field(
+        default=SCHEDULE_DEFAULTS["decay_shape"],
+        description="wsd: how the decay falls: linear, 1-sqrt (Hägele et al. 2024) or exponential (geometric to the floor)")
+    # two_stage only (absent from the stored spec otherwise, so other schedules keep their run keys).
+    drop_at: Optional[float] = Field(default=SCHEDULE_DEFAULTS["drop_at"], gt=0, lt=1,
+                                     description="two_stage: the share of the run's steps before the drop")
+    drop_lr_ratio: Optional[float] = Field(default=SCHEDULE_DEFAULTS["drop_lr_ratio"], gt=0, lt=1,
+                                           description="two_stage: the second stage's learning rate / peak")
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> "ScheduleSpec":
+        two_stage = self.drop_at is not None or self.drop_lr_ratio is not None
+        if self.kind == "two_stage" and (self.drop_at is None or self.drop_lr_ratio is None):
+            meaning = {"drop_at": "drop_at (the share of the run's steps before the drop)",
+                       "drop_lr_ratio": "drop_lr_ratio (the second stage's learning rate / peak)"}
+            missing = " and ".join(m for n, m in meaning.items() if getattr(self, n) is None)
+            raise ValueError(f"kind two_stage needs {missing}")
+        if self.kind != "two_stage" and two_stage:
+            raise ValueError(f"drop_at and drop_lr_ratio are for kind two_stage, not {self.kind}")
+        if self.kind == "wsd" and self.decay_shape == "exponential" and self.min_lr_ratio <= 0:
+            raise ValueError("decay_shape exponential falls geometrically to min_lr_ratio * peak, "
+                             "so min_lr_ratio must be above 0")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The two-stage fields serialize only when set, so the specs and run keys of other schedules stay.
+        out = handler(self)
+        if isinstance(out, dict):
+            for name in ("drop_at", "drop_lr_ratio"):
+                if getattr(self, name) is None:
+                    out.pop(name, None)
+        return out
 
 
 class BranchSpec(_Frozen):

@@ -138,3 +138,37 @@ def test_every_step_of_a_long_schedule_is_predicted_through_knots() -> None:
     every = law_at(form(MULTI_POWER), THETA, lr, steps)[0]
     some = np.array([2160, 7999, 8000, 8003, 8020, 8100, 9000, 15999])
     assert np.max(np.abs(every[some - 2160] - multi_power_exact(THETA, lr, some))) < 1e-4
+
+
+def test_model_error_is_added_in_quadrature_and_keeps_withheld_intervals_withheld() -> None:
+    from scaling.fitting.core.intervals import add_model_error
+
+    value, lo, hi = np.array([2.0, 2.0, 2.0]), np.array([1.9, 1.99, np.nan]), np.array([2.2, 2.01, np.nan])
+    new_lo, new_hi = add_model_error(value, lo, hi, 0.01)
+    z = 1.959963984540054
+    assert new_lo[0] == pytest.approx(2.0 * np.exp(-np.hypot(np.log(2.0 / 1.9), z * 0.01)))
+    assert new_hi[1] == pytest.approx(2.0 * np.exp(np.hypot(np.log(2.01 / 2.0), z * 0.01)))
+    assert np.all(new_lo[:2] < lo[:2]) and np.all(new_hi[:2] > hi[:2]) and np.all(new_lo[:2] > 0)
+    assert np.isnan(new_lo[2]) and np.isnan(new_hi[2])  # withheld stays withheld
+    same = add_model_error(value, lo, hi, 0.0)
+    assert np.array_equal(same[0][:2], lo[:2]) and np.array_equal(same[1][:2], hi[:2])
+
+
+def test_predicted_intervals_hold_the_held_out_error_beyond_the_noise(fitted) -> None:
+    """The model error is the curves' left-out error less the fit's noise; every interval holds the
+    bootstrap's and widens it by it; the law stores both and says so."""
+    law, curves = fitted
+    held = law.held_out_[law.form_]
+    noise = law.noise_[law.form_]
+    expected = np.sqrt(max(0.0, np.mean([h["rmsle"] ** 2 for h in held]) - noise**2))
+    assert law.model_error() == pytest.approx(expected) and law.model_error() > 0
+    assert 0.0005 < noise < 0.003  # the curves' noise: 0.003 on losses near 3
+    target = [c for c in curves if c.run == "wsd_linear"]
+    wide, alone = law.predict(target), law.predict(target, model_error=False)
+    ok = wide["lo"].notna()
+    assert ok.any() and np.all(wide["lo"][ok] < alone["lo"][ok]) and np.all(wide["hi"][ok] > alone["hi"][ok])
+    assert np.all((wide["lo"][ok] < wide["loss"][ok]) & (wide["loss"][ok] < wide["hi"][ok]))
+    again = CurveLaw.from_dict(law.to_dict())
+    assert again.model_error() == pytest.approx(law.model_error())
+    assert "model error beyond the noise" in law.table()
+    assert np.isnan(CurveLaw(held_out=False).fit(curves[:3]).model_error())  # no curve left out: none known

@@ -67,6 +67,29 @@ def test_a_sweep_of_simulated_curves_is_read_with_its_rates_and_predicts_a_held_
 
 @pytest.mark.parametrize("form", [ANNEALING])
 def test_held_out_intervals_cover_the_truth_in_a_few_draws(form: str) -> None:
-    """A quick version of benchmarks/bench_curve_coverage.py (two draws; the benchmark runs forty)."""
+    """A quick version of benchmarks/bench_curve_coverage.py (two draws; the benchmark runs a hundred)."""
     covered = [c for seed in range(2) for c in draw(form, seed, bootstrap=20, noise=0.001)["covered"]]
     assert np.mean(covered) >= 0.75, covered
+
+
+def test_a_simulated_two_stage_run_drops_below_the_constant_run_at_its_drop() -> None:
+    """The simulated trainer steps a two-stage schedule by the one rate function: its curve is the constant
+    run's until the drop, then falls below it at once (later the constant run, moving faster at its higher
+    rate, overtakes it on these short runs: the law's own trade-off)."""
+    from scaling.trainer.simulate import simulated_run
+
+    def curve(kind: str, extra: dict) -> tuple[np.ndarray, np.ndarray]:
+        spec = curve_spec(MULTI_POWER, kind, 1600, extra, noise=0.0, seed=0, evals=40)
+        rows, _, _ = simulated_run(spec, None)
+        evals = sorted((s, v) for s, _, _, name, v in rows if name == "eval/loss")
+        return np.array([s for s, _ in evals]), np.array([v for _, v in evals])
+
+    spec = curve_spec(MULTI_POWER, "two_stage", 1600, {"drop_at": 0.5, "drop_lr_ratio": 0.3}, noise=0.0, seed=0)
+    lr = lr_steps(spec.steps, 3e-4, spec.schedule)
+    assert lr[799] == pytest.approx(3e-4) and lr[800] == pytest.approx(9e-5)
+    steps, two_stage = curve("two_stage", {"drop_at": 0.5, "drop_lr_ratio": 0.3})
+    same, constant = curve("constant", {})
+    assert np.array_equal(steps, same)
+    before = steps <= 800  # a row at step s follows the rates of steps 0 .. s-1
+    np.testing.assert_allclose(two_stage[before], constant[before], rtol=1e-12)
+    assert constant[~before][0] - two_stage[~before][0] > 0.01

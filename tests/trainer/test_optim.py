@@ -137,3 +137,33 @@ def test_adamw_is_fused_on_the_cpu_and_cuda() -> None:
     from scaling.trainer.runtime import Runtime
 
     assert fused_optimizer(Runtime.current("cpu")) is True
+
+
+@pytest.mark.parametrize("schedule", [
+    {"kind": "two_stage", "warmup_steps": 4, "drop_at": 0.5, "drop_lr_ratio": 0.3},
+    {"kind": "wsd", "warmup_steps": 4, "decay_fraction": 0.5, "decay_shape": "exponential", "min_lr_ratio": 0.1},
+])
+def test_a_real_run_steps_by_the_rates_the_curve_laws_rebuild_from_its_spec(make_spec, registered, tmp_path,
+                                                                             schedule: dict) -> None:
+    """24 real steps: the rate the loop recorded at every step is the one the fits rebuild from the stored spec."""
+    import numpy as np
+
+    from scaling import vocab
+    from scaling.db import connect
+    from scaling.fitting.curves.data import run_curve
+    from scaling.lr_schedule import lr_steps
+    from scaling.trainer import train
+
+    spec = make_spec(schedule=schedule, execution={"eval_interval": 4})
+    url = registered(spec)
+    train(spec, url, tmp_path / "run")
+    rows = connect(url).metrics(run_keys=[spec.key])
+    lr = rows[rows["name"] == vocab.LEARNING_RATE].sort_values("step")
+    evals = rows[rows["name"] == vocab.EVAL_LOSS].sort_values("step")
+    rebuilt = lr_steps(spec.steps, 3e-3, spec.schedule)
+    assert len(lr) == 24 and np.allclose(lr["value"], rebuilt[lr["step"].to_numpy() - 1], rtol=1e-6)
+    runs = connect(url).runs()
+    stored = runs[runs["run_key"] == spec.key].iloc[0]["spec"]  # the spec as the database holds it
+    curve = run_curve(spec.key, stored, evals["step"].to_numpy(), evals["value"].to_numpy(float))
+    assert np.array_equal(curve.lr, rebuilt) and curve.steps.size == 6
+    assert len(set(np.round(rebuilt[4:], 12))) > 1  # the schedule does change after warmup

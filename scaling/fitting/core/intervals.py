@@ -18,8 +18,8 @@ from scipy.stats import norm
 
 from scaling.fmt import NO_INTERVAL, Interval, interval_text
 
-__all__ = ["LEVEL", "NO_INTERVAL", "Interval", "interval_text", "orders_of_magnitude", "summarise", "widen_log",
-           "withheld"]
+__all__ = ["LEVEL", "NO_INTERVAL", "Interval", "add_model_error", "interval_text", "orders_of_magnitude", "summarise",
+           "widen_log", "withheld"]
 
 #: The two-sided level of every reported interval.
 LEVEL = 0.95
@@ -117,3 +117,20 @@ def widen_log(iv: dict[str, Any], half_width: float, why: str) -> dict[str, Any]
     out["widened"] = why
     return out
 
+
+
+def add_model_error(value: ArrayLike, lo: ArrayLike, hi: ArrayLike, sigma_log: float) -> tuple[np.ndarray, np.ndarray]:
+    """95% intervals ``lo``..``hi`` of positive predictions ``value`` (a bootstrap's: the parameters' uncertainty)
+    with a model error of SD ``sigma_log`` (in log) added: on a log scale each side's distance from the
+    value combined in quadrature with z * ``sigma_log`` (independent errors: their variances add).
+
+    The curve laws' model error is their held-out error beyond noise; an interval withheld (NaN) stays withheld.
+    """
+    value, lo, hi = (np.asarray(x, dtype=float) for x in (value, lo, hi))
+    if not (sigma_log > 0 and math.isfinite(sigma_log)):
+        return lo, hi
+    extra = (norm.ppf(1 - (1 - LEVEL) / 2) * sigma_log) ** 2
+    with np.errstate(all="ignore"):
+        below = np.sqrt(np.log(value / lo) ** 2 + extra)
+        above = np.sqrt(np.log(hi / value) ** 2 + extra)
+        return value * np.exp(-below), value * np.exp(above)

@@ -3,10 +3,10 @@
 For a run of ``steps`` steps (its warmup and peak rate given), the fitted curve law predicts the
 final loss of a cosine decay to ``floor`` x peak and of warmup-stable-decay schedules that decay
 over the last 10%, 20% or 30% of the steps, linearly or exponentially (Luo et al.'s two WSD
-variants). Each prediction carries the bootstrap's 95% interval. No schedule is named best by a law
-doubted for more than its parameters (its design, its plausibility); otherwise the best is the
-lowest prediction, and the schedules whose bootstrap paired difference to it does not exclude zero
-are listed as not told apart from it.
+variants). Each prediction carries the bootstrap's 95% interval with the law's model error added.
+No schedule is named best by a law doubted for more than its parameters (its design, its
+plausibility); otherwise the best is the lowest prediction, and the schedules whose bootstrap paired
+difference to it does not exclude zero are listed as not told apart from it.
 
 :func:`run_schedule_advice` answers for a sweep's recommended run, from the curve law of its size
 (:mod:`scaling.fitting.curves.sweep`), at the recipe that law was fitted with; it refuses, saying why,
@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling.errors import FitError
-from scaling.fitting.core.intervals import summarise
+from scaling.fitting.core.intervals import add_model_error, summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
 from scaling.fitting.curves.sweep import SizeCurves
 from scaling.fmt import Interval, num, size
+from scaling.lr_schedule import lr_steps, schedule_of
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.curves.sweep import SweepCurves
@@ -39,25 +40,16 @@ DECAY_FRACTIONS = (0.1, 0.2, 0.3)
 
 
 def schedules_for(steps: int, peak: float, warmup: int, floor: float = 0.1) -> dict[str, np.ndarray]:
-    """Every compared schedule's rate at each step 0 .. ``steps`` - 1 (linear warmup from 0 to ``peak``)."""
+    """Every compared schedule's rate at each step 0 .. ``steps`` - 1, as the trainer would step them
+    (:func:`scaling.lr_schedule.lr_steps`; ``warmup`` steps of linear warmup to ``peak``, decays to ``floor`` x peak)."""
     if not (steps > warmup + 1 and warmup >= 0 and peak > 0 and 0 < floor < 1):
         raise FitError("schedule advice needs steps beyond the warmup, a positive peak and a floor between 0 and 1")
-    base = np.full(steps, peak)
-    base[:warmup] = peak * np.arange(warmup) / max(warmup, 1)
-    low = floor * peak
-    out = {}
-    cos = base.copy()
-    u = (np.arange(warmup, steps) - warmup) / max(1, steps - 1 - warmup)
-    cos[warmup:] = low + 0.5 * (peak - low) * (1 + np.cos(np.pi * u))
-    out["cosine"] = cos
+    common = {"warmup_steps": warmup, "min_lr_ratio": floor}
+    out = {"cosine": lr_steps(steps, peak, schedule_of({"kind": "cosine", **common}))}
     for frac in DECAY_FRACTIONS:
-        start = max(warmup, steps - int(round(frac * steps)))
-        u = (np.arange(start, steps) - start) / max(1, steps - 1 - start)
-        lin, exp = base.copy(), base.copy()
-        lin[start:] = peak * (1 - u) + low * u
-        exp[start:] = peak ** (1 - u) * low ** u
-        out[f"wsd {int(round(100 * frac))}% linear"] = lin
-        out[f"wsd {int(round(100 * frac))}% exponential"] = exp
+        for shape in ("linear", "exponential"):
+            wsd = schedule_of({"kind": "wsd", "decay_fraction": frac, "decay_shape": shape, **common})
+            out[f"wsd {int(round(100 * frac))}% {shape}"] = lr_steps(steps, peak, wsd)
     return out
 
 
@@ -97,7 +89,8 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         values[name] = float(law.loss_at(lr, [steps - 1])[0])
         if reps is not None and reps.shape[0] >= 2:
             draws[name] = law_at(f, reps, lr, np.array([steps - 1]))[:, 0]
-    losses = {n: Interval.of(summarise(draws.get(n, []), v)) for n, v in values.items()}
+    losses = {n: Interval.of(_with_model_error(summarise(draws.get(n, []), v), law.model_error()))
+              for n, v in values.items()}
     order = sorted(values, key=lambda n: values[n])
     verdicts = [d for d in law.doubts() if not d.kind.about_parameters]
     if verdicts:  # doubts about parameters alone leave the answer to the bootstrap's paired differences
@@ -111,6 +104,15 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         if diff.lo is None or diff.lo <= 0:
             tied.append(other)
     return ScheduleAdvice(steps, losses, best, tied)
+
+
+def _with_model_error(iv: dict[str, Any], sigma_log: float) -> dict[str, Any]:
+    """A predicted loss's bootstrap summary with the law's model error added to its interval, as
+    :meth:`CurveLaw.predict` adds it (the paired differences between schedules share it and stay as they are)."""
+    if not (sigma_log > 0 and math.isfinite(iv.get("lo", math.nan)) and math.isfinite(iv.get("hi", math.nan))):
+        return iv
+    lo, hi = add_model_error(iv["value"], iv["lo"], iv["hi"], sigma_log)
+    return {**iv, "lo": float(lo), "hi": float(hi), "se": math.nan}  # the bootstrap's SE no longer spans it
 
 
 #: A size's curve law speaks for a run within this share of its N (a curve law holds for one model size).

@@ -8,7 +8,11 @@ the form with the lower mean held-out error is chosen and the other is shown bes
 come from a bootstrap over whole curves: each replicate weighs the curves by Dirichlet(1) weights
 (the Bayesian bootstrap, which keeps every schedule in every replicate) and redraws each curve's
 residuals in blocks, then refits; an interval is the replicates' 2.5-97.5% range
-(:func:`scaling.fitting.core.intervals.summarise`).
+(:func:`scaling.fitting.core.intervals.summarise`). A prediction's interval adds the law's model error
+(:meth:`CurveLaw.model_error`: how far curves left out of the fit lie from their prediction, beyond the
+noise of their evaluations), as the loss laws widen theirs by their backtest's error: the bootstrap
+only moves the parameters, and the few curves a law is fitted on leave shapes of the law near the
+best fit that predict other schedules differently (:func:`~scaling.fitting.core.intervals.add_model_error`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+from scipy.stats import norm
 
 from scaling.curve_forms import FORMS, MULTI_POWER, Areas, areas, warmup_end
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.base import MAX_DECADES
-from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise
+from scaling.fitting.core.intervals import LEVEL, add_model_error, orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule, schedules_from_frame
 from scaling.fitting.curves.laws import DROP_STARTS, Form, first_stage, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num
@@ -65,6 +70,17 @@ def percentile_bounds(draws: np.ndarray, value: np.ndarray) -> tuple[np.ndarray,
         lo, hi = np.nanquantile(np.where(finite, draws, np.nan), [q, 1 - q], axis=0) if draws.size else (value, value)
     ok = enough & (lo <= value) & (value <= hi) & (hi - lo > 1e-9 * np.abs(value)) & np.isfinite(value)
     return np.where(ok, np.maximum(lo, 0.0), np.nan), np.where(ok, hi, np.nan)
+
+
+def curve_noise(losses: Sequence[np.ndarray]) -> float:
+    """The evaluations' noise (SD, in log) from the curves alone: the second differences of each curve's log loss
+    (variance 6 SD^2 for independent noise), pooled, their median absolute value over 0.6745 sqrt(6); NaN under
+    3 points. Free of the law, it is not inflated where the law misfits the curves (the fit's residuals are), and
+    the median passes over a schedule's sharp turns (about 1e-4 on noiseless published curves, against noise 1e-3)."""
+    d2 = [np.diff(np.log(y), 2) for y in losses if y.size >= 3]
+    if not d2:
+        return math.nan
+    return float(np.median(np.abs(np.concatenate(d2))) / (norm.ppf(0.75) * math.sqrt(6.0)))
 
 
 def knots(lr: np.ndarray, steps: np.ndarray, count: int = MAX_DIRECT_POINTS) -> np.ndarray:
@@ -190,9 +206,9 @@ def _same_schedule(a: np.ndarray, b: np.ndarray) -> bool:
 class CurveLaw(Doubtful):
     """Loss curves in their learning-rate schedule (scikit-learn style: ``fit``, ``predict``, ``bootstrap``).
 
-    After :meth:`fit`: ``params_`` (form -> parameter dict), ``held_out_`` (form -> per curve MAE and
-    relative error when left out), ``form_`` (the chosen form); after :meth:`bootstrap`:
-    ``replicates_`` (form -> rows of parameters).
+    After :meth:`fit`: ``params_`` (form -> parameter dict), ``held_out_`` (form -> per curve MAE, relative
+    error and RMS log error when left out), ``noise_`` (form -> the evaluations' noise, :func:`curve_noise`), ``form_`` (the
+    chosen form); after :meth:`bootstrap`: ``replicates_`` (form -> rows of parameters).
     """
 
     kind = "curve"
@@ -202,6 +218,7 @@ class CurveLaw(Doubtful):
         self.held_out = held_out
         self.params_: dict[str, dict[str, float]] = {}
         self.cost_: dict[str, float] = {}
+        self.noise_: dict[str, float] = {}
         self.held_out_: dict[str, list[dict[str, Any]]] = {}
         self.replicates_: dict[str, np.ndarray] = {}
         self.form_: Optional[str] = None
@@ -229,6 +246,7 @@ class CurveLaw(Doubtful):
             theta, cost = _Fit(f, parts).best()
             self.params_[name] = dict(zip(f.params, map(float, theta)))
             self.cost_[name] = cost
+            self.noise_[name] = curve_noise([y for _, y in parts])
         if self.held_out and len(curves) >= 2:
             for name in self.forms:
                 self.held_out_[name] = self._leave_one_out(form(name), curves, pts)
@@ -249,8 +267,10 @@ class CurveLaw(Doubtful):
             pred = law_at(f, theta, c.lr, c.steps[c.steps >= warmup_end(c.lr)])[0]
             y = c.loss[c.steps >= warmup_end(c.lr)]
             shown = law_at(f, theta, c.lr, pts[i][0])[0]  # the prediction at the fitted evaluations, to draw
+            with np.errstate(all="ignore"):
+                rmsle = float(np.sqrt(np.mean(np.log(pred / y) ** 2)))
             out.append({"run": c.run, "mae": float(np.mean(np.abs(pred - y))),
-                        "mre": float(np.mean(np.abs(pred - y) / y)),
+                        "mre": float(np.mean(np.abs(pred - y) / y)), "rmsle": rmsle,
                         "steps": pts[i][0].tolist(), "pred": shown.tolist()})
         return out
 
@@ -258,6 +278,17 @@ class CurveLaw(Doubtful):
         """The form's mean absolute error on curves left out of its fit (NaN without held-out fits)."""
         errs = [e["mae"] for e in self.held_out_.get(name, [])]
         return float(np.mean(errs)) if errs and np.all(np.isfinite(errs)) else math.nan
+
+    def model_error(self, name: Optional[str] = None) -> float:
+        """The form's model error (SD, in log) a prediction's interval adds to its parameters' uncertainty:
+        the RMS log error of the curves left out of the fit, less the evaluations' noise (:func:`curve_noise`,
+        in quadrature); 0 where the held-out curves lie within their noise, NaN without held-out fits."""
+        name = name or self.form_
+        errs = [e.get("rmsle", math.nan) for e in self.held_out_.get(name or "", [])]
+        noise = self.noise_.get(name or "", math.nan)
+        if not errs or not np.all(np.isfinite(errs)) or not math.isfinite(noise):
+            return math.nan
+        return math.sqrt(max(0.0, float(np.mean(np.square(errs))) - noise**2))
 
     def _choose(self) -> str:
         errors = {n: self.held_out_error(n) for n in self.forms}
@@ -343,11 +374,14 @@ class CurveLaw(Doubtful):
         out = law_at(form(form_name or self.form_), self.theta(form_name), lr, np.asarray(steps, np.int64))[0]
         return np.where(out > 0, out, np.nan)
 
-    def predict(self, schedules: "Schedule | Sequence[Schedule] | pd.DataFrame | str", form_name: Optional[str] = None) -> pd.DataFrame:
+    def predict(self, schedules: "Schedule | Sequence[Schedule] | pd.DataFrame | str", form_name: Optional[str] = None,
+                *, model_error: bool = True) -> pd.DataFrame:
         """The predicted loss with its 95% interval at each wanted step: columns ``run, step, loss, lo, hi``.
 
         ``schedules``: :class:`Schedule` objects, a table or CSV path of ``run, step, lr`` (optional
-        ``predict`` 0/1). ``lo``/``hi`` are NaN without a bootstrap, or where the interval is withheld.
+        ``predict`` 0/1). ``lo``/``hi`` are NaN without a bootstrap, or where the interval is withheld;
+        they hold the bootstrap's parameter uncertainty and the law's :meth:`model_error` (the former only
+        with ``model_error=False``: to measure what each contributes).
         """
         from pathlib import Path
 
@@ -371,6 +405,8 @@ class CurveLaw(Doubtful):
             hi = np.full(steps.size, np.nan)
             if reps is not None and reps.shape[0] >= 2 and steps.size:
                 lo, hi = percentile_bounds(law_at(f, reps, s.lr, steps, INTERVAL_POINTS), value)
+                if model_error:
+                    lo, hi = add_model_error(value, lo, hi, self.model_error(name))
                 wide = (hi - lo) > UNDETERMINED_WIDTH * value
                 if np.any(wide) or np.any(np.isnan(lo) & np.isfinite(value)):
                     self._flag_undetermined(s.run)
@@ -421,13 +457,17 @@ class CurveLaw(Doubtful):
             if math.isfinite(err):
                 mre = float(np.mean([e["mre"] for e in self.held_out_[name]]))
                 lines.append(f"  held-out error (each curve left out): MAE {num(err, 3)}, relative {100 * mre:.3g}%")
+                model = self.model_error(name)
+                if name == self.form_ and math.isfinite(model):
+                    lines.append(f"  model error beyond the noise ({100 * self.noise_[name]:.3g}%): {100 * model:.3g}% "
+                                 "of the loss (SD), in every predicted interval")
         for note in self.notes_:
             lines.append(f"note: {note}")
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "forms": list(self.forms), "form": self.form_, "params": self.params_,
-                "cost": self.cost_, "held_out": self.held_out_, "runs": self.runs_, "n_points": self.n_points_,
+                "cost": self.cost_, "noise": self.noise_, "held_out": self.held_out_, "runs": self.runs_, "n_points": self.n_points_,
                 "replicates": {k: v.tolist() for k, v in self.replicates_.items()},
                 "doubts": stored(self.doubts_), "notes": [str(n) for n in self.notes_]}
 
@@ -437,6 +477,7 @@ class CurveLaw(Doubtful):
         law.form_ = d.get("form")
         law.params_ = {k: {p: float(v) for p, v in ps.items()} for k, ps in (d.get("params") or {}).items()}
         law.cost_ = dict(d.get("cost") or {})
+        law.noise_ = {k: float(v) for k, v in (d.get("noise") or {}).items()}
         law.held_out_ = dict(d.get("held_out") or {})
         law.runs_ = list(d.get("runs") or [])
         law.n_points_ = int(d.get("n_points") or 0)

@@ -36,10 +36,10 @@ SHAPE_TOLERANCE = 0.01
 #: Why a sweep has no curve law when no size was trained under two schedules.
 NO_TWO_SCHEDULES = ("no curve law: no model size was trained under two schedules of one recipe (peak rate, batch), "
                     "and a single schedule cannot separate the annealing term")
-#: The fields of a run's schedule that change its shape after warmup.
-SHAPE_FIELDS = ("kind", "min_lr_ratio", "decay_fraction", "decay_shape")
-#: How many of :data:`SHAPE_FIELDS` a kind of schedule uses (a constant rate: its kind only; a cosine: its floor too).
-SHAPE_USES = {"constant": 1, "cosine": 2}
+#: The fields of a run's schedule that change its shape after warmup, by its kind.
+SHAPE_FIELDS = {"constant": ("kind",), "cosine": ("kind", "min_lr_ratio"),
+                "wsd": ("kind", "min_lr_ratio", "decay_fraction", "decay_shape"),
+                "two_stage": ("kind", "drop_at", "drop_lr_ratio")}
 
 
 def _two_schedules_somewhere(url: str, sweep: Optional[str]) -> bool:
@@ -59,7 +59,7 @@ def _two_schedules_somewhere(url: str, sweep: Optional[str]) -> bool:
         spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
         schedule = schedule_of(spec.get("schedule"))
         recipe = (run.get("N"), (spec.get("optimizer") or {}).get("lr"), spec.get("batch_tokens"))
-        shape = tuple(getattr(schedule, f) for f in SHAPE_FIELDS[:SHAPE_USES.get(schedule.kind, len(SHAPE_FIELDS))])
+        shape = tuple(getattr(schedule, f) for f in SHAPE_FIELDS.get(schedule.kind, SHAPE_FIELDS["wsd"]))
         seen.setdefault(recipe, set()).add(shape)
     return any(len(shapes) > 1 for shapes in seen.values())
 
