@@ -232,7 +232,7 @@ def divisors(n: int) -> list[int]:
 
 def split(sequences: int, dp: int, requested: Optional[int]) -> tuple[int, int]:
     """(micro-batch size, micro-batches) of the largest data-parallel share, as
-    :func:`scaling.accounting.micro_batches` splits it (in closed form: no list per micro-batch)."""
+    :func:`scaling.batching.micro_batches` splits it (in closed form: no list per micro-batch)."""
     largest = -(-sequences // dp)
     size = min(requested or largest, largest)
     m = -(-largest // size)

@@ -142,7 +142,7 @@ def test_shape_policy() -> None:
 
 
 def test_batch_problem_refuses_partial_sequences_and_idle_workers() -> None:
-    from scaling.accounting import batch_problem
+    from scaling.batching import batch_problem
 
     assert batch_problem(1024, 256) is None and batch_problem(1024, 256, workers=4) is None
     assert "less than one sequence" in (batch_problem(100, 256) or "")
@@ -157,7 +157,7 @@ def test_batch_problem_refuses_partial_sequences_and_idle_workers() -> None:
 def test_micro_batch_size_is_the_largest_forward_pass(batch: int, world: int, requested: int | None,
                                                       expected: int) -> None:
     """The one derivation of b: the largest micro-batch any rank runs when micro_batches splits the batch."""
-    from scaling.accounting import micro_batch_size, micro_batches
+    from scaling.batching import micro_batch_size, micro_batches
 
     assert micro_batch_size(batch, world, requested) == expected
     shares = [(r + 1) * batch // world - r * batch // world for r in range(world)]

@@ -2,7 +2,7 @@
 
 - the device a run trains on: :func:`scaling.trainer.resolve.decide_device` (its precision, layout,
   memory model and rate all follow from it, for `scaling plan`, `scaling train` and the sweep alike);
-- a batch rounded to whole sequences: :func:`scaling.accounting.whole_sequences`;
+- a batch rounded to whole sequences: :func:`scaling.batching.whole_sequences`;
 - a hyperparameter group's label, written and shown: :mod:`scaling.naming` (``group_label``,
   ``point_label``, ``group_title``);
 - a task metric's name read back (``task/<task>/<kind>``): :func:`scaling.vocab.task_metric_parts`
@@ -26,7 +26,7 @@ RULES: dict[str, tuple[str, re.Pattern[str]]] = {
     # "cuda" if <anything> (else "cpu"): a device decided anywhere but the resolver
     "device": ("trainer/resolve.py", re.compile(r"""["']cuda["']\s+if\b|\belse\s+["']cpu["']""")),
     # round(x / context) * context, however spelled
-    "batch rounding": ("accounting.py", re.compile(r"round\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*/\s*(?:ctx|context)\b")),
+    "batch rounding": ("batching.py", re.compile(r"round\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*/\s*(?:ctx|context)\b")),
     # LxWxH D=...: a group label composed, N=..., D=...: a point's label, [ND]=: a label read
     "group label": ("naming.py",
                     re.compile(r"\}x\{[^\"'\n]*\}x\{[^\"'\n]*D=|N=\{num\([^}\n]*\}, D=\{num\(|\[ND\]\)=")),
@@ -90,7 +90,7 @@ def test_the_one_device_rule() -> None:
 
 
 def test_the_one_batch_rounding() -> None:
-    from scaling.accounting import batch_problem, whole_sequences
+    from scaling.batching import batch_problem, whole_sequences
 
     assert whole_sequences(700.0, 128) == 640 and whole_sequences(10.0, 128) == 128  # at least one sequence
     assert all(batch_problem(whole_sequences(t, 96), 96) is None for t in (1.0, 95.0, 1000.0, 1e6))

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from scaling import fmt
-from scaling.accounting import whole_sequences
+from scaling.batching import whole_sequences
 from scaling.errors import FieldProblem
 from scaling.rules import HPARAM_CHECKS
 from scaling.schema import StrictModel

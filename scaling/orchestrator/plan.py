@@ -30,7 +30,8 @@ from pydantic import (
 
 from scaling import layout, rules
 from scaling import fmt
-from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
+from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice
+from scaling.batching import batch_problem, whole_sequences
 from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
 from scaling.errors import FieldProblem, PlanError, UserError

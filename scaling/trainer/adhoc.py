@@ -31,7 +31,8 @@ def check_memory(spec: RunSpec) -> float:
     """The estimated memory of ``spec`` trained alone here, in GiB; refused (ResourceError, one line)
     before anything is built when it exceeds this machine's device (the GPU's memory, or the host's
     RAM on CPU; the spec's ``device_memory_gib`` if set)."""
-    from scaling.accounting import check_fits, micro_batch_size
+    from scaling.accounting import check_fits
+    from scaling.batching import micro_batch_size
     from scaling.memory import estimate_memory
     from scaling.trainer.probe import device_memory_bytes
     from scaling.trainer.runtime import Runtime

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from scaling import vocab as names
-from scaling.accounting import micro_batches
+from scaling.batching import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer.checkpoints import checkpoint, lineage
 from scaling.trainer import faults

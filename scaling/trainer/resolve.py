@@ -21,7 +21,8 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from scaling import layout
-from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits, micro_batch_size
+from scaling.accounting import GIB, MAX_DEVICE_GIB, check_fits
+from scaling.batching import micro_batch_size
 from scaling.errors import FieldProblem, ResourceError, SpecError
 from scaling.trainer.spec import RunSpec, precision_problem
 from scaling.trainer.sections import DataSpec, ExecutionSpec

@@ -506,7 +506,7 @@ class Recipe(_Frozen):
     precision: PrecisionChoice = Field(default="auto", description="fp32, bf16, fp16 or auto (decided per machine)")
     optimizer: OptimizerSpec = Field(default=OptimizerSpec(), description="AdamW's settings")
     schedule: ScheduleSpec = Field(default=ScheduleSpec(), description="the learning-rate schedule")
-    # A whole number of sequences (scaling.accounting.batch_problem says why one is refused).
+    # A whole number of sequences (scaling.batching.batch_problem says why one is refused).
     batch_tokens: int = Field(default=8192, gt=0, description="global batch size in tokens")
     grad_clip: float = Field(default=1.0, ge=0, description="gradient norm clip (0: none)")
     spike: SpikeSpec = Field(default=SpikeSpec(), description="loss-spike rollback")
@@ -562,7 +562,7 @@ class Placement(_Frozen):
     gpus_per_worker: float = Field(default=0, ge=0, le=64, description="GPUs Ray reserves per worker (0: CPU)")
     # Sequences per forward pass at most (None: a worker's whole share). A share is split into
     # equally many micro-batches on every worker, their sizes differing by at most one
-    # (scaling.accounting.micro_batches).
+    # (scaling.batching.micro_batches).
     micro_batch_size: Optional[int] = Field(default=None, gt=0, strict=True, description="sequences per worker")
     activation_checkpointing: bool = Field(default=False, description="recompute activations in the backward pass")
     device_memory_gib: Optional[float] = Field(default=None, gt=0, le=MAX_DEVICE_MEMORY_GIB,

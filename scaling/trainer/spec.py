@@ -30,14 +30,8 @@ from pydantic import (
 from scaling import safe_yaml
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import checked
-from scaling.accounting import (
-    FlopsConvention,
-    ParamsConvention,
-    PrecisionChoice,
-    Shape,
-    batch_problem,
-    micro_batch_size,
-)
+from scaling.accounting import FlopsConvention, ParamsConvention, PrecisionChoice, Shape
+from scaling.batching import batch_problem, micro_batch_size
 from scaling.accounting import TRAINER_SCHEDULES
 from scaling.errors import FieldProblem, SpecError
 from scaling.naming import printable_problem

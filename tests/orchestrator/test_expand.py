@@ -143,7 +143,7 @@ def test_plan_sections_are_the_specs_own() -> None:
 
 def test_micro_batch_has_one_derivation() -> None:
     """The planner's memory estimate uses the micro-batch the trainer runs (scaling.accounting)."""
-    from scaling.accounting import micro_batches
+    from scaling.batching import micro_batches
 
     for seqs, workers, requested in [(10, 1, None), (10, 3, None), (10, 3, 2), (10, 2, 3), (10, 4, 1), (9, 1, 4)]:
         plan = _plan(train={"batch_tokens": 64 * seqs, "precision": "fp32"},

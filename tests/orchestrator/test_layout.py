@@ -18,7 +18,8 @@ import pytest
 import yaml
 from cli_run import run_cli
 
-from scaling.accounting import GIB, Shape, micro_batch_size, micro_batches
+from scaling.accounting import GIB, Shape
+from scaling.batching import micro_batch_size, micro_batches
 from scaling.accounting import ParallelLayout
 from scaling.layout import SCHEDULES, Machine, Request, choose, evaluate, layouts, no_layout_problem
 

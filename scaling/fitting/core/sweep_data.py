@@ -54,10 +54,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
         check_stored_losses(runs, f"sweep {sweep!r}")
-        left_out = int(runs["run_key"].isin(leave_out).sum())
-        runs = runs[~runs["run_key"].isin(leave_out)]
-        if len(runs) == 0:
-            raise FitError(f"sweep {sweep!r} has no completed runs to fit once its {left_out} left-out runs are set aside")
+        runs, left_out = _without(runs, leave_out, sweep)
         params_conv = str(info.get("params_convention") or "non_embedding")
         flops_conv = str(info.get("flops_convention") or "6N")
         unique, columns = None, ["N", "D", "C", "loss"]
@@ -97,6 +94,25 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         r_star=r_star,
         unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
+    _note_sources(data, runs, hp_notes, predicted_notes, left_out)
+    if hp_runs is not None:
+        data.hparam_runs, data.hparam_mode = hp_runs, hparams
+    return data, sweep
+
+
+def _without(runs: pd.DataFrame, leave_out: frozenset[str], sweep: str) -> tuple[pd.DataFrame, int]:
+    """``runs`` less those keyed in ``leave_out``, and how many were left out; none left is refused."""
+    left_out = int(runs["run_key"].isin(leave_out).sum())
+    runs = runs[~runs["run_key"].isin(leave_out)]
+    if len(runs) == 0:
+        raise FitError(f"sweep {sweep!r} has no completed runs to fit once its {left_out} left-out runs are set aside")
+    return runs, left_out
+
+
+def _note_sources(data: FitData, runs: pd.DataFrame, hp_notes: list[str], predicted_notes: tuple[str, ...],
+                  left_out: int) -> None:
+    """Say among ``data``'s notes where its points come from: tuned groups, finals predicted by early
+    stopping or from trunks, runs left out."""
     data.notes.extend(hp_notes)
     data.predicted_finals = predicted_finals(runs)
     if data.predicted_finals:
@@ -106,9 +122,6 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if left_out:
         data.notes.append(f"{left_out} mixture-of-experts run(s) left out of these laws: the laws of sparsity fit them, "
                           f"with N their active parameters")
-    if hp_runs is not None:
-        data.hparam_runs, data.hparam_mode = hp_runs, hparams
-    return data, sweep
 
 
 def predicted_finals(runs: pd.DataFrame) -> int:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from scaling import accounting
+from scaling import batching
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
 from scaling.fitting.core.intervals import interval_text, summarise, withheld
@@ -746,7 +746,7 @@ def whole_sequences(tokens: float, run: dict[str, Any]) -> int:
     shape = run.get("shape") if isinstance(run.get("shape"), dict) else {}
     context = shape.get("context")
     if isinstance(context, int) and context > 0:
-        return accounting.whole_sequences(tokens, context)
+        return batching.whole_sequences(tokens, context)
     return int(round(tokens))
 
 
