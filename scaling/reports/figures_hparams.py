@@ -208,7 +208,7 @@ def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = Non
     (or why there is none) also given to ``page`` for the first screen (:meth:`scaling.reports.blocks.Page.answer`)."""
 
     def answer(lr: str, batch: str, title: str = "") -> None:
-        if page is not None and hasattr(page, "answer"):
+        if page is not None:
             page.answer("learning rate", lr, f"#{SECTION_ID}", title)
             page.answer("batch (tokens)", batch, f"#{SECTION_ID}", title)
 
@@ -267,13 +267,13 @@ def _or_why(iv: dict[str, Any] | None, why: str) -> str:
     return f"{interval(iv)} ({e(why)})"
 
 
-def hparams_section(data: Any, page: Any) -> str:
+def hparams_section(data: ReportData, page: Page) -> str:
     """The report section; empty for a sweep whose runs form no hyperparameter group."""
-    runs = getattr(data, "completed", None)
+    runs = data.completed
     if runs is None or runs.empty or "spec" not in runs or not any(as_dict(s) for s in runs["spec"]):
         return ""
     hp = hparam_runs(runs)
-    sweep_fit = getattr(data, "sweep_fit", None)
+    sweep_fit = data.sweep_fit
     try:  # the sweep's own fit when the report was handed one, else one for the report
         fit = sweep_fit.hparams if sweep_fit is not None else fit_hparams(hp, REPORT_BOOTSTRAP)
     except UserError as exc:

@@ -24,7 +24,7 @@ N_CONVENTION = ("N counts the active parameters: those a token uses (attention, 
 
 def moe_section(data: "ReportData", page: Page) -> str:
     """The laws of sparsity of the sweep's analysis ('' for a sweep without experts)."""
-    fit = getattr(data.sweep_fit, "moe", None)
+    fit = data.sweep_fit.moe if data.sweep_fit is not None else None
     if fit is None:
         return ""
     conv = fit.conventions
