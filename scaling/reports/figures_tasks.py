@@ -20,7 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause
 from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import Page, interval, missing, prose, section
@@ -211,30 +211,13 @@ def render_tasks(data: ReportData, page: Page, fits: TaskFits, how: str = "") ->
     return section(SECTION_ID, TITLE, intro + table + notes_html + "".join(figures))
 
 
-def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -> Callable[[ReportData, Page], str]:
-    """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any.
-
-    Fitted for the report as its in-memory loss fits are: ``n_bootstrap`` replicates, step 1 from the
-    coarse start grid.
-    """
-
-    def build(data: ReportData, page: Page) -> str:
-        if not data.sweep:
-            return ""
-        fitted = data.sweep_fit.tasks if data.sweep_fit is not None else None
-        if fitted is not None:  # the sweep's own task laws, handed to the report
-            return render_tasks(data, page, fitted) if fitted.laws else ""
-        try:
-            td = tasks_from_db(url, data.sweep)
-        except UserError as exc:  # e.g. a stored accuracy no task can have: said, nothing drawn
-            return section(SECTION_ID, TITLE, missing(f"Not fitted: {' '.join(str(exc).split())}"))
-        if not td.tasks():
-            return ""
-        how = (f"Fitted for this report ({n_bootstrap} bootstrap replicates, step 1 from a coarse start grid); "
-               "`scaling fit` fits them in full.")
-        return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed, grid="coarse"), how)
-
-    return build
+def task_section(data: ReportData, page: Page) -> str:
+    """A report section (``scaling.reports.html.Extra``): the task laws of the report's analysis ("" without
+    any: no run evaluated a task, or they could not be fitted, which the analysis' notes say)."""
+    fitted = data.sweep_fit.tasks if data.sweep_fit is not None else None
+    if not data.sweep or fitted is None or not fitted.laws:
+        return ""
+    return render_tasks(data, page, fitted)
 
 
 def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:

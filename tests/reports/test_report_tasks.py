@@ -109,7 +109,7 @@ def test_the_report_has_a_task_section_only_when_the_runs_evaluated_tasks(db_url
     assert 'data-figure="task-0-compute"' in with_tasks and 'data-figure="task-0-loss"' in with_tasks
     # the section is the report's only change, and it is empty for a sweep whose runs evaluated no task
     page = Page()
-    assert task_section(db_url)(ReportData(sweep="plain", runs=pd.DataFrame()), page) == "" and page.figures == []
+    assert task_section(ReportData(sweep="plain", runs=pd.DataFrame()), page) == "" and page.figures == []
 
 
 def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
