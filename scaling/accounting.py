@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from scaling import fmt
 from scaling.families import FAMILIES, FIELD_DEFAULTS, Family, owners
 
 ParamsConvention = Literal["non_embedding", "total"]
@@ -434,7 +435,7 @@ class ShapePolicy(ModelFamily):
                 if err < best_err:
                     best, best_err = shape, err
         if best is None:
-            raise ValueError(f"no shape near N={target:.3g} with head_size {hs} has heads that n_kv_head "
+            raise ValueError(f"no shape near N={fmt.count(target)} with head_size {hs} has heads that n_kv_head "
                              f"({self.n_kv_head}) divides")
         return best
 
@@ -447,8 +448,8 @@ class ShapePolicy(ModelFamily):
         if factor > MAX_SHAPE_FACTOR:
             kv = f" and n_kv_head {self.n_kv_head}" if self.n_kv_head else ""
             raise ValueError(
-                f"the nearest {self.family} shape to N={target:.3g} with head_size {self.head_size}{kv} is "
-                f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h with N={n:.3g}, {factor:.1f}x "
+                f"the nearest {self.family} shape to N={fmt.count(target)} with head_size {self.head_size}{kv} is "
+                f"{shape.n_layer}x{shape.d_model}/{shape.n_head}h with N={fmt.count(n)}, {factor:.1f}x "
                 f"{'larger' if n > target else 'smaller'} (more than {MAX_SHAPE_FACTOR:g}x from its target); "
                 "ask for a size nearer it, or a smaller head_size or n_kv_head")
         return shape

@@ -36,6 +36,14 @@ __all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "next_plan",
 #: A fitted or predicted quantity: value, 95% bounds and SE where honest, else why not (one type with the fits').
 Estimate = Interval
 
+#: The quantity (:data:`scaling.fmt.WRITERS`) of each named estimate: printed alone, it reads as everywhere else.
+QUANTITIES = {"N": "count", "D": "count", "batch": "count", "loss": "loss", "task_loss": "loss"}
+
+
+def _estimate(iv: Any, name: str = "") -> Estimate:
+    """The typed estimate of a summary dict, written as the quantity ``name`` is everywhere."""
+    return Estimate.of(iv, QUANTITIES.get(name))
+
 
 @dataclass(frozen=True)
 class FittedLaw:
@@ -58,7 +66,7 @@ class FittedLaw:
         if not self.reliable:
             why = "the law is flagged unreliable: " + self.estimator.doubts()[0]
             ivs = {q: withheld(iv, why) for q, iv in ivs.items()}
-        return {q: Estimate.from_interval(iv) for q, iv in ivs.items()}
+        return {q: _estimate(iv, q) for q, iv in ivs.items()}
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ class Advice:
         h = self.recommendation.hparams
         if h is None:
             return None
-        return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
+        return {q: None if h[q] is None else _estimate(h[q], q) for q in ("lr", "batch")}
 
     @property
     def tasks(self) -> dict[str, dict[str, Estimate]]:
@@ -178,7 +186,7 @@ class Hparams:
         N, D = check_size(N, "N", "Hparams.recommend"), check_size(D, "D", "Hparams.recommend")
         C = check_size(C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D, "C", "Hparams.recommend")
         h = self.fit.recommend(N, D, C)
-        return {q: None if h[q] is None else Estimate.from_interval(h[q]) for q in ("lr", "batch")}
+        return {q: None if h[q] is None else _estimate(h[q], q) for q in ("lr", "batch")}
 
 
 def load_plan(path: str | Path) -> "Plan":
@@ -464,8 +472,8 @@ def hparams(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optio
 
 
 def _typed_hparams(fit: "HparamFit") -> Hparams:
-    groups = [HparamGroup(g.label, g.N, g.D, g.n_runs, g.status, g.message, Estimate.from_interval(g.loss),
-                          Estimate.from_interval(g.lr), Estimate.from_interval(g.batch), dict(g.near))
+    groups = [HparamGroup(g.label, g.N, g.D, g.n_runs, g.status, g.message, _estimate(g.loss, "loss"),
+                          _estimate(g.lr, "lr"), _estimate(g.batch, "batch"), dict(g.near))
               for g in fit.groups]
     laws = {name: {p: Estimate.from_interval(iv) for p, iv in law.params.items()} for name, law in fit.laws.items()}
     flagged = {name: list(law.doubts()) for name, law in fit.laws.items() if not law.reliable()}
@@ -484,7 +492,7 @@ def _typed_fit(summary: "FitSummary") -> Fit:
 
 
 def _typed_advice(rec: "Recommendation") -> Advice:
-    per_law = {kind: {q: Estimate.from_interval(_withheld_if(kind in rec.unreliable, r[q])) for q in ("N", "D", "loss")}
+    per_law = {kind: {q: _estimate(_withheld_if(kind in rec.unreliable, r[q]), q) for q in ("N", "D", "loss")}
                for kind, r in rec.per_law.items()}
     chosen = per_law.get(rec.chosen) if rec.chosen else None
     return Advice(rec.compute, rec.chosen, rec.chosen_reason, *(chosen[q] if chosen else None for q in ("N", "D", "loss")),
@@ -530,7 +538,7 @@ class Tasks:
             law = self.fits.laws[task]
             for form in law.curves:
                 out.append(TaskPrediction(task, form, Estimate.from_interval(p[form]),
-                                          Estimate.from_interval(p["task_loss"]), law.reliable(form), list(p["notes"])))
+                                          _estimate(p["task_loss"], "task_loss"), law.reliable(form), list(p["notes"])))
         return out
 
     def to_frame(self, N: float, D: float) -> "pd.DataFrame":

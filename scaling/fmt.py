@@ -42,6 +42,23 @@ def loss(x: object, missing: str = MISSING) -> str:
     return num(x, 4, missing)
 
 
+def count(x: object, missing: str = MISSING) -> str:
+    """A count of parameters or tokens (a run's N, D, a batch in tokens), everywhere: three significant digits
+    with a K, M, B or T suffix ("83.3M", "256", "65.5K"), as :func:`size` writes it."""
+    return size(x, 3, missing)
+
+
+def counts_apart(a: object, b: object) -> tuple[str, str]:
+    """Two counts compared in one message ("D=1,020 tokens is less than one batch of 1,024"), as :func:`count`
+    writes them but with as many more digits (up to 7) as it takes for unequal values to read unequal:
+    "1.02K" and "1.024K"."""
+    for digits in range(3, 8):
+        pair = size(a, digits), size(b, digits)
+        if pair[0] != pair[1] or a == b:
+            return pair
+    return pair
+
+
 def escape(text: object) -> str:
     """User text made safe for HTML element content, attribute values and plotly labels."""
     return html.escape("" if text is None else str(text), quote=True)
@@ -143,13 +160,19 @@ class Interval:
     hi_param: Optional[float] = None
     #: Where the estimate lies among its replicates (kind ``biased``: the fraction below it).
     quantile: Optional[float] = None
+    #: What is estimated, a key of :data:`WRITERS` (``count``, ``loss``, ``flops``): printed alone, the
+    #: interval is written as that quantity is everywhere else; None: four significant digits.
+    quantity: Optional[str] = None
 
     @classmethod
-    def of(cls, iv: "Mapping[str, Any] | Interval") -> "Interval":
+    def of(cls, iv: "Mapping[str, Any] | Interval", quantity: Optional[str] = None) -> "Interval":
         """An interval's JSON form (:meth:`to_dict`, or any stored summary dict: its reason in ``note``
-        or ``reason``) read back; an :class:`Interval` as it is."""
+        or ``reason``) read back; an :class:`Interval` as it is. ``quantity`` (a key of :data:`WRITERS`)
+        says how it is written when printed alone."""
+        if quantity is not None and quantity not in WRITERS:
+            raise ValueError(f"quantity must be one of {', '.join(WRITERS)}, not {quantity!r}")
         if isinstance(iv, Interval):
-            return iv
+            return iv if quantity is None or iv.quantity == quantity else replace(iv, quantity=quantity)
         if not isinstance(iv, Mapping):
             raise TypeError(f"an interval is a mapping or an Interval, not {type(iv).__name__}")
         kind = str(iv.get("kind") or "none")
@@ -165,7 +188,7 @@ class Interval:
                    None if withheld is None else str(withheld), kind, _text(iv.get("pinned")),
                    _text(iv.get("widened")), None if withheld else _finite(iv.get("se_log")),
                    _text(iv.get("se_note") or iv.get("se_log_note")), _finite(iv.get("lo_param")),
-                   _finite(iv.get("hi_param")), _finite(iv.get("quantile")))
+                   _finite(iv.get("hi_param")), _finite(iv.get("quantile")), quantity)
 
     #: :meth:`of` under the name of the JSON side (and the notebook API's ``from_interval``).
     from_dict = of
@@ -197,7 +220,7 @@ class Interval:
         value keeps saying so (it had no interval to withhold)."""
         if self.kind == "pinned":
             return self
-        return Interval(self.value, withheld=why, kind="unreliable")
+        return Interval(self.value, withheld=why, kind="unreliable", quantity=self.quantity)
 
     def widen(self, lo: float, hi: float, why: str) -> "Interval":
         """These bounds in place of the bootstrap's (kept as :attr:`lo_param`, :attr:`hi_param`), ``why`` saying why."""
@@ -247,7 +270,15 @@ class Interval:
         return f"{v} {bounds}"
 
     def __str__(self) -> str:
-        return self.text(4)
+        """As its quantity is written everywhere (``83.3M [61.2M, 112M]`` for a count of tokens)."""
+        if self.quantity is None:
+            return self.text(4)
+        digits, writer = WRITERS[self.quantity]
+        return self.text(digits, writer)
+
+
+#: How each quantity is written, with its significant digits: the report's cells and the CLI's text alike.
+WRITERS: dict[str, tuple[int, Callable[..., str]]] = {"count": (3, size), "loss": (4, num), "flops": (3, num)}
 
 
 def interval_text(iv: "Mapping[str, Any] | Interval | None", digits: int = 3, fmt: Callable[..., str] = num,

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from scaling import fmt
 from scaling.cli.common import DbOption, app, check_sweep_name
 
 
@@ -39,8 +40,8 @@ def train(
     if dry_run:
         shape = run_spec.shape
         typer.echo(
-            f"dry run: {shape.n_layer}x{shape.d_model} model, N={shape.params(run_spec.params_convention):,}, "
-            f"{run_spec.trained_tokens:,} tokens in {run_spec.steps} steps, C={run_spec.flops:.3g} FLOPs, "
+            f"dry run: {shape.n_layer}x{shape.d_model} model, N={fmt.count(shape.params(run_spec.params_convention))}, "
+            f"{fmt.count(run_spec.trained_tokens)} tokens in {run_spec.steps} steps, C={fmt.flops(run_spec.flops)} FLOPs, "
             f"about {est_gib:.3g} GiB; nothing trained or written"
         )
         return
@@ -50,7 +51,7 @@ def train(
         typer.echo(str(exc))
         return
     typer.echo(
-        f"run {result.key}: {result.status}, {result.steps} steps, {result.tokens:,} tokens, "
+        f"run {result.key}: {result.status}, {result.steps} steps, {fmt.count(result.tokens)} tokens, "
         f"train loss {result.final_train_loss:.4f}, eval loss {result.final_eval_loss:.4f}"
         + (f", {result.rollbacks} rollbacks" if result.rollbacks else "")
     )

@@ -8,10 +8,10 @@ is never the one recommended; each such law gets one line with its reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from scaling.fitting.sweep_fit import SHORT
-from scaling.fmt import Interval, bounds
+from scaling.fmt import Interval, bounds, flops, size
 from scaling.fitting.recommend import Recommendation
 from scaling.fitting.core.notes import NoteKind, as_note
 from scaling.fitting.core.wording import run_line, short_reason
@@ -30,7 +30,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
     ``budget_why`` says where the budget came from (e.g. "10x the largest run"); ``skipped`` maps
     a law that could not be fitted at all to its reason.
     """
-    budget = f"C = {rec.compute:.3g} FLOPs" + (f" ({budget_why})" if budget_why else "")
+    budget = f"C = {flops(rec.compute)} FLOPs" + (f" ({budget_why})" if budget_why else "")
     chosen = rec.chosen if rec.chosen is not None and rec.chosen not in rec.unreliable else None
     lines: list[str] = []
     if chosen is None:
@@ -40,7 +40,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
     else:
         best = rec.per_law[chosen]
         lines.append(f"recommended next run at {budget}, from {_name(chosen)}:")
-        lines.append(f"  N* = {_iv(best['N'])}, D* = {_iv(best['D'])} tokens, loss {_iv(best['loss'])}")
+        lines.append(f"  N* = {_iv(best['N'], size)}, D* = {_iv(best['D'], size)} tokens, loss {_iv(best['loss'], digits=4)}")
         has_interval = [q for q in ("N", "D", "loss") if _ends(best[q]) is not None]
         if has_interval:
             widened = any(best[q].get("widened") for q in has_interval)
@@ -55,7 +55,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement
-            span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'])}"
+            span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'], fmt=size)}"
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
         lines.extend(_task_line(task, p) for task, p in rec.tasks.items())
@@ -98,6 +98,6 @@ def _ends(iv: dict[str, Any]) -> tuple[float, float] | None:
     return Interval.of(iv).interval
 
 
-def _iv(iv: dict[str, Any]) -> str:
-    """The value, then its 95% interval or what stands in its place."""
-    return Interval.of(iv).text()
+def _iv(iv: dict[str, Any], write: Callable[..., str] = num, digits: int = 3) -> str:
+    """The value, then its 95% interval or what stands in its place, each number by ``write``."""
+    return Interval.of(iv).text(digits, write)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,7 +18,7 @@ from scipy.optimize import brentq
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
-from scaling.fmt import bounds
+from scaling.fmt import bounds, num, size
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.core.base import Law
@@ -211,13 +211,13 @@ class InferenceRecommendation:
         how = (f"the loss of the compute-optimal run at C = {self.compute:.3g} FLOPs" if self.compute is not None
                else "the requested loss")
         con.print(f"Cheapest run reaching loss {self.target_loss:.4g} ({how}) and serving "
-                  f"{self.inference_tokens:.3g} inference tokens ({self.source}; approach 3; "
+                  f"{size(self.inference_tokens)} inference tokens ({self.source}; approach 3; "
                   f"cost = {self.k:g} N D + {self.k * INFERENCE_SHARE:g} N T)")
         t = Table(show_edge=False)
         for col in ("", "N [95% interval]", "D [95% interval]", "D/N", "training FLOPs", "total FLOPs"):
             t.add_column(col, justify="left" if not col else "right", no_wrap=True, min_width=15 if not col else None)
         for label, row in (("inference-aware", self.optimum), ("compute-optimal", self.compute_optimal)):
-            t.add_row(label, _cell(row["N"]), _cell(row["D"]), _cell(row["tokens_per_param"]),
+            t.add_row(label, _cell(row["N"], size), _cell(row["D"], size), _cell(row["tokens_per_param"]),
                       _cell(row["training_flops"]), _cell(row["total_flops"]))
         con.print(t)
         if self.unreliable:
@@ -232,10 +232,11 @@ class InferenceRecommendation:
         return con.text()
 
 
-def _cell(iv: dict[str, Any]) -> str:
-    v = f"{iv['value']:.3g}"
+def _cell(iv: dict[str, Any], write: Callable[..., str] = num) -> str:
+    """The value and its bounds, each by ``write`` (:func:`size` for a count of parameters or tokens)."""
+    v = write(iv["value"], 3)
     lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    return f"{v} {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) else v
+    return f"{v} {bounds(lo, hi, fmt=write)}" if math.isfinite(lo) and math.isfinite(hi) else v
 
 
 def recommend_for_inference(law: Law, inference_tokens: float, *, compute: float | None = None,

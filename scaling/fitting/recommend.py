@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,7 +44,7 @@ from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.measurements import prepare
-from scaling.fmt import bounds, interval_text
+from scaling.fmt import bounds, flops, interval_text, size
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.core.base import Law
@@ -195,7 +195,7 @@ class Recommendation:
         from scaling.fmt import PlainText
 
         con = PlainText(width=150)
-        con.print(f"Compute-optimal run at C = {self.compute:.3g} FLOPs ({self.source})")
+        con.print(f"Compute-optimal run at C = {flops(self.compute)} FLOPs ({self.source})")
         t = Table(show_edge=False)
         for col in ("method", "N* [95% interval]", "D* [95% interval]", "loss [95% interval]"):
             t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
@@ -206,15 +206,15 @@ class Recommendation:
                     if kind == self.chosen else " (unreliable)" if unreliable else f" ({at_budget[2:]})" if at_budget
                     else "")
             cells = [SHORT.get(kind, kind) + mark]
-            for q in ("N", "D", "loss"):
+            for q, write, digits in (("N", size, 3), ("D", size, 3), ("loss", num, 4)):
                 iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
-                cells.append(_num(iv["value"]) if unreliable else interval_text(iv))
+                cells.append(write(iv["value"], digits) if unreliable else interval_text(iv, digits, write))
             t.add_row(*cells)
         con.print(t)
         if self.chosen:
             con.print(f"recommended: {self.chosen_reason}")
         if self.across_laws:
-            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'])} "
+            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'], fmt=size)} "
                       "(the widest reach of their 95% intervals: model uncertainty between methods)")
         for kind, why in self.unreliable.items():
             con.print(f"left out: {SHORT.get(kind, kind)}: {why}")
@@ -224,8 +224,8 @@ class Recommendation:
                       f"predicted loss {100 * a['loss_spread']:.2f}% across {int(a['n_methods'])} methods")
         c = self.consensus
         if c:
-            con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {_num(c['N'])}, "
-                      f"D* = {_num(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
+            con.print(f"consensus (geometric mean over the {int(c['n_methods'])} reliable methods): N* = {size(c['N'])}, "
+                      f"D* = {size(c['D'])} ({c['D'] / c['N']:.1f} tokens per parameter)")
         if self.run:
             from scaling.fitting.core.wording import run_line
 
@@ -239,21 +239,22 @@ class Recommendation:
             con.print("runs that would narrow approach 3's interval on N* most (see `scaling.fitting.recommend` for the "
                       "heuristic):")
             for i, cand in enumerate(self.next_runs[:3]):
-                sizes = ", ".join(_num(n) for n in cand["sizes"])
-                con.print(f"  {i + 1}. budget {cand['C']:.3g} FLOPs, sizes {sizes}: 95% interval of N* "
-                          f"{100 * cand['reduction']:.0f}% narrower (costs {cand['cost_flops']:.3g} FLOPs)")
+                sizes = ", ".join(size(n) for n in cand["sizes"])
+                con.print(f"  {i + 1}. budget {flops(cand['C'])} FLOPs, sizes {sizes}: 95% interval of N* "
+                          f"{100 * cand['reduction']:.0f}% narrower (costs {flops(cand['cost_flops'])} FLOPs)")
         if self.tasks:
             from scaling.fitting.tasks.task_laws import task_lines
 
             for line in task_lines(self.tasks):
                 con.print(line)
         if self.hparams is not None:
-            def shown(iv: dict[str, Any] | None) -> str:  # a withheld value is not printed (its reason says why)
-                return "none" if iv is None or iv.get("kind") == "unreliable" else interval_text(iv)
+            def shown(iv: dict[str, Any] | None, write: Callable[..., str] = num) -> str:  # a withheld value is
+                # not printed (its reason says why)
+                return "none" if iv is None or iv.get("kind") == "unreliable" else interval_text(iv, 3, write)
 
             h = self.hparams
-            batch = shown(h["batch"])
-            con.print(f"hyperparameters for N = {_num(h['N'])}, D = {_num(h['D'])}: lr = {shown(h['lr'])} "
+            batch = shown(h["batch"], size)
+            con.print(f"hyperparameters for N = {size(h['N'])}, D = {size(h['D'])}: lr = {shown(h['lr'])} "
                       f"({h['lr_why']}); batch = {batch}{'' if batch == 'none' else ' tokens'} ({h['batch_why']})")
         for note in self.notes:
             con.print(f"note: {note}")
@@ -333,7 +334,7 @@ def recommend(
         rec.next_runs = list(next_runs)
     elif own is not None and own.next_runs:
         rec.notes.append(Note(NoteKind.NEXT_RUNS, f"the runs worth adding are ranked at the analysis' budget, "
-                                                  f"C = {own.compute:.3g} FLOPs (`scaling recommend` without "
+                                                  f"C = {flops(own.compute)} FLOPs (`scaling recommend` without "
                                                   "--compute lists them)"))
     return rec
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from scaling import vocab
+from scaling import fmt
 from scaling.errors import UserError
 from scaling.fmt import bounds
 from scaling.orchestrator.adaptive_spec import AdaptivePlan, AdaptiveTarget
@@ -164,7 +165,7 @@ def _measured(law: Optional[Law], fit_error: Optional[str], fit_info: dict[str, 
         return None, fit, fit_error
     fit.update(measure(law, target))
     if not (math.isfinite(fit["value"]) and fit["value"] > 0):  # fitted, but it says nothing of N*
-        fit_error = f"it gives no finite N* at {target.at_compute:.3g} FLOPs"
+        fit_error = f"it gives no finite N* at {fmt.flops(target.at_compute)} FLOPs"
         if fit["doubts"]:
             fit_error += f"; unreliable: {_reason(fit)}"
         fit["error"] = fit_error
@@ -174,10 +175,10 @@ def _measured(law: Optional[Law], fit_error: Optional[str], fit_info: dict[str, 
 
 def _now(law: Optional[Law], fit: dict[str, Any], fit_error: Optional[str], target: AdaptiveTarget) -> str:
     """Where the target stands after the refit, as the decision's message begins."""
-    where = f"N* at {target.at_compute:.3g} FLOPs"
+    where = f"N* at {fmt.flops(target.at_compute)} FLOPs"
     ratio = fit.get("ratio")
     if ratio is not None:
-        now = f"{where} in {bounds(fit['lo'], fit['hi'], 4)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
+        now = f"{where} in {bounds(fit['lo'], fit['hi'], 3, fmt.size)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
     elif law is None:  # not fitted, or fitted without a finite N* (then ``fit`` holds its measure)
         now = f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})"
     else:
@@ -198,7 +199,7 @@ def _extend_an_edge(step: _Round, points: Optional[pd.DataFrame], left: float, n
         if not math.isfinite(cost):  # sizes this plan cannot train
             continue
         if cost <= left:
-            return step.add(EXTEND, f"{now}; the slice at {edge['C']:.3g} FLOPs has its lowest loss at its "
+            return step.add(EXTEND, f"{now}; the slice at {fmt.flops(edge['C'])} FLOPs has its lowest loss at its "
                                     f"{'smallest' if edge['side'] == 'smaller' else 'largest'} size: added 2 "
                                     f"{edge['side']} sizes ({_flops(cost)} FLOPs)",
                             {"C": edge["C"], "sizes": sizes, "cost": cost, "why": f"extend {edge['side']}"}), too_dear
@@ -244,7 +245,7 @@ def _choose(step: _Round, candidates: list[dict[str, Any]], untrainable: int, sp
     if not candidates:  # every slice on offer lies at sizes this plan cannot train
         return step.stop(NO_GAIN if fit["reliable"] else NO_FIT,
                          f"cannot continue: none of the {untrainable} slice(s) the law proposes (around N* "
-                         f"{fit['value']:.3g} at {target.at_compute:.3g} FLOPs) can be trained by this plan; {now}")
+                         f"{fmt.count(fit['value'])} at {fmt.flops(target.at_compute)} FLOPs) can be trained by this plan; {now}")
     affordable = [c for c in candidates if c["affordable"]]
     if not affordable:
         cheapest = min(c["cost"] for c in candidates)
@@ -253,7 +254,7 @@ def _choose(step: _Round, candidates: list[dict[str, Any]], untrainable: int, sp
     if len(candidates) == 1 and candidates[0]["reduction"] is None:  # no ranking: twice the largest budget
         c = candidates[0]
         return step.add(RANKED, f"{now}; no ranking (no bootstrap interval to narrow): added the slice at "
-                                f"{c['C']:.3g} FLOPs around N* ({_flops(c['cost'])} FLOPs)",
+                                f"{fmt.flops(c['C'])} FLOPs around N* ({_flops(c['cost'])} FLOPs)",
                         {"C": c["C"], "sizes": c["sizes"], "cost": c["cost"],
                          "why": "no ranking: twice the largest budget"}, candidates)
     useful = [c for c in affordable if c["cost"] > 0 and c["reduction"] is not None and c["reduction"] > 0]
@@ -265,8 +266,8 @@ def _choose(step: _Round, candidates: list[dict[str, Any]], untrainable: int, sp
         return step.stop(NO_GAIN, f"cannot narrow further: none of the {len(affordable)} affordable slice(s) is "
                                   f"both untrained and expected to narrow the interval; {now}", candidates)
     best = max(useful, key=lambda c: c["gain_per_flop"])
-    return step.add(RANKED, f"{now}; added the slice at {best['C']:.3g} FLOPs ({len(best['sizes'])} sizes around N* "
-                            f"{float(np.exp(np.mean(np.log(best['sizes'])))):.4g}): the ranking expects the bootstrap "
+    return step.add(RANKED, f"{now}; added the slice at {fmt.flops(best['C'])} FLOPs ({len(best['sizes'])} sizes around N* "
+                            f"{fmt.count(float(np.exp(np.mean(np.log(best['sizes'])))))}): the ranking expects the bootstrap "
                             f"interval {100 * best['reduction']:.0f}% narrower, the most per FLOP among "
                             f"{len(affordable)} affordable slice(s) ({_flops(best['cost'])} FLOPs)",
                     {"C": best["C"], "sizes": best["sizes"], "cost": best["cost"], "why": "ranked",
@@ -295,7 +296,7 @@ def decide(
     step = _Round(round_, fit, spent, spec.max_compute)
     ratio = fit.get("ratio")
     if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
-        return step.stop(MET, f"target met: N* at {target.at_compute:.3g} FLOPs in {bounds(fit['lo'], fit['hi'], 4)} "
+        return step.stop(MET, f"target met: N* at {fmt.flops(target.at_compute)} FLOPs in {bounds(fit['lo'], fit['hi'], 3, fmt.size)} "
                               f"(ratio {ratio:.3g} <= {target.interval_ratio:g}) after {_flops(spent)} FLOPs")
     now = _now(law, fit, fit_error, target)
     if round_ >= spec.max_rounds:
@@ -470,4 +471,4 @@ def _reason(fit: dict[str, Any]) -> str:
 
 
 def _flops(x: float) -> str:
-    return f"{x:.3g}"
+    return fmt.flops(x)

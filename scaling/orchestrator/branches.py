@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from scaling import fmt
 from scaling.errors import PlanError
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import where
@@ -93,19 +94,21 @@ def expand_model(
     for j, D in enumerate(branches.tokens):
         loc = ("grid", block_index, "branches", "tokens", j)
         if D < batch:
-            raise PlanError(f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch ({batch} tokens)")
+            d_text, batch_text = fmt.counts_apart(D, batch)
+            raise PlanError(f"{where(source, loc)}: D={d_text} tokens for N={fmt.count(N)} is less than one batch "
+                            f"({batch_text} tokens)")
         steps = math.ceil(round(D) / batch)
         start = decay_start(steps, cooldown)
         asked = max(1, int(round(cooldown.decay_fraction * steps)))
         if 1 <= start and steps - start < asked:  # the decay may not begin inside the warmup
             raise PlanError(
                 f"{where(source, ('grid', block_index, 'branches', 'cooldown_fraction'))}: "
-                f"{cooldown.decay_fraction:g} of the branch at D={D:.3g} ({steps} steps) would start its cooldown "
+                f"{cooldown.decay_fraction:g} of the branch at D={fmt.count(D)} ({steps} steps) would start its cooldown "
                 f"inside the warmup ({start} steps); at most {(steps - start) / steps:.3g} of it can cool down"
             )
         if start < 1:
             raise PlanError(
-                f"{where(source, loc)}: D={D:.3g} tokens is {steps} step(s) of {batch} tokens: too few to leave a trunk "
+                f"{where(source, loc)}: D={fmt.count(D)} tokens is {steps} step(s) of {fmt.count(batch)} tokens: too few to leave a trunk "
                 f"and cool down; use more tokens"
             )
         points.append((j, D, start))
@@ -116,7 +119,7 @@ def expand_model(
     for j, D, start in points:
         if start < warm:
             raise PlanError(
-                f"{where(source, ('grid', block_index, 'branches', 'tokens', j))}: the branch at D={D:.3g} leaves the "
+                f"{where(source, ('grid', block_index, 'branches', 'tokens', j))}: the branch at D={fmt.count(D)} leaves the "
                 f"trunk at step {start}, inside its warmup ({warm} steps of {trunk_steps}); drop it, use more tokens "
                 f"or a smaller train.schedule.warmup_fraction"
             )

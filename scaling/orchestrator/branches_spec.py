@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from scaling import fmt
 from scaling.schema import StrictModel
 from scaling.trainer.sections import MAX_STORED_INT
 
@@ -25,5 +26,5 @@ class BranchesPlan(StrictModel):
             if not v > 0:
                 raise ValueError(f"values must be positive, got {v}")
             if v > MAX_STORED_INT:
-                raise ValueError(f"{v:.3g} tokens is more than the database can store ({MAX_STORED_INT:.3g})")
+                raise ValueError(f"{fmt.count(v)} tokens is more than the database can store ({fmt.count(MAX_STORED_INT)})")
         return values

@@ -13,6 +13,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from scaling import fmt
 from scaling.orchestrator.tally import RunState, Tally
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
@@ -116,7 +117,7 @@ def render(sched: "Scheduler") -> Any:
     summary = ", ".join(f"{v} {k}" for k, v in sorted(t["counts"].items()))
     table = Table(
         title=f"sweep {sched.sweep}: {summary}",
-        caption=f"compute {t['flops_done']:.3g} / {t['flops_total']:.3g} FLOPs "
+        caption=f"compute {fmt.flops(t['flops_done'])} / {fmt.flops(t['flops_total'])} FLOPs "
         f"({100 * t['flops_done'] / max(t['flops_total'], 1e-30):.0f}%), elapsed {t['elapsed']:.0f}s",
     )
     for col in ("key", "N", "D", "state", "attempt", "step", "loss", "eval", "ETA"):
@@ -125,8 +126,8 @@ def render(sched: "Scheduler") -> Any:
         spec = s.run.spec
         table.add_row(
             s.key,
-            f"{spec.n_params:,}",
-            f"{spec.trained_tokens:.3g}",
+            fmt.count(spec.n_params),
+            fmt.count(spec.trained_tokens),
             s.state + (" (done before)" if s.skipped else ""),
             "" if s.attempt is None else str(s.attempt),
             f"{s.step}/{s.steps}",
@@ -192,7 +193,7 @@ class SweepDisplay:
                 extra = f" attempt {s.attempt}"
             done = " (done before)" if s.skipped else ""
             self.console.print(
-                f"[{time.strftime('%H:%M:%S')}] {s.key} N={spec.n_params:,} D={spec.trained_tokens:.3g} "
+                f"[{time.strftime('%H:%M:%S')}] {s.key} N={fmt.count(spec.n_params)} D={fmt.count(spec.trained_tokens)} "
                 f"{s.state}{done}{extra}",
                 highlight=False,
                 markup=False,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from pydantic import ValidationError
 
+from scaling import fmt
 from scaling.accounting import Shape, check_fits
 from scaling.errors import FieldProblem, PlanError, ResourceError, UserError
 from scaling.layout import Candidate, Decision
@@ -213,23 +214,24 @@ def _isoflop_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source:
             D = C / shape.flops_per_token(conv.flops, conv.params)
             lr, batch = _hyper(plan, N, D, C, source)
             if D < batch:
-                reason = f"D={D:.3g} tokens is less than one batch ({batch} tokens)"
+                d_text, batch_text = fmt.counts_apart(D, batch)
+                reason = f"D={d_text} tokens is less than one batch ({batch_text} tokens)"
                 if shape is smallest:
                     raise PlanError(
-                        f"{where(source, loc)}: C={C:.3g} FLOPs is too small for the smallest model "
-                        f"(N={N:,}: {reason}; it needs at least "
-                        f"{batch * shape.flops_per_token(conv.flops, conv.params):.3g} FLOPs)"
+                        f"{where(source, loc)}: C={fmt.flops(C)} FLOPs is too small for the smallest model "
+                        f"(N={fmt.count(N)}: {reason}; it needs at least "
+                        f"{fmt.flops(batch * shape.flops_per_token(conv.flops, conv.params))} FLOPs)"
                     )
-                notes.append(f"dropped N={N:,} at C={C:.3g}: {reason}")
+                notes.append(f"dropped N={fmt.count(N)} at C={fmt.flops(C)}: {reason}")
                 continue
             why = block.bounds.violation(D, N)
             if why:
-                notes.append(f"dropped N={N:,} at C={C:.3g}: {why} (grid.{b}.bounds)")
+                notes.append(f"dropped N={fmt.count(N)} at C={fmt.flops(C)}: {why} (grid.{b}.bounds)")
                 continue
             kept += 1
             out.append(GridPoint(b, m, "compute", shape, 0, loc, D, C, lr, batch))
         if kept == 0:
-            raise PlanError(f"{where(source, loc)}: no model of grid.{b} has D within the bounds at C={C:.3g} FLOPs")
+            raise PlanError(f"{where(source, loc)}: no model of grid.{b} has D within the bounds at C={fmt.flops(C)} FLOPs")
     return out
 
 
@@ -245,8 +247,9 @@ def _fixed_points(plan: Plan, b: int, shapes: list[tuple[int, Shape]], source: O
             lr, batch = _hyper(plan, N, D, shape.flops_per_token(conv.flops, conv.params) * D, source)
             loc = ("grid", b, kind, j)
             if D < batch:
-                raise PlanError(f"{where(source, loc)}: D={D:.3g} tokens for N={N:,} is less than one batch "
-                                f"({batch} tokens)")
+                d_text, batch_text = fmt.counts_apart(D, batch)
+                raise PlanError(f"{where(source, loc)}: D={d_text} tokens for N={fmt.count(N)} is less than one batch "
+                                f"({batch_text} tokens)")
             out.append(GridPoint(b, m, kind, shape, 0, loc, D, None, lr, batch))
     return out
 
@@ -312,8 +315,9 @@ def hparam_points(plan: Plan, points: list[GridPoint], source: Optional[YamlSour
             combos = combinations(sweep, point.lr, point.batch, plan.train.optimizer.beta2, plan.model.context)
             largest = max(c.batch_tokens for c in combos)
             if point.tokens < largest:
-                raise HparamValueError("batch_tokens", f"D={point.tokens:.3g} tokens for N={N:,} is less than one "
-                                       f"batch of {largest} tokens")
+                d_text, batch_text = fmt.counts_apart(point.tokens, largest)
+                raise HparamValueError("batch_tokens", f"D={d_text} tokens for N={fmt.count(N)} is less than one "
+                                       f"batch of {batch_text} tokens")
             D = common_tokens(point.tokens, [c.batch_tokens for c in combos])
         except HparamValueError as exc:
             at = ("grid", point.block, "hparams") + ((exc.field,) if exc.field in sweep.fields else ())
@@ -546,7 +550,7 @@ def _placed_one(plan: Plan, r: Requested, spec: RunRequest, source: Optional[Yam
     except NoLayoutError as exc:
         raise _no_layout(plan, r, exc, source) from None
     except PlacementError as exc:
-        raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} in layout "
+        raise PlanError(f"{where(source, _layout_loc(plan, b))}: run N={fmt.count(spec.n_params)} in layout "
                         f"{exc.label}: {exc}") from None
     except UserError as exc:  # the corpus does not suit the run (its vocabulary, its context)
         raise _data_error(source, exc) from None
@@ -564,13 +568,13 @@ def _no_layout(plan: Plan, r: Requested, exc: NoLayoutError, source: Optional[Ya
     spec, choice, b = r.request, exc.choice, r.block
     shape = spec.shape
     if not choice.options:
-        return PlanError(f"{where(source, _layout_loc(plan, b))}: run N={spec.n_params:,} "
+        return PlanError(f"{where(source, _layout_loc(plan, b))}: run N={fmt.count(spec.n_params)} "
                          f"({shape.n_layer}x{shape.d_model}, {shape.n_head} heads): {exc}")
     resources = plan.block_resources(b)
     if resources.device_memory_gib is None:  # no device holds more than MAX_DEVICE_GIB: check_fits says so
         try:
             check_fits(choice.smallest.memory, None,
-                       what=f"{where(source, ('grid', b, 'models', r.model))}: run N={spec.n_params:.3g}")
+                       what=f"{where(source, ('grid', b, 'models', r.model))}: run N={fmt.count(spec.n_params)}")
         except ResourceError as err:
             return err
     return ResourceError(_does_not_fit(resources, spec, choice.smallest, b, r.model, source))
@@ -644,17 +648,17 @@ def _check_adaptive_budget(plan: Plan, runs: list[PlannedRun], source: Optional[
         return  # a branch shares its trunk's compute: the loop's own accounting judges that
     grid = sum(r.spec.flops for r in runs)
     if grid > plan.adaptive.max_compute:
-        raise PlanError(f"{where(source, ('adaptive', 'max_compute'))}: {plan.adaptive.max_compute:.3g} FLOPs is less "
-                        f"than the grid's own {grid:.3g} (the budget includes the grid): raise it or shrink the grid")
+        raise PlanError(f"{where(source, ('adaptive', 'max_compute'))}: {fmt.flops(plan.adaptive.max_compute)} FLOPs is less "
+                        f"than the grid's own {fmt.flops(grid)} (the budget includes the grid): raise it or shrink the grid")
     from scaling.fitting.core.base import MAX_EXTRAPOLATION  # as far from the data as any fit is asked about
 
     budgets = [r.budget or r.spec.flops for r in runs] or [plan.adaptive.target.at_compute]
     at, lo, hi = plan.adaptive.target.at_compute, min(budgets), max(budgets)
     if not lo / MAX_EXTRAPOLATION <= at <= hi * MAX_EXTRAPOLATION:
-        raise PlanError(f"{where(source, ('adaptive', 'target', 'at_compute'))}: {at:.3g} FLOPs is more than "
-                        f"{MAX_EXTRAPOLATION:.0e}x outside the grid's budgets ({lo:.3g} to {hi:.3g} FLOPs): a fit of "
-                        f"them says nothing that far away (use {lo / MAX_EXTRAPOLATION:.3g} to "
-                        f"{hi * MAX_EXTRAPOLATION:.3g})")
+        raise PlanError(f"{where(source, ('adaptive', 'target', 'at_compute'))}: {fmt.flops(at)} FLOPs is more than "
+                        f"{MAX_EXTRAPOLATION:.0e}x outside the grid's budgets ({fmt.flops(lo)} to {fmt.flops(hi)} FLOPs): "
+                        f"a fit of them says nothing that far away (use {fmt.flops(lo / MAX_EXTRAPOLATION)} to "
+                        f"{fmt.flops(hi * MAX_EXTRAPOLATION)})")
 
 
 def _layout_loc(plan: Plan, block: int) -> tuple[Any, ...]:
@@ -673,7 +677,7 @@ def _does_not_fit(
         else ("one worker" if r.workers == 1 else f"any layout of {r.workers} workers (least: {least.label()})")
     )
     return (
-        f"{where(source, ('resources', 'device_memory_gib'))}: run N={spec.n_params:,} "
+        f"{where(source, ('resources', 'device_memory_gib'))}: run N={fmt.count(spec.n_params)} "
         f"(grid.{block}.models.{model}, {shape.n_layer}x{shape.d_model}) needs {least.memory.total_gib:.3g} GiB per "
         f"worker with {tried} (micro-batch {least.layout.micro_batch}), more than the device's "
         f"{r.device_memory_gib:g} GiB; use more workers, a smaller micro_batch_size or "

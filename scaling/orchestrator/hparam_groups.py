@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from scaling import fmt
 from scaling.accounting import whole_sequences
 from scaling.errors import FieldProblem
 from scaling.rules import HPARAM_CHECKS
@@ -272,7 +273,7 @@ def common_tokens(D: float, batches: Iterable[int]) -> int:
     step = math.lcm(*batches)
     tokens = math.ceil(D / step) * step
     if tokens > D * (1 + MAX_ROUNDING):
-        raise HparamValueError("batch_tokens", f"D={D:.4g} tokens is not close to a whole number of every batch "
+        raise HparamValueError("batch_tokens", f"D={fmt.count(D)} tokens is not close to a whole number of every batch "
                                f"({', '.join(map(str, batches))} tokens: {step} is the least common multiple): use "
                                "batches that divide one another (powers of two), or a larger D")
     return tokens

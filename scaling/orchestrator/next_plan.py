@@ -16,6 +16,7 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from scaling import fmt
 from scaling.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
@@ -67,10 +68,10 @@ def _run_block(rec: "Recommendation") -> dict[str, Any]:
     """The grid block of the recommended run: its shape and D*, refused when no reliable law recommends it."""
     target = getattr(rec, "target", None)
     if rec.run is None or target is None or rec.chosen is None:
-        raise UserError(f"no law recommends a run at C = {rec.compute:.3g} FLOPs, so there is no run to plan"
+        raise UserError(f"no law recommends a run at C = {fmt.flops(rec.compute)} FLOPs, so there is no run to plan"
                         + _first_note(rec))
     if target.flagged:
-        raise UserError(f"the run at C = {rec.compute:.3g} FLOPs comes from a law flagged unreliable "
+        raise UserError(f"the run at C = {fmt.flops(rec.compute)} FLOPs comes from a law flagged unreliable "
                         f"({rec.chosen}), so it is not planned{_first_note(rec)}; the runs that would narrow it "
                         "(`--emit-runs narrow`) can be, where some are suggested")
     shape = rec.run.get("shape") or {}
@@ -81,7 +82,7 @@ def _run_block(rec: "Recommendation") -> dict[str, Any]:
 def _narrow_block(rec: "Recommendation") -> dict[str, Any]:
     """One IsoFLOP block: the best suggested budget and its sizes (what narrows N*'s interval most)."""
     if not rec.next_runs:
-        raise UserError(f"no runs that would narrow the recommendation at C = {rec.compute:.3g} FLOPs are "
+        raise UserError(f"no runs that would narrow the recommendation at C = {fmt.flops(rec.compute)} FLOPs are "
                         f"suggested{_first_note(rec, 'runs to add')}")
     best = rec.next_runs[0]
     return {"compute": [float(best["C"])], "models": [{"N": float(n)} for n in best["sizes"]]}
@@ -100,7 +101,7 @@ def plan_yaml(plan: Mapping[str, Any], rec: "Recommendation", kind: str,
 
     what = ("the recommended run" if kind == RUN
             else "the runs that would narrow approach 3's interval on N* most")
-    head = [f"# {what} at C = {rec.compute:.3g} FLOPs ({rec.source}), {writer}",
+    head = [f"# {what} at C = {fmt.flops(rec.compute)} FLOPs ({rec.source}), {writer}",
             "# on the plan stored with the sweep; check it with `scaling plan`, train it with `scaling sweep --db ...`"]
     if kind == RUN and rec.run is not None:
         head.append(f"# lr and batch: {rec.run_source or 'the plan'} or the fitted lr* and B* laws, as the answer prints")

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from scaling import layout, rules
+from scaling import fmt
 from scaling.accounting import FAMILIES, FIELD_DEFAULTS, Shape, ShapePolicy, StrategyChoice, batch_problem, whole_sequences
 from scaling.communication import LINKS
 from scaling.schema import StrictModel, checked
@@ -246,9 +247,9 @@ class Bounds(_Strict):
 
     def violation(self, D: float, N: float) -> Optional[str]:
         if self.min_tokens is not None and D < self.min_tokens:
-            return f"D={D:.3g} < min_tokens {self.min_tokens:.3g}"
+            return f"D={fmt.count(D)} < min_tokens {fmt.count(self.min_tokens)}"
         if self.max_tokens is not None and D > self.max_tokens:
-            return f"D={D:.3g} > max_tokens {self.max_tokens:.3g}"
+            return f"D={fmt.count(D)} > max_tokens {fmt.count(self.max_tokens)}"
         if self.min_tokens_per_param is not None and D / N < self.min_tokens_per_param:
             return f"D/N={D / N:.3g} < min_tokens_per_param {self.min_tokens_per_param:.3g}"
         if self.max_tokens_per_param is not None and D / N > self.max_tokens_per_param:
@@ -521,7 +522,7 @@ class Plan(_Strict):
         except rules.RuleError as exc:
             raise RuleValueError(field, str(exc)) from None
         if value <= 0:
-            raise RuleValueError(field, f"gives {value:g} at N={N:g}, D={D:g}, C={C:g}; it must be positive")
+            raise RuleValueError(field, f"gives {value:g} at N={fmt.count(N)}, D={fmt.count(D)}, C={fmt.flops(C)}; it must be positive")
         return value
 
 

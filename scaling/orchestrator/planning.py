@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from scaling import fmt
 from scaling.accounting import GIB, MemoryEstimate, Shape
 from scaling.errors import PlanError
 from scaling.orchestrator.expand import Expansion, PlannedRun, expand
@@ -198,9 +199,9 @@ def _adaptive_note(plan: Plan, grid_flops: float) -> list[str]:
     a = plan.adaptive
     if a is None:
         return []
-    return [f"adaptive: these are the grid's runs ({grid_flops:.3g} FLOPs); the sweep then adds IsoFLOP slices "
-            f"until N* at {a.target.at_compute:.3g} FLOPs is known within a factor {a.target.interval_ratio:g}, "
-            f"spending at most max_compute = {a.max_compute:.3g} FLOPs in all (at most {a.max_rounds} slices)"]
+    return [f"adaptive: these are the grid's runs ({fmt.flops(grid_flops)} FLOPs); the sweep then adds IsoFLOP slices "
+            f"until N* at {fmt.flops(a.target.at_compute)} FLOPs is known within a factor {a.target.interval_ratio:g}, "
+            f"spending at most max_compute = {fmt.flops(a.max_compute)} FLOPs in all (at most {a.max_rounds} slices)"]
 
 
 def _duration(seconds: float) -> str:
@@ -227,7 +228,7 @@ def render_table(summary: dict[str, Any]) -> Any:
         title=f"sweep {summary['sweep']}: {t['runs']} runs "
         f"(N: {summary['conventions']['params']}, C: {summary['conventions']['flops']})",
         caption=(
-            listed + f"total C {t['C']:.3g} FLOPs, {t['tokens']:.3g} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
+            listed + f"total C {fmt.flops(t['C'])} FLOPs, {fmt.count(t['tokens'])} tokens, max memory {t['max_memory_gib']:.3g} GiB/worker; "
             f"est. {_duration(t['est_seconds_serial'])} serial, ~{_duration(t['est_seconds_wall'])} with "
             f"{t['concurrent_runs']} at once "
             + (f"(at {t['throughput_flops_per_worker']:.2g} FLOP/s per worker; "
@@ -250,16 +251,16 @@ def render_table(summary: dict[str, Any]) -> Any:
         times = [_duration(r[k]) if k in r else "-" for k in ("compute_seconds", "comm_seconds", "bubble_seconds")]
         table.add_row(
             r["key"],
-            f"{r['N']:,}",
-            f"{r['N_total']:,}",
-            f"{r['N_active']:,}",
+            fmt.count(r["N"]),
+            fmt.count(r["N_total"]),
+            fmt.count(r["N_active"]),
             r["shape"],
-            f"{r['D']:.3g}",
-            f"{r['C']:.3g}",
+            fmt.count(r["D"]),
+            fmt.flops(r["C"]),
             f"{r['tokens_per_param']:.3g}",
             "-" if r["epochs"] is None else f"{r['epochs']:.2f}",
             f"{r['lr']:.6g}",
-            f"{r['batch_tokens']:,}",
+            fmt.count(r["batch_tokens"]),
             layout,
             f"{r['memory_gib']:.3g}",
             *times,
@@ -279,7 +280,7 @@ def render_groups(summary: dict[str, Any]) -> Any:
         return None
     runs = sum(g["runs"] for g in groups)
     plural = "s" if len(groups) > 1 else ""
-    cost = f"{sum(g['C'] for g in groups):.3g} FLOPs, est. {_duration(sum(g['est_seconds'] for g in groups))} serial"
+    cost = f"{fmt.flops(sum(g['C'] for g in groups))} FLOPs, est. {_duration(sum(g['est_seconds'] for g in groups))} serial"
     table = Table(title=f"{len(groups)} hyperparameter group{plural}: {runs} runs, {cost}")
     for col in ("group", "runs", "lr", "batch", "beta2", "C", "est."):
         table.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
@@ -287,8 +288,8 @@ def render_groups(summary: dict[str, Any]) -> Any:
     for i, g in enumerate(shown):
         if hidden and i == len(shown) // 2:
             table.add_row(f"… {hidden:,} groups not listed", "", "", "", "", "", "")
-        table.add_row(g["group"], str(g["runs"]), _values(g["lr"], ".6g"), _values(g["batch_tokens"], ","),
-                      _values(g["beta2"], ".6g"), f"{g['C']:.3g}", _duration(g["est_seconds"]))
+        table.add_row(g["group"], str(g["runs"]), _values(g["lr"], lambda v: format(v, ".6g")), _values(g["batch_tokens"], fmt.count),
+                      _values(g["beta2"], lambda v: format(v, ".6g")), fmt.flops(g["C"]), _duration(g["est_seconds"]))
     return table
 
 
@@ -307,10 +308,11 @@ def _ends(rows: list[Any], limit: int) -> tuple[list[Any], int]:
     return rows[:half] + rows[-half:], len(rows) - 2 * half
 
 
-def _values(values: list[float], spec: str) -> str:
-    """A group's values of one field, each to 6 significant digits (values closer are refused), all
-    of them or, for a long list, the three smallest and largest and the count."""
-    text = [format(v, spec) for v in values]
+def _values(values: list[float], write: Callable[[float], str]) -> str:
+    """A group's values of one field, each as ``write`` writes it (lr and beta2 to 6 significant digits:
+    values closer are refused; a batch as a count of tokens), all of them or, for a long list, the three
+    smallest and largest and the count."""
+    text = [write(v) for v in values]
     if len(text) <= MAX_LISTED_VALUES:
         return ", ".join(text)
     return f"{', '.join(text[:3])} … {', '.join(text[-3:])} ({len(text)} values)"
@@ -318,11 +320,12 @@ def _values(values: list[float], spec: str) -> str:
 
 def _ranges(runs: list[dict[str, Any]]) -> str:
     """The span of the runs' N, D, C and lr, for the line that stands in for the runs not listed."""
-    def span(key: str, spec: str) -> str:
+    def span(key: str, write: Callable[[float], str]) -> str:
         vals = [r[key] for r in runs]
-        return f"{key} {format(min(vals), spec)} to {format(max(vals), spec)}"
+        return f"{key} {write(min(vals))} to {write(max(vals))}"
 
-    return "; ".join((span("N", ","), span("D", ".3g"), span("C", ".3g"), span("lr", ".6g")))
+    return "; ".join((span("N", fmt.count), span("D", fmt.count), span("C", fmt.flops),
+                      span("lr", lambda v: format(v, ".6g"))))
 
 
 def find_run(summary: dict[str, Any], key: str) -> dict[str, Any]:
@@ -343,11 +346,11 @@ def explain(summary: dict[str, Any], key: str) -> list[str]:
     ``key`` may be a unique prefix of a run key (:func:`find_run`).
     """
     r = find_run(summary, key)
-    lines = [f"run {r['key']}: N={r['N']:,} ({r['shape']}), D={r['D']:.3g}, batch {r['batch_tokens']:,} tokens, "
-             f"{r['workers']} worker(s), {r['precision']}",
-             f"parameters: {r['N_total']:,} in all, {r['N_active']:,} active per token, "
-             f"{r['N_non_embedding']:,} outside the embeddings, "
-             f"{r['N_embedding']:,} in the embedding matrices"]
+    lines = [f"run {r['key']}: N={fmt.count(r['N'])} ({r['shape']}), D={fmt.count(r['D'])}, "
+             f"batch {fmt.count(r['batch_tokens'])} tokens, {r['workers']} worker(s), {r['precision']}",
+             f"parameters: {fmt.count(r['N_total'])} in all, {fmt.count(r['N_active'])} active per token, "
+             f"{fmt.count(r['N_non_embedding'])} outside the embeddings, "
+             f"{fmt.count(r['N_embedding'])} in the embedding matrices"]
     if "layout" not in r:
         return lines + [f"strategy {r['strategy']}, {r['memory_gib']:.3g} GiB per worker"]
     groups = ", ".join(f"{g} {_duration(s)}" for g, s in r["comm_seconds_by_group"].items() if s > 0) or "none"

@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling import vocab
+from scaling import fmt
 from scaling.errors import UserError
 from scaling.quantities import possible_losses
 
@@ -132,16 +133,16 @@ def render_status(status: dict[str, Any]) -> Any:
             f"heartbeats stale for {_duration(stale['since_s'])}"
         head.add_row("stale", f"{which}, {since}: no live driver; re-run the sweep to recover them")
     pct = 100 * status["flops_spent"] / max(status["flops_total"], 1e-30)
-    head.add_row("compute", f"{status['flops_spent']:.3g} of {status['flops_total']:.3g} FLOPs spent ({pct:.0f}%), "
-                 f"{status['flops_remaining']:.3g} remaining")
+    head.add_row("compute", f"{fmt.flops(status['flops_spent'])} of {fmt.flops(status['flops_total'])} FLOPs spent ({pct:.0f}%), "
+                 f"{fmt.flops(status['flops_remaining'])} remaining")
     if status.get("branches"):
         ratio = status["flops_total"] / max(status["flops_total_without_reuse"], 1e-30)
         head.add_row("reuse", f"{status['branches']} cooldown branches of {status['trunks']} trunk(s): without reuse "
-                     f"{status['flops_spent_without_reuse']:.3g} spent of {status['flops_total_without_reuse']:.3g} "
+                     f"{fmt.flops(status['flops_spent_without_reuse'])} spent of {fmt.flops(status['flops_total_without_reuse'])} "
                      f"FLOPs; the sweep needs {ratio:.2f}x that")
     if status["counts"].get(vocab.SUPERSEDED):
         head.add_row("superseded", f"{status['counts'][vocab.SUPERSEDED]} run(s) a later plan replaced (its corpus or "
-                     f"settings changed), not counted above; {status['flops_spent_superseded']:.3g} FLOPs went "
+                     f"settings changed), not counted above; {fmt.flops(status['flops_spent_superseded'])} FLOPs went "
                      "into them")
     parts: list[Any] = [head]
     if status["failures"]:
@@ -149,7 +150,7 @@ def render_status(status: dict[str, Any]) -> Any:
         for col in ("key", "N", "D", "attempts", "error"):
             t.add_column(col)
         for f in status["failures"]:
-            t.add_row(f["key"], f"{f['N']:,}", f"{f['D']:.3g}", str(f["attempts"] or ""), f["error"])
+            t.add_row(f["key"], fmt.count(f["N"]), fmt.count(f["D"]), str(f["attempts"] or ""), f["error"])
         parts.append(t)
     return Group(*parts)
 
@@ -207,8 +208,10 @@ _RIGHT_ALIGNED = ("N", "D", "C", "attempts", *LOSS_COLUMNS)
 def _cell(col: str, v: object) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return ""
-    if col in ("N", "D", "C"):
-        return f"{float(v):.3g}"  # type: ignore[arg-type]
+    if col in ("N", "D"):
+        return fmt.count(v)
+    if col == "C":
+        return fmt.flops(v)
     if col.startswith("final"):
         return f"{float(v):.4f}"  # type: ignore[arg-type]
     text = "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(v).split()))  # no terminal escapes

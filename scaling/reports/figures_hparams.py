@@ -234,7 +234,7 @@ def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = Non
     answer(*page_values, title=f"lr: {h['lr_why']}; batch: {h['batch_why']}")
     return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {size(N)}, '
             f"D = {size(D)} tokens): lr = {_or_why(h['lr'], h['lr_why'])}, batch = "
-            f"{_or_why(h['batch'], h['batch_why'])} tokens. 95% intervals in brackets.</p>")
+            f"{_or_why(h['batch'], h['batch_why'], size)} tokens. 95% intervals in brackets.</p>")
 
 
 def _at_largest_run(done: Any, fit: HparamFit, answer: Callable[..., None], why: str) -> str:
@@ -255,14 +255,15 @@ def _at_largest_run(done: Any, fit: HparamFit, answer: Callable[..., None], why:
     answer(*values, title=f"{why}; lr: {h['lr_why']}; batch: {h['batch_why']}")
     return (f'<p id="hparam-next">No run is recommended ({e(why)}), so the fitted laws are given at the sweep\'s '
             f"largest run (C = {num(C, 3)} FLOPs, N = {size(N)}, D = {size(D)} tokens): lr = "
-            f"{_or_why(h['lr'], h['lr_why'])}, batch = {_or_why(h['batch'], h['batch_why'])} tokens. "
+            f"{_or_why(h['lr'], h['lr_why'])}, batch = {_or_why(h['batch'], h['batch_why'], size)} tokens. "
             "95% intervals in brackets.</p>")
 
 
-def _or_why(iv: dict[str, Any] | None, why: str) -> str:
+def _or_why(iv: dict[str, Any] | None, why: str, fmt: Callable[..., str] = num) -> str:
+    """The value with its interval (each number by ``fmt``: :func:`size` for a batch), then why; "none" and why."""
     if iv is None or iv.get("kind") == "unreliable":
         return f"none ({e(why)})"
-    return f"{interval(iv)} ({e(why)})"
+    return f"{interval(iv, fmt=fmt)} ({e(why)})"
 
 
 def hparams_section(data: ReportData, page: Page) -> str:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from scaling.errors import FitError
 from scaling.fmt import escape as e
-from scaling.fmt import num
+from scaling.fmt import num, size
 from scaling.fitting.inference import InferenceRecommendation, LossLaw, iso_loss_curve, recommend_for_inference
 from scaling.reports.blocks import interval, missing, section
 from scaling.reports.titles import axis, titled
@@ -41,7 +41,7 @@ def overtraining_tradeoff(law: Any, rec: InferenceRecommendation, *, title: str 
     fig.add_trace(go.Scatter(x=x, y=curve["training_flops"], mode="lines", name="training FLOPs (6ND)",
                              line=dict(color="#1f77b4", dash="dash"), customdata=custom, hovertemplate=hover))
     fig.add_trace(go.Scatter(x=x, y=curve["total_flops"], mode="lines",
-                             name=f"training + inference FLOPs (T = {rec.inference_tokens:.3g} tokens)",
+                             name=f"training + inference FLOPs (T = {size(rec.inference_tokens)} tokens)",
                              line=dict(color="#d62728"), customdata=custom, hovertemplate=hover))
     for label, row, color, symbol in (("compute-optimal", rec.compute_optimal, "#1f77b4", "circle"),
                                       ("inference-aware optimum", rec.optimum, "#d62728", "star")):

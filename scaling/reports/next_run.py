@@ -36,14 +36,14 @@ def run_answers(rec: Recommendation, href: str = "#next-run") -> list[Answer]:
     cells = [Answer("run to train", f"{e(dims)} <span class=\"ci\">(shape from {e(source)})</span>", href),
              Answer("N (parameters)", e(size(run.get("n_params"))), href),
              Answer("D (tokens)", e(size(target.D)), href)]
-    for label, key, law in (("learning rate", "lr", "lr*"), ("batch (tokens)", "batch_tokens", "B*")):
+    for label, key, law, write in (("learning rate", "lr", "lr*", num), ("batch (tokens)", "batch_tokens", "B*", size)):
         if run.get(key) is None:
             continue
         ends = run.get(f"{key}_interval")
         if ends is not None and all(math.isfinite(float(b)) for b in ends):
-            value = f"{e(num(run[key]))} {e(bounds(*(float(b) for b in ends)))} <span class=\"ci\">(fitted {law} law)</span>"
+            value = f"{e(write(run[key]))} {e(bounds(*(float(b) for b in ends), fmt=write))} <span class=\"ci\">(fitted {law} law)</span>"
         else:
-            value = f"{e(num(run[key]))} <span class=\"ci\">(from {e(source)})</span>"
+            value = f"{e(write(run[key]))} <span class=\"ci\">(from {e(source)})</span>"
         cells.append(Answer(label, value, href))
     memory = run.get("memory_gib")
     if memory is not None and math.isfinite(float(memory)):

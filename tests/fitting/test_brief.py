@@ -48,13 +48,13 @@ def _rec(**kw) -> Recommendation:
 def test_the_recommendation_comes_first_and_each_left_out_law_gets_one_line() -> None:
     lines = brief(_rec(), budget_why="10x the largest run", skipped={"approach1": "no budget has an interior minimum"})
     assert lines[0] == "recommended next run at C = 3e+11 FLOPs (10x the largest run), from Chinchilla 2 (IsoFLOP):"
-    assert lines[1] == "  N* = 2.55e+04 [1.28e+04, 5.1e+04], D* = 1.96e+06 [9.8e+05, 3.92e+06] tokens, loss 3.76 [3.38, 4.14]"
+    assert lines[1] == "  N* = 25.5K [12.8K, 51.0K], D* = 1.96M [980K, 3.92M] tokens, loss 3.76 [3.384, 4.136]"
     assert "widened" in lines[2]  # the chosen law's intervals carry its extrapolation error: said so
-    assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 2.55e+04")
+    assert lines[3].startswith("  as a run: n_layer 2, d_model 32, n_head 4 (shape from the plan's rules), N = 25.5K")
     assert ("lr 0.03, batch 256 tokens (both from the plan's rules: the sweep has no hyperparameter groups to fit them "
             "from)") in lines[3]
     assert lines[4].startswith("  why this law: the narrowest 95% interval on N*")  # its name is not repeated
-    assert "agree on N* within a factor 1.16" in lines[5] and "[8.93e+03, 5.35e+04]" in lines[5]
+    assert "agree on N* within a factor 1.16" in lines[5] and "[8.93K, 53.5K]" in lines[5]
     left = [line for line in lines if line.startswith("left out: ")]
     assert left == lines[6:9] and len(lines) == 9  # the choice's own note is said by these lines
     assert left[0].startswith("left out: Kaplan: unreliable: the data do not determine Nc (its 95% bootstrap")
@@ -96,7 +96,7 @@ def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
                notes=[Note(NoteKind.NO_OPTIMUM, "Kaplan is left out: it gives no compute-optimal point here (overflow)"),
                       Note(NoteKind.RUN, "the plan's rules could not size the run (no shape); used the defaults")])
     lines = brief(rec)
-    assert lines[1] == ("  N* = 2.55e+04 (no interval: bootstrap biased), D* = 1.96e+06 (no interval) tokens, "
+    assert lines[1] == ("  N* = 25.5K (no interval: bootstrap biased), D* = 1.96M (no interval) tokens, "
                         "loss 3.76 (no interval: replicates do not vary)")
     assert not any("95% intervals" in line for line in lines)
     assert "left out: Kaplan: it gives no compute-optimal point here (overflow)" in lines

@@ -237,7 +237,7 @@ def test_a_plan_of_100000_runs_prints_a_summary_with_values_told_apart() -> None
     text = console.export_text()
     assert len(text.splitlines()) < 200
     words = " ".join(text.split())
-    assert "listed: the first and last 30 of 100,000 runs (N 10,000 to 14,999; D 1e+06 to 1.1e+06; " in words
+    assert "listed: the first and last 30 of 100,000 runs (N 10.0K to 15.0K; D 1.00M to 1.10M; " in words
     assert "99,940 runs not listed" in words and "4,960 groups not listed" in words
     assert "0.0001, 0.00010005, 0.0001001 … 0.000100853, 0.000100904, 0.000100954 (20 values)" in text
     assert "0.000100904" in text and "0.00010005 " in text  # the runs' own lr column, 6 digits

@@ -152,3 +152,29 @@ def test_a_stop_releases_runs_collected_but_not_yet_recorded(tmp_path: Path, mon
         status = results.runs(sweep=sched.sweep).set_index("run_key")["status"]
     assert set(status[[s.key for s in collected]]) == {vocab.INTERRUPTED}
     assert set(status.drop([s.key for s in collected])) == {vocab.PENDING}
+
+
+def test_the_sweeps_lines_and_live_table_write_counts_and_compute_as_the_report(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run's N and D in the log lines and the live table as the report writes them (``1.00B``, ``2.05B``:
+    :func:`scaling.fmt.count`), the compute caption as :func:`scaling.fmt.flops`."""
+    import re
+
+    from rich.console import Console
+
+    from scaling import fmt
+
+    sched = _scheduler(tmp_path, f"sqlite:///{tmp_path / 'r.db'}", 10, monkeypatch)
+    out = io.StringIO()
+    with SweepDisplay(Console(file=out, width=200), live=False) as display:
+        _drive(sched, display)
+    count = r"\d+(?:\.\d+)?[KMBT]?"
+    lines = out.getvalue().splitlines()
+    assert lines and all(re.match(rf"\[[\d:]+\] \S+ N={count} D={count} (queued|running|completed)", ln) for ln in lines), lines
+    spec = sched.states[0].run.spec
+    assert f" N={fmt.count(spec.n_params)} D={fmt.count(spec.trained_tokens)} " in out.getvalue()
+    table = io.StringIO()
+    Console(file=table, width=200).print(render(sched))
+    row = next(ln for ln in table.getvalue().splitlines() if spec.key in ln)
+    assert re.search(rf"│ +{fmt.count(spec.n_params)} │ +{fmt.count(spec.trained_tokens)} │", row), row
+    assert re.search(r"compute \S+ / (\S+) FLOPs", table.getvalue())[1] == fmt.flops(sum(s.run.spec.flops for s in sched.states))

@@ -8,6 +8,7 @@ is the same view of the example sweep's report (`make demo`).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,82 @@ def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Pa
     for kind in flagged:
         assert rows[LABELS[kind]].endswith("left out: unreliable") and "[" not in rows[LABELS[kind]], rows
         assert f"{LABELS[kind]}: unreliable: the data do not determine Nc" in boxes["#notes"]["text"]
+
+
+# -- the examples' reports as a new user opens them: the run to train on a 1280 x 800 first screen ----------
+LAPTOP = {"width": 1280, "height": 800}
+#: Every answer cell of the page (the headline's and the run block's): its block, label, value and box.
+CELLS = """() => Array.from(document.querySelectorAll('.headline .cell, #next-run .cell')).map(c => {
+    const r = c.getBoundingClientRect();
+    return {block: c.closest('#next-run') ? 'run' : 'headline', label: c.querySelector('dt').innerText,
+            value: c.querySelector('dd').innerText, top: r.top, bottom: r.bottom, left: r.left, right: r.right};
+})"""
+RUN_LABELS = ("run to train", "N (parameters)", "D (tokens)", "learning rate", "batch (tokens)", "memory per worker")
+
+
+@pytest.fixture(scope="module")
+def example_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path]]:
+    """The demo's plan (simulated) and the hyperparameter example, each trained, analysed as `scaling sweep`
+    does (default bootstrap; the ranking of runs worth adding skipped, it is not on the first screen), its
+    recommendation sized by the stored plan and its report written: name -> (sized recommendation, report)."""
+    from example_sim import train_example
+    from scaling.fitting import SweepSource, analyse
+    from scaling.fitting.analysis import Settings
+    from scaling.orchestrator.next_plan import run_plan_text
+    from scaling.orchestrator.sweep import sized_recommendation
+    from scaling.reports import write_report
+
+    out = {}
+    for name in ("plan", "sim-hparams"):
+        folder = tmp_path_factory.mktemp(f"example-{name}")
+        url, sweep = train_example(name, folder)
+        analysis = analyse(SweepSource(url, sweep), Settings(next_runs=False), save=False)
+        sized = sized_recommendation(url, analysis)
+        report = write_report(url, sweep, folder / f"{name}.html", analysis=analysis, recommendation=sized,
+                              next_plan=run_plan_text(url, sweep, sized))
+        out[name] = (sized, report)
+    return out
+
+
+def _laptop_cells(name: str) -> Any:
+    def act(page) -> dict[str, Any]:
+        page.set_viewport_size(LAPTOP)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.screenshot(path=str(_artifacts() / f"first-screen-{name}.png"), full_page=False)
+        return {"cells": page.evaluate(CELLS), "height": page.evaluate("() => window.innerHeight"),
+                "width": page.evaluate("() => window.innerWidth")}
+    return act
+
+
+@pytest.mark.parametrize("name", ["plan", "sim-hparams"])
+def test_the_examples_first_screen_holds_the_run_to_train(example_reports, browser, name: str) -> None:
+    """`make demo`'s plan and the hyperparameter example at 1280 x 800: every cell of the run to train (shape,
+    N, D, lr, batch, memory per worker) is drawn inside the first screen, each value written as the closing
+    answer writes it; lr and batch with their values; the demo's task accuracy with its interval."""
+    from scaling.fitting.brief import brief
+    from scaling.fitting.core.wording import run_line
+
+    rec, report = example_reports[name]
+    page = browser.open(report, f"example-{name}", actions=_laptop_cells(name), draw_all=False)
+    assert page.console_errors == [] and page.dialogs == []
+    cells, height, width = page.result["cells"], page.result["height"], page.result["width"]
+    assert (height, width) == (LAPTOP["height"], LAPTOP["width"])
+    for c in cells:  # nothing of the answer is cut off or below the fold
+        assert 0 <= c["top"] < c["bottom"] <= height and 0 <= c["left"] < c["right"] <= width, c
+    run = {c["label"]: c["value"] for c in cells if c["block"] == "run"}
+    assert list(run) == list(RUN_LABELS), run
+    # the page and the terminal name one run, in one format: each value is the closing answer's
+    closing = run_line(rec.run, rec.run_source, rec.hparams)
+    shape, n_params = run["run to train"].split(" (shape from")[0], run["N (parameters)"]
+    assert closing.startswith(f"{shape} (shape from") and f"N = {n_params}," in closing, (run, closing)
+    lr, batch, memory = (run[k].split()[0] for k in ("learning rate", "batch (tokens)", "memory per worker"))
+    assert f"lr {lr}" in closing and f"batch {batch} tokens" in closing and f"{memory} GiB per worker" in closing
+    assert re.fullmatch(r"\d+(\.\d+)?[KMBT]?", batch) and re.fullmatch(r"\d+(\.\d+)?[KMBT]", n_params), run
+    assert f"D* = {run['D (tokens)']} " in " ".join(brief(rec)) or rec.chosen in rec.unreliable, run
+    headline = {c["label"]: c["value"] for c in cells if c["block"] == "headline"}
+    if name == "plan":  # the demo's runs are scored on the built-in task: its accuracy, with an interval
+        assert re.match(r"0\.\d+ \[[0-9.]+, [0-9.]+\]", headline["next_line accuracy"]), headline
+    else:  # the loss laws cannot recommend, but lr* and B* are fitted: their values at the largest run
+        for label in ("learning rate", "batch (tokens)"):
+            assert re.match(r"[0-9.]+[KMBT]? \[[0-9.]+[KMBT]?, [0-9.]+[KMBT]?\] \(at the largest run",
+                            headline[label]), headline

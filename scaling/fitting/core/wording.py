@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from scaling.fitting.core.doubts import Doubt
-from scaling.fmt import bounds, num
+from scaling.fmt import bounds, num, size
 
 #: About the most characters of a left-out law's reason shown on its line (the full notes: ``scaling fit``);
 #: a reason at most :data:`REASON_SLACK` longer is shown whole rather than cut a word or two short.
@@ -41,16 +41,16 @@ def run_line(run: dict[str, Any], run_source: str | None, hparams: dict[str, Any
     source = run_source or "the plan"
     shape = run.get("shape") or {}
     dims = ", ".join(f"{k} {shape[k]}" for k in ("n_layer", "d_model", "n_head") if k in shape)
-    parts = [f"{dims} (shape from {source})" if dims else "", f"N = {num(run.get('n_params'))}"]
+    parts = [f"{dims} (shape from {source})" if dims else "", f"N = {size(run.get('n_params'))}"]
     fallback: list[tuple[str, str]] = []  # (value, why the laws give none): from run_source
-    for q, key, law, unit in (("lr", "lr", "lr*", ""), ("batch", "batch_tokens", "B*", " tokens")):
+    for q, key, law, unit, write in (("lr", "lr", "lr*", "", num), ("batch", "batch_tokens", "B*", " tokens", size)):
         if run.get(key) is None:
             continue
-        value = f"{q} {num(run[key])}{unit}"
+        value = f"{q} {write(run[key])}{unit}"
         ends = run.get(f"{key}_interval")
         if ends is not None:
             lo, hi = (float(b) for b in ends)
-            span = f" {bounds(lo, hi)}" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
+            span = f" {bounds(lo, hi, fmt=write)}" if math.isfinite(lo) and math.isfinite(hi) and lo < hi else ""
             parts.append(f"{value}{span} (from the fitted {law} law)")
         elif hparams is None:  # no hyperparameter groups, so no lr* or B* law
             fallback.append((value, "the sweep has no hyperparameter groups to fit {it} from"))

@@ -25,7 +25,7 @@ from scaling.errors import FitError
 from scaling.fitting.core.intervals import summarise
 from scaling.fitting.curves.fit import CurveLaw, law_at
 from scaling.fitting.curves.laws import form
-from scaling.fmt import Interval, num
+from scaling.fmt import Interval, num, size
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.curves.sweep import SweepCurves
@@ -156,7 +156,7 @@ def advice_lines(schedule: Optional[dict[str, Any]], indent: str = "  ") -> list
         return [f"{indent}schedule: no advice: {schedule['why_not']}"]
     losses = {k: Interval.of(v) for k, v in schedule["losses"].items()}
     best = schedule["best"]
-    at = (f"curve law at N = {num(schedule['N'], 3)}, {schedule['steps']:,} steps at peak lr "
+    at = (f"curve law at N = {size(schedule['N'])}, {schedule['steps']:,} steps at peak lr "
           f"{num(schedule['peak'], 3)}")
     lines = [f"{indent}schedule: {best} ({at}): final loss {losses[best].text(4)}"]
     others = [n for n in ("cosine", _best_of(losses, "linear"), _best_of(losses, "exponential")) if n and n != best]

@@ -205,12 +205,12 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
         return result("one setting", why, *as_run(why))
     for dim in varied:  # the edge: the optimum may lie beyond what was tried
         tried = s[dim].to_numpy(float)
-        word = "lr*" if dim == "lr" else "batch*"
+        word, write = ("lr*", num) if dim == "lr" else ("batch*", size)  # a batch is a count of tokens
         if math.isclose(best_d[dim], tried.max(), rel_tol=1e-9):
-            why = f"{word} at the largest value tried ({num(tried.max(), 3)}): widen the sweep"
+            why = f"{word} at the largest value tried ({write(tried.max(), 3)}): widen the sweep"
             return result("edge", why, *as_run(why))
         if math.isclose(best_d[dim], tried.min(), rel_tol=1e-9):
-            why = f"{word} at the smallest value tried ({num(tried.min(), 3)}): widen the sweep"
+            why = f"{word} at the smallest value tried ({write(tried.min(), 3)}): widen the sweep"
             return result("edge", why, *as_run(why))
     # the window: grid steps around the best setting in every varied dimension
     keep = np.ones(len(g), bool)
@@ -235,8 +235,9 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     span = [(np.log(w[d].to_numpy(float)) - (x0 if i == 0 else y0)) for i, d in enumerate(varied)]
     for i, d in enumerate(varied):
         if not span[i].min() - 1e-9 <= opt[i, 0] <= span[i].max() + 1e-9:
+            write = num if d == "lr" else size
             why = (f"the fitted {'lr*' if d == 'lr' else 'batch*'} lies outside the runs it was fitted to "
-                   f"({num(math.exp(opt[i, 0] + (x0 if i == 0 else y0)), 3)})")
+                   f"({write(math.exp(opt[i, 0] + (x0 if i == 0 else y0)), 3)})")
             return result("no minimum", why, *as_run(why))
     msg, L_iv, lr_iv, b_iv, replicates, near = _quadratic_optimum(
         (X, beta, loss, varied, opt, L, x0, y0), s, best_d, n_bootstrap, seed, near_fraction)
