@@ -12,7 +12,7 @@ import html
 import io
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 #: what a missing or non-finite number is shown as
 MISSING = "–"
@@ -118,6 +118,10 @@ def bounds(lo: object, hi: object, digits: int = 3, fmt: Callable[..., str] = nu
 NO_INTERVAL = {"biased": "bootstrap biased", "no spread": "replicates do not vary", "unreliable": "unreliable"}
 
 
+def _text(x: object) -> Optional[str]:
+    return None if x is None or x == "" else str(x)
+
+
 def _finite(x: object) -> Optional[float]:
     try:
         f = float(x)
@@ -130,8 +134,10 @@ def _finite(x: object) -> Optional[float]:
 class Interval:
     """A fitted or predicted quantity: its value, 95% bounds and SE where they are honest, else why not.
 
-    ``kind`` is the summary's claim (``percentile`` with bounds; ``pinned``, ``biased``, ``no
-    spread``, ``unreliable`` without), ``withheld`` the reason there are no bounds (None with them).
+    The one value an interval is passed and stored as (:func:`scaling.fitting.core.intervals.summarise`
+    makes it; :meth:`to_dict` and :meth:`from_dict` are its JSON form). ``kind`` is the summary's claim
+    (``percentile`` with bounds; ``pinned``, ``biased``, ``no spread``, ``unreliable`` without),
+    ``withheld`` the reason there are no bounds (None with them).
     """
 
     value: float
@@ -145,31 +151,83 @@ class Interval:
     pinned: Optional[str] = None
     #: Why the bounds are wider than the bootstrap's (extrapolation), else None.
     widened: Optional[str] = None
+    #: The SE on the log scale of a positive quantity fitted in log (None: not asked for, or not honest).
+    se_log: Optional[float] = None
+    #: Why an SE that would disagree with the interval is not given (heavy-tailed replicates), else None.
+    se_note: Optional[str] = None
+    #: The bootstrap's own bounds before :attr:`widened` widened them (None: not widened).
+    lo_param: Optional[float] = None
+    hi_param: Optional[float] = None
+    #: Where the estimate lies among its replicates (kind ``biased``: the fraction below it).
+    quantile: Optional[float] = None
     #: What is estimated, a key of :data:`WRITERS` (``count``, ``loss``, ``flops``): printed alone, the
     #: interval is written as that quantity is everywhere else; None: four significant digits.
     quantity: Optional[str] = None
 
     @classmethod
-    def of(cls, iv: "dict[str, Any] | Interval", quantity: Optional[str] = None) -> "Interval":
-        """The typed view of a summary dict (``value``, ``lo``, ``hi``, ``se``, ``kind``, ``note``...);
-        ``quantity`` (a key of :data:`WRITERS`) says how it is written when printed alone."""
+    def of(cls, iv: "Mapping[str, Any] | Interval", quantity: Optional[str] = None) -> "Interval":
+        """An interval's JSON form (:meth:`to_dict`, or any stored summary dict: its reason in ``note``
+        or ``reason``) read back; an :class:`Interval` as it is. ``quantity`` (a key of :data:`WRITERS`)
+        says how it is written when printed alone."""
         if quantity is not None and quantity not in WRITERS:
             raise ValueError(f"quantity must be one of {', '.join(WRITERS)}, not {quantity!r}")
         if isinstance(iv, Interval):
             return iv if quantity is None or iv.quantity == quantity else replace(iv, quantity=quantity)
+        if not isinstance(iv, Mapping):
+            raise TypeError(f"an interval is a mapping or an Interval, not {type(iv).__name__}")
         kind = str(iv.get("kind") or "none")
         lo, hi = _finite(iv.get("lo")), _finite(iv.get("hi"))
         value = _finite(iv.get("value"))
+        note = iv.get("note") or iv.get("reason")
         withheld = None
         if kind in NO_INTERVAL or kind == "pinned" or lo is None or hi is None:
-            withheld = iv.get("note") or (cls._reason(kind, iv.get("pinned"), iv.get("quantile"))
-                                          if kind != "none" and kind != "percentile" else "no interval")
+            withheld = note or (cls._reason(kind, iv.get("pinned"), iv.get("quantile"))
+                                if kind != "none" and kind != "percentile" else "no interval")
             lo = hi = None
         return cls(math.nan if value is None else value, lo, hi, None if withheld else _finite(iv.get("se")),
-                   withheld, kind, iv.get("pinned"), iv.get("widened") or None, quantity)
+                   None if withheld is None else str(withheld), kind, _text(iv.get("pinned")),
+                   _text(iv.get("widened")), None if withheld else _finite(iv.get("se_log")),
+                   _text(iv.get("se_note") or iv.get("se_log_note")), _finite(iv.get("lo_param")),
+                   _finite(iv.get("hi_param")), _finite(iv.get("quantile")), quantity)
 
-    #: The notebook API's name for :meth:`of`.
+    #: :meth:`of` under the name of the JSON side (and the notebook API's ``from_interval``).
+    from_dict = of
     from_interval = of
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, with the keys summaries have always been stored under (a missing number is
+        NaN, which :func:`scaling.fitting.core.base.jsonable` writes as null): :meth:`from_dict` reads
+        it back to an equal interval."""
+        nan = math.nan
+        out: dict[str, Any] = {"value": self.value, "se": nan if self.se is None else self.se,
+                               "lo": nan if self.lo is None else self.lo, "hi": nan if self.hi is None else self.hi}
+        if self.kind != "none":
+            out["kind"] = self.kind
+        optional = {"note": self.withheld if self.withheld != self._default_reason() else None,
+                    "pinned": self.pinned, "widened": self.widened, "se_log": self.se_log, "se_note": self.se_note,
+                    "lo_param": self.lo_param, "hi_param": self.hi_param, "quantile": self.quantile}
+        return out | {key: value for key, value in optional.items() if value is not None}
+
+    def _default_reason(self) -> Optional[str]:
+        """The reason :meth:`of` gives an interval of this kind stored without one."""
+        if self.kind in NO_INTERVAL or self.kind == "pinned" or self.lo is None or self.hi is None:
+            return self._reason(self.kind, self.pinned, self.quantile) if self.kind not in ("none", "percentile") \
+                else "no interval"
+        return None
+
+    def without_interval(self, why: str) -> "Interval":
+        """This value without its bounds and SEs, kind ``unreliable`` and ``why`` the reason; a pinned
+        value keeps saying so (it had no interval to withhold)."""
+        if self.kind == "pinned":
+            return self
+        return Interval(self.value, withheld=why, kind="unreliable", quantity=self.quantity)
+
+    def widen(self, lo: float, hi: float, why: str) -> "Interval":
+        """These bounds in place of the bootstrap's (kept as :attr:`lo_param`, :attr:`hi_param`), ``why`` saying why."""
+        if _finite(lo) is None or _finite(hi) is None:  # beyond float range: no interval shown
+            return replace(self, lo=None, hi=None, se=None, se_log=None, withheld="no interval", widened=why,
+                           lo_param=self.lo, hi_param=self.hi)
+        return replace(self, lo=lo, hi=hi, withheld=None, widened=why, lo_param=self.lo, hi_param=self.hi)
 
     @staticmethod
     def _reason(kind: str, pinned: object = None, quantile: object = None) -> str:
@@ -223,15 +281,15 @@ class Interval:
 WRITERS: dict[str, tuple[int, Callable[..., str]]] = {"count": (3, size), "loss": (4, num), "flops": (3, num)}
 
 
-def interval_text(iv: "dict[str, Any] | Interval | None", digits: int = 3, fmt: Callable[..., str] = num,
+def interval_text(iv: "Mapping[str, Any] | Interval | None", digits: int = 3, fmt: Callable[..., str] = num,
                   **how: Any) -> str:
-    """:meth:`Interval.text` of a summary dict ('-' for none)."""
+    """:meth:`Interval.text` of an interval or its JSON form ('-' for none)."""
     return "-" if iv is None else Interval.of(iv).text(digits, fmt, **how)
 
 
-def se_text(iv: "dict[str, Any]") -> str:
+def se_text(iv: "Mapping[str, Any] | Interval") -> str:
     """The SE cell of a summary: on the fitted scale (``(ln)`` for a log-fitted quantity); '-' where none is honest."""
-    se_log = _finite(iv.get("se_log"))
-    if se_log is not None:
-        return f"{se_log:.3g} (ln)"
-    return num(iv.get("se"), 4, "-")
+    iv = Interval.of(iv)
+    if iv.se_log is not None:
+        return f"{iv.se_log:.3g} (ln)"
+    return num(iv.se, 4, "-")

@@ -68,8 +68,9 @@ FormatOption = Annotated[
 
 FitOption = Annotated[
     str,
-    typer.Option("--fit", help="Where the fits come from: 'sweep' fits as `scaling fit` does (reusing a stored fit of "
-                 "unchanged data); 'stored' only reads stored fits; 'memory' fits quickly."),
+    typer.Option("--fit", help="Where the sweep's analysis comes from: 'sweep' analyses it as `scaling fit` does "
+                 "(reusing a stored analysis of unchanged data); 'stored' only reads the stored one; 'memory' "
+                 "analyses it quickly, storing nothing."),
 ]
 
 

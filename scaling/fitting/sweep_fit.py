@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
-from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.measurements import FitData
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
@@ -85,7 +85,7 @@ class FitSummary:
     source: str
     fingerprint: str
     n_points: int
-    conventions: dict[str, Any]
+    conventions: Conventions
     laws: dict[str, Law] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     reused: list[str] = field(default_factory=list)
@@ -103,7 +103,7 @@ class FitSummary:
     @property
     def k(self) -> float:
         """FLOPs per parameter per token (C = k N D), from the conventions."""
-        return float(self.conventions.get("flops_per_param_token") or FLOPS_PER_PARAM_TOKEN)
+        return self.conventions.k
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
         """JSON-ready; bootstrap replicates only when asked (they are stored with each fit)."""
@@ -115,7 +115,7 @@ class FitSummary:
             laws[kind] = d
         return jsonable({
             "sweep": self.sweep, "source": self.source, "fingerprint": self.fingerprint,
-            "n_points": self.n_points, "conventions": self.conventions, "laws": laws,
+            "n_points": self.n_points, "conventions": self.conventions.to_json(), "laws": laws,
             "skipped": self.skipped, "reused": self.reused, "stored": self.stored, "notes": self.notes,
             **({"hparams": self.hparams.to_dict()} if self.hparams is not None else {}),
         })
@@ -127,8 +127,8 @@ class FitSummary:
         from scaling.fmt import PlainText
 
         console = PlainText(width=110)
-        head = f"{self.source}: {self.n_points} points (N in {self.conventions.get('params')} parameters, " \
-               f"C = {self.conventions.get('flops_per_param_token', FLOPS_PER_PARAM_TOKEN):.3g} N D)"
+        head = f"{self.source}: {self.n_points} points (N in {self.conventions.params} parameters, " \
+               f"C = {self.conventions.k:.3g} N D)"
         console.print(head)
         for note in self.notes:
             console.print(note if isinstance(note, Note) and note.kind is NoteKind.WARNING else f"note: {note}")
@@ -179,7 +179,7 @@ def fit_data(data: FitData, law: str = "all", n_bootstrap: int = 200, seed: int 
     with its reason, unless it was the only one asked for (then its FitError propagates)."""
     kinds = _kinds(law)
     summary = FitSummary(source=data.source or "data", fingerprint=data.fingerprint(), n_points=len(data.points),
-                         conventions=data.conventions() | {"flops_per_param_token": data.flops_per_param_token},
+                         conventions=Conventions.of(data),
                          notes=list(data.notes))
     for kind in kinds:
         try:

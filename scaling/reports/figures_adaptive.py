@@ -7,7 +7,7 @@ each round did. The section is empty for a sweep without such events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -19,6 +19,10 @@ from scaling.fmt import escape as e
 from scaling.fmt import num
 from scaling.reports.blocks import section
 from scaling.reports.titles import axis, titled
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.reports.blocks import Page
+    from scaling.reports.report_data import ReportData
 
 SECTION_ID = "adaptive"
 
@@ -56,9 +60,9 @@ def interval_against_compute(rows: list[dict[str, Any]]) -> go.Figure:
                   x=axis("compute spent by the sweep", "FLOPs"), y=axis("N* with its 95% interval", "parameters"))
 
 
-def adaptive_section(data: Any, page: Any) -> str:
+def adaptive_section(data: "ReportData", page: "Page") -> str:
     """The report section (empty for a sweep that is not adaptive)."""
-    rows = decisions(getattr(data, "events", None))
+    rows = decisions(data.events)
     if not rows:
         return ""
     last = rows[-1]

@@ -19,14 +19,13 @@ from scaling.errors import UserError
 from scaling.fitting.curves.advice import advice_lines, schedule_advice
 from scaling.fitting.curves.data import Curve, curves_from_db
 from scaling.fitting.curves.laws import form as law_form
-from scaling.fitting.curves.sweep import SizeCurves, selected_curves
+from scaling.fitting.curves.sweep import SizeCurves, SweepCurves, selected_curves
 from scaling.fmt import num
 from scaling.fmt import escape as e
 from scaling.reports.blocks import missing, prose, section
 from scaling.reports.titles import axis, titled
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
-    from scaling.fitting.curves.sweep import SweepCurves
     from scaling.fitting.recommend import Recommendation
     from scaling.reports.blocks import Page
     from scaling.reports.report_data import ReportData
@@ -114,7 +113,7 @@ def render_curve_laws(data: ReportData, page: Page, curves: SweepCurves, measure
              f"curves; dashed: each curve predicted by the law fitted without it.</p>"]
     if curves.left_out:
         parts.append(f"<p class=\"ci\">Left out: {e('; '.join(curves.left_out))}.</p>")
-    rec = getattr(data, "recommendation", None) or getattr(getattr(data, "sweep_fit", None), "recommendation", None)
+    rec = data.recommendation or (data.sweep_fit.recommendation if data.sweep_fit is not None else None)
     if rec is not None and rec.chosen is not None and rec.chosen not in rec.unreliable:
         parts.append(schedule_block(rec, "For the recommended run"))
     for N, size in curves.sizes.items():
@@ -134,8 +133,8 @@ def curve_law_section(url: str) -> Callable[[ReportData, Page], str]:
     """A report section (``scaling.reports.html.Extra``) for the sweep's curve laws; "" without any."""
 
     def build(data: ReportData, page: Page) -> str:
-        curves = getattr(getattr(data, "sweep_fit", None), "curves", None)
-        if not data.sweep or curves is None or not getattr(curves, "sizes", None):
+        curves = data.sweep_fit.curves if data.sweep_fit is not None else None
+        if not data.sweep or not isinstance(curves, SweepCurves) or not curves.sizes:
             return ""
         try:
             measured, _ = curves_from_db(url, data.sweep)
@@ -148,7 +147,7 @@ def curve_law_section(url: str) -> Callable[[ReportData, Page], str]:
 
 def schedule_block(rec: Recommendation, title: str = "Schedule") -> str:
     """The schedule advice for the recommended run (HTML): the best schedule and its rivals, or why none."""
-    lines = advice_lines(getattr(rec, "schedule", None), indent="")
+    lines = advice_lines(rec.schedule, indent="")
     if not lines:
         return ""
     lines = [x.removeprefix("schedule: ") for x in lines]  # the block's title says it

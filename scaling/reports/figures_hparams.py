@@ -20,7 +20,7 @@ from scaling.db.jsonvalues import as_dict
 from scaling.errors import UserError
 from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.notes import Note, NoteKind
-from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, fit_hparams, runs_frame
+from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, runs_frame
 from scaling.fmt import escape as e
 from scaling.fmt import num, size
 from scaling.naming import group_title
@@ -36,8 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
 SECTION_ID = "hparams"
 #: Panels of the loss-against-lr figure (one per group); beyond this many, the first ones are drawn.
 MAX_PANELS = 24
-#: Bootstrap replicates of the report's hyperparameter fit (it takes well under a second).
-REPORT_BOOTSTRAP = 200
 #: The axis titles of the loss-against-lr panels.
 LR_AXIS = "learning rate (peak, per step)"
 LOSS_AXIS = "final loss (nats per token)"
@@ -208,7 +206,7 @@ def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = Non
     (or why there is none) also given to ``page`` for the first screen (:meth:`scaling.reports.blocks.Page.answer`)."""
 
     def answer(lr: str, batch: str, title: str = "") -> None:
-        if page is not None and hasattr(page, "answer"):
+        if page is not None:
             page.answer("learning rate", lr, f"#{SECTION_ID}", title)
             page.answer("batch (tokens)", batch, f"#{SECTION_ID}", title)
 
@@ -268,19 +266,15 @@ def _or_why(iv: dict[str, Any] | None, why: str, fmt: Callable[..., str] = num) 
     return f"{interval(iv, fmt=fmt)} ({e(why)})"
 
 
-def hparams_section(data: Any, page: Any) -> str:
+def hparams_section(data: ReportData, page: Page) -> str:
     """The report section; empty for a sweep whose runs form no hyperparameter group."""
-    runs = getattr(data, "completed", None)
+    runs = data.completed
     if runs is None or runs.empty or "spec" not in runs or not any(as_dict(s) for s in runs["spec"]):
         return ""
-    hp = hparam_runs(runs)
-    sweep_fit = getattr(data, "sweep_fit", None)
-    try:  # the sweep's own fit when the report was handed one, else one for the report
-        fit = sweep_fit.hparams if sweep_fit is not None else fit_hparams(hp, REPORT_BOOTSTRAP)
-    except UserError as exc:
-        return section(SECTION_ID, "Hyperparameters", missing(f"The hyperparameter groups could not be fitted: {exc}"))
+    fit = data.sweep_fit.hparams if data.sweep_fit is not None else None  # the analysis' laws, fitted once
     if fit is None:
         return ""
+    hp = hparam_runs(runs)
     mode = next((n for n in data.notes if isinstance(n, Note) and n.kind is NoteKind.HPARAM_MODE), None)
     inner = f"<p>{e(mode or 'hyperparameters: the runs form groups that differ in lr, batch or beta2.')}</p>"
     inner += next_run_values(data, fit, page)

@@ -20,11 +20,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause, fit_tasks, tasks_from_db
+from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause
 from scaling.fmt import escape as e
 from scaling.fmt import num
-from scaling.reports.blocks import interval, missing, prose, section
-from scaling.reports.report_data import REPORT_BOOTSTRAP
+from scaling.reports.blocks import Page, interval, missing, prose, section
+from scaling.reports.report_data import REPORT_BOOTSTRAP, ReportData
 from scaling.reports.figures import with_alpha
 from scaling.reports.titles import axis, titled
 
@@ -151,7 +151,7 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
                   y=axis(law.accuracy, "fraction correct"), legend="shown")
 
 
-def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
+def _frontier_law(data: ReportData, target: float) -> tuple[Any, float] | None:
     """The law the report recommends with at ``target`` (reliable only), and its k."""
     from scaling.reports import fitview
 
@@ -163,7 +163,7 @@ def _frontier_law(data: Any, target: float) -> tuple[Any, float] | None:
     return law, float(law.k_)
 
 
-def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
+def render_tasks(data: ReportData, page: Page, fits: TaskFits, how: str = "") -> str:
     """The section's HTML for fitted tasks ``fits`` (figures added to ``page``); ``how`` says how they were fitted."""
     if not fits:
         return ""
@@ -190,9 +190,9 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
         if i < MAX_TASK_FIGURES:
             figures.append(page.figure(f"task-{i}-compute", accuracy_vs_compute(law, frontier, prediction)))
             figures.append(page.figure(f"task-{i}-loss", accuracy_vs_loss(law, prediction)))
-        if hasattr(page, "answer"):  # the report's first screen shows each task's accuracy too
-            page.answer(f"{task} accuracy" if law.accuracy == "acc" else f"{task} {law.accuracy}",
-                        headline_accuracy(law, prediction), f"#{SECTION_ID}")
+        # the report's first screen shows each task's accuracy too
+        page.answer(f"{task} accuracy" if law.accuracy == "acc" else f"{task} {law.accuracy}",
+                    headline_accuracy(law, prediction), f"#{SECTION_ID}")
     head = "".join(f"<th>{e(f)} at the next budget</th>" for f in FORMS)
     table = (f'<table id="task-predictions"><thead><tr><th>task</th><th>predicted</th>{head}'
              "<th>backtest mean |error| (percentage points)</th></tr></thead><tbody>" + "".join(rows)
@@ -211,30 +211,13 @@ def render_tasks(data: Any, page: Any, fits: TaskFits, how: str = "") -> str:
     return section(SECTION_ID, TITLE, intro + table + notes_html + "".join(figures))
 
 
-def task_section(url: str, n_bootstrap: int = REPORT_BOOTSTRAP, seed: int = 0) -> Callable[[Any, Any], str]:
-    """A report section (``scaling.reports.html.Extra``) fitting the tasks of the report's sweep; "" without any.
-
-    Fitted for the report as its in-memory loss fits are: ``n_bootstrap`` replicates, step 1 from the
-    coarse start grid.
-    """
-
-    def build(data: Any, page: Any) -> str:
-        if not data.sweep:
-            return ""
-        fitted = getattr(getattr(data, "sweep_fit", None), "tasks", None)
-        if fitted is not None:  # the sweep's own task laws, handed to the report
-            return render_tasks(data, page, fitted) if fitted.laws else ""
-        try:
-            td = tasks_from_db(url, data.sweep)
-        except UserError as exc:  # e.g. a stored accuracy no task can have: said, nothing drawn
-            return section(SECTION_ID, TITLE, missing(f"Not fitted: {' '.join(str(exc).split())}"))
-        if not td.tasks():
-            return ""
-        how = (f"Fitted for this report ({n_bootstrap} bootstrap replicates, step 1 from a coarse start grid); "
-               "`scaling fit` fits them in full.")
-        return render_tasks(data, page, fit_tasks(td, n_bootstrap=n_bootstrap, seed=seed, grid="coarse"), how)
-
-    return build
+def task_section(data: ReportData, page: Page) -> str:
+    """A report section (``scaling.reports.html.Extra``): the task laws of the report's analysis ("" without
+    any: no run evaluated a task, or they could not be fitted, which the analysis' notes say)."""
+    fitted = data.sweep_fit.tasks if data.sweep_fit is not None else None
+    if not data.sweep or fitted is None or not fitted.laws:
+        return ""
+    return render_tasks(data, page, fitted)
 
 
 def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:

@@ -82,7 +82,7 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
 
     Returns the absolute path written. ``fit="sweep"`` (default) reads the stored
     analysis of unchanged data (``scaling.fitting.analyse``), else makes one as ``scaling fit`` does;
-    ``"stored"`` shows only the newest stored analysis; ``"memory"`` fits quickly for this report.
+    ``"stored"`` shows only the newest stored analysis; ``"memory"`` analyses it quickly, storing nothing.
     New fits are stored only with ``store_fits=True``: by default the database is only read.
     ``analysis``: the sweep's :class:`~scaling.fitting.analysis.Analysis` already made (e.g. at the end of
     ``scaling sweep``): the report shows its loss, hyperparameter and task laws and fits nothing;
@@ -95,7 +95,7 @@ def write_report(url: str, sweep: str | None = None, path: str | Path = "report.
     data = ReportData.load(url, sweep, fit=fit, store_fits=store_fits, sweep_fit=analysis,
                            recommendation=recommendation, next_plan=next_plan)
     # downstream tasks: a section only when the sweep's runs evaluated some (the report is unchanged otherwise)
-    return write_report_data(data, path, extras=(*extras, curve_law_section(url), task_section(url)))
+    return write_report_data(data, path, extras=(*extras, curve_law_section(url), task_section))
 
 
 def write_report_data(data: ReportData, path: str | Path, *, extras: Sequence[Extra] = ()) -> Path:
@@ -283,8 +283,8 @@ def next_budget(data: ReportData) -> float | None:
 
 
 def recommend_for(data: ReportData, target: float) -> Any | None:
-    """The recommendation at ``target``: the one handed in (sized by the plan) or the analysis' own at their
-    budget, else :func:`scaling.fitting.recommend.compare_laws` over the report's laws (None when none gives N*)."""
+    """The recommendation at ``target``: the one handed in (sized by the plan) or the analysis' own at its
+    budget (None when there is none: the report compares no laws of its own)."""
     return data.recommendation_at(target)
 
 

@@ -43,13 +43,13 @@ def moe_headline(fit: "MoEFit", compute: float) -> str:
 
 def moe_section(data: "ReportData", page: Page) -> str:
     """The laws of sparsity of the sweep's analysis ('' for a sweep without experts)."""
-    fit = getattr(data.sweep_fit, "moe", None)
+    fit = data.sweep_fit.moe if data.sweep_fit is not None else None
     if fit is None:
         return ""
     conv = fit.conventions
-    rows = [("N", e(N_CONVENTION)), ("C", e(str(conv.get("C", "")))),
-            *((("sparsity S", e(conv["sparsity"])),) if conv.get("sparsity") else ()),
-            *((("granularity G", e(conv["granularity"])),) if conv.get("granularity") else ())]
+    rows = [("N", e(N_CONVENTION)), ("C", e(conv.c_formula or "")),
+            *((("sparsity S", e(conv.sparsity)),) if conv.sparsity else ()),
+            *((("granularity G", e(conv.granularity)),) if conv.granularity else ())]
     parts = [kv(rows)]
     for form, law in fit.laws.items():
         verdict = "" if law.reliable() else " (flagged: nothing is recommended from it)"

@@ -20,11 +20,12 @@ from scaling import vocab as names
 from scaling.db import connect
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError, UserError, mask_url
-from scaling.fitting import KINDS, Law, fit_data, from_db
+from scaling.fitting import KINDS, Law
+from scaling.fitting.analysis import Settings
 from scaling.fitting.core.base import unavailable_note
 from scaling.quantities import possible_losses
 from scaling.reports.downsample import downsample_frame
-from scaling.reports.fitview import LABELS, as_law
+from scaling.reports.fitview import LABELS
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.db.results import Results
@@ -119,18 +120,12 @@ class ReportData:
     # -- derived views ------------------------------------------------------------------------
     def recommendation_at(self, target: float) -> Optional[Recommendation]:
         """The recommendation at ``target``: the one handed in (sized by the plan: the closing answer's), or the
-        analysis' own at their budget; else :func:`scaling.fitting.recommend.compare_laws` over the shown laws
-        (fits nothing); None when no law gives N*."""
-        from scaling.fitting.recommend import compare_laws
-
+        analysis' own at its budget; None when neither is at ``target`` (no analysis, or no law gives N*).
+        The report reads the analysis' answer and compares no laws of its own."""
         for rec in (self.recommendation, self.sweep_fit.recommendation if self.sweep_fit is not None else None):
             if rec is not None and rec.compute == target:
                 return rec
-        laws = {kind: law for kind, law in ((k, as_law(v)) for k, v in self.fits.items()) if law is not None}
-        try:
-            return compare_laws(laws, target, source=self.sweep or "")
-        except UserError:
-            return None
+        return None
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -221,13 +216,15 @@ def summarise_perf(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- fits ----------------------------------------------------------------------------------------
-#: where a report's fits come from: fitted as ``scaling fit`` fits them (reusing stored fits of
-#: unchanged data), only the stored ones, or fitted quickly in memory
+#: where a report's analysis comes from (:func:`scaling.fitting.analyse` in every mode): as ``scaling fit``
+#: makes it (a stored analysis of unchanged data reused), only the stored one, or made quickly and not stored
 FIT_MODES = ("sweep", "stored", "memory")
 #: bootstrap replicates when the report fits in memory (a band needs a few dozen, not a thousand)
 REPORT_BOOTSTRAP = 100
-#: settings for a fit made only for a report: approach 3 from the coarse start grid (432 starts
-#: rather than Epoch's 4,500), which finds the same optimum on well-behaved sweeps in a tenth of the time
+#: settings of an analysis made only for a report (``memory``): fewer replicates, no runs worth adding ranked
+REPORT_ANALYSIS = Settings(n_bootstrap=REPORT_BOOTSTRAP, next_runs=False)
+#: settings for a comparison's fit of a sweep recounted in other conventions: approach 3 from the coarse
+#: start grid (432 starts rather than Epoch's 4,500), which finds the same optimum in a tenth of the time
 REPORT_SETTINGS = {"approach3": {"grid": "coarse"}}
 
 
@@ -235,10 +232,10 @@ def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", sto
               made: dict[str, Any] | None = None) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
     """The fitted laws of ``sweep``, in report order, and notes on what could not be fitted.
 
-    ``fit``: ``"sweep"`` fits through :func:`scaling.fitting.fit_sweep` (a fit stored for the
-    same data is reused); ``"stored"`` only reads the fits table (newest per kind); ``"memory"``
-    fits quickly. New fits are stored only with ``store_fits=True`` (``fit="sweep"`` only): a
-    report writes nothing to the database unless asked.
+    ``fit``: ``"sweep"`` analyses the sweep as :func:`scaling.fitting.analyse` does (an analysis stored
+    for the same data is reused); ``"stored"`` only reads the newest stored analysis; ``"memory"``
+    analyses it quickly (:data:`REPORT_ANALYSIS`), storing nothing. New fits are stored only with
+    ``store_fits=True`` (``fit="sweep"`` only): a report writes nothing to the database unless asked.
     Returns (kind -> law, kind -> stored dict, notes). Never raises for a fit that cannot be made:
     the reason becomes a note that the report prints. ``made``: receives the sweep's whole fit
     (``sweep_fit``: loss, hyperparameter and task laws) when ``fit="sweep"`` made one.
@@ -254,7 +251,9 @@ def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", sto
     if fit == "sweep":
         laws, notes, skipped = _fit_sweep(url, sweep, store_fits, made if made is not None else {})
     elif fit == "memory":
-        laws, notes, skipped = _fit_in_memory(url, sweep)
+        laws, notes, skipped = _fit_sweep(url, sweep, False, made if made is not None else {}, REPORT_ANALYSIS)
+        notes = [f"These fits were made for this report only ({REPORT_BOOTSTRAP} bootstrap replicates); "
+                 "`scaling fit` fits and stores them in full.", *notes] if laws else notes
     if not laws:  # nothing fitted now: show what is stored, saying so
         laws, dicts = stored_fits(results, sweep)
         if made is not None and fit == "stored":
@@ -309,13 +308,14 @@ def stored_fits(results: Results, sweep: str) -> tuple[dict[str, Law], dict[str,
     return dict(analysis.laws), {kind: law.to_dict() for kind, law in analysis.laws.items()}
 
 
-def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple[dict[str, Law], list[str], dict[str, str]]:
-    """:func:`scaling.fitting.fit_sweep` (stored fits of the same data reused), storing new fits only when
-    ``store``; failures become notes. The whole sweep fit goes to ``made["sweep_fit"]``."""
+def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any],
+               settings: Optional[Settings] = None) -> tuple[dict[str, Law], list[str], dict[str, str]]:
+    """:func:`scaling.fitting.analyse` (a stored analysis of the same data reused), storing a new one only
+    when ``store``; failures become notes. The whole analysis goes to ``made["sweep_fit"]``."""
     from scaling.fitting import SweepSource, analyse
 
     try:
-        summary = analyse(SweepSource(url, sweep), save=store)  # the stored analysis of these data, else made
+        summary = analyse(SweepSource(url, sweep), settings, save=store)  # the stored analysis of these data, else made
     except UserError as exc:
         return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
     made["sweep_fit"] = summary
@@ -325,20 +325,6 @@ def _fit_sweep(url: str, sweep: str, store: bool, made: dict[str, Any]) -> tuple
 def _summary_notes(summary: Analysis) -> list[str]:
     """A sweep fit's notes and the laws it could not fit, as the report lists them."""
     return list(summary.notes) + [f"{LABELS[kind]}: not fitted: {reason}" for kind, reason in summary.skipped.items()]
-
-
-def _fit_in_memory(url: str, sweep: str) -> tuple[dict[str, Law], list[str], dict[str, str]]:
-    """Fit every law to the sweep with a small bootstrap, storing nothing; failures become notes."""
-    try:
-        data, _ = from_db(url, sweep)
-        summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
-    except UserError as exc:
-        return {}, [f"No law could be fitted: {_one_line(exc)}"], {}
-    notes = [f"These fits were made for this report only ({REPORT_BOOTSTRAP} bootstrap replicates, approach 3 "
-             "from a coarse start grid); `scaling fit` fits and stores them in full."]
-    notes += [str(n) for n in summary.notes]
-    notes += [f"{LABELS[k]}: not fitted: {r}" for k, r in summary.skipped.items()]
-    return dict(summary.laws), notes, dict(summary.skipped)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -154,7 +154,7 @@ def test_a_sweep_fits_both_r_stars_from_its_runs_unique_tokens_as_a_csv_does(sql
     for name in ("R*_D", "R*_N"):
         assert fits[name]["value"] == pytest.approx(csv.r_star_fits[name]["value"], rel=1e-6)
     law = summary.laws["approach3"]
-    assert law.conventions_["r_star_fits"] == fits  # stored with the fit
+    assert law.conventions_.r_star_fits == fits  # stored with the fit
     with connect(sqlite_url) as res:
         stored = res.fits("dc")
     assert len(stored) == 1 and stored["result"].iloc[0]["conventions"]["r_star_fits"]["R*_N"]["status"] == "fitted"

@@ -71,16 +71,18 @@ def test_the_held_out_table_and_the_advice_give_every_run_and_schedule(report) -
 def test_a_sweep_without_curve_laws_has_no_section(report) -> None:
     """The same sweep's analysis with no curve law (as a sweep of one schedule has): no section, nothing drawn."""
     from dataclasses import replace
-    from types import SimpleNamespace
+
+    import pandas as pd
 
     from scaling.fitting.curves.sweep import SweepCurves
     from scaling.reports.blocks import Page
     from scaling.reports.figures_curves import curve_law_section
+    from scaling.reports.report_data import ReportData
 
     analysis, url, _ = report
     none = replace(analysis, curves=SweepCurves({}, "no curve law: no model size was trained under two schedules"))
     page = Page()
-    assert curve_law_section(url)(SimpleNamespace(sweep="curves", sweep_fit=none), page) == "" and not page.figures
+    assert curve_law_section(url)(ReportData(sweep="curves", runs=pd.DataFrame(), sweep_fit=none), page) == "" and not page.figures
 
 
 #: The curve-law figures' drawn title, axis titles and legend title (as plotly.js drew them, from the SVG).

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scaling.db import connect
-from scaling.fitting import fit_sweep
+from scaling.fitting import Settings, SweepSource, analyse
 from scaling.fitting.hyperparams import hparams_synthetic as HS
 from scaling.reports.report_data import ReportData
 from scaling.reports.figures_hparams import hparams_section
@@ -27,10 +27,12 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def report_data(url: str, sweep: str) -> ReportData:
-    """What ReportData.load gathers, with a quick Kaplan fit (the section does not depend on which laws)."""
-    summary = fit_sweep(url, sweep, "kaplan", 20, save=False)
-    return ReportData(sweep=sweep, runs=connect(url).runs(sweep=sweep), fits=dict(summary.laws),
-                      notes=list(summary.notes))
+    """What ReportData.load gathers: the sweep's analysis, with a quick Kaplan fit (the section does not
+    depend on which laws)."""
+    analysis = analyse(SweepSource(url, sweep), Settings(law="kaplan", n_bootstrap=20, tasks=False, next_runs=False),
+                       save=False)
+    return ReportData(sweep=sweep, runs=connect(url).runs(sweep=sweep), fits=dict(analysis.laws),
+                      notes=list(analysis.notes), sweep_fit=analysis)
 
 
 def test_a_sweep_with_groups_gets_the_section_with_its_figures_and_next_run(db: str) -> None:
@@ -56,9 +58,15 @@ def test_with_no_loss_law_reliable_the_first_screen_gives_the_fitted_lr_and_batc
 
     from scaling.fitting.core.doubts import DoubtKind
 
+    from dataclasses import replace
+
+    from scaling.fitting.recommend import compare_laws, default_budget
+
     data = report_data(db, "grid")
     for law in data.fits.values():
         law.add_unreliable(DoubtKind.FEW_POINTS, "a doubt about the design")
+    target = default_budget(float(data.completed["C"].max()))  # the analysis' answer with every law flagged
+    data.sweep_fit = replace(data.sweep_fit, recommendation=compare_laws(data.fits, target, source="grid"))
     page = Page()
     section = hparams_section(data, page)
     largest = data.completed.loc[data.completed["C"].astype(float).idxmax()]
@@ -84,7 +92,7 @@ def test_panels_have_axis_titles_with_units_and_sizes_as_counts(db: str) -> None
 
     data = report_data(db, "grid")
     hp = hparam_runs(data.completed)
-    fig = loss_against_lr(hp, fit_sweep(db, "grid", "kaplan", 4, save=False).hparams)
+    fig = loss_against_lr(hp, data.sweep_fit.hparams)
     layout = fig.to_plotly_json()["layout"]
     titles = [a["text"] for a in layout["annotations"]]
     assert titles and not any("e+" in t for t in titles), titles  # D=2.0M, not D=1.99885e+06

@@ -97,18 +97,19 @@ def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) ->
 
 
 def test_the_report_has_a_task_section_only_when_the_runs_evaluated_tasks(db_url: str, tmp_path: Path) -> None:
-    from types import SimpleNamespace
+    import pandas as pd
 
     from scaling.reports import write_report
     from scaling.reports.blocks import Page
     from scaling.reports.figures_tasks import task_section
+    from scaling.reports.report_data import ReportData
 
     with_tasks = write_report(db_url, "ladder", tmp_path / "ladder.html", fit="memory").read_text()
     assert '<section id="tasks">' in with_tasks and 'id="task-predictions"' in with_tasks
     assert 'data-figure="task-0-compute"' in with_tasks and 'data-figure="task-0-loss"' in with_tasks
     # the section is the report's only change, and it is empty for a sweep whose runs evaluated no task
     page = Page()
-    assert task_section(db_url)(SimpleNamespace(sweep="plain"), page) == "" and page.figures == []
+    assert task_section(ReportData(sweep="plain", runs=pd.DataFrame()), page) == "" and page.figures == []
 
 
 def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:

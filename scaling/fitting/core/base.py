@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
@@ -20,6 +21,7 @@ from numpy.typing import ArrayLike
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fmt import bounds
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.measurements import FitData, from_frame
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.core.intervals import LEVEL, orders_of_magnitude, summarise, widen_log, withheld
@@ -127,7 +129,7 @@ class Law(Doubtful):
     # defaults are an unfitted law's (check_fitted() refuses one without parameters)
     params_: Params | None = None
     k_: float = FLOPS_PER_PARAM_TOKEN
-    conventions_: dict[str, Any] = {}  # noqa: RUF012 - rebound by fit/restore, never changed in place
+    conventions_: Conventions = Conventions()
     n_points_: int = 0
     #: The data it was fitted to (None: restored without them).
     data_: FitData | None = None
@@ -151,7 +153,7 @@ class Law(Doubtful):
         """Fit to ``data`` (a :class:`FitData` or a DataFrame with N, D or C, loss); returns self."""
         fd = as_fit_data(data)
         self.k_ = float(fd.flops_per_param_token)
-        self.conventions_ = fd.conventions()
+        self.conventions_ = Conventions.of(fd)
         self.n_points_ = int(len(fd.points))
         C = fd.points["C"].to_numpy(float)
         self.c_range_ = (float(C.min()), float(C.max()))
@@ -445,7 +447,7 @@ class Law(Doubtful):
                 "intervals": self.reported_intervals(),
                 "reliable": self.reliable(),
                 "level": LEVEL,
-                "conventions": {**self.conventions_, "flops_per_param_token": self.k_},
+                "conventions": replace(self.conventions_, k=self.k_).to_json(),
                 "n_points": self.n_points_,
                 "c_range": list(self.c_range_ or []),
                 "extrapolation": self.extrapolation_,
@@ -487,9 +489,8 @@ class Law(Doubtful):
         law = cls(**d.get("settings", {}))
         # a parameter the fit left non-finite is stored as null (JSON has no inf or nan): read back as nan
         law.params_ = {k: math.nan if v is None else float(v) for k, v in d["params"].items()}
-        conv = dict(d.get("conventions", {}))
-        law.k_ = float(conv.get("flops_per_param_token", FLOPS_PER_PARAM_TOKEN))
-        law.conventions_ = conv
+        law.conventions_ = Conventions.from_json(d.get("conventions") or {})
+        law.k_ = law.conventions_.k
         law.n_points_ = int(d.get("n_points", 0))
         rng = d.get("c_range") or []
         law.c_range_ = (float(rng[0]), float(rng[1])) if len(rng) == 2 else None

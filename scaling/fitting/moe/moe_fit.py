@@ -14,6 +14,7 @@ import numpy as np
 
 from scaling.errors import FitError
 from scaling.fitting.core.base import jsonable
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.moe.moe_data import MoEData
 from scaling.fitting.moe.moe_laws import FORMS, MoELaw
 from scaling.fitting.recommend import default_budget
@@ -30,13 +31,13 @@ class MoEFit:
 
     source: str
     n_points: int
-    conventions: dict[str, Any]
+    conventions: Conventions
     laws: dict[str, MoELaw] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({"source": self.source, "n_points": self.n_points, "conventions": self.conventions,
+        return jsonable({"source": self.source, "n_points": self.n_points, "conventions": self.conventions.to_json(),
                          "laws": {k: law.to_dict() for k, law in self.laws.items()}, "skipped": self.skipped,
                          "notes": self.notes})
 
@@ -48,7 +49,7 @@ class MoEFit:
             if form not in FORMS:
                 raise FitError(f"a stored law of sparsity of no known form ({form!r})")
             laws[form] = FORMS[form].from_dict(law)  # type: ignore[assignment]
-        return cls(source=str(d["source"]), n_points=int(d["n_points"]), conventions=dict(d.get("conventions") or {}),
+        return cls(source=str(d["source"]), n_points=int(d["n_points"]), conventions=Conventions.from_json(d.get("conventions") or {}),
                    laws=laws, skipped=dict(d.get("skipped") or {}), notes=[str(n) for n in d.get("notes") or []])
 
     def table(self) -> str:
@@ -57,8 +58,8 @@ class MoEFit:
 
         console = PlainText(width=110)
         conv = self.conventions
-        console.print(f"{self.source}: {self.n_points} points (N = {conv.get('N')}, C = {conv.get('C')}"
-                      + (f", S = {conv['sparsity']}" if conv.get("sparsity") else "") + ")")
+        console.print(f"{self.source}: {self.n_points} points (N = {conv.n_counts}, C = {conv.c_formula}"
+                      + (f", S = {conv.sparsity}" if conv.sparsity else "") + ")")
         for note in self.notes:
             console.print(f"note: {note}")
         for form, law in self.laws.items():
@@ -117,7 +118,7 @@ def fit_moe(data: MoEData, law: str = "moe", n_bootstrap: int = 200, seed: int =
     if law not in MOE_CHOICES:
         raise FitError(f"unknown MoE law {law!r} (use one of {', '.join(MOE_CHOICES)})")
     forms = MOE_CHOICES[law]
-    out = MoEFit(source=data.source or "data", n_points=len(data.points), conventions=data.conventions(),
+    out = MoEFit(source=data.source or "data", n_points=len(data.points), conventions=Conventions.of(data),
                  notes=list(data.notes))
     for form in forms:
         cls = FORMS[form]

@@ -27,6 +27,7 @@ from scipy.optimize import minimize
 
 from scaling.errors import FitError
 from scaling.fitting.core.base import Law, Params, check_spread, jsonable
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.doubts import DoubtKind
 from scaling.fitting.core.intervals import summarise, widen_log, withheld
 from scaling.fitting.core.measurements import FitData
@@ -116,7 +117,7 @@ class MoELaw(Law):
             raise FitError(f"{data.source or 'the data'}: the {self.law} law needs {self.variable_text} for every "
                            f"point ({self.variable_hint()})")
         self.k_ = float(data.flops_per_param_token)
-        self.conventions_ = data.conventions()
+        self.conventions_ = Conventions.of(data)
         self.n_points_ = int(len(data.points))
         C = data.values("C")
         self.c_range_ = (float(C.min()), float(C.max()))

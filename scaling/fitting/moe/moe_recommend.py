@@ -19,6 +19,7 @@ import numpy as np
 
 from scaling.errors import FitError
 from scaling.fitting.core.base import check_budget, jsonable
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.intervals import summarise
 from scaling.fitting.moe.moe_laws import MoELaw
 from scaling.fmt import Interval, PlainText, num, size
@@ -41,7 +42,7 @@ class MoERecommendation:
     gain: dict[str, Any]
     N_total: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
-    conventions: dict[str, Any] = field(default_factory=dict)
+    conventions: Conventions = field(default_factory=Conventions)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
@@ -49,7 +50,7 @@ class MoERecommendation:
             "N_active": self.N, "D": self.D, "loss": self.loss,
             **({"N_total": self.N_total} if self.N_total is not None else {}),
             "dense": {"label": self.dense_label, **self.dense}, "loss_saved": self.gain,
-            "notes": self.notes, "conventions": self.conventions,
+            "notes": self.notes, "conventions": self.conventions.to_json(),
         })
 
     #: What each cut of the experts is called in the one-line answer.
@@ -70,7 +71,7 @@ class MoERecommendation:
         def text(iv: dict[str, Any], fmt: Any = num) -> str:
             return Interval.of(iv).text(3, fmt)
 
-        out = [f"{self.law} law at C = {self.compute:.3g} FLOPs (C = {self.conventions.get('C', '6 N_active D')}):",
+        out = [f"{self.law} law at C = {self.compute:.3g} FLOPs (C = {self.conventions.c_formula or '6 N_active D'}):",
                f"  {self.variable} = {text(self.choice)}",
                f"  N_active* = {text(self.N, size)}"]
         if self.N_total is not None:
@@ -136,7 +137,7 @@ def recommend_moe(law: MoELaw, compute: float) -> MoERecommendation:
         dense={"N": summarise(Nd_r, Nd, log=True), "D": summarise(Dd_r, Dd, log=True),
                "loss": summarise(Ld_r, Ld, log=True)},
         dense_label=law.dense_text, gain=summarise(gain_r, Ld - float(L[best])), N_total=total,
-        notes=notes, conventions=dict(law.conventions_))
+        notes=notes, conventions=law.conventions_)
 
 
 def recommendations_table(recs: list[MoERecommendation], refused: dict[str, str]) -> str:
