@@ -273,9 +273,13 @@ def _data_and_hardware(r: pd.DataFrame) -> tuple[str, str]:
 
 
 def next_budget(data: ReportData) -> float | None:
-    """The budget the headline recommends for (:func:`scaling.fitting.recommend.default_budget`)."""
+    """The budget the headline recommends for: the recommendation's (handed in, or the analysis' own: the
+    closing answer's), else ten times the largest completed run (:func:`scaling.fitting.recommend.default_budget`)."""
     from scaling.fitting.recommend import default_budget
 
+    for rec in (data.recommendation, data.sweep_fit.recommendation if data.sweep_fit is not None else None):
+        if rec is not None:
+            return float(rec.compute)
     done = data.completed
     if done.empty:
         return None
@@ -303,7 +307,7 @@ def _headline(data: ReportData, page: Page | None = None) -> str:
     target = next_budget(data)
     if target is None:
         return missing("No recommendation: no run has completed yet.")
-    moe_fit = getattr(data.sweep_fit, "moe", None)
+    moe_fit = data.sweep_fit.moe if data.sweep_fit is not None else None
     return _dense_headline(data, target, page) + (moe_headline(moe_fit, target) if moe_fit is not None else "")
 
 
@@ -317,7 +321,7 @@ def _dense_headline(data: ReportData, target: float, page: Page | None = None) -
     if not run_block and not any(a.href == "#hparams" for a in answers):  # no section fitted lr* or B*
         plan = '<span class="ci">set by the plan: the sweep has no hyperparameter groups to fit it from</span>'
         answers[:0] = [Answer("learning rate", plan, "#sweep-facts"), Answer("batch (tokens)", plan, "#sweep-facts")]
-    moe_fit = getattr(data.sweep_fit, "moe", None)
+    moe_fit = data.sweep_fit.moe if data.sweep_fit is not None else None
     family = " from the dense laws" if moe_fit is not None else ""
     if rec is None or not rec.per_law:
         return missing(f"No recommendation{family} for the next budget (C = {_num(target)} FLOPs): no law could be "

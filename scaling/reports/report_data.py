@@ -10,7 +10,7 @@ their stored form. Whatever cannot be had (no completed runs, a fit that fails) 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Collection, Optional
 
 import numpy as np
@@ -122,10 +122,14 @@ class ReportData:
         """The recommendation at ``target``: the one handed in (sized by the plan: the closing answer's), or the
         analysis' own at its budget; None when neither is at ``target`` (no analysis, or no law gives N*).
         The report reads the analysis' answer and compares no laws of its own."""
-        for rec in (self.recommendation, self.sweep_fit.recommendation if self.sweep_fit is not None else None):
-            if rec is not None and rec.compute == target:
-                return rec
-        return None
+        if self.recommendation is not None and self.recommendation.compute == target:
+            return self.recommendation
+        own = self.sweep_fit.recommendation if self.sweep_fit is not None else None
+        if own is None or own.compute != target:
+            return None
+        # Its run is sized by fitting's defaults, not by the sweep's plan: only the orchestrator sizes the run
+        # to train (handed in as ``recommendation``), so the page shows none rather than another run.
+        return replace(own, run=None)
 
     @property
     def completed(self) -> pd.DataFrame:

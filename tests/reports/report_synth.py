@@ -190,3 +190,14 @@ def build_answer_sweep(url: str, sweep: str = "answer", seed: int = 3) -> list[s
                          (step, t, 6 * row.N * t, metric_name(ANSWER_TASK, "acc"), acc)]
             store.log_metrics(key, rows)
     return keys
+
+
+def reanswer(data) -> None:
+    """``data``'s analysis with its recommendation redone from its laws as they stand (with the doubts a
+    test added since): the report reads the analysis' answer and compares no laws of its own."""
+    from dataclasses import replace
+
+    from scaling.fitting.recommend import compare_laws
+    from scaling.reports.html import next_budget
+
+    data.sweep_fit = replace(data.sweep_fit, recommendation=compare_laws(data.fits, next_budget(data), source=data.sweep))

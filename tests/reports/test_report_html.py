@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import report_synth as S
-from report_synth import HOSTILE, HOSTILE_TAG
+from report_synth import HOSTILE, HOSTILE_TAG, reanswer
 from scaling.db.jsonvalues import as_dict
 from scaling.errors import NotFoundError
 from scaling.fitting.core.doubts import DoubtKind
@@ -137,17 +137,6 @@ def test_fit_modes(sweeps, tmp_path: Path) -> None:
         write_report(url, "typical", tmp_path / "x.html", fit="guess")
     with pytest.raises(ValueError, match="store_fits needs fit='sweep'"):
         write_report(url, "typical", tmp_path / "x.html", fit="memory", store_fits=True)
-
-
-def reanswer(data) -> None:
-    """The analysis' recommendation as it would be with the laws' doubts added since: the report reads
-    the analysis' answer and compares no laws of its own."""
-    from dataclasses import replace
-
-    from scaling.fitting.recommend import compare_laws
-    from scaling.reports.html import next_budget
-
-    data.sweep_fit = replace(data.sweep_fit, recommendation=compare_laws(data.fits, next_budget(data), source=data.sweep))
 
 
 def _headline(text: str) -> str:
