@@ -75,10 +75,10 @@ def curve_spec(form: str, kind: str, steps: int, extra: dict, *, noise: float, s
 
 
 def simulated_curve(name: str, spec: RunSpec):
-    rows, event, _ = simulated_run(spec, None)
+    rows, events, _ = simulated_run(spec, None)
     evals = [(s, v) for s, _, _, metric, v in rows if metric == vocab.EVAL_LOSS]
     steps, loss = (np.array(x) for x in zip(*evals))
-    return run_curve(name, spec.model_dump(mode="json"), steps, loss), event[2]["expected_final_loss"]
+    return run_curve(name, spec.model_dump(mode="json"), steps, loss), events[0][2]["expected_final_loss"]
 
 
 def draw(form: str, seed: int, *, bootstrap: int, noise: float, design: str = "published", choose: bool = False) -> dict:

@@ -23,7 +23,7 @@ def test_a_simulated_run_follows_its_curve_law_in_its_schedule() -> None:
     from scaling.trainer.simulate import simulated_run
 
     spec = curve_spec(MULTI_POWER, "cosine", 1200, {}, noise=0.0, seed=0, evals=20)
-    rows, event, result = simulated_run(spec, None)
+    rows, events, result = simulated_run(spec, None)
     evals = [(s, v) for s, _, _, name, v in rows if name == "eval/loss"]
     steps = np.array([s for s, _ in evals])
     lr = lr_steps(spec.steps, 3e-4, spec.schedule)
@@ -31,7 +31,7 @@ def test_a_simulated_run_follows_its_curve_law_in_its_schedule() -> None:
     expected = curve_loss(c.form, c.theta(), areas(lr, steps - 1)) + spec.simulate.law.A / spec.n_params
     assert len(evals) == 20 and steps[-1] == spec.steps and steps[0] > 216
     assert np.allclose([v for _, v in evals], expected, rtol=1e-12)
-    assert result.final_eval_loss == pytest.approx(event[2]["expected_final_loss"], abs=1e-4)
+    assert result.final_eval_loss == pytest.approx(events[0][2]["expected_final_loss"], abs=1e-4)
     assert RunSpec.from_dict(spec.model_dump(mode="json")).key == spec.key  # the curve law round-trips in the key
 
 
