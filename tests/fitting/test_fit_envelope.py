@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from scaling.fitting import ChinchillaEnvelope, KaplanLaw, from_dict, from_frame
-from scaling.fitting.sweep_fit import FitSummary
-from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.sweep_data import loss_curves
+from scaling.fitting.loss import synthetic as S
+from scaling.fitting.sweep_fit import FitSummary
 
 
 def _few_decisive_runs() -> ChinchillaEnvelope:
@@ -42,7 +43,7 @@ def test_data_that_cannot_pin_a_down_is_noted_in_table_and_stored_form() -> None
     law = _few_decisive_runs()
     note = next(n for n in law.notes_ if n.startswith("unreliable"))
     assert "1 model size" in note and "span only a factor" in note
-    summary = FitSummary(source="synthetic", fingerprint="x", n_points=law.n_points_, conventions={},
+    summary = FitSummary(source="synthetic", fingerprint="x", n_points=law.n_points_, conventions=Conventions(),
                          laws={"approach1": law})
     text = summary.table()
     assert "unreliable: the data cannot pin approach 1" in text
@@ -110,7 +111,7 @@ def test_recommend_keeps_a_law_the_data_cannot_pin_down_out_of_the_consensus() -
     shaky = _few_decisive_runs()
     good = ChinchillaIsoFLOP().fit(from_frame(S.isoflop_points(seed=0))).bootstrap(50, seed=0)
     assert shaky.doubts() and not good.doubts()
-    summary = FitSummary(source="synthetic", fingerprint="x", n_points=good.n_points_, conventions={},
+    summary = FitSummary(source="synthetic", fingerprint="x", n_points=good.n_points_, conventions=Conventions(),
                          laws={"approach1": shaky, "approach2": good})
     rec = recommend(summary, 1e21)
     assert set(rec.per_law) == {"approach1", "approach2"}  # still listed

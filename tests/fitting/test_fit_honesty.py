@@ -19,11 +19,12 @@ import pandas as pd
 import pytest
 
 from scaling.fitting import ChinchillaIsoFLOP, ChinchillaParametric, KaplanLaw, fit_data, from_frame
-from scaling.fitting.sweep_fit import FitSummary
-from scaling.fitting.loss import synthetic as S
-from scaling.fitting.sweep_fit import interval_text
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.intervals import summarise
+from scaling.fitting.loss import synthetic as S
 from scaling.fitting.recommend import AT_BUDGET_SPAN, compare_laws, recommend, undetermined_at_budget
+from scaling.fitting.sweep_fit import FitSummary
+from scaling.fitting.sweep_fit import interval_text
 
 
 def _underdetermined(seed: int = 0, n_boot: int = 50) -> ChinchillaParametric:
@@ -44,7 +45,7 @@ def test_underdetermined_approach3_on_12_points_is_flagged_naming_the_parameter(
     doubts = law.doubts()
     assert doubts, law.notes_
     assert any(re.search(r"do not determine .*(E|A|B|alpha|beta) \(its 95% bootstrap interval", d) for d in doubts)
-    table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions={},
+    table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions=Conventions(),
                        laws={"approach3": law}).table()
     assert "unreliable: the data do not determine" in table
 
@@ -63,7 +64,7 @@ def test_an_unreliable_law_shows_its_values_without_intervals_everywhere() -> No
     for name, iv in shown.items():
         assert iv["value"] == raw[name]["value"]
         assert iv["kind"] in ("unreliable", "pinned") and math.isnan(iv["lo"]) and math.isnan(iv["se"])
-    table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions={},
+    table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions=Conventions(),
                        laws={"approach3": law}).table()
     rows = [line for line in table.splitlines() if line.split() and line.split()[0] in raw]
     assert len(rows) == len(raw) and not any("[" in row for row in rows), rows
@@ -98,7 +99,7 @@ def test_recommend_follows_the_best_determined_reliable_law_and_says_why() -> No
     C = 10 * 3e19
     # Make the unreliable law the narrowest: it must still not be chosen.
     shaky_width = math.log(shaky.optimal_interval(C)["N"]["hi"] / shaky.optimal_interval(C)["N"]["lo"])
-    summary = FitSummary(source="synthetic", fingerprint="x", n_points=12, conventions={},
+    summary = FitSummary(source="synthetic", fingerprint="x", n_points=12, conventions=Conventions(),
                          laws={"approach2": good, "approach3": shaky})
     rec = recommend(summary, C)
     assert rec.chosen == "approach2", (rec.chosen, shaky_width)
@@ -120,7 +121,7 @@ def test_a_law_whose_parameters_are_in_doubt_recommends_where_its_bootstrap_dete
     law = _e_unidentified()
     assert law.doubts() and all("do not determine E" in d for d in law.doubts()), law.notes_
     C = 10 * law.c_range_[1]
-    rec = recommend(FitSummary(source="s", fingerprint="x", n_points=35, conventions={}, laws={"approach3": law}), C)
+    rec = recommend(FitSummary(source="s", fingerprint="x", n_points=35, conventions=Conventions(), laws={"approach3": law}), C)
     assert rec.chosen == "approach3" and not rec.unreliable
     r = rec.per_law["approach3"]
     assert "do not determine E" in rec.determined_at_budget["approach3"]
@@ -165,7 +166,7 @@ def test_parameter_at_its_bound_is_reported_pinned_not_with_an_interval() -> Non
     assert iv["kind"] == "pinned" and iv["pinned"] == "lower bound 0"
     assert math.isnan(iv["lo"]) and math.isnan(iv["hi"]) and math.isnan(iv["se"])
     assert any("E is pinned" in d for d in law.doubts())
-    table = FitSummary(source="s", fingerprint="x", n_points=25, conventions={}, laws={"approach3": law}).table()
+    table = FitSummary(source="s", fingerprint="x", n_points=25, conventions=Conventions(), laws={"approach3": law}).table()
     assert "pinned: lower bound 0" in table
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from scaling.errors import FitError
 from scaling.fitting import ChinchillaParametric
-from scaling.fitting.loss import synthetic as S
+from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.inference import (
+from scaling.fitting.loss import synthetic as S
     recommend_inference,
     LossLaw,
     cheapest,
@@ -157,14 +158,14 @@ def test_cli_recommend_inference_tokens_and_target_loss(tmp_path: Path) -> None:
 def test_the_inference_optimum_reads_a_fit_and_says_when_approach_3_is_missing(fitted_law) -> None:
     from scaling.fitting.sweep_fit import FitSummary
 
-    fit = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={}, laws={"approach3": fitted_law})
+    fit = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions=Conventions(), laws={"approach3": fitted_law})
     assert recommend_inference(fit, 1e12, compute=1e19).optimum["N"]["value"] > 0
-    without = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={},
+    without = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions=Conventions(),
                          skipped={"approach3": "every budget has fewer than 3 sizes"})
     with pytest.raises(FitError, match="needs approach 3, which could not be fitted: every budget has fewer"):
         recommend_inference(without, 1e12)
     with pytest.raises(FitError, match=r"this fit holds none \(fit with law 'all' or 'approach3'\)"):
-        recommend_inference(FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions={}), 1e12)
+        recommend_inference(FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions=Conventions()), 1e12)
 
 
 def test_budgets_and_targets_far_outside_the_data_are_refused(fitted_law: ChinchillaParametric) -> None:
