@@ -252,8 +252,8 @@ def render_table(summary: dict[str, Any]) -> Any:
         table.add_row(
             r["key"],
             fmt.count(r["N"]),
-            fmt.count(r["N_total"]),
-            fmt.count(r["N_active"]),
+            f"{r['N_total']:,}",  # exact: the counts a published shape is checked against
+            f"{r['N_active']:,}",
             r["shape"],
             fmt.count(r["D"]),
             fmt.flops(r["C"]),

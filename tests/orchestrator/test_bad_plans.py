@@ -134,7 +134,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("device memory past any device", GOOD.replace("workers: 1", "workers: 1\n  device_memory_gib: 1.0e+300"),
      ["resources.device_memory_gib", "65536"]),
     ("a size no shape of the family comes near", GOOD.replace("model:\n", "model:\n  family: llama\n  n_kv_head: 7\n"),
-     ["grid.0.models.0", "N=6K", "1x112/7h", "more than 2x from its target"]),
+     ["grid.0.models.0", "N=6.00K", "1x112/7h", "more than 2x from its target"]),
     ("more steps than the database numbers", GOOD.replace("batch_tokens: 2048", "batch_tokens: 256").replace(
         "compute: [1.0e+12]", "compute: [1.0e+21]"), ["grid.0.compute.0: train.batch_tokens: ", "use a larger batch"]),
     ("a boolean given as a string", GOOD.replace("  precision: fp32", "  precision: fp32\n  compile: 'yes'"),
