@@ -37,7 +37,7 @@ from scaling.orchestrator.expand import Expansion, expand  # noqa: E402
 from scaling.orchestrator.plan import Plan  # noqa: E402
 from scaling.orchestrator.status import early_savings  # noqa: E402
 from scaling.orchestrator.sweep import register  # noqa: E402
-from scaling.trainer import train  # noqa: E402
+from bench_adaptive import train_here  # noqa: E402 - the same training step without Ray
 
 CURVE = {"form": "multi-power", "L0": 1.9, "A": 0.5247, "alpha": 0.5079, "B": 363.79, "C": 2.0656,
          "beta": 0.5828, "gamma": 0.6414, "evals": 40}
@@ -61,17 +61,6 @@ def plan_for(name: str, seed: int, args: argparse.Namespace, early: bool) -> Pla
         "adaptive": adaptive,
         "grid": [{"models": GRID_MODELS, "compute": GRID_BUDGETS}],
     })
-
-
-def train_here(store: Store, url: str, sweep: str, runs: list[Any]) -> None:
-    """The training step without Ray: claim, train (simulated), complete each run not completed yet."""
-    for r in runs:
-        attempt = store.claim(r.key, "bench:0", sweep=sweep)
-        if attempt is None:
-            continue
-        res = train(r.spec, url, "", attempt=attempt, sweep=sweep)
-        store.finish(r.key, vocab.COMPLETED, final_train_loss=res.final_train_loss,
-                     final_eval_loss=res.final_eval_loss, sweep=sweep)
 
 
 def one_sweep(plan: Plan, url: str) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from scaling.fitting.recommend import Recommendation, next_runs_for, recommend
 from scaling.fitting.sweep_fit import KINDS, LAW_CHOICES, FitSummary, fit_one, frame_digest, hparam_fit, law_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
+
     from scaling.fitting.moe.moe_data import MoEData
     from scaling.fitting.moe.moe_fit import MoEFit
     from scaling.fitting.tasks.task_laws import TaskData, TaskFits
@@ -269,18 +271,19 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
 
     sweep = source.sweep or _latest_sweep(source.url)
     trunks = trunk_predictions(source.url, sweep, settings.n_bootstrap, settings.seed) if sweep else None
-    from scaling.fitting.moe.moe_data import mixed_expert_runs
+    from scaling.fitting.moe import moe_data as M
 
+    runs = M.completed_runs(source.url, sweep) if sweep else None  # their specs read once, for both families
     data, sweep = from_db(source.url, sweep, effective_data=settings.effective_data, r_star=settings.r_star,
                           hparams=settings.hparams, predicted=trunks.points() if trunks else None,
                           predicted_notes=tuple(trunks.notes) if trunks else (),
-                          leave_out=mixed_expert_runs(source.url, sweep) if sweep else frozenset())
+                          leave_out=M.mixed_expert_runs(runs) if runs is not None else frozenset())
     if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
         from scaling.fitting.loss.effective import fit_effective
 
         data = fit_effective(data, fit_d=settings.fit_r_star, r_star_n=settings.r_star_n, fit_n=settings.fit_r_star_n)
     task_data, task_note = _sweep_task_data(source.url, sweep, data, settings)
-    moe_data, moe_note = _sweep_moe_data(source.url, sweep)
+    moe_data, moe_note = _sweep_moe_data(runs, sweep)
     key = cache_key(data, task_data, settings, moe_data)
     with connect(source.url) as results:
         if asked is None:  # any settings: the newest row of these data
@@ -344,13 +347,15 @@ def cache_key(data: FitData, task_data: Optional["TaskData"], settings: Settings
     return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}{experts}-{digest}"
 
 
-def _sweep_moe_data(url: str, sweep: str) -> tuple[Optional["MoEData"], Optional[Note]]:
+def _sweep_moe_data(runs: Optional["pd.DataFrame"], sweep: str) -> tuple[Optional["MoEData"], Optional[Note]]:
     """The sweep's points with their experts when some run is a mixture of experts (None otherwise), or
-    why they cannot be read."""
+    why they cannot be read; ``runs``: its completed runs with their specs (None: none could be read)."""
     from scaling.fitting.moe import moe_data
 
+    if runs is None:
+        return None, None
     try:
-        return moe_data.from_db(url, sweep)[0], None
+        return moe_data.from_runs(runs, sweep), None
     except moe_data.NoExpertsError:
         return None, None
     except FitError as exc:

@@ -221,22 +221,38 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
     N is the runs table's N: a sweep's laws count active parameters (scaling.accounting).
     """
     from scaling import db
+
+    if sweep is None:
+        with db.connect(url) as res:
+            sweep = res.latest_sweep()
+        if sweep is None:
+            raise FitError("the database has no sweeps to fit")
+    return from_runs(completed_runs(url, sweep), sweep), sweep
+
+
+def completed_runs(url: str, sweep: str) -> pd.DataFrame:
+    """A sweep's runs its fits use, with their stored specs: read once, for :func:`from_runs` and
+    :func:`mixed_expert_runs` alike."""
+    from scaling import db
     from scaling.fitting.core.sweep_data import fitted_runs
 
     with db.connect(url) as res:
-        if sweep is None:
-            sweep = res.latest_sweep()
-            if sweep is None:
-                raise FitError("the database has no sweeps to fit")
-        runs = fitted_runs(res.runs(sweep=sweep, spec=True))
+        return fitted_runs(res.runs(sweep=sweep, spec=True))
+
+
+def _is_moe(runs: pd.DataFrame) -> list[bool]:
+    return [is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in runs["spec"]]
+
+
+def from_runs(runs: pd.DataFrame, sweep: str) -> MoEData:
+    """:func:`from_db` on runs already read (:func:`completed_runs`)."""
     if len(runs) == 0:
         raise FitError(f"sweep {sweep!r} has no completed runs to fit")
-    specs = list(runs["spec"])
-    if not any(is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in specs):
+    if not any(_is_moe(runs)):
         raise NoExpertsError(f"sweep {sweep!r} has no mixture-of-experts runs (no run spec's model is of the moe family)")
     keys = list(runs["run_key"])
     rows = []
-    for key, n, d, loss, s in zip(keys, runs["N"], runs["D"], runs["loss"], specs):
+    for key, n, d, loss, s in zip(keys, runs["N"], runs["D"], runs["loss"], runs["spec"]):
         try:
             rows.append({"N": n, "D": d, "loss": loss, **experts_of(s)})
         except ValueError as e:
@@ -244,19 +260,14 @@ def from_db(url: str, sweep: str | None = None) -> tuple[MoEData, str]:
     table = pd.DataFrame(rows)
     if table["granularity"].nunique() < 2:
         table = table.drop(columns=["granularity"])  # not a variable of this sweep
-    return from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {keys[i]}"), sweep
+    return from_frame(table, source=f"sweep {sweep!r}", row_label=lambda i: f"run {keys[i]}")
 
 
-def mixed_expert_runs(url: str, sweep: str) -> frozenset[str]:
-    """The keys of a sweep's completed mixture-of-experts runs when it also has dense ones (empty
-    otherwise): the dense laws leave them out, as a dense law fitted through both families describes
-    neither. A sweep of experts alone keeps them (its laws then count active parameters)."""
-    from scaling import db
-    from scaling.fitting.core.sweep_data import fitted_runs
-
-    with db.connect(url) as res:
-        runs = fitted_runs(res.runs(sweep=sweep, spec=True))
-    experts = [is_moe_spec(s.get("model") if isinstance(s, dict) else None) for s in runs["spec"]]
+def mixed_expert_runs(runs: pd.DataFrame) -> frozenset[str]:
+    """The keys of the mixture-of-experts runs among ``runs`` (:func:`completed_runs`) when there are dense
+    ones too (empty otherwise): the dense laws leave them out, as a dense law fitted through both families
+    describes neither. A sweep of experts alone keeps them (its laws then count active parameters)."""
+    experts = _is_moe(runs)
     if all(experts) or not any(experts):
         return frozenset()
     return frozenset(key for key, moe in zip(runs["run_key"], experts) if moe)
