@@ -85,38 +85,18 @@ def lr_at(step: int, total_steps: int, peak: float, schedule: Schedule) -> float
       to the end (a step drop; Luo et al. 2025 fit their law on such runs);
     - ``constant``: the peak after warmup.
     """
-    if total_steps < 1:
-        raise ValueError("total_steps must be positive")
-    floor = peak * schedule.min_lr_ratio
-    warm = warmup_steps(total_steps, schedule)
-    if step < warm:
-        return peak * (step + 1) / warm
-    if schedule.kind == "constant":
-        return peak
-    if schedule.kind == "cosine":
-        span = max(1, total_steps - 1 - warm)
-        progress = min(1.0, (step - warm) / span)
-        return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if schedule.kind == "two_stage":
-        return peak if step < drop_step(total_steps, schedule) else peak * schedule.drop_lr_ratio
-    if schedule.kind != "wsd":
-        raise ValueError(f"unknown schedule kind {schedule.kind!r}")
-    start = decay_start(total_steps, schedule)
-    if step < start:
-        return peak
-    progress = min(1.0, (step - start + 1) / max(1, total_steps - start))
-    if schedule.decay_shape == "exponential":
-        return peak * schedule.min_lr_ratio ** progress
-    if schedule.decay_shape == "1-sqrt":
-        progress = math.sqrt(progress)
-    return peak + (floor - peak) * progress
+    return float(_rates(np.array([step], dtype=np.int64), total_steps, peak, schedule)[0])
 
 
 def lr_steps(total_steps: int, peak: float, schedule: Schedule) -> np.ndarray:
-    """The learning rate of every step 0 .. ``total_steps`` - 1: :func:`lr_at`'s, computed for all steps at once."""
+    """The learning rate of every step 0 .. ``total_steps`` - 1, as :func:`lr_at` gives each."""
+    return _rates(np.arange(max(total_steps, 0), dtype=np.int64), total_steps, peak, schedule)
+
+
+def _rates(t: np.ndarray, total_steps: int, peak: float, schedule: Schedule) -> np.ndarray:
+    """The rates of steps ``t``: the one statement of every schedule, for one step and for all at once."""
     if total_steps < 1:
         raise ValueError("total_steps must be positive")
-    t = np.arange(total_steps, dtype=np.int64)
     floor = peak * schedule.min_lr_ratio
     warm = warmup_steps(total_steps, schedule)
     out = np.full(t.shape, float(peak))

@@ -447,11 +447,11 @@ class SimulatedCurve(_Frozen):
 class EarlyStopSpec(_Frozen):
     """Stop a run once its final loss is predicted well enough (an adaptive plan's ``early_stop``).
 
-    At each evaluation from ``after`` of its steps on, at most every ``every`` of them, the run fits
-    the annealing law (Tissue et al. 2024) to its own eval-loss curve in its own learning-rate
-    schedule and predicts its last step's loss with a bootstrap 95% interval; once that interval's
-    half-width is at most ``tolerance`` (in loss units, nats) the run stops there, and its
-    predicted final loss stands for the measured one (marked as predicted).
+    At each evaluation from ``after`` of its steps on, at most every ``every`` of them, the run predicts
+    its last step's loss from the sweep's finished runs of its schedule and peak rate (the drop still to
+    come, regressed on their length and size: :mod:`scaling.trainer.early_stop`) with a 95% prediction
+    interval; once that interval's half-width is at most ``tolerance`` (in loss units, nats) the run
+    stops there, and its predicted final loss stands for the measured one (marked as predicted).
     """
 
     tolerance: float = Field(gt=0, le=1, description="the largest half-width of the predicted final loss's 95% "

@@ -82,8 +82,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
-    if predicted is not None and len(predicted) and list(table.columns) == ["N", "D", "C", "loss"]:
-        table = pd.concat([table, predicted[["N", "D", "C", "loss"]]], ignore_index=True)
+    table, predicted_notes = _with_predicted(table, predicted, predicted_notes)
     data = prepare(
         table,
         flops_convention=flops_conv,
@@ -98,6 +97,21 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep
+
+
+def _with_predicted(table: pd.DataFrame, predicted: pd.DataFrame | None,
+                    notes: tuple[str, ...]) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """``table`` with the ``predicted`` points added, and the notes that say so; where the table's points
+    carry more than N, D, C and loss (unique tokens, a hyperparameter group), a predicted point could not
+    stand beside them, and a note says it was not used."""
+    if predicted is None or not len(predicted):
+        return table, notes
+    columns = ["N", "D", "C", "loss"]
+    if list(table.columns) == columns:
+        return pd.concat([table, predicted[columns]], ignore_index=True), notes
+    extra = ", ".join(c for c in table.columns if c not in columns)
+    return table, (f"{len(predicted)} predicted final loss(es) of trunks' cooldowns not used: the sweep's points "
+                   f"carry {extra}, which a predicted point has not",)
 
 
 def _without(runs: pd.DataFrame, leave_out: frozenset[str], sweep: str) -> tuple[pd.DataFrame, int]:

@@ -274,7 +274,6 @@ class JointCurveLaw(Doubtful):
                            f"E + K N^-a has three parameters); these have {len(self.sizes_)}")
         self.N0_ = math.exp(float(np.mean(np.log(self.sizes_))))
         self.runs_ = [c.run for c in curves]
-        self._curves = curves
         self._parts = self._parts_of(curves)
         self.n_points_ = int(sum(p.loss.size for p in self._parts))
         for name in self.forms:
