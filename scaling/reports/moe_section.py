@@ -31,10 +31,11 @@ def moe_headline(fit: "MoEFit", compute: float) -> str:
     if best is None:
         return missing(f"Mixture of experts: no recommendation at this budget: {why}")
     cut = best.VARIABLE_TEXT.get(best.variable, best.variable)
-    cells: list[tuple[str, dict[str, Any], Any]] = [
-        ("N_active* (parameters)", best.N, size), (cut, best.choice, None), ("D* (tokens)", best.D, size),
-        ("predicted loss", best.loss, None), ("loss saved against dense", best.gain, None)]
-    answers = [Answer(label, interval(iv, 3, fmt=fmt) if fmt else interval(iv, 3), "#moe") for label, iv, fmt in cells]
+    cells: list[tuple[str, dict[str, Any], Any, int]] = [
+        ("N_active* (parameters)", best.N, size, 3), (cut, best.choice, None, 3), ("D* (tokens)", best.D, size, 3),
+        ("predicted loss", best.loss, None, 4), ("loss saved against dense", best.gain, None, 3)]  # a loss as fmt.loss
+    answers = [Answer(label, interval(iv, digits, fmt=fmt) if fmt else interval(iv, digits), "#moe")
+               for label, iv, fmt, digits in cells]
     return (f'<div class="headline"><span class="answer">Mixture of experts at the same budget, recommended by the '
             f"{e(best.law)} law (a law of sparsity; N counts the active parameters):</span>{answer_grid(answers, 'answer-moe')}"
             f'<span class="why">Compared with {e(best.dense_label)} of the same law; 95% intervals in brackets.'

@@ -76,10 +76,10 @@ class MoERecommendation:
                f"  N_active* = {text(self.N, size)}"]
         if self.N_total is not None:
             out.append(f"  N_total* = {text(self.N_total, size)}")
-        out += [f"  D* = {text(self.D, size)}", f"  loss = {text(self.loss)}",
+        out += [f"  D* = {text(self.D, size)}", f"  loss = {Interval.of(self.loss).text(4)}",
                 f"  compared with {self.dense_label}:",
                 f"    N* = {text(self.dense['N'], size)}, D* = {text(self.dense['D'], size)}, "
-                f"loss = {text(self.dense['loss'])}",
+                f"loss = {Interval.of(self.dense['loss']).text(4)}",
                 f"  loss saved against it: {text(self.gain)}"]
         out += [f"  note: {n}" for n in self.notes]
         return out
