@@ -15,8 +15,8 @@ import pytest
 from scaling.errors import FitError
 from scaling.fitting import ChinchillaParametric
 from scaling.fitting.core.conventions import Conventions
-from scaling.fitting.inference import (
 from scaling.fitting.loss import synthetic as S
+from scaling.fitting.inference import (
     recommend_inference,
     LossLaw,
     cheapest,
