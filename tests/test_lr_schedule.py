@@ -109,3 +109,12 @@ def test_new_schedules_get_keys_of_their_own() -> None:
     keys = {s.key for s in specs} | set(PINNED_KEYS)
     assert len(keys) == len(specs) + len(PINNED_KEYS)
     assert all(RunSpec.model_validate_json(s.to_json()).key == s.key for s in specs)  # a stored spec keeps its key
+
+
+def test_a_schedule_as_another_kind_drops_the_fields_only_its_old_kind_reads() -> None:
+    two_stage = ScheduleSpec(kind="two_stage", drop_at=0.6, drop_lr_ratio=0.1, warmup_steps=7)
+    wsd = two_stage.with_kind("wsd", decay_fraction=0.2)
+    assert (wsd.kind, wsd.drop_at, wsd.drop_lr_ratio, wsd.warmup_steps, wsd.decay_fraction) == ("wsd", None, None, 7, 0.2)
+    assert "drop_at" not in wsd.model_dump(mode="json")
+    with pytest.raises(ValidationError, match="kind two_stage needs"):
+        ScheduleSpec().with_kind("two_stage")

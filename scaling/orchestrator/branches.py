@@ -63,14 +63,12 @@ class BranchRun:
 
 
 def cooldown_schedule(plan: "Plan", branches: BranchesPlan) -> ScheduleSpec:
-    return plan.train.schedule.model_copy(
-        update={"kind": "wsd", "decay_fraction": branches.cooldown_fraction, "decay_shape": branches.shape,
-                "drop_at": None, "drop_lr_ratio": None}
-    )
+    return plan.train.schedule.with_kind("wsd", decay_fraction=branches.cooldown_fraction,
+                                         decay_shape=branches.shape)
 
 
 def trunk_schedule(plan: "Plan") -> ScheduleSpec:
-    return plan.train.schedule.model_copy(update={"kind": "constant", "drop_at": None, "drop_lr_ratio": None})
+    return plan.train.schedule.with_kind("constant")
 
 
 def rules_point(plan: "Plan", block_index: int, shape: "Shape") -> tuple[float, float, float]:

@@ -290,6 +290,15 @@ class ScheduleSpec(_Frozen):
                              "so min_lr_ratio must be above 0")
         return self
 
+    def with_kind(self, kind: str, **fields: Any) -> "ScheduleSpec":
+        """This schedule as another kind, validated: the fields only another kind reads are dropped
+        (a copy would carry a two-stage drop into a wsd branch)."""
+        own = self.model_dump()
+        if kind != "two_stage":
+            own.pop("drop_at", None)
+            own.pop("drop_lr_ratio", None)
+        return ScheduleSpec.model_validate({**own, **fields, "kind": kind})
+
     @model_serializer(mode="wrap")
     def _omit_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
         # The two-stage fields serialize only when set, so the specs and run keys of other schedules stay.
