@@ -18,7 +18,9 @@ references measure the drop instead of assuming its form. Without :data:`MIN_REF
 sweep's first runs) a run trains to its end.
 
 The decision is the run's own, taken where it evaluates: the run holds its curve, reads the
-references once, and needs no signal from outside while it trains.
+references once, and needs no signal from outside while it trains. The simulated trainer and the
+training loop both decide through :class:`Watch`; on several ranks the loop's rank 0 reads the
+references and decides, and every rank learns the decision (they all stop at one step).
 """
 
 from __future__ import annotations

@@ -635,6 +635,9 @@ class Trainer:
         if found is not None:
             path, _ = found
             self.resumed_from = self.step
+            interval = self.spec.execution.eval_interval
+            for step in range(interval, self.step + 1, interval) if self.watch is not None else ():
+                self.watch.due(step)  # the checks before the checkpoint were made: the next ones come as they would
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
             if self.spec.branch is not None:
