@@ -11,7 +11,7 @@ does it; a target trained to its end becomes a reference for the next, as in a s
 
 Prints per target and seed: where it stopped, its predicted final with its 95% interval, the final
 trained in full, the error and whether the interval covered it; and the share of the targets' steps
-(FLOPs, at one size each) not trained.
+and of their FLOPs not trained.
 
     python benchmarks/bench_early_stop_real.py [--seeds 3] [--tolerance 0.05] [--after 0.5] [--every 0.1]
 """
@@ -75,6 +75,7 @@ def one_seed(tmp: Path, seed: int, args: argparse.Namespace) -> list[dict[str, A
                        tmp / f"full{seed}-{width}")
         stop = early.data.get("stopped_early")
         rows.append({"seed": seed, "width": width, "N": spec.n_params, "steps": spec.steps, "stopped": early.steps,
+                     "flops_per_step": spec.flops_per_token * spec.batch_tokens,
                      "predicted": early.final_eval_loss, "lo": stop["lo"] if stop else None,
                      "hi": stop["hi"] if stop else None, "full": full.final_eval_loss})
     return rows
@@ -109,8 +110,9 @@ def main() -> None:
     stopped = [r for r in rows if r["lo"] is not None]
     errors = np.array([abs(r["predicted"] - r["full"]) for r in stopped]) if stopped else np.array([np.nan])
     saved = sum(r["steps"] - r["stopped"] for r in rows) / sum(r["steps"] for r in rows)
+    flops = sum((r["steps"] - r["stopped"]) * r["flops_per_step"] for r in rows) / sum(r["steps"] * r["flops_per_step"] for r in rows)
     print(f"summary: {len(stopped)} of {len(rows)} targets stopped early (tolerance {args.tolerance:g}, after "
-          f"{args.after:g}, every {args.every:g}); their steps not trained: {100 * saved:.0f}%; predicted finals: mean "
+          f"{args.after:g}, every {args.every:g}); not trained: {100 * saved:.0f}% of their steps, {100 * flops:.0f}% of their FLOPs; predicted finals: mean "
           f"|error| {np.mean(errors):.4f}, max {np.max(errors):.4f}, intervals covering the final trained in full "
           f"{sum(r['lo'] <= r['full'] <= r['hi'] for r in stopped)}/{len(stopped)}")
 
