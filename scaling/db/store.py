@@ -267,6 +267,7 @@ class Store(Database):
                 error=None,
                 final_train_loss=None,
                 final_eval_loss=None,
+                stopped_step=None,  # an attempt that stops early records its step again
             )
         )
         return attempt
@@ -287,16 +288,6 @@ class Store(Database):
             # two drivers on PostgreSQL; an UPDATE alone would lock them in the table's order).
             conn.execute(select(Run.id).where(Run.id.in_(rids)).order_by(Run.id).with_for_update()).all()
             conn.execute(update(Run).where(Run.id.in_(rids)).values(heartbeat_at=utcnow()))
-
-        self._write(tx)
-
-    def mark_stopped_early(self, key: str, step: int, *, sweep: Optional[str] = None) -> None:
-        """Record that ``key`` stopped at ``step`` with its final loss predicted (its completion
-        stores that predicted loss as the final one)."""
-
-        def tx(conn: Connection) -> None:
-            rid = self._resolve(conn, key, sweep)
-            conn.execute(update(Run).where(Run.id == rid).values(stopped_step=int(step)))
 
         self._write(tx)
 
@@ -519,9 +510,13 @@ class Store(Database):
 
     @staticmethod
     def _event(conn: Connection, run_id: int, step: Optional[int], kind: str, detail: object, now: datetime) -> None:
+        """One event row; a ``stopped_early`` event also sets the run's ``stopped_step`` (the step it
+        stopped at), in the same transaction, so the one is never written without the other."""
         conn.execute(
             insert(Event).values(run_id=run_id, step=None if step is None else int(step), kind=kind, detail=detail, created_at=now)
         )
+        if kind == vocab.STOPPED_EARLY and step is not None:
+            conn.execute(update(Run).where(Run.id == run_id).values(stopped_step=int(step)))
 
     # -- fits --------------------------------------------------------------------------------
     def save_fit(self, sweep: str, law: str, method: str, result: dict[str, Any], fingerprint: str) -> int:

@@ -461,9 +461,6 @@ class Plan(_Strict):
             except ValidationError as exc:
                 problem = FieldProblem(exc)
                 raise PlanError(f"{where(source, ('grid', b, 'resources', *problem.loc))}: {problem.message}") from None
-        if self.adaptive is not None and self.adaptive.early_stop is not None and self.simulate is None:
-            raise PlanError(f"{where(source, ('adaptive', 'early_stop'))}: early stopping needs simulated runs "
-                            "(simulate:): the training loop does not stop a run early yet")
         if self.rules.batch_tokens is None:  # under `auto` the layout search picks dp: checked once placed
             workers = max(r.dp if r.strategy != "auto" else 1 for r in map(self.block_resources, range(len(self.grid))))
             problem = batch_problem(self.train.batch_tokens, self.model.context, workers)

@@ -18,7 +18,9 @@ references measure the drop instead of assuming its form. Without :data:`MIN_REF
 sweep's first runs) a run trains to its end.
 
 The decision is the run's own, taken where it evaluates: the run holds its curve, reads the
-references once, and needs no signal from outside while it trains.
+references once, and needs no signal from outside while it trains. The simulated trainer and the
+training loop both decide through :class:`Watch`; on several ranks the loop's rank 0 reads the
+references and decides, and every rank learns the decision (they all stop at one step).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from scaling import vocab
+from scaling import fmt, vocab
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
@@ -103,25 +105,62 @@ def predict_final(references: list[Reference], fraction: float, loss: float, ste
     return FinalPrediction(int(step), mid, lo, hi, n)
 
 
+class Watch:
+    """The rule of a run with ``early_stop`` as it trains: which of its evaluations are checks, and
+    the prediction that stops it at one. The simulated trainer and the training loop both decide
+    through it (:func:`stopping_point`, ``Trainer``)."""
+
+    def __init__(self, refs: list[Reference], total: int, size: float, *, tolerance: float, after: float,
+                 every: float) -> None:
+        self.refs, self.total, self.size = refs, int(total), float(size)
+        self.tolerance, self.every = tolerance, every
+        self.next_check = after * total
+
+    @classmethod
+    def of(cls, spec: "RunSpec", refs: list[Reference]) -> "Watch":
+        rule = spec.early_stop
+        assert rule is not None
+        return cls(refs, spec.steps, float(spec.n_params), tolerance=rule.tolerance, after=rule.after,
+                   every=rule.every)
+
+    def due(self, step: int) -> bool:
+        """Whether the evaluation at 1-based ``step`` is a check (the next one then waits ``every``);
+        the last step never is (nothing is left to save). Evaluations must come in step order."""
+        if step >= self.total or step < self.next_check:
+            return False
+        self.next_check = step + self.every * self.total
+        return True
+
+    def predict(self, step: int, loss: float) -> Optional[FinalPrediction]:
+        """The prediction that stops the run at a check with eval ``loss``; None: it trains on."""
+        pred = predict_final(self.refs, step / self.total, float(loss), int(step), self.total, self.size)
+        return pred if pred is not None and pred.half_width <= self.tolerance else None
+
+
 def stopping_point(references: list[Reference], steps: np.ndarray, losses: np.ndarray, total: int, size: float, *,
                    tolerance: float, after: float, every: float) -> Optional[FinalPrediction]:
     """The first evaluation at which the run may stop, with its prediction; None: it trains to the end.
 
     ``steps``: the run's 1-based eval steps, ``losses`` the eval losses there, ``total`` its steps,
-    ``size`` its parameters N; the
-    last step is never a stopping point (nothing is left to save).
+    ``size`` its parameters N (:class:`Watch`).
     """
-    next_check = after * total
+    watch = Watch(references, total, size, tolerance=tolerance, after=after, every=every)
     for s, y in zip(np.asarray(steps, np.int64), np.asarray(losses, float)):
-        if s >= total:
-            break
-        if s < next_check:
-            continue
-        next_check = s + every * total
-        pred = predict_final(references, s / total, float(y), int(s), total, size)
-        if pred is not None and pred.half_width <= tolerance:
-            return pred
+        if watch.due(int(s)):
+            pred = watch.predict(int(s), float(y))
+            if pred is not None:
+                return pred
     return None
+
+
+def stop_record(stop: FinalPrediction, spec: "RunSpec", attempt: Optional[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a run that stopped records: its result's ``stopped_early`` entry, and its ``stopped_early``
+    event's detail (the store sets the run's ``stopped_step`` from that event)."""
+    assert spec.early_stop is not None
+    entry = {**stop.to_dict(), "tolerance": spec.early_stop.tolerance}
+    message = (f"stopped at step {stop.step} of {spec.steps}: final loss predicted {fmt.loss(stop.loss)} "
+               f"{fmt.bounds(stop.lo, stop.hi, 4)}")
+    return entry, {**entry, "attempt": attempt, "message": message}
 
 
 def references(url: str, sweep: Optional[str], spec: "RunSpec") -> list[Reference]:

@@ -17,7 +17,6 @@ before a spike and skipped the batches around it).
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from scaling import vocab as names
 from scaling.batching import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer.checkpoints import checkpoint, lineage
+from scaling.trainer.early_stop import FinalPrediction, Watch, references, stop_record
 from scaling.trainer import faults
 from scaling.trainer.result import TrainResult
 from scaling.trainer.data.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
@@ -42,6 +42,7 @@ from scaling.trainer.precision import DTYPES, autocast, uses_loss_scaling
 from scaling.trainer.recorder import Recorder
 from scaling.trainer.runtime import Runtime, Single
 from scaling.trainer.spec import RunSpec
+from scaling.trainer.step_timer import StepTimer
 
 ReportFn = Callable[[int, dict[str, Any], Optional[str]], None]
 
@@ -206,45 +207,6 @@ class PendingStep:
         return loss, norm, z
 
 
-class StepTimer:
-    """Time spent in training steps, without waiting for the device at every step.
-
-    On a GPU each step is bracketed by CUDA events, read only when the time is taken (at a
-    logged step); on the CPU the wall clock is exact as it is."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.tokens = 0
-        self.seconds = 0.0
-        self.events: list[tuple[Any, Any]] = []
-        self._begin: Any = None
-
-    def start(self) -> None:
-        if self.cuda:
-            self._begin = torch.cuda.Event(enable_timing=True)
-            self._begin.record()
-        else:
-            self._begin = time.perf_counter()
-
-    def stop(self, tokens: int) -> None:
-        self.tokens += tokens
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self.events.append((self._begin, end))
-        else:
-            self.seconds += time.perf_counter() - self._begin
-
-    def take(self) -> tuple[int, float]:
-        """(tokens, seconds) since the last take, and start again."""
-        if self.events:
-            self.events[-1][1].synchronize()
-            self.seconds += sum(a.elapsed_time(b) for a, b in self.events) / 1000.0
-        out = (self.tokens, self.seconds)
-        self.tokens, self.seconds, self.events = 0, 0.0, []
-        return out
-
-
 class Trainer:
     """Trains one :class:`RunSpec` into ``run_dir`` (see :func:`scaling.trainer.train`)."""
 
@@ -296,6 +258,8 @@ class Trainer:
         self.written: set[str] = set()  # checkpoints this process wrote or verified
         self.first_scaler = self.scaler.state_dict()  # the loss scale a run from the seed starts with
         self.data_detail: dict[str, Any] = {}
+        self.stopped: Optional[FinalPrediction] = None  # the prediction the run stopped early at
+        self.watch = self._watch(store_url, sweep)
 
         # Accounting and logging.
         self.model_flops_per_token = spec.shape.model_flops_per_token()  # PaLM's count
@@ -321,6 +285,7 @@ class Trainer:
             "window": torch.tensor(list(self.window), dtype=torch.float64),
             "recent": torch.tensor(list(self.recent), dtype=torch.float64),
             "last_eval": self.last_eval,
+            "stopped_early": self.stopped.to_dict() if self.stopped is not None else None,
         }
 
     def _save(self) -> Path:
@@ -365,6 +330,8 @@ class Trainer:
         self.lr_scale = float(meta["lr_scale"])
         self.rollbacks = int(meta["rollbacks"])
         self.overflow_skips = int(meta["overflow_skips"])
+        stopped = meta.get("stopped_early")  # a run that stopped early resumes stopped
+        self.stopped = FinalPrediction(**stopped) if stopped else None
 
     def _from_seed(self) -> tuple[Path, dict[str, Any]]:
         """The run's state at step 0, drawn again from its seed (what a step-0 checkpoint would hold):
@@ -668,6 +635,9 @@ class Trainer:
         if found is not None:
             path, _ = found
             self.resumed_from = self.step
+            interval = self.spec.execution.eval_interval
+            for step in range(interval, self.step + 1, interval) if self.watch is not None else ():
+                self.watch.due(step)  # the checks before the checkpoint were made: the next ones come as they would
             self.rec.event(self.step, names.RESUME, {"checkpoint": path.name, "cursor": self.cursor, "attempt": self.attempt})
         else:
             if self.spec.branch is not None:
@@ -701,7 +671,9 @@ class Trainer:
             self.last_eval = evaluated = self.evaluate()
             self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
             self._score_tasks(step)
-        if step % ex.checkpoint_interval == 0 or end or step in ex.keep_steps:
+            if self.watch is not None and self.watch.due(step):  # one decision, rank 0's, on every rank
+                self.stopped = self.rt.broadcast_object(self.watch.predict(step, evaluated) if self.rt.is_main else None)
+        if step % ex.checkpoint_interval == 0 or end or step in ex.keep_steps or self.stopped is not None:
             # Metrics first: a checkpoint on disk must never be ahead of the steps in the database,
             # or a process killed between the two would resume past steps it never recorded.
             self.rec.flush()
@@ -739,12 +711,14 @@ class Trainer:
         try:
             self.start()
             self.par.module.train()
-            while self.step < self.total_steps:
+            while self.step < self.total_steps and self.stopped is None:
                 self.step_once()
             if self.last_eval is None:  # resumed from the final checkpoint of a finished run
                 self.last_eval = self.evaluate()
             self.rec.flush()
             self._check_converged()
+            if self.stopped is not None:  # with the run's stopped_step (the store sets it from the event)
+                self.rec.event(self.stopped.step, names.STOPPED_EARLY, stop_record(self.stopped, self.spec, self.attempt)[1])
         except BaseException:
             # The caller (orchestrator or `scaling train`) records the failure and finishes the
             # run; the metrics gathered so far are kept.
@@ -771,21 +745,30 @@ class Trainer:
             f"non-finite gradients); lower train.optimizer.lr (now {self.spec.optimizer.lr:g})"
         )
 
+    def _watch(self, store_url: Optional[str], sweep: Optional[str]) -> Optional[Watch]:
+        """The run's early stopping (None without ``early_stop``, or without references to predict
+        from): rank 0 reads the sweep's finished curves once; every rank learns whether there are any."""
+        if self.spec.early_stop is None:
+            return None
+        refs = references(store_url, sweep, self.spec) if store_url and self.rt.is_main else []
+        return Watch.of(self.spec, refs) if self.rt.broadcast_object(bool(refs)) else None
+
     def result(self) -> TrainResult:
-        tokens = self.step * self.tokens_per_step
+        tokens, stopped = self.step * self.tokens_per_step, self.stopped
         return TrainResult(
             key=self.key,
-            status=names.COMPLETED if self.step >= self.total_steps else names.INTERRUPTED,
+            status=names.COMPLETED if self.step >= self.total_steps or stopped is not None else names.INTERRUPTED,
             steps=self.step,
             tokens=tokens,
             flops=tokens * self.spec.flops_per_token,
             final_train_loss=sum(self.recent) / len(self.recent) if self.recent else None,
-            final_eval_loss=self.last_eval,
+            final_eval_loss=stopped.loss if stopped is not None else self.last_eval,  # the predicted final
             rollbacks=self.rollbacks,
             overflow_skips=self.overflow_skips,
             epochs=self.data.batches.epoch(self.cursor),
             resumed_from=self.resumed_from,
             run_dir=str(self.run_dir),
-            data=self.data.corpus.describe(),
+            data={**self.data.corpus.describe(),
+                  **({"stopped_early": stop_record(stopped, self.spec, self.attempt)[0]} if stopped else {})},
         )
 

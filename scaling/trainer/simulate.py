@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from scaling import fmt, vocab
+from scaling import vocab
 from scaling.curve_forms import areas, curve_loss, warmup_end
 from scaling.lr_schedule import lr_steps
-from scaling.trainer.early_stop import FinalPrediction, Reference, references, stopping_point
+from scaling.trainer.early_stop import FinalPrediction, Reference, references, stop_record, stopping_point
 from scaling.trainer.result import TrainResult
 from scaling.trainer.spec import RunSpec
 from scaling.trainer.sections import SimulatedLaw
@@ -180,16 +180,8 @@ def simulate(
     if store_url is not None:
         # One transaction for the rows and the events: a sweep of thousands of runs pays for one each.
         store = _store(store_url)
-        store.log_metrics(spec.key, rows, sweep=sweep, events=events)
-        _mark_stopped(store, [result], sweep)
+        store.log_metrics(spec.key, rows, sweep=sweep, events=events)  # a stopped_early event sets stopped_step
     return result
-
-
-def _mark_stopped(store: "Store", results: list[Any], sweep: Optional[str]) -> None:
-    """The runs among ``results`` that stopped early, recorded as such (their step)."""
-    for r in results:
-        if isinstance(r, TrainResult) and "stopped_early" in r.data:
-            store.mark_stopped_early(r.key, r.steps, sweep=sweep)
 
 
 def simulate_many(
@@ -224,7 +216,6 @@ def simulate_many(
                 store.log_runs([write], sweep=sweep)
             except Exception as exc:  # noqa: BLE001
                 outputs[i] = _error_line(exc)
-    _mark_stopped(store, list(outputs.values()), sweep)
     return [outputs[i] for i in range(len(runs))]
 
 
@@ -287,11 +278,8 @@ def simulated_run(
     data: dict[str, Any] = {"simulated": True}
     if stop is not None:
         done, tokens, final = stop.step, int(seen(np.array([stop.step]))[0]), stop.loss
-        data["stopped_early"] = {**stop.to_dict(), "tolerance": spec.early_stop.tolerance}
-        events.append((stop.step, vocab.STOPPED_EARLY, {**data["stopped_early"], "attempt": attempt,
-                                                        "message": f"stopped at step {stop.step} of {steps}: final "
-                                                                   f"loss predicted {fmt.loss(stop.loss)} "
-                                                                   f"{fmt.bounds(stop.lo, stop.hi, 4)}"}))
+        data["stopped_early"], detail = stop_record(stop, spec, attempt)
+        events.append((stop.step, vocab.STOPPED_EARLY, detail))
     result = TrainResult(
         key=spec.key,
         status=vocab.COMPLETED,

@@ -154,6 +154,27 @@ def test_events_accept_text_and_mappings(db_url: str) -> None:
     assert ev["step"][0] == 10 and ev["step"].isna()[1]
 
 
+def test_a_stopped_early_event_and_the_runs_stopped_step_are_one_write(db_url: str) -> None:
+    recs = records(2)
+    a, b = recs[0]["key"], recs[1]["key"]
+    stop = (8, vocab.STOPPED_EARLY, {"step": 8, "loss": 3.1, "lo": 3.05, "hi": 3.15})
+    with Store(db_url) as store, connect(db_url) as res:
+        store.register("s", recs)
+        store.claim(a, "h")
+        with pytest.raises(NotFoundError):  # one run of the write is unknown: nothing of it is written
+            store.log_runs([(a, [(8, 8, 0.0, vocab.EVAL_LOSS, 3.3)], [stop]), ("nope", [], [(1, vocab.DATA, {})])], sweep="s")
+        assert res.run(a)["stopped_step"] is None and res.events(run_keys=[a]).empty
+        store.log_runs([(a, [(8, 8, 0.0, vocab.EVAL_LOSS, 3.3)], [stop])], sweep="s")
+        assert res.run(a)["stopped_step"] == 8 and res.run(b)["stopped_step"] is None
+        store.complete(a, final_train_loss=3.3, final_eval_loss=3.1)
+        assert res.run(a)["stopped_step"] == 8 and res.run(a)["final_loss"] == 3.1
+        store.log_event(b, 5, vocab.STOPPED_EARLY, {"step": 5})  # one event alone sets it too
+        assert res.run(b)["stopped_step"] == 5
+        store.finish(b, "failed", error="lost")
+        store.claim(b, "h")  # an attempt that stops again records its step again
+        assert res.run(b)["stopped_step"] is None
+
+
 def test_fits_are_saved_and_found_by_fingerprint(db_url: str) -> None:
     with Store(db_url) as store, connect(db_url) as res:
         store.register("s", records(1))
