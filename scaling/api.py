@@ -400,14 +400,10 @@ def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, leas
 
 def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Optional[Settings]) -> Analysis:
     """The analysis of a sweep (stored, or made and stored: as ``scaling fit`` makes it) or of a CSV, on the
-    CLI's one CSV path."""
-    from scaling.fitting import CsvSource, SweepSource, analyse
+    CLI's one path (:func:`scaling.fitting.source_of`)."""
+    from scaling.fitting import analyse, source_of
 
-    if csv is not None:
-        return analyse(CsvSource(str(csv)), settings)
-    from scaling.db import resolve_url
-
-    return analyse(SweepSource(resolve_url(cli=db), sweep), settings)
+    return analyse(source_of(db, sweep, csv), settings)
 
 
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
