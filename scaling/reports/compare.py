@@ -43,6 +43,7 @@ from scaling.reports.report_data import REPORT_ANALYSIS, REPORT_BOOTSTRAP, analy
 from scaling.reports.fitview import LABELS
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.db.results import Results
     from scaling.fitting.analysis import Analysis
 
 #: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
@@ -210,7 +211,7 @@ def convert_runs(runs: pd.DataFrame, source: dict[str, str], target: dict[str, s
     return out
 
 
-def _side(results: Any, url: str, sweep: str, runs: pd.DataFrame, own: dict[str, str], target: dict[str, str],
+def _side(results: "Results", url: str, sweep: str, runs: pd.DataFrame, own: dict[str, str], target: dict[str, str],
           fit: str) -> SweepSide:
     """One sweep's side: its analysis as the report has it (``fit``), or, counted in other conventions, the
     analysis of its runs recounted in the target conventions."""
@@ -218,8 +219,7 @@ def _side(results: Any, url: str, sweep: str, runs: pd.DataFrame, own: dict[str,
         made: dict[str, Any] = {}
         laws, _, notes = load_fits(results, url, sweep, fit=fit, made=made)
         return SweepSide(sweep, runs, laws, own, notes=notes, analysis=made.get("sweep_fit"))
-    analysis, notes = _analyse_converted(url, sweep, runs, target)
-    laws = analysis_fits(analysis)[0] if analysis is not None else {}
+    analysis, laws, notes = _analyse_converted(url, sweep, runs, target)
     return SweepSide(sweep, runs, laws, own, converted=True, analysis=analysis, notes=[
         f"converted from N = {own['params']} parameters, C = {own['flops']} to N = {target['params']}, "
         f"C = {target['flops']} from each run's shape, and analysed for this comparison"
@@ -228,9 +228,9 @@ def _side(results: Any, url: str, sweep: str, runs: pd.DataFrame, own: dict[str,
 
 
 def _analyse_converted(url: str, sweep: str, runs: pd.DataFrame,
-                       target: dict[str, str]) -> tuple[Optional["Analysis"], list[str]]:
+                       target: dict[str, str]) -> tuple[Optional["Analysis"], dict[str, Law], list[str]]:
     """The analysis, in memory, of a sweep recounted in the target conventions (its task laws not fitted:
-    its task evaluations are not recounted), with notes; a failure is a note."""
+    its task evaluations are not recounted), its loss laws in report order and notes; a failure is a note."""
     done = _completed(runs).copy()
     loss = done["final_loss"].astype(float)
     if "final_train_loss" in done:
@@ -243,10 +243,11 @@ def _analyse_converted(url: str, sweep: str, runs: pd.DataFrame,
                        params_convention=target["params"], source=f"sweep {sweep!r} (converted)", curves=curves)
         analysis = analyse(data, replace(REPORT_ANALYSIS, tasks=False))
     except UserError as exc:
-        return None, [f"No law could be fitted to the converted sweep: {' '.join(str(exc).split())}"]
-    notes = [f"analysed in memory with {REPORT_BOOTSTRAP} bootstrap replicates; its downstream task laws are not "
-             "compared (its task evaluations are not recounted)"]
-    return analysis, notes + analysis_fits(analysis)[2]
+        return None, {}, [f"No law could be fitted to the converted sweep: {' '.join(str(exc).split())}"]
+    notes = [f"analysed in memory with {REPORT_BOOTSTRAP} bootstrap replicates; downstream task laws, if any, are "
+             "not compared (task evaluations are not recounted)"]
+    laws, _, fit_notes = analysis_fits(analysis)
+    return analysis, laws, notes + fit_notes
 
 
 def _convert_curves(curves: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame | None:
