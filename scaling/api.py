@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.arguments import check_resampling, check_size
+from scaling.fitting.tasks.task_laws import TaskFits, TaskPrediction
 from scaling.fmt import Interval
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
@@ -24,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.analysis import Analysis, Settings
     from scaling.fitting.sweep_fit import FitSummary
     from scaling.fitting.hyperparams.hparams import HparamFit
-    from scaling.fitting.tasks.task_laws import TaskFits
     from scaling.orchestrator.plan import Plan
     from scaling.orchestrator.sweep import SweepResult
 
@@ -35,6 +35,8 @@ __all__ = ["load_plan", "run_sweep", "connect", "fit", "recommend", "next_plan",
 
 #: A fitted or predicted quantity: value, 95% bounds and SE where honest, else why not (one type with the fits').
 Estimate = Interval
+#: The downstream task laws as the analysis holds them (``scaling.tasks()`` returns the analysis' own).
+Tasks = TaskFits
 
 #: The quantity (:data:`scaling.fmt.WRITERS`) of each named estimate: printed alone, it reads as everywhere else.
 QUANTITIES = {"N": "count", "D": "count", "batch": "count", "loss": "loss", "task_loss": "loss"}
@@ -400,14 +402,10 @@ def _settings(bootstrap: Optional[int], seed: Optional[int], where: str, *, leas
 
 def _analysis(db: Optional[str], sweep: Optional[str], csv: Optional[str], settings: Optional[Settings]) -> Analysis:
     """The analysis of a sweep (stored, or made and stored: as ``scaling fit`` makes it) or of a CSV, on the
-    CLI's one CSV path."""
-    from scaling.fitting import CsvSource, SweepSource, analyse
+    CLI's one path (:func:`scaling.fitting.source_of`)."""
+    from scaling.fitting import analyse, source_of
 
-    if csv is not None:
-        return analyse(CsvSource(str(csv)), settings)
-    from scaling.db import resolve_url
-
-    return analyse(SweepSource(resolve_url(cli=db), sweep), settings)
+    return analyse(source_of(db, sweep, csv), settings)
 
 
 def report(db: Optional[str] = None, sweep: Optional[str] = None, path: str | Path = "report.html") -> Path:
@@ -507,51 +505,8 @@ def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
     return withheld(iv, "the law is flagged unreliable") if unreliable else iv
 
 
-@dataclass(frozen=True)
-class TaskPrediction:
-    """One task's predicted accuracy at (N, D) by one step-2 form, and the task loss it comes from."""
-
-    task: str
-    form: str
-    accuracy: Estimate
-    task_loss: Estimate
-    reliable: bool
-    notes: list[str]
-
-
-@dataclass(frozen=True)
-class Tasks:
-    """Fitted downstream tasks: per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)."""
-
-    source: str
-    #: task -> step -> parameter -> Estimate (steps: ``step1``, ``sigmoid``, ``exp``; withheld where flagged).
-    params: dict[str, dict[str, dict[str, Estimate]]]
-    #: task -> why it could not be fitted.
-    skipped: dict[str, str]
-    fits: "TaskFits" = field(repr=False)
-
-    def predict(self, N: float, D: float) -> list[TaskPrediction]:
-        """Each task's accuracy at (N, D), with 95% intervals through both steps' bootstraps."""
-        N, D = check_size(N, "N", "Tasks.predict"), check_size(D, "D", "Tasks.predict")
-        out = []
-        for task, p in self.fits.predictions(N, D).items():
-            law = self.fits.laws[task]
-            for form in law.curves:
-                out.append(TaskPrediction(task, form, Estimate.from_interval(p[form]),
-                                          _estimate(p["task_loss"], "task_loss"), law.reliable(form), list(p["notes"])))
-        return out
-
-    def to_frame(self, N: float, D: float) -> "pd.DataFrame":
-        """:meth:`predict` as a DataFrame (task, form, accuracy, lo, hi, kind, reliable, task_loss)."""
-        return self.fits.frame(check_size(N, "N", "Tasks.to_frame"), check_size(D, "D", "Tasks.to_frame"))
-
-    def table(self) -> str:
-        """What ``scaling fit`` prints for the tasks."""
-        return self.fits.table()
-
-
 def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,
-          task: Optional[list[str]] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None, step1_recipe: str = "grid") -> Tasks:
+          task: Optional[list[str]] = None, bootstrap: Optional[int] = None, seed: Optional[int] = None, step1_recipe: str = "grid") -> TaskFits:
     """Fit the downstream tasks of a sweep (its ``task/<task>/<kind>`` metrics) or of a CSV's task columns.
 
     Args:
@@ -565,8 +520,9 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             model-ladder recipe; see docs/downstream.md).
 
     Returns:
-        ``Tasks`` with, per task, step 1 (task loss from N, D) and step 2 (accuracy from task loss)
-            parameters, the tasks not fitted and why, and ``predict(N, D)``.
+        The analysis' ``TaskFits`` (also ``scaling.Tasks``): per task, step 1 (task loss from N, D) and
+            step 2 (accuracy from task loss) as fitted laws (``laws``) and as ``params`` (``Estimate``
+            values), the tasks not fitted and why, ``predict(N, D)``, ``to_frame(N, D)`` and ``table()``.
 
     Example:
         ```python
@@ -577,15 +533,9 @@ def tasks(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optiona
             print(p.task, p.form, p.accuracy)      # e.g. hellaswag sigmoid 0.41 [0.38, 0.44]
         ```
     """
-    from scaling.fitting.tasks.task_laws import TaskFits
-
     settings = _settings(bootstrap, seed, "tasks", tasks=tuple(task) if task else True, task_recipe=step1_recipe)
-    fits = _analysis(db, sweep, csv, settings).tasks or TaskFits(source=str(csv or sweep))  # the stored analysis'
-    params = {t: {"step1": {n: Estimate.from_interval(iv) for n, iv in law.step1.reported_intervals().items()},
-                  **{f: {n: Estimate.from_interval(iv) for n, iv in c.reported_intervals().items()}
-                     for f, c in law.curves.items()}}
-              for t, law in fits.laws.items()}
-    return Tasks(fits.source, params, dict(fits.skipped), fits)
+    analysis = _analysis(db, sweep, csv, settings)  # the stored analysis'
+    return analysis.tasks if analysis.tasks is not None else TaskFits(source=analysis.source)
 
 
 def curves(db: Optional[str] = None, sweep: Optional[str] = None, *, csv: Optional[str] = None,

@@ -54,7 +54,7 @@ def fitted(csvs: dict[str, Path]) -> dict[str, Any]:
     loss = str(csvs["loss"])
     task_fits = fit_tasks_csv(loss, from_csv(loss), n_bootstrap=0, grid="coarse")
     return {"fit": scaling.fit(csv=loss, law="kaplan", bootstrap=0),
-            "tasks": scaling.Tasks(loss, {}, {}, task_fits), "hparams": hp}
+            "tasks": task_fits, "hparams": hp}
 
 
 def _calls(csvs: dict[str, Path], fitted: dict[str, Any]) -> dict[str, tuple[str, Callable[[Any], Any]]]:

@@ -57,13 +57,6 @@ def _csv_only(csv: Optional[Path], given: dict[str, bool]) -> None:
         raise UserError(f"{', '.join(used)} only apply to --csv")
 
 
-def _csv_source(csv: Path, **options: Any) -> "CsvSource":
-    """The CSV and how to read it, as ``scaling fit`` and ``scaling recommend`` are told (the API's path too)."""
-    from scaling.fitting import CsvSource
-
-    return CsvSource(str(csv), **options)
-
-
 def _warn(warnings: Sequence[str]) -> None:
     """Warnings about the input (units, conventions, dropped rows), to stderr."""
     for warning in warnings:
@@ -275,7 +268,7 @@ def fit(
     Warnings about the input (units, conventions, dropped rows) go to stderr as well.
     """
     from scaling.errors import UserError
-    from scaling.fitting import Settings, SweepSource, analyse
+    from scaling.fitting import Settings, analyse, source_of
     from scaling.fitting.core.measurements import R_STAR_DATA
     from scaling.fitting.loss.effective import R_STAR_N
 
@@ -304,14 +297,9 @@ def fit(
                         r_star=fixed_r, fit_r_star=fit_r, r_star_n=fixed_rn if r_star_n is not None else None,
                         fit_r_star_n=fit_rn, hparams=hparams, tasks=tuple(task) if task else True,
                         task_recipe=step1_recipe)
-    if csv is not None:
-        source: Any = _csv_source(csv, flops_convention=flops, params_convention=params, loss_units=loss_units,
-                                  drop_invalid=drop_invalid, drop_duplicates=drop_duplicates,
-                                  unique_tokens=unique_tokens)
-    else:
-        from scaling.db import resolve_url
-
-        source = SweepSource(resolve_url(db), sweep)
+    reading = dict(flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
+                   drop_duplicates=drop_duplicates, unique_tokens=unique_tokens)
+    source: Any = source_of(db, sweep, csv, **(reading if csv is not None else {}))
     analysis = analyse(source, settings)
     _warn(analysis.warnings if csv is not None else ())
     if fmt == "json":
@@ -408,12 +396,11 @@ def recommend(
     _csv_only(csv, {"--flops": flops != "6N", "--params": params != "non_embedding",
                     "--loss-units": loss_units is not None, "--drop-invalid": drop_invalid,
                     "--drop-duplicates": drop_duplicates})
-    from scaling.db import resolve_url
-    from scaling.fitting import Settings, SweepSource, analyse
+    from scaling.fitting import Settings, analyse, source_of
 
-    source: Any = SweepSource(resolve_url(db), sweep) if csv is None else _csv_source(
-        csv, flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
-        drop_duplicates=drop_duplicates)
+    reading = dict(flops_convention=flops, params_convention=params, loss_units=loss_units, drop_invalid=drop_invalid,
+                   drop_duplicates=drop_duplicates)
+    source: Any = source_of(db, sweep, csv, **(reading if csv is not None else {}))
     inference = inference_tokens is not None or target_loss is not None  # scaling.fitting.inference
     if inference and compute is not None and target_loss is not None:  # before a fit that would be wasted
         from scaling.errors import UserError

@@ -12,7 +12,7 @@ Torch-free and Ray-free: it needs numpy, scipy and pandas only, and the database
 from __future__ import annotations
 
 from scaling.errors import FitError
-from scaling.fitting.analysis import Analysis, CsvSource, Settings, SweepSource, analyse, fit_csv, fit_sweep
+from scaling.fitting.analysis import Analysis, CsvSource, Settings, SweepSource, analyse, fit_csv, fit_sweep, source_of
 from scaling.fitting.sweep_fit import KINDS, fit_data, from_dict
 from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, NotFittedError
@@ -38,6 +38,7 @@ __all__ = [
     "SweepSource",
     "CsvSource",
     "analyse",
+    "source_of",
     "Recommendation",
     "KINDS",
     "from_dict",

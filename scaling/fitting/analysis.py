@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Union
 
@@ -95,7 +96,7 @@ class SweepSource:
 
 @dataclass(frozen=True)
 class CsvSource:
-    """A CSV of anyone's measurements and how to read it (the one CSV path of the CLI and the API)."""
+    """A CSV of anyone's measurements and how to read it (named by :func:`source_of` for the CLI and the API)."""
 
     path: str
     flops_convention: str = "6N"
@@ -120,6 +121,20 @@ class CsvSource:
 
 
 Source = Union[SweepSource, CsvSource, FitData]
+
+
+def source_of(db: Optional[str], sweep: Optional[str], csv: "Optional[str | os.PathLike[str]]" = None,
+              **reading: Any) -> Union[SweepSource, CsvSource]:
+    """What to analyse, as ``scaling fit`` / ``scaling recommend`` and the notebook API are told it: the CSV
+    ``csv`` read with ``reading`` (:class:`CsvSource`'s options), else ``sweep`` (None: the latest) in the
+    database ``db`` names (``--db``, else ``$SCALING_DB``, else ./scaling.db). The one path of both."""
+    if csv is not None:
+        return CsvSource(str(csv), **reading)
+    if reading:
+        raise TypeError(f"source_of: {', '.join(sorted(reading))} read a CSV only")
+    from scaling.db import resolve_url
+
+    return SweepSource(resolve_url(cli=db), sweep)
 
 
 class CurveLaw(Protocol):

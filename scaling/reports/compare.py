@@ -2,7 +2,7 @@
 
 Porian et al. (2024) explain the Kaplan-Chinchilla gap by running one ladder under several setups
 and comparing the fitted exponents. :func:`scaling.reports.compare_page.compare_sweeps` does that for sweeps in one database:
-each sweep's laws are loaded as the report loads them (:func:`scaling.reports.report_data.load_fits`),
+each sweep's analysis is loaded as the report loads it (:func:`scaling.reports.report_data.load_fits`),
 every exponent is shown with its 95% bootstrap interval, and each pair of sweeps gets the
 difference of every exponent with a percentile interval of the difference. The two fits'
 bootstraps resample different runs, so their replicates are independent: every pairing of a
@@ -10,10 +10,13 @@ replicate of one with a replicate of the other is a draw of the difference, and 
 interval is taken over all pairs. A difference is significant when its interval excludes 0. A law
 the data cannot pin down (flagged unreliable) gets no difference and no interval.
 
-Sweeps are compared in one set of conventions (N counts non-embedding or total parameters;
-C = 6ND or 6ND plus attention). A sweep in another convention is converted exactly from each
-run's stored shape and refitted in memory; where that is not exact (a convention this version
-does not know, a run without its shape) the comparison is refused, saying why.
+Each side is its sweep's :class:`~scaling.fitting.analysis.Analysis`, the answer the report and
+``scaling fit`` show: its loss laws and its downstream task laws are read from it, and nothing is
+fitted here. Sweeps are compared in one set of conventions (N counts non-embedding or total
+parameters; C = 6ND or 6ND plus attention). A sweep in another convention is converted exactly from
+each run's stored shape and analysed in memory (:func:`scaling.fitting.analyse` of the converted
+points); where that is not exact (a convention this version does not know, a run without its shape)
+the comparison is refused, saying why.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,12 +34,17 @@ import pandas as pd
 from scaling.accounting import FLOPS_CONVENTIONS, PARAMS_CONVENTIONS, Shape, family_fields
 from scaling.db import connect
 from scaling.errors import NotFoundError, UserError, mask_url
-from scaling.fitting import Law, fit_data, from_db
+from scaling.fitting import Law, from_db
+from scaling.fitting.analysis import analyse
 from scaling.fitting.core.base import jsonable
 from scaling.fitting.core.measurements import prepare
 from scaling.fitting.core.intervals import summarise
-from scaling.reports.report_data import REPORT_BOOTSTRAP, REPORT_SETTINGS, load_fits, normalise_runs
+from scaling.reports.report_data import REPORT_ANALYSIS, REPORT_BOOTSTRAP, analysis_fits, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    from scaling.db.results import Results
+    from scaling.fitting.analysis import Analysis
 
 #: The exponents compared for each kind of law (as :meth:`Law.intervals` names them).
 EXPONENTS: dict[str, tuple[str, ...]] = {
@@ -71,10 +79,12 @@ class SweepSide:
 
     name: str
     runs: pd.DataFrame  # normalised (scaling.reports.report_data.normalise_runs), N and C in the shared conventions
-    laws: dict[str, Law]
+    laws: dict[str, Law]  # its analysis' loss laws, in report order
     conventions: dict[str, str]  # as stored with the sweep
     converted: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The analysis the laws are read from (None: none could be had; the notes say why).
+    analysis: Optional["Analysis"] = None
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -147,23 +157,12 @@ def load_comparison(url: str, sweeps: Sequence[str], *, fit: str = "sweep", para
         own = _conventions(infos[s])
         if own != target:
             runs[s] = convert_runs(runs[s], own, target, s)  # refuses what cannot be converted exactly
-    sides = []
-    for s in names:
-        own = _conventions(infos[s])
-        if own == target:
-            laws, _, notes = load_fits(results, url, s, fit=fit)
-            sides.append(SweepSide(s, runs[s], laws, own, notes=notes))
-        else:
-            laws, notes = _fit_converted(url, s, runs[s], target)
-            sides.append(SweepSide(s, runs[s], laws, own, converted=True, notes=[
-                f"converted from N = {own['params']} parameters, C = {own['flops']} to N = {target['params']}, "
-                f"C = {target['flops']} from each run's shape, and refitted for this comparison"
-                + (" (approach 2 groups runs into budgets by their converted C)" if own["flops"] != target["flops"] else ""),
-                *notes]))
+    sides = [_side(results, url, s, runs[s], _conventions(infos[s]), target, fit) for s in names]
     comparison = build_comparison(sides, target, source=mask_url(url))
     from scaling.reports.compare_tasks import task_differences  # downstream task laws, when the runs evaluated tasks
 
-    rows, notes = task_differences(url, names, exponent_difference)
+    rows, notes = task_differences({side.name: side.analysis.tasks if side.analysis else None for side in sides},
+                                   exponent_difference)
     comparison.differences += rows
     comparison.notes += notes
     return comparison
@@ -212,8 +211,26 @@ def convert_runs(runs: pd.DataFrame, source: dict[str, str], target: dict[str, s
     return out
 
 
-def _fit_converted(url: str, sweep: str, runs: pd.DataFrame, target: dict[str, str]) -> tuple[dict[str, Law], list[str]]:
-    """Every law fitted in memory to a sweep recounted in the target conventions; failures become notes."""
+def _side(results: "Results", url: str, sweep: str, runs: pd.DataFrame, own: dict[str, str], target: dict[str, str],
+          fit: str) -> SweepSide:
+    """One sweep's side: its analysis as the report has it (``fit``), or, counted in other conventions, the
+    analysis of its runs recounted in the target conventions."""
+    if own == target:
+        made: dict[str, Any] = {}
+        laws, _, notes = load_fits(results, url, sweep, fit=fit, made=made)
+        return SweepSide(sweep, runs, laws, own, notes=notes, analysis=made.get("sweep_fit"))
+    analysis, laws, notes = _analyse_converted(url, sweep, runs, target)
+    return SweepSide(sweep, runs, laws, own, converted=True, analysis=analysis, notes=[
+        f"converted from N = {own['params']} parameters, C = {own['flops']} to N = {target['params']}, "
+        f"C = {target['flops']} from each run's shape, and analysed for this comparison"
+        + (" (approach 2 groups runs into budgets by their converted C)" if own["flops"] != target["flops"] else ""),
+        *notes])
+
+
+def _analyse_converted(url: str, sweep: str, runs: pd.DataFrame,
+                       target: dict[str, str]) -> tuple[Optional["Analysis"], dict[str, Law], list[str]]:
+    """The analysis, in memory, of a sweep recounted in the target conventions (its task laws not fitted:
+    its task evaluations are not recounted), its loss laws in report order and notes; a failure is a note."""
     done = _completed(runs).copy()
     loss = done["final_loss"].astype(float)
     if "final_train_loss" in done:
@@ -224,16 +241,13 @@ def _fit_converted(url: str, sweep: str, runs: pd.DataFrame, target: dict[str, s
         curves = _convert_curves(own.curves, done)
         data = prepare(done[["N", "D", "C", "loss"]], flops_convention=target["flops"],
                        params_convention=target["params"], source=f"sweep {sweep!r} (converted)", curves=curves)
-        summary = fit_data(data, "all", n_bootstrap=REPORT_BOOTSTRAP, settings=REPORT_SETTINGS)
+        analysis = analyse(data, replace(REPORT_ANALYSIS, tasks=False))
     except UserError as exc:
-        return {}, [f"No law could be fitted to the converted sweep: {' '.join(str(exc).split())}"]
-    notes = [f"fitted in memory with {REPORT_BOOTSTRAP} bootstrap replicates (approach 3 from a coarse start grid)"]
-    notes += [str(n) for n in summary.notes]
-    notes += [f"{LABELS[k]}: not fitted: {r}" for k, r in summary.skipped.items()]
-    laws = dict(summary.laws)
-    for kind, law in laws.items():
-        notes.extend(f"{LABELS[kind]}: {n}" for n in law.doubts())
-    return laws, notes
+        return None, {}, [f"No law could be fitted to the converted sweep: {' '.join(str(exc).split())}"]
+    notes = [f"analysed in memory with {REPORT_BOOTSTRAP} bootstrap replicates; downstream task laws, if any, are "
+             "not compared (task evaluations are not recounted)"]
+    laws, _, fit_notes = analysis_fits(analysis)
+    return analysis, laws, notes + fit_notes
 
 
 def _convert_curves(curves: pd.DataFrame | None, runs: pd.DataFrame) -> pd.DataFrame | None:

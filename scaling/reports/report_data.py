@@ -107,8 +107,7 @@ class ReportData:
         data.recommendation, data.next_plan = recommendation, next_plan
         if sweep_fit is not None:
             data.sweep_fit = sweep_fit
-            data.fits, data.fit_dicts, fit_notes = _ordered_fits(dict(sweep_fit.laws), _summary_notes(sweep_fit),
-                                                                 skipped=sweep_fit.skipped)
+            data.fits, data.fit_dicts, fit_notes = analysis_fits(sweep_fit)
         else:
             made: dict[str, Any] = {}
             data.fits, data.fit_dicts, fit_notes = load_fits(results, url, sweep, fit=fit, store_fits=store_fits,
@@ -227,9 +226,6 @@ FIT_MODES = ("sweep", "stored", "memory")
 REPORT_BOOTSTRAP = 100
 #: settings of an analysis made only for a report (``memory``): fewer replicates, no runs worth adding ranked
 REPORT_ANALYSIS = Settings(n_bootstrap=REPORT_BOOTSTRAP, next_runs=False)
-#: settings for a comparison's fit of a sweep recounted in other conventions: approach 3 from the coarse
-#: start grid (432 starts rather than Epoch's 4,500), which finds the same optimum in a tenth of the time
-REPORT_SETTINGS = {"approach3": {"grid": "coarse"}}
 
 
 def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", store_fits: bool = False,
@@ -267,6 +263,12 @@ def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", sto
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
     return _ordered_fits(laws, notes, dicts, skipped=skipped if laws else {})
+
+
+def analysis_fits(analysis: Analysis) -> tuple[dict[str, Law], dict[str, dict], list[str]]:
+    """An analysis' loss laws in report order, and its notes as the report lists them (what is not fitted,
+    each law's doubts), as :func:`load_fits` returns them."""
+    return _ordered_fits(dict(analysis.laws), _summary_notes(analysis), skipped=analysis.skipped)
 
 
 def _ordered_fits(laws: dict[str, Law], notes: list[str], dicts: dict[str, dict] | None = None, *,

@@ -44,7 +44,8 @@ call(fitting.from_csv, out / "points.csv")
 call(fitting.fit_csv, str(out / "points.csv"), "approach2", n_bootstrap=0)
 call(fitting.effective_tokens, np.array([1e9, 1e10]), 1e9)
 call(fitting.recommend, call(fitting.fit_sweep, url, sweep, n_bootstrap=5), 1e15)
-call(fitting.analyse, fitting.SweepSource(url, sweep), fitting.Settings(law="approach2", n_bootstrap=5, tasks=False))
+analysis = call(fitting.analyse, call(fitting.source_of, url, sweep),
+                fitting.Settings(law="approach2", n_bootstrap=5, tasks=False))
 
 # -- reports ---------------------------------------------------------------------------------
 res = connect(url)
@@ -56,6 +57,7 @@ call(RD.summarise_perf, res.metric_summary(sweep=sweep))
 call(RD.load_fits, res, url, sweep, fit="stored")
 call(RD.stored_fits, res, sweep)
 call(RD.newest_analysis, res, sweep)
+call(RD.analysis_fits, analysis)
 x = np.linspace(1.0, 100.0, 500)
 call(DS.log_spaced_indices, x, 50)
 call(DS.keep_minimum, np.arange(10), np.sin(x[:10]))

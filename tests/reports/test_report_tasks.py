@@ -113,11 +113,13 @@ def test_the_report_has_a_task_section_only_when_the_runs_evaluated_tasks(db_url
 
 
 def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
+    from scaling.fitting.tasks.task_laws import fit_tasks, tasks_from_db
     from scaling.reports.compare import exponent_difference
     from scaling.reports.compare_tasks import task_differences
 
     _store(db_url, "ladder-b", with_tasks=True, seed=1)
-    rows, notes = task_differences(db_url, ["ladder", "ladder-b", "plain"], exponent_difference, n_bootstrap=20)
+    fits = {s: fit_tasks(tasks_from_db(db_url, s), n_bootstrap=20, run_backtest=False) for s in ("ladder", "ladder-b")}
+    rows, notes = task_differences({**fits, "plain": None}, exponent_difference)
     assert {(r["law"], r["exponent"]) for r in rows} == {
         (f"task:{TASK}:step1", "alpha"), (f"task:{TASK}:step1", "beta"), (f"task:{TASK}:sigmoid", "k"),
         (f"task:{TASK}:sigmoid", "L0"), (f"task:{TASK}:exp", "gamma")}
@@ -125,7 +127,34 @@ def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
     for r in rows:  # the same truth drawn twice: no difference is significant, every interval holds its value
         if r["kind"] == "percentile":
             assert r["lo"] <= r["value"] <= r["hi"]
-    assert task_differences(db_url, ["plain", "ladder"], exponent_difference) == ([], [])
+    assert task_differences({"plain": None, "ladder": fits["ladder"]}, exponent_difference) == ([], [])
+
+
+def test_compare_reads_each_sweeps_stored_task_laws_and_fits_none(db_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task differences are those of the task laws each sweep's stored analysis holds: no task law,
+    loss law or analysis is fitted for the comparison."""
+    from scaling.fitting import analysis, fit_sweep
+    from scaling.fitting.core import base
+    from scaling.fitting.tasks import task_laws
+    from scaling.reports.compare import load_comparison
+
+    for sweep, seed in (("cmp-a", 3), ("cmp-b", 4)):
+        _store(db_url, sweep, with_tasks=True, seed=seed)
+    stored = {s: fit_sweep(db_url, s, n_bootstrap=20) for s in ("cmp-a", "cmp-b")}
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the comparison fitted a law")
+
+    for owner, name in ((analysis, "_fit"), (base.Law, "fit"), (task_laws, "fit_tasks"), (task_laws, "fit_task")):
+        monkeypatch.setattr(owner, name, refuse)
+    c = load_comparison(db_url, ["cmp-a", "cmp-b"], fit="sweep")
+    rows = {(r["law"], r["exponent"]): r for r in c.differences if r["law"].startswith("task:")}
+    assert (f"task:{TASK}:step1", "alpha") in rows
+    alpha = [stored[s].tasks.laws[TASK].step1.intervals()["alpha"]["value"] for s in ("cmp-a", "cmp-b")]
+    row = rows[f"task:{TASK}:step1", "alpha"]
+    if row["kind"] != "unreliable":
+        assert row["value"] == pytest.approx(alpha[1] - alpha[0], rel=1e-9)
 
 
 def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:

@@ -33,7 +33,8 @@ from numpy.typing import ArrayLike
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fmt import bounds
+from scaling.arguments import check_size
+from scaling.fmt import Interval, bounds
 from scaling.fitting.core.base import EXTRAPOLATION_Z, MIN_OK_FRACTION, Law, jsonable
 from scaling.fitting.core.measurements import FitData, group_budgets, prepare
 from scaling.fitting.core.doubts import Doubt, DoubtKind
@@ -422,9 +423,21 @@ def backtest_task(law: TaskLaw, ev: pd.DataFrame, *, grid: str = "epoch", k: flo
     return jsonable(result)
 
 
+@dataclass(frozen=True)
+class TaskPrediction:
+    """One task's predicted accuracy at (N, D) by one step-2 form, and the task loss it comes from."""
+
+    task: str
+    form: str
+    accuracy: Interval
+    task_loss: Interval
+    reliable: bool
+    notes: list[str]
+
+
 @dataclass
 class TaskFits:
-    """Every task's fitted chain, what could not be fitted and why."""
+    """Every task's fitted chain, what could not be fitted and why (``scaling.tasks()`` returns it as it is)."""
 
     source: str
     laws: dict[str, TaskLaw] = field(default_factory=dict)
@@ -434,9 +447,27 @@ class TaskFits:
     def __bool__(self) -> bool:
         return bool(self.laws or self.skipped)
 
+    @property
+    def params(self) -> dict[str, dict[str, dict[str, Interval]]]:
+        """task -> step (``step1``, ``sigmoid``, ``exp``) -> parameter -> value with its interval (withheld where flagged)."""
+        return {t: {"step1": {n: Interval.of(iv) for n, iv in law.step1.reported_intervals().items()},
+                    **{f: {n: Interval.of(iv) for n, iv in c.reported_intervals().items()} for f, c in law.curves.items()}}
+                for t, law in self.laws.items()}
+
     def predictions(self, N: float, D: float) -> dict[str, dict[str, Any]]:
         """Each task's :meth:`TaskLaw.predict_interval` at (N, D)."""
         return {task: law.predict_interval(N, D) for task, law in self.laws.items()}
+
+    def predict(self, N: float, D: float) -> list[TaskPrediction]:
+        """Each task's accuracy at (N, D) by each step-2 form, with 95% intervals through both steps' bootstraps."""
+        N, D = check_size(N, "N", "TaskFits.predict"), check_size(D, "D", "TaskFits.predict")
+        return [TaskPrediction(task, form, Interval.of(p[form]), Interval.of(p["task_loss"], "loss"),
+                               self.laws[task].reliable(form), list(p["notes"]))
+                for task, p in self.predictions(N, D).items() for form in self.laws[task].curves]
+
+    def to_frame(self, N: float, D: float) -> pd.DataFrame:
+        """:meth:`predict` as a DataFrame (task, form, accuracy, lo, hi, kind, reliable, task_loss)."""
+        return self.frame(check_size(N, "N", "TaskFits.to_frame"), check_size(D, "D", "TaskFits.to_frame"))
 
     def frame(self, N: float, D: float) -> pd.DataFrame:
         """The predictions at (N, D) as a DataFrame: task, form, value, lo, hi, kind, reliable."""
