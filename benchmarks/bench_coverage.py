@@ -1,7 +1,7 @@
 """Do the reported 95% intervals hold? Synthetic laws, and published data held out.
 
-Run by hand: ``python benchmarks/bench_coverage.py [--draws 200] [--bootstrap 100]``. Prints, in
-this one run:
+Run by hand: ``python benchmarks/bench_coverage.py [--draws 200] [--bootstrap 100] [--parameters]``.
+Prints, in this one run (each coverage with its binomial standard error):
 
 1. for each method, over ``--draws`` synthetic data sets from random laws near published ones
    (:func:`scaling.fitting.loss.synthetic.coverage_study`): the share flagged unreliable, and among the
@@ -13,12 +13,19 @@ this one run:
    the at-budget rule lets recommend;
 3. on every published set in tests/data (Porian et al. 2024's ten IsoFLOP sets, Epoch AI's
    Chinchilla points), the largest budget held out: how many held-out losses each law's
-   prediction interval covers, against the bootstrap-only interval.
+   prediction interval covers, against the bootstrap-only interval;
+4. with ``--parameters``: over ``--parameter-draws`` data sets from the known law of
+   :mod:`scaling.fitting.loss.synthetic` per method (approach 3's grid, approach 2's IsoFLOP slices,
+   approach 1's curves, Kaplan's grid), the coverage of each parameter's 95% bootstrap interval
+   (``--bootstrap`` replicates) and its median width over the truth (tests/fitting/test_fit_synthetic.py
+   checks ten draws of it).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,6 +46,44 @@ def published_sets():
     yield "chinchilla_epoch", from_frame(df, source="epoch")
 
 
+def se(p: float, n: int) -> float:
+    """Binomial standard error of a share ``p`` of ``n`` draws."""
+    return math.sqrt(p * (1 - p) / n) if n else float("nan")
+
+
+def parameter_designs() -> dict:
+    """Per method: a function (seed, replicates) -> bootstrapped law, and the true parameters."""
+    from scaling.fitting import ChinchillaEnvelope, ChinchillaIsoFLOP, ChinchillaParametric, KaplanLaw, from_frame
+    from scaling.fitting.loss import synthetic as S
+
+    a_true = S.TRUTH["beta"] / (S.TRUTH["alpha"] + S.TRUTH["beta"])
+    return {
+        "parametric": (lambda s, b: ChinchillaParametric(grid="small").fit(
+            from_frame(S.grid_points(n_N=6, n_D=6, seed=s))).bootstrap(b, s), {**S.TRUTH, "a": a_true}),
+        "isoflop": (lambda s, b: ChinchillaIsoFLOP().fit(from_frame(S.isoflop_points(seed=s))).bootstrap(b, s),
+                    {"a": a_true}),
+        "envelope": (lambda s, b: ChinchillaEnvelope().fit(S.curves(seed=s)).bootstrap(b, s), {"a": a_true}),
+        "kaplan": (lambda s, b: KaplanLaw().fit(from_frame(S.grid_points(seed=s, law="kaplan"))).bootstrap(b, s),
+                   {k: S.KAPLAN_TRUTH[k] for k in ("alpha_N", "alpha_D", "log_Nc", "log_Dc")}),
+    }
+
+
+def parameter_coverage(draws: int, n_boot: int) -> None:
+    print(f"parameters' 95% bootstrap intervals, {draws} draws per method, {n_boot} bootstrap replicates")
+    for method, (make, truth) in parameter_designs().items():
+        t = time.perf_counter()
+        hits = {k: 0 for k in truth}
+        widths: dict[str, list[float]] = {k: [] for k in truth}
+        for seed in range(100, 100 + draws):
+            iv = make(seed, n_boot).intervals()
+            for k, v in truth.items():
+                hits[k] += iv[k]["lo"] <= v <= iv[k]["hi"]
+                widths[k].append((iv[k]["hi"] - iv[k]["lo"]) / abs(v))
+        cells = [f"{k} {100 * h / draws:5.1f}% +- {100 * se(h / draws, draws):4.1f} (width "
+                 f"{statistics.median(widths[k]):.3f} x truth)" for k, h in hits.items()]
+        print(f"  {method:10s} " + "; ".join(cells) + f"  [{time.perf_counter() - t:.0f} s]", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=200)
@@ -46,6 +91,8 @@ def main() -> None:
     ap.add_argument("--designs", default="approach2,approach1,kaplan,approach3,underdetermined",
                     help="comma-separated synthetic designs to run (empty: none)")
     ap.add_argument("--skip-published", action="store_true")
+    ap.add_argument("--parameters", action="store_true", help="also the parameters' interval coverage")
+    ap.add_argument("--parameter-draws", type=int, default=50)
     args = ap.parse_args()
 
     from scaling.fitting.loss.synthetic import held_out_coverage
@@ -62,14 +109,16 @@ def main() -> None:
         else:
             r = coverage_study(design, args.draws, n_bootstrap=args.bootstrap, seed=5000)
             print(f"  {design:10s} flagged {100 * r['flagged']:5.1f}%  coverage {100 * r['coverage']:5.1f}% of "
-                  f"{r['kept']} kept (bootstrap only: {100 * r['coverage_bootstrap_only']:5.1f}%; loss at N*: "
+                  f"{r['kept']} kept (+- {100 * se(r['coverage'], r['kept']):4.1f}; bootstrap only: {100 * r['coverage_bootstrap_only']:5.1f}%; loss at N*: "
                   f"{100 * r['coverage_loss']:5.1f}%)  median ln width {r['median_ln_width']:.2f}", flush=True)
         n_all = r["kept"] + r["added_at_budget"]
         print(f"  {'':10s} at-budget rule: {r['added_at_budget']} flagged draws may recommend, N* covered in "
               f"{r['added_covered']}, loss in {r['added_covered_loss']}; all {n_all} allowed: N* coverage "
-              f"{100 * r['coverage_at_budget']:5.1f}%, loss {100 * r['coverage_loss_at_budget']:5.1f}%  "
+              f"{100 * r['coverage_at_budget']:5.1f}% +- {100 * se(r['coverage_at_budget'], n_all):4.1f}, loss {100 * r['coverage_loss_at_budget']:5.1f}%  "
               f"[{time.perf_counter() - t:.0f} s]", flush=True)
 
+    if args.parameters:
+        parameter_coverage(args.parameter_draws, args.bootstrap)
     if args.skip_published:
         return
     print("published sets, largest budget held out: held-out losses inside the 95% prediction interval")

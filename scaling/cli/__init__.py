@@ -6,6 +6,7 @@ imports (torch, Ray, plotly) happen inside the command functions so `scaling --h
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 
@@ -46,12 +47,20 @@ def _aborts() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+@functools.cache
+def command() -> "typer.core.TyperGroup":
+    """The click command tree of :data:`app`, built once per process: typer builds it afresh on every call
+    of ``app(...)``, a tenth of a second that a process running many commands (the test suite) pays each time.
+    ``app`` disables typer's pretty exceptions, so calling the tree directly changes nothing a user sees."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: usage errors as click's short usage message, user errors as one
     line, both with exit 2; Ctrl-C exits 130. Anything else is a bug and keeps its traceback."""
     try:
         # Non-standalone typer returns (not raises) the code of typer.Exit and of Ctrl-C (130).
-        code = app(args=argv, prog_name="scaling", standalone_mode=False)
+        code = command()(args=argv, prog_name="scaling", standalone_mode=False)
         if isinstance(code, int) and code:
             if code == 130:
                 print("interrupted", file=sys.stderr)

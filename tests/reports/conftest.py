@@ -8,6 +8,7 @@ skip, saying so, when it is not installed (CI installs it).
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import sys
@@ -91,6 +92,22 @@ def answer_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     S.build_answer_sweep(url)
     return url, write_report(url, "answer", tmp / "answer.html", fit="memory")
 
+
+
+@pytest.fixture(scope="session")
+def typical_fitted(sweeps) -> Any:
+    """The typical sweep's :class:`~scaling.reports.report_data.ReportData` with its laws fitted for the
+    report (``fit="memory"``), loaded once: the tests that read it take a copy (:func:`typical_data`)."""
+    from scaling.reports.report_data import ReportData
+
+    url, _ = sweeps["typical"]
+    return ReportData.load(url, "typical", fit="memory")
+
+
+@pytest.fixture
+def typical_data(typical_fitted) -> Any:
+    """A copy of :func:`typical_fitted` of the test's own, free to change (its laws' doubts, runs, notes)."""
+    return copy.deepcopy(typical_fitted)
 
 #: Scrolls to each figure in turn (a figure is drawn when it nears the viewport), then back to the top.
 SCROLL_TO_EACH_FIGURE = """async () => {

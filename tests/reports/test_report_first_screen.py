@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from scaling.fitting.core.doubts import DoubtKind
-from scaling.reports.report_data import ReportData
 from scaling.reports.html import write_report_data
 
 pytestmark = pytest.mark.browser
@@ -69,13 +68,12 @@ def _check_answer_above_the_fold(result: dict[str, Any]) -> dict[str, Any]:
     return boxes
 
 
-def test_recommendation_is_on_the_first_screen(sweeps, answer_report, browser, tmp_path: Path) -> None:
+def test_recommendation_is_on_the_first_screen(typical_data, answer_report, browser, tmp_path: Path) -> None:
     """The answer in one block on a laptop's first screen: N*, D*, the loss (with its unit), lr, batch and each
     task's accuracy, each with its interval or why none; the navigation bar links their sections."""
     from report_synth import ANSWER_TASK
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     page = browser.open(write_report_data(data, tmp_path / "typical.html"), "typical-first",
                         actions=_first_screen("first-screen-typical"))
     assert page.console_errors == [] and page.dialogs == []
@@ -102,7 +100,7 @@ def test_recommendation_is_on_the_first_screen(sweeps, answer_report, browser, t
     assert {"Hyperparameters", "Downstream tasks"} <= set(answers["nav"]), answers["nav"]
 
 
-def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Path) -> None:
+def test_left_out_laws_do_not_push_the_answer_down(typical_data, browser, tmp_path: Path) -> None:
     """As in the example sweep: three of four laws flagged, each with a long reason; the answer still comes
     first, from the one law left, and the flagged laws show no interval."""
     from report_synth import reanswer
@@ -111,8 +109,7 @@ def test_left_out_laws_do_not_push_the_answer_down(sweeps, browser, tmp_path: Pa
     from scaling.reports.fitview import LABELS
     from scaling.reports.html import next_budget
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     rec = compare_laws(data.fits, next_budget(data))
     kept = rec.chosen
     flagged = [kind for kind in data.fits if kind != kept]

@@ -144,13 +144,11 @@ def _headline(text: str) -> str:
     return re.search(r'<div class="headline">(.*?)<table id="recommendations">', text, re.S).group(1)
 
 
-def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> None:
-    from scaling.reports.report_data import ReportData
+def test_headline_follows_the_best_determined_law_the_data_determine(typical_data) -> None:
     from scaling.reports.fitview import LABELS
     from scaling.reports.html import next_budget, recommend_for, render
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     rec = recommend_for(data, next_budget(data))
     assert rec is not None and rec.chosen is not None
     assert rec.chosen not in rec.unreliable and not data.fits[rec.chosen].doubts()
@@ -178,13 +176,11 @@ def test_headline_follows_the_best_determined_law_the_data_determine(sweeps) -> 
     assert f"{LABELS[first]}: unreliable: the data do not determine A" in notes
 
 
-def test_no_reliable_law_recommends_nothing(sweeps) -> None:
+def test_no_reliable_law_recommends_nothing(typical_data) -> None:
     """Every law flagged: the top says nothing is recommended and shows no interval anywhere in its answer."""
-    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     for law in data.fits.values():  # a doubt about the design, not only a parameter: no law recommends
         law.add_unreliable(DoubtKind.FEW_POINTS, "6 points for the 5 parameters leave 1 residual degree(s) of freedom")
     reanswer(data)
@@ -197,14 +193,12 @@ def test_no_reliable_law_recommends_nothing(sweeps) -> None:
     assert 'class="ci"' not in table and table.count("left out: unreliable") == len(data.fits)
 
 
-def test_the_answer_comes_first(sweeps) -> None:
+def test_the_answer_comes_first(typical_data) -> None:
     """The summary opens with the recommendation, then what the data cannot determine, then the sweep's facts;
     no notes box stands above it."""
-    from scaling.reports.report_data import ReportData
     from scaling.reports.html import render
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     data.notes.append("a note about the data")
     text = render(data)
     order = [text.index(mark) for mark in ('<section id="summary">', '<div class="headline">', 'id="recommendations"',
@@ -270,12 +264,10 @@ def test_the_first_screen_answers_every_question_with_an_interval_or_why_none(an
     assert "`" not in re.search(r'<div class="notes limits" id="notes">(.*?)</div>', text, re.S).group(1)
 
 
-def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) -> None:
-    from scaling.reports.report_data import ReportData
+def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(typical_data) -> None:
     from scaling.reports.html import render
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     data.runs["spec"] = [{**(s or {}), "simulate": {"law": {"E": 2.5}}} for s in data.runs["spec"].map(as_dict)]
     text = render(data)
     hardware = re.search(r"<th>hardware</th><td>(.*?)</td>", text).group(1)
@@ -285,12 +277,10 @@ def test_a_simulated_sweep_claims_no_hardware_and_draws_no_throughput(sweeps) ->
     assert all(t["name"] in ("loss_spike", "rollback", "retry") for t in events["data"] if t.get("x"))
 
 
-def test_an_unreliable_law_says_so_once_in_the_parameters_table(sweeps) -> None:
-    from scaling.reports.report_data import ReportData
+def test_an_unreliable_law_says_so_once_in_the_parameters_table(typical_data) -> None:
     from scaling.reports.html import render
 
-    url, _ = sweeps["typical"]
-    data = ReportData.load(url, "typical", fit="memory")
+    data = typical_data
     for law in data.fits.values():
         law.add_unreliable(DoubtKind.UNDETERMINED, "the data do not determine E (its 95% bootstrap interval spans 8 orders)")
     table = re.search(r'<table id="parameters">(.*?)</table>', render(data), re.S).group(1)
