@@ -11,9 +11,10 @@ simulated trainer, instead of scheduling Ray tasks) against real SQLite database
 Prints per seed and in summary: the FLOPs each sweep trained (a stopped run counts up to its stopped
 step) and the share early stopping saved; approach 2's N* at the target budget with its 95% interval
 from each sweep's last refit, and their ratio; how many runs stopped, the error of their predicted
-finals against the simulator's noiseless final loss, and how often the prediction's interval covered it.
+finals against the simulator's noiseless final loss, and how often the prediction's interval covered it (with
+its binomial SE; the stopped runs of one seed share their references, so their misses are not independent).
 
-    python benchmarks/bench_early_stop.py [--seeds 3] [--tolerance 0.02] [--after 0.5] [--every 0.1]
+    python benchmarks/bench_early_stop.py [--seeds 3] [--first 0] [--tolerance 0.02] [--after 0.5] [--every 0.1]
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def _iv(r: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first", type=int, default=0, help="the first noise seed")
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--after", type=float, default=0.5)
     ap.add_argument("--every", type=float, default=0.1)
@@ -109,7 +111,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(args.seeds):
+        for seed in range(args.first, args.first + args.seeds):
             t0 = time.perf_counter()
             out = {}
             for early in (False, True):
@@ -129,11 +131,14 @@ def main() -> None:
     ratios = np.array([r[1] for r in rows])
     errors = np.abs(np.concatenate([r[2] for r in rows])) if any(r[2] for r in rows) else np.array([math.nan])
     covered = [c for r in rows for c in r[3]]
+    share = float(np.mean(covered)) if covered else math.nan
     print(f"summary over {len(rows)} seeds (tolerance {args.tolerance:g}, after {args.after:g}, every {args.every:g}): "
           f"FLOPs trained with / without early stopping: {sum(r[5] for r in rows) / sum(r[4] for r in rows):.3f} "
           f"(median saving {100 * np.median(saved):.0f}%); N* with / without: median {np.nanmedian(ratios):.3f}, "
           f"range [{np.nanmin(ratios):.3f}, {np.nanmax(ratios):.3f}]; predicted finals: {errors.size} runs, mean "
-          f"|error| {np.nanmean(errors):.4f}, intervals covering the truth {sum(covered)}/{len(covered)}")
+          f"|error| {np.nanmean(errors):.4f}, intervals covering the truth {sum(covered)}/{len(covered)}"
+          + (f" = {100 * share:.1f}% (binomial SE {100 * np.sqrt(share * (1 - share) / len(covered)):.1f}%)"
+             if covered else ""))
 
 
 if __name__ == "__main__":

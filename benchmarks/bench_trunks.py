@@ -17,7 +17,13 @@ Prints, per noise seed, each sweep's chosen N* with its 95% interval at ten time
 simulated world (minimised numerically over N on the same schedule), and the compute of each sweep,
 with the ratio of the trunks' compute to the trained cooldowns'.
 
+``--coverage`` measures instead how often the trunks' 95% intervals on N* hold the true N*: per seed the
+trunk sweep alone is trained and analysed twice, once as ``scaling fit`` does (the predicted points'
+uncertainty carried into the laws' bootstraps, :mod:`scaling.fitting.core.predicted`) and once with the
+predicted points treated as measured; it prints each law's coverage over the seeds with its binomial SE.
+
     python benchmarks/bench_trunks.py [--seeds 2]
+    python benchmarks/bench_trunks.py --coverage --seeds 12 [--first 0]
 """
 
 from __future__ import annotations
@@ -111,10 +117,77 @@ def branch_compute(url: str, sweep: str) -> float:
     return total
 
 
+NOISELESS = "noiseless points'"
+
+
+def approach3(data, carried: bool, n_bootstrap: int) -> dict:
+    """Approach 3's N* with its 95% interval at ten times the largest point's FLOPs (as ``recommend``), the predicted
+    points' uncertainty carried into its bootstrap (``carried``, as ``scaling fit`` does) or the points taken as
+    measured (the same fit without it)."""
+    from dataclasses import replace
+
+    from scaling.fitting.sweep_fit import fit_one
+
+    law = fit_one(COMPARED, data if carried else replace(data, predicted_draws=None), n_bootstrap, 0, {}, False)
+    return law.optimal_interval(10 * float(data.points["C"].max()))["N"]
+
+
+def coverage(seeds: range, n_bootstrap: int) -> None:
+    """How often approach 3's 95% interval on N* from trunks holds the true N* and the N* of the noiseless
+    points, with the predicted points' uncertainty carried in and with the points taken as measured."""
+    from dataclasses import replace
+
+    from scaling.fitting.core.sweep_data import from_db
+    from scaling.fitting.curves.trunks import trunk_predictions
+    from scaling.fitting.sweep_fit import fit_one
+
+    hits: dict[tuple[str, bool], list[bool]] = {}
+    widths: dict[bool, list[float]] = {True: [], False: []}
+    truths: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            t = time.perf_counter()
+            url = f"sqlite:///{tmp}/s{seed}.db"
+            path = Path(tmp) / f"trunks{seed}.yaml"
+            path.write_text(yaml.safe_dump(plan("trunks", seed, True)))
+            train_plan(path, url, Path(tmp))
+            tp = trunk_predictions(url, "trunks", n_bootstrap, seed)
+            data, _ = from_db(url, "trunks", predicted=tp.points(), predicted_notes=tuple(tp.notes),
+                              predicted_draws=tp.draws)
+            C = 10 * float(data.points["C"].max())
+            if not truths:
+                exact = data.points.copy()
+                exact["loss"] = [true_loss(n, d) for n, d in zip(exact["N"], exact["D"])]
+                noiseless = fit_one(COMPARED, replace(data, points=exact, predicted_draws=None), 0, 0, {}, False)
+                truths = {"true": true_n_star(C), NOISELESS: float(noiseless.optimal(C)[0])}
+                print(f"C = {C:.3g} FLOPs; true N* {truths['true']:.4g}; {COMPARED}'s N* from the noiseless losses "
+                      f"of the same points {truths[NOISELESS]:.4g}", flush=True)
+            line = []
+            for carried in (True, False):
+                n = approach3(data, carried, n_bootstrap)
+                widths[carried].append(float(np.log(n["hi"] / n["lo"])))
+                for what, truth in truths.items():
+                    hits.setdefault((what, carried), []).append(bool(n["lo"] <= truth <= n["hi"]))
+                line.append(f"{'carried in' if carried else 'as measured'} {n['value']:.4g} [{n['lo']:.4g}, {n['hi']:.4g}]")
+            print(f"seed {seed} ({time.perf_counter() - t:.0f} s): {COMPARED} N* " + "; ".join(line), flush=True)
+    for (what, carried), got in sorted(hits.items()):
+        p = float(np.mean(got))
+        se = float(np.sqrt(p * (1 - p) / len(got)))
+        print(f"{COMPARED}, predicted points {'carried in' if carried else 'as measured'}: the 95% interval holds the "
+              f"{what} N* in {sum(got)}/{len(got)} = {100 * p:.0f}% (binomial SE {100 * se:.0f}%); median width "
+              f"factor hi/lo {np.exp(np.median(widths[carried])):.3g}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--coverage", action="store_true")
+    ap.add_argument("--bootstrap", type=int, default=50)
     args = ap.parse_args()
+    if args.coverage:
+        coverage(range(args.first, args.first + args.seeds), args.bootstrap)
+        return
     rows, truth = [], float("nan")
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):

@@ -292,6 +292,7 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     data, sweep = from_db(source.url, sweep, effective_data=settings.effective_data, r_star=settings.r_star,
                           hparams=settings.hparams, predicted=trunks.points() if trunks else None,
                           predicted_notes=tuple(trunks.notes) if trunks else (),
+                          predicted_draws=trunks.draws if trunks else None,
                           leave_out=M.mixed_expert_runs(runs) if runs is not None else frozenset())
     if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
         from scaling.fitting.loss.effective import fit_effective

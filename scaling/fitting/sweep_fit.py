@@ -18,6 +18,7 @@ from scaling.fitting.core.backtest import backtest
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.measurements import FitData
+from scaling.fitting.core.predicted import propagate
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.loss.envelope import ChinchillaEnvelope
 from scaling.fitting.hyperparams.hparams import HparamFit, fit_hparams
@@ -202,11 +203,13 @@ def hparam_fit(data: FitData, n_bootstrap: int = 200, seed: int = 0) -> HparamFi
 
 
 def fit_one(kind: str, data: FitData, n_bootstrap: int, seed: int, settings: dict[str, Any], run_backtest: bool) -> Law:
-    """One law of ``kind`` fitted to ``data``, bootstrapped and backtested (a FitError when the data cannot support it)."""
+    """One law of ``kind`` fitted to ``data``, bootstrapped (with the uncertainty of predicted points carried in)
+    and backtested (a FitError when the data cannot support it)."""
     cls = KINDS[kind][0]
     law = cls(**settings).fit(data)
     if n_bootstrap:
         law.bootstrap(n_bootstrap, seed)
+        propagate(law, data, lambda d: cls(**settings).fit(d))  # predicted points: their own uncertainty too
     if run_backtest:
         law.keep_backtest(*backtest(law, data))
     return law

@@ -8,8 +8,11 @@ d = loss at f (its curve interpolated at f) - final; ln d is regressed on ln T (
 and ln N (its parameters) over the references, and the run's predicted final loss is y minus the
 regression's d at its own T and N, with the 95% interval of the regression's prediction for a new
 run (Student t with n - 3 degrees of freedom, its leverage included: a run longer or larger than
-every reference gets a wide interval). The run stops once that interval's half-width is at most
-``tolerance``.
+every reference gets a wide interval) widened by the regression's held-out error beyond what it claims
+(:func:`model_error`: the drop is no exact power law in T and N, and a stopping run sits at the long
+end of its references; without it the intervals held the truth in 86% of simulated runs, not 95%).
+A run more than :data:`MAX_BEYOND` times as long as every reference is not predicted: that far the
+held-out errors say nothing. The run stops once that interval's half-width is at most ``tolerance``.
 
 Why not a curve law fitted to the run's own prefix: one schedule cannot separate the annealing
 term from the power law, and on a cosine run's first half the annealing law misses the final loss
@@ -38,6 +41,11 @@ if TYPE_CHECKING:
 
 #: Reference runs a prediction needs at least (three coefficients are fitted to them).
 MIN_REFERENCES = 6
+#: How many times the longest reference's steps a run may have and still be predicted: beyond, the
+#: regression's drop is an extrapolation that its held-out errors do not measure, and the run trains on.
+MAX_BEYOND = 2.0
+#: A drop whose interval reaches beyond exp of this (nats) says nothing (and overflows a float).
+MAX_LOG_DROP = 50.0
 
 
 @dataclass(frozen=True)
@@ -85,24 +93,53 @@ def predict_final(references: list[Reference], fraction: float, loss: float, ste
             if drop > 0 and np.isfinite(drop):
                 rows.append((math.log(r.steps), math.log(r.size), math.log(drop)))
     n, p = len(rows), 3
-    if n < MIN_REFERENCES or not (loss > 0):
+    if n < MIN_REFERENCES or not (loss > 0) or math.log(total) > max(r[0] for r in rows) + math.log(MAX_BEYOND):
         return None
     data = np.array(rows)
     X = np.column_stack([np.ones(n), data[:, :2]])
-    coef, *_ = np.linalg.lstsq(X, data[:, 2], rcond=None)
-    resid = data[:, 2] - X @ coef
-    s2 = float(resid @ resid) / (n - p)
     x0 = np.array([1.0, math.log(total), math.log(size)])
     try:
-        leverage = float(x0 @ np.linalg.solve(X.T @ X, x0))
+        coef, var = _prediction(X, data[:, 2], x0)
     except np.linalg.LinAlgError:  # the references do not vary in length or size: nothing to regress on
         return None
-    half = float(student.ppf(0.975, n - p)) * math.sqrt(s2 * (1.0 + leverage))
+    half = float(student.ppf(0.975, n - p)) * math.sqrt(var + model_error(X, data[:, 2]) ** 2)
     centre = float(x0 @ coef)
+    if not math.isfinite(half) or centre + half > MAX_LOG_DROP:  # the interval reaches past any loss
+        return None
     lo, mid, hi = loss - math.exp(centre + half), loss - math.exp(centre), loss - math.exp(centre - half)
     if not (lo > 0) or not all(math.isfinite(v) for v in (lo, mid, hi)):  # no possible loss is predicted
         return None
     return FinalPrediction(int(step), mid, lo, hi, n)
+
+
+def _prediction(X: np.ndarray, y: np.ndarray, x0: np.ndarray) -> tuple[np.ndarray, float]:
+    """The least-squares coefficients of ``y`` on ``X`` and the variance of a new observation at ``x0``
+    (the residual variance times 1 + its leverage)."""
+    n, p = X.shape
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ coef
+    s2 = float(resid @ resid) / max(n - p, 1)
+    return coef, s2 * (1.0 + float(x0 @ np.linalg.solve(X.T @ X, x0)))
+
+
+def model_error(X: np.ndarray, y: np.ndarray) -> float:
+    """The SD (in ln of the drop) of the held-out error beyond what the regression's own interval claims: each
+    reference predicted from the others, and from the references shorter than it alone (the extrapolation a
+    stopping run asks of them), the mean of its squared error less the variance claimed for it, the larger of
+    the two (0 where the claims hold). The drop follows no exact power law in T and N, so the residuals of
+    the references fitted understate the error of a prediction beyond them."""
+    n, p = X.shape
+    loo, ahead = [], []
+    for i in range(n):
+        for keep, out in ((np.arange(n) != i, loo), (X[:, 1] < X[i, 1], ahead)):
+            if int(keep.sum()) - p < 1:
+                continue
+            try:
+                coef, var = _prediction(X[keep], y[keep], X[i])
+            except np.linalg.LinAlgError:
+                continue
+            out.append(float(y[i] - X[i] @ coef) ** 2 - var)
+    return math.sqrt(max([0.0] + [float(np.mean(e)) for e in (loo, ahead) if len(e) >= 2]))
 
 
 class Watch:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -101,3 +102,36 @@ def test_the_analysis_uses_trained_and_predicted_points_and_recommends(sweep: st
     # run many times longer than its trunks, saying so)
     assert rec.schedule is not None and rec.schedule.get("across_sizes") is True
     assert rec.schedule.get("losses") or "longest curve" in rec.schedule["why_not"]
+
+
+def test_predicted_points_widen_the_interval_on_n_star_by_the_predicting_laws_error() -> None:
+    """Points of a Chinchilla world, most of them predicted by a law whose replicates move them together (as
+    the curve law's do): approach 3's interval on N* carries that error, wider than with the points taken as
+    measured, and still holds the true N*."""
+    from dataclasses import replace
+
+    from scaling.fitting.core.measurements import prepare
+    from scaling.fitting.core.predicted import propagate
+    from scaling.fitting.loss.parametric import ChinchillaParametric
+
+    truth = {"E": 1.7, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
+    rng = np.random.default_rng(0)
+    N, D = (g.ravel() for g in np.meshgrid(np.geomspace(1e7, 1e9, 5), np.geomspace(1e9, 1e11, 4)))
+    loss = truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"]
+    table = pd.DataFrame({"N": N, "D": D, "C": 6 * N * D, "loss": loss * np.exp(0.002 * rng.standard_normal(N.size))})
+    data = prepare(table)
+    keep = data.points["D"] < D.max()  # every budget below the largest predicted, as from trunks
+    keys = data.points.loc[keep, ["N", "D"]].to_numpy()
+    tilt = np.log(D.max() / keys[:, 1]) / np.log(D.max() / D.min())  # a replicate's error grows with the distance
+    draws = data.points.loc[keep, "loss"].to_numpy() * np.exp(np.outer(0.02 * rng.standard_normal(8), tilt))
+    law = ChinchillaParametric().fit(data).bootstrap(20, 0)
+    C = 1e22
+    before = law.optimal_interval(C)["N"]
+    assert propagate(law, replace(data, predicted_draws=(keys, draws)), lambda d: ChinchillaParametric().fit(d), 6) >= 2
+    after = law.optimal_interval(C)["N"]
+    a, b = truth["alpha"], truth["beta"]  # Hoffmann et al.'s closed form, C = 6 N D
+    true_n = (a * truth["A"] / (b * truth["B"])) ** (1 / (a + b)) * (C / 6) ** (b / (a + b))
+    assert after["value"] == before["value"]
+    assert after["hi"] / after["lo"] > 1.2 * before["hi"] / before["lo"]
+    assert after["lo"] <= true_n <= after["hi"]
+    assert any("predicted point(s) carried in" in n for n in law.notes_)

@@ -206,16 +206,26 @@ class Law(Doubtful):
         ok = np.isfinite(reps).all(axis=1)
         self.bootstrap_info_ = {"n": int(n), "seed": int(seed), "failed": int((~ok).sum())}
         self.notes_ = [n for n in self.notes_ if n != before]  # a rerun replaces it
+        self.judge_replicates()
+        return self
+
+    def judge_replicates(self) -> None:
+        """Say from ``replicates_`` whether they give intervals, and which parameters they leave undetermined
+        (after the bootstrap, and again whenever the replicates are widened)."""
+        before = unavailable_note((self.bootstrap_info_ or {}).get("unavailable"))
+        self.notes_ = [n for n in self.notes_ if n != before]
+        if self.bootstrap_info_ is not None:
+            self.bootstrap_info_.pop("unavailable", None)
         why = self.bootstrap_unavailable()
         if why:
-            self.bootstrap_info_["unavailable"] = why
+            if self.bootstrap_info_ is not None:
+                self.bootstrap_info_["unavailable"] = why
             self.notes_.append(unavailable_note(why))
         self.drop_doubts(DoubtKind.UNDETERMINED)
         reasons = self.undetermined()
         if reasons:
             self.add_unreliable(DoubtKind.UNDETERMINED, f"{UNDETERMINED} {'; '.join(reasons)}",
                                 ": do not trust this law's parameters or what it extrapolates")
-        return self
 
     def undetermined(self) -> list[str]:
         """Which parameters the bootstrap shows the data do not determine, and why.

@@ -92,6 +92,10 @@ class FitData:
     #: Runs whose final loss is predicted (they stopped early), not measured; its note is among ``notes``.
     predicted_finals: int = 0
     predicted_note: str = ""
+    #: Points whose loss another law predicted (trunks' cooldowns): their (N, D) (points x 2) and that law's
+    #: bootstrap replicates of their losses (replicates x points), which the laws' bootstraps carry in
+    #: (:mod:`scaling.fitting.core.predicted`).
+    predicted_draws: tuple[np.ndarray, np.ndarray] | None = None
     #: Column of per-row unique tokens U when the data had one (D is then D' per row).
     unique_tokens_column: str | None = None
     #: Whether D is effective data that differs from the raw D somewhere.
@@ -142,6 +146,9 @@ class FitData:
         if self.curves is not None and len(self.curves):
             cur = self.curves[["N", "flops", "loss"]].sort_values(["N", "flops"]).to_numpy()
             payload["curves"] = hashlib.sha256(np.ascontiguousarray(cur.round(12)).tobytes()).hexdigest()
+        if self.predicted_draws is not None:  # a fit that carries them in differs from one that does not
+            payload["predicted_draws"] = hashlib.sha256(np.ascontiguousarray(self.predicted_draws[1].round(12))
+                                                        .tobytes()).hexdigest()
         text = json.dumps(payload, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
             r_star: float = R_STAR_DATA, hparams: str = "tuned", predicted: pd.DataFrame | None = None,
-            predicted_notes: tuple[str, ...] = (), leave_out: frozenset[str] = frozenset()) -> tuple[FitData, str]:
+            predicted_notes: tuple[str, ...] = (), leave_out: frozenset[str] = frozenset(),
+            predicted_draws: np.ndarray | None = None) -> tuple[FitData, str]:
     """A sweep's completed runs (and their loss curves) as :class:`FitData`; returns (data, sweep).
 
     N is the runs table's ``N`` (the sweep's params convention); the loss is the final eval loss,
@@ -37,7 +38,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     hyperparameter group: one point each, its tuned loss or its grid's centre as ``hparams`` says
     (:func:`scaling.fitting.hyperparams.hparams.tuned_points`).
     ``predicted``: points (N, D, C, loss) predicted rather than trained (the cooldowns of trunks), added to the
-    trained ones, with ``predicted_notes`` saying so among the data's notes.
+    trained ones, with ``predicted_notes`` saying so among the data's notes; ``predicted_draws``: the predicting
+    law's bootstrap replicates of their losses (replicates x points), kept as :attr:`FitData.predicted_draws`.
     ``leave_out``: run keys not fitted (a mixed sweep's mixtures of experts, which the laws of sparsity fit),
     said among the data's notes.
     """
@@ -82,6 +84,7 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
+    trained = len(table)
     table, predicted_notes = _with_predicted(table, predicted, predicted_notes)
     data = prepare(
         table,
@@ -94,6 +97,8 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         unique_tokens_column="data.unique_tokens" if "U" in columns else None,
     )
     _note_sources(data, runs, hp_notes, predicted_notes, left_out)
+    if predicted is not None and len(predicted) and predicted_draws is not None and len(table) > trained:
+        data.predicted_draws = (predicted[["N", "D"]].to_numpy(float), np.asarray(predicted_draws, float))
     if hp_runs is not None:
         data.hparam_runs, data.hparam_mode = hp_runs, hparams
     return data, sweep

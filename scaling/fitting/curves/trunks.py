@@ -44,6 +44,9 @@ class TrunkPredictions:
     #: The largest trunk's recipe: peak rate, batch (tokens per step), warmup (share of its steps), steps.
     recipe: Optional[tuple[float, float, float, int]] = None
 
+    #: The law's bootstrap replicates of each row's loss (replicates x rows; no rows without a bootstrap).
+    draws: Optional[np.ndarray] = None
+
     def points(self) -> pd.DataFrame:
         """The rows as points of the loss laws (N, D, C, loss)."""
         return self.rows[["N", "D", "C", "loss"]]
@@ -85,18 +88,23 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     if verdicts:
         return TrunkPredictions(empty, law, ["predicted cooldowns: none, the curve law across sizes is not trusted: "
                                              + "; ".join(verdicts)])
-    rows = []
+    rows, draws = [], []
     for spec, curve, C in trunks:
         batch, total = int(spec["batch_tokens"]), int(curve.lr.size)
         for D in budgets(spec):
             steps = -(-int(round(D)) // batch)
             if steps >= total:
                 continue  # the trunk itself is this budget's run
-            iv = law.final_loss(float(curve.N), branch_rate(spec, steps))  # type: ignore[arg-type]
+            rate = branch_rate(spec, steps)
+            iv = law.final_loss(float(curve.N), rate)  # type: ignore[arg-type]
+            draws.append(law.draws_at(float(curve.N), rate, [steps - 1])[:, 0])  # type: ignore[arg-type]
             rows.append({"run": curve.run, "N": float(curve.N), "D": float(steps * batch),  # type: ignore[arg-type]
                          "C": C * steps / total, "loss": iv.value, "lo": iv.lo, "hi": iv.hi})
     frame = pd.DataFrame(rows) if rows else empty
-    frame = frame[np.isfinite(frame["loss"].astype(float)) & (frame["loss"].astype(float) > 0)] if rows else frame
+    keep = (np.isfinite(frame["loss"].astype(float)) & (frame["loss"].astype(float) > 0)).to_numpy() if rows \
+        else np.zeros(0, bool)
+    frame = frame[keep] if rows else frame
+    matrix = np.column_stack(draws)[:, keep] if draws and len(draws[0]) else None
     notes = [f"{len(frame)} point(s) are final losses predicted, not trained: the cooldowns of {len(trunks)} trunk(s) "
              f"at their smaller budgets, by the {law.form_} curve law across sizes fitted to the trunks' curves "
              f"(N = {', '.join(size(n) for n in law.sizes_)})"]
@@ -104,7 +112,7 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     largest = max((c for _, c, _ in trunks), key=lambda c: (float(c.N), c.lr.size))  # type: ignore[arg-type]
     recipe = (float(np.max(largest.lr)), float(largest.D or 0) / largest.lr.size, warmup_end(largest.lr) / largest.lr.size,
               int(largest.lr.size))
-    return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe)
+    return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe, matrix)
 
 
 def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
