@@ -12,6 +12,13 @@ def whole_sequences(tokens: float, context: int) -> int:
     return int(max(1, round(tokens / context))) * context
 
 
+def steps_for(tokens: int, batch_tokens: int) -> int:
+    """Optimizer steps that consume ``tokens`` in batches of ``batch_tokens`` (the last batch may overshoot):
+    the one count of a run's steps that the trainer, the early-stopping rule and the curve fits share.
+    Exact integer arithmetic (no float rounding at any size); 0 for a batch that is not positive."""
+    return -(-int(tokens) // int(batch_tokens)) if int(batch_tokens) > 0 else 0
+
+
 def batch_problem(batch_tokens: int, context: int, workers: int = 1) -> str | None:
     """Why a global batch of ``batch_tokens`` cannot be trained, or None.
 

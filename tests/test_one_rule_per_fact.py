@@ -3,6 +3,7 @@
 - the device a run trains on: :func:`scaling.trainer.resolve.decide_device` (its precision, layout,
   memory model and rate all follow from it, for `scaling plan`, `scaling train` and the sweep alike);
 - a batch rounded to whole sequences: :func:`scaling.batching.whole_sequences`;
+- a run's steps from its tokens and batch: :func:`scaling.batching.steps_for`;
 - a hyperparameter group's label, written and shown: :mod:`scaling.naming` (``group_label``,
   ``point_label``, ``group_title``);
 - a task metric's name read back (``task/<task>/<kind>``): :func:`scaling.vocab.task_metric_parts`
@@ -27,6 +28,8 @@ RULES: dict[str, tuple[str, re.Pattern[str]]] = {
     "device": ("trainer/resolve.py", re.compile(r"""["']cuda["']\s+if\b|\belse\s+["']cpu["']""")),
     # round(x / context) * context, however spelled
     "batch rounding": ("batching.py", re.compile(r"round\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*/\s*(?:ctx|context)\b")),
+    # -(-tokens // batch) or ceil(tokens / batch_tokens): a run's steps counted by hand
+    "run steps": ("batching.py", re.compile(r"-\(-[^\n]*tokens[^\n]*//|math\.ceil\([^()\n]*/\s*[\w.]*batch")),
     # LxWxH D=...: a group label composed, N=..., D=...: a point's label, [ND]=: a label read
     "group label": ("naming.py",
                     re.compile(r"\}x\{[^\"'\n]*\}x\{[^\"'\n]*D=|N=\{num\([^}\n]*\}, D=\{num\(|\[ND\]\)=")),
@@ -47,6 +50,9 @@ def copies(pattern: re.Pattern[str], source: str) -> list[tuple[int, str]]:
     ("batch rounding", 'batch = max(ctx, int(round(self._rule("batch_tokens", N, D, C) / ctx)) * ctx)'),
     ("batch rounding", "rounded = [max(context, int(round(own * f / context)) * context) for f in fs]"),
     ("batch rounding", "return int(max(1, round(tokens / context)) * context)"),
+    ("run steps", "return math.ceil(self.tokens / self.batch_tokens)"),
+    ("run steps", 'trunk_steps = -(-int(trunk["tokens"]) // int(trunk["batch_tokens"]))'),
+    ("run steps", "total = -(-tokens // batch)"),
     ("group label", 'return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"'),
     ("group label", 'return f"N={num(N, 3)}, D={num(D, 3)}"'),
     ("group label", '_SIZE_IN_LABEL = re.compile(r"\\b([ND])=([0-9][0-9.]*)")'),

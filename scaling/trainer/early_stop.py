@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from scaling import fmt, vocab
+from scaling.batching import steps_for
 
 if TYPE_CHECKING:
     from scaling.trainer.spec import RunSpec
@@ -232,5 +233,4 @@ def references(url: str, sweep: Optional[str], spec: "RunSpec") -> list[Referenc
 
 
 def _steps(spec: dict[str, Any]) -> int:
-    batch, tokens = int(spec.get("batch_tokens") or 0), int(spec.get("tokens") or 0)
-    return -(-tokens // batch) if batch > 0 else 0
+    return steps_for(int(spec.get("tokens") or 0), int(spec.get("batch_tokens") or 0))

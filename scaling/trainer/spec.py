@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -31,7 +30,7 @@ from scaling import safe_yaml
 from scaling.vocab import HPARAM_GROUP_TAG
 from scaling.schema import checked
 from scaling.accounting import FlopsConvention, ParamsConvention, PrecisionChoice, Shape
-from scaling.batching import batch_problem, micro_batch_size
+from scaling.batching import batch_problem, micro_batch_size, steps_for
 from scaling.accounting import TRAINER_SCHEDULES
 from scaling.errors import FieldProblem, SpecError
 from scaling.naming import printable_problem
@@ -300,7 +299,7 @@ class RunSpec(Recipe):
     @property
     def steps(self) -> int:
         """Optimizer steps to consume D tokens (the last batch may overshoot D slightly)."""
-        return math.ceil(self.tokens / self.batch_tokens)
+        return steps_for(self.tokens, self.batch_tokens)
 
     @property
     def trained_tokens(self) -> int:

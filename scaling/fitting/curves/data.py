@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from scaling.batching import steps_for
 from scaling.errors import FitError, NotFoundError
 from scaling.fitting.core.tabular import parse_numbers, read_csv
 from scaling.lr_schedule import lr_steps, schedule_of
@@ -206,7 +207,7 @@ def run_curve(run: str, spec: dict[str, Any], steps: np.ndarray, loss: np.ndarra
     ok = np.isfinite(loss) & (loss > 0)
     if batch <= 0 or tokens <= 0 or peak <= 0 or not ok.any():
         return None
-    total = -(-tokens // batch)
+    total = steps_for(tokens, batch)
     lr = lr_steps(total, peak, schedule_of(spec.get("schedule")))
     at = np.clip(np.asarray(steps, np.int64)[ok] - 1, 0, total - 1)
     order = np.argsort(at, kind="stable")

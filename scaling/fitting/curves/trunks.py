@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from scaling.batching import steps_for
 from scaling.curve_forms import warmup_end
 from scaling.errors import UserError
 from scaling.fitting.curves.data import Curve, run_curve
@@ -56,7 +57,7 @@ def branch_rate(trunk: dict[str, Any], steps: int) -> np.ndarray:
     """The rate of every step of the cooldown branch of ``steps`` steps that leaves a trunk (its spec): the
     trunk's warmup and peak, then the trunk's decay (shape, floor, share of the steps) over the branch's end."""
     sched = dict(trunk.get("schedule") or {})
-    trunk_steps = -(-int(trunk["tokens"]) // int(trunk["batch_tokens"]))
+    trunk_steps = steps_for(int(trunk["tokens"]), int(trunk["batch_tokens"]))
     sched["warmup_steps"] = warmup_steps(trunk_steps, schedule_of(sched))
     return lr_steps(steps, float(trunk["optimizer"]["lr"]), schedule_of(sched))
 
