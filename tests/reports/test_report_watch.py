@@ -64,11 +64,14 @@ def test_write_atomic_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> 
 
 @pytest.mark.browser
 def test_inference_section_only_when_asked(sweeps, browser, tmp_path: Path) -> None:
+    from scaling.fitting.analysis import SweepSource, analyse
+
     url, _ = sweeps["typical"]
-    plain = write_report(url, None, tmp_path / "plain.html")
+    analysis = analyse(SweepSource(url), save=False)  # the fits a report makes, made once for both
+    plain = write_report(url, None, tmp_path / "plain.html", analysis=analysis)
     assert 'id="inference"' not in plain.read_text()
-    page = browser.open(write_report(url, None, tmp_path / "inference.html", extras=[inference_section(1e12)]),
-                        "inference")
+    page = browser.open(write_report(url, None, tmp_path / "inference.html", analysis=analysis,
+                                     extras=[inference_section(1e12)]), "inference")
     assert page.console_errors == []
     assert page.figures["fig-overtraining"] >= 4  # two cost curves and the two optima
     assert "Inference-heavy use" in page.text and "tokens per parameter" in page.text
