@@ -238,3 +238,23 @@ def test_a_paced_run_writes_as_its_steps_pass_the_rows_and_key_of_an_unpaced_one
         with pytest.raises(SpecError, match="simulate.pace"):
             RunSpec.from_dict({**plain.model_dump(mode="json"),
                                "simulate": {**plain.simulate.model_dump(), "pace": bad}})
+
+
+def test_scaling_plan_estimates_a_paced_sweep_at_its_pace(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+    from cli_run import run_main
+
+    plan = {"name": "paced", "runs_dir": str(tmp_path / "runs"),
+            "model": {"aspect_ratio": 8, "head_size": 8, "vocab_size": 256, "context": 32},
+            "train": {"batch_tokens": 256}, "grid": [{"models": [{"n_layer": 1, "d_model": 8, "n_head": 1}],
+                                                     "tokens": [256 * 300, 256 * 500]}]}
+    path = tmp_path / "paced.yaml"
+    for pace, serial in ((0.01, 8.0), (0, 0.0)):
+        path.write_text(yaml.safe_dump({**plan, "simulate": {"law": LAW, "pace": pace}}))
+        got = run_main("plan", str(path), "--format", "json")
+        assert got.code == 0, got.err
+        summary = json.loads(got.out)
+        assert [r["est_seconds"] for r in summary["runs"]] == pytest.approx([3.0, 5.0] if pace else [0, 0])
+        assert summary["totals"]["est_seconds_serial"] == pytest.approx(serial)
