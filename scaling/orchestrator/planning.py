@@ -37,9 +37,9 @@ def throughput(plan: Plan, precision: Optional[str] = None) -> float:
 def estimated_seconds(run: PlannedRun, plan: Plan) -> float:
     """Wall time of one run: its steps times the chosen layout's step time (compute, bubble,
     communication and the fixed per-step cost); a cooldown branch trains only the steps after
-    its branch point; a simulated run takes no time."""
+    its branch point; a simulated run takes its ``pace`` per step (none: a few rows in milliseconds)."""
     if run.spec.simulate is not None:
-        return 0.0  # a simulated run writes a few rows in milliseconds
+        return run.spec.steps * run.spec.simulate.pace
     steps = run.spec.steps - (run.spec.branch.from_step if run.spec.branch else 0)
     if run.layout is not None:
         return steps * run.layout.best.step_s

@@ -71,9 +71,9 @@ def capacity_error(run: PlannedRun, cpus: float, gpus: float | None = None, wher
 
 
 def _packable(run: PlannedRun) -> bool:
-    """Whether a run may share a task with others: a simulated single-worker run (no branch)."""
+    """Whether a run may share a task with others: a simulated single-worker run (no branch), not paced."""
     spec = run.spec
-    return spec.simulate is not None and spec.execution.workers == 1 and spec.branch is None
+    return spec.simulate is not None and not spec.simulate.pace and spec.execution.workers == 1 and spec.branch is None
 
 
 class Scheduler:

@@ -475,7 +475,8 @@ class SimulateSpec(_Frozen):
 
     A run with ``simulate`` trains nothing: it writes the loss curve the law gives along its
     tokens, with multiplicative log-normal noise of SD ``noise``, in milliseconds and without
-    torch, so sweeps, adaptive loops and fits can be tested at any scale.
+    torch, so sweeps, adaptive loops and fits can be tested at any scale. With ``pace`` a run takes
+    that many wall seconds per step instead, as a trained run is in flight for a while.
     """
 
     law: SimulatedLaw = Field(description="the law the losses are drawn from")
@@ -485,6 +486,10 @@ class SimulateSpec(_Frozen):
     tasks: tuple[SimulatedTask, ...] = Field(default=(), max_length=64, description="task metrics to write")
     curve: Optional[SimulatedCurve] = Field(default=None, description="eval losses from a loss-curve law in "
                                             "the run's learning-rate schedule instead of the law's L(N, D)")
+    pace: float = Field(default=0.0, ge=0, le=10, allow_inf_nan=False,
+                        description="wall seconds each step takes (0: the run is written at once); a paced run "
+                                    "writes its rows as its steps pass, in a task of its own, so it stays in "
+                                    "flight to be watched or interrupted (not part of the key)")
 
     @model_serializer(mode="wrap")
     def _omit_absent_tasks(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -494,6 +499,8 @@ class SimulateSpec(_Frozen):
             out.pop("tasks", None)
         if isinstance(out, dict) and self.curve is None:
             out.pop("curve", None)
+        if isinstance(out, dict) and not self.pace:
+            out.pop("pace", None)
         return out
 
 

@@ -4,7 +4,8 @@
 set. It writes what a trained run writes (train-loss rows along the run, a few eval-loss rows,
 the final eval loss the fits use, one ``simulated`` event) through the same database API, in
 milliseconds and without torch, so the scheduler, the adaptive loop and the fits can be tested at
-any scale (1e24 FLOPs is a few rows). Nothing is written to the run folder: there is no state to
+any scale (1e24 FLOPs is a few rows); with ``simulate.pace`` a run takes that many wall seconds per
+step instead, its rows written as its steps pass. Nothing is written to the run folder: there is no state to
 resume, and a repeated attempt writes the same rows (metrics are idempotent on run, step and name).
 
 The curve: after t of the run's D tokens the loss is L(N, t) = E + A / N^alpha + B / t^beta
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -177,11 +179,30 @@ def simulate(
     """Write the simulated run's metrics and event to ``store_url``; returns its result."""
     refs = references(store_url, sweep, spec) if store_url is not None and spec.early_stop is not None else []
     rows, events, result = simulated_run(spec, attempt, run_dir, refs)
-    if store_url is not None:
+    store = _store(store_url) if store_url is not None else None
+    if spec.simulate is not None and spec.simulate.pace:
+        rows = _paced(spec.simulate.pace, result.steps, rows, store, spec.key, sweep)
+    if store is not None:
         # One transaction for the rows and the events: a sweep of thousands of runs pays for one each.
-        store = _store(store_url)
         store.log_metrics(spec.key, rows, sweep=sweep, events=events)  # a stopped_early event sets stopped_step
     return result
+
+
+def _paced(pace: float, steps: int, rows: list[tuple[int, int, float, str, float]], store: Optional["Store"],
+           key: str, sweep: Optional[str]) -> list[tuple[int, int, float, str, float]]:
+    """Take ``pace`` wall seconds per step of the run's ``steps``, writing each step's rows once its time
+    has passed, as a trained run does; returns the last step's rows, left for the write that ends the run."""
+    by_step: dict[int, list[tuple[int, int, float, str, float]]] = {}
+    for row in rows:
+        by_step.setdefault(row[0], []).append(row)
+    order = sorted(by_step)
+    start = time.monotonic()
+    for step in order[:-1]:
+        time.sleep(max(0.0, start + pace * step - time.monotonic()))
+        if store is not None:
+            store.log_metrics(key, by_step[step], sweep=sweep)
+    time.sleep(max(0.0, start + pace * steps - time.monotonic()))
+    return by_step[order[-1]] if order else []
 
 
 def simulate_many(

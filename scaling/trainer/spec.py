@@ -248,12 +248,15 @@ class RunSpec(Recipe):
         Fields added after keys were first stored are hashed only when set, so the runs of
         older sweeps keep their keys (and are not retrained): ``branch``, ``simulate`` and
         ``early_stop`` when present (a run that may stop early is not the run trained in full),
-        the schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
+        ``simulate`` without its ``pace`` (when the rows are written, not what they are), the
+        schedule's ``decay_shape`` when not linear and ``warmup_steps`` when set.
         """
         fields = self.model_dump(mode="json", exclude={"execution", "name", "tags", "evals"})
         for optional in ("branch", "simulate", "early_stop"):
             if fields.get(optional) is None:
                 fields.pop(optional, None)
+        if fields.get("simulate") is not None:  # when a simulated run's rows are written, not what they are
+            fields["simulate"].pop("pace", None)
         if fields["schedule"].get("warmup_steps") is None:
             fields["schedule"].pop("warmup_steps", None)
         if fields["schedule"].get("decay_shape") == "linear":

@@ -101,14 +101,19 @@ def _progress(url: str, sweep: str) -> tuple[dict[str, str], dict[str, int]]:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, "two Ctrl-C"])
 def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -> None:
     """SIGKILL (or Ctrl-C pressed twice) mid-sweep, then rerun: nothing completed retrains, partial
-    runs resume. A terminal's Ctrl-C goes to the whole process group, Ray's processes included; the
-    first starts the clean stop (exit 130, runs marked interrupted), the second must not cut it short,
-    so this case holds a single Ctrl-C's too."""
+    runs are taken again (a SIGKILLed run trained for real resumes from its checkpoint). A terminal's
+    Ctrl-C goes to the whole process group, Ray's processes included; the first starts the clean stop
+    (exit 130, runs marked interrupted), the second must not cut it short, so this case holds a single
+    Ctrl-C's too. The clean stop is the Ctrl-C case's subject, not training: its runs are simulated,
+    paced at 0.15 s a step (a row every step) so that they are in flight when the signals come."""
     from scaling.db import connect
 
     grid = [{"models": [shape(1, 16), shape(2, 32), shape(3, 32)], "tokens": [512 * 40]}]
+    simulated = sig == "two Ctrl-C"
+    paced = {"simulate": {"law": {"E": 1.8, "A": 480.0, "B": 2100.0, "alpha": 0.35, "beta": 0.37},
+                          "points": 1000, "pace": 0.15}} if simulated else {}
     plan = write_plan(tmp_path / "p.yaml", "killed", tmp_path / "runs", grid,
-                      resources={"num_cpus": 2, "max_concurrent": 2})
+                      resources={"num_cpus": 2, "max_concurrent": 2}, **paced)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path / "sweep1.log", "w")
     proc = subprocess.Popen([SCALING, "sweep", str(plan), "--db", sqlite_url, "--no-fit", "--no-report"],
@@ -155,12 +160,15 @@ def test_killed_sweep_resumes(sig: int | str, tmp_path: Path, sqlite_url: str) -
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     runs = assert_consistent(sqlite_url, "killed").set_index("run_key")
     completed_before = before.index[before["status"] == "completed"]
-    # Partial: running with a checkpoint (every 4 steps); a run claimed just before the signal has none.
+    # Partial: running, 6 steps in (trained, with its checkpoint of step 4); one claimed just before the signal has none.
     partial_before = [k for k in before.index[before["status"] == "running"] if steps_before.get(k, 0) >= 6]
     for key in completed_before:
         assert runs.loc[key, "attempts"] == before.loc[key, "attempts"], "a completed run was retrained"
-    resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
-    assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
+    if simulated:  # stopped cleanly: the partial runs were marked interrupted, and the rerun completed them
+        assert set(after_stop.set_index("run_key").loc[partial_before, "status"]) <= {"interrupted"}
+    else:
+        resumes = connect(sqlite_url).events(sweep="killed", kinds=[names.RESUME])
+        assert set(partial_before) <= set(resumes["run_key"]), "a partial run did not resume from its checkpoint"
     assert "running" not in set(runs["status"])
 
 

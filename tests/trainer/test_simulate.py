@@ -200,3 +200,61 @@ def test_a_packed_write_that_fails_is_pinned_on_its_run(sqlite_url: str) -> None
     with connect(sqlite_url) as res:
         assert set(res.metrics(sweep="pack")["run_key"]) == {known.key}
         assert list(res.events(sweep="pack", kinds=[vocab.SIMULATED])["run_key"]) == [known.key]
+
+
+def test_a_paced_run_writes_as_its_steps_pass_the_rows_and_key_of_an_unpaced_one(sqlite_url: str,
+                                                                                    tmp_path: Path) -> None:
+    """``simulate.pace``: the run is in flight for pace x steps, its early rows written before it ends;
+    its key and every row are the unpaced run's, and a bad pace is refused."""
+    import threading
+    import time
+
+    from scaling.db import connect
+    from scaling.trainer import train
+
+    plain = sim_spec(1e8, 2e9, batch_tokens=2**25)
+    paced = RunSpec.from_dict({**plain.model_dump(mode="json"),
+                               "simulate": {**plain.simulate.model_dump(mode="json"), "pace": 0.02}})
+    assert paced.key == plain.key and "pace" not in plain.simulate.model_dump() and paced.steps >= 50
+    stored_run(sqlite_url, paced)
+    seen_mid_run: list[int] = []
+    started = time.monotonic()
+    worker = threading.Thread(target=train, args=(paced, sqlite_url, tmp_path), kwargs={"sweep": "sim"})
+    worker.start()
+    while worker.is_alive():
+        with connect(sqlite_url) as res:
+            seen_mid_run.append(len(res.metrics(run_keys=[paced.key], sweep="sim")))
+        time.sleep(0.05)
+    worker.join()
+    assert time.monotonic() - started >= 0.02 * paced.steps
+    with connect(sqlite_url) as res:
+        rows = res.metrics(run_keys=[paced.key], sweep="sim").sort_values(["name", "step"])
+    assert 0 < max(seen_mid_run) < len(rows)  # part of the curve was there before the run ended
+    from scaling.trainer.simulate import simulated_run
+
+    expected, _, _ = simulated_run(plain, None)
+    assert sorted((r[0], r[3], r[4]) for r in expected) == sorted(zip(rows["step"], rows["name"], rows["value"]))
+    for bad in (-1, float("nan"), 11):
+        with pytest.raises(SpecError, match="simulate.pace"):
+            RunSpec.from_dict({**plain.model_dump(mode="json"),
+                               "simulate": {**plain.simulate.model_dump(), "pace": bad}})
+
+
+def test_scaling_plan_estimates_a_paced_sweep_at_its_pace(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+    from cli_run import run_main
+
+    plan = {"name": "paced", "runs_dir": str(tmp_path / "runs"),
+            "model": {"aspect_ratio": 8, "head_size": 8, "vocab_size": 256, "context": 32},
+            "train": {"batch_tokens": 256}, "grid": [{"models": [{"n_layer": 1, "d_model": 8, "n_head": 1}],
+                                                     "tokens": [256 * 300, 256 * 500]}]}
+    path = tmp_path / "paced.yaml"
+    for pace, serial in ((0.01, 8.0), (0, 0.0)):
+        path.write_text(yaml.safe_dump({**plan, "simulate": {"law": LAW, "pace": pace}}))
+        got = run_main("plan", str(path), "--format", "json")
+        assert got.code == 0, got.err
+        summary = json.loads(got.out)
+        assert [r["est_seconds"] for r in summary["runs"]] == pytest.approx([3.0, 5.0] if pace else [0, 0])
+        assert summary["totals"]["est_seconds_serial"] == pytest.approx(serial)
