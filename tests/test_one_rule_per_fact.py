@@ -29,7 +29,7 @@ RULES: dict[str, tuple[str, re.Pattern[str]]] = {
     # round(x / context) * context, however spelled
     "batch rounding": ("batching.py", re.compile(r"round\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*/\s*(?:ctx|context)\b")),
     # -(-tokens // batch) or ceil(tokens / batch_tokens): a run's steps counted by hand
-    "run steps": ("batching.py", re.compile(r"-\(-[^\n]*tokens[^\n]*//|math\.ceil\([^()\n]*/\s*[\w.]*batch")),
+    "run steps": ("batching.py", re.compile(r"-\(-[^\n]*(?:tokens|round\(D\))[^\n]*//|math\.ceil\([^\n]*/\s*[\w.]*batch")),
     # LxWxH D=...: a group label composed, N=..., D=...: a point's label, [ND]=: a label read
     "group label": ("naming.py",
                     re.compile(r"\}x\{[^\"'\n]*\}x\{[^\"'\n]*D=|N=\{num\([^}\n]*\}, D=\{num\(|\[ND\]\)=")),
@@ -53,6 +53,8 @@ def copies(pattern: re.Pattern[str], source: str) -> list[tuple[int, str]]:
     ("run steps", "return math.ceil(self.tokens / self.batch_tokens)"),
     ("run steps", 'trunk_steps = -(-int(trunk["tokens"]) // int(trunk["batch_tokens"]))'),
     ("run steps", "total = -(-tokens // batch)"),
+    ("run steps", "steps = -(-int(round(D)) // batch)"),
+    ("run steps", "return [BranchRun(math.ceil(round(largest) / batch) * batch,"),
     ("group label", 'return f"{shape.n_layer}x{shape.d_model}x{shape.n_head} D={D:.6g}"'),
     ("group label", 'return f"N={num(N, 3)}, D={num(D, 3)}"'),
     ("group label", '_SIZE_IN_LABEL = re.compile(r"\\b([ND])=([0-9][0-9.]*)")'),

@@ -22,11 +22,11 @@ the trunk is recorded as their parent, so compute is counted once.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from scaling import fmt
+from scaling.batching import steps_for
 from scaling.errors import PlanError
 from scaling.orchestrator.branches_spec import BranchesPlan
 from scaling.orchestrator.yamlsource import where
@@ -102,7 +102,7 @@ def expand_model(
             d_text, batch_text = fmt.counts_apart(D, batch)
             raise PlanError(f"{where(source, loc)}: D={d_text} tokens for N={fmt.count(N)} is less than one batch "
                             f"({batch_text} tokens)")
-        steps = math.ceil(round(D) / batch)
+        steps = steps_for(round(D), batch)
         start = decay_start(steps, cooldown)
         asked = max(1, int(round(cooldown.decay_fraction * steps)))
         if 1 <= start and steps - start < asked:  # the decay may not begin inside the warmup
@@ -130,7 +130,7 @@ def expand_model(
             )
     if branches.cooldowns == "predicted":
         largest = max(branches.tokens)
-        return [BranchRun(math.ceil(round(largest) / batch) * batch, ("grid", block_index, "branches"), {
+        return [BranchRun(steps_for(round(largest), batch) * batch, ("grid", block_index, "branches"), {
             "schedule": cooldown, "keep_steps": (), "name": f"{plan.name}/N{N:.3g}/trunk{largest:.3g}/s{seed}",
             "tags": {"role": TRUNK, PREDICT_TOKENS_TAG: ",".join(f"{D:.6g}" for D in branches.tokens)},
         })]

@@ -451,6 +451,10 @@ class Plan(_Strict):
             if predicted and self.simulate is not None and self.simulate.curve is None:
                 raise PlanError(f"{where(source, ('simulate',))}: predicted cooldowns need simulated runs that follow "
                                 "their schedule: add simulate.curve (a curve law)")
+            if block.branches is not None and self.adaptive is not None and self.adaptive.early_stop is not None:
+                raise PlanError(f"{where(source, ('adaptive', 'early_stop'))}: a trunk that stops early has no "
+                                f"checkpoint at its branches' steps nor a whole curve to predict from; grid block {b} "
+                                "has branches: give its budgets as `tokens`, or drop early_stop")
             if self.simulate is not None and block.branches is not None and not predicted:
                 raise PlanError(f"{where(source, ('grid', b, 'branches'))}: simulated runs write no checkpoints, so "
                                 "a cooldown branch has no trunk to leave; give the token budgets as `tokens`")

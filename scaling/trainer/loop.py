@@ -29,7 +29,7 @@ from scaling import vocab as names
 from scaling.batching import micro_batches
 from scaling.errors import SpecError, TrainingError
 from scaling.trainer.checkpoints import checkpoint, lineage
-from scaling.trainer.early_stop import FinalPrediction, Watch, references, stop_record
+from scaling.trainer.early_stop import FinalPrediction, Reference, Watch, references, stop_record
 from scaling.trainer import faults
 from scaling.trainer.result import TrainResult
 from scaling.trainer.data.corpus import Batches, Corpus, check_corpus, eval_windows, load_corpus
@@ -672,7 +672,7 @@ class Trainer:
             self.rec.metric(step, step * self.tokens_per_step, names.EVAL_LOSS, evaluated)
             self._score_tasks(step)
             if self.watch is not None and self.watch.due(step):  # one decision, rank 0's, on every rank
-                self.stopped = self.rt.broadcast_object(self.watch.predict(step, evaluated) if self.rt.is_main else None)
+                self.stopped = self.rt.main_decides(lambda: self.watch.predict(step, evaluated))
         if step % ex.checkpoint_interval == 0 or end or step in ex.keep_steps or self.stopped is not None:
             # Metrics first: a checkpoint on disk must never be ahead of the steps in the database,
             # or a process killed between the two would resume past steps it never recorded.
@@ -750,8 +750,13 @@ class Trainer:
         from): rank 0 reads the sweep's finished curves once; every rank learns whether there are any."""
         if self.spec.early_stop is None:
             return None
-        refs = references(store_url, sweep, self.spec) if store_url and self.rt.is_main else []
-        return Watch.of(self.spec, refs) if self.rt.broadcast_object(bool(refs)) else None
+        refs: list[Reference] = []
+
+        def read() -> bool:
+            refs.extend(references(store_url, sweep, self.spec) if store_url else [])
+            return bool(refs)
+
+        return Watch.of(self.spec, refs) if self.rt.main_decides(read) else None
 
     def result(self) -> TrainResult:
         tokens, stopped = self.step * self.tokens_per_step, self.stopped

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -140,6 +140,22 @@ class Runtime:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def main_decides(self, decide: Callable[[], T]) -> T:
+        """``decide()`` run on rank 0 only, its value on every rank. An error on rank 0 is raised on every
+        rank too (as a RuntimeError naming it), so no rank is left waiting in the broadcast."""
+        value, error = None, None
+        if self.is_main:
+            try:
+                value = decide()
+            except Exception as exc:  # noqa: BLE001 - carried to every rank, then raised
+                if not self.distributed:
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+        value, error = self.broadcast_object((value, error))
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed deciding for every rank: {error}")
+        return value
 
     def gather_object(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order, on every rank (collective)."""

@@ -50,3 +50,23 @@ def test_every_rank_stops_at_the_step_rank_0_decided() -> None:
             assert status == names.COMPLETED and steps == 4, layout
             stopped = connect(url).runs(sweep="t")
             assert sorted(stopped["stopped_step"].dropna().astype(int)) == [4], layout
+
+
+def _decide_and_fail(rank: int, world: int) -> str:
+    """Rank 0's decision raises: every rank must raise it, none wait in the broadcast."""
+    from scaling.trainer.runtime import Runtime
+
+    def decide() -> bool:
+        raise ValueError("references unreadable")
+
+    try:
+        Runtime.current("cpu").main_decides(decide)
+    except RuntimeError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_an_error_in_rank_0s_decision_is_raised_on_every_rank() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        messages = spawn(_decide_and_fail, 2, tmp)
+    assert messages == ["rank 0 failed deciding for every rank: ValueError: references unreadable"] * 2

@@ -139,6 +139,11 @@ def test_the_option_is_validated_and_keys_the_runs(tmp_path: Path) -> None:
     real = {k: v for k, v in plan_dict(tmp_path, "real", RULE).items() if k != "simulate"}  # trained runs stop too
     assert load_plan(write(tmp_path / "real.yaml", real))[0].adaptive.early_stop.tolerance == RULE["tolerance"]
 
+    branched = {**real, "grid": [{"models": [3e7, 1e8, 3e8], "branches": {"tokens": [1e9, 2e9]}}]}
+    with pytest.raises(PlanError, match=r"branched\.yaml:\d+: adaptive\.early_stop: a trunk that stops early") as info:
+        load_plan(write(tmp_path / "branched.yaml", branched))
+    assert "\n" not in str(info.value)
+
     with_rule = expand(load_plan(write(tmp_path / "a.yaml", plan_dict(tmp_path, "a", RULE)))[0], resolve=False).runs
     without = expand(load_plan(write(tmp_path / "b.yaml", plan_dict(tmp_path, "a", None)))[0], resolve=False).runs
     assert all(r.spec.early_stop is not None and r.spec.early_stop.tolerance == RULE["tolerance"] for r in with_rule)

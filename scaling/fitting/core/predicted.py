@@ -72,6 +72,10 @@ def propagate(law: "Law", data: "FitData", refit: Callable[["FitData"], "Law"], 
         return 0
     moved = refits(law, data, refit, limit)
     if len(moved) < 2:
+        why = ("they are not each one fitted point (several seeds or recounted tokens)" if not predicted_rows(data).size
+               else "fewer than 2 refits on their replicates succeeded")
+        law.notes_.append(f"bootstrap: the uncertainty of the {data.predicted_draws[1].shape[1]} predicted point(s) is "
+                          f"not carried in ({why}): the intervals treat them as measured")
         return 0
     centre = np.array([float(law.params_[n]) for n in law.param_names])  # type: ignore[index]
     if np.allclose(moved, centre, rtol=1e-9, atol=0.0):  # a law that does not read the points' losses

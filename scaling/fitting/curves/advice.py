@@ -143,7 +143,7 @@ def run_schedule_advice(curves: Optional[SweepCurves], N: float, D: float) -> di
     elif far:
         return {"why_not": f"the curve laws are per model size (fitted at N = {fitted}); the recommended "
                            f"N = {num(N, 3)} is outside them, and a size's law is not extrapolated to another"}
-    steps = steps_for(math.ceil(D), int(size.batch))
+    steps = steps_for(math.ceil(D), round(size.batch)) if size.batch > 0 else 0
     where = {"N": size.N, "steps": steps, "peak": size.peak, "batch": size.batch, "across_sizes": far}
     if steps > MAX_LENGTH_FACTOR * size.longest:
         return where | {"why_not": f"the run's {steps:,} steps are more than {MAX_LENGTH_FACTOR:g}x the longest "

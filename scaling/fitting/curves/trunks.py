@@ -93,7 +93,7 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     for spec, curve, C in trunks:
         batch, total = int(spec["batch_tokens"]), int(curve.lr.size)
         for D in budgets(spec):
-            steps = -(-int(round(D)) // batch)
+            steps = steps_for(round(D), batch)
             if steps >= total:
                 continue  # the trunk itself is this budget's run
             rate = branch_rate(spec, steps)
