@@ -126,11 +126,14 @@ def _prediction(X: np.ndarray, y: np.ndarray, x0: np.ndarray) -> tuple[np.ndarra
 def model_error(X: np.ndarray, y: np.ndarray) -> float:
     """The SD (in ln of the drop) of the held-out error beyond what the regression's own interval claims: each
     reference predicted from the others, and from the references shorter than it alone (the extrapolation a
-    stopping run asks of them), the mean of its squared error less the variance claimed for it, the larger of
-    the two (0 where the claims hold). The drop follows no exact power law in T and N, so the residuals of
-    the references fitted understate the error of a prediction beyond them."""
+    stopping run asks of them); for each of the two, the extra variance s2 that makes the held-out errors'
+    mean of err^2 / (claimed + s2) one (Paule and Mandel's estimator: a prediction whose claimed variance is
+    large weighs little, rather than cancelling the others), the larger of the two (0 where the claims hold).
+    The drop follows no exact power law in T and N, so the residuals of the references fitted understate the
+    error of a prediction beyond them."""
     n, p = X.shape
-    loo, ahead = [], []
+    loo: list[tuple[float, float]] = []
+    ahead: list[tuple[float, float]] = []
     for i in range(n):
         for keep, out in ((np.arange(n) != i, loo), (X[:, 1] < X[i, 1], ahead)):
             if int(keep.sum()) - p < 1:
@@ -139,8 +142,24 @@ def model_error(X: np.ndarray, y: np.ndarray) -> float:
                 coef, var = _prediction(X[keep], y[keep], X[i])
             except np.linalg.LinAlgError:
                 continue
-            out.append(float(y[i] - X[i] @ coef) ** 2 - var)
-    return math.sqrt(max([0.0] + [float(np.mean(e)) for e in (loo, ahead) if len(e) >= 2]))
+            if var > 0 and math.isfinite(var):
+                out.append((float(y[i] - X[i] @ coef) ** 2, var))
+    return math.sqrt(max([0.0] + [extra_variance(e) for e in (loo, ahead) if len(e) >= 2]))
+
+
+def extra_variance(errors: list[tuple[float, float]]) -> float:
+    """The s2 >= 0 at which the mean of err^2 / (var + s2) over ``errors`` ((err^2, var) pairs) is one."""
+    from scipy.optimize import brentq
+
+    sq, var = np.array(errors).T
+
+    def excess(s2: float) -> float:
+        return float(np.mean(sq / (var + s2))) - 1.0
+
+    if excess(0.0) <= 0:
+        return 0.0
+    high = float(sq.max()) * len(sq)  # there every term is at most 1 / len: the mean is below one
+    return float(brentq(excess, 0.0, high))
 
 
 class Watch:

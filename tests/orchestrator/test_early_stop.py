@@ -19,7 +19,8 @@ import yaml
 
 from scaling import vocab
 from scaling.errors import PlanError
-from scaling.trainer.early_stop import MAX_BEYOND, MIN_REFERENCES, Reference, model_error, predict_final, stopping_point
+from scaling.trainer.early_stop import (MAX_BEYOND, MIN_REFERENCES, Reference, extra_variance, model_error, predict_final,
+                                        stopping_point)
 
 #: Luo et al.'s multi-power law of their 25M model, its L0 lowered so that A / N^alpha of the law below adds the size.
 CURVE = {"form": "multi-power", "L0": 1.9, "A": 0.5247, "alpha": 0.5079, "B": 363.79, "C": 2.0656,
@@ -120,6 +121,17 @@ def test_the_interval_carries_the_held_out_error_of_a_drop_that_bends_away_from_
     half = math.log((3.0 - pred.lo) / (3.0 - pred.loss))  # the half-width in ln of the drop: both errors in quadrature
     assert half == pytest.approx(math.hypot(plain, float(student.ppf(0.975, 7)) * sigma), rel=1e-9)
 
+
+
+def test_a_held_out_prediction_that_claims_a_huge_variance_does_not_cancel_the_others() -> None:
+    """Five predictions miss by 1 where they claim a variance of 0.1; a sixth, from nearly collinear
+    references, claims 1e6 and hits. The extra variance is what makes the misses' standardized errors
+    average one (about 0.73), not the mean of err^2 - claimed (negative: no extra error at all)."""
+    errors = [(1.0, 0.1)] * 5 + [(0.0, 1e6)]
+    s2 = extra_variance(errors)
+    assert np.mean([e / (v + s2) for e, v in errors]) == pytest.approx(1.0)
+    assert 0.5 < s2 < 1.0
+    assert extra_variance([(0.01, 0.1)] * 4) == 0.0  # the claims hold: nothing is added
 
 # -- the plan -------------------------------------------------------------------------------------------
 def test_the_option_is_validated_and_keys_the_runs(tmp_path: Path) -> None:
