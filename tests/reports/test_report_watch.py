@@ -131,6 +131,10 @@ def _reloads(browser, path: Path, wait_s: float) -> bool:
                 raise
             return False
     finally:
+        try:  # stop the page's own reloads before closing it: a close that meets a reload can wait forever
+            page.goto("about:blank", timeout=10_000)
+        except Exception:  # noqa: BLE001 - a page that will not leave is closed all the same
+            pass
         page.close()
 
 
