@@ -48,6 +48,13 @@ GRID_BUDGETS = [1e17, 3e17, 1e18]
 NOISE = 0.003
 
 
+def add_rule_arguments(ap: argparse.ArgumentParser) -> None:
+    """The early-stopping rule's options (``adaptive.early_stop``), shared with bench_early_stop_real.py."""
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--after", type=float, default=0.5)
+    ap.add_argument("--every", type=float, default=0.1)
+
+
 def plan_for(name: str, seed: int, args: argparse.Namespace, early: bool) -> Plan:
     adaptive: dict[str, Any] = {"target": {"law": "approach2", "at_compute": args.at, "interval_ratio": args.ratio},
                                 "max_compute": args.max_compute, "batch": 5, "max_rounds": args.rounds,
@@ -100,9 +107,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first", type=int, default=0, help="the first noise seed")
-    ap.add_argument("--tolerance", type=float, default=0.05)
-    ap.add_argument("--after", type=float, default=0.5)
-    ap.add_argument("--every", type=float, default=0.1)
+    add_rule_arguments(ap)
     ap.add_argument("--at", type=float, default=1e19)
     ap.add_argument("--ratio", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from scaling.db import Store  # noqa: E402
 from scaling.trainer import train  # noqa: E402
 from scaling.trainer.spec import RunSpec  # noqa: E402
+from bench_early_stop import add_rule_arguments  # noqa: E402 - the rule's options, as the simulated benchmark takes them
 
 CONTEXT, SEQUENCES = 32, 8
 
@@ -88,9 +89,7 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[40, 80, 120])
     ap.add_argument("--targets", type=int, nargs="+", default=[24, 40, 64])
     ap.add_argument("--target-steps", type=int, default=100)
-    ap.add_argument("--tolerance", type=float, default=0.05)
-    ap.add_argument("--after", type=float, default=0.5)
-    ap.add_argument("--every", type=float, default=0.1)
+    add_rule_arguments(ap)
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
