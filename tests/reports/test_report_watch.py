@@ -1,6 +1,7 @@
 """`scaling report --watch` on a real sweep in headless Chromium, and `--inference-tokens`'s section.
 
-The live test starts a real `scaling sweep` and `scaling report --watch` as background processes,
+The live test starts a real `scaling sweep` (of simulated runs paced at 7 ms a step: 2,918 steps,
+about 20 s, one run at a time) and `scaling report --watch` as background processes,
 reads the report file continuously while they run (it must never be seen half-written), opens it
 in Chromium mid-sweep (it must reload itself) and after the sweep (it must not).
 """
@@ -25,22 +26,17 @@ SCALING = str(Path(sys.executable).with_name("scaling"))
 LIVE_PLAN = """\
 name: tiny-live
 runs_dir: {runs_dir}
-data: {{source: builtin}}
+simulate:
+  law: {{E: 1.8, A: 480.0, B: 2100.0, alpha: 0.35, beta: 0.37}}
+  pace: 0.007
 model: {{aspect_ratio: 8, head_size: 8, vocab_size: 256, context: 32}}
 conventions: {{params: non_embedding, flops: 6N}}
 train:
-  precision: fp32
   batch_tokens: 256
   optimizer: {{lr: 3.0e-2}}
-  eval_interval: 50
-  eval_tokens: 2048
-  checkpoint_interval: 1000
-  log_interval: 1
-  threads: 1
 resources: {{workers: 1, cpus_per_worker: 1, num_cpus: 1}}
 retries: 0
 seeds: [0]
-evals: {{next_line: false}}
 grid:
   - compute: [3.0e+8, 1.0e+9]
     models:
@@ -156,7 +152,7 @@ def test_watch_rewrites_atomically_and_reloads_only_while_the_sweep_runs(browser
             time.sleep(0.5)
         assert _statuses(url), "the sweep registered no runs in 300 s"
         reader.start()
-        watcher = subprocess.Popen([SCALING, "report", "--db", url, "--watch", "--interval", "1", "--fit", "memory",
+        watcher = subprocess.Popen([SCALING, "report", "--db", url, "--watch", "--interval", "1", "--fit", "stored",
                                     "-o", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=env, cwd=tmp_path)
         while not report.exists() and time.monotonic() < deadline:
