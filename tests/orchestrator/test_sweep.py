@@ -226,23 +226,53 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def test_multi_worker_run_through_ray_train(tmp_path: Path, sqlite_url: str) -> None:
-    """A run with workers: 2 goes through Ray Train once its two CPUs are set aside."""
+def test_a_two_worker_run_goes_through_ray_train_and_survives_a_killed_worker(tmp_path: Path, sqlite_url: str) -> None:
+    """A run with workers: 2 goes through Ray Train once its two CPUs are set aside, as one
+    tensor-parallel pair under ZeRO-3. ``faults.kill_at_step`` SIGKILLs rank 1's process when step 5
+    starts (first attempt only): rank 0's tensor peer, so half of every block's weights is lost with
+    it. Ray Train sees the worker die and restarts the group (the plan's ``retries``), which resumes
+    from the step-4 checkpoint; the run completes with every step's loss stored once and equal to an
+    uninterrupted single process's. The restart path is the same for every layout; which layouts'
+    checkpoints reshard is the checkpoint tests' subject (test_checkpoint_reshard.py, and tp2 x dp2
+    in test_tensor_parallel.py)."""
+    import tempfile
+
     from scaling.db import connect
     from scaling.orchestrator.status import sweep_status
+    from scaling.trainer import train
+    from scaling.trainer.spec import RunSpec
 
-    grid = [{"models": [shape(1, 16)], "tokens": [512 * 6]}]
-    plan = write_plan(tmp_path / "p.yaml", "multi", tmp_path / "runs", grid,
-                      resources={"num_cpus": 2, "workers": 2, "cpus_per_worker": 1})
+    grid = [{"models": [shape(2, 32)], "tokens": [512 * 10], "faults": {"kill_at_step": 5, "kill_attempts": 1}}]
+    train_section = {"precision": "fp32", "batch_tokens": 512, "eval_interval": 1, "eval_tokens": 512,
+                     "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}}  # reported every step, as one process
+    plan = write_plan(tmp_path / "p.yaml", "multi", tmp_path / "runs", grid, train=train_section,
+                      resources={"num_cpus": 2, "workers": 2, "tp": 2, "strategy": "zero3", "cpus_per_worker": 1})
     out = _run_sweep(plan, sqlite_url).outcome
     assert len(out.completed) == 1 and not out.failed
     runs = assert_consistent(sqlite_url, "multi")
-    assert runs["final_loss"].notna().all()
-    spec = runs.iloc[0]["spec"]
-    assert spec["execution"]["workers"] == 2 and spec["execution"]["strategy"] == "ddp"
+    spec = RunSpec.model_validate(runs.iloc[0]["spec"])
+    assert (spec.execution.workers, spec.execution.tp, spec.execution.strategy) == (2, 2, "zero3")
     status = sweep_status(sqlite_url, "multi")
     assert status["counts"] == {"completed": 1} and status["flops_remaining"] == 0
-    assert len(connect(sqlite_url).metrics(sweep="multi")) > 0
+    results = connect(sqlite_url)
+    losses = results.metrics(run_keys=[spec.key], names=[names.TRAIN_LOSS])
+    assert sorted(losses["step"].tolist()) == list(range(1, 11))  # each step once, none missing
+    events = results.events(run_keys=[spec.key])
+    assert events["kind"].tolist().count(names.RETRY) == 1
+    retry = events[events["kind"] == names.RETRY].iloc[0]
+    assert retry["step"] == 4
+    assert "rank 1" in retry["detail"]["error"]  # what the controller saw die, recorded for the event
+    assert names.RESUME in events["kind"].tolist()
+
+    # The restored run computes what an uninterrupted run computes (fp32: reduction order only).
+    single = RunSpec.model_validate({**spec.model_dump(), "execution": {
+        **spec.execution.model_dump(), "workers": 1, "tp": 1, "strategy": "single"}})
+    seen: list[dict] = []
+    with tempfile.TemporaryDirectory() as ref_dir:  # attempt 2: the kill is the first attempt's only
+        train(single, None, ref_dir, attempt=2, report=lambda step, metrics, ckpt: seen.append(metrics))
+    ref = {m["step"]: m["train_loss"] for m in seen}
+    got = dict(zip(losses["step"], losses["value"]))
+    assert [got[s] for s in range(1, 11)] == pytest.approx([ref[s] for s in range(1, 11)], rel=1e-5, abs=0)
 
 
 def test_a_sweep_into_another_database_does_not_resume_the_first_ones_runs(tmp_path: Path, sqlite_url: str) -> None:
