@@ -402,10 +402,10 @@ def recommend(
                    drop_duplicates=drop_duplicates)
     source: Any = source_of(db, sweep, csv, **(reading if csv is not None else {}))
     inference = inference_tokens is not None or target_loss is not None  # scaling.fitting.inference
-    if inference and compute is not None and target_loss is not None:  # before a fit that would be wasted
-        from scaling.errors import UserError
+    if inference:  # what no fit can answer is refused before the fit
+        from scaling.fitting.inference import check_request
 
-        raise UserError("give either --compute or --target-loss, not both")
+        check_request(inference_tokens or 0.0, compute=compute, target_loss=target_loss)
     analysis = analyse(source, Settings(n_bootstrap=bootstrap, seed=seed))  # a sweep's stored one, else made
     _warn(analysis.warnings if csv is not None else ())
     rec = _answer(analysis, source, csv is not None, compute, inference_tokens, target_loss)

@@ -239,14 +239,12 @@ def _cell(iv: dict[str, Any], write: Callable[..., str] = num) -> str:
     return f"{v} {bounds(lo, hi, fmt=write)}" if math.isfinite(lo) and math.isfinite(hi) else v
 
 
-def recommend_for_inference(law: Law, inference_tokens: float, *, compute: float | None = None,
-                            target_loss: float | None = None, source: str = "fit") -> InferenceRecommendation:
-    """The inference-aware optimum from a fitted approach-3 law (``params_``, ``k_``, ``replicates_``).
-
-    Give exactly one of ``compute`` (target: the compute-optimal loss there) and ``target_loss``.
-    """
-    if (compute is None) == (target_loss is None):
-        raise FitError("give either a compute budget or a target loss, not both or neither")
+def check_request(inference_tokens: float, *, compute: float | None = None, target_loss: float | None = None) -> None:
+    """Refuse (:class:`FitError`) what no fit can answer, before any fit is made: both ``compute`` and
+    ``target_loss``, a budget that is not a positive number, inference tokens out of range, a target
+    loss that is not finite."""
+    if compute is not None and target_loss is not None:
+        raise FitError("give either --compute or --target-loss, not both")
     if compute is not None and not (compute > 0 and math.isfinite(compute)):
         raise FitError(f"--compute must be a positive number of FLOPs, got {compute}")
     if not (inference_tokens >= 0 and math.isfinite(inference_tokens)):
@@ -255,6 +253,17 @@ def recommend_for_inference(law: Law, inference_tokens: float, *, compute: float
         raise FitError(f"--inference-tokens {inference_tokens:.3g} is more than {MAX_INFERENCE_TOKENS:.0e} tokens")
     if target_loss is not None and not math.isfinite(target_loss):
         raise FitError(f"--target-loss must be a finite number, got {target_loss}")
+
+
+def recommend_for_inference(law: Law, inference_tokens: float, *, compute: float | None = None,
+                            target_loss: float | None = None, source: str = "fit") -> InferenceRecommendation:
+    """The inference-aware optimum from a fitted approach-3 law (``params_``, ``k_``, ``replicates_``).
+
+    Give exactly one of ``compute`` (target: the compute-optimal loss there) and ``target_loss``.
+    """
+    if compute is None and target_loss is None:
+        raise FitError("give either a compute budget or a target loss")
+    check_request(inference_tokens, compute=compute, target_loss=target_loss)
     measured = law.data_.points["C"] if law.data_ is not None else []
     if compute is not None:
         check_budget(compute, measured)
@@ -369,8 +378,7 @@ def recommend_inference(fit: Fitted, inference_tokens: float, *, compute: float 
 
     Without ``compute`` or ``target_loss`` the budget is ten times the largest measured run's C.
     """
-    if compute is not None and target_loss is not None:
-        raise FitError("give either --compute or --target-loss, not both")
+    check_request(inference_tokens, compute=compute, target_loss=target_loss)
     law = fit.laws.get("approach3")
     if law is None and "approach3" in fit.skipped:
         raise FitError("the inference-aware optimum needs approach 3, which could not be fitted: "
