@@ -249,45 +249,6 @@ def until_fault_each(rank: int, world: int, runs: list[tuple[str, str]], attempt
 
 
 # -- a parallel plan through `scaling sweep` on Ray Train, against one process -----------------------
-def sweep_one_parallel_run(tmp_path: Any, db_url: str, name: str, resources: dict[str, Any]) -> dict[str, Any]:
-    """Train a 6-step, 2-layer run under ``resources`` through ``run_sweep`` (Ray Train); check that
-    it completed with each step's train loss stored once, and train the same run on one process.
-
-    Returns the stored run's ``execution``, the stored losses by step and the one-process
-    trajectory (which reports at its checkpoints, steps 4 and 6).
-    """
-    import yaml
-
-    from scaling import vocab as names
-    from scaling.db import connect
-    from scaling.orchestrator.sweep import run_sweep
-    from scaling.trainer.spec import RunSpec
-
-    plan = tmp_path / f"{name}.yaml"
-    plan.write_text(yaml.safe_dump({
-        "name": name, "runs_dir": str(tmp_path / "runs"),
-        "model": {"aspect_ratio": 16, "head_size": 16, "context": 32},
-        "train": {"precision": "fp32", "batch_tokens": 256, "eval_interval": 1000, "eval_tokens": 1024,
-                  "checkpoint_interval": 4, "optimizer": {"lr": 3e-3}},
-        "resources": {"num_cpus": 2, **resources},
-        "retries": 0,
-        "grid": [{"models": [{"n_layer": 2, "d_model": 32, "n_head": 2}], "tokens": [256 * 6]}],
-    }))
-    out = run_sweep(plan, db=db_url, fit=False, report=False, echo=lambda s: None).outcome
-    assert len(out.completed) == 1 and not out.failed
-    res = connect(db_url)
-    run = res.runs(sweep=name).iloc[0]
-    stored = res.metrics(run_keys=[run["run_key"]], names=[names.TRAIN_LOSS]).sort_values("step")
-    assert stored["step"].tolist() == list(range(1, 7))  # each step once
-
-    one = RunSpec.model_validate(run["spec"])
-    single = {"workers": 1, "tp": 1, "pp": 1}
-    one = one.model_copy(update={"execution": one.execution.model_copy(update=single)})
-    ref = trajectory(train_worker(0, 1, one.to_json(), str(tmp_path / "ref")))
-    return {"execution": run["spec"]["execution"], "stored": dict(zip(stored["step"], stored["value"])),
-            "reference": ref}
-
-
 def memory_budget_worker(rank: int, world: int) -> float:
     """The smallest of rank-dependent budgets, as every rank sees it."""
     from scaling.trainer.probe import smallest_over_ranks

@@ -22,7 +22,6 @@ from _workers import (
     placed_spec,
     spawn,
     state_bytes,
-    sweep_one_parallel_run,
     train_until_fault,
     train_worker,
     trajectory,
@@ -493,17 +492,3 @@ def test_checkpoint_saved_at_tp2xpp2_resumes_on_one_process(tmp_path) -> None:
     got = trajectory(resumed)
     assert [step for step, _ in got] == list(range(5, 11))
     assert [v for _, v in got] == pytest.approx([ref[step] for step, _ in got], rel=FP32_RTOL, abs=0)
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@pytest.mark.usefixtures("shared_ray")
-def test_a_tp2_pp2_plan_trains_through_ray_train_and_matches_one_process(tmp_path, sqlite_url: str) -> None:
-    """``resources: {workers: 4, tp: 2, pp: 2}``: Ray Train starts four workers, each builds its
-    tensor-parallel stage from the spec; every step's loss is stored once and equals one process's."""
-    got = sweep_one_parallel_run(tmp_path, sqlite_url, "tpxpp", {
-        "workers": 4, "tp": 2, "pp": 2, "strategy": "auto", "cpus_per_worker": 0.5, "micro_batch_size": 2})
-    ex = got["execution"]
-    assert (ex["workers"], ex["tp"], ex["pp"]) == (4, 2, 2)
-    ref = got["reference"]
-    assert [got["stored"][s] for s, _ in ref] == pytest.approx([v for _, v in ref], rel=FP32_RTOL, abs=0)

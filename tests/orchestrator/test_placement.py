@@ -3,7 +3,9 @@
 The Ray test reserves a run's bundles on two real (fake) Ray nodes, pins a real Ray Train
 TorchTrainer's workers with the result, and has each worker write down its world rank and the
 node it runs on: the probe replaces the trainer's loop (what is under test is where Ray puts the
-ranks, not training).
+ranks, not training). Then the scheduler's own path on the same cluster: a tp=2 x pp=2 plan reserved
+per node, its four Ray Train workers pinned there, each building its tensor-parallel stage from the
+spec, every step's loss stored once and equal to one process's.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(
             torch_config=TorchConfig(backend="gloo"),
             run_config=RunConfig(name="probe", storage_path=str(tmp_path / "ray")),
         ).fit()
-        swept = _sweep_a_pipelined_run(tmp_path, sqlite_url)
+        swept = _sweep_a_tp2_pp2_run(tmp_path, sqlite_url)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -111,34 +113,49 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(
     assert seen[0] == seen[1] and seen[2] == seen[3], "each TP group on one node"
     assert seen[0] != seen[2], "the pipeline stages on different nodes"
 
-    # The scheduler's own path: reservation per node, nodes per rank, a pinned TorchTrainer that trains.
-    state, completed = swept
+    # The scheduler's own path: reservation per node, nodes per rank, a pinned TorchTrainer whose
+    # four workers each build their tensor-parallel stage from the spec and train as one process does.
+    state, completed, stored, reference = swept
     assert completed == [state.key]
-    assert state.rank_sizes == [1, 1] and state.rank_nodes is not None
-    assert len(set(state.rank_nodes)) == 2 and set(state.rank_nodes) == worker_ids
+    assert state.rank_sizes == [2, 2] and state.rank_nodes is not None
+    assert state.rank_nodes[0] == state.rank_nodes[1] and state.rank_nodes[2] == state.rank_nodes[3]
+    assert set(state.rank_nodes) == worker_ids
+    assert sorted(stored) == list(range(1, 7)), "each step's loss stored once"
+    assert [stored[step] for step in reference] == pytest.approx(list(reference.values()), rel=1e-5, abs=0)
 
 
-def _sweep_a_pipelined_run(tmp_path: Path, sqlite_url: str) -> tuple[object, list[str]]:
-    """A pp=2 run on nodes of one rank each, through the scheduler, on the Ray the caller started.
+def _sweep_a_tp2_pp2_run(tmp_path: Path, sqlite_url: str) -> tuple[object, list[str], dict[int, float], dict[int, float]]:
+    """A tp=2 x pp=2 run on nodes of two ranks each, through the scheduler, on the Ray the caller started.
 
-    The run's two ranks start where the placement put them and train the two stages."""
+    Returns the run's state, the completed keys, the stored train loss by step, and one process's
+    losses at the steps it reports (its checkpoints, 4 and 6)."""
     from orch_helpers import shape, write_plan
 
-    from scaling.db import Store
+    from scaling import vocab as names
+    from scaling.db import Store, connect
     from scaling.orchestrator.expand import expand
     from scaling.orchestrator.plan import load_plan
     from scaling.orchestrator.scheduler import Scheduler
     from scaling.orchestrator.sweep import register
+    from scaling.trainer import train
 
     grid = [{"models": [shape(2, 32)], "tokens": [512 * 6]}]
-    resources = {"workers": 2, "pp": 2, "strategy": "ddp", "micro_batch_size": 8,  # 16 sequences: 2 micro-batches
-                 "cluster": {"nodes": 2, "gpus_per_node": 1}}
+    resources = {"workers": 4, "tp": 2, "pp": 2, "strategy": "auto", "micro_batch_size": 8,  # 16 sequences: 2 micro-batches
+                 "cluster": {"nodes": 2, "gpus_per_node": 2}}
     plan, source = load_plan(write_plan(tmp_path / "p.yaml", "pinned", tmp_path / "runs", grid, resources=resources))
     expansion = expand(plan, source)
     (run,) = expansion.runs
-    assert (run.spec.execution.pp, run.ranks_per_node) == (2, 1)
+    assert (run.spec.execution.tp, run.spec.execution.pp, run.ranks_per_node) == (2, 2, 2)
     store = Store(sqlite_url)
     register(store, plan, expansion)
     sched = Scheduler(expansion.runs, store, sqlite_url, "pinned", plan.runs_dir, retries=0, heartbeat_s=1.0)
     out = sched.run()
-    return sched.states[0], out.completed
+    rows = connect(sqlite_url).metrics(run_keys=[run.spec.key], names=[names.TRAIN_LOSS])
+    stored = dict(zip(rows["step"], rows["value"]))
+
+    spec = run.spec
+    one = type(spec).model_validate({**spec.model_dump(), "execution": {
+        **spec.execution.model_dump(), "workers": 1, "tp": 1, "pp": 1, "strategy": "single"}})
+    seen: dict[int, float] = {}
+    train(one, None, tmp_path / "one", report=lambda step, metrics, ckpt: seen.update({metrics["step"]: metrics["train_loss"]}))
+    return sched.states[0], out.completed, stored, seen
