@@ -283,8 +283,9 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     return None
 
 
-#: The data-parallel strategies experts parallel composes with (the experts keep their own sharding).
-EP_STRATEGIES: tuple[str, ...] = ("ddp",)
+#: The data-parallel strategies expert parallelism composes with: each shards (ZeRO) or replicates
+#: (DDP) the rest of the model, and leaves a rank's own experts whole there, unreduced.
+EP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 
 
 def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str) -> Optional[str]:
@@ -299,8 +300,7 @@ def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, st
     if ep != dp:
         return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
     if strategy not in (*EP_STRATEGIES, "auto"):
-        return (f"ep={ep} needs strategy {' or '.join(EP_STRATEGIES)}, not {strategy} "
-                "(ZeRO would shard the experts' shards again)")
+        return f"ep={ep} needs strategy {', '.join(EP_STRATEGIES)} or auto, not {strategy}"
     if shape.n_experts % ep:
         return f"ep={ep} does not divide n_experts ({shape.n_experts})"
     return None

@@ -23,7 +23,8 @@ MOE = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "context": 32, 
        "n_experts": 4, "top_k": 2, "expert_ffn": 24, "n_shared_experts": 1, "n_dense_layers": 1,
        "balance": "bias", "bias_rate": 0.01}
 LAYOUTS = {"ddp": {"strategy": "ddp"}, "zero1": {"strategy": "zero1"}, "zero3": {"strategy": "zero3"},
-           "tp2": {"strategy": "ddp", "tp": 2}, "ep2": {"strategy": "ddp", "ep": 2}}
+           "tp2": {"strategy": "ddp", "tp": 2}, "ep2": {"strategy": "ddp", "ep": 2},
+           "ep2-zero1": {"strategy": "zero1", "ep": 2}, "ep2-zero2": {"strategy": "zero2", "ep": 2}, "ep2-zero3": {"strategy": "zero3", "ep": 2}}
 
 
 @pytest.mark.slow
