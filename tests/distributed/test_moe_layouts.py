@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from _workers import run_spec, spawn, train_each, train_worker, trajectory
+from _workers import run_spec, spawn, train_worker, trajectory, until_fault_each
 
 #: As test_trajectory's fp32 tolerance: only the order of reductions differs.
 FP32_RTOL = 1e-5
@@ -27,18 +27,35 @@ LAYOUTS = {"ddp": {"strategy": "ddp"}, "zero1": {"strategy": "zero1"}, "zero3": 
            "ep2-zero1": {"strategy": "zero1", "ep": 2}, "ep2-zero2": {"strategy": "zero2", "ep": 2}, "ep2-zero3": {"strategy": "zero3", "ep": 2}}
 
 
+#: Layouts whose run is cut by a fault at step 6 and resumed in the same layout from step 4's checkpoint:
+#: each rank's own experts (and, under ZeRO-1, their optimizer state outside the partition) round-trip.
+RESUMED = ("ep2", "ep2-zero1", "ep2-zero2", "ep2-zero3")
+
+
+def _spec(layout: dict, cut: bool) -> str:
+    over = {"faults": {"raise_at_step": 6, "raise_attempts": 1}} if cut else {}
+    execution = {"micro_batch_size": 2, "checkpoint_interval": 4, **{k: v for k, v in layout.items() if k != "strategy"}}
+    return run_spec(layout["strategy"], model=MOE, execution=execution, **over).to_json()
+
+
 @pytest.mark.slow
 def test_an_moe_tracks_the_single_process_in_every_layout(tmp_path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         expected = trajectory(train_worker(0, 1, run_spec("single", workers=1, model=MOE).to_json(), tmp))
     assert [s for s, _ in expected] == list(range(1, 11))
-    runs = [(run_spec(layout["strategy"], model=MOE,
-                      execution={"micro_batch_size": 2, **{k: v for k, v in layout.items() if k != "strategy"}}).to_json(),
-             str(tmp_path / name)) for name, layout in LAYOUTS.items()]
-    outs = spawn(train_each, 2, str(tmp_path), runs)
+    runs = [(_spec(layout, False), str(tmp_path / name)) for name, layout in LAYOUTS.items()]
+    cut = [(_spec(LAYOUTS[name], True), str(tmp_path / f"{name}-cut")) for name in RESUMED]
+    outs = spawn(until_fault_each, 2, str(tmp_path), runs + cut, 1)
     for i, name in enumerate(LAYOUTS):
         rank0, rank1 = outs[0][i], outs[1][i]
-        assert trajectory(rank0) == trajectory(rank1), name
+        assert rank0["fault"] is None and trajectory(rank0) == trajectory(rank1), name
         steps, losses = zip(*trajectory(rank0))
         assert list(steps) == [s for s, _ in expected], name
         assert list(losses) == pytest.approx([v for _, v in expected], rel=FP32_RTOL, abs=0), name
+    assert all(out["fault"] is not None for out in outs[0][len(runs):])  # cut at step 6
+    resumed = spawn(until_fault_each, 2, str(tmp_path), cut, 2)
+    for name, out in zip(RESUMED, resumed[0]):
+        assert out["fault"] is None and out["result"]["resumed_from"] == 4, name
+        steps, losses = zip(*trajectory(out))
+        assert list(steps) == list(range(5, 11)), name
+        assert list(losses) == pytest.approx([dict(expected)[s] for s in steps], rel=FP32_RTOL, abs=0), name
