@@ -290,13 +290,18 @@ EP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 
 def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str) -> Optional[str]:
     """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None: the one rule
-    the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``)."""
+    the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``).
+
+    The experts go over every data-parallel rank, under any data-parallel strategy and beside
+    tensor parallelism (which splits attention only: each tensor rank exchanges the same tokens
+    with its own data-parallel column), not a pipeline."""
     if ep == 1:
         return None
     if not shape.family_spec.routed:
         return f"ep={ep}: family {shape.family!r} has no experts"
-    if tp > 1 or pp > 1:
-        return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
+    if pp > 1:
+        return (f"ep={ep} cannot be combined with pp={pp}: family {shape.family!r} has no pipeline split (the loop "
+                "adds the router's loss and counts its load per micro-batch, which a pipeline schedule runs inside its stages)")
     if ep != dp:
         return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
     if strategy not in (*EP_STRATEGIES, "auto"):
@@ -325,8 +330,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
             if req.pp is not None and pp != req.pp:
                 continue
             dp = req.workers // (tp * pp)
-            if req.ep is not None and req.ep > 1 and (tp, pp, dp) != (1, 1, req.ep):
-                continue  # experts parallel over every rank, with data parallelism alone
+            if req.ep is not None and req.ep > 1 and (pp, dp) != (1, req.ep):
+                continue  # experts parallel over every data-parallel rank, without a pipeline
             if req.sequences < dp or (pp > 1 and req.sequences % dp):
                 continue  # a pipeline's ranks take equal shares (its buffers have one shape)
             names = ["1f1b"] if pp == 1 else [req.schedule] if req.schedule else list(SCHEDULES)

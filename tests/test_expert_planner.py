@@ -99,11 +99,12 @@ def test_under_zero_a_rank_shards_the_rest_and_keeps_its_own_experts_whole(strat
         assert mem.buffers_bytes == 2 * OWN + fsdp_block_buffer_bytes(65_664, 128, "bf16", "zero3", 4)
 
 
-def test_expert_parallelism_composes_with_data_parallelism_alone() -> None:
+def test_expert_parallelism_composes_with_data_and_tensor_parallelism() -> None:
     assert expert_parallel_problem(SHAPE, 4, 4, 1, 1, "ddp") is None
     assert all(expert_parallel_problem(SHAPE, 4, 4, 1, 1, s) is None for s in ("zero1", "zero2", "zero3"))
     assert "must equal the data-parallel ranks (2)" in expert_parallel_problem(SHAPE, 4, 2, 1, 1, "ddp")
-    assert "cannot be combined with tp=2" in expert_parallel_problem(SHAPE, 2, 2, 2, 1, "zero2")
+    assert expert_parallel_problem(SHAPE, 2, 2, 2, 1, "zero2") is None  # beside tensor parallelism too
+    assert "has no pipeline split" in expert_parallel_problem(SHAPE, 2, 2, 1, 2, "zero2")
     assert "does not divide n_experts (8)" in expert_parallel_problem(SHAPE, 3, 3, 1, 1, "ddp")
     dense = Shape(4, 64, 4, 256, 32, family="llama")
     assert "has no experts" in expert_parallel_problem(dense, 2, 2, 1, 1, "ddp")
@@ -124,8 +125,9 @@ def _request(shape: Shape, sequences: int, limit_gib: float, machine: Machine = 
 def test_the_search_shards_big_experts_where_their_gradients_would_cost_more_than_the_tokens() -> None:
     """8 sequences a step over two nodes: all-reducing 0.70B expert parameters' gradients costs more
     than sending 8 x 1024 x 2 routed tokens to their experts and back. The rest is ZeRO-2's: it gathers
-    bf16 weights and reduce-scatters FP32 gradients, less than DDP's FP32 all-reduce."""
-    choice = choose(_request(BIG, 8, 80.0))
+    bf16 weights and reduce-scatters FP32 gradients, less than DDP's FP32 all-reduce. (Tensor
+    parallelism fixed off: with it the search splits attention four ways and the experts two.)"""
+    choice = choose(replace(_request(BIG, 8, 80.0), tp=1))
     best = choice.best
     assert best is not None and best.layout.ep == 8 and best.layout.dp == 8 and best.strategy == "zero2"
     assert "ep8" in best.label()
@@ -142,7 +144,8 @@ def test_the_search_keeps_small_experts_on_every_rank_when_tokens_are_many() -> 
     choice = choose(_request(shape, 512, 80.0, Machine(1, 8)))
     best = choice.best
     assert best is not None and best.layout.ep == 1
-    assert {lay.ep for lay, _ in layouts(choice.request)} == {1, 8}
+    assert {lay.ep for lay, _ in layouts(choice.request) if lay.tp == 1} == {1, 8}
+    assert {lay.ep for lay, _ in layouts(choice.request) if lay.tp == 4} == {1, 2}
     assert any(r.short == "ep=1: all-to-alls cost more" for r in choice.reasons)
 
 
@@ -163,13 +166,17 @@ def test_a_fixed_ep_is_kept_and_a_dense_family_is_never_split() -> None:
         (8, 8, s) for s in ("ddp", "zero1", "zero2", "zero3")}
     dense = Shape(8, 1024, 16, 32000, 1024, family="llama")
     assert {lay.ep for lay, _ in layouts(_request(dense, 8, 80.0))} == {1}
+    # beside tensor parallelism the experts go over the data-parallel ranks, under FSDP2
+    assert {(lay.tp, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=4))} == {
+        (2, 4, "zero2"), (2, 4, "zero3")}
     # ep must divide the experts: 8 experts over 8 ranks, not 3 of 6 (two experts short)
     assert {lay.ep for lay, _ in layouts(replace(req, workers=6, sequences=6))} == {1}
 
 
 def test_a_plans_moe_run_is_placed_with_the_chosen_ep(tmp_path) -> None:
-    """`strategy: auto` on 8 GPUs over two nodes: the run's execution takes ep = 8 (ZeRO-2) and a plan
-    that fixes ep = 1 keeps every expert on every rank."""
+    """`strategy: auto` on 8 GPUs over two nodes: the run's execution takes tp = 4 inside each node and
+    ep = 2 over its two data-parallel ranks (ZeRO-2), and a plan that fixes ep = 1 keeps every expert
+    on every rank."""
     import yaml
 
     from scaling.orchestrator.expand import expand
@@ -189,7 +196,7 @@ def test_a_plans_moe_run_is_placed_with_the_chosen_ep(tmp_path) -> None:
 
     run = planned({})
     ex = run.spec.execution
-    assert (ex.ep, ex.dp, ex.strategy) == (8, 8, "zero2")
-    assert any(r.long.startswith("ep=8: each rank holds 1 of 8 experts") for r in run.layout.reasons)
+    assert (ex.ep, ex.dp, ex.tp, ex.strategy) == (2, 2, 4, "zero2")
+    assert any(r.long.startswith("ep=2: each rank holds 4 of 8 experts") for r in run.layout.reasons)
     fixed = planned({"ep": 1}).spec.execution
     assert fixed.ep == 1 and fixed.strategy != "single"

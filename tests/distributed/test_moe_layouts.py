@@ -1,6 +1,7 @@
 """A tiny MoE on two gloo workers tracks the single-process loss trajectory step by step under
 DDP, ZeRO-1, ZeRO-3, tensor parallelism (its attention split, its experts whole on each rank) and
-expert parallelism (two experts on each rank, tokens exchanged by all-to-all).
+expert parallelism (two experts on each rank, tokens exchanged by all-to-all) under DDP and ZeRO-1/2/3,
+which also resumes from a checkpoint in its layout; on four workers, tensor and expert parallelism together.
 
 The MoE balances by DeepSeek-V3's bias, whose update reads the step's tokens per expert summed
 over the micro-batches and ranks, so every layout routes every token as the single process does;
@@ -11,6 +12,7 @@ the single process to fp32 precision and is not held to it here.)
 
 from __future__ import annotations
 
+import functools
 import tempfile
 
 import pytest
@@ -38,11 +40,18 @@ def _spec(layout: dict, cut: bool) -> str:
     return run_spec(layout["strategy"], model=MOE, execution=execution, **over).to_json()
 
 
-@pytest.mark.slow
-def test_an_moe_tracks_the_single_process_in_every_layout(tmp_path) -> None:
+@functools.cache
+def _reference() -> list[tuple[int, float]]:
+    """The single process's ten losses (computed once for both tests)."""
     with tempfile.TemporaryDirectory() as tmp:
         expected = trajectory(train_worker(0, 1, run_spec("single", workers=1, model=MOE).to_json(), tmp))
     assert [s for s, _ in expected] == list(range(1, 11))
+    return expected
+
+
+@pytest.mark.slow
+def test_an_moe_tracks_the_single_process_in_every_layout(tmp_path) -> None:
+    expected = _reference()
     runs = [(_spec(layout, False), str(tmp_path / name)) for name, layout in LAYOUTS.items()]
     cut = [(_spec(LAYOUTS[name], True), str(tmp_path / f"{name}-cut")) for name in RESUMED]
     outs = spawn(until_fault_each, 2, str(tmp_path), runs + cut, 1)
@@ -59,3 +68,18 @@ def test_an_moe_tracks_the_single_process_in_every_layout(tmp_path) -> None:
         steps, losses = zip(*trajectory(out))
         assert list(steps) == list(range(5, 11)), name
         assert list(losses) == pytest.approx([dict(expected)[s] for s in steps], rel=FP32_RTOL, abs=0), name
+
+
+@pytest.mark.slow
+def test_an_moe_tracks_the_single_process_with_tensor_and_expert_parallelism(tmp_path) -> None:
+    """tp2 x ep2 on four ranks: each tensor pair splits attention and sends the same tokens to the
+    experts of its data-parallel column, which FSDP2 (ZeRO-2, ZeRO-3) leaves whole."""
+    expected = _reference()
+    runs = [(run_spec(s, model=MOE, workers=4, execution={"micro_batch_size": 2, "tp": 2, "ep": 2}).to_json(),
+             str(tmp_path / s)) for s in ("zero2", "zero3")]
+    outs = spawn(until_fault_each, 4, str(tmp_path), runs, 1)
+    for i, name in enumerate(("zero2", "zero3")):
+        assert all(trajectory(outs[r][i]) == trajectory(outs[0][i]) for r in range(1, 4)), name
+        steps, losses = zip(*trajectory(outs[0][i]))
+        assert list(steps) == [s for s, _ in expected], name
+        assert list(losses) == pytest.approx([v for _, v in expected], rel=FP32_RTOL, abs=0), name
