@@ -313,10 +313,11 @@ def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, st
 
 def expert_degrees(req: Request, dp: int, tp: int, pp: int) -> list[int]:
     """The ``ep`` a layout of these degrees may take: the request's, else 1 and (for a routed family
-    whose experts split evenly over them) every data-parallel rank."""
+    whose experts split evenly over them, without CPU offload, which a rank's own experts escape)
+    every data-parallel rank."""
     if req.ep is not None:
         return [req.ep]
-    if dp > 1 and not expert_parallel_problem(req.shape, dp, dp, tp, pp, "auto"):
+    if dp > 1 and not req.cpu_offload and not expert_parallel_problem(req.shape, dp, dp, tp, pp, "auto"):
         return [1, dp]
     return [1]
 

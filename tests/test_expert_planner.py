@@ -169,6 +169,8 @@ def test_a_fixed_ep_is_kept_and_a_dense_family_is_never_split() -> None:
     # beside tensor parallelism the experts go over the data-parallel ranks, under FSDP2
     assert {(lay.tp, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=4))} == {
         (2, 4, "zero2"), (2, 4, "zero3")}
+    # CPU offload would leave a rank's own experts on the host (FSDP2 offloads only its shards)
+    assert {lay.ep for lay, _ in layouts(replace(req, cpu_offload=True))} == {1}
     # ep must divide the experts: 8 experts over 8 ranks, not 3 of 6 (two experts short)
     assert {lay.ep for lay, _ in layouts(replace(req, workers=6, sequences=6))} == {1}
 

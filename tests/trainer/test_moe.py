@@ -232,6 +232,7 @@ def test_a_trained_moe_run_exports_through_the_cli(tmp_path: Path, monkeypatch: 
     ({}, {"workers": 4, "strategy": "ddp", "ep": 2}, r"ep=2 must equal the data-parallel ranks \(4\)"),
     ({"n_experts": 3}, {"workers": 2, "strategy": "ddp", "ep": 2}, r"ep=2 does not divide n_experts \(3\)"),
     ({"family": "llama"}, {"workers": 2, "strategy": "ddp", "ep": 2}, "ep=2: family 'llama' has no experts"),
+    ({}, {"workers": 2, "strategy": "zero3", "ep": 2, "cpu_offload": True}, "execution.cpu_offload cannot be combined with ep=2"),
     ({}, {"workers": 4, "strategy": "zero3", "pp": 2, "ep": 2}, "ep=2 cannot be combined with pp=2: family 'moe' has no pipeline split"),
 ])
 def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, execution: dict, message: str) -> None:
