@@ -267,7 +267,7 @@ def _expert_strategies(req: Request, dp: int, tp: int, pp: int) -> list[tuple[in
     """(ep, strategy) pairs a layout of these degrees may take."""
     strategies = _strategies(req, dp, tp, pp)
     return [(ep, strategy) for ep in expert_degrees(req, dp, tp, pp) for strategy in strategies
-            if ep == 1 or strategy in EP_STRATEGIES]
+            if not expert_parallel_problem(req.shape, ep, dp, tp, pp, strategy, req.precision)]
 
 
 def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:
@@ -288,11 +288,12 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
 EP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 
 
-def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str) -> Optional[str]:
+def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str,
+                            precision: str = "bf16") -> Optional[str]:
     """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None: the one rule
     the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``).
 
-    The experts go over every data-parallel rank, under any data-parallel strategy and beside
+    The experts go over every data-parallel rank, under any data-parallel strategy (fp16: ZeRO-2/3) and beside
     tensor parallelism (which splits attention only: each tensor rank exchanges the same tokens
     with its own data-parallel column), not a pipeline."""
     if ep == 1:
@@ -306,6 +307,9 @@ def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, st
         return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
     if strategy not in (*EP_STRATEGIES, "auto"):
         return f"ep={ep} needs strategy {', '.join(EP_STRATEGIES)} or auto, not {strategy}"
+    if precision == "fp16" and strategy in ("ddp", "zero1"):
+        return (f"ep={ep} with fp16 needs strategy zero2 or zero3, not {strategy}: the loss scaler cannot unscale a "
+                "rank's own experts (DTensor gradients) beside plain ones, nor outside ZeRO-1's groups; or use bf16")
     if shape.n_experts % ep:
         return f"ep={ep} does not divide n_experts ({shape.n_experts})"
     return None

@@ -105,6 +105,9 @@ def test_expert_parallelism_composes_with_data_and_tensor_parallelism() -> None:
     assert "must equal the data-parallel ranks (2)" in expert_parallel_problem(SHAPE, 4, 2, 1, 1, "ddp")
     assert expert_parallel_problem(SHAPE, 2, 2, 2, 1, "zero2") is None  # beside tensor parallelism too
     assert "has no pipeline split" in expert_parallel_problem(SHAPE, 2, 2, 1, 2, "zero2")
+    # fp16's loss scaler takes the experts' DTensor gradients beside FSDP2's only
+    assert "with fp16 needs strategy zero2 or zero3" in expert_parallel_problem(SHAPE, 4, 4, 1, 1, "zero1", "fp16")
+    assert expert_parallel_problem(SHAPE, 4, 4, 1, 1, "zero2", "fp16") is None
     assert "does not divide n_experts (8)" in expert_parallel_problem(SHAPE, 3, 3, 1, 1, "ddp")
     dense = Shape(4, 64, 4, 256, 32, family="llama")
     assert "has no experts" in expert_parallel_problem(dense, 2, 2, 1, 1, "ddp")
@@ -169,6 +172,7 @@ def test_a_fixed_ep_is_kept_and_a_dense_family_is_never_split() -> None:
     # beside tensor parallelism the experts go over the data-parallel ranks, under FSDP2
     assert {(lay.tp, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=4))} == {
         (2, 4, "zero2"), (2, 4, "zero3")}
+    assert {lay.strategy for lay, _ in layouts(replace(req, ep=8, precision="fp16"))} == {"zero2", "zero3"}
     # CPU offload would leave a rank's own experts on the host (FSDP2 offloads only its shards)
     assert {lay.ep for lay, _ in layouts(replace(req, cpu_offload=True))} == {1}
     # ep must divide the experts: 8 experts over 8 ranks, not 3 of 6 (two experts short)

@@ -247,6 +247,20 @@ def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, executio
                            "execution": execution})
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_fp16_expert_parallelism_needs_fsdp(strategy: str) -> None:
+    """fp16's loss scaler cannot unscale a rank's own experts beside DDP's plain gradients, nor outside
+    ZeRO-1's groups (ZeRO-2/3 run it: every gradient there is a DTensor)."""
+    from scaling.errors import SpecError
+    from scaling.trainer.spec import RunSpec
+
+    fields = {"model": {**TINY_MOE, "n_layer": 2, "d_model": 32, "n_head": 4, "context": 32}, "tokens": 32 * 8 * 4,
+              "batch_tokens": 32 * 8, "precision": "fp16", "execution": {"workers": 2, "strategy": strategy, "ep": 2}}
+    with pytest.raises(SpecError, match=f"ep=2 with fp16 needs strategy zero2 or zero3, not {strategy}"):
+        RunSpec.from_dict(fields)
+    RunSpec.from_dict({**fields, "execution": {**fields["execution"], "strategy": "zero2"}})
+
+
 def test_the_memory_model_counts_a_rank_its_share_of_the_experts() -> None:
     """Under ep=2 a rank holds half the routed experts (the router, shared experts, dense blocks
     and attention whole), and DDP all-reduces only what it replicates."""
