@@ -293,16 +293,17 @@ def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, st
     """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None: the one rule
     the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``).
 
-    The experts go over every data-parallel rank, under any data-parallel strategy (fp16: ZeRO-2/3) and beside
-    tensor parallelism (which splits attention only: each tensor rank exchanges the same tokens
-    with its own data-parallel column), not a pipeline."""
+    The experts go over every data-parallel rank, under any data-parallel strategy (fp16: ZeRO-2/3)
+    and beside tensor parallelism (which splits attention only: each tensor rank exchanges the same
+    tokens with its own data-parallel column), not a pipeline."""
     if ep == 1:
         return None
     if not shape.family_spec.routed:
         return f"ep={ep}: family {shape.family!r} has no experts"
     if pp > 1:
-        return (f"ep={ep} cannot be combined with pp={pp}: family {shape.family!r} has no pipeline split (the loop "
-                "adds the router's loss and counts its load per micro-batch, which a pipeline schedule runs inside its stages)")
+        return (f"ep={ep} cannot be combined with pp={pp}: family {shape.family!r} has no pipeline split "
+                "(the loop adds the router's loss and counts its load per micro-batch, which a pipeline "
+                "schedule runs inside its stages)")
     if ep != dp:
         return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
     if strategy not in (*EP_STRATEGIES, "auto"):

@@ -117,8 +117,9 @@ def peak_worker(rank: int, world: int, layouts: list[tuple]) -> dict[str, dict[s
 @pytest.mark.slow
 def test_peak_memory_per_rank_is_within_a_quarter_of_the_estimate(tmp_path) -> None:
     """Every rank of every layout (tp, pp under GPipe and 1F1B, and their compositions with ZeRO-3,
-    up to tp2 x pp2 x dp2 on 8 processes; an MoE's experts over two ranks under ZeRO-1 and ZeRO-3) peaks within 25% of the estimate; without pipelining
-    the model state after the step is the estimate's to 1%."""
+    up to tp2 x pp2 x dp2 on 8 processes; an MoE's experts over two ranks under ZeRO-1 and ZeRO-3)
+    peaks within 25% of the estimate; without pipelining the model state after the step is the
+    estimate's to 1%."""
     measured = {w: spawn(peak_worker, w, str(tmp_path), LAYOUTS) for w in sorted({c[1] for c in LAYOUTS})}
     for name, workers, tp, pp, schedule, strategy, ep in LAYOUTS:
         shape = Shape(**(MOE if ep > 1 else SHAPE))

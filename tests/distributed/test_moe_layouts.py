@@ -26,7 +26,7 @@ MOE = {"n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "context": 32, 
        "balance": "bias", "bias_rate": 0.01}
 LAYOUTS = {"ddp": {"strategy": "ddp"}, "zero1": {"strategy": "zero1"}, "zero3": {"strategy": "zero3"},
            "tp2": {"strategy": "ddp", "tp": 2}, "ep2": {"strategy": "ddp", "ep": 2},
-           "ep2-zero1": {"strategy": "zero1", "ep": 2}, "ep2-zero2": {"strategy": "zero2", "ep": 2}, "ep2-zero3": {"strategy": "zero3", "ep": 2}}
+           **{f"ep2-{s}": {"strategy": s, "ep": 2} for s in ("zero1", "zero2", "zero3")}}
 
 
 #: Layouts whose run is cut by a fault at step 6 and resumed in the same layout from step 4's checkpoint:
