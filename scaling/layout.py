@@ -267,7 +267,7 @@ def _expert_strategies(req: Request, dp: int, tp: int, pp: int) -> list[tuple[in
     """(ep, strategy) pairs a layout of these degrees may take."""
     strategies = _strategies(req, dp, tp, pp)
     return [(ep, strategy) for ep in expert_degrees(req, dp, tp, pp) for strategy in strategies
-            if ep == 1 or strategy in EP_STRATEGIES]
+            if not expert_parallel_problem(req.shape, ep, dp, tp, pp, strategy, req.precision)]
 
 
 def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[str]:
@@ -283,24 +283,34 @@ def shape_problem(shape: Shape, tp: int, pp: int, chunks: int = 1) -> Optional[s
     return None
 
 
-#: The data-parallel strategies experts parallel composes with (the experts keep their own sharding).
-EP_STRATEGIES: tuple[str, ...] = ("ddp",)
+#: The data-parallel strategies expert parallelism composes with: each shards (ZeRO) or replicates
+#: (DDP) the rest of the model, and leaves a rank's own experts whole there, unreduced.
+EP_STRATEGIES: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")
 
 
-def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str) -> Optional[str]:
+def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, strategy: str,
+                            precision: str = "bf16") -> Optional[str]:
     """Why ``shape`` cannot shard its experts over ``ep`` ranks in this layout, or None: the one rule
-    the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``)."""
+    the search and the trainer's spec both apply (``scaling.trainer.parallel.expert_parallel``).
+
+    The experts go over every data-parallel rank, under any data-parallel strategy (fp16: ZeRO-2/3)
+    and beside tensor parallelism (which splits attention only: each tensor rank exchanges the same
+    tokens with its own data-parallel column), not a pipeline."""
     if ep == 1:
         return None
     if not shape.family_spec.routed:
         return f"ep={ep}: family {shape.family!r} has no experts"
-    if tp > 1 or pp > 1:
-        return f"ep={ep} cannot be combined with tp={tp} or pp={pp} (experts parallel composes with data parallel only)"
+    if pp > 1:
+        return (f"ep={ep} cannot be combined with pp={pp}: family {shape.family!r} has no pipeline split "
+                "(the loop adds the router's loss and counts its load per micro-batch, which a pipeline "
+                "schedule runs inside its stages)")
     if ep != dp:
         return f"ep={ep} must equal the data-parallel ranks ({dp}): the experts are sharded over all of them"
     if strategy not in (*EP_STRATEGIES, "auto"):
-        return (f"ep={ep} needs strategy {' or '.join(EP_STRATEGIES)}, not {strategy} "
-                "(ZeRO would shard the experts' shards again)")
+        return f"ep={ep} needs strategy {', '.join(EP_STRATEGIES)} or auto, not {strategy}"
+    if precision == "fp16" and strategy in ("ddp", "zero1"):
+        return (f"ep={ep} with fp16 needs strategy zero2 or zero3, not {strategy}: the loss scaler cannot unscale a "
+                "rank's own experts (DTensor gradients) beside plain ones, nor outside ZeRO-1's groups; or use bf16")
     if shape.n_experts % ep:
         return f"ep={ep} does not divide n_experts ({shape.n_experts})"
     return None
@@ -308,10 +318,11 @@ def expert_parallel_problem(shape: Shape, ep: int, dp: int, tp: int, pp: int, st
 
 def expert_degrees(req: Request, dp: int, tp: int, pp: int) -> list[int]:
     """The ``ep`` a layout of these degrees may take: the request's, else 1 and (for a routed family
-    whose experts split evenly over them) every data-parallel rank."""
+    whose experts split evenly over them, without CPU offload, which a rank's own experts escape)
+    every data-parallel rank."""
     if req.ep is not None:
         return [req.ep]
-    if dp > 1 and not expert_parallel_problem(req.shape, dp, dp, tp, pp, "auto"):
+    if dp > 1 and not req.cpu_offload and not expert_parallel_problem(req.shape, dp, dp, tp, pp, "auto"):
         return [1, dp]
     return [1]
 
@@ -325,8 +336,8 @@ def layouts(req: Request) -> Iterator[tuple[ParallelLayout, str]]:
             if req.pp is not None and pp != req.pp:
                 continue
             dp = req.workers // (tp * pp)
-            if req.ep is not None and req.ep > 1 and (tp, pp, dp) != (1, 1, req.ep):
-                continue  # experts parallel over every rank, with data parallelism alone
+            if req.ep is not None and req.ep > 1 and (pp, dp) != (1, req.ep):
+                continue  # experts parallel over every data-parallel rank, without a pipeline
             if req.sequences < dp or (pp > 1 and req.sequences % dp):
                 continue  # a pipeline's ranks take equal shares (its buffers have one shape)
             names = ["1f1b"] if pp == 1 else [req.schedule] if req.schedule else list(SCHEDULES)

@@ -132,15 +132,33 @@ def autocast_copy_bytes(shape: Shape, layout: ParallelLayout, precision: Precisi
     keep for backward (the biases' copies they do not keep): the first stage's blocks (their
     tensor rank's part; under expert parallelism the rank's own experts only) and, on the one stage of an unpipelined run, the output layer. Under full
     recomputation too: autocast caches every copy until its context exits, after the loss. None in
-    FP32, nor where FSDP2 gathers the matrices in bf16 already."""
-    if precision == "fp32" or (layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2):
+    FP32, nor where FSDP2 gathers the matrices in bf16 already, but for a rank's own experts under
+    expert parallelism, which FSDP2 leaves alone."""
+    if precision == "fp32":
         return 0.0
+    if layout.strategy in ("zero2", "zero3") and layout.dp > 1 and gather_bytes(precision) == 2:
+        return float(compute_bytes(precision) * own_expert_params(shape, layout.ep))
     params = (shape.n_layer // layout.pp) * (shape.layer_matmul_params // layout.tp)
     if layout.ep > 1:  # the other ranks' experts
         params -= shape.family_spec.routed_expert_params(shape) - own_expert_params(shape, layout.ep)
     if layout.pp == 1:
         params += shape.vocab_size * shape.d_model
     return float(compute_bytes(precision) * params)
+
+
+def fsdp_block_params(shape: Shape, tp: int = 1, ep: int = 1) -> int:
+    """The parameters of the largest block FSDP2 gathers on one tensor rank: under expert
+    parallelism an MoE block without its routed experts (each rank keeps its own whole, out of
+    FSDP2), or a dense first block where that is larger."""
+    block = block_params_per_tp_rank(shape, tp)
+    if ep == 1 or not shape.family_spec.routed:
+        return block
+    spec = shape.family_spec
+    moe = block - spec.routed_expert_params(shape) // (shape.n_layer - shape.n_dense_layers)
+    if not shape.n_dense_layers:
+        return moe
+    dense = spec.attention_params(shape) // tp + spec.mlp_params(shape) + spec.layer_vector_params(shape)
+    return max(moe, dense)
 
 
 def in_flight(layout: ParallelLayout) -> float:
@@ -221,7 +239,7 @@ def memory_per_rank(
         buffers += 2.0 * gathered_bytes(params, kept, precision)
     elif layout.strategy in ("zero2", "zero3") and layout.dp > 1:
         # one tensor rank's block gathered and its gradients on their way to the reduce-scatter
-        buffers += fsdp_block_buffer_bytes(block_params_per_tp_rank(shape, t), shape.layer_norm_params, precision,
+        buffers += fsdp_block_buffer_bytes(fsdp_block_params(shape, t, layout.ep), shape.layer_norm_params, precision,
                                            layout.strategy, layout.dp)
     return MemoryEstimate.with_margin(
         layout.strategy, layout.world, weights=weights, gradients=grads, optimizer=optim,

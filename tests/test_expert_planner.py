@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from scaling.accounting import GIB, ParallelLayout, Shape
+from scaling.accounting import GIB, ParallelLayout, Shape, fsdp_block_buffer_bytes
 from scaling.communication import LINKS, collective_time, step_comm_time, step_traffic, wire_bytes
 from scaling.layout import Machine, Request, choose, expert_parallel_problem, layouts
 from scaling.memory import memory_per_rank
@@ -85,10 +85,29 @@ def test_each_rank_holds_its_share_of_the_experts_states(strategy: str) -> None:
         assert whole.buffers_bytes - mem.buffers_bytes == 2 * (EXPERTS - OWN)
 
 
-def test_expert_parallelism_composes_with_data_parallelism_alone() -> None:
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+def test_under_zero_a_rank_shards_the_rest_and_keeps_its_own_experts_whole(strategy: str) -> None:
+    """ZeRO shards what data parallelism synchronizes (DENSE) over the 4 ranks; the rank's own experts
+    keep FP32 weights, gradients and both AdamW moments whole (16 bytes each)."""
+    mem = memory_per_rank(SHAPE, ParallelLayout(dp=4, ep=4, strategy=strategy, micro_batch=2), "bf16")  # type: ignore[arg-type]
+    assert mem.optimizer_bytes == 8 * DENSE / 4 + 8 * OWN
+    assert mem.gradients_bytes == (4 * DENSE if strategy == "zero1" else 4 * DENSE / 4) + 4 * OWN
+    if strategy == "zero3":
+        assert mem.weights_bytes == 4 * DENSE / 4 + 4 * OWN
+        # FSDP2 gathers the dense first block, the largest without experts (attention 16,384, SwiGLU
+        # 49,152, norms 128); autocast's bf16 copies of the rank's own experts, which FSDP2 leaves alone
+        assert mem.buffers_bytes == 2 * OWN + fsdp_block_buffer_bytes(65_664, 128, "bf16", "zero3", 4)
+
+
+def test_expert_parallelism_composes_with_data_and_tensor_parallelism() -> None:
     assert expert_parallel_problem(SHAPE, 4, 4, 1, 1, "ddp") is None
+    assert all(expert_parallel_problem(SHAPE, 4, 4, 1, 1, s) is None for s in ("zero1", "zero2", "zero3"))
     assert "must equal the data-parallel ranks (2)" in expert_parallel_problem(SHAPE, 4, 2, 1, 1, "ddp")
-    assert "cannot be combined with tp=2" in expert_parallel_problem(SHAPE, 2, 2, 2, 1, "zero2")
+    assert expert_parallel_problem(SHAPE, 2, 2, 2, 1, "zero2") is None  # beside tensor parallelism too
+    assert "has no pipeline split" in expert_parallel_problem(SHAPE, 2, 2, 1, 2, "zero2")
+    # fp16's loss scaler takes the experts' DTensor gradients beside FSDP2's only
+    assert "with fp16 needs strategy zero2 or zero3" in expert_parallel_problem(SHAPE, 4, 4, 1, 1, "zero1", "fp16")
+    assert expert_parallel_problem(SHAPE, 4, 4, 1, 1, "zero2", "fp16") is None
     assert "does not divide n_experts (8)" in expert_parallel_problem(SHAPE, 3, 3, 1, 1, "ddp")
     dense = Shape(4, 64, 4, 256, 32, family="llama")
     assert "has no experts" in expert_parallel_problem(dense, 2, 2, 1, 1, "ddp")
@@ -108,10 +127,12 @@ def _request(shape: Shape, sequences: int, limit_gib: float, machine: Machine = 
 
 def test_the_search_shards_big_experts_where_their_gradients_would_cost_more_than_the_tokens() -> None:
     """8 sequences a step over two nodes: all-reducing 0.70B expert parameters' gradients costs more
-    than sending 8 x 1024 x 2 routed tokens to their experts and back."""
-    choice = choose(_request(BIG, 8, 80.0))
+    than sending 8 x 1024 x 2 routed tokens to their experts and back. The rest is ZeRO-2's: it gathers
+    bf16 weights and reduce-scatters FP32 gradients, less than DDP's FP32 all-reduce. (Tensor
+    parallelism fixed off: with it the search splits attention four ways and the experts two.)"""
+    choice = choose(replace(_request(BIG, 8, 80.0), tp=1))
     best = choice.best
-    assert best is not None and best.layout.ep == 8 and best.layout.dp == 8 and best.strategy == "ddp"
+    assert best is not None and best.layout.ep == 8 and best.layout.dp == 8 and best.strategy == "zero2"
     assert "ep8" in best.label()
     feasible = [c for c in choice.considered if c.fits]
     assert all(best.step_s <= c.step_s for c in feasible)
@@ -126,7 +147,8 @@ def test_the_search_keeps_small_experts_on_every_rank_when_tokens_are_many() -> 
     choice = choose(_request(shape, 512, 80.0, Machine(1, 8)))
     best = choice.best
     assert best is not None and best.layout.ep == 1
-    assert {lay.ep for lay, _ in layouts(choice.request)} == {1, 8}
+    assert {lay.ep for lay, _ in layouts(choice.request) if lay.tp == 1} == {1, 8}
+    assert {lay.ep for lay, _ in layouts(choice.request) if lay.tp == 4} == {1, 2}
     assert any(r.short == "ep=1: all-to-alls cost more" for r in choice.reasons)
 
 
@@ -143,16 +165,24 @@ def test_under_ddp_the_search_shards_the_experts_when_whole_ones_do_not_fit() ->
 def test_a_fixed_ep_is_kept_and_a_dense_family_is_never_split() -> None:
     req = _request(BIG, 8, 80.0)
     assert {lay.ep for lay, _ in layouts(replace(req, ep=1))} == {1}
-    assert {(lay.ep, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=8))} == {(8, 8, "ddp")}
+    assert {(lay.ep, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=8))} == {
+        (8, 8, s) for s in ("ddp", "zero1", "zero2", "zero3")}
     dense = Shape(8, 1024, 16, 32000, 1024, family="llama")
     assert {lay.ep for lay, _ in layouts(_request(dense, 8, 80.0))} == {1}
+    # beside tensor parallelism the experts go over the data-parallel ranks, under FSDP2
+    assert {(lay.tp, lay.dp, lay.strategy) for lay, _ in layouts(replace(req, ep=4))} == {
+        (2, 4, "zero2"), (2, 4, "zero3")}
+    assert {lay.strategy for lay, _ in layouts(replace(req, ep=8, precision="fp16"))} == {"zero2", "zero3"}
+    # CPU offload would leave a rank's own experts on the host (FSDP2 offloads only its shards)
+    assert {lay.ep for lay, _ in layouts(replace(req, cpu_offload=True))} == {1}
     # ep must divide the experts: 8 experts over 8 ranks, not 3 of 6 (two experts short)
     assert {lay.ep for lay, _ in layouts(replace(req, workers=6, sequences=6))} == {1}
 
 
 def test_a_plans_moe_run_is_placed_with_the_chosen_ep(tmp_path) -> None:
-    """`strategy: auto` on 8 GPUs over two nodes: the run's execution takes ep = 8 (DDP) and a plan
-    that fixes ep = 1 keeps every expert on every rank."""
+    """`strategy: auto` on 8 GPUs over two nodes: the run's execution takes tp = 4 inside each node and
+    ep = 2 over its two data-parallel ranks (ZeRO-2), and a plan that fixes ep = 1 keeps every expert
+    on every rank."""
     import yaml
 
     from scaling.orchestrator.expand import expand
@@ -172,7 +202,7 @@ def test_a_plans_moe_run_is_placed_with_the_chosen_ep(tmp_path) -> None:
 
     run = planned({})
     ex = run.spec.execution
-    assert (ex.ep, ex.dp, ex.strategy) == (8, 8, "ddp")
-    assert any(r.long.startswith("ep=8: each rank holds 1 of 8 experts") for r in run.layout.reasons)
+    assert (ex.ep, ex.dp, ex.tp, ex.strategy) == (2, 2, 4, "zero2")
+    assert any(r.long.startswith("ep=2: each rank holds 4 of 8 experts") for r in run.layout.reasons)
     fixed = planned({"ep": 1}).spec.execution
     assert fixed.ep == 1 and fixed.strategy != "single"

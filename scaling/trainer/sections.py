@@ -543,13 +543,19 @@ class LoopSettings(_Frozen):
     compile: bool = Field(default=False, description="torch.compile the model")
 
 
-def offload_problem(cpu_offload: bool, strategy: str, dp: int, pp: int) -> Optional[str]:
-    """Why ``cpu_offload`` would do nothing in this layout (None: it takes effect, or is off).
+def offload_problem(cpu_offload: bool, strategy: str, dp: int, pp: int, ep: int = 1) -> Optional[str]:
+    """Why ``cpu_offload`` would do nothing in this layout, or not all it should (None: it takes
+    effect, or is off).
 
     Offload moves FSDP2's parameter and optimizer shards to the CPU: only zero2 and zero3 over
-    several data-parallel ranks have them, and pipeline stages are sharded without it."""
+    several data-parallel ranks have them, and pipeline stages are sharded without it. Under
+    expert parallelism a rank's own experts are no FSDP2 shards: they would stay where the
+    offloaded model is built, on the host, beside a device computing with them."""
     if not cpu_offload:
         return None
+    if ep > 1:
+        return (f"execution.cpu_offload cannot be combined with ep={ep}: FSDP2 offloads only the parameters it "
+                "shards, and each rank's own experts stay out of it; drop one of them")
     if pp > 1 or dp == 1 or strategy in ("single", "ddp", "zero1"):
         return (f"execution.cpu_offload takes effect only under strategy zero2 or zero3 on several data-parallel "
                 f"ranks without pipelining, not strategy {strategy} with dp={dp}, pp={pp}: drop it or change the layout")
@@ -595,7 +601,7 @@ class Placement(_Frozen):
 
     @model_validator(mode="after")
     def _offload_takes_effect(self) -> "Placement":
-        problem = offload_problem(self.cpu_offload, self.strategy, self.dp, self.pp)
+        problem = offload_problem(self.cpu_offload, self.strategy, self.dp, self.pp, self.ep)
         if problem:
             raise ValueError(problem)
         return self

@@ -197,7 +197,7 @@ class RunSpec(Recipe):
         if ex.ep > 1:
             from scaling.layout import expert_parallel_problem
 
-            problem = expert_parallel_problem(self.shape, ex.ep, ex.dp, ex.tp, ex.pp, ex.strategy)
+            problem = expert_parallel_problem(self.shape, ex.ep, ex.dp, ex.tp, ex.pp, ex.strategy, self.precision)
             if problem:
                 raise ValueError(f"execution: {problem}")
         if not unplaced:

@@ -124,7 +124,12 @@ def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str,
     params = list(model.parameters())  # each once (the tied copy is one parameter)
     return {"weights": storages(params),
             "gradients": storages([p.grad for p in params if p.grad is not None]),
-            "optimizer": storages([v for st in opt.state.values() for k, v in st.items() if k != "step"])}
+            "optimizer": storages([v for st in local_optimizer(opt).state.values() for k, v in st.items() if k != "step"])}
+
+
+def local_optimizer(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer holding this rank's state: ZeroRedundancyOptimizer's local one (``optim``), else ``opt``."""
+    return getattr(opt, "optim", opt)
 
 
 def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str) -> torch.Tensor:

@@ -486,8 +486,12 @@ TINY_MOE = {"n_layer": 2, "d_model": 32, "n_head": 4, "vocab_size": 256, "contex
             "n_experts": 4, "top_k": 2, "expert_ffn": 24, "n_dense_layers": 1}
 
 
+#: The data-parallel strategies expert parallelism composes with, each leaving the experts out.
+EP_CASES = ("ddp", "zero1", "zero2", "zero3")
+
+
 def _expert_traffic_worker(rank: int, world: int) -> dict:
-    """One bf16 step of two micro-batches of TINY_MOE under DDP with ep = 2, counting its collectives
+    """Per strategy, one bf16 step of two micro-batches of TINY_MOE with ep = 2, counting its collectives
     (all-to-alls counted by the tensor each rank hands over: its input)."""
     import torch
     import torch.distributed as dist
@@ -496,50 +500,62 @@ def _expert_traffic_worker(rank: int, world: int) -> dict:
     from scaling.trainer.parallel.data_parallel import parallelize
     from scaling.trainer.spec import RunSpec
 
-    spec = RunSpec.from_dict({"model": TINY_MOE, "tokens": 64 * 10, "batch_tokens": 64, "precision": "bf16",
-                              "execution": {"workers": world, "strategy": "ddp", "ep": world}})
-    torch.manual_seed(0)
-    par = parallelize(build_model(spec.shape, spec.seed), spec)
-    opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    par.module.register_comm_hook(par.group, default_hooks.allreduce_hook)
+    out = {}
     real = dist.all_to_all_single
-    sent: list[int] = []
+    for strategy in EP_CASES:
+        spec = RunSpec.from_dict({"model": TINY_MOE, "tokens": 64 * 10, "batch_tokens": 64, "precision": "bf16",
+                                  "execution": {"workers": world, "strategy": strategy, "ep": world}})
+        torch.manual_seed(0)
+        par = parallelize(build_model(spec.shape, spec.seed), spec)
+        opt = par.build_optimizer(par.model.parameters(), lr=1e-3)
+        if not par.is_fsdp:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    def counted(output: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(input.numel() * input.element_size())
-        return real(output, input, *args, **kwargs)
+            par.module.register_comm_hook(par.group, default_hooks.allreduce_hook)
+        sent: list[int] = []
 
-    g = torch.Generator().manual_seed(rank)
-    dist.all_to_all_single = counted
-    try:
-        with CountingCollectives() as counter:
-            for i in range(2):
-                x = torch.randint(0, 256, (2, TINY_MOE["context"]), generator=g)
-                with par.no_sync(i < 1):
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
-                        logits = par.module(x)
-                    torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), x.flatten()).backward()
-            opt.step()
-    finally:
-        dist.all_to_all_single = real
-    dist.barrier()
-    return {"all_to_all": sent, **dict(counter.calls)}
+        def counted(output: Any, input: Any, *args: Any, _sent: list = sent, **kwargs: Any) -> Any:
+            _sent.append(input.numel() * input.element_size())
+            return real(output, input, *args, **kwargs)
+
+        g = torch.Generator().manual_seed(rank)
+        dist.all_to_all_single = counted
+        try:
+            with CountingCollectives() as counter:
+                for i in range(2):
+                    x = torch.randint(0, 256, (2, TINY_MOE["context"]), generator=g)
+                    with par.no_sync(i < 1):
+                        with torch.autocast("cpu", dtype=torch.bfloat16):
+                            logits = par.module(x)
+                        torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), x.flatten()).backward()
+                opt.step()
+        finally:
+            dist.all_to_all_single = real
+        dist.barrier()
+        out[strategy] = {"all_to_all": sent, **dict(counter.calls)}
+    return out
 
 
-def test_expert_parallel_bytes_equal_what_crosses_the_wire(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def expert_wire(tmp_path_factory) -> list[dict]:
+    """Every strategy's collectives under ep = 2 on both ranks of one real 2-process gloo group."""
+    pytest.importorskip("torch")
+    return spawn(_expert_traffic_worker, 2, str(tmp_path_factory.mktemp("expert-wire")))
+
+
+@pytest.mark.parametrize("strategy", EP_CASES)
+def test_expert_parallel_bytes_equal_what_crosses_the_wire(strategy: str, expert_wire) -> None:
     """The all-to-alls two ranks hand over in a real step, summed over the ranks, equal the model's payload
     on each (a rank sends its own routed copies and returns those it received: as many, over the ranks, as
-    it sent); DDP all-reduces the rest of the model, never the experts."""
-    pytest.importorskip("torch")
-    layout = ParallelLayout(dp=2, ep=2, strategy="ddp", micro_batches=2, micro_batch=2)
+    it sent); data parallelism (DDP's all-reduce, ZeRO-1's broadcasts, FSDP2's gathers and reduce-scatters)
+    moves the rest of the model, never the experts."""
+    layout = ParallelLayout(dp=2, ep=2, strategy=strategy, micro_batches=2, micro_batch=2)  # type: ignore[arg-type]
     shape = Shape(**TINY_MOE)
     expected: dict[str, float] = defaultdict(float)
     for t in step_traffic(shape, layout, "bf16"):
         expected[t.kind] += t.bytes_per_step
-    ranks = spawn(_expert_traffic_worker, 2, str(tmp_path))
-    assert sum(sum(r["all_to_all"]) for r in ranks) == 2 * expected["all_to_all"]
+    ranks = [by_strategy[strategy] for by_strategy in expert_wire]
+    assert sum(sum(r["all_to_all"]) for r in ranks) == 2 * expected.pop("all_to_all")
     for r in ranks:
-        assert sum(r["all_reduce"]) == expected["all_reduce"]
         assert len(r["all_to_all"]) == sum(t.calls for t in step_traffic(shape, layout, "bf16") if t.group == "ep")
+        assert {kind: float(sum(sizes)) for kind, sizes in r.items() if kind != "all_to_all"} == dict(expected), r

@@ -229,11 +229,11 @@ def test_a_trained_moe_run_exports_through_the_cli(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.parametrize("model,execution,message", [
-    ({}, {"workers": 2, "strategy": "zero3", "ep": 2}, "ep=2 needs strategy ddp, not zero3"),
     ({}, {"workers": 4, "strategy": "ddp", "ep": 2}, r"ep=2 must equal the data-parallel ranks \(4\)"),
     ({"n_experts": 3}, {"workers": 2, "strategy": "ddp", "ep": 2}, r"ep=2 does not divide n_experts \(3\)"),
     ({"family": "llama"}, {"workers": 2, "strategy": "ddp", "ep": 2}, "ep=2: family 'llama' has no experts"),
-    ({}, {"workers": 4, "strategy": "zero3", "tp": 2, "ep": 2}, "ep=2 cannot be combined with tp=2"),
+    ({}, {"workers": 2, "strategy": "zero3", "ep": 2, "cpu_offload": True}, "execution.cpu_offload cannot be combined with ep=2"),
+    ({}, {"workers": 4, "strategy": "zero3", "pp": 2, "ep": 2}, "ep=2 cannot be combined with pp=2: family 'moe' has no pipeline split"),
 ])
 def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, execution: dict, message: str) -> None:
     from scaling.errors import SpecError
@@ -245,6 +245,20 @@ def test_expert_parallel_layouts_it_cannot_run_are_refused(model: dict, executio
     with pytest.raises(SpecError, match=f"execution: {message}"):
         RunSpec.from_dict({"model": fields, "tokens": 32 * 8 * 4, "batch_tokens": 32 * 8, "precision": "fp32",
                            "execution": execution})
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_fp16_expert_parallelism_needs_fsdp(strategy: str) -> None:
+    """fp16's loss scaler cannot unscale a rank's own experts beside DDP's plain gradients, nor outside
+    ZeRO-1's groups (ZeRO-2/3 run it: every gradient there is a DTensor)."""
+    from scaling.errors import SpecError
+    from scaling.trainer.spec import RunSpec
+
+    fields = {"model": {**TINY_MOE, "n_layer": 2, "d_model": 32, "n_head": 4, "context": 32}, "tokens": 32 * 8 * 4,
+              "batch_tokens": 32 * 8, "precision": "fp16", "execution": {"workers": 2, "strategy": strategy, "ep": 2}}
+    with pytest.raises(SpecError, match=f"ep=2 with fp16 needs strategy zero2 or zero3, not {strategy}"):
+        RunSpec.from_dict(fields)
+    RunSpec.from_dict({**fields, "execution": {**fields["execution"], "strategy": "zero2"}})
 
 
 def test_the_memory_model_counts_a_rank_its_share_of_the_experts() -> None:

@@ -98,6 +98,8 @@ class Parallel:
     tp: int = 1
     #: Draws the seed's weights when the model was built without them (None: it was not).
     init_weights: Optional[Callable[[], None]] = None
+    #: This rank's own experts under expert parallelism: kept whole here, never sharded by ZeRO.
+    experts: tuple[nn.Parameter, ...] = ()
 
     @property
     def is_fsdp(self) -> bool:
@@ -120,9 +122,13 @@ class Parallel:
         zero1 wraps ``optimizer_class`` in a ZeroRedundancyOptimizer, which keeps each
         parameter's state on one rank only and broadcasts updated parameters after ``step``;
         under FSDP2 the parameters already are the local shards (DTensors), so a plain optimizer
-        holds sharded state by construction.
+        holds sharded state by construction. Under expert parallelism the rank's own experts
+        stay out of ZeRO-1's partition: every rank's local optimizer updates its own experts
+        (:func:`zero1_with_experts`).
         """
         if self.strategy == "zero1":
+            if self.experts:
+                return zero1_with_experts(list(param_groups), self.experts, optimizer_class, self.group, **defaults)
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             return ZeroRedundancyOptimizer(
@@ -178,6 +184,33 @@ class Parallel:
             # A replicated DTensor's full_tensor() is its local tensor itself: copy it too.
             out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
         return out
+
+
+def zero1_with_experts(param_groups: list[Any], experts: tuple[nn.Parameter, ...], optimizer_class: type,
+                       group: Any, **defaults: Any) -> torch.optim.Optimizer:
+    """ZeRO-1 over every parameter but this rank's own ``experts``, which its local optimizer
+    (``optim``, the one that steps and that checkpoints save) updates whole on every rank.
+
+    ZeroRedundancyOptimizer partitions what it is given and broadcasts each updated parameter
+    from the rank that owns it: an expert shard, different on every rank, must not be owned by
+    one. So each group is handed over without the experts, which join the local optimizer's
+    group of the same index (ZeRO copies each outer group's ``lr`` to the local group of its
+    index at every step), and ``zero_grad`` clears the local optimizer's gradients too."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    class ExpertZero(ZeroRedundancyOptimizer):
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            super().zero_grad(set_to_none)
+            self.optim.zero_grad(set_to_none)
+
+    own = {id(p) for p in experts}
+    groups = [g if isinstance(g, dict) else {"params": [g]} for g in param_groups]
+    shared = [{**g, "params": [p for p in g["params"] if id(p) not in own]} for g in groups]
+    zero = ExpertZero(shared, optimizer_class=optimizer_class, process_group=group, **defaults)
+    local = zero.optim.param_groups  # each a dict ZeRO's partition shares: replaced, not changed
+    for i, g in enumerate(groups):
+        local[i] = {**local[i], "params": local[i]["params"] + [p for p in g["params"] if id(p) in own]}
+    return zero
 
 
 def by_layout(tensors: list[torch.Tensor], of: Callable[[Any], Any] = lambda t: t) -> dict[Any, list[Any]]:
@@ -362,7 +395,8 @@ def parallelize(
             process_group=group,
             gradient_as_bucket_view=True,
         )
-        return Parallel(module=ddp, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
+        return Parallel(module=ddp, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp,
+                        experts=tuple(model.get_parameter(n) for n in experts))
 
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
@@ -370,10 +404,14 @@ def parallelize(
     offload = (
         CPUOffloadPolicy(pin_memory=device.type == "cuda") if spec.execution.cpu_offload else OffloadPolicy()
     )
+    # each rank's own experts stay whole there (expert parallelism shards them already): FSDP2
+    # neither gathers nor reduces them, and the optimizer holds their state whole
+    ignored = {model.get_parameter(name) for name in experts} or None
     shard_as_autocast(model, find_blocks(model), spec.precision, reshard=reshard, mesh=dp_mesh,
-                      offload_policy=offload)
+                      offload_policy=offload, ignored_params=ignored)
     materialized(torch.device("cpu") if spec.execution.cpu_offload else device)
-    return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp)
+    return Parallel(module=model, model=model, strategy=name, mesh=dp_mesh, group=group, tp=tp,
+                    experts=tuple(model.get_parameter(n) for n in experts))
 
 
 def _sub_meshes(mesh: DeviceMesh) -> tuple[DeviceMesh, DeviceMesh | None]:

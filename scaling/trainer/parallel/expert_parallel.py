@@ -8,9 +8,16 @@ all-to-all exchanges the counts, one the tokens; each rank runs its experts on w
 and a last all-to-all returns the outputs, which the rank weights and sums as without experts
 parallelism. The all-to-alls are differentiable (their backward is the reverse exchange).
 
-Composition: data parallel with DDP over the same ranks (``ep`` equals ``dp``), the experts left
-out of DDP's all-reduce (each rank's experts see every rank's tokens already: their gradient is
-the sum over the ranks, scaled by 1/dp to DDP's mean). What composes is one torch-free rule,
+Composition: data parallel over the same ranks (``ep`` equals ``dp``) with DDP or ZeRO-1/2/3, the
+experts left out of it (each rank's experts see every rank's tokens already: their gradient is
+the sum over the ranks, scaled by 1/dp to data parallelism's mean). DDP ignores them; FSDP2
+(ZeRO-2/3) takes them as ``ignored_params``, neither gathered nor reduced; ZeRO-1 partitions the
+other parameters and every rank's local optimizer updates its own experts whole
+(``scaling.trainer.parallel.data_parallel.zero1_with_experts``). Beside tensor parallelism
+(ZeRO-2/3, which take its DTensors) the experts go over the data-parallel mesh dimension: tensor
+parallelism splits attention only, so the tensor ranks of a pair hold the same tokens and each
+exchanges them with its own data-parallel column. Not with a pipeline: the family has no
+pipeline split. What composes is one torch-free rule,
 ``scaling.layout.expert_parallel_problem``, which the spec and the layout search apply.
 """
 
