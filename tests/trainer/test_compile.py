@@ -1,7 +1,10 @@
-"""``execution.compile`` on the CPU: both families compiled by inductor train as eager does.
+"""``execution.compile`` on the CPU: a model compiled by inductor trains as eager does.
 
-Compiling takes most of a minute per family on a CPU; the run is kept to three steps of the
-smallest model. Inductor's CPU backend needs a C++ compiler: without one the test says so and skips.
+Compiling takes most of a minute per family on a CPU, so one family is compiled: llama with GQA and
+qk_norm, whose blocks run the project's own autograd functions (RoPE, and RMSNorm's written-out
+backward); gpt2's blocks are torch's own modules (LayerNorm, GELU, SDPA), which inductor's own tests
+compile. The run is kept to three steps of the smallest model. Inductor's CPU backend needs a C++
+compiler: without one the test says so and skips.
 """
 
 from __future__ import annotations
@@ -26,12 +29,11 @@ def _inductor_problem() -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_a_compiled_model_trains_as_eager(family: str, make_spec, tmp_path: Path) -> None:
+def test_a_compiled_model_trains_as_eager(make_spec, tmp_path: Path) -> None:
     problem = _inductor_problem()
     if problem:
         pytest.skip(problem)
-    model = {"family": family, "n_kv_head": 1, "qk_norm": True} if family == "llama" else {}
+    model = {"family": "llama", "n_kv_head": 1, "qk_norm": True}
     losses = {}
     for compiled in (False, True):
         spec = make_spec(model=model, tokens=32 * 8 * 3, precision="fp32",
