@@ -7,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from scipy.optimize import minimize
 
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import DoubtKind
+from scaling.fitting.core.resample import multinomial_counts
 from scaling.fitting.moe import moe_synthetic as S
 from scaling.fitting.moe.moe_fit import fit_moe
 from scaling.fitting.moe.moe_laws import GranularityLaw, SparsityLaw
@@ -58,6 +60,37 @@ def test_recommendation_beats_its_dense_comparison_and_says_it_sits_at_the_edge(
     assert rec.dense["loss"]["value"] > rec.loss["value"]
     assert rec.N_total["value"] == pytest.approx(rec.N["value"] * 64)
     json.dumps(rec.to_dict())
+
+
+@pytest.mark.parametrize("form", ["granularity", "sparsity"])
+def test_bootstrap_refits_reach_their_own_optimum(form: str, granularity_law: GranularityLaw,
+                                                  sparsity_law: SparsityLaw) -> None:
+    # a refit stopped short of its resample's optimum sits between it and the fit it started from, which
+    # narrows the bootstrap's intervals: scipy, run on to tight tolerances, must find nothing lower
+    law = granularity_law if form == "granularity" else sparsity_law
+    m = law.n_points_
+    counts = multinomial_counts(m, m, 8, np.random.default_rng(1))
+    objective = law.objective(counts)
+    for j, theta in enumerate(law.refit(counts)):
+        f, _ = objective.single(theta, j)
+        r = minimize(objective.single, theta, args=(j,), jac=True, method="L-BFGS-B",
+                     options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 3000})
+        assert r.fun >= f * (1 - 1e-6), (j, f, r.fun)
+
+
+def test_every_printed_interval_holds_its_estimate(granularity_law: GranularityLaw, sparsity_law: SparsityLaw) -> None:
+    for law in (granularity_law, sparsity_law):
+        rec = recommend_moe(law, 10 * law.c_range_[1])
+        summaries = {**law.reported_intervals(), **law.intervals(), "N*": rec.N, "D*": rec.D, "x*": rec.choice,
+                     "loss": rec.loss, "saved": rec.gain, **{f"dense {k}": v for k, v in rec.dense.items()}}
+        predicted = law.predict_interval([1e8, 3e8], [3e9, 1e10], [law.x_range_[1]] * 2)
+        summaries.update({f"predicted {i}": iv for i, iv in enumerate(predicted)})
+        shown = 0
+        for name, iv in summaries.items():
+            if math.isfinite(iv["lo"]) and math.isfinite(iv["hi"]):
+                assert iv["lo"] <= iv["value"] <= iv["hi"], (law.law, name, iv)
+                shown += 1
+        assert shown >= len(law.param_names) + 5, (law.law, shown)  # the check is not vacuous
 
 
 def test_a_stored_law_recommends_the_same(granularity_law: GranularityLaw) -> None:

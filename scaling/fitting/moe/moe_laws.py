@@ -54,6 +54,13 @@ GRIDS: dict[str, dict[str, list[float]]] = {
     "small": {"a": [2.0, 8.0], "b": [2.0, 8.0, 14.0], "c": [0.0, 0.7], "beta": [0.3], "alpha": [0.3],
               "g": [2.0, 8.0], "gamma": [0.5], "delta": [0.0, 0.5]},
 }
+#: The bootstrap's refits stop when the gradient vanishes, no step lowers the objective or after
+#: REFIT_MAX_ITER iterations, never on a small relative decrease (``ftol`` 0): on these objectives an
+#: iteration of tiny decrease comes long before the optimum (refits stopped by it sat up to 6% above their
+#: optimum, log a or log b off by up to several units), between the fit they started from and their own
+#: optimum, so the replicates, and the percentile intervals, came out too narrow (docs/moe-laws.md).
+REFIT_FTOL = 0.0
+REFIT_MAX_ITER = 1000
 
 
 class MoELaw(Law):
@@ -274,19 +281,36 @@ class MoELaw(Law):
             reps = np.asarray(self.inner_.replicates_, float)
             cols = {"c": reps[:, 0], "a": reps[:, 1], "b": reps[:, 2], "alpha": reps[:, 3], "beta": reps[:, 4]}
             return np.column_stack([cols.get(name, np.zeros(len(reps))) for name in names])
-        obj = self._objective(data)
-        m = obj.n_points
+        m = self._objective(data).n_points
         out = np.full((n, len(names)), np.nan)
         chunk = max(1, max_batch(m) // 2)
         for lo in range(0, n, chunk):
             k = min(chunk, n - lo)
-            counts = multinomial_counts(m, m, k, rng)
-            res = batch_lbfgs(obj.with_weights(counts), np.tile(self.theta_, (k, 1)), max_iter=1000)
+            thetas = self.refit(multinomial_counts(m, m, k, rng))
             for j in range(k):
-                if np.isfinite(res.fun[j]):
-                    p = self._from_theta(res.x[j])
+                if np.isfinite(thetas[j]).all():
+                    p = self._from_theta(thetas[j])
                     out[lo + j] = [p[name] for name in names]
         return out
+
+    def refit(self, counts: np.ndarray) -> np.ndarray:
+        """The full law refitted from its optimum with each row of ``counts`` (k, points) as the points'
+        weights, as the bootstrap refits a resample: (k, optimiser parameters), a row of NaN where a refit
+        failed. Each runs to its own optimum (:data:`REFIT_FTOL`)."""
+        if self.theta_ is None or self.data_ is None:
+            raise FitError(f"the {self.law} law has no full-law optimum and points to refit (fitted along the "
+                           "sweep's path, or restored without its points)")
+        counts = np.atleast_2d(np.asarray(counts, float))
+        res = batch_lbfgs(self.objective(counts), np.tile(self.theta_, (len(counts), 1)), ftol=REFIT_FTOL,
+                          max_iter=REFIT_MAX_ITER)
+        return np.where(np.isfinite(res.fun)[:, None], res.x, np.nan)
+
+    def objective(self, weights: np.ndarray | None = None) -> MoEObjective:
+        """The fit's objective on its points (Huber on log loss, in the optimiser's parameters), each row of
+        ``weights`` a set of point weights."""
+        if self.data_ is None:
+            raise FitError(f"the {self.law} law was restored without its points: it has no objective")
+        return self._objective(self.data_, weights)
 
     # -- the law -------------------------------------------------------------------------------
     def _predict(self, p: Params, N: np.ndarray, D: np.ndarray, x: Any = None) -> np.ndarray:  # type: ignore[override]

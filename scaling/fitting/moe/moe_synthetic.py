@@ -86,8 +86,10 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
     Each draw: a random truth (:func:`draw_truth`), a sweep of 4 sizes x 4 token counts x the
     form's levels with ``noise`` in log loss, the law fitted (small grid) and bootstrapped. Counted
     over the draws the law calls reliable: each parameter's interval, and at ``budget_factor`` x
-    the largest budget the recommendation's N_active* and the loss saved against the dense (or
-    G = 1) optimum, each holding the truth's own value at the recommended cut of the experts.
+    the largest budget the recommendation's N_active*, D* and the loss saved against the dense (or
+    G = 1) optimum, each holding the truth's own value at the recommended cut of the experts, and
+    the cut itself (G* or S*) holding the truth's best cut within the measured range. Also per
+    quantity: (covered, intervals) and the median width (hi / lo for a positive quantity).
     ``progress`` is called with the result so far after each draw.
     """
     from scaling.fitting.moe.moe_laws import FORMS
@@ -96,6 +98,7 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
     cls = FORMS[form]
     rng = np.random.default_rng(seed)
     hits: dict[str, list[bool]] = {}
+    widths: dict[str, list[float]] = {}
     flagged = 0
     for i in range(draws):
         t = draw_truth(form, rng)
@@ -107,20 +110,44 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
             continue
         for name, iv in law.reported_intervals().items():
             if name in t:
-                hits.setdefault(name, []).append(bool(iv["lo"] <= t[name] <= iv["hi"]))
-        C = budget_factor * law.c_range_[1]
-        rec = recommend_moe(law, C)
+                _count(hits, widths, name, iv, t[name], positive=name in law.log_names)
+        C = np.asarray(budget_factor * law.c_range_[1])
+        rec = recommend_moe(law, float(C))
         x = np.asarray(rec.choice["value"])
-        N_true, _, L_true = (float(v) for v in law.optimal_at(t, np.asarray(C), x))
-        _, _, L_dense = (float(v) for v in law.optimal_at(t, np.asarray(C), np.asarray(law.dense)))
-        hits.setdefault("N_active*", []).append(bool(rec.N["lo"] <= N_true <= rec.N["hi"]))
-        hits.setdefault("loss saved", []).append(bool(rec.gain["lo"] <= L_dense - L_true <= rec.gain["hi"]))
+        N_true, D_true, L_true = (float(v) for v in law.optimal_at(t, C, x))
+        _, _, L_dense = (float(v) for v in law.optimal_at(t, C, np.asarray(law.dense)))
+        xs = law.x_grid()
+        x_true = float(xs[int(np.nanargmin(law.optimal_at(t, C, xs)[2]))])
+        _count(hits, widths, "N_active*", rec.N, N_true, positive=True)
+        _count(hits, widths, "D*", rec.D, D_true, positive=True)
+        _count(hits, widths, law.variable + "*", rec.choice, x_true, positive=law.variable == "G")
+        _count(hits, widths, "loss saved", rec.gain, L_dense - L_true, positive=False)
         if progress is not None:
-            progress(_tally(form, i + 1, flagged, hits))
-    return _tally(form, draws, flagged, hits)
+            progress(_tally(form, i + 1, flagged, hits, widths))
+    return _tally(form, draws, flagged, hits, widths)
 
 
-def _tally(form: str, draws: int, flagged: int, hits: dict[str, list[bool]]) -> dict[str, Any]:
+def holds(iv: dict[str, Any], truth: float) -> bool:
+    """Whether a summary's 95% interval holds ``truth``; one with no spread (every replicate the same, so
+    the value alone is printed) holds it only when the value is the truth."""
+    if iv.get("kind") == "no spread":
+        return bool(abs(iv["value"] - truth) <= 1e-9 * max(abs(truth), 1e-300))
+    return bool(iv["lo"] <= truth <= iv["hi"])
+
+
+def _count(hits: dict[str, list[bool]], widths: dict[str, list[float]], name: str, iv: dict[str, Any], truth: float,
+           *, positive: bool) -> None:
+    """Tally one interval: whether it holds the truth, and its width (hi / lo for a positive quantity)."""
+    hits.setdefault(name, []).append(holds(iv, truth))
+    with np.errstate(all="ignore"):
+        width = iv["hi"] / iv["lo"] if positive else iv["hi"] - iv["lo"]
+    widths.setdefault(name, []).append(float(width))
+
+
+def _tally(form: str, draws: int, flagged: int, hits: dict[str, list[bool]],
+           widths: dict[str, list[float]]) -> dict[str, Any]:
     coverage = {k: float(np.mean(v)) for k, v in hits.items()}
     return {"form": form, "draws": draws, "kept": draws - flagged, "flagged": flagged, "coverage": coverage,
+            "counts": {k: (int(np.sum(v)), len(v)) for k, v in hits.items()},
+            "median_width": {k: float(np.nanmedian(v)) if np.isfinite(v).any() else math.nan for k, v in widths.items()},
             "lowest": min(coverage.values()) if coverage else math.nan}
