@@ -33,7 +33,7 @@ from scaling.curve_forms import FORMS, MULTI_POWER, Areas, areas, warmup_end
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_DECADES
 from scaling.fitting.core.doubts import DoubtKind, Doubtful, restore, stored
-from scaling.fitting.core.intervals import orders_of_magnitude, summarise
+from scaling.fitting.core.intervals import ZERO_WIDTH, orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule
 from scaling.fitting.curves.fit import (MIN_OK_FRACTION, CurveLaw, SCOUT_EVALUATIONS, UNDETERMINED_WIDTH, block_resample,
                                         fit_form, fit_points, law_at, percentile_bounds)
@@ -359,6 +359,9 @@ class JointCurveLaw(Doubtful):
         self.replicates_ = {jf.name: np.array(rows) if rows else np.zeros((0, len(jf.params)))}
         if len(rows) < MIN_OK_FRACTION * n:
             self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: only {len(rows)} of {n} bootstrap replicates refitted")
+        elif rows and not _varies(self.replicates_[jf.name], theta):
+            self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: all {len(rows)} bootstrap replicates refit to the fit's "
+                           "own parameters, so the bootstrap measures no error: no interval, and no prediction from it")
         for name, iv in self.intervals().items():
             j = jf.params.index(name)
             if jf.lower[j] > 0 and iv.lo is not None and iv.hi is not None and \
@@ -490,6 +493,15 @@ class JointCurveLaw(Doubtful):
 
     def __repr__(self) -> str:
         return f"JointCurveLaw(form={self.form_!r}, sizes={len(self.sizes_)})"
+
+
+def _varies(replicates: np.ndarray, theta: np.ndarray) -> bool:
+    """Whether any parameter's bootstrap replicates spread beyond rounding (:data:`ZERO_WIDTH` of its size):
+    replicates that all refit to the fit itself (a fit at its bounds, or curves it matches exactly) measure nothing."""
+    if replicates.shape[0] < 2:
+        return False
+    scale = np.maximum(np.max(np.abs(replicates), axis=0), np.abs(theta))
+    return bool(np.any(np.ptp(replicates, axis=0) > ZERO_WIDTH * np.maximum(scale, 1e-300)))
 
 
 def fit_joint(curves: Sequence[Curve], *, bootstrap: int = 50, seed: int = 0,
