@@ -103,7 +103,8 @@ def withheld(url: str, law: Any) -> pd.DataFrame:
             steps = steps_for(round(D), batch)
             if steps < total:
                 iv = law.final_loss(float(n), branch_rate(spec, steps))
-                rows.append({"N": float(n), "D": float(steps * batch), "loss": iv.value, "lo": iv.lo, "hi": iv.hi})
+                rows.append({"N": float(n), "D": float(steps * batch), "loss": iv.value, "lo": iv.lo, "hi": iv.hi,
+                             "interval": iv.bounds_text(4)})
     return pd.DataFrame(rows)
 
 
@@ -130,19 +131,26 @@ def compare(url: str, n_bootstrap: int) -> None:
         if truth is None:
             print(f"{row.N:<8.4g} {row.D:<10.4g} no trained branch at this point")
             continue
+        if not (np.isfinite(row.loss) and row.loss > 0):
+            print(f"{row.N:<8.4g} {row.D:<10.4g} no finite positive loss predicted")
+            continue
         steps = int(round(row.D / BATCH))
         s, y = curves[float(row.N)]
         flat = float(np.interp(steps, s, y))
         errs.append((row.loss - truth) / truth)
         naive.append((flat - truth) / truth)
-        hits.append(row.lo <= truth <= row.hi)
-        print(f"{row.N:<8.4g} {row.D:<10.4g} {steps:<6d} {truth:.4f}   {row.loss:.4f} [{row.lo:.4f}, {row.hi:.4f}]   "
-              f"{100 * errs[-1]:+6.2f}%     {'yes' if hits[-1] else 'no ':<4}  {flat:.4f} ({100 * naive[-1]:+.2f}%)")
+        bounded = row.lo is not None and row.hi is not None and np.isfinite([row.lo, row.hi]).all()
+        if bounded:
+            hits.append(bool(row.lo <= truth <= row.hi))
+        interval = f"[{row.lo:.4f}, {row.hi:.4f}]" if bounded else getattr(row, "interval", "no interval")
+        held = ("yes" if hits[-1] else "no") if bounded else "-"
+        print(f"{row.N:<8.4g} {row.D:<10.4g} {steps:<6d} {truth:.4f}   {row.loss:.4f} {interval}   "
+              f"{100 * errs[-1]:+6.2f}%     {held:<4}  {flat:.4f} ({100 * naive[-1]:+.2f}%)")
     if errs:
         e, z = np.abs(errs), np.abs(naive)
         print(f"predicted vs trained over {len(errs)} point(s): mean |relative error| {100 * e.mean():.2f}% "
               f"(largest {100 * e.max():.2f}%; signed mean {100 * np.mean(errs):+.2f}%); the 95% interval holds the "
-              f"trained loss in {sum(hits)}/{len(hits)}; naive (the trunk's loss at that step) {100 * z.mean():.2f}% "
+              f"trained loss in {sum(hits)}/{len(hits)} that have one; naive (the trunk's loss at that step) {100 * z.mean():.2f}% "
               f"(largest {100 * z.max():.2f}%)")
     wsd = finals(url, "trunks", False)
     for (n, d), v in sorted(wsd.items()):

@@ -190,9 +190,10 @@ def test_a_prediction_without_an_honest_interval_is_withheld_saying_why() -> Non
     flat = Interval.of(summarise(np.full(50, 3.0), 3.0))
     wide = Interval.of(summarise(np.linspace(2.7, 3.3, 50), 3.0))
     tight = Interval.of(summarise(np.linspace(2.99, 3.01, 50), 3.0))
-    assert flat.interval is None and "replicate refits to the same value" in str(undetermined(flat, True, False))
+    assert flat.interval is None and "do not vary" in str(undetermined(flat, True, False))
     assert "wider than 5%" in str(undetermined(wide, True, False))
     assert undetermined(tight, True, True) is None
     assert undetermined(Interval(3.0), False, False) is None
     assert "no bootstrap" in str(undetermined(Interval(3.0), False, True))
     assert "no finite positive loss" == undetermined(Interval(-1.0), True, False)
+    assert "did not move from the fit" in str(undetermined(tight.without_interval("stalled"), True, False))

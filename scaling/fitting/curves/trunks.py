@@ -130,16 +130,23 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe, matrix)
 
 
+#: Why a predicted loss has no interval, by its kind (:class:`~scaling.fmt.Interval`), in one note for all alike.
+NO_INTERVAL_WHY = {"no spread": "their bootstrap replicates do not vary",
+                   "unreliable": "their bootstrap replicates did not move from the fit (they agree far more closely "
+                                 "than the evaluations' noise allows)",
+                   "biased": "their bootstrap does not reproduce them"}
+
+
 def undetermined(iv: Interval, bootstrapped: bool, doubted: bool) -> Optional[str]:
     """Why a predicted final loss is no point to fit (None: it is one): its bootstrap gives it no interval (its
-    replicates do not vary, or do not reproduce it), its 95% interval is wider than :data:`UNDETERMINED_WIDTH`
+    replicates do not vary, did not move from the fit, or do not reproduce it), its 95% interval is wider than :data:`UNDETERMINED_WIDTH`
     of the loss, or no bootstrap was run for a law whose parameters are doubted (pinned, undetermined)."""
     if not (math.isfinite(iv.value) and iv.value > 0):
         return "no finite positive loss"
     if not bootstrapped:
         return "no bootstrap measures them, and the law's parameters are doubted" if doubted else None
     if iv.interval is None:
-        return f"no interval ({iv.withheld or 'no interval'})"
+        return NO_INTERVAL_WHY.get(iv.kind, "their bootstrap gives them no interval")
     if iv.hi - iv.lo > UNDETERMINED_WIDTH * iv.value:  # type: ignore[operator]
         return f"their 95% interval is wider than {100 * UNDETERMINED_WIDTH:g}% of the loss"
     return None
