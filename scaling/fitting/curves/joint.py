@@ -434,9 +434,10 @@ class JointCurveLaw(Doubtful):
         last = [len(lr) - 1]
         value = float(self.loss_at(N, lr, last)[0])
         iv = Interval.of(summarise(self.draws_at(N, lr, last)[:, 0], value))
-        if iv.interval is not None and iv.hi - iv.lo < self.resolution() * abs(value):  # type: ignore[operator]
-            return iv.without_interval(f"the bootstrap replicates agree to {(iv.hi - iv.lo) / abs(value):.2g} of the "  # type: ignore[operator]
-                                       f"loss, under {RESOLVED_SHARE:g} of what the evaluations' noise allows: they did not move "
+        width = iv.hi - iv.lo if iv.interval is not None else math.nan  # type: ignore[operator]
+        if width < self.resolution() * abs(value):
+            return iv.without_interval(f"the bootstrap replicates agree to {width / abs(value):.2g} of the loss, under "
+                                       f"{RESOLVED_SHARE:g} of what the evaluations' noise allows: they did not move "
                                        "from the fit (parameters at their bounds), and measure no error")
         return iv
 

@@ -139,8 +139,8 @@ NO_INTERVAL_WHY = {"no spread": "their bootstrap replicates do not vary",
 
 def undetermined(iv: Interval, bootstrapped: bool, doubted: bool) -> Optional[str]:
     """Why a predicted final loss is no point to fit (None: it is one): its bootstrap gives it no interval (its
-    replicates do not vary, did not move from the fit, or do not reproduce it), its 95% interval is wider than :data:`UNDETERMINED_WIDTH`
-    of the loss, or no bootstrap was run for a law whose parameters are doubted (pinned, undetermined)."""
+    replicates do not vary, did not move from the fit, or do not reproduce it), its 95% interval is wider than
+    ``UNDETERMINED_WIDTH`` of the loss, or no bootstrap was run for a law whose parameters are doubted."""
     if not (math.isfinite(iv.value) and iv.value > 0):
         return "no finite positive loss"
     if not bootstrapped:
