@@ -14,8 +14,9 @@ from scaling.db import Store, connect
 from scaling.trainer.sections import EarlyStopSpec
 
 RULE = {"tolerance": 0.05, "after": 0.3, "every": 0.1}
-#: Two workers: data-parallel, and tensor-parallel.
-LAYOUTS = ({"strategy": "ddp"}, {"strategy": "zero2", "tp": 2})
+#: Two workers: data-parallel, tensor-parallel, and a two-stage pipeline (its last stage holds the loss;
+#: the eval loss is summed over the stages, so rank 0 decides from the loss every rank sees).
+LAYOUTS = ({"strategy": "ddp"}, {"strategy": "zero2", "tp": 2}, {"strategy": "ddp", "pp": 2, "micro_batch_size": 2})
 
 
 def _train(rank: int, world: int, runs: list[tuple[str, str, str]]) -> list[tuple[str, int, float]]:
@@ -48,8 +49,10 @@ def test_every_rank_stops_at_the_step_rank_0_decided() -> None:
             assert got[0] == got[1], layout  # the same step, status and predicted final on both ranks
             status, steps, final = got[0]
             assert status == names.COMPLETED and steps == 4, layout
-            stopped = connect(url).runs(sweep="t")
-            assert sorted(stopped["stopped_step"].dropna().astype(int)) == [4], layout
+            res = connect(url)
+            assert sorted(res.runs(sweep="t")["stopped_step"].dropna().astype(int)) == [4], layout
+            data = res.events(sweep="t", kinds=[names.DATA])["detail"]
+            assert [d.get("pp", 1) for d in data] == [layout.get("pp", 1)], layout  # the layout it trained under
 
 
 def _decide_and_fail(rank: int, world: int) -> str:

@@ -3,6 +3,7 @@ run within its interval, leaves each size out, and refuses or flags what the siz
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -146,3 +147,23 @@ def test_schedule_advice_for_an_unfitted_size_comes_from_the_law_across_sizes(la
     assert run_schedule_advice(back, 5e7, 2.0e6)["best"] == advice["best"]
     assert "longest curve" in run_schedule_advice(curves, 5e7, 4.0e6 * 1000)["why_not"]
     assert run_schedule_advice(SweepCurves({}, "no curve law: x", (), None), 5e7, 2e6) == {"why_not": "no curve law: x"}
+
+
+def test_replicates_that_did_not_move_from_the_fit_give_no_interval(law: JointCurveLaw) -> None:
+    """A bootstrap whose refits stopped where the fit is (parameters at bounds: every replicate within 1e-8 of
+    it, as measured on real trunks) gives a prediction an interval of near zero width: withheld, saying why,
+    where the evaluations' noise could never determine it so closely; the law's own bootstrap keeps its
+    interval."""
+    lr = schedule("wsd")
+    honest = law.final_loss(3e6, lr)
+    assert honest.interval is not None and honest.hi - honest.lo > law.resolution() * honest.value > 0
+    stalled = copy.deepcopy(law)
+    theta = stalled.theta()
+    jitter = np.random.default_rng(0).standard_normal((20, theta.size))
+    stalled.replicates_ = {stalled.form_: theta * (1 + 1e-8 * jitter)}
+    iv = stalled.final_loss(3e6, lr)
+    assert iv.interval is None and iv.value == pytest.approx(honest.value)
+    assert iv.kind == "unreliable" and "did not move from the fit" in str(iv.withheld)
+    table = stalled.predict([Schedule("wsd-3e6", lr, np.array([STEPS - 1]), 3e6)])
+    assert table["lo"].isna().all() and table["hi"].isna().all()
+    assert any(d.kind is DoubtKind.UNDETERMINED and "wsd-3e6" in d for d in stalled.doubts())

@@ -15,7 +15,12 @@ from in_process_sweep import train_plan
 from scaling.curve_forms import ANNEALING, areas, curve_loss
 from scaling.errors import PlanError
 from scaling.fitting.analysis import Settings, SweepSource, analyse
-from scaling.fitting.curves.trunks import branch_rate, trunk_predictions
+from scaling.fitting.core.doubts import DoubtKind
+from scaling.fitting.core.intervals import summarise
+from scaling.fitting.curves.data import Curve
+from scaling.fitting.curves.fit import UNDETERMINED_WIDTH
+from scaling.fitting.curves.trunks import branch_rate, predict_from_trunks, trunk_predictions, undetermined
+from scaling.fmt import Interval
 from scaling.orchestrator.expand import expand
 from scaling.orchestrator.plan import load_plan
 from scaling.vocab import PREDICT_TOKENS_TAG
@@ -135,3 +140,60 @@ def test_predicted_points_widen_the_interval_on_n_star_by_the_predicting_laws_er
     assert after["hi"] / after["lo"] > 1.2 * before["hi"] / before["lo"]
     assert after["lo"] <= true_n <= after["hi"]
     assert any("predicted point(s) carried in" in n for n in law.notes_)
+
+
+def synthetic_trunks(noise: float) -> list[tuple[dict, Curve, float]]:
+    """Four WSD trunks of 800 steps (sizes 1M-30M) whose eval curves follow an annealing law whose floor falls
+    with N, times lognormal ``noise``: what :func:`predict_from_trunks` reads from a sweep, without the sweep."""
+    batch, total = 1000, 800
+    rng = np.random.default_rng(0)
+    out = []
+    for N in (1e6, 3e6, 1e7, 3e7):
+        spec = {"tokens": total * batch, "batch_tokens": batch, "optimizer": {"lr": 1e-3},
+                "schedule": {"kind": "wsd", "warmup_steps": 40, "decay_fraction": 0.2, "min_lr_ratio": 0.1},
+                "tags": {PREDICT_TOKENS_TAG: ",".join(str(s * batch) for s in (100, 200, 400, total))}}
+        lr, steps = branch_rate(spec, total), np.arange(40, total, 20)
+        theta = (2.0 + 1.5 * (N / 1e7) ** -0.3, 0.5, 0.5, 0.6)
+        loss = curve_loss(ANNEALING, theta, areas(lr, steps)) * np.exp(noise * rng.standard_normal(steps.size))
+        out.append((spec, Curve(f"trunk-{N:g}", lr, steps, N, total * batch, loss=loss), 6 * N * total * batch))
+    return out
+
+
+def test_a_bootstrap_whose_replicates_do_not_vary_predicts_no_cooldown() -> None:
+    """Curves the law matches exactly: every replicate refits to the fit, which measures no error, so no predicted
+    point is handed to the loss laws as if measured, and the law's doubt (not its wording) says why."""
+    got = predict_from_trunks(synthetic_trunks(0.0), bootstrap=20)
+    assert got.law is not None and not len(got.rows) and got.draws is None
+    assert [d.kind for d in got.law.doubts()] == [DoubtKind.BOOTSTRAP]
+    assert got.notes[0].startswith("predicted cooldowns: none") and str(got.law.doubts()[0]) in got.notes[0]
+    assert all(iv.interval is None and iv.kind == "no spread" for iv in got.law.intervals().values())
+
+
+def test_a_law_with_pinned_parameters_predicts_only_what_its_bootstrap_determines() -> None:
+    """Noisy curves that pin the chosen law's parameters at bounds: with a bootstrap each predicted loss has a
+    percentile interval narrower than UNDETERMINED_WIDTH of it, and is a point; without one nothing determines
+    them, and none is."""
+    trunks = synthetic_trunks(0.02)
+    bare = predict_from_trunks(trunks, bootstrap=0)
+    assert bare.law is not None and any(d.kind is DoubtKind.PINNED for d in bare.law.doubts())
+    assert not len(bare.rows) and "no bootstrap measures them" in bare.notes[0]
+    assert any(d.kind is DoubtKind.UNDETERMINED and "predicted cooldown" in d for d in bare.law.doubts())
+    booted = predict_from_trunks(trunks, bootstrap=20)
+    assert len(booted.rows) == 12 and booted.draws is not None and booted.draws.shape[1] == 12
+    assert np.all(booted.rows["lo"] < booted.rows["loss"]) and np.all(booted.rows["loss"] < booted.rows["hi"])
+    assert np.all(booted.rows["hi"] - booted.rows["lo"] <= UNDETERMINED_WIDTH * booted.rows["loss"])
+
+
+def test_a_prediction_without_an_honest_interval_is_withheld_saying_why() -> None:
+    """The rule each predicted loss passes: replicates that do not vary, or an interval wider than
+    UNDETERMINED_WIDTH of the loss, withhold it; a determined one, or an undoubted law without a bootstrap, not."""
+    flat = Interval.of(summarise(np.full(50, 3.0), 3.0))
+    wide = Interval.of(summarise(np.linspace(2.7, 3.3, 50), 3.0))
+    tight = Interval.of(summarise(np.linspace(2.99, 3.01, 50), 3.0))
+    assert flat.interval is None and "do not vary" in str(undetermined(flat, True, False))
+    assert "wider than 5%" in str(undetermined(wide, True, False))
+    assert undetermined(tight, True, True) is None
+    assert undetermined(Interval(3.0), False, False) is None
+    assert "no bootstrap" in str(undetermined(Interval(3.0), False, True))
+    assert "no finite positive loss" == undetermined(Interval(-1.0), True, False)
+    assert "did not move from the fit" in str(undetermined(tight.without_interval("stalled"), True, False))

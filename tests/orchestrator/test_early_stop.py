@@ -2,8 +2,9 @@
 within the plan's tolerance, is recorded as stopped early with its predicted final, is never trained
 again by a resume, and the fits say how many of their finals are predicted.
 
-The sweep runs simulated runs whose eval losses follow a known curve law, through real Ray, the real
-scheduler and a real SQLite database.
+The sweeps run through real Ray, the real scheduler and a real SQLite database: simulated runs whose
+eval losses follow a known curve law, and one run trained (the tiny gpt2 on the CPU) against finished
+curves of a known drop.
 """
 
 from __future__ import annotations
@@ -217,3 +218,53 @@ def test_a_run_stops_early_is_recorded_and_never_retrained(tmp_path: Path, sqlit
         assert len(res.metrics(sweep="early")) == rows_before
     assert list(after["stopped_step"].fillna(-1)) == list(runs["stopped_step"].fillna(-1))
     assert list(after["final_loss"]) == list(runs["final_loss"])
+
+
+@pytest.mark.usefixtures("shared_ray")
+def test_a_trained_run_of_a_sweep_stops_early_through_the_scheduler(tmp_path: Path, sqlite_url: str) -> None:
+    """A real run (the tiny gpt2 on the CPU, 24 steps evaluated every 4) trained by the scheduler on Ray
+    stops at its first check (step 8, from 0.3 of its steps on) against the sweep's finished curves:
+    references written beside it in the sweep, as its earlier runs would be, with a drop narrow enough
+    that the first prediction stops it. A second sweep of the plan trains nothing."""
+    from early_refs import write_references
+    from orch_helpers import shape, write_plan
+
+    from scaling.db import connect
+    from scaling.orchestrator.expand import expand
+    from scaling.orchestrator.plan import load_plan
+    from scaling.orchestrator.sweep import run_sweep
+
+    rule = {"tolerance": 0.05, "after": 0.3, "every": 0.1}
+    grid = [{"models": [shape(1, 32)], "tokens": [512 * 24]}]
+    # a budget just above the run's 9.4e8 FLOPs: the adaptive loop adds no slice after it
+    adaptive = {"target": {"at_compute": 1e12, "interval_ratio": 100.0}, "max_compute": 1e9, "early_stop": rule}
+    path = write_plan(tmp_path / "plan.yaml", "trained", tmp_path / "runs", grid, adaptive=adaptive)
+    plan = yaml.safe_load(path.read_text())
+    plan["train"]["eval_interval"] = 4
+    write(path, plan)
+    (run,) = expand(load_plan(path)[0]).runs
+    write_references(sqlite_url, "trained", run.spec.model_dump(mode="json", exclude={"early_stop"}), spread=0.001)
+
+    first = run_sweep(path, db=sqlite_url, fit=False, report=False, echo=lambda s: None)
+    assert first.outcome.completed == [run.key]
+    with connect(sqlite_url) as res:
+        row = res.runs(sweep="trained").set_index("run_key").loc[run.key]
+        events = res.events(run_keys=[run.key], kinds=[vocab.STOPPED_EARLY])
+        evals = res.metrics(run_keys=[run.key], names=[vocab.EVAL_LOSS], sweep="trained")
+        rows_before = len(res.metrics(sweep="trained"))
+    assert row["status"] == vocab.COMPLETED and row["stopped_step"] == 8, row[["status", "stopped_step"]]
+    assert len(events) == 1 and int(events["step"].iloc[0]) == 8
+    detail = events["detail"].iloc[0]
+    assert detail["step"] == 8 and detail["tolerance"] == rule["tolerance"] and detail["hi"] - detail["lo"] <= 2 * rule["tolerance"]
+    assert row["final_loss"] == pytest.approx(detail["loss"])  # the final the fits read is the prediction
+    assert detail["lo"] <= row["final_loss"] <= detail["hi"]
+    assert int(evals["step"].max()) == 8  # nothing was trained or evaluated after the stop
+    loss_at_8 = float(evals.set_index("step")["value"].loc[8])
+    drop = (1 - 8 / 24) * 0.8 * (24 / 20) ** -0.5  # what the references say is still to come
+    assert row["final_loss"] == pytest.approx(loss_at_8 - drop, abs=0.01)
+
+    again = run_sweep(path, db=sqlite_url, fit=False, report=False, echo=lambda s: None)
+    assert again.outcome.completed == [] and run.key in again.outcome.skipped
+    with connect(sqlite_url) as res:
+        assert len(res.metrics(sweep="trained")) == rows_before
+        assert res.runs(sweep="trained").set_index("run_key").loc[run.key, "stopped_step"] == 8

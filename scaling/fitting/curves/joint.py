@@ -28,20 +28,25 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+from scipy.stats import norm
 
 from scaling.curve_forms import FORMS, MULTI_POWER, Areas, areas, warmup_end
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_DECADES
 from scaling.fitting.core.doubts import DoubtKind, Doubtful, restore, stored
-from scaling.fitting.core.intervals import orders_of_magnitude, summarise
+from scaling.fitting.core.intervals import LEVEL, ZERO_WIDTH, orders_of_magnitude, summarise
 from scaling.fitting.curves.data import Curve, Schedule
 from scaling.fitting.curves.fit import (MIN_OK_FRACTION, CurveLaw, SCOUT_EVALUATIONS, UNDETERMINED_WIDTH, block_resample,
-                                        fit_form, fit_points, law_at, percentile_bounds)
+                                        curve_noise, fit_form, fit_points, law_at, percentile_bounds)
 from scaling.fitting.curves.laws import Form, form, huber_residuals, pinned_at
 from scaling.fmt import Interval, num, size
 
-__all__ = ["MIN_SIZES", "JointCurveLaw", "JointForm", "fit_joint", "joint_form"]
+__all__ = ["MIN_SIZES", "RESOLVED_SHARE", "JointCurveLaw", "JointForm", "fit_joint", "joint_form"]
 
+#: The share of the narrowest 95% width the evaluations' noise allows a prediction (1.96 SD / sqrt(evaluations),
+#: twice) below which its bootstrap is taken to have measured nothing: replicates that stop where the fit is (a fit
+#: at its bounds) agree to within the refit's tolerance, far below anything the evaluations could determine.
+RESOLVED_SHARE = 0.1
 #: Model sizes a joint law needs at least (L0(N) = E + K (N/N0)^-a has three parameters).
 MIN_SIZES = 3
 #: Bounds of the exponents of the amplitudes in N (a power of N within +-2 covers every published fit).
@@ -359,6 +364,9 @@ class JointCurveLaw(Doubtful):
         self.replicates_ = {jf.name: np.array(rows) if rows else np.zeros((0, len(jf.params)))}
         if len(rows) < MIN_OK_FRACTION * n:
             self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: only {len(rows)} of {n} bootstrap replicates refitted")
+        elif rows and not _varies(self.replicates_[jf.name], theta):
+            self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: all {len(rows)} bootstrap replicates refit to the fit's "
+                           "own parameters, so the bootstrap measures no error: no interval, and no prediction from it")
         for name, iv in self.intervals().items():
             j = jf.params.index(name)
             if jf.lower[j] > 0 and iv.lo is not None and iv.hi is not None and \
@@ -412,11 +420,26 @@ class JointCurveLaw(Doubtful):
         law.doubts_, law.notes_ = list(self.doubts_), list(self.notes_)
         return law
 
+    def resolution(self) -> float:
+        """The narrowest relative 95% width a prediction's bootstrap is believed at (:data:`RESOLVED_SHARE` of
+        what the fitted evaluations' noise allows; 0 where the curves are not at hand, as after :meth:`from_dict`)."""
+        noise = curve_noise([p.loss for p in self._parts]) if self._parts else math.nan
+        if not math.isfinite(noise) or self.n_points_ < 1:
+            return 0.0
+        return RESOLVED_SHARE * 2 * float(norm.ppf(0.5 + LEVEL / 2)) * noise / math.sqrt(self.n_points_)
+
     def final_loss(self, N: float, lr: Sequence[float] | np.ndarray) -> Interval:
-        """The predicted loss after the last step of ``lr`` for a model of ``N`` parameters, with its 95% interval."""
+        """The predicted loss after the last step of ``lr`` for a model of ``N`` parameters, with its 95% interval
+        (withheld where it is narrower than :meth:`resolution`: the replicates did not move from the fit)."""
         last = [len(lr) - 1]
         value = float(self.loss_at(N, lr, last)[0])
-        return Interval.of(summarise(self.draws_at(N, lr, last)[:, 0], value))
+        iv = Interval.of(summarise(self.draws_at(N, lr, last)[:, 0], value))
+        width = iv.hi - iv.lo if iv.interval is not None else math.nan  # type: ignore[operator]
+        if width < self.resolution() * abs(value):
+            return iv.without_interval(f"the bootstrap replicates agree to {width / abs(value):.2g} of the loss, under "
+                                       f"{RESOLVED_SHARE:g} of what the evaluations' noise allows: they did not move "
+                                       "from the fit (parameters at their bounds), and measure no error")
+        return iv
 
     def predict(self, schedules: Sequence[Schedule]) -> pd.DataFrame:
         """The predicted loss with its 95% interval at each wanted step of each schedule (its ``N`` needed):
@@ -429,6 +452,7 @@ class JointCurveLaw(Doubtful):
             value = self.loss_at(s.N, s.lr, steps)
             draws = self.draws_at(s.N, s.lr, steps)
             lo, hi = percentile_bounds(draws, value) if draws.shape[0] else (np.full(steps.size, np.nan),) * 2
+            lo, hi = (np.where(hi - lo < self.resolution() * np.abs(value), np.nan, b) for b in (lo, hi))
             if draws.shape[0] and np.any((hi - lo > UNDETERMINED_WIDTH * value) | (np.isnan(lo) & np.isfinite(value))):
                 message = (f"the curves do not determine the prediction for run {s.run!r} (its 95% interval is wider "
                            f"than {100 * UNDETERMINED_WIDTH:g}% of the loss, or withheld)")
@@ -490,6 +514,15 @@ class JointCurveLaw(Doubtful):
 
     def __repr__(self) -> str:
         return f"JointCurveLaw(form={self.form_!r}, sizes={len(self.sizes_)})"
+
+
+def _varies(replicates: np.ndarray, theta: np.ndarray) -> bool:
+    """Whether any parameter's bootstrap replicates spread beyond rounding (:data:`ZERO_WIDTH` of its size):
+    replicates that all refit to the fit itself (a fit at its bounds, or curves it matches exactly) measure nothing."""
+    if replicates.shape[0] < 2:
+        return False
+    scale = np.maximum(np.max(np.abs(replicates), axis=0), np.abs(theta))
+    return bool(np.any(np.ptp(replicates, axis=0) > ZERO_WIDTH * np.maximum(scale, 1e-300)))
 
 
 def fit_joint(curves: Sequence[Curve], *, bootstrap: int = 50, seed: int = 0,

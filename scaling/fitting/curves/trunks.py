@@ -6,8 +6,11 @@ sizes (:class:`~scaling.fitting.curves.joint.JointCurveLaw`), and each smaller b
 predicted for the cooldown branch it stands for: the trunk's rate (its warmup, then its peak) up to the
 branch's decay, then the branch's own decay over its last ``decay_fraction`` of steps. These rows join the
 trained points of the Chinchilla approaches, each marked as predicted in the data's notes. Nothing is
-predicted from a law doubted for more than its parameters (too few sizes, no decay seen, pinned): the note
-says why, and only the trunks' own final losses are points.
+predicted from a law doubted for more than its parameters (too few sizes, no decay seen, a bootstrap that
+measures nothing): the note says why, and only the trunks' own final losses are points. A law doubted for its
+parameters (pinned at a bound) still predicts where its bootstrap determines the prediction: a predicted loss
+whose replicates give no interval, or one wider than ``UNDETERMINED_WIDTH`` of the loss, is withheld, a doubt of
+the law saying why.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import pandas as pd
 from scaling.batching import steps_for
 from scaling.curve_forms import warmup_end
 from scaling.errors import UserError
+from scaling.fitting.core.doubts import DoubtKind
 from scaling.fitting.curves.data import Curve, run_curve
+from scaling.fitting.curves.fit import UNDETERMINED_WIDTH
 from scaling.fitting.curves.joint import JointCurveLaw, fit_joint
-from scaling.fmt import size
+from scaling.fmt import Interval, size
 from scaling.lr_schedule import lr_steps, schedule_of, warmup_steps
 from scaling.vocab import COMPLETED, EVAL_LOSS, PREDICT_TOKENS_TAG
 
@@ -89,7 +94,8 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     if verdicts:
         return TrunkPredictions(empty, law, ["predicted cooldowns: none, the curve law across sizes is not trusted: "
                                              + "; ".join(verdicts)])
-    rows, draws = [], []
+    rows, draws, withheld = [], [], {}
+    doubted = any(d.kind.about_parameters for d in law.doubts())
     for spec, curve, C in trunks:
         batch, total = int(spec["batch_tokens"]), int(curve.lr.size)
         for D in budgets(spec):
@@ -98,14 +104,22 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
                 continue  # the trunk itself is this budget's run
             rate = branch_rate(spec, steps)
             iv = law.final_loss(float(curve.N), rate)  # type: ignore[arg-type]
-            draws.append(law.draws_at(float(curve.N), rate, [steps - 1])[:, 0])  # type: ignore[arg-type]
+            sample = law.draws_at(float(curve.N), rate, [steps - 1])[:, 0]  # type: ignore[arg-type]
+            why = undetermined(iv, bool(sample.size), doubted)
+            if why is not None:
+                withheld.setdefault(why, []).append(curve.run)
+                continue
+            draws.append(sample)
             rows.append({"run": curve.run, "N": float(curve.N), "D": float(steps * batch),  # type: ignore[arg-type]
                          "C": C * steps / total, "loss": iv.value, "lo": iv.lo, "hi": iv.hi})
+    for why, runs in withheld.items():
+        law.add_doubt(DoubtKind.UNDETERMINED, f"the trunks' curves do not determine {len(runs)} predicted cooldown(s) "
+                      f"(of {', '.join(dict.fromkeys(runs))}): {why}")
+    if withheld and not rows:
+        return TrunkPredictions(empty, law, ["predicted cooldowns: none, the curve law across sizes does not determine "
+                                             "them: " + "; ".join(withheld)])
     frame = pd.DataFrame(rows) if rows else empty
-    keep = (np.isfinite(frame["loss"].astype(float)) & (frame["loss"].astype(float) > 0)).to_numpy() if rows \
-        else np.zeros(0, bool)
-    frame = frame[keep] if rows else frame
-    matrix = np.column_stack(draws)[:, keep] if draws and len(draws[0]) else None
+    matrix = np.column_stack(draws) if draws and len(draws[0]) else None
     notes = [f"{len(frame)} point(s) are final losses predicted, not trained: the cooldowns of {len(trunks)} trunk(s) "
              f"at their smaller budgets, by the {law.form_} curve law across sizes fitted to the trunks' curves "
              f"(N = {', '.join(size(n) for n in law.sizes_)})"]
@@ -114,6 +128,28 @@ def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bo
     recipe = (float(np.max(largest.lr)), float(largest.D or 0) / largest.lr.size, warmup_end(largest.lr) / largest.lr.size,
               int(largest.lr.size))
     return TrunkPredictions(frame.reset_index(drop=True), law, notes, recipe, matrix)
+
+
+#: Why a predicted loss has no interval, by its kind (:class:`~scaling.fmt.Interval`), in one note for all alike.
+NO_INTERVAL_WHY = {"no spread": "their bootstrap replicates do not vary",
+                   "unreliable": "their bootstrap replicates did not move from the fit (they agree far more closely "
+                                 "than the evaluations' noise allows)",
+                   "biased": "their bootstrap does not reproduce them"}
+
+
+def undetermined(iv: Interval, bootstrapped: bool, doubted: bool) -> Optional[str]:
+    """Why a predicted final loss is no point to fit (None: it is one): its bootstrap gives it no interval (its
+    replicates do not vary, did not move from the fit, or do not reproduce it), its 95% interval is wider than
+    ``UNDETERMINED_WIDTH`` of the loss, or no bootstrap was run for a law whose parameters are doubted."""
+    if not (math.isfinite(iv.value) and iv.value > 0):
+        return "no finite positive loss"
+    if not bootstrapped:
+        return "no bootstrap measures them, and the law's parameters are doubted" if doubted else None
+    if iv.interval is None:
+        return NO_INTERVAL_WHY.get(iv.kind, "their bootstrap gives them no interval")
+    if iv.hi - iv.lo > UNDETERMINED_WIDTH * iv.value:  # type: ignore[operator]
+        return f"their 95% interval is wider than {100 * UNDETERMINED_WIDTH:g}% of the loss"
+    return None
 
 
 def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
