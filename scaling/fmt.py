@@ -220,7 +220,7 @@ class Interval:
         value keeps saying so (it had no interval to withhold)."""
         if self.kind == "pinned":
             return self
-        return Interval(self.value, withheld=why, kind="unreliable", quantity=self.quantity)
+        return Interval(self.value, withheld=str(why), kind="unreliable", quantity=self.quantity)
 
     def widen(self, lo: float, hi: float, why: str) -> "Interval":
         """These bounds in place of the bootstrap's (kept as :attr:`lo_param`, :attr:`hi_param`), ``why`` saying why."""
@@ -240,6 +240,18 @@ class Interval:
     @property
     def interval(self) -> Optional[tuple[float, float]]:
         return None if self.lo is None or self.hi is None else (self.lo, self.hi)
+
+    def covers(self, x: float, *, bootstrap: bool = False) -> bool:
+        """Whether ``x`` lies within the bounds (False without bounds); ``bootstrap``: within the bootstrap's
+        own bounds, before :meth:`widen` widened them."""
+        lo, hi = (self.lo_param, self.hi_param) if bootstrap and self.widened else (self.lo, self.hi)
+        return lo is not None and hi is not None and lo <= x <= hi
+
+    def log_width(self) -> float:
+        """ln(hi / lo) of positive bounds; NaN without them."""
+        if self.lo is None or self.hi is None or not self.lo > 0 or not self.hi > 0:
+            return math.nan
+        return math.log(self.hi / self.lo)
 
     def bounds_text(self, digits: int = 3, fmt: Callable[..., str] = num, *, mark: bool = False) -> str:
         """What follows the value: ``[lo, hi]``, ``pinned: ...``, ``no interval: why`` or ``no interval``."""

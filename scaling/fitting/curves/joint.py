@@ -361,8 +361,7 @@ class JointCurveLaw(Doubtful):
             self.add_doubt(DoubtKind.BOOTSTRAP, f"unreliable: only {len(rows)} of {n} bootstrap replicates refitted")
         for name, iv in self.intervals().items():
             j = jf.params.index(name)
-            if jf.lower[j] > 0 and iv.lo is not None and iv.hi is not None and \
-                    orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
+            if jf.lower[j] > 0 and orders_of_magnitude(iv) > MAX_DECADES:
                 self.add_doubt(DoubtKind.UNDETERMINED, f"the curves do not determine {name} of the {jf.title} "
                                f"(its 95% interval spans more than {MAX_DECADES:g} decades)")
         return self
@@ -416,7 +415,7 @@ class JointCurveLaw(Doubtful):
         """The predicted loss after the last step of ``lr`` for a model of ``N`` parameters, with its 95% interval."""
         last = [len(lr) - 1]
         value = float(self.loss_at(N, lr, last)[0])
-        return Interval.of(summarise(self.draws_at(N, lr, last)[:, 0], value))
+        return summarise(self.draws_at(N, lr, last)[:, 0], value)
 
     def predict(self, schedules: Sequence[Schedule]) -> pd.DataFrame:
         """The predicted loss with its 95% interval at each wanted step of each schedule (its ``N`` needed):
@@ -442,8 +441,8 @@ class JointCurveLaw(Doubtful):
         jf = joint_form(name or self.form_ or "")
         reps = self.replicates_.get(jf.name)
         pinned = pinned_at(self.theta(jf.name), jf.lower, jf.upper, jf.params)
-        return {p: Interval.of(summarise(reps[:, j] if reps is not None and reps.shape[0] else [],
-                                         self.params_[jf.name][p], pinned=pinned.get(p)))
+        return {p: summarise(reps[:, j] if reps is not None and reps.shape[0] else [],
+                             self.params_[jf.name][p], pinned=pinned.get(p))
                 for j, p in enumerate(jf.params)}
 
     # -- output --------------------------------------------------------------------------------------

@@ -107,14 +107,14 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
             continue
         for name, iv in law.reported_intervals().items():
             if name in t:
-                hits.setdefault(name, []).append(bool(iv["lo"] <= t[name] <= iv["hi"]))
+                hits.setdefault(name, []).append(iv.covers(t[name]))
         C = budget_factor * law.c_range_[1]
         rec = recommend_moe(law, C)
-        x = np.asarray(rec.choice["value"])
+        x = np.asarray(rec.choice.value)
         N_true, _, L_true = (float(v) for v in law.optimal_at(t, np.asarray(C), x))
         _, _, L_dense = (float(v) for v in law.optimal_at(t, np.asarray(C), np.asarray(law.dense)))
-        hits.setdefault("N_active*", []).append(bool(rec.N["lo"] <= N_true <= rec.N["hi"]))
-        hits.setdefault("loss saved", []).append(bool(rec.gain["lo"] <= L_dense - L_true <= rec.gain["hi"]))
+        hits.setdefault("N_active*", []).append(rec.N.covers(N_true))
+        hits.setdefault("loss saved", []).append(rec.gain.covers(L_dense - L_true))
         if progress is not None:
             progress(_tally(form, i + 1, flagged, hits))
     return _tally(form, draws, flagged, hits)
