@@ -3,11 +3,13 @@ back to the same :class:`Interval`, and written again keeps its keys (value, se,
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 from scaling.fitting.core.base import jsonable
 from scaling.fitting.core.intervals import summarise, widen_log, withheld
@@ -94,3 +96,56 @@ def test_a_widened_interval_keeps_the_bootstraps_own_bounds() -> None:
 def test_not_an_interval_is_refused() -> None:
     with pytest.raises(TypeError, match="an interval is a mapping"):
         Interval.from_dict([1.0, 2.0])  # type: ignore[arg-type]
+
+
+# -- one value type: no module reads an interval's keys ------------------------------------------------
+#: The keys of an interval's JSON form (:meth:`Interval.to_dict`, older stored summaries, a chained accuracy's).
+#: ``value``, ``kind``, ``reason`` and ``pinned`` are left out: other records have them too (an event's kind, a
+#: decision's reason, a law's map of pinned parameters), and an interval's value and kind are read with its bounds.
+INTERVAL_KEYS = frozenset({"lo", "hi", "se", "se_log", "se_note", "se_log_note", "lo_param", "hi_param", "quantile",
+                           "widened", "withheld", "note", "form_spread", "determined_at_point", "backtest_error"})
+#: The functions that turn an interval into its JSON form and back, and so must read and write its keys.
+SERIALISERS = frozenset({"of", "from_dict", "to_dict"})
+SCALING = Path(__file__).resolve().parents[1] / "scaling"
+
+
+def key_reads(source: str) -> list[tuple[int, str]]:
+    """(line, key) of each ``x["lo"]`` (read, not assigned) or ``x.get("lo")`` of an interval key in
+    ``source``, outside the serialisers."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside = inside or node.name in SERIALISERS
+        if not inside:
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                    and isinstance(node.slice, ast.Constant) and node.slice.value in INTERVAL_KEYS:
+                found.append((node.lineno, node.slice.value))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("get", "pop", "setdefault") and node.args \
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value in INTERVAL_KEYS:
+                found.append((node.lineno, node.args[0].value))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+@pytest.mark.parametrize("line", ['iv["lo"]', 'x.get("widened")', 'rec.per_law[k]["N"]["hi"]', 'iv.get("se", 0.0)'])
+def test_the_guard_sees_a_key_read(line: str) -> None:
+    assert key_reads(line)
+
+
+@pytest.mark.parametrize("line", ['iv.lo', 'row["lo"] = 1.0', 'def to_dict(self):\n    return self.d["lo"]',
+                                  'd.get("value")'])
+def test_the_guard_passes_what_reads_no_interval_key(line: str) -> None:
+    assert not key_reads(line)
+
+
+def test_no_module_reads_an_intervals_keys() -> None:
+    """An interval is a :class:`~scaling.fmt.Interval` everywhere: read by its attributes. Only its JSON form's
+    own functions (``to_dict``, ``from_dict``, ``of``) may touch the keys it is stored under."""
+    found = [f"{path.relative_to(SCALING.parent)}:{line}: {key!r}"
+             for path in sorted(SCALING.rglob("*.py")) for line, key in key_reads(path.read_text(encoding="utf-8"))]
+    assert not found, "read these through scaling.fmt.Interval's attributes:\n" + "\n".join(found)

@@ -64,7 +64,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement
-            span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'], fmt=size)}"
+            span = (f"; their 95% intervals together reach {bounds(rec.across_laws.lo, rec.across_laws.hi, fmt=size)}"
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
         lines.extend(_task_line(task, p) for task, p in rec.tasks.items())

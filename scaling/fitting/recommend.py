@@ -105,6 +105,24 @@ class RunTarget:
     n_notes: int = 0
 
 
+@dataclass(frozen=True)
+class Reach:
+    """How far N* reaches across the reliable laws: the lowest lower and highest upper end of their 95%
+    intervals (model uncertainty between methods, not a 95% interval of its own)."""
+
+    lo: float
+    hi: float
+    n_laws: int
+
+    def to_dict(self) -> dict[str, float]:
+        return {"lo": self.lo, "hi": self.hi, "n_laws": float(self.n_laws)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Reach | None":
+        """:meth:`to_dict` read back; None for the empty form of no reach."""
+        return cls(float(d["lo"]), float(d["hi"]), int(d["n_laws"])) if d else None
+
+
 @dataclass
 class Recommendation:
     """What to train next at ``compute`` FLOPs, and which runs would firm up the answer."""
@@ -126,7 +144,7 @@ class Recommendation:
     #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
     determined_at_budget: dict[str, str] = field(default_factory=dict)
     #: N* across the reliable laws: the lowest lower and highest upper end of their 95% intervals.
-    across_laws: dict[str, float] = field(default_factory=dict)
+    across_laws: Reach | None = None
     agreement: dict[str, float] = field(default_factory=dict)
     consensus: dict[str, float] = field(default_factory=dict)
     run: dict[str, Any] | None = None
@@ -146,7 +164,8 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as ``scaling recommend --format json`` prints it (notes as text)."""
-        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")})
+        out = {k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")}
+        return jsonable(out | {"across_laws": {} if self.across_laws is None else self.across_laws.to_dict()})
 
     def to_record(self) -> dict[str, Any]:
         """Everything, to store: :meth:`to_dict` with the notes' kinds, the laws without an optimum and
@@ -163,10 +182,15 @@ class Recommendation:
         """:meth:`to_record` read back; ``hparams``: the hyperparameter laws the target applies again."""
         t = d.get("target")
         fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
-        for f in ("per_law", "across_laws", "agreement", "consensus", "hparams", "tasks"):
+        for f in ("per_law", "agreement", "consensus", "hparams", "tasks"):
             fields[f] = _nan_back(fields.get(f))
         fields["per_law"] = {k: {q: Interval.of(iv) for q, iv in r.items()} for k, r in (d.get("per_law") or {}).items()}
-        fields["hparams"] = stored_hparams(fields["hparams"])
+        fields["hparams"] = stored_hparams(fields.get("hparams"))
+        fields["across_laws"] = Reach.from_dict(d.get("across_laws") or {})
+        if fields.get("tasks"):
+            from scaling.fitting.tasks.task_laws import stored_predictions
+
+            fields["tasks"] = stored_predictions(fields["tasks"])
         fields["unreliable"] = {k: Doubt.from_dict(v) for k, v in (d.get("unreliable") or {}).items()}
         return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
                    target=None if t is None else RunTarget(hparams=hparams, **t))
@@ -217,7 +241,7 @@ class Recommendation:
         if self.chosen:
             con.print(f"recommended: {self.chosen_reason}")
         if self.across_laws:
-            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'], fmt=size)} "
+            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws.lo, self.across_laws.hi, fmt=size)} "
                       "(the widest reach of their 95% intervals: model uncertainty between methods)")
         for kind, why in self.unreliable.items():
             con.print(f"left out: {SHORT.get(kind, kind)}: {why}")
@@ -521,7 +545,7 @@ def _spread(rec: Recommendation, trusted: list[str], with_interval: list[str], c
     los = [rec.per_law[kind]["N"].lo for kind in with_interval]
     his = [rec.per_law[kind]["N"].hi for kind in with_interval]
     if len(with_interval) > 1:
-        rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
+        rec.across_laws = Reach(float(min(los)), float(max(his)), len(with_interval))
     if len(trusted) < 2:  # agreement and a consensus need two laws the data determine
         if not trusted:
             rec.notes.append(Note(NoteKind.NO_CONSENSUS, "no law is reliable, so there is no agreement or consensus "

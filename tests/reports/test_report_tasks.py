@@ -158,7 +158,8 @@ def test_compare_reads_each_sweeps_stored_task_laws_and_fits_none(db_url: str,
 
 
 def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:
-    from scaling.fitting.tasks.task_laws import fit_tasks, task_lines, tasks_from_db
+    from scaling.fitting.tasks.task_laws import ChainedAccuracy, fit_tasks, task_lines, tasks_from_db
+    from scaling.fmt import Interval
     from scaling.reports.figures_tasks import (accuracy_interval, accuracy_vs_compute, accuracy_vs_loss,
                                                frontier_prediction)
 
@@ -176,10 +177,10 @@ def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_
             y = np.asarray(trace.y, dtype=float)
             assert ((y[np.isfinite(y)] >= 0) & (y[np.isfinite(y)] <= 1)).all(), trace.name
     # The bounded fits cannot produce an accuracy outside [0, 1]: the report's own check is given one by hand.
-    impossible = {"value": 1.05, "lo": 0.528, "hi": 1.21, "kind": "percentile"}
+    impossible = ChainedAccuracy(1.05, 0.528, 1.21, kind="percentile")
     bad = {**prediction, "sigmoid": impossible}
-    bad_frontier = {"sigmoid": {"C": np.array([1e20, 1e21]), "value": np.array([0.9, 1.3]),
-                                "lo": np.array([0.8, 1.1]), "hi": np.array([1.0, 1.6])}}
+    bad_frontier = {"sigmoid": (np.array([1e20, 1e21]), [Interval(0.9, 0.8, 1.0, kind="percentile"),
+                                                        Interval(1.3, 1.1, 1.6, kind="percentile")])}
     fig = accuracy_vs_compute(law, bad_frontier, bad)
     drawn = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data])
     assert not (drawn[np.isfinite(drawn)] > 1).any()
