@@ -206,6 +206,9 @@ class Interval:
         optional = {"note": self.withheld if self.withheld != self._default_reason() else None,
                     "pinned": self.pinned, "widened": self.widened, "se_log": self.se_log, "se_note": self.se_note,
                     "lo_param": self.lo_param, "hi_param": self.hi_param, "quantile": self.quantile}
+        if self.widened:  # a widened interval says what the bootstrap's own bounds were (NaN: it had none)
+            optional |= {"lo_param": nan if self.lo_param is None else self.lo_param,
+                         "hi_param": nan if self.hi_param is None else self.hi_param}
         return out | {key: value for key, value in optional.items() if value is not None}
 
     def _default_reason(self) -> Optional[str]:

@@ -85,7 +85,7 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
             traces.append(go.Scatter(
                 x=[g.lr.value], y=[g.loss.value], mode="markers", showlegend=i == 0, name="fitted optimum",
                 legendgroup="opt", marker=dict(symbol="x", size=11, color="black"),
-                hovertemplate=f"lr* %{{x:.3g}}, B* {num(g.batch['value'], 3)}, L* %{{y:.4f}}<extra></extra>"))
+                hovertemplate=f"lr* %{{x:.3g}}, B* {num(g.batch.value, 3)}, L* %{{y:.4f}}<extra></extra>"))
             where.append(cell)
     if traces:
         fig.add_traces(traces, rows=[r for r, _ in where], cols=[c for _, c in where])

@@ -80,7 +80,7 @@ def inference_section(inference_tokens: float, compute: float | None = None) -> 
                 f"as good as the compute-optimal run at C = {num(budget)} FLOPs (loss {num(rec.target_loss, 4)}): "
                 f"the cheapest model to train and serve has N = {interval(o['N'])} parameters trained on "
                 f"D = {interval(o['D'])} tokens ({interval(o['tokens_per_param'])} tokens per parameter, "
-                f"against {num(c['tokens_per_param']['value'])} compute-optimal), and costs "
+                f"against {num(c['tokens_per_param'].value)} compute-optimal), and costs "
                 f"{interval(o['total_flops'])} FLOPs in all instead of {interval(c['total_flops'])}"
                 + (": approach 3 is unreliable on these data, so these are what an undetermined law extrapolates, "
                    "with no interval and no saving claimed.</p>" if rec.unreliable else
