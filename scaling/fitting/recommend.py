@@ -151,8 +151,8 @@ class Recommendation:
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
-    #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
-    #: or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
+    #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an
+    #: :class:`~scaling.fmt.Interval` or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
     #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
