@@ -86,9 +86,9 @@ def test_a_hyperparameter_laws_verdict_and_stored_form_follow_its_typed_doubts()
     kinds = [d.kind for d in law.doubts()]
     back = PowerLaw.from_dict(json.loads(json.dumps(law.to_dict())))
     assert [(d.kind, str(d)) for d in back.doubts()] == [(d.kind, str(d)) for d in law.doubts()]
-    assert not back.reliable() and back.predict_interval(C=1e19)["kind"] == "unreliable"
+    assert not back.reliable() and back.predict_interval(C=1e19).kind == "unreliable"
     back.drop_doubts(*kinds)  # the verdict follows the kinds: without doubts the law is trusted
-    assert back.reliable() and back.predict_interval(C=1e19)["kind"] != "unreliable"
+    assert back.reliable() and back.predict_interval(C=1e19).kind != "unreliable"
     law.notes.append("unreliable: a note that reads like a doubt is only a note")
     back = PowerLaw.from_dict(dict(law.to_dict(), doubts=[]))
     assert back.reliable()
