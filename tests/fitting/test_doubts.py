@@ -21,6 +21,7 @@ import pytest
 from scaling.fitting import ChinchillaIsoFLOP, from_dict
 from scaling.fitting.loss import synthetic as S
 from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fmt import Interval
 from scaling.fitting.hyperparams.hparams import GroupOptimum, PowerLaw, fit_law
 from scaling.fitting.recommend import compare_laws
 
@@ -73,8 +74,8 @@ def test_the_recommendation_tells_a_parameter_doubt_from_a_design_doubt_by_kind(
 def _power_law() -> PowerLaw:
     """lr*(C) over five groups whose optima scatter by 100x: its exponent is not determined."""
     def group(C: float, lr: float) -> GroupOptimum:
-        iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
-        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", {"value": 3.0}, iv, {"value": 1e5})
+        iv = Interval(lr, lr / 1.1, lr * 1.1, kind="percentile")
+        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", Interval(3.0), iv, Interval(1e5))
 
     pairs = ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))
     return fit_law("lr_C", [group(C, lr) for C, lr in pairs], 200)
