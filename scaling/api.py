@@ -42,8 +42,8 @@ Tasks = TaskFits
 QUANTITIES = {"N": "count", "D": "count", "batch": "count", "loss": "loss", "task_loss": "loss"}
 
 
-def _estimate(iv: Any, name: str = "") -> Estimate:
-    """The typed estimate of a summary dict, written as the quantity ``name`` is everywhere."""
+def _estimate(iv: Interval, name: str = "") -> Estimate:
+    """The estimate ``iv``, written as the quantity ``name`` is everywhere."""
     return Estimate.of(iv, QUANTITIES.get(name))
 
 
@@ -498,7 +498,7 @@ def _typed_advice(rec: "Recommendation") -> Advice:
                   recommendation=rec)
 
 
-def _withheld_if(unreliable: bool, iv: dict[str, Any]) -> dict[str, Any]:
+def _withheld_if(unreliable: bool, iv: Interval) -> Interval:
     """An unreliable law's interval measures nothing the data determine: its value only."""
     from scaling.fitting.core.intervals import withheld
 

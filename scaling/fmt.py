@@ -206,6 +206,9 @@ class Interval:
         optional = {"note": self.withheld if self.withheld != self._default_reason() else None,
                     "pinned": self.pinned, "widened": self.widened, "se_log": self.se_log, "se_note": self.se_note,
                     "lo_param": self.lo_param, "hi_param": self.hi_param, "quantile": self.quantile}
+        if self.widened:  # a widened interval says what the bootstrap's own bounds were (NaN: it had none)
+            optional |= {"lo_param": nan if self.lo_param is None else self.lo_param,
+                         "hi_param": nan if self.hi_param is None else self.hi_param}
         return out | {key: value for key, value in optional.items() if value is not None}
 
     def _default_reason(self) -> Optional[str]:
@@ -220,7 +223,7 @@ class Interval:
         value keeps saying so (it had no interval to withhold)."""
         if self.kind == "pinned":
             return self
-        return Interval(self.value, withheld=why, kind="unreliable", quantity=self.quantity)
+        return Interval(self.value, withheld=str(why), kind="unreliable", quantity=self.quantity)
 
     def widen(self, lo: float, hi: float, why: str) -> "Interval":
         """These bounds in place of the bootstrap's (kept as :attr:`lo_param`, :attr:`hi_param`), ``why`` saying why."""
@@ -240,6 +243,18 @@ class Interval:
     @property
     def interval(self) -> Optional[tuple[float, float]]:
         return None if self.lo is None or self.hi is None else (self.lo, self.hi)
+
+    def covers(self, x: float, *, bootstrap: bool = False) -> bool:
+        """Whether ``x`` lies within the bounds (False without bounds); ``bootstrap``: within the bootstrap's
+        own bounds, before :meth:`widen` widened them."""
+        lo, hi = (self.lo_param, self.hi_param) if bootstrap and self.widened else (self.lo, self.hi)
+        return lo is not None and hi is not None and lo <= x <= hi
+
+    def log_width(self) -> float:
+        """ln(hi / lo) of positive bounds; NaN without them."""
+        if self.lo is None or self.hi is None or not self.lo > 0 or not self.hi > 0:
+            return math.nan
+        return math.log(self.hi / self.lo)
 
     def bounds_text(self, digits: int = 3, fmt: Callable[..., str] = num, *, mark: bool = False) -> str:
         """What follows the value: ``[lo, hi]``, ``pinned: ...``, ``no interval: why`` or ``no interval``."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from scaling.errors import UserError
+from scaling.fmt import Interval
 
 #: The name of the extra that installs the trackers' libraries.
 EXTRA = "export"
@@ -128,11 +129,15 @@ def collect(url: str, sweep: Optional[str] = None, *, run: Optional[str] = None,
         return SweepRecord(name, records, laws, reliable, f"no law fitted: {exc}")
     for kind, law in fit.laws.items():
         reliable[kind] = bool(law.reliable())
-        laws[kind] = {p: {q: float(iv[q]) for q in ("value", "lo", "hi")
-                          if iv.get(q) is not None and math.isfinite(float(iv[q])) and (q == "value" or reliable[kind])}
-                      for p, iv in law.reported_intervals().items()}
+        laws[kind] = {p: _numbers(iv, reliable[kind]) for p, iv in law.reported_intervals().items()}
     text = fit.table() if fit.laws else "no law fitted: " + "; ".join(f"{KINDS[k][1]}: {w}" for k, w in fit.skipped.items())
     return SweepRecord(name, records, laws, reliable, text)
+
+
+def _numbers(iv: Interval, reliable: bool) -> dict[str, float]:
+    """A parameter as the trackers take it: its finite value, and its bounds where the law is reliable."""
+    numbers = {"value": iv.value} | ({"lo": iv.lo, "hi": iv.hi} if reliable else {})
+    return {q: float(v) for q, v in numbers.items() if v is not None and math.isfinite(float(v))}
 
 
 def law_metrics(record: SweepRecord) -> dict[str, float]:
@@ -235,8 +240,8 @@ def to_wandb(record: SweepRecord, folder: Path) -> Exported:
         run = wandb.init(project=record.sweep, dir=str(root), name=LAWS_RUN, id=_wandb_id(LAWS_RUN),
                          config={"sweep": record.sweep}, settings=settings, reinit="create_new")
         run.summary.update(law_metrics(record))
-        rows = [[kind, p, iv.get("value"), iv.get("lo"), iv.get("hi"), record.reliable[kind]]
-                for kind, params in record.laws.items() for p, iv in params.items()]
+        rows = [[kind, p, *(numbers.get(q) for q in ("value", "lo", "hi")), record.reliable[kind]]
+                for kind, params in record.laws.items() for p, numbers in params.items()]
         run.log({"fitted_laws": wandb.Table(columns=["law", "parameter", "value", "lo", "hi", "reliable"], data=rows)})
         run.finish()
         return len(record.runs) + 1

@@ -87,8 +87,6 @@ def print_table(result: Comparison, json_path: Optional[Path] = None) -> None:
     from scaling.fmt import num
     from scaling.reports.compare import ranked, verdict_counts
 
-    from scaling.fmt import interval_text as interval
-
     console = Console(highlight=False)
     names = [s.name for s in result.sides][:MAX_TERMINAL_SWEEPS]
     exps = Table(title="Exponents (95% bootstrap intervals)")
@@ -101,7 +99,8 @@ def print_table(result: Comparison, json_path: Optional[Path] = None) -> None:
         cells = []
         for n in names:
             x = by.get((law, exp, n))
-            cells.append(Text("–" if x is None else (interval(x) if x["reliable"] else f"{num(x['value'], 3)} (unreliable)")))
+            cells.append(Text("–" if x is None else (x["interval"].text() if x["reliable"]
+                                                     else f"{num(x['interval'].value, 3)} (unreliable)")))
         exps.add_row(Text(SHORT.get(law, label)), Text(exp), *cells)
     console.print(exps)
     diffs = Table(title="Differences of exponents (second − first)")
@@ -113,13 +112,14 @@ def print_table(result: Comparison, json_path: Optional[Path] = None) -> None:
     why: dict[str, None] = {}
     listed = ranked(result.differences)[:MAX_TERMINAL_DIFFERENCES]
     for d in listed:
-        if d["kind"] == "percentile":
+        diff = d["difference"]
+        if diff.kind == "percentile":
             verdict = "yes" if d["significant"] else "no"
         else:
-            verdict = "unreliable" if d["kind"] == "unreliable" else "no interval"
+            verdict = "unreliable" if diff.kind == "unreliable" else "no interval"
             why[f"{SHORT.get(d['law'], d['label'])}, {d['second']} − {d['first']}: {d['reason']}"] = None
         diffs.add_row(Text(SHORT.get(d["law"], d["label"])), Text(d["exponent"]), Text(f"{d['second']} − {d['first']}"),
-                      Text(interval(d)), Text(verdict))
+                      Text(diff.text()), Text(verdict))
     console.print(diffs)
     for line in list(why)[:MAX_TERMINAL_NOTES]:
         console.print(Text(f"no interval: {line}"))

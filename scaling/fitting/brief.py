@@ -52,7 +52,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"  N* = {_iv(best['N'], size)}, D* = {_iv(best['D'], size)} tokens, loss {_iv(best['loss'], digits=4)}")
         has_interval = [q for q in ("N", "D", "loss") if _ends(best[q]) is not None]
         if has_interval:
-            widened = any(best[q].get("widened") for q in has_interval)
+            widened = any(best[q].widened for q in has_interval)
             lines.append("  (95% intervals" + ("; widened for extrapolating past the largest fitted budget by the "
                                                "law's own backtest error)" if widened else ")"))
         if rec.run:
@@ -64,7 +64,7 @@ def brief(rec: Recommendation, *, budget_why: str = "", skipped: dict[str, str] 
         lines.append(f"  why this law: {rec.chosen_why or rec.chosen_reason}")
         if rec.agreement:
             a = rec.agreement
-            span = (f"; their 95% intervals together reach {bounds(rec.across_laws['lo'], rec.across_laws['hi'], fmt=size)}"
+            span = (f"; their 95% intervals together reach {bounds(rec.across_laws.lo, rec.across_laws.hi, fmt=size)}"
                     if rec.across_laws else "")
             lines.append(f"  the {int(a['n_methods'])} reliable laws agree on N* within a factor {a['N_ratio']:.3g}{span}")
         lines.extend(_task_line(task, p) for task, p in rec.tasks.items())
@@ -99,15 +99,15 @@ def _task_line(task: str, prediction: dict[str, Any]) -> str:
     if form is None:
         return f"  {task}: no accuracy predicted"
     iv = prediction[form]
-    value = iv.get("value")
-    if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):  # an accuracy outside [0, 1] is no prediction
+    value = iv.value
+    if not 0.0 <= value <= 1.0:  # an accuracy outside [0, 1] is no prediction
         return f"  {task}: no accuracy predicted: the {form} chain gives a value outside [0, 1], not an accuracy"
     head = f"  {task} accuracy {num(value)}, by the {form} chain"
     ends = _ends(iv)
     if ends is not None:
         return f"{head}: 95% interval {bounds(max(ends[0], 0.0), min(ends[1], 1.0))}"
-    if iv.get("kind") == "unreliable":
-        return f"{head}, no interval: {short_reason(iv.get('note') or 'its law is unreliable')}"
+    if iv.kind == "unreliable":
+        return f"{head}, no interval: {short_reason(iv.withheld or 'its law is unreliable')}"
     return f"{head}{_iv(iv).removeprefix(num(value))}"
 
 
@@ -115,10 +115,10 @@ def _name(kind: str) -> str:
     return SHORT.get(kind, kind)
 
 
-def _ends(iv: dict[str, Any]) -> tuple[float, float] | None:
-    return Interval.of(iv).interval
+def _ends(iv: Interval) -> tuple[float, float] | None:
+    return iv.interval
 
 
-def _iv(iv: dict[str, Any], write: Callable[..., str] = num, digits: int = 3) -> str:
+def _iv(iv: Interval, write: Callable[..., str] = num, digits: int = 3) -> str:
     """The value, then its 95% interval or what stands in its place, each number by ``write``."""
-    return Interval.of(iv).text(digits, write)
+    return iv.text(digits, write)

@@ -18,7 +18,7 @@ from scipy.optimize import brentq
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
 from scaling.fitting.core.base import MAX_EXTRAPOLATION, check_budget, jsonable, outside_measured, summarise
-from scaling.fmt import bounds, num, size
+from scaling.fmt import Interval, bounds, num, size
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.core.base import Law
@@ -168,16 +168,18 @@ def _point(law: LossLaw, target: float, T: float, k: float) -> dict[str, float]:
 QUANTITIES = ("N", "D", "tokens_per_param", "training_flops", "total_flops", "loss")
 
 
-def honest_interval(values: np.ndarray, point: float) -> dict[str, Any]:
+def honest_interval(values: np.ndarray, point: float) -> Interval:
     """:func:`summarise`, with no interval where the percentile interval excludes the estimate."""
-    iv = dict(summarise(values, point))
-    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    if math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 1e-12 * max(abs(point), 1e-300):
-        iv.update(lo=math.nan, hi=math.nan, se=math.nan, kind="no spread",
-                  note="every bootstrap replicate gives the same value (e.g. a given target loss)")
-    elif math.isfinite(lo) and math.isfinite(hi) and not lo <= point <= hi:
-        iv.update(lo=math.nan, hi=math.nan, se=math.nan, kind="biased",
-                  note="the estimate lies outside its bootstrap replicates' 95% interval, so no interval is given")
+    iv = summarise(values, point)
+    if iv.interval is None:
+        return iv
+    lo, hi = iv.interval
+    if hi - lo <= 1e-12 * max(abs(point), 1e-300):
+        return Interval(iv.value, withheld="every bootstrap replicate gives the same value (e.g. a given target loss)",
+                        kind="no spread")
+    if not lo <= point <= hi:
+        return Interval(iv.value, withheld="the estimate lies outside its bootstrap replicates' 95% interval, so no "
+                        "interval is given", kind="biased")
     return iv
 
 
@@ -190,8 +192,8 @@ class InferenceRecommendation:
     compute: float | None
     target_loss: float
     source: str
-    optimum: dict[str, dict[str, Any]] = field(default_factory=dict)
-    compute_optimal: dict[str, dict[str, Any]] = field(default_factory=dict)
+    optimum: dict[str, Interval] = field(default_factory=dict)
+    compute_optimal: dict[str, Interval] = field(default_factory=dict)
     saving: float = math.nan
     replicates: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -232,11 +234,10 @@ class InferenceRecommendation:
         return con.text()
 
 
-def _cell(iv: dict[str, Any], write: Callable[..., str] = num) -> str:
+def _cell(iv: Interval, write: Callable[..., str] = num) -> str:
     """The value and its bounds, each by ``write`` (:func:`size` for a count of parameters or tokens)."""
-    v = write(iv["value"], 3)
-    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    return f"{v} {bounds(lo, hi, fmt=write)}" if math.isfinite(lo) and math.isfinite(hi) else v
+    v = write(iv.value, 3)
+    return v if iv.interval is None else f"{v} {bounds(iv.lo, iv.hi, fmt=write)}"
 
 
 def check_request(inference_tokens: float, *, compute: float | None = None, target_loss: float | None = None) -> None:

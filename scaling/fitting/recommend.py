@@ -44,7 +44,7 @@ from scaling.fitting.core.base import MIN_OK_FRACTION, check_budget, jsonable
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.measurements import prepare
-from scaling.fmt import bounds, flops, interval_text, size
+from scaling.fmt import Interval, bounds, flops, size
 
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     from scaling.fitting.core.base import Law
@@ -105,13 +105,32 @@ class RunTarget:
     n_notes: int = 0
 
 
+@dataclass(frozen=True)
+class Reach:
+    """How far N* reaches across the reliable laws: the lowest lower and highest upper end of their 95%
+    intervals (model uncertainty between methods, not a 95% interval of its own)."""
+
+    lo: float
+    hi: float
+    n_laws: int
+
+    def to_dict(self) -> dict[str, float]:
+        return {"lo": self.lo, "hi": self.hi, "n_laws": float(self.n_laws)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Reach | None":
+        """:meth:`to_dict` read back; None for the empty form of no reach."""
+        return cls(float(d["lo"]), float(d["hi"]), int(d["n_laws"])) if d else None
+
+
 @dataclass
 class Recommendation:
     """What to train next at ``compute`` FLOPs, and which runs would firm up the answer."""
 
     compute: float
     source: str
-    per_law: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Each law's N*, D* and loss at the budget (:meth:`~scaling.fitting.core.base.Law.optimal_interval`).
+    per_law: dict[str, dict[str, Interval]] = field(default_factory=dict)
     #: The law the recommendation follows, and why it was chosen over the others.
     chosen: str | None = None
     chosen_reason: str = ""
@@ -125,15 +144,15 @@ class Recommendation:
     #: this budget (:func:`undetermined_at_budget`), with those doubts: they may recommend.
     determined_at_budget: dict[str, str] = field(default_factory=dict)
     #: N* across the reliable laws: the lowest lower and highest upper end of their 95% intervals.
-    across_laws: dict[str, float] = field(default_factory=dict)
+    across_laws: Reach | None = None
     agreement: dict[str, float] = field(default_factory=dict)
     consensus: dict[str, float] = field(default_factory=dict)
     run: dict[str, Any] | None = None
     run_source: str | None = None
     next_runs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
-    #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an interval dict
-    #: or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
+    #: lr and batch for the recommended (N, D) from the hyperparameter laws, each an
+    #: :class:`~scaling.fmt.Interval` or None, with why (:meth:`scaling.fitting.hyperparams.hparams.HparamFit.recommend`); None without groups.
     hparams: dict[str, Any] | None = None
     #: Each downstream task's predicted accuracy at the recommended run (scaling.fitting.tasks.task_laws).
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -145,7 +164,8 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as ``scaling recommend --format json`` prints it (notes as text)."""
-        return jsonable({k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")})
+        out = {k: v for k, v in self.__dict__.items() if k not in ("target", "no_optimum", "chosen_why")}
+        return jsonable(out | {"across_laws": {} if self.across_laws is None else self.across_laws.to_dict()})
 
     def to_record(self) -> dict[str, Any]:
         """Everything, to store: :meth:`to_dict` with the notes' kinds, the laws without an optimum and
@@ -162,8 +182,15 @@ class Recommendation:
         """:meth:`to_record` read back; ``hparams``: the hyperparameter laws the target applies again."""
         t = d.get("target")
         fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("notes", "target")}
-        for f in ("per_law", "across_laws", "agreement", "consensus", "hparams", "tasks"):
+        for f in ("per_law", "agreement", "consensus", "hparams", "tasks"):
             fields[f] = _nan_back(fields.get(f))
+        fields["per_law"] = {k: {q: Interval.of(iv) for q, iv in r.items()} for k, r in (d.get("per_law") or {}).items()}
+        fields["hparams"] = stored_hparams(fields.get("hparams"))
+        fields["across_laws"] = Reach.from_dict(d.get("across_laws") or {})
+        if fields.get("tasks"):
+            from scaling.fitting.tasks.task_laws import stored_predictions
+
+            fields["tasks"] = stored_predictions(fields["tasks"])
         fields["unreliable"] = {k: Doubt.from_dict(v) for k, v in (d.get("unreliable") or {}).items()}
         return cls(**fields, notes=[Note.from_dict(n) for n in d.get("notes") or []],
                    target=None if t is None else RunTarget(hparams=hparams, **t))
@@ -208,13 +235,13 @@ class Recommendation:
             cells = [SHORT.get(kind, kind) + mark]
             for q, write, digits in (("N", size, 3), ("D", size, 3), ("loss", num, 4)):
                 iv = r[q]  # an unreliable law's interval measures nothing the data determine: not shown
-                cells.append(write(iv["value"], digits) if unreliable else interval_text(iv, digits, write))
+                cells.append(write(iv.value, digits) if unreliable else iv.text(digits, write))
             t.add_row(*cells)
         con.print(t)
         if self.chosen:
             con.print(f"recommended: {self.chosen_reason}")
         if self.across_laws:
-            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws['lo'], self.across_laws['hi'], fmt=size)} "
+            con.print(f"across the reliable laws, N* lies in {bounds(self.across_laws.lo, self.across_laws.hi, fmt=size)} "
                       "(the widest reach of their 95% intervals: model uncertainty between methods)")
         for kind, why in self.unreliable.items():
             con.print(f"left out: {SHORT.get(kind, kind)}: {why}")
@@ -248,9 +275,9 @@ class Recommendation:
             for line in task_lines(self.tasks):
                 con.print(line)
         if self.hparams is not None:
-            def shown(iv: dict[str, Any] | None, write: Callable[..., str] = num) -> str:  # a withheld value is
+            def shown(iv: Interval | None, write: Callable[..., str] = num) -> str:  # a withheld value is
                 # not printed (its reason says why)
-                return "none" if iv is None or iv.get("kind") == "unreliable" else interval_text(iv, 3, write)
+                return "none" if iv is None or iv.kind == "unreliable" else iv.text(3, write)
 
             h = self.hparams
             batch = shown(h["batch"], size)
@@ -268,6 +295,13 @@ def _num(v: float | None) -> str:
 #: The numbers of an interval or a summary that JSON stores as null when they are NaN.
 _NUMBERS = frozenset({"value", "se", "lo", "hi", "se_log", "lo_param", "hi_param", "quantile", "N", "D", "loss",
                       "N_ratio", "D_ratio", "loss_spread", "n_methods", "n_laws"})
+
+
+def stored_hparams(h: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored recommendation's lr and batch (:meth:`HparamFit.recommend`) with their intervals read back."""
+    if h is None:
+        return None
+    return h | {q: None if h.get(q) is None else Interval.of(h[q]) for q in ("lr", "batch")}
 
 
 def as_doubt(doubt: object) -> Doubt:
@@ -311,7 +345,7 @@ def recommend(
     compute = _budget(fit, compute)
     k = fit.k
     rec = compare_laws(fit.laws, compute, source=fit.source, k=k)
-    N_run = rec.per_law[rec.chosen]["N"]["value"] if rec.chosen else rec.consensus.get("N")
+    N_run = rec.per_law[rec.chosen]["N"].value if rec.chosen else rec.consensus.get("N")
     if N_run is not None:
         rec.target = RunTarget(N=N_run, D=compute / (k * N_run), C=compute,
                                flagged=rec.chosen in rec.unreliable, hparams=fit.hparams, notes_at=len(rec.notes))
@@ -380,15 +414,13 @@ def default_budget(c_max: float) -> float:
     return NEXT_BUDGET_FACTOR * float(c_max)
 
 
-def _width(iv: dict[str, Any]) -> float:
+def _width(iv: Interval) -> float:
     """ln(hi / lo) of a positive quantity's interval (inf without one)."""
-    lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:
-        return math.inf
-    return math.log(hi / lo)
+    width = iv.log_width()
+    return width if math.isfinite(width) else math.inf
 
 
-def undetermined_at_budget(law: Law, iv: dict[str, dict[str, Any]], compute: float) -> str | None:
+def undetermined_at_budget(law: Law, iv: dict[str, Interval], compute: float) -> str | None:
     """Why ``law``'s bootstrap does not determine N*, D* and the loss at ``compute`` (None when it does).
 
     ``iv`` is ``law.optimal_interval(compute)``. Beyond the fitted budgets the law must also have a
@@ -409,11 +441,12 @@ def undetermined_at_budget(law: Law, iv: dict[str, dict[str, Any]], compute: flo
     if ok.sum() < MIN_OK_FRACTION * ok.size:
         return f"only {int(ok.sum())} of {ok.size} bootstrap replicates give a finite optimum at this budget"
     for q in ("N", "D", "loss"):
-        if iv[q].get("kind") != "percentile":
-            return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].get('note', iv[q].get('kind'))})"
-        if not (iv[q]["lo"] > 0 and math.isfinite(iv[q]["hi"])):  # an end at 0 or beyond float range
-            return f"its 95% interval of {q} at this budget reaches {bounds(iv[q]['lo'], iv[q]['hi'])}"
-        span = iv[q]["hi"] / iv[q]["lo"]
+        lo, hi = iv[q].lo, iv[q].hi
+        if iv[q].kind != "percentile":
+            return f"the bootstrap does not reproduce its {q} at this budget ({iv[q].withheld or iv[q].kind})"
+        if lo is None or hi is None or not (lo > 0 and math.isfinite(hi)):  # an end at 0 or beyond float range
+            return f"its 95% interval of {q} at this budget reaches {bounds(lo, hi)}"
+        span = hi / lo
         if not span <= AT_BUDGET_SPAN[q]:
             return (f"its 95% interval of {q} at this budget spans a factor {span:.3g} (more than "
                     f"{AT_BUDGET_SPAN[q]:g})")
@@ -449,10 +482,10 @@ def compare_laws(laws: Mapping[str, Law], compute: float, *, source: str = "", k
         except (ValueError, FloatingPointError, AttributeError) as e:
             _no_optimum(rec, kind, f"it gives no compute-optimal point here ({e})")
             continue
-        if all(math.isfinite(iv[q]["value"]) and iv[q]["value"] > 0 for q in ("N", "D", "loss")):
+        if all(math.isfinite(iv[q].value) and iv[q].value > 0 for q in ("N", "D", "loss")):
             rec.per_law[kind] = iv
         else:
-            values = ", ".join(f"{q} = {iv[q]['value']:.3g}" for q in ("N", "D", "loss"))
+            values = ", ".join(f"{q} = {iv[q].value:.3g}" for q in ("N", "D", "loss"))
             _no_optimum(rec, kind, f"its compute-optimal point at this budget is not a positive, finite one ({values})")
     if not rec.per_law:
         raise FitError("no fitted law gives a compute-optimal point at this budget")
@@ -509,18 +542,18 @@ def _choose(rec: Recommendation, trusted: list[str], with_interval: list[str]) -
 def _spread(rec: Recommendation, trusted: list[str], with_interval: list[str], compute: float,
             k: float) -> Recommendation:
     """How far the laws' N* reach together, their agreement and their consensus (two trusted laws at least)."""
-    los = [rec.per_law[kind]["N"]["lo"] for kind in with_interval]
-    his = [rec.per_law[kind]["N"]["hi"] for kind in with_interval]
+    los = [rec.per_law[kind]["N"].lo for kind in with_interval]
+    his = [rec.per_law[kind]["N"].hi for kind in with_interval]
     if len(with_interval) > 1:
-        rec.across_laws = {"lo": float(min(los)), "hi": float(max(his)), "n_laws": float(len(with_interval))}
+        rec.across_laws = Reach(float(min(los)), float(max(his)), len(with_interval))
     if len(trusted) < 2:  # agreement and a consensus need two laws the data determine
         if not trusted:
             rec.notes.append(Note(NoteKind.NO_CONSENSUS, "no law is reliable, so there is no agreement or consensus "
                                                          "to report"))
         return rec
-    Ns = np.array([rec.per_law[kind]["N"]["value"] for kind in trusted])
-    Ds = np.array([rec.per_law[kind]["D"]["value"] for kind in trusted])
-    Ls = np.array([rec.per_law[kind]["loss"]["value"] for kind in trusted])
+    Ns = np.array([rec.per_law[kind]["N"].value for kind in trusted])
+    Ds = np.array([rec.per_law[kind]["D"].value for kind in trusted])
+    Ls = np.array([rec.per_law[kind]["loss"].value for kind in trusted])
     rec.agreement = {"N_ratio": float(Ns.max() / Ns.min()), "D_ratio": float(Ds.max() / Ds.min()),
                      "loss_spread": float((Ls.max() - Ls.min()) / Ls.mean()), "n_methods": float(len(Ns))}
     N_c = float(np.exp(np.mean(np.log(Ns))))
@@ -581,7 +614,7 @@ def candidate_runs(law: Law, compute: float, c_max: float, seed: int = 0, *,
             probe = type(law)(**law.get_settings()).fit(data)
         probe.bootstrap(n_bootstrap, seed)
         iv = probe.optimal_interval(compute)["N"]
-        return math.log(iv["hi"]) - math.log(iv["lo"])
+        return math.nan if iv.lo is None or iv.hi is None else math.log(iv.hi) - math.log(iv.lo)
 
     pts = base.points[["N", "D", "C", "loss"]]
     try:

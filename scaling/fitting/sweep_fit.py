@@ -140,7 +140,7 @@ class FitSummary:
             for col in ("parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col == "parameter" else "right")
             for name, iv in law.reported_intervals().items():
-                t.add_row(name, _num(iv["value"]), se_text(iv), interval_text(iv))
+                t.add_row(name, _num(iv.value), se_text(iv), interval_text(iv))
             console.print(t)
             logs = [n for n in law.log_names if n in law.param_names + law.derived_names]
             if logs and law.reliable():  # an unreliable law shows no SE to explain
@@ -163,11 +163,6 @@ class FitSummary:
         hparams = "\n" + self.hparams.table() if self.hparams is not None else ""  # its own width
         return console.text() + hparams
 
-
-def interval_text(iv: dict[str, Any]) -> str:
-    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread,
-    unreliable law), as :meth:`scaling.fitting.core.intervals.Interval.text` writes it."""
-    return Interval.of(iv).text(4, value=False)
 
 
 def _num(v: float | None) -> str:
@@ -221,6 +216,12 @@ def frame_digest(frame: pd.DataFrame | None) -> str:
         return "none"
     return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()
                           + ",".join(map(str, frame.columns)).encode()).hexdigest()[:12]
+
+
+def interval_text(iv: Interval) -> str:
+    """The interval cell: the 95% percentile interval, or what stands in its place (pinned, biased, no spread,
+    unreliable law), as :meth:`scaling.fmt.Interval.text` writes it."""
+    return iv.text(4, value=False)
 
 
 def stored_tasks(fits: TaskFits) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 from scaling import vocab
 from scaling import fmt
 from scaling.errors import UserError
-from scaling.fmt import bounds
+from scaling.fmt import Interval
 from scaling.orchestrator.adaptive_spec import AdaptivePlan, AdaptiveTarget
 from scaling.orchestrator.expand import PlannedRun, expand
 from scaling.orchestrator.plan import GridBlock, ModelPoint, Plan
@@ -87,18 +87,18 @@ class AdaptiveOutcome:
 def measure(law: Law, target: AdaptiveTarget) -> dict[str, Any]:
     """What a fitted law says about the target: N* at ``at_compute`` and its 95% interval."""
     iv = law.optimal_interval(float(target.at_compute))["N"]
-    lo, hi = iv.get("lo"), iv.get("hi")
-    if target.interval == "bootstrap":
-        lo, hi = iv.get("lo_param", lo), iv.get("hi_param", hi)
+    lo, hi = iv.lo, iv.hi
+    if target.interval == "bootstrap" and iv.widened:
+        lo, hi = iv.lo_param, iv.hi_param
     ok = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) and lo > 0
     return {
         "law": target.law,
-        "value": float(iv.get("value", math.nan)),
+        "value": float(iv.value),
         "lo": float(lo) if ok else None,
         "hi": float(hi) if ok else None,
         "ratio": float(hi / lo) if ok else None,
         "interval": target.interval,
-        "kind": iv.get("kind"),
+        "kind": None if iv.kind == "none" else iv.kind,
         "reliable": not law.doubts(),
         "doubts": list(law.doubts())[:3],
         "reasons": [d.reason for d in law.doubts()[:3]],  # each without its verdict (the line says it)
@@ -178,7 +178,7 @@ def _now(law: Optional[Law], fit: dict[str, Any], fit_error: Optional[str], targ
     where = f"N* at {fmt.flops(target.at_compute)} FLOPs"
     ratio = fit.get("ratio")
     if ratio is not None:
-        now = f"{where} in {bounds(fit['lo'], fit['hi'], 3, fmt.size)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
+        now = f"{where} in {Interval.of(fit).bounds_text(3, fmt.size)} (ratio {ratio:.3g} > {target.interval_ratio:g})"
     elif law is None:  # not fitted, or fitted without a finite N* (then ``fit`` holds its measure)
         now = f"{target.law} {'not usable' if 'value' in fit else 'not fitted'} ({fit_error})"
     else:
@@ -296,7 +296,7 @@ def decide(
     step = _Round(round_, fit, spent, spec.max_compute)
     ratio = fit.get("ratio")
     if law is not None and ratio is not None and fit["reliable"] and ratio <= target.interval_ratio:
-        return step.stop(MET, f"target met: N* at {fmt.flops(target.at_compute)} FLOPs in {bounds(fit['lo'], fit['hi'], 3, fmt.size)} "
+        return step.stop(MET, f"target met: N* at {fmt.flops(target.at_compute)} FLOPs in {Interval.of(fit).bounds_text(3, fmt.size)} "
                               f"(ratio {ratio:.3g} <= {target.interval_ratio:g}) after {_flops(spent)} FLOPs")
     now = _now(law, fit, fit_error, target)
     if round_ >= spec.max_rounds:

@@ -77,7 +77,7 @@ def law_expressions(url: str, sweep: str, fields: tuple[str, ...], params_conven
         if not law.reliable():
             raise PlanError(f"the law {law.form} of sweep {sweep!r} is flagged ({law.doubts()[0]}): nothing is "
                             "transferred from it")
-        p = {k: float(v["value"]) for k, v in law.params.items()}
+        p = {k: float(v.value) for k, v in law.params.items()}
         out[field] = (f"{p['c']!r} * N ** {p['a']!r} * D ** {p['b']!r}" if field == "lr"
                       else f"{p['d']!r} * D ** {p['e']!r}")
     return out

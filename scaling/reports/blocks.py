@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from scaling.fmt import interval_text
+from scaling.fmt import Interval
 from scaling.fmt import escape as e
 from scaling.fmt import num
 
@@ -89,7 +89,7 @@ def answer_grid(answers: Sequence[Answer], grid_id: str = "answer") -> str:
     return f'<dl class="answer-grid" id="{e(grid_id)}">{"".join(cells)}</dl>'
 
 
-def interval(d: dict[str, float], digits: int = 3, fmt: Callable[..., str] = num) -> str:
+def interval(d: "Interval | None", digits: int = 3, fmt: Callable[..., str] = num) -> str:
     """A value with its 95% interval, or with why it has none (pinned, biased, no spread, unreliable);
     ``fmt(x, digits)`` writes each number (e.g. :func:`scaling.fmt.size` for counts)."""
-    return interval_text(d, digits, fmt, html_=True, mark=True)
+    return "-" if d is None else d.text(digits, fmt, html_=True, mark=True)

@@ -39,6 +39,7 @@ from scaling.fitting.analysis import analyse
 from scaling.fitting.core.base import jsonable
 from scaling.fitting.core.measurements import prepare
 from scaling.fitting.core.intervals import summarise
+from scaling.fmt import Interval
 from scaling.reports.report_data import REPORT_ANALYSIS, REPORT_BOOTSTRAP, analysis_fits, load_fits, normalise_runs
 from scaling.reports.fitview import LABELS
 
@@ -112,8 +113,8 @@ class Comparison:
             "sweeps": [{"sweep": s.name, "conventions": s.conventions, "converted": s.converted,
                         "runs": int(len(s.runs)), "completed": int(len(s.completed)),
                         "laws": sorted(s.laws), "notes": s.notes} for s in self.sides],
-            "exponents": self.exponents,
-            "differences": self.differences,
+            "exponents": [_flat(x, "interval") for x in self.exponents],
+            "differences": [_flat(d, "difference") for d in self.differences],
             "notes": self.notes,
         })
 
@@ -273,7 +274,7 @@ def build_comparison(sides: list[SweepSide], conventions: dict[str, str], *, sou
             for name in EXPONENTS.get(kind, ()):
                 if name in ivs:
                     exponents.append({"sweep": side.name, "law": kind, "label": LABELS.get(kind, kind), "exponent": name,
-                                      **_interval_fields(ivs[name]), "reliable": not doubts,
+                                      "interval": ivs[name], "reliable": not doubts,
                                       "doubts": doubts})
     differences = []
     intervals = {(i, kind): law.intervals() for i, side in enumerate(sides) for kind, law in side.laws.items()}
@@ -293,7 +294,7 @@ def build_comparison(sides: list[SweepSide], conventions: dict[str, str], *, sou
 
 def verdict(difference: dict[str, Any]) -> str:
     """One of :data:`VERDICTS` for a row of :attr:`Comparison.differences`."""
-    if difference.get("kind") != "percentile":
+    if difference["difference"].kind != "percentile":
         return "no interval"
     return "significant" if difference.get("significant") else "not significant"
 
@@ -312,30 +313,34 @@ def verdict_counts(differences: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 def exponent_difference(first: Law, second: Law, name: str, first_name: str = "first",
                         second_name: str = "second", *,
-                        intervals: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+                        intervals: tuple[dict[str, Interval], dict[str, Interval]] | None = None) -> dict[str, Any]:
     """``second`` minus ``first`` for exponent ``name``, with a 95% percentile interval, or why none.
 
     The fits' bootstraps are independent, so the distribution of the difference is the one of
-    (second replicate - first replicate) over all pairs of replicates. Returns value, lo, hi,
-    kind (``percentile``, or why there is no interval: ``unreliable``, ``no interval``, ``biased``,
-    ``no spread``), significant (True/False, None without an interval) and reason. ``intervals``:
-    the two laws' :meth:`Law.intervals`, when the caller has them (they take a while to compute).
+    (second replicate - first replicate) over all pairs of replicates. Returns ``difference`` (an
+    :class:`~scaling.fmt.Interval` of kind ``percentile``, or of why there is no interval: ``unreliable``,
+    ``no interval``, ``biased``, ``no spread``), significant (True/False, None without an interval) and
+    reason. ``intervals``: the two laws' :meth:`Law.intervals`, when the caller has them (they take a
+    while to compute).
     """
     all1, all2 = intervals if intervals is not None else (first.intervals(), second.intervals())
     iv1, iv2 = all1[name], all2[name]
-    value = float(iv2["value"]) - float(iv1["value"])
-    out: dict[str, Any] = {"value": value, "lo": math.nan, "hi": math.nan, "significant": None, "reason": ""}
+    value = float(iv2.value) - float(iv1.value)
+
+    def none(why: str, kind: str = "no interval", **extra: Any) -> dict[str, Any]:
+        return {"difference": Interval(value if kind != "unreliable" else math.nan, withheld=why, kind=kind),
+                "significant": None, "reason": why, **extra}
+
     for law, who in ((first, first_name), (second, second_name)):
         if law.doubts():
-            return {**out, "value": math.nan, "kind": "unreliable", "reason": f"the law of {who!r} is flagged unreliable",
-                    "detail": law.doubts()[0]}
+            return none(f"the law of {who!r} is flagged unreliable", "unreliable", detail=law.doubts()[0])
     for iv, who in ((iv1, first_name), (iv2, second_name)):
-        if iv.get("kind") in NO_INTERVAL:
-            return {**out, "kind": "no interval", "reason": f"{name} of {who!r} has no interval ({NO_INTERVAL[iv['kind']]})"}
+        if iv.kind in NO_INTERVAL:
+            return none(f"{name} of {who!r} has no interval ({NO_INTERVAL[iv.kind]})")
     r1, r2 = first.replicate_values(name), second.replicate_values(name)
     for reps, who in ((r1, first_name), (r2, second_name)):
         if reps is None or np.isfinite(reps).sum() < 2:
-            return {**out, "kind": "no interval", "reason": f"{who!r} has no usable bootstrap replicates"}
+            return none(f"{who!r} has no usable bootstrap replicates")
     r1, r2 = r1[np.isfinite(r1)], r2[np.isfinite(r2)]
     if r1.size * r2.size > MAX_PAIRS:  # a random subset of the pairs: every pair is an equally valid draw
         rng = np.random.default_rng(0)
@@ -343,19 +348,21 @@ def exponent_difference(first: Law, second: Law, name: str, first_name: str = "f
     else:
         diffs = (r2[None, :] - r1[:, None]).ravel()
     iv = summarise(diffs, value)
-    if iv.get("kind") != "percentile":
-        return {**out, "kind": str(iv.get("kind")), "reason": str(iv.get("note", "no interval"))}
-    lo, hi = float(iv["lo"]), float(iv["hi"])
-    return {**out, "lo": lo, "hi": hi, "kind": "percentile", "significant": bool(lo > 0 or hi < 0),
+    if iv.kind != "percentile" or iv.interval is None:
+        return {"difference": iv, "significant": None, "reason": iv.withheld or "no interval"}
+    lo, hi = iv.interval
+    return {"difference": Interval(value, lo, hi, kind="percentile"), "significant": bool(lo > 0 or hi < 0),
             "reason": "the interval excludes 0" if (lo > 0 or hi < 0) else "the interval includes 0"}
 
 
-def _interval_fields(iv: dict[str, Any]) -> dict[str, Any]:
-    kind = str(iv.get("kind", "percentile" if math.isfinite(iv.get("lo", math.nan)) else "none"))
-    out = {"value": iv.get("value"), "lo": iv.get("lo"), "hi": iv.get("hi"), "kind": kind}
-    if iv.get("pinned"):
-        out["pinned"] = iv["pinned"]
-    return out
+def _flat(row: dict[str, Any], key: str) -> dict[str, Any]:
+    """A row of exponents or differences as the JSON writes it: its interval ``key`` as value, lo, hi and kind
+    (and what a pinned exponent is pinned at)."""
+    iv: Interval = row[key]
+    kind = iv.kind if iv.kind != "none" else "percentile" if iv.interval is not None else "none"
+    out = {k: v for k, v in row.items() if k != key}
+    out |= {"value": iv.value, "lo": iv.lo, "hi": iv.hi, "kind": kind}
+    return out | ({"pinned": iv.pinned} if iv.pinned else {})
 
 
 # -- writing --------------------------------------------------------------------------------------

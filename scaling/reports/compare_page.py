@@ -82,10 +82,10 @@ def _exponents(c: Comparison) -> str:
             if x is None:
                 cells.append('<td class="num">–</td>')
             elif not x["reliable"]:
-                cells.append(f'<td class="num unreliable" title="{e(x["doubts"][0])}">{num(x["value"], 3)} '
+                cells.append(f'<td class="num unreliable" title="{e(x["doubts"][0])}">{num(x["interval"].value, 3)} '
                              '<span class="ci">(unreliable)</span></td>')
             else:
-                cells.append(f'<td class="num">{interval(x, 3)}</td>')
+                cells.append(f'<td class="num">{interval(x["interval"], 3)}</td>')
         body.append(f"<tr><td>{e(label)}</td><td>{e(exp)}</td>{''.join(cells)}</tr>")
     table = f'<table id="exponents-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     return section("exponents", "Exponents", "<p>Point estimates with 95% bootstrap intervals. A law the data "
@@ -98,12 +98,13 @@ def _differences(c: Comparison, page: Page) -> str:
     listed = ranked(c.differences)[:MAX_PAGE_DIFFERENCES]
     rows = []
     for d in listed:
-        if d["kind"] == "percentile":
+        diff = d["difference"]
+        if diff.kind == "percentile":
             verdict = "significant" if d["significant"] else "not significant"
-            cell = interval(d, 3)
+            cell = interval(diff, 3)
         else:
             verdict = "no interval"
-            cell = "–" if not math.isfinite(d["value"]) else num(d["value"], 3)
+            cell = "–" if not math.isfinite(diff.value) else num(diff.value, 3)
         rows.append(f'<tr class="{e(verdict.replace(" ", "-"))}"><td>{e(d["label"])}</td><td>{e(d["exponent"])}</td>'
                     f"<td>{e(d['second'])} − {e(d['first'])}</td><td class=\"num\">{cell}</td>"
                     f"<td>{e(verdict)}</td><td>{e(d['reason'])}</td></tr>")
@@ -118,8 +119,8 @@ def _differences(c: Comparison, page: Page) -> str:
         intro += (f"<p>Listed: {len(listed):,} of the {len(c.differences):,} differences ("
                   + ", ".join(f"{n:,} {v}" for v, n in counts.items())
                   + "), significant ones first. The JSON (<code>scaling compare ... --json FILE</code>) has every one.</p>")
-    drawn = [d for d in listed if d["kind"] == "percentile"][:MAX_FIGURE_DIFFERENCES]
-    if len(drawn) < sum(d["kind"] == "percentile" for d in c.differences):
+    drawn = [d for d in listed if d["difference"].kind == "percentile"][:MAX_FIGURE_DIFFERENCES]
+    if len(drawn) < sum(d["difference"].kind == "percentile" for d in c.differences):
         intro += f"<p>The figure draws the first {len(drawn)} of those listed with an interval.</p>"
     return section("differences", "Differences", intro + table
                     + page.figure("compare-differences", FC.exponent_differences(drawn)))

@@ -41,17 +41,18 @@ def decisions(events: pd.DataFrame) -> list[dict[str, Any]]:
 
 def interval_against_compute(rows: list[dict[str, Any]]) -> go.Figure:
     """N* at the target budget with its 95% interval after each refit, against FLOPs spent."""
-    pts = [(d["spent"], d["fit"]) for d in rows if (d.get("fit") or {}).get("lo") is not None]
+    measured = [(d["spent"], Interval.of(d["fit"]), d["fit"].get("ratio")) for d in rows if d.get("fit")]
+    pts = [(spent, iv, ratio) for spent, iv, ratio in measured if iv.interval is not None]
     fig = go.Figure()
     if pts:
         x = [p[0] for p in pts]
-        value = [p[1]["value"] for p in pts]
+        value = [p[1].value for p in pts]
         fig.add_trace(go.Scatter(
             x=x, y=value, mode="lines+markers", name="N* (point estimate)",
-            error_y=dict(type="data", symmetric=False, array=[p[1]["hi"] - p[1]["value"] for p in pts],
-                         arrayminus=[p[1]["value"] - p[1]["lo"] for p in pts]),
-            customdata=[[p[1]["ratio"]] for p in pts],
-            text=[Interval(p[1]["value"], p[1]["lo"], p[1]["hi"]).text(4) for p in pts],
+            error_y=dict(type="data", symmetric=False, array=[p[1].hi - p[1].value for p in pts],
+                         arrayminus=[p[1].value - p[1].lo for p in pts]),
+            customdata=[[p[2]] for p in pts],
+            text=[p[1].text(4) for p in pts],
             hovertemplate="spent %{x:.3g} FLOPs<br>N* %{text}"
                           "<br>upper / lower %{customdata[0]:.3g}<extra></extra>"))
     fig.update_layout(xaxis=dict(type="log"), yaxis=dict(type="log"), template="plotly_white", height=420,

@@ -135,13 +135,13 @@ def exponent_differences(differences: Sequence[dict[str, Any]], *,
     """One row per law, exponent and pair of sweeps: the difference and its interval; red when it
     excludes 0. Differences without an interval (an unreliable law, a pinned or biased exponent)
     are left out here; the table says why."""
-    rows = [d for d in differences if d.get("kind") == "percentile"]
+    rows = [d for d in differences if d["difference"].kind == "percentile" and d["difference"].interval is not None]
     if not rows:
         return empty_figure(title, "No difference of exponents has an interval (see the table for why).")
     labels = [escape(f"{d['label']} · {d['exponent']} · {d['second']} − {d['first']}") for d in rows]
-    value = np.array([d["value"] for d in rows], float)
-    lo = np.array([d["lo"] for d in rows], float)
-    hi = np.array([d["hi"] for d in rows], float)
+    value = np.array([d["difference"].value for d in rows], float)
+    lo = np.array([d["difference"].lo for d in rows], float)
+    hi = np.array([d["difference"].hi for d in rows], float)
     colors = ["#c62828" if d["significant"] else "#555555" for d in rows]
     fig = go.Figure(go.Scatter(
         x=value, y=labels, mode="markers", marker=dict(color=colors, size=9), showlegend=False,

@@ -22,7 +22,7 @@ from scaling.fitting.core.sweep_data import fitted_runs
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.hyperparams.hparams import LAWS, PUBLISHED, HparamFit, assign_groups, runs_frame
 from scaling.fmt import escape as e
-from scaling.fmt import num, size
+from scaling.fmt import Interval, num, size
 from scaling.naming import group_title
 from scaling.reports import fitview
 from scaling.reports.blocks import interval, missing, section
@@ -72,7 +72,7 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
             where.append(cell)
             shown.add(float(b))
         if g.near.get("n"):  # the near-optimal settings, ringed (DeepSeek LLM draw the region so)
-            ref = min(g.loss["value"], float(mean["loss"].min()))
+            ref = min(g.loss.value, float(mean["loss"].min()))
             near = mean[mean["loss"] <= ref * (1 + fit.near_fraction)]
             traces.append(go.Scatter(
                 x=near["lr"], y=near["loss"], mode="markers", name=f"within {100 * fit.near_fraction:.2g}% of L*",
@@ -83,9 +83,9 @@ def loss_against_lr(runs: pd.DataFrame, fit: HparamFit, *, title: str = "Loss ag
             shown_extra.add("near")
         if g.used:
             traces.append(go.Scatter(
-                x=[g.lr["value"]], y=[g.loss["value"]], mode="markers", showlegend=i == 0, name="fitted optimum",
+                x=[g.lr.value], y=[g.loss.value], mode="markers", showlegend=i == 0, name="fitted optimum",
                 legendgroup="opt", marker=dict(symbol="x", size=11, color="black"),
-                hovertemplate=f"lr* %{{x:.3g}}, B* {num(g.batch['value'], 3)}, L* %{{y:.4f}}<extra></extra>"))
+                hovertemplate=f"lr* %{{x:.3g}}, B* {num(g.batch.value, 3)}, L* %{{y:.4f}}<extra></extra>"))
             where.append(cell)
     if traces:
         fig.add_traces(traces, rows=[r for r, _ in where], cols=[c for _, c in where])
@@ -110,7 +110,7 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
         pts = [g for g in used if g.N == N]
         color = colors.get(float(N))
         fig.add_trace(go.Scatter(
-            x=[g.D for g in pts], y=[g.lr["value"] for g in pts], mode="markers", name=f"N = {size(N, 3)}",
+            x=[g.D for g in pts], y=[g.lr.value for g in pts], mode="markers", name=f"N = {size(N, 3)}",
             legendgroup=f"n{N}", marker=dict(color=color, size=9), error_y=_errors([g.lr for g in pts]),
             hovertemplate=f"N {num(N, 3)}, D %{{x:.3g}}: lr* %{{y:.3g}}<extra></extra>"), row=1, col=1)
         law = fit.laws.get("lr_ND")
@@ -118,7 +118,7 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
             _band(fig, law, grid, {"N": N}, color, f"n{N}", col=1)
     for g in used:
         fig.add_trace(go.Scatter(
-            x=[g.D], y=[g.batch["value"]], mode="markers", showlegend=False, legendgroup=f"n{g.N}",
+            x=[g.D], y=[g.batch.value], mode="markers", showlegend=False, legendgroup=f"n{g.N}",
             marker=dict(color=colors.get(float(g.N)), size=9), error_y=_errors([g.batch]),
             hovertemplate=f"N {num(g.N, 3)}, D %{{x:.3g}}: B* %{{y:.3g}} tokens<extra></extra>"), row=1, col=2)
     if fit.laws.get("batch_D") is not None:
@@ -130,22 +130,22 @@ def law_bands(fit: HparamFit, *, title: str = "Fitted lr*(N, D) and B*(D)") -> g
                   legend="model size N (parameters)")
 
 
-def _errors(ivs: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [iv.get("kind") == "percentile" for iv in ivs]
+def _errors(ivs: list[Interval]) -> dict[str, Any]:
+    ok = [iv.kind == "percentile" and iv.interval is not None for iv in ivs]
     return dict(type="data", symmetric=False, visible=True,
-                array=[iv["hi"] - iv["value"] if o else 0.0 for iv, o in zip(ivs, ok)],
-                arrayminus=[iv["value"] - iv["lo"] if o else 0.0 for iv, o in zip(ivs, ok)])
+                array=[iv.hi - iv.value if o else 0.0 for iv, o in zip(ivs, ok)],
+                arrayminus=[iv.value - iv.lo if o else 0.0 for iv, o in zip(ivs, ok)])
 
 
 def _band(fig: go.Figure, law: Any, grid: np.ndarray, fixed: dict[str, float], color: str | None, group: str,
           col: int) -> None:
     """The law's line over D (dashed when flagged) and, when it has one, its 95% band."""
     ivs = [law.predict_interval(D=float(D), **fixed) for D in grid]
-    value = [iv["value"] for iv in ivs]
+    value = [iv.value for iv in ivs]
     flagged = not law.reliable()
-    if not flagged and all(iv.get("kind") == "percentile" for iv in ivs):
+    if not flagged and all(iv.kind == "percentile" and iv.interval is not None for iv in ivs):
         fig.add_trace(go.Scatter(x=np.concatenate([grid, grid[::-1]]),
-                                 y=[iv["hi"] for iv in ivs] + [iv["lo"] for iv in ivs][::-1], fill="toself",
+                                 y=[iv.hi for iv in ivs] + [iv.lo for iv in ivs][::-1], fill="toself",
                                  fillcolor=_translucent(color or "#444444", 0.15), line=dict(width=0), showlegend=False,
                                  legendgroup=group, hoverinfo="skip"), row=1, col=col)
     fig.add_trace(go.Scatter(x=grid, y=value, mode="lines", showlegend=False, legendgroup=group,
@@ -220,7 +220,7 @@ def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = Non
     rec = data.recommendation_at(target)  # the headline's: the closing answer's run when handed in
     if rec is None or rec.chosen is None:
         return _at_largest_run(done, fit, answer, "no loss law gives N* at the next budget")
-    N = rec.per_law[rec.chosen]["N"]["value"]
+    N = rec.per_law[rec.chosen]["N"].value
     k = float(laws[rec.chosen].k_)
     D = target / (k * N)
     try:
@@ -229,7 +229,7 @@ def next_run_values(data: ReportData, fit: HparamFit, page: Optional[Page] = Non
         return missing(f"No recommended lr and batch: {exc}.")
     if rec.chosen in rec.unreliable:
         return _at_largest_run(done, fit, answer, "the next run's N* comes from a loss law flagged unreliable")
-    page_values = [interval(h[q], fmt=fmt) if h[q] is not None and h[q].get("kind") != "unreliable" else
+    page_values = [interval(h[q], fmt=fmt) if h[q] is not None and h[q].kind != "unreliable" else
                    f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
     answer(*page_values, title=f"lr: {h['lr_why']}; batch: {h['batch_why']}")
     return (f'<p id="hparam-next">For the recommended run (C = {num(target, 3)} FLOPs, N = {size(N)}, '
@@ -250,7 +250,7 @@ def _at_largest_run(done: Any, fit: HparamFit, answer: Callable[..., None], why:
         return missing(f"No recommended run to give an lr and batch for: {why}; at the largest run: {exc}.")
     where = f"at the largest run (N = {size(N)}, D = {size(D)}): no run is recommended"
     values = [f'{interval(h[q], fmt=fmt)} <span class="ci">({e(where)})</span>'
-              if h[q] is not None and h[q].get("kind") != "unreliable" else
+              if h[q] is not None and h[q].kind != "unreliable" else
               f'<span class="ci">none: {e(h[f"{q}_why"])}</span>' for q, fmt in (("lr", num), ("batch", size))]
     answer(*values, title=f"{why}; lr: {h['lr_why']}; batch: {h['batch_why']}")
     return (f'<p id="hparam-next">No run is recommended ({e(why)}), so the fitted laws are given at the sweep\'s '
@@ -259,9 +259,9 @@ def _at_largest_run(done: Any, fit: HparamFit, answer: Callable[..., None], why:
             "95% intervals in brackets.</p>")
 
 
-def _or_why(iv: dict[str, Any] | None, why: str, fmt: Callable[..., str] = num) -> str:
+def _or_why(iv: Interval | None, why: str, fmt: Callable[..., str] = num) -> str:
     """The value with its interval (each number by ``fmt``: :func:`size` for a batch), then why; "none" and why."""
-    if iv is None or iv.get("kind") == "unreliable":
+    if iv is None or iv.kind == "unreliable":
         return f"none ({e(why)})"
     return f"{interval(iv, fmt=fmt)} ({e(why)})"
 

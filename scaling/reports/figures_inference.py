@@ -35,8 +35,8 @@ def overtraining_tradeoff(law: Any, rec: InferenceRecommendation, *, title: str 
     custom = np.stack([curve["N"], curve["D"]], axis=1)
     fig = go.Figure()
     opt = rec.optimum["tokens_per_param"]
-    if math.isfinite(opt.get("lo", math.nan)) and math.isfinite(opt.get("hi", math.nan)):
-        fig.add_vrect(x0=opt["lo"], x1=opt["hi"], fillcolor="rgba(214,39,40,0.12)", line_width=0,
+    if opt.interval is not None:
+        fig.add_vrect(x0=opt.lo, x1=opt.hi, fillcolor="rgba(214,39,40,0.12)", line_width=0,
                       annotation_text="95% interval", annotation_position="top left")
     fig.add_trace(go.Scatter(x=x, y=curve["training_flops"], mode="lines", name="training FLOPs (6ND)",
                              line=dict(color="#1f77b4", dash="dash"), customdata=custom, hovertemplate=hover))
@@ -46,9 +46,9 @@ def overtraining_tradeoff(law: Any, rec: InferenceRecommendation, *, title: str 
     for label, row, color, symbol in (("compute-optimal", rec.compute_optimal, "#1f77b4", "circle"),
                                       ("inference-aware optimum", rec.optimum, "#d62728", "star")):
         fig.add_trace(go.Scatter(
-            x=[row["tokens_per_param"]["value"]], y=[row["total_flops"]["value"]], mode="markers", name=label,
+            x=[row["tokens_per_param"].value], y=[row["total_flops"].value], mode="markers", name=label,
             marker=dict(color=color, size=13, symbol=symbol, line=dict(color="#222", width=1)),
-            customdata=[[row["N"]["value"], row["D"]["value"]]], hovertemplate=hover))
+            customdata=[[row["N"].value, row["D"].value]], hovertemplate=hover))
     budget = f"the compute-optimal run at C = {rec.compute:.3g} FLOPs" if rec.compute is not None else "the target"
     fig.update_layout(xaxis=dict(type="log"), yaxis=dict(type="log"), template="plotly_white", height=460,
                       legend=dict(orientation="h", y=-0.2))
@@ -80,7 +80,7 @@ def inference_section(inference_tokens: float, compute: float | None = None) -> 
                 f"as good as the compute-optimal run at C = {num(budget)} FLOPs (loss {num(rec.target_loss, 4)}): "
                 f"the cheapest model to train and serve has N = {interval(o['N'])} parameters trained on "
                 f"D = {interval(o['D'])} tokens ({interval(o['tokens_per_param'])} tokens per parameter, "
-                f"against {num(c['tokens_per_param']['value'])} compute-optimal), and costs "
+                f"against {num(c['tokens_per_param'].value)} compute-optimal), and costs "
                 f"{interval(o['total_flops'])} FLOPs in all instead of {interval(c['total_flops'])}"
                 + (": approach 3 is unreliable on these data, so these are what an undetermined law extrapolates, "
                    "with no interval and no saving claimed.</p>" if rec.unreliable else

@@ -14,15 +14,15 @@ it is known, and a value outside [0, 1] is neither drawn nor printed (the fits b
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from scaling.errors import UserError
-from scaling.fitting.tasks.task_laws import FORMS, TaskFits, TaskLaw, backtest_clause
+from scaling.fitting.tasks.task_laws import FORMS, ChainedAccuracy, TaskFits, TaskLaw, backtest_clause
 from scaling.fmt import escape as e
-from scaling.fmt import num
+from scaling.fmt import Interval, num
 from scaling.reports.blocks import Page, interval, missing, prose, section
 from scaling.reports.report_data import REPORT_BOOTSTRAP, ReportData
 from scaling.reports.figures import with_alpha
@@ -46,15 +46,19 @@ def probabilities(values: Any) -> np.ndarray:
         return np.where((v >= 0.0) & (v <= 1.0), v, np.nan)
 
 
-def accuracy_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
+def accuracy_interval(iv: Interval | None, digits: int = 3) -> str:
     """A predicted accuracy with its interval as :func:`scaling.reports.blocks.interval` shows it, or why it is
     not shown when the value or an end of its interval lies outside [0, 1]."""
-    if not iv:
+    if iv is None:
         return "-"
-    ends = [iv.get(q) for q in ("value", "lo", "hi")]
-    if any(v is not None and math.isfinite(v) and not 0.0 <= v <= 1.0 for v in ends):
+    if not _within_0_1(iv):
         return '<span class="ci">(not shown: outside [0, 1], not an accuracy)</span>'
     return interval(iv, digits)
+
+
+def _within_0_1(iv: Interval) -> bool:
+    """Whether the value and the ends of ``iv`` (those that are numbers) lie in [0, 1]."""
+    return all(v is None or not math.isfinite(v) or 0.0 <= v <= 1.0 for v in (iv.value, iv.lo, iv.hi))
 
 
 def _accuracy_axis(fig: go.Figure, law: TaskLaw) -> None:
@@ -66,24 +70,27 @@ def _accuracy_axis(fig: go.Figure, law: TaskLaw) -> None:
 
 
 def frontier_prediction(law: TaskLaw, optimal: Callable[[float], float], k: float, c_lo: float,
-                        c_hi: float) -> dict[str, dict[str, np.ndarray]]:
-    """Each form's predicted accuracy and 95% band along the frontier N*(C), for C in [c_lo, c_hi]."""
+                        c_hi: float) -> dict[str, tuple[np.ndarray, list[Interval]]]:
+    """Each form's compute C in [c_lo, c_hi] and predicted accuracy with its 95% interval there, along the
+    frontier N*(C) (no number where N*(C) is none)."""
     Cs = np.geomspace(c_lo, c_hi, FRONTIER_POINTS)
-    out = {f: {"C": Cs, "value": np.full(Cs.size, np.nan), "lo": np.full(Cs.size, np.nan),
-               "hi": np.full(Cs.size, np.nan)} for f in law.curves}
-    for i, C in enumerate(Cs):
+    out: dict[str, tuple[np.ndarray, list[Interval]]] = {f: (Cs, []) for f in law.curves}
+    for C in Cs:
         N = optimal(float(C))
-        if not (N > 0 and math.isfinite(N)):
-            continue
-        p = law.predict_interval(N, C / (k * N))
+        p = law.predict_interval(N, C / (k * N)) if N > 0 and math.isfinite(N) else {}
         for f in law.curves:
-            out[f]["value"][i] = p[f]["value"]
-            out[f]["lo"][i] = p[f].get("lo", math.nan)
-            out[f]["hi"][i] = p[f].get("hi", math.nan)
+            out[f][1].append(p.get(f) or Interval(math.nan))
     return out
 
 
-def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]] | None,
+def _band(ivs: Sequence[Interval]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values and the lower and upper ends of ``ivs`` as arrays (NaN where an interval has none)."""
+    ends = [(iv.value, *(iv.interval or (math.nan, math.nan))) for iv in ivs]
+    value, lo, hi = np.asarray(ends, float).reshape(-1, 3).T
+    return value, lo, hi
+
+
+def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, tuple[np.ndarray, list[Interval]]] | None,
                         prediction: dict[str, Any] | None) -> go.Figure:
     """Measured accuracy against compute (final evaluations solid, earlier ones faint), the chained curve and band."""
     ev = law.evals
@@ -96,28 +103,29 @@ def accuracy_vs_compute(law: TaskLaw, frontier: dict[str, dict[str, np.ndarray]]
                                          opacity=opacity,
                                          marker=dict(color="#1f77b4", size=7 if final else 5),
                                          hovertemplate="C %{x:.3g}<br>accuracy %{y:.3g}<extra></extra>"))
-    for form, curve in (frontier or {}).items():
+    for form, (Cs, ivs) in (frontier or {}).items():
         color = COLORS.get(form, "#555")
         reliable = law.reliable(form)
-        if np.isfinite(curve["lo"]).any():  # where the paired bootstrap gives an interval (see TaskLaw.predict_interval)
-            fig.add_trace(go.Scatter(x=np.concatenate([curve["C"], curve["C"][::-1]]),
-                                     y=probabilities(np.concatenate([curve["hi"], curve["lo"][::-1]])), fill="toself",
+        value, lo, hi = _band(ivs)
+        if np.isfinite(lo).any():  # where the paired bootstrap gives an interval (see TaskLaw.predict_interval)
+            fig.add_trace(go.Scatter(x=np.concatenate([Cs, Cs[::-1]]),
+                                     y=probabilities(np.concatenate([hi, lo[::-1]])), fill="toself",
                                      fillcolor=with_alpha(color, 0.15), line=dict(width=0), hoverinfo="skip",
                                      name=f"{form}: 95% band", showlegend=True))
-        fig.add_trace(go.Scatter(x=curve["C"], y=probabilities(curve["value"]), mode="lines",
+        fig.add_trace(go.Scatter(x=Cs, y=probabilities(value), mode="lines",
                                  name=f"{form} chain" + ("" if reliable else " (unreliable)"),
                                  line=dict(color=color, dash=None if reliable else "dot")))
     if prediction is not None:
         for form in law.curves:
             iv = prediction.get(form)
-            shown = law.reliable(form) or iv.get("determined_at_point") if iv else False
-            if not shown or not 0.0 <= iv["value"] <= 1.0:  # a flagged chain's value is in the table, marked
+            shown = (law.reliable(form) or isinstance(iv, ChainedAccuracy) and iv.determined_at_point) if iv is not None else False
+            if not shown or not 0.0 <= iv.value <= 1.0:  # a flagged chain's value is in the table, marked
                 continue
-            lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+            lo, hi = iv.interval or (math.nan, math.nan)
             err = None
             if 0.0 <= lo <= 1.0 and 0.0 <= hi <= 1.0:
-                err = dict(type="data", symmetric=False, array=[hi - iv["value"]], arrayminus=[iv["value"] - lo])
-            fig.add_trace(go.Scatter(x=[prediction["C"]], y=[iv["value"]], mode="markers", error_y=err,
+                err = dict(type="data", symmetric=False, array=[hi - iv.value], arrayminus=[iv.value - lo])
+            fig.add_trace(go.Scatter(x=[prediction["C"]], y=[iv.value], mode="markers", error_y=err,
                                      name=f"prediction at the next budget ({form})",
                                      marker=dict(symbol="star", size=13, color=COLORS.get(form, "#555"))))
     fig.update_layout(template="plotly_white", height=420, xaxis=dict(type="log"), legend=dict(orientation="h", y=-0.3))
@@ -131,8 +139,8 @@ def accuracy_vs_loss(law: TaskLaw, prediction: dict[str, Any] | None = None) -> 
     ev = law.evals
     fig = go.Figure()
     xs = [] if ev is None else list(ev["x"])
-    if prediction is not None and math.isfinite(prediction["task_loss"]["value"]):
-        xs.append(prediction["task_loss"]["value"])
+    if prediction is not None and math.isfinite(prediction["task_loss"].value):
+        xs.append(prediction["task_loss"].value)
     if ev is not None and len(ev):
         fig.add_trace(go.Scatter(x=ev["x"], y=probabilities(ev["y"]), mode="markers", name="evaluations",
                                  marker=dict(color="#1f77b4", size=6, opacity=0.7),
@@ -229,12 +237,10 @@ def headline_accuracy(law: TaskLaw, prediction: dict[str, Any] | None) -> str:
     forms = [f for f in FORMS if f in law.curves and prediction.get(f)]
     for form in sorted(forms, key=lambda f: not law.reliable(f)):
         iv = prediction[form]
-        ends = [iv.get(q) for q in ("value", "lo", "hi")]
-        if any(v is not None and math.isfinite(v) and not 0.0 <= v <= 1.0 for v in ends) or not (
-                iv.get("value") is not None and math.isfinite(iv["value"])):
+        if not _within_0_1(iv) or not math.isfinite(iv.value):
             continue
         if law.reliable(form):
             return f'{interval(iv)} <span class="ci">({e(form)} chain{e(backtest_clause(iv))})</span>'
-        return (f'{num(iv["value"])} <span class="ci">(no interval: the {e(form)} chain is unreliable'
+        return (f'{num(iv.value)} <span class="ci">(no interval: the {e(form)} chain is unreliable'
                 f'{e(backtest_clause(iv))})</span>')
     return '<span class="ci">none: no chain predicts an accuracy within [0, 1]</span>'

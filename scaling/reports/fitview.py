@@ -99,7 +99,7 @@ class FrontierView:
                 iv = self.law.optimal_interval(float(c))
             except Exception:  # a law whose replicates cannot be evaluated here has no band
                 return {}
-            rows.append([iv[k].get(b, math.nan) for k in ("N", "D") for b in ("lo", "hi")])
+            rows.append([end for k in ("N", "D") for end in (iv[k].interval or (math.nan, math.nan))])
         a = np.asarray(rows, float)
         out = {}
         for j, k in enumerate(("N", "D")):

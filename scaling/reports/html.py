@@ -30,7 +30,7 @@ from scaling.fitting.brief import DENSE_FAMILY
 from scaling.fitting.core.measurements import group_budgets
 from scaling.fmt import escape as e
 from scaling.fmt import num as _num
-from scaling.fmt import bounds, size
+from scaling.fmt import Interval, bounds, size
 from scaling.reports import figures as F
 from scaling.reports import fitview
 from scaling.errors import mask_data
@@ -335,9 +335,9 @@ def _dense_headline(data: ReportData, target: float, page: Page | None = None) -
     if rec.chosen in rec.unreliable:  # an unreliable law's interval measures nothing the data determine
         none = '(no interval: no law is reliable)'
         sizes = [Answer(label, f'<span class="unrecommended">{text} {none}</span>', href) for label, text, href in (
-            ("N* (parameters)", size(best["N"]["value"]), "#frontiers"),
-            ("D* (tokens)", size(best["D"]["value"]), "#frontiers"),
-            (f"loss ({LOSS_UNIT})", _num(best["loss"]["value"], 4), "#parametric"))]
+            ("N* (parameters)", size(best["N"].value), "#frontiers"),
+            ("D* (tokens)", size(best["D"].value), "#frontiers"),
+            (f"loss ({LOSS_UNIT})", _num(best["loss"].value, 4), "#parametric"))]
         head = (f'<div class="headline"><span class="answer">{budget}: no law is reliable, so nothing is '
                 f"recommended.</span>{answer_grid(sizes + answers)}"
                 f'<span class="why">The values are those of {e(label)}, the best determined, without intervals: '
@@ -358,10 +358,10 @@ def _dense_headline(data: ReportData, target: float, page: Page | None = None) -
         if kind in rec.determined_at_budget:  # a flagged law is never used silently
             status += f" (determined at this budget, though {rec.determined_at_budget[kind]})"
 
-        def cell(iv: dict, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
-            return fmt(iv["value"], digits) if unreliable else interval(iv, digits, fmt=fmt)
+        def cell(iv: Interval, digits: int = 3, fmt: Callable[..., str] = _num) -> str:
+            return fmt(iv.value, digits) if unreliable else interval(iv, digits, fmt=fmt)
 
-        ratio = r["D"]["value"] / r["N"]["value"] if r["N"]["value"] else math.nan
+        ratio = r["D"].value / r["N"].value if r["N"].value else math.nan
         row_class = ' class="unreliable"' if unreliable else ""
         rows.append(f"<tr{row_class}><td>{e(fitview.label_of(kind, data.fits.get(kind)))}</td>"
                     f"<td class=\"num\">{cell(r['N'], fmt=size)}</td><td class=\"num\">{cell(r['D'], fmt=size)}</td>"
@@ -371,11 +371,11 @@ def _dense_headline(data: ReportData, target: float, page: Page | None = None) -
              f'<th class="num">D*/N*</th><th class="num">loss ({LOSS_UNIT})</th><th>status</th></tr></thead>'
              f"<tbody>{''.join(rows)}</tbody></table>")
     extra = []
-    if any(iv.get("widened") for r in rec.per_law.values() for iv in r.values()):
+    if any(iv.widened for r in rec.per_law.values() for iv in r.values()):
         extra.append("Intervals marked * are widened for extrapolating beyond the largest fitted budget by the "
                      "error each law made predicting its own largest budget (its backtest).")
     if rec.across_laws:
-        extra.append(f"Across the reliable laws N* lies in {bounds(rec.across_laws['lo'], rec.across_laws['hi'], fmt=size)}: "
+        extra.append(f"Across the reliable laws N* lies in {bounds(rec.across_laws.lo, rec.across_laws.hi, fmt=size)}: "
                      "the spread between methods, a model uncertainty no single law's interval shows.")
     if rec.agreement:
         extra.append(f"The reliable methods' N* span a factor of {rec.agreement['N_ratio']:.2g}.")
@@ -518,9 +518,9 @@ def _exponents(data: ReportData) -> str:
             ivs = law.reported_intervals()
         except Exception:
             continue
-        ivs = {k: v for k, v in ivs.items() if isinstance(v, dict)}
-        unreliable = any(v.get("kind") == "unreliable" for v in ivs.values())  # said once for the law, not per parameter
-        cells = ", ".join(f"{e(k)} = {_num(v.get('value'), 4) if v.get('kind') == 'unreliable' else interval(v, 4)}"
+        ivs = {k: v for k, v in ivs.items() if isinstance(v, Interval)}
+        unreliable = any(v.kind == "unreliable" for v in ivs.values())  # said once for the law, not per parameter
+        cells = ", ".join(f"{e(k)} = {_num(v.value, 4) if v.kind == 'unreliable' else interval(v, 4)}"
                           for k, v in ivs.items())
         if unreliable:
             cells += ' <span class="ci">(no intervals: law unreliable)</span>'

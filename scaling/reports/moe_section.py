@@ -31,7 +31,7 @@ def moe_headline(fit: "MoEFit", compute: float) -> str:
     if best is None:
         return missing(f"Mixture of experts: no recommendation at this budget: {why}")
     cut = best.VARIABLE_TEXT.get(best.variable, best.variable)
-    cells: list[tuple[str, dict[str, Any], Any, int]] = [
+    cells: list[tuple[str, Interval, Any, int]] = [
         ("N_active* (parameters)", best.N, size, 3), (cut, best.choice, None, 3), ("D* (tokens)", best.D, size, 3),
         ("predicted loss", best.loss, None, 4), ("loss saved against dense", best.gain, None, 3)]  # a loss as fmt.loss
     answers = [Answer(label, interval(iv, digits, fmt=fmt) if fmt else interval(iv, digits), "#moe")
@@ -54,7 +54,7 @@ def moe_section(data: "ReportData", page: Page) -> str:
     parts = [kv(rows)]
     for form, law in fit.laws.items():
         verdict = "" if law.reliable() else " (flagged: nothing is recommended from it)"
-        params = [(name, "not identified" if iv.get("kind") == "not identified" else interval(iv, 4))
+        params = [(name, "not identified" if iv.kind == "not identified" else interval(iv, 4))
                   for name, iv in law.reported_intervals().items()]
         parts.append(f"<h3>{e(law.law)} law{e(verdict)}</h3><p><code>{e(FORMULAS[form])}</code></p>{kv(params)}")
         parts += [f'<p class="small">{e(line)}</p>' for line in law.notes_]

@@ -8,15 +8,16 @@ from scaling.fitting.brief import brief
 from scaling.fitting.core.wording import REASON_CHARS, short_reason
 from scaling.fitting.core.doubts import Doubt, DoubtKind
 from scaling.fitting.core.notes import Note, NoteKind
-from scaling.fitting.recommend import Recommendation
+from scaling.fitting.recommend import Reach, Recommendation
+from scaling.fmt import Interval
 
 LONG = Doubt.unreliable(DoubtKind.UNDETERMINED, "the data do not determine Nc (its 95% bootstrap interval [1.36e+06, "
                         "2.69e+08] spans 2.3 orders of magnitude); Dc (its 95% bootstrap interval [1.14e+06, 8.23e+08] "
                         "spans 2.9 orders of magnitude)", ": do not trust this law's parameters or what it extrapolates")
 
 
-def _iv(value: float, lo: float = math.nan, hi: float = math.nan, **extra) -> dict:
-    return {"value": value, "lo": lo, "hi": hi, **extra}
+def _iv(value: float, lo: float = math.nan, hi: float = math.nan, **extra) -> Interval:
+    return Interval.of({"value": value, "lo": lo, "hi": hi, **extra})
 
 
 def _point(n: float, d: float, loss: float, spread: float = 2.0, **extra) -> dict:
@@ -35,7 +36,7 @@ def _rec(**kw) -> Recommendation:
         DoubtKind.PINNED, "E is pinned at its bound 0 (fitted 1e-09): the data do not separate the irreducible loss "
         "from the power-law terms")}
     rec.agreement = {"N_ratio": 1.16, "D_ratio": 1.16, "loss_spread": 0.02, "n_methods": 2.0}
-    rec.across_laws = {"lo": 8.93e3, "hi": 5.35e4, "n_laws": 2.0}
+    rec.across_laws = Reach(8.93e3, 5.35e4, 2)
     rec.run, rec.run_source = {"shape": {"n_layer": 2, "d_model": 32, "n_head": 4}, "n_params": 25472, "lr": 0.03,
                                "batch_tokens": 256, "memory_gib": 0.004, "strategy": "single"}, "the plan's rules"
     rec.notes = [Note(NoteKind.LEFT_OUT, "the choice, agreement and consensus leave out Kaplan, Chinchilla 3 "
@@ -78,7 +79,7 @@ def test_no_reliable_law_no_recommendation() -> None:
     rec = _rec(chosen="approach2", chosen_reason="no law is reliable; Chinchilla 2 (IsoFLOP) has the narrowest 95% "
                "interval on N*, but its fit notes say the data cannot pin it down",
                unreliable={k: LONG for k in ("kaplan", "approach1", "approach2", "approach3")},
-               agreement={}, across_laws={}, notes=[Note(NoteKind.NO_CONSENSUS,
+               agreement={}, across_laws=None, notes=[Note(NoteKind.NO_CONSENSUS,
                                                                 "no law is reliable, so there is no agreement or consensus to report")])
     lines = brief(rec)
     assert lines[0] == ("no recommendation at C = 3e+11 FLOPs: no fitted law is reliable: their fit notes say the data "
@@ -89,7 +90,7 @@ def test_no_reliable_law_no_recommendation() -> None:
 
 def test_a_law_without_intervals_says_why_and_other_notes_are_kept() -> None:
     point = {"N": _iv(2.55e4, kind="biased"), "D": _iv(1.96e6), "loss": _iv(3.76, kind="no spread")}
-    rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws={}, run=None,
+    rec = _rec(per_law={"approach2": point}, unreliable={}, agreement={}, across_laws=None, run=None,
                chosen_reason="Chinchilla 2 (IsoFLOP): the only reliable law, though it has no bootstrap interval",
                chosen_why="the only reliable law, though it has no bootstrap interval",
                no_optimum={"kaplan": "it gives no compute-optimal point here (overflow)"},

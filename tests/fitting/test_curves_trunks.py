@@ -102,7 +102,7 @@ def test_the_analysis_uses_trained_and_predicted_points_and_recommends(sweep: st
     assert any("predicted, not trained" in str(n) for n in analysis.notes)
     rec = analysis.recommendation
     assert rec is not None and rec.chosen is not None
-    assert np.isfinite(rec.per_law[rec.chosen]["N"]["value"]) and rec.per_law[rec.chosen]["N"]["value"] > 0
+    assert np.isfinite(rec.per_law[rec.chosen]["N"].value) and rec.per_law[rec.chosen]["N"].value > 0
     # no size was trained under two schedules, yet the schedule advice asks the law across sizes (which refuses a
     # run many times longer than its trunks, saying so)
     assert rec.schedule is not None and rec.schedule.get("across_sizes") is True
@@ -136,9 +136,9 @@ def test_predicted_points_widen_the_interval_on_n_star_by_the_predicting_laws_er
     after = law.optimal_interval(C)["N"]
     a, b = truth["alpha"], truth["beta"]  # Hoffmann et al.'s closed form, C = 6 N D
     true_n = (a * truth["A"] / (b * truth["B"])) ** (1 / (a + b)) * (C / 6) ** (b / (a + b))
-    assert after["value"] == before["value"]
-    assert after["hi"] / after["lo"] > 1.2 * before["hi"] / before["lo"]
-    assert after["lo"] <= true_n <= after["hi"]
+    assert after.value == before.value
+    assert after.hi / after.lo > 1.2 * before.hi / before.lo
+    assert after.lo <= true_n <= after.hi
     assert any("predicted point(s) carried in" in n for n in law.notes_)
 
 

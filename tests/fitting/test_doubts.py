@@ -21,6 +21,7 @@ import pytest
 from scaling.fitting import ChinchillaIsoFLOP, from_dict
 from scaling.fitting.loss import synthetic as S
 from scaling.fitting.core.doubts import Doubt, DoubtKind
+from scaling.fmt import Interval
 from scaling.fitting.hyperparams.hparams import GroupOptimum, PowerLaw, fit_law
 from scaling.fitting.recommend import compare_laws
 
@@ -73,8 +74,8 @@ def test_the_recommendation_tells_a_parameter_doubt_from_a_design_doubt_by_kind(
 def _power_law() -> PowerLaw:
     """lr*(C) over five groups whose optima scatter by 100x: its exponent is not determined."""
     def group(C: float, lr: float) -> GroupOptimum:
-        iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
-        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", {"value": 3.0}, iv, {"value": 1e5})
+        iv = Interval(lr, lr / 1.1, lr * 1.1, kind="percentile")
+        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", Interval(3.0), iv, Interval(1e5))
 
     pairs = ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))
     return fit_law("lr_C", [group(C, lr) for C, lr in pairs], 200)
@@ -86,9 +87,9 @@ def test_a_hyperparameter_laws_verdict_and_stored_form_follow_its_typed_doubts()
     kinds = [d.kind for d in law.doubts()]
     back = PowerLaw.from_dict(json.loads(json.dumps(law.to_dict())))
     assert [(d.kind, str(d)) for d in back.doubts()] == [(d.kind, str(d)) for d in law.doubts()]
-    assert not back.reliable() and back.predict_interval(C=1e19)["kind"] == "unreliable"
+    assert not back.reliable() and back.predict_interval(C=1e19).kind == "unreliable"
     back.drop_doubts(*kinds)  # the verdict follows the kinds: without doubts the law is trusted
-    assert back.reliable() and back.predict_interval(C=1e19)["kind"] != "unreliable"
+    assert back.reliable() and back.predict_interval(C=1e19).kind != "unreliable"
     law.notes.append("unreliable: a note that reads like a doubt is only a note")
     back = PowerLaw.from_dict(dict(law.to_dict(), doubts=[]))
     assert back.reliable()

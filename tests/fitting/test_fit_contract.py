@@ -62,7 +62,7 @@ def test_round_trip_through_json(fitted: dict, kind: str) -> None:
     np.testing.assert_allclose(again.predict(N, D), law.predict(N, D), rtol=1e-12)
     np.testing.assert_allclose(again.optimal(1e22), law.optimal(1e22), rtol=1e-12)
     a, b = again.optimal_interval(1e22), law.optimal_interval(1e22)
-    assert a["N"]["lo"] == pytest.approx(b["N"]["lo"], rel=1e-9)
+    assert a["N"].lo == pytest.approx(b["N"].lo, rel=1e-9)
     assert again.intervals().keys() == law.intervals().keys()
 
 

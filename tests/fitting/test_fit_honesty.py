@@ -58,17 +58,17 @@ def test_an_unreliable_law_shows_its_values_without_intervals_everywhere() -> No
     law = _underdetermined()
     assert law.doubts()
     raw = law.intervals()
-    assert any(math.isfinite(iv["lo"]) for iv in raw.values())  # there was a bootstrap interval to withhold
+    assert any((iv.lo is not None) for iv in raw.values())  # there was a bootstrap interval to withhold
     shown = law.reported_intervals()
     assert set(shown) == set(raw)
     for name, iv in shown.items():
-        assert iv["value"] == raw[name]["value"]
-        assert iv["kind"] in ("unreliable", "pinned") and math.isnan(iv["lo"]) and math.isnan(iv["se"])
+        assert iv.value == raw[name].value
+        assert iv.kind in ("unreliable", "pinned") and (iv.lo is None) and (iv.se is None)
     table = FitSummary(source="12 points", fingerprint="x", n_points=12, conventions=Conventions(),
                        laws={"approach3": law}).table()
     rows = [line for line in table.splitlines() if line.split() and line.split()[0] in raw]
     assert len(rows) == len(raw) and not any("[" in row for row in rows), rows
-    assert sum("no interval: unreliable" in row for row in rows) == sum(iv["kind"] == "unreliable" for iv in shown.values())
+    assert sum("no interval: unreliable" in row for row in rows) == sum(iv.kind == "unreliable" for iv in shown.values())
     d = law.to_dict()
     assert d["reliable"] is False and all(iv["lo"] is None and iv["hi"] is None for iv in d["intervals"].values())
     assert "no interval: unreliable" in interval(shown["alpha"])
@@ -98,7 +98,7 @@ def test_recommend_follows_the_best_determined_reliable_law_and_says_why() -> No
     assert shaky.doubts() and not good.doubts()
     C = 10 * 3e19
     # Make the unreliable law the narrowest: it must still not be chosen.
-    shaky_width = math.log(shaky.optimal_interval(C)["N"]["hi"] / shaky.optimal_interval(C)["N"]["lo"])
+    shaky_width = math.log(shaky.optimal_interval(C)["N"].hi / shaky.optimal_interval(C)["N"].lo)
     summary = FitSummary(source="synthetic", fingerprint="x", n_points=12, conventions=Conventions(),
                          laws={"approach2": good, "approach3": shaky})
     rec = recommend(summary, C)
@@ -126,22 +126,22 @@ def test_a_law_whose_parameters_are_in_doubt_recommends_where_its_bootstrap_dete
     r = rec.per_law["approach3"]
     assert "do not determine E" in rec.determined_at_budget["approach3"]
     for q in ("N", "D", "loss"):  # intervals holding their estimates, within the stated spans
-        assert r[q]["kind"] == "percentile" and r[q]["lo"] <= r[q]["value"] <= r[q]["hi"]
-        assert r[q]["hi"] / r[q]["lo"] <= AT_BUDGET_SPAN[q]
+        assert r[q].kind == "percentile" and r[q].lo <= r[q].value <= r[q].hi
+        assert r[q].hi / r[q].lo <= AT_BUDGET_SPAN[q]
     note = next(n for n in rec.notes if n.startswith("Chinchilla 3"))
     assert "do not determine E" in note and "determines N*, D* and the loss at this budget" in note
     text = rec.table()
     row = next(line for line in text.splitlines() if line.lstrip().startswith("Chinchilla 3"))
     assert "determined at this budget" in row and "[" in row, row
     assert "(chosen, unreliable)" not in text
-    assert law.reported_intervals()["E"]["kind"] == "unreliable"  # the fit still shows no interval on E
+    assert law.reported_intervals()["E"].kind == "unreliable"  # the fit still shows no interval on E
 
 
 def test_a_law_whose_distribution_at_the_budget_is_wide_still_does_not_recommend() -> None:
     law = _underdetermined(seed=6001)
     C = 10 * law.c_range_[1]
     iv = law.optimal_interval(C)
-    assert iv["N"]["hi"] / iv["N"]["lo"] > AT_BUDGET_SPAN["N"]
+    assert iv["N"].hi / iv["N"].lo > AT_BUDGET_SPAN["N"]
     why = undetermined_at_budget(law, iv, C)
     assert why is not None and "95% interval of N at this budget spans a factor" in why
     rec = compare_laws({"approach3": law}, C)
@@ -163,8 +163,8 @@ def test_parameter_at_its_bound_is_reported_pinned_not_with_an_interval() -> Non
     law = ChinchillaParametric(grid="small").fit(from_frame(S.grid_points(n_N=5, n_D=5, noise=0.003, t=no_floor)))
     law.bootstrap(30, 0)
     iv = law.intervals()["E"]
-    assert iv["kind"] == "pinned" and iv["pinned"] == "lower bound 0"
-    assert math.isnan(iv["lo"]) and math.isnan(iv["hi"]) and math.isnan(iv["se"])
+    assert iv.kind == "pinned" and iv.pinned == "lower bound 0"
+    assert (iv.lo is None) and (iv.hi is None) and (iv.se is None)
     assert any("E is pinned" in d for d in law.doubts())
     table = FitSummary(source="s", fingerprint="x", n_points=25, conventions=Conventions(), laws={"approach3": law}).table()
     assert "pinned: lower bound 0" in table
@@ -172,18 +172,17 @@ def test_parameter_at_its_bound_is_reported_pinned_not_with_an_interval() -> Non
 
 def test_approach2_loss_floor_fixed_or_at_zero_is_pinned() -> None:
     three = _isoflop(np.geomspace(1e18, 1e20, 3), n_boot=30)
-    assert three.intervals()["E_L"]["kind"] == "pinned" and "fixed at 0" in three.intervals()["E_L"]["pinned"]
+    assert three.intervals()["E_L"].kind == "pinned" and "fixed at 0" in three.intervals()["E_L"].pinned
     pts = S.isoflop_points(budgets=np.geomspace(1e18, 1e20, 5), n_sizes=7, span=1.5, noise=0.002,
                            t={**S.TRUTH, "E": 0.0})
     law = ChinchillaIsoFLOP().fit(from_frame(pts)).bootstrap(30, 0)
-    assert law.intervals()["E_L"] == {"value": 0.0, "se": math.nan, "lo": math.nan, "hi": math.nan} | {
-        "kind": "pinned", "pinned": "lower bound 0"} or law.intervals()["E_L"]["kind"] == "pinned"
+    assert law.intervals()["E_L"].kind == "pinned"
     assert "E_L" in law.to_dict()["pinned"]
 
 
 def test_replicates_that_never_move_give_no_interval() -> None:
     iv = summarise(np.full(50, 1.03e-52), 1.03e-52, log=True)
-    assert iv["kind"] == "no spread" and math.isnan(iv["lo"]) and math.isnan(iv["se"])
+    assert iv.kind == "no spread" and (iv.lo is None) and (iv.se is None)
 
 
 # -- 3. estimates outside their own interval ---------------------------------------------------
@@ -192,10 +191,10 @@ def test_estimate_outside_its_percentile_interval_says_the_bootstrap_is_biased()
     reps = rng.normal(0.0360, 0.0005, 400)
     point = float(np.quantile(reps, 0.985))  # above the 97.5% quantile: the percentile interval excludes it
     iv = summarise(reps, point)
-    assert iv["kind"] == "biased" and math.isnan(iv["lo"]) and math.isnan(iv["hi"])
-    assert iv["quantile"] == pytest.approx(0.985, abs=0.01) and "does not reproduce the fit" in iv["note"]
+    assert iv.kind == "biased" and (iv.lo is None) and (iv.hi is None)
+    assert iv.quantile == pytest.approx(0.985, abs=0.01) and "does not reproduce the fit" in iv.withheld
     iv = summarise(np.linspace(39.74, 40.30, 200), 40.38)  # log_Cc = 40.38 with [39.74, 40.38]
-    assert iv["kind"] == "biased" and math.isnan(iv["lo"])
+    assert iv.kind == "biased" and (iv.lo is None)
     assert "bootstrap biased" in interval_text(iv)
 
 
@@ -219,7 +218,7 @@ def test_kaplan_replicates_come_from_the_same_procedure_as_the_fit() -> None:
         for j, name in enumerate(law.param_names):
             shift.setdefault(name, []).append(float((np.median(reps[:, j]) - law.params_[name]) / np.std(reps[:, j])))
         for name, iv in law.intervals().items():
-            assert iv["kind"] != "percentile" or iv["lo"] <= iv["value"] <= iv["hi"], (name, iv)
+            assert iv.kind != "percentile" or iv.lo <= iv.value <= iv.hi, (name, iv)
     mean_shift = {name: float(np.mean(z)) for name, z in shift.items()}
     assert max(abs(z) for z in mean_shift.values()) < 0.12, mean_shift
 
@@ -229,12 +228,12 @@ def test_heavy_tailed_replicates_get_no_se_on_the_scale_they_are_heavy_tailed_on
     rng = np.random.default_rng(1)
     reps = np.exp(rng.normal(np.log(350), 0.4, 300))
     clean = summarise(reps, 350.0, log=True)
-    assert 0.3 < clean["se_log"] < 0.5 and math.isfinite(clean["se"])
+    assert 0.3 < clean.se_log < 0.5 and (clean.se is not None)
     reps[:6] = 1e9  # a few runaway refits: heavy-tailed in the value and in its log
     iv = summarise(reps, 350.0, log=True)
-    assert math.isnan(iv["se"]) and "heavy-tailed" in iv["se_note"]
-    assert math.isnan(iv["se_log"]) and "heavy-tailed" in iv["se_log_note"]
-    assert iv["lo"] < 350 < iv["hi"] < 1e4
+    assert (iv.se is None) and "heavy-tailed" in iv.se_note
+    assert (iv.se_log is None) and "heavy-tailed" in iv.se_note
+    assert iv.lo < 350 < iv.hi < 1e4
 
 
 def test_no_se_above_ten_times_its_parameter_without_a_flag() -> None:
@@ -246,8 +245,8 @@ def test_no_se_above_ten_times_its_parameter_without_a_flag() -> None:
             if law.doubts():
                 continue
             for name, iv in law.intervals().items():
-                if math.isfinite(iv["se"]) and "se_log" not in iv:
-                    assert iv["se"] <= 10 * abs(iv["value"]) or name.startswith("log_"), (kind, name, iv)
+                if (iv.se is not None) and iv.se_log is None:
+                    assert iv.se <= 10 * abs(iv.value) or name.startswith("log_"), (kind, name, iv)
 
 
 # -- 5. extrapolation carries model error ------------------------------------------------------
@@ -255,15 +254,15 @@ def test_intervals_beyond_the_data_are_widened_by_the_backtest_error() -> None:
     law = _isoflop(np.geomspace(1e18, 1e20, 5))
     assert law.extrapolation_ and law.extrapolation_["N"] > 0 and law.extrapolation_["loss"] > 0
     inside = law.optimal_interval(1e19)["N"]
-    assert "widened" not in inside
+    assert not inside.widened
     beyond = law.optimal_interval(1e21)["N"]
-    assert beyond["lo"] < beyond["lo_param"] and beyond["hi"] > beyond["hi_param"] and "widened" in beyond
+    assert beyond.lo < beyond.lo_param and beyond.hi > beyond.hi_param and beyond.widened
     further = law.optimal_interval(1e22)["N"]
-    assert math.log(further["hi"] / further["lo"]) > math.log(beyond["hi"] / beyond["lo"])
+    assert math.log(further.hi / further.lo) > math.log(beyond.hi / beyond.lo)
     restored = type(law).from_dict(law.to_dict())
-    assert restored.optimal_interval(1e21)["N"]["hi"] == pytest.approx(beyond["hi"])
+    assert restored.optimal_interval(1e21)["N"].hi == pytest.approx(beyond.hi)
     pred = law.predict_interval([3e9], [5e10])[0]
-    assert pred["lo"] < pred["value"] < pred["hi"]
+    assert pred.lo < pred.value < pred.hi
 
 
 # -- 6. data that show no scaling, or too little to show it ---------------------------------
@@ -363,8 +362,8 @@ def test_a_log_se_that_disagrees_with_its_interval_is_not_printed() -> None:
     reps = np.exp(rng.normal(np.log(1.5), 0.15, 49))
     reps = np.append(reps, 7.2e-6)
     iv = summarise(reps, 1.5, log=True)
-    assert iv["kind"] == "percentile" and iv["lo"] < 1.5 < iv["hi"]
-    assert math.isnan(iv["se_log"]) and "heavy-tailed" in iv["se_log_note"]
+    assert iv.kind == "percentile" and iv.lo < 1.5 < iv.hi
+    assert (iv.se_log is None) and "heavy-tailed" in iv.se_note
     from scaling.fitting.sweep_fit import se_text
 
     assert "(ln)" not in se_text(iv)

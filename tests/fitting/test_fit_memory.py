@@ -75,8 +75,8 @@ def test_a_fit_and_bootstrap_of_many_points_stay_bounded() -> None:
         assert abs(law.params_[name] / truth - 1) < 0.05, (name, law.params_[name])
     iv = law.intervals()
     for name in ("alpha", "beta"):
-        assert iv[name]["lo"] <= iv[name]["value"] <= iv[name]["hi"]
-        assert iv[name]["hi"] - iv[name]["lo"] < 0.02
+        assert iv[name].lo <= iv[name].value <= iv[name].hi
+        assert iv[name].hi - iv[name].lo < 0.02
 
 
 def test_a_large_csv_fitted_with_every_law_takes_the_fast_path_with_honest_intervals(tmp_path: Path) -> None:

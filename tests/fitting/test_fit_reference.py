@@ -31,12 +31,12 @@ def test_epoch_estimates_within_their_standard_errors(epoch_fit: ChinchillaParam
 def test_epoch_bootstrap_standard_errors_are_of_the_published_size(epoch_fit: ChinchillaParametric) -> None:
     iv = epoch_fit.intervals()
     for name, (_, se) in EPOCH.items():
-        assert 0.5 * se <= iv[name]["se"] <= 2.0 * se, (name, iv[name]["se"], se)
+        assert 0.5 * se <= iv[name].se <= 2.0 * se, (name, iv[name].se, se)
 
 
 def test_epoch_compute_optimal_allocation(epoch_fit: ChinchillaParametric) -> None:
     iv = epoch_fit.intervals()
-    assert abs(iv["a"]["value"] - 0.513) < 0.01
+    assert abs(iv["a"].value - 0.513) < 0.01
     # Chinchilla's own budget (5.76e23 FLOPs): about 20 tokens per parameter.
     N, D, L = epoch_fit.optimal(5.76e23)
     assert 15 <= D / N <= 25

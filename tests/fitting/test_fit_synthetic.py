@@ -79,7 +79,7 @@ def test_kaplan_recovers_the_truth() -> None:
     assert law.params_["alpha_D"] == pytest.approx(t["alpha_D"], abs=0.005)
     iv = law.intervals()
     a_joint = t["alpha_D"] / (t["alpha_N"] + t["alpha_D"])
-    assert iv["a"]["value"] == pytest.approx(a_joint, abs=0.02)
+    assert iv["a"].value == pytest.approx(a_joint, abs=0.02)
 
 
 def _coverage(make, truth: dict[str, float], n_boot: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -89,8 +89,8 @@ def _coverage(make, truth: dict[str, float], n_boot: int) -> tuple[dict[str, flo
     for seed in range(REPLICATES):
         iv = make(seed + 100, n_boot).intervals()
         for k, v in truth.items():
-            hits[k] += iv[k]["lo"] <= v <= iv[k]["hi"]
-            widths[k].append((iv[k]["hi"] - iv[k]["lo"]) / abs(v))
+            hits[k] += iv[k].lo <= v <= iv[k].hi
+            widths[k].append((iv[k].hi - iv[k].lo) / abs(v))
     return {k: h / REPLICATES for k, h in hits.items()}, {k: float(np.median(w)) for k, w in widths.items()}
 
 

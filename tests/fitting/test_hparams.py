@@ -13,6 +13,7 @@ import pytest
 
 from cli_run import run_cli
 from scaling.errors import ArgumentError, FitError
+from scaling.fmt import Interval
 from scaling.fitting import fit_sweep, from_csv, recommend
 from scaling.fitting.hyperparams import hparams_synthetic as HS
 from scaling.fitting.hyperparams.hparams import fit_group, fit_hparams, tuned_points
@@ -32,21 +33,21 @@ def bowl(lr_star: float = 3e-3, b_star: float = 2e5, *, lrs: np.ndarray | None =
 def test_the_quadratic_finds_a_known_bowls_minimum_between_grid_values() -> None:
     g = fit_group(bowl(), "bowl", n_bootstrap=50)
     assert g.status == "fitted" and g.used
-    assert g.lr["value"] == pytest.approx(3e-3, rel=1e-6)
-    assert g.batch["value"] == pytest.approx(2e5, rel=1e-6)
-    assert g.loss["value"] == pytest.approx(3.0, abs=1e-9)
+    assert g.lr.value == pytest.approx(3e-3, rel=1e-6)
+    assert g.batch.value == pytest.approx(2e5, rel=1e-6)
+    assert g.loss.value == pytest.approx(3.0, abs=1e-9)
     best = bowl().sort_values("loss").iloc[0]
     assert abs(math.log(best["lr"] / 3e-3)) > 0.1  # the grid's argmin is not the answer
     # exact data: every replicate refits the same optimum, and no interval is invented for it
-    assert g.lr.get("kind") == "no spread"
+    assert g.lr.kind == "no spread"
 
 
 def test_a_noisy_bowl_gives_an_interval_around_its_estimate() -> None:
     d = bowl()
     d["loss"] = d["loss"] * np.exp(np.random.default_rng(0).normal(0, 0.001, len(d)))
     g = fit_group(d, "noisy", n_bootstrap=200)
-    assert g.lr["kind"] == "percentile" and g.lr["lo"] <= g.lr["value"] <= g.lr["hi"]
-    assert g.lr["lo"] < 3e-3 * 1.25 and g.lr["hi"] > 3e-3 / 1.25
+    assert g.lr.kind == "percentile" and g.lr.lo <= g.lr.value <= g.lr.hi
+    assert g.lr.lo < 3e-3 * 1.25 and g.lr.hi > 3e-3 / 1.25
     assert g.near["n"] >= 1 and g.near["lr_lo"] <= g.near["lr_hi"]
 
 
@@ -55,13 +56,13 @@ def test_a_minimum_at_the_edge_of_the_grid_is_flagged_and_left_out() -> None:
     g = fit_group(d, "edge", n_bootstrap=20)
     assert g.status == "edge" and not g.used
     assert "lr* at the largest value tried" in g.message and "widen the sweep" in g.message
-    assert g.lr["kind"] == "unreliable"
+    assert g.lr.kind == "unreliable"
 
 
 def test_only_lr_varied_gives_a_pinned_batch_and_one_run_one_clear_line() -> None:
     d = bowl(batches=np.array([2e5]))
     g = fit_group(d, "lr only", n_bootstrap=20)
-    assert g.used and g.varied == ("lr",) and g.batch["kind"] == "pinned"
+    assert g.used and g.varied == ("lr",) and g.batch.kind == "pinned"
     one = fit_group(d.iloc[:1], "single", n_bootstrap=20)
     assert one.status == "one setting" and one.message.startswith("one run: ")
 
@@ -81,11 +82,11 @@ def test_the_laws_find_the_simulated_exponents(truth_fits) -> None:
         lr, b = fit.laws["lr_ND"], fit.laws["batch_D"]
         assert lr.reliable() and b.reliable()
         for iv, true in ((lr.params["a"], truth.a), (lr.params["b"], truth.b), (b.params["e"], truth.e)):
-            assert iv["lo"] <= iv["value"] <= iv["hi"]
-            assert abs(iv["value"] - true) < 0.1
+            assert iv.lo <= iv.value <= iv.hi
+            assert abs(iv.value - true) < 0.1
         N, D = 1e9, 4e10
         rec = fit.recommend(N, D, 6 * N * D)
-        assert rec["lr"]["value"] == pytest.approx(float(truth.lr_star(N, D)), rel=0.25)
+        assert rec["lr"].value == pytest.approx(float(truth.lr_star(N, D)), rel=0.25)
         frame = fit.groups_frame()
         assert {"lr_star", "lr_lo", "lr_hi", "batch_star", "loss_star", "status", "near_n"} <= set(frame.columns)
 
@@ -99,10 +100,10 @@ def test_groups_that_do_not_vary_N_leave_its_exponent_unidentified() -> None:
     runs["N"] = runs["N"] * (1 + 0.001 * (runs["D"] / runs["D"].max()))  # N varies by 0.1%: not a span
     flagged = fit_hparams(runs, 50).laws["lr_ND"]
     assert not flagged.reliable() and "not identified" in flagged.doubts()[0]
-    assert all(iv["kind"] == "unreliable" for iv in flagged.params.values())
-    c = flagged.params["c"]["value"]  # e^-6282 here: no number that cannot be, such as c = 0
+    assert all(iv.kind == "unreliable" for iv in flagged.params.values())
+    c = flagged.params["c"].value  # e^-6282 here: no number that cannot be, such as c = 0
     assert math.isnan(c) and any("beyond floating point" in d for d in flagged.doubts())
-    assert flagged.predict_interval(N=1e9, D=2e10)["kind"] == "unreliable"
+    assert flagged.predict_interval(N=1e9, D=2e10).kind == "unreliable"
 
 
 def test_tuned_points_use_each_groups_L_star_and_fixed_the_grid_centre() -> None:
@@ -196,10 +197,10 @@ def test_a_sweep_with_groups_is_fitted_on_tuned_losses_and_recommends_lr_and_bat
     rec = recommend(summary)
     h = rec.hparams
     assert h is not None and set(h) >= {"lr", "batch", "lr_why", "batch_why"}
-    if h["lr"]["kind"] != "unreliable":
-        assert rec.run["lr"] == pytest.approx(h["lr"]["value"]) and "lr =" in rec.table()
+    if h["lr"].kind != "unreliable":
+        assert rec.run["lr"] == pytest.approx(h["lr"].value) and "lr =" in rec.table()
         assert h["N"] == rec.run["n_params"]  # lr* for the parameters the run's shape really has
-    if h["batch"]["kind"] != "unreliable":  # a whole number of sequences, as a plan requires
+    if h["batch"].kind != "unreliable":  # a whole number of sequences, as a plan requires
         assert rec.run["batch_tokens"] % rec.run["shape"]["context"] == 0
     assert "hyperparameters for N =" in rec.table()
 
@@ -210,9 +211,9 @@ def test_a_withheld_lr_or_batch_is_printed_as_none_with_its_reason(hp_db: str) -
 
     rec = recommend(fit_sweep(hp_db, "hp", "kaplan", 30, save=False))
     h = rec.hparams
-    h["lr"] = withheld({"value": 0.0123456}, "the law is flagged: test")
+    h["lr"] = withheld(Interval(0.0123456), "the law is flagged: test")
     h["lr_why"] = "not recommended: lr* = c N^a D^b is flagged (test)"
-    h["batch"] = withheld({"value": 98765.0}, "the law is flagged: test")
+    h["batch"] = withheld(Interval(98765.0), "the law is flagged: test")
     h["batch_why"] = "not recommended: B* = d D^e is flagged (test)"
     text = " ".join(rec.table().split())  # the line may wrap
     line = text[text.index("hyperparameters for N"):]
@@ -280,17 +281,17 @@ def test_a_group_that_did_not_vary_the_batch_is_left_out_of_the_batch_law() -> N
     from scaling.fitting.hyperparams.hparams import GroupOptimum, fit_law
 
     def group(D: float, batch: dict) -> GroupOptimum:
-        lr = {"value": 1e-3, "kind": "percentile", "lo": 9e-4, "hi": 1.1e-3}
-        return GroupOptimum("g", 1e8, D, 6e8 * D, 9, 9, "fitted", "", {"value": 3.0}, lr, batch)
+        lr = Interval(1e-3, 9e-4, 1.1e-3, kind="percentile")
+        return GroupOptimum("g", 1e8, D, 6e8 * D, 9, 9, "fitted", "", Interval(3.0), lr, batch)
 
     def varied(D: float) -> dict:
         b = 10 * D ** 0.5
-        return {"value": b, "kind": "percentile", "lo": b / 1.1, "hi": b * 1.1}
+        return Interval(b, b / 1.1, b * 1.1, kind="percentile")
 
     groups = [group(D, varied(D)) for D in (1e9, 2e9, 4e9, 8e9, 1.6e10)]
-    groups += [group(D, {"value": 1e6, "kind": "pinned"}) for D in (1e9, 1.6e10)]
+    groups += [group(D, Interval(1e6, kind="pinned", withheld="pinned: not varied")) for D in (1e9, 1.6e10)]
     law = fit_law("batch_D", groups, 0)
-    assert law.n_groups == 5 and law.params["e"]["value"] == pytest.approx(0.5)
+    assert law.n_groups == 5 and law.params["e"].value == pytest.approx(0.5)
     with pytest.raises(FitError, match="batch was not varied in any group"):
         fit_law("batch_D", groups[5:], 0)
 
@@ -305,7 +306,7 @@ def test_the_concrete_runs_batch_lies_in_its_interval_after_rounding_to_whole_se
                    theta=np.array([math.log(200.0), 0.0]))
     run = {"shape": {"context": 128}, "n_params": 1e6}
     rec, _ = apply_to_run(HparamFit(groups=[], laws={"batch_D": law}), run, 1e6, 2e7, 1.2e14, False, "the plan")
-    assert rec["batch"]["lo"] < 200 < rec["batch"]["hi"] < 256
+    assert rec["batch"].lo < 200 < rec["batch"].hi < 256
     lo, hi = run["batch_tokens_interval"]
     assert run["batch_tokens"] == 256 and lo <= 256 <= hi and (lo, hi) == (128, 256)
 
@@ -314,12 +315,12 @@ def test_a_law_whose_exponent_the_groups_do_not_determine_is_flagged() -> None:
     from scaling.fitting.hyperparams.hparams import GroupOptimum, fit_law
 
     def group(C: float, lr: float) -> GroupOptimum:
-        iv = {"value": lr, "kind": "percentile", "lo": lr / 1.1, "hi": lr * 1.1}
-        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", {"value": 3.0}, iv, {"value": 1e5})
+        iv = Interval(lr, lr / 1.1, lr * 1.1, kind="percentile")
+        return GroupOptimum("g", 1e8, C / 6e8, C, 9, 9, "fitted", "", Interval(3.0), iv, Interval(1e5))
 
     groups = [group(C, lr) for C, lr in ((1e18, 1e-3), (1e18, 1e-1), (2.5e18, 1e-1), (2.5e18, 1e-3), (2.5e18, 1e-2))]
     law = fit_law("lr_C", groups, 200)
-    assert not law.reliable() and all(iv["kind"] == "unreliable" for iv in law.params.values())
+    assert not law.reliable() and all(iv.kind == "unreliable" for iv in law.params.values())
     assert "wider than 2" in " ".join(law.doubts()) or "could not identify" in " ".join(law.doubts())
 
 

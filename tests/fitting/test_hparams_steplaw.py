@@ -60,19 +60,19 @@ def test_the_laws_on_step_laws_moe_runs_agree_with_the_authors_recipe_where_it_i
     assert ref["a"] == pytest.approx(0.057, abs=0.03) and ref["e"] == pytest.approx(0.435, abs=0.03)
     a, b, e = lr.params["a"], lr.params["b"], batch.params["e"]
     # lr* barely depends on the active parameters in this MoE sweep, in both fits
-    assert a["lo"] <= ref["a"] <= a["hi"] and a["lo"] < 0 < a["hi"]
+    assert a.lo <= ref["a"] <= a.hi and a.lo < 0 < a.hi
     # B*: the recipe's exponent lies in our interval
-    assert e["lo"] <= ref["e"] <= e["hi"]
+    assert e.lo <= ref["e"] <= e.hi
     # lr* grows with D in both; the quadratic's optimum (at each group's own B*) grows more slowly than the
     # recipe's pooled near-optimal runs, which mix batches (documented, not hidden)
-    assert 0 < b["value"] < ref["b"] and b["lo"] > 0
+    assert 0 < b.value < ref["b"] and b.lo > 0
 
 
 def test_total_parameters_that_barely_vary_leave_the_exponent_of_N_unidentified(steplaw) -> None:
     fit = fit_hparams(runs(steplaw, "N_params_total_nonembed"), 50)
     law = fit.laws["lr_ND"]
     assert not law.reliable() and "not identified" in law.doubts()[0]
-    assert law.predict_interval(N=2.2e9, D=1e11)["kind"] == "unreliable"
+    assert law.predict_interval(N=2.2e9, D=1e11).kind == "unreliable"
 
 
 def test_the_csv_columns_of_step_law_are_read_as_hyperparameters(steplaw) -> None:

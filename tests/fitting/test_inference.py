@@ -106,12 +106,12 @@ def test_intervals_contain_their_estimates(fitted_law: ChinchillaParametric) -> 
     for block in (rec.optimum, rec.compute_optimal):
         for q in ("N", "D", "tokens_per_param", "total_flops"):
             iv = block[q]
-            if math.isfinite(iv["lo"]):
-                assert iv["lo"] <= iv["value"] <= iv["hi"], (q, iv)
-    assert any(math.isfinite(rec.optimum[q]["lo"]) for q in ("N", "D"))
+            if (iv.lo is not None):
+                assert iv.lo <= iv.value <= iv.hi, (q, iv)
+    assert any((rec.optimum[q].lo is not None) for q in ("N", "D"))
     # serving 1e13 tokens: a smaller model trained on more tokens, cheaper in all
-    assert rec.optimum["N"]["value"] < rec.compute_optimal["N"]["value"]
-    assert rec.optimum["D"]["value"] > rec.compute_optimal["D"]["value"]
+    assert rec.optimum["N"].value < rec.compute_optimal["N"].value
+    assert rec.optimum["D"].value > rec.compute_optimal["D"].value
     assert 0 < rec.saving < 1
     json.dumps(rec.to_dict())
     assert "inference-aware" in rec.table() and "compute-optimal" in rec.table()
@@ -120,9 +120,9 @@ def test_intervals_contain_their_estimates(fitted_law: ChinchillaParametric) -> 
 def test_target_loss_mode_and_its_refusal(fitted_law: ChinchillaParametric) -> None:
     E = fitted_law.params_["E"]
     rec = recommend_for_inference(fitted_law, 0.0, target_loss=E + 0.5)
-    N, D = rec.optimum["N"]["value"], rec.optimum["D"]["value"]
+    N, D = rec.optimum["N"].value, rec.optimum["D"].value
     assert float(fitted_law.predict(N, D)) == pytest.approx(E + 0.5, rel=1e-10)
-    assert not math.isfinite(rec.optimum["loss"]["lo"])  # a given target has no interval
+    assert rec.optimum["loss"].lo is None  # a given target has no interval
     with pytest.raises(FitError, match="unreachable"):
         recommend_for_inference(fitted_law, 1e9, target_loss=E)
 
@@ -131,7 +131,7 @@ def test_an_interval_excluding_its_estimate_is_dropped() -> None:
     from scaling.fitting.inference import honest_interval
 
     iv = honest_interval(np.linspace(2.0, 3.0, 100), 1.0)
-    assert math.isnan(iv["lo"]) and iv["kind"] == "biased"
+    assert (iv.lo is None) and iv.kind == "biased"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -159,7 +159,7 @@ def test_the_inference_optimum_reads_a_fit_and_says_when_approach_3_is_missing(f
     from scaling.fitting.sweep_fit import FitSummary
 
     fit = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions=Conventions(), laws={"approach3": fitted_law})
-    assert recommend_inference(fit, 1e12, compute=1e19).optimum["N"]["value"] > 0
+    assert recommend_inference(fit, 1e12, compute=1e19).optimum["N"].value > 0
     without = FitSummary(source="pts.csv", fingerprint="f", n_points=0, conventions=Conventions(),
                          skipped={"approach3": "every budget has fewer than 3 sizes"})
     with pytest.raises(FitError, match="needs approach 3, which could not be fitted: every budget has fewer"):
@@ -182,7 +182,7 @@ def test_budgets_and_targets_far_outside_the_data_are_refused(fitted_law: Chinch
     with pytest.raises(FitError, match="more than 1e\\+24 tokens"):
         recommend_for_inference(fitted_law, 1e300, compute=1e21)
     rec = recommend_for_inference(fitted_law, 1e12, compute=1e24)  # 1e5x beyond: allowed
-    assert math.isfinite(rec.optimum["total_flops"]["value"])
+    assert math.isfinite(rec.optimum["total_flops"].value)
 
 
 def test_cli_recommend_refuses_absurd_budgets_in_one_line(tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_an_unreliable_fit_gives_no_interval_and_claims_no_saving() -> None:
     rec = recommend_for_inference(law, 1e13, compute=1e20)
     assert rec.unreliable == law.doubts()[0]
     for block in (rec.optimum, rec.compute_optimal):
-        assert all(not math.isfinite(block[q]["lo"]) for q in ("N", "D", "tokens_per_param", "total_flops"))
+        assert all(block[q].lo is None for q in ("N", "D", "tokens_per_param", "total_flops"))
     table = rec.table()
     assert "no saving claimed" in table and "saves" not in table
     rows = [line for line in table.splitlines() if line.strip().startswith(("inference-aware", "compute-optimal"))]
@@ -251,7 +251,7 @@ def test_an_inference_aware_run_trained_far_beyond_the_data_is_refused(fitted_la
     with pytest.raises(FitError, match="--inference-tokens 1e\\+24: the cheapest run to train and serve them trains"):
         recommend_for_inference(fitted_law, 1e24, target_loss=target)
     rec = recommend_for_inference(fitted_law, 1e12, target_loss=target)  # near the data: answered
-    assert math.isfinite(rec.optimum["training_flops"]["value"]) and target > E
+    assert math.isfinite(rec.optimum["training_flops"].value) and target > E
 
 
 def test_no_inference_tokens_claims_no_saving(fitted_law: ChinchillaParametric) -> None:

@@ -33,15 +33,15 @@ def test_granularity_law_recovers_the_truth_within_its_intervals(granularity_law
     ivs = granularity_law.reported_intervals()
     for name in ("alpha", "beta", "gamma", "c"):
         iv = ivs[name]
-        assert iv["lo"] <= S.GRANULARITY_TRUTH[name] <= iv["hi"], (name, iv)
-    assert abs(ivs["gamma"]["value"] - S.GRANULARITY_TRUTH["gamma"]) < 0.15
+        assert iv.lo <= S.GRANULARITY_TRUTH[name] <= iv.hi, (name, iv)
+    assert abs(ivs["gamma"].value - S.GRANULARITY_TRUTH["gamma"]) < 0.15
 
 
 def test_sparsity_law_recovers_delta(sparsity_law: SparsityLaw) -> None:
     assert sparsity_law.reliable(), sparsity_law.doubts()
     iv = sparsity_law.reported_intervals()["delta"]
-    assert iv["lo"] <= S.SPARSITY_TRUTH["delta"] <= iv["hi"]
-    assert 0 < iv["lo"]  # the sweep shows that sparsity helps
+    assert iv.lo <= S.SPARSITY_TRUTH["delta"] <= iv.hi
+    assert 0 < iv.lo  # the sweep shows that sparsity helps
     # the law reproduces the truth at a point inside the sweep, within a percent
     N, D, x = 2e8, 5e9, 0.875
     assert sparsity_law.predict(N, D, x) == pytest.approx(S.sparsity_loss(N, D, x), rel=0.01)
@@ -49,16 +49,16 @@ def test_sparsity_law_recovers_delta(sparsity_law: SparsityLaw) -> None:
 
 def test_recommendation_beats_its_dense_comparison_and_says_it_sits_at_the_edge(sparsity_law: SparsityLaw) -> None:
     rec = recommend_moe(sparsity_law, 1e20)
-    assert rec.choice["value"] == pytest.approx(1 - 1 / 64)  # the sparsest measured: 64 experts, top-1
+    assert rec.choice.value == pytest.approx(1 - 1 / 64)  # the sparsest measured: 64 experts, top-1
     assert any("edge of the measured range" in n for n in rec.notes)
     truth_N = (S.SPARSITY_TRUTH["alpha"] * S.SPARSITY_TRUTH["a"] * (1 / 64) ** S.SPARSITY_TRUTH["delta"]
                / (S.SPARSITY_TRUTH["beta"] * S.SPARSITY_TRUTH["b"])) ** (1 / (S.SPARSITY_TRUTH["alpha"] + S.SPARSITY_TRUTH["beta"]))
     truth_N *= (1e20 / 6) ** (S.SPARSITY_TRUTH["beta"] / (S.SPARSITY_TRUTH["alpha"] + S.SPARSITY_TRUTH["beta"]))
-    assert rec.N["lo"] <= truth_N <= rec.N["hi"]
-    assert rec.N["value"] * rec.D["value"] * 6 == pytest.approx(1e20)
-    assert rec.gain["lo"] > 0  # the experts save loss against the dense optimum, with an interval above 0
-    assert rec.dense["loss"]["value"] > rec.loss["value"]
-    assert rec.N_total["value"] == pytest.approx(rec.N["value"] * 64)
+    assert rec.N.lo <= truth_N <= rec.N.hi
+    assert rec.N.value * rec.D.value * 6 == pytest.approx(1e20)
+    assert rec.gain.lo > 0  # the experts save loss against the dense optimum, with an interval above 0
+    assert rec.dense["loss"].value > rec.loss.value
+    assert rec.N_total.value == pytest.approx(rec.N.value * 64)
     json.dumps(rec.to_dict())
 
 
@@ -96,9 +96,9 @@ def test_every_printed_interval_holds_its_estimate(granularity_law: GranularityL
 def test_a_stored_law_recommends_the_same(granularity_law: GranularityLaw) -> None:
     again = GranularityLaw.from_dict(json.loads(json.dumps(granularity_law.to_dict())))
     a, b = recommend_moe(granularity_law, 3e20), recommend_moe(again, 3e20)
-    for key in ("value", "lo", "hi"):
-        assert a.N[key] == pytest.approx(b.N[key], rel=1e-9)
-        assert a.choice[key] == pytest.approx(b.choice[key], rel=1e-9) or math.isnan(a.choice[key])
+    assert (a.N.value, *a.N.interval) == pytest.approx((b.N.value, *b.N.interval), rel=1e-9)
+    assert a.choice.value == pytest.approx(b.choice.value, rel=1e-9)
+    assert a.choice.interval == b.choice.interval or a.choice.interval == pytest.approx(b.choice.interval, rel=1e-9)
 
 
 def test_a_sweep_at_one_granularity_identifies_the_dense_part_only() -> None:
@@ -108,9 +108,9 @@ def test_a_sweep_at_one_granularity_identifies_the_dense_part_only() -> None:
     assert [d.kind for d in law.doubts()] == [DoubtKind.IDENTIFICATION]
     ivs = law.reported_intervals()
     for name in ("a", "g", "gamma"):
-        assert ivs[name]["kind"] == "not identified" and math.isnan(ivs[name]["value"])
-        assert math.isnan(ivs[name]["se"])
-    assert ivs["alpha"]["lo"] <= S.GRANULARITY_TRUTH["alpha"] <= ivs["alpha"]["hi"]  # identified at fixed G
+        assert ivs[name].kind == "not identified" and math.isnan(ivs[name].value)
+        assert (ivs[name].se is None)
+    assert ivs["alpha"].lo <= S.GRANULARITY_TRUTH["alpha"] <= ivs["alpha"].hi  # identified at fixed G
     with pytest.raises(FitError, match="no recommendation"):
         recommend_moe(law, 1e20)
     with pytest.raises(FitError, match="predicts only at the sweep"):
@@ -122,7 +122,7 @@ def test_two_granularities_cannot_separate_the_granularity_term() -> None:
     table = S.granularity_sweep(seed=2, granularities=(1, 4), sizes=(3e7, 2e8, 1e9), tokens=(1e9, 5e9, 3e10))
     law = GranularityLaw(grid="small").fit(S.as_data(table))
     assert any(d.kind is DoubtKind.IDENTIFICATION for d in law.doubts())
-    assert law.reported_intervals()["gamma"]["kind"] == "not identified"
+    assert law.reported_intervals()["gamma"].kind == "not identified"
 
 
 def test_sparsity_tied_to_active_size_is_not_identified() -> None:
@@ -138,10 +138,10 @@ def test_sparsity_tied_to_active_size_is_not_identified() -> None:
     data = S.as_data(pd.DataFrame({"N": N, "N_total": total, "D": D, "loss": loss}))
     law = SparsityLaw(grid="small").fit(data).bootstrap(40, seed=0)
     ivs = law.reported_intervals()
-    assert {n for n, iv in ivs.items() if iv["kind"] == "not identified"} == {"a", "alpha", "delta"}
+    assert {n for n, iv in ivs.items() if iv.kind == "not identified"} == {"a", "alpha", "delta"}
     # along the path the active exponent is alpha - delta (total fixed): that, not alpha, is what is measured
     path = ivs["alpha_path"]
-    assert path["kind"] == "percentile" and 0 < path["lo"] < path["hi"] < truth["alpha"] + 0.1
+    assert path.kind == "percentile" and 0 < path.lo < path.hi < truth["alpha"] + 0.1
     assert "lockstep" in law.doubts()[-1]
 
 

@@ -32,7 +32,7 @@ def test_the_sweeps_sparsity_is_its_active_share(law: SparsityLaw) -> None:
 
 def test_sparsity_is_not_identified_and_nothing_is_recommended(law: SparsityLaw) -> None:
     ivs = law.reported_intervals()
-    assert {n for n, iv in ivs.items() if iv["kind"] == "not identified"} == {"a", "alpha", "delta"}
+    assert {n for n, iv in ivs.items() if iv.kind == "not identified"} == {"a", "alpha", "delta"}
     assert "lockstep with the active size" in law.doubts()[-1]
     with pytest.raises(FitError, match="no recommendation from the moe-sparsity law"):
         fit_moe(moe_data.from_csv(CSV), "moe-sparsity", n_bootstrap=20, grid="small").recommend(1e21)
@@ -42,10 +42,10 @@ def test_what_the_sweep_does_identify(law: SparsityLaw) -> None:
     ivs = law.intervals()  # the bootstrap's own summaries (b's spans about two decades, at the flag's edge)
     # the token exponent, the irreducible loss and the active-size exponent along the sweep's path
     for name in ("beta", "c", "alpha_path"):
-        assert ivs[name]["kind"] == "percentile", (name, ivs[name])
-        assert 0 < ivs[name]["lo"] < ivs[name]["value"] < ivs[name]["hi"]
-    assert 0.1 < ivs["beta"]["value"] < 0.5
-    assert ivs["c"]["hi"] < 2.178  # below the lowest measured loss
+        assert ivs[name].kind == "percentile", (name, ivs[name])
+        assert 0 < ivs[name].lo < ivs[name].value < ivs[name].hi
+    assert 0.1 < ivs["beta"].value < 0.5
+    assert ivs["c"].hi < 2.178  # below the lowest measured loss
     # the path law reproduces the measured points to within a percent
     pts = law.data_.points
     pred = law.predict(pts["N"], pts["D"], pts["S"])

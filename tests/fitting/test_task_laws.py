@@ -67,16 +67,16 @@ def test_the_two_steps_find_the_simulated_truth_and_the_chain_predicts_beyond_it
     assert law.step1.params_["beta"] == pytest.approx(STEP1["beta"], abs=0.05)
     assert law.reliable("sigmoid") and law.step1.reliable()
     for iv in list(law.curves["sigmoid"].intervals().values()) + list(law.step1.intervals().values()):
-        if iv.get("kind") == "percentile":
-            assert iv["lo"] <= iv["value"] <= iv["hi"]
+        if iv.kind == "percentile":
+            assert iv.lo <= iv.value <= iv.hi
     N, D = 1e9, 2e10  # ten times the largest budget
     pred = law.predict_interval(N, D)
     truth = float(accuracy(task_loss(N, D)))
     iv = pred["sigmoid"]
-    assert iv["lo"] <= iv["value"] <= iv["hi"]
-    assert iv["lo"] - 0.01 <= truth <= iv["hi"] + 0.01 and abs(iv["value"] - truth) < 0.02
+    assert iv.lo <= iv.value <= iv.hi
+    assert iv.lo - 0.01 <= truth <= iv.hi + 0.01 and abs(iv.value - truth) < 0.02
     true_L = float(task_loss(N, D))
-    assert pred["task_loss"]["lo"] <= true_L * 1.01 and pred["task_loss"]["hi"] >= true_L * 0.99
+    assert pred["task_loss"].lo <= true_L * 1.01 and pred["task_loss"].hi >= true_L * 0.99
     bt = law.backtest
     assert bt["sigmoid_mean_abs_error"] < 0.02 and len(bt["held_out"]) == 5
     frame = fitted.frame(N, D)
@@ -92,9 +92,9 @@ def test_a_sigmoid_whose_transition_the_data_never_reach_is_flagged_and_predicts
     law = fits.laws["sim"]
     assert not law.reliable("sigmoid")
     iv = law.predict_interval(1e9, 2e10)["sigmoid"]
-    assert iv["kind"] == "unreliable" and math.isnan(iv["lo"]) and math.isnan(iv["hi"])
-    assert all(v["kind"] == "unreliable" for v in law.curves["sigmoid"].reported_intervals().values()
-               if v.get("kind") != "pinned")
+    assert iv.kind == "unreliable" and (iv.lo is None) and (iv.hi is None)
+    assert all(v.kind == "unreliable" for v in law.curves["sigmoid"].reported_intervals().values()
+               if v.kind != "pinned")
 
 
 def test_a_form_that_fits_the_evaluations_worse_than_the_other_is_flagged_and_gets_no_interval(fitted) -> None:
@@ -107,8 +107,8 @@ def test_a_form_that_fits_the_evaluations_worse_than_the_other_is_flagged_and_ge
     assert not law.reliable("exp") and law.reliable("sigmoid")
     assert any("x those of the sigmoid" in d for d in law.doubts("exp"))
     p = law.predict_interval(1e9, 2e10)
-    assert p["exp"]["kind"] == "unreliable" and math.isnan(p["exp"]["lo"])
-    assert p["sigmoid"]["kind"] == "percentile" and not p["sigmoid"].get("form_spread")
+    assert p["exp"].kind == "unreliable" and (p["exp"].lo is None)
+    assert p["sigmoid"].kind == "percentile" and not p["sigmoid"].form_spread
 
 
 def test_forms_that_fit_equally_well_share_an_interval_holding_both_predictions() -> None:
@@ -119,12 +119,12 @@ def test_forms_that_fit_equally_well_share_an_interval_holding_both_predictions(
     assert law.admissible() == ["sigmoid", "exp"] and law.reliable("exp") and law.reliable("sigmoid")
     N, D = 1e9, 2e10
     p = law.predict_interval(N, D)
-    lo, hi = p["sigmoid"]["lo"], p["sigmoid"]["hi"]
-    assert (p["exp"]["lo"], p["exp"]["hi"]) == (lo, hi)
+    lo, hi = p["sigmoid"].lo, p["sigmoid"].hi
+    assert (p["exp"].lo, p["exp"].hi) == (lo, hi)
     for form in ("sigmoid", "exp"):
-        assert lo <= p[form]["value"] <= hi
+        assert lo <= p[form].value <= hi
     assert lo <= float(exp_accuracy(task_loss(N, D))) <= hi
-    if p["sigmoid"].get("form_spread") or p["exp"].get("form_spread"):
+    if p["sigmoid"].form_spread or p["exp"].form_spread:
         assert any("to hold the predictions of sigmoid and exp" in n for n in p["notes"])
 
 
@@ -226,8 +226,8 @@ def test_an_isoflop_ladder_whose_task_loss_is_not_of_chinchilla_form_is_fitted_a
     N = 0.1 * C ** 0.5
     p = law.predict_interval(N, C / (6 * N))
     iv = p["task_loss"]
-    assert iv["lo"] <= iv["value"] <= iv["hi"] and abs(iv["value"] / frontier_loss(N, C) - 1) < 0.01
-    assert p["sigmoid"]["lo"] <= p["sigmoid"]["value"] <= p["sigmoid"]["hi"]
+    assert iv.lo <= iv.value <= iv.hi and abs(iv.value / frontier_loss(N, C) - 1) < 0.01
+    assert p["sigmoid"].lo <= p["sigmoid"].value <= p["sigmoid"].hi
 
 
 def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> None:
@@ -242,8 +242,8 @@ def test_a_step_the_sigmoid_cannot_resolve_flags_it_and_shows_no_interval() -> N
     assert "k" in curve.pinned_
     assert any("k is pinned" in d for d in curve.doubts()) and not curve.reliable()
     shown = curve.reported_intervals()
-    assert shown["k"]["kind"] == "pinned" and all(shown[n]["kind"] == "unreliable" for n in ("a", "L0", "b"))
-    assert all("unreliable: unreliable" not in shown[n]["note"] for n in ("a", "L0", "b"))
+    assert shown["k"].kind == "pinned" and all(shown[n].kind == "unreliable" for n in ("a", "L0", "b"))
+    assert all("unreliable: unreliable" not in shown[n].withheld for n in ("a", "L0", "b"))
 
 
 def test_a_hyperparameter_group_gives_the_task_law_its_tuned_run_only() -> None:
@@ -358,10 +358,10 @@ def test_a_ladder_whose_unconstrained_fits_overshoot_1_predicts_only_between_cha
         assert ((reps >= chance - 1e-12) & (reps <= 1.0 + 1e-12)).all(), form
         for N, D in targets:
             iv = law.predict_interval(N, D)[form]
-            assert all(chance <= iv[q] <= 1.0 for q in ("value", "lo", "hi") if math.isfinite(iv.get(q, math.nan)))
+            assert all(chance <= v <= 1.0 for v in (iv.value, iv.lo, iv.hi) if v is not None and math.isfinite(v))
     exp = law.curves["exp"]
     assert "k" in exp.pinned_ and "accuracy 1 at the task loss floor" in exp.pinned_["k"]  # the bound it runs into
-    assert exp.reported_intervals()["k"]["kind"] == "pinned" and "k" in law.to_dict()["step2"]["exp"]["pinned"]
+    assert exp.reported_intervals()["k"].kind == "pinned" and "k" in law.to_dict()["step2"]["exp"]["pinned"]
 
 
 def test_a_flagged_step_1_still_gives_the_chain_its_interval_where_the_bootstrap_determines_it() -> None:
@@ -371,14 +371,14 @@ def test_a_flagged_step_1_still_gives_the_chain_its_interval_where_the_bootstrap
     law = fit_tasks(TaskData(simulated(budgets=(1e17, 1e18)), 6.0, "two budgets"), n_bootstrap=40, grid="coarse",
                     run_backtest=False).laws["sim"]
     assert not law.step1.reliable() and not law.reliable("sigmoid") and law.curves["sigmoid"].reliable()
-    assert all(iv["kind"] in ("unreliable", "pinned") for iv in law.step1.reported_intervals().values())
+    assert all(iv.kind in ("unreliable", "pinned") for iv in law.step1.reported_intervals().values())
     N, D = 1e9, 2e10
     p = law.predict_interval(N, D)
     iv = p["sigmoid"]
-    assert iv["kind"] == "percentile" and iv["determined_at_point"] and iv["hi"] - iv["lo"] <= 0.2
-    assert iv["lo"] <= float(accuracy(task_loss(N, D))) <= iv["hi"]
+    assert iv.kind == "percentile" and iv.determined_at_point and iv.hi - iv.lo <= 0.2
+    assert iv.lo <= float(accuracy(task_loss(N, D))) <= iv.hi
     assert any(n.startswith("sigmoid: step 1 is flagged (the data do not determine") for n in p["notes"])
-    assert p["task_loss"]["kind"] == "unreliable"  # step 1's own prediction keeps its flag
+    assert p["task_loss"].kind == "unreliable"  # step 1's own prediction keeps its flag
 
 
 def test_the_ladder_recipe_fits_step_1_under_its_bounds(tmp_path: Path) -> None:

@@ -86,9 +86,9 @@ def test_the_chain_predicts_the_large_over_trained_runs_within_a_few_percent(rpj
     for (model, M), (pub_loss, pub_err) in PUBLISHED.items():
         r = rpj[(rpj.model == model) & (rpj.M_tokens_per_param == M)].iloc[0]
         p = law.predict_interval(r.N, r.D)
-        loss_rel = 100 * abs(p["task_loss"]["value"] / r.loss - 1)
-        err_rel = 100 * abs((1 - p["exp"]["value"]) / r.err_avg17 - 1)
+        loss_rel = 100 * abs(p["task_loss"].value / r.loss - 1)
+        err_rel = 100 * abs((1 - p["exp"].value) / r.err_avg17 - 1)
         assert loss_rel < 3.5, (model, loss_rel)  # theirs: under 1%
         assert err_rel < 7.0, (model, err_rel)  # theirs: 0.05% to 3.6%
         iv = p["exp"]
-        assert iv["lo"] <= iv["value"] <= iv["hi"]
+        assert iv.lo <= iv.value <= iv.hi

@@ -62,10 +62,10 @@ def test_the_simulators_task_law_is_recovered_from_its_metrics(sweep: str) -> No
     N = float(ev["N"].max()) * 3
     D = float(ev["D"].max()) * 3
     p = law.predict_interval(N, D)
-    assert p["task_loss"]["lo"] * 0.99 <= float(true_bpb(N, D)) <= p["task_loss"]["hi"] * 1.01
+    assert p["task_loss"].lo * 0.99 <= float(true_bpb(N, D)) <= p["task_loss"].hi * 1.01
     iv = p["sigmoid"]
-    assert iv["lo"] - 0.01 <= float(true_acc(true_bpb(N, D))) <= iv["hi"] + 0.01
-    assert TASK["chance"] <= min(iv["lo"], p["exp"]["value"]) and max(iv["hi"], p["exp"]["value"]) <= 1.0
+    assert iv.lo - 0.01 <= float(true_acc(true_bpb(N, D))) <= iv.hi + 0.01
+    assert TASK["chance"] <= min(iv.lo, p["exp"].value) and max(iv.hi, p["exp"].value) <= 1.0
 
 
 def test_accuracy_intervals_beyond_the_sweep_are_widened_by_the_chains_backtest(sweep: str) -> None:
@@ -82,16 +82,16 @@ def test_accuracy_intervals_beyond_the_sweep_are_widened_by_the_chains_backtest(
     ev = law.evals
     N, D = float(ev["N"].max()) * 3, float(ev["D"].max()) * 3
     iv = law.predict_interval(N, D)["sigmoid"]
-    assert iv["backtest_error"] == error and "backtest's error" in iv["widened"]
+    assert iv.backtest_error == error and "backtest's error" in iv.widened
     # each end moved out by Z x (error per unit ln C the backtest extrapolated) x (ln C beyond the sweep),
     # unless it met chance or 1
     held = float(np.median([r["C"] for r in bt["held_out"]]))
     extra = EXTRAPOLATION_Z * error / math.log(held / bt["train_c_max"]) * math.log(
         law.step1.k_ * N * D / law.step1.c_range_[1])
-    assert iv["lo"] == pytest.approx(max(TASK["chance"], iv["lo_param"] - extra), rel=1e-9)
-    assert iv["hi"] == pytest.approx(min(1.0, iv["hi_param"] + extra), rel=1e-9)
-    assert TASK["chance"] <= iv["lo"] <= iv["value"] <= iv["hi"] <= 1.0
+    assert iv.lo == pytest.approx(max(TASK["chance"], iv.lo_param - extra), rel=1e-9)
+    assert iv.hi == pytest.approx(min(1.0, iv.hi_param + extra), rel=1e-9)
+    assert TASK["chance"] <= iv.lo <= iv.value <= iv.hi <= 1.0
     assert backtest_clause(iv) == f"; backtest off by {100 * error:.2g} points, interval widened"
     # inside the fitted budgets the backtest (an error in extrapolating) widens nothing
     inside = law.predict_interval(float(ev["N"].median()), float(ev["D"].median()))["sigmoid"]
-    assert "widened" not in inside and inside["backtest_error"] == error
+    assert not inside.widened and inside.backtest_error == error

@@ -39,7 +39,7 @@ def test_sweep_ends_with_the_answer(tmp_path: Path) -> None:
     assert rec.chosen is not None and rec.chosen not in rec.unreliable and rec.unreliable  # as the example: a law flagged
     best = rec.per_law[rec.chosen]
     assert end[0].startswith("recommended next run at C = ") and SHORT[rec.chosen] in end[0]
-    assert end[1].startswith(f"  N* = {size(best['N']['value'])} [{size(best['N']['lo'])}, {size(best['N']['hi'])}]")
+    assert end[1].startswith(f"  N* = {size(best['N'].value)} [{size(best['N'].lo)}, {size(best['N'].hi)}]")
     left = [line for line in end if line.startswith("left out: ")]
     assert [line.split(": ")[1] for line in left] == [SHORT[k] for k in rec.unreliable]
     assert all(": unreliable: " in line and "[" not in line.split(": unreliable: ")[0] for line in left)

@@ -70,23 +70,23 @@ def test_different_laws_differ_significantly(db: str) -> None:
     c = load_comparison(db, ["base", "other"], fit="stored")
     for law in ("approach2", "approach3"):
         d = _row(c.differences, law, "a")
-        assert d["kind"] == "percentile" and d["significant"] is True, d
-        assert d["lo"] <= d["value"] <= d["hi"] < 0  # OTHER's a is smaller
-        assert math.isclose(d["value"], _value(c, "other", law, "a") - _value(c, "base", law, "a"))
+        assert d["difference"].kind == "percentile" and d["significant"] is True, d
+        assert d["difference"].lo <= d["difference"].value <= d["difference"].hi < 0  # OTHER's a is smaller
+        assert math.isclose(d["difference"].value, _value(c, "other", law, "a") - _value(c, "base", law, "a"))
     d = _row(c.differences, "approach3", "alpha")
-    assert d["significant"] is True and d["lo"] > 0  # 0.45 against 0.30
+    assert d["significant"] is True and d["difference"].lo > 0  # 0.45 against 0.30
 
 
 def test_same_law_does_not_differ(db: str) -> None:
     c = load_comparison(db, ["base", "same"], fit="stored")
     for law, exponent in (("approach2", "a"), ("approach3", "a"), ("approach3", "alpha"), ("approach3", "beta")):
         d = _row(c.differences, law, exponent)
-        assert d["kind"] == "percentile" and d["significant"] is False, d
-        assert d["lo"] < 0 < d["hi"] and d["lo"] <= d["value"] <= d["hi"]
+        assert d["difference"].kind == "percentile" and d["significant"] is False, d
+        assert d["difference"].lo < 0 < d["difference"].hi and d["difference"].lo <= d["difference"].value <= d["difference"].hi
 
 
 def _value(c, sweep: str, law: str, exponent: str) -> float:
-    return next(x["value"] for x in c.exponents if (x["sweep"], x["law"], x["exponent"]) == (sweep, law, exponent))
+    return next(x["interval"].value for x in c.exponents if (x["sweep"], x["law"], x["exponent"]) == (sweep, law, exponent))
 
 
 def test_interval_is_the_percentile_range_over_all_pairs_of_replicates(db: str) -> None:
@@ -98,7 +98,7 @@ def test_interval_is_the_percentile_range_over_all_pairs_of_replicates(db: str) 
     r1, r2 = first.replicate_values("alpha"), second.replicate_values("alpha")
     pairs = (r2[None, :] - r1[:, None]).ravel()
     assert pairs.size == r1.size * r2.size >= 50 * 50
-    assert np.allclose([d["lo"], d["hi"]], np.quantile(pairs, [0.025, 0.975]))
+    assert np.allclose([d["difference"].lo, d["difference"].hi], np.quantile(pairs, [0.025, 0.975]))
     # a derived exponent's replicates come from the parameters' (a = beta / (alpha + beta))
     a = first.replicate_values("a")
     beta = first.replicate_values("beta")
@@ -114,8 +114,8 @@ def test_an_unreliable_law_gets_no_difference(db: str) -> None:
     c = build_comparison(c.sides, c.conventions)
     for exponent in EXPONENTS["approach3"]:
         d = _row(c.differences, "approach3", exponent)
-        assert d["kind"] == "unreliable" and d["significant"] is None
-        assert math.isnan(d["value"]) and math.isnan(d["lo"]) and math.isnan(d["hi"])
+        assert d["difference"].kind == "unreliable" and d["significant"] is None
+        assert math.isnan(d["difference"].value) and d["difference"].interval is None
         assert "'other' is flagged unreliable" in d["reason"]
     assert all(not x["reliable"] for x in c.exponents if (x["sweep"], x["law"]) == ("other", "approach3"))
     from scaling.reports.compare_page import render
@@ -193,7 +193,7 @@ def test_other_conventions_are_converted_exactly(db: str) -> None:
         assert mine["N"] == shape.params_non_embedding != r.N
         assert math.isclose(mine["C"], 6 * shape.params_non_embedding * r.D, rel_tol=1e-12)
     assert "approach3" in total.laws  # refitted on the converted runs
-    assert _row(c.differences, "approach3", "a")["kind"] in ("percentile", "unreliable")
+    assert _row(c.differences, "approach3", "a")["difference"].kind in ("percentile", "unreliable")
     # the other way round: base recounted in total / 6N_attention, total read as stored
     back = load_comparison(db, ["total", "base"], fit="stored")
     assert back.conventions == {"params": "total", "flops": "6N_attention"} and back.sides[1].converted

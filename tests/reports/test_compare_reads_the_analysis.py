@@ -53,5 +53,5 @@ def test_compare_of_stored_sweeps_fits_nothing(tmp_path: Path, monkeypatch: pyte
         assert side["laws"] == sorted(stored[side["sweep"]].laws)
     alpha = {r["sweep"]: r["value"] for r in written["exponents"] if r["law"] == "approach3" and r["exponent"] == "alpha"}
     for sweep, analysis in stored.items():  # the exponents are the stored analysis' own
-        assert alpha[sweep] == pytest.approx(analysis.laws["approach3"].reported_intervals()["alpha"]["value"], rel=1e-12)
+        assert alpha[sweep] == pytest.approx(analysis.laws["approach3"].reported_intervals()["alpha"].value, rel=1e-12)
     assert any(r["law"] == "approach3" and r["exponent"] == "alpha" for r in written["differences"])

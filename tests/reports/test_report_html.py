@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -302,7 +303,7 @@ def test_the_first_screen_never_shows_an_accuracy_outside_0_1(answer_report) -> 
     assert forms
     shown = headline_accuracy(law, p)
     assert "[" in shown or "no interval" in shown, shown
-    over = {**p, **{f: {**p[f], "value": 1.05, "lo": 0.98, "hi": 1.21} for f in forms}}
+    over = {**p, **{f: replace(p[f], value=1.05, lo=0.98, hi=1.21) for f in forms}}
     text = headline_accuracy(law, over)
     assert "1.05" not in text and "1.21" not in text and "none: no chain predicts an accuracy within [0, 1]" in text
     assert "none: no reliable law recommends a run" in headline_accuracy(law, None)

@@ -132,7 +132,7 @@ call(FC.isoflop_profiles, sides)
 call(FC.exponent_differences, comparison.differences)
 call(C.ranked, comparison.differences)
 call(C.verdict_counts, comparison.differences)
-call(C.verdict, {"kind": "percentile", "significant": True})
+call(C.verdict, comparison.differences[0])
 call(CP.render, comparison)
 
 # -- every public function was called ----------------------------------------------------------

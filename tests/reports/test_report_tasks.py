@@ -92,7 +92,7 @@ def test_recommend_predicts_each_tasks_accuracy_with_an_interval(db_url: str) ->
 
     rec = recommend(fit_sweep(db_url, "ladder", n_bootstrap=20))
     p = rec.tasks[TASK]["sigmoid"]
-    assert p["lo"] <= p["value"] <= p["hi"] and 0.25 < p["value"] < 0.86
+    assert p.lo <= p.value <= p.hi and 0.25 < p.value < 0.86
     assert f"{TASK} [sigmoid]" in rec.table() and rec.to_dict()["tasks"][TASK]["exp"]["value"] is not None
 
 
@@ -125,8 +125,8 @@ def test_compare_gives_task_law_differences_between_sweeps(db_url: str) -> None:
         (f"task:{TASK}:sigmoid", "L0"), (f"task:{TASK}:exp", "gamma")}
     assert all(r["first"] == "ladder" and r["second"] == "ladder-b" for r in rows)
     for r in rows:  # the same truth drawn twice: no difference is significant, every interval holds its value
-        if r["kind"] == "percentile":
-            assert r["lo"] <= r["value"] <= r["hi"]
+        if r["difference"].kind == "percentile":
+            assert r["difference"].lo <= r["difference"].value <= r["difference"].hi
     assert task_differences({"plain": None, "ladder": fits["ladder"]}, exponent_difference) == ([], [])
 
 
@@ -151,14 +151,15 @@ def test_compare_reads_each_sweeps_stored_task_laws_and_fits_none(db_url: str,
     c = load_comparison(db_url, ["cmp-a", "cmp-b"], fit="sweep")
     rows = {(r["law"], r["exponent"]): r for r in c.differences if r["law"].startswith("task:")}
     assert (f"task:{TASK}:step1", "alpha") in rows
-    alpha = [stored[s].tasks.laws[TASK].step1.intervals()["alpha"]["value"] for s in ("cmp-a", "cmp-b")]
+    alpha = [stored[s].tasks.laws[TASK].step1.intervals()["alpha"].value for s in ("cmp-a", "cmp-b")]
     row = rows[f"task:{TASK}:step1", "alpha"]
-    if row["kind"] != "unreliable":
-        assert row["value"] == pytest.approx(alpha[1] - alpha[0], rel=1e-9)
+    if row["difference"].kind != "unreliable":
+        assert row["difference"].value == pytest.approx(alpha[1] - alpha[0], rel=1e-9)
 
 
 def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_url: str) -> None:
-    from scaling.fitting.tasks.task_laws import fit_tasks, task_lines, tasks_from_db
+    from scaling.fitting.tasks.task_laws import ChainedAccuracy, fit_tasks, task_lines, tasks_from_db
+    from scaling.fmt import Interval
     from scaling.reports.figures_tasks import (accuracy_interval, accuracy_vs_compute, accuracy_vs_loss,
                                                frontier_prediction)
 
@@ -176,10 +177,10 @@ def test_accuracy_is_drawn_on_0_1_with_chance_dashed_and_never_shown_outside(db_
             y = np.asarray(trace.y, dtype=float)
             assert ((y[np.isfinite(y)] >= 0) & (y[np.isfinite(y)] <= 1)).all(), trace.name
     # The bounded fits cannot produce an accuracy outside [0, 1]: the report's own check is given one by hand.
-    impossible = {"value": 1.05, "lo": 0.528, "hi": 1.21, "kind": "percentile"}
+    impossible = ChainedAccuracy(1.05, 0.528, 1.21, kind="percentile")
     bad = {**prediction, "sigmoid": impossible}
-    bad_frontier = {"sigmoid": {"C": np.array([1e20, 1e21]), "value": np.array([0.9, 1.3]),
-                                "lo": np.array([0.8, 1.1]), "hi": np.array([1.0, 1.6])}}
+    bad_frontier = {"sigmoid": (np.array([1e20, 1e21]), [Interval(0.9, 0.8, 1.0, kind="percentile"),
+                                                        Interval(1.3, 1.1, 1.6, kind="percentile")])}
     fig = accuracy_vs_compute(law, bad_frontier, bad)
     drawn = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data])
     assert not (drawn[np.isfinite(drawn)] > 1).any()

@@ -149,12 +149,12 @@ def test_approach3_recovers_the_simulated_law(sqlite_url: str, tmp_path: Path) -
     assert law.reliable(), law.doubts()
     ivs = law.intervals()
     for name in ("alpha", "beta", "E"):
-        assert ivs[name]["lo"] <= LAW[name] <= ivs[name]["hi"], (name, ivs[name])
+        assert ivs[name].covers(LAW[name]), (name, ivs[name])
     from scaling.fitting.loss.synthetic import chinchilla_optimal_N
 
     C = 1e22
     iv = law.optimal_interval(C)["N"]
-    assert iv["lo"] <= float(chinchilla_optimal_N(C, LAW, law.k_)) <= iv["hi"]
+    assert iv.covers(float(chinchilla_optimal_N(C, LAW, law.k_)))
 
 
 def test_runs_packed_in_one_task_are_written_together_and_fail_alone(sqlite_url: str) -> None:

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from scaling.accounting import FLOPS_PER_PARAM_TOKEN
 from scaling.errors import FitError
-from scaling.fmt import bounds
+from scaling.fmt import Interval, bounds
 from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.measurements import FitData, from_frame
 from scaling.fitting.core.doubts import Doubtful, DoubtKind, relink, restore, stored
@@ -246,11 +246,12 @@ class Law(Doubtful):
             if name in self.scale_names:
                 dec = orders_of_magnitude(iv)
                 if dec > MAX_DECADES:
-                    out.append(f"{name} (its 95% bootstrap interval {bounds(iv['lo'], iv['hi'])} spans "
+                    out.append(f"{name} (its 95% bootstrap interval {bounds(iv.lo, iv.hi)} spans "
                                f"{dec:.2g} orders of magnitude)")
             elif name in self.exponent_names:
-                lo, hi = iv["lo"], iv["hi"]
-                if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
+                lo, hi = iv.lo, iv.hi
+                if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) and lo > 0 \
+                        and hi / lo > MAX_EXPONENT_RATIO:
                     out.append(f"{name} (its 95% bootstrap interval {bounds(lo, hi)} spans a factor "
                                f"{hi / lo:.3g})")
         return out
@@ -322,12 +323,12 @@ class Law(Doubtful):
         with np.errstate(all="ignore"):
             return np.asarray(self._derived(reps)[name], float)
 
-    def intervals(self) -> dict[str, dict[str, float]]:
+    def intervals(self) -> dict[str, Interval]:
         """Every parameter and derived quantity: value, bootstrap SE and 95% interval."""
         self.check_fitted()
         reps = self._replicate_params()
         pinned = self.pinned()
-        out: dict[str, dict[str, float]] = {}
+        out: dict[str, Interval] = {}
         for name in self.param_names:
             out[name] = summarise(reps[name] if reps else np.array([]), self.params_[name],
                                   log=name in self.log_names, pinned=pinned.get(name))
@@ -339,7 +340,7 @@ class Law(Doubtful):
                                   log=name in self.log_names, pinned=pinned.get(name))
         return out
 
-    def reported_intervals(self) -> dict[str, dict[str, Any]]:
+    def reported_intervals(self) -> dict[str, Interval]:
         """:meth:`intervals` as every output shows them: withheld for a law flagged unreliable.
 
         A percentile interval claims 95% coverage only where the data determine the law; for
@@ -351,7 +352,7 @@ class Law(Doubtful):
         why = "the law is flagged unreliable: " + self.doubts()[0]
         return {name: withheld(iv, why) for name, iv in ivs.items()}
 
-    def optimal_interval(self, C: float) -> dict[str, dict[str, float]]:
+    def optimal_interval(self, C: float) -> dict[str, Interval]:
         """N*, D* and predicted loss at budget C with bootstrap SEs and 95% intervals.
 
         Beyond the largest fitted budget the intervals also carry the model's own error, growing
@@ -385,7 +386,7 @@ class Law(Doubtful):
         n = len(self.replicates_)
         return tuple(np.broadcast_to(np.asarray(v, float), (n,)).copy() for v in out)  # type: ignore[return-value]
 
-    def predict_interval(self, N: ArrayLike, D: ArrayLike) -> list[dict[str, Any]]:
+    def predict_interval(self, N: ArrayLike, D: ArrayLike) -> list[Interval]:
         """Predicted loss of each (N, D) with a 95% interval for a measured loss there.
 
         The interval holds (1) the parameters' bootstrap spread, (2) the scatter of one measured
@@ -564,7 +565,10 @@ def as_fit_data(data: FitData | pd.DataFrame) -> FitData:
 
 
 def jsonable(obj: object) -> Any:
-    """Plain Python types only; NaN/inf become None so the JSON is standard."""
+    """Plain Python types only; NaN/inf become None so the JSON is standard; an interval is its
+    :meth:`~scaling.fmt.Interval.to_dict`."""
+    if isinstance(obj, Interval):
+        return jsonable(obj.to_dict())
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -16,7 +16,7 @@ where that would extrapolate (another size, a run far longer than the curves) or
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -90,7 +90,7 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
         values[name] = float(law.loss_at(lr, [steps - 1])[0])
         if reps is not None and reps.shape[0] >= 2:
             draws[name] = law_at(f, reps, lr, np.array([steps - 1]))[:, 0]
-    losses = {n: Interval.of(_with_model_error(summarise(draws.get(n, []), v), law.model_error()))
+    losses = {n: _with_model_error(summarise(draws.get(n, []), v), law.model_error())
               for n, v in values.items()}
     order = sorted(values, key=lambda n: values[n])
     verdicts = [d for d in law.doubts() if not d.kind.about_parameters]
@@ -101,19 +101,19 @@ def schedule_advice(law: CurveLaw, steps: int, peak: float, warmup: int, floor: 
     best = order[0]
     tied = []
     for other in order[1:]:
-        diff = Interval.of(summarise(draws[other] - draws[best], values[other] - values[best]))
+        diff = summarise(draws[other] - draws[best], values[other] - values[best])
         if diff.lo is None or diff.lo <= 0:
             tied.append(other)
     return ScheduleAdvice(steps, losses, best, tied)
 
 
-def _with_model_error(iv: dict[str, Any], sigma_log: float) -> dict[str, Any]:
+def _with_model_error(iv: Interval, sigma_log: float) -> Interval:
     """A predicted loss's bootstrap summary with the law's model error added to its interval, as
     :meth:`CurveLaw.predict` adds it (the paired differences between schedules share it and stay as they are)."""
-    if not (sigma_log > 0 and math.isfinite(iv.get("lo", math.nan)) and math.isfinite(iv.get("hi", math.nan))):
+    if not (sigma_log > 0 and iv.interval is not None):
         return iv
-    lo, hi = add_model_error(iv["value"], iv["lo"], iv["hi"], sigma_log)
-    return {**iv, "lo": float(lo), "hi": float(hi), "se": math.nan}  # the bootstrap's SE no longer spans it
+    lo, hi = add_model_error(iv.value, iv.lo, iv.hi, sigma_log)
+    return replace(iv, lo=float(lo), hi=float(hi), se=None, se_log=None)  # the bootstrap's SE no longer spans it
 
 
 #: A size's curve law speaks for a run within this share of its N (a curve law holds for one model size).

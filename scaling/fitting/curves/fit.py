@@ -351,8 +351,7 @@ class CurveLaw(Doubtful):
         for name, iv in self.intervals().items():
             lo, hi = f.bounds(math.inf)
             j = f.params.index(name)
-            if lo[j] > 0 and iv.lo is not None and iv.hi is not None and \
-                    orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
+            if lo[j] > 0 and orders_of_magnitude(iv) > MAX_DECADES:
                 self.add_doubt(DoubtKind.UNDETERMINED, f"unreliable: the curves do not determine {name} of the "
                                f"{f.title} (its 95% interval spans more than {MAX_DECADES:g} decades)")
         return self
@@ -437,7 +436,7 @@ class CurveLaw(Doubtful):
         out = {}
         for j, p in enumerate(f.params):
             values = reps[:, j] if reps is not None and reps.shape[0] else []
-            out[p] = Interval.of(summarise(values, self.params_[name][p], pinned=pinned.get(p)))
+            out[p] = summarise(values, self.params_[name][p], pinned=pinned.get(p))
         return out
 
     # -- output --------------------------------------------------------------------------------------

@@ -369,8 +369,7 @@ class JointCurveLaw(Doubtful):
                            "own parameters, so the bootstrap measures no error: no interval, and no prediction from it")
         for name, iv in self.intervals().items():
             j = jf.params.index(name)
-            if jf.lower[j] > 0 and iv.lo is not None and iv.hi is not None and \
-                    orders_of_magnitude({"lo": iv.lo, "hi": iv.hi}) > MAX_DECADES:
+            if jf.lower[j] > 0 and orders_of_magnitude(iv) > MAX_DECADES:
                 self.add_doubt(DoubtKind.UNDETERMINED, f"the curves do not determine {name} of the {jf.title} "
                                f"(its 95% interval spans more than {MAX_DECADES:g} decades)")
         return self
@@ -433,7 +432,7 @@ class JointCurveLaw(Doubtful):
         (withheld where it is narrower than :meth:`resolution`: the replicates did not move from the fit)."""
         last = [len(lr) - 1]
         value = float(self.loss_at(N, lr, last)[0])
-        iv = Interval.of(summarise(self.draws_at(N, lr, last)[:, 0], value))
+        iv = summarise(self.draws_at(N, lr, last)[:, 0], value)
         width = iv.hi - iv.lo if iv.interval is not None else math.nan  # type: ignore[operator]
         if width < self.resolution() * abs(value):
             return iv.without_interval(f"the bootstrap replicates agree to {width / abs(value):.2g} of the loss, under "
@@ -466,8 +465,8 @@ class JointCurveLaw(Doubtful):
         jf = joint_form(name or self.form_ or "")
         reps = self.replicates_.get(jf.name)
         pinned = pinned_at(self.theta(jf.name), jf.lower, jf.upper, jf.params)
-        return {p: Interval.of(summarise(reps[:, j] if reps is not None and reps.shape[0] else [],
-                                         self.params_[jf.name][p], pinned=pinned.get(p)))
+        return {p: summarise(reps[:, j] if reps is not None and reps.shape[0] else [],
+                             self.params_[jf.name][p], pinned=pinned.get(p))
                 for j, p in enumerate(jf.params)}
 
     # -- output --------------------------------------------------------------------------------------

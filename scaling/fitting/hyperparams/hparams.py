@@ -23,7 +23,7 @@ DataFrames and returns dataclasses; :func:`runs_frame` takes lr, batch and beta2
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -32,10 +32,10 @@ import pandas as pd
 from scaling import batching
 from scaling.errors import FitError
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, restore, stored
-from scaling.fitting.core.intervals import interval_text, summarise, withheld
+from scaling.fitting.core.intervals import summarise, withheld
 from scaling.fitting.core.notes import Note, NoteKind
 from scaling.fitting.core.points import DIGITS, point_keys, rounded
-from scaling.fmt import bounds, num, size
+from scaling.fmt import Interval, bounds, num, size
 from scaling.naming import group_title, point_label
 
 #: Columns of the runs a hyperparameter fit reads (``beta2``, ``group``, ``run_key`` optional).
@@ -114,9 +114,9 @@ class GroupOptimum:
     n_settings: int
     status: str
     message: str
-    loss: dict[str, Any]
-    lr: dict[str, Any]
-    batch: dict[str, Any]
+    loss: Interval
+    lr: Interval
+    batch: Interval
     beta2: float | None = None
     varied: tuple[str, ...] = ()
     best: dict[str, float] = field(default_factory=dict)
@@ -132,6 +132,7 @@ class GroupOptimum:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "replicates"}
         d["varied"] = list(self.varied)
+        d.update(loss=self.loss.to_dict(), lr=self.lr.to_dict(), batch=self.batch.to_dict())
         return d
 
 
@@ -188,16 +189,15 @@ def fit_group(g: pd.DataFrame, label: str, *, n_bootstrap: int = 200, seed: int 
     best_d = {"loss": float(best["loss"]), "lr": float(best["lr"]), "batch": float(best["batch"])}
     varied = tuple(c for c in ("lr", "batch") if s[c].nunique() > 1)
 
-    def result(status: str, message: str, loss: dict, lr: dict, batch: dict, reps: np.ndarray | None = None,
+    def result(status: str, message: str, loss: Interval, lr: Interval, batch: Interval, reps: np.ndarray | None = None,
                near: dict | None = None) -> GroupOptimum:
         return GroupOptimum(label, N, D, C, len(g), len(s), status, message + note, loss, lr, batch, beta2, varied,
                             best_d, near or {}, reps)
 
-    def as_run(why: str) -> tuple[dict, dict, dict]:
+    def as_run(why: str) -> tuple[Interval, Interval, Interval]:
         """The best run's own values, flagged: no interval."""
-        return ({"value": best_d["loss"], "kind": "unreliable", "note": why},
-                {"value": best_d["lr"], "kind": "unreliable", "note": why},
-                {"value": best_d["batch"], "kind": "unreliable", "note": why})
+        return tuple(Interval(float(best_d[q]), withheld=why, kind="unreliable")  # type: ignore[return-value]
+                     for q in ("loss", "lr", "batch"))
 
     if not varied:
         what = "one run" if len(g) == 1 else f"{len(g)} runs of one setting"
@@ -269,7 +269,7 @@ def _quadratic_optimum(quadratic: tuple[Any, ...], s: pd.DataFrame, best_d: dict
     elif n_bootstrap >= 2 and failed > MAX_FAILED * n_bootstrap:
         no_interval = f"{failed} of {n_bootstrap} bootstrap refits find no minimum: no interval"
 
-    def iv(values: np.ndarray, point: float, log: bool) -> dict[str, Any]:
+    def iv(values: np.ndarray, point: float, log: bool) -> Interval:
         out = summarise(values, point, log=log)
         return withheld(out, no_interval) if no_interval else out
 
@@ -322,7 +322,7 @@ class PowerLaw(Doubtful):
     form: str
     response: str
     variables: tuple[str, ...]
-    params: dict[str, dict[str, Any]]
+    params: dict[str, Interval]
     n_groups: int
     #: Why the data do not determine the law (then no interval and no recommendation).
     doubts_: list[Doubt] = field(default_factory=list)
@@ -346,11 +346,11 @@ class PowerLaw(Doubtful):
         with np.errstate(over="ignore"):
             return float(np.exp(x @ self.theta))
 
-    def predict_interval(self, **values: float) -> dict[str, Any]:
+    def predict_interval(self, **values: float) -> Interval:
         """The prediction at ``values`` with its 95% bootstrap interval (withheld for a flagged law)."""
         point = self.predict(**values)
         if not self.reliable():
-            return withheld({"value": point}, "the law is flagged: " + self.doubts()[0])
+            return Interval(point, withheld="the law is flagged: " + self.doubts()[0], kind="unreliable")
         if self.replicates is None or not len(self.replicates):
             return summarise([], point, log=True)
         x = np.array([1.0] + [math.log(float(values[v])) for v in self.variables])
@@ -361,6 +361,7 @@ class PowerLaw(Doubtful):
         """JSON-ready; the doubts with their kinds (``doubts``)."""
         d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("doubts_", "replicates", "theta")}
         d["doubts"] = stored(self.doubts())
+        d["params"] = {p: iv.to_dict() for p, iv in self.params.items()}
         d["variables"] = list(self.variables)
         d["theta"] = [float(t) for t in self.theta]
         d["replicates"] = None if self.replicates is None else self.replicates.tolist()
@@ -370,7 +371,8 @@ class PowerLaw(Doubtful):
     def from_dict(cls, d: dict[str, Any]) -> "PowerLaw":
         """Rebuild from :meth:`to_dict`; doubts stored as bare messages come back of kind ``STORED``."""
         reps = d.get("replicates")
-        return cls(d["name"], d["form"], d["response"], tuple(d["variables"]), d["params"], int(d["n_groups"]),
+        return cls(d["name"], d["form"], d["response"], tuple(d["variables"]),
+                   {p: Interval.of(iv) for p, iv in (d.get("params") or {}).items()}, int(d["n_groups"]),
                    restore(d.get("doubts") or []), list(d.get("notes", [])),
                    None if reps is None else np.asarray(reps, float).reshape(-1, 1 + len(d["variables"])),
                    np.asarray(d["theta"], float))
@@ -399,13 +401,13 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
     response, variables, form = LAWS[name]
     usable = [g for g in groups if g.used]
     # a group that did not vary this hyperparameter says nothing of its optimum
-    used = [g for g in usable if (g.lr if response == "lr" else g.batch).get("kind") != "pinned"]
+    used = [g for g in usable if (g.lr if response == "lr" else g.batch).kind != "pinned"]
     if usable and not used:
         raise FitError(f"{form}: the {'learning rate' if response == 'lr' else 'batch'} was not varied in any group")
     p = 1 + len(variables)
     if len(used) < p:
         raise FitError(f"{form}: {len(used)} usable group(s) for {p} parameters")
-    y = np.log([g.lr["value"] if response == "lr" else g.batch["value"] for g in used])
+    y = np.log([g.lr.value if response == "lr" else g.batch.value for g in used])
     logs = {v: np.log([getattr(g, v) for g in used]) for v in variables}
     X = np.column_stack([np.ones(len(used))] + [logs[v] for v in variables])
     if any(np.ptp(logs[v]) == 0 for v in variables):
@@ -432,20 +434,20 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
         if len(used) > p:  # a few groups: resampling under-states the spread (see small_sample_factor)
             reps = theta + (reps - theta) * small_sample_factor(len(used), p)
     names = PARAMS[name]
-    params: dict[str, dict[str, Any]] = {}
+    params: dict[str, Interval] = {}
     for j, pname in enumerate(names):
         if j == 0:
             with np.errstate(over="ignore"):
                 iv = summarise(np.exp(reps[:, 0]) if reps is not None else [], float(np.exp(theta[0])), log=True)
-            if not 0.0 < iv["value"] < math.inf:  # e^log c beyond floating point: no number to show
+            if not 0.0 < iv.value < math.inf:  # e^log c beyond floating point: no number to show
                 doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname} = e^{float(theta[0]):.4g} is beyond floating "
                                     "point: the groups do not determine the law"))
-                iv = {**iv, "value": math.nan}
+                iv = replace(iv, value=math.nan)
         else:
             iv = summarise(reps[:, j] if reps is not None else [], float(theta[j]))
-            width = iv["hi"] - iv["lo"] if iv.get("kind") == "percentile" else math.nan
+            width = iv.hi - iv.lo if iv.kind == "percentile" and iv.interval is not None else math.nan
             if width > MAX_EXPONENT_WIDTH:
-                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname}'s 95% interval {bounds(iv['lo'], iv['hi'])} "
+                doubts.append(Doubt(DoubtKind.UNDETERMINED, f"{pname}'s 95% interval {bounds(iv.lo, iv.hi)} "
                                     f"is wider than {MAX_EXPONENT_WIDTH:g}: the groups do not determine it"))
         params[pname] = iv
     if n_bootstrap >= 2 and failed > n_bootstrap / 2:
@@ -457,11 +459,6 @@ def fit_law(name: str, groups: Sequence[GroupOptimum], n_bootstrap: int = 200, s
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap resamples could not identify the law (left out)")
     return PowerLaw(name, form, response, variables, params, len(used), doubts, notes, reps, theta)
-
-
-def _nan_for_none(iv: dict[str, Any]) -> dict[str, Any]:
-    """A stored interval dict with JSON's null numbers as NaN again."""
-    return {k: (math.nan if v is None and k in ("value", "se", "lo", "hi", "se_log") else v) for k, v in iv.items()}
 
 
 def small_sample_factor(n: int, p: int) -> float:
@@ -512,13 +509,12 @@ class HparamFit:
         for g in d.get("groups") or []:
             fields = {k: v for k, v in g.items() if k in names}
             for q in ("loss", "lr", "batch"):
-                fields[q] = _nan_for_none(fields.get(q) or {})
+                fields[q] = Interval.of(fields.get(q) or {})
             fields["varied"] = tuple(fields.get("varied") or ())
             fields["near"] = {k: math.nan if v is None else v for k, v in (fields.get("near") or {}).items()}
             groups.append(GroupOptimum(**fields))
         laws = {}
         for name, law in (d.get("laws") or {}).items():
-            law = dict(law, params={p: _nan_for_none(iv) for p, iv in (law.get("params") or {}).items()})
             laws[name] = PowerLaw.from_dict(law)
         return cls(groups, laws, dict(d.get("skipped") or {}), list(d.get("notes") or []),
                    float(d.get("near_fraction") or NEAR_FRACTION))
@@ -530,8 +526,8 @@ class HparamFit:
             row: dict[str, Any] = {"group": g.label, "N": g.N, "D": g.D, "C": g.C, "runs": g.n_runs,
                                    "settings": g.n_settings, "status": g.status, "message": g.message}
             for q, iv in (("loss", g.loss), ("lr", g.lr), ("batch", g.batch)):
-                row[f"{q}_star"] = iv["value"]
-                row[f"{q}_lo"], row[f"{q}_hi"] = _bound(iv, "lo"), _bound(iv, "hi")
+                row[f"{q}_star"] = iv.value
+                row[f"{q}_lo"], row[f"{q}_hi"] = _bounds(iv)
             row["beta2"] = g.beta2
             for k in ("lr_lo", "lr_hi", "batch_lo", "batch_hi", "n"):
                 row[f"near_{k}"] = g.near.get(k, math.nan)
@@ -540,15 +536,15 @@ class HparamFit:
 
     def laws_frame(self) -> pd.DataFrame:
         """One row per (law, parameter): value, lo, hi, and whether the law is flagged."""
-        rows = [{"law": name, "form": law.form, "parameter": p, "value": iv["value"], "lo": _bound(iv, "lo"),
-                 "hi": _bound(iv, "hi"), "flagged": "; ".join(law.doubts()) or None}
+        rows = [{"law": name, "form": law.form, "parameter": p, "value": iv.value, "lo": _bounds(iv)[0],
+                 "hi": _bounds(iv)[1], "flagged": "; ".join(law.doubts()) or None}
                 for name, law in self.laws.items() for p, iv in law.params.items()]
         return pd.DataFrame(rows, columns=["law", "form", "parameter", "value", "lo", "hi", "flagged"])
 
     def recommend(self, N: float, D: float, C: float) -> dict[str, Any]:
         """lr and batch for a run of (N, D, C) from Step Law's forms, each with its interval, or why none.
 
-        ``lr``/``batch`` are interval dicts (``kind`` ``unreliable`` for a flagged law) or None when
+        ``lr``/``batch`` are intervals (``kind`` ``unreliable`` for a flagged law) or None when
         the law is not fitted; ``why`` says where each came from or why it is withheld. A
         non-positive or non-finite N, D or C is refused (FitError): no law extends to it.
         """
@@ -600,15 +596,17 @@ class HparamFit:
         return con.text()
 
 
-def _bound(iv: dict[str, Any], end: str) -> float:
-    v = iv.get(end)
-    return float(v) if v is not None and iv.get("kind") == "percentile" and math.isfinite(v) else math.nan
+def _bounds(iv: Interval) -> tuple[float, float]:
+    """A percentile interval's bounds; NaN for each without one."""
+    if iv.kind != "percentile" or iv.interval is None:
+        return math.nan, math.nan
+    return iv.interval
 
 
-def ivtext(iv: dict[str, Any] | None, digits: int = 3, fmt: Callable[..., str] = num) -> str:
+def ivtext(iv: Interval | None, digits: int = 3, fmt: Callable[..., str] = num) -> str:
     """A value with its 95% interval, or with why it has none ('-' for none at all); ``fmt`` writes each
     number (:func:`scaling.fmt.size` for a batch in tokens, as the report writes it)."""
-    return interval_text(iv, digits, fmt)
+    return "-" if iv is None else iv.text(digits, fmt)
 
 
 def check_runs(runs: pd.DataFrame, where: str = "") -> None:
@@ -692,7 +690,7 @@ def tuned_points(runs: pd.DataFrame, mode: str = "tuned") -> tuple[pd.DataFrame,
         first = g.iloc[0]
         if mode == "tuned":
             opt = fit_group(g, str(label), n_bootstrap=0)
-            loss = opt.loss["value"]
+            loss = opt.loss.value
             flagged += not opt.used
             chosen = g
         else:
@@ -777,14 +775,14 @@ def apply_to_run(fit: HparamFit | None, run: dict[str, Any] | None, N: float, D:
     kept = []
     for q, key in (("lr", "lr"), ("batch", "batch_tokens")):
         iv = rec[q]
-        if iv is None or iv.get("kind") == "unreliable":
+        if iv is None or iv.kind == "unreliable":
             kept.append(q)
             continue
-        bounds = [_bound(iv, "lo"), _bound(iv, "hi")]
+        bounds = list(_bounds(iv))
         if q == "lr":
-            run[key], run[f"{key}_interval"] = float(iv["value"]), bounds
+            run[key], run[f"{key}_interval"] = float(iv.value), bounds
         else:  # the bounds rounded as the batch is (monotone), so the interval still holds the run's batch
-            run[key] = whole_sequences(float(iv["value"]), run)
+            run[key] = whole_sequences(float(iv.value), run)
             run[f"{key}_interval"] = [whole_sequences(b, run) if math.isfinite(b) else b for b in bounds]
     if kept:
         return rec, (f"{' and '.join(kept)} of the concrete run come from {run_source or 'the plan'}: the "

@@ -136,12 +136,12 @@ class FrontierLaw(Law):
         super().bootstrap(n, seed)
         self.drop_doubts(DoubtKind.WIDE_INTERVAL)
         iv = self.intervals()["a"]
-        if math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of a, {bounds(iv['lo'], iv['hi'])}, reaches outside "
+        if iv.interval is not None and (iv.lo <= 0.0 or iv.hi >= 1.0):
+            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of a, {bounds(iv.lo, iv.hi)}, reaches outside "
                                "(0, 1): the data do not determine how N_opt grows with C")
         iv = self.intervals()["alpha_L"]
-        if self.params_["alpha_L"] > 0.0 and math.isfinite(iv["lo"]) and iv["lo"] <= 0.0:
-            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of alpha_L, {bounds(iv['lo'], iv['hi'])}, includes 0: "
+        if self.params_["alpha_L"] > 0.0 and iv.lo is not None and iv.lo <= 0.0:
+            self.add_unreliable(DoubtKind.WIDE_INTERVAL, f"the 95% interval of alpha_L, {bounds(iv.lo, iv.hi)}, includes 0: "
                                "the lowest loss need not fall with compute, so the budgets show no scaling")
         return self
 

@@ -150,14 +150,14 @@ class KaplanLaw(Law):
         self._note_single_laws()
         ivs = self.intervals()
         for law, name in (("N", "alpha_N1"), ("D", "alpha_D1"), ("C_min", "alpha_C")):
-            lo, hi = ivs[name]["lo"], ivs[name]["hi"]
-            if self.params_[name] > 0 and math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
+            lo, hi = ivs[name].lo, ivs[name].hi
+            if self.params_[name] > 0 and lo is not None and hi is not None and lo <= 0.0 <= hi:
                 self._single_law_note(f"not determined: L({law}): the 95% interval of {name}, {bounds(lo, hi)}, "
                                    "includes 0 (N* comes from the joint law, judged on its own parameters)")
         iv = ivs["a_frontier"]
-        a_frontier = iv["value"]
-        if 0.0 < a_frontier < 1.0 and math.isfinite(iv["lo"]) and (iv["lo"] <= 0.0 or iv["hi"] >= 1.0):
-            self._single_law_note(f"not determined: the 95% interval of a_frontier, {bounds(iv['lo'], iv['hi'])}, "
+        a_frontier = iv.value
+        if 0.0 < a_frontier < 1.0 and iv.interval is not None and (iv.lo <= 0.0 or iv.hi >= 1.0):
+            self._single_law_note(f"not determined: the 95% interval of a_frontier, {bounds(iv.lo, iv.hi)}, "
                                "reaches beyond 0-1 (N* comes from the joint law)")
         return self
 

@@ -187,8 +187,8 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
         iv, iv_loss = ivs["N"], ivs["loss"]
         truth = true_optimal_N(kind, t, C, law.k_)
         truth_loss = true_optimal_loss(kind, t, C, law.k_)
-        hit = bool(iv["lo"] <= truth <= iv["hi"])
-        hit_loss = bool(iv_loss["lo"] <= truth_loss <= iv_loss["hi"])
+        hit = iv.covers(truth)
+        hit_loss = iv_loss.covers(truth_loss)
         if law.doubts():
             flagged += 1
             if undetermined_at_budget(law, ivs, C) is None:
@@ -198,8 +198,8 @@ def coverage_study(design: str, draws: int, n_bootstrap: int = 50, seed: int = 0
             continue
         covered += hit
         covered_loss += hit_loss
-        covered_param += bool(iv.get("lo_param", iv["lo"]) <= truth <= iv.get("hi_param", iv["hi"]))
-        widths.append(float(np.log(iv["hi"] / iv["lo"])))
+        covered_param += iv.covers(truth, bootstrap=True)
+        widths.append(iv.log_width())
     kept = draws - flagged
 
     def share(k: int, n: int) -> float:
@@ -239,9 +239,9 @@ def held_out_coverage(data: FitData, kinds: tuple[str, ...] = ("kaplan", "approa
             continue
         ivs = law.predict_interval(pts["N"].to_numpy(), pts["D"].to_numpy())
         y = pts["loss"].to_numpy()
-        hits = [bool(iv["lo"] <= v <= iv["hi"]) for iv, v in zip(ivs, y)]
-        param = [bool(iv.get("lo_param", iv["lo"]) <= v <= iv.get("hi_param", iv["hi"])) for iv, v in zip(ivs, y)]
-        width = [math.log(iv["hi"] / iv["lo"]) for iv in ivs if iv["lo"] > 0]
+        hits = [iv.covers(v) for iv, v in zip(ivs, y)]
+        param = [iv.covers(v, bootstrap=True) for iv, v in zip(ivs, y)]
+        width = [iv.log_width() for iv in ivs if iv.lo is not None and iv.lo > 0]
         out[kind] = {"covered": int(sum(hits)), "covered_bootstrap_only": int(sum(param)), "n": len(hits),
                      "flagged": bool(law.doubts()), "median_ln_width": float(np.median(width)) if width else math.nan}
     return out

@@ -68,8 +68,8 @@ class MoEFit:
             for col in ("parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col == "parameter" else "right")
             for name, iv in law.reported_intervals().items():
-                value = "not identified" if iv.get("kind") == "not identified" else num(iv["value"], 4, "-")
-                t.add_row(name, value, se_text(iv), Interval.of(iv).text(4, value=False))
+                value = "not identified" if iv.kind == "not identified" else num(iv.value, 4, "-")
+                t.add_row(name, value, se_text(iv), iv.text(4, value=False))
             console.print(t)
             boot = law.bootstrap_info_ or {"n": 0}
             console.print(f"  bootstrap: {boot.get('n', 0)} replicates" + (f", {boot['failed']} failed" if boot.get("failed") else ""))

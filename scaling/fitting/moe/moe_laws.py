@@ -26,6 +26,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from scaling.errors import FitError
+from scaling.fmt import Interval
 from scaling.fitting.core.base import Law, Params, check_spread, jsonable
 from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.doubts import DoubtKind
@@ -352,7 +353,7 @@ class MoELaw(Law):
         raise FitError(f"the {self.law} law's optimum depends on {self.variable_text}: use "
                        "scaling.fitting.moe.recommend_moe")
 
-    def predict_interval(self, N: Any, D: Any, x: Any = None) -> list[dict[str, Any]]:  # type: ignore[override]
+    def predict_interval(self, N: Any, D: Any, x: Any = None) -> list[Interval]:  # type: ignore[override]
         """Predicted loss of each (N, D, x) with a 95% interval for a measured loss there: the parameters'
         bootstrap spread widened by the fit's scatter of one point about the law (in log loss)."""
         self.predict(N, D, x)  # refuses an x the law did not identify
@@ -378,25 +379,25 @@ class MoELaw(Law):
         """Each parameter's usable bootstrap replicates (arrays of one length), None without them."""
         return self._replicate_params()
 
-    def intervals(self) -> dict[str, dict[str, Any]]:
+    def intervals(self) -> dict[str, Interval]:
+        """:meth:`Law.intervals`; a parameter the sweep does not identify says so, and with the experts changing
+        along the sweep's path, ``alpha_path`` is the exponent of loss against active size along it."""
         out = super().intervals()
         for name, why in self.unidentified_.items():
-            out[name] = {"value": math.nan, "se": math.nan, "lo": math.nan, "hi": math.nan, "kind": "not identified",
-                         "note": f"not identified: {why}"}
+            out[name] = Interval(math.nan, withheld=f"not identified: {why}", kind="not identified")
         if self.path_ and "alpha" in self.unidentified_:
             reps = self._replicate_params()
             out["alpha_path"] = summarise(reps["alpha"] if reps else np.array([]), self.params_["alpha"])
-            out["alpha_path"]["note"] = "loss against active size along the sweep's path (experts changing with it)"
         return out
 
-    def reported_intervals(self) -> dict[str, dict[str, Any]]:
+    def reported_intervals(self) -> dict[str, Interval]:
         """:meth:`Law.reported_intervals`, except that a law doubted only for what the sweep does not vary
         keeps the intervals of what it does identify; a parameter not identified says so either way."""
         ivs = self.intervals()
         if not self.doubts() or all(d.kind is DoubtKind.IDENTIFICATION for d in self.doubts()):
             return ivs
         why = "the law is flagged unreliable: " + next(d for d in self.doubts() if d.kind is not DoubtKind.IDENTIFICATION)
-        return {name: iv if iv.get("kind") == "not identified" else withheld(iv, why) for name, iv in ivs.items()}
+        return {name: iv if iv.kind == "not identified" else withheld(iv, why) for name, iv in ivs.items()}
 
     def x_grid(self, n: int = 65) -> np.ndarray:
         """Values of x across the measured range (where the recommendation may choose)."""

@@ -27,20 +27,20 @@ from scaling.fmt import Interval, PlainText, num, size
 
 @dataclass
 class MoERecommendation:
-    """N_active*, the experts' cut, D* and loss at one budget (each a summary dict with its 95% interval),
+    """N_active*, the experts' cut, D* and loss at one budget (each an :class:`~scaling.fmt.Interval`),
     and the dense optimum of the same law with the loss the experts save."""
 
     law: str
     compute: float
     variable: str
-    choice: dict[str, Any]
-    N: dict[str, Any]
-    D: dict[str, Any]
-    loss: dict[str, Any]
-    dense: dict[str, dict[str, Any]]
+    choice: Interval
+    N: Interval
+    D: Interval
+    loss: Interval
+    dense: dict[str, Interval]
     dense_label: str
-    gain: dict[str, Any]
-    N_total: dict[str, Any] | None = None
+    gain: Interval
+    N_total: Interval | None = None
     notes: list[str] = field(default_factory=list)
     conventions: Conventions = field(default_factory=Conventions)
 
@@ -59,27 +59,27 @@ class MoERecommendation:
     def headline(self) -> str:
         """The answer in one line: N_active*, the experts' cut and D* with their 95% intervals, and the loss
         saved against the dense optimum of the same law."""
-        def text(iv: dict[str, Any], fmt: Any = num) -> str:
-            return Interval.of(iv).text(3, fmt)
+        def text(iv: Interval, fmt: Any = num) -> str:
+            return iv.text(3, fmt)
 
         return (f"N_active* = {text(self.N, size)}, {self.VARIABLE_TEXT.get(self.variable, self.variable)} = "
-                f"{text(self.choice)}, D* = {text(self.D, size)} tokens, loss {Interval.of(self.loss).text(4)} "
+                f"{text(self.choice)}, D* = {text(self.D, size)} tokens, loss {self.loss.text(4)} "
                 f"(saves {text(self.gain)} against {self.dense_label})")
 
     def lines(self) -> list[str]:
         """What the table prints, one line each."""
-        def text(iv: dict[str, Any], fmt: Any = num) -> str:
-            return Interval.of(iv).text(3, fmt)
+        def text(iv: Interval, fmt: Any = num) -> str:
+            return iv.text(3, fmt)
 
         out = [f"{self.law} law at C = {self.compute:.3g} FLOPs (C = {self.conventions.c_formula or '6 N_active D'}):",
                f"  {self.variable} = {text(self.choice)}",
                f"  N_active* = {text(self.N, size)}"]
         if self.N_total is not None:
             out.append(f"  N_total* = {text(self.N_total, size)}")
-        out += [f"  D* = {text(self.D, size)}", f"  loss = {Interval.of(self.loss).text(4)}",
+        out += [f"  D* = {text(self.D, size)}", f"  loss = {self.loss.text(4)}",
                 f"  compared with {self.dense_label}:",
                 f"    N* = {text(self.dense['N'], size)}, D* = {text(self.dense['D'], size)}, "
-                f"loss = {Interval.of(self.dense['loss']).text(4)}",
+                f"loss = {self.dense['loss'].text(4)}",
                 f"  loss saved against it: {text(self.gain)}"]
         out += [f"  note: {n}" for n in self.notes]
         return out

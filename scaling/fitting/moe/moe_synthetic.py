@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from scaling.fitting.moe.moe_data import MoEData, from_frame
+from scaling.fmt import Interval
 
 #: A granularity law: K(G) = g / G^gamma + a on the active-parameter term.
 GRANULARITY_TRUTH = {"c": 1.8, "a": 250.0, "b": 2000.0, "g": 300.0, "alpha": 0.34, "beta": 0.36, "gamma": 0.6}
@@ -113,7 +114,7 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
                 _count(hits, widths, name, iv, t[name], positive=name in law.log_names)
         C = np.asarray(budget_factor * law.c_range_[1])
         rec = recommend_moe(law, float(C))
-        x = np.asarray(rec.choice["value"])
+        x = np.asarray(rec.choice.value)
         N_true, D_true, L_true = (float(v) for v in law.optimal_at(t, C, x))
         _, _, L_dense = (float(v) for v in law.optimal_at(t, C, np.asarray(law.dense)))
         xs = law.x_grid()
@@ -127,20 +128,21 @@ def coverage_study(form: str, draws: int, *, n_bootstrap: int = 100, seed: int =
     return _tally(form, draws, flagged, hits, widths)
 
 
-def holds(iv: dict[str, Any], truth: float) -> bool:
+def holds(iv: Interval, truth: float) -> bool:
     """Whether a summary's 95% interval holds ``truth``; one with no spread (every replicate the same, so
     the value alone is printed) holds it only when the value is the truth."""
-    if iv.get("kind") == "no spread":
-        return bool(abs(iv["value"] - truth) <= 1e-9 * max(abs(truth), 1e-300))
-    return bool(iv["lo"] <= truth <= iv["hi"])
+    if iv.kind == "no spread":
+        return bool(abs(iv.value - truth) <= 1e-9 * max(abs(truth), 1e-300))
+    return iv.covers(truth)
 
 
-def _count(hits: dict[str, list[bool]], widths: dict[str, list[float]], name: str, iv: dict[str, Any], truth: float,
+def _count(hits: dict[str, list[bool]], widths: dict[str, list[float]], name: str, iv: Interval, truth: float,
            *, positive: bool) -> None:
     """Tally one interval: whether it holds the truth, and its width (hi / lo for a positive quantity)."""
     hits.setdefault(name, []).append(holds(iv, truth))
+    lo, hi = (math.nan if v is None else v for v in (iv.lo, iv.hi))
     with np.errstate(all="ignore"):
-        width = iv["hi"] / iv["lo"] if positive else iv["hi"] - iv["lo"]
+        width = np.float64(hi) / lo if positive else np.float64(hi) - lo
     widths.setdefault(name, []).append(float(width))
 
 

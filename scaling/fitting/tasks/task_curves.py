@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
 from scaling.errors import FitError
-from scaling.fmt import bounds
+from scaling.fmt import Interval, bounds
 from scaling.fitting.core.base import MAX_EXPONENT_RATIO, MIN_OK_FRACTION, MIN_POINTS_PER_PARAM, jsonable
 from scaling.fitting.core.doubts import Doubt, Doubtful, DoubtKind, relink, restore, stored
 from scaling.fitting.core.intervals import summarise, withheld
@@ -228,12 +228,12 @@ class AccuracyCurve(Doubtful):
         with np.errstate(all="ignore"):
             return self._accuracy(p, np.asarray(loss, float))
 
-    def intervals(self) -> dict[str, dict[str, Any]]:
+    def intervals(self) -> dict[str, Interval]:
         reps = self.replicate_params()
         return {n: summarise(reps[n] if reps else [], self.params_[n], pinned=self.pinned_.get(n))
                 for n in self.param_names}
 
-    def reported_intervals(self) -> dict[str, dict[str, Any]]:
+    def reported_intervals(self) -> dict[str, Interval]:
         ivs = self.intervals()
         if self.reliable():
             return ivs
@@ -344,7 +344,7 @@ class Sigmoid(AccuracyCurve):
         lo, hi = self.loss_range_
         reach = L0_REACH * (hi - lo)
         iv = self.intervals()["L0"]
-        ends = [iv["value"]] + [iv[q] for q in ("lo", "hi") if math.isfinite(iv.get(q, math.nan))]
+        ends = [iv.value] + [v for v in (iv.lo, iv.hi) if v is not None and math.isfinite(v)]
         if "L0" in self.pinned_ or any(v < lo - reach or v > hi + reach for v in ends):
             self.add_unreliable(DoubtKind.OUT_OF_RANGE, f"the transition L0 = {self.params_['L0']:.4g} (or its interval) lies far "
                                f"outside the measured task losses ({lo:.4g} to {hi:.4g}): the data do not locate the "
@@ -412,7 +412,7 @@ class ExpError(AccuracyCurve):
     def _check_fit(self) -> None:
         self.drop_doubts(DoubtKind.UNDETERMINED)
         iv = self.intervals()["gamma"]
-        lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
+        lo, hi = iv.interval or (math.nan, math.nan)
         if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > MAX_EXPONENT_RATIO:
             self.add_unreliable(DoubtKind.UNDETERMINED, f"the data do not determine gamma (its 95% bootstrap interval "
                                f"{bounds(lo, hi)} spans a factor {hi / lo:.3g})")

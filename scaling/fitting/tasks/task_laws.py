@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Optional, Protocol
 
 import numpy as np
 import pandas as pd
@@ -148,11 +148,56 @@ def law_replicates(law: Law, N: float, D: float) -> np.ndarray:
     return out
 
 
-def determined(iv: dict[str, Any], reps: np.ndarray) -> bool:
+@dataclass(frozen=True)
+class ChainedAccuracy(Interval):
+    """A task's accuracy predicted through both steps, with what the chain adds to its interval."""
+
+    #: The chain's mean absolute error on its backtest (accuracy, 0-1), or None without one.
+    backtest_error: Optional[float] = None
+    #: Step 1 is flagged, but the paired bootstrap determines the accuracy at this point (see :func:`determined`).
+    determined_at_point: bool = False
+    #: The bounds are widened to hold the other admissible forms' predictions.
+    form_spread: bool = False
+
+    @classmethod
+    def chained(cls, iv: Interval, **extra: Any) -> "ChainedAccuracy":
+        """``iv`` (an :class:`Interval` or a chained one) with ``extra`` of this class' own fields."""
+        own = {f.name: getattr(iv, f.name) for f in fields(iv)}
+        return cls(**own | extra)
+
+    @classmethod
+    def of(cls, iv: "Mapping[str, Any] | Interval", quantity: Optional[str] = None) -> "ChainedAccuracy":
+        """Its JSON form (:meth:`to_dict`) read back."""
+        if isinstance(iv, ChainedAccuracy):
+            return iv
+        base = Interval.of(iv, quantity)
+        if not isinstance(iv, Mapping):
+            return cls.chained(base)
+        error = iv.get("backtest_error")
+        return cls.chained(base, backtest_error=None if error is None else float(error),
+                           determined_at_point=bool(iv.get("determined_at_point")),
+                           form_spread=bool(iv.get("form_spread")))
+
+    from_dict = of
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`Interval.to_dict` with the chain's own keys where they say something."""
+        extra = {"backtest_error": self.backtest_error, "determined_at_point": self.determined_at_point or None,
+                 "form_spread": self.form_spread or None}
+        return super().to_dict() | {k: v for k, v in extra.items() if v is not None}
+
+
+def stored_predictions(predictions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each task's stored :meth:`TaskLaw.predict_interval` with its intervals read back."""
+    return {task: {k: ChainedAccuracy.of(v) if k in FORMS else Interval.of(v) if k == "task_loss" else v
+                   for k, v in p.items()} for task, p in predictions.items()}
+
+
+def determined(iv: Interval, reps: np.ndarray) -> bool:
     """Whether the paired bootstrap pins down one chained accuracy (see :data:`DETERMINED_WIDTH`)."""
     finite = int(np.isfinite(reps).sum())
-    return (reps.size > 0 and finite >= MIN_OK_FRACTION * reps.size and iv.get("kind") == "percentile"
-            and iv["hi"] - iv["lo"] <= DETERMINED_WIDTH)
+    return (reps.size > 0 and finite >= MIN_OK_FRACTION * reps.size and iv.kind == "percentile"
+            and iv.interval is not None and iv.interval[1] - iv.interval[0] <= DETERMINED_WIDTH)
 
 
 @dataclass
@@ -232,7 +277,7 @@ class TaskLaw:
                 out["notes"].append(f"{form}: step 1 is flagged ({self.step1.doubts()[0].reason})"
                                     f", but the paired bootstrap of both steps determines the accuracy at this point: "
                                     f"its interval is given")
-                iv = {**iv, "determined_at_point": True}
+                iv = ChainedAccuracy.chained(iv, determined_at_point=True)
             elif doubts:
                 iv = withheld(iv, doubts[0])
             out[form] = self._widen_by_backtest(iv, form, out["C"], c_max)
@@ -242,7 +287,7 @@ class TaskLaw:
         if math.isfinite(L) and (L < lo - reach or L > hi + reach):
             out["notes"].append(f"step 2 extrapolates: the predicted {self.loss_label} {L:.4g} lies outside the "
                                 f"evaluated ones ({lo:.4g} to {hi:.4g})")
-        if out["C"] > c_max * (1 + 1e-9) and not any(out[f].get("widened") for f in self.curves if f in out):
+        if out["C"] > c_max * (1 + 1e-9) and not any(out[f].widened for f in self.curves if f in out):
             out["notes"].append(f"a factor {out['C'] / c_max:.3g} beyond the largest fitted budget in compute: the "
                                 "intervals hold the two fits' parameter uncertainty, not their error in extrapolating "
                                 "(no backtest measured that)")
@@ -265,26 +310,23 @@ class TaskLaw:
         dist = math.log(float(np.median(held)) / float(train)) if held and train else 1.0
         return error / max(dist, 1e-9) if dist > 0 else error
 
-    def _widen_by_backtest(self, iv: dict[str, Any], form: str, C: float, c_max: float) -> dict[str, Any]:
+    def _widen_by_backtest(self, iv: Interval, form: str, C: float, c_max: float) -> ChainedAccuracy:
         """``iv`` beyond the fitted budgets widened each side by the chain's backtest error, as a loss law's
         interval is (:meth:`scaling.fitting.core.base.Law.extrapolation_error`): the error per unit ln C the
         backtest extrapolated, times the distance from the largest fitted budget, times
         :data:`~scaling.fitting.core.base.EXTRAPOLATION_Z`; the ends stay within [chance, 1]."""
         error = self.backtest_error(form)
-        out = dict(iv) if error is None else {**iv, "backtest_error": error}
+        out = ChainedAccuracy.chained(iv, **({} if error is None else {"backtest_error": error}))
         rate = self._backtest_rate(form)
-        lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-        if (rate is None or not (C > c_max * (1 + 1e-9)) or iv.get("kind") != "percentile"
-                or not (math.isfinite(lo) and math.isfinite(hi))):
+        if rate is None or not (C > c_max * (1 + 1e-9)) or iv.kind != "percentile" or iv.interval is None:
             return out
+        lo, hi = iv.interval
         dist = math.log(C / c_max)
         extra = EXTRAPOLATION_Z * rate * dist
         floor = self.chance if self.chance is not None else 0.0
-        out.update(lo_param=lo, hi_param=hi, lo=max(floor, min(lo - extra, iv["value"])),
-                   hi=min(1.0, max(hi + extra, iv["value"])),
-                   widened=(f"widened for extrapolating {dist / math.log(10):.2g} decades beyond the largest fitted "
-                            f"budget by the backtest's error ({100 * error:.2g} points on the held-out budget)"))
-        return out
+        return out.widen(max(floor, min(lo - extra, iv.value)), min(1.0, max(hi + extra, iv.value)),
+                         f"widened for extrapolating {dist / math.log(10):.2g} decades beyond the largest fitted "
+                         f"budget by the backtest's error ({100 * error:.2g} points on the held-out budget)")
 
     def _hold_form_spread(self, out: dict[str, Any]) -> None:
         """Widen each interval to the other admissible forms' predictions and intervals.
@@ -296,14 +338,14 @@ class TaskLaw:
         forms = [f for f in self.admissible() if f in out]
         if len(forms) < 2:
             return
-        ends = [v for f in forms for v in (out[f]["value"], out[f].get("lo", math.nan), out[f].get("hi", math.nan))
-                if math.isfinite(v)]
+        ends = [v for f in forms for v in (out[f].value, out[f].lo, out[f].hi) if v is not None and math.isfinite(v)]
         if not ends:
             return
         lo, hi = min(ends), max(ends)
-        widened = [f for f in forms if out[f].get("kind") == "percentile" and (out[f]["lo"] > lo or out[f]["hi"] < hi)]
+        widened = [f for f in forms if out[f].kind == "percentile" and out[f].interval is not None
+                   and (out[f].lo > lo or out[f].hi < hi)]
         for f in widened:
-            out[f] = {**out[f], "lo": lo, "hi": hi, "form_spread": True}
+            out[f] = replace(out[f], lo=lo, hi=hi, form_spread=True)
         if widened:
             out["notes"].append(f"{', '.join(widened)}: the interval is widened to {bounds(lo, hi)} to hold the "
                                 f"predictions of {' and '.join(forms)}, which fit the evaluations about as well and "
@@ -450,8 +492,8 @@ class TaskFits:
     @property
     def params(self) -> dict[str, dict[str, dict[str, Interval]]]:
         """task -> step (``step1``, ``sigmoid``, ``exp``) -> parameter -> value with its interval (withheld where flagged)."""
-        return {t: {"step1": {n: Interval.of(iv) for n, iv in law.step1.reported_intervals().items()},
-                    **{f: {n: Interval.of(iv) for n, iv in c.reported_intervals().items()} for f, c in law.curves.items()}}
+        return {t: {"step1": law.step1.reported_intervals(),
+                    **{f: c.reported_intervals() for f, c in law.curves.items()}}
                 for t, law in self.laws.items()}
 
     def predictions(self, N: float, D: float) -> dict[str, dict[str, Any]]:
@@ -461,7 +503,7 @@ class TaskFits:
     def predict(self, N: float, D: float) -> list[TaskPrediction]:
         """Each task's accuracy at (N, D) by each step-2 form, with 95% intervals through both steps' bootstraps."""
         N, D = check_size(N, "N", "TaskFits.predict"), check_size(D, "D", "TaskFits.predict")
-        return [TaskPrediction(task, form, Interval.of(p[form]), Interval.of(p["task_loss"], "loss"),
+        return [TaskPrediction(task, form, p[form], replace(p["task_loss"], quantity="loss"),
                                self.laws[task].reliable(form), list(p["notes"]))
                 for task, p in self.predictions(N, D).items() for form in self.laws[task].curves]
 
@@ -476,9 +518,10 @@ class TaskFits:
             for form in FORMS:
                 if form in p:
                     iv = p[form]
-                    rows.append({"task": task, "form": form, "accuracy": iv["value"], "lo": iv.get("lo", math.nan),
-                                 "hi": iv.get("hi", math.nan), "kind": iv.get("kind", ""),
-                                 "reliable": self.laws[task].reliable(form), "task_loss": p["task_loss"]["value"]})
+                    lo, hi = iv.interval or (math.nan, math.nan)
+                    rows.append({"task": task, "form": form, "accuracy": iv.value, "lo": lo, "hi": hi,
+                                 "kind": "" if iv.kind == "none" else iv.kind,
+                                 "reliable": self.laws[task].reliable(form), "task_loss": p["task_loss"].value})
         return pd.DataFrame(rows)
 
     def to_dict(self, replicates: bool = False) -> dict[str, Any]:
@@ -490,7 +533,7 @@ class TaskFits:
         from rich.table import Table
 
         from scaling.fmt import PlainText
-        from scaling.fmt import interval_text, se_text
+        from scaling.fmt import se_text
         from scaling.fmt import num
 
         con = PlainText(width=110)
@@ -500,10 +543,10 @@ class TaskFits:
             for col in ("step", "parameter", "value", "SE", "95% interval"):
                 t.add_column(col, justify="left" if col in ("step", "parameter") else "right")
             for name, iv in law.step1.reported_intervals().items():
-                t.add_row(f"1: {law.step1.method}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
+                t.add_row(f"1: {law.step1.method}", name, num(iv.value, 4, "-"), se_text(iv), iv.text(4, value=False))
             for form, curve in law.curves.items():
                 for name, iv in curve.reported_intervals().items():
-                    t.add_row(f"2: {form}", name, num(iv["value"], 4, "-"), se_text(iv), interval_text(iv, 4, value=False))
+                    t.add_row(f"2: {form}", name, num(iv.value, 4, "-"), se_text(iv), iv.text(4, value=False))
             con.print(t)
             bt = law.backtest or {}
             if bt.get("error"):
@@ -608,27 +651,27 @@ def predict_for_recommendation(tasks: TaskFits, rec: Recommended, k: float = FLO
     """
     if not rec.chosen or rec.chosen in rec.unreliable:
         return {}, "no downstream accuracy is predicted: no reliable law recommends a run"
-    N = float(rec.per_law[rec.chosen]["N"]["value"])
+    N = float(rec.per_law[rec.chosen]["N"].value)
     D = float(rec.compute) / (k * N)
     out = {task: p for task, p in tasks.predictions(N, D).items()}
     note = "; ".join(f"task {t}: not fitted ({why})" for t, why in tasks.skipped.items())
     return out, note
 
 
-def backtest_clause(iv: dict[str, Any]) -> str:
+def backtest_clause(iv: Interval) -> str:
     """What a predicted accuracy's chain missed by on its backtest, as a clause ("; backtest off by 1.2 points,
     interval widened"), or "" without a backtest."""
     from scaling.fmt import num
 
-    error = iv.get("backtest_error")
+    error = iv.backtest_error if isinstance(iv, ChainedAccuracy) else None
     if error is None or not math.isfinite(error):
         return ""
-    return f"; backtest off by {num(100 * error, 2)} points" + (", interval widened" if iv.get("widened") else "")
+    return f"; backtest off by {num(100 * error, 2)} points" + (", interval widened" if iv.widened else "")
 
 
 def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
     """Text lines of each task's predicted accuracy with its 95% interval (or why it has none)."""
-    from scaling.fmt import interval_text, num
+    from scaling.fmt import num
 
     if not predictions:
         return []
@@ -639,12 +682,11 @@ def task_lines(predictions: dict[str, dict[str, Any]]) -> list[str]:
         for form in FORMS:
             if form in p:
                 iv = p[form]
-                if any(math.isfinite(v) and not 0.0 <= v <= 1.0 for v in (iv.get(q, math.nan) for q in
-                                                                          ("value", "lo", "hi"))):
+                if any(v is not None and math.isfinite(v) and not 0.0 <= v <= 1.0 for v in (iv.value, iv.lo, iv.hi)):
                     out.append(f"  {task} [{form}]: not shown (outside [0, 1], not an accuracy)")
                     continue
-                why = f" ({iv['note']})" if iv.get("kind") == "unreliable" else ""
-                out.append(f"  {task} [{form}]: {num(iv['value'], 4)} {interval_text(iv, 4, value=False)}{why}"
+                why = f" ({iv.withheld})" if iv.kind == "unreliable" else ""
+                out.append(f"  {task} [{form}]: {num(iv.value, 4)} {iv.text(4, value=False)}{why}"
                            f"{backtest_clause(iv)}")  # as the bounds
         out.extend(f"  {task}: {n}" for n in p.get("notes", []))
     return out
