@@ -180,3 +180,23 @@ def test_the_trunks_digest_follows_their_curves(sweep: str) -> None:
     moved = replace(curve, loss=curve.loss + np.where(np.arange(curve.loss.size) == 3, 1e-6, 0.0))
     assert trunks_digest([(spec, moved, C), *trunks[1:]]) != trunks_digest(trunks)
     assert trunks_digest(None) == ""
+
+
+def test_the_trunks_are_read_from_the_runs_the_analysis_read(sweep: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the sweep's completed runs, the trunks read only their curves, not the runs again."""
+    from scaling.db.results import Results
+    from scaling.fitting.curves.trunks import read_trunks, trunks_digest
+    from scaling.fitting.moe.moe_data import completed_runs
+
+    runs = completed_runs(sweep, "trunks")
+    alone = read_trunks(sweep, "trunks")
+    reads: list[dict] = []
+    original = Results.runs
+
+    def counted(self: Results, *args: object, **kwargs: object) -> object:
+        reads.append(dict(kwargs))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Results, "runs", counted)
+    given = read_trunks(sweep, "trunks", runs)
+    assert given and not reads and trunks_digest(given) == trunks_digest(alone)
