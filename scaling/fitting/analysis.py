@@ -7,9 +7,10 @@ bootstrap), and hands back one typed value that every reader takes as it is: ``s
 ``scaling recommend``, the closing answer of ``scaling sweep``, the report and the notebook API.
 
 A sweep's analysis is stored whole in the fits table (law ``analysis``), keyed by the data's
-fingerprint (the averaged points and curves, the hyperparameter groups' runs, the task evaluations),
-the settings and :data:`FIT_VERSION`; the same data analysed with the same settings read it back and
-fit nothing. A row of another key (older code, other data, other settings) is never read; a row that
+fingerprint (the averaged points and curves, the hyperparameter groups' runs, the task evaluations,
+what trunks' cooldowns are predicted from), the settings and :data:`FIT_VERSION`; the key is had by
+reading the sweep, before anything is fitted, so the same data analysed with the same settings read
+it back and fit nothing. A row of another key (older code, other data, other settings) is never read; a row that
 cannot be read is refitted. Nothing is ever half-reused.
 """
 
