@@ -295,15 +295,13 @@ class _SweepInputs:
     n_runs: int
 
 
-def _sweep_inputs(url: str, sweep: Optional[str], settings: Settings) -> _SweepInputs:
+def _sweep_inputs(url: str, sweep: str, settings: Settings) -> _SweepInputs:
     """The sweep's runs, trunks, points, task evaluations and experts, each read once, and their key: the trunks'
     predicted points enter it by what they are predicted from, so the key is had without fitting anything."""
     from scaling.fitting.core.sweep_data import points_of, read_sweep
     from scaling.fitting.curves.trunks import read_trunks, trunks_digest
     from scaling.fitting.moe import moe_data as M
 
-    if sweep is None:
-        raise NotFoundError("the database has no sweeps to fit")
     runs = M.completed_runs(url, sweep)  # their specs read once, for both families and the trunks
     trunks = read_trunks(url, sweep, runs)
     read = read_sweep(url, sweep, effective_data=settings.effective_data, hparams=settings.hparams,
@@ -329,8 +327,9 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     settings.check()
     settings.check_sweep()
     sweep = source.sweep or _latest_sweep(source.url)
+    if sweep is None:
+        raise NotFoundError("the database has no sweeps to fit")
     inputs = _sweep_inputs(source.url, sweep, settings)
-    assert sweep is not None  # _sweep_inputs refuses a database without sweeps
     key = inputs.key
     with connect(source.url) as results:
         if asked is None:  # any settings: the newest row of these data
