@@ -69,7 +69,8 @@ FormatOption = Annotated[
 FitOption = Annotated[
     str,
     typer.Option("--fit", help="Where the sweep's analysis comes from: 'sweep' analyses it as `scaling fit` does "
-                 "(reusing a stored analysis of unchanged data); 'stored' only reads the stored one; 'memory' "
+                 "(reusing a stored analysis of unchanged data); 'stored' only reads the stored one (a note says when "
+                 "the sweep's runs changed since); 'memory' "
                  "analyses it quickly, storing nothing."),
 ]
 

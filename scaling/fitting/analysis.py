@@ -7,9 +7,10 @@ bootstrap), and hands back one typed value that every reader takes as it is: ``s
 ``scaling recommend``, the closing answer of ``scaling sweep``, the report and the notebook API.
 
 A sweep's analysis is stored whole in the fits table (law ``analysis``), keyed by the data's
-fingerprint (the averaged points and curves, the hyperparameter groups' runs, the task evaluations),
-the settings and :data:`FIT_VERSION`; the same data analysed with the same settings read it back and
-fit nothing. A row of another key (older code, other data, other settings) is never read; a row that
+fingerprint (the averaged points and curves, the hyperparameter groups' runs, the task evaluations,
+what trunks' cooldowns are predicted from), the settings and :data:`FIT_VERSION`; the key is had by
+reading the sweep, before anything is fitted, so the same data analysed with the same settings read
+it back and fit nothing. A row of another key (older code, other data, other settings) is never read; a row that
 cannot be read is refitted. Nothing is ever half-reused.
 """
 
@@ -21,11 +22,10 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Union
 
-from scaling.errors import FitError, UserError
+from scaling.errors import FitError, NotFoundError, UserError
 from scaling.fitting.core.base import Law, jsonable
 from scaling.fitting.core.conventions import Conventions
 from scaling.fitting.core.measurements import R_STAR_DATA, FitData, from_csv
-from scaling.fitting.core.sweep_data import from_db
 from scaling.fitting.core.notes import Note, NoteKind, as_note
 from scaling.fitting.hyperparams.hparams import MODES, HparamFit
 from scaling.fitting.recommend import Recommendation, next_runs_for, recommend
@@ -34,6 +34,8 @@ from scaling.fitting.sweep_fit import KINDS, LAW_CHOICES, FitSummary, fit_one, f
 if TYPE_CHECKING:  # pragma: no cover - names for type hints only
     import pandas as pd
 
+    from scaling.fitting.core.sweep_data import SweepRead
+    from scaling.fitting.curves.trunks import Trunk, TrunkPredictions
     from scaling.fitting.moe.moe_data import MoEData
     from scaling.fitting.moe.moe_fit import MoEFit
     from scaling.fitting.tasks.task_laws import TaskData, TaskFits
@@ -177,6 +179,8 @@ class Analysis:
     reused: bool = False
     #: Warnings about the input (units, dropped rows): printed to stderr by the CLI.
     warnings: tuple[str, ...] = ()
+    #: A sweep's completed runs it was made from (None: a CSV's, or not recorded).
+    n_runs: Optional[int] = None
 
     @property
     def k(self) -> float:
@@ -215,7 +219,7 @@ class Analysis:
             "recommendation": None if rec is None else rec.to_record(), "no_recommendation": self.no_recommendation,
             "notes": [n.to_dict() for n in self.notes], "warnings": list(self.warnings),
             "curves": None if self.curves is None else self.curves.to_dict(),
-            "moe": None if self.moe is None else self.moe.to_dict(),
+            "moe": None if self.moe is None else self.moe.to_dict(), "n_runs": self.n_runs,
         })
 
     @classmethod
@@ -241,7 +245,8 @@ class Analysis:
                    no_recommendation=str(d.get("no_recommendation") or ""),
                    notes=tuple(Note.from_dict(n) for n in d.get("notes") or []), sweep=d.get("sweep"),
                    warnings=tuple(d.get("warnings") or ()), curves=_stored_curves(d.get("curves")),
-                   moe=None if d.get("moe") is None else MoEFit.from_dict(d["moe"]))
+                   moe=None if d.get("moe") is None else MoEFit.from_dict(d["moe"]),
+                   n_runs=None if d.get("n_runs") is None else int(d["n_runs"]))
 
 
 def analyse(source: Source, settings: Optional[Settings] = None, *, save: bool = True) -> Analysis:
@@ -276,31 +281,56 @@ def _latest_sweep(url: str) -> Optional[str]:
         return results.latest_sweep()
 
 
+@dataclass(frozen=True)
+class _SweepInputs:
+    """Everything a sweep's analysis reads, before anything is fitted, and the key it is stored under."""
+
+    read: "SweepRead"
+    trunks: Optional[list["Trunk"]]
+    task_data: Optional["TaskData"]
+    task_note: Optional[Note]
+    moe_data: Optional["MoEData"]
+    moe_note: Optional[Note]
+    key: str
+    n_runs: int
+
+
+def _sweep_inputs(url: str, sweep: str, settings: Settings) -> _SweepInputs:
+    """The sweep's runs, trunks, points, task evaluations and experts, each read once, and their key: the trunks'
+    predicted points enter it by what they are predicted from, so the key is had without fitting anything."""
+    from scaling.fitting.core.sweep_data import points_of, read_sweep
+    from scaling.fitting.curves.trunks import read_trunks, trunks_digest
+    from scaling.fitting.moe import moe_data as M
+
+    runs = M.completed_runs(url, sweep)  # their specs read once, for both families and the trunks
+    trunks = read_trunks(url, sweep, runs)
+    read = read_sweep(url, sweep, effective_data=settings.effective_data, hparams=settings.hparams,
+                      leave_out=M.mixed_expert_runs(runs))
+    trained = points_of(read, r_star=settings.r_star)
+    task_data, task_note = _sweep_task_data(url, sweep, trained, settings)
+    moe_data, moe_note = _sweep_moe_data(runs, sweep)
+    key = cache_key(trained, task_data, settings, moe_data, trunks=trunks_digest(trunks))
+    return _SweepInputs(read, trunks, task_data, task_note, moe_data, moe_note, key, len(runs))
+
+
+def sweep_key(url: str, sweep: str, settings: Settings) -> tuple[str, int]:
+    """The key the sweep's current data would be stored under with ``settings`` (:func:`cache_key`), and how
+    many completed runs it has: read, not fitted, so a reader can tell whether a stored analysis is current."""
+    inputs = _sweep_inputs(url, sweep, settings)
+    return inputs.key, inputs.n_runs
+
+
 def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -> Analysis:
     from scaling.db import Store, connect
 
     settings = asked or Settings()
     settings.check()
     settings.check_sweep()
-    from scaling.fitting.curves.trunks import trunk_predictions
-
     sweep = source.sweep or _latest_sweep(source.url)
-    trunks = trunk_predictions(source.url, sweep, settings.n_bootstrap, settings.seed) if sweep else None
-    from scaling.fitting.moe import moe_data as M
-
-    runs = M.completed_runs(source.url, sweep) if sweep else None  # their specs read once, for both families
-    data, sweep = from_db(source.url, sweep, effective_data=settings.effective_data, r_star=settings.r_star,
-                          hparams=settings.hparams, predicted=trunks.points() if trunks else None,
-                          predicted_notes=tuple(trunks.notes) if trunks else (),
-                          predicted_draws=trunks.draws if trunks else None,
-                          leave_out=M.mixed_expert_runs(runs) if runs is not None else frozenset())
-    if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
-        from scaling.fitting.loss.effective import fit_effective
-
-        data = fit_effective(data, fit_d=settings.fit_r_star, r_star_n=settings.r_star_n, fit_n=settings.fit_r_star_n)
-    task_data, task_note = _sweep_task_data(source.url, sweep, data, settings)
-    moe_data, moe_note = _sweep_moe_data(runs, sweep)
-    key = cache_key(data, task_data, settings, moe_data)
+    if sweep is None:
+        raise NotFoundError("the database has no sweeps to fit")
+    inputs = _sweep_inputs(source.url, sweep, settings)
+    key = inputs.key
     with connect(source.url) as results:
         if asked is None:  # any settings: the newest row of these data
             rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
@@ -309,20 +339,24 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
             found = [row for row in [results.find_fit(sweep, *ANALYSIS_KEY, key)] if row is not None]
     for row in found:
         try:
-            return replace(Analysis.from_json(row["result"], data), stored_id=int(row["id"]), reused=True)
+            stored = row["result"]
+            data = _sweep_points(inputs, settings, _stored_curves(stored.get("curves")))[0]
+            return replace(Analysis.from_json(stored, data), stored_id=int(row["id"]), reused=True)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an unreadable stored analysis is refitted
     from scaling.fitting.curves.sweep import sweep_curves
 
+    data, trunks = _sweep_points(inputs, settings)
     curves = sweep_curves(source.url, sweep, settings.n_bootstrap, settings.seed)
     if trunks is not None and trunks.law is not None and trunks.recipe is not None:
         from scaling.fitting.curves.sweep import JointCurves
 
         curves = replace(curves, joint=JointCurves(trunks.law, *trunks.recipe))
-    notes = [n for n in (task_note, moe_note) if n is not None]
-    analysis = _fit(data, settings, task_data=task_data, sweep=sweep, notes=notes, curves=curves)
-    if moe_data is not None:
-        analysis = _with_moe(analysis, moe_data, settings)
+    notes = [n for n in (inputs.task_note, inputs.moe_note) if n is not None]
+    analysis = _fit(data, settings, task_data=inputs.task_data, sweep=sweep, notes=notes, curves=curves)
+    analysis = replace(analysis, n_runs=inputs.n_runs)
+    if inputs.moe_data is not None:
+        analysis = _with_moe(analysis, inputs.moe_data, settings)
     if not save:
         return analysis
     store = Store(source.url)
@@ -330,6 +364,32 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
         return replace(analysis, stored_id=store.save_fit(sweep, *ANALYSIS_KEY, analysis.to_json(), key))
     finally:
         store.close()
+
+
+def _sweep_points(inputs: _SweepInputs, settings: Settings,
+                  stored: Optional[CurveLaw] = None) -> tuple[FitData, Optional["TrunkPredictions"]]:
+    """The sweep's points with its trunks' predicted cooldowns (predicted by the law across sizes ``stored`` with a
+    stored analysis, fitted else) and R*_D, R*_N fitted where asked."""
+    from scaling.fitting.core.sweep_data import points_of
+    from scaling.fitting.curves.trunks import predict_from_trunks, trunk_predictions_of
+
+    trunks = None
+    if inputs.trunks is not None:
+        joint = getattr(stored, "joint", None)
+        if stored is not None and joint is None:
+            trunks = None  # the stored analysis predicted nothing from these trunks
+        elif joint is not None:
+            trunks = predict_from_trunks(inputs.trunks, law=joint.law)
+        else:
+            trunks = trunk_predictions_of(inputs.trunks, settings.n_bootstrap, settings.seed)
+    data = points_of(inputs.read, r_star=settings.r_star, predicted=trunks.points() if trunks else None,
+                     predicted_notes=tuple(trunks.notes) if trunks else (),
+                     predicted_draws=trunks.draws if trunks else None)
+    if settings.fit_r_star or settings.fit_r_star_n or settings.r_star_n is not None:
+        from scaling.fitting.loss.effective import fit_effective
+
+        data = fit_effective(data, fit_d=settings.fit_r_star, r_star_n=settings.r_star_n, fit_n=settings.fit_r_star_n)
+    return data, trunks
 
 
 def _sweep_task_data(url: str, sweep: str, data: FitData, settings: Settings) -> tuple[Optional["TaskData"], Optional[Note]]:
@@ -353,14 +413,16 @@ def _sweep_task_data(url: str, sweep: str, data: FitData, settings: Settings) ->
 
 
 def cache_key(data: FitData, task_data: Optional["TaskData"], settings: Settings,
-              moe_data: Optional["MoEData"] = None) -> str:
-    """The stored analysis' key: the data's fingerprint, its groups' runs, task evaluations and (a sweep of
-    mixtures of experts) experts' points, the settings."""
+              moe_data: Optional["MoEData"] = None, *, trunks: str = "") -> str:
+    """The stored analysis' key: the data's fingerprint, its groups' runs, task evaluations, (a sweep of
+    mixtures of experts) experts' points and (a sweep of trunks) what their cooldowns are predicted from
+    (``trunks``, :func:`scaling.fitting.curves.trunks.trunks_digest`), the settings."""
     config = {"settings": asdict(settings), "version": FIT_VERSION}
     digest = hashlib.sha256(json.dumps(jsonable(config), sort_keys=True).encode()).hexdigest()[:12]
     evals = None if task_data is None else task_data.evals
     experts = "" if moe_data is None else f"-{frame_digest(moe_data.points)}"
-    return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}{experts}-{digest}"
+    predicted = f"-t{trunks}" if trunks else ""
+    return f"{data.fingerprint()}-{frame_digest(data.hparam_runs)}-{frame_digest(evals)}{experts}{predicted}-{digest}"
 
 
 def _sweep_moe_data(runs: Optional["pd.DataFrame"], sweep: str) -> tuple[Optional["MoEData"], Optional[Note]]:

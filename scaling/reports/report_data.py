@@ -262,6 +262,8 @@ def load_fits(results: Results, url: str, sweep: str, *, fit: str = "sweep", sto
             notes.append("Showing the fits stored earlier for this sweep; its current data could not be fitted.")
         elif not laws and fit == "stored":
             notes.append("No fits are stored for this sweep (run `scaling fit`).")
+        elif fit == "stored":
+            notes.extend(stale_note(results, url, sweep))
     return _ordered_fits(laws, notes, dicts, skipped=skipped if laws else {})
 
 
@@ -295,15 +297,43 @@ def _stored_sweep_fit(results: Results, sweep: str, laws: dict[str, Law]) -> Opt
 
 def newest_analysis(results: Results, sweep: str) -> Optional[Analysis]:
     """The sweep's newest stored :class:`~scaling.fitting.analysis.Analysis`, or None (none, or unreadable)."""
+    newest = _newest_stored(results, sweep)
+    return None if newest is None else newest[0]
+
+
+def _newest_stored(results: Results, sweep: str) -> Optional[tuple[Analysis, str]]:
+    """The sweep's newest readable stored analysis and the key it is stored under (None: none)."""
     from scaling.fitting.analysis import ANALYSIS_KEY, Analysis
 
     rows = results.fits(sweep=sweep, law=ANALYSIS_KEY[0], method=ANALYSIS_KEY[1])
-    for d in reversed(list(rows["result"])):
+    for d, key in reversed(list(zip(rows["result"], rows["fingerprint"]))):
         try:
-            return Analysis.from_json(as_dict(d))
+            return Analysis.from_json(as_dict(d)), str(key)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
             continue
     return None
+
+
+def stale_note(results: Results, url: str, sweep: str) -> list[str]:
+    """One note where the sweep's newest stored analysis was not made from its current runs (none where it
+    was, or none is stored): its data's key is recomputed with the stored analysis' settings, reading the
+    sweep and fitting nothing (:func:`scaling.fitting.analysis.sweep_key`)."""
+    from scaling.fitting.analysis import data_key, sweep_key
+
+    newest = _newest_stored(results, sweep)
+    if newest is None:
+        return []
+    analysis, stored_key = newest
+    try:
+        key, n_runs = sweep_key(url, sweep, analysis.settings)
+    except UserError as exc:
+        return [f"The stored analysis shown could not be checked against the sweep's current runs "
+                f"({_one_line(exc)}): run `scaling fit`."]
+    if data_key(key) == data_key(stored_key):
+        return []
+    then = "an unrecorded number of" if analysis.n_runs is None else str(analysis.n_runs)
+    return [f"The stored analysis shown was made from {then} completed runs; the sweep's runs have changed since "
+            f"(it has {n_runs} completed runs now): run `scaling fit` to analyse its current runs."]
 
 
 def stored_fits(results: Results, sweep: str) -> tuple[dict[str, Law], dict[str, dict]]:

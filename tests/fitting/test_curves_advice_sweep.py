@@ -116,3 +116,21 @@ def test_a_sweep_of_one_schedule_has_no_curve_law_and_says_so(tmp_path: Path) ->
     curves = sweep_curves(url, "one")
     assert not curves.sizes and curves.why == NO_TWO_SCHEDULES
     assert run_schedule_advice(curves, 1e4, 1e6) == {"why_not": NO_TWO_SCHEDULES}
+
+
+def test_the_curve_laws_read_the_sweeps_runs_once(swept, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether two schedules were trained and each run's curve are decided from one read of the runs."""
+    from scaling.db.results import Results
+    from scaling.fitting.curves.sweep import sweep_curves
+
+    url, analysis = swept
+    reads: list[dict[str, Any]] = []
+    runs = Results.runs
+
+    def counted(self: Results, *args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs)
+        return runs(self, *args, **kwargs)
+
+    monkeypatch.setattr(Results, "runs", counted)
+    curves = sweep_curves(url, "curves", 8)
+    assert set(curves.sizes) == set(analysis.curves.sizes) and len(reads) == 1

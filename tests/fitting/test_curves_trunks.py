@@ -197,3 +197,68 @@ def test_a_prediction_without_an_honest_interval_is_withheld_saying_why() -> Non
     assert "no bootstrap" in str(undetermined(Interval(3.0), False, True))
     assert "no finite positive loss" == undetermined(Interval(-1.0), True, False)
     assert "did not move from the fit" in str(undetermined(tight.without_interval("stalled"), True, False))
+
+
+def test_a_second_analysis_of_unchanged_trunks_reads_the_stored_one_and_fits_nothing(
+        sweep: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored analysis is looked up before any law is fitted: a second ``scaling fit`` of the same trunks fits
+    neither the curve law across sizes, nor a size's curve law, nor a loss law, and its laws hold the very points
+    (trained and predicted from the stored law) the first was fitted to."""
+    import sqlite3
+
+    import scaling.fitting.analysis as analysis_module
+    import scaling.fitting.curves.sweep as sweep_module
+    import scaling.fitting.curves.trunks as trunks_module
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with sqlite3.connect(sweep.removeprefix("sqlite:///")) as src, sqlite3.connect(tmp_path / "t.db") as dst:
+        src.backup(dst)  # a copy of the shared sweep, whatever its write-ahead log holds
+    settings = Settings(n_bootstrap=20, next_runs=False)
+    first = analyse(SweepSource(url, "trunks"), settings)
+    assert not first.reused and first.curves is not None and first.curves.joint is not None
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("fitted again although a stored analysis of these data exists")
+
+    for module, name in ((trunks_module, "fit_joint"), (sweep_module, "fit_curves"), (analysis_module, "fit_one")):
+        monkeypatch.setattr(module, name, refuse)
+    second = analyse(SweepSource(url, "trunks"), settings)
+    assert second.reused and second.stored_id == first.stored_id and second.n_points == first.n_points
+    assert second.laws and all(law.data_.fingerprint() == first.fingerprint for law in second.laws.values())
+    assert second.recommendation is not None and first.recommendation is not None
+    assert second.recommendation.per_law == first.recommendation.per_law
+
+
+def test_the_trunks_digest_follows_their_curves(sweep: str) -> None:
+    """What a sweep's trunks predict from enters the stored analysis' key: another loss anywhere on a trunk's
+    curve is another digest, the same trunks read twice the same."""
+    from dataclasses import replace
+
+    from scaling.fitting.curves.trunks import read_trunks, trunks_digest
+
+    trunks = read_trunks(sweep, "trunks")
+    assert trunks and trunks_digest(trunks) == trunks_digest(read_trunks(sweep, "trunks"))
+    spec, curve, C = trunks[0]
+    moved = replace(curve, loss=curve.loss + np.where(np.arange(curve.loss.size) == 3, 1e-6, 0.0))
+    assert trunks_digest([(spec, moved, C), *trunks[1:]]) != trunks_digest(trunks)
+    assert trunks_digest(None) == ""
+
+
+def test_the_trunks_are_read_from_the_runs_the_analysis_read(sweep: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the sweep's completed runs, the trunks read only their curves, not the runs again."""
+    from scaling.db.results import Results
+    from scaling.fitting.curves.trunks import read_trunks, trunks_digest
+    from scaling.fitting.moe.moe_data import completed_runs
+
+    runs = completed_runs(sweep, "trunks")
+    alone = read_trunks(sweep, "trunks")
+    reads: list[dict] = []
+    original = Results.runs
+
+    def counted(self: Results, *args: object, **kwargs: object) -> object:
+        reads.append(dict(kwargs))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Results, "runs", counted)
+    given = read_trunks(sweep, "trunks", runs)
+    assert given and not reads and trunks_digest(given) == trunks_digest(alone)

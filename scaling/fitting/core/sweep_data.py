@@ -8,6 +8,7 @@ points by :func:`~scaling.fitting.core.measurements.prepare` as a CSV's are.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +44,32 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
     ``leave_out``: run keys not fitted (a mixed sweep's mixtures of experts, which the laws of sparsity fit),
     said among the data's notes.
     """
+    read = read_sweep(url, sweep, effective_data=effective_data, hparams=hparams, leave_out=leave_out)
+    return points_of(read, r_star=r_star, predicted=predicted, predicted_notes=predicted_notes,
+                     predicted_draws=predicted_draws), read.sweep
+
+
+@dataclass(frozen=True)
+class SweepRead:
+    """What :func:`from_db` reads from the database, before any point is made of it (:func:`points_of`)."""
+
+    sweep: str
+    runs: pd.DataFrame
+    table: pd.DataFrame
+    curves: pd.DataFrame | None
+    params_convention: str
+    flops_convention: str
+    unique: float | None
+    hp_runs: pd.DataFrame | None
+    hparams: str
+    hp_notes: list[str]
+    left_out: int
+
+
+def read_sweep(url: str, sweep: str | None = None, *, effective_data: bool = False, hparams: str = "tuned",
+               leave_out: frozenset[str] = frozenset()) -> SweepRead:
+    """The database's part of :func:`from_db`, read once: a caller that adds predicted points after deciding
+    whether to fit makes its points with :func:`points_of` as often as it needs, reading nothing again."""
     from scaling import db
     from scaling import vocab as names
 
@@ -84,24 +111,30 @@ def from_db(url: str, sweep: str | None = None, *, effective_data: bool = False,
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS, names.TRAIN_LOSS, names.EPOCH],
                         sweep=sweep)
         curves = loss_curves(m, runs[["run_key", "N"]], names.TRAIN_LOSS, names.EVAL_LOSS, names.EPOCH)
-    trained = len(table)
-    table, predicted_notes = _with_predicted(table, predicted, predicted_notes)
+    return SweepRead(sweep, runs, table, curves, params_conv, flops_conv, unique, hp_runs, hparams, hp_notes, left_out)
+
+
+def points_of(read: SweepRead, *, r_star: float = R_STAR_DATA, predicted: pd.DataFrame | None = None,
+              predicted_notes: tuple[str, ...] = (), predicted_draws: np.ndarray | None = None) -> FitData:
+    """:func:`from_db`'s points of what :func:`read_sweep` read, with the ``predicted`` points added."""
+    trained = len(read.table)
+    table, predicted_notes = _with_predicted(read.table, predicted, predicted_notes)
     data = prepare(
         table,
-        flops_convention=flops_conv,
-        params_convention=params_conv,
-        source=f"sweep {sweep!r}",
-        unique_tokens=unique,
-        curves=curves,
+        flops_convention=read.flops_convention,
+        params_convention=read.params_convention,
+        source=f"sweep {read.sweep!r}",
+        unique_tokens=read.unique,
+        curves=read.curves,
         r_star=r_star,
-        unique_tokens_column="data.unique_tokens" if "U" in columns else None,
+        unique_tokens_column="data.unique_tokens" if "U" in read.table.columns else None,
     )
-    _note_sources(data, runs, hp_notes, predicted_notes, left_out)
+    _note_sources(data, read.runs, list(read.hp_notes), predicted_notes, read.left_out)
     if predicted is not None and len(predicted) and predicted_draws is not None and len(table) > trained:
         data.predicted_draws = (predicted[["N", "D"]].to_numpy(float), np.asarray(predicted_draws, float))
-    if hp_runs is not None:
-        data.hparam_runs, data.hparam_mode = hp_runs, hparams
-    return data, sweep
+    if read.hp_runs is not None:
+        data.hparam_runs, data.hparam_mode = read.hp_runs, read.hparams
+    return data
 
 
 def _with_predicted(table: pd.DataFrame, predicted: pd.DataFrame | None,

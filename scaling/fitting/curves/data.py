@@ -215,12 +215,14 @@ def run_curve(run: str, spec: dict[str, Any], steps: np.ndarray, loss: np.ndarra
     return Curve(run, lr, at, N, float(tokens), loss=loss[ok][order][first])
 
 
-def curves_from_db(url: str, sweep: Optional[str] = None) -> tuple[list[Curve], str]:
+def curves_from_db(url: str, sweep: Optional[str] = None, *,
+                   runs: Optional[pd.DataFrame] = None) -> tuple[list[Curve], str]:
     """Each completed run's eval-loss curve and the rate its trainer used at every step; (curves, sweep).
 
     The rate is rebuilt from the run's spec (peak ``optimizer.lr``, its ``schedule``, its steps)
     by the function the trainer steps by. A cooldown branch's steps before it left its trunk are
-    the trunk's, at the same rates (its schedule decays only after its start)."""
+    the trunk's, at the same rates (its schedule decays only after its start). ``runs``: the sweep's
+    completed runs with their specs, read already by the caller (else read here)."""
     from scaling import db
     from scaling import vocab as names
 
@@ -229,7 +231,8 @@ def curves_from_db(url: str, sweep: Optional[str] = None) -> tuple[list[Curve], 
             sweep = res.latest_sweep()
             if sweep is None:
                 raise NotFoundError("the database has no sweeps to fit")
-        runs = res.runs(sweep=sweep, status=names.COMPLETED)
+        if runs is None:
+            runs = res.runs(sweep=sweep, status=names.COMPLETED)
         if len(runs) == 0:
             raise FitError(f"sweep {sweep!r} has no completed runs to fit")
         m = res.metrics(run_keys=list(runs["run_key"]), names=[names.EVAL_LOSS], sweep=sweep)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from scaling.fitting.curves.data import Curve, curves_from_db
 from scaling.fitting.curves.fit import CurveLaw, fit_curves
 from scaling.fitting.curves.joint import JointCurveLaw
 from scaling.fmt import num
+
+if TYPE_CHECKING:  # pragma: no cover - names for type hints only
+    import pandas as pd
 
 __all__ = ["CURVE_BOOTSTRAP", "JointCurves", "SizeCurves", "SweepCurves", "schedule_shapes", "selected_curves", "sweep_curves"]
 
@@ -42,16 +45,10 @@ SHAPE_FIELDS = {"constant": ("kind",), "cosine": ("kind", "min_lr_ratio"),
                 "two_stage": ("kind", "drop_at", "drop_lr_ratio")}
 
 
-def _two_schedules_somewhere(url: str, sweep: Optional[str]) -> bool:
-    """Whether some size's completed runs of one peak rate and batch name two schedules (by their specs)."""
-    from scaling import db
-    from scaling import vocab
+def _two_schedules_somewhere(runs: Optional[pd.DataFrame]) -> bool:
+    """Whether some size's completed ``runs`` of one peak rate and batch name two schedules (by their specs)."""
     from scaling.lr_schedule import schedule_of
 
-    with db.connect(url) as res:
-        if sweep is None:
-            sweep = res.latest_sweep()
-        runs = res.runs(sweep=sweep, status=vocab.COMPLETED) if sweep is not None else None
     if runs is None or not len(runs):
         return False
     seen: dict[tuple[Any, ...], set[tuple[Any, ...]]] = {}
@@ -183,10 +180,15 @@ class SweepCurves:
 def sweep_curves(url: str, sweep: Optional[str], n_bootstrap: int = CURVE_BOOTSTRAP, seed: int = 0) -> SweepCurves:
     """The curve law of each size of ``sweep`` whose runs of one recipe follow two schedules or more
     (:func:`selected_curves`), bootstrapped (at most :data:`CURVE_BOOTSTRAP` replicates); none, and why, else."""
-    if not _two_schedules_somewhere(url, sweep):  # decided from the runs' specs, before any curve is rebuilt
+    from scaling import db, vocab
+
+    with db.connect(url) as res:  # the completed runs, read once for both
+        sweep = sweep if sweep is not None else res.latest_sweep()
+        runs = res.runs(sweep=sweep, status=vocab.COMPLETED) if sweep is not None else None
+    if not _two_schedules_somewhere(runs):  # decided from the runs' specs, before any curve is rebuilt
         return SweepCurves({}, NO_TWO_SCHEDULES)
     try:
-        curves, _ = curves_from_db(url, sweep)
+        curves, _ = curves_from_db(url, sweep, runs=runs)
     except UserError as exc:
         return SweepCurves({}, f"no curve law: {' '.join(str(exc).split())}")
     kept, left = selected_curves(curves)

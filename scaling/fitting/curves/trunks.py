@@ -15,6 +15,8 @@ the law saying why.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -33,8 +35,11 @@ from scaling.fmt import Interval, size
 from scaling.lr_schedule import lr_steps, schedule_of, warmup_steps
 from scaling.vocab import COMPLETED, EVAL_LOSS, PREDICT_TOKENS_TAG
 
-__all__ = ["TRUNK_BOOTSTRAP", "TrunkPredictions", "branch_rate", "predict_from_trunks", "trunk_predictions"]
+__all__ = ["TRUNK_BOOTSTRAP", "Trunk", "TrunkPredictions", "branch_rate", "predict_from_trunks", "read_trunks",
+           "trunk_predictions", "trunk_predictions_of", "trunks_digest"]
 
+#: A trunk: its spec, its eval-loss curve and its compute C.
+Trunk = tuple[dict[str, Any], Curve, float]
 #: Bootstrap replicates of the law across sizes at most (each a refit of every trunk's curve).
 TRUNK_BOOTSTRAP = 50
 
@@ -81,13 +86,15 @@ def budgets(spec: dict[str, Any]) -> list[float]:
     return out
 
 
-def predict_from_trunks(trunks: list[tuple[dict[str, Any], Curve, float]], *, bootstrap: int = TRUNK_BOOTSTRAP,
-                        seed: int = 0) -> TrunkPredictions:
+def predict_from_trunks(trunks: list[Trunk], *, bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0,
+                        law: Optional[JointCurveLaw] = None) -> TrunkPredictions:
     """Each trunk (its spec, its curve, its C) fitted into the law across sizes, and each of its smaller budgets'
-    final loss predicted with a 95% interval."""
+    final loss predicted with a 95% interval; ``law``: the law these trunks were fitted to already (a stored
+    analysis'), which predicts them without fitting anything."""
     empty = pd.DataFrame(columns=["run", "N", "D", "C", "loss", "lo", "hi"])
     try:
-        law = fit_joint([c for _, c, _ in trunks], bootstrap=min(bootstrap, TRUNK_BOOTSTRAP), seed=seed)
+        if law is None:
+            law = fit_joint([c for _, c, _ in trunks], bootstrap=min(bootstrap, TRUNK_BOOTSTRAP), seed=seed)
     except UserError as exc:
         return TrunkPredictions(empty, None, [f"predicted cooldowns: none: {' '.join(str(exc).split())}"])
     verdicts = [str(d) for d in law.doubts() if not d.kind.about_parameters]
@@ -152,12 +159,14 @@ def undetermined(iv: Interval, bootstrapped: bool, doubted: bool) -> Optional[st
     return None
 
 
-def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
-    """The predicted cooldowns of a sweep's trunks (None when it has no trunk whose cooldowns are predicted)."""
+def read_trunks(url: str, sweep: str, runs: Optional[pd.DataFrame] = None) -> Optional[list[Trunk]]:
+    """A sweep's trunks whose cooldowns are predicted, each with its eval-loss curve (None: it has no such
+    trunk); ``runs``: its completed runs with their specs, read already by the caller (else read here)."""
     from scaling import db
 
     with db.connect(url) as res:
-        runs = res.runs(sweep=sweep, status=COMPLETED)
+        if runs is None:
+            runs = res.runs(sweep=sweep, status=COMPLETED)
         if not len(runs):
             return None
         runs = runs[[bool(budgets(s)) if isinstance(s, dict) else False for s in runs["spec"]]]
@@ -171,6 +180,30 @@ def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, 
                           float(run.get("N") or np.nan))
         if curve is not None:
             trunks.append((run["spec"], curve, float(run.get("C") or np.nan)))
+    return trunks
+
+
+def trunks_digest(trunks: Optional[list[Trunk]]) -> str:
+    """A short digest of what the trunks' predictions are made from (their specs, sizes, compute and curves):
+    equal trunks, equal digest, computed without fitting anything ("" without trunks)."""
+    if trunks is None:
+        return ""
+    h = hashlib.sha256()
+    for spec, curve, C in sorted(trunks, key=lambda t: t[1].run):
+        h.update(json.dumps([spec, curve.run, curve.N, curve.D, C], sort_keys=True, default=str).encode())
+        for values in (curve.steps, curve.loss, curve.lr):
+            h.update(np.ascontiguousarray(np.asarray(values, float)).tobytes())
+    return h.hexdigest()[:12]
+
+
+def trunk_predictions(url: str, sweep: str, n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> Optional[TrunkPredictions]:
+    """The predicted cooldowns of a sweep's trunks (None when it has no trunk whose cooldowns are predicted)."""
+    trunks = read_trunks(url, sweep)
+    return None if trunks is None else trunk_predictions_of(trunks, n_bootstrap, seed)
+
+
+def trunk_predictions_of(trunks: list[Trunk], n_bootstrap: int = TRUNK_BOOTSTRAP, seed: int = 0) -> TrunkPredictions:
+    """:func:`trunk_predictions` of trunks read already (:func:`read_trunks`)."""
     if not trunks:
         return TrunkPredictions(pd.DataFrame(columns=["run", "N", "D", "C", "loss", "lo", "hi"]), None,
                                 ["predicted cooldowns: none: no trunk has an eval-loss curve"])
