@@ -30,9 +30,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from scaling.fmt import Interval
 
 #: Two layers: N (non-embedding) = 24 d^2 + 28 d = 1,032, 1,760, 3,792, 6,592.
 WIDTHS = (6, 8, 12, 16)
@@ -213,18 +216,16 @@ def main() -> None:
           + ("one run at a time in process)" if args.in_process else f"Ray start-up included, {args.cpus} runs at once)"))
 
 
-def _iv(iv: dict[str, Any]) -> str:
-    lo, hi = iv.get("lo"), iv.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{iv['value']:.3f} [{iv.get('kind') or 'no interval'}]"
-    return f"{iv['value']:.3f} [{lo:.3f}, {hi:.3f}]"
+def _iv(iv: Interval) -> str:
+    if iv.interval is None:
+        return f"{iv.value:.3f} [{iv.withheld or 'no interval'}]"
+    return f"{iv.value:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
 
 
-def _inside(a: dict[str, Any], b: dict[str, Any]) -> str:
-    lo, hi = b.get("lo"), b.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+def _inside(a: Interval, b: Interval) -> str:
+    if b.interval is None:
         return "n/a"
-    return "yes" if lo <= a["value"] <= hi else "NO"
+    return "yes" if b.covers(a.value) else "NO"
 
 
 if __name__ == "__main__":

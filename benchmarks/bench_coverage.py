@@ -77,8 +77,8 @@ def parameter_coverage(draws: int, n_boot: int) -> None:
         for seed in range(100, 100 + draws):
             iv = make(seed, n_boot).intervals()
             for k, v in truth.items():
-                hits[k] += iv[k]["lo"] <= v <= iv[k]["hi"]
-                widths[k].append((iv[k]["hi"] - iv[k]["lo"]) / abs(v))
+                hits[k] += iv[k].covers(v)
+                widths[k].append((iv[k].hi - iv[k].lo) / abs(v) if iv[k].interval else math.nan)
         cells = [f"{k} {100 * h / draws:5.1f}% +- {100 * se(h / draws, draws):4.1f} (width "
                  f"{statistics.median(widths[k]):.3f} x truth)" for k, h in hits.items()]
         print(f"  {method:10s} " + "; ".join(cells) + f"  [{time.perf_counter() - t:.0f} s]", flush=True)

@@ -66,6 +66,7 @@ def main() -> None:
     from scipy.optimize import minimize
     from scipy.special import logsumexp
 
+    from scaling import fmt
     from scaling.fitting import ChinchillaParametric, from_frame
     from scaling.fitting.loss.parametric import start_grid
 
@@ -132,7 +133,7 @@ def main() -> None:
     print(f"same optimum: {same} (objective within 1e-6 relative; max |parameter difference| {dx:.2e})")
     print(f"full fit + {args.bootstrap} bootstrap refits: {t_boot:.2f} s  (target < 60 s); "
           f"failed refits {full.bootstrap_info_['failed']}")
-    print("bootstrap SEs: " + ", ".join(f"{k} {iv[k]['se']:.4g}" for k in ("E", "A", "B", "alpha", "beta")))
+    print("bootstrap SEs: " + ", ".join(f"{k} {fmt.num(iv[k].se, 4, '-')}" for k in ("E", "A", "B", "alpha", "beta")))
 
 
 def _fit_csv(path: Path, law: str, bootstrap: int) -> tuple[float, float, int]:
@@ -319,9 +320,8 @@ def kaplan_rows(rows: int, bootstrap: int, plain: int) -> None:
     t_plain_all = t_plain * bootstrap / plain
     print(f"bootstrap of {bootstrap}, little bootstraps: {t_blb:8.1f} s {m_blb:7.0f} MiB   plain: {t_plain_all:8.1f} s "
           f"(timed on {plain}) {m_plain:7.0f} MiB   ratio {t_plain_all / t_blb:5.1f}x")
-    inside = all(v["lo"] <= v["value"] <= v["hi"] for v in iv.values() if v.get("kind") == "percentile")
-    print("intervals: " + ", ".join(f"{k} {iv[k]['value']:.4g} [{iv[k]['lo']:.4g}, {iv[k]['hi']:.4g}]"
-                                    for k in ("alpha_N", "alpha_D", "alpha_N1", "alpha_D1", "alpha_C"))
+    inside = all(v.covers(v.value) for v in iv.values() if v.kind == "percentile")
+    print("intervals: " + ", ".join(f"{k} {iv[k].text(4)}" for k in ("alpha_N", "alpha_D", "alpha_N1", "alpha_D1", "alpha_C"))
           + f"; every percentile interval contains its estimate: {inside}")
 
 

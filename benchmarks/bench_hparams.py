@@ -44,20 +44,21 @@ def main() -> None:
         for law_name, pname, true in (("lr_ND", "a", truth.a), ("lr_ND", "b", truth.b), ("batch_D", "e", truth.e)):
             law = fit.laws.get(law_name)
             iv = law.params[pname] if law is not None else None
-            if iv is None or iv.get("kind") != "percentile":
+            if iv is None or iv.kind != "percentile":
                 continue
             counted[pname] += 1
-            cover[pname] += iv["lo"] <= true <= iv["hi"]
+            cover[pname] += iv.covers(true)
         C = 10 * float(runs["C"].max())
         N, D = truth.optimal_ND(C)
         rec = fit.recommend(N, D, C)
-        if rec["lr"] is None or rec["lr"].get("kind") == "unreliable":
+        lr, batch = rec["lr"], rec["batch"]
+        if lr is None or lr.kind == "unreliable":
             flagged += 1
             continue
         true_lr = float(truth.lr_star(N, D))
-        lr_err.append(rec["lr"]["value"] / true_lr - 1)
-        lr_covered += rec["lr"].get("kind") == "percentile" and rec["lr"]["lo"] <= true_lr <= rec["lr"]["hi"]
-        b_err.append(rec["batch"]["value"] / float(truth.batch_star(D)) - 1)
+        lr_err.append(lr.value / true_lr - 1)
+        lr_covered += lr.kind == "percentile" and lr.covers(true_lr)
+        b_err.append(batch.value / float(truth.batch_star(D)) - 1)
     secs = time.perf_counter() - t0
     lr_err_a, b_err_a = np.abs(lr_err), np.abs(b_err)
     print(f"{args.draws} draws, noise {args.noise:g}, {args.bootstrap} bootstrap replicates, {secs:.1f} s "

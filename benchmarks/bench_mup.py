@@ -76,10 +76,11 @@ def fit(rows: list[dict[str, Any]], parametrization: str) -> dict[str, Any]:
         return {"groups": [], "notes": ["no groups"]}
     out: dict[str, Any] = {"notes": list(result.notes), "groups": [
         {"label": g.label, "N": g.N, "D": g.D, "status": g.status, "message": g.message,
-         "lr_star": g.lr, "loss_star": g.loss} for g in result.groups]}
+         "lr_star": g.lr.to_dict(), "loss_star": g.loss.to_dict()} for g in result.groups]}
     law = result.laws.get("lr_ND")
     if law is not None:
-        out["lr_ND"] = {"params": law.params, "doubts": law.doubts(), "notes": law.notes, "groups": law.n_groups}
+        out["lr_ND"] = {"params": {p: iv.to_dict() for p, iv in law.params.items()}, "doubts": law.doubts(),
+                        "notes": law.notes, "groups": law.n_groups}
     else:
         out["lr_ND_skipped"] = result.skipped.get("lr_ND")
     return out

@@ -114,14 +114,15 @@ def main() -> None:
             p = law.predict_interval(N, D)
             for form in law.curves:
                 iv = p[form]
-                lo, hi = iv.get("lo", math.nan), iv.get("hi", math.nan)
-                has = math.isfinite(lo) and math.isfinite(hi)
-                results.append(dict(draw=i, target=name, form=form, kind=iv.get("kind", ""), value=iv["value"],
-                                    truth=truth, interval=has, covered=has and lo <= truth <= hi, lo=lo, hi=hi,
-                                    at_point=bool(iv.get("determined_at_point")), step1_reliable=law.step1.reliable(),
-                                    spread=bool(iv.get("form_spread")), widened=bool(iv.get("widened")),
-                                    width=hi - lo if has else math.nan, inside=0.0 <= iv["value"] <= 1.0
-                                    and iv["value"] >= t["chance"] - 1e-12))
+                has = iv.interval is not None
+                lo, hi = (iv.lo, iv.hi) if has else (math.nan, math.nan)
+                results.append(dict(draw=i, target=name, form=form, kind=iv.kind, value=iv.value,
+                                    truth=truth, interval=has, covered=iv.covers(truth), lo=lo, hi=hi,
+                                    at_point=bool(getattr(iv, "determined_at_point", False)),
+                                    step1_reliable=law.step1.reliable(),
+                                    spread=bool(getattr(iv, "form_spread", False)), widened=bool(iv.widened),
+                                    width=hi - lo if has else math.nan, inside=0.0 <= iv.value <= 1.0
+                                    and iv.value >= t["chance"] - 1e-12))
     df = pd.DataFrame(results)
     seconds = time.perf_counter() - t0
     print(f"{args.draws} simulated ladders (seed {args.seed}, {args.truth} truths, "

@@ -60,15 +60,16 @@ def main() -> None:
         p = law.predict_interval(r.N, r.D)
         L = p["task_loss"]
         cells = [f"{r.model} M={r.M_tokens_per_param:g}",
-                 f"{r.loss:.4f}, {L['value']:.4f} [{L['lo']:.3f}, {L['hi']:.3f}]"]
+                 f"{r.loss:.4f}, {L.value:.4f} {L.bounds_text(3, lambda x, d: f'{x:.{d}f}')}"]
         pub = PUBLISHED.get((r.model, r.M_tokens_per_param))
-        ours_loss = 100 * (L["value"] / r.loss - 1)
+        ours_loss = 100 * (L.value / r.loss - 1)
         cells.append(f"{ours_loss:+.2f}% / " + (f"{pub[0]:.2f}%" if pub else "fitted" if r.M_tokens_per_param == 20
                                                 and r.model == "open_lm_1b" else "-"))
         cells.append(f"{r.err_avg17:.4f}")
         for form in ("exp", "sigmoid"):
             iv = p[form]
-            err, lo, hi = 1 - iv["value"], 1 - iv.get("hi", np.nan), 1 - iv.get("lo", np.nan)
+            err = 1 - iv.value
+            lo, hi = (1 - iv.hi, 1 - iv.lo) if iv.interval is not None else (np.nan, np.nan)
             cells.append(f"{err:.4f} [{lo:.3f}, {hi:.3f}], {100 * (err / r.err_avg17 - 1):+.2f}%")
         cells.append(f"{pub[1]:.2f}%" if pub else "-")
         print("| " + " | ".join(cells) + " |")

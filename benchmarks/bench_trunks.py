@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from in_process_sweep import train_plan  # noqa: E402
 from scaling.curve_forms import ANNEALING, areas, curve_loss  # noqa: E402
 from scaling.fitting.analysis import Settings, SweepSource, analyse  # noqa: E402
+from scaling.fmt import Interval  # noqa: E402
 from scaling.lr_schedule import lr_steps, schedule_of  # noqa: E402
 
 CURVE = {"form": ANNEALING, "L0": 1.7, "A": 0.5, "alpha": 0.5, "C": 0.6, "evals": 40}
@@ -79,12 +80,12 @@ def true_n_star(C: float, k: float = 6.0) -> float:
     return float(np.exp(res.x))
 
 
-NONE = {"value": float("nan"), "lo": float("nan"), "hi": float("nan")}
+NONE = Interval(float("nan"), withheld="not fitted")
 #: The law compared in every sweep, whichever the recommendation chose (Chinchilla's approach 3).
 COMPARED = "approach3"
 
 
-def chosen_n(url: str, sweep: str) -> tuple[str, dict, dict, float]:
+def chosen_n(url: str, sweep: str) -> tuple[str, Interval, Interval, float]:
     """The recommended law, its N* with interval, approach 3's, and the budget (ten times the largest run, as
     `recommend`)."""
     analysis = analyse(SweepSource(url, sweep), Settings(n_bootstrap=50), save=False)
@@ -120,7 +121,7 @@ def branch_compute(url: str, sweep: str) -> float:
 NOISELESS = "noiseless points'"
 
 
-def approach3(data, carried: bool, n_bootstrap: int) -> dict:
+def approach3(data, carried: bool, n_bootstrap: int) -> Interval:
     """Approach 3's N* with its 95% interval at ten times the largest point's FLOPs (as ``recommend``), the predicted
     points' uncertainty carried into its bootstrap (``carried``, as ``scaling fit`` does) or the points taken as
     measured (the same fit without it)."""
@@ -130,6 +131,11 @@ def approach3(data, carried: bool, n_bootstrap: int) -> dict:
 
     law = fit_one(COMPARED, data if carried else replace(data, predicted_draws=None), n_bootstrap, 0, {}, False)
     return law.optimal_interval(10 * float(data.points["C"].max()))["N"]
+
+
+def _iv(n: Interval) -> str:
+    """N* with its interval to 4 significant digits: ``value [lo, hi]``, or why there is none."""
+    return f"{n.value:.4g} {n.bounds_text(4)}"
 
 
 def coverage(seeds: range, n_bootstrap: int) -> None:
@@ -165,10 +171,10 @@ def coverage(seeds: range, n_bootstrap: int) -> None:
             line = []
             for carried in (True, False):
                 n = approach3(data, carried, n_bootstrap)
-                widths[carried].append(float(np.log(n["hi"] / n["lo"])))
+                widths[carried].append(n.log_width())
                 for what, truth in truths.items():
-                    hits.setdefault((what, carried), []).append(bool(n["lo"] <= truth <= n["hi"]))
-                line.append(f"{'carried in' if carried else 'as measured'} {n['value']:.4g} [{n['lo']:.4g}, {n['hi']:.4g}]")
+                    hits.setdefault((what, carried), []).append(n.covers(truth))
+                line.append(f"{'carried in' if carried else 'as measured'} {_iv(n)}")
             print(f"seed {seed} ({time.perf_counter() - t:.0f} s): {COMPARED} N* " + "; ".join(line), flush=True)
     for (what, carried), got in sorted(hits.items()):
         p = float(np.mean(got))
@@ -206,11 +212,11 @@ def main() -> None:
             c_trunks, c_branches, c_scratch = compute_of(url, "trunks"), branch_compute(url, "cooldowns"), \
                 compute_of(url, "cooldowns")
             for name, (law, n, n3, secs) in out.items():
-                print(f"seed {seed} {name:<10} chosen N* {n['value']:.4g} [{n['lo']:.4g}, {n['hi']:.4g}] ({law}); "
-                      f"{COMPARED} N* {n3['value']:.4g} [{n3['lo']:.4g}, {n3['hi']:.4g}]; analysed in {secs:.0f} s")
+                print(f"seed {seed} {name:<10} chosen N* {_iv(n)} ({law}); "
+                      f"{COMPARED} N* {_iv(n3)}; analysed in {secs:.0f} s")
             print(f"seed {seed} compute: trunks {c_trunks:.3g} FLOPs, trained cooldowns as branches {c_branches:.3g} "
                   f"(from scratch {c_scratch:.3g}); trunks / branches = {c_trunks / c_branches:.3f}")
-            rows.append((out["trunks"][2]["value"], out["cooldowns"][2]["value"], c_trunks / c_branches,
+            rows.append((out["trunks"][2].value, out["cooldowns"][2].value, c_trunks / c_branches,
                          c_trunks / c_scratch))
     a = np.array(rows)
     print(f"summary over {len(rows)} seed(s): {COMPARED} N* trunks / trained cooldowns per seed "
