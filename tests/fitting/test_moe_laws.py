@@ -87,8 +87,8 @@ def test_every_printed_interval_holds_its_estimate(granularity_law: GranularityL
         summaries.update({f"predicted {i}": iv for i, iv in enumerate(predicted)})
         shown = 0
         for name, iv in summaries.items():
-            if math.isfinite(iv["lo"]) and math.isfinite(iv["hi"]):
-                assert iv["lo"] <= iv["value"] <= iv["hi"], (law.law, name, iv)
+            if iv.interval is not None and math.isfinite(iv.lo) and math.isfinite(iv.hi):
+                assert iv.covers(iv.value), (law.law, name, iv)
                 shown += 1
         assert shown >= len(law.param_names) + 5, (law.law, shown)  # the check is not vacuous
 
