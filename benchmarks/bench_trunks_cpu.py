@@ -193,8 +193,9 @@ def compare_optima(url: str, n_bootstrap: int) -> None:
           f"does ({n_bootstrap} bootstrap replicates; {time.perf_counter() - t:.0f} s)")
     shown: dict[str, dict[str, Any]] = {}
     for name, (analysis, rec) in found.items():
-        spent = sweep_status(url, name)["flops_spent"]
-        print(f"{name}: {analysis.n_points} points from {analysis.n_runs} runs, {flops(spent)} FLOPs trained")
+        status = sweep_status(url, name)
+        print(f"{name}: {analysis.n_points} points from the {analysis.n_runs} runs its fits use "
+              f"({sum(status['counts'].values())} trained, {flops(status['flops_spent'])} FLOPs)")
         for note in analysis.notes:
             print(f"  note: {note}")
         for kind, why in analysis.skipped.items():
