@@ -166,15 +166,20 @@ def compare(url: str, n_bootstrap: int) -> None:
 
 def optimum(url: str, sweep: str, n_bootstrap: int, compute: float | None) -> tuple[Any, Any]:
     """The sweep analysed as ``scaling fit`` does (its trunks' predicted cooldowns entering the laws where the
-    curve law is trusted), and its recommendation at ``compute`` FLOPs (None: ten times the largest run)."""
+    curve law is trusted), and its recommendation at ``compute`` FLOPs (None: ten times the largest run); where
+    no law can be fitted or none gives an N*, None or the analysis, and why."""
+    from scaling.errors import FitError
     from scaling.fitting.analysis import Settings, SweepSource, analyse
     from scaling.fitting.recommend import recommend
 
-    analysis = analyse(SweepSource(url, sweep), Settings(n_bootstrap=n_bootstrap, tasks=False, next_runs=False),
-                       save=False)
+    try:
+        analysis = analyse(SweepSource(url, sweep), Settings(n_bootstrap=n_bootstrap, tasks=False, next_runs=False),
+                           save=False)
+    except FitError as exc:
+        return None, str(exc)
     try:
         return analysis, recommend(analysis, compute)
-    except Exception as exc:  # noqa: BLE001 - no law gives an N*: said, not raised
+    except FitError as exc:
         return analysis, str(exc)
 
 
@@ -194,8 +199,11 @@ def compare_optima(url: str, n_bootstrap: int) -> None:
     shown: dict[str, dict[str, Any]] = {}
     for name, (analysis, rec) in found.items():
         status = sweep_status(url, name)
-        print(f"{name}: {analysis.n_points} points from the {analysis.n_runs} runs its fits use "
-              f"({sum(status['counts'].values())} trained, {flops(status['flops_spent'])} FLOPs)")
+        trained = f"{sum(status['counts'].values())} runs trained, {flops(status['flops_spent'])} FLOPs"
+        if analysis is None:
+            print(f"{name}: {trained}; no N*: {rec}")
+            continue
+        print(f"{name}: {analysis.n_points} points from the {analysis.n_runs} runs its fits use ({trained})")
         for note in analysis.notes:
             print(f"  note: {note}")
         for kind, why in analysis.skipped.items():
