@@ -11,14 +11,19 @@ trunk warmed up over the same ``--warmup`` steps to ``--lr`` and evaluated every
 - **branches**: ``branches: {tokens: [...]}``: one constant-rate trunk per size and a cooldown branch trained from
   its checkpoint at every budget (the largest budget's branch follows the WSD trunk's rate step for step).
 
-Printed: per (size, budget) the trained branch's final eval loss, the predicted one with its 95% interval, their
+Then each sweep analysed as ``scaling fit`` does (:func:`scaling.fitting.analysis.analyse`, the trunks' predicted
+cooldowns entering the laws where the curve law is trusted): per law, N* and D* with their 95% intervals at ten times
+the largest run's compute, or the law's flag in place of its numbers, whether the two sweeps' intervals on N*
+overlap, and the FLOPs each sweep trained (a branch counted from its branch point).
+
+Printed first: per (size, budget) the trained branch's final eval loss, the predicted one with its 95% interval, their
 relative difference and whether the interval holds the trained loss, beside a naive prediction (the WSD trunk's
 own eval loss at the budget's last step: what the trunk says without a law, no cooldown); the mean and largest
 errors, the coverage and the law's notes; and each WSD trunk's final loss against the largest branch's (the same
 rate and data: a check of the set-up). Both sweeps train in this process, one run after another
 (``bench_branches.sweep_in_process``: the sweep's own registration, trainer, checkpoints and database).
 
-    PYTHONPATH=. python benchmarks/bench_trunks_cpu.py [--widths 16 32 48 64] [--steps 100 200 400 800] [--seed 0]
+    PYTHONPATH=. python benchmarks/bench_trunks_cpu.py [--widths 16 32 48 64] [--steps 100 200 400 800] [--seed 0] [--keep DIR [--analyse-only]]
 """
 
 from __future__ import annotations
@@ -159,6 +164,79 @@ def compare(url: str, n_bootstrap: int) -> None:
               + (f"{b:.4f} ({100 * (v - b) / b:+.3f}%)" if b is not None else "missing"))
 
 
+def optimum(url: str, sweep: str, n_bootstrap: int, compute: float | None) -> tuple[Any, Any]:
+    """The sweep analysed as ``scaling fit`` does (its trunks' predicted cooldowns entering the laws where the
+    curve law is trusted), and its recommendation at ``compute`` FLOPs (None: ten times the largest run); where
+    no law can be fitted or none gives an N*, None or the analysis, and why."""
+    from scaling.errors import FitError
+    from scaling.fitting.analysis import Settings, SweepSource, analyse
+    from scaling.fitting.recommend import recommend
+
+    try:
+        analysis = analyse(SweepSource(url, sweep), Settings(n_bootstrap=n_bootstrap, tasks=False, next_runs=False),
+                           save=False)
+    except FitError as exc:
+        return None, str(exc)
+    try:
+        return analysis, recommend(analysis, compute)
+    except FitError as exc:
+        return analysis, str(exc)
+
+
+def compare_optima(url: str, n_bootstrap: int) -> None:
+    """Each sweep's N* and D* per law at one budget (ten times the trunks sweep's largest run), a flagged law's
+    flag in place of its numbers, whether the two sweeps' intervals overlap, and the compute each trained."""
+    from scaling.fitting.recommend import default_budget
+    from scaling.fitting.sweep_fit import SHORT
+    from scaling.fmt import flops, size
+    from scaling.orchestrator.status import sweep_status
+
+    t = time.perf_counter()
+    compute = default_budget(_c_max(url, "trunks"))
+    found = {name: optimum(url, name, n_bootstrap, compute) for name in ("trunks", "branches")}
+    print(f"\nN* and D* at C = {flops(compute)} FLOPs (ten times the largest run), each sweep analysed as `scaling fit` "
+          f"does ({n_bootstrap} bootstrap replicates; {time.perf_counter() - t:.0f} s)")
+    shown: dict[str, dict[str, Any]] = {}
+    for name, (analysis, rec) in found.items():
+        status = sweep_status(url, name)
+        trained = f"{sum(status['counts'].values())} runs trained, {flops(status['flops_spent'])} FLOPs"
+        if analysis is None:
+            print(f"{name}: {trained}; no N*: {rec}")
+            continue
+        print(f"{name}: {analysis.n_points} points from the {analysis.n_runs} runs its fits use ({trained})")
+        for note in analysis.notes:
+            print(f"  note: {note}")
+        for kind, why in analysis.skipped.items():
+            print(f"  {SHORT.get(kind, kind)}: not fitted ({why})")
+        if isinstance(rec, str):
+            print(f"  no N*: {rec}")
+            continue
+        for kind, why in rec.no_optimum.items():
+            print(f"  {SHORT.get(kind, kind)}: no N* ({why})")
+        for kind, r in rec.per_law.items():
+            if kind in rec.unreliable:
+                print(f"  {SHORT.get(kind, kind)}: flagged unreliable, no N* given: {rec.unreliable[kind]}")
+                continue
+            shown.setdefault(kind, {})[name] = r
+            print(f"  {SHORT.get(kind, kind)}{' (chosen)' if kind == rec.chosen else ''}: "
+                  f"N* {r['N'].text(3, size)}, D* {r['D'].text(3, size)}, loss {r['loss'].text(4)}")
+    for kind, by in shown.items():
+        if len(by) == 2:
+            a, b = by["trunks"]["N"], by["branches"]["N"]
+            ends = [a.lo, a.hi, b.lo, b.hi]
+            meet = None if any(e is None or not np.isfinite(e) for e in ends) else a.lo <= b.hi and b.lo <= a.hi
+            print(f"{SHORT.get(kind, kind)}: N* from trunks / from branches = {a.value / b.value:.3g}; "
+                  f"95% intervals {'overlap' if meet else 'not both given' if meet is None else 'do not overlap'}")
+
+
+def _c_max(url: str, sweep: str) -> float:
+    """The largest compute of the sweep's completed runs."""
+    from scaling import db
+
+    with db.connect(url) as res:
+        return float(res.runs(sweep=sweep)["C"].max())
+
+
 def main() -> None:
     import torch
 
@@ -171,15 +249,24 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--bootstrap", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0, help="the runs' seed (initialization and data order)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="a new directory to keep the sweeps' database and runs in (a temporary one otherwise)")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="train nothing: compare the sweeps already trained in --keep's database")
     args = ap.parse_args()
+    if args.analyse_only and not (args.keep and (args.keep / "trunks.db").is_file()):
+        ap.error("--analyse-only needs --keep naming a directory this benchmark kept")
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = str(args.keep) if args.keep is not None else scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{tmp}/trunks.db"
-        for name, predicted in (("trunks", True), ("branches", False)):
+        for name, predicted in () if args.analyse_only else (("trunks", True), ("branches", False)):
             start, cpu = time.perf_counter(), time.process_time()
             seconds = sweep_in_process(write_plan(Path(tmp) / f"{name}.yaml", name, Path(tmp) / "runs", args, predicted), url)
             print(f"{name}: trained in {seconds:.0f} s ({time.process_time() - cpu:.0f} s of CPU)", flush=True)
         compare(url, args.bootstrap)
+        compare_optima(url, args.bootstrap)
 
 
 if __name__ == "__main__":
