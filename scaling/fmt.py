@@ -180,7 +180,8 @@ class Interval:
         value = _finite(iv.get("value"))
         note = iv.get("note") or iv.get("reason")
         withheld = None
-        if kind in NO_INTERVAL or kind == "pinned" or lo is None or hi is None:
+        widened_around = bool(iv.get("widened"))  # bounds set around the value (:meth:`widen`), whatever the kind
+        if (kind in NO_INTERVAL or kind == "pinned") and not widened_around or lo is None or hi is None:
             withheld = note or (cls._reason(kind, iv.get("pinned"), iv.get("quantile"))
                                 if kind != "none" and kind != "percentile" else "no interval")
             lo = hi = None

@@ -34,7 +34,9 @@ def stored(d: dict) -> dict:
     withheld(summarise(DRAWS, 1.0), "the law is flagged unreliable: few points"),
     widen_log(summarise(DRAWS, 1.0, log=True), 0.5, "widened for extrapolating"),
     widen_log(summarise([], 1.0), 0.5, "widened by the scatter of one point"),
-], ids=["log", "linear", "biased", "no spread", "pinned", "none", "unreliable", "widened", "widened alone"])
+    widen_log(summarise(np.ones(10), 1.0), 0.5, "widened around replicates that do not vary"),
+], ids=["log", "linear", "biased", "no spread", "pinned", "none", "unreliable", "widened", "widened alone",
+        "widened no spread"])
 def test_a_summary_reads_back_the_same_through_json(summary: Interval) -> None:
     assert isinstance(summary, Interval)
     iv = Interval.from_dict(stored(summary))

@@ -69,6 +69,14 @@ class Settings:
     #: Rank the runs worth adding at the recommendation's budget (refits approach 3's bootstrap per candidate).
     next_runs: bool = True
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Settings":
+        """Settings as an analysis stores them (``asdict``; its task names a list)."""
+        given = dict(d)
+        if isinstance(given.get("tasks"), list):
+            given["tasks"] = tuple(given["tasks"])
+        return cls(**given)
+
     def check(self) -> None:
         """Refuse settings that contradict each other, before anything is read."""
         if self.law not in LAW_CHOICES:
@@ -233,11 +241,8 @@ class Analysis:
             raise FitError(f"a stored analysis of another version ({d.get('version') if isinstance(d, Mapping) else d!r})")
         hparams = None if d.get("hparams") is None else HparamFit.from_dict(d["hparams"])
         rec = d.get("recommendation")
-        settings = dict(d["settings"])
-        if isinstance(settings.get("tasks"), list):
-            settings["tasks"] = tuple(settings["tasks"])
         return cls(source=str(d["source"]), fingerprint=str(d["fingerprint"]), n_points=int(d["n_points"]),
-                   settings=Settings(**settings), conventions=Conventions.from_json(d["conventions"]),
+                   settings=Settings.from_json(d["settings"]), conventions=Conventions.from_json(d["conventions"]),
                    laws={kind: law_from_dict(law, data) for kind, law in d["laws"].items()},
                    skipped=dict(d.get("skipped") or {}), hparams=hparams,
                    tasks=None if d.get("tasks") is None else tasks_from_stored(d["tasks"]),
@@ -340,7 +345,8 @@ def _analyse_sweep(source: SweepSource, asked: Optional[Settings], save: bool) -
     for row in found:
         try:
             stored = row["result"]
-            data = _sweep_points(inputs, settings, _stored_curves(stored.get("curves")))[0]
+            used = settings if asked is not None else Settings.from_json(stored["settings"])  # R* as it was fitted
+            data = _sweep_points(inputs, used, _stored_curves(stored.get("curves")))[0]
             return replace(Analysis.from_json(stored, data), stored_id=int(row["id"]), reused=True)
         except (UserError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an unreadable stored analysis is refitted

@@ -262,3 +262,20 @@ def test_the_trunks_are_read_from_the_runs_the_analysis_read(sweep: str, monkeyp
     monkeypatch.setattr(Results, "runs", counted)
     given = read_trunks(sweep, "trunks", runs)
     assert given and not reads and trunks_digest(given) == trunks_digest(alone)
+
+
+def test_a_stored_law_across_sizes_keeps_the_noise_its_predictions_are_checked_against() -> None:
+    """A stored analysis predicts its trunks' cooldowns again from its stored law: that law withholds the
+    predictions the fitted one withheld, so it keeps the evaluations' noise (its resolution) through JSON."""
+    import json
+
+    from scaling.fitting.core.base import jsonable
+    from scaling.fitting.curves.joint import JointCurveLaw
+
+    trunks = synthetic_trunks(0.02)
+    law = predict_from_trunks(trunks, bootstrap=20).law
+    assert law is not None and law.resolution() > 0
+    again = JointCurveLaw.from_dict(json.loads(json.dumps(jsonable(law.to_dict()))))
+    assert again.resolution() == pytest.approx(law.resolution(), rel=1e-12)
+    fresh, reread = predict_from_trunks(trunks, law=law), predict_from_trunks(trunks, law=again)
+    assert len(fresh.rows) == len(reread.rows) and fresh.notes[0] == reread.notes[0]

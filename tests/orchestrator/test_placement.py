@@ -121,6 +121,7 @@ def test_tp_groups_share_a_node_and_pipeline_stages_spread(
     assert state.rank_nodes[0] == state.rank_nodes[1] and state.rank_nodes[2] == state.rank_nodes[3]
     assert set(state.rank_nodes) == worker_ids
     assert sorted(stored) == list(range(1, 7)), "each step's loss stored once"
+    assert reference and set(reference) <= set(stored), "one process reports at its checkpoints, each step stored"
     assert [stored[step] for step in reference] == pytest.approx(list(reference.values()), rel=1e-5, abs=0)
 
 
@@ -151,6 +152,7 @@ def _sweep_a_tp2_pp2_run(tmp_path: Path, sqlite_url: str) -> tuple[object, list[
     sched = Scheduler(expansion.runs, store, sqlite_url, "pinned", plan.runs_dir, retries=0, heartbeat_s=1.0)
     out = sched.run()
     rows = connect(sqlite_url).metrics(run_keys=[run.spec.key], names=[names.TRAIN_LOSS])
+    assert rows["step"].is_unique, "a step's loss stored twice"
     stored = dict(zip(rows["step"], rows["value"]))
 
     spec = run.spec

@@ -228,7 +228,7 @@ def _group_alive(pgid: int) -> bool:
 
 def test_a_two_worker_run_goes_through_ray_train_and_survives_a_killed_worker(tmp_path: Path, sqlite_url: str) -> None:
     """A run with workers: 2 goes through Ray Train once its two CPUs are set aside, as one
-    tensor-parallel pair under ZeRO-3. ``faults.kill_at_step`` SIGKILLs rank 1's process when step 5
+    tensor-parallel pair (ZeRO-3 asked for, with one data-parallel rank to shard over). ``faults.kill_at_step`` SIGKILLs rank 1's process when step 5
     starts (first attempt only): rank 0's tensor peer, so half of every block's weights is lost with
     it. Ray Train sees the worker die and restarts the group (the plan's ``retries``), which resumes
     from the step-4 checkpoint; the run completes with every step's loss stored once and equal to an

@@ -254,6 +254,8 @@ class JointCurveLaw(Doubtful):
         self.N0_: float = math.nan
         self.runs_: list[str] = []
         self.n_points_ = 0
+        #: The fitted evaluations' noise (SD of log loss about the curves; NaN: unknown), kept with a stored law.
+        self.noise_: float = math.nan
         self.notes_ = []
         self.doubts_ = []
         self._parts: list[_Part] = []
@@ -281,6 +283,7 @@ class JointCurveLaw(Doubtful):
         self.runs_ = [c.run for c in curves]
         self._parts = self._parts_of(curves)
         self.n_points_ = int(sum(p.loss.size for p in self._parts))
+        self.noise_ = float(curve_noise([p.loss for p in self._parts]))
         for name in self.forms:
             jf = joint_form(name)
             theta, _ = _best(jf, self._parts)
@@ -421,11 +424,10 @@ class JointCurveLaw(Doubtful):
 
     def resolution(self) -> float:
         """The narrowest relative 95% width a prediction's bootstrap is believed at (:data:`RESOLVED_SHARE` of
-        what the fitted evaluations' noise allows; 0 where the curves are not at hand, as after :meth:`from_dict`)."""
-        noise = curve_noise([p.loss for p in self._parts]) if self._parts else math.nan
-        if not math.isfinite(noise) or self.n_points_ < 1:
+        what the fitted evaluations' noise allows; 0 where the noise is unknown, as in a law stored without it)."""
+        if not math.isfinite(self.noise_) or self.n_points_ < 1:
             return 0.0
-        return RESOLVED_SHARE * 2 * float(norm.ppf(0.5 + LEVEL / 2)) * noise / math.sqrt(self.n_points_)
+        return RESOLVED_SHARE * 2 * float(norm.ppf(0.5 + LEVEL / 2)) * self.noise_ / math.sqrt(self.n_points_)
 
     def final_loss(self, N: float, lr: Sequence[float] | np.ndarray) -> Interval:
         """The predicted loss after the last step of ``lr`` for a model of ``N`` parameters, with its 95% interval
@@ -492,8 +494,8 @@ class JointCurveLaw(Doubtful):
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "forms": list(self.forms), "form": self.form_, "params": self.params_,
                 "held_out": self.held_out_, "sizes": self.sizes_, "N0": self.N0_, "runs": self.runs_,
-                "n_points": self.n_points_, "replicates": {k: v.tolist() for k, v in self.replicates_.items()},
-                "doubts": stored(self.doubts_)}
+                "n_points": self.n_points_, "noise": self.noise_ if math.isfinite(self.noise_) else None,
+                "replicates": {k: v.tolist() for k, v in self.replicates_.items()}, "doubts": stored(self.doubts_)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JointCurveLaw":
@@ -505,6 +507,7 @@ class JointCurveLaw(Doubtful):
         law.N0_ = float(d.get("N0") or math.nan)
         law.runs_ = list(d.get("runs") or [])
         law.n_points_ = int(d.get("n_points") or 0)
+        law.noise_ = float(d.get("noise") or math.nan)
         law.replicates_ = {k: np.array(v, dtype=float).reshape(-1, len(joint_form(k).params))
                            for k, v in (d.get("replicates") or {}).items()}
         law.doubts_ = restore(d.get("doubts"))

@@ -57,9 +57,9 @@ GRIDS: dict[str, dict[str, list[float]]] = {
 }
 #: The bootstrap's refits stop when the gradient vanishes, no step lowers the objective or after
 #: REFIT_MAX_ITER iterations, never on a small relative decrease (``ftol`` 0): on these objectives an
-#: iteration of tiny decrease comes long before the optimum (refits stopped by it sat up to 6% above their
-#: optimum, log a or log b off by up to several units), between the fit they started from and their own
-#: optimum, so the replicates, and the percentile intervals, came out too narrow (docs/moe-laws.md).
+#: iteration of tiny decrease comes long before the optimum, and a refit stopped there sits between the fit
+#: it started from and its own optimum, which makes the replicates and the percentile intervals too narrow
+#: (measured in docs/moe-laws.md).
 REFIT_FTOL = 0.0
 REFIT_MAX_ITER = 1000
 
