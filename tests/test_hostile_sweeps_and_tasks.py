@@ -71,7 +71,9 @@ def test_an_accuracy_out_of_range_is_shown_as_the_number_it_is() -> None:
 
 
 def test_a_predicted_accuracy_is_printed_to_the_digits_of_its_interval() -> None:
-    iv = {"value": 0.53349, "lo": 0.5334, "hi": 0.54, "kind": "percentile"}
+    from scaling.fmt import Interval
+
+    iv = Interval(0.53349, 0.5334, 0.54, kind="percentile")
     lines = task_lines({"hellaswag": {"N": 1e6, "D": 2e7, "sigmoid": iv}})
     assert "hellaswag [sigmoid]: 0.5335 [0.5334, 0.54]" in lines[1]
 
